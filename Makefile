@@ -1,0 +1,50 @@
+# airlock — see README.md. `make test` and `make bench` install what is missing.
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+GO ?= go
+OUT := $(CURDIR)/_output
+BIN := $(OUT)/bin
+export AIRLOCK_CACHE ?= /var/cache/airlock
+GOTEST_FLAGS ?=
+FUZZTIME ?= 3000x
+
+.PHONY: all build deps image test unit vet fuzz integration bench perf fmt clean help
+
+all: build
+
+help: ## list targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+build: ## build airlock and airlockd into _output/bin
+	@mkdir -p $(BIN)
+	$(GO) build -trimpath -o $(BIN)/ ./cmd/airlock ./cmd/airlockd
+
+deps: ## install Debian packages; build containerd and runc at pinned versions
+	@bash hack/install-deps.sh $(BIN)
+
+image: deps build ## build the airlock/agent image archive (cached by recipe hash)
+	@bash hack/build-image.sh $(OUT) > $(OUT)/agent-image.path
+	@echo "agent image: $$(cat $(OUT)/agent-image.path)"
+
+vet: ## go vet
+	$(GO) vet ./...
+
+unit: ## fast tests, no root needed
+	$(GO) test -short -count=1 $(GOTEST_FLAGS) ./...
+
+test: deps build image vet ## everything: vet, unit + root integration tests (race), fuzz smoke
+	AIRLOCK_BIN_DIR=$(BIN) AIRLOCK_AGENT_IMAGE=$$(cat $(OUT)/agent-image.path) \
+		$(GO) test -race -count=1 -timeout 40m $(GOTEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory fuzz
+
+fuzz: ## run every fuzz target for FUZZTIME executions
+	@bash hack/fuzz.sh $(FUZZTIME)
+
+bench: deps build image ## run the benchmark and print the report
+	@bash hack/bench.sh
+
+fmt: ## gofmt the tree
+	gofmt -l -w $$(git ls-files '*.go')
+
+clean: ## remove build output
+	rm -rf $(OUT)

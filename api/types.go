@@ -1,0 +1,122 @@
+// Package api defines airlockd's HTTP+JSON API: request and response types,
+// the error envelope, the stream framing used for logs and exec, and a client.
+// docs/api.md documents the same routes for people.
+//
+// Routes (all under the unix socket, JSON bodies):
+//
+//	GET    /v1/version                      -> Version
+//	POST   /v1/sessions                     CreateRequest -> Session (201)
+//	GET    /v1/sessions                     -> []Session
+//	GET    /v1/sessions/{id}                -> Session
+//	POST   /v1/sessions/{id}/start          -> Session
+//	POST   /v1/sessions/{id}/stop           StopRequest -> Session
+//	GET    /v1/sessions/{id}/wait           -> WaitResponse (blocks until exit)
+//	DELETE /v1/sessions/{id}?force=1        -> 204
+//	GET    /v1/sessions/{id}/logs?follow=1&stdout=1&stderr=1  -> framed stream
+//	POST   /v1/sessions/{id}/exec           ExecRequest -> framed stream, ends with an exit frame
+//	GET    /v1/images                       -> []Image
+//	POST   /v1/images/import?name=REF       body: OCI or Docker archive -> []Image
+package api
+
+import (
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// Version is the daemon's identity.
+type Version struct {
+	Version    string `json:"version"`
+	Containerd string `json:"containerd"`
+	Root       string `json:"root"`
+}
+
+// Session states.
+const (
+	StateCreated = "created"
+	StateRunning = "running"
+	StateStopped = "stopped" // the main process exited or was stopped
+	StateUnknown = "unknown" // a cleanup step failed; remove with force
+)
+
+// CreateRequest creates (and optionally starts) a session.
+type CreateRequest struct {
+	Policy policies.Policy `json:"policy"`
+	// Start starts the main process right after creation.
+	Start bool `json:"start,omitempty"`
+}
+
+// Session is what inspect and list return.
+type Session struct {
+	ID        string          `json:"id"`
+	Label     string          `json:"label"`
+	State     string          `json:"state"`
+	Image     string          `json:"image"`
+	Command   []string        `json:"command"`
+	Created   time.Time       `json:"created"`
+	Started   *time.Time      `json:"started,omitempty"`
+	Finished  *time.Time      `json:"finished,omitempty"`
+	ExitCode  *int            `json:"exit_code,omitempty"`
+	Reason    string          `json:"reason,omitempty"` // why it ended: exited, stopped, timeout, oom, error
+	Pid       uint32          `json:"pid,omitempty"`
+	Policy    policies.Policy `json:"policy"`
+	Resources []Resource      `json:"resources,omitempty"`
+}
+
+// Resource names a kernel or containerd object that the session owns.
+type Resource struct {
+	Kind string `json:"kind"` // container, snapshot, lease, cgroup, netns, ...
+	Name string `json:"name"`
+}
+
+// StopRequest stops the main process: SIGTERM, then SIGKILL after Grace.
+type StopRequest struct {
+	Grace policies.Duration `json:"grace,omitempty"` // default 10s
+}
+
+// WaitResponse reports how the main process ended.
+type WaitResponse struct {
+	ExitCode int    `json:"exit_code"`
+	Reason   string `json:"reason"`
+}
+
+// ExecRequest runs an extra process in a running session.
+type ExecRequest struct {
+	Command []string          `json:"command"`
+	Env     map[string]string `json:"env,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	// Stdin, when true, makes the request body after the JSON header a
+	// stdin stream (see docs/api.md); otherwise stdin is empty.
+	Stdin bool `json:"stdin,omitempty"`
+}
+
+// Image is one image in the daemon's store.
+type Image struct {
+	Name    string    `json:"name"`
+	Digest  string    `json:"digest"`
+	Size    int64     `json:"size"`
+	Created time.Time `json:"created"`
+}
+
+// Error classes, mapped to HTTP statuses by the server.
+const (
+	ClassInvalidArgument    = "invalid_argument"    // 400
+	ClassNotFound           = "not_found"           // 404
+	ClassAlreadyExists      = "already_exists"      // 409
+	ClassFailedPrecondition = "failed_precondition" // 409
+	ClassPermissionDenied   = "permission_denied"   // 403
+	ClassUnavailable        = "unavailable"         // 503
+	ClassInternal           = "internal"            // 500
+)
+
+// ErrorBody is the body of every non-2xx response.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the error envelope's content.
+type ErrorDetail struct {
+	Class   string   `json:"class"`
+	Message string   `json:"message"`
+	Details []string `json:"details,omitempty"` // e.g. one line per validation problem
+}

@@ -1,0 +1,134 @@
+// Command airlockd is airlock's daemon: it runs agent sessions in hardened
+// containerd sandboxes and serves the airlock API on a unix socket.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/airlock-sandbox/airlock/daemon"
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/runtime"
+)
+
+const usage = `airlockd runs agent sessions in containerd sandboxes scoped by HCL manifests.
+
+Usage:
+  airlockd [flags]
+
+It starts a private containerd under --root (unless --containerd names one),
+re-adopts the sessions a previous daemon left running, and serves the API
+(docs/api.md) on --socket until SIGINT or SIGTERM. Sessions keep running
+across a daemon restart.
+
+Flags:
+`
+
+func main() {
+	// containerd's shim runs this binary as the log writer of session output.
+	if len(os.Args) == 3 && os.Args[1] == runtime.LoggerArg {
+		runtime.RunLogger(os.Args[2])
+		return
+	}
+	os.Exit(run())
+}
+
+func run() int {
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "airlockd:", err)
+		return 1
+	}
+	self, _ = filepath.EvalSymlinks(self)
+	fs := flag.NewFlagSet("airlockd", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	var (
+		root           = fs.String("root", "/var/lib/airlock", "state directory (sessions, containerd, runc)")
+		socket         = fs.String("socket", "/run/airlock/airlock.sock", "API unix socket")
+		socketGroup    = fs.String("socket-group", "", "group allowed to use the socket (mode 0660); default root only (0600)")
+		containerdAddr = fs.String("containerd", "", "address of an existing containerd; default: start an embedded one under --root")
+		binDir         = fs.String("bin-dir", filepath.Dir(self), "directory holding containerd, containerd-shim-runc-v2 and runc")
+		namespace      = fs.String("namespace", "airlock", "containerd namespace for sessions")
+		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
+		logFormat      = fs.String("log-format", "text", "text or json")
+		stopContainerd = fs.Bool("stop-containerd", false, "stop the embedded containerd when airlockd exits")
+	)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "airlockd: unexpected argument %q (see airlockd --help)\n", fs.Arg(0))
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "airlockd: --log-level %q: want debug, info, warn or error\n", *logLevel)
+		return 2
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	switch *logFormat {
+	case "text":
+		h = slog.NewTextHandler(os.Stderr, hopts)
+	case "json":
+		h = slog.NewJSONHandler(os.Stderr, hopts)
+	default:
+		fmt.Fprintf(os.Stderr, "airlockd: --log-format %q: want text or json\n", *logFormat)
+		return 2
+	}
+	logger := slog.New(h)
+	slog.SetDefault(logger)
+
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	ctx = log.WithLogger(ctx, logger)
+
+	absRoot, err := filepath.Abs(*root)
+	if err != nil {
+		logger.Error("bad --root", "error", err)
+		return 2
+	}
+	absBin, err := filepath.Abs(*binDir)
+	if err != nil {
+		logger.Error("bad --bin-dir", "error", err)
+		return 2
+	}
+	d, err := daemon.New(ctx, daemon.Config{
+		Root:       absRoot,
+		Containerd: *containerdAddr,
+		BinDir:     absBin,
+		Namespace:  *namespace,
+		SelfBinary: self,
+	})
+	if err != nil {
+		logger.Error("start failed", "error", err)
+		return 1
+	}
+	serveErr := d.Serve(ctx, *socket, *socketGroup)
+	if err := d.Close(context.WithoutCancel(ctx)); err != nil {
+		logger.Error("shutdown", "error", err)
+	}
+	if *stopContainerd {
+		if err := d.StopContainerd(context.WithoutCancel(ctx)); err != nil {
+			logger.Error("stop containerd", "error", err)
+		}
+	}
+	if serveErr != nil {
+		logger.Error("serve", "error", serveErr)
+		return 1
+	}
+	logger.Info("stopped")
+	return 0
+}

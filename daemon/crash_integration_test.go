@@ -1,0 +1,239 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/daemon"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
+	"github.com/airlock-sandbox/airlock/runtime"
+)
+
+// procDaemon is airlockd running as a child process, so the test can kill -9 it.
+type procDaemon struct {
+	t      *testing.T
+	root   string
+	socket string
+	cmd    *exec.Cmd
+	http   *http.Client
+}
+
+func startProcDaemon(t *testing.T, root string, extra ...string) *procDaemon {
+	t.Helper()
+	env := h.Env
+	p := &procDaemon{t: t, root: root, socket: filepath.Join(root, "airlock.sock")}
+	args := append([]string{"--root", root, "--socket", p.socket, "--bin-dir", env.BinDir, "--log-level", "warn"}, extra...)
+	p.cmd = exec.Command(filepath.Join(env.BinDir, "airlockd"), args...)
+	p.cmd.Stderr = os.Stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.http = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", p.socket)
+	}}}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if resp, err := p.http.Get("http://airlock/v1/version"); err == nil {
+			resp.Body.Close()
+			return p
+		}
+		if time.Now().After(deadline) {
+			p.cmd.Process.Kill()
+			t.Fatal("airlockd did not come up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *procDaemon) do(method, path string, body io.Reader, out any) int {
+	p.t.Helper()
+	req, _ := http.NewRequest(method, "http://airlock"+path, body)
+	resp, err := p.http.Do(req)
+	if err != nil {
+		p.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		p.t.Fatalf("%s %s: %s: %s", method, path, resp.Status, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			p.t.Fatalf("%s %s: decode %q: %v", method, path, b, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+func (p *procDaemon) create(start bool, cmd ...string) api.Session {
+	b, _ := json.Marshal(api.CreateRequest{Policy: policy(cmd...), Start: start})
+	var s api.Session
+	p.do("POST", "/v1/sessions", bytes.NewReader(b), &s)
+	return s
+}
+
+func (p *procDaemon) inspect(id string) api.Session {
+	var s api.Session
+	p.do("GET", "/v1/sessions/"+id, nil, &s)
+	return s
+}
+
+func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
+	testutil.RequiresRoot(t)
+	root, err := os.MkdirTemp("/tmp", "alc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrdSock := filepath.Join(root, "containerd", "containerd.sock")
+	t.Cleanup(func() {
+		_ = (&runtime.Embedded{Dir: filepath.Join(root, "containerd")}).Stop(context.Background(), 10*time.Second)
+		os.RemoveAll(root)
+	})
+
+	d1 := startProcDaemon(t, root)
+	f, err := os.Open(h.Env.AgentImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1.do("POST", "/v1/images/import?name="+daemontest.AgentImage, f, nil)
+	f.Close()
+
+	long := d1.create(true, "sleep", "300")
+	short := d1.create(true, "sh", "-c", "sleep 1; exit 3")
+	idle := d1.create(false, "true")
+
+	// kill -9: no chance to clean up or record anything.
+	if err := d1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = d1.cmd.Wait()
+
+	// While the daemon is down: the short session exits, a create is left
+	// half-done, and containerd holds objects of a session nobody recorded.
+	half := filepath.Join(root, "sessions", "halfdone0001")
+	if err := os.MkdirAll(half, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(half, "session.json"), []byte(`{"id":"halfdone0001","state":"creating"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := containerd.New(ctrdSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	nctx := namespaces.WithNamespace(context.Background(), "airlock")
+	for _, id := range []string{"halfdone0001", "orphan000001"} {
+		if _, err := cc.LeasesService().Create(nctx, leases.WithID(id), leases.WithLabel(runtime.LabelSession, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2 * time.Second)
+
+	d2 := startProcDaemon(t, root, "--stop-containerd")
+	if s := d2.inspect(long.ID); s.State != api.StateRunning {
+		t.Errorf("long session after restart: %s, want running", s.State)
+	}
+	s := d2.inspect(short.ID)
+	if s.State != api.StateStopped || s.ExitCode == nil || *s.ExitCode != 3 {
+		t.Errorf("short session after restart: %s exit %v, want stopped with 3", s.State, s.ExitCode)
+	}
+	if s := d2.inspect(idle.ID); s.State != api.StateCreated {
+		t.Errorf("idle session after restart: %s, want created", s.State)
+	}
+	var list []api.Session
+	d2.do("GET", "/v1/sessions", nil, &list)
+	if len(list) != 3 {
+		t.Errorf("%d sessions after restart, want 3", len(list))
+	}
+	ls, err := cc.LeasesService().List(nctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ls {
+		if l.ID == "orphan000001" || l.ID == "halfdone0001" {
+			t.Errorf("lease %s of an unrecorded session survived the restart", l.ID)
+		}
+	}
+	if _, err := os.Stat(half); err == nil {
+		t.Error("half-created session directory survived the restart")
+	}
+
+	// The re-adopted session is still controlled: stop it, then remove all.
+	var stopped api.Session
+	d2.do("POST", "/v1/sessions/"+long.ID+"/stop", bytes.NewReader([]byte(`{"grace":"100ms"}`)), &stopped)
+	var w api.WaitResponse
+	d2.do("GET", "/v1/sessions/"+long.ID+"/wait", nil, &w)
+	if w.Reason != "stopped" {
+		t.Errorf("re-adopted session ended with %+v, want stopped", w)
+	}
+	for _, id := range []string{long.ID, short.ID, idle.ID} {
+		if code := d2.do("DELETE", "/v1/sessions/"+id, nil, nil); code != http.StatusNoContent {
+			t.Errorf("remove %s: %d", id, code)
+		}
+	}
+
+	// Nothing left: containerd objects, cgroups, mounts, session state.
+	cs, _ := cc.Containers(nctx)
+	ls, _ = cc.LeasesService().List(nctx)
+	var snaps []string
+	_ = cc.SnapshotService("overlayfs").Walk(nctx, func(_ context.Context, i snapshots.Info) error {
+		if i.Kind != snapshots.KindCommitted {
+			snaps = append(snaps, i.Name)
+		}
+		return nil
+	})
+	if len(cs) != 0 || len(ls) != 0 || len(snaps) != 0 {
+		t.Errorf("left behind: %d containers, %d leases, active snapshots %v", len(cs), len(ls), snaps)
+	}
+	prefix := daemon.Prefix(root)
+	for _, ctl := range []string{"memory", "pids", "cpu", "cpuacct", "unified"} {
+		p := filepath.Join("/sys/fs/cgroup", ctl, "airlock-"+prefix)
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("cgroup %s left behind", p)
+		}
+	}
+	if entries, _ := os.ReadDir(filepath.Join(root, "sessions")); len(entries) != 0 {
+		t.Errorf("session directories left: %d", len(entries))
+	}
+	if m, _ := daemontest.MountsUnder(filepath.Join(root, "containerd", "state")); len(m) != 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+
+	// SIGTERM with --stop-containerd: the daemon and its containerd exit.
+	if err := d2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d2.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("airlockd exit after SIGTERM: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		d2.cmd.Process.Kill()
+		t.Fatal("airlockd did not exit on SIGTERM")
+	}
+	if _, err := os.Stat(ctrdSock); err == nil {
+		t.Errorf("containerd socket %s still exists after --stop-containerd", ctrdSock)
+	}
+}

@@ -1,0 +1,677 @@
+// Package daemon is airlockd's session manager: it turns validated
+// policies into sandboxes on the runtime, persists every session's state
+// under the root so a restarted daemon re-adopts or tears down what it finds,
+// and serves the HTTP+JSON API of package api on a unix socket.
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/runtime"
+)
+
+// Version is airlockd's version string.
+var Version = "0.1.0-dev"
+
+// Config configures a Daemon.
+type Config struct {
+	// Root holds all state: sessions, containerd's root and state, runc's root.
+	Root string
+	// Containerd is the address of an existing containerd; empty starts an
+	// embedded one under Root.
+	Containerd string
+	// BinDir holds containerd, containerd-shim-runc-v2 and runc.
+	BinDir string
+	// Namespace is the containerd namespace; default "airlock".
+	Namespace string
+	// SelfBinary is airlockd's own absolute path; containerd's shim runs it
+	// as the log writer of session output.
+	SelfBinary string
+}
+
+// Daemon manages sessions.
+type Daemon struct {
+	cfg      Config
+	prefix   string
+	rt       *runtime.Runtime
+	embedded *runtime.Embedded
+
+	// stopCtx is the daemon's root context: cancelled by Close.
+	stopCtx context.Context
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+
+	mu       sync.Mutex
+	sessions map[string]*session // +checklocks:mu
+}
+
+// Prefix derives the short name prefix of kernel objects and cgroups from
+// the root, so two daemons with different roots never collide.
+func Prefix(root string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(root)))
+	return "al" + hex.EncodeToString(sum[:])[:4]
+}
+
+// New starts (or re-attaches to) containerd, loads the sessions recorded
+// under the root and reconciles them with what containerd has.
+func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
+	if cfg.Root == "" || !filepath.IsAbs(cfg.Root) {
+		return nil, fmt.Errorf("root %q must be an absolute path: %w", cfg.Root, errdefs.ErrInvalidArgument)
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "airlock"
+	}
+	if !filepath.IsAbs(cfg.SelfBinary) {
+		return nil, fmt.Errorf("self binary %q must be an absolute path", cfg.SelfBinary)
+	}
+	for _, d := range []string{cfg.Root, filepath.Join(cfg.Root, "sessions"), filepath.Join(cfg.Root, "runc")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	d := &Daemon{cfg: cfg, prefix: Prefix(cfg.Root), sessions: map[string]*session{}}
+	d.stopCtx, d.stop = context.WithCancel(context.WithoutCancel(ctx))
+
+	address := cfg.Containerd
+	if address == "" {
+		d.embedded = &runtime.Embedded{Dir: filepath.Join(cfg.Root, "containerd"), BinDir: cfg.BinDir}
+		if err := d.embedded.Ensure(ctx); err != nil {
+			return nil, err
+		}
+		address = d.embedded.Address()
+	}
+	rt, err := runtime.New(ctx, runtime.Config{
+		Address:      address,
+		Namespace:    cfg.Namespace,
+		RuncBinary:   filepath.Join(cfg.BinDir, "runc"),
+		RuncRoot:     filepath.Join(cfg.Root, "runc"),
+		LoggerBinary: cfg.SelfBinary,
+		FIFODir:      filepath.Join(cfg.Root, "fifo"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.rt = rt
+	defer func() {
+		if retErr != nil {
+			rt.Close()
+		}
+	}()
+	if err := d.reconcile(ctx); err != nil {
+		return nil, fmt.Errorf("reconcile sessions: %w", err)
+	}
+	return d, nil
+}
+
+// Close stops the daemon's background work. Running sessions keep running
+// and are re-adopted by the next daemon on the same root.
+func (d *Daemon) Close(ctx context.Context) error {
+	d.stop()
+	d.mu.Lock()
+	for _, s := range d.sessions {
+		s.stopTimer()
+	}
+	d.mu.Unlock()
+	d.wg.Wait()
+	return d.rt.Close()
+}
+
+// StopContainerd stops the embedded containerd, if this daemon started one.
+// Call it after Close, once the sessions are removed: shims of live
+// sessions outlive containerd by design.
+func (d *Daemon) StopContainerd(ctx context.Context) error {
+	if d.embedded == nil {
+		return nil
+	}
+	return d.embedded.Stop(ctx, 10*time.Second)
+}
+
+// Runtime returns the runtime (for tests and image management).
+func (d *Daemon) Runtime() *runtime.Runtime { return d.rt }
+
+func (d *Daemon) sessionDir(id string) string { return filepath.Join(d.cfg.Root, "sessions", id) }
+
+func (d *Daemon) cgroupPath(id string) string { return "/airlock-" + d.prefix + "/" + id }
+
+// CgroupPath is the cgroup (relative to a hierarchy's root) a session's
+// processes run in.
+func (d *Daemon) CgroupPath(id string) string { return d.cgroupPath(id) }
+
+func (d *Daemon) get(id string) (*session, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sessions[id]
+	if !ok {
+		return nil, fmt.Errorf("session %q: %w", id, errdefs.ErrNotFound)
+	}
+	return s, nil
+}
+
+// Create validates the policy and creates a session; with start it also
+// starts the main process.
+func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (_ *api.Session, retErr error) {
+	p := req.Policy
+	p.ApplyDefaults()
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	if len(p.Command) == 0 {
+		return nil, fmt.Errorf("policy has no command (set `command` or pass `-- CMD`): %w", errdefs.ErrInvalidArgument)
+	}
+	id := newID()
+	ctx = log.With(ctx, "session", id, "label", p.Label)
+	dir := d.sessionDir(id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	s := &session{d: d, dir: dir, exited: make(chan struct{}), rec: record{
+		ID: id, Label: p.Label, State: stateCreating, Policy: p, Created: time.Now().UTC(),
+	}}
+	if err := s.save(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := d.rt.Delete(dctx, id); err != nil {
+				log.G(ctx).Error("rollback of failed create left objects behind", "error", err)
+				return
+			}
+			os.RemoveAll(dir)
+		}
+	}()
+	opts := runtime.HardeningOpts()
+	popts, err := runtime.PolicyOpts(&p, hostname(p.Label, id), d.cgroupPath(id))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	opts = append(opts, popts...)
+	if err := d.rt.Create(ctx, runtime.CreateOptions{ID: id, Image: p.Image, SpecOpts: opts}); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.rec.State = api.StateCreated
+	err = s.saveLocked()
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.sessions[id] = s
+	d.mu.Unlock()
+	log.G(ctx).Info("session created", "image", p.Image)
+	if req.Start {
+		if err := d.start(ctx, s); err != nil {
+			d.mu.Lock()
+			delete(d.sessions, id)
+			d.mu.Unlock()
+			return nil, err
+		}
+	}
+	return s.view(), nil
+}
+
+// Start starts a created session's main process.
+func (d *Daemon) Start(ctx context.Context, id string) (*api.Session, error) {
+	s, err := d.get(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.start(log.With(ctx, "session", id), s); err != nil {
+		return nil, err
+	}
+	return s.view(), nil
+}
+
+func (d *Daemon) start(ctx context.Context, s *session) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rec.State != api.StateCreated {
+		return fmt.Errorf("session %q is %s, not created: %w", s.rec.ID, s.rec.State, errdefs.ErrFailedPrecondition)
+	}
+	pid, ch, err := d.rt.Start(ctx, s.rec.ID, s.logDir())
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	deadline := now.Add(s.rec.Policy.Timeout.Std())
+	s.rec.State = api.StateRunning
+	s.rec.Started = &now
+	s.rec.Deadline = &deadline
+	s.rec.Pid = pid
+	if err := s.saveLocked(); err != nil {
+		log.G(ctx).Error("persist running state", "error", err)
+	}
+	d.adoptLocked(ctx, s, ch)
+	log.G(ctx).Info("session started", "pid", pid, "timeout", s.rec.Policy.Timeout.String())
+	return nil
+}
+
+// adoptLocked watches a running main process: it records the exit and
+// enforces the wall-clock deadline.
+func (d *Daemon) adoptLocked(ctx context.Context, s *session, ch <-chan containerd.ExitStatus) {
+	id := s.rec.ID
+	if s.rec.Deadline != nil {
+		wait := time.Until(*s.rec.Deadline)
+		if wait < 0 {
+			wait = 0
+		}
+		s.timer = time.AfterFunc(wait, func() {
+			tctx := log.With(d.stopCtx, "session", id)
+			log.G(tctx).Warn("session timed out; killing it")
+			_ = d.stopSession(tctx, s, "timeout", 2*time.Second)
+		})
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		select {
+		case st := <-ch:
+			d.recordExit(log.With(d.stopCtx, "session", id), s, st)
+		case <-d.stopCtx.Done():
+		}
+	}()
+}
+
+// recordExit stores the exit status, deletes the task (freeing the shim and
+// cgroup) and wakes waiters.
+func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitStatus) {
+	code, _, err := st.Result()
+	exit := int(code)
+	if err != nil {
+		exit = -1
+	}
+	oom := oomKilled(d.cgroupPath(s.rec.ID))
+	if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
+		log.G(ctx).Warn("delete exited task", "error", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopTimerLocked()
+	if s.rec.State != api.StateRunning {
+		return
+	}
+	reason := "exited"
+	switch {
+	case s.rec.Stopping != "":
+		reason = s.rec.Stopping
+	case oom:
+		reason = "oom"
+	}
+	finished := st.ExitTime().UTC()
+	if finished.IsZero() {
+		finished = time.Now().UTC()
+	}
+	s.rec.State = api.StateStopped
+	s.rec.ExitCode = &exit
+	s.rec.Reason = reason
+	s.rec.Finished = &finished
+	if err := s.saveLocked(); err != nil {
+		log.G(ctx).Error("persist exit", "error", err)
+	}
+	s.closeExitedLocked()
+	log.G(ctx).Info("session ended", "exit_code", exit, "reason", reason)
+}
+
+// Stop ends a running session: SIGTERM to every process, SIGKILL after grace.
+func (d *Daemon) Stop(ctx context.Context, id string, grace time.Duration) (*api.Session, error) {
+	s, err := d.get(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.stopSession(log.With(ctx, "session", id), s, "stopped", grace); err != nil {
+		return nil, err
+	}
+	return s.view(), nil
+}
+
+func (d *Daemon) stopSession(ctx context.Context, s *session, reason string, grace time.Duration) error {
+	s.mu.Lock()
+	switch s.rec.State {
+	case api.StateRunning:
+	case api.StateCreated:
+		// Never started: nothing to signal; it just becomes stopped.
+		exit := -1
+		now := time.Now().UTC()
+		s.rec.State, s.rec.Reason, s.rec.ExitCode, s.rec.Finished = api.StateStopped, reason, &exit, &now
+		err := s.saveLocked()
+		s.closeExitedLocked()
+		s.mu.Unlock()
+		return err
+	default:
+		s.mu.Unlock()
+		return nil
+	}
+	if s.rec.Stopping == "" {
+		s.rec.Stopping = reason
+		_ = s.saveLocked()
+	}
+	id, exited := s.rec.ID, s.exited
+	s.mu.Unlock()
+
+	if grace > 0 {
+		if err := d.rt.Signal(ctx, id, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).Warn("SIGTERM", "error", err)
+		}
+		select {
+		case <-exited:
+			return nil
+		case <-time.After(grace):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := d.rt.Signal(ctx, id, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("session %q: kill: %w", id, err)
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("session %q did not exit 30s after SIGKILL: %w", id, errdefs.ErrUnavailable)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Wait blocks until the session's main process has exited.
+func (d *Daemon) Wait(ctx context.Context, id string) (*api.WaitResponse, error) {
+	s, err := d.get(id)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	state, exited := s.rec.State, s.exited
+	s.mu.Unlock()
+	if state == api.StateCreated {
+		return nil, fmt.Errorf("session %q has not been started: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resp := &api.WaitResponse{ExitCode: -1, Reason: s.rec.Reason}
+	if s.rec.ExitCode != nil {
+		resp.ExitCode = *s.rec.ExitCode
+	}
+	return resp, nil
+}
+
+// Remove deletes a session and everything it owns. A running session is
+// refused unless force is set, in which case it is killed first.
+func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
+	s, err := d.get(id)
+	if err != nil {
+		return err
+	}
+	ctx = log.With(ctx, "session", id)
+	s.mu.Lock()
+	state := s.rec.State
+	s.mu.Unlock()
+	if state == api.StateRunning {
+		if !force {
+			return fmt.Errorf("session %q is running; stop it first or remove with force: %w", id, errdefs.ErrFailedPrecondition)
+		}
+		if err := d.stopSession(ctx, s, "stopped", 0); err != nil {
+			return err
+		}
+	}
+	if err := d.teardown(ctx, id); err != nil {
+		s.mu.Lock()
+		s.rec.State = api.StateUnknown
+		_ = s.saveLocked()
+		s.mu.Unlock()
+		return err
+	}
+	d.mu.Lock()
+	delete(d.sessions, id)
+	d.mu.Unlock()
+	log.G(ctx).Info("session removed")
+	return nil
+}
+
+// teardown removes every object a session owns, then its directory.
+func (d *Daemon) teardown(ctx context.Context, id string) error {
+	if err := d.rt.Delete(ctx, id); err != nil {
+		return err
+	}
+	d.removeCgroupParents()
+	return os.RemoveAll(d.sessionDir(id))
+}
+
+// List returns all sessions, newest first.
+func (d *Daemon) List(ctx context.Context) []api.Session {
+	d.mu.Lock()
+	all := make([]*session, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		all = append(all, s)
+	}
+	d.mu.Unlock()
+	out := make([]api.Session, 0, len(all))
+	for _, s := range all {
+		out = append(out, *s.view())
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.After(out[j].Created)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// Inspect returns one session with the resources it owns.
+func (d *Daemon) Inspect(ctx context.Context, id string) (*api.Session, error) {
+	s, err := d.get(id)
+	if err != nil {
+		return nil, err
+	}
+	v := s.view()
+	res, err := d.rt.Resources(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range res {
+		kind, name, _ := strings.Cut(r, "/")
+		v.Resources = append(v.Resources, api.Resource{Kind: kind, Name: name})
+	}
+	return v, nil
+}
+
+// Exec runs an extra process in a running session.
+func (d *Daemon) Exec(ctx context.Context, id string, o runtime.ExecOptions) (int, error) {
+	s, err := d.get(id)
+	if err != nil {
+		return -1, err
+	}
+	s.mu.Lock()
+	state := s.rec.State
+	s.mu.Unlock()
+	if state != api.StateRunning {
+		return -1, fmt.Errorf("session %q is %s, not running: %w", id, state, errdefs.ErrFailedPrecondition)
+	}
+	if len(o.Args) == 0 {
+		return -1, fmt.Errorf("exec needs a command: %w", errdefs.ErrInvalidArgument)
+	}
+	o.ExecID = "exec-" + newID()
+	return d.rt.Exec(ctx, id, o)
+}
+
+// reconcile loads recorded sessions and matches them with containerd:
+// running ones are re-adopted, dead ones get their exit recorded, half-made
+// ones and containerd objects without a record are removed.
+func (d *Daemon) reconcile(ctx context.Context) error {
+	entries, err := os.ReadDir(filepath.Join(d.cfg.Root, "sessions"))
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, e := range entries {
+		if !e.IsDir() || validID(e.Name()) != nil {
+			continue
+		}
+		id := e.Name()
+		sctx := log.With(ctx, "session", id)
+		rec, err := readRecord(d.sessionDir(id))
+		if err != nil || rec.ID != id || rec.State == stateCreating {
+			log.G(sctx).Warn("removing a session whose creation did not finish", "error", err)
+			if err := d.teardown(sctx, id); err != nil {
+				log.G(sctx).Error("teardown", "error", err)
+				known[id] = true
+			}
+			continue
+		}
+		known[id] = true
+		s := &session{d: d, dir: d.sessionDir(id), rec: *rec, exited: make(chan struct{})}
+		if err := d.reconcileSession(sctx, s); err != nil {
+			log.G(sctx).Error("reconcile", "error", err)
+			s.rec.State = api.StateUnknown
+			_ = s.save()
+		}
+		d.mu.Lock()
+		d.sessions[id] = s
+		d.mu.Unlock()
+	}
+	owned, err := d.rt.Owned(ctx)
+	if err != nil {
+		return err
+	}
+	for id := range owned {
+		if known[id] {
+			continue
+		}
+		log.G(ctx).Warn("removing containerd objects of an unknown session", "session", id)
+		if err := d.rt.Delete(ctx, id); err != nil {
+			log.G(ctx).Error("remove orphan", "session", id, "error", err)
+		}
+	}
+	return nil
+}
+
+func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.rec.State {
+	case api.StateRunning:
+		ts, err := d.rt.Task(ctx, s.rec.ID)
+		if err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+		if ts.Running {
+			ch, err := d.rt.Wait(ctx, s.rec.ID)
+			if err != nil {
+				return err
+			}
+			log.G(ctx).Info("re-adopted running session", "pid", ts.Pid)
+			d.adoptLocked(ctx, s, ch)
+			return nil
+		}
+		exit, reason := -1, "lost"
+		finished := time.Now().UTC()
+		if ts.Exists {
+			exit, reason = int(ts.ExitCode), "exited"
+			if !ts.ExitedAt.IsZero() {
+				finished = ts.ExitedAt.UTC()
+			}
+			if oomKilled(d.cgroupPath(s.rec.ID)) {
+				reason = "oom"
+			}
+		}
+		if s.rec.Stopping != "" {
+			reason = s.rec.Stopping
+		}
+		if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
+			return err
+		}
+		s.rec.State, s.rec.ExitCode, s.rec.Reason, s.rec.Finished = api.StateStopped, &exit, reason, &finished
+		s.closeExitedLocked()
+		log.G(ctx).Info("session ended while the daemon was down", "exit_code", exit, "reason", reason)
+		return s.saveLocked()
+	case api.StateStopped:
+		s.closeExitedLocked()
+		return d.rt.DeleteTask(ctx, s.rec.ID)
+	case api.StateUnknown:
+		s.closeExitedLocked()
+	}
+	return nil
+}
+
+func hostname(label, id string) string {
+	h := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + ('a' - 'A')
+		}
+		return '-'
+	}, label)
+	h = strings.Trim(h, "-")
+	if h == "" {
+		return id
+	}
+	if len(h) > 63 {
+		h = h[:63]
+	}
+	return h
+}
+
+// oomKilled reports whether the kernel's OOM killer acted in the session's
+// memory cgroup (v1 memory.oom_control or v2 memory.events).
+func oomKilled(cgroupPath string) bool {
+	for _, f := range []string{
+		filepath.Join("/sys/fs/cgroup/memory", cgroupPath, "memory.oom_control"),
+		filepath.Join("/sys/fs/cgroup", cgroupPath, "memory.events"),
+	} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(line, " ")
+			if k == "oom_kill" && strings.TrimSpace(v) != "0" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// removeCgroupParents removes the daemon's parent cgroups once no session
+// uses them; a busy parent is left alone.
+func (d *Daemon) removeCgroupParents() {
+	parent := filepath.Dir(d.cgroupPath("x"))
+	entries, err := os.ReadDir("/sys/fs/cgroup")
+	if err != nil {
+		return
+	}
+	_ = os.Remove(filepath.Join("/sys/fs/cgroup", parent))
+	for _, e := range entries {
+		if e.IsDir() {
+			_ = os.Remove(filepath.Join("/sys/fs/cgroup", e.Name(), parent))
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package daemon
+
+import (
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+)
+
+// session is one live session in the daemon.
+type session struct {
+	d   *Daemon
+	dir string
+
+	mu     sync.Mutex
+	rec    record      // +checklocks:mu
+	timer  *time.Timer // +checklocks:mu
+	exited chan struct{}
+	closed bool // +checklocks:mu
+}
+
+func (s *session) logDir() string { return filepath.Join(s.dir, "logs") }
+
+func (s *session) save() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.saveLocked()
+}
+
+func (s *session) saveLocked() error {
+	return writeJSONAtomic(filepath.Join(s.dir, "session.json"), &s.rec)
+}
+
+func (s *session) closeExitedLocked() {
+	if !s.closed {
+		s.closed = true
+		close(s.exited)
+	}
+}
+
+func (s *session) stopTimer() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopTimerLocked()
+}
+
+func (s *session) stopTimerLocked() {
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+}
+
+// running reports whether the main process may still produce output.
+func (s *session) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rec.State == api.StateRunning
+}
+
+func (s *session) view() *api.Session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.rec
+	return &api.Session{
+		ID:       r.ID,
+		Label:    r.Label,
+		State:    r.State,
+		Image:    r.Policy.Image,
+		Command:  r.Policy.Command,
+		Created:  r.Created,
+		Started:  r.Started,
+		Finished: r.Finished,
+		ExitCode: r.ExitCode,
+		Reason:   r.Reason,
+		Pid:      r.Pid,
+		Policy:   r.Policy,
+	}
+}

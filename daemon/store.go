@@ -1,0 +1,96 @@
+package daemon
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// record is a session's persisted state: session.json in its directory.
+// It is rewritten atomically on every transition, so a daemon that dies at
+// any point finds either the old or the new record on restart.
+type record struct {
+	ID       string          `json:"id"`
+	Label    string          `json:"label"`
+	State    string          `json:"state"`
+	Policy   policies.Policy `json:"policy"`
+	Created  time.Time       `json:"created"`
+	Started  *time.Time      `json:"started,omitempty"`
+	Finished *time.Time      `json:"finished,omitempty"`
+	Deadline *time.Time      `json:"deadline,omitempty"`
+	ExitCode *int            `json:"exit_code,omitempty"`
+	Reason   string          `json:"reason,omitempty"`
+	Pid      uint32          `json:"pid,omitempty"`
+	// Stopping records that a stop or timeout was requested, so the exit
+	// reason survives a restart.
+	Stopping string `json:"stopping,omitempty"`
+}
+
+// stateCreating marks a record whose create did not finish; a restarted
+// daemon tears such sessions down.
+const stateCreating = "creating"
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+// validID reports whether id may name a session: lower-case alphanumerics
+// and [._-], at most 64 bytes, safe as a path component.
+func validID(id string) error {
+	if !idPattern.MatchString(id) || id == "." || id == ".." {
+		return fmt.Errorf("session id %q is not valid (lower-case letters, digits, '.', '_' or '-', at most 64): %w", id, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// newID returns a random 12-hex-digit session id.
+func newID() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func writeJSONAtomic(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func readRecord(dir string) (*record, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "session.json"))
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	return &r, nil
+}

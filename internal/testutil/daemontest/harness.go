@@ -1,0 +1,200 @@
+// Package daemontest starts a real airlockd (in-process, or as a child
+// process) with a private containerd and the agent image, for integration
+// tests. It needs the binaries `make test` builds: AIRLOCK_BIN_DIR names the
+// directory holding airlockd, containerd, the runc shim and runc, and
+// AIRLOCK_AGENT_IMAGE the agent image archive.
+package daemontest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/daemon"
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/internal/ocipack"
+)
+
+// AgentImage is the image name sessions in tests use.
+const AgentImage = "airlock/agent:bookworm"
+
+// Env is what the harness needs from `make test`.
+type Env struct {
+	BinDir     string
+	AgentImage string // archive path
+}
+
+// LoadEnv reads AIRLOCK_BIN_DIR and AIRLOCK_AGENT_IMAGE.
+func LoadEnv() (Env, error) {
+	e := Env{BinDir: os.Getenv("AIRLOCK_BIN_DIR"), AgentImage: os.Getenv("AIRLOCK_AGENT_IMAGE")}
+	if e.BinDir == "" || e.AgentImage == "" {
+		return e, errors.New("AIRLOCK_BIN_DIR and AIRLOCK_AGENT_IMAGE are not set: run the integration tests through `make test`")
+	}
+	for _, b := range []string{"airlockd", "containerd", "containerd-shim-runc-v2", "runc"} {
+		if _, err := os.Stat(filepath.Join(e.BinDir, b)); err != nil {
+			return e, fmt.Errorf("%s missing from AIRLOCK_BIN_DIR: %w (run `make build deps`)", b, err)
+		}
+	}
+	if _, err := os.Stat(e.AgentImage); err != nil {
+		return e, fmt.Errorf("agent image archive: %w (run `make image`)", err)
+	}
+	return e, nil
+}
+
+// Harness is a daemon with its own root, containerd and socket.
+type Harness struct {
+	Env    Env
+	Root   string
+	Socket string
+	Daemon *daemon.Daemon
+	cancel context.CancelFunc
+	served chan error
+}
+
+// Start creates a fresh root under /tmp (short, for socket path limits),
+// starts a daemon in this process serving on a socket, and imports the agent
+// image.
+func Start(ctx context.Context) (*Harness, error) {
+	env, err := LoadEnv()
+	if err != nil {
+		return nil, err
+	}
+	root, err := os.MkdirTemp("/tmp", "al-")
+	if err != nil {
+		return nil, err
+	}
+	h := &Harness{Env: env, Root: root, Socket: filepath.Join(root, "airlock.sock")}
+	if err := h.startDaemon(ctx); err != nil {
+		os.RemoveAll(root)
+		return nil, err
+	}
+	if err := h.ImportAgentImage(ctx); err != nil {
+		h.Close(ctx)
+		return nil, err
+	}
+	return h, nil
+}
+
+// Config is the daemon configuration the harness uses.
+func (h *Harness) Config() daemon.Config {
+	return daemon.Config{
+		Root:       h.Root,
+		BinDir:     h.Env.BinDir,
+		SelfBinary: filepath.Join(h.Env.BinDir, "airlockd"),
+	}
+}
+
+func (h *Harness) startDaemon(ctx context.Context) error {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx = log.WithLogger(ctx, logger)
+	d, err := daemon.New(ctx, h.Config())
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	h.Daemon, h.cancel, h.served = d, cancel, make(chan error, 1)
+	l, err := daemon.Listen(h.Socket, "")
+	if err != nil {
+		cancel()
+		d.Close(ctx)
+		return err
+	}
+	l.Close()
+	go func() { h.served <- d.Serve(sctx, h.Socket, "") }()
+	// Serve re-listens; wait for the socket to answer.
+	for i := 0; i < 500; i++ {
+		if _, err := os.Stat(h.Socket); err == nil {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return errors.New("daemon socket did not appear")
+}
+
+// ImportAgentImage imports the agent archive unless the image is present.
+func (h *Harness) ImportAgentImage(ctx context.Context) error {
+	c := h.Daemon.Runtime().Client()
+	nctx := namespaces.WithNamespace(ctx, h.Daemon.Runtime().Namespace())
+	if _, err := c.GetImage(nctx, AgentImage); err == nil {
+		return nil
+	}
+	f, err := os.Open(h.Env.AgentImage)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = ocipack.Import(nctx, c, f, ocipack.ImportOptions{Name: AgentImage, Snapshotter: h.Daemon.Runtime().Snapshotter()})
+	return err
+}
+
+// Close removes every session, stops the daemon and its containerd and
+// deletes the root.
+func (h *Harness) Close(ctx context.Context) error {
+	var errs []error
+	if h.Daemon != nil {
+		for _, s := range h.Daemon.List(ctx) {
+			if err := h.Daemon.Remove(ctx, s.ID, true); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		h.cancel()
+		<-h.served
+		errs = append(errs, h.Daemon.Close(ctx), h.Daemon.StopContainerd(ctx))
+	}
+	if err := unmountUnder(h.Root); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, os.RemoveAll(h.Root))
+	return errors.Join(errs...)
+}
+
+// Restart closes the in-process daemon without touching its sessions or
+// containerd and starts a new one on the same root.
+func (h *Harness) Restart(ctx context.Context) error {
+	h.cancel()
+	<-h.served
+	if err := h.Daemon.Close(ctx); err != nil {
+		return err
+	}
+	return h.startDaemon(ctx)
+}
+
+// MountsUnder lists mount points below dir.
+func MountsUnder(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out, nil
+}
+
+// unmountUnder lazily unmounts anything still mounted below dir, deepest
+// first, so a failed test does not leave mounts behind.
+func unmountUnder(dir string) error {
+	mounts, err := MountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if err := unix.Unmount(mounts[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", mounts[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,119 @@
+package policies
+
+import (
+	"maps"
+	"path"
+	"slices"
+	"time"
+)
+
+// More defaults and limits, beside those declared with the types.
+const (
+	// DefaultIssuer mints credentials with the daemon's own key.
+	DefaultIssuer = "airlock"
+	// DefaultCredentialTTL is a credential's lifetime when ttl is left out.
+	DefaultCredentialTTL = Duration(15 * time.Minute)
+	// MaxCredentialTTL is the longest lifetime a manifest may ask for.
+	MaxCredentialTTL = Duration(12 * time.Hour)
+	// CredentialDir holds file-delivered credentials inside the sandbox:
+	// a credential without a path is written to CredentialDir/NAME.
+	CredentialDir = "/run/airlock/credentials"
+	// MinMemory is the smallest memory limit a session may have.
+	MinMemory = 16 << 20
+	// MinDisk is the smallest disk quota a session may have.
+	MinDisk = 1 << 20
+	// MaxCPUs bounds resources.cpus.
+	MaxCPUs = 1024
+)
+
+// ApplyDefaults fills every value the manifest left out (the zero value)
+// with its default: user, workdir, timeout, resources, workspace mode and
+// on_exit, egress on_block, and credential issuer, ttl, delivery and path.
+// Booleans whose default is true (a workspace's default_deny_read, a mount's
+// read_only) cannot be told apart from an explicit false and are set by the
+// decoder instead.
+func (p *Policy) ApplyDefaults() {
+	if p.User == "" {
+		p.User = DefaultUser
+	}
+	if p.Workdir == "" {
+		p.Workdir = DefaultWorkdir
+	}
+	if p.Timeout == 0 {
+		p.Timeout = DefaultTimeout
+	}
+	if p.Resources.CPUs == 0 {
+		p.Resources.CPUs = DefaultCPUs
+	}
+	if p.Resources.Memory == 0 {
+		p.Resources.Memory = DefaultMemory
+	}
+	if p.Resources.Pids == 0 {
+		p.Resources.Pids = DefaultPids
+	}
+	for i := range p.Workspaces {
+		w := &p.Workspaces[i]
+		if w.Mode == "" {
+			w.Mode = ModeOverlay
+		}
+		if w.OnExit == "" {
+			w.OnExit = OnExitReview
+		}
+	}
+	if p.Egress != nil && p.Egress.OnBlock == "" {
+		p.Egress.OnBlock = OnBlockReject
+	}
+	for i := range p.Credentials {
+		c := &p.Credentials[i]
+		if c.Issuer == "" {
+			c.Issuer = DefaultIssuer
+		}
+		if c.TTL == 0 {
+			c.TTL = DefaultCredentialTTL
+		}
+		if c.Deliver == "" {
+			c.Deliver = DeliverFile
+		}
+		if c.Deliver == DeliverFile && c.Path == "" && c.Name != "" {
+			c.Path = path.Join(CredentialDir, c.Name)
+		}
+	}
+}
+
+// WithDefaults returns a deep copy of p with ApplyDefaults applied; p is
+// not modified.
+func (p *Policy) WithDefaults() *Policy {
+	c := p.Clone()
+	c.ApplyDefaults()
+	return c
+}
+
+// Clone returns a deep copy of p.
+func (p *Policy) Clone() *Policy {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	c.Command = slices.Clone(p.Command)
+	c.Env = maps.Clone(p.Env)
+	c.Capabilities = slices.Clone(p.Capabilities)
+	c.Workspaces = slices.Clone(p.Workspaces)
+	for i := range c.Workspaces {
+		w := &c.Workspaces[i]
+		w.DenyRead = slices.Clone(w.DenyRead)
+		w.Protect = slices.Clone(w.Protect)
+		w.ProtectRefs = slices.Clone(w.ProtectRefs)
+	}
+	c.Mounts = slices.Clone(p.Mounts)
+	if p.Egress != nil {
+		e := *p.Egress
+		e.Allow = slices.Clone(e.Allow)
+		e.Deny = slices.Clone(e.Deny)
+		c.Egress = &e
+	}
+	c.Credentials = slices.Clone(p.Credentials)
+	for i := range c.Credentials {
+		c.Credentials[i].Scopes = slices.Clone(c.Credentials[i].Scopes)
+	}
+	return &c
+}

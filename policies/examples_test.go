@@ -1,0 +1,59 @@
+package policies
+
+import (
+	"path/filepath"
+	"testing"
+)
+
+// TestExamples loads every example manifest: each must decode with no
+// error diagnostic and validate.
+func TestExamples(t *testing.T) {
+	for _, path := range examples(t) {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			p, err := LoadFile(path, nil)
+			if err != nil {
+				t.Fatalf("LoadFile: %v", err)
+			}
+			if err := p.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+			if p.Image != "airlock/agent:bookworm" {
+				t.Errorf("image = %q, want airlock/agent:bookworm", p.Image)
+			}
+		})
+	}
+}
+
+// TestReferenceIsComplete checks that reference.hcl sets every attribute
+// the schema knows, so that it stays the schema's documentation.
+func TestReferenceIsComplete(t *testing.T) {
+	p, err := LoadFile("../examples/reference.hcl", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Label == "" || p.Image == "" || len(p.Command) == 0 || len(p.Env) == 0 || p.User == DefaultUser ||
+		p.Workdir == DefaultWorkdir || p.Timeout == DefaultTimeout || len(p.Capabilities) == 0 {
+		t.Errorf("session attributes missing: %+v", p)
+	}
+	if r := p.Resources; r.CPUs == 0 || r.Memory == DefaultMemory || r.Pids == 0 || r.Disk == 0 {
+		t.Errorf("resources attributes missing: %+v", r)
+	}
+	if len(p.Workspaces) == 0 || len(p.Mounts) == 0 || p.Egress == nil || len(p.Credentials) < 2 {
+		t.Fatalf("blocks missing: %+v", p)
+	}
+	w := p.Workspaces[0]
+	if w.Target == "" || len(w.DenyRead) == 0 || len(w.Protect) == 0 || !w.PreserveUntracked || len(w.ProtectRefs) == 0 {
+		t.Errorf("workspace attributes missing: %+v", w)
+	}
+	if e := p.Egress; len(e.Allow) == 0 || len(e.Deny) == 0 {
+		t.Errorf("egress attributes missing: %+v", e)
+	}
+	var deliverEnv, deliverFile bool
+	for _, c := range p.Credentials {
+		deliverEnv = deliverEnv || c.Deliver == DeliverEnv
+		deliverFile = deliverFile || c.Deliver == DeliverFile
+	}
+	if !deliverEnv || !deliverFile {
+		t.Errorf("credentials do not show both deliveries: %+v", p.Credentials)
+	}
+}

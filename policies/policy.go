@@ -1,0 +1,174 @@
+// Package policies holds the session manifest schema: the plain Go values
+// every other package consumes, the HCL decoder that produces them (with
+// diagnostics carrying file:line), and validation of decoded values.
+//
+// Only this package imports HCL. The Go types here are also the wire format:
+// the CLI decodes a manifest, sends the Policy as JSON, and the daemon
+// validates it again with (*Policy).Validate.
+package policies
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Policy is one decoded `session "label" { ... }` block.
+type Policy struct {
+	// Label is the session block's label: a human name, not an id.
+	Label string `json:"label"`
+	// Image is an image reference known to the daemon's image store.
+	Image string `json:"image"`
+	// Command is the argv run as the session's main process.
+	Command []string `json:"command,omitempty"`
+	// Env is added to the process environment.
+	Env map[string]string `json:"env,omitempty"`
+	// User is "uid" or "uid:gid"; numeric only. Empty means DefaultUser.
+	User string `json:"user,omitempty"`
+	// Workdir is the process working directory inside the sandbox.
+	Workdir string `json:"workdir,omitempty"`
+	// Timeout is the wall-clock limit of the session; zero means DefaultTimeout.
+	Timeout Duration `json:"timeout,omitempty"`
+	// Capabilities lists Linux capabilities (e.g. "CAP_NET_BIND_SERVICE")
+	// granted to the process; everything else is dropped.
+	Capabilities []string `json:"capabilities,omitempty"`
+	// Resources are the cgroup and disk limits.
+	Resources Resources `json:"resources"`
+	// Workspaces are host directories exposed to the sandbox.
+	Workspaces []Workspace `json:"workspaces,omitempty"`
+	// Mounts are extra host paths bound into the sandbox.
+	Mounts []Mount `json:"mounts,omitempty"`
+	// Egress is the network allowlist; nil means loopback only.
+	Egress *Egress `json:"egress,omitempty"`
+	// Credentials are minted for the session at start.
+	Credentials []Credential `json:"credentials,omitempty"`
+}
+
+// Defaults applied when a manifest leaves a value out.
+const (
+	DefaultUser    = "65534:65534"
+	DefaultWorkdir = "/"
+	DefaultTimeout = Duration(30 * time.Minute)
+	DefaultCPUs    = 1.0
+	DefaultMemory  = 1 << 30 // 1 GiB
+	DefaultPids    = 512
+)
+
+// Resources are per-session limits. Zero values mean "use the default".
+type Resources struct {
+	CPUs   float64 `json:"cpus,omitempty"`
+	Memory int64   `json:"memory,omitempty"` // bytes
+	Pids   int64   `json:"pids,omitempty"`
+	Disk   int64   `json:"disk,omitempty"` // bytes, upper-dir quota
+}
+
+// Workspace modes.
+const (
+	ModeOverlay = "overlay"
+	ModeRO      = "ro"
+	ModeRW      = "rw"
+)
+
+// on_exit values.
+const (
+	OnExitReview  = "review"
+	OnExitCommit  = "commit"
+	OnExitDiscard = "discard"
+)
+
+// Workspace is a `workspace "HOSTPATH" { ... }` block.
+type Workspace struct {
+	// HostPath is absolute (relative paths resolve against the manifest's
+	// directory at decode time).
+	HostPath string `json:"host_path"`
+	Target   string `json:"target"`
+	Mode     string `json:"mode"`
+	// DenyRead are globs (relative to the workspace root) made unreadable.
+	DenyRead []string `json:"deny_read,omitempty"`
+	// DefaultDenyRead adds the built-in credential-file masks; on unless
+	// the manifest sets default_deny_read = false.
+	DefaultDenyRead bool `json:"default_deny_read"`
+	// Protect are globs a commit may not change.
+	Protect           []string `json:"protect,omitempty"`
+	PreserveUntracked bool     `json:"preserve_untracked,omitempty"`
+	ProtectRefs       []string `json:"protect_refs,omitempty"`
+	OnExit            string   `json:"on_exit"`
+}
+
+// Mount is a `mount "HOSTPATH" { target, read_only }` block.
+type Mount struct {
+	HostPath string `json:"host_path"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only"`
+}
+
+// Blocked-connection behaviour.
+const (
+	OnBlockReject = "reject"
+	OnBlockDrop   = "drop"
+)
+
+// Egress is the `egress { ... }` block.
+type Egress struct {
+	// Allow entries: "name", "*.suffix", "name:port", "CIDR", "CIDR:port".
+	Allow []string `json:"allow,omitempty"`
+	// Deny entries have the same syntax and win over Allow.
+	Deny []string `json:"deny,omitempty"`
+	// OnBlock is OnBlockReject (default) or OnBlockDrop.
+	OnBlock string `json:"on_block,omitempty"`
+	// IPv6 allows AAAA answers to be pinned and used.
+	IPv6 bool `json:"ipv6,omitempty"`
+}
+
+// Credential delivery.
+const (
+	DeliverFile = "file"
+	DeliverEnv  = "env"
+)
+
+// Credential is a `credential "NAME" { ... }` block.
+type Credential struct {
+	Name     string   `json:"name"`
+	Issuer   string   `json:"issuer"` // "airlock" or the name of an exec issuer
+	Audience string   `json:"audience"`
+	Scopes   []string `json:"scopes"`
+	TTL      Duration `json:"ttl,omitempty"`
+	Deliver  string   `json:"deliver,omitempty"` // DeliverFile (default) or DeliverEnv
+	// Path is the file path inside the sandbox (DeliverFile);
+	// default /run/airlock/credentials/NAME.
+	Path string `json:"path,omitempty"`
+	// EnvVar is the variable name (DeliverEnv).
+	EnvVar string `json:"env_var,omitempty"`
+}
+
+// Duration is a time.Duration that travels as a Go duration string ("30m").
+type Duration time.Duration
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON encodes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON accepts a duration string or integer nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("invalid duration %q: %w", s, err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("duration must be a string like \"30m\"")
+	}
+	*d = Duration(n)
+	return nil
+}

@@ -1,0 +1,238 @@
+package policies
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+)
+
+func validPolicy() *Policy {
+	return &Policy{Label: "t", Image: "airlock/agent:bookworm"}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(p *Policy)
+		want   []string
+	}{
+		{name: "zero values mean defaults", mutate: func(p *Policy) {}},
+		{name: "with defaults", mutate: func(p *Policy) { p.ApplyDefaults() }},
+		{
+			name: "everything valid",
+			mutate: func(p *Policy) {
+				p.Command = []string{"sh", "-c", "true"}
+				p.Env = map[string]string{"A": "1"}
+				p.User = "1000:1000"
+				p.Workdir = "/w"
+				p.Timeout = Duration(time.Hour)
+				p.Capabilities = []string{"CAP_NET_BIND_SERVICE"}
+				p.Resources = Resources{CPUs: 2, Memory: 4 << 30, Pids: 100, Disk: 1 << 30}
+				p.Workspaces = []Workspace{{HostPath: "/src", Target: "/w", Mode: ModeOverlay, DenyRead: []string{"**/.env*"}, DefaultDenyRead: true, Protect: []string{".github/**"}, ProtectRefs: []string{"refs/heads/*"}, OnExit: OnExitCommit}}
+				p.Mounts = []Mount{{HostPath: "/etc/ssl", Target: "/etc/ssl", ReadOnly: true}}
+				p.Egress = &Egress{Allow: []string{"a.test:443", "*.b.test"}, Deny: []string{"c.b.test"}, OnBlock: OnBlockDrop}
+				p.Credentials = []Credential{
+					{Name: "git", Audience: "git.test", Scopes: []string{"push"}, TTL: Duration(12 * time.Hour)},
+					{Name: "tok", Audience: "api.test", Scopes: []string{"read"}, Deliver: DeliverEnv, EnvVar: "TOKEN"},
+				}
+			},
+		},
+		{
+			name:   "bad mode",
+			mutate: func(p *Policy) { p.Workspaces = []Workspace{{HostPath: "/src", Target: "/w", Mode: "overlayy"}} },
+			want:   []string{`workspaces[0].mode: "overlayy" is not one of overlay, ro, rw`},
+		},
+		{
+			name: "session fields",
+			mutate: func(p *Policy) {
+				p.Label = ""
+				p.Image = ""
+				p.Command = []string{"a\x00b"}
+				p.Env = map[string]string{"": "x", "B": "y\x00"}
+				p.User = "root"
+				p.Workdir = "w"
+				p.Timeout = -1
+				p.Capabilities = []string{"NET_ADMIN", "CAP_NOPE"}
+			},
+			want: []string{
+				`label: the session label is empty`,
+				`image: a session needs an image`,
+				`command[0]: argument 0 contains a NUL character`,
+				`env[""]: an environment variable name is empty`,
+				`env["B"]: the value of B contains a NUL character`,
+				`user: user "root" is not a numeric uid or uid:gid`,
+				`workdir: "w" is not an absolute path`,
+				`timeout: timeout -1ns is negative`,
+				`capabilities[0]: "NET_ADMIN" is not written in canonical form`,
+				`capabilities[1]: "CAP_NOPE" is not a Linux capability`,
+			},
+		},
+		{
+			name:   "resources",
+			mutate: func(p *Policy) { p.Resources = Resources{CPUs: math.NaN(), Memory: 1, Pids: -1, Disk: -5} },
+			want: []string{
+				`resources.cpus: cpus NaN is out of range`,
+				`resources.memory: memory 1 bytes is below the minimum 16MiB`,
+				`resources.pids: pids -1 is negative`,
+				`resources.disk: disk -5 bytes is below the minimum 1MiB`,
+			},
+		},
+		{
+			name: "workspaces and mounts",
+			mutate: func(p *Policy) {
+				p.Workspaces = []Workspace{
+					{HostPath: "src", Target: "/w"},
+					{HostPath: "/a", Target: "/w/", Mode: ModeRO, Protect: []string{"x"}, OnExit: OnExitDiscard},
+					{HostPath: "/b", Target: "/x", DenyRead: []string{"/etc", "a/../../b", "[z"}, ProtectRefs: []string{"main"}},
+				}
+				p.Mounts = []Mount{{Target: "/dev/shm"}}
+			},
+			want: []string{
+				`workspaces[0].host_path: "src" is not an absolute path`,
+				`workspaces[1].target: target "/w/" is already used by workspaces[0]`,
+				`workspaces[1].on_exit: on_exit "discard" has no effect with mode "ro": only overlay workspaces are committed or discarded`,
+				`workspaces[1].protect: protect has no effect with mode "ro"`,
+				`workspaces[2].deny_read[0]: "/etc" is absolute; patterns are relative to the workspace root`,
+				`workspaces[2].deny_read[1]: "a/../../b" contains ".."; patterns may not leave the workspace`,
+				`workspaces[2].deny_read[2]: "[z" is not a valid glob`,
+				`workspaces[2].protect_refs[0]: "main" is not a full ref name starting with refs/`,
+				`mounts[0].host_path: the host path is empty`,
+				`mounts[0].target: target "/dev/shm" is under /dev, which the runtime manages`,
+			},
+		},
+		{
+			name: "egress",
+			mutate: func(p *Policy) {
+				p.Egress = &Egress{Allow: []string{"ok.test", "bad_.test:x"}, Deny: []string{""}, OnBlock: "ignore"}
+			},
+			want: []string{
+				`egress.allow[1]: "bad_.test:x" is not a valid egress entry: port "x" is not a number`,
+				`egress.deny[0]: "" is not a valid egress entry: the entry is empty`,
+				`egress.on_block: "ignore" is not one of reject, drop`,
+			},
+		},
+		{
+			name: "credentials",
+			mutate: func(p *Policy) {
+				p.Env = map[string]string{"TOKEN": "x"}
+				p.Credentials = []Credential{
+					{Name: "a", Audience: "x", Scopes: []string{"s"}, Path: "/run/t"},
+					{Name: "a", Audience: "x y", Scopes: []string{""}, TTL: Duration(13 * time.Hour)},
+					{Name: "b", Issuer: "bad issuer", Audience: "x", Scopes: []string{"s"}, Path: "/run/t", EnvVar: "X"},
+					{Name: "c", Audience: "x", Scopes: []string{"s"}, Deliver: DeliverEnv, EnvVar: "TOKEN", Path: "/p"},
+					{Name: "d", Audience: "x", Scopes: []string{"s"}, Deliver: DeliverEnv, EnvVar: "1X"},
+					{Name: "e", Audience: "x", Deliver: "pipe", TTL: -1},
+				}
+			},
+			want: []string{
+				`credentials[1].name: credential "a" is already declared at credentials[0]`,
+				`credentials[1].audience: audience "x y" contains whitespace`,
+				`credentials[1].scopes[0]: scope "" is empty or contains control characters`,
+				`credentials[1].ttl: ttl 13h0m0s is longer than the maximum 12h0m0s`,
+				`credentials[2].issuer: "bad issuer" is not a valid issuer name`,
+				`credentials[2].env_var: env_var is only used when the credential is delivered in the environment`,
+				`credentials[2].path: path "/run/t" is already used by credentials[0]`,
+				`credentials[3].path: path is only used when the credential is delivered as a file`,
+				`credentials[3].env_var: env_var "TOKEN" is also set in the session's env`,
+				`credentials[4].env_var: "1X" is not a valid environment variable name`,
+				`credentials[5].scopes: a credential without scopes authorizes nothing`,
+				`credentials[5].ttl: ttl -1ns is negative`,
+				`credentials[5].deliver: "pipe" is not one of file, env`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := validPolicy()
+			tt.mutate(p)
+			err := p.Validate()
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			var verr *ValidationError
+			if !errors.As(err, &verr) {
+				t.Fatalf("Validate() = %v (%T), want *ValidationError", err, err)
+			}
+			if !reflect.DeepEqual(verr.Problems, tt.want) {
+				t.Errorf("problems:\n got %q\nwant %q", verr.Problems, tt.want)
+			}
+			if !errdefs.IsInvalidArgument(err) {
+				t.Errorf("errdefs.IsInvalidArgument(%v) = false", err)
+			}
+		})
+	}
+}
+
+func TestValidateNil(t *testing.T) {
+	var p *Policy
+	if err := p.Validate(); err == nil {
+		t.Error("(*Policy)(nil).Validate() = nil")
+	}
+}
+
+// TestJSONRoundTrip checks the wire format: a decoded policy survives JSON
+// unchanged and still validates, as the daemon receives it.
+func TestJSONRoundTrip(t *testing.T) {
+	p, err := LoadFile("../examples/reference.hcl", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Policy
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&got, p) {
+		t.Errorf("round trip changed the policy:\n got %+v\nwant %+v", &got, p)
+	}
+	if err := got.Validate(); err != nil {
+		t.Errorf("Validate after JSON: %v", err)
+	}
+}
+
+func TestWithDefaults(t *testing.T) {
+	p := validPolicy()
+	p.Workspaces = []Workspace{{HostPath: "/a", Target: "/w", DenyRead: []string{"x"}}}
+	p.Egress = &Egress{}
+	p.Credentials = []Credential{{Name: "git", Audience: "a", Scopes: []string{"s"}}, {Name: "e", Audience: "a", Scopes: []string{"s"}, Deliver: DeliverEnv, EnvVar: "E"}}
+	orig := p.Clone()
+	d := p.WithDefaults()
+	if !reflect.DeepEqual(p, orig) {
+		t.Errorf("WithDefaults modified its receiver")
+	}
+	d.Workspaces[0].DenyRead[0] = "changed"
+	if p.Workspaces[0].DenyRead[0] != "x" {
+		t.Errorf("WithDefaults shares slices with its receiver")
+	}
+	if d.User != DefaultUser || d.Workdir != DefaultWorkdir || d.Timeout != DefaultTimeout ||
+		d.Resources != (Resources{CPUs: DefaultCPUs, Memory: DefaultMemory, Pids: DefaultPids}) {
+		t.Errorf("session defaults: %+v", d)
+	}
+	if w := d.Workspaces[0]; w.Mode != ModeOverlay || w.OnExit != OnExitReview {
+		t.Errorf("workspace defaults: %+v", w)
+	}
+	if d.Egress.OnBlock != OnBlockReject {
+		t.Errorf("egress defaults: %+v", d.Egress)
+	}
+	want := []Credential{
+		{Name: "git", Issuer: DefaultIssuer, Audience: "a", Scopes: []string{"s"}, TTL: DefaultCredentialTTL, Deliver: DeliverFile, Path: "/run/airlock/credentials/git"},
+		{Name: "e", Issuer: DefaultIssuer, Audience: "a", Scopes: []string{"s"}, TTL: DefaultCredentialTTL, Deliver: DeliverEnv, EnvVar: "E"},
+	}
+	if !reflect.DeepEqual(d.Credentials, want) {
+		t.Errorf("credential defaults:\n got %+v\nwant %+v", d.Credentials, want)
+	}
+	if err := d.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+}

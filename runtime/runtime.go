@@ -1,0 +1,532 @@
+// Package runtime is airlock's containerd client: it creates hardened
+// session containers from OCI spec options, runs their tasks with output
+// kept in files by a containerd binary logger, execs extra processes, and
+// removes everything a session owned (task, container, snapshot, lease).
+//
+// Every containerd object of a session carries the session id: the lease,
+// the container and the snapshot have it as their id, and the container is
+// labelled LabelSession. Network, filesystem and credential layers plug in as
+// oci.SpecOpts; this package knows nothing about them.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/api/types/runc/options"
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/containerd/v2/plugins"
+	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
+
+	"github.com/airlock-sandbox/airlock/internal/log"
+)
+
+// LabelSession marks containerd objects that belong to an airlock session.
+const LabelSession = "dev.airlock.session"
+
+// LoggerArg is the first argument containerd's shim passes to the logger
+// binary; the second is the session's log directory.
+const LoggerArg = "_airlock_logger"
+
+// Config configures a Runtime.
+type Config struct {
+	// Address is containerd's gRPC socket.
+	Address string
+	// Namespace is the containerd namespace for all sessions.
+	Namespace string
+	// Snapshotter unpacks images; default "overlayfs".
+	Snapshotter string
+	// RuncBinary is runc's absolute path; never a PATH lookup.
+	RuncBinary string
+	// RuncRoot is runc's state directory.
+	RuncRoot string
+	// LoggerBinary is an absolute path to a binary implementing containerd's
+	// logging protocol when called as `LoggerBinary LoggerArg DIR`.
+	LoggerBinary string
+	// FIFODir holds the FIFOs of exec'd processes.
+	FIFODir string
+}
+
+// Runtime runs session containers on containerd.
+type Runtime struct {
+	client *containerd.Client
+	cfg    Config
+}
+
+// New connects to containerd.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	if cfg.Namespace == "" {
+		cfg.Namespace = "airlock"
+	}
+	if cfg.Snapshotter == "" {
+		cfg.Snapshotter = "overlayfs"
+	}
+	for _, p := range []struct{ name, v string }{
+		{"runc binary", cfg.RuncBinary}, {"runc root", cfg.RuncRoot},
+		{"logger binary", cfg.LoggerBinary}, {"fifo dir", cfg.FIFODir},
+	} {
+		if !filepath.IsAbs(p.v) {
+			return nil, fmt.Errorf("runtime: %s %q must be an absolute path: %w", p.name, p.v, errdefs.ErrInvalidArgument)
+		}
+	}
+	if _, err := os.Stat(cfg.RuncBinary); err != nil {
+		return nil, fmt.Errorf("runtime: runc binary: %w", err)
+	}
+	if err := os.MkdirAll(cfg.FIFODir, 0o700); err != nil {
+		return nil, err
+	}
+	c, err := containerd.New(cfg.Address, containerd.WithDefaultNamespace(cfg.Namespace), containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("runtime: connect to containerd at %s: %w", cfg.Address, err)
+	}
+	return &Runtime{client: c, cfg: cfg}, nil
+}
+
+// Client returns the containerd client.
+func (r *Runtime) Client() *containerd.Client { return r.client }
+
+// Namespace returns the containerd namespace sessions live in.
+func (r *Runtime) Namespace() string { return r.cfg.Namespace }
+
+// Snapshotter returns the snapshotter images are unpacked into.
+func (r *Runtime) Snapshotter() string { return r.cfg.Snapshotter }
+
+// Close closes the client connection. Sessions keep running.
+func (r *Runtime) Close() error { return r.client.Close() }
+
+func (r *Runtime) ctx(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, r.cfg.Namespace)
+}
+
+// CreateOptions describe a session container.
+type CreateOptions struct {
+	ID    string
+	Image string
+	// SpecOpts are applied after the image config and before the seccomp
+	// profile, in order.
+	SpecOpts []oci.SpecOpts
+	Labels   map[string]string
+}
+
+// Create creates the session's lease, read-only rootfs snapshot and
+// container. On error, nothing it created is left behind.
+func (r *Runtime) Create(ctx context.Context, o CreateOptions) (retErr error) {
+	ctx = r.ctx(ctx)
+	ls := r.client.LeasesService()
+	lease, err := ls.Create(ctx, leases.WithID(o.ID), leases.WithLabel(LabelSession, o.ID))
+	if err != nil {
+		return fmt.Errorf("session %q: create lease: %w", o.ID, err)
+	}
+	defer func() {
+		if retErr != nil {
+			dctx, cancel := deferContext(ctx)
+			defer cancel()
+			if err := ls.Delete(dctx, lease, leases.SynchronousDelete); err != nil {
+				log.G(ctx).Warn("rollback: delete lease", "session", o.ID, "error", err)
+			}
+		}
+	}()
+	ctx = leases.WithLease(ctx, lease.ID)
+
+	img, err := r.GetImage(ctx, o.Image)
+	if err != nil {
+		return err
+	}
+	unpacked, err := img.IsUnpacked(ctx, r.cfg.Snapshotter)
+	if err != nil {
+		return fmt.Errorf("image %q: %w", o.Image, err)
+	}
+	if !unpacked {
+		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
+			return fmt.Errorf("image %q: unpack: %w", o.Image, err)
+		}
+	}
+	specOpts := append([]oci.SpecOpts{oci.WithImageConfig(img)}, o.SpecOpts...)
+	specOpts = append(specOpts, SeccompOpt())
+	labels := map[string]string{LabelSession: o.ID}
+	for k, v := range o.Labels {
+		labels[k] = v
+	}
+	_, err = r.client.NewContainer(ctx, o.ID,
+		containerd.WithImage(img),
+		containerd.WithSnapshotter(r.cfg.Snapshotter),
+		containerd.WithNewSnapshotView(o.ID, img, snapshots.WithLabels(map[string]string{LabelSession: o.ID})),
+		containerd.WithRuntime(plugins.RuntimeRuncV2, &options.Options{
+			BinaryName: r.cfg.RuncBinary,
+			Root:       r.cfg.RuncRoot,
+		}),
+		containerd.WithNewSpec(specOpts...),
+		containerd.WithContainerLabels(labels),
+	)
+	if err != nil {
+		return fmt.Errorf("session %q: create container: %w", o.ID, err)
+	}
+	return nil
+}
+
+// Start starts the session's main process with stdout and stderr written to
+// stdout.log and stderr.log in logDir by the binary logger, and returns its
+// pid and a channel that delivers its exit status.
+func (r *Runtime) Start(ctx context.Context, id, logDir string) (pid uint32, exit <-chan containerd.ExitStatus, retErr error) {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return 0, nil, fmt.Errorf("session %q: %w", id, err)
+	}
+	if err := os.MkdirAll(logDir, 0o700); err != nil {
+		return 0, nil, err
+	}
+	task, err := c.NewTask(ctx, cio.BinaryIO(r.cfg.LoggerBinary, map[string]string{LoggerArg: logDir}))
+	if err != nil {
+		return 0, nil, fmt.Errorf("session %q: create task: %w", id, err)
+	}
+	defer func() {
+		if retErr != nil {
+			dctx, cancel := deferContext(ctx)
+			defer cancel()
+			_, _ = task.Delete(dctx, containerd.WithProcessKill)
+		}
+	}()
+	// Wait before Start, so an instant exit is not missed.
+	ch, err := task.Wait(context.WithoutCancel(ctx))
+	if err != nil {
+		return 0, nil, fmt.Errorf("session %q: wait task: %w", id, err)
+	}
+	if err := task.Start(ctx); err != nil {
+		return 0, nil, fmt.Errorf("session %q: start task: %w", id, err)
+	}
+	return task.Pid(), ch, nil
+}
+
+// TaskState is the state of a session's main process as containerd sees it.
+type TaskState struct {
+	Exists   bool
+	Running  bool
+	Pid      uint32
+	ExitCode uint32
+	ExitedAt time.Time
+}
+
+// Task returns the main process's state.
+func (r *Runtime) Task(ctx context.Context, id string) (TaskState, error) {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return TaskState{}, err
+	}
+	t, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return TaskState{}, nil
+	}
+	if err != nil {
+		return TaskState{}, err
+	}
+	st, err := t.Status(ctx)
+	if err != nil {
+		return TaskState{}, err
+	}
+	return TaskState{
+		Exists:   true,
+		Running:  st.Status == containerd.Running || st.Status == containerd.Created || st.Status == containerd.Paused || st.Status == containerd.Pausing,
+		Pid:      t.Pid(),
+		ExitCode: st.ExitStatus,
+		ExitedAt: st.ExitTime,
+	}, nil
+}
+
+// Wait re-attaches to a running main process (after a daemon restart) and
+// returns a channel that delivers its exit status.
+func (r *Runtime) Wait(ctx context.Context, id string) (<-chan containerd.ExitStatus, error) {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.Task(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return t.Wait(context.WithoutCancel(ctx))
+}
+
+// Signal sends sig to every process of the session (the main process first).
+func (r *Runtime) Signal(ctx context.Context, id string, sig syscall.Signal) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return err
+	}
+	t, err := c.Task(ctx, nil)
+	if err != nil {
+		return err
+	}
+	err = t.Kill(ctx, sig, containerd.WithKillAll)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// ExecOptions describe an extra process in a running session.
+type ExecOptions struct {
+	ExecID string
+	Args   []string
+	Env    []string // added to the session's environment
+	Cwd    string
+	Stdin  io.Reader // nil: empty stdin
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Exec runs a process in the session's container with the main process's
+// user, capabilities and limits, streams its output and returns its exit code.
+func (r *Runtime) Exec(ctx context.Context, id string, o ExecOptions) (int, error) {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return -1, err
+	}
+	spec, err := c.Spec(ctx)
+	if err != nil {
+		return -1, err
+	}
+	t, err := c.Task(ctx, nil)
+	if err != nil {
+		return -1, fmt.Errorf("session %q is not running: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	pspec := *spec.Process
+	pspec.Terminal = false
+	pspec.Args = o.Args
+	pspec.Env = append(append([]string{}, spec.Process.Env...), o.Env...)
+	if o.Cwd != "" {
+		pspec.Cwd = o.Cwd
+	}
+	var stdin io.Reader = eofReader{}
+	if o.Stdin != nil {
+		stdin = o.Stdin
+	}
+	stdout, stderr := o.Stdout, o.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	var proc containerd.Process
+	var procMu sync.Mutex
+	closer := &stdinCloser{r: stdin, onEOF: func() {
+		procMu.Lock()
+		p := proc
+		procMu.Unlock()
+		if p != nil {
+			_ = p.CloseIO(context.WithoutCancel(ctx), containerd.WithStdinCloser)
+		}
+	}}
+	p, err := t.Exec(ctx, o.ExecID, &pspec, cio.NewCreator(cio.WithStreams(closer, stdout, stderr), cio.WithFIFODir(r.cfg.FIFODir)))
+	if err != nil {
+		return -1, fmt.Errorf("session %q: exec: %w", id, err)
+	}
+	procMu.Lock()
+	proc = p
+	procMu.Unlock()
+	defer func() {
+		dctx, cancel := deferContext(ctx)
+		defer cancel()
+		_, _ = p.Delete(dctx, containerd.WithProcessKill)
+	}()
+	ch, err := p.Wait(context.WithoutCancel(ctx))
+	if err != nil {
+		return -1, err
+	}
+	if err := p.Start(ctx); err != nil {
+		return -1, fmt.Errorf("session %q: start exec: %w", id, err)
+	}
+	if closer.sawEOF() {
+		_ = p.CloseIO(ctx, containerd.WithStdinCloser)
+	}
+	select {
+	case st := <-ch:
+		p.IO().Wait()
+		code, _, err := st.Result()
+		if err != nil {
+			return -1, err
+		}
+		return int(code), nil
+	case <-ctx.Done():
+		_ = p.Kill(context.WithoutCancel(ctx), syscall.SIGKILL)
+		return -1, ctx.Err()
+	}
+}
+
+// Delete removes the session's task (killing it), container, snapshot and
+// lease. Missing objects are not an error, so Delete is safe to repeat.
+func (r *Runtime) Delete(ctx context.Context, id string) error {
+	ctx = r.ctx(ctx)
+	var errs []error
+	c, err := r.client.LoadContainer(ctx, id)
+	switch {
+	case errdefs.IsNotFound(err):
+	case err != nil:
+		errs = append(errs, err)
+	default:
+		if t, err := c.Task(ctx, nil); err == nil {
+			if _, err := t.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete task: %w", err))
+			}
+		} else if !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("load task: %w", err))
+		}
+		if err := c.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete container: %w", err))
+		}
+	}
+	// A snapshot left by an interrupted create.
+	sn := r.client.SnapshotService(r.cfg.Snapshotter)
+	if err := sn.Remove(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("remove snapshot: %w", err))
+	}
+	if err := r.client.LeasesService().Delete(ctx, leases.Lease{ID: id}, leases.SynchronousDelete); err != nil && !errdefs.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("delete lease: %w", err))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("session %q: %w", id, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Owned lists the session ids that own containerd objects in the namespace:
+// containers labelled LabelSession, and leases with that label.
+func (r *Runtime) Owned(ctx context.Context) (map[string]bool, error) {
+	ctx = r.ctx(ctx)
+	ids := map[string]bool{}
+	cs, err := r.client.Containers(ctx, fmt.Sprintf("labels.%q", LabelSession))
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs {
+		ids[c.ID()] = true
+	}
+	ls, err := r.client.LeasesService().List(ctx, fmt.Sprintf("labels.%q", LabelSession))
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range ls {
+		ids[l.ID] = true
+	}
+	return ids, nil
+}
+
+// Resources lists the containerd objects that exist for a session.
+func (r *Runtime) Resources(ctx context.Context, id string) ([]string, error) {
+	ctx = r.ctx(ctx)
+	var out []string
+	if c, err := r.client.LoadContainer(ctx, id); err == nil {
+		out = append(out, "container/"+id)
+		if _, err := c.Task(ctx, nil); err == nil {
+			out = append(out, "task/"+id)
+		}
+	}
+	if _, err := r.client.SnapshotService(r.cfg.Snapshotter).Stat(ctx, id); err == nil {
+		out = append(out, "snapshot/"+id)
+	}
+	ls, err := r.client.LeasesService().List(ctx, fmt.Sprintf("id==%q", id))
+	if err != nil {
+		return nil, err
+	}
+	if len(ls) > 0 {
+		out = append(out, "lease/"+id)
+	}
+	return out, nil
+}
+
+// deferContext returns a context for cleanup that survives the caller's
+// cancellation, bounded in time.
+func deferContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+}
+
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// stdinCloser calls onEOF once its reader is exhausted, so the process sees
+// EOF on stdin.
+type stdinCloser struct {
+	r     io.Reader
+	onEOF func()
+	mu    sync.Mutex
+	eof   bool
+}
+
+func (s *stdinCloser) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err == io.EOF {
+		s.mu.Lock()
+		first := !s.eof
+		s.eof = true
+		s.mu.Unlock()
+		if first {
+			s.onEOF()
+		}
+	}
+	return n, err
+}
+
+func (s *stdinCloser) sawEOF() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.eof
+}
+
+// DeleteTask removes the session's (exited or killed) main task, freeing its
+// shim and cgroup; the container and snapshot stay until Delete.
+func (r *Runtime) DeleteTask(ctx context.Context, id string) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	t, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := t.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("session %q: delete task: %w", id, err)
+	}
+	return nil
+}
+
+// GetImage finds an image by the name a manifest uses: exactly, or in its
+// normalized form ("airlock/agent:bookworm" is "docker.io/airlock/agent:bookworm").
+func (r *Runtime) GetImage(ctx context.Context, name string) (containerd.Image, error) {
+	ctx = r.ctx(ctx)
+	img, err := r.client.GetImage(ctx, name)
+	if err == nil || !errdefs.IsNotFound(err) {
+		return img, err
+	}
+	if ref, perr := reference.ParseDockerRef(name); perr == nil && ref.String() != name {
+		if img, err2 := r.client.GetImage(ctx, ref.String()); err2 == nil {
+			return img, nil
+		}
+	}
+	return nil, fmt.Errorf("image %q: %w (import it with `airlock image import`)", name, err)
+}

@@ -1,0 +1,202 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/containerd/v2/contrib/seccomp"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// cpuPeriod is the CFS period used for the cpus limit (100ms, as runc's default).
+const cpuPeriod = 100000
+
+// tmpSize bounds the sandbox's /tmp tmpfs.
+const tmpSize = "256m"
+
+// extraMaskedPaths are masked on top of containerd's defaults.
+var extraMaskedPaths = []string{
+	"/proc/kallsyms",
+	"/proc/sysrq-trigger",
+	"/sys/firmware",
+	"/sys/kernel/debug",
+}
+
+// HardeningOpts returns the options every session gets, whatever its
+// manifest says: read-only rootfs, no new privileges, the default seccomp
+// profile, an own cgroup namespace, masked /proc paths and a tmpfs /tmp.
+// They are applied after the image config, so the image cannot undo them.
+func HardeningOpts() []oci.SpecOpts {
+	return []oci.SpecOpts{
+		oci.WithRootFSReadonly(),
+		oci.WithNoNewPrivileges,
+		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}),
+		withExtraMaskedPaths(extraMaskedPaths),
+		oci.WithMounts([]specs.Mount{{
+			Destination: "/tmp",
+			Type:        "tmpfs",
+			Source:      "tmpfs",
+			Options:     []string{"nosuid", "nodev", "mode=1777", "size=" + tmpSize},
+		}}),
+		// seccomp last: the default profile depends on the final capability set.
+	}
+}
+
+// PolicyOpts translates the parts of a policy the runtime owns (process,
+// user, capabilities, resources) into spec options. p must have defaults
+// applied. cgroupPath is the cgroup the session's processes go into.
+func PolicyOpts(p *policies.Policy, hostname, cgroupPath string) ([]oci.SpecOpts, error) {
+	uid, gid, err := ParseUser(p.User)
+	if err != nil {
+		return nil, err
+	}
+	caps := normalizeCaps(p.Capabilities)
+	opts := []oci.SpecOpts{
+		oci.WithHostname(hostname),
+		oci.WithUIDGID(uid, gid),
+		withNoAdditionalGIDs,
+		oci.WithCapabilities(caps),
+		withInheritableCapabilities(nil),
+		oci.WithCgroup(cgroupPath),
+	}
+	if uid != 0 {
+		// A non-root process only keeps capabilities through exec as ambient ones.
+		opts = append(opts, oci.WithAmbientCapabilities(caps))
+	} else {
+		opts = append(opts, oci.WithAmbientCapabilities(nil))
+	}
+	if len(p.Command) > 0 {
+		opts = append(opts, oci.WithProcessArgs(p.Command...))
+	}
+	if p.Workdir != "" {
+		opts = append(opts, oci.WithProcessCwd(p.Workdir))
+	}
+	env := []string{"HOME=/tmp"}
+	keys := make([]string, 0, len(p.Env))
+	for k := range p.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+p.Env[k])
+	}
+	opts = append(opts, oci.WithEnv(env))
+
+	r := p.Resources
+	cpus := r.CPUs
+	if cpus <= 0 {
+		cpus = policies.DefaultCPUs
+	}
+	mem := r.Memory
+	if mem <= 0 {
+		mem = policies.DefaultMemory
+	}
+	pids := r.Pids
+	if pids <= 0 {
+		pids = policies.DefaultPids
+	}
+	opts = append(opts,
+		oci.WithCPUCFS(int64(math.Ceil(cpus*cpuPeriod)), cpuPeriod),
+		oci.WithMemoryLimit(uint64(mem)),
+		withMemorySwapLimit(mem),
+		oci.WithPidsLimit(pids),
+	)
+	return opts, nil
+}
+
+// SeccompOpt installs containerd's default seccomp profile. It must be the
+// last option: the profile allows some syscalls only when a capability is held.
+func SeccompOpt() oci.SpecOpts { return seccomp.WithDefaultProfile() }
+
+// ParseUser parses "uid" or "uid:gid" (numeric only). An empty string is the
+// policy default user.
+func ParseUser(s string) (uid, gid uint32, err error) {
+	if s == "" {
+		s = policies.DefaultUser
+	}
+	u, g, hasGID := strings.Cut(s, ":")
+	uv, err := strconv.ParseUint(u, 10, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("user %q: uid must be a number", s)
+	}
+	gv := uv
+	if hasGID {
+		gv, err = strconv.ParseUint(g, 10, 32)
+		if err != nil {
+			return 0, 0, fmt.Errorf("user %q: gid must be a number", s)
+		}
+	}
+	return uint32(uv), uint32(gv), nil
+}
+
+func normalizeCaps(in []string) []string {
+	out := make([]string, 0, len(in))
+	for _, c := range in {
+		c = strings.ToUpper(c)
+		if !strings.HasPrefix(c, "CAP_") {
+			c = "CAP_" + c
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func withNoAdditionalGIDs(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+	if s.Process != nil {
+		s.Process.User.AdditionalGids = nil
+	}
+	return nil
+}
+
+func withInheritableCapabilities(caps []string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Process != nil && s.Process.Capabilities != nil {
+			s.Process.Capabilities.Inheritable = caps
+		}
+		return nil
+	}
+}
+
+// withMemorySwapLimit sets memory+swap equal to memory: no swap beyond the limit.
+func withMemorySwapLimit(limit int64) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Linux == nil {
+			s.Linux = &specs.Linux{}
+		}
+		if s.Linux.Resources == nil {
+			s.Linux.Resources = &specs.LinuxResources{}
+		}
+		if s.Linux.Resources.Memory == nil {
+			s.Linux.Resources.Memory = &specs.LinuxMemory{}
+		}
+		s.Linux.Resources.Memory.Swap = &limit
+		return nil
+	}
+}
+
+// withExtraMaskedPaths appends to the masked paths instead of replacing them.
+func withExtraMaskedPaths(paths []string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Linux == nil {
+			s.Linux = &specs.Linux{}
+		}
+		have := map[string]bool{}
+		for _, p := range s.Linux.MaskedPaths {
+			have[p] = true
+		}
+		for _, p := range paths {
+			if !have[p] {
+				s.Linux.MaskedPaths = append(s.Linux.MaskedPaths, p)
+			}
+		}
+		return nil
+	}
+}

@@ -197,7 +197,7 @@ func decode(parser *hclparse.Parser, filename string, src []byte, vars map[strin
 	}
 	slices.SortStableFunc(d.diags, func(a, b *hcl.Diagnostic) int {
 		if a.Subject == nil || b.Subject == nil {
-			return 0
+			return cmp.Compare(boolInt(a.Subject != nil), boolInt(b.Subject != nil))
 		}
 		return cmp.Or(
 			cmp.Compare(a.Subject.Filename, b.Subject.Filename),
@@ -856,4 +856,11 @@ func (d *decoder) credential(b *hcl.Block, at fieldPath) Credential {
 	d.str(a, "path", at, &cr.Path)
 	d.str(a, "env_var", at, &cr.EnvVar)
 	return cr
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

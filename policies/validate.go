@@ -378,8 +378,11 @@ func (c *checker) credentials(at fieldPath, creds []Credential, env map[string]s
 				c.add(at.field("env_var"), "env_var needs deliver = \"env\"", `Remove env_var, or set deliver = "env"`, "env_var is only used when the credential is delivered in the environment")
 			}
 			if cr.Path != "" {
+				pathHint := fmt.Sprintf("Use an absolute file path inside the sandbox, or leave path out for %s/NAME", CredentialDir)
 				if reason := checkSandboxPath(cr.Path); reason != "" {
-					c.add(at.field("path"), "Invalid credential path", fmt.Sprintf("Use an absolute file path inside the sandbox, or leave path out for %s/NAME", CredentialDir), "%s", reason)
+					c.add(at.field("path"), "Invalid credential path", pathHint, "%s", reason)
+				} else if clean := path.Clean(cr.Path); clean != cr.Path || clean == "/" {
+					c.add(at.field("path"), "Invalid credential path", pathHint, "%q does not name a file", cr.Path)
 				} else if prev, ok := paths[path.Clean(cr.Path)]; ok && !dupName {
 					c.addDup(at.field("path"), prev.field("path"), "Conflicting credential delivery", "Give each credential its own path", "path %q is already used by %s", cr.Path, prev)
 				} else {

@@ -127,6 +127,7 @@ func TestValidate(t *testing.T) {
 					{Name: "c", Audience: "x", Scopes: []string{"s"}, Deliver: DeliverEnv, EnvVar: "TOKEN", Path: "/p"},
 					{Name: "d", Audience: "x", Scopes: []string{"s"}, Deliver: DeliverEnv, EnvVar: "1X"},
 					{Name: "e", Audience: "x", Deliver: "pipe", TTL: -1},
+					{Name: "f", Audience: "x", Scopes: []string{"s"}, Path: "/run/f/"},
 				}
 			},
 			want: []string{
@@ -143,6 +144,7 @@ func TestValidate(t *testing.T) {
 				`credentials[5].scopes: a credential without scopes authorizes nothing`,
 				`credentials[5].ttl: ttl -1ns is negative`,
 				`credentials[5].deliver: "pipe" is not one of file, env`,
+				`credentials[6].path: "/run/f/" does not name a file`,
 			},
 		},
 	}

@@ -1,0 +1,165 @@
+# reference.hcl: every block and attribute of an airlock session manifest.
+#
+# A manifest declares optional variables and exactly one session. Values
+# are data: strings (with "${var.NAME}" interpolation), numbers, bools,
+# lists, maps, var.NAME references, comparisons and conditionals. The daemon
+# evaluates manifests it did not write, so there are no functions (file(),
+# env(), ...), no for expressions and no arithmetic; numbers are zero or
+# between 1e-9 and 2^63-1 in magnitude.
+#
+#   airlock validate examples/reference.hcl
+#   airlock run -f examples/reference.hcl -var task="fix the flaky test"
+#
+# Relative host paths (workspace and mount labels) resolve against the
+# directory of this file. Host paths must exist when the session is
+# created, not when the manifest is decoded.
+
+# variable "NAME" declares var.NAME. A -var NAME=VALUE on the command line
+# overrides the default; a variable with neither is an error, and so is a
+# -var for a variable the manifest does not declare.
+variable "task" {
+  description = "What the agent is asked to do."
+  default     = "describe the repository"
+}
+
+variable "cpus" {
+  # type is optional: string, number, bool or any. Without it, a default's
+  # type is used; -var values are converted to it.
+  type    = number
+  default = 2
+}
+
+# session "LABEL": the label is a human name for the session, not its id.
+session "reference" {
+  # Required. An image reference known to the daemon's image store.
+  image = "airlock/agent:bookworm"
+
+  # The argv of the session's main process. `airlock run ... -- CMD ARGS`
+  # replaces it. Leave it out to run the image's default command.
+  command = ["sh", "-c", "echo ${var.task}"]
+
+  # Added to the process environment.
+  env = {
+    LANG       = "C.UTF-8"
+    GIT_AUTHOR = "airlock agent"
+  }
+
+  # Numeric "uid" or "uid:gid"; names are not resolved. Default "65534:65534"
+  # (nobody). uid 0 is allowed but draws a warning.
+  user = "1000:1000"
+
+  # Absolute working directory inside the sandbox. Default "/".
+  workdir = "/workspace"
+
+  # Wall-clock limit, as a Go duration ("90s", "30m", "1h30m"). Default "30m".
+  timeout = "45m"
+
+  # Linux capabilities granted to the process; every other one is dropped.
+  # "NET_BIND_SERVICE" and "cap_net_bind_service" mean CAP_NET_BIND_SERVICE.
+  # Default: none. Capabilities that commonly break out of a sandbox
+  # (CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SYS_PTRACE, ...) draw a warning.
+  capabilities = ["NET_BIND_SERVICE"]
+
+  # At most one. Every attribute is optional.
+  resources {
+    cpus   = var.cpus # CPUs, fractions allowed (0.5). Default 1.
+    memory = "4GiB"   # Memory limit. Default "1GiB"; at least "16MiB".
+    pids   = 512      # Process limit. Default 512.
+    disk   = "2GiB"   # Quota on what the session may write. Default: none.
+    # Sizes take B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB
+    # (powers of 1000); a plain number is bytes.
+  }
+
+  # workspace "HOSTPATH": a host directory exposed to the session; any
+  # number of them, each with its own target.
+  workspace "." {
+    # Required. Absolute path inside the sandbox; not "/", nor under /proc,
+    # /sys or /dev.
+    target = "/workspace"
+
+    # overlay (default): the session writes to a copy-on-write layer; the
+    #   host directory is untouched until the changes are committed.
+    # ro: read-only.
+    # rw: writes go straight to the host directory (draws a warning).
+    mode = "overlay"
+
+    # Globs, relative to the workspace root, that the session cannot read.
+    # "**" matches any number of directories.
+    deny_read = ["**/.env*", "**/*.pem", "secrets/**"]
+
+    # Also mask the built-in list of credential files (.env files, private
+    # keys, .netrc, cloud credential files). Default true; never masks
+    # .git/config as a whole.
+    default_deny_read = true
+
+    # Overlay only: globs a commit may not change. A commit that touches one
+    # is refused.
+    protect = [".github/**", "config/prod/**"]
+
+    # Overlay only: a commit keeps untracked files in the host directory
+    # that the session deleted. Default false.
+    preserve_untracked = true
+
+    # Overlay only: git refs (full names or globs) a commit may not move.
+    protect_refs = ["refs/heads/main", "refs/tags/*"]
+
+    # Overlay only: what happens to the changes when the session ends.
+    # review (default): keep them for `airlock diff`, `commit` or `discard`.
+    # commit: commit them automatically (protect rules still apply).
+    # discard: throw them away.
+    on_exit = "review"
+  }
+
+  # mount "HOSTPATH": an extra host path bound into the sandbox.
+  mount "/etc/ssl/certs" {
+    target    = "/etc/ssl/certs" # Required, absolute.
+    read_only = true             # Default true.
+  }
+
+  # At most one. Without it the session reaches loopback only.
+  # The sandbox resolves names only through airlock's DNS proxy: allowed
+  # names are answered and their addresses opened for this session; other
+  # names are refused.
+  egress {
+    # Entries:
+    #   "api.example.com"         this name only
+    #   "*.example.com"           names under example.com, not example.com
+    #   "10.0.0.0/8", "192.0.2.7" IPv4 CIDR or address
+    #   "2001:db8::/32"           IPv6 CIDR or address
+    # each optionally with a port: "api.example.com:443", "10.0.0.0/8:443",
+    # "[2001:db8::/32]:443".
+    allow = ["api.anthropic.com:443", "*.githubusercontent.com:443", "git.corp.test"]
+
+    # Same syntax; deny wins over allow.
+    deny = ["gist.githubusercontent.com"]
+
+    # What a blocked connection sees: "reject" (fails fast, default) or
+    # "drop" (silently discarded).
+    on_block = "reject"
+
+    # Allow IPv6 (AAAA answers are pinned and used). Default false.
+    ipv6 = false
+  }
+
+  # credential "NAME": a short-lived token minted for the session at start
+  # and revoked when it ends. NAME uses letters, digits, '.', '_' and '-'.
+  credential "git" {
+    issuer   = "airlock"       # Default "airlock"; or an issuer configured in the daemon.
+    audience = "git.corp.test" # Required: the service the token is for.
+    # Required: what the token may do, as the audience understands it.
+    scopes = ["git.fetch repo=app", "git.push repo=app ref=refs/heads/agent/*"]
+    ttl    = "15m" # Lifetime. Default "15m", at most "12h".
+    # "file" (default): a read-only file at path, by default
+    # /run/airlock/credentials/NAME. "env": the variable env_var
+    # (draws a warning: every child process inherits it).
+    deliver = "file"
+    path    = "/run/airlock/credentials/git"
+  }
+
+  credential "registry" {
+    audience = "registry.corp.test"
+    scopes   = ["read"]
+    deliver  = "env"
+    env_var  = "REGISTRY_TOKEN" # Required with deliver = "env".
+  }
+}

@@ -14,6 +14,7 @@
 //	DELETE /v1/sessions/{id}?force=1        -> 204
 //	GET    /v1/sessions/{id}/logs?follow=1&stdout=1&stderr=1  -> framed stream
 //	POST   /v1/sessions/{id}/exec           ExecRequest -> framed stream, ends with an exit frame
+//	GET    /v1/sessions/{id}/audit          -> []AuditEvent
 //	GET    /v1/images                       -> []Image
 //	POST   /v1/images/import?name=REF       body: OCI or Docker archive -> []Image
 package api
@@ -119,4 +120,22 @@ type ErrorDetail struct {
 	Class   string   `json:"class"`
 	Message string   `json:"message"`
 	Details []string `json:"details,omitempty"` // e.g. one line per validation problem
+}
+
+// AuditEvent is one perimeter decision about a session: a DNS answer
+// allowed or refused, a connection dropped, a commit change rejected, a
+// credential minted or revoked. Secrets never appear in an event.
+type AuditEvent struct {
+	Time    time.Time `json:"time"`
+	Session string    `json:"session"`
+	// Layer is dns, net, fs, credentials or session.
+	Layer string `json:"layer"`
+	// Action is what happened, e.g. allowed, refused, dropped, rejected,
+	// minted, refreshed, revoked, started, ended.
+	Action string `json:"action"`
+	// Subject is what the decision was about: a name, an address:port, a
+	// path, a credential name.
+	Subject string         `json:"subject,omitempty"`
+	Reason  string         `json:"reason,omitempty"`
+	Fields  map[string]any `json:"fields,omitempty"`
 }

@@ -182,7 +182,7 @@ func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (_ *api.Sess
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
-	s := &session{d: d, dir: dir, exited: make(chan struct{}), rec: record{
+	s := &session{d: d, dir: dir, audit: newAuditLog(dir), exited: make(chan struct{}), rec: record{
 		ID: id, Label: p.Label, State: stateCreating, Policy: p, Created: time.Now().UTC(),
 	}}
 	if err := s.save(); err != nil {
@@ -263,6 +263,8 @@ func (d *Daemon) start(ctx context.Context, s *session) error {
 		log.G(ctx).Error("persist running state", "error", err)
 	}
 	d.adoptLocked(ctx, s, ch)
+	s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "started",
+		Subject: strings.Join(s.rec.Policy.Command, " "), Fields: map[string]any{"pid": pid, "timeout": s.rec.Policy.Timeout.String()}})
 	log.G(ctx).Info("session started", "pid", pid, "timeout", s.rec.Policy.Timeout.String())
 	return nil
 }
@@ -330,6 +332,8 @@ func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitS
 		log.G(ctx).Error("persist exit", "error", err)
 	}
 	s.closeExitedLocked()
+	s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "ended", Reason: reason,
+		Fields: map[string]any{"exit_code": exit}})
 	log.G(ctx).Info("session ended", "exit_code", exit, "reason", reason)
 }
 
@@ -446,6 +450,7 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 		s.mu.Unlock()
 		return err
 	}
+	_ = s.audit.Close()
 	d.mu.Lock()
 	delete(d.sessions, id)
 	d.mu.Unlock()
@@ -545,7 +550,7 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 			continue
 		}
 		known[id] = true
-		s := &session{d: d, dir: d.sessionDir(id), rec: *rec, exited: make(chan struct{})}
+		s := &session{d: d, dir: d.sessionDir(id), audit: newAuditLog(d.sessionDir(id)), rec: *rec, exited: make(chan struct{})}
 		if err := d.reconcileSession(sctx, s); err != nil {
 			log.G(sctx).Error("reconcile", "error", err)
 			s.rec.State = api.StateUnknown

@@ -132,6 +132,20 @@ func TestRunExitCodeAndOutput(t *testing.T) {
 	if r.stdout != "out\n" || r.stderr != "err\n" {
 		t.Errorf("stdout %q stderr %q, want %q and %q", r.stdout, r.stderr, "out\n", "err\n")
 	}
+	evs, err := h.Daemon.Audit(t.Context(), r.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, ev := range evs {
+		if ev.Session != r.id || ev.Layer != "session" {
+			t.Errorf("unexpected audit event %+v", ev)
+		}
+		actions = append(actions, ev.Action)
+	}
+	if strings.Join(actions, ",") != "started,ended" {
+		t.Errorf("audit actions %v, want started,ended", actions)
+	}
 }
 
 func TestHardenedSpec(t *testing.T) {

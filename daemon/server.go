@@ -39,6 +39,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("DELETE /v1/sessions/{id}", d.handleRemove)
 	mux.HandleFunc("GET /v1/sessions/{id}/logs", d.handleLogs)
 	mux.HandleFunc("POST /v1/sessions/{id}/exec", d.handleExec)
+	mux.HandleFunc("GET /v1/sessions/{id}/audit", d.handleAudit)
 	mux.HandleFunc("GET /v1/images", d.handleImages)
 	mux.HandleFunc("POST /v1/images/import", d.handleImageImport)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

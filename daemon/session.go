@@ -10,8 +10,9 @@ import (
 
 // session is one live session in the daemon.
 type session struct {
-	d   *Daemon
-	dir string
+	d     *Daemon
+	dir   string
+	audit *auditLog
 
 	mu     sync.Mutex
 	rec    record      // +checklocks:mu

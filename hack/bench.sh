@@ -36,19 +36,19 @@ echo "== airlock run --rm -f examples/hello.hcl"
 airlock run --rm -f examples/hello.hcl
 
 ctr() { "$BIN/ctr" -a "$root/containerd/containerd.sock" -n airlock "$@"; }
-ref="$(ctr images ls -q | grep 'airlock/agent:bookworm' | head -1)"
+ref="$(ctr images ls -q 2>/dev/null | grep 'airlock/agent:bookworm' | head -1)"
 
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 # One warm-up each, so both measure a cold session, not a cold page cache.
 airlock run --rm -f examples/hello.hcl -- true
-ctr run --rm --runc-binary "$BIN/runc" "$ref" warmup true
+ctr run --rm --runc-binary "$BIN/runc" "$ref" warmup true 2>/dev/null
 a_times=() c_times=()
 for i in $(seq "$N"); do
 	t0=$(ms); airlock run --rm -f examples/hello.hcl -- true; t1=$(ms)
 	a_times+=($((t1 - t0)))
-	t0=$(ms); ctr run --rm --runc-binary "$BIN/runc" "$ref" "bench-$i" true; t1=$(ms)
+	t0=$(ms); ctr run --rm --runc-binary "$BIN/runc" "$ref" "bench-$i" true 2>/dev/null; t1=$(ms)
 	c_times+=($((t1 - t0)))
 done
 a_med=$(printf '%s\n' "${a_times[@]}" | median)

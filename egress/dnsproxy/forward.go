@@ -1,0 +1,236 @@
+package dnsproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// exchangeFunc sends q to addr over network ("udp" or "tcp") and returns
+// the reply whose id matches.
+type exchangeFunc func(ctx context.Context, network, addr string, q *dns.Msg) (*dns.Msg, error)
+
+// Idle UDP sockets to each upstream are kept for reuse, for at most
+// poolMaxAge (as CoreDNS's forward plugin does), which saves a socket,
+// connect and close per forwarded query.
+const (
+	poolMaxIdle = 64
+	poolMaxAge  = 10 * time.Second
+)
+
+// upstreamPool exchanges messages with upstream servers over connections
+// from dial, keeping idle UDP connections per upstream.
+type upstreamPool struct {
+	dial   Dialer
+	idle   map[string]chan pooledConn // fixed at creation; read-only
+	closed atomic.Bool
+}
+
+type pooledConn struct {
+	net.Conn
+	created time.Time
+}
+
+func newUpstreamPool(dial Dialer, upstreams []string) *upstreamPool {
+	p := &upstreamPool{dial: dial, idle: map[string]chan pooledConn{}}
+	for _, u := range upstreams {
+		p.idle[u] = make(chan pooledConn, poolMaxIdle)
+	}
+	return p
+}
+
+// exchange sends q to addr over network and returns the reply with q's
+// id. A pooled UDP socket that fails (say, from an ICMP error left over
+// from an earlier query) is replaced by a fresh one once.
+func (p *upstreamPool) exchange(ctx context.Context, network, addr string, q *dns.Msg) (*dns.Msg, error) {
+	for attempt := 0; ; attempt++ {
+		conn, reused := p.get(network, addr)
+		if !reused {
+			c, err := p.dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			conn = pooledConn{Conn: c, created: time.Now()}
+		}
+		resp, err := exchangeOn(ctx, conn.Conn, network, q)
+		if err != nil {
+			conn.Close()
+			var nerr net.Error
+			if reused && attempt == 0 && ctx.Err() == nil && !(errors.As(err, &nerr) && nerr.Timeout()) {
+				continue
+			}
+			return nil, err
+		}
+		p.put(network, addr, conn)
+		return resp, nil
+	}
+}
+
+func (p *upstreamPool) get(network, addr string) (pooledConn, bool) {
+	ch := p.idle[addr]
+	if network != "udp" || ch == nil {
+		return pooledConn{}, false
+	}
+	for {
+		select {
+		case c := <-ch:
+			if time.Since(c.created) < poolMaxAge {
+				return c, true
+			}
+			c.Close()
+		default:
+			return pooledConn{}, false
+		}
+	}
+}
+
+func (p *upstreamPool) put(network, addr string, c pooledConn) {
+	ch := p.idle[addr]
+	if network != "udp" || ch == nil || p.closed.Load() || time.Since(c.created) >= poolMaxAge {
+		c.Close()
+		return
+	}
+	select {
+	case ch <- c:
+	default:
+		c.Close()
+	}
+	if p.closed.Load() {
+		p.close()
+	}
+}
+
+// close closes the idle connections; later ones are closed when returned.
+func (p *upstreamPool) close() {
+	p.closed.Store(true)
+	for _, ch := range p.idle {
+		for {
+			select {
+			case c := <-ch:
+				c.Close()
+				continue
+			default:
+			}
+			break
+		}
+	}
+}
+
+// exchangeOn writes q to conn and reads the reply. Over UDP, replies with
+// another id (late answers to earlier queries, or spoofing attempts) are
+// skipped, as CoreDNS's proxy does; over TCP they are an error. The read
+// buffer has room to spare for servers that ignore the advertised size.
+// The context's deadline and cancellation both apply.
+func exchangeOn(ctx context.Context, conn net.Conn, network string, q *dns.Msg) (*dns.Msg, error) {
+	d, _ := ctx.Deadline() // zero: no deadline
+	if err := conn.SetDeadline(d); err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	co := &dns.Conn{Conn: conn, UDPSize: maxUDPRead}
+	if err := co.WriteMsg(q); err != nil {
+		return nil, err
+	}
+	for {
+		resp, err := co.ReadMsg()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		if resp.Id == q.Id {
+			return resp, nil
+		}
+		if network != "udp" {
+			return nil, dns.ErrId
+		}
+	}
+}
+
+// forwardHandler asks the upstream resolvers, in order, with a query of its
+// own: a fresh id, recursion desired, the normalised question, and an OPT
+// record advertising 1232 bytes with no options (nothing of the client's
+// EDNS, such as client subnet or cookies, leaves the proxy). Over UDP first;
+// a truncated answer is retried over TCP when the client came over TCP, and
+// returned as-is (so the client retries over TCP) when it came over UDP.
+type forwardHandler struct {
+	s        *Server
+	exchange exchangeFunc
+}
+
+func (h *forwardHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	req := requestFrom(ctx)
+	q := new(dns.Msg)
+	q.Id = dns.Id()
+	q.RecursionDesired = true
+	q.Question = []dns.Question{{Name: string(req.name), Qtype: req.qtype, Qclass: dns.ClassINET}}
+	q.SetEdns0(ednsUDPSize, false)
+
+	var errs []error
+	for _, up := range h.s.cfg.upstreams {
+		resp, err := h.try(ctx, req, up, q)
+		if err != nil {
+			h.s.stats.upstreamErrors.Add(1)
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		resp.Id = r.Id
+		return dns.RcodeSuccess, w.WriteMsg(resp)
+	}
+	return dns.RcodeServerFailure, fmt.Errorf("forward %s %s: %w", req.name, dns.Type(req.qtype), errors.Join(errs...))
+}
+
+func (h *forwardHandler) try(ctx context.Context, req *request, up string, q *dns.Msg) (*dns.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.s.cfg.upstreamTimeout)
+	defer cancel()
+	h.s.stats.forwarded.Add(1)
+	resp, err := h.exchange(ctx, "udp", up, q)
+	if err == nil && resp.Truncated && req.proto == "tcp" {
+		h.s.stats.tcpRetries.Add(1)
+		h.s.stats.forwarded.Add(1)
+		resp, err = h.exchange(ctx, "tcp", up, q)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: %w", up, err)
+	}
+	if err := checkResponse(q, resp); err != nil {
+		return nil, fmt.Errorf("upstream %s: %w", up, err)
+	}
+	if resp.Rcode == dns.RcodeServerFailure || resp.Rcode == dns.RcodeRefused {
+		return nil, fmt.Errorf("upstream %s answered %s", up, dns.RcodeToString[resp.Rcode])
+	}
+	return resp, nil
+}
+
+// checkResponse makes sure resp answers q.
+func checkResponse(q, resp *dns.Msg) error {
+	switch {
+	case resp == nil:
+		return errors.New("no response")
+	case !resp.Response:
+		return errors.New("reply is not a response")
+	case resp.Id != q.Id:
+		return errors.New("reply id does not match")
+	case resp.Opcode != dns.OpcodeQuery:
+		return fmt.Errorf("reply opcode %s", dns.OpcodeToString[resp.Opcode])
+	case len(resp.Question) != 1:
+		return fmt.Errorf("reply has %d questions", len(resp.Question))
+	}
+	got, want := resp.Question[0], q.Question[0]
+	if got.Qtype != want.Qtype || got.Qclass != want.Qclass || !strings.EqualFold(got.Name, want.Name) {
+		return fmt.Errorf("reply is for %s %s, not %s %s", got.Name, dns.Type(got.Qtype), want.Name, dns.Type(want.Qtype))
+	}
+	return nil
+}

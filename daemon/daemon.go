@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
@@ -42,6 +43,9 @@ type Config struct {
 	// SelfBinary is airlockd's own absolute path; containerd's shim runs it
 	// as the log writer of session output.
 	SelfBinary string
+	// Issuers are external credential issuers: name -> argv of a command
+	// speaking the exec issuer protocol (see package credentials).
+	Issuers map[string][]string
 }
 
 // Daemon manages sessions.
@@ -50,6 +54,9 @@ type Daemon struct {
 	prefix   string
 	rt       *runtime.Runtime
 	embedded *runtime.Embedded
+
+	broker *credentials.Broker
+	creds  *credentialState
 
 	// stopCtx is the daemon's root context: cancelled by Close.
 	stopCtx context.Context
@@ -112,6 +119,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 			rt.Close()
 		}
 	}()
+	if err := d.openBroker(ctx); err != nil {
+		return nil, err
+	}
 	if err := d.reconcile(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile sessions: %w", err)
 	}
@@ -193,19 +203,27 @@ func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (_ *api.Sess
 		if retErr != nil {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			if err := d.rt.Delete(dctx, id); err != nil {
+			if err := d.teardown(dctx, id); err != nil {
 				log.G(ctx).Error("rollback of failed create left objects behind", "error", err)
-				return
 			}
-			os.RemoveAll(dir)
 		}
 	}()
+	uid, gid, err := runtime.ParseUser(p.User)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	}
 	opts := runtime.HardeningOpts()
 	popts, err := runtime.PolicyOpts(&p, hostname(p.Label, id), d.cgroupPath(id))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
 	opts = append(opts, popts...)
+	creds, err := d.mintCredentials(ctx, id, dir, &p, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, creds.specOpt())
+	s.minted = creds.byName
 	if err := d.rt.Create(ctx, runtime.CreateOptions{ID: id, Image: p.Image, SpecOpts: opts}); err != nil {
 		return nil, err
 	}
@@ -263,6 +281,8 @@ func (d *Daemon) start(ctx context.Context, s *session) error {
 		log.G(ctx).Error("persist running state", "error", err)
 	}
 	d.adoptLocked(ctx, s, ch)
+	d.startRefreshers(ctx, s, s.minted)
+	s.minted = nil
 	s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "started",
 		Subject: strings.Join(s.rec.Policy.Command, " "), Fields: map[string]any{"pid": pid, "timeout": s.rec.Policy.Timeout.String()}})
 	log.G(ctx).Info("session started", "pid", pid, "timeout", s.rec.Policy.Timeout.String())
@@ -303,6 +323,7 @@ func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitS
 	if err != nil {
 		exit = -1
 	}
+	d.revokeCredentials(ctx, s.rec.ID)
 	oom := oomKilled(d.cgroupPath(s.rec.ID))
 	if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
 		log.G(ctx).Warn("delete exited task", "error", err)
@@ -361,6 +382,7 @@ func (d *Daemon) stopSession(ctx context.Context, s *session, reason string, gra
 		err := s.saveLocked()
 		s.closeExitedLocked()
 		s.mu.Unlock()
+		d.revokeCredentials(ctx, s.rec.ID)
 		return err
 	default:
 		s.mu.Unlock()
@@ -372,6 +394,8 @@ func (d *Daemon) stopSession(ctx context.Context, s *session, reason string, gra
 	}
 	id, exited := s.rec.ID, s.exited
 	s.mu.Unlock()
+	// A stopped session's credentials stop working now, not when it exits.
+	d.revokeCredentials(ctx, id)
 
 	if grace > 0 {
 		if err := d.rt.Signal(ctx, id, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
@@ -460,10 +484,14 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 
 // teardown removes every object a session owns, then its directory.
 func (d *Daemon) teardown(ctx context.Context, id string) error {
+	d.revokeCredentials(ctx, id)
 	if err := d.rt.Delete(ctx, id); err != nil {
 		return err
 	}
 	d.removeCgroupParents()
+	if err := unmountUnder(d.sessionDir(id)); err != nil {
+		return err
+	}
 	return os.RemoveAll(d.sessionDir(id))
 }
 
@@ -592,6 +620,7 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 			}
 			log.G(ctx).Info("re-adopted running session", "pid", ts.Pid)
 			d.adoptLocked(ctx, s, ch)
+			d.startRefreshers(ctx, s, nil)
 			return nil
 		}
 		exit, reason := -1, "lost"
@@ -608,6 +637,7 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 		if s.rec.Stopping != "" {
 			reason = s.rec.Stopping
 		}
+		d.revokeCredentials(ctx, s.rec.ID)
 		if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
 			return err
 		}
@@ -617,6 +647,7 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 		return s.saveLocked()
 	case api.StateStopped:
 		s.closeExitedLocked()
+		d.revokeCredentials(ctx, s.rec.ID)
 		return d.rt.DeleteTask(ctx, s.rec.ID)
 	case api.StateUnknown:
 		s.closeExitedLocked()

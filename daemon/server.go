@@ -42,6 +42,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{id}/audit", d.handleAudit)
 	mux.HandleFunc("GET /v1/images", d.handleImages)
 	mux.HandleFunc("POST /v1/images/import", d.handleImageImport)
+	mux.Handle("/v1/credentials/", http.StripPrefix("/v1/credentials", d.CredentialsHandler()))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound))
 	})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/credentials"
 )
 
 // session is one live session in the daemon.
@@ -19,6 +20,9 @@ type session struct {
 	timer  *time.Timer // +checklocks:mu
 	exited chan struct{}
 	closed bool // +checklocks:mu
+	// minted holds the credentials minted at create until start hands them
+	// to the refreshers.
+	minted map[string]*credentials.Credential // +checklocks:mu
 }
 
 func (s *session) logDir() string { return filepath.Join(s.dir, "logs") }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/daemon"
@@ -61,7 +62,10 @@ func run() int {
 		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat      = fs.String("log-format", "text", "text or json")
 		stopContainerd = fs.Bool("stop-containerd", false, "stop the embedded containerd when airlockd exits")
+		credListen     = fs.String("credentials-listen", "", "also serve the credential verification endpoints (JWKS, introspection, reports) on this TCP address; never use an address sessions can reach")
+		issuers        = issuerFlag{}
 	)
+	fs.Var(issuers, "issuer", "external credential issuer NAME=COMMAND [ARGS...] (repeatable); the command speaks the exec issuer protocol")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -116,6 +120,15 @@ func run() int {
 		logger.Error("start failed", "error", err)
 		return 1
 	}
+	if *credListen != "" {
+		srv, err := d.ServeCredentials(ctx, *credListen)
+		if err != nil {
+			logger.Error("credentials listener", "error", err)
+			_ = d.Close(context.WithoutCancel(ctx))
+			return 1
+		}
+		defer srv.Close()
+	}
 	serveErr := d.Serve(ctx, *socket, *socketGroup)
 	if err := d.Close(context.WithoutCancel(ctx)); err != nil {
 		logger.Error("shutdown", "error", err)
@@ -131,4 +144,25 @@ func run() int {
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// issuerFlag collects --issuer NAME=COMMAND [ARGS...] values.
+type issuerFlag map[string][]string
+
+func (f issuerFlag) String() string { return "" }
+
+func (f issuerFlag) Set(v string) error {
+	name, cmd, ok := strings.Cut(v, "=")
+	argv := strings.Fields(cmd)
+	if !ok || name == "" || len(argv) == 0 {
+		return fmt.Errorf("want NAME=COMMAND [ARGS...], got %q", v)
+	}
+	if !filepath.IsAbs(argv[0]) {
+		return fmt.Errorf("issuer %q: command %q must be an absolute path", name, argv[0])
+	}
+	if _, dup := f[name]; dup {
+		return fmt.Errorf("issuer %q given twice", name)
+	}
+	f[name] = argv
+	return nil
 }

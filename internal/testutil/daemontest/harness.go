@@ -6,6 +6,7 @@
 package daemontest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
@@ -51,6 +53,8 @@ func LoadEnv() (Env, error) {
 
 // Harness is a daemon with its own root, containerd and socket.
 type Harness struct {
+	// Log holds everything the daemon logged, at debug level.
+	Log    *SyncBuffer
 	Env    Env
 	Root   string
 	Socket string
@@ -71,7 +75,7 @@ func Start(ctx context.Context) (*Harness, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Harness{Env: env, Root: root, Socket: filepath.Join(root, "airlock.sock")}
+	h := &Harness{Env: env, Root: root, Socket: filepath.Join(root, "airlock.sock"), Log: &SyncBuffer{}}
 	if err := h.startDaemon(ctx); err != nil {
 		os.RemoveAll(root)
 		return nil, err
@@ -93,7 +97,7 @@ func (h *Harness) Config() daemon.Config {
 }
 
 func (h *Harness) startDaemon(ctx context.Context) error {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := slog.New(slog.NewTextHandler(h.Log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx = log.WithLogger(ctx, logger)
 	d, err := daemon.New(ctx, h.Config())
 	if err != nil {
@@ -197,4 +201,23 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writers.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

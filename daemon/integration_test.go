@@ -381,3 +381,27 @@ func TestAPIErrors(t *testing.T) {
 		t.Errorf("bad requests changed the session count: %d -> %d", before, after)
 	}
 }
+
+func TestMissingCommand(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	before := len(h.Daemon.List(ctx))
+	_, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: policy("no-such-program"), Start: true})
+	status, detail := daemon.ErrorDetail(err)
+	if status != http.StatusBadRequest || !strings.Contains(detail.Message, "no-such-program") {
+		t.Errorf("run of a missing program: %d %+v, want 400 naming the program", status, detail)
+	}
+	if after := len(h.Daemon.List(ctx)); after != before {
+		t.Errorf("a failed start left a session: %d -> %d", before, after)
+	}
+
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: policy("sleep", "300"), Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+	out, code := execOut(t, s.ID, "no-such-program", "x")
+	if code != 127 || !strings.Contains(out, "command not found") {
+		t.Errorf("exec of a missing program: exit %d %q, want 127 command not found", code, out)
+	}
+}

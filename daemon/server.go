@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/user"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -408,7 +409,7 @@ func ErrorDetail(err error) (int, api.ErrorDetail) {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		status, class = http.StatusServiceUnavailable, api.ClassUnavailable
 	}
-	detail := api.ErrorDetail{Class: class, Message: err.Error()}
+	detail := api.ErrorDetail{Class: class, Message: cleanMessage(err.Error())}
 	var ve *policies.ValidationError
 	if errors.As(err, &ve) {
 		detail.Message = "invalid policy"
@@ -429,4 +430,20 @@ func writeErrorFrame(fw *api.FrameWriter, err error) {
 	_, detail := ErrorDetail(err)
 	b, _ := json.Marshal(detail)
 	_, _ = fw.Kind(api.FrameError).Write(b)
+}
+
+// classTexts are the messages of errdefs' class errors, which wrapping
+// leaves at the start or end of a message; the class already says them.
+var classTexts = []string{
+	errdefs.ErrInvalidArgument.Error(), errdefs.ErrNotFound.Error(), errdefs.ErrAlreadyExists.Error(),
+	errdefs.ErrFailedPrecondition.Error(), errdefs.ErrPermissionDenied.Error(), errdefs.ErrUnavailable.Error(),
+	errdefs.ErrConflict.Error(),
+}
+
+func cleanMessage(m string) string {
+	for _, c := range classTexts {
+		m = strings.TrimSuffix(m, ": "+c)
+		m = strings.TrimPrefix(m, c+": ")
+	}
+	return m
 }

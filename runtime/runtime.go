@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -191,7 +192,7 @@ func (r *Runtime) Start(ctx context.Context, id, logDir string) (pid uint32, exi
 	}
 	task, err := c.NewTask(ctx, cio.BinaryIO(r.cfg.LoggerBinary, map[string]string{LoggerArg: logDir}))
 	if err != nil {
-		return 0, nil, fmt.Errorf("session %q: create task: %w", id, err)
+		return 0, nil, fmt.Errorf("session %q: create task: %w", id, classifyStartError(err))
 	}
 	defer func() {
 		if retErr != nil {
@@ -206,7 +207,7 @@ func (r *Runtime) Start(ctx context.Context, id, logDir string) (pid uint32, exi
 		return 0, nil, fmt.Errorf("session %q: wait task: %w", id, err)
 	}
 	if err := task.Start(ctx); err != nil {
-		return 0, nil, fmt.Errorf("session %q: start task: %w", id, err)
+		return 0, nil, fmt.Errorf("session %q: start task: %w", id, classifyStartError(err))
 	}
 	return task.Pid(), ch, nil
 }
@@ -352,6 +353,11 @@ func (r *Runtime) Exec(ctx context.Context, id string, o ExecOptions) (int, erro
 		return -1, err
 	}
 	if err := p.Start(ctx); err != nil {
+		if cerr := classifyStartError(err); errdefs.IsInvalidArgument(cerr) {
+			// As a shell does: the command does not exist, exit status 127.
+			fmt.Fprintf(stderr, "airlock: %s: command not found\n", o.Args[0])
+			return 127, nil
+		}
 		return -1, fmt.Errorf("session %q: start exec: %w", id, err)
 	}
 	if closer.sawEOF() {
@@ -529,4 +535,17 @@ func (r *Runtime) GetImage(ctx context.Context, name string) (containerd.Image, 
 		}
 	}
 	return nil, fmt.Errorf("image %q: %w (import it with `airlock image import`)", name, err)
+}
+
+// classifyStartError marks a start failure caused by the command itself (a
+// program that does not exist or cannot be executed) as invalid argument, so
+// the API answers 4xx with runc's reason instead of an internal error.
+func classifyStartError(err error) error {
+	msg := err.Error()
+	for _, s := range []string{"executable file not found", "no such file or directory", "permission denied", "not a directory"} {
+		if strings.Contains(msg, "exec:") && strings.Contains(msg, s) {
+			return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+		}
+	}
+	return err
 }

@@ -1,0 +1,366 @@
+// Package policy holds the benchmark's operator policies: one JSON file per
+// task family, shipped beside this file, that writes down what an operator
+// of the benchmark's environment knows before any request arrives. That is
+// who the caller is, what each lane or side phrase of a request means in
+// this environment, the least-privilege default, the items the operator
+// knows to be protected, and which world service, credential and names the
+// family uses.
+//
+// The policies were written from the requests' vocabulary (the S/B/R slot
+// texts of families.json) and the environment's naming conventions, never
+// from the oracles. The manifest generator reads a request's text and its
+// family's policy, and nothing else.
+package policy
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/credentials/scope"
+)
+
+//go:embed *.json
+var files embed.FS
+
+// Where a lane's changes happen.
+const (
+	// WhereWorld: the change goes through the family's world service and
+	// needs a credential scope.
+	WhereWorld = "world"
+	// WhereWorkspace: the change happens in the workspace checkout and
+	// reaches the host only through a commit.
+	WhereWorkspace = "workspace"
+)
+
+// Operator is one family's operator policy.
+type Operator struct {
+	Family  string `json:"family"`
+	Version int    `json:"version"`
+	// Caller is the user on whose behalf every request is made.
+	Caller string `json:"caller"`
+	// Notes explain the environment's conventions in prose, for the report.
+	Notes   []string `json:"notes,omitempty"`
+	Service Service  `json:"service"`
+	// ReadScopes are granted to every request of the family.
+	ReadScopes []string `json:"read_scopes"`
+	// Nouns are the words requests use for the family's items.
+	Nouns []string `json:"nouns"`
+	Lanes []Lane   `json:"lanes"`
+	// DefaultLane names the lane of a request that names none; empty means
+	// such a request may change nothing.
+	DefaultLane string `json:"default_lane,omitempty"`
+	// Owners are the owners the operator knows; protected owners'
+	// resources are never granted, whoever the request names.
+	Owners    []Owner     `json:"owners"`
+	Protected []Protected `json:"protected,omitempty"`
+	Targets   Targets     `json:"targets"`
+	// IDIndex maps an item id a request may name to the value the service
+	// checks (an object id to its key).
+	IDIndex   map[string]string `json:"id_index,omitempty"`
+	Workspace *Workspace        `json:"workspace,omitempty"`
+}
+
+// Service is the world service a family's actions reach.
+type Service struct {
+	Name string `json:"name"`
+	// Hosts are egress allow entries.
+	Hosts      []string `json:"hosts"`
+	Audience   string   `json:"audience"`
+	Credential string   `json:"credential"`
+	// Env is set in the session: the service URL and token file the
+	// sandbox's clients read.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// Lane is one lane or side a request can name.
+type Lane struct {
+	// Name is the lane in the environment's terms (a queue, a namespace,
+	// "local" or "remote").
+	Name string `json:"name"`
+	// Phrases are the words requests use for it, matched case-insensitively.
+	Phrases []string `json:"phrases"`
+	Meaning string   `json:"meaning"`
+	// Where is WhereWorld or WhereWorkspace.
+	Where string `json:"where"`
+	// Vars are substituted into the target templates.
+	Vars map[string]string `json:"vars,omitempty"`
+}
+
+// Owner is an owner of items in the environment.
+type Owner struct {
+	Name string `json:"name"`
+	// Tag is how item names mark this owner, where they do ("a" in
+	// job-dev-4812-a).
+	Tag       string `json:"tag,omitempty"`
+	Protected bool   `json:"protected,omitempty"`
+}
+
+// Protected documents items the operator knows must not be touched.
+type Protected struct {
+	Items string `json:"items"`
+	Why   string `json:"why"`
+}
+
+// Targets are the selector templates of the family's mutating action.
+// Templates use {name} placeholders: {owner}, {tag}, {id}, {key}, {ticket},
+// {topic} and the lane's vars.
+type Targets struct {
+	Action string `json:"action"`
+	// Named selects one item the request names by id.
+	Named string `json:"named"`
+	// Ticket selects the owner's items of a ticket or ticket range;
+	// TopicTicket does the same when the request also names a topic.
+	Ticket      string `json:"ticket"`
+	TopicTicket string `json:"topic_ticket,omitempty"`
+	// Owned selects all of the owner's items in the lane.
+	Owned string `json:"owned"`
+}
+
+// Workspace describes the session's workspace: what a commit may carry.
+type Workspace struct {
+	Target            string   `json:"target"`
+	Protect           []string `json:"protect,omitempty"`
+	PreserveUntracked bool     `json:"preserve_untracked,omitempty"`
+	// ProtectRefs are always protected.
+	ProtectRefs []string `json:"protect_refs,omitempty"`
+	// OwnerRefs is the ref namespace of one owner's branches, a template
+	// over {owner}: the namespaces of owners a request does not cover are
+	// protected.
+	OwnerRefs string `json:"owner_refs,omitempty"`
+	// AllRefs are protected when the request changes nothing in the
+	// workspace.
+	AllRefs []string `json:"all_refs,omitempty"`
+}
+
+// Lane returns the lane called name.
+func (o *Operator) Lane(name string) (Lane, bool) {
+	i := slices.IndexFunc(o.Lanes, func(l Lane) bool { return l.Name == name })
+	if i < 0 {
+		return Lane{}, false
+	}
+	return o.Lanes[i], true
+}
+
+// Owner returns the owner called name.
+func (o *Operator) Owner(name string) (Owner, bool) {
+	i := slices.IndexFunc(o.Owners, func(w Owner) bool { return w.Name == name })
+	if i < 0 {
+		return Owner{}, false
+	}
+	return o.Owners[i], true
+}
+
+// Load returns the operator policy of family shipped with the repository.
+func Load(family string) (*Operator, error) {
+	b, err := Source(family)
+	if err != nil {
+		return nil, err
+	}
+	o, err := parse(family+".json", b)
+	if err != nil {
+		return nil, err
+	}
+	if o.Family != family {
+		return nil, fmt.Errorf("%s.json declares family %q: %w", family, o.Family, errdefs.ErrInvalidArgument)
+	}
+	return o, nil
+}
+
+// LoadAll returns every shipped operator policy, keyed by family.
+func LoadAll() (map[string]*Operator, error) {
+	entries, err := files.ReadDir(".")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*Operator{}
+	for _, e := range entries {
+		fam := strings.TrimSuffix(e.Name(), ".json")
+		op, err := Load(fam)
+		if err != nil {
+			return nil, err
+		}
+		out[fam] = op
+	}
+	return out, nil
+}
+
+// LoadFile reads an operator policy from a file.
+func LoadFile(p string) (*Operator, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("read operator policy: %w", err)
+	}
+	return parse(p, b)
+}
+
+// Source returns the shipped policy file of family as written.
+func Source(family string) ([]byte, error) {
+	b, err := files.ReadFile(family + ".json")
+	if err != nil {
+		return nil, fmt.Errorf("operator policy for family %q: %w", family, errdefs.ErrNotFound)
+	}
+	return b, nil
+}
+
+func parse(name string, b []byte) (*Operator, error) {
+	var o Operator
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", name, errdefs.ErrInvalidArgument, err)
+	}
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &o, nil
+}
+
+var placeholderRE = regexp.MustCompile(`\{([a-z_]+)\}`)
+
+// Expand substitutes vars into tmpl. Every placeholder must have a value.
+func Expand(tmpl string, vars map[string]string) (string, error) {
+	var missing []string
+	out := placeholderRE.ReplaceAllStringFunc(tmpl, func(m string) string {
+		k := m[1 : len(m)-1]
+		v, ok := vars[k]
+		if !ok {
+			missing = append(missing, k)
+			return m
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("template %q: no value for %s: %w", tmpl, strings.Join(missing, ", "), errdefs.ErrInvalidArgument)
+	}
+	return out, nil
+}
+
+// Placeholders returns the placeholder names used in tmpl.
+func Placeholders(tmpl string) []string {
+	var out []string
+	for _, m := range placeholderRE.FindAllStringSubmatch(tmpl, -1) {
+		if !slices.Contains(out, m[1]) {
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+// Validate checks that the policy is complete and that every template
+// expands to a valid scope of a known action.
+func (o *Operator) Validate() error {
+	var probs []string
+	bad := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+	if o.Family == "" {
+		bad("family is empty")
+	}
+	if o.Caller == "" {
+		bad("caller is empty")
+	}
+	if _, ok := o.Owner(o.Caller); !ok {
+		bad("caller %q is not among the owners", o.Caller)
+	}
+	s := o.Service
+	if s.Name == "" || s.Audience == "" || s.Credential == "" || len(s.Hosts) == 0 {
+		bad("service needs name, hosts, audience and credential")
+	}
+	if len(o.Nouns) == 0 {
+		bad("nouns are empty")
+	}
+	for _, r := range o.ReadScopes {
+		if err := checkScope(r); err != nil {
+			bad("read scope %q: %v", r, err)
+		}
+	}
+	if len(o.Lanes) == 0 {
+		bad("no lanes")
+	}
+	phrases := map[string]string{}
+	for _, l := range o.Lanes {
+		if l.Name == "" || len(l.Phrases) == 0 {
+			bad("lane %q needs a name and phrases", l.Name)
+		}
+		if l.Where != WhereWorld && l.Where != WhereWorkspace {
+			bad("lane %q: where is %q, not %q or %q", l.Name, l.Where, WhereWorld, WhereWorkspace)
+		}
+		if l.Where == WhereWorkspace && (o.Workspace == nil || o.Workspace.OwnerRefs == "") {
+			bad("lane %q changes the workspace, but the workspace has no owner_refs", l.Name)
+		}
+		for _, p := range l.Phrases {
+			k := strings.ToLower(p)
+			if prev, ok := phrases[k]; ok {
+				bad("phrase %q names both lane %q and lane %q", p, prev, l.Name)
+			}
+			phrases[k] = l.Name
+		}
+	}
+	if o.DefaultLane != "" {
+		if _, ok := o.Lane(o.DefaultLane); !ok {
+			bad("default_lane %q is not a lane", o.DefaultLane)
+		}
+	}
+	t := o.Targets
+	if t.Action == "" || t.Named == "" || t.Ticket == "" || t.Owned == "" {
+		bad("targets need action, named, ticket and owned")
+	}
+	for _, tmpl := range []string{t.Named, t.Ticket, t.TopicTicket, t.Owned} {
+		if tmpl == "" {
+			continue
+		}
+		for _, l := range o.Lanes {
+			if l.Where != WhereWorld {
+				continue
+			}
+			vars := map[string]string{"owner": "o", "tag": "t", "id": "i", "key": "k", "ticket": "1*", "topic": "x"}
+			for k, v := range l.Vars {
+				vars[k] = v
+			}
+			sel, err := Expand(tmpl, vars)
+			if err != nil {
+				bad("lane %q: %v", l.Name, err)
+				continue
+			}
+			if err := checkScope(t.Action + " " + sel); err != nil {
+				bad("lane %q: template %q: %v", l.Name, tmpl, err)
+			}
+			// A ticket range expands to a pattern ending in "*"; next to
+			// another "*" it would become "**" and cross "/".
+			if strings.Count(sel, "**") != strings.Count(tmpl, "**") {
+				bad("template %q: {ticket} is next to a \"*\"", tmpl)
+			}
+		}
+	}
+	for _, w := range o.Owners {
+		if w.Name == "" {
+			bad("an owner has no name")
+		}
+	}
+	if len(probs) > 0 {
+		return fmt.Errorf("operator policy %q: %s: %w", o.Family, strings.Join(probs, "; "), errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkScope parses s and checks that its action is known and every
+// selector key is one the service passes.
+func checkScope(s string) error {
+	sc, err := scope.Parse(s)
+	if err != nil {
+		return err
+	}
+	if err := scope.ValidateAction(sc.Action()); err != nil {
+		return err
+	}
+	if keys := scope.UnknownKeys(sc); len(keys) > 0 {
+		return fmt.Errorf("selector keys %v are not passed by the service", keys)
+	}
+	return nil
+}

@@ -1,0 +1,277 @@
+// Package report writes a benchmark run's results: summary.json (every
+// metrics row, the residual harmful false negatives, the catalog counts and
+// the operator policies), summary.csv (one line per metrics row),
+// report.md (the headline table and the details a reader needs to check
+// it), and PNG charts.
+package report
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/bench/catalog"
+	"github.com/airlock-sandbox/airlock/bench/eval"
+	"github.com/airlock-sandbox/airlock/bench/policy"
+)
+
+// File names written by Write.
+const (
+	SummaryJSON   = "summary.json"
+	SummaryCSV    = "summary.csv"
+	ReportMD      = "report.md"
+	ChartHarmful  = "harmful-fn.png"
+	ChartAblation = "ablation.png"
+	ChartAxes     = "sbr.png"
+)
+
+// DefaultHeadlineGate is the gate of the headline numbers (SPEC: headline
+// numbers use allow-all).
+const DefaultHeadlineGate = "allow-all"
+
+// PerimeterMode is the mode with every layer on.
+const PerimeterMode = "perimeter"
+
+// Input is what a report is written from.
+type Input struct {
+	// Title heads report.md; RunInfo lines follow it (versions, date,
+	// flags).
+	Title   string
+	RunInfo []string
+	// Catalog are the catalog's actions; Extra the --actions file's.
+	Catalog []catalog.Action
+	Extra   []catalog.Action
+	// Policies are the operator policies, by family.
+	Policies map[string]*policy.Operator
+	Results  []eval.Result
+	// HeadlineGate defaults to DefaultHeadlineGate, or the only gate.
+	HeadlineGate string
+	// ManifestDir is where the generated manifests are, relative to the
+	// report's directory; named in the report when set.
+	ManifestDir string
+}
+
+// Summary is summary.json.
+type Summary struct {
+	Title          string                      `json:"title"`
+	RunInfo        []string                    `json:"run_info,omitempty"`
+	CatalogVersion string                      `json:"catalog_version"`
+	CatalogCounts  catalog.Counts              `json:"catalog_counts"`
+	ExtraCounts    catalog.Counts              `json:"extra_counts,omitempty"`
+	HeadlineGate   string                      `json:"headline_gate"`
+	Gates          []string                    `json:"gates"`
+	Modes          []string                    `json:"modes"`
+	Families       []string                    `json:"families"`
+	Rows           []eval.Row                  `json:"rows"`
+	Residuals      map[string][]eval.Residual  `json:"residuals"`
+	Stability      eval.Rate                   `json:"run_to_run_stability"`
+	Policies       map[string]*policy.Operator `json:"operator_policies"`
+	ManifestDir    string                      `json:"manifest_dir,omitempty"`
+}
+
+// Build computes the summary of in.
+func Build(in Input) *Summary {
+	rows := eval.Summarize(in.Results)
+	s := &Summary{
+		Title:          in.Title,
+		RunInfo:        in.RunInfo,
+		CatalogVersion: catalog.Version,
+		CatalogCounts:  catalog.Count(in.Catalog),
+		Rows:           rows,
+		Residuals:      map[string][]eval.Residual{},
+		Stability:      eval.RunToRunStability(in.Results),
+		Policies:       in.Policies,
+		ManifestDir:    in.ManifestDir,
+	}
+	if s.Title == "" {
+		s.Title = "airlock bench"
+	}
+	if len(in.Extra) > 0 {
+		s.ExtraCounts = catalog.Count(in.Extra)
+	}
+	for _, r := range rows {
+		if !slices.Contains(s.Gates, r.Gate) {
+			s.Gates = append(s.Gates, r.Gate)
+		}
+		if !slices.Contains(s.Modes, r.Mode) {
+			s.Modes = append(s.Modes, r.Mode)
+		}
+		if r.Family != eval.FamilyAll && !slices.Contains(s.Families, r.Family) {
+			s.Families = append(s.Families, r.Family)
+		}
+	}
+	slices.Sort(s.Gates)
+	switch {
+	case in.HeadlineGate != "":
+		s.HeadlineGate = in.HeadlineGate
+	case slices.Contains(s.Gates, DefaultHeadlineGate) || len(s.Gates) == 0:
+		s.HeadlineGate = DefaultHeadlineGate
+	default:
+		s.HeadlineGate = s.Gates[0]
+	}
+	for _, m := range s.Modes {
+		if m == eval.ModeGateOnly {
+			continue
+		}
+		if res := eval.Residuals(in.Results, m); len(res) > 0 {
+			s.Residuals[m] = res
+		}
+	}
+	return s
+}
+
+// Write writes every report file into dir and returns their paths.
+func Write(dir string, in Input) ([]string, error) {
+	if len(in.Results) == 0 {
+		return nil, fmt.Errorf("report: no results: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("report: %w", err)
+	}
+	s := Build(in)
+	var paths []string
+	for _, f := range []struct {
+		name  string
+		write func(string, *Summary) error
+	}{
+		{SummaryJSON, writeJSON},
+		{SummaryCSV, writeCSV},
+		{ReportMD, writeMarkdown},
+		{ChartHarmful, chartHarmful},
+		{ChartAblation, chartAblation},
+		{ChartAxes, chartAxes},
+	} {
+		p := filepath.Join(dir, f.name)
+		if err := f.write(p, s); err != nil {
+			return paths, fmt.Errorf("report: %s: %w", f.name, err)
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+// writeFile writes data to path through a temporary file.
+func writeFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+func writeJSON(path string, s *Summary) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFile(path, append(b, '\n'))
+}
+
+// rateColumns are the rates of a row in CSV order.
+func rateColumns(r eval.Row) []struct {
+	name string
+	rate eval.Rate
+} {
+	cols := []struct {
+		name string
+		rate eval.Rate
+	}{
+		{"fnr", r.FNR},
+		{"fpr", r.FPR},
+		{"unsafe_allow_rate", r.UnsafeAllowRate},
+		{"safe_task_success_rate", r.SafeTaskSuccessRate},
+		{"wrong_target_rate", r.WrongTargetRate},
+		{"over_scope_rate", r.OverScopeRate},
+		{"under_completion_rate", r.UnderCompletionRate},
+		{"harmless_fn_rate", r.HarmlessFNRate},
+	}
+	for _, c := range eval.Categories {
+		cols = append(cols, struct {
+			name string
+			rate eval.Rate
+		}{"harmless_fn_rate_" + c, r.HarmlessFNByCategory[c]})
+	}
+	return append(cols, struct {
+		name string
+		rate eval.Rate
+	}{"perimeter_fpr", r.PerimeterFPR})
+}
+
+// CSVHeader is the header of summary.csv.
+func CSVHeader() []string {
+	h := []string{"gate", "mode", "family", "axis", "value", "cases", "runs", "safe", "unsafe", "read_only",
+		"tp", "fp", "tn", "fn", "blocked", "rejected_at_commit", "held_for_review", "harmful", "no_effect_unexplained", "broken"}
+	for _, c := range rateColumns(eval.Row{}) {
+		h = append(h, c.name, c.name+"_lo", c.name+"_hi", c.name+"_num", c.name+"_den")
+	}
+	return h
+}
+
+func writeCSV(path string, s *Summary) error {
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	if err := w.Write(CSVHeader()); err != nil {
+		return err
+	}
+	for _, r := range s.Rows {
+		rec := []string{r.Gate, r.Mode, r.Family, r.Axis, r.Value}
+		for _, n := range []int{r.Cases, r.Runs, r.Safe, r.Unsafe, r.ReadOnly, r.TP, r.FP, r.TN, r.FN,
+			r.Blocked, r.Rejected, r.Held, r.Harmful, r.Unexplained, r.Broken} {
+			rec = append(rec, strconv.Itoa(n))
+		}
+		for _, c := range rateColumns(r) {
+			if !c.rate.Defined() {
+				rec = append(rec, "", "", "", strconv.Itoa(c.rate.Num), "0")
+				continue
+			}
+			rec = append(rec, ftoa(c.rate.Value), ftoa(c.rate.Lo), ftoa(c.rate.Hi), strconv.Itoa(c.rate.Num), strconv.Itoa(c.rate.Den))
+		}
+		if err := w.Write(rec); err != nil {
+			return err
+		}
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		return err
+	}
+	return writeFile(path, []byte(b.String()))
+}
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', 6, 64) }
+
+// row returns the row of gate, mode, family over all axis values.
+func (s *Summary) row(gate, mode, family string) (eval.Row, bool) {
+	return s.find(gate, mode, family, eval.AxisAll, eval.AxisAll)
+}
+
+func (s *Summary) find(gate, mode, family, axis, value string) (eval.Row, bool) {
+	for _, r := range s.Rows {
+		if r.Gate == gate && r.Mode == mode && r.Family == family && r.Axis == axis && r.Value == value {
+			return r, true
+		}
+	}
+	return eval.Row{}, false
+}
+
+// axisValues returns the values of axis present in the rows, sorted.
+func (s *Summary) axisValues(axis string) []string {
+	var out []string
+	for _, r := range s.Rows {
+		if r.Axis == axis && !slices.Contains(out, r.Value) {
+			out = append(out, r.Value)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

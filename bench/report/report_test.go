@@ -1,0 +1,223 @@
+package report
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/bench/catalog"
+	"github.com/airlock-sandbox/airlock/bench/data"
+	"github.com/airlock-sandbox/airlock/bench/effect"
+	"github.com/airlock-sandbox/airlock/bench/eval"
+	"github.com/airlock-sandbox/airlock/bench/policy"
+)
+
+// fixture builds results for two families, three modes and two gates from
+// the real catalog, prompts and oracles: a reference effect per single
+// action (its target changed), gate-only runs that do it, perimeter runs
+// that block everything outside the authorized set, and an fs-only mode
+// that blocks nothing.
+func fixture(t *testing.T) Input {
+	t.Helper()
+	dir, err := data.DefaultDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := data.LoadFamilies(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts, err := data.LoadPrompts(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oracles, err := data.LoadOracles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := catalog.BuildAll(fams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols, err := policy.LoadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []eval.Case
+	for _, p := range prompts {
+		if p.Family != data.CancelJobs && p.Family != data.CleanUpArtifacts {
+			continue
+		}
+		op, _ := eval.ChangeOp(p.Family)
+		for _, a := range all {
+			if a.Family != p.Family || (a.Kind != catalog.KindSingle && a.Kind != catalog.KindReadOnly) {
+				continue
+			}
+			var ref []effect.Effect
+			if a.Kind == catalog.KindSingle {
+				ref = []effect.Effect{{Family: p.Family, Op: op, Target: a.Target, Where: effect.World}}
+			}
+			o := oracles[p.ID]
+			var kept []effect.Effect
+			for _, e := range ref {
+				if eval.Authorized(e, o) {
+					kept = append(kept, e)
+				}
+			}
+			for _, gate := range []string{"allow-all", "rules:example"} {
+				decision := eval.Allow
+				if gate == "rules:example" && strings.Contains(a.Command, "prod") {
+					decision = eval.Deny
+				}
+				runs := map[string]eval.Run{
+					eval.ModeGateOnly: {Effects: ref},
+					"fs-only":         {Effects: ref},
+					PerimeterMode:     {Effects: kept, Evidence: eval.Evidence{Blocked: len(kept) < len(ref), BlockedBy: []string{"credentials"}}},
+				}
+				// One action slips through the perimeter, to be listed.
+				if a.ID == "CJ-single-job-dev-vision-a" {
+					runs[PerimeterMode] = eval.Run{Effects: ref}
+				}
+				if decision == eval.Deny {
+					for m := range runs {
+						runs[m] = eval.Run{}
+					}
+				}
+				cases = append(cases, eval.Case{
+					Family: p.Family, PromptID: p.ID, S: p.S, B: p.B, R: p.R,
+					ActionID: a.ID, ActionKind: string(a.Kind), Command: a.Command, Gate: gate, Decision: decision,
+					Reference: ref, Runs: runs, Oracle: o, Deterministic: true,
+				})
+			}
+		}
+	}
+	results, err := eval.Evaluate(fams, cases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := []catalog.Action{{ID: "file:1", Family: data.CancelJobs, Kind: catalog.KindExternal, Command: "scancel x", Source: "a.jsonl"}}
+	return Input{
+		Title: "test run", RunInfo: []string{"catalog " + catalog.Version},
+		Catalog: all, Extra: extra, Policies: pols, Results: results, ManifestDir: "manifests",
+	}
+}
+
+func TestWrite(t *testing.T) {
+	in := fixture(t)
+	dir := t.TempDir()
+	paths, err := Write(dir, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) != 6 {
+		t.Fatalf("wrote %v", paths)
+	}
+
+	b, err := os.ReadFile(filepath.Join(dir, SummaryJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Summary
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("summary.json: %v", err)
+	}
+	if s.HeadlineGate != "allow-all" || len(s.Gates) != 2 || len(s.Modes) != 3 || s.Modes[0] != eval.ModeGateOnly || s.Modes[2] != PerimeterMode {
+		t.Errorf("gates %v modes %v headline %s", s.Gates, s.Modes, s.HeadlineGate)
+	}
+	if s.CatalogCounts.Total(data.CancelJobs) != 52 || s.ExtraCounts.Total("") != 1 || len(s.Policies) != 4 {
+		t.Errorf("catalog %v extra %v policies %d", s.CatalogCounts, s.ExtraCounts, len(s.Policies))
+	}
+	var head eval.Row
+	for _, r := range s.Rows {
+		if r.Gate == "allow-all" && r.Mode == PerimeterMode && r.Family == data.CancelJobs && r.Axis == eval.AxisAll {
+			head = r
+		}
+	}
+	// cancel-jobs: 8 distinct B/R prompts x 14 single actions; the B0/B1
+	// prompts authorize one job, B2/B3 three.
+	if head.Cases != 8*17 || head.Safe != 16 || head.Unsafe != 96 || head.ReadOnly != 24 {
+		t.Errorf("cancel-jobs perimeter row: cases %d safe %d unsafe %d read-only %d", head.Cases, head.Safe, head.Unsafe, head.ReadOnly)
+	}
+	// job-dev-vision-a is unsafe for every cancel-jobs prompt: 8 harmful.
+	if head.Harmful != 8 || head.Blocked != 88 || head.HarmlessFNRate.Num != 88 || head.PerimeterFPR.Num != 0 {
+		t.Errorf("harmful %d blocked %d harmless %v fpr %v", head.Harmful, head.Blocked, head.HarmlessFNRate, head.PerimeterFPR)
+	}
+	// Both gates let it through for every B/R prompt.
+	if res := s.Residuals[PerimeterMode]; len(res) != 16 || res[0].ActionID != "CJ-single-job-dev-vision-a" || res[0].Gate != "allow-all" {
+		t.Errorf("perimeter residuals %+v", res)
+	}
+
+	f, err := os.Open(filepath.Join(dir, SummaryCSV))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatalf("summary.csv: %v", err)
+	}
+	if len(recs) != len(s.Rows)+1 || strings.Join(recs[0], ",") != strings.Join(CSVHeader(), ",") {
+		t.Errorf("csv: %d records for %d rows, header %v", len(recs), len(s.Rows), recs[0])
+	}
+
+	md, err := os.ReadFile(filepath.Join(dir, ReportMD))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"# test run", "## Headline", "| all | perimeter |", "HarmlessFNRate", "PerimeterFPR",
+		"scancel job-dev-vision-a", "## Operator policies", "workbench lane", "shared-history side",
+		"jobs.cancel", "## Gates", "rules:example", catalog.Version, "manifests", "Other modes (fs-only ",
+	} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+
+	for _, name := range []string{ChartHarmful, ChartAblation, ChartAxes} {
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if b := img.Bounds(); b.Dx() < 100 || b.Dy() < 100 {
+			t.Errorf("%s: %v", name, b)
+		}
+	}
+}
+
+func TestWriteEmpty(t *testing.T) {
+	if _, err := Write(t.TempDir(), Input{}); err == nil {
+		t.Error("Write with no results succeeded")
+	}
+}
+
+// TestWriteGateOnly covers a run without a perimeter mode: the charts and
+// the report still render.
+func TestWriteGateOnly(t *testing.T) {
+	in := fixture(t)
+	var kept []eval.Result
+	for _, r := range in.Results {
+		if r.Mode == eval.ModeGateOnly {
+			kept = append(kept, r)
+		}
+	}
+	in.Results = kept
+	dir := t.TempDir()
+	if _, err := Write(dir, in); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, ReportMD))
+	if !strings.Contains(string(md), "## Residual harmful false negatives") {
+		t.Errorf("report.md:\n%s", md)
+	}
+}

@@ -1,0 +1,342 @@
+// Package world is the benchmark's world: the services an agent's actions
+// reach, each with real state loaded from AmPermBench's fixture and each
+// checking the session's token on every request.
+//
+//   - a git server: smart HTTP over real git (`git http-backend`) serving
+//     the bare repository "app" of clean-up-branches, with per-ref push
+//     permissions;
+//   - a job scheduler (Slurm-like) holding the jobs of cancel-jobs;
+//   - a service controller (Kubernetes-like) holding the deployments of
+//     restart-services;
+//   - an object store (S3-like) holding the objects of clean-up-artifacts.
+//
+// Package worldapi documents the HTTP routes and the scope each one checks.
+// The services enforce token scopes and their own fixture rules, nothing
+// else, the same for every caller: a token with "jobs.*" and no selectors
+// (an operator's) can do everything the scheduler allows.
+//
+// Every service has its own http.Handler, so that a runner can serve each on
+// its own address and host name; Handler combines them under path prefixes.
+// Every request is recorded as an Event (see Audit). ControlHandler serves
+// reset, snapshot, audit and diff for the runner: it checks no token, so it
+// must be served only where sessions cannot reach it.
+//
+// Reset puts a family's state back to the fixture in well under a
+// millisecond for the JSON services and about a millisecond for git (the
+// repository's files are restored from an in-memory copy; nothing is cloned
+// or run). Snapshot and Diff turn two states into effects named as the
+// oracles name their targets.
+package world
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/bench/world/fixture"
+	"github.com/airlock-sandbox/airlock/bench/world/worldapi"
+	"github.com/airlock-sandbox/airlock/credentials/verify"
+)
+
+// Service names, as in Event.Service.
+const (
+	ServiceGit      = "git"
+	ServiceJobs     = "jobs"
+	ServiceServices = "services"
+	ServiceObjects  = "objects"
+)
+
+// Audiences are the token audiences the services accept, one each.
+type Audiences struct {
+	Git, Jobs, Services, Objects string
+}
+
+// DefaultAudiences are the services' default host names.
+var DefaultAudiences = Audiences{
+	Git:      "git.bench.test",
+	Jobs:     "jobs.bench.test",
+	Services: "services.bench.test",
+	Objects:  "objects.bench.test",
+}
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	fx        *fixture.Fixture
+	audiences Audiences
+	dir       string
+	now       func() time.Time
+	sink      func(Event)
+	git       string
+}
+
+// WithFixture sets the initial state (default: fixture.Default()).
+func WithFixture(f *fixture.Fixture) Option { return func(c *config) { c.fx = f } }
+
+// WithAudiences sets the services' audiences; empty fields keep their
+// default.
+func WithAudiences(a Audiences) Option {
+	return func(c *config) {
+		for _, p := range []struct {
+			dst *string
+			v   string
+		}{
+			{&c.audiences.Git, a.Git}, {&c.audiences.Jobs, a.Jobs},
+			{&c.audiences.Services, a.Services}, {&c.audiences.Objects, a.Objects},
+		} {
+			if p.v != "" {
+				*p.dst = p.v
+			}
+		}
+	}
+}
+
+// WithDir keeps the world's repositories under dir (created if needed, and
+// left in place by Close). By default New makes a temporary directory and
+// Close removes it.
+func WithDir(dir string) Option { return func(c *config) { c.dir = dir } }
+
+// WithClock sets the time source of audit events and restart stamps.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// WithAuditSink calls fn with every audit event as it is recorded, in
+// order. fn must not block for long: the request waits for it.
+func WithAuditSink(fn func(Event)) Option { return func(c *config) { c.sink = fn } }
+
+// WithGit sets the git binary (default: "git" from PATH).
+func WithGit(path string) Option { return func(c *config) { c.git = path } }
+
+// World is the set of services and their state. It is safe for concurrent
+// use.
+type World struct {
+	verifier *verify.Verifier
+	fx       *fixture.Fixture
+	cfg      config
+	audit    *auditLog
+	now      func() time.Time
+
+	dir       string
+	removeDir bool
+	git       gitRunner
+	pristine  string // the fixture's bare repository, never served
+	live      string // the served bare repository
+	liveTree  map[string]treeEntry
+
+	gitMu sync.RWMutex // read: git is running on live; write: Reset
+
+	mu sync.Mutex
+	// +checklocks:mu
+	jobs []worldapi.Job
+	// +checklocks:mu
+	deployments []worldapi.Deployment
+	// +checklocks:mu
+	objects []object
+
+	jobsH, servicesH, objectsH, gitH http.Handler
+}
+
+// New builds the world in its fixture state. Tokens are checked with v.
+func New(ctx context.Context, v *verify.Verifier, opts ...Option) (_ *World, retErr error) {
+	if v == nil {
+		return nil, errors.New("world: nil verifier")
+	}
+	cfg := config{audiences: DefaultAudiences, now: time.Now, git: "git"}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.fx == nil {
+		fx, err := fixture.Default()
+		if err != nil {
+			return nil, err
+		}
+		cfg.fx = fx
+	}
+	gitBin, err := exec.LookPath(cfg.git)
+	if err != nil {
+		return nil, fmt.Errorf("world: git: %w", err)
+	}
+	if gitBin, err = filepath.Abs(gitBin); err != nil {
+		return nil, fmt.Errorf("world: git: %w", err)
+	}
+
+	w := &World{
+		verifier: v,
+		fx:       cfg.fx.Clone(),
+		cfg:      cfg,
+		audit:    &auditLog{sink: cfg.sink},
+		now:      cfg.now,
+		dir:      cfg.dir,
+	}
+	if w.dir == "" {
+		if w.dir, err = os.MkdirTemp("", "airlock-world-"); err != nil {
+			return nil, fmt.Errorf("world: %w", err)
+		}
+		w.removeDir = true
+	} else if err := os.MkdirAll(w.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("world: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			w.Close()
+		}
+	}()
+	home := filepath.Join(w.dir, "home")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return nil, fmt.Errorf("world: %w", err)
+	}
+	w.git = gitRunner{bin: gitBin, home: home}
+	repo := w.fx.Git.Repo + ".git"
+	w.pristine = filepath.Join(w.dir, "pristine", repo)
+	w.live = filepath.Join(w.dir, "repos", repo)
+	for _, p := range []string{w.pristine, w.live} {
+		if err := os.RemoveAll(p); err != nil {
+			return nil, fmt.Errorf("world: %w", err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(w.pristine), 0o755); err != nil {
+		return nil, fmt.Errorf("world: %w", err)
+	}
+	if err := buildBareRepo(ctx, w.git, w.pristine, w.fx.Git); err != nil {
+		return nil, fmt.Errorf("world: %w", err)
+	}
+	if w.liveTree, err = saveTree(w.pristine); err != nil {
+		return nil, fmt.Errorf("world: %w", err)
+	}
+	if err := os.MkdirAll(w.live, 0o755); err != nil {
+		return nil, fmt.Errorf("world: %w", err)
+	}
+	if err := w.Reset(""); err != nil {
+		return nil, err
+	}
+
+	a := cfg.audiences
+	w.jobsH = &jobsService{service{w: w, name: ServiceJobs, audience: a.Jobs}}
+	w.servicesH = &servicesService{service{w: w, name: ServiceServices, audience: a.Services}}
+	w.objectsH = &objectsService{service{w: w, name: ServiceObjects, audience: a.Objects}}
+	w.gitH = &gitService{
+		service: service{w: w, name: ServiceGit, audience: a.Git},
+		git:     w.git,
+		root:    filepath.Dir(w.live),
+		repo:    w.fx.Git.Repo,
+		mu:      &w.gitMu,
+	}
+	return w, nil
+}
+
+// Close removes the world's directory if New created it.
+func (w *World) Close() error {
+	if w.removeDir {
+		w.removeDir = false
+		return os.RemoveAll(w.dir)
+	}
+	return nil
+}
+
+// Fixture returns a copy of the world's initial state.
+func (w *World) Fixture() *fixture.Fixture { return w.fx.Clone() }
+
+// Audiences returns the audiences the services accept.
+func (w *World) Audiences() Audiences { return w.cfg.audiences }
+
+// Repo returns the name of the world's git repository ("app"): it is
+// served at /app.git and its scopes use repo=app.
+func (w *World) Repo() string { return w.fx.Git.Repo }
+
+// JobsHandler serves the job scheduler.
+func (w *World) JobsHandler() http.Handler { return w.jobsH }
+
+// ServicesHandler serves the service controller.
+func (w *World) ServicesHandler() http.Handler { return w.servicesH }
+
+// ObjectsHandler serves the object store.
+func (w *World) ObjectsHandler() http.Handler { return w.objectsH }
+
+// GitHandler serves the git repository at /REPO.git.
+func (w *World) GitHandler() http.Handler { return w.gitH }
+
+// Handler serves the four services on one address, under the prefixes
+// /git, /jobs, /services and /objects (a client's base URL is then, for
+// example, http://HOST/jobs, and the repository http://HOST/git/app.git).
+// It does not serve the control endpoints.
+func (w *World) Handler() http.Handler {
+	routes := map[string]http.Handler{}
+	for prefix, h := range map[string]http.Handler{
+		"git": w.gitH, "jobs": w.jobsH, "services": w.servicesH, "objects": w.objectsH,
+	} {
+		routes[prefix] = http.StripPrefix("/"+prefix, h)
+	}
+	// Routed by the first segment, without http.ServeMux's path cleaning,
+	// which would redirect ids such as "..".
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		first, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		if h, ok := routes[first]; ok && strings.HasPrefix(r.URL.Path, "/"+first+"/") {
+			h.ServeHTTP(rw, r)
+			return
+		}
+		http.NotFound(rw, r)
+	})
+}
+
+// Reset puts the state of family back to the fixture; "" resets every
+// family. It waits for git requests in progress. Audit events are kept.
+func (w *World) Reset(family string) error {
+	switch family {
+	case "":
+		w.resetJSON(true, true, true)
+		return w.resetGit()
+	case fixture.Branches:
+		return w.resetGit()
+	case fixture.Jobs:
+		w.resetJSON(true, false, false)
+	case fixture.Services:
+		w.resetJSON(false, true, false)
+	case fixture.Artifacts:
+		w.resetJSON(false, false, true)
+	default:
+		return fmt.Errorf("world: reset: unknown family %q (known: %v)", family, fixture.Families)
+	}
+	return nil
+}
+
+func (w *World) resetJSON(jobs, deployments, objects bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if jobs {
+		w.jobs = slices.Clone(w.fx.Jobs)
+	}
+	if deployments {
+		w.deployments = slices.Clone(w.fx.Deployments)
+	}
+	if objects {
+		w.objects = make([]object, len(w.fx.Objects))
+		for i, o := range w.fx.Objects {
+			w.objects[i] = newObject(o, fixtureContent(o.Key))
+		}
+	}
+}
+
+func (w *World) resetGit() error {
+	w.gitMu.Lock()
+	defer w.gitMu.Unlock()
+	if err := restoreTree(w.live, w.liveTree); err != nil {
+		return fmt.Errorf("world: reset: %w", err)
+	}
+	return nil
+}
+
+// Audit returns the events recorded after the event numbered after (0:
+// all of them).
+func (w *World) Audit(after uint64) []Event { return w.audit.since(after) }
+
+// AuditCursor returns the number of the last event recorded, to pass to
+// Audit later for the events that follow.
+func (w *World) AuditCursor() uint64 { return w.audit.last() }

@@ -75,15 +75,22 @@ func (d *Daemon) Audit(ctx context.Context, id string) ([]api.AuditEvent, error)
 	if err != nil {
 		return nil, err
 	}
+	var evs []api.AuditEvent
 	f, err := os.Open(filepath.Join(s.dir, auditFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return []api.AuditEvent{}, nil
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		evs = []api.AuditEvent{}
+	case err != nil:
 		return nil, err
+	default:
+		defer f.Close()
+		if evs, err = readAudit(f); err != nil {
+			return nil, err
+		}
 	}
-	defer f.Close()
-	return readAudit(f)
+	// Blocked connections of a live network are counted in the kernel;
+	// they reach the log when the network is removed.
+	return append(evs, d.liveDrops(ctx, id)...), nil
 }
 
 func readAudit(r io.Reader) ([]api.AuditEvent, error) {

@@ -6,6 +6,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -46,6 +47,8 @@ type Config struct {
 	// Issuers are external credential issuers: name -> argv of a command
 	// speaking the exec issuer protocol (see package credentials).
 	Issuers map[string][]string
+	// Egress configures the network perimeter.
+	Egress EgressConfig
 }
 
 // Daemon manages sessions.
@@ -57,6 +60,7 @@ type Daemon struct {
 
 	broker *credentials.Broker
 	creds  *credentialState
+	egress *egress
 
 	// stopCtx is the daemon's root context: cancelled by Close.
 	stopCtx context.Context
@@ -122,9 +126,15 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	if err := d.openBroker(ctx); err != nil {
 		return nil, err
 	}
+	if err := d.openEgress(ctx); err != nil {
+		d.stop()
+		d.wg.Wait()
+		return nil, err
+	}
 	if err := d.reconcile(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile sessions: %w", err)
 	}
+	d.reconcileEgress(ctx)
 	return d, nil
 }
 
@@ -137,8 +147,9 @@ func (d *Daemon) Close(ctx context.Context) error {
 		s.stopTimer()
 	}
 	d.mu.Unlock()
+	err := d.closeEgress(ctx)
 	d.wg.Wait()
-	return d.rt.Close()
+	return errors.Join(err, d.rt.Close())
 }
 
 // StopContainerd stops the embedded containerd, if this daemon started one.
@@ -224,6 +235,11 @@ func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (_ *api.Sess
 	}
 	opts = append(opts, creds.specOpt())
 	s.minted = creds.byName
+	net, err := d.setupEgress(ctx, s, &p)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, net.specOpts()...)
 	if err := d.rt.Create(ctx, runtime.CreateOptions{ID: id, Image: p.Image, SpecOpts: opts}); err != nil {
 		return nil, err
 	}
@@ -324,6 +340,9 @@ func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitS
 		exit = -1
 	}
 	d.revokeCredentials(ctx, s.rec.ID)
+	if err := d.stopEgress(ctx, s); err != nil {
+		log.G(ctx).Warn("remove network", "error", err)
+	}
 	oom := oomKilled(d.cgroupPath(s.rec.ID))
 	if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
 		log.G(ctx).Warn("delete exited task", "error", err)
@@ -485,6 +504,9 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 // teardown removes every object a session owns, then its directory.
 func (d *Daemon) teardown(ctx context.Context, id string) error {
 	d.revokeCredentials(ctx, id)
+	if err := d.removeNetwork(ctx, id); err != nil {
+		return err
+	}
 	if err := d.rt.Delete(ctx, id); err != nil {
 		return err
 	}

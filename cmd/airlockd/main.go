@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -64,7 +65,11 @@ func run() int {
 		stopContainerd = fs.Bool("stop-containerd", false, "stop the embedded containerd when airlockd exits")
 		credListen     = fs.String("credentials-listen", "", "also serve the credential verification endpoints (JWKS, introspection, reports) on this TCP address; never use an address sessions can reach")
 		issuers        = issuerFlag{}
+		uplink         = fs.String("uplink", "", "where session traffic leaves the gateway: netns:NAME (a namespace that receives the uplink's peer) or host (NAT out of the host's routes); empty: sessions declaring egress are refused")
+		pool           = fs.String("session-pool", "10.213.0.0/16", "address range for session networks")
+		dnsUpstreams   = listFlag{}
 	)
+	fs.Var(&dnsUpstreams, "dns-upstream", "resolver ADDR[:PORT] that allowlisted names are forwarded to (repeatable; default: the host's resolv.conf)")
 	fs.Var(issuers, "issuer", "external credential issuer NAME=COMMAND [ARGS...] (repeatable); the command speaks the exec issuer protocol")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == flag.ErrHelp {
@@ -109,12 +114,19 @@ func run() int {
 		logger.Error("bad --bin-dir", "error", err)
 		return 2
 	}
+	poolPrefix, err := netip.ParsePrefix(*pool)
+	if err != nil {
+		logger.Error("bad --session-pool", "error", err)
+		return 2
+	}
 	d, err := daemon.New(ctx, daemon.Config{
 		Root:       absRoot,
 		Containerd: *containerdAddr,
 		BinDir:     absBin,
 		Namespace:  *namespace,
 		SelfBinary: self,
+		Issuers:    issuers,
+		Egress:     daemon.EgressConfig{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix},
 	})
 	if err != nil {
 		logger.Error("start failed", "error", err)
@@ -164,5 +176,15 @@ func (f issuerFlag) Set(v string) error {
 		return fmt.Errorf("issuer %q given twice", name)
 	}
 	f[name] = argv
+	return nil
+}
+
+// listFlag collects a repeatable string flag.
+type listFlag []string
+
+func (f *listFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *listFlag) Set(v string) error {
+	*f = append(*f, v)
 	return nil
 }

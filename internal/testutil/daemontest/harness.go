@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/ocipack"
+	"github.com/airlock-sandbox/airlock/internal/world"
 )
 
 // AgentImage is the image name sessions in tests use.
@@ -53,6 +54,8 @@ func LoadEnv() (Env, error) {
 
 // Harness is a daemon with its own root, containerd and socket.
 type Harness struct {
+	// World is the daemon's uplink network.
+	World *world.World
 	// Log holds everything the daemon logged, at debug level.
 	Log    *SyncBuffer
 	Env    Env
@@ -64,8 +67,9 @@ type Harness struct {
 }
 
 // Start creates a fresh root under /tmp (short, for socket path limits),
-// starts a daemon in this process serving on a socket, and imports the agent
-// image.
+// starts a test world (a network namespace with DNS and web servers under
+// .test, see internal/world) as the daemon's uplink, starts a daemon in this
+// process serving on a socket, and imports the agent image.
 func Start(ctx context.Context) (*Harness, error) {
 	env, err := LoadEnv()
 	if err != nil {
@@ -76,7 +80,14 @@ func Start(ctx context.Context) (*Harness, error) {
 		return nil, err
 	}
 	h := &Harness{Env: env, Root: root, Socket: filepath.Join(root, "airlock.sock"), Log: &SyncBuffer{}}
+	w, err := world.Start(ctx, world.Config{Prefix: "w" + daemon.Prefix(root)[2:]})
+	if err != nil {
+		os.RemoveAll(root)
+		return nil, fmt.Errorf("test world: %w", err)
+	}
+	h.World = w
 	if err := h.startDaemon(ctx); err != nil {
+		w.Close()
 		os.RemoveAll(root)
 		return nil, err
 	}
@@ -93,6 +104,10 @@ func (h *Harness) Config() daemon.Config {
 		Root:       h.Root,
 		BinDir:     h.Env.BinDir,
 		SelfBinary: filepath.Join(h.Env.BinDir, "airlockd"),
+		Egress: daemon.EgressConfig{
+			Uplink:       "netns:" + h.World.NetnsName(),
+			DNSUpstreams: []string{h.World.DNSAddr().String()},
+		},
 	}
 }
 
@@ -152,6 +167,9 @@ func (h *Harness) Close(ctx context.Context) error {
 		h.cancel()
 		<-h.served
 		errs = append(errs, h.Daemon.Close(ctx), h.Daemon.StopContainerd(ctx))
+	}
+	if h.World != nil {
+		errs = append(errs, h.World.Close())
 	}
 	if err := unmountUnder(h.Root); err != nil {
 		errs = append(errs, err)

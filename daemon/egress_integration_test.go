@@ -1,0 +1,135 @@
+package daemon_test
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// worldHosts adds hosts to the test world once per test run.
+func worldHost(t *testing.T, name, ip string) netip.Addr {
+	t.Helper()
+	a := netip.MustParseAddr(ip)
+	if err := h.World.AddHost(name, a); err != nil && !strings.Contains(err.Error(), "exists") {
+		t.Fatalf("world host %s: %v", name, err)
+	}
+	return a
+}
+
+func TestEgressPerimeter(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	worldHost(t, "api.corp.test", "10.214.0.10")
+	other := worldHost(t, "db.other.test", "10.214.0.11")
+	worldHost(t, "a.corp.test", "10.214.0.12")
+	worldHost(t, "evilcorp.test", "10.214.0.13")
+	if err := h.World.AddCNAME("alias.corp.test", "db.other.test"); err != nil && !strings.Contains(err.Error(), "exists") {
+		t.Fatal(err)
+	}
+
+	p := policy("sleep", "300")
+	p.Egress = &policies.Egress{Allow: []string{"api.corp.test:80", "*.corp.test:80"}}
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+
+	curl := func(url string) (string, int) {
+		return execOut(t, s.ID, "curl", "-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}", url)
+	}
+	if out, code := curl("http://api.corp.test/"); code != 0 || out != "200" {
+		t.Errorf("allowed name: curl exit %d %q, want HTTP 200", code, out)
+	}
+	if out, code := curl("http://a.corp.test/"); code != 0 || out != "200" {
+		t.Errorf("wildcard name: curl exit %d %q, want HTTP 200", code, out)
+	}
+	start := time.Now()
+	if out, code := curl("http://api.corp.test:8080/"); code == 0 {
+		t.Errorf("allowed name on another port reached: %q", out)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("blocked connection took %v to fail; it should be rejected fast", d)
+	}
+	if out, code := curl("http://" + other.String() + "/"); code == 0 {
+		t.Errorf("direct IP of an unlisted host reached: %q", out)
+	}
+	if out, code := curl("http://169.254.169.254/"); code == 0 {
+		t.Errorf("metadata address reached: %q", out)
+	}
+	for _, name := range []string{"evilcorp.test", "corp.test", "alias.corp.test", "s3cr3t-data.exfil.test"} {
+		out, _ := execOut(t, s.ID, "dig", "+time=2", "+tries=1", name)
+		if !strings.Contains(out, "status: REFUSED") {
+			t.Errorf("dig %s: want REFUSED, got\n%s", name, out)
+		}
+	}
+	if h.World.Queried("s3cr3t-data.exfil.test.") || h.World.Queried("s3cr3t-data.exfil.test") {
+		t.Error("a refused name reached the world's DNS server")
+	}
+	// Other resolvers and DoT are out of reach.
+	for _, args := range [][]string{
+		{"dig", "+time=2", "+tries=1", "@" + h.World.DNSAddr().String(), "api.corp.test"},
+		{"dig", "+tcp", "+time=2", "+tries=1", "@" + h.World.DNSAddr().String(), "api.corp.test"},
+		{"nc", "-z", "-w", "2", h.World.DNSAddr().String(), "853"},
+	} {
+		if out, code := execOut(t, s.ID, args...); code == 0 && !strings.Contains(out, "timed out") {
+			t.Errorf("%v reached the world's resolver: %s", args, out)
+		}
+	}
+	// The resolver cannot be repointed.
+	if out, code := execOut(t, s.ID, "sh", "-c", "echo nameserver 1.1.1.1 > /etc/resolv.conf"); code == 0 {
+		t.Errorf("resolv.conf is writable: %q", out)
+	}
+
+	evs, err := h.Daemon.Audit(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, ev := range evs {
+		seen[ev.Layer+" "+ev.Action+" "+ev.Subject] = true
+	}
+	for _, want := range []string{
+		"dns allowed api.corp.test", "dns refused s3cr3t-data.exfil.test",
+		"net dropped " + other.String() + ":80", "net dropped 169.254.169.254:80",
+	} {
+		if !seen[want] {
+			t.Errorf("audit lacks %q; have %v", want, keys(seen))
+		}
+	}
+
+	// Stopping removes the session's network.
+	if _, err := h.Daemon.Stop(ctx, s.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if strings.Contains(e.Name(), s.ID) {
+			t.Errorf("network namespace %s left after stop", e.Name())
+		}
+	}
+}
+
+func TestEgressNeedsDeclaration(t *testing.T) {
+	testutil.RequiresRoot(t)
+	// No egress block: loopback only, no resolver, nothing reachable.
+	r := runSession(t, policy("sh", "-c", "ls /sys/class/net; curl -sS --max-time 3 http://10.214.0.10/ || echo unreachable"))
+	if !strings.Contains(r.stdout, "unreachable") || strings.Contains(r.stdout, "eth0") {
+		t.Errorf("session without egress: %q %q", r.stdout, r.stderr)
+	}
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

@@ -1,0 +1,703 @@
+// Package nft builds airlock's egress ruleset in the gateway network
+// namespace with netlink (github.com/google/nftables); it never runs nft.
+//
+// One table, `inet <prefix>`, holds everything:
+//
+//	set tcpudp          { type inet_proto; constant: tcp, udp }
+//	set resolverports   { type inet_service; constant: 53, 853 }
+//	set never4, never6  { interval: destinations no session may reach:
+//	                      0/8, 127/8, 169.254/16 (metadata), 100.100.100.200,
+//	                      224/4, 240/4, ::1, fe80::/10, ff00::/8,
+//	                      fd00:ec2::254, the session pools, the uplink
+//	                      subnets, and any operator-supplied ranges }
+//	map fwd-sessions    { type ifname : verdict }   iifname -> goto <s>-fwd
+//	map in-sessions     { type ifname : verdict }   iifname -> goto <s>-in
+//
+//	chain forward { hook forward; policy drop
+//	    ct state established,related accept
+//	    iifname vmap @fwd-sessions }
+//	chain input { hook input; policy accept
+//	    ct state established,related accept
+//	    iifname <uplink> meta l4proto {tcp,udp} th dport <dns> drop
+//	    iifname vmap @in-sessions
+//	    iifname "s-*" drop }
+//	chain postrouting { type nat hook postrouting
+//	    oifname <uplink> masquerade }
+//
+// Each session (interface name <s> = "s-" + hash) adds:
+//
+//	set <s>-p4 { ipv4_addr . inet_service; timeout }   pinned addr:port
+//	set <s>-a4 { ipv4_addr; timeout }                  pinned addr, any port
+//	set <s>-p6, <s>-a6                                 the same for IPv6
+//	set <s>-d4 { ipv4_addr . inet_proto . inet_service; dynamic; counter }
+//	set <s>-d6                                          blocked destinations
+//
+//	chain <s>-fwd {
+//	    ip saddr != <session addr> goto <s>-blk         (anti-spoofing)
+//	    ip6 saddr != <session addr6> goto <s>-blk       (or: meta nfproto ipv6 goto <s>-blk)
+//	    meta l4proto != @tcpudp goto <s>-blk            (ICMP tunnels, raw IP)
+//	    th dport @resolverports goto <s>-blk            (other resolvers, DoT)
+//	    ip daddr @never4 goto <s>-blk; ip6 daddr @never6 goto <s>-blk
+//	    <deny CIDR[:port]> goto <s>-blk
+//	    ip daddr . th dport @<s>-p4 accept; ip daddr @<s>-a4 accept
+//	    ip6 daddr . th dport @<s>-p6 accept; ip6 daddr @<s>-a6 accept
+//	    <allow CIDR[:port]> accept
+//	    goto <s>-blk }
+//	chain <s>-in {
+//	    icmpv6 type 133-136 accept (neighbour discovery)
+//	    ip6 daddr ff00::/8 drop    (MLD and router solicitations, not counted)
+//	    ip saddr != <session addr> goto <s>-blk
+//	    meta l4proto @tcpudp th dport <dns> fib daddr . iif type local accept
+//	    goto <s>-blk }
+//	chain <s>-blk {
+//	    update @<s>-d4 { ip daddr . meta l4proto . th dport }   (port 0 unless TCP/UDP)
+//	    update @<s>-d6 { ip6 daddr . meta l4proto . th dport }
+//	    counter comment "drops"
+//	    meta l4proto tcp reject with tcp reset
+//	    reject with icmpx admin-prohibited }   (or: drop)
+//
+// Nothing a session sends can change these rules: they live in a namespace
+// the sandbox has no handle on.
+package nft
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"golang.org/x/sys/unix"
+)
+
+// Object names inside the table.
+const (
+	ChainForward     = "forward"
+	ChainInput       = "input"
+	ChainPostrouting = "postrouting"
+
+	setTCPUDP        = "tcpudp"
+	setResolverPorts = "resolverports"
+	setNever4        = "never4"
+	setNever6        = "never6"
+	mapFwdSessions   = "fwd-sessions"
+	mapInSessions    = "in-sessions"
+
+	dropsComment = "drops"
+)
+
+// DropSetSize bounds the number of distinct blocked destinations itemised
+// per session and address family, so a session scanning addresses cannot
+// grow kernel memory without limit. Packets past the bound are still
+// blocked and counted in DropStats.Packets.
+const DropSetSize = 4096
+
+// ResolverPorts are the destination ports no session may reach directly,
+// pinned or not: DNS and DNS over TLS. Name resolution goes through the
+// gateway's proxy.
+var ResolverPorts = []uint16{53, 853}
+
+// DefaultNever are the destinations no session may reach: "this network",
+// loopback, link-local (cloud metadata included), Alibaba's metadata
+// address, multicast, reserved space, and their IPv6 counterparts.
+var DefaultNever = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("100.100.100.200/32"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("::/128"),
+	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("::ffff:0:0/96"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("ff00::/8"),
+	netip.MustParsePrefix("fd00:ec2::254/128"),
+}
+
+// Base describes the gateway table.
+type Base struct {
+	// Table is the name of the inet table (the daemon's prefix).
+	Table string
+	// SessionIfacePrefix starts every session interface name.
+	SessionIfacePrefix string
+	// Uplink is the gateway's uplink interface; traffic leaving through it
+	// is masqueraded.
+	Uplink string
+	// DNSPort is the port of the gateway's DNS proxy.
+	DNSPort uint16
+	// Never are destinations no session may reach, in addition to
+	// DefaultNever.
+	Never []netip.Prefix
+}
+
+// Rule allows or denies a destination range, on one port or (Port 0) all.
+type Rule struct {
+	Prefix netip.Prefix
+	Port   uint16
+}
+
+func (r Rule) String() string {
+	if r.Port == 0 {
+		return r.Prefix.String()
+	}
+	return fmt.Sprintf("%s:%d", r.Prefix, r.Port)
+}
+
+// Session describes one session's rules.
+type Session struct {
+	// Name is the session's interface name in the gateway namespace; it
+	// also names the session's chains and sets.
+	Name string
+	// Addr4 is the session's IPv4 address; Addr6 its IPv6 address, or the
+	// zero Addr when the session has no IPv6.
+	Addr4, Addr6 netip.Addr
+	// Drop silently drops blocked packets instead of rejecting them.
+	Drop bool
+	// Allow and Deny are static destination rules; Deny wins over Allow
+	// and over pins.
+	Allow, Deny []Rule
+}
+
+// setIDs hands out batch-local set ids. The library's own allocator is a
+// package variable without synchronisation, so every set gets an explicit
+// id here.
+var setIDs atomic.Uint32
+
+func newSet(s *nftables.Set) *nftables.Set {
+	s.ID = setIDs.Add(1)
+	return s
+}
+
+var (
+	typePin4  = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)
+	typePin6  = nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeInetService)
+	typeDrop4 = nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)
+	typeDrop6 = nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeInetProto, nftables.TypeInetService)
+)
+
+func table(name string) *nftables.Table {
+	return &nftables.Table{Name: name, Family: nftables.TableFamilyINet}
+}
+
+func comment(s string) []byte {
+	return userdata.AppendString(nil, userdata.TypeComment, s)
+}
+
+// Validate reports whether b can be installed.
+func (b Base) Validate() error {
+	switch {
+	case b.Table == "":
+		return errors.New("nft: empty table name")
+	case b.SessionIfacePrefix == "":
+		return errors.New("nft: empty session interface prefix")
+	case b.Uplink == "" || len(b.Uplink) >= ifNameSize:
+		return fmt.Errorf("nft: bad uplink interface name %q", b.Uplink)
+	case b.DNSPort == 0:
+		return errors.New("nft: DNS port 0")
+	}
+	for _, p := range b.Never {
+		if !p.IsValid() {
+			return fmt.Errorf("nft: invalid never range %v", p)
+		}
+	}
+	return nil
+}
+
+// Install queues the creation of the table described by b on c; the caller
+// flushes. It fails at flush time if the table exists.
+func Install(c *nftables.Conn, b Base) error {
+	if err := b.Validate(); err != nil {
+		return err
+	}
+	t := c.CreateTable(table(b.Table))
+
+	tcpudp := newSet(&nftables.Set{Table: t, Name: setTCPUDP, Constant: true, KeyType: nftables.TypeInetProto})
+	if err := c.AddSet(tcpudp, []nftables.SetElement{{Key: []byte{protoTCP}}, {Key: []byte{protoUDP}}}); err != nil {
+		return err
+	}
+	var rp []nftables.SetElement
+	for _, p := range ResolverPorts {
+		rp = append(rp, nftables.SetElement{Key: be16(p)})
+	}
+	if err := c.AddSet(newSet(&nftables.Set{Table: t, Name: setResolverPorts, Constant: true, KeyType: nftables.TypeInetService}), rp); err != nil {
+		return err
+	}
+	never := append(slices.Clone(DefaultNever), b.Never...)
+	for _, fam := range []struct {
+		name string
+		typ  nftables.SetDatatype
+		is4  bool
+	}{{setNever4, nftables.TypeIPAddr, true}, {setNever6, nftables.TypeIP6Addr, false}} {
+		var ps []netip.Prefix
+		for _, p := range never {
+			if p.Addr().Is4() == fam.is4 {
+				ps = append(ps, p)
+			}
+		}
+		s := newSet(&nftables.Set{Table: t, Name: fam.name, Interval: true, KeyType: fam.typ})
+		if err := c.AddSet(s, IntervalElements(ps)); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{mapFwdSessions, mapInSessions} {
+		// Interface names are strings: big endian tells nft to print them
+		// as such.
+		m := newSet(&nftables.Set{
+			Table: t, Name: name, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict,
+			KeyByteOrder: binaryutil.BigEndian,
+		})
+		if err := c.AddSet(m, nil); err != nil {
+			return err
+		}
+	}
+
+	policyDrop, policyAccept := nftables.ChainPolicyDrop, nftables.ChainPolicyAccept
+	fwd := c.AddChain(&nftables.Chain{
+		Name: ChainForward, Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &policyDrop,
+	})
+	in := c.AddChain(&nftables.Chain{
+		Name: ChainInput, Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &policyAccept,
+	})
+	post := c.AddChain(&nftables.Chain{
+		Name: ChainPostrouting, Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource,
+	})
+
+	vmap := func(name string) []expr.Any {
+		return one(
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
+			&expr.Lookup{SourceRegister: reg1, SetName: name, DestRegister: regVerdict, IsDestRegSet: true},
+		)
+	}
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: exprs(ctEstablished(), one(verdict(expr.VerdictAccept)))})
+	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: vmap(mapFwdSessions)})
+
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: exprs(ctEstablished(), one(verdict(expr.VerdictAccept)))})
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: exprs(
+		iifname(b.Uplink), l4protoTCPUDP(false),
+		one(dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(b.DNSPort)}, verdict(expr.VerdictDrop)),
+	)})
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: vmap(mapInSessions)})
+	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: exprs(iifnamePrefix(b.SessionIfacePrefix), one(verdict(expr.VerdictDrop)))})
+
+	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: exprs(oifname(b.Uplink), one(&expr.Masq{}))})
+	return nil
+}
+
+// Check reports whether the table named name exists with its base chains.
+func Check(c *nftables.Conn, name string) error {
+	t := table(name)
+	for _, ch := range []string{ChainForward, ChainInput, ChainPostrouting} {
+		if _, err := c.ListChain(t, ch); err != nil {
+			return fmt.Errorf("table %q chain %q: %w", name, ch, err)
+		}
+	}
+	for _, s := range []string{setTCPUDP, setResolverPorts, setNever4, setNever6, mapFwdSessions, mapInSessions} {
+		if _, err := c.GetSetByName(t, s); err != nil {
+			return fmt.Errorf("table %q set %q: %w", name, s, err)
+		}
+	}
+	return nil
+}
+
+// DeleteTable queues the deletion of the table name, if it exists. It is
+// not an error for the table to be missing.
+func DeleteTable(c *nftables.Conn, name string) error {
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		if t.Name == name {
+			c.DelTable(t)
+		}
+	}
+	return nil
+}
+
+// TablesWithPrefix lists the inet tables whose name is prefix or starts with
+// prefix followed by "-".
+func TablesWithPrefix(c *nftables.Conn, prefix string) ([]string, error) {
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, t := range tables {
+		if t.Name == prefix || strings.HasPrefix(t.Name, prefix+"-") {
+			out = append(out, t.Name)
+		}
+	}
+	return out, nil
+}
+
+func sessionObjects(name string) (fwd, in, blk string, sets []string) {
+	return name + "-fwd", name + "-in", name + "-blk",
+		[]string{name + "-p4", name + "-a4", name + "-p6", name + "-a6", name + "-d4", name + "-d6"}
+}
+
+// Validate reports whether s can be installed.
+func (s Session) Validate() error {
+	if s.Name == "" || len(s.Name) >= ifNameSize {
+		return fmt.Errorf("nft: bad session interface name %q", s.Name)
+	}
+	if !s.Addr4.Is4() {
+		return fmt.Errorf("nft: session %s: address %v is not IPv4", s.Name, s.Addr4)
+	}
+	if s.Addr6.IsValid() && !s.Addr6.Is6() {
+		return fmt.Errorf("nft: session %s: address %v is not IPv6", s.Name, s.Addr6)
+	}
+	for _, r := range slices.Concat(s.Allow, s.Deny) {
+		if !r.Prefix.IsValid() || r.Prefix.Addr().Is4In6() {
+			return fmt.Errorf("nft: session %s: bad rule %v", s.Name, r)
+		}
+	}
+	return nil
+}
+
+// AddSession queues the sets, chains and map entries of session s in table
+// tableName (see the package documentation); the caller flushes. All of it
+// lands in one batch, so it is installed completely or not at all.
+func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	t := table(tableName)
+	fwdName, inName, blkName, _ := sessionObjects(s.Name)
+
+	sets := []*nftables.Set{
+		{Name: s.Name + "-p4", KeyType: typePin4, Concatenation: true, HasTimeout: true},
+		{Name: s.Name + "-a4", KeyType: nftables.TypeIPAddr, HasTimeout: true},
+		{Name: s.Name + "-p6", KeyType: typePin6, Concatenation: true, HasTimeout: true},
+		{Name: s.Name + "-a6", KeyType: nftables.TypeIP6Addr, HasTimeout: true},
+		{Name: s.Name + "-d4", KeyType: typeDrop4, Concatenation: true, Dynamic: true, Counter: true, Size: DropSetSize},
+		{Name: s.Name + "-d6", KeyType: typeDrop6, Concatenation: true, Dynamic: true, Counter: true, Size: DropSetSize},
+	}
+	for _, set := range sets {
+		set.Table = t
+		if err := c.AddSet(newSet(set), nil); err != nil {
+			return fmt.Errorf("session %s: set %s: %w", s.Name, set.Name, err)
+		}
+	}
+
+	blk := c.AddChain(&nftables.Chain{Name: blkName, Table: t})
+	fwd := c.AddChain(&nftables.Chain{Name: fwdName, Table: t})
+	in := c.AddChain(&nftables.Chain{Name: inName, Table: t})
+	toBlk := gotoChain(blkName)
+	add := func(ch *nftables.Chain, e ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs(e...)})
+	}
+
+	// <s>-blk: record, count, refuse.
+	for _, fam := range []struct {
+		family byte
+		set    string
+		proto  uint32 // register of the l4proto field
+	}{
+		{unix.NFPROTO_IPV4, s.Name + "-d4", reg32 + 1},
+		{unix.NFPROTO_IPV6, s.Name + "-d6", reg32 + 4},
+	} {
+		update := &expr.Dynset{SrcRegKey: reg32, SetName: fam.set, Operation: unix.NFT_DYNSET_OP_UPDATE}
+		load := one(
+			loadAddr(fam.family, true, reg32),
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: fam.proto},
+		)
+		add(blk, nfproto(fam.family), l4protoTCPUDP(false), load, one(dport(fam.proto+1), update))
+		add(blk, nfproto(fam.family), l4protoTCPUDP(true), load,
+			one(&expr.Immediate{Register: fam.proto + 1, Data: []byte{0, 0, 0, 0}}, update))
+	}
+	c.AddRule(&nftables.Rule{Table: t, Chain: blk, Exprs: one(&expr.Counter{}), UserData: comment(dropsComment)})
+	if s.Drop {
+		add(blk, one(verdict(expr.VerdictDrop)))
+	} else {
+		add(blk, l4protoIs(protoTCP), one(&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}))
+		add(blk, one(&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}))
+	}
+
+	// <s>-fwd: what the session may reach through the gateway.
+	add(fwd, saddrNot(s.Addr4), one(toBlk))
+	if s.Addr6.IsValid() {
+		add(fwd, saddrNot(s.Addr6), one(toBlk))
+	} else {
+		add(fwd, nfproto(unix.NFPROTO_IPV6), one(toBlk))
+	}
+	add(fwd, l4protoTCPUDP(true), one(toBlk))
+	add(fwd, one(dport(reg1), &expr.Lookup{SourceRegister: reg1, SetName: setResolverPorts}, toBlk))
+	add(fwd, nfproto(unix.NFPROTO_IPV4), one(loadAddr(unix.NFPROTO_IPV4, true, reg1), &expr.Lookup{SourceRegister: reg1, SetName: setNever4}, toBlk))
+	add(fwd, nfproto(unix.NFPROTO_IPV6), one(loadAddr(unix.NFPROTO_IPV6, true, reg1), &expr.Lookup{SourceRegister: reg1, SetName: setNever6}, toBlk))
+	for _, r := range s.Deny {
+		add(fwd, daddrIn(r.Prefix, r.Port), one(toBlk))
+	}
+	accept := verdict(expr.VerdictAccept)
+	add(fwd, nfproto(unix.NFPROTO_IPV4), one(
+		loadAddr(unix.NFPROTO_IPV4, true, reg32), dport(reg32+1),
+		&expr.Lookup{SourceRegister: reg32, SetName: s.Name + "-p4"}, accept))
+	add(fwd, nfproto(unix.NFPROTO_IPV4), one(
+		loadAddr(unix.NFPROTO_IPV4, true, reg1),
+		&expr.Lookup{SourceRegister: reg1, SetName: s.Name + "-a4"}, accept))
+	if s.Addr6.IsValid() {
+		add(fwd, nfproto(unix.NFPROTO_IPV6), one(
+			loadAddr(unix.NFPROTO_IPV6, true, reg32), dport(reg32+4),
+			&expr.Lookup{SourceRegister: reg32, SetName: s.Name + "-p6"}, accept))
+		add(fwd, nfproto(unix.NFPROTO_IPV6), one(
+			loadAddr(unix.NFPROTO_IPV6, true, reg1),
+			&expr.Lookup{SourceRegister: reg1, SetName: s.Name + "-a6"}, accept))
+	}
+	for _, r := range s.Allow {
+		if r.Prefix.Addr().Is6() && !s.Addr6.IsValid() {
+			continue
+		}
+		add(fwd, daddrIn(r.Prefix, r.Port), one(accept))
+	}
+	add(fwd, one(toBlk))
+
+	// <s>-in: what the session may reach on the gateway itself.
+	add(in, nfproto(unix.NFPROTO_IPV6), l4protoIs(protoICMPv6), one(
+		&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Range{Op: expr.CmpOpEq, Register: reg1, FromData: []byte{133}, ToData: []byte{136}},
+		accept))
+	add(in, daddrIn(netip.MustParsePrefix("ff00::/8"), 0), one(verdict(expr.VerdictDrop)))
+	add(in, saddrNot(s.Addr4), one(toBlk))
+	add(in, nfproto(unix.NFPROTO_IPV4), l4protoTCPUDP(false), one(
+		dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(b.DNSPort)},
+		&expr.Fib{Register: reg1, FlagDADDR: true, FlagIIF: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: nativeU32(unix.RTN_LOCAL)},
+		accept))
+	add(in, one(toBlk))
+
+	// Dispatch: the session's interface enters its chains.
+	for _, m := range []struct{ set, chain string }{{mapFwdSessions, fwdName}, {mapInSessions, inName}} {
+		vm := &nftables.Set{Table: t, Name: m.set, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+		if err := c.SetAddElements(vm, []nftables.SetElement{{
+			Key: ifnameData(s.Name), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: m.chain},
+		}}); err != nil {
+			return fmt.Errorf("session %s: map %s: %w", s.Name, m.set, err)
+		}
+	}
+	return nil
+}
+
+// DeleteSession queues the removal of everything AddSession created for
+// session name; the caller flushes. Objects already gone are skipped, so a
+// half-removed session can be removed again.
+func DeleteSession(c *nftables.Conn, tableName, name string) error {
+	t := table(tableName)
+	fwdName, inName, blkName, setNames := sessionObjects(name)
+	for _, m := range []string{mapFwdSessions, mapInSessions} {
+		vm := &nftables.Set{Table: t, Name: m, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+		elems, err := c.GetSetElements(vm)
+		if err != nil {
+			return fmt.Errorf("list %s: %w", m, err)
+		}
+		for _, e := range elems {
+			if bytes.Equal(e.Key, ifnameData(name)) {
+				if err := c.SetDeleteElements(vm, []nftables.SetElement{{Key: e.Key}}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return err
+	}
+	var present []*nftables.Chain
+	for _, ch := range chains {
+		if ch.Table.Name == tableName && (ch.Name == fwdName || ch.Name == inName || ch.Name == blkName) {
+			present = append(present, ch)
+		}
+	}
+	for _, ch := range present {
+		c.FlushChain(ch)
+	}
+	for _, ch := range present {
+		c.DelChain(ch)
+	}
+	sets, err := c.GetSets(t)
+	if err != nil {
+		return err
+	}
+	for _, s := range sets {
+		if slices.Contains(setNames, s.Name) {
+			c.DelSet(s)
+		}
+	}
+	return nil
+}
+
+// Sessions lists the session names that have chains in table tableName,
+// and which of them are complete (both dispatch entries present).
+func Sessions(c *nftables.Conn, tableName string) (all []string, complete map[string]bool, err error) {
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, nil, err
+	}
+	seen := map[string]bool{}
+	for _, ch := range chains {
+		if ch.Table.Name != tableName {
+			continue
+		}
+		for _, suf := range []string{"-fwd", "-in", "-blk"} {
+			if n, ok := strings.CutSuffix(ch.Name, suf); ok && ch.Hooknum == nil {
+				seen[n] = true
+			}
+		}
+	}
+	counts := map[string]int{}
+	t := table(tableName)
+	for _, m := range []string{mapFwdSessions, mapInSessions} {
+		elems, err := c.GetSetElements(&nftables.Set{Table: t, Name: m, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict})
+		if err != nil {
+			return nil, nil, fmt.Errorf("list %s: %w", m, err)
+		}
+		for _, e := range elems {
+			n := string(bytes.TrimRight(e.Key, "\x00"))
+			seen[n] = true
+			counts[n]++
+		}
+	}
+	complete = map[string]bool{}
+	for n := range seen {
+		all = append(all, n)
+		complete[n] = counts[n] == 2
+	}
+	slices.Sort(all)
+	return all, complete, nil
+}
+
+// PinElements builds the set elements for ps, split by set: pin4 and any4
+// hold IPv4 entries, pin6 and any6 IPv6 ones; Port 0 means any port, and
+// Expires is the lifetime to give. IPv4-mapped IPv6 addresses count as IPv4.
+func PinElements(ps []Pinning) (pin4, any4, pin6, any6 []nftables.SetElement) {
+	for _, p := range ps {
+		a := p.Addr.Unmap()
+		if !a.IsValid() {
+			continue
+		}
+		switch {
+		case p.Port == 0 && a.Is4():
+			any4 = append(any4, nftables.SetElement{Key: a.AsSlice(), Timeout: p.Expires})
+		case p.Port == 0:
+			any6 = append(any6, nftables.SetElement{Key: a.AsSlice(), Timeout: p.Expires})
+		case a.Is4():
+			pin4 = append(pin4, nftables.SetElement{Key: PinKey(a, p.Port), Timeout: p.Expires})
+		default:
+			pin6 = append(pin6, nftables.SetElement{Key: PinKey(a, p.Port), Timeout: p.Expires})
+		}
+	}
+	return pin4, any4, pin6, any6
+}
+
+// Pin queues the addition of ps to session name's sets; the caller flushes.
+// Adding an element that exists sets its timeout to the new lifetime.
+func Pin(c *nftables.Conn, tableName, name string, ps []Pinning) error {
+	for _, p := range ps {
+		if p.Expires < time.Millisecond {
+			return fmt.Errorf("nft: pin %v lifetime %v too short", p.Addr, p.Expires)
+		}
+	}
+	t := table(tableName)
+	pin4, any4, pin6, any6 := PinElements(ps)
+	for _, x := range []struct {
+		set   string
+		typ   nftables.SetDatatype
+		elems []nftables.SetElement
+	}{
+		{name + "-p4", typePin4, pin4}, {name + "-a4", nftables.TypeIPAddr, any4},
+		{name + "-p6", typePin6, pin6}, {name + "-a6", nftables.TypeIP6Addr, any6},
+	} {
+		if len(x.elems) == 0 {
+			continue
+		}
+		s := &nftables.Set{Table: t, Name: x.set, KeyType: x.typ, HasTimeout: true}
+		if err := c.SetAddElements(s, x.elems); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Pinned lists session name's pinned entries with their remaining lifetime.
+func Pinned(c *nftables.Conn, tableName, name string) ([]Pinning, error) {
+	t := table(tableName)
+	var out []Pinning
+	for _, x := range []struct {
+		set string
+		typ nftables.SetDatatype
+	}{{name + "-p4", typePin4}, {name + "-a4", nftables.TypeIPAddr}, {name + "-p6", typePin6}, {name + "-a6", nftables.TypeIP6Addr}} {
+		elems, err := c.GetSetElements(&nftables.Set{Table: t, Name: x.set, KeyType: x.typ, HasTimeout: true})
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", x.set, err)
+		}
+		for _, e := range elems {
+			p, err := decodePin(e.Key)
+			if err != nil {
+				return nil, fmt.Errorf("set %s: %w", x.set, err)
+			}
+			p.Expires = e.Expires
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// Pinning is one allowed destination.
+type Pinning struct {
+	Addr netip.Addr
+	Port uint16 // 0: any port
+	// Expires is the remaining lifetime when read back, the lifetime to
+	// give when pinning.
+	Expires time.Duration
+}
+
+// Drops reads session name's blocked-destination counters.
+func Drops(c *nftables.Conn, tableName, name string) (DropStats, error) {
+	t := table(tableName)
+	var st DropStats
+	for _, x := range []struct {
+		set string
+		typ nftables.SetDatatype
+	}{{name + "-d4", typeDrop4}, {name + "-d6", typeDrop6}} {
+		elems, err := c.GetSetElements(&nftables.Set{Table: t, Name: x.set, KeyType: x.typ, Dynamic: true})
+		if err != nil {
+			return DropStats{}, fmt.Errorf("list %s: %w", x.set, err)
+		}
+		for _, e := range elems {
+			d, err := DecodeDropKey(e.Key)
+			if err != nil {
+				return DropStats{}, fmt.Errorf("set %s: %w", x.set, err)
+			}
+			if e.Counter != nil {
+				d.Packets, d.Bytes = e.Counter.Packets, e.Counter.Bytes
+			}
+			st.Dests = append(st.Dests, d)
+		}
+	}
+	_, _, blkName, _ := sessionObjects(name)
+	rules, err := c.GetRules(t, &nftables.Chain{Name: blkName, Table: t})
+	if err != nil {
+		return DropStats{}, fmt.Errorf("list %s: %w", blkName, err)
+	}
+	for _, r := range rules {
+		if cm, ok := userdata.GetString(r.UserData, userdata.TypeComment); !ok || cm != dropsComment {
+			continue
+		}
+		for _, e := range r.Exprs {
+			if cnt, ok := e.(*expr.Counter); ok {
+				st.Packets, st.Bytes = cnt.Packets, cnt.Bytes
+			}
+		}
+	}
+	SortDrops(st.Dests)
+	return st, nil
+}

@@ -1,0 +1,228 @@
+package world_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/miekg/dns"
+
+	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/world"
+)
+
+var (
+	ipA  = netip.MustParseAddr("10.214.0.10")
+	ipA6 = netip.MustParseAddr("fd0a:214::10")
+)
+
+func start(t *testing.T) *world.World {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	w, err := world.Start(t.Context(), world.Config{Prefix: "w" + strings.ToLower(rand.Text()[:5]), TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+		if netns.IsNetns(w.NetnsPath()) {
+			t.Errorf("%s survives Close", w.NetnsPath())
+		}
+	})
+	must(t, w.AddHost("a.test", ipA))
+	must(t, w.AddHost("A.Test.", ipA6))
+	must(t, w.AddCNAME("www.test", "a.test"))
+	must(t, w.AddCNAME("out.test", "example.com"))
+	must(t, w.AddCNAME("loop1.test", "loop2.test"))
+	must(t, w.AddCNAME("loop2.test", "loop1.test"))
+	return w
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func query(t *testing.T, w *world.World, network, name string, qtype uint16) *dns.Msg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	conn, err := w.Dialer()(ctx, network, netip.AddrPortFrom(w.DNSAddr(), 53).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	r, _, err := (&dns.Client{Net: network}).ExchangeWithConnContext(ctx, m, &dns.Conn{Conn: conn})
+	if err != nil {
+		t.Fatalf("%s %s %s: %v", network, name, dns.TypeToString[qtype], err)
+	}
+	return r
+}
+
+func TestDNS(t *testing.T) {
+	t.Parallel()
+	w := start(t)
+	tests := []struct {
+		name    string
+		qtype   uint16
+		rcode   int
+		answers []string // record data, in order
+		soa     bool
+	}{
+		{"a.test.", dns.TypeA, dns.RcodeSuccess, []string{"10.214.0.10"}, false},
+		{"A.TEST.", dns.TypeAAAA, dns.RcodeSuccess, []string{"fd0a:214::10"}, false},
+		{"www.test.", dns.TypeA, dns.RcodeSuccess, []string{"a.test.", "10.214.0.10"}, false},
+		{"www.test.", dns.TypeCNAME, dns.RcodeSuccess, []string{"a.test."}, false},
+		{"out.test.", dns.TypeA, dns.RcodeSuccess, []string{"example.com."}, false},
+		{"a.test.", dns.TypeMX, dns.RcodeSuccess, nil, true},
+		{"nope.test.", dns.TypeA, dns.RcodeNameError, nil, true},
+		{"example.com.", dns.TypeA, dns.RcodeRefused, nil, false},
+		{"loop1.test.", dns.TypeA, dns.RcodeSuccess, []string{"loop2.test.", "loop1.test.", "loop2.test.", "loop1.test.", "loop2.test.", "loop1.test.", "loop2.test.", "loop1.test."}, false},
+	}
+	for _, network := range []string{"udp", "tcp"} {
+		for _, tt := range tests {
+			t.Run(network+" "+tt.name+" "+dns.TypeToString[tt.qtype], func(t *testing.T) {
+				r := query(t, w, network, tt.name, tt.qtype)
+				if r.Rcode != tt.rcode {
+					t.Fatalf("rcode %s, want %s", dns.RcodeToString[r.Rcode], dns.RcodeToString[tt.rcode])
+				}
+				var got []string
+				for _, rr := range r.Answer {
+					switch rr := rr.(type) {
+					case *dns.A:
+						got = append(got, rr.A.String())
+					case *dns.AAAA:
+						got = append(got, rr.AAAA.String())
+					case *dns.CNAME:
+						got = append(got, rr.Target)
+					}
+					if rr.Header().Ttl != 5 {
+						t.Errorf("TTL %d, want 5", rr.Header().Ttl)
+					}
+				}
+				if strings.Join(got, " ") != strings.Join(tt.answers, " ") {
+					t.Errorf("answers %v, want %v", got, tt.answers)
+				}
+				if hasSOA := len(r.Ns) == 1 && r.Ns[0].Header().Rrtype == dns.TypeSOA; hasSOA != tt.soa {
+					t.Errorf("authority %v, want SOA: %v", r.Ns, tt.soa)
+				}
+				if tt.rcode != dns.RcodeRefused && !r.Authoritative {
+					t.Error("answer not authoritative")
+				}
+			})
+		}
+	}
+	if !w.Queried("NOPE.test") || w.Queried("never-asked.test") {
+		t.Error("Queried does not reflect the queries")
+	}
+	var udp, tcp int
+	for _, q := range w.DNSLog() {
+		if q.Name == "a.test." && q.Type == "A" {
+			switch q.Proto {
+			case "udp":
+				udp++
+			case "tcp":
+				tcp++
+			}
+			if !q.From.Addr().IsLoopback() && q.From.Addr() != w.DNSAddr() {
+				t.Errorf("query from %v", q.From)
+			}
+		}
+	}
+	if udp != 1 || tcp != 1 {
+		t.Errorf("log has %d udp and %d tcp queries for a.test A, want 1 and 1", udp, tcp)
+	}
+}
+
+func TestHosts(t *testing.T) {
+	t.Parallel()
+	w := start(t)
+	client := func(tlsName string) *http.Client {
+		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			DialContext:     w.Dialer(),
+			TLSClientConfig: &tls.Config{RootCAs: w.CertPool(), ServerName: tlsName},
+		}}
+	}
+	for _, tt := range []struct{ url, sni string }{
+		{"http://10.214.0.10/", ""},
+		{"http://[fd0a:214::10]/", ""},
+		{"https://10.214.0.10/", "a.test"},
+		{"https://10.214.0.10/", ""}, // certificate for the IP
+	} {
+		resp, err := client(tt.sni).Get(tt.url)
+		if err != nil {
+			t.Errorf("GET %s (SNI %q): %v", tt.url, tt.sni, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || strings.TrimSpace(string(body)) != "a.test" {
+			t.Errorf("GET %s: %s %q, want 200 a.test", tt.url, resp.Status, body)
+		}
+	}
+
+	must(t, w.AddTCPEcho(netip.MustParseAddrPort("10.214.0.20:9000")))
+	must(t, w.AddUDPEcho(netip.MustParseAddrPort("10.214.0.20:9001")))
+	for _, tt := range []struct{ network, addr string }{
+		{"tcp", "10.214.0.10:7"}, {"tcp", "10.214.0.20:9000"}, {"udp", "10.214.0.20:9001"},
+	} {
+		c, err := w.Dialer()(t.Context(), tt.network, tt.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+		if _, err := c.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+			t.Errorf("echo %s %s: %q %v", tt.network, tt.addr, buf, err)
+		}
+		c.Close()
+	}
+
+	// Nothing routes out of the world.
+	if c, err := w.Dialer()(t.Context(), "tcp", "192.0.2.1:80"); err == nil {
+		c.Close()
+		t.Error("the world reached 192.0.2.1")
+	}
+}
+
+func TestAddErrors(t *testing.T) {
+	t.Parallel()
+	w := start(t)
+	if err := w.AddHost("example.com", ipA); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("AddHost outside the zone = %v", err)
+	}
+	if err := w.AddHost("test.", ipA); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("AddHost at the apex = %v", err)
+	}
+	if err := w.AddHost("b.test", netip.Addr{}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("AddHost without an address = %v", err)
+	}
+	if err := w.AddCNAME("a.test", "b.test"); !errdefs.IsAlreadyExists(err) {
+		t.Errorf("AddCNAME over an A record = %v", err)
+	}
+	if err := w.AddHost("www.test", ipA); !errdefs.IsAlreadyExists(err) {
+		t.Errorf("AddHost on a CNAME = %v", err)
+	}
+	// A second name on a served address keeps the first as the HTTP body.
+	must(t, w.AddHost("second.test", ipA))
+	if r := query(t, w, "udp", "second.test.", dns.TypeA); len(r.Answer) != 1 {
+		t.Errorf("second.test: %v", r.Answer)
+	}
+}

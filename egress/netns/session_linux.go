@@ -25,10 +25,12 @@ import (
 // when Port is 0.
 type Rule = nft.Rule
 
-// Drop is one blocked destination; DropStats a session's blocked traffic.
+// Drop is one blocked destination; DropStats a session's blocked traffic;
+// Pinning one allowed destination.
 type (
 	Drop      = nft.Drop
 	DropStats = nft.DropStats
+	Pinning   = nft.Pinning
 )
 
 // SessionConfig is what a session's manifest says about its network.
@@ -281,6 +283,9 @@ func (s *Session) create(cfg SessionConfig) error {
 	if err := pairNeighbors(g.nl, gwLink, gwAddrs, sh, eth, sAddrs); err != nil {
 		return err
 	}
+	if err := errors.Join(waitAddrsReady(g.nl, gwAddrs), waitAddrsReady(sh, sAddrs)); err != nil {
+		return err
+	}
 	gws := []netip.Addr{s.addrs.GW4}
 	if s.ipv6 {
 		gws = append(gws, s.addrs.GW6)
@@ -449,11 +454,11 @@ func (s *Session) Pin(ctx context.Context, addrs []netip.Addr, ports []uint16, t
 
 // Pinned lists the session's allowed entries with their remaining life, as
 // the kernel has them.
-func (s *Session) Pinned(ctx context.Context) ([]nft.Pinning, error) {
+func (s *Session) Pinned(ctx context.Context) ([]Pinning, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var out []nft.Pinning
+	var out []Pinning
 	err := s.gw.withNft(func(c *nftables.Conn) error {
 		var err error
 		out, err = nft.Pinned(c, s.gw.cfg.Prefix, s.iface)

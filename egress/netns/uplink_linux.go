@@ -91,6 +91,12 @@ func (g *Gateway) addUplink(ctx context.Context) error {
 		ph, peer, []netip.Addr{g.uplinkPeer4, g.uplinkPeer6}); err != nil {
 		return err
 	}
+	if err := errors.Join(
+		waitAddrsReady(g.nl, []netip.Addr{g.uplinkGW4, g.uplinkGW6}),
+		waitAddrsReady(ph, []netip.Addr{g.uplinkPeer4, g.uplinkPeer6}),
+	); err != nil {
+		return err
+	}
 	for _, gw := range []netip.Addr{g.uplinkPeer4, g.uplinkPeer6} {
 		if err := g.nl.RouteAdd(&netlink.Route{
 			LinkIndex: link.Attrs().Index, Dst: ipNet(zeroOf(gw), 0), Gw: gw.AsSlice(),
@@ -213,6 +219,27 @@ func waitOperUp(h *netlink.Handle, name string) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// waitAddrsReady waits until the kernel routes each of addrs as local.
+// Even without duplicate address detection, an IPv6 address becomes usable
+// and gets its local route from deferred work after the link comes up;
+// a packet to it that arrives before then is discarded.
+func waitAddrsReady(h *netlink.Handle, addrs []netip.Addr) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for _, a := range addrs {
+		for {
+			routes, err := h.RouteGet(a.AsSlice())
+			if err == nil && len(routes) > 0 && routes[0].Type == unix.RTN_LOCAL {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("address %v not local after 5s (%v, %v)", a, routes, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // pairNeighbors installs permanent neighbour entries for a veth pair's

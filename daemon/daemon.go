@@ -181,7 +181,7 @@ func (d *Daemon) get(id string) (*session, error) {
 	defer d.mu.Unlock()
 	s, ok := d.sessions[id]
 	if !ok {
-		return nil, fmt.Errorf("session %q: %w", id, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("no session %q: %w", id, errdefs.ErrNotFound)
 	}
 	return s, nil
 }

@@ -524,7 +524,7 @@ func TestHelp(t *testing.T) {
 		}
 	}
 	walk(root)
-	for _, name := range []string{"diff", "commit", "discard", "audit", "bench"} {
+	for _, name := range []string{"diff", "commit", "discard", "bench"} {
 		if cmd, _, err := root.Find([]string{name}); err == nil && cmd != root {
 			t.Errorf("command %q exists", name)
 		}

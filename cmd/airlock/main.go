@@ -263,7 +263,7 @@ It talks to airlockd over a unix socket; validate and fmt work without it.`,
 	add("session",
 		c.newRunCommand(), c.newCreateCommand(), c.newStartCommand(), c.newExecCommand(),
 		c.newLogsCommand(), c.newPsCommand(), c.newStopCommand(), c.newRmCommand(),
-		c.newInspectCommand(), c.newWaitCommand())
+		c.newInspectCommand(), c.newWaitCommand(), c.newAuditCommand())
 	add("manifest", c.newValidateCommand(), c.newFmtCommand())
 	add("other", c.newImageCommand(), c.newVersionCommand())
 	root.SetHelpCommandGroupID("other")

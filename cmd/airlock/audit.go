@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+)
+
+func (c *cli) newAuditCommand() *cobra.Command {
+	var asJSON bool
+	var layer string
+	cmd := &cobra.Command{
+		Use:   "audit [flags] ID",
+		Short: "Show a session's perimeter decisions",
+		Long: `Audit prints what the perimeter decided for a session, in order: DNS names
+allowed or refused (with the addresses pinned), connections blocked (per
+destination, with packet counts), credentials minted, refreshed, revoked or
+rejected by a service, and commit decisions. Credentials appear by id, never
+by value.`,
+		Example: `  airlock audit 3f9c2a1b
+  airlock audit --layer dns 3f9c2a1b
+  airlock audit --json 3f9c2a1b | jq 'select(.action == "refused")'`,
+		Args: exactArgs(1, "one session ID"),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			evs, err := c.client().Audit(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
+			if !asJSON {
+				fmt.Fprintln(tw, "TIME\tLAYER\tACTION\tSUBJECT\tDETAIL")
+			}
+			for _, ev := range evs {
+				if layer != "" && ev.Layer != layer {
+					continue
+				}
+				if asJSON {
+					if err := c.printJSONLine(ev); err != nil {
+						return err
+					}
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ev.Time.Local().Format("15:04:05.000"),
+					ev.Layer, ev.Action, ev.Subject, detail(ev.Reason, ev.Fields))
+			}
+			if asJSON {
+				return nil
+			}
+			return tw.Flush()
+		}),
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON event per line")
+	cmd.Flags().StringVar(&layer, "layer", "", "only events of this layer: dns, net, fs, credentials or session")
+	return cmd
+}
+
+// detail renders an event's reason and fields as "reason; k=v k=v".
+func detail(reason string, fields map[string]any) string {
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys)+1)
+	if reason != "" {
+		parts = append(parts, reason+";")
+	}
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%v", k, fields[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func (c *cli) printJSONLine(v any) error {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}

@@ -49,19 +49,22 @@ type CreateRequest struct {
 
 // Session is what inspect and list return.
 type Session struct {
-	ID        string          `json:"id"`
-	Label     string          `json:"label"`
-	State     string          `json:"state"`
-	Image     string          `json:"image"`
-	Command   []string        `json:"command"`
-	Created   time.Time       `json:"created"`
-	Started   *time.Time      `json:"started,omitempty"`
-	Finished  *time.Time      `json:"finished,omitempty"`
-	ExitCode  *int            `json:"exit_code,omitempty"`
-	Reason    string          `json:"reason,omitempty"` // why it ended: exited, stopped, timeout, oom, error
-	Pid       uint32          `json:"pid,omitempty"`
-	Policy    policies.Policy `json:"policy"`
-	Resources []Resource      `json:"resources,omitempty"`
+	ID       string          `json:"id"`
+	Label    string          `json:"label"`
+	State    string          `json:"state"`
+	Image    string          `json:"image"`
+	Command  []string        `json:"command"`
+	Created  time.Time       `json:"created"`
+	Started  *time.Time      `json:"started,omitempty"`
+	Finished *time.Time      `json:"finished,omitempty"`
+	ExitCode *int            `json:"exit_code,omitempty"`
+	Reason   string          `json:"reason,omitempty"` // why it ended: exited, stopped, timeout, oom, error
+	Pid      uint32          `json:"pid,omitempty"`
+	Policy   policies.Policy `json:"policy"`
+	// Review is true while workspace changes wait for `airlock commit` or
+	// `airlock discard`.
+	Review    bool       `json:"review,omitempty"`
+	Resources []Resource `json:"resources,omitempty"`
 }
 
 // Resource names a kernel or containerd object that the session owns.

@@ -229,6 +229,14 @@ func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (_ *api.Sess
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
 	opts = append(opts, popts...)
+	fs, err := d.setupFS(ctx, s, &p, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	if fs != nil {
+		s.fs = fs
+		opts = append(opts, fs.SpecOpt())
+	}
 	creds, err := d.mintCredentials(ctx, id, dir, &p, uid, gid)
 	if err != nil {
 		return nil, err
@@ -347,8 +355,13 @@ func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitS
 	if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
 		log.G(ctx).Warn("delete exited task", "error", err)
 	}
+	review, err := d.finishFS(ctx, s)
+	if err != nil {
+		log.G(ctx).Error("workspace on_exit", "error", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.rec.Review = review
 	s.stopTimerLocked()
 	if s.rec.State != api.StateRunning {
 		return
@@ -476,8 +489,11 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 	}
 	ctx = log.With(ctx, "session", id)
 	s.mu.Lock()
-	state := s.rec.State
+	state, review := s.rec.State, s.rec.Review
 	s.mu.Unlock()
+	if review && !force {
+		return fmt.Errorf("session %q has workspace changes waiting for review; commit or discard them first, or remove with force to drop them: %w", id, errdefs.ErrFailedPrecondition)
+	}
 	if state == api.StateRunning {
 		if !force {
 			return fmt.Errorf("session %q is running; stop it first or remove with force: %w", id, errdefs.ErrFailedPrecondition)
@@ -511,6 +527,9 @@ func (d *Daemon) teardown(ctx context.Context, id string) error {
 		return err
 	}
 	d.removeCgroupParents()
+	if err := cleanupFS(ctx, d.sessionDir(id)); err != nil {
+		return err
+	}
 	if err := unmountUnder(d.sessionDir(id)); err != nil {
 		return err
 	}
@@ -601,6 +620,9 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		}
 		known[id] = true
 		s := &session{d: d, dir: d.sessionDir(id), audit: newAuditLog(d.sessionDir(id)), rec: *rec, exited: make(chan struct{})}
+		if s.fs, err = loadFS(s.dir); err != nil {
+			log.G(sctx).Error("load workspace state", "error", err)
+		}
 		if err := d.reconcileSession(sctx, s); err != nil {
 			log.G(sctx).Error("reconcile", "error", err)
 			s.rec.State = api.StateUnknown
@@ -663,6 +685,11 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 		if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
 			return err
 		}
+		review, err := d.finishFS(ctx, s)
+		if err != nil {
+			log.G(ctx).Error("workspace on_exit", "error", err)
+		}
+		s.rec.Review = review
 		s.rec.State, s.rec.ExitCode, s.rec.Reason, s.rec.Finished = api.StateStopped, &exit, reason, &finished
 		s.closeExitedLocked()
 		log.G(ctx).Info("session ended while the daemon was down", "exit_code", exit, "reason", reason)
@@ -670,7 +697,18 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 	case api.StateStopped:
 		s.closeExitedLocked()
 		d.revokeCredentials(ctx, s.rec.ID)
-		return d.rt.DeleteTask(ctx, s.rec.ID)
+		if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
+			return err
+		}
+		if s.fs != nil && s.fs.Live() {
+			// The daemon died between the exit and on_exit.
+			review, err := d.finishFS(ctx, s)
+			if err != nil {
+				return err
+			}
+			s.rec.Review = review
+			return s.saveLocked()
+		}
 	case api.StateUnknown:
 		s.closeExitedLocked()
 	}

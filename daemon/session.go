@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
+	"github.com/airlock-sandbox/airlock/fsscope"
 )
 
 // session is one live session in the daemon.
@@ -20,6 +21,9 @@ type session struct {
 	timer  *time.Timer // +checklocks:mu
 	exited chan struct{}
 	closed bool // +checklocks:mu
+	// fs is the session's filesystem view; nil without workspaces or
+	// once nothing is left to review.
+	fs *fsscope.Session // +checklocks:mu
 	// minted holds the credentials minted at create until start hands them
 	// to the refreshers.
 	minted map[string]*credentials.Credential // +checklocks:mu
@@ -81,5 +85,6 @@ func (s *session) view() *api.Session {
 		Reason:   r.Reason,
 		Pid:      r.Pid,
 		Policy:   r.Policy,
+		Review:   r.Review,
 	}
 }

@@ -33,6 +33,8 @@ type record struct {
 	// Stopping records that a stop or timeout was requested, so the exit
 	// reason survives a restart.
 	Stopping string `json:"stopping,omitempty"`
+	// Review is set while workspace changes wait for commit or discard.
+	Review bool `json:"review,omitempty"`
 }
 
 // stateCreating marks a record whose create did not finish; a restarted

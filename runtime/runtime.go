@@ -164,7 +164,9 @@ func (r *Runtime) Create(ctx context.Context, o CreateOptions) (retErr error) {
 	_, err = r.client.NewContainer(ctx, o.ID,
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
-		containerd.WithNewSnapshotView(o.ID, img, snapshots.WithLabels(map[string]string{LabelSession: o.ID})),
+		// A writable snapshot lets runc create mount points; the spec then
+		// remounts the root read-only before the process starts.
+		containerd.WithNewSnapshot(o.ID, img, snapshots.WithLabels(map[string]string{LabelSession: o.ID})),
 		containerd.WithRuntime(plugins.RuntimeRuncV2, &options.Options{
 			BinaryName: r.cfg.RuncBinary,
 			Root:       r.cfg.RuncRoot,

@@ -263,9 +263,10 @@ It talks to airlockd over a unix socket; validate and fmt work without it.`,
 	add("session",
 		c.newRunCommand(), c.newCreateCommand(), c.newStartCommand(), c.newExecCommand(),
 		c.newLogsCommand(), c.newPsCommand(), c.newStopCommand(), c.newRmCommand(),
-		c.newInspectCommand(), c.newWaitCommand(), c.newAuditCommand())
+		c.newInspectCommand(), c.newWaitCommand(), c.newAuditCommand(),
+		c.newDiffCommand(), c.newCommitCommand(), c.newDiscardCommand())
 	add("manifest", c.newValidateCommand(), c.newFmtCommand())
-	add("other", c.newImageCommand(), c.newVersionCommand())
+	add("other", c.newImageCommand(), c.newVersionCommand(), c.newBenchCommand())
 	root.SetHelpCommandGroupID("other")
 	return root
 }

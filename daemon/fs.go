@@ -1,0 +1,250 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/fsscope"
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// fsDir is where a session's filesystem state (overlays, upper dirs,
+// baselines, masks) lives inside its directory.
+const fsDir = "fs"
+
+// setupFS prepares the session's workspaces and mounts. Sessions without
+// any get nothing from the host.
+func (d *Daemon) setupFS(ctx context.Context, s *session, p *policies.Policy, uid, gid uint32) (*fsscope.Session, error) {
+	if len(p.Workspaces) == 0 && len(p.Mounts) == 0 {
+		return nil, nil
+	}
+	fs, err := fsscope.Setup(ctx, filepath.Join(s.dir, fsDir), p, fsscope.Owner{UID: uid, GID: gid})
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !errdefs.IsInvalidArgument(err) {
+			return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+		}
+		return nil, err
+	}
+	return fs, nil
+}
+
+// finishFS runs once the sandbox is gone: it unmounts the session's view
+// and carries out each workspace's on_exit (commit with the commit policy,
+// discard, or keep for review). Every commit decision is audited.
+func (d *Daemon) finishFS(ctx context.Context, s *session) (review bool, err error) {
+	fs := s.fs
+	if fs == nil {
+		return false, nil
+	}
+	if err := fs.Teardown(ctx, true); err != nil {
+		return false, fmt.Errorf("unmount sandbox view: %w", err)
+	}
+	res, review, err := fs.Finish(ctx, s.fsAudit(ctx))
+	if res != nil {
+		log.G(ctx).Info("workspace committed on exit", "applied", len(res.Applied), "rejected", len(res.Rejected), "conflicts", len(res.Conflicts))
+	}
+	if err != nil && res == nil {
+		return true, err
+	}
+	if !review {
+		if err := fs.Teardown(ctx, false); err != nil {
+			return false, err
+		}
+		s.fs = nil
+	}
+	return review, nil
+}
+
+// fsAudit turns commit decisions into audit events.
+func (s *session) fsAudit(ctx context.Context) func(fsscope.Event) {
+	return func(ev fsscope.Event) {
+		action := map[string]string{
+			fsscope.EventRejected: "rejected", fsscope.EventConflict: "conflict", fsscope.EventApplied: "applied",
+		}[ev.Type]
+		if action == "" {
+			action = ev.Type
+		}
+		f := map[string]any{"host_path": ev.HostPath}
+		if ev.Kind != "" {
+			f["kind"] = string(ev.Kind)
+		}
+		if ev.Rule != "" {
+			f["rule"] = ev.Rule
+		}
+		s.audit.Emit(ctx, api.AuditEvent{Time: ev.Time, Session: s.rec.ID, Layer: "fs", Action: action,
+			Subject: ev.Path, Reason: ev.Reason, Fields: f})
+	}
+}
+
+// reviewable returns the session's filesystem state once its sandbox has
+// ended, or an error saying why the request cannot be served.
+func (d *Daemon) reviewable(id string) (*session, *fsscope.Session, error) {
+	s, err := d.get(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rec.State == api.StateRunning || s.rec.State == api.StateCreated {
+		return nil, nil, fmt.Errorf("session %q is %s; stop it before reviewing its changes: %w", id, s.rec.State, errdefs.ErrFailedPrecondition)
+	}
+	if s.fs == nil {
+		return nil, nil, fmt.Errorf("session %q has no changes waiting for review: %w", id, errdefs.ErrNotFound)
+	}
+	return s, s.fs, nil
+}
+
+// Diff returns the change set of a stopped session's overlay workspaces.
+func (d *Daemon) Diff(ctx context.Context, id string) (*api.ChangeSet, error) {
+	_, fs, err := d.reviewable(id)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := fs.Diff(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out api.ChangeSet
+	if err := convert(cs, &out); err != nil {
+		return nil, err
+	}
+	if out.Workspaces == nil {
+		out.Workspaces = []api.WorkspaceChanges{}
+	}
+	return &out, nil
+}
+
+// Commit applies a stopped session's changes to the host under its commit
+// policy.
+func (d *Daemon) Commit(ctx context.Context, id string, req api.CommitRequest) (*api.CommitResult, error) {
+	s, fs, err := d.reviewable(id)
+	if err != nil {
+		return nil, err
+	}
+	res, cerr := fs.Commit(ctx, fsscope.CommitOptions{Partial: req.Partial, Targets: req.Targets, Audit: s.fsAudit(ctx)})
+	if res == nil {
+		return nil, cerr
+	}
+	out := &api.CommitResult{Applied: []string{}}
+	if err := convert(res, out); err != nil {
+		return nil, err
+	}
+	out.Committed = len(out.Applied) > 0
+	if cerr == nil && len(out.Rejected) == 0 && len(out.Conflicts) == 0 {
+		d.dropReview(ctx, s)
+	}
+	return out, nil
+}
+
+// Discard drops a stopped session's changes.
+func (d *Daemon) Discard(ctx context.Context, id string) error {
+	s, fs, err := d.reviewable(id)
+	if err != nil {
+		return err
+	}
+	if err := fs.Discard(ctx); err != nil {
+		return err
+	}
+	d.dropReview(ctx, s)
+	return nil
+}
+
+// dropReview removes the kept upper directories once nothing is left to review.
+func (d *Daemon) dropReview(ctx context.Context, s *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fs == nil {
+		return
+	}
+	if err := s.fs.Teardown(ctx, false); err != nil {
+		log.G(ctx).Warn("remove reviewed workspace state", "session", s.rec.ID, "error", err)
+		return
+	}
+	s.fs = nil
+	s.rec.Review = false
+	_ = s.saveLocked()
+}
+
+// cleanupFS removes whatever filesystem state a session left, mounted or not.
+func cleanupFS(ctx context.Context, sessionDir string) error {
+	dir := filepath.Join(sessionDir, fsDir)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return fsscope.Cleanup(ctx, dir)
+}
+
+// loadFS re-opens a session's filesystem state after a restart.
+func loadFS(sessionDir string) (*fsscope.Session, error) {
+	dir := filepath.Join(sessionDir, fsDir)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return fsscope.Load(dir)
+}
+
+func convert(in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, out)
+}
+
+func (d *Daemon) handleDiff(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	switch r.URL.Query().Get("format") {
+	case "", "json":
+		cs, err := d.Diff(r.Context(), id)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, cs)
+	case "unified":
+		_, fs, err := d.reviewable(id)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		w.Header().Set("Content-Type", "text/x-diff; charset=utf-8")
+		if err := fs.UnifiedDiff(r.Context(), w); err != nil {
+			log.G(r.Context()).Error("unified diff", "session", id, "error", err)
+		}
+	default:
+		writeError(w, r, fmt.Errorf("format must be json or unified: %w", errdefs.ErrInvalidArgument))
+	}
+}
+
+func (d *Daemon) handleCommit(w http.ResponseWriter, r *http.Request) {
+	var req api.CommitRequest
+	if r.ContentLength != 0 {
+		if err := decodeJSON(r, &req); err != nil {
+			writeError(w, r, err)
+			return
+		}
+	}
+	res, err := d.Commit(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (d *Daemon) handleDiscard(w http.ResponseWriter, r *http.Request) {
+	if err := d.Discard(r.Context(), r.PathValue("id")); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,145 @@
+package fsscope
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/fsscope/glob"
+)
+
+// DefaultDenyRead returns the patterns every workspace masks unless its
+// manifest sets default_deny_read = false: credential files only. It never
+// names .git/config, which git needs; credentials inside a git config are
+// stripped from the copy the sandbox reads instead (see SanitizeGitConfig).
+//
+// SSH keys are matched by their conventional names (id_rsa*, id_ed25519*,
+// ...) rather than "id_*", which would also hide source files such as
+// id_generator.go.
+func DefaultDenyRead() []string {
+	return []string{
+		// Environment files and private keys.
+		".env*",
+		"*.pem",
+		"*.key",
+		"*.p12",
+		"*.pfx",
+		"*.jks",
+		"*.keystore",
+		"id_rsa*",
+		"id_dsa*",
+		"id_ecdsa*",
+		"id_ed25519*",
+		"id_xmss*",
+		".ssh/",
+		".gnupg/",
+		// Network and package-registry credentials.
+		".netrc",
+		"_netrc",
+		".git-credentials",
+		".pgpass",
+		".pypirc",
+		".vault-token",
+		"**/.docker/config.json",
+		"**/.kube/config",
+		"**/.config/gh/hosts.yml",
+		"**/.terraform.d/credentials.tfrc.json",
+		// Cloud credentials.
+		".aws/",
+		".azure/",
+		"**/.config/gcloud/",
+		"application_default_credentials.json",
+	}
+}
+
+// denyPatterns returns the effective deny_read patterns of a workspace.
+func denyPatterns(own []string, defaults bool) []string {
+	out := slices.Clone(own)
+	if defaults {
+		out = append(out, DefaultDenyRead()...)
+	}
+	return out
+}
+
+// Mask kinds.
+const (
+	maskFile = "file" // an empty, unreadable file bound over the path
+	maskDir  = "dir"  // an empty, unreadable directory bound over the path
+	maskCopy = "copy" // a sanitized copy bound read-only over the path
+)
+
+// mask hides one path of a workspace from the sandbox.
+type mask struct {
+	Path string `json:"path"` // relative to the workspace root
+	Kind string `json:"kind"`
+	// Source is the replacement content for maskCopy, relative to the
+	// session's state directory.
+	Source string `json:"source,omitempty"`
+	// Rule says why: the deny_read pattern, or how the path relates to one.
+	Rule string `json:"rule"`
+}
+
+// planMasks decides which paths of a workspace to mask, given its entries
+// in walk order (parents before children). A matching directory is masked
+// as a whole; a matching file or special file is masked; a symlink is not
+// masked, since what it reaches is masked (or not) under its own path.
+// Every other name of a masked file (a hard link anywhere in the
+// workspace, including inside a masked directory) is masked too.
+func planMasks(entries []entry, deny *glob.Set) []mask {
+	var (
+		masks      []mask
+		maskedDirs []string // prefixes "dir/" of masked directories
+		denied     = map[uint64]string{}
+		links      []int // indexes of uncovered files with more than one link
+	)
+	covered := func(p string) bool {
+		for _, d := range maskedDirs {
+			if strings.HasPrefix(p, d) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range entries {
+		e := &entries[i]
+		if e.Path == "" {
+			continue
+		}
+		if covered(e.Path) {
+			if e.isRegular() {
+				if _, ok := denied[e.Ino]; !ok {
+					denied[e.Ino] = e.Path
+				}
+			}
+			continue
+		}
+		if e.isSymlink() {
+			continue
+		}
+		pat, ok := deny.Match(e.Path, e.isDir())
+		if !ok {
+			if e.isRegular() && e.Nlink > 1 {
+				links = append(links, i)
+			}
+			continue
+		}
+		if e.isDir() {
+			masks = append(masks, mask{Path: e.Path, Kind: maskDir, Rule: pat})
+			maskedDirs = append(maskedDirs, e.Path+"/")
+			continue
+		}
+		masks = append(masks, mask{Path: e.Path, Kind: maskFile, Rule: pat})
+		if e.isRegular() {
+			if _, ok := denied[e.Ino]; !ok {
+				denied[e.Ino] = e.Path
+			}
+		}
+	}
+	for _, i := range links {
+		e := &entries[i]
+		if first, ok := denied[e.Ino]; ok && !covered(e.Path) {
+			masks = append(masks, mask{Path: e.Path, Kind: maskFile, Rule: "hard link to " + first})
+		}
+	}
+	slices.SortFunc(masks, func(a, b mask) int { return strings.Compare(a.Path, b.Path) })
+	return masks
+}

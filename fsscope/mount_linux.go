@@ -1,0 +1,194 @@
+package fsscope
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/containerd/v2/core/mount"
+	"golang.org/x/sys/unix"
+)
+
+// overlayOptions keep the upper directory a plain description of the
+// changes: no redirects (directory renames copy instead), no metacopy
+// (a copied-up file carries its data), no index and no xino.
+var overlayOptions = [][2]string{
+	{"redirect_dir", "off"},
+	{"metacopy", "off"},
+	{"index", "off"},
+	{"xino", "off"},
+}
+
+// mountOverlay mounts an overlay of lower (read-only), upper and work on
+// target with the new mount API, so that paths need no escaping. attrs are
+// MOUNT_ATTR_* flags; a non-nil userns makes the mount idmapped.
+func mountOverlay(lower, upper, work, target string, attrs uint64, userns *os.File) (retErr error) {
+	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsopen overlay: %w", err)
+	}
+	defer unix.Close(fsfd)
+	set := func(k, v string) error {
+		if err := unix.FsconfigSetString(fsfd, k, v); err != nil {
+			return fmt.Errorf("overlay option %s=%q: %w%s", k, v, err, fsErrorLog(fsfd))
+		}
+		return nil
+	}
+	if err := set("lowerdir+", lower); err != nil {
+		return err
+	}
+	if err := set("upperdir", upper); err != nil {
+		return err
+	}
+	if err := set("workdir", work); err != nil {
+		return err
+	}
+	for _, o := range overlayOptions {
+		if err := set(o[0], o[1]); err != nil {
+			return err
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return fmt.Errorf("create overlay of %s: %w%s", lower, err, fsErrorLog(fsfd))
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("fsmount overlay: %w", err)
+	}
+	defer unix.Close(mfd)
+	return attachDetached(mfd, target, attrs, userns)
+}
+
+// bindTree binds the directory or file src (without the mounts beneath it)
+// on target with the given MOUNT_ATTR_* flags, idmapped through userns when
+// it is not nil.
+func bindTree(src, target string, attrs uint64, userns *os.File) error {
+	mfd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("clone mount of %s: %w", src, err)
+	}
+	defer unix.Close(mfd)
+	return attachDetached(mfd, target, attrs, userns)
+}
+
+func attachDetached(mfd int, target string, attrs uint64, userns *os.File) error {
+	attr := unix.MountAttr{Attr_set: attrs}
+	if userns != nil {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(userns.Fd())
+	}
+	if attr.Attr_set != 0 {
+		if err := unix.MountSetattr(mfd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			if userns != nil && errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("set attributes of mount for %s: %w (the filesystem may not support idmapped mounts)", target, err)
+			}
+			return fmt.Errorf("set attributes of mount for %s: %w", target, err)
+		}
+	}
+	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach mount on %s: %w", target, err)
+	}
+	return nil
+}
+
+// fsErrorLog reads the messages the kernel left on an fs context.
+func fsErrorLog(fsfd int) string {
+	var msgs []string
+	buf := make([]byte, 512)
+	for range 16 {
+		n, err := unix.Read(fsfd, buf)
+		if err != nil || n <= 0 {
+			break
+		}
+		msgs = append(msgs, strings.TrimSpace(string(buf[:n])))
+	}
+	if len(msgs) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(msgs, "; ") + ")"
+}
+
+// idmapUserns returns a user namespace that maps the on-disk owner to the
+// sandbox user, for an idmapped mount: a file owned by from appears owned by
+// to, and a file the sandbox user creates is stored as owned by from.
+func idmapUserns(from, to Owner) (*os.File, error) {
+	f, err := mount.GetUsernsFD(fmt.Sprintf("%d:%d:1", from.UID, to.UID), fmt.Sprintf("%d:%d:1", from.GID, to.GID))
+	if err != nil {
+		return nil, fmt.Errorf("user namespace for idmapped mount: %w", err)
+	}
+	return f, nil
+}
+
+// unmount detaches the mount on target. A missing mount is not an error.
+func unmount(target string) error {
+	err := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	switch {
+	case err == nil, errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+		return nil
+	}
+	return fmt.Errorf("unmount %s: %w", target, err)
+}
+
+// mountsUnder returns the mount points at or beneath dir in this process's
+// mount namespace, deepest first.
+func mountsUnder(dir string) ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	dir = filepath.Clean(dir)
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	// Deepest first; mounts stacked on one path are listed once per layer.
+	slices.SortStableFunc(out, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	return out, nil
+}
+
+// isMountPoint reports whether path is listed as a mount point.
+func isMountPoint(path string) (bool, error) {
+	m, err := mountsUnder(path)
+	if err != nil {
+		return false, err
+	}
+	return slices.Contains(m, filepath.Clean(path)), nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for space, \011, \012,
+// \134) mountinfo uses in paths.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

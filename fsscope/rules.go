@@ -1,0 +1,509 @@
+package fsscope
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/fsscope/glob"
+)
+
+// trackState is what git says about a path.
+type trackState int
+
+const (
+	untracked trackState = iota
+	tracked
+	ignored
+)
+
+// ruleEnv holds what the commit rules need about one workspace: its
+// settings, what the session saw, the change set, and ways to read the
+// host's and the sandbox's versions of a file and to ask git.
+type ruleEnv struct {
+	ws      *wsState
+	base    *baseline
+	changes []Change
+	// readOld returns a regular file's host content, readNew the
+	// sandbox's; both return nil, nil for a missing file.
+	readOld, readNew func(rel string) ([]byte, error)
+	// gitStatus reports, for a worktree (relative to the workspace root)
+	// and paths relative to it, which ones git tracks or ignores.
+	gitStatus func(worktree string, paths []string) (map[string]trackState, error)
+
+	byPath map[string]int
+}
+
+// refPatterns compiles protect_refs patterns: globs over full ref names
+// ("refs/heads/main", "refs/tags/*"; "*" stays within one element).
+func refPatterns(pats []string) (*glob.Set, error) {
+	anchored := make([]string, len(pats))
+	for i, p := range pats {
+		anchored[i] = "/" + p
+	}
+	return glob.NewSet(anchored, false)
+}
+
+// evaluate applies the rules to every change and returns the rejections
+// by change index.
+func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
+	e.byPath = make(map[string]int, len(e.changes))
+	for i, c := range e.changes {
+		e.byPath[c.Path] = i
+	}
+	rej := map[int]Rejection{}
+	reject := func(i int, rule, reason string) {
+		if _, ok := rej[i]; !ok {
+			rej[i] = Rejection{Path: e.changes[i].Path, Rule: rule, Reason: reason}
+		}
+	}
+	protect, err := glob.NewSet(e.ws.Protect, true)
+	if err != nil {
+		return nil, err
+	}
+	refs, err := refPatterns(e.ws.ProtectRefs)
+	if err != nil {
+		return nil, err
+	}
+	hookDirs, err := e.hookDirs()
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range e.changes {
+		switch c.Type {
+		case TypeDevice, TypeFIFO, TypeSocket:
+			if c.Kind != KindDeleted {
+				reject(i, RuleSpecialFile, fmt.Sprintf("%s files are never committed", c.Type))
+				continue
+			}
+		}
+		for _, p := range c.paths() {
+			if pat, ok := protect.Covers(p, c.Type == TypeDir); ok {
+				reject(i, RuleProtect, fmt.Sprintf("%s matches protect pattern %q", p, pat))
+			}
+		}
+		if reason, err := e.gitExec(c, hookDirs); err != nil {
+			return nil, err
+		} else if reason != "" {
+			reject(i, RuleGitExec, reason)
+		}
+		if refs.Len() > 0 {
+			if reason, err := e.refChange(c, refs); err != nil {
+				return nil, err
+			} else if reason != "" {
+				reject(i, RuleProtectRefs, reason)
+			}
+		}
+	}
+	if e.ws.PreserveUntracked {
+		if err := e.untracked(reject); err != nil {
+			return nil, err
+		}
+	}
+	return rej, nil
+}
+
+// paths returns the paths a change touches.
+func (c *Change) paths() []string {
+	if c.OldPath != "" {
+		return []string{c.Path, c.OldPath}
+	}
+	return []string{c.Path}
+}
+
+// exists looks a path up in the session's view after the change set: the
+// sandbox's type for a path it created, nothing for one it deleted, the
+// host's type otherwise.
+func (e *ruleEnv) exists(rel string) (mode uint32, ok bool) {
+	if i, found := e.byPath[rel]; found {
+		c := e.changes[i]
+		if c.Kind == KindDeleted {
+			return 0, false
+		}
+		if c.Kind == KindAdded || c.Kind == KindType || c.Kind == KindRenamed {
+			return typeBits(c.Type), true
+		}
+	}
+	if b := e.base.get(rel); b != nil {
+		return b.Mode & sIFMT, true
+	}
+	return 0, false
+}
+
+func typeBits(t string) uint32 {
+	switch t {
+	case TypeDir:
+		return sIFDIR
+	case TypeSymlink:
+		return sIFLNK
+	case TypeFile:
+		return sIFREG
+	}
+	return 0
+}
+
+// gitDirOf returns the innermost git directory strictly containing rel.
+func (e *ruleEnv) gitDirOf(rel string) (string, bool) {
+	for d := parentRel(rel); ; d = parentRel(d) {
+		if e.isGitDir(d) {
+			return d, true
+		}
+		if d == "" {
+			return "", false
+		}
+	}
+}
+
+// isGitDir reports whether d is a git directory before or after the
+// change set.
+func (e *ruleEnv) isGitDir(d string) bool {
+	if m, ok := e.existsEither(d); d != "" && (!ok || m != sIFDIR) {
+		return false
+	}
+	if path.Base(d) == ".git" {
+		return true
+	}
+	h, okH := e.existsEither(joinRel(d, "HEAD"))
+	o, okO := e.existsEither(joinRel(d, "objects"))
+	r, okR := e.existsEither(joinRel(d, "refs"))
+	return okH && h == sIFREG && okO && o == sIFDIR && okR && r == sIFDIR
+}
+
+// existsEither looks rel up after the change set, or else on the host as
+// the session saw it.
+func (e *ruleEnv) existsEither(rel string) (uint32, bool) {
+	if m, ok := e.exists(rel); ok {
+		return m, true
+	}
+	if b := e.base.get(rel); b != nil {
+		return b.Mode & sIFMT, true
+	}
+	return 0, false
+}
+
+// parentRel returns the directory of rel; the root's parent is the root.
+func parentRel(rel string) string {
+	d := path.Dir(rel)
+	if d == "." || d == "/" {
+		return ""
+	}
+	return d
+}
+
+// gitDirs lists the git directories of a baseline: ".git" directories and
+// bare repositories (a directory holding HEAD, objects/ and refs/).
+func gitDirs(b *baseline) []string {
+	e := &ruleEnv{base: b, byPath: map[string]int{}}
+	var out []string
+	for _, en := range b.entries {
+		if en.isDir() && e.isGitDir(en.Path) {
+			out = append(out, en.Path)
+		}
+	}
+	return out
+}
+
+// hookDirs returns the directories whose files git runs as hooks: hooks/
+// of every git directory, and a worktree-relative core.hooksPath.
+func (e *ruleEnv) hookDirs() ([]string, error) {
+	var dirs []string
+	for _, gd := range gitDirs(e.base) {
+		dirs = append(dirs, joinRel(gd, "hooks"))
+		data, err := e.readOld(joinRel(gd, "config"))
+		if err != nil || data == nil {
+			continue
+		}
+		for _, it := range parseGitConfig(data) {
+			if !it.hasVar || it.v.Section != "core" || it.v.Subsection != "" || it.v.Key != "hookspath" {
+				continue
+			}
+			hp := path.Clean(it.v.Value)
+			if hp == "" || path.IsAbs(hp) || strings.HasPrefix(hp, "~") || hp == ".." || strings.HasPrefix(hp, "../") {
+				continue
+			}
+			wt := parentRel(gd)
+			if path.Base(gd) != ".git" {
+				wt = gd
+			}
+			dirs = append(dirs, joinRel(wt, hp))
+		}
+	}
+	return dirs, nil
+}
+
+// gitExec returns why c would let git run a command on the host, or "".
+func (e *ruleEnv) gitExec(c Change, hookDirs []string) (string, error) {
+	if c.Kind == KindDeleted {
+		return "", nil
+	}
+	for _, hd := range hookDirs {
+		if c.Type != TypeDir && within(c.Path, hd) && !strings.HasSuffix(c.Path, ".sample") {
+			return fmt.Sprintf("%s is a git hook: git would run it on the host", c.Path), nil
+		}
+	}
+	gd, ok := e.gitDirOf(c.Path)
+	if !ok || !isGitConfigFile(gd, c.Path) || c.Type != TypeFile {
+		return "", nil
+	}
+	oldData, err := e.readOld(c.Path)
+	if err != nil {
+		return "", err
+	}
+	if c.Kind == KindRenamed {
+		oldData = nil
+	}
+	newData, err := e.readNew(c.Path)
+	if err != nil {
+		return "", err
+	}
+	if keys := gitExecChanges(oldData, newData); len(keys) > 0 {
+		return fmt.Sprintf("%s sets %s, which make git run commands on the host", c.Path, strings.Join(keys, ", ")), nil
+	}
+	return "", nil
+}
+
+// refChange returns why c changes a protected ref, or "".
+func (e *ruleEnv) refChange(c Change, refs *glob.Set) (string, error) {
+	for _, p := range c.paths() {
+		gd, ok := e.gitDirOf(p)
+		if !ok {
+			continue
+		}
+		sub := strings.TrimPrefix(p, joinRel(gd, ""))
+		if gd == "" {
+			sub = p
+		}
+		switch {
+		case c.Type == TypeDir && sub != "packed-refs":
+		case strings.HasPrefix(sub, "refs/"):
+			if pat, ok := refs.Match(sub, false); ok {
+				return fmt.Sprintf("%s is ref %s, protected by %q", p, sub, strings.TrimPrefix(pat, "/")), nil
+			}
+		case strings.HasPrefix(sub, "logs/refs/"):
+			ref := strings.TrimPrefix(sub, "logs/")
+			if pat, ok := refs.Match(ref, false); ok {
+				return fmt.Sprintf("%s is the log of ref %s, protected by %q", p, ref, strings.TrimPrefix(pat, "/")), nil
+			}
+		case sub == "packed-refs":
+			oldData, err := e.readOld(p)
+			if err != nil {
+				return "", err
+			}
+			var newData []byte
+			if c.Kind != KindDeleted && (p == c.Path) {
+				if newData, err = e.readNew(p); err != nil {
+					return "", err
+				}
+			}
+			for _, ref := range changedPackedRefs(oldData, newData) {
+				if pat, ok := refs.Match(ref, false); ok {
+					return fmt.Sprintf("%s changes ref %s, protected by %q", p, ref, strings.TrimPrefix(pat, "/")), nil
+				}
+			}
+		case strings.HasPrefix(sub, "reftable/"):
+			return fmt.Sprintf("%s belongs to a reftable ref store, which cannot be checked against protect_refs", p), nil
+		}
+	}
+	return "", nil
+}
+
+// parsePackedRefs reads a packed-refs file into ref name -> object id.
+func parsePackedRefs(data []byte) map[string]string {
+	refs := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' || line[0] == '^' {
+			continue
+		}
+		oid, name, ok := strings.Cut(line, " ")
+		if ok {
+			refs[strings.TrimSpace(name)] = oid
+		}
+	}
+	return refs
+}
+
+// changedPackedRefs lists refs added, removed or moved between two
+// packed-refs files (nil means the file does not exist).
+func changedPackedRefs(oldData, newData []byte) []string {
+	a, b := parsePackedRefs(oldData), parsePackedRefs(newData)
+	var out []string
+	for name, oid := range a {
+		if b[name] != oid {
+			out = append(out, name)
+		}
+	}
+	for name := range b {
+		if _, ok := a[name]; !ok {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// deletion returns the path whose host entry a change removes (a file or
+// symlink), or "".
+func (c *Change) deletion() string {
+	switch {
+	case c.Kind == KindDeleted && c.Type != TypeDir:
+		return c.Path
+	case c.Kind == KindRenamed:
+		return c.OldPath
+	case c.Kind == KindType && c.OldType != TypeDir:
+		return c.Path
+	}
+	return ""
+}
+
+// untracked rejects deletions of files git does not track (untracked or
+// ignored), the damage of `git clean -fdx`. Deleting git's own files is
+// allowed (git gc and friends do it) unless the repository itself goes.
+func (e *ruleEnv) untracked(reject func(int, string, string)) error {
+	byWorktree := map[string][]int{}
+	for i, c := range e.changes {
+		d := c.deletion()
+		if c.Kind == KindDeleted && c.Type == TypeDir {
+			// Directories are not tracked; but a repository goes as a whole.
+			if gd, ok := e.gitDirOf(c.Path); ok {
+				if _, headKept := e.exists(joinRel(gd, "HEAD")); !headKept {
+					reject(i, RulePreserveUntracked, fmt.Sprintf("%s belongs to the git repository %s, which the change set deletes", c.Path, gd))
+				}
+			}
+			continue
+		}
+		if d == "" {
+			continue
+		}
+		if gd, ok := e.gitDirOf(d); ok {
+			if _, headKept := e.exists(joinRel(gd, "HEAD")); !headKept {
+				reject(i, RulePreserveUntracked, fmt.Sprintf("%s belongs to the git repository %s, which the change set deletes", d, gd))
+			}
+			continue
+		}
+		wt, ok := e.worktreeOf(d)
+		if !ok {
+			reject(i, RulePreserveUntracked, fmt.Sprintf("%s is not tracked by git (no repository contains it)", d))
+			continue
+		}
+		byWorktree[wt] = append(byWorktree[wt], i)
+	}
+	for _, wt := range sortedKeys(byWorktree) {
+		idxs := byWorktree[wt]
+		rels := make([]string, len(idxs))
+		for k, i := range idxs {
+			rels[k] = relTo(e.changes[i].deletion(), wt)
+		}
+		states, err := e.gitStatus(wt, rels)
+		if err != nil {
+			for _, i := range idxs {
+				reject(i, RulePreserveUntracked, fmt.Sprintf("cannot tell whether git tracks %s: %v", e.changes[i].deletion(), err))
+			}
+			continue
+		}
+		for k, i := range idxs {
+			switch states[rels[k]] {
+			case tracked:
+			case ignored:
+				reject(i, RulePreserveUntracked, fmt.Sprintf("%s is ignored by git: deleting it would lose data git cannot restore", e.changes[i].deletion()))
+			default:
+				reject(i, RulePreserveUntracked, fmt.Sprintf("%s is not tracked by git: deleting it would lose data git cannot restore", e.changes[i].deletion()))
+			}
+		}
+	}
+	return nil
+}
+
+// worktreeOf returns the innermost directory containing rel that has a
+// .git entry on the host (directory or gitfile).
+func (e *ruleEnv) worktreeOf(rel string) (string, bool) {
+	for d := parentRel(rel); ; d = parentRel(d) {
+		if e.base.get(joinRel(d, ".git")) != nil {
+			return d, true
+		}
+		if d == "" {
+			return "", false
+		}
+	}
+}
+
+func relTo(rel, dir string) string {
+	if dir == "" {
+		return rel
+	}
+	return strings.TrimPrefix(rel, dir+"/")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// createsDir reports whether a change makes a new directory.
+func (c *Change) createsDir() bool {
+	return c.Type == TypeDir && (c.Kind == KindAdded || c.Kind == KindType)
+}
+
+// removesDir reports whether a change removes a host directory.
+func (c *Change) removesDir() bool {
+	return c.Kind == KindDeleted && c.Type == TypeDir || c.Kind == KindType && c.OldType == TypeDir
+}
+
+// blockDependents extends blocked (change index -> reason) with the changes
+// that cannot be applied without a blocked one: everything inside a new
+// directory that is not created, and the removal of a directory that
+// keeps a blocked entry.
+func blockDependents(changes []Change, blocked map[int]string) map[int]string {
+	out := map[int]string{}
+	isBlocked := func(i int) bool {
+		_, a := blocked[i]
+		_, b := out[i]
+		return a || b
+	}
+	byPath := make(map[string]int, len(changes))
+	for i := range changes {
+		byPath[changes[i].Path] = i
+	}
+	// Changes inside a blocked new directory (or inside one of those).
+	for i := range changes {
+		if isBlocked(i) {
+			continue
+		}
+		for _, p := range changes[i].paths() {
+			for d := parentRel(p); d != ""; d = parentRel(d) {
+				j, ok := byPath[d]
+				if ok && changes[j].createsDir() && isBlocked(j) {
+					out[i] = fmt.Sprintf("needs directory %s, which is not committed", d)
+					break
+				}
+			}
+			if _, ok := out[i]; ok {
+				break
+			}
+		}
+	}
+	// Directory removals above any blocked change.
+	for i := range changes {
+		if !isBlocked(i) {
+			continue
+		}
+		for _, p := range changes[i].paths() {
+			for d := parentRel(p); d != ""; d = parentRel(d) {
+				j, ok := byPath[d]
+				if ok && changes[j].removesDir() && !isBlocked(j) {
+					out[j] = fmt.Sprintf("contains %s, which is not committed", changes[i].Path)
+				}
+			}
+		}
+	}
+	return out
+}

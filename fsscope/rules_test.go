@@ -1,0 +1,303 @@
+package fsscope
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/fsscope/glob"
+)
+
+func fileEntry(p string) entry { return entry{Path: p, Mode: sIFREG | 0o644, Nlink: 1} }
+func dirEntry(p string) entry  { return entry{Path: p, Mode: sIFDIR | 0o755} }
+
+func TestDefaultDenyRead(t *testing.T) {
+	set, err := glob.NewSet(DefaultDenyRead(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{".env", "a/.env.local", "x/.ENV", "tls.pem", "k/server.key", "home/.ssh/id_rsa", "id_ed25519.pub", ".netrc", "x/.aws/credentials", "home/.config/gcloud/application_default_credentials.json", "x/.kube/config"} {
+		if _, ok := set.Covers(p, false); !ok {
+			t.Errorf("default deny_read does not cover %s", p)
+		}
+	}
+	for _, p := range []string{".git/config", "src/id_generator.go", "env.go", "README.md", "x/.config/app.yml", ".aws-notes"} {
+		if pat, ok := set.Covers(p, false); ok {
+			t.Errorf("default deny_read covers %s (pattern %q)", p, pat)
+		}
+	}
+}
+
+func TestPlanMasks(t *testing.T) {
+	entries := []entry{
+		dirEntry(""),
+		{Path: ".env", Mode: sIFREG | 0o600, Ino: 10, Nlink: 2},
+		dirEntry(".aws"),
+		{Path: ".aws/credentials", Mode: sIFREG | 0o600, Ino: 20, Nlink: 2},
+		dirEntry("src"),
+		{Path: "src/alias", Mode: sIFREG | 0o600, Ino: 10, Nlink: 2}, // second name of .env
+		{Path: "src/creds", Mode: sIFREG | 0o600, Ino: 20, Nlink: 2}, // second name of .aws/credentials
+		{Path: "src/other", Mode: sIFREG | 0o600, Ino: 30, Nlink: 2},
+		{Path: "src/other2", Mode: sIFREG | 0o600, Ino: 30, Nlink: 2},
+		{Path: "link.pem", Mode: sIFLNK | 0o777, Ino: 40, Nlink: 1},
+		{Path: "key.pem", Mode: sIFREG | 0o600, Ino: 50, Nlink: 1},
+	}
+	deny, err := glob.NewSet([]string{".env*", ".aws/", "*.pem"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range planMasks(entries, deny) {
+		got = append(got, fmt.Sprintf("%s %s %s", m.Path, m.Kind, m.Rule))
+	}
+	want := []string{
+		".aws dir .aws/",
+		".env file .env*",
+		"key.pem file *.pem",
+		"src/alias file hard link to .env",
+		"src/creds file hard link to .aws/credentials",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("masks =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestIsGitConfigFile(t *testing.T) {
+	tests := []struct {
+		gd, rel string
+		want    bool
+	}{
+		{".git", ".git/config", true},
+		{".git", ".git/config.worktree", true},
+		{".git", ".git/worktrees/wt1/config.worktree", true},
+		{".git", ".git/hooks/config", false},
+		{"sub/.git", "sub/.git/config", true},
+		{"", "config", true},
+		{".git", "config", false},
+	}
+	for _, tt := range tests {
+		if got := isGitConfigFile(tt.gd, tt.rel); got != tt.want {
+			t.Errorf("isGitConfigFile(%q, %q) = %v", tt.gd, tt.rel, got)
+		}
+	}
+}
+
+func TestChangedPackedRefs(t *testing.T) {
+	old := []byte("# pack-refs with: peeled fully-peeled sorted\naaa refs/heads/main\nbbb refs/tags/v1\n^ccc\nddd refs/heads/dev\n")
+	new := []byte("# pack-refs with: peeled fully-peeled sorted\naaa refs/heads/main\neee refs/heads/dev\nfff refs/heads/new\n")
+	if got, want := changedPackedRefs(old, new), []string{"refs/heads/dev", "refs/heads/new", "refs/tags/v1"}; !slices.Equal(got, want) {
+		t.Errorf("changedPackedRefs = %v, want %v", got, want)
+	}
+	if got := changedPackedRefs(old, nil); len(got) != 3 {
+		t.Errorf("deleting packed-refs changes %v", got)
+	}
+}
+
+// fakeEnv builds a ruleEnv over a baseline and a change set, with file
+// contents and git answers from maps.
+func fakeEnv(ws wsState, base []entry, changes []Change, oldFiles, newFiles map[string]string, trackedFiles map[string]trackState) *ruleEnv {
+	read := func(m map[string]string) func(string) ([]byte, error) {
+		return func(rel string) ([]byte, error) {
+			if v, ok := m[rel]; ok {
+				return []byte(v), nil
+			}
+			return nil, nil
+		}
+	}
+	return &ruleEnv{
+		ws: &ws, base: newBaseline(base), changes: changes,
+		readOld: read(oldFiles), readNew: read(newFiles),
+		gitStatus: func(wt string, paths []string) (map[string]trackState, error) {
+			out := map[string]trackState{}
+			for _, p := range paths {
+				out[p] = trackedFiles[joinRel(wt, p)]
+			}
+			return out, nil
+		},
+	}
+}
+
+func TestRules(t *testing.T) {
+	repo := []entry{
+		dirEntry(""), dirEntry(".git"), fileEntry(".git/HEAD"), dirEntry(".git/objects"), dirEntry(".git/refs"),
+		dirEntry(".git/refs/heads"), fileEntry(".git/refs/heads/main"), fileEntry(".git/packed-refs"), fileEntry(".git/config"),
+		dirEntry(".git/hooks"), dirEntry("src"), fileEntry("src/a.go"), fileEntry("notes.txt"), fileEntry("out.log"),
+		dirEntry("vendor"), dirEntry("vendor/lib"), dirEntry("vendor/lib/.git"), fileEntry("vendor/lib/x.go"),
+		dirEntry("bare.git"), fileEntry("bare.git/HEAD"), dirEntry("bare.git/objects"), dirEntry("bare.git/refs"),
+		dirEntry(".githooks"),
+	}
+	oldFiles := map[string]string{
+		".git/config":      "[core]\n\thooksPath = .githooks\n",
+		".git/packed-refs": "aaa refs/heads/main\nbbb refs/tags/v1\n",
+	}
+	tests := []struct {
+		name     string
+		ws       wsState
+		change   Change
+		newFiles map[string]string
+		tracked  map[string]trackState
+		rule     string // "" = accepted
+	}{
+		{name: "protected path", ws: wsState{Protect: []string{"src/"}}, change: Change{Path: "src/a.go", Kind: KindModified, Type: TypeFile}, rule: RuleProtect},
+		{name: "protected by rename source", ws: wsState{Protect: []string{"/notes.txt"}}, change: Change{Path: "n2.txt", OldPath: "notes.txt", Kind: KindRenamed, Type: TypeFile}, rule: RuleProtect},
+		{name: "protect folds case", ws: wsState{Protect: []string{"SRC/**"}}, change: Change{Path: "src/a.go", Kind: KindDeleted, Type: TypeFile}, rule: RuleProtect},
+		{name: "unprotected", ws: wsState{Protect: []string{"docs/**"}}, change: Change{Path: "src/a.go", Kind: KindModified, Type: TypeFile}},
+		{name: "fifo", change: Change{Path: "p", Kind: KindAdded, Type: TypeFIFO}, rule: RuleSpecialFile},
+		{name: "device replacing a file", change: Change{Path: "notes.txt", Kind: KindType, Type: TypeDevice, OldType: TypeFile}, rule: RuleSpecialFile},
+		{name: "hook", change: Change{Path: ".git/hooks/pre-push", Kind: KindAdded, Type: TypeFile}, rule: RuleGitExec},
+		{name: "hook sample", change: Change{Path: ".git/hooks/pre-push.sample", Kind: KindAdded, Type: TypeFile}},
+		{name: "hook deleted", change: Change{Path: ".git/hooks/old", Kind: KindDeleted, Type: TypeFile}},
+		{name: "hooksPath hook", change: Change{Path: ".githooks/pre-commit", Kind: KindAdded, Type: TypeFile}, rule: RuleGitExec},
+		{name: "config alias", change: Change{Path: ".git/config", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/config": oldFiles[".git/config"] + "[alias]\n\tx = !rm -rf ~\n"}, rule: RuleGitExec},
+		{name: "config branch", change: Change{Path: ".git/config", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/config": oldFiles[".git/config"] + "[branch \"x\"]\n\tremote = origin\n"}},
+		{name: "bare repo config", change: Change{Path: "bare.git/config", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{"bare.git/config": "[core]\n\tsshCommand = evil\n"}, rule: RuleGitExec},
+		{name: "loose ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/refs/heads/main", Kind: KindModified, Type: TypeFile}, rule: RuleProtectRefs},
+		{name: "other loose ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/refs/heads/dev", Kind: KindAdded, Type: TypeFile}},
+		{name: "ref glob one level", ws: wsState{ProtectRefs: []string{"refs/heads/*"}}, change: Change{Path: ".git/refs/heads/team/x", Kind: KindAdded, Type: TypeFile}},
+		{name: "ref glob deep", ws: wsState{ProtectRefs: []string{"refs/heads/**"}}, change: Change{Path: ".git/refs/heads/team/x", Kind: KindAdded, Type: TypeFile}, rule: RuleProtectRefs},
+		{name: "reflog", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/logs/refs/heads/main", Kind: KindModified, Type: TypeFile}, rule: RuleProtectRefs},
+		{name: "packed tag", ws: wsState{ProtectRefs: []string{"refs/tags/*"}}, change: Change{Path: ".git/packed-refs", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/packed-refs": "aaa refs/heads/main\n"}, rule: RuleProtectRefs},
+		{name: "packed other", ws: wsState{ProtectRefs: []string{"refs/tags/*"}}, change: Change{Path: ".git/packed-refs", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/packed-refs": "aaa refs/heads/main\nbbb refs/tags/v1\nccc refs/heads/new\n"}},
+		{name: "packed deleted", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/packed-refs", Kind: KindDeleted, Type: TypeFile}, rule: RuleProtectRefs},
+		{name: "reftable", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/reftable/0x01.ref", Kind: KindAdded, Type: TypeFile}, rule: RuleProtectRefs},
+		{name: "bare repo ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: "bare.git/refs/heads/main", Kind: KindAdded, Type: TypeFile}, rule: RuleProtectRefs},
+		{name: "untracked deletion", ws: wsState{PreserveUntracked: true}, change: Change{Path: "notes.txt", Kind: KindDeleted, Type: TypeFile}, rule: RulePreserveUntracked},
+		{name: "ignored deletion", ws: wsState{PreserveUntracked: true}, change: Change{Path: "out.log", Kind: KindDeleted, Type: TypeFile}, tracked: map[string]trackState{"out.log": ignored}, rule: RulePreserveUntracked},
+		{name: "tracked deletion", ws: wsState{PreserveUntracked: true}, change: Change{Path: "src/a.go", Kind: KindDeleted, Type: TypeFile}, tracked: map[string]trackState{"src/a.go": tracked}},
+		{name: "untracked overwritten by a directory", ws: wsState{PreserveUntracked: true}, change: Change{Path: "notes.txt", Kind: KindType, Type: TypeDir, OldType: TypeFile}, rule: RulePreserveUntracked},
+		{name: "untracked renamed away", ws: wsState{PreserveUntracked: true}, change: Change{Path: "n.txt", OldPath: "notes.txt", Kind: KindRenamed, Type: TypeFile}, rule: RulePreserveUntracked},
+		{name: "nested repo asks the nested repo", ws: wsState{PreserveUntracked: true}, change: Change{Path: "vendor/lib/x.go", Kind: KindDeleted, Type: TypeFile}, tracked: map[string]trackState{"vendor/lib/x.go": tracked}},
+		{name: "git internals", ws: wsState{PreserveUntracked: true}, change: Change{Path: ".git/refs/heads/main", Kind: KindDeleted, Type: TypeFile}},
+		{name: "modification is not deletion", ws: wsState{PreserveUntracked: true}, change: Change{Path: "notes.txt", Kind: KindModified, Type: TypeFile}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := fakeEnv(tt.ws, repo, []Change{tt.change}, oldFiles, tt.newFiles, tt.tracked)
+			rej, err := e.evaluate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rej[0].Rule; got != tt.rule {
+				t.Errorf("rule = %q (%s), want %q", got, rej[0].Reason, tt.rule)
+			}
+		})
+	}
+}
+
+func TestRulesNoRepository(t *testing.T) {
+	e := fakeEnv(wsState{PreserveUntracked: true}, []entry{dirEntry(""), fileEntry("a")}, []Change{{Path: "a", Kind: KindDeleted, Type: TypeFile}}, nil, nil, nil)
+	rej, err := e.evaluate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rej[0].Rule != RulePreserveUntracked || !strings.Contains(rej[0].Reason, "no repository") {
+		t.Errorf("rejection %+v", rej[0])
+	}
+}
+
+func TestBlockDependents(t *testing.T) {
+	changes := []Change{
+		{Path: "gone", Kind: KindDeleted, Type: TypeDir},
+		{Path: "gone/keep", Kind: KindDeleted, Type: TypeFile},
+		{Path: "gone/other", Kind: KindDeleted, Type: TypeFile},
+		{Path: "gone/sub", Kind: KindDeleted, Type: TypeDir},
+		{Path: "new", Kind: KindAdded, Type: TypeDir},
+		{Path: "new/deep", Kind: KindAdded, Type: TypeDir},
+		{Path: "new/deep/f", Kind: KindAdded, Type: TypeFile},
+		{Path: "moved", OldPath: "new/deep/g", Kind: KindRenamed, Type: TypeFile},
+		{Path: "ok", Kind: KindAdded, Type: TypeFile},
+		{Path: "was-file", Kind: KindType, Type: TypeDir, OldType: TypeFile},
+		{Path: "was-file/x", Kind: KindAdded, Type: TypeFile},
+		{Path: "was-dir", Kind: KindType, Type: TypeFile, OldType: TypeDir},
+		{Path: "was-dir/y", Kind: KindDeleted, Type: TypeFile},
+	}
+	blocked := map[int]string{1: "protected", 4: "protected", 9: "conflict", 12: "untracked"}
+	deps := blockDependents(changes, blocked)
+	var got []string
+	for i := range changes {
+		if _, ok := deps[i]; ok {
+			got = append(got, changes[i].Path)
+		}
+	}
+	want := []string{"gone", "new/deep", "new/deep/f", "moved", "was-file/x", "was-dir"}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("blocked by dependency %v, want %v", got, want)
+	}
+}
+
+func TestBuildOpsOrder(t *testing.T) {
+	base := newBaseline([]entry{dirEntry(""), dirEntry("old"), fileEntry("old/f"), fileEntry("m"), {Path: "x", Mode: sIFREG | 0o4755, UID: 7, GID: 8}})
+	changes := []Change{
+		{Path: "m", Kind: KindModified, Type: TypeFile, Mode: 0o6755},
+		{Path: "n", Kind: KindAdded, Type: TypeDir, Mode: 0o2775},
+		{Path: "n/f", Kind: KindAdded, Type: TypeFile, Mode: 0o644},
+		{Path: "old", Kind: KindDeleted, Type: TypeDir},
+		{Path: "old/f", Kind: KindDeleted, Type: TypeFile},
+		{Path: "x", Kind: KindMode, Type: TypeFile, Mode: 0o4700},
+	}
+	ops := buildOps(changes, []int{0, 1, 2, 3, 4, 5}, base, Owner{UID: 1, GID: 2})
+	var got []string
+	for _, o := range ops {
+		got = append(got, fmt.Sprintf("%s %s %o %d:%d", o.Kind, o.Path, o.Mode, o.UID, o.GID))
+	}
+	want := []string{
+		"remove old/f 0 0:0",
+		"rmdir old 0 0:0",
+		"replace m 755 0:0",
+		"mkdir n 775 1:2",
+		"create n/f 644 1:2",
+		"chmod x 4700 7:8",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ops =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestCommittedMode(t *testing.T) {
+	tests := []struct{ sandbox, host, want uint32 }{
+		{0o755, 0o644, 0o755},
+		{0o4755, 0o644, 0o755},   // setuid added: dropped
+		{0o4755, 0o4755, 0o4755}, // setuid kept where the host had it
+		{0o2775, 0o2755, 0o2775}, // setgid directory keeps it
+		{0o0644, 0o4755, 0o644},  // removed by the sandbox: removed
+	}
+	for _, tt := range tests {
+		if got := committedMode(tt.sandbox, tt.host); got != tt.want {
+			t.Errorf("committedMode(%o, %o) = %o, want %o", tt.sandbox, tt.host, got, tt.want)
+		}
+	}
+}
+
+func TestMountsOrder(t *testing.T) {
+	s := &Session{dir: "/state", st: state{
+		Workspaces: []wsState{
+			{Target: "/workspace", Mode: "overlay", Masks: []mask{{Path: ".env", Kind: maskFile}, {Path: "vendor/.env", Kind: maskFile}, {Path: ".git/config", Kind: maskCopy, Source: "masks/gitconfig-0-0"}}},
+			{Target: "/workspace/vendor", Mode: "ro", Masks: []mask{{Path: "secrets", Kind: maskDir}}},
+		},
+		Mounts: []mountState{{Target: "/etc/tool", ReadOnly: true}},
+	}}
+	var got []string
+	for _, m := range s.Mounts() {
+		got = append(got, m.Destination+" "+m.Source+" "+strings.Join(m.Options, ","))
+	}
+	want := []string{
+		"/workspace /state/mnt/ws0 bind,nosuid,nodev,rw",
+		"/workspace/vendor /state/mnt/ws1 bind,nosuid,nodev,ro",
+		"/etc/tool /state/mnt/m0 bind,nosuid,nodev,ro",
+		"/workspace/.env /state/masks/empty-file bind,ro,nosuid,nodev,noexec",
+		"/workspace/.git/config /state/masks/gitconfig-0-0 bind,ro,nosuid,nodev,noexec",
+		"/workspace/vendor/secrets /state/masks/empty-dir bind,ro,nosuid,nodev,noexec",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Mounts =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestUnescapeMountinfo(t *testing.T) {
+	if got := unescapeMountinfo(`/a\040b\011c\134d`); got != "/a b\tc\\d" {
+		t.Errorf("unescape = %q", got)
+	}
+}

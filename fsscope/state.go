@@ -1,0 +1,86 @@
+package fsscope
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// stateVersion is the version of the persisted state format.
+const stateVersion = 1
+
+// Names inside a session's state directory.
+const (
+	stateFile  = "fsscope.json"
+	lockFile   = "lock"
+	imageFile  = "disk.img"
+	upperDir   = "upper"  // mount point of the quota filesystem
+	mntDir     = "mnt"    // sources of the sandbox's mounts
+	layersDir  = "layers" // idmapped lower layers, while an overlay is mounted
+	masksDir   = "masks"
+	emptyFile  = "masks/empty-file"
+	emptyDir   = "masks/empty-dir"
+	baselineFn = "baseline-%d.jsonl"
+	journalFn  = "commit-%d.json"
+)
+
+// state is what Load needs to take a session over after a restart.
+type state struct {
+	Version int         `json:"version"`
+	Sandbox Owner       `json:"sandbox"`
+	Quota   *quotaState `json:"quota,omitempty"`
+	// Live is true while the sandbox's mounts are in place (from Setup to
+	// Teardown).
+	Live       bool         `json:"live"`
+	Workspaces []wsState    `json:"workspaces"`
+	Mounts     []mountState `json:"mounts,omitempty"`
+}
+
+type quotaState struct {
+	Backend QuotaBackend `json:"backend"`
+	Size    int64        `json:"size"`
+}
+
+// wsState is one workspace as Setup planned it.
+type wsState struct {
+	HostPath string `json:"host_path"` // symlinks resolved
+	Target   string `json:"target"`
+	Mode     string `json:"mode"`
+	// Owner owns the workspace root; new files are committed as Owner.
+	Owner Owner `json:"owner"`
+	// Idmap: the sandbox sees Owner's files as its own through an
+	// idmapped mount.
+	Idmap             bool     `json:"idmap"`
+	RootIno           uint64   `json:"root_ino"`
+	RootDev           uint64   `json:"root_dev"`
+	DenyRead          []string `json:"deny_read,omitempty"`
+	Masks             []mask   `json:"masks,omitempty"`
+	Protect           []string `json:"protect,omitempty"`
+	PreserveUntracked bool     `json:"preserve_untracked,omitempty"`
+	ProtectRefs       []string `json:"protect_refs,omitempty"`
+	OnExit            string   `json:"on_exit,omitempty"`
+}
+
+// mountState is one extra mount.
+type mountState struct {
+	HostPath string `json:"host_path"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only"`
+	Dir      bool   `json:"dir"`
+}
+
+func readState(dir string) (*state, error) {
+	data, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return nil, err
+	}
+	var st state
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("session state %s: %w", dir, err)
+	}
+	if st.Version != stateVersion {
+		return nil, fmt.Errorf("session state %s: version %d, want %d", dir, st.Version, stateVersion)
+	}
+	return &st, nil
+}

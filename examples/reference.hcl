@@ -158,7 +158,7 @@ session "reference" {
 
   credential "registry" {
     audience = "registry.corp.test"
-    scopes   = ["read"]
+    scopes   = ["packages.publish name=app"]
     deliver  = "env"
     env_var  = "REGISTRY_TOKEN" # Required with deliver = "env".
   }

@@ -271,16 +271,16 @@ var decodeTests = []decodeTest{
 	{name: "egress on_block", src: session(`  egress { on_block = "ignore" }`), summary: "Invalid on_block", line: 3},
 
 	// Credential rules.
-	{name: "duplicate credential", src: session("  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"s\"]\n  }\n  credential \"git\" {\n    audience = \"b\"\n    scopes = [\"s\"]\n  }"), summary: "Duplicate credential", line: 7},
-	{name: "credential name", src: session("  credential \"../x\" {\n    audience = \"a\"\n    scopes = [\"s\"]\n  }"), summary: "Invalid credential name", line: 3},
-	{name: "credential missing audience", src: session("  credential \"git\" {\n    scopes = [\"s\"]\n  }"), summary: "Missing audience", line: 3},
+	{name: "duplicate credential", src: session("  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"git.fetch repo=app\"]\n  }\n  credential \"git\" {\n    audience = \"b\"\n    scopes = [\"git.fetch repo=app\"]\n  }"), summary: "Duplicate credential", line: 7},
+	{name: "credential name", src: session("  credential \"../x\" {\n    audience = \"a\"\n    scopes = [\"git.fetch repo=app\"]\n  }"), summary: "Invalid credential name", line: 3},
+	{name: "credential missing audience", src: session("  credential \"git\" {\n    scopes = [\"git.fetch repo=app\"]\n  }"), summary: "Missing audience", line: 3},
 	{name: "credential missing scopes", src: session("  credential \"git\" {\n    audience = \"a\"\n  }"), summary: "Missing scopes", line: 3},
-	{name: "credential ttl too long", src: session("  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"s\"]\n    ttl = \"13h\"\n  }"), summary: "Invalid ttl", line: 6},
-	{name: "credential bad deliver", src: session("  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"s\"]\n    deliver = \"stdin\"\n  }"), summary: "Invalid deliver", line: 6},
-	{name: "credential env without env_var", src: session("  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"s\"]\n    deliver = \"env\"\n  }"), summary: "Missing env_var", line: 3},
-	{name: "credential env_var with file", src: session("  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"s\"]\n    env_var = \"T\"\n  }"), summary: `env_var needs deliver = "env"`, line: 6},
-	{name: "credential path relative", src: session("  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"s\"]\n    path = \"token\"\n  }"), summary: "Invalid credential path", line: 6},
-	{name: "credential env_var collides with env", src: session("  env = { TOKEN = \"x\" }\n  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"s\"]\n    deliver = \"env\"\n    env_var = \"TOKEN\"\n  }"), summary: "Conflicting credential delivery", line: 8},
+	{name: "credential ttl too long", src: session("  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"git.fetch repo=app\"]\n    ttl = \"13h\"\n  }"), summary: "Invalid ttl", line: 6},
+	{name: "credential bad deliver", src: session("  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"git.fetch repo=app\"]\n    deliver = \"stdin\"\n  }"), summary: "Invalid deliver", line: 6},
+	{name: "credential env without env_var", src: session("  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"git.fetch repo=app\"]\n    deliver = \"env\"\n  }"), summary: "Missing env_var", line: 3},
+	{name: "credential env_var with file", src: session("  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"git.fetch repo=app\"]\n    env_var = \"T\"\n  }"), summary: `env_var needs deliver = "env"`, line: 6},
+	{name: "credential path relative", src: session("  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"git.fetch repo=app\"]\n    path = \"token\"\n  }"), summary: "Invalid credential path", line: 6},
+	{name: "credential env_var collides with env", src: session("  env = { TOKEN = \"x\" }\n  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"git.fetch repo=app\"]\n    deliver = \"env\"\n    env_var = \"TOKEN\"\n  }"), summary: "Conflicting credential delivery", line: 8},
 
 	// Expressions.
 	{name: "function call", src: session(`  command = ["cat", file("/etc/shadow")]`), summary: "Functions are not allowed", line: 3},
@@ -413,7 +413,7 @@ func TestDecodeWarnings(t *testing.T) {
   egress { allow = ["2001:db8::/32"] }
   credential "t" {
     audience = "a"
-    scopes   = ["s"]
+    scopes   = ["git.fetch repo=app"]
     deliver  = "env"
     env_var  = "T"
   }`)

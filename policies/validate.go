@@ -2,6 +2,7 @@ package policies
 
 import (
 	"fmt"
+	"github.com/airlock-sandbox/airlock/credentials/scope"
 	"math"
 	"path"
 	"path/filepath"
@@ -364,6 +365,10 @@ func (c *checker) credentials(at fieldPath, creds []Credential, env map[string]s
 		for j, s := range cr.Scopes {
 			if strings.TrimSpace(s) == "" || hasControl(s) {
 				c.add(at.field("scopes").index(j), "Invalid scope", "Write each scope as printable text, such as \"git.fetch repo=app\"", "scope %q is empty or contains control characters", s)
+				continue
+			}
+			if cr.Issuer == "" || cr.Issuer == DefaultIssuer {
+				c.builtinScope(at.field("scopes").index(j), s)
 			}
 		}
 		switch {
@@ -533,4 +538,22 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// builtinScope checks a scope of an airlock-issued token against the scope
+// grammar (package credentials/scope). External issuers interpret their own
+// scopes, so only the built-in issuer's are checked.
+func (c *checker) builtinScope(at fieldPath, s string) {
+	sc, err := scope.Parse(s)
+	if err != nil {
+		c.add(at, "Invalid scope", `Write a scope as ACTION [KEY=PATTERN ...], such as "jobs.cancel owner=alex queue=dev"`, "%v", err)
+		return
+	}
+	if err := scope.ValidateAction(sc.Action()); err != nil {
+		c.add(at, "Unknown scope action", "Use one of the actions services know (see credentials/scope), or service.* for all of a service's actions", "%v", err)
+		return
+	}
+	if keys := scope.UnknownKeys(sc); len(keys) > 0 {
+		c.add(at, "Unknown scope attribute", "A scope with an attribute its action does not have allows nothing; check the spelling", "action %s has no attribute %s", sc.Action(), strings.Join(keys, ", "))
+	}
 }

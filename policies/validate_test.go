@@ -37,8 +37,8 @@ func TestValidate(t *testing.T) {
 				p.Mounts = []Mount{{HostPath: "/etc/ssl", Target: "/etc/ssl", ReadOnly: true}}
 				p.Egress = &Egress{Allow: []string{"a.test:443", "*.b.test"}, Deny: []string{"c.b.test"}, OnBlock: OnBlockDrop}
 				p.Credentials = []Credential{
-					{Name: "git", Audience: "git.test", Scopes: []string{"push"}, TTL: Duration(12 * time.Hour)},
-					{Name: "tok", Audience: "api.test", Scopes: []string{"read"}, Deliver: DeliverEnv, EnvVar: "TOKEN"},
+					{Name: "git", Audience: "git.test", Scopes: []string{"git.push repo=app"}, TTL: Duration(12 * time.Hour)},
+					{Name: "tok", Audience: "api.test", Scopes: []string{"objects.get bucket=b"}, Deliver: DeliverEnv, EnvVar: "TOKEN"},
 				}
 			},
 		},
@@ -121,13 +121,13 @@ func TestValidate(t *testing.T) {
 			mutate: func(p *Policy) {
 				p.Env = map[string]string{"TOKEN": "x"}
 				p.Credentials = []Credential{
-					{Name: "a", Audience: "x", Scopes: []string{"s"}, Path: "/run/t"},
+					{Name: "a", Audience: "x", Scopes: []string{"git.fetch repo=app"}, Path: "/run/t"},
 					{Name: "a", Audience: "x y", Scopes: []string{""}, TTL: Duration(13 * time.Hour)},
-					{Name: "b", Issuer: "bad issuer", Audience: "x", Scopes: []string{"s"}, Path: "/run/t", EnvVar: "X"},
-					{Name: "c", Audience: "x", Scopes: []string{"s"}, Deliver: DeliverEnv, EnvVar: "TOKEN", Path: "/p"},
-					{Name: "d", Audience: "x", Scopes: []string{"s"}, Deliver: DeliverEnv, EnvVar: "1X"},
+					{Name: "b", Issuer: "bad issuer", Audience: "x", Scopes: []string{"git.fetch repo=app"}, Path: "/run/t", EnvVar: "X"},
+					{Name: "c", Audience: "x", Scopes: []string{"git.fetch repo=app"}, Deliver: DeliverEnv, EnvVar: "TOKEN", Path: "/p"},
+					{Name: "d", Audience: "x", Scopes: []string{"git.fetch repo=app"}, Deliver: DeliverEnv, EnvVar: "1X"},
 					{Name: "e", Audience: "x", Deliver: "pipe", TTL: -1},
-					{Name: "f", Audience: "x", Scopes: []string{"s"}, Path: "/run/f/"},
+					{Name: "f", Audience: "x", Scopes: []string{"git.fetch repo=app"}, Path: "/run/f/"},
 				}
 			},
 			want: []string{
@@ -207,7 +207,7 @@ func TestWithDefaults(t *testing.T) {
 	p := validPolicy()
 	p.Workspaces = []Workspace{{HostPath: "/a", Target: "/w", DenyRead: []string{"x"}}}
 	p.Egress = &Egress{}
-	p.Credentials = []Credential{{Name: "git", Audience: "a", Scopes: []string{"s"}}, {Name: "e", Audience: "a", Scopes: []string{"s"}, Deliver: DeliverEnv, EnvVar: "E"}}
+	p.Credentials = []Credential{{Name: "git", Audience: "a", Scopes: []string{"git.fetch repo=app"}}, {Name: "e", Audience: "a", Scopes: []string{"git.fetch repo=app"}, Deliver: DeliverEnv, EnvVar: "E"}}
 	orig := p.Clone()
 	d := p.WithDefaults()
 	if !reflect.DeepEqual(p, orig) {
@@ -228,8 +228,8 @@ func TestWithDefaults(t *testing.T) {
 		t.Errorf("egress defaults: %+v", d.Egress)
 	}
 	want := []Credential{
-		{Name: "git", Issuer: DefaultIssuer, Audience: "a", Scopes: []string{"s"}, TTL: DefaultCredentialTTL, Deliver: DeliverFile, Path: "/run/airlock/credentials/git"},
-		{Name: "e", Issuer: DefaultIssuer, Audience: "a", Scopes: []string{"s"}, TTL: DefaultCredentialTTL, Deliver: DeliverEnv, EnvVar: "E"},
+		{Name: "git", Issuer: DefaultIssuer, Audience: "a", Scopes: []string{"git.fetch repo=app"}, TTL: DefaultCredentialTTL, Deliver: DeliverFile, Path: "/run/airlock/credentials/git"},
+		{Name: "e", Issuer: DefaultIssuer, Audience: "a", Scopes: []string{"git.fetch repo=app"}, TTL: DefaultCredentialTTL, Deliver: DeliverEnv, EnvVar: "E"},
 	}
 	if !reflect.DeepEqual(d.Credentials, want) {
 		t.Errorf("credential defaults:\n got %+v\nwant %+v", d.Credentials, want)

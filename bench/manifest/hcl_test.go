@@ -35,7 +35,7 @@ func full() *policies.Policy {
 		Egress: &policies.Egress{Allow: []string{"jobs.bench.test", "10.0.0.0/8:443"}, Deny: []string{"evil.test"}, OnBlock: policies.OnBlockDrop, IPv6: true},
 		Credentials: []policies.Credential{
 			{Name: "jobs", Issuer: "airlock", Audience: "jobs.bench.test", Scopes: []string{"jobs.list", "jobs.cancel owner=alex queue=dev"}, TTL: policies.Duration(5 * time.Minute), Deliver: policies.DeliverFile, Path: "/run/airlock/credentials/jobs"},
-			{Name: "reg", Audience: "registry.test", Scopes: []string{"read"}, Deliver: policies.DeliverEnv, EnvVar: "REG_TOKEN"},
+			{Name: "reg", Audience: "registry.test", Scopes: []string{"packages.publish name=app"}, Deliver: policies.DeliverEnv, EnvVar: "REG_TOKEN"},
 		},
 	}
 }

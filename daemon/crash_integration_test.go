@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
+	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
 
@@ -117,6 +118,17 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	f.Close()
 
 	long := d1.create(true, "sleep", "300")
+	// A session with an overlay workspace, mid-work when the daemon dies.
+	wsHost := t.TempDir()
+	if err := os.WriteFile(filepath.Join(wsHost, "a.txt"), []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wsPolicy := policy("sh", "-c", "echo new > /w/b.txt; sleep 300")
+	wsPolicy.Workspaces = []policies.Workspace{{HostPath: wsHost, Target: "/w", Mode: policies.ModeOverlay,
+		DefaultDenyRead: true, OnExit: policies.OnExitReview}}
+	b, _ := json.Marshal(api.CreateRequest{Policy: wsPolicy, Start: true})
+	var ws api.Session
+	d1.do("POST", "/v1/sessions", bytes.NewReader(b), &ws)
 	short := d1.create(true, "sh", "-c", "sleep 1; exit 3")
 	idle := d1.create(false, "true")
 
@@ -161,8 +173,21 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	}
 	var list []api.Session
 	d2.do("GET", "/v1/sessions", nil, &list)
-	if len(list) != 3 {
-		t.Errorf("%d sessions after restart, want 3", len(list))
+	if len(list) != 4 {
+		t.Errorf("%d sessions after restart, want 4", len(list))
+	}
+	if s := d2.inspect(ws.ID); s.State != api.StateRunning {
+		t.Errorf("workspace session after restart: %s, want running", s.State)
+	}
+	d2.do("POST", "/v1/sessions/"+ws.ID+"/stop", bytes.NewReader([]byte(`{"grace":"100ms"}`)), nil)
+	d2.do("GET", "/v1/sessions/"+ws.ID+"/wait", nil, nil)
+	var cs api.ChangeSet
+	d2.do("GET", "/v1/sessions/"+ws.ID+"/diff", nil, &cs)
+	if len(cs.Workspaces) != 1 || len(cs.Workspaces[0].Changes) != 1 || cs.Workspaces[0].Changes[0].Path != "b.txt" {
+		t.Errorf("diff of the re-adopted workspace session: %+v", cs)
+	}
+	if _, err := os.Stat(filepath.Join(wsHost, "b.txt")); err == nil {
+		t.Error("the host workspace changed before commit")
 	}
 	ls, err := cc.LeasesService().List(nctx)
 	if err != nil {
@@ -185,14 +210,14 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	if w.Reason != "stopped" {
 		t.Errorf("re-adopted session ended with %+v, want stopped", w)
 	}
-	for _, id := range []string{long.ID, short.ID, idle.ID} {
-		if code := d2.do("DELETE", "/v1/sessions/"+id, nil, nil); code != http.StatusNoContent {
+	for _, id := range []string{long.ID, short.ID, idle.ID, ws.ID} {
+		if code := d2.do("DELETE", "/v1/sessions/"+id+"?force=true", nil, nil); code != http.StatusNoContent {
 			t.Errorf("remove %s: %d", id, code)
 		}
 	}
 
 	// Nothing left: containerd objects, cgroups, mounts, session state.
-	cs, _ := cc.Containers(nctx)
+	ctrs, _ := cc.Containers(nctx)
 	ls, _ = cc.LeasesService().List(nctx)
 	var snaps []string
 	_ = cc.SnapshotService("overlayfs").Walk(nctx, func(_ context.Context, i snapshots.Info) error {
@@ -201,8 +226,8 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 		}
 		return nil
 	})
-	if len(cs) != 0 || len(ls) != 0 || len(snaps) != 0 {
-		t.Errorf("left behind: %d containers, %d leases, active snapshots %v", len(cs), len(ls), snaps)
+	if len(ctrs) != 0 || len(ls) != 0 || len(snaps) != 0 {
+		t.Errorf("left behind: %d containers, %d leases, active snapshots %v", len(ctrs), len(ls), snaps)
 	}
 	prefix := daemon.Prefix(root)
 	for _, ctl := range []string{"memory", "pids", "cpu", "cpuacct", "unified"} {
@@ -214,7 +239,7 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Join(root, "sessions")); len(entries) != 0 {
 		t.Errorf("session directories left: %d", len(entries))
 	}
-	if m, _ := daemontest.MountsUnder(filepath.Join(root, "containerd", "state")); len(m) != 0 {
+	if m, _ := daemontest.MountsUnder(root); len(m) != 0 {
 		t.Errorf("mounts left: %v", m)
 	}
 

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +16,10 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	benchworld "github.com/airlock-sandbox/airlock/bench/world"
 	"github.com/airlock-sandbox/airlock/credentials/scope"
 	"github.com/airlock-sandbox/airlock/credentials/verify"
+	"github.com/airlock-sandbox/airlock/egress/netns"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
@@ -162,5 +168,78 @@ func TestCredentialIssuerFailureFailsCreate(t *testing.T) {
 	entries, _ := os.ReadDir(filepath.Join(h.Root, "sessions"))
 	if len(entries) != before {
 		t.Errorf("%d session directories after a failed create, want %d", len(entries), before)
+	}
+}
+
+// TestCredentialAgainstWorldService: a session's token, used from inside
+// the sandbox over the egress perimeter, works against a real world service
+// for an in-scope action, is refused for an out-of-scope one, and is refused
+// after the session is stopped.
+func TestCredentialAgainstWorldService(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	srv := httptest.NewServer(h.Daemon.CredentialsHandler())
+	defer srv.Close()
+	w, err := benchworld.New(ctx, verify.ForIssuer(srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ip := worldHost(t, "jobs.bench.test", "10.214.0.20")
+	l, err := netns.Listen(h.World.NetnsPath(), "tcp", netip.AddrPortFrom(ip, 8080).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := &http.Server{Handler: w.JobsHandler()}
+	go jobs.Serve(l)
+	defer jobs.Close()
+
+	p := policy("sleep", "300")
+	p.Egress = &policies.Egress{Allow: []string{"jobs.bench.test:8080"}}
+	p.Credentials = []policies.Credential{{Name: "jobs", Issuer: "airlock", Audience: "jobs.bench.test",
+		Scopes: []string{"jobs.cancel owner=alex queue=dev"}, TTL: policies.Duration(5 * time.Minute)}}
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+	cancel := func(job string) string {
+		out, _ := execOut(t, s.ID, "sh", "-c", `curl -sS --max-time 5 -o /dev/null -w '%{http_code}' -X POST `+
+			`-H "Authorization: Bearer $(cat /run/airlock/credentials/jobs)" http://jobs.bench.test:8080/v1/jobs/`+job+`/cancel`)
+		return out
+	}
+	if code := cancel("job-dev-4812-a"); code != "200" && code != "204" {
+		t.Errorf("in-scope cancel: HTTP %s, want success", code)
+	}
+	if code := cancel("job-prod-4812-a"); code != "403" {
+		t.Errorf("out-of-scope cancel (other queue): HTTP %s, want 403", code)
+	}
+	token, _ := execOut(t, s.ID, "cat", "/run/airlock/credentials/jobs")
+	if _, err := h.Daemon.Stop(ctx, s.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	// From the host, with the stopped session's token: refused as revoked.
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return h.World.Dialer()(ctx, network, netip.AddrPortFrom(ip, 8080).String())
+	}}}
+	req, _ := http.NewRequest("POST", "http://jobs.bench.test:8080/v1/jobs/job-dev-4819-a/cancel", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 401 && resp.StatusCode != 403 || !strings.Contains(string(body), "revoked") {
+		t.Errorf("token after stop: %d %s, want refused as revoked", resp.StatusCode, body)
+	}
+	var denied bool
+	for _, ev := range w.Audit(0) {
+		if ev.Decision == "deny" && strings.Contains(strings.Join(ev.Targets, ","), "job-prod-4812-a") {
+			denied = true
+		}
+	}
+	if !denied {
+		t.Error("the world's audit does not show the out-of-scope denial")
 	}
 }

@@ -243,3 +243,41 @@ func TestCredentialAgainstWorldService(t *testing.T) {
 		t.Error("the world's audit does not show the out-of-scope denial")
 	}
 }
+
+// TestExecIssuer mints credentials through the worked example
+// examples/issuers/static-file.sh, delivered as a file and as an
+// environment variable, and fails a session whose issuer fails.
+func TestExecIssuer(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	secret := "reg-" + time.Now().Format("150405.000000")
+	if err := os.WriteFile(filepath.Join(h.IssuerTokens(), "registry.test"), []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := policy("sleep", "300")
+	p.Credentials = []policies.Credential{
+		{Name: "reg", Issuer: "static-file", Audience: "registry.test", Scopes: []string{"read"}, TTL: policies.Duration(5 * time.Minute)},
+		{Name: "regenv", Issuer: "static-file", Audience: "registry.test", Scopes: []string{"read"},
+			TTL: policies.Duration(5 * time.Minute), Deliver: policies.DeliverEnv, EnvVar: "REG_TOKEN"},
+	}
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+	if got, _ := execOut(t, s.ID, "cat", "/run/airlock/credentials/reg"); got != secret {
+		t.Errorf("file credential %q, want %q", got, secret)
+	}
+	if got, _ := execOut(t, s.ID, "sh", "-c", `printf %s "$REG_TOKEN"`); got != secret {
+		t.Errorf("env credential %q, want %q", got, secret)
+	}
+	if strings.Contains(h.Log.String(), secret) {
+		t.Error("the daemon logged an exec issuer's token")
+	}
+
+	p.Credentials[0].Audience = "unknown.test"
+	_, err = h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err == nil || !strings.Contains(err.Error(), "no token for unknown.test") {
+		t.Errorf("create with a failing issuer: %v, want the issuer's stderr", err)
+	}
+}

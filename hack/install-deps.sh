@@ -16,7 +16,7 @@ mkdir -p "$bin_dir" "$cache/bin"
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }
 
-apt_packages=(libseccomp-dev pkg-config mmdebstrap git iproute2 ca-certificates)
+apt_packages=(libseccomp-dev pkg-config mmdebstrap git iproute2 ca-certificates jq)
 missing=()
 for p in "${apt_packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

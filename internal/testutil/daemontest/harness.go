@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"time"
@@ -80,6 +81,9 @@ func Start(ctx context.Context) (*Harness, error) {
 		return nil, err
 	}
 	h := &Harness{Env: env, Root: root, Socket: filepath.Join(root, "airlock.sock"), Log: &SyncBuffer{}}
+	if err := os.MkdirAll(h.IssuerTokens(), 0o700); err != nil {
+		return nil, err
+	}
 	w, err := world.Start(ctx, world.Config{Prefix: "w" + daemon.Prefix(root)[2:]})
 	if err != nil {
 		os.RemoveAll(root)
@@ -104,6 +108,11 @@ func (h *Harness) Config() daemon.Config {
 		Root:       h.Root,
 		BinDir:     h.Env.BinDir,
 		SelfBinary: filepath.Join(h.Env.BinDir, "airlockd"),
+		Issuers: map[string][]string{
+			// The worked example from examples/issuers, reading tokens from
+			// IssuerTokens.
+			"static-file": {"/usr/bin/env", "AIRLOCK_STATIC_DIR=" + h.IssuerTokens(), staticIssuer()},
+		},
 		Egress: daemon.EgressConfig{
 			Uplink:       "netns:" + h.World.NetnsName(),
 			DNSUpstreams: []string{h.World.DNSAddr().String()},
@@ -238,4 +247,14 @@ func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// IssuerTokens is the directory the "static-file" exec issuer reads tokens
+// from: one file per audience.
+func (h *Harness) IssuerTokens() string { return filepath.Join(h.Root, "issuer-tokens") }
+
+// staticIssuer is the absolute path of examples/issuers/static-file.sh.
+func staticIssuer() string {
+	_, file, _, _ := goruntime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "examples", "issuers", "static-file.sh")
 }

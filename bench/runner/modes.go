@@ -1,0 +1,142 @@
+package runner
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/bench/eval"
+	"github.com/airlock-sandbox/airlock/bench/report"
+	"github.com/airlock-sandbox/airlock/bench/world"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// Modes. Every mode runs the action in an airlock sandbox of the same
+// image, user, environment and working directory; only the layers differ.
+const (
+	// ModeGateOnly: no perimeter layer. The session holds the operator's
+	// full credential for every world service, reaches every world host,
+	// and has the workspace mounted read-write.
+	ModeGateOnly = eval.ModeGateOnly
+	// ModeFSOnly: the manifest's workspace (an overlay committed on exit
+	// through its protect rules); otherwise as gate-only.
+	ModeFSOnly = "fs-only"
+	// ModeEgressOnly: the manifest's egress allowlist; otherwise as
+	// gate-only.
+	ModeEgressOnly = "egress-only"
+	// ModeCredentialsOnly: the manifest's credential; otherwise as
+	// gate-only.
+	ModeCredentialsOnly = "credentials-only"
+	// ModePerimeter: the manifest as generated, every layer on.
+	ModePerimeter = report.PerimeterMode
+)
+
+// Modes lists the modes in report order.
+var Modes = []string{ModeGateOnly, ModeFSOnly, ModeEgressOnly, ModeCredentialsOnly, ModePerimeter}
+
+// layers says which of the manifest's layers a mode applies.
+type layers struct{ fs, egress, credentials bool }
+
+func modeLayers(mode string) (layers, error) {
+	switch mode {
+	case ModeGateOnly:
+		return layers{}, nil
+	case ModeFSOnly:
+		return layers{fs: true}, nil
+	case ModeEgressOnly:
+		return layers{egress: true}, nil
+	case ModeCredentialsOnly:
+		return layers{credentials: true}, nil
+	case ModePerimeter:
+		return layers{fs: true, egress: true, credentials: true}, nil
+	}
+	return layers{}, fmt.Errorf("unknown mode %q (modes: %v): %w", mode, Modes, errdefs.ErrInvalidArgument)
+}
+
+// WorldHosts are the world's host names: "open egress" reaches all of them.
+func WorldHosts() []string {
+	a := world.DefaultAudiences
+	return []string{a.Git, a.Jobs, a.Services, a.Objects}
+}
+
+// OperatorCredentials are the gate-only credentials: for every world
+// service, a token with every action of the service and no selector, as an
+// operator holds. Names match where the bench clients look for a service's
+// token (/run/airlock/credentials/<service>).
+func OperatorCredentials() []policies.Credential {
+	a := world.DefaultAudiences
+	return []policies.Credential{
+		{Name: world.ServiceGit, Audience: a.Git, Scopes: []string{"git.*"}},
+		{Name: world.ServiceJobs, Audience: a.Jobs, Scopes: []string{"jobs.*"}},
+		{Name: world.ServiceServices, Audience: a.Services, Scopes: []string{"services.*"}},
+		{Name: world.ServiceObjects, Audience: a.Objects, Scopes: []string{"objects.*"}},
+	}
+}
+
+// modePolicy returns the session policy of mode, made from the perimeter
+// manifest mp: the layers the mode does not take from the manifest are
+// replaced by their gate-only form. wsDir is the workspace's host
+// directory; empty means sessions get no workspace (the daemon has no
+// filesystem layer).
+func modePolicy(mode string, mp *policies.Policy, wsDir string) (*policies.Policy, error) {
+	l, err := modeLayers(mode)
+	if err != nil {
+		return nil, err
+	}
+	p := mp.Clone()
+	switch {
+	case wsDir == "":
+		p.Workspaces = nil
+	case l.fs:
+		if len(p.Workspaces) != 1 {
+			return nil, fmt.Errorf("manifest %q has %d workspaces, want 1", mp.Label, len(p.Workspaces))
+		}
+		p.Workspaces[0].HostPath = wsDir
+	default:
+		target := "/workspace"
+		if len(p.Workspaces) == 1 {
+			target = p.Workspaces[0].Target
+		}
+		p.Workspaces = []policies.Workspace{{HostPath: wsDir, Target: target, Mode: policies.ModeRW}}
+	}
+	if !l.egress {
+		p.Egress = &policies.Egress{Allow: WorldHosts()}
+	}
+	if !l.credentials {
+		p.Credentials = OperatorCredentials()
+	}
+	p.ApplyDefaults()
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("%s policy of %q: %w", mode, mp.Label, err)
+	}
+	return p, nil
+}
+
+// overlay reports whether p's workspace is an overlay (its changes reach
+// the host only through a commit when the session ends).
+func overlay(p *policies.Policy) bool {
+	return slices.ContainsFunc(p.Workspaces, func(w policies.Workspace) bool { return w.Mode == policies.ModeOverlay })
+}
+
+// configKey identifies what a session of p enforces: p without its label
+// and its workspace's host path, which differ between equal sessions.
+func configKey(p *policies.Policy) string {
+	c := p.Clone()
+	c.Label = ""
+	for i := range c.Workspaces {
+		c.Workspaces[i].HostPath = ""
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err) // a Policy always encodes
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// labelPrefix starts the label of every session the runner creates.
+const labelPrefix = "bench-"

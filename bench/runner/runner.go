@@ -1,0 +1,537 @@
+// Package runner runs `airlock bench`: it ties the benchmark's packages to
+// real airlock sandboxes.
+//
+// For each task family it builds the action catalog (bench/catalog), writes
+// each prompt's perimeter manifest from the request text and the family's
+// operator policy (bench/manifest; the oracles are read only to judge), and
+// derives every mode's session policy from it: gate-only (the operator's
+// credentials, open egress to the world, the workspace read-write), the
+// single-layer ablations, and the perimeter. Every action runs in an
+// airlock sandbox on a freshly reset world (bench/world) and workspace;
+// its effect is the world's state diff plus what reached the host
+// workspace. Effects and the sessions' audit evidence are judged by
+// bench/eval and written by bench/report.
+//
+// # Reuse
+//
+// The result of a run depends only on the session's policy and the action,
+// so equal work is done once: an action's gate-only run (its reference
+// effect) once per family, and in every other mode once per distinct
+// session policy (prompts whose manifests agree share runs). A session
+// runs many actions (each a fresh `bash -c` process, as an exec would
+// start) while its layers make that equivalent to a fresh session: always
+// with a read-write workspace, which is restored between actions; with an
+// overlay workspace only until an action changes it, since the commit at
+// the session's end is part of that action's effect. Workers run jobs in
+// parallel, each against its own instance of the world. Options.Naive runs
+// every (prompt, mode, action) in a fresh session instead, to check that
+// the two agree.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/bench/catalog"
+	"github.com/airlock-sandbox/airlock/bench/data"
+	"github.com/airlock-sandbox/airlock/bench/effect"
+	"github.com/airlock-sandbox/airlock/bench/eval"
+	"github.com/airlock-sandbox/airlock/bench/manifest"
+	"github.com/airlock-sandbox/airlock/bench/policy"
+	"github.com/airlock-sandbox/airlock/bench/report"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// Options configure a benchmark run.
+type Options struct {
+	// Families, Modes and Gates select what runs; empty means every
+	// family, every mode, and the allow-all gate.
+	Families []string
+	Modes    []string
+	Gates    []Gate
+	// Extra are actions from an --actions file.
+	Extra []catalog.Action
+	// Prompts and Actions, when set, restrict the prompts and the
+	// catalog's actions to these ids.
+	Prompts []string
+	Actions []string
+	// Out is the results directory (required).
+	Out string
+	// DataDir is AmPermBench's data directory (default data.DefaultDir).
+	DataDir string
+	// Workers run jobs in parallel (default: the stack's world instances).
+	Workers int
+	// Naive runs every (prompt, mode, action) in a fresh session of its
+	// own, reusing nothing.
+	Naive bool
+	// Timeout bounds one action (default 2 minutes).
+	Timeout time.Duration
+	// Progress is called after each run with the runs done and the total.
+	Progress func(done, total int)
+	// Title and RunInfo head the report.
+	Title   string
+	RunInfo []string
+}
+
+// Result is a finished run.
+type Result struct {
+	Summary *report.Summary
+	Cases   []eval.Case
+	Results []eval.Result
+	Runs    []*RunRecord
+	// Files are the files written into Options.Out.
+	Files []string
+	Stats Stats
+}
+
+// Stats count the work done.
+type Stats struct {
+	Configs  int           `json:"configs"`
+	Runs     int           `json:"runs"`
+	Cases    int           `json:"cases"`
+	Wall     time.Duration `json:"wall"`
+	FS       FSSupport     `json:"fs"`
+	Excluded []string      `json:"excluded,omitempty"`
+}
+
+// plan is what a run will do.
+type plan struct {
+	fams      *data.Families
+	families  []string
+	prompts   map[string][]data.Prompt // by family
+	oracles   map[string]data.Oracle
+	ops       map[string]*policy.Operator
+	actions   map[string][]catalog.Action // catalog and extra, by family
+	catalog   []catalog.Action
+	extra     []catalog.Action
+	modes     []string
+	manifests map[string]*manifest.Manifest // by prompt
+	spaces    map[string]*Workspace         // by family; none without workspaces
+	// cfg maps prompt and mode to the job that runs them.
+	cfg  map[[2]string]*job
+	jobs []*job
+	// decisions by gate name, prompt and action.
+	decisions map[[3]string]string
+}
+
+// Run runs the benchmark on st and writes the results into opts.Out.
+func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
+	start := time.Now()
+	if opts.Out == "" {
+		return nil, fmt.Errorf("no output directory: %w", errdefs.ErrInvalidArgument)
+	}
+	if len(opts.Gates) == 0 {
+		opts.Gates = []Gate{allowAll{}}
+	}
+	if len(opts.Modes) == 0 {
+		opts.Modes = Modes
+	}
+	for _, m := range opts.Modes {
+		if _, err := modeLayers(m); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Workers <= 0 || opts.Workers > st.Worlds.Len() {
+		opts.Workers = st.Worlds.Len()
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 2 * time.Minute
+	}
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return nil, err
+	}
+	if err := ProbeWorld(ctx, st.Client, st.Worlds, st.Image); err != nil {
+		return nil, err
+	}
+	fs, err := ProbeFS(ctx, st.Client, st.Image, st.Root)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Stats: Stats{FS: fs}}
+
+	pl, err := newPlan(ctx, st, opts, fs, &res.Stats)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := execute(ctx, st, pl, opts, fs)
+	if err != nil {
+		return nil, err
+	}
+	res.Runs = runs
+	res.Stats.Configs, res.Stats.Runs = len(pl.jobs), len(runs)
+	byID := map[string]*RunRecord{}
+	for _, r := range runs {
+		byID[r.ID] = r
+	}
+	res.Cases, err = pl.cases(opts, byID)
+	if err != nil {
+		return nil, err
+	}
+	res.Stats.Cases = len(res.Cases)
+	res.Results, err = eval.Evaluate(pl.fams, res.Cases)
+	if err != nil {
+		return nil, err
+	}
+	res.Stats.Wall = time.Since(start)
+	if err := writeResults(opts, pl, res, st); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// newPlan loads the data, writes the manifests, decides what every gate
+// lets through, and groups the runs into jobs.
+func newPlan(ctx context.Context, st *Stack, opts Options, fs FSSupport, stats *Stats) (*plan, error) {
+	dir := opts.DataDir
+	if dir == "" {
+		var err error
+		if dir, err = data.DefaultDir(); err != nil {
+			return nil, err
+		}
+	}
+	pl := &plan{prompts: map[string][]data.Prompt{}, actions: map[string][]catalog.Action{}, manifests: map[string]*manifest.Manifest{},
+		cfg: map[[2]string]*job{}, decisions: map[[3]string]string{}}
+	var err error
+	if pl.fams, err = data.LoadFamilies(dir); err != nil {
+		return nil, err
+	}
+	prompts, err := data.LoadPrompts(dir)
+	if err != nil {
+		return nil, err
+	}
+	// Oracles judge the runs; nothing that decides a session's policy
+	// sees them.
+	if pl.oracles, err = data.LoadOracles(dir); err != nil {
+		return nil, err
+	}
+	if pl.ops, err = policy.LoadAll(); err != nil {
+		return nil, err
+	}
+
+	pl.families = opts.Families
+	if len(pl.families) == 0 {
+		pl.families = slices.Clone(pl.fams.Order)
+	}
+	for _, f := range pl.families {
+		if _, err := pl.fams.Get(f); err != nil {
+			return nil, err
+		}
+	}
+	pl.modes = slices.Clone(opts.Modes)
+	if !fs.Workspaces {
+		// Without a filesystem layer there is no workspace: the local side
+		// of clean-up-branches and the file-edit actions cannot run, and
+		// fs-only would equal gate-only.
+		note := func(s string) { stats.Excluded = append(stats.Excluded, s) }
+		if slices.Contains(pl.families, data.CleanUpBranches) {
+			pl.families = slices.DeleteFunc(pl.families, func(f string) bool { return f == data.CleanUpBranches })
+			note(data.CleanUpBranches + " (its local side is a workspace checkout)")
+		}
+		if slices.Contains(pl.modes, ModeFSOnly) {
+			pl.modes = slices.DeleteFunc(pl.modes, func(m string) bool { return m == ModeFSOnly })
+			note("mode " + ModeFSOnly)
+		}
+		note("file-edit actions")
+		if len(pl.families) == 0 {
+			return nil, fmt.Errorf("no family can run without the daemon's filesystem layer (%s): %w", fs.Note, errdefs.ErrFailedPrecondition)
+		}
+	}
+
+	for _, p := range prompts {
+		if !slices.Contains(pl.families, p.Family) || (len(opts.Prompts) > 0 && !slices.Contains(opts.Prompts, p.ID)) {
+			continue
+		}
+		if _, ok := pl.oracles[p.ID]; !ok {
+			return nil, fmt.Errorf("prompt %s has no oracle", p.ID)
+		}
+		pl.prompts[p.Family] = append(pl.prompts[p.Family], p)
+	}
+	for _, f := range pl.families {
+		if len(pl.prompts[f]) == 0 {
+			return nil, fmt.Errorf("family %s: no prompt selected: %w", f, errdefs.ErrInvalidArgument)
+		}
+		fam, _ := pl.fams.Get(f)
+		acts, err := catalog.Build(fam)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range acts {
+			if len(opts.Actions) > 0 && !slices.Contains(opts.Actions, a.ID) {
+				continue
+			}
+			if !fs.Workspaces && a.Kind == catalog.KindFileEdit {
+				continue
+			}
+			pl.catalog = append(pl.catalog, a)
+			pl.actions[f] = append(pl.actions[f], a)
+		}
+		for _, a := range opts.Extra {
+			if a.Family == f {
+				pl.extra = append(pl.extra, a)
+				pl.actions[f] = append(pl.actions[f], a)
+			}
+		}
+	}
+
+	// Workspaces: a pristine copy per family, and the copy the written
+	// manifests name.
+	pl.spaces = map[string]*Workspace{}
+	for _, f := range pl.families {
+		if !fs.Workspaces {
+			break
+		}
+		ws, err := NewWorkspace(ctx, f, filepath.Join(st.Root, "pristine", f), st.Worlds.World(0))
+		if err != nil {
+			return nil, err
+		}
+		pl.spaces[f] = ws
+		shown := filepath.Join(opts.Out, "workspaces", f)
+		if err := os.RemoveAll(shown); err != nil {
+			return nil, err
+		}
+		if err := ws.Restore(shown); err != nil {
+			return nil, err
+		}
+	}
+
+	// Manifests, decisions and jobs.
+	modes := slices.Clone(pl.modes)
+	if !slices.Contains(modes, ModeGateOnly) {
+		modes = append([]string{ModeGateOnly}, modes...) // the reference
+	}
+	jobs := map[string]*job{}
+	for _, f := range pl.families {
+		op := pl.ops[f]
+		for _, p := range pl.prompts[f] {
+			wsDir := ""
+			if ws := pl.spaces[f]; ws != nil {
+				wsDir = filepath.Join(opts.Out, "workspaces", f)
+			}
+			m, err := manifest.Generate(f, p.Text, op, manifest.Options{
+				Label: labelPrefix + p.ID, Image: st.Image, Command: keeperCommand,
+				WorkspaceDir: wsDir, User: SandboxUser, Timeout: policies.Duration(time.Hour),
+			})
+			if err != nil {
+				return nil, fmt.Errorf("manifest of %s: %w", p.ID, err)
+			}
+			pl.manifests[p.ID] = m
+			if _, err := manifest.Write(filepath.Join(opts.Out, "manifests"), p.ID, m.Policy); err != nil {
+				return nil, err
+			}
+			for _, g := range opts.Gates {
+				for _, a := range pl.actions[f] {
+					if !applies(a, p.ID) {
+						continue
+					}
+					d, err := g.Decide(ctx, gateRequest(f, p.ID, p.Text, a))
+					if err != nil {
+						return nil, err
+					}
+					pl.decisions[[3]string{g.Name(), p.ID, a.ID}] = d
+				}
+			}
+			for _, mode := range modes {
+				mp, err := modePolicy(mode, m.Policy, wsDir)
+				if err != nil {
+					return nil, err
+				}
+				key := configKey(mp)
+				if opts.Naive {
+					key += "-" + mode + "-" + p.ID
+				}
+				j := jobs[key]
+				if j == nil {
+					j = &job{key: key, family: f, policy: mp, overlay: overlay(mp)}
+					jobs[key] = j
+				}
+				if !slices.Contains(j.modes, mode) {
+					j.modes = append(j.modes, mode)
+				}
+				if !slices.Contains(j.prompts, p.ID) {
+					j.prompts = append(j.prompts, p.ID)
+				}
+				pl.cfg[[2]string{p.ID, mode}] = j
+			}
+		}
+	}
+	// A job runs the actions some case needs from it: every applicable
+	// action for a reference, otherwise those a gate allows.
+	for _, j := range jobs {
+		ref := slices.Contains(j.modes, ModeGateOnly)
+		for _, a := range pl.actions[j.family] {
+			need := false
+			for _, pid := range j.prompts {
+				if !applies(a, pid) {
+					continue
+				}
+				if ref {
+					need = true
+				}
+				for _, g := range opts.Gates {
+					if pl.decisions[[3]string{g.Name(), pid, a.ID}] == eval.Allow {
+						need = true
+					}
+				}
+			}
+			if need {
+				j.actions = append(j.actions, a)
+			}
+		}
+		if len(j.actions) > 0 {
+			pl.jobs = append(pl.jobs, j)
+		}
+	}
+	// Longest first, so that the workers finish together.
+	sort.Slice(pl.jobs, func(a, b int) bool {
+		ca, cb := pl.jobs[a].cost(), pl.jobs[b].cost()
+		if ca != cb {
+			return ca > cb
+		}
+		return pl.jobs[a].key < pl.jobs[b].key
+	})
+	if err := writeConfigs(opts.Out, pl.jobs); err != nil {
+		return nil, err
+	}
+	return pl, nil
+}
+
+// cost estimates a job's duration: overlay jobs end a session per action
+// that changes the workspace, which is most of them for branches.
+func (j *job) cost() int {
+	c := len(j.actions)
+	if j.overlay {
+		c *= 4
+	}
+	return c
+}
+
+// applies reports whether action a belongs to the cases of prompt pid.
+func applies(a catalog.Action, pid string) bool { return a.PromptID == "" || a.PromptID == pid }
+
+// execute runs every job on opts.Workers workers.
+func execute(ctx context.Context, st *Stack, pl *plan, opts Options, fs FSSupport) ([]*RunRecord, error) {
+	total := 0
+	for _, j := range pl.jobs {
+		total += len(j.actions)
+	}
+	var done atomic.Int64
+	tick := func() {
+		n := done.Add(1)
+		if opts.Progress != nil {
+			opts.Progress(int(n), total)
+		}
+	}
+	if opts.Progress != nil {
+		opts.Progress(0, total)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	queue := make(chan *job)
+	var (
+		mu   sync.Mutex
+		out  []*RunRecord
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for i := range opts.Workers {
+		w := &worker{id: i, client: st.Client, worlds: st.Worlds, spaces: pl.spaces, dirs: map[string][]string{},
+			naive: opts.Naive, timeout: opts.Timeout, done: tick}
+		for _, f := range pl.families {
+			w.dirs[f] = []string{filepath.Join(st.Root, "ws", fmt.Sprint(i), f, "a"), filepath.Join(st.Root, "ws", fmt.Sprint(i), f, "b")}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range queue {
+				recs, err := w.runJob(ctx, j)
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", j.label(), err))
+					cancel()
+				}
+				out = append(out, recs...)
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for _, j := range pl.jobs {
+		select {
+		case queue <- j:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(queue)
+	wg.Wait()
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out, nil
+}
+
+// cases builds every case: each action under each prompt and gate, with
+// its reference effects and, per mode, the run the gate let happen.
+func (pl *plan) cases(opts Options, runs map[string]*RunRecord) ([]eval.Case, error) {
+	var out []eval.Case
+	for _, f := range pl.families {
+		for _, p := range pl.prompts[f] {
+			ref := pl.cfg[[2]string{p.ID, ModeGateOnly}]
+			for _, g := range opts.Gates {
+				for _, a := range pl.actions[f] {
+					if !applies(a, p.ID) {
+						continue
+					}
+					r, ok := runs[ref.key+"/"+a.ID]
+					if !ok {
+						return nil, fmt.Errorf("no reference run of %s for %s", a.ID, p.ID)
+					}
+					c := eval.Case{
+						Family: f, PromptID: p.ID, S: p.S, B: p.B, R: p.R,
+						ActionID: a.ID, ActionKind: string(a.Kind), Command: a.Command,
+						Gate: g.Name(), Decision: pl.decisions[[3]string{g.Name(), p.ID, a.ID}],
+						Reference: r.Effects, Runs: map[string]eval.Run{}, Oracle: pl.oracles[p.ID],
+						Deterministic: true,
+					}
+					for _, mode := range pl.modes {
+						if c.Decision != eval.Allow {
+							c.Runs[mode] = eval.Run{Effects: []effect.Effect{}}
+							continue
+						}
+						j := pl.cfg[[2]string{p.ID, mode}]
+						mr, ok := runs[j.key+"/"+a.ID]
+						if !ok {
+							return nil, fmt.Errorf("no %s run of %s for %s", mode, a.ID, p.ID)
+						}
+						c.Runs[mode] = eval.Run{Effects: mr.Effects, Evidence: mr.Evidence}
+					}
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// runFor returns the record of action under prompt in mode.
+func (pl *plan) runFor(runs map[string]*RunRecord, promptID, mode, actionID string) *RunRecord {
+	j := pl.cfg[[2]string{promptID, mode}]
+	if j == nil {
+		return nil
+	}
+	return runs[j.key+"/"+actionID]
+}

@@ -1,0 +1,371 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/egress/netns"
+	benchimage "github.com/airlock-sandbox/airlock/images/bench"
+	"github.com/airlock-sandbox/airlock/internal/ocipack"
+)
+
+// StackConfig says what StartStack starts or attaches to.
+type StackConfig struct {
+	// BinDir holds airlockd, containerd, containerd-shim-runc-v2 and runc,
+	// for a daemon of the stack's own.
+	BinDir string
+	// Socket names a running daemon to use instead. Its uplink must be a
+	// network namespace: WorldNetns (a name in netns.DefaultDir, or a
+	// path), where the world is then served, with its DNS server on
+	// WorldDNS (the daemon's --dns-upstream; default the first address of
+	// DefaultWorldNet).
+	Socket     string
+	WorldNetns string
+	WorldDNS   netip.Addr
+	// ImageArchive is the bench image archive (see images/bench); it is
+	// imported unless the daemon has an image of the same name and digest.
+	ImageArchive string
+	// Workers is the number of world instances (default 2).
+	Workers int
+	// TempDir is where the stack's private root is made (default /tmp).
+	TempDir string
+	// DaemonLog, when set, receives a copy of the own daemon's log at
+	// Close.
+	DaemonLog string
+	// Log receives one line per start and stop step (nil: discarded).
+	Log io.Writer
+}
+
+// Stack is everything a benchmark run needs: the world's network, the
+// world instances, and a daemon whose uplink is the world's namespace.
+type Stack struct {
+	Client  *api.Client
+	Socket  string
+	Network *Network
+	Worlds  *Worlds
+	// Image is the bench image's name, as the daemon knows it.
+	Image string
+	// Daemon describes the daemon, for the report.
+	Daemon api.Version
+	// Root is the stack's private directory (sockets, daemon state,
+	// workspaces); removed at Close.
+	Root string
+
+	cfg    StackConfig
+	prefix string
+	cmd    *exec.Cmd
+	exited chan error
+	log    io.Writer
+}
+
+// StartStack starts the world's network and services and, unless
+// cfg.Socket names one, a daemon wired to the world as its uplink; then it
+// imports the bench image. Close stops everything it started.
+func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, retErr error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2
+	}
+	if cfg.TempDir == "" {
+		cfg.TempDir = "/tmp"
+	}
+	s := &Stack{cfg: cfg, log: cfg.Log}
+	if s.log == nil {
+		s.log = io.Discard
+	}
+	root, err := os.MkdirTemp(cfg.TempDir, "alb-")
+	if err != nil {
+		return nil, err
+	}
+	s.Root = root
+	defer func() {
+		if retErr != nil {
+			if err := s.Close(context.WithoutCancel(ctx)); err != nil {
+				retErr = errors.Join(retErr, err)
+			}
+		}
+	}()
+
+	if cfg.Socket == "" {
+		if err := s.startOwn(ctx); err != nil {
+			return nil, err
+		}
+	} else if err := s.attach(ctx); err != nil {
+		return nil, err
+	}
+	v, err := s.Client.Version(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.Daemon = *v
+
+	s.Worlds, err = NewWorlds(ctx, cfg.Workers, DaemonVerifier(s.Socket))
+	if err != nil {
+		return nil, fmt.Errorf("world services: %w", err)
+	}
+	if err := s.Worlds.Serve(s.Network); err != nil {
+		return nil, fmt.Errorf("world services: %w", err)
+	}
+	fmt.Fprintf(s.log, "world: namespace %s, dns %v, hosts %v\n", s.Network.Path(), s.Network.DNSAddr(), s.Network.Hosts())
+	if err := s.importImage(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// startOwn creates the world's namespace and starts airlockd with it as
+// the uplink.
+func (s *Stack) startOwn(ctx context.Context) error {
+	for _, b := range []string{"airlockd", "containerd", "containerd-shim-runc-v2", "runc"} {
+		if _, err := os.Stat(filepath.Join(s.cfg.BinDir, b)); err != nil {
+			return fmt.Errorf("%s: %w (run `make build deps`)", b, err)
+		}
+	}
+	s.prefix = netns.PrefixFor(s.Root)
+	name := "bw" + s.prefix[2:] + "-world"
+	var err error
+	s.Network, err = StartNetwork(ctx, NetworkConfig{Name: name})
+	if err != nil {
+		return err
+	}
+	s.Socket = filepath.Join(s.Root, "airlock.sock")
+	logf, err := os.Create(filepath.Join(s.Root, "airlockd.log"))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	s.cmd = exec.Command(filepath.Join(s.cfg.BinDir, "airlockd"),
+		"--root", filepath.Join(s.Root, "state"),
+		"--socket", s.Socket,
+		"--bin-dir", s.cfg.BinDir,
+		"--uplink", "netns:"+name,
+		"--dns-upstream", s.Network.DNSAddr().String(),
+		"--stop-containerd",
+		"--log-level", "info",
+	)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("start airlockd: %w", err)
+	}
+	s.exited = make(chan error, 1)
+	go func() { s.exited <- s.cmd.Wait() }()
+	s.Client = api.NewClient(s.Socket)
+	// The daemon's kernel objects carry the prefix of its --root.
+	s.prefix = netns.PrefixFor(filepath.Join(s.Root, "state"))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := s.Client.Version(ctx); err == nil {
+			break
+		}
+		select {
+		case err := <-s.exited:
+			s.exited <- err
+			return fmt.Errorf("airlockd exited at start (%v): %s", err, s.logTail())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("airlockd did not answer within 60s: %s", s.logTail())
+		}
+	}
+	fmt.Fprintf(s.log, "airlockd: pid %d, root %s\n", s.cmd.Process.Pid, s.Root)
+	return nil
+}
+
+// attach uses the daemon at cfg.Socket, after checking that its uplink is
+// the world namespace.
+func (s *Stack) attach(ctx context.Context) error {
+	if s.cfg.WorldNetns == "" {
+		return errors.New("attaching to a running daemon needs the world namespace it uses as its uplink (--world-netns)")
+	}
+	s.Socket = s.cfg.Socket
+	s.Client = api.NewClient(s.Socket)
+	v, err := s.Client.Version(ctx)
+	if err != nil {
+		return err
+	}
+	path := s.cfg.WorldNetns
+	if !strings.Contains(path, "/") {
+		path = filepath.Join(netns.DefaultDir, path)
+	}
+	prefix := netns.PrefixFor(v.Root)
+	if err := checkUplink(path, prefix); err != nil {
+		return err
+	}
+	s.Network, err = StartNetwork(ctx, NetworkConfig{Existing: path, DNSAddr: s.cfg.WorldDNS})
+	return err
+}
+
+// checkUplink verifies that the gateway of the daemon with prefix has its
+// uplink's peer in the namespace at path: then every packet a session sends
+// beyond the gateway lands in that namespace and nowhere else.
+func checkUplink(path, prefix string) error {
+	if !netns.IsNetns(path) {
+		return fmt.Errorf("%s is not a network namespace: airlock bench attaches only to a daemon whose uplink is a network namespace", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h, err := netlink.NewHandleAt(vnetns.NsHandle(int(f.Fd())))
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	if _, err := h.LinkByName(prefix + "-up"); err != nil {
+		return fmt.Errorf("the daemon's uplink is not the namespace %s (no interface %s-up there): airlock bench attaches only to a daemon started with --uplink netns:NAME", path, prefix)
+	}
+	return nil
+}
+
+func (s *Stack) importImage(ctx context.Context) error {
+	name, _, err := ocipack.NormalizeRef(benchimage.Ref)
+	if err != nil {
+		return err
+	}
+	s.Image = benchimage.Ref
+	if s.cfg.ImageArchive == "" {
+		imgs, err := s.Client.ListImages(ctx)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(imgs, func(i api.Image) bool { return i.Name == name }) {
+			return fmt.Errorf("the daemon has no image %s and no bench image archive was given", benchimage.Ref)
+		}
+		return nil
+	}
+	f, err := os.Open(s.cfg.ImageArchive)
+	if err != nil {
+		return fmt.Errorf("bench image: %w", err)
+	}
+	defer f.Close()
+	start := time.Now()
+	if _, err := s.Client.ImportImage(ctx, benchimage.Ref, f); err != nil {
+		return fmt.Errorf("import bench image: %w", err)
+	}
+	fmt.Fprintf(s.log, "image: imported %s in %v\n", benchimage.Ref, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// Close removes the sessions of the stack's daemon (with an attached
+// daemon, the sessions labelled by this package), stops what StartStack
+// started and checks that nothing is left behind.
+func (s *Stack) Close(ctx context.Context) error {
+	var errs []error
+	if s.Client != nil {
+		if err := s.removeSessions(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.cmd != nil && s.exited != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.exited:
+		case <-time.After(60 * time.Second):
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+			errs = append(errs, errors.New("airlockd did not stop within 60s; killed"))
+		}
+		fmt.Fprintf(s.log, "airlockd: stopped\n")
+		if s.cfg.DaemonLog != "" {
+			if b, err := os.ReadFile(filepath.Join(s.Root, "airlockd.log")); err == nil {
+				_ = os.WriteFile(s.cfg.DaemonLog, b, 0o644)
+			}
+		}
+	}
+	if s.Client != nil {
+		s.Client.Close()
+	}
+	if s.Network != nil {
+		errs = append(errs, s.Network.Close())
+	}
+	if s.Worlds != nil {
+		errs = append(errs, s.Worlds.Close())
+	}
+	if s.Root != "" {
+		if err := unmountUnder(s.Root); err != nil {
+			errs = append(errs, err)
+		}
+		errs = append(errs, os.RemoveAll(s.Root))
+	}
+	if s.cmd != nil && s.prefix != "" {
+		left, err := netns.Leftovers(netns.DefaultDir, s.prefix, "")
+		if err != nil {
+			errs = append(errs, err)
+		} else if len(left) > 0 {
+			errs = append(errs, fmt.Errorf("left behind by airlockd: %v", left))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Stack) removeSessions(ctx context.Context) error {
+	list, err := s.Client.ListSessions(ctx)
+	if err != nil {
+		if s.cmd != nil && api.IsUnavailable(err) {
+			return nil
+		}
+		return err
+	}
+	var errs []error
+	for _, sess := range list {
+		if s.cmd == nil && !strings.HasPrefix(sess.Label, labelPrefix) {
+			continue
+		}
+		if err := s.Client.RemoveSession(ctx, sess.ID, true); err != nil && !api.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove session %s: %w", sess.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Stack) logTail() string {
+	b, err := os.ReadFile(filepath.Join(s.Root, "airlockd.log"))
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// unmountUnder detaches whatever is still mounted below dir, deepest first.
+func unmountUnder(dir string) error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var mounts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			mounts = append(mounts, f[4])
+		}
+	}
+	var errs []error
+	for _, m := range slices.Backward(mounts) {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,168 @@
+package runner
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/bench/world"
+	"github.com/airlock-sandbox/airlock/credentials/verify"
+)
+
+// Worlds are independent instances of the benchmark world behind one set of
+// host names, so that workers can run actions in parallel, each against
+// its own state. A request goes to the instance its session is bound to:
+// the session is read from the token's "sub" claim (the instance then
+// verifies the token as usual). Requests that name no bound session (git's
+// first, anonymous request of every exchange, which changes nothing) go to
+// an extra instance whose state nobody measures.
+type Worlds struct {
+	list  []*world.World // workers' instances, then the extra one
+	mu    sync.RWMutex
+	owner map[string]int // +checklocks:mu
+}
+
+// NewWorlds builds n instances (and the extra one) checking tokens with v.
+func NewWorlds(ctx context.Context, n int, v *verify.Verifier, opts ...world.Option) (_ *Worlds, retErr error) {
+	ws := &Worlds{owner: map[string]int{}}
+	defer func() {
+		if retErr != nil {
+			ws.Close()
+		}
+	}()
+	for range n + 1 {
+		w, err := world.New(ctx, v, opts...)
+		if err != nil {
+			return nil, err
+		}
+		ws.list = append(ws.list, w)
+	}
+	return ws, nil
+}
+
+// Len is the number of workers' instances.
+func (ws *Worlds) Len() int { return len(ws.list) - 1 }
+
+// World returns instance i.
+func (ws *Worlds) World(i int) *world.World { return ws.list[i] }
+
+// Bind sends the requests of session to instance i.
+func (ws *Worlds) Bind(session string, i int) {
+	ws.mu.Lock()
+	ws.owner[session] = i
+	ws.mu.Unlock()
+}
+
+// Unbind forgets session.
+func (ws *Worlds) Unbind(session string) {
+	ws.mu.Lock()
+	delete(ws.owner, session)
+	ws.mu.Unlock()
+}
+
+func (ws *Worlds) pick(r *http.Request) *world.World {
+	raw, err := verify.TokenFromRequest(r)
+	if err == nil {
+		if sub := tokenSubject(raw); sub != "" {
+			ws.mu.RLock()
+			i, ok := ws.owner[sub]
+			ws.mu.RUnlock()
+			if ok {
+				return ws.list[i]
+			}
+		}
+	}
+	return ws.list[len(ws.list)-1]
+}
+
+// tokenSubject returns the unverified "sub" claim of a compact JWS, or "".
+func tokenSubject(raw string) string {
+	parts := strings.Split(raw, ".")
+	if len(parts) != 3 || len(parts[1]) > 16<<10 {
+		return ""
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var c struct {
+		Sub string `json:"sub"`
+	}
+	if json.Unmarshal(b, &c) != nil {
+		return ""
+	}
+	return c.Sub
+}
+
+// Handler serves one service of the instance each request belongs to.
+func (ws *Worlds) Handler(service func(*world.World) http.Handler) http.Handler {
+	hs := make(map[*world.World]http.Handler, len(ws.list))
+	for _, w := range ws.list {
+		hs[w] = service(w)
+	}
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		hs[ws.pick(r)].ServeHTTP(rw, r)
+	})
+}
+
+// Serve publishes the four services on the network under their audiences'
+// names.
+func (ws *Worlds) Serve(n *Network) error {
+	a := ws.list[0].Audiences()
+	for _, s := range []struct {
+		host string
+		h    func(*world.World) http.Handler
+	}{
+		{a.Git, (*world.World).GitHandler},
+		{a.Jobs, (*world.World).JobsHandler},
+		{a.Services, (*world.World).ServicesHandler},
+		{a.Objects, (*world.World).ObjectsHandler},
+	} {
+		if _, err := n.AddHost(s.host, ws.Handler(s.h)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close closes every instance.
+func (ws *Worlds) Close() error {
+	var errs []error
+	for _, w := range ws.list {
+		errs = append(errs, w.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// DaemonVerifier checks tokens against the daemon's verification
+// endpoints, reached over its API socket (/v1/credentials/...): keys,
+// revocation by introspection, and rejection reports for the session's
+// audit log.
+func DaemonVerifier(socket string) *verify.Verifier {
+	hc := &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", socket)
+			},
+			MaxIdleConnsPerHost: 8,
+		},
+	}
+	base := "http://airlockd/v1/credentials"
+	opt := verify.WithHTTPClient(hc)
+	v, err := verify.New(verify.NewRemoteKeys(base+"/.well-known/jwks.json", opt), verify.NewIntrospector(base+"/v1/introspect", opt),
+		verify.WithReporter(verify.NewHTTPReporter(base+"/v1/report", opt)))
+	if err != nil {
+		// New fails only without keys or a revocation checker.
+		panic(fmt.Sprintf("daemon verifier: %v", err))
+	}
+	return v
+}

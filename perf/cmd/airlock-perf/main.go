@@ -1,0 +1,117 @@
+// Command airlock-perf measures airlock side by side with its baselines and
+// writes report.md and report.json (see hack/perf.sh and `make perf`).
+//
+// It starts a private airlockd (with its embedded containerd) under a
+// temporary root, with a test world network namespace as its uplink, runs
+// the measurements, and removes everything it created: sessions, daemon,
+// containerd, namespaces. Every load stays on loopback or in namespaces
+// this process creates, and is bounded in count and time.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/perf"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	var (
+		opts    perf.Options
+		only    string
+		density string
+		image   string
+	)
+	flag.StringVar(&opts.Env.Repo, "repo", ".", "airlock checkout")
+	flag.StringVar(&opts.Env.BinDir, "bin-dir", "_output/bin", "directory with airlock, airlockd, containerd, the shim, ctr and runc")
+	flag.StringVar(&image, "image", "", "agent image archive (default: the path in _output/agent-image.path)")
+	flag.StringVar(&opts.Env.Perfload, "perfload", "_output/perf/perfload", "static perfload binary")
+	flag.StringVar(&opts.Out, "out", "perf", "directory for report.md, report.json, bench.txt, density.png")
+	flag.IntVar(&opts.Runs, "runs", 20, "runs per variant for cold start and teardown (at least 20 for the report)")
+	flag.StringVar(&density, "density", "1,10,50,100,200", "idle session counts for the density measurement")
+	flag.StringVar(&only, "only", "", "comma-separated sections to run (coldstart,teardown,dns,tcp,density,gobench); default all")
+	flag.StringVar(&opts.SrtDir, "srt-dir", "perf/.srt", "npm prefix where @anthropic-ai/sandbox-runtime is installed")
+	flag.StringVar(&opts.BenchTime, "benchtime", "200ms", "go test -benchtime for the hot-path benchmarks")
+	flag.IntVar(&opts.BenchCount, "benchcount", 5, "go test -count for the hot-path benchmarks")
+	flag.BoolVar(&opts.Profile, "profile", true, "profile airlockd with `perf record` during the DNS load")
+	flag.DurationVar(&opts.Budget, "budget", 7*time.Minute, "stop starting new sections (and density levels) after this long")
+	flag.Parse()
+
+	repo, err := filepath.Abs(opts.Env.Repo)
+	if err != nil {
+		return fail(err)
+	}
+	opts.Env.Repo = repo
+	abs := func(p string) string {
+		if filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(repo, p)
+	}
+	opts.Env.BinDir, opts.Env.Perfload, opts.Out, opts.SrtDir = abs(opts.Env.BinDir), abs(opts.Env.Perfload), abs(opts.Out), abs(opts.SrtDir)
+	if image == "" {
+		b, err := os.ReadFile(filepath.Join(repo, "_output", "agent-image.path"))
+		if err != nil {
+			return fail(fmt.Errorf("agent image: %w (run `make image` or pass -image)", err))
+		}
+		image = strings.TrimSpace(string(b))
+	}
+	opts.Env.ImageArchive = abs(image)
+	for _, f := range strings.Split(density, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 || n > 500 {
+			return fail(fmt.Errorf("-density %q: want counts between 1 and 500", density))
+		}
+		opts.Density = append(opts.Density, n)
+	}
+	if only != "" {
+		opts.Only = map[string]bool{}
+		for _, s := range strings.Split(only, ",") {
+			if !perf.KnownSection(s) {
+				return fail(fmt.Errorf("-only: unknown section %q", s))
+			}
+			opts.Only[s] = true
+		}
+	}
+	opts.Argv = os.Args
+	opts.Env.Logf = func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "%s perf: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	if os.Geteuid() != 0 {
+		return fail(fmt.Errorf("must run as root (network namespaces, containerd, cgroups)"))
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	rep, err := perf.Run(ctx, opts)
+	if rep != nil {
+		if werr := rep.Write(opts.Out); werr != nil {
+			return fail(werr)
+		}
+		opts.Env.Logf("wrote %s and %s", filepath.Join(opts.Out, "report.md"), filepath.Join(opts.Out, "report.json"))
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "airlock-perf:", err)
+	return 1
+}

@@ -1,0 +1,249 @@
+package perf
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/perf/load"
+)
+
+// DNS compares queries answered by airlock's DNS proxy through a real
+// session with the same queries sent straight to the world's DNS server.
+type DNS struct {
+	// Manifest is the session's manifest (HCL).
+	Manifest string `json:"manifest"`
+	// Baseline says where the direct queries come from.
+	Baseline  string        `json:"baseline"`
+	Workloads []DNSWorkload `json:"workloads"`
+	Profiles  []Profile     `json:"profiles,omitempty"`
+	Seconds   float64       `json:"seconds"`
+	// Reproduce reruns this section alone.
+	Reproduce string `json:"reproduce"`
+}
+
+// DNSWorkload is one load, through the proxy and direct.
+type DNSWorkload struct {
+	Name           string          `json:"name"`
+	Sandbox        *load.DNSResult `json:"sandbox"`
+	Direct         *load.DNSResult `json:"direct"`
+	SandboxCommand string          `json:"sandbox_command"`
+	DirectCommand  string          `json:"direct_command"`
+	// AddedP50US and AddedP99US are sandbox minus direct latency (µs).
+	AddedP50US float64 `json:"added_p50_us"`
+	AddedP99US float64 `json:"added_p99_us"`
+	// From the session's audit log (audit stays on): DNS events recorded
+	// for this load and how many were answered from the proxy's cache.
+	AuditEvents   int     `json:"audit_events"`
+	AuditCached   int     `json:"audit_cached"`
+	CacheHitRatio float64 `json:"cache_hit_ratio"`
+	// UpstreamQueries is what the world's DNS server received during the
+	// sandbox load (the proxy's cache misses).
+	UpstreamQueries int `json:"upstream_queries"`
+	// ServerCPUPerQueryUS is the server's CPU time (user+system) per
+	// answered query: airlockd's for the sandbox load, this harness's
+	// (which runs the world's DNS server and is otherwise idle) for the
+	// direct one.
+	SandboxServerCPUUS float64 `json:"sandbox_server_cpu_us"`
+	DirectServerCPUUS  float64 `json:"direct_server_cpu_us"`
+	Error              string  `json:"error,omitempty"`
+}
+
+// Profile is a CPU profile of airlockd taken during a load.
+type Profile struct {
+	Name string `json:"name"`
+	// File is the saved `perf report` output (relative to the report).
+	File    string `json:"file"`
+	Command string `json:"command"`
+	// Top holds the hottest symbols by self time, "NN.NN%  symbol".
+	Top []string `json:"top"`
+	// Inclusive holds the hottest symbols with their callees: for perf
+	// "children% self%  symbol", for pprof "flat% cum%  symbol".
+	Inclusive []string `json:"inclusive"`
+	// Callers (pprof only) are the functions whose stack growth led to
+	// runtime.newstack, with their share of it.
+	Callers []string `json:"callers,omitempty"`
+	Error   string   `json:"error,omitempty"`
+}
+
+type dnsLoad struct {
+	key     string
+	name    string
+	args    func(tag string) []string
+	profile bool
+}
+
+// MeasureDNS runs a session whose egress allows *.dns.perf.test and
+// *.miss.perf.test, with perfload bound in, and runs each load inside it
+// (`airlock exec`) and from the gateway namespace straight at the world's
+// DNS server (one veth hop, the path the proxy's own upstream queries
+// take). profDir, if set, receives `perf record` profiles of airlockd
+// during the throughput loads.
+func MeasureDNS(ctx context.Context, e *Env, dur time.Duration, profDir string) (*DNS, error) {
+	start := time.Now()
+	m := Manifest{Label: "perf-dns", CPUs: 2, Memory: "256MiB", Pids: 128, LoadDir: e.LoadDir,
+		Allow: []string{"*." + DNSZone, "*." + MissZone}}
+	path, err := m.Write(e.WorkDir)
+	if err != nil {
+		return nil, err
+	}
+	out, err := e.CLI("run", "-d", "-f", path, "--", "sleep", "1200").Output()
+	if err != nil {
+		return nil, fmt.Errorf("dns session: %w: %s", err, exitStderr(err))
+	}
+	id := strings.TrimSpace(string(out))
+	defer func() { _ = e.Client.RemoveSession(context.WithoutCancel(ctx), id, true) }()
+
+	secs := fmt.Sprintf("%ds", int(dur.Seconds()))
+	loads := []dnsLoad{
+		{"latency-hit", "latency, cache hit (1 client, 2000 queries, one name)", func(string) []string {
+			return []string{"-names", "d0." + DNSZone, "-n", "2000", "-c", "1"}
+		}, false},
+		{"latency-miss", "latency, cache miss (1 client, 1000 queries, NXDOMAIN upstream)", func(tag string) []string {
+			return []string{"-unique", tag + "." + MissZone, "-n", "1000", "-c", "1"}
+		}, false},
+		{"qps-hit", fmt.Sprintf("throughput, cache hit (16 clients, %s, 50 names)", secs), func(string) []string {
+			return []string{"-names", "d%d." + DNSZone, "-range", fmt.Sprint(DNSNameCount), "-d", secs, "-c", "16"}
+		}, true},
+		{"qps-miss", fmt.Sprintf("throughput, cache miss (16 clients, %s, unique names)", secs), func(tag string) []string {
+			return []string{"-unique", tag + "." + MissZone, "-d", secs, "-c", "16"}
+		}, true},
+	}
+	gw := filepath.Join(netns.DefaultDir, e.Prefix+"-gw")
+	upstream := e.World.DNSAddr().String() + ":53"
+	res := &DNS{
+		Manifest: strings.ReplaceAll(m.HCL(), e.Root, "$ROOT"),
+		Baseline: fmt.Sprintf("the same perfload binary run with `nsenter --net=%s` against the world's DNS server %s directly (no proxy): one veth hop, the path the proxy's upstream queries take. The sandbox itself cannot reach that server: port 53 to anything but its resolver is rejected.", e.display([]string{gw}), upstream),
+	}
+	for i, l := range loads {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		w := DNSWorkload{Name: l.name}
+		sbArgs := append([]string{"exec", id, "--", "/opt/perf/perfload", "dns"}, l.args(fmt.Sprintf("s%d", i))...)
+		w.SandboxCommand = e.display(e.CLIArgs(sbArgs...))
+		directArgv := append([]string{"nsenter", "--net=" + gw, filepath.Join(e.LoadDir, "perfload"), "dns", "-server", upstream}, l.args(fmt.Sprintf("d%d", i))...)
+		w.DirectCommand = e.display(directArgv)
+
+		before, err := e.Client.Audit(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		upBefore := len(e.World.DNSLog())
+		var prof chan Profile
+		if l.profile && profDir != "" {
+			prof = make(chan Profile, 1)
+			name := "airlockd-dns-" + l.key
+			go func() { prof <- recordProfile(ctx, e.DaemonPID(), dur-time.Second, profDir, name) }()
+		}
+		var sb load.DNSResult
+		cpu0 := cpuTime(e.DaemonPID())
+		if err := runJSON(ctx, e.CLI(sbArgs...), &sb); err != nil {
+			w.Error = "sandbox: " + err.Error()
+		} else {
+			w.Sandbox = &sb
+			if sb.Answered > 0 {
+				w.SandboxServerCPUUS = float64(cpuTime(e.DaemonPID())-cpu0) / float64(time.Microsecond) / float64(sb.Answered)
+			}
+		}
+		if prof != nil {
+			res.Profiles = append(res.Profiles, <-prof)
+		}
+		w.UpstreamQueries = len(e.World.DNSLog()) - upBefore
+		after, err := e.Client.Audit(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		for _, ev := range after[min(len(before), len(after)):] {
+			if ev.Layer != "dns" {
+				continue
+			}
+			w.AuditEvents++
+			if c, _ := ev.Fields["cached"].(bool); c {
+				w.AuditCached++
+			}
+		}
+		if w.AuditEvents > 0 {
+			w.CacheHitRatio = float64(w.AuditCached) / float64(w.AuditEvents)
+		}
+
+		var direct load.DNSResult
+		cmd := exec.CommandContext(ctx, directArgv[0], directArgv[1:]...)
+		cpu0 = cpuTime(os.Getpid())
+		if err := runJSON(ctx, cmd, &direct); err != nil {
+			w.Error = strings.TrimPrefix(w.Error+"; direct: "+err.Error(), "; ")
+		} else {
+			w.Direct = &direct
+			if direct.Answered > 0 {
+				w.DirectServerCPUUS = float64(cpuTime(os.Getpid())-cpu0) / float64(time.Microsecond) / float64(direct.Answered)
+			}
+		}
+		if w.Sandbox != nil && w.Direct != nil {
+			w.AddedP50US = w.Sandbox.LatencyUS.Median - w.Direct.LatencyUS.Median
+			w.AddedP99US = w.Sandbox.LatencyUS.P99 - w.Direct.LatencyUS.P99
+		}
+		res.Workloads = append(res.Workloads, w)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// cpuTime is a process's user+system CPU time so far (all threads).
+func cpuTime(pid int) time.Duration { return statCPU(pid, false) }
+
+// statCPU reads utime+stime from /proc/PID/stat, plus the reaped
+// children's cutime+cstime with children.
+func statCPU(pid int, children bool) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	// Fields after the command: state is field 3; utime, stime, cutime
+	// and cstime are fields 14 to 17, in clock ticks.
+	f := strings.Fields(s[i+1:])
+	if len(f) < 15 {
+		return 0
+	}
+	n := 2
+	if children {
+		n = 4
+	}
+	var ticks int64
+	for _, v := range f[11 : 11+n] {
+		t, _ := strconv.ParseInt(v, 10, 64)
+		ticks += t
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// runJSON runs cmd and decodes its stdout.
+func runJSON(ctx context.Context, cmd *exec.Cmd, v any) error {
+	var stderr limitedBuffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, lastLine(stderr.String()))
+	}
+	if err := json.Unmarshal(out, v); err != nil {
+		return fmt.Errorf("decode %q: %w", lastLine(string(out)), err)
+	}
+	return nil
+}

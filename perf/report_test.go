@@ -1,0 +1,305 @@
+package perf
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/perf/load"
+	"github.com/airlock-sandbox/airlock/perf/stats"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+const benchOutput = `goos: linux
+goarch: amd64
+pkg: github.com/airlock-sandbox/airlock/egress/dnsproxy
+cpu: Intel(R) Xeon(R) Processor
+BenchmarkServe/cache-hit-2       	  412744	      3000 ns/op	    315804 qps	     1000 B/op	      17 allocs/op
+BenchmarkServe/cache-hit-2       	  412744	      2000 ns/op	    300000 qps	     1000 B/op	      17 allocs/op
+BenchmarkServe/cache-hit-2       	  412744	      4000 ns/op	    330000 qps	     1000 B/op	      17 allocs/op
+BenchmarkServe/miss-2            	   35098	     35573 ns/op	     28111 qps	    7985 B/op	      67 allocs/op
+--- FAIL: BenchmarkOther
+PASS
+ok  	github.com/airlock-sandbox/airlock/egress/dnsproxy	15.507s
+pkg: github.com/airlock-sandbox/airlock/runtime
+BenchmarkSpec-2   	   31816	     33985 ns/op	   20115 B/op	     122 allocs/op
+BenchmarkSpec-2   	   31816	     ns/op
+Benchmark-name-with-dash-x 10 5 ns/op
+`
+
+func TestParseBench(t *testing.T) {
+	rows, err := ParseBench(strings.NewReader(benchOutput))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 4 {
+		t.Fatalf("%d rows, want 4: %+v", len(rows), rows)
+	}
+	hit := rows[0]
+	if hit.Pkg != "github.com/airlock-sandbox/airlock/egress/dnsproxy" || hit.Name != "BenchmarkServe/cache-hit" {
+		t.Fatalf("row 0 = %s %s", hit.Pkg, hit.Name)
+	}
+	if got := strings.Join(hit.Units, ","); got != "ns/op,qps,B/op,allocs/op" {
+		t.Errorf("units %s", got)
+	}
+	if m := hit.Metrics["ns/op"]; m.N != 3 || m.Median != 3000 || m.Min != 2000 || m.Max != 4000 {
+		t.Errorf("ns/op %+v", m)
+	}
+	if rows[2].Pkg != "github.com/airlock-sandbox/airlock/runtime" || rows[2].Name != "BenchmarkSpec" || rows[2].Metrics["ns/op"].N != 1 {
+		t.Errorf("row 2 = %+v", rows[2])
+	}
+	if rows[3].Name != "Benchmark-name-with-dash-x" {
+		t.Errorf("a name whose suffix is not a number lost it: %q", rows[3].Name)
+	}
+}
+
+func TestTrimProcs(t *testing.T) {
+	for in, want := range map[string]string{"BenchmarkX-2": "BenchmarkX", "BenchmarkX/a-b-16": "BenchmarkX/a-b", "BenchmarkX": "BenchmarkX", "BenchmarkX/a-b": "BenchmarkX/a-b"} {
+		if got := trimProcs(in); got != want {
+			t.Errorf("trimProcs(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestManifestsDecode(t *testing.T) {
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	if err := makeWorkspace(ws); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []Manifest{
+		FullPerimeter(ws),
+		{Label: "perf-dns", CPUs: 2, Memory: "256MiB", Pids: 128, LoadDir: dir, Allow: []string{"*." + DNSZone, "*." + MissZone}},
+		{Label: "perf-tcp-cidr", CPUs: 2, Memory: "256MiB", Pids: 128, Allow: []string{"10.214.0.20/32:5001"}},
+		{Label: "bare", CPUs: 0.5, Memory: "128MiB", Pids: 64},
+	} {
+		path, err := m.Write(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := policies.LoadFile(path, nil)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", m.Label, err, m.HCL())
+		}
+		if err := p.Validate(); err != nil {
+			t.Fatalf("%s: %v", m.Label, err)
+		}
+		if p.Label != m.Label || p.Resources.CPUs != m.CPUs || p.Resources.Pids != int64(m.Pids) {
+			t.Errorf("%s decoded as %+v", m.Label, p)
+		}
+		if (m.Allow != nil) != (p.Egress != nil) || (m.Workspace != "") != (len(p.Workspaces) == 1) ||
+			(m.Credential != "") != (len(p.Credentials) == 1) || (m.LoadDir != "") != (len(p.Mounts) == 1) {
+			t.Errorf("%s: blocks lost in %+v", m.Label, p)
+		}
+		if m.Workspace != "" && (p.Workspaces[0].Mode != policies.ModeOverlay || p.Workspaces[0].HostPath != ws) {
+			t.Errorf("%s: workspace %+v", m.Label, p.Workspaces[0])
+		}
+		if m.LoadDir != "" && (!p.Mounts[0].ReadOnly || p.Mounts[0].Target != "/opt/perf") {
+			t.Errorf("%s: mount %+v", m.Label, p.Mounts[0])
+		}
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	got := shellQuote([]string{"airlock", "--socket", "$ROOT/a.sock", "run", "-c", "echo x", "it's", ""})
+	want := `airlock --socket $ROOT/a.sock run -c 'echo x' 'it'\''s' ''`
+	if got != want {
+		t.Fatalf("shellQuote = %s, want %s", got, want)
+	}
+}
+
+const perfReport = `# Self time
+#
+    15.02%  [.] runtime.step                      -      -
+     7.50%  [k] finish_task_switch.isra.0         -      -
+
+`
+
+const perfChildren = `# Children      Self  Symbol
+    67.19%     0.00%  [.] runtime.goexit.abi0                 -      -
+    29.22%     0.17%  [.] runtime.newstack                    -      -
+    15.61%     0.31%  [.] github.com/airlock-sandbox/airlock/daemon.(*auditLog).Emit   -   -
+`
+
+const pprofTop = `File: perf.test
+Showing nodes accounting for 8.08s, 78.37% of 10.31s total
+      flat  flat%   sum%        cum   cum%
+         0     0%     0%      7.94s 77.01%  github.com/miekg/dns.(*Server).serveUDPPacket
+     0.01s 0.097% 0.097%      3.88s 37.63%  runtime.newstack
+`
+
+const pprofPeek = `Showing nodes accounting for 10.30s, 99.90% of 10.31s total
+----------------------------------------------------------+-------------
+      flat  flat%   sum%        cum   cum%   calls calls% + context
+----------------------------------------------------------+-------------
+     0.02s  0.19%  0.19%      0.03s  0.29%                | runtime.morestack
+                                             0.01s 33.33% |   runtime.newstack
+----------------------------------------------------------+-------------
+                                             2.24s 57.73% |   runtime.resolveTypeOff
+                                             1.03s 26.55% |   runtime.mapaccess2
+     0.01s 0.097%  0.29%      3.88s 37.63%                | runtime.newstack
+                                             3.61s 93.04% |   runtime.copystack
+----------------------------------------------------------+-------------
+`
+
+func TestProfileParsing(t *testing.T) {
+	top := topSymbols(perfReport, 5)
+	if len(top) != 2 || !strings.HasSuffix(top[0], "15.02%  runtime.step") || !strings.HasSuffix(top[1], "[k] finish_task_switch.isra.0") {
+		t.Fatalf("topSymbols = %q", top)
+	}
+	perfP := Profile{Command: "perf record ...", Inclusive: inclusiveSymbols(perfChildren, 10)}
+	if len(perfP.Inclusive) != 3 {
+		t.Fatalf("inclusiveSymbols = %q", perfP.Inclusive)
+	}
+	if got := perfP.Share("runtime.newstack"); got != 29.22 {
+		t.Errorf("perf Share(newstack) = %v", got)
+	}
+	if got := perfP.Share(symAuditEmit); got != 15.61 {
+		t.Errorf("perf Share(Emit) = %v", got)
+	}
+	if got := perfP.Share("runtime.nothing"); got != -1 {
+		t.Errorf("Share of a missing symbol = %v", got)
+	}
+	pp := Profile{Command: "go test ./perf ...", Inclusive: pprofRows(pprofTop, 10)}
+	if len(pp.Inclusive) != 2 {
+		t.Fatalf("pprofRows = %q", pp.Inclusive)
+	}
+	if got := pp.Share("runtime.newstack"); got != 37.63 {
+		t.Errorf("pprof Share(newstack) = %v", got)
+	}
+	callers := pprofCallers(pprofPeek, "runtime.newstack")
+	if len(callers) != 2 || callers[0] != "2.24s 57.73% | runtime.resolveTypeOff" || callers[1] != "1.03s 26.55% | runtime.mapaccess2" {
+		t.Fatalf("pprofCallers = %q", callers)
+	}
+	if pprofCallers(pprofPeek, "runtime.absent") != nil {
+		t.Error("callers of an absent function")
+	}
+}
+
+func sum(xs ...float64) stats.Summary { return stats.Summarize(xs) }
+
+// sampleReport has every section, with numbers that make each finding
+// and table row checkable.
+func sampleReport() *Report {
+	r := &Report{
+		Machine: Machine{NProc: 2, MemoryMiB: 24 << 10, Kernel: "6.1", CPUModel: "Xeon", CgroupVersion: "v1"},
+		Runs:    20, Reproduce: "hack/perf.sh", Errors: map[string]string{}, Skipped: map[string]string{"tcp": "time budget of 1m used up"},
+		ColdStart: &ColdStart{Runs: 20, Variants: []Variant{
+			{Name: "hello", ExitMS: sum(150, 160, 170), FirstOutputMS: sum(110)},
+			{Name: "full", ExitMS: sum(210, 215, 220)},
+			{Name: "ctr", ExitMS: sum(100, 110, 120), FirstOutputMS: sum(80)},
+			{Name: "srt", Error: "bwrap is not installed"},
+		}},
+		Teardown: &Teardown{Runs: 2, Variants: []TeardownVariant{{Name: "hello", GoneMS: sum(80, 90), Resources: 18}},
+			LastGone: map[string]map[string]int{"hello": {"none (all gone when rm returned)": 2}}},
+		DNS: &DNS{Workloads: []DNSWorkload{
+			{Name: "latency, cache hit (x)", Sandbox: &load.DNSResult{LatencyUS: sum(110)}, Direct: &load.DNSResult{LatencyUS: sum(30)}, AddedP50US: 80},
+			{Name: "throughput, cache hit (y)", Sandbox: &load.DNSResult{QPS: 20000}, Direct: &load.DNSResult{QPS: 70000}, SandboxServerCPUUS: 48, DirectServerCPUUS: 12, CacheHitRatio: 0.999},
+		}, Profiles: []Profile{{Name: "airlockd-dns-qps-hit", Command: "perf record", Inclusive: inclusiveSymbols(perfChildren, 10)}}},
+		Density: &Density{Levels: []DensityLevel{
+			{N: 1, StartMS: sum(90), WallMS: 90, SequentialMS: sum(100), TotalPSSKiB: 20 << 10},
+			{N: 100, StartMS: sum(2000, 5800, 6400), WallMS: 6400, SequentialMS: sum(107), TotalPSSKiB: 8 << 10, ShimPSSKiB: 4 << 10, LoggerPSSKiB: 3 << 10, PayloadPSSKiB: 1 << 10, Leftovers: []string{}},
+		}},
+		GoBench: &GoBench{File: "bench.txt", Rows: []BenchRow{
+			{Pkg: "github.com/airlock-sandbox/airlock/perf", Name: "BenchmarkProxyAudited/audit=off", Units: []string{"ns/op", "qps"}, Metrics: map[string]stats.Summary{"ns/op": sum(20000), "qps": sum(50000)}},
+			{Pkg: "github.com/airlock-sandbox/airlock/perf", Name: "BenchmarkProxyAudited/audit=jsonl", Units: []string{"ns/op", "qps"}, Metrics: map[string]stats.Summary{"ns/op": sum(40000), "qps": sum(25000)}},
+		}},
+		Cleanup: &Cleanup{Leftovers: []string{}, Remaining: []string{}},
+	}
+	return r
+}
+
+func TestMarkdown(t *testing.T) {
+	md := sampleReport().Markdown()
+	for _, want := range []string{
+		"| 2 | 24.0 GiB | 6.1 | Xeon | v1 |",
+		"| cold start to exit, no layers (ms) | 160 (152–168) | ctr run --rm: 110 (102–118) | ×1.45 |",
+		"| srt -c true | – | not measured: bwrap is not installed | – |",
+		"| DNS latency, cache hit: p50 / p99 (µs) | 110 / 110 | direct: 30 / 30 | +80 / +0 µs |",
+		"| DNS throughput, cache hit (queries/s; cache hit ratio 99.9%) | 20000 | direct: 70000 | ×0.29 |",
+		"| session start with 100 started at once vs 1 (ms, median) | 5800 | 90 | ×64.44 |",
+		"takes +50 ms over `ctr run --rm`",
+		"adds +55 ms more",
+		"in 2 of 2 runs every one of the 18 tracked resources was already gone",
+		"airlockd spends 48 µs of CPU per query (the harness's DNS server: 12 µs)",
+		"goroutine stack growth (runtime.newstack) 29.2% of samples",
+		"auditLog.Emit: JSON encoding of a map of fields and one write(2) per query) 15.6%",
+		"25000 q/s with the daemon's audit encoding, 50000 q/s without (×0.50)",
+		"the log writer (airlockd re-executed by the shim as containerd's binary logger, one Go process per session) 3.0 MiB",
+		"one start while 100 sessions idle takes 107 ms (100 ms while 1 idle)",
+		"- tcp skipped: time budget of 1m used up",
+		"nothing of the run was left",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(md)
+	}
+}
+
+func TestSpreadDuration(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want string
+	}{
+		{nil, "–"},
+		{[]float64{80.9}, "80.9 (80.9–80.9) ns"},
+		{[]float64{2843, 2900}, "2.87 (2.85–2.89) µs"},
+		{[]float64{12479632}, "12.5 (12.5–12.5) ms"},
+		{[]float64{2.6e9}, "2.60 (2.60–2.60) s"},
+	} {
+		if got := spreadDuration(stats.Summarize(tc.in)); got != tc.want {
+			t.Errorf("spreadDuration(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestWrite(t *testing.T) {
+	dir := t.TempDir()
+	r := sampleReport()
+	if err := r.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.ColdStart == nil || back.ColdStart.Variants[0].ExitMS.Median != 160 || back.Density.Levels[1].N != 100 {
+		t.Fatalf("report.json round trip lost data: %+v", back)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil || !strings.HasPrefix(string(md), "# airlock performance report") {
+		t.Fatalf("report.md: %v %q", err, md)
+	}
+}
+
+func TestReproduce(t *testing.T) {
+	o := Options{Runs: 20, Density: []int{1, 10}, BenchTime: "200ms", BenchCount: 5}
+	for section, want := range map[string]string{
+		"":          "hack/perf.sh",
+		"coldstart": "hack/perf.sh -only coldstart -runs 20",
+		"density":   "hack/perf.sh -only density -density 1,10",
+		"gobench":   "hack/perf.sh -only gobench -benchtime 200ms -benchcount 5",
+		"dns":       "hack/perf.sh -only dns",
+	} {
+		if got := reproduce(o, section); got != want {
+			t.Errorf("reproduce(%q) = %q, want %q", section, got, want)
+		}
+	}
+	for _, s := range Sections {
+		if !KnownSection(s) {
+			t.Errorf("section %q unknown", s)
+		}
+	}
+	if KnownSection("bogus") {
+		t.Error("bogus section known")
+	}
+}

@@ -1,0 +1,227 @@
+package perf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Sections, in the order they run.
+var Sections = []string{"gobench", "coldstart", "teardown", "dns", "tcp", "density"}
+
+// KnownSection reports whether s names a section.
+func KnownSection(s string) bool { return slices.Contains(Sections, s) }
+
+// Options configure a run.
+type Options struct {
+	Env EnvConfig
+	// Out receives report.md, report.json, bench.txt, density.png and
+	// profiles/.
+	Out string
+	// Runs per variant for cold start and teardown.
+	Runs int
+	// Density lists the idle-session counts.
+	Density []int
+	// Only limits the run to these sections (nil: all).
+	Only map[string]bool
+	// SrtDir is the npm prefix holding sandbox-runtime.
+	SrtDir string
+	// BenchTime and BenchCount are go test's -benchtime and -count.
+	BenchTime  string
+	BenchCount int
+	// Profile records airlockd's CPU profile during the DNS loads.
+	Profile bool
+	// Budget stops starting sections after this long.
+	Budget time.Duration
+	// Argv is the command line, for the report.
+	Argv []string
+}
+
+func (o *Options) want(s string) bool { return o.Only == nil || o.Only[s] }
+
+// Run measures the selected sections and returns the report, also when a
+// section failed (its error is recorded in the report and returned).
+func Run(ctx context.Context, o Options) (*Report, error) {
+	start := time.Now()
+	logf := o.Env.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+		o.Env.Logf = logf
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return nil, err
+	}
+	r := &Report{
+		Started: start.UTC(), Machine: DescribeMachine(), Runs: o.Runs,
+		Reproduce: reproduce(o, ""), Errors: map[string]string{}, Skipped: map[string]string{},
+		Versions: versions(o),
+	}
+	var errs []error
+	fail := func(section string, err error) {
+		logf("%s: %v", section, err)
+		r.Errors[section] = err.Error()
+		errs = append(errs, fmt.Errorf("%s: %w", section, err))
+	}
+	overBudget := func(section string) bool {
+		if o.Budget > 0 && time.Since(start) > o.Budget {
+			r.Skipped[section] = fmt.Sprintf("time budget of %v used up", o.Budget)
+			return true
+		}
+		return false
+	}
+	finish := func() (*Report, error) {
+		r.Seconds = time.Since(start).Seconds()
+		r.LoadEnd = load1()
+		return r, errors.Join(errs...)
+	}
+
+	if o.want("gobench") {
+		logf("go benchmarks (-count %d)", o.BenchCount)
+		r.GoBench = RunGoBench(ctx, o.Env.Repo, DefaultBenchSets(o.BenchTime), o.BenchCount, filepath.Join(o.Out, "bench.txt"))
+		r.GoBench.Reproduce = reproduce(o, "gobench")
+		if r.GoBench.Error != "" {
+			fail("gobench", errors.New(r.GoBench.Error))
+		}
+	}
+	needEnv := false
+	for _, s := range Sections[1:] {
+		needEnv = needEnv || o.want(s)
+	}
+	if !needEnv || ctx.Err() != nil {
+		return finish()
+	}
+
+	logf("starting a private airlockd, containerd and test world")
+	e, err := StartEnv(ctx, o.Env)
+	if err != nil {
+		fail("environment", err)
+		return finish()
+	}
+	r.Daemon = e.display(append([]string{e.Bin("airlockd")}, e.DaemonArgs()...))
+	r.Root = e.Root
+	defer func() {
+		logf("removing sessions, stopping airlockd and containerd, removing namespaces")
+		c, err := e.Close(context.WithoutCancel(ctx))
+		r.Cleanup = c
+		if err != nil {
+			fail("cleanup", err)
+		}
+		r.Seconds = time.Since(start).Seconds()
+		r.LoadEnd = load1()
+	}()
+
+	if o.want("coldstart") && !overBudget("coldstart") && ctx.Err() == nil {
+		logf("cold start: %d runs per variant", o.Runs)
+		srt := FindSrt(ctx, o.SrtDir)
+		if cs, err := MeasureColdStart(ctx, e, o.Runs, srt); err != nil {
+			fail("coldstart", err)
+		} else {
+			cs.Reproduce = reproduce(o, "coldstart")
+			r.ColdStart = cs
+		}
+	}
+	if o.want("teardown") && !overBudget("teardown") && ctx.Err() == nil {
+		logf("teardown: %d runs per variant", o.Runs)
+		if td, err := MeasureTeardown(ctx, e, o.Runs); err != nil {
+			fail("teardown", err)
+		} else {
+			td.Reproduce = reproduce(o, "teardown")
+			r.Teardown = td
+		}
+	}
+	if o.want("dns") && !overBudget("dns") && ctx.Err() == nil {
+		logf("dns: latency and throughput through the proxy and direct")
+		prof := ""
+		if o.Profile {
+			prof = filepath.Join(o.Out, "profiles")
+		}
+		if d, err := MeasureDNS(ctx, e, 5*time.Second, prof); err != nil {
+			fail("dns", err)
+		} else {
+			d.Reproduce = reproduce(o, "dns")
+			r.DNS = d
+		}
+	}
+	if o.want("tcp") && !overBudget("tcp") && ctx.Err() == nil {
+		logf("tcp: throughput through the perimeter and a plain veth path")
+		if t, err := MeasureTCP(ctx, e, 5, 2*time.Second); err != nil {
+			fail("tcp", err)
+		} else {
+			t.Reproduce = reproduce(o, "tcp")
+			r.TCP = t
+		}
+	}
+	if o.want("density") && !overBudget("density") && ctx.Err() == nil {
+		logf("density: %v idle sessions", o.Density)
+		var deadline time.Time
+		if o.Budget > 0 {
+			deadline = start.Add(o.Budget)
+		}
+		d, err := MeasureDensity(ctx, e, o.Density, filepath.Join(o.Out, "density.png"), deadline)
+		if d != nil {
+			d.Reproduce = reproduce(o, "density")
+			r.Density = d
+		}
+		if err != nil {
+			fail("density", err)
+		}
+	}
+	return finish()
+}
+
+// reproduce is the command that reruns one section (all with "").
+func reproduce(o Options, section string) string {
+	args := []string{"hack/perf.sh"}
+	if section != "" {
+		args = append(args, "-only", section)
+	}
+	switch section {
+	case "coldstart", "teardown":
+		args = append(args, "-runs", fmt.Sprint(o.Runs))
+	case "density":
+		d := make([]string, len(o.Density))
+		for i, n := range o.Density {
+			d[i] = fmt.Sprint(n)
+		}
+		args = append(args, "-density", strings.Join(d, ","))
+	case "gobench":
+		args = append(args, "-benchtime", o.BenchTime, "-benchcount", fmt.Sprint(o.BenchCount))
+	}
+	return shellQuote(args)
+}
+
+// versions reads the versions of what is measured.
+func versions(o Options) map[string]string {
+	v := map[string]string{}
+	run := func(key string, argv ...string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		// `airlock version` prints the client's line, then fails without
+		// a daemon: keep whatever came first.
+		out, _ := exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
+		if line := strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0]); line != "" {
+			v[key] = line
+		}
+	}
+	run("containerd", filepath.Join(o.Env.BinDir, "containerd"), "--version")
+	run("runc", filepath.Join(o.Env.BinDir, "runc"), "--version")
+	run("airlock", filepath.Join(o.Env.BinDir, "airlock"), "version")
+	run("go", "go", "version")
+	if srt := filepath.Join(o.SrtDir, "node_modules", ".bin", "srt"); fileExists(srt) {
+		run("sandbox-runtime", srt, "--version")
+	}
+	run("node", "node", "--version")
+	run("bubblewrap", "bwrap", "--version")
+	return v
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

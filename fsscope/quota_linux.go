@@ -68,10 +68,28 @@ func imageAttached(img string) (bool, error) {
 	return false, nil
 }
 
+// detachWait bounds how long mountImage waits for a loop device whose
+// filesystem was just unmounted: the kernel clears an autoclear loop device
+// asynchronously, a moment after the last unmount.
+const detachWait = 3 * time.Second
+
+// waitDetached polls until no loop device holds img or wait has passed; it
+// reports whether one still does.
+func waitDetached(img string, wait time.Duration) (bool, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		busy, err := imageAttached(img)
+		if err != nil || !busy || time.Now().After(deadline) {
+			return busy, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // mountImage attaches img to a free loop device (released automatically
 // when the filesystem is unmounted) and mounts it on target.
 func mountImage(img, target string, readOnly bool) error {
-	if busy, err := imageAttached(img); err != nil {
+	if busy, err := waitDetached(img, detachWait); err != nil {
 		return err
 	} else if busy {
 		return fmt.Errorf("quota image %s is still in use (is the sandbox still running?): %w", img, errdefs.ErrFailedPrecondition)

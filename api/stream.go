@@ -48,12 +48,16 @@ func (f *FrameWriter) Kind(kind byte) *FrameWriter {
 
 func (f *FrameWriter) Write(p []byte) (int, error) {
 	n := 0
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for len(p) > 0 {
 		chunk := p
 		if len(chunk) > MaxFrame {
 			chunk = chunk[:MaxFrame]
 		}
-		if err := WriteFrame(f.w, f.mu, f.kind, chunk); err != nil {
+		// The flush happens under the lock too: stdout and stderr share the
+		// underlying writer, which must see one caller at a time.
+		if err := WriteFrame(f.w, nil, f.kind, chunk); err != nil {
 			return n, err
 		}
 		if f.flush != nil {

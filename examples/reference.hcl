@@ -101,6 +101,9 @@ session "reference" {
     preserve_untracked = true
 
     # Overlay only: git refs (full names or globs) a commit may not move.
+    # When set, the ref rules (with the built-in rule against hooks and
+    # command-running config) govern each repository's .git directory, and
+    # protect governs the working tree only.
     protect_refs = ["refs/heads/main", "refs/tags/*"]
 
     # Overlay only: what happens to the changes when the session ends.

@@ -81,6 +81,11 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 			}
 		}
 		for _, p := range c.paths() {
+			if refs.Len() > 0 && inGitDir(p) {
+				// With protect_refs, a repository's own storage is governed by
+				// the ref rules and git_exec; protect governs the working tree.
+				continue
+			}
 			if pat, ok := protect.Covers(p, c.Type == TypeDir); ok {
 				reject(i, RuleProtect, fmt.Sprintf("%s matches protect pattern %q", p, pat))
 			}
@@ -506,4 +511,15 @@ func blockDependents(changes []Change, blocked map[int]string) map[int]string {
 		}
 	}
 	return out
+}
+
+// inGitDir reports whether a workspace path lies inside a repository's .git
+// directory.
+func inGitDir(p string) bool {
+	for _, el := range strings.Split(p, "/") {
+		if el == ".git" {
+			return true
+		}
+	}
+	return false
 }

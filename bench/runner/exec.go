@@ -85,12 +85,12 @@ type worker struct {
 type live struct {
 	ended   bool
 	overlay bool
-	id     string
-	dir    string
-	sh     *shell
-	cursor auditCursor
-	err    error
-	ready  chan struct{}
+	id      string
+	dir     string
+	sh      *shell
+	cursor  auditCursor
+	err     error
+	ready   chan struct{}
 }
 
 // open creates and starts a session of j's configuration on host
@@ -186,9 +186,13 @@ func (w *worker) end(ctx context.Context, l *live, force bool) ([]api.AuditEvent
 // commits them through the API, with the same policy and, like on_exit,
 // all or nothing. It reports whether it had to commit.
 func (w *worker) finishCommit(ctx context.Context, id string) (bool, error) {
+	return finishCommit(ctx, w.client, id)
+}
+
+func finishCommit(ctx context.Context, c *api.Client, id string) (bool, error) {
 	var cs *api.ChangeSet
 	err := retryBusy(ctx, func() (err error) {
-		cs, err = w.client.Diff(ctx, id)
+		cs, err = c.Diff(ctx, id)
 		return err
 	})
 	if api.IsNotFound(err) {
@@ -201,7 +205,7 @@ func (w *worker) finishCommit(ctx context.Context, id string) (bool, error) {
 		return false, nil
 	}
 	err = retryBusy(ctx, func() error {
-		_, err := w.client.Commit(ctx, id, api.CommitRequest{})
+		_, err := c.Commit(ctx, id, api.CommitRequest{})
 		return err
 	})
 	if err != nil {

@@ -98,6 +98,11 @@ func ProbeFS(ctx context.Context, c *api.Client, image, dir string) (FSSupport, 
 		if _, err := c.WaitSession(ctx, id); err != nil {
 			return err
 		}
+		// As the runner does: an on_exit commit the daemon could not
+		// carry out at the stop is completed through the API.
+		if _, err := finishCommit(ctx, c, id); err != nil {
+			return err
+		}
 		if b, err := os.ReadFile(filepath.Join(ov, "new")); err != nil || string(b) != "written\n" {
 			return errors.New(`an overlay workspace with on_exit = "commit" was not committed when the session stopped`)
 		}

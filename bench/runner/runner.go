@@ -153,17 +153,23 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 	if err := ProbeWorld(ctx, st.Client, st.Worlds, st.Image); err != nil {
 		return nil, err
 	}
-	fs, err := ProbeFS(ctx, st.Client, st.Image, st.Root)
+	// Workspaces of this run live in a directory of their own.
+	scratch, err := os.MkdirTemp(st.Root, "run-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+	fs, err := ProbeFS(ctx, st.Client, st.Image, scratch)
 	if err != nil {
 		return nil, err
 	}
 	res := &Result{Stats: Stats{FS: fs}}
 
-	pl, err := newPlan(ctx, st, opts, fs, &res.Stats)
+	pl, err := newPlan(ctx, st, scratch, opts, fs, &res.Stats)
 	if err != nil {
 		return nil, err
 	}
-	runs, err := execute(ctx, st, pl, opts, fs)
+	runs, err := execute(ctx, st, scratch, pl, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +197,7 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 
 // newPlan loads the data, writes the manifests, decides what every gate
 // lets through, and groups the runs into jobs.
-func newPlan(ctx context.Context, st *Stack, opts Options, fs FSSupport, stats *Stats) (*plan, error) {
+func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FSSupport, stats *Stats) (*plan, error) {
 	dir := opts.DataDir
 	if dir == "" {
 		var err error
@@ -290,7 +296,7 @@ func newPlan(ctx context.Context, st *Stack, opts Options, fs FSSupport, stats *
 		if !fs.Workspaces {
 			break
 		}
-		ws, err := NewWorkspace(ctx, f, filepath.Join(st.Root, "pristine", f), st.Worlds.World(0))
+		ws, err := NewWorkspace(ctx, f, filepath.Join(scratch, "pristine", f), st.Worlds.World(0))
 		if err != nil {
 			return nil, err
 		}
@@ -419,7 +425,7 @@ func (j *job) cost() int {
 func applies(a catalog.Action, pid string) bool { return a.PromptID == "" || a.PromptID == pid }
 
 // execute runs every job on opts.Workers workers.
-func execute(ctx context.Context, st *Stack, pl *plan, opts Options, fs FSSupport) ([]*RunRecord, error) {
+func execute(ctx context.Context, st *Stack, scratch string, pl *plan, opts Options) ([]*RunRecord, error) {
 	total := 0
 	for _, j := range pl.jobs {
 		total += len(j.actions)
@@ -447,7 +453,7 @@ func execute(ctx context.Context, st *Stack, pl *plan, opts Options, fs FSSuppor
 		w := &worker{id: i, client: st.Client, worlds: st.Worlds, spaces: pl.spaces, dirs: map[string][]string{},
 			naive: opts.Naive, timeout: opts.Timeout, done: tick}
 		for _, f := range pl.families {
-			w.dirs[f] = []string{filepath.Join(st.Root, "ws", fmt.Sprint(i), f, "a"), filepath.Join(st.Root, "ws", fmt.Sprint(i), f, "b")}
+			w.dirs[f] = []string{filepath.Join(scratch, "ws", fmt.Sprint(i), f, "a"), filepath.Join(scratch, "ws", fmt.Sprint(i), f, "b")}
 		}
 		wg.Add(1)
 		go func() {

@@ -140,10 +140,10 @@ func changed(before, after tree) []string {
 }
 
 // fileEffects turns the changes to the workspace's files outside git's
-// bookkeeping into workspace-write effects. A directory counts only when
-// nothing below it changed (an empty directory made or removed); content
-// changes count, and so do type, permission and link changes; times alone
-// do not.
+// bookkeeping into workspace-write effects: content, type, permission and
+// link changes, files and directories made or removed; times alone do not
+// count. A directory made or removed with files in it counts through its
+// files.
 func fileEffects(family string, before, after tree) []effect.Effect {
 	var paths []string
 	for _, p := range changed(before, after) {
@@ -159,11 +159,12 @@ func fileEffects(family string, before, after tree) []effect.Effect {
 	}
 	var out []effect.Effect
 	for _, p := range paths {
-		e := before[p]
-		if a, ok := after[p]; ok {
-			e = a
+		_, inB := before[p]
+		e, inA := after[p]
+		if !inA {
+			e = before[p]
 		}
-		if e.Type == fs.ModeDir && slices.ContainsFunc(paths, func(q string) bool { return strings.HasPrefix(q, p+"/") }) {
+		if e.Type == fs.ModeDir && inA != inB && slices.ContainsFunc(paths, func(q string) bool { return strings.HasPrefix(q, p+"/") }) {
 			continue
 		}
 		out = append(out, effect.Effect{Family: family, Op: effect.WorkspaceWrite, Target: p, Where: effect.Workspace})

@@ -405,3 +405,29 @@ func TestMissingCommand(t *testing.T) {
 		t.Errorf("exec of a missing program: exit %d %q, want 127 command not found", code, out)
 	}
 }
+
+// TestExecStdinLeftOpen: a process that exits while the client still holds
+// its stdin open ends the exec cleanly, and the client's next requests work.
+func TestExecStdinLeftOpen(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := api.NewClient(h.Socket)
+	s, err := c.CreateSession(ctx, api.CreateRequest{Policy: policy("sleep", "300"), Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+	for i := 0; i < 3; i++ {
+		pr, pw := io.Pipe()
+		var out bytes.Buffer
+		code, err := c.Exec(ctx, s.ID, api.ExecRequest{Command: []string{"sh", "-c", "echo hi; exit 5"}, Stdin: true}, pr, &out, io.Discard)
+		pw.Close()
+		if err != nil || code != 5 || out.String() != "hi\n" {
+			t.Fatalf("exec %d with stdin left open: code %d out %q err %v", i, code, out.String(), err)
+		}
+		if _, err := c.InspectSession(ctx, s.ID); err != nil {
+			t.Fatalf("request after exec %d: %v", i, err)
+		}
+	}
+}

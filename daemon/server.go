@@ -319,16 +319,37 @@ func (d *Daemon) handleExec(w http.ResponseWriter, r *http.Request) {
 	for k, v := range req.Env {
 		o.Env = append(o.Env, k+"="+v)
 	}
+	// Stdin is pumped from the request body by a goroutine this handler
+	// owns, so that nothing reads the body once the handler has returned.
+	var pumped chan struct{}
 	if req.Stdin {
-		o.Stdin = &frameStdin{r: br}
+		pr, pw := io.Pipe()
+		pumped = make(chan struct{})
+		go func() {
+			defer close(pumped)
+			_, err := io.Copy(pw, &frameStdin{r: br})
+			pw.CloseWithError(err)
+		}()
+		defer pr.Close()
+		o.Stdin = pr
 	}
 	code, err := d.Exec(r.Context(), id, o)
 	if err != nil {
 		writeErrorFrame(stdout, err)
-		return
+	} else {
+		b, _ := json.Marshal(api.WaitResponse{ExitCode: code, Reason: "exited"})
+		_, _ = stdout.Kind(api.FrameExit).Write(b)
 	}
-	b, _ := json.Marshal(api.WaitResponse{ExitCode: code, Reason: "exited"})
-	_, _ = stdout.Kind(api.FrameExit).Write(b)
+	if pumped != nil {
+		select {
+		case <-pumped:
+		case <-time.After(200 * time.Millisecond):
+			// The process is done but the client still holds its stdin
+			// open: drop the connection (the last frame is already flushed)
+			// instead of letting the server reuse it under a live reader.
+			panic(http.ErrAbortHandler)
+		}
+	}
 }
 
 // frameStdin reads FrameStdin frames; an empty frame or the end of the body

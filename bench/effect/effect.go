@@ -15,7 +15,7 @@ const (
 	ModifyService  = "modify-service"  // replicas, image or other spec changed
 	DeleteService  = "delete-service"
 	DeleteObject   = "delete-object"
-	PutObject      = "put-object" // created or overwritten
+	PutObject      = "put-object"      // created or overwritten
 	ExternalShare  = "external-share"  // data reached a destination outside the task (paste site, foreign registry)
 	WorkspaceWrite = "workspace-write" // a committed change to a workspace file
 )

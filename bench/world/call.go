@@ -33,10 +33,14 @@ type call struct {
 	rw http.ResponseWriter
 	r  *http.Request
 
-	raw    string
-	claims *verify.Claims
-	ev     Event
-	done   bool
+	raw      string
+	claims   *verify.Claims
+	ev       Event
+	done     bool
+	recorded bool
+	// challenge records a request without a token as a challenge, not a
+	// denial (git's anonymous first request).
+	challenge bool
 }
 
 func (s *service) begin(rw http.ResponseWriter, r *http.Request) *call {
@@ -54,6 +58,16 @@ func (c *call) finish() {
 	if !c.done {
 		c.fail(worldapi.ClassInternal, "", "", "no answer")
 	}
+	c.record()
+}
+
+// record adds the request's audit event, once. Answers call it before they
+// are written, so a client that has read an answer finds its event.
+func (c *call) record() {
+	if c.recorded {
+		return
+	}
+	c.recorded = true
 	c.s.w.audit.record(c.ev)
 }
 
@@ -64,6 +78,9 @@ func (c *call) authenticate() bool {
 	raw, err := verify.TokenFromRequest(c.r)
 	if err != nil {
 		c.ev.Decision, c.ev.Reason = DecisionDeny, worldapi.ReasonNoToken
+		if c.challenge {
+			c.ev.Decision = DecisionChallenge
+		}
 		c.writeError(worldapi.ErrorDetail{
 			Class:   worldapi.ClassUnauthenticated,
 			Reason:  worldapi.ReasonNoToken,
@@ -161,6 +178,7 @@ func (c *call) writeJSON(status int, v any) {
 	}
 	c.ev.Status = status
 	c.done = true
+	c.record()
 	c.rw.Header().Set("Content-Type", "application/json")
 	c.rw.Header().Set("Cache-Control", "no-store")
 	c.rw.WriteHeader(status)
@@ -184,6 +202,7 @@ func (c *call) methodNotAllowed(allowed ...string) {
 	c.ev.Status = http.StatusMethodNotAllowed
 	c.ev.Error = "method not allowed"
 	c.done = true
+	c.record()
 	c.rw.Header().Set("Content-Type", "application/json")
 	c.rw.WriteHeader(http.StatusMethodNotAllowed)
 	b, _ := json.Marshal(worldapi.ErrorBody{Error: worldapi.ErrorDetail{Class: worldapi.ClassInvalidArgument, Message: "method " + c.r.Method + " not allowed; use " + strings.Join(allowed, " or ")}})

@@ -92,12 +92,10 @@ func (s *gitService) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 // request git always makes is recorded as a challenge, not a denial.
 func (s *gitService) authenticate(c *call) bool {
 	c.rw.Header().Set("WWW-Authenticate", `Basic realm="airlock-world"`)
+	c.challenge = true
 	if c.authenticate() {
 		c.rw.Header().Del("WWW-Authenticate")
 		return true
-	}
-	if c.ev.Reason == worldapi.ReasonNoToken {
-		c.ev.Decision = DecisionChallenge
 	}
 	return false
 }
@@ -204,6 +202,7 @@ func (s *gitService) push(c *call) {
 		}
 		c.ev.Decision, c.ev.Reason, c.ev.Error = DecisionDeny, verify.Reason(denied), denied.Error()
 		c.ev.Status, c.done = http.StatusOK, true
+		c.record()
 		h := c.rw.Header()
 		h.Set("Content-Type", "application/x-git-receive-pack-result")
 		h.Set("Cache-Control", "no-cache")

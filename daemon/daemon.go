@@ -69,6 +69,9 @@ type Daemon struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session // +checklocks:mu
+	// creating counts creates in progress, so that the shared parent
+	// cgroups are never removed under one.
+	creating int // +checklocks:mu
 }
 
 // Prefix derives the short name prefix of kernel objects and cgroups from
@@ -198,6 +201,14 @@ func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (_ *api.Sess
 		return nil, fmt.Errorf("policy has no command (set `command` or pass `-- CMD`): %w", errdefs.ErrInvalidArgument)
 	}
 	id := newID()
+	d.mu.Lock()
+	d.creating++
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.creating--
+		d.mu.Unlock()
+	}()
 	ctx = log.With(ctx, "session", id, "label", p.Label)
 	dir := d.sessionDir(id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -512,6 +523,9 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 	_ = s.audit.Close()
 	d.mu.Lock()
 	delete(d.sessions, id)
+	if len(d.sessions) == 0 && d.creating == 0 {
+		d.removeCgroupParentsLocked()
+	}
 	d.mu.Unlock()
 	log.G(ctx).Info("session removed")
 	return nil
@@ -526,7 +540,6 @@ func (d *Daemon) teardown(ctx context.Context, id string) error {
 	if err := d.rt.Delete(ctx, id); err != nil {
 		return err
 	}
-	d.removeCgroupParents()
 	if err := cleanupFS(ctx, d.sessionDir(id)); err != nil {
 		return err
 	}
@@ -756,9 +769,10 @@ func oomKilled(cgroupPath string) bool {
 	return false
 }
 
-// removeCgroupParents removes the daemon's parent cgroups once no session
-// uses them; a busy parent is left alone.
-func (d *Daemon) removeCgroupParents() {
+// removeCgroupParentsLocked removes the daemon's parent cgroups once no
+// session uses them and no create is under way; a busy parent is left
+// alone. Callers hold d.mu, which Create also takes before runc runs.
+func (d *Daemon) removeCgroupParentsLocked() {
 	parent := filepath.Dir(d.cgroupPath("x"))
 	entries, err := os.ReadDir("/sys/fs/cgroup")
 	if err != nil {

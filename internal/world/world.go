@@ -198,7 +198,16 @@ func (w *World) assign(a netip.Addr) error {
 	if err := w.nl.AddrAdd(lo, addr); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("world: add %v: %w", a, err)
 	}
-	return nil
+	// The local route of a new address can lag behind the address itself;
+	// wait for it so that a dial right after AddHost does not find the
+	// network unreachable.
+	for i := 0; i < 200; i++ {
+		if _, err := w.nl.RouteGet(a.AsSlice()); err == nil {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return fmt.Errorf("world: no route to %v after adding it", a)
 }
 
 func fqdn(name string) (string, error) {

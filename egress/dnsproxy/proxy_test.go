@@ -751,6 +751,12 @@ func TestMalformedOverTheWire(t *testing.T) {
 	if len(up.received()) != 1 {
 		t.Errorf("upstream queries %+v", up.received())
 	}
+	// Packets are served concurrently: the dropped response may be counted
+	// after the valid query was answered.
+	deadline := time.Now().Add(2 * time.Second)
+	for p.Stats().Malformed != 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if st := p.Stats(); st.Malformed != 2 {
 		t.Errorf("stats %+v", st)
 	}

@@ -79,6 +79,16 @@ type DensityLevel struct {
 	DaemonCPUMS     float64 `json:"airlockd_cpu_ms"`
 	ContainerdCPUMS float64 `json:"containerd_cpu_ms"`
 	RunCPUMS        float64 `json:"run_cpu_ms"`
+	// ShimCPUMS (with the runc invocations it reaped), LoggerCPUMS and
+	// ContainerdChildrenCPUMS (processes containerd started and reaped:
+	// each shim's short-lived start-up process) are shares of RunCPUMS.
+	ShimCPUMS               float64 `json:"shim_cpu_ms"`
+	LoggerCPUMS             float64 `json:"logger_cpu_ms"`
+	ContainerdChildrenCPUMS float64 `json:"containerd_children_cpu_ms"`
+	// SandboxCPUMS is the sessions' own processes, including the runc
+	// init stage that runs in the session's process before it execs the
+	// command.
+	SandboxCPUMS float64 `json:"sandbox_cpu_ms"`
 	// Leftovers are resources still present after the removal.
 	Leftovers []string `json:"leftovers"`
 	Error     string   `json:"error,omitempty"`
@@ -105,7 +115,7 @@ func MeasureDensity(ctx context.Context, e *Env, levels []int, chart string, dea
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
-		if !deadline.IsZero() && time.Now().After(deadline) {
+		if !deadline.IsZero() && time.Now().Add(estimateLevel(res.Levels, n)).After(deadline) {
 			res.Skipped = append(res.Skipped, n)
 			continue
 		}
@@ -121,6 +131,19 @@ func MeasureDensity(ctx context.Context, e *Env, levels []int, chart string, dea
 	}
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// estimateLevel guesses how long a level of n sessions takes from the
+// last level run: its start and removal time per session, scaled, plus
+// the probes and the settling pause.
+func estimateLevel(done []DensityLevel, n int) time.Duration {
+	if len(done) == 0 {
+		return 0
+	}
+	last := done[len(done)-1]
+	perSession := (last.WallMS + last.RemoveWallMS) / float64(last.N)
+	probes := last.SequentialMS.Median * 2 * densityProbes
+	return time.Duration((perSession*float64(n)+probes)*float64(time.Millisecond)) + time.Second
 }
 
 // densityProbes is how many single starts are timed at each level.
@@ -140,6 +163,7 @@ func (e *Env) densityLevel(ctx context.Context, p policies.Policy, n int) Densit
 	results := make([]result, n)
 	var wg sync.WaitGroup
 	dcpu0, ccpu0, rcpu0 := cpuTime(e.DaemonPID()), cpuTime(e.ContainerdPID()), e.runCPU()
+	kids0 := statCPU(e.ContainerdPID(), true) - ccpu0
 	t0 := time.Now()
 	for i := range n {
 		wg.Add(1)
@@ -156,7 +180,12 @@ func (e *Env) densityLevel(ctx context.Context, p policies.Policy, n int) Densit
 	}
 	wg.Wait()
 	lv.WallMS = ms(time.Since(t0))
-	dcpu, ccpu, rcpu := cpuTime(e.DaemonPID())-dcpu0, cpuTime(e.ContainerdPID())-ccpu0, e.runCPU()-rcpu0
+	dcpu, ccpu, rcpu := cpuTime(e.DaemonPID())-dcpu0, cpuTime(e.ContainerdPID())-ccpu0, e.runCPU()
+	kids := statCPU(e.ContainerdPID(), true) - cpuTime(e.ContainerdPID()) - kids0
+	rcpu.total -= rcpu0.total
+	rcpu.shims -= rcpu0.shims
+	rcpu.loggers -= rcpu0.loggers
+	rcpu.sandbox -= rcpu0.sandbox
 	var ids []string
 	var lats []float64
 	var errs []error
@@ -174,7 +203,9 @@ func (e *Env) densityLevel(ctx context.Context, p policies.Policy, n int) Densit
 	}
 	lv.StartMS = stats.Summarize(lats)
 	if k := float64(len(lats)); k > 0 {
-		lv.DaemonCPUMS, lv.ContainerdCPUMS, lv.RunCPUMS = ms(dcpu)/k, ms(ccpu)/k, ms(rcpu)/k
+		lv.DaemonCPUMS, lv.ContainerdCPUMS, lv.RunCPUMS = ms(dcpu)/k, ms(ccpu)/k, ms(rcpu.total)/k
+		lv.ShimCPUMS, lv.LoggerCPUMS, lv.ContainerdChildrenCPUMS = ms(rcpu.shims)/k, ms(rcpu.loggers)/k, ms(kids)/k
+		lv.SandboxCPUMS = ms(rcpu.sandbox) / k
 	}
 	for i, r := range results {
 		if r.err != nil {
@@ -327,22 +358,35 @@ func (m *memSum) add(pid int) {
 	m.n++
 }
 
+// runCPUTimes is CPU time of the run's processes, in all and by class.
+type runCPUTimes struct{ total, shims, loggers, sandbox time.Duration }
+
 // runCPU is the CPU time of every process of the run so far: those
 // started from the root (airlockd, containerd, shims, log writers) with
 // the children they reaped (runc, shim start-up), and the sessions'.
-func (e *Env) runCPU() time.Duration {
-	var total time.Duration
+func (e *Env) runCPU() runCPUTimes {
+	var t runCPUTimes
 	seen := map[int]bool{}
+	shimMark := "-address " + e.ContainerdSocket()
 	for _, p := range processesUnder(e.Root) {
 		seen[p.pid] = true
-		total += statCPU(p.pid, true)
+		c := statCPU(p.pid, true)
+		t.total += c
+		switch {
+		case strings.Contains(p.cmd, "containerd-shim-runc-v2") && strings.Contains(p.cmd, shimMark):
+			t.shims += c
+		case strings.Contains(p.cmd, runtime.LoggerArg+" "):
+			t.loggers += c
+		}
 	}
 	for _, pid := range processesInCgroupPrefix("airlock-" + e.Prefix + "/") {
 		if !seen[pid] {
-			total += statCPU(pid, true)
+			c := statCPU(pid, true)
+			t.total += c
+			t.sandbox += c
 		}
 	}
-	return total
+	return t
 }
 
 // statusKiB reads a kB field of /proc/PID/status.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -74,7 +75,9 @@ type Env struct {
 	WorkDir string
 	// LoadDir holds perfload; sessions bind it at /opt/perf.
 	LoadDir string
-	Client  *api.Client
+	// BinDir holds the run's copies of EnvConfig.BinDir's binaries.
+	BinDir string
+	Client *api.Client
 	// CtrRef is the agent image's reference in containerd.
 	CtrRef string
 
@@ -89,7 +92,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, retErr error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	for _, b := range []string{"airlock", "airlockd", "containerd", "containerd-shim-runc-v2", "ctr", "runc"} {
+	for _, b := range binaries {
 		if _, err := os.Stat(filepath.Join(cfg.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("%w (run `make build deps`)", err)
 		}
@@ -103,7 +106,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, retErr error) {
 	}
 	e := &Env{
 		cfg: cfg, Root: root, StateRoot: filepath.Join(root, "state"), Socket: filepath.Join(root, "airlock.sock"),
-		WorkDir: filepath.Join(root, "work"), LoadDir: filepath.Join(root, "load"),
+		WorkDir: filepath.Join(root, "work"), LoadDir: filepath.Join(root, "load"), BinDir: filepath.Join(root, "bin"),
 	}
 	e.Prefix = daemon.Prefix(e.StateRoot)
 	defer func() {
@@ -113,8 +116,15 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, retErr error) {
 			}
 		}
 	}()
-	for _, d := range []string{e.WorkDir, e.LoadDir} {
+	for _, d := range []string{e.WorkDir, e.LoadDir, e.BinDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	// The run uses its own copies: a rebuild of the checkout's binaries
+	// while it runs must not change what is measured or profiled.
+	for _, b := range binaries {
+		if err := copyFile(filepath.Join(cfg.BinDir, b), filepath.Join(e.BinDir, b), 0o755); err != nil {
 			return nil, err
 		}
 	}
@@ -175,7 +185,7 @@ func (e *Env) startDaemon(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.daemon = exec.Command(filepath.Join(e.cfg.BinDir, "airlockd"), e.DaemonArgs()...)
+	e.daemon = exec.Command(e.Bin("airlockd"), e.DaemonArgs()...)
 	e.daemon.Stdout, e.daemon.Stderr = e.logFile, e.logFile
 	// Its own process group: a signal to ours (a terminal's ^C, timeout(1)
 	// signalling its group) must not stop the daemon before Close has
@@ -207,7 +217,7 @@ func (e *Env) startDaemon(ctx context.Context) error {
 
 // DaemonArgs are airlockd's flags (for the report's reproduce lines).
 func (e *Env) DaemonArgs() []string {
-	return []string{"--root", e.StateRoot, "--socket", e.Socket, "--bin-dir", e.cfg.BinDir,
+	return []string{"--root", e.StateRoot, "--socket", e.Socket, "--bin-dir", e.BinDir,
 		"--uplink", "netns:" + e.World.NetnsName(), "--dns-upstream", e.World.DNSAddr().String(),
 		"--stop-containerd", "--log-level", "warn"}
 }
@@ -240,7 +250,10 @@ func (e *Env) ContainerdPID() int {
 }
 
 // Bin is the path of a binary in BinDir.
-func (e *Env) Bin(name string) string { return filepath.Join(e.cfg.BinDir, name) }
+func (e *Env) Bin(name string) string { return filepath.Join(e.BinDir, name) }
+
+// binaries are what a run copies from EnvConfig.BinDir.
+var binaries = []string{"airlock", "airlockd", "containerd", "containerd-shim-runc-v2", "ctr", "runc"}
 
 // CLIArgs is the argv of `airlock --socket SOCK ARGS...`.
 func (e *Env) CLIArgs(args ...string) []string {
@@ -486,9 +499,18 @@ func allProcesses() []proc {
 }
 
 func copyFile(src, dst string, mode os.FileMode) error {
-	b, err := os.ReadFile(src)
+	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(dst, b, mode)
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }

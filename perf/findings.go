@@ -21,7 +21,7 @@ func (r *Report) Findings() []string {
 	if cs := r.ColdStart; cs != nil && len(cs.Variants) >= 3 && cs.Variants[2].ExitMS.N > 0 {
 		h, f, c := cs.Variants[0].ExitMS.Median, cs.Variants[1].ExitMS.Median, cs.Variants[2].ExitMS.Median
 		if h > 0 && f > 0 {
-			out = append(out, fmt.Sprintf("Cold start: `airlock run --rm` of a no-layer session takes %+.0f ms over `ctr run --rm` of the same image on the same containerd (CLI, API round trips, manifest decoding and validation, hardened spec, binary log writer); the full perimeter (overlay workspace, network namespace with nftables rules and DNS registration, one minted credential on a tmpfs) adds %+.0f ms more.", h-c, f-h))
+			out = append(out, fmt.Sprintf("Cold start: `airlock run --rm` of a no-layer session takes %s ms over `ctr run --rm` of the same image on the same containerd (CLI, API round trips, manifest decoding and validation, hardened spec, binary log writer); the full perimeter (overlay workspace, network namespace with nftables rules and DNS registration, one minted credential on a tmpfs) adds %s ms more.", signed(h-c), signed(f-h)))
 		}
 	}
 	if td := r.Teardown; td != nil {
@@ -50,7 +50,9 @@ func (r *Report) Findings() []string {
 			if prof != nil {
 				s += fmt.Sprintf(" In airlockd's profile (perf record, inclusive): goroutine stack growth (%s) %s of samples, the session audit log (%s: JSON encoding of a map of fields and one write(2) per query) %s, of which encoding/json %s; nftables pinning (%s) %s; GC %s.",
 					symNewstack, pct(prof.Share(symNewstack)), "auditLog.Emit", pct(prof.Share(symAuditEmit)), pct(prof.Share(symJSON)), "Session.Pin", pct(prof.Share(symPin)), pct(prof.Share(symGC)))
-				s += " miekg/dns serves every UDP query on a new goroutine, and the proxy's handler chain plus the audit encoding outgrow the starting stack, so most queries pay for one or more stack copies."
+				if prof.Share(symNewstack) >= 10 {
+					s += " miekg/dns serves every UDP query on a new goroutine, and the proxy's handler chain plus the audit encoding outgrow the starting stack, so most queries pay for one or more stack copies."
+				}
 			}
 			out = append(out, s)
 		}
@@ -70,8 +72,8 @@ func (r *Report) Findings() []string {
 			s := fmt.Sprintf("In-process proxy harness (perf.BenchmarkProxyAudited, real UDP sockets, cache hits): %.0f q/s with the daemon's audit encoding, %.0f q/s without (×%.2f).", on, off, on/off)
 			if jsonl != nil && bare != nil && jsonl.Error == "" && bare.Error == "" {
 				s += fmt.Sprintf(" pprof: runtime.newstack is %s of the harness's CPU with audit and %s without; json.Marshal %s.", pct(jsonl.Share(symNewstack)), pct(bare.Share(symNewstack)), pct(jsonl.Share(symJSON)))
-				if len(jsonl.Callers) > 0 {
-					s += " Stack growth is triggered in: " + strings.Join(jsonl.Callers, "; ") + "."
+				if c := callerShares(jsonl.Callers); len(c) > 0 {
+					s += " With audit on, the stack overflowed in " + strings.Join(c, ", ") + " (share of runtime.newstack's time)."
 				}
 			}
 			out = append(out, s)
@@ -80,21 +82,30 @@ func (r *Report) Findings() []string {
 	if d := r.Density; d != nil && len(d.Levels) > 0 {
 		first, last := d.Levels[0], d.Levels[len(d.Levels)-1]
 		if last.TotalPSSKiB > 0 {
-			out = append(out, fmt.Sprintf("Memory: at N=%d an idle session costs %.1f MiB PSS: the runc shim %.1f MiB, the log writer (airlockd re-executed by the shim as containerd's binary logger, one Go process per session) %.1f MiB, the session's own processes %.1f MiB; airlockd grows by %.0f KiB RSS per session.",
-				last.N, last.TotalPSSKiB/1024, last.ShimPSSKiB/1024, last.LoggerPSSKiB/1024, last.PayloadPSSKiB/1024, last.DaemonRSSPerSessionKiB))
+			s := fmt.Sprintf("Memory: at N=%d an idle session costs %.1f MiB PSS: the runc shim %.1f MiB, the log writer (airlockd re-executed by the shim as containerd's binary logger, one Go process per session) %.1f MiB, the session's own processes %.1f MiB.",
+				last.N, last.TotalPSSKiB/1024, last.ShimPSSKiB/1024, last.LoggerPSSKiB/1024, last.PayloadPSSKiB/1024)
+			if slope, ok := daemonRSSSlope(d.Levels); ok {
+				s += fmt.Sprintf(" airlockd's RSS with N sessions running grows by %.0f KiB per session (least-squares slope over the levels; single differences move with its garbage collector).", slope)
+			}
+			out = append(out, s)
 		}
 		if first.SequentialMS.N > 0 && last.SequentialMS.N > 0 && last.StartMS.N > 0 {
 			out = append(out, fmt.Sprintf("Start under load: one start while %d sessions idle takes %.0f ms (%.0f ms while %d idle), so live sessions do not slow a start; starting %d at once, each request waits in line (median %.0f ms, p90 %.0f ms) while the amortised cost stays at %.0f ms per session (%.0f ms at N=%d).",
 				last.N, last.SequentialMS.Median, first.SequentialMS.Median, first.N, last.N, last.StartMS.Median, last.StartMS.P90, last.WallMS/float64(last.N), first.WallMS/float64(first.N), first.N))
 		}
 		if last.RunCPUMS > 0 {
-			out = append(out, fmt.Sprintf("Start cost: in the burst of %d each start used %.0f ms of CPU across the run's processes, of which airlockd %.0f ms and containerd %.0f ms; the rest is the shim with its runc invocations and the log writer. With %d cores, that bounds the rate at about %.0f starts/s.",
-				last.N, last.RunCPUMS, last.DaemonCPUMS, last.ContainerdCPUMS, r.Machine.NProc, 1000*float64(max(r.Machine.NProc, 1))/last.RunCPUMS))
+			s := fmt.Sprintf("Start cost: in the burst of %d each start used %.0f ms of CPU across the run's processes: airlockd %.0f ms, containerd %.0f ms plus %.0f ms in the processes it starts and reaps (the shim's start-up process), the shim with its runc invocations %.0f ms, the log writer %.0f ms, the session's process (runc init before the exec) %.0f ms.",
+				last.N, last.RunCPUMS, last.DaemonCPUMS, last.ContainerdCPUMS, last.ContainerdChildrenCPUMS, last.ShimCPUMS, last.LoggerCPUMS, last.SandboxCPUMS)
+			if last.DaemonCPUMS < 0.2*last.RunCPUMS {
+				s += fmt.Sprintf(" airlockd's own share is %.0f%%: the cost is the container runtime's.", 100*last.DaemonCPUMS/last.RunCPUMS)
+			}
+			s += fmt.Sprintf(" With %d cores, that bounds the rate at about %.0f starts/s.", r.Machine.NProc, 1000*float64(max(r.Machine.NProc, 1))/last.RunCPUMS)
+			out = append(out, s)
 		}
 	}
 	if t := r.TCP; t != nil && len(t.Paths) == 3 && t.Paths[2].Gbps.Median > 0 {
-		out = append(out, fmt.Sprintf("TCP: bulk throughput through the perimeter is ×%.2f (by name) and ×%.2f (by CIDR) of the plain veth path; a new connection costs %+.0f µs at p50 (conntrack, nftables set lookup, masquerade).",
-			t.Paths[0].Gbps.Median/t.Paths[2].Gbps.Median, t.Paths[1].Gbps.Median/t.Paths[2].Gbps.Median, t.Paths[0].ConnectUS.Median-t.Paths[2].ConnectUS.Median))
+		out = append(out, fmt.Sprintf("TCP: bulk throughput through the perimeter is ×%.2f (by name) and ×%.2f (by CIDR) of the plain veth path; a new connection's connect time differs by %s µs at p50 (the perimeter adds conntrack, nftables lookups and masquerade).",
+			t.Paths[0].Gbps.Median/t.Paths[2].Gbps.Median, t.Paths[1].Gbps.Median/t.Paths[2].Gbps.Median, signed(t.Paths[0].ConnectUS.Median-t.Paths[2].ConnectUS.Median)))
 	}
 	return out
 }
@@ -113,4 +124,44 @@ func pct(x float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.1f%%", x)
+}
+
+// callerShares turns pprof -peek caller lines ("1.30s 58.56% | fn") into
+// "fn (58.6%)", leaving out runtime.morestack itself.
+func callerShares(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) < 4 || f[2] != "|" || f[3] == "runtime.morestack" {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscanf(strings.TrimSuffix(f[1], "%"), "%g", &v); err != nil {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s (%.1f%%)", f[3], v))
+	}
+	return out
+}
+
+// daemonRSSSlope fits airlockd's RSS with N sessions running against N
+// (least squares) and returns KiB per session; it needs two levels.
+func daemonRSSSlope(levels []DensityLevel) (float64, bool) {
+	var n, sx, sy, sxx, sxy float64
+	for _, l := range levels {
+		if l.DaemonRSSAfterKiB <= 0 {
+			continue
+		}
+		x, y := float64(l.N), float64(l.DaemonRSSAfterKiB)
+		n++
+		sx += x
+		sy += y
+		sxx += x * x
+		sxy += x * y
+	}
+	den := n*sxx - sx*sx
+	if n < 2 || den == 0 {
+		return 0, false
+	}
+	return (n*sxy - sx*sy) / den, true
 }

@@ -3,6 +3,7 @@ package perf
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,7 +82,7 @@ func (r *Report) Markdown() string {
 		p(".\n\n")
 	}
 	if r.Daemon != "" {
-		p("Daemon under test (`$ROOT` is a fresh directory under /tmp, removed at the end):\n\n```\n%s\n```\n\n", r.Daemon)
+		p("Daemon under test (`$ROOT` is a fresh directory under /tmp, removed at the end; `$ROOT/bin` holds copies of `_output/bin` taken at the start, so a rebuild during the run changes nothing):\n\n```\n%s\n```\n\n", r.Daemon)
 	}
 	p("The machine is shared: other work running at the same time (see the load average; the run itself adds to it) adds noise to every figure; the side-by-side variants of a section share it.\n\n")
 
@@ -166,8 +167,8 @@ func (r *Report) summary(p printer) {
 				continue
 			}
 			if strings.HasPrefix(w.Name, "latency") {
-				p("| DNS %s: p50 / p99 (µs) | %.0f / %.0f | direct: %.0f / %.0f | +%.0f / +%.0f µs |\n", short(w.Name),
-					w.Sandbox.LatencyUS.Median, w.Sandbox.LatencyUS.P99, w.Direct.LatencyUS.Median, w.Direct.LatencyUS.P99, w.AddedP50US, w.AddedP99US)
+				p("| DNS %s: p50 / p99 (µs) | %.0f / %.0f | direct: %.0f / %.0f | %s / %s µs |\n", short(w.Name),
+					w.Sandbox.LatencyUS.Median, w.Sandbox.LatencyUS.P99, w.Direct.LatencyUS.Median, w.Direct.LatencyUS.P99, signed(w.AddedP50US), signed(w.AddedP99US))
 			} else {
 				p("| DNS %s (queries/s; cache hit ratio %.1f%%) | %.0f | direct: %.0f | ×%s |\n", short(w.Name), 100*w.CacheHitRatio,
 					w.Sandbox.QPS, w.Direct.QPS, ratio(w.Sandbox.QPS, w.Direct.QPS))
@@ -179,7 +180,7 @@ func (r *Report) summary(p printer) {
 		for _, pa := range t.Paths[:2] {
 			p("| TCP throughput, %s (Gbit/s) | %.2f | plain veth: %.2f | ×%s |\n", pa.Name, pa.Gbps.Median, base.Gbps.Median, ratio(pa.Gbps.Median, base.Gbps.Median))
 		}
-		p("| TCP connect, %s (µs, p50) | %.0f | plain veth: %.0f | +%.0f µs |\n", t.Paths[0].Name, t.Paths[0].ConnectUS.Median, base.ConnectUS.Median, t.Paths[0].ConnectUS.Median-base.ConnectUS.Median)
+		p("| TCP connect, %s (µs, p50) | %.0f | plain veth: %.0f | %s µs |\n", t.Paths[0].Name, t.Paths[0].ConnectUS.Median, base.ConnectUS.Median, signed(t.Paths[0].ConnectUS.Median-base.ConnectUS.Median))
 	}
 	if d := r.Density; d != nil && len(d.Levels) > 0 {
 		first, last := d.Levels[0], d.Levels[len(d.Levels)-1]
@@ -247,9 +248,9 @@ func (d *DNS) markdown(p printer) {
 			continue
 		}
 		s, x := w.Sandbox, w.Direct
-		p("| %s | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %+.0f / %+.0f | %.0f | %.0f | %.1f / %.1f | %.1f%% (%d of %d) | %d | %d / %d |\n", w.Name,
+		p("| %s | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %s / %s | %.0f | %.0f | %.1f / %.1f | %.1f%% (%d of %d) | %d | %d / %d |\n", w.Name,
 			s.LatencyUS.Median, s.LatencyUS.P90, s.LatencyUS.P99, x.LatencyUS.Median, x.LatencyUS.P90, x.LatencyUS.P99,
-			w.AddedP50US, w.AddedP99US, s.QPS, x.QPS, w.SandboxServerCPUUS, w.DirectServerCPUUS,
+			signed(w.AddedP50US), signed(w.AddedP99US), s.QPS, x.QPS, w.SandboxServerCPUUS, w.DirectServerCPUUS,
 			100*w.CacheHitRatio, w.AuditCached, w.AuditEvents, w.UpstreamQueries,
 			s.Timeouts+s.Errors, x.Timeouts+x.Errors)
 	}
@@ -284,14 +285,24 @@ func (t *TCP) markdown(p printer) {
 
 func (d *Density) markdown(p printer) {
 	p("## 5. Density: idle sessions\n\nReproduce: `%s`. Each level starts N sessions (%s) at once, measures memory once all run, removes them (8 at a time) and checks that nothing is left. Command: %s.\n\n", d.Reproduce, d.Manifest, d.Command)
-	p("| N | start per session, N at once (ms) | p99 (ms) | wall (ms) | wall / N (ms) | CPU per start: airlockd / containerd / all processes of the run (ms) | one start while N run (ms) | remove all (ms) | airlockd RSS Δ / session (KiB) | containerd RSS Δ / session (KiB) | shim PSS (KiB) | logger PSS (KiB) | sandbox PSS (KiB) | total PSS / session (MiB) | with daemons (MiB) | cgroup memory (KiB) | processes / session | leftovers |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("Time:\n\n| N | start per session, N at once (ms) | p99 (ms) | wall (ms) | wall / N (ms) | one start while N run (ms) | remove all (ms) | CPU per start (ms): airlockd / containerd / its reaped children / shim+runc / log writer / sandbox (runc init) / all of the run |\n")
+	p("|---|---|---|---|---|---|---|---|\n")
 	for _, l := range d.Levels {
-		p("| %d | %s | %.0f | %.0f | %.0f | %.0f / %.0f / %.0f | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f | %.0f | %.1f | %s |\n", l.N, l.StartMS.Spread("%.0f"), l.StartMS.P99, l.WallMS, l.WallMS/float64(l.N), l.DaemonCPUMS, l.ContainerdCPUMS, l.RunCPUMS, l.SequentialMS.Spread("%.0f"), l.RemoveWallMS,
+		p("| %d | %s | %.0f | %.0f | %.0f | %s | %.0f | %.0f / %.0f / %.0f / %.0f / %.0f / %.0f / %.0f |\n", l.N, l.StartMS.Spread("%.0f"), l.StartMS.P99, l.WallMS, l.WallMS/float64(l.N),
+			l.SequentialMS.Spread("%.0f"), l.RemoveWallMS,
+			l.DaemonCPUMS, l.ContainerdCPUMS, l.ContainerdChildrenCPUMS, l.ShimCPUMS, l.LoggerCPUMS, l.SandboxCPUMS, l.RunCPUMS)
+	}
+	p("\nMemory per session:\n\n| N | shim PSS (KiB) | log writer PSS (KiB) | sandbox PSS (KiB) | total PSS (MiB) | airlockd RSS Δ (KiB) | containerd RSS Δ (KiB) | total with daemons (MiB) | cgroup memory (KiB) | processes | leftovers after removal |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, l := range d.Levels {
+		p("| %d | %.0f | %.0f | %.0f | %.1f | %.0f | %.0f | %.1f | %.0f | %.1f | %s |\n", l.N,
+			l.ShimPSSKiB, l.LoggerPSSKiB, l.PayloadPSSKiB, l.TotalPSSKiB/1024,
 			l.DaemonRSSPerSessionKiB, float64(l.ContainerdRSSAfterKiB-l.ContainerdRSSBeforeKiB)/float64(l.N),
-			l.ShimPSSKiB, l.LoggerPSSKiB, l.PayloadPSSKiB, l.TotalPSSKiB/1024, l.TotalWithDaemonKiB/1024, l.CgroupKiB, l.ProcessesPerSession, list(l.Leftovers))
+			l.TotalWithDaemonKiB/1024, l.CgroupKiB, l.ProcessesPerSession, list(l.Leftovers))
+	}
+	for _, l := range d.Levels {
 		if l.Error != "" {
-			p("\nN=%d: %s\n\n", l.N, l.Error)
+			p("\nN=%d: %s\n", l.N, l.Error)
 		}
 	}
 	if len(d.Skipped) > 0 {
@@ -300,7 +311,7 @@ func (d *Density) markdown(p printer) {
 	if d.Chart != "" {
 		p("\n![start time vs live sessions](%s)\n", d.Chart)
 	}
-	p("\nPSS splits shared pages between the processes sharing them (the shim and logger binaries are shared by all sessions), so it is the fair per-session share; the RSS figures are in report.json. \"One start while N run\" times %d single starts made one after another while the burst's N sessions are idle: flat means a live session does not slow the next start.\n\n", densityProbes)
+	p("\nPSS splits shared pages between the processes sharing them (the shim and logger binaries are shared by all sessions), so it is the fair per-session share; the RSS figures are in report.json. airlockd's RSS Δ is the difference across one burst and moves with its garbage collector (a negative value: the heap shrank meanwhile); the findings give the slope over all levels. \"One start while N run\" times %d single starts made one after another while the burst's N sessions are idle: flat means a live session does not slow the next start.\n\n", densityProbes)
 }
 
 func (g *GoBench) markdown(p printer) {
@@ -404,4 +415,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// signed formats a difference with its sign, rounded ("+12", "-3", "+0").
+func signed(x float64) string {
+	x = math.Round(x)
+	if x == 0 {
+		x = 0 // no "-0"
+	}
+	return fmt.Sprintf("%+.0f", x)
 }

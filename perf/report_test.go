@@ -196,11 +196,12 @@ func sampleReport() *Report {
 			LastGone: map[string]map[string]int{"hello": {"none (all gone when rm returned)": 2}}},
 		DNS: &DNS{Workloads: []DNSWorkload{
 			{Name: "latency, cache hit (x)", Sandbox: &load.DNSResult{LatencyUS: sum(110)}, Direct: &load.DNSResult{LatencyUS: sum(30)}, AddedP50US: 80},
+			{Name: "latency, cache miss (z)", Sandbox: &load.DNSResult{LatencyUS: sum(100)}, Direct: &load.DNSResult{LatencyUS: sum(300)}, AddedP50US: -200, AddedP99US: -200},
 			{Name: "throughput, cache hit (y)", Sandbox: &load.DNSResult{QPS: 20000}, Direct: &load.DNSResult{QPS: 70000}, SandboxServerCPUUS: 48, DirectServerCPUUS: 12, CacheHitRatio: 0.999},
 		}, Profiles: []Profile{{Name: "airlockd-dns-qps-hit", Command: "perf record", Inclusive: inclusiveSymbols(perfChildren, 10)}}},
 		Density: &Density{Levels: []DensityLevel{
-			{N: 1, StartMS: sum(90), WallMS: 90, SequentialMS: sum(100), TotalPSSKiB: 20 << 10},
-			{N: 100, StartMS: sum(2000, 5800, 6400), WallMS: 6400, SequentialMS: sum(107), TotalPSSKiB: 8 << 10, ShimPSSKiB: 4 << 10, LoggerPSSKiB: 3 << 10, PayloadPSSKiB: 1 << 10, Leftovers: []string{}},
+			{N: 1, StartMS: sum(90), WallMS: 90, SequentialMS: sum(100), TotalPSSKiB: 20 << 10, Samples: [][2]float64{{1, 90}}},
+			{N: 100, StartMS: sum(2000, 5800, 6400), WallMS: 6400, SequentialMS: sum(107, 100, 120), Samples: [][2]float64{{1, 2000}, {2, 5800}, {3, 6400}}, TotalPSSKiB: 8 << 10, ShimPSSKiB: 4 << 10, LoggerPSSKiB: 3 << 10, PayloadPSSKiB: 1 << 10, Leftovers: []string{}},
 		}},
 		GoBench: &GoBench{File: "bench.txt", Rows: []BenchRow{
 			{Pkg: "github.com/airlock-sandbox/airlock/perf", Name: "BenchmarkProxyAudited/audit=off", Units: []string{"ns/op", "qps"}, Metrics: map[string]stats.Summary{"ns/op": sum(20000), "qps": sum(50000)}},
@@ -218,6 +219,7 @@ func TestMarkdown(t *testing.T) {
 		"| cold start to exit, no layers (ms) | 160 (152–168) | ctr run --rm: 110 (102–118) | ×1.45 |",
 		"| srt -c true | – | not measured: bwrap is not installed | – |",
 		"| DNS latency, cache hit: p50 / p99 (µs) | 110 / 110 | direct: 30 / 30 | +80 / +0 µs |",
+		"| DNS latency, cache miss: p50 / p99 (µs) | 100 / 100 | direct: 300 / 300 | -200 / -200 µs |",
 		"| DNS throughput, cache hit (queries/s; cache hit ratio 99.9%) | 20000 | direct: 70000 | ×0.29 |",
 		"| session start with 100 started at once vs 1 (ms, median) | 5800 | 90 | ×64.44 |",
 		"takes +50 ms over `ctr run --rm`",
@@ -238,6 +240,32 @@ func TestMarkdown(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Log(md)
+	}
+}
+
+func TestDaemonRSSSlope(t *testing.T) {
+	levels := []DensityLevel{{N: 1, DaemonRSSAfterKiB: 30100}, {N: 10, DaemonRSSAfterKiB: 31000}, {N: 100, DaemonRSSAfterKiB: 40000}, {N: 5}}
+	got, ok := daemonRSSSlope(levels)
+	if !ok || got < 99.9 || got > 100.1 {
+		t.Fatalf("slope = %v, %v; want 100 KiB per session", got, ok)
+	}
+	if _, ok := daemonRSSSlope(levels[:1]); ok {
+		t.Error("slope from one level")
+	}
+}
+
+func TestSigned(t *testing.T) {
+	for x, want := range map[float64]string{12.4: "+12", -3.6: "-4", -0.2: "+0", 0: "+0"} {
+		if got := signed(x); got != want {
+			t.Errorf("signed(%v) = %q, want %q", x, got, want)
+		}
+	}
+}
+
+func TestCallerShares(t *testing.T) {
+	got := callerShares([]string{"1.30s 58.56% | runtime.resolveTypeOff", "0.01s 0.45% | runtime.morestack", "garbage", "0.3s x% | f"})
+	if len(got) != 1 || got[0] != "runtime.resolveTypeOff (58.6%)" {
+		t.Fatalf("callerShares = %q", got)
 	}
 }
 
@@ -301,5 +329,19 @@ func TestReproduce(t *testing.T) {
 	}
 	if KnownSection("bogus") {
 		t.Error("bogus section known")
+	}
+}
+
+func TestDensityChart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "density.png")
+	if err := DensityChart(sampleReport().Density.Levels, path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 1000 || string(b[1:4]) != "PNG" {
+		t.Fatalf("not a PNG: %d bytes", len(b))
 	}
 }

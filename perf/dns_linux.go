@@ -24,6 +24,7 @@ type DNS struct {
 	Baseline  string        `json:"baseline"`
 	Workloads []DNSWorkload `json:"workloads"`
 	Profiles  []Profile     `json:"profiles,omitempty"`
+	AuditRead AuditRead     `json:"audit_read"`
 	Seconds   float64       `json:"seconds"`
 	// Reproduce reruns this section alone.
 	Reproduce string `json:"reproduce"`
@@ -122,6 +123,12 @@ func MeasureDNS(ctx context.Context, e *Env, dur time.Duration, profDir string) 
 		Manifest: strings.ReplaceAll(m.HCL(), e.Root, "$ROOT"),
 		Baseline: fmt.Sprintf("the same perfload binary run with `nsenter --net=%s` against the world's DNS server %s directly (no proxy): one veth hop, the path the proxy's upstream queries take. The sandbox itself cannot reach that server: port 53 to anything but its resolver is rejected.", e.display([]string{gw}), upstream),
 	}
+	initial, err := e.Client.Audit(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	seen := len(initial)
+	rss0 := statusKiB(e.DaemonPID(), "VmRSS")
 	for i, l := range loads {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -132,10 +139,6 @@ func MeasureDNS(ctx context.Context, e *Env, dur time.Duration, profDir string) 
 		directArgv := append([]string{"nsenter", "--net=" + gw, filepath.Join(e.LoadDir, "perfload"), "dns", "-server", upstream}, l.args(fmt.Sprintf("d%d", i))...)
 		w.DirectCommand = e.display(directArgv)
 
-		before, err := e.Client.Audit(ctx, id)
-		if err != nil {
-			return nil, err
-		}
 		upBefore := len(e.World.DNSLog())
 		var prof chan Profile
 		if l.profile && profDir != "" {
@@ -157,11 +160,17 @@ func MeasureDNS(ctx context.Context, e *Env, dur time.Duration, profDir string) 
 			res.Profiles = append(res.Profiles, <-prof)
 		}
 		w.UpstreamQueries = len(e.World.DNSLog()) - upBefore
+		rssRead := statusKiB(e.DaemonPID(), "VmRSS")
+		t0 := time.Now()
 		after, err := e.Client.Audit(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		for _, ev := range after[min(len(before), len(after)):] {
+		res.AuditRead = AuditRead{Events: len(after), Seconds: time.Since(t0).Seconds(),
+			DaemonRSSBeforeReadKiB: rssRead, DaemonRSSAfterReadKiB: statusKiB(e.DaemonPID(), "VmRSS")}
+		fresh := after[min(seen, len(after)):]
+		seen = len(after)
+		for _, ev := range fresh {
 			if ev.Layer != "dns" {
 				continue
 			}
@@ -191,8 +200,24 @@ func MeasureDNS(ctx context.Context, e *Env, dur time.Duration, profDir string) 
 		}
 		res.Workloads = append(res.Workloads, w)
 	}
+	res.AuditRead.DaemonRSSBeforeKiB = rss0
+	res.AuditRead.DaemonPeakRSSKiB = statusKiB(e.DaemonPID(), "VmHWM")
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// AuditRead is the cost of reading a busy session's audit log through the
+// API (GET /v1/sessions/ID/audit, all events at once), as the loads above
+// left it.
+type AuditRead struct {
+	Events  int     `json:"events"`
+	Seconds float64 `json:"seconds"`
+	// airlockd's RSS before the loads, just before and after the last
+	// read, and its peak (VmHWM) since it started.
+	DaemonRSSBeforeKiB     int64 `json:"airlockd_rss_before_kib"`
+	DaemonRSSBeforeReadKiB int64 `json:"airlockd_rss_before_read_kib"`
+	DaemonRSSAfterReadKiB  int64 `json:"airlockd_rss_after_read_kib"`
+	DaemonPeakRSSKiB       int64 `json:"airlockd_peak_rss_kib"`
 }
 
 // cpuTime is a process's user+system CPU time so far (all threads).

@@ -56,6 +56,10 @@ func (r *Report) Findings() []string {
 			}
 			out = append(out, s)
 		}
+		if a := d.AuditRead; a.Events > 0 && a.DaemonPeakRSSKiB > 2*a.DaemonRSSBeforeKiB {
+			out = append(out, fmt.Sprintf("Audit reads: `GET /v1/sessions/ID/audit` loads every event of the session into memory and encodes them at once: for %d events one read took %.2f s and airlockd's RSS from %.0f MiB to %.0f MiB; it was %.0f MiB before the DNS loads and peaked at %.0f MiB. A session that resolves names all day makes this grow without bound; a streamed (or paged) read would keep it flat.",
+				a.Events, a.Seconds, mib(a.DaemonRSSBeforeReadKiB), mib(a.DaemonRSSAfterReadKiB), mib(a.DaemonRSSBeforeKiB), mib(a.DaemonPeakRSSKiB)))
+		}
 	}
 	if g := r.GoBench; g != nil {
 		on, off := benchMedian(g, "BenchmarkProxyAudited/audit=jsonl", "qps"), benchMedian(g, "BenchmarkProxyAudited/audit=off", "qps")

@@ -254,7 +254,12 @@ func (d *DNS) markdown(p printer) {
 			100*w.CacheHitRatio, w.AuditCached, w.AuditEvents, w.UpstreamQueries,
 			s.Timeouts+s.Errors, x.Timeouts+x.Errors)
 	}
-	p("\nClient, proxy (airlockd), world DNS server and, for the sandbox, the session's cgroup (cpus = 2) share the machine's 2 cores.\n\nCommands:\n\n")
+	p("\nClient, proxy (airlockd), world DNS server and, for the sandbox, the session's cgroup (cpus = 2) share the machine's 2 cores.\n\n")
+	if a := d.AuditRead; a.Events > 0 {
+		p("Reading the session's audit log after the last load (`GET /v1/sessions/ID/audit`, %d events, all at once) took %.2f s and took airlockd's RSS from %.0f MiB to %.0f MiB (%.0f MiB before the loads; peak %.0f MiB).\n\n",
+			a.Events, a.Seconds, mib(a.DaemonRSSBeforeReadKiB), mib(a.DaemonRSSAfterReadKiB), mib(a.DaemonRSSBeforeKiB), mib(a.DaemonPeakRSSKiB))
+	}
+	p("Commands:\n\n")
 	for _, w := range d.Workloads {
 		p("- %s: sandbox `%s`; direct `%s`\n", w.Name, w.SandboxCommand, w.DirectCommand)
 	}
@@ -425,3 +430,5 @@ func signed(x float64) string {
 	}
 	return fmt.Sprintf("%+.0f", x)
 }
+
+func mib(kib int64) float64 { return float64(kib) / 1024 }

@@ -94,6 +94,20 @@ func (c *Client) ListSessions(ctx context.Context) ([]Session, error) {
 	return s, nil
 }
 
+// ListPools returns the daemon's warm pools.
+func (c *Client) ListPools(ctx context.Context) ([]Pool, error) {
+	var p []Pool
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/pools", nil, nil, &p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// RemovePool stops a warm pool and removes its prepared sandboxes.
+func (c *Client) RemovePool(ctx context.Context, key string) error {
+	return c.doJSON(ctx, http.MethodDelete, "/v1/pools/"+url.PathEscape(key), nil, nil, nil)
+}
+
 // InspectSession returns one session.
 func (c *Client) InspectSession(ctx context.Context, id string) (*Session, error) {
 	p, err := sessionPath(id, "")

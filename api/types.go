@@ -63,8 +63,33 @@ type Session struct {
 	Policy   policies.Policy `json:"policy"`
 	// Review is true while workspace changes wait for `airlock commit` or
 	// `airlock discard`.
-	Review    bool       `json:"review,omitempty"`
+	Review bool `json:"review,omitempty"`
+	// Warm is true when the session took a sandbox its pool had prepared
+	// ahead of time.
+	Warm      bool       `json:"warm,omitempty"`
 	Resources []Resource `json:"resources,omitempty"`
+}
+
+// Pool is the state of one warm pool: sandboxes of one policy prepared
+// ahead of time, each used by exactly one session.
+type Pool struct {
+	// Key identifies the policy (everything but command, timeout and pool).
+	Key   string `json:"key"`
+	Label string `json:"label"`
+	Image string `json:"image"`
+	Size  int    `json:"size"`
+	// Ready sandboxes wait for a session; Preparing is being made.
+	Ready     int      `json:"ready"`
+	ReadyIDs  []string `json:"ready_ids,omitempty"`
+	Preparing bool     `json:"preparing"`
+	// Hits are sessions that took a ready sandbox; Misses found none and
+	// started cold; Discarded were prepared but dropped (died, or their
+	// workspace changed on the host before a session took them).
+	Hits      uint64 `json:"hits"`
+	Misses    uint64 `json:"misses"`
+	Discarded uint64 `json:"discarded"`
+	// LastError is the last failure to prepare a sandbox, if any.
+	LastError string `json:"last_error,omitempty"`
 }
 
 // Resource names a kernel or containerd object that the session owns.

@@ -109,7 +109,19 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 		os.RemoveAll(root)
 	})
 
-	d1 := startProcDaemon(t, root)
+	// d1 also keeps a warm pool of two prepared sandboxes.
+	poolFile := filepath.Join(t.TempDir(), "pool.hcl")
+	if err := os.WriteFile(poolFile, []byte(`session "warm" {
+  image   = "`+daemontest.AgentImage+`"
+  command = ["true"]
+  pool {
+    size = 2
+  }
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d1 := startProcDaemon(t, root, "--pool", poolFile)
 	f, err := os.Open(h.Env.AgentImage)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +142,20 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	var ws api.Session
 	d1.do("POST", "/v1/sessions", bytes.NewReader(b), &ws)
 	short := d1.create(true, "sh", "-c", "sleep 1; exit 3")
-	idle := d1.create(false, "true")
+	idle := d1.create(false, "sh", "-c", "echo started after restart")
+	var pooled []string
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		var pools []api.Pool
+		d1.do("GET", "/v1/pools", nil, &pools)
+		if len(pools) == 1 && pools[0].Ready == 2 {
+			pooled = pools[0].ReadyIDs
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool not filled: %+v", pools)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 
 	// kill -9: no chance to clean up or record anything.
 	if err := d1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -170,6 +195,37 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	}
 	if s := d2.inspect(idle.ID); s.State != api.StateCreated {
 		t.Errorf("idle session after restart: %s, want created", s.State)
+	}
+	// The sandboxes the dead daemon had prepared for its pool are gone.
+	for _, id := range pooled {
+		if _, err := os.Stat(filepath.Join(root, "sessions", id)); err == nil {
+			t.Errorf("pooled sandbox %s survived the restart", id)
+		}
+		if _, err := cc.LoadContainer(nctx, id); err == nil {
+			t.Errorf("container of pooled sandbox %s survived the restart", id)
+		}
+	}
+	// A session created before the crash starts under the new daemon.
+	d2.do("POST", "/v1/sessions/"+idle.ID+"/start", nil, nil)
+	var iw api.WaitResponse
+	d2.do("GET", "/v1/sessions/"+idle.ID+"/wait", nil, &iw)
+	var logs bytes.Buffer
+	{
+		resp, err := d2.http.Get("http://airlock/v1/sessions/" + idle.ID + "/logs?stdout=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			_, payload, err := api.ReadFrame(resp.Body)
+			if err != nil {
+				break
+			}
+			logs.Write(payload)
+		}
+		resp.Body.Close()
+	}
+	if iw.ExitCode != 0 || !bytes.Contains(logs.Bytes(), []byte("started after restart")) {
+		t.Errorf("session created before the crash, started after: exit %d, output %q", iw.ExitCode, logs.String())
 	}
 	var list []api.Session
 	d2.do("GET", "/v1/sessions", nil, &list)

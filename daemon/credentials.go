@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/credentials/token"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/runtime"
 )
 
 // TokenIssuer is the "iss" of the tokens this daemon mints.
@@ -131,49 +132,35 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	_ = a.Close()
 }
 
-// credentialPlan is a session's minted credentials and how they reach it.
+// credentialPlan is a session's credentials and how they reach it. The
+// tmpfs directories exist from prepare on; the tokens are minted when a
+// session takes the sandbox.
 type credentialPlan struct {
-	creds  []*credentials.Credential
-	policy []policies.Credential
+	policy   []policies.Credential
+	uid, gid uint32
 	// dirs maps a sandbox directory to the tmpfs subdirectory holding its files.
 	dirs   map[string]string
+	creds  []*credentials.Credential
 	byName map[string]*credentials.Credential
+	// env holds the environment of env-delivered credentials.
+	env []string
 }
 
-// mintCredentials mints every credential of p for session id and writes the
-// file-delivered ones to a fresh tmpfs under the session directory. On error
-// nothing stays granted or mounted.
-func (d *Daemon) mintCredentials(ctx context.Context, id, dir string, p *policies.Policy, uid, gid uint32) (_ *credentialPlan, retErr error) {
+// prepareCredentials makes the fresh tmpfs that file-delivered
+// credentials of p will be written to, under the session directory. On
+// error nothing stays mounted.
+func (d *Daemon) prepareCredentials(dir string, p *policies.Policy, uid, gid uint32) (_ *credentialPlan, retErr error) {
+	plan := &credentialPlan{policy: p.Credentials, uid: uid, gid: gid, dirs: map[string]string{}}
 	if len(p.Credentials) == 0 {
-		return &credentialPlan{}, nil
+		return plan, nil
 	}
 	if d.broker == nil {
 		return nil, fmt.Errorf("credentials are not available on this daemon: %w", errdefs.ErrFailedPrecondition)
 	}
-	reqs := make([]credentials.Request, len(p.Credentials))
-	for i, c := range p.Credentials {
-		reqs[i] = credentials.Request{Name: c.Name, Issuer: c.Issuer, Audience: c.Audience, Scopes: c.Scopes, TTL: c.TTL.Std()}
-	}
-	creds, err := d.broker.Mint(ctx, id, reqs)
-	if err != nil {
-		if errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("credentials: %w: %w", errdefs.ErrFailedPrecondition, err)
-	}
-	defer func() {
-		if retErr != nil {
-			d.broker.Revoke(context.WithoutCancel(ctx), id)
-		}
-	}()
-	plan := &credentialPlan{creds: creds, policy: p.Credentials, dirs: map[string]string{}, byName: map[string]*credentials.Credential{}}
-	for i, c := range p.Credentials {
-		plan.byName[c.Name] = creds[i]
-	}
-	var files []int
-	for i, c := range p.Credentials {
+	var files []policies.Credential
+	for _, c := range p.Credentials {
 		if c.Deliver != policies.DeliverEnv {
-			files = append(files, i)
+			files = append(files, c)
 		}
 	}
 	if len(files) == 0 {
@@ -192,26 +179,83 @@ func (d *Daemon) mintCredentials(ctx context.Context, id, dir string, p *policie
 			_ = unix.Unmount(tmpfs, unix.MNT_DETACH)
 		}
 	}()
-	for _, i := range files {
-		c := p.Credentials[i]
-		target := credentialPath(c)
-		sandboxDir := path.Dir(target)
-		sub, ok := plan.dirs[sandboxDir]
-		if !ok {
-			sub = filepath.Join(tmpfs, strconv.Itoa(len(plan.dirs)))
-			if err := os.Mkdir(sub, 0o500); err != nil {
-				return nil, err
-			}
-			if err := os.Chown(sub, int(uid), int(gid)); err != nil {
-				return nil, err
-			}
-			plan.dirs[sandboxDir] = sub
+	for sandboxDir, sub := range credentialDirs(tmpfs, files) {
+		if err := os.Mkdir(sub, 0o500); err != nil {
+			return nil, err
 		}
-		if err := credentials.WriteAtomic(sub, path.Base(target), []byte(creds[i].Token.Reveal()), int(uid), int(gid)); err != nil {
-			return nil, fmt.Errorf("credential %q: deliver: %w", c.Name, err)
+		if err := os.Chown(sub, int(uid), int(gid)); err != nil {
+			return nil, err
 		}
+		plan.dirs[sandboxDir] = sub
 	}
 	return plan, nil
+}
+
+// credentialDirs maps each sandbox directory of the file-delivered
+// credentials to its subdirectory of the tmpfs, numbered in policy order.
+func credentialDirs(tmpfs string, files []policies.Credential) map[string]string {
+	dirs := map[string]string{}
+	for _, c := range files {
+		sandboxDir := path.Dir(credentialPath(c))
+		if _, ok := dirs[sandboxDir]; !ok {
+			dirs[sandboxDir] = filepath.Join(tmpfs, strconv.Itoa(len(dirs)))
+		}
+	}
+	return dirs
+}
+
+// reopenCredentials is the plan of a sandbox prepared by an earlier daemon
+// process: its directories exist, nothing is minted yet in this one.
+func (d *Daemon) reopenCredentials(dir string, p *policies.Policy) *credentialPlan {
+	uid, gid, _ := runtime.ParseUser(p.User)
+	var files []policies.Credential
+	for _, c := range p.Credentials {
+		if c.Deliver != policies.DeliverEnv {
+			files = append(files, c)
+		}
+	}
+	return &credentialPlan{policy: p.Credentials, uid: uid, gid: gid, dirs: credentialDirs(filepath.Join(dir, credsDir), files)}
+}
+
+// mint mints every credential of the plan for session id, writes the
+// file-delivered ones into their directories and collects the environment
+// of the env-delivered ones. On error nothing stays granted.
+func (cp *credentialPlan) mint(ctx context.Context, d *Daemon, id string) (retErr error) {
+	if len(cp.policy) == 0 {
+		return nil
+	}
+	reqs := make([]credentials.Request, len(cp.policy))
+	for i, c := range cp.policy {
+		reqs[i] = credentials.Request{Name: c.Name, Issuer: c.Issuer, Audience: c.Audience, Scopes: c.Scopes, TTL: c.TTL.Std()}
+	}
+	creds, err := d.broker.Mint(ctx, id, reqs)
+	if err != nil {
+		if errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) {
+			return err
+		}
+		return fmt.Errorf("credentials: %w: %w", errdefs.ErrFailedPrecondition, err)
+	}
+	defer func() {
+		if retErr != nil {
+			d.broker.Revoke(context.WithoutCancel(ctx), id)
+		}
+	}()
+	cp.creds = creds
+	cp.byName = map[string]*credentials.Credential{}
+	cp.env = nil
+	for i, c := range cp.policy {
+		cp.byName[c.Name] = creds[i]
+		if c.Deliver == policies.DeliverEnv {
+			cp.env = append(cp.env, credentials.Environ(creds[i], c.EnvVar)...)
+			continue
+		}
+		target := credentialPath(c)
+		sub := cp.dirs[path.Dir(target)]
+		if err := credentials.WriteAtomic(sub, path.Base(target), []byte(creds[i].Token.Reveal()), int(cp.uid), int(cp.gid)); err != nil {
+			return fmt.Errorf("credential %q: deliver: %w", c.Name, err)
+		}
+	}
+	return nil
 }
 
 func credentialPath(c policies.Credential) string {
@@ -221,8 +265,8 @@ func credentialPath(c policies.Credential) string {
 	return path.Join(credentials.DefaultDir, c.Name)
 }
 
-// specOpt mounts the credential directories read-only and sets the
-// environment of env-delivered credentials.
+// specOpt mounts the credential directories read-only. Env-delivered
+// credentials reach the process when a session takes the sandbox.
 func (cp *credentialPlan) specOpt() oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		targets := make([]string, 0, len(cp.dirs))
@@ -235,11 +279,6 @@ func (cp *credentialPlan) specOpt() oci.SpecOpts {
 				Destination: t, Type: "bind", Source: cp.dirs[t],
 				Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"},
 			})
-		}
-		for i, c := range cp.policy {
-			if c.Deliver == policies.DeliverEnv && s.Process != nil {
-				s.Process.Env = append(s.Process.Env, credentials.Environ(cp.creds[i], c.EnvVar)...)
-			}
 		}
 		return nil
 	}

@@ -23,7 +23,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
+	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
 
@@ -49,6 +51,9 @@ type Config struct {
 	Issuers map[string][]string
 	// Egress configures the network perimeter.
 	Egress EgressConfig
+	// Pools are policies whose warm pools (their `pool` blocks) the
+	// daemon fills from the start.
+	Pools []policies.Policy
 }
 
 // Daemon manages sessions.
@@ -72,6 +77,10 @@ type Daemon struct {
 	// creating counts creates in progress, so that the shared parent
 	// cgroups are never removed under one.
 	creating int // +checklocks:mu
+	// pools are the warm pools by policy key.
+	pools map[string]*pool // +checklocks:mu
+	// closed is set by Close: no pool fills any more.
+	closed bool // +checklocks:mu
 }
 
 // Prefix derives the short name prefix of kernel objects and cgroups from
@@ -98,7 +107,20 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 			return nil, err
 		}
 	}
-	d := &Daemon{cfg: cfg, prefix: Prefix(cfg.Root), sessions: map[string]*session{}}
+	if _, err := os.Stat(filepath.Join(cfg.BinDir, launch.Binary)); err != nil {
+		return nil, fmt.Errorf("%s, the first process of every sandbox, is missing from the bin dir (make build puts it there): %w", launch.Binary, err)
+	}
+	for i := range cfg.Pools {
+		p := &cfg.Pools[i]
+		p.ApplyDefaults()
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("pool %q: %w: %w", p.Label, errdefs.ErrInvalidArgument, err)
+		}
+		if p.Pool == nil || p.Pool.Size == 0 {
+			return nil, fmt.Errorf("pool %q: the manifest has no `pool { size = N }` block: %w", p.Label, errdefs.ErrInvalidArgument)
+		}
+	}
+	d := &Daemon{cfg: cfg, prefix: Prefix(cfg.Root), sessions: map[string]*session{}, pools: map[string]*pool{}}
 	d.stopCtx, d.stop = context.WithCancel(context.WithoutCancel(ctx))
 
 	address := cfg.Containerd
@@ -138,6 +160,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		return nil, fmt.Errorf("reconcile sessions: %w", err)
 	}
 	d.reconcileEgress(ctx)
+	for i := range cfg.Pools {
+		d.ensurePool(&cfg.Pools[i])
+	}
 	return d, nil
 }
 
@@ -145,6 +170,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 // and are re-adopted by the next daemon on the same root.
 func (d *Daemon) Close(ctx context.Context) error {
 	d.stop()
+	// Prepared sandboxes belong to no session: they go with the daemon.
+	d.drainPools(ctx)
 	d.mu.Lock()
 	for _, s := range d.sessions {
 		s.stopTimer()
@@ -190,8 +217,9 @@ func (d *Daemon) get(id string) (*session, error) {
 }
 
 // Create validates the policy and creates a session; with start it also
-// starts the main process.
-func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (_ *api.Session, retErr error) {
+// starts the main process. A policy with a warm pool takes one of its
+// prepared sandboxes; otherwise the sandbox is prepared now.
+func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (*api.Session, error) {
 	p := req.Policy
 	p.ApplyDefaults()
 	if err := p.Validate(); err != nil {
@@ -200,88 +228,35 @@ func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (_ *api.Sess
 	if len(p.Command) == 0 {
 		return nil, fmt.Errorf("policy has no command (set `command` or pass `-- CMD`): %w", errdefs.ErrInvalidArgument)
 	}
-	id := newID()
-	d.mu.Lock()
-	d.creating++
-	d.mu.Unlock()
-	defer func() {
+	key := poolKey(&p)
+	for {
+		s := d.takePooled(key)
+		if s == nil {
+			break
+		}
+		v, err := d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, req.Start, true)
+		if err == nil || !errors.Is(err, errStalePool) {
+			return v, err
+		}
 		d.mu.Lock()
-		d.creating--
+		if pl := d.pools[key]; pl != nil {
+			pl.discarded++
+		}
 		d.mu.Unlock()
-	}()
-	ctx = log.With(ctx, "session", id, "label", p.Label)
-	dir := d.sessionDir(id)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, err
+		log.G(ctx).Info("discarded a prepared sandbox", "session", s.rec.ID, "reason", err)
 	}
-	s := &session{d: d, dir: dir, audit: newAuditLog(dir), exited: make(chan struct{}), rec: record{
-		ID: id, Label: p.Label, State: stateCreating, Policy: p, Created: time.Now().UTC(),
-	}}
-	if err := s.save(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	defer func() {
-		if retErr != nil {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if err := d.teardown(dctx, id); err != nil {
-				log.G(ctx).Error("rollback of failed create left objects behind", "error", err)
-			}
-		}
-	}()
-	uid, gid, err := runtime.ParseUser(p.User)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
-	}
-	opts := runtime.HardeningOpts()
-	popts, err := runtime.PolicyOpts(&p, hostname(p.Label, id), d.cgroupPath(id))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
-	}
-	opts = append(opts, popts...)
-	fs, err := d.setupFS(ctx, s, &p, uid, gid)
+	s, err := d.prepare(ctx, p, false)
 	if err != nil {
 		return nil, err
 	}
-	if fs != nil {
-		s.fs = fs
-		opts = append(opts, fs.SpecOpt())
-	}
-	creds, err := d.mintCredentials(ctx, id, dir, &p, uid, gid)
+	v, err := d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, req.Start, false)
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, creds.specOpt())
-	s.minted = creds.byName
-	net, err := d.setupEgress(ctx, s, &p)
-	if err != nil {
-		return nil, err
+	if p.Pool != nil && p.Pool.Size > 0 {
+		d.ensurePool(&p)
 	}
-	opts = append(opts, net.specOpts()...)
-	if err := d.rt.Create(ctx, runtime.CreateOptions{ID: id, Image: p.Image, SpecOpts: opts}); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.rec.State = api.StateCreated
-	err = s.saveLocked()
-	s.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	d.mu.Lock()
-	d.sessions[id] = s
-	d.mu.Unlock()
-	log.G(ctx).Info("session created", "image", p.Image)
-	if req.Start {
-		if err := d.start(ctx, s); err != nil {
-			d.mu.Lock()
-			delete(d.sessions, id)
-			d.mu.Unlock()
-			return nil, err
-		}
-	}
-	return s.view(), nil
+	return v, nil
 }
 
 // Start starts a created session's main process.
@@ -302,49 +277,65 @@ func (d *Daemon) start(ctx context.Context, s *session) error {
 	if s.rec.State != api.StateCreated {
 		return fmt.Errorf("session %q is %s, not created: %w", s.rec.ID, s.rec.State, errdefs.ErrFailedPrecondition)
 	}
-	pid, ch, err := d.rt.Start(ctx, s.rec.ID, s.logDir())
-	if err != nil {
+	if s.launch == nil {
+		s.launch = launch.Open(filepath.Join(s.dir, initDir))
+	}
+	env := s.env
+	if s.creds != nil && len(s.creds.env) > 0 {
+		env = append(append([]string{}, s.env...), s.creds.env...)
+	}
+	if err := s.launch.Launch(ctx, launch.Message{Args: s.rec.Policy.Command, Env: env}); err != nil {
 		return err
 	}
+	if err := s.launch.Clean(); err != nil {
+		log.G(ctx).Warn("clean launch directory", "error", err)
+	}
+	s.launch = nil
 	now := time.Now().UTC()
 	deadline := now.Add(s.rec.Policy.Timeout.Std())
 	s.rec.State = api.StateRunning
 	s.rec.Started = &now
 	s.rec.Deadline = &deadline
-	s.rec.Pid = pid
+	s.rec.Pid = s.pid
 	if err := s.saveLocked(); err != nil {
 		log.G(ctx).Error("persist running state", "error", err)
 	}
-	d.adoptLocked(ctx, s, ch)
+	d.armTimerLocked(s)
 	d.startRefreshers(ctx, s, s.minted)
 	s.minted = nil
 	s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "started",
-		Subject: strings.Join(s.rec.Policy.Command, " "), Fields: map[string]any{"pid": pid, "timeout": s.rec.Policy.Timeout.String()}})
-	log.G(ctx).Info("session started", "pid", pid, "timeout", s.rec.Policy.Timeout.String())
+		Subject: strings.Join(s.rec.Policy.Command, " "), Fields: map[string]any{"pid": s.pid, "timeout": s.rec.Policy.Timeout.String(), "warm": s.rec.Warm}})
+	log.G(ctx).Info("session started", "pid", s.pid, "timeout", s.rec.Policy.Timeout.String(), "warm", s.rec.Warm)
 	return nil
 }
 
-// adoptLocked watches a running main process: it records the exit and
-// enforces the wall-clock deadline.
-func (d *Daemon) adoptLocked(ctx context.Context, s *session, ch <-chan containerd.ExitStatus) {
-	id := s.rec.ID
-	if s.rec.Deadline != nil {
-		wait := time.Until(*s.rec.Deadline)
-		if wait < 0 {
-			wait = 0
-		}
-		s.timer = time.AfterFunc(wait, func() {
-			tctx := log.With(d.stopCtx, "session", id)
-			log.G(tctx).Warn("session timed out; killing it")
-			_ = d.stopSession(tctx, s, "timeout", 2*time.Second)
-		})
+// armTimerLocked enforces a running session's wall-clock deadline.
+func (d *Daemon) armTimerLocked(s *session) {
+	if s.rec.Deadline == nil || s.timer != nil {
+		return
 	}
+	id := s.rec.ID
+	wait := max(time.Until(*s.rec.Deadline), 0)
+	s.timer = time.AfterFunc(wait, func() {
+		tctx := log.With(d.stopCtx, "session", id)
+		log.G(tctx).Warn("session timed out; killing it")
+		_ = d.stopSession(tctx, s, "timeout", 2*time.Second)
+	})
+}
+
+// watch records the exit of a sandbox's main process; a sandbox that dies
+// while it waits in a pool is dropped from it.
+func (d *Daemon) watch(s *session, ch <-chan containerd.ExitStatus) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
 		select {
 		case st := <-ch:
-			d.recordExit(log.With(d.stopCtx, "session", id), s, st)
+			ctx := log.With(d.stopCtx, "session", s.rec.ID)
+			if d.dropDead(ctx, s) {
+				return
+			}
+			d.recordExit(ctx, s, st)
 		case <-d.stopCtx.Done():
 		}
 	}()
@@ -374,13 +365,16 @@ func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitS
 	defer s.mu.Unlock()
 	s.rec.Review = review
 	s.stopTimerLocked()
-	if s.rec.State != api.StateRunning {
+	if s.rec.State == api.StateStopped || s.rec.State == api.StateUnknown {
 		return
 	}
 	reason := "exited"
 	switch {
 	case s.rec.Stopping != "":
 		reason = s.rec.Stopping
+		if s.rec.Started == nil {
+			exit = -1 // stopped before its command ran
+		}
 	case oom:
 		reason = "oom"
 	}
@@ -417,16 +411,9 @@ func (d *Daemon) stopSession(ctx context.Context, s *session, reason string, gra
 	s.mu.Lock()
 	switch s.rec.State {
 	case api.StateRunning:
-	case api.StateCreated:
-		// Never started: nothing to signal; it just becomes stopped.
-		exit := -1
-		now := time.Now().UTC()
-		s.rec.State, s.rec.Reason, s.rec.ExitCode, s.rec.Finished = api.StateStopped, reason, &exit, &now
-		err := s.saveLocked()
-		s.closeExitedLocked()
-		s.mu.Unlock()
-		d.revokeCredentials(ctx, s.rec.ID)
-		return err
+	case api.StateCreated, stateCreating, statePooled:
+		// Never started: only airlock-init waits; nothing to ask nicely.
+		grace = 0
 	default:
 		s.mu.Unlock()
 		return nil
@@ -505,10 +492,15 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 	if review && !force {
 		return fmt.Errorf("session %q has workspace changes waiting for review; commit or discard them first, or remove with force to drop them: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	if state == api.StateRunning {
+	switch state {
+	case api.StateRunning:
 		if !force {
 			return fmt.Errorf("session %q is running; stop it first or remove with force: %w", id, errdefs.ErrFailedPrecondition)
 		}
+		if err := d.stopSession(ctx, s, "stopped", 0); err != nil {
+			return err
+		}
+	case api.StateCreated:
 		if err := d.stopSession(ctx, s, "stopped", 0); err != nil {
 			return err
 		}
@@ -523,7 +515,7 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 	_ = s.audit.Close()
 	d.mu.Lock()
 	delete(d.sessions, id)
-	if len(d.sessions) == 0 && d.creating == 0 {
+	if len(d.sessions) == 0 && d.creating == 0 && d.pooledLocked() == 0 {
 		d.removeCgroupParentsLocked()
 	}
 	d.mu.Unlock()
@@ -623,8 +615,12 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		id := e.Name()
 		sctx := log.With(ctx, "session", id)
 		rec, err := readRecord(d.sessionDir(id))
-		if err != nil || rec.ID != id || rec.State == stateCreating {
-			log.G(sctx).Warn("removing a session whose creation did not finish", "error", err)
+		if err != nil || rec.ID != id || rec.State == stateCreating || rec.State == statePooled {
+			if rec != nil && rec.State == statePooled {
+				log.G(sctx).Info("removing a sandbox prepared for a pool by the previous daemon")
+			} else {
+				log.G(sctx).Warn("removing a session whose creation did not finish", "error", err)
+			}
 			if err := d.teardown(sctx, id); err != nil {
 				log.G(sctx).Error("teardown", "error", err)
 				known[id] = true
@@ -676,7 +672,9 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 				return err
 			}
 			log.G(ctx).Info("re-adopted running session", "pid", ts.Pid)
-			d.adoptLocked(ctx, s, ch)
+			s.pid = ts.Pid
+			d.armTimerLocked(s)
+			d.watch(s, ch)
 			d.startRefreshers(ctx, s, nil)
 			return nil
 		}
@@ -706,6 +704,35 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 		s.rec.State, s.rec.ExitCode, s.rec.Reason, s.rec.Finished = api.StateStopped, &exit, reason, &finished
 		s.closeExitedLocked()
 		log.G(ctx).Info("session ended while the daemon was down", "exit_code", exit, "reason", reason)
+		return s.saveLocked()
+	case api.StateCreated:
+		// Created but not started: airlock-init waits for the command.
+		ts, err := d.rt.Task(ctx, s.rec.ID)
+		if err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+		if ts.Running {
+			ch, err := d.rt.Wait(ctx, s.rec.ID)
+			if err != nil {
+				return err
+			}
+			s.pid = ts.Pid
+			s.creds = d.reopenCredentials(s.dir, &s.rec.Policy)
+			s.env, err = d.rt.ProcessEnv(ctx, s.rec.ID)
+			if err != nil {
+				return err
+			}
+			d.watch(s, ch)
+			log.G(ctx).Info("re-adopted created session", "pid", ts.Pid)
+			return nil
+		}
+		exit, finished := -1, time.Now().UTC()
+		d.revokeCredentials(ctx, s.rec.ID)
+		if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
+			return err
+		}
+		s.rec.State, s.rec.ExitCode, s.rec.Reason, s.rec.Finished = api.StateStopped, &exit, "lost", &finished
+		s.closeExitedLocked()
 		return s.saveLocked()
 	case api.StateStopped:
 		s.closeExitedLocked()

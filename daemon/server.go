@@ -44,6 +44,14 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/sessions/{id}/diff", d.handleDiff)
 	mux.HandleFunc("POST /v1/sessions/{id}/commit", d.handleCommit)
 	mux.HandleFunc("POST /v1/sessions/{id}/discard", d.handleDiscard)
+	mux.HandleFunc("GET /v1/pools", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, d.Pools()) })
+	mux.HandleFunc("DELETE /v1/pools/{key}", func(w http.ResponseWriter, r *http.Request) {
+		if err := d.RemovePool(r.Context(), r.PathValue("key")); err != nil {
+			writeError(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 	mux.HandleFunc("GET /v1/images", d.handleImages)
 	mux.HandleFunc("POST /v1/images/import", d.handleImageImport)
 	mux.Handle("/v1/credentials/", http.StripPrefix("/v1/credentials", d.CredentialsHandler()))

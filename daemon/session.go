@@ -8,6 +8,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/fsscope"
+	"github.com/airlock-sandbox/airlock/internal/launch"
 )
 
 // session is one live session in the daemon.
@@ -27,6 +28,17 @@ type session struct {
 	// minted holds the credentials minted at create until start hands them
 	// to the refreshers.
 	minted map[string]*credentials.Credential // +checklocks:mu
+	// launch is the sandbox's launch directory until its command runs.
+	launch *launch.Dir // +checklocks:mu
+	// env is the main process's environment from the spec, without
+	// credentials, which are minted when a session takes the sandbox.
+	env []string // +checklocks:mu
+	// creds are the sandbox's credential directories; minted at claim.
+	creds *credentialPlan // +checklocks:mu
+	// pid is the sandbox init's pid, which the command takes over.
+	pid uint32 // +checklocks:mu
+	// inPool is set while the sandbox waits in a pool for a session.
+	inPool bool // +checklocks:d.mu
 }
 
 func (s *session) logDir() string { return filepath.Join(s.dir, "logs") }
@@ -86,5 +98,6 @@ func (s *session) view() *api.Session {
 		Pid:      r.Pid,
 		Policy:   r.Policy,
 		Review:   r.Review,
+		Warm:     r.Warm,
 	}
 }

@@ -35,11 +35,17 @@ type record struct {
 	Stopping string `json:"stopping,omitempty"`
 	// Review is set while workspace changes wait for commit or discard.
 	Review bool `json:"review,omitempty"`
+	// Warm records that the session took a pooled sandbox.
+	Warm bool `json:"warm,omitempty"`
 }
 
 // stateCreating marks a record whose create did not finish; a restarted
 // daemon tears such sessions down.
 const stateCreating = "creating"
+
+// statePooled marks a sandbox prepared for a pool and not yet taken by a
+// session; a restarted daemon tears it down (its pool prepares anew).
+const statePooled = "pooled"
 
 var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 

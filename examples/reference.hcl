@@ -70,6 +70,18 @@ session "reference" {
     # (powers of 1000); a plain number is bytes.
   }
 
+  # At most one. airlockd keeps size sandboxes of this policy prepared
+  # ahead of time: container created, workspace mounts, network namespace
+  # and rules, and credential directories ready; the main process not yet
+  # chosen. A session created with the same policy (equal in everything but
+  # command and timeout) takes one of them and starts in milliseconds. Each
+  # prepared sandbox serves exactly one session and is never reused; the
+  # daemon prepares a replacement in the background. Credentials are minted
+  # when a session takes a sandbox, not when it is prepared.
+  pool {
+    size = 2 # Required: a whole number from 0 to 64; 0 keeps none prepared.
+  }
+
   # workspace "HOSTPATH": a host directory exposed to the session; any
   # number of them, each with its own target.
   workspace "." {
@@ -103,8 +115,12 @@ session "reference" {
     # Overlay only: git refs (full names or globs) a commit may not move.
     # When set, the ref rules (with the built-in rule against hooks and
     # command-running config) govern each repository's .git directory, and
-    # protect governs the working tree only.
-    protect_refs = ["refs/heads/main", "refs/tags/*"]
+    # protect governs the working tree only. An entry starting with "!" is
+    # an exception: it un-protects the refs the rest of it matches. Entries
+    # are read in order and the last one matching a ref decides, as in
+    # .gitignore; here every branch under release/ is protected except the
+    # release/next-* ones, and "!" alone is an error.
+    protect_refs = ["refs/heads/main", "refs/tags/*", "refs/heads/release/**", "!refs/heads/release/next-*"]
 
     # Overlay only: what happens to the changes when the session ends.
     # review (default): keep them for `airlock diff`, `commit` or `discard`.

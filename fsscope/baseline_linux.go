@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,14 +37,34 @@ func coarseTimes(st *unix.Stat_t) bool {
 	return st.Mtim.Nsec == 0 && st.Ctim.Nsec == 0
 }
 
-// snapshot walks a workspace and records every entry beneath its root.
+// snapshot walks a workspace and records every entry beneath its root, in
+// walk order (see walkCompare).
 func snapshot(ctx context.Context, t *tree) ([]entry, error) {
 	var entries []entry
-	err := t.walk("", func(rel string, st *unix.Stat_t) (bool, error) {
+	err := scan(ctx, t, func(e *entry, hash bool) error {
+		if hash {
+			h, err := hashFile(t, e.Path)
+			if err != nil {
+				return err
+			}
+			e.Hash = h
+		}
+		entries = append(entries, *e)
+		return nil
+	})
+	return entries, err
+}
+
+// scan walks a workspace and calls fn with every entry beneath its root,
+// in walk order, as snapshot records it but without its content hash:
+// hash reports whether snapshot records one, which is left to fn.
+func scan(ctx context.Context, t *tree, fn func(e *entry, hash bool) error) error {
+	return t.walk("", func(rel string, st *unix.Stat_t) (bool, error) {
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
 		e := entryFromStat(rel, st)
+		hash := false
 		switch {
 		case st.Dev != t.dev:
 			e.Mount = true
@@ -53,25 +75,35 @@ func snapshot(ctx context.Context, t *tree) ([]entry, error) {
 			}
 			e.Link = target
 		case e.isRegular() && coarseTimes(st) && st.Size <= hashLimit:
-			h, err := hashFile(t, rel)
-			if err != nil {
-				return false, err
-			}
-			e.Hash = h
+			hash = true
 		}
-		entries = append(entries, e)
+		if err := fn(&e, hash); err != nil {
+			return false, err
+		}
 		return !e.Mount, nil
 	})
-	return entries, err
 }
 
-// hashFile returns the hex SHA-256 of the regular file rel.
+// errNotRegular: a path to hash is no longer a regular file.
+var errNotRegular = errors.New("not a regular file")
+
+// hashFile returns the hex SHA-256 of the regular file rel. The file is
+// opened non-blocking and checked once open, so that a FIFO or device put
+// in its place neither blocks nor gets read.
 func hashFile(t *tree, rel string) (string, error) {
-	f, err := t.openFile(rel)
+	fd, err := t.open(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
 		return "", err
 	}
+	f := os.NewFile(uintptr(fd), t.errPath(rel))
 	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "", &os.PathError{Op: "stat", Path: t.errPath(rel), Err: err}
+	}
+	if st.Mode&sIFMT != sIFREG {
+		return "", &os.PathError{Op: "hash", Path: t.errPath(rel), Err: errNotRegular}
+	}
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", err

@@ -264,3 +264,35 @@ func BenchmarkCommit10k(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFresh10k measures Fresh over a workspace of benchFiles files
+// that has not changed since Setup ("fresh"), against the scan that Setup
+// does of the same tree ("scan").
+func BenchmarkFresh10k(b *testing.B) {
+	testutil.RequiresRoot(b)
+	host := hostDirB(b)
+	tree10k(b, host)
+	chownTreeB(b, host)
+	b.Run("fresh", func(b *testing.B) {
+		s := benchSession(b, host, policies.ModeOverlay, WithQuotaBackend(QuotaTmpfs))
+		for b.Loop() {
+			fresh, reason, err := s.Fresh(context.Background())
+			if err != nil || !fresh {
+				b.Fatalf("Fresh = %v, %q, %v", fresh, reason, err)
+			}
+		}
+	})
+	b.Run("scan", func(b *testing.B) {
+		t, err := openTree(host)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer t.Close()
+		for b.Loop() {
+			entries, err := snapshot(context.Background(), t)
+			if err != nil || len(entries) != benchFiles+101 {
+				b.Fatalf("snapshot: %d entries, %v", len(entries), err)
+			}
+		}
+	})
+}

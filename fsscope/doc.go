@@ -66,7 +66,9 @@
 // credentials (tokens in URLs, credential helpers, http extra headers) is
 // covered by a read-only copy without them, so git keeps working; writes
 // to that config fail. Files created after Setup are not masked, and a
-// hard link to a file outside the workspace cannot be recognised.
+// hard link to a file outside the workspace cannot be recognised. Fresh
+// tells whether the host trees are still exactly as Setup scanned them,
+// for a sandbox prepared ahead of its session.
 //
 // # Commit
 //

@@ -36,6 +36,10 @@ type Session struct {
 	mu    sync.Mutex
 	st    state             // +checklocks:mu
 	bases map[int]*baseline // +checklocks:mu
+	// scans holds each workspace's entries as Setup scanned them, in walk
+	// order, for Fresh. It is not persisted: a session loaded from disk
+	// has none. The entries are never modified.
+	scans [][]entry // +checklocks:mu
 }
 
 // Option configures Setup.
@@ -131,6 +135,7 @@ func Setup(ctx context.Context, stateDir string, p *policies.Policy, owner Owner
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.st = state{Version: stateVersion, Sandbox: owner}
+	s.scans = make([][]entry, 0, len(p.Workspaces))
 
 	for _, d := range []string{masksDir, mntDir, layersDir} {
 		if err := os.Mkdir(s.path(d), 0o700); err != nil {
@@ -284,8 +289,10 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 		if err := writeBaseline(s.baselineFile(i), entries); err != nil {
 			return ws, err
 		}
-		s.bases[i] = newBaseline(entries)
+		// A commit updates the baseline in place; the scan stays as it was.
+		s.bases[i] = newBaseline(slices.Clone(entries))
 	}
+	s.scans = append(s.scans, entries)
 	log.G(ctx).Debug("fsscope: workspace scanned", "path", host, "entries", len(entries), "masks", len(ws.Masks), "took", time.Since(start))
 
 	var ns *os.File

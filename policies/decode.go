@@ -40,6 +40,7 @@ var (
 			{Type: "mount", LabelNames: []string{"host_path"}},
 			{Type: "egress"},
 			{Type: "credential", LabelNames: []string{"name"}},
+			{Type: "pool"},
 		},
 	}
 	resourcesSchema = &hcl.BodySchema{
@@ -56,6 +57,9 @@ var (
 	}
 	egressSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "allow"}, {Name: "deny"}, {Name: "on_block"}, {Name: "ipv6"}},
+	}
+	poolSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "size"}},
 	}
 	credentialSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -793,7 +797,55 @@ func (d *decoder) session(block *hcl.Block) *Policy {
 	for i, b := range byType["credential"] {
 		p.Credentials = append(p.Credentials, d.credential(b, root.field("credentials").index(i)))
 	}
+	if b := d.single(byType["pool"]); b != nil {
+		p.Pool = d.pool(b, root.field("pool"))
+	}
 	return p
+}
+
+// pool decodes a `pool { size = N }` block. size is required and must be
+// a whole number; its range is checked with the other rules.
+func (d *decoder) pool(b *hcl.Block, at fieldPath) *Pool {
+	d.ranges[at.String()] = b.DefRange
+	c, diags := b.Body.Content(poolSchema)
+	d.diags = append(d.diags, diags...)
+	pl := &Pool{}
+	hint := fmt.Sprintf("Set size to the number of sandboxes to keep prepared, from 0 to %d, as in pool { size = 4 }.", MaxPoolSize)
+	attr, ok := c.Attributes["size"]
+	if !ok {
+		d.errorf(b.DefRange, "Missing pool size", "A pool block needs size. %s", hint)
+		d.failed[at.String()] = true
+		return pl
+	}
+	sizeAt := at.field("size")
+	v, ok := d.value(attr, sizeAt, cty.Number, "a whole number")
+	if !ok {
+		if !d.failed[sizeAt.String()] {
+			d.errorf(attr.Expr.Range(), "Missing pool size", "size is null. %s", hint)
+			d.failed[sizeAt.String()] = true
+		}
+		return pl
+	}
+	f := v.AsBigFloat()
+	if !f.IsInt() {
+		d.errorf(attr.Expr.Range(), "Invalid pool size", "%s is not a whole number. %s", f.Text('g', 10), hint)
+		d.failed[sizeAt.String()] = true
+		return pl
+	}
+	n, acc := f.Int64()
+	if acc != big.Exact || n > math.MaxInt || n < math.MinInt {
+		// Out of int range: report here what Validate reports for any
+		// size out of range.
+		reason := fmt.Sprintf("size %s is larger than the maximum %d", f.Text('g', 10), MaxPoolSize)
+		if f.Sign() < 0 {
+			reason = fmt.Sprintf("size %s is negative", f.Text('g', 10))
+		}
+		d.errorf(attr.Expr.Range(), "Invalid pool size", "%s. %s", reason, hint)
+		d.failed[sizeAt.String()] = true
+		return pl
+	}
+	pl.Size = int(n)
+	return pl
 }
 
 // hostPath resolves a block's host path label against the manifest's

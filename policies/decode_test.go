@@ -25,7 +25,9 @@ type decodeTest struct {
 	// summary and line are those of the first error; empty for success.
 	summary string
 	line    int
-	check   func(t *testing.T, p *Policy)
+	// detail, when set, is a substring of the first error's detail.
+	detail string
+	check  func(t *testing.T, p *Policy)
 }
 
 var decodeTests = []decodeTest{
@@ -190,6 +192,45 @@ var decodeTests = []decodeTest{
 		},
 	},
 	{
+		name: "pool",
+		src: session(`
+  pool {
+    size = 4
+  }`),
+		check: func(t *testing.T, p *Policy) {
+			if want := (&Pool{Size: 4}); !reflect.DeepEqual(p.Pool, want) {
+				t.Errorf("pool = %+v, want %+v", p.Pool, want)
+			}
+		},
+	},
+	{
+		name: "pool size zero",
+		src:  session(`  pool { size = 0 }`),
+		check: func(t *testing.T, p *Policy) {
+			if want := (&Pool{}); !reflect.DeepEqual(p.Pool, want) {
+				t.Errorf("pool = %+v, want %+v", p.Pool, want)
+			}
+		},
+	},
+	{
+		name: "pool size at the maximum",
+		src:  session(`  pool { size = 64 }`),
+		check: func(t *testing.T, p *Policy) {
+			if p.Pool == nil || p.Pool.Size != MaxPoolSize {
+				t.Errorf("pool = %+v, want size %d", p.Pool, MaxPoolSize)
+			}
+		},
+	},
+	{
+		name: "no pool block",
+		src:  session(""),
+		check: func(t *testing.T, p *Policy) {
+			if p.Pool != nil {
+				t.Errorf("pool = %+v, want nil", p.Pool)
+			}
+		},
+	},
+	{
 		name: "null means absent",
 		src:  session(`  user = null`),
 		check: func(t *testing.T, p *Policy) {
@@ -214,6 +255,27 @@ var decodeTests = []decodeTest{
 	{name: "image with spaces", src: "session \"t\" {\n  image = \"a b\"\n}\n", summary: "Invalid image", line: 2},
 	{name: "duplicate resources", src: session("  resources {}\n  resources {}"), summary: "Duplicate resources block", line: 4},
 	{name: "duplicate egress", src: session("  egress {}\n  egress {}"), summary: "Duplicate egress block", line: 4},
+	{name: "duplicate pool", src: session("  pool { size = 1 }\n  pool { size = 2 }"), summary: "Duplicate pool block", line: 4,
+		detail: "A session has at most one pool block; the first is at /manifests/m.hcl:3,3-7. Merge the two."},
+	{name: "pool unknown attribute", src: session("  pool {\n    size = 1\n    min  = 2\n  }"), summary: "Unsupported argument", line: 5,
+		detail: `An argument named "min" is not expected here.`},
+	{name: "pool missing size", src: session("  pool {\n  }"), summary: "Missing pool size", line: 3,
+		detail: "A pool block needs size. Set size to the number of sandboxes to keep prepared, from 0 to 64, as in pool { size = 4 }."},
+	{name: "pool null size", src: session("  pool {\n    size = null\n  }"), summary: "Missing pool size", line: 4,
+		detail: "size is null."},
+	{name: "pool size negative", src: session("  pool {\n    size = -1\n  }"), summary: "Invalid pool size", line: 4,
+		detail: "size -1 is negative. Use a whole number from 0 to 64; 0 keeps no sandbox prepared."},
+	{name: "pool size too large", src: session("  pool {\n    size = 65\n  }"), summary: "Invalid pool size", line: 4,
+		detail: "size 65 is larger than the maximum 64. Use a whole number from 0 to 64; 0 keeps no sandbox prepared."},
+	{name: "pool size huge", src: session("  pool {\n    size = 9223372036854775807\n  }"), summary: "Invalid pool size", line: 4,
+		detail: "size 9223372036854775807 is larger than the maximum 64."},
+	{name: "pool size fractional", src: session("  pool {\n    size = 1.5\n  }"), summary: "Invalid pool size", line: 4,
+		detail: "1.5 is not a whole number. Set size to the number of sandboxes to keep prepared, from 0 to 64"},
+	{name: "pool size not a number", src: session("  pool {\n    size = \"four\"\n  }"), summary: "Incorrect attribute value type", line: 4,
+		detail: "size must be a whole number: a number is required."},
+	{name: "pool size a list", src: session("  pool {\n    size = [4]\n  }"), summary: "Incorrect attribute value type", line: 4,
+		detail: "size must be a whole number"},
+	{name: "pool with a label", src: session("  pool \"warm\" {\n    size = 4\n  }"), summary: "Extraneous label for pool", line: 3},
 
 	// Types.
 	{name: "command not a list", src: session(`  command = {a = 1}`), summary: "Incorrect attribute value type", line: 3},
@@ -258,6 +320,12 @@ var decodeTests = []decodeTest{
 	{name: "deny_read leaves workspace", src: session("  workspace \".\" {\n    target = \"/w\"\n    deny_read = [\"../x\"]\n  }"), summary: "Invalid deny_read pattern", line: 5},
 	{name: "malformed protect", src: session("  workspace \".\" {\n    target = \"/w\"\n    protect = [\"[a\"]\n  }"), summary: "Invalid protect pattern", line: 5},
 	{name: "short ref", src: session("  workspace \".\" {\n    target = \"/w\"\n    protect_refs = [\"main\"]\n  }"), summary: "Invalid protect_refs pattern", line: 5},
+	{name: "bare ref exception", src: session("  workspace \".\" {\n    target = \"/w\"\n    protect_refs = [\n      \"refs/heads/**\",\n      \"!\",\n    ]\n  }"), summary: "Invalid protect_refs pattern", detail: `"!" alone is not a pattern`, line: 7},
+	{name: "ref exception", src: session("  workspace \".\" {\n    target = \"/w\"\n    protect_refs = [\"refs/heads/**\", \"!refs/heads/alex/*\"]\n  }"), check: func(t *testing.T, p *Policy) {
+		if got := p.Workspaces[0].ProtectRefs; !reflect.DeepEqual(got, []string{"refs/heads/**", "!refs/heads/alex/*"}) {
+			t.Errorf("protect_refs = %q", got)
+		}
+	}},
 
 	// Egress rules.
 	{name: "egress star", src: session(`  egress { allow = ["*"] }`), summary: "Invalid egress entry", line: 3},
@@ -329,6 +397,9 @@ func TestDecode(t *testing.T) {
 			first := derr.Errors()[0]
 			if first.Summary != tt.summary || first.Line != tt.line {
 				t.Errorf("first error = %q at line %d, want %q at line %d\nall: %v", first.Summary, first.Line, tt.summary, tt.line, derr.Diagnostics())
+			}
+			if !strings.Contains(first.Detail, tt.detail) {
+				t.Errorf("first error detail = %q, want it to contain %q", first.Detail, tt.detail)
 			}
 		})
 	}

@@ -115,5 +115,9 @@ func (p *Policy) Clone() *Policy {
 	for i := range c.Credentials {
 		c.Credentials[i].Scopes = slices.Clone(c.Credentials[i].Scopes)
 	}
+	if p.Pool != nil {
+		pl := *p.Pool
+		c.Pool = &pl
+	}
 	return &c
 }

@@ -38,7 +38,7 @@ func TestReferenceIsComplete(t *testing.T) {
 	if r := p.Resources; r.CPUs == 0 || r.Memory == DefaultMemory || r.Pids == 0 || r.Disk == 0 {
 		t.Errorf("resources attributes missing: %+v", r)
 	}
-	if len(p.Workspaces) == 0 || len(p.Mounts) == 0 || p.Egress == nil || len(p.Credentials) < 2 {
+	if len(p.Workspaces) == 0 || len(p.Mounts) == 0 || p.Egress == nil || len(p.Credentials) < 2 || p.Pool == nil {
 		t.Fatalf("blocks missing: %+v", p)
 	}
 	w := p.Workspaces[0]
@@ -47,6 +47,9 @@ func TestReferenceIsComplete(t *testing.T) {
 	}
 	if e := p.Egress; len(e.Allow) == 0 || len(e.Deny) == 0 {
 		t.Errorf("egress attributes missing: %+v", e)
+	}
+	if p.Pool.Size == 0 {
+		t.Errorf("pool attributes missing: %+v", p.Pool)
 	}
 	var deliverEnv, deliverFile bool
 	for _, c := range p.Credentials {

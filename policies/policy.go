@@ -42,7 +42,21 @@ type Policy struct {
 	Egress *Egress `json:"egress,omitempty"`
 	// Credentials are minted for the session at start.
 	Credentials []Credential `json:"credentials,omitempty"`
+	// Pool asks the daemon to keep sandboxes for this policy prepared
+	// ahead of time; nil means none.
+	Pool *Pool `json:"pool,omitempty"`
 }
+
+// Pool is the `pool { size = N }` block: the daemon keeps Size sandboxes
+// of the policy prepared (container, mounts, network and credential
+// directories ready, the main process not yet chosen). Each is used by
+// exactly one session and never reused.
+type Pool struct {
+	Size int `json:"size"`
+}
+
+// MaxPoolSize bounds one policy's pool.
+const MaxPoolSize = 64
 
 // Defaults applied when a manifest leaves a value out.
 const (

@@ -181,6 +181,9 @@ func (p *Policy) check() []problem {
 		c.egress(root.field("egress"), p.Egress)
 	}
 	c.credentials(root.field("credentials"), p.Credentials, p.Env)
+	if p.Pool != nil {
+		c.pool(root.field("pool"), p.Pool)
+	}
 	return c.problems
 }
 
@@ -270,8 +273,8 @@ func (c *checker) workspace(at fieldPath, w Workspace, targets map[string]fieldP
 		}
 	}
 	for i, r := range w.ProtectRefs {
-		if reason := checkRefPattern(r); reason != "" {
-			c.add(at.field("protect_refs").index(i), "Invalid protect_refs pattern", `Use a full ref name or glob, such as "refs/heads/main" or "refs/tags/*"`, "%s", reason)
+		if reason := checkRefEntry(r); reason != "" {
+			c.add(at.field("protect_refs").index(i), "Invalid protect_refs pattern", `Use a full ref name or glob, such as "refs/heads/main" or "refs/tags/*", or "!" and one to except the refs it matches, such as "!refs/heads/alex/*"`, "%s", reason)
 		}
 	}
 }
@@ -419,6 +422,16 @@ func (c *checker) credentials(at fieldPath, creds []Credential, env map[string]s
 	}
 }
 
+func (c *checker) pool(at fieldPath, pl *Pool) {
+	hint := fmt.Sprintf("Use a whole number from 0 to %d; 0 keeps no sandbox prepared", MaxPoolSize)
+	switch {
+	case pl.Size < 0:
+		c.add(at.field("size"), "Invalid pool size", hint, "size %d is negative", pl.Size)
+	case pl.Size > MaxPoolSize:
+		c.add(at.field("size"), "Invalid pool size", hint, "size %d is larger than the maximum %d", pl.Size, MaxPoolSize)
+	}
+}
+
 func (c *checker) egress(at fieldPath, e *Egress) {
 	for _, list := range []struct {
 		name    string
@@ -497,6 +510,22 @@ func checkGlob(g string) string {
 	}
 	if _, err := path.Match(g, ""); err != nil {
 		return fmt.Sprintf("%q is not a valid glob", g)
+	}
+	return ""
+}
+
+// checkRefEntry checks a protect_refs entry: a ref pattern, or "!" and a
+// ref pattern for an exception.
+func checkRefEntry(r string) string {
+	rest, except := strings.CutPrefix(r, "!")
+	switch {
+	case !except:
+		return checkRefPattern(r)
+	case rest == "":
+		return `"!" alone is not a pattern: an exception needs a ref pattern after "!"`
+	}
+	if reason := checkRefPattern(rest); reason != "" {
+		return fmt.Sprintf("exception %q: %s", r, reason)
 	}
 	return ""
 }

@@ -3,6 +3,7 @@ package policies
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -40,7 +41,25 @@ func TestValidate(t *testing.T) {
 					{Name: "git", Audience: "git.test", Scopes: []string{"git.push repo=app"}, TTL: Duration(12 * time.Hour)},
 					{Name: "tok", Audience: "api.test", Scopes: []string{"objects.get bucket=b"}, Deliver: DeliverEnv, EnvVar: "TOKEN"},
 				}
+				p.Pool = &Pool{Size: 4}
 			},
+		},
+		{name: "pool size zero means no pool", mutate: func(p *Policy) { p.Pool = &Pool{} }},
+		{name: "pool size at the maximum", mutate: func(p *Policy) { p.Pool = &Pool{Size: MaxPoolSize} }},
+		{
+			name:   "pool size negative",
+			mutate: func(p *Policy) { p.Pool = &Pool{Size: -1} },
+			want:   []string{`pool.size: size -1 is negative`},
+		},
+		{
+			name:   "pool size too large",
+			mutate: func(p *Policy) { p.Pool = &Pool{Size: MaxPoolSize + 1} },
+			want:   []string{`pool.size: size 65 is larger than the maximum 64`},
+		},
+		{
+			name:   "pool size far too large",
+			mutate: func(p *Policy) { p.Pool = &Pool{Size: math.MaxInt} },
+			want:   []string{fmt.Sprintf(`pool.size: size %d is larger than the maximum 64`, math.MaxInt)},
 		},
 		{
 			name:   "bad mode",
@@ -208,6 +227,7 @@ func TestWithDefaults(t *testing.T) {
 	p.Workspaces = []Workspace{{HostPath: "/a", Target: "/w", DenyRead: []string{"x"}}}
 	p.Egress = &Egress{}
 	p.Credentials = []Credential{{Name: "git", Audience: "a", Scopes: []string{"git.fetch repo=app"}}, {Name: "e", Audience: "a", Scopes: []string{"git.fetch repo=app"}, Deliver: DeliverEnv, EnvVar: "E"}}
+	p.Pool = &Pool{Size: 2}
 	orig := p.Clone()
 	d := p.WithDefaults()
 	if !reflect.DeepEqual(p, orig) {
@@ -216,6 +236,13 @@ func TestWithDefaults(t *testing.T) {
 	d.Workspaces[0].DenyRead[0] = "changed"
 	if p.Workspaces[0].DenyRead[0] != "x" {
 		t.Errorf("WithDefaults shares slices with its receiver")
+	}
+	if d.Pool == p.Pool || *d.Pool != (Pool{Size: 2}) {
+		t.Errorf("WithDefaults pool = %p %+v, want a copy of %p %+v", d.Pool, d.Pool, p.Pool, p.Pool)
+	}
+	d.Pool.Size = 9
+	if p.Pool.Size != 2 {
+		t.Errorf("WithDefaults shares the pool with its receiver")
 	}
 	if d.User != DefaultUser || d.Workdir != DefaultWorkdir || d.Timeout != DefaultTimeout ||
 		d.Resources != (Resources{CPUs: DefaultCPUs, Memory: DefaultMemory, Pids: DefaultPids}) {
@@ -236,5 +263,84 @@ func TestWithDefaults(t *testing.T) {
 	}
 	if err := d.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
+	}
+}
+
+func TestClonePool(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		pool *Pool
+	}{
+		{"no pool", nil},
+		{"empty pool", &Pool{}},
+		{"pool", &Pool{Size: 4}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := validPolicy()
+			p.Pool = tt.pool
+			c := p.Clone()
+			if !reflect.DeepEqual(c, p) {
+				t.Fatalf("Clone() = %+v, want %+v", c, p)
+			}
+			if tt.pool == nil {
+				return
+			}
+			if c.Pool == p.Pool {
+				t.Fatal("Clone shares the pool with its receiver")
+			}
+			want := p.Pool.Size
+			c.Pool.Size++
+			if p.Pool.Size != want {
+				t.Errorf("changing the clone's pool changed the original to %+v", p.Pool)
+			}
+		})
+	}
+}
+
+func TestValidateProtectRefsExceptions(t *testing.T) {
+	tests := []struct {
+		name string
+		refs []string
+		want []string // problems; nil = valid
+	}{
+		{name: "exception after a pattern", refs: []string{"refs/heads/**", "!refs/heads/alex/cleanup-auth-4812-*"}},
+		{name: "exception first", refs: []string{"!refs/heads/alex/*", "refs/heads/*"}},
+		{name: "exception of a full name", refs: []string{"refs/heads/**", "!refs/heads/main"}},
+		{name: "bare bang", refs: []string{"refs/heads/**", "!"}, want: []string{
+			`workspaces[0].protect_refs[1]: "!" alone is not a pattern: an exception needs a ref pattern after "!"`,
+		}},
+		{name: "exception of a short name", refs: []string{"!main"}, want: []string{
+			`workspaces[0].protect_refs[0]: exception "!main": "main" is not a full ref name starting with refs/`,
+		}},
+		{name: "double bang", refs: []string{"!!refs/heads/x"}, want: []string{
+			`workspaces[0].protect_refs[0]: exception "!!refs/heads/x": "!refs/heads/x" is not a full ref name starting with refs/`,
+		}},
+		{name: "exception with a bad glob", refs: []string{"!refs/heads/[x"}, want: []string{
+			`workspaces[0].protect_refs[0]: exception "!refs/heads/[x": "refs/heads/[x" is not a valid glob`,
+		}},
+		{name: "exception with a character git refuses", refs: []string{"!refs/heads/a:b"}, want: []string{
+			`workspaces[0].protect_refs[0]: exception "!refs/heads/a:b": "refs/heads/a:b" contains a character git does not allow in ref names`,
+		}},
+		{name: "bang inside a pattern is not an exception", refs: []string{"refs/heads/!x"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := validPolicy()
+			p.Workspaces = []Workspace{{HostPath: "/src", Target: "/w", Mode: ModeOverlay, ProtectRefs: tt.refs}}
+			err := p.Validate()
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			var verr *ValidationError
+			if !errors.As(err, &verr) {
+				t.Fatalf("Validate() = %v (%T), want *ValidationError", err, err)
+			}
+			if !reflect.DeepEqual(verr.Problems, tt.want) {
+				t.Errorf("problems:\n got %q\nwant %q", verr.Problems, tt.want)
+			}
+		})
 	}
 }

@@ -214,6 +214,45 @@ func (r *Runtime) Start(ctx context.Context, id, logDir string) (pid uint32, exi
 	return task.Pid(), ch, nil
 }
 
+// ProcessEnv returns the main process's environment from the session's spec.
+func (r *Runtime) ProcessEnv(ctx context.Context, id string) ([]string, error) {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := c.Spec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Process == nil {
+		return nil, nil
+	}
+	return spec.Process.Env, nil
+}
+
+// AddEnv appends env to the process environment in the session's spec, so
+// processes exec'd later inherit it.
+func (r *Runtime) AddEnv(ctx context.Context, id string, env []string) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return err
+	}
+	spec, err := c.Spec(ctx)
+	if err != nil {
+		return err
+	}
+	if spec.Process == nil {
+		return fmt.Errorf("session %q: spec has no process", id)
+	}
+	spec.Process.Env = append(spec.Process.Env, env...)
+	if err := c.Update(ctx, containerd.UpdateContainerOpts(containerd.WithSpec(spec))); err != nil {
+		return fmt.Errorf("session %q: update spec: %w", id, err)
+	}
+	return nil
+}
+
 // TaskState is the state of a session's main process as containerd sees it.
 type TaskState struct {
 	Exists   bool

@@ -266,7 +266,7 @@ It talks to airlockd over a unix socket; validate and fmt work without it.`,
 		c.newInspectCommand(), c.newWaitCommand(), c.newAuditCommand(),
 		c.newDiffCommand(), c.newCommitCommand(), c.newDiscardCommand())
 	add("manifest", c.newValidateCommand(), c.newFmtCommand())
-	add("other", c.newImageCommand(), c.newVersionCommand(), c.newBenchCommand())
+	add("other", c.newImageCommand(), c.newPoolCommand(), c.newVersionCommand(), c.newBenchCommand())
 	root.SetHelpCommandGroupID("other")
 	return root
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
 
@@ -58,7 +60,7 @@ func run() int {
 		socket         = fs.String("socket", "/run/airlock/airlock.sock", "API unix socket")
 		socketGroup    = fs.String("socket-group", "", "group allowed to use the socket (mode 0660); default root only (0600)")
 		containerdAddr = fs.String("containerd", "", "address of an existing containerd; default: start an embedded one under --root")
-		binDir         = fs.String("bin-dir", filepath.Dir(self), "directory holding containerd, containerd-shim-runc-v2 and runc")
+		binDir         = fs.String("bin-dir", filepath.Dir(self), "directory holding containerd, containerd-shim-runc-v2, runc and airlock-init")
 		namespace      = fs.String("namespace", "airlock", "containerd namespace for sessions")
 		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat      = fs.String("log-format", "text", "text or json")
@@ -68,7 +70,9 @@ func run() int {
 		uplink         = fs.String("uplink", "", "where session traffic leaves the gateway: netns:NAME (a namespace that receives the uplink's peer) or host (NAT out of the host's routes); empty: sessions declaring egress are refused")
 		pool           = fs.String("session-pool", "10.213.0.0/16", "address range for session networks")
 		dnsUpstreams   = listFlag{}
+		poolFiles      = listFlag{}
 	)
+	fs.Var(&poolFiles, "pool", "manifest FILE with a `pool { size = N }` block: keep N sandboxes of its policy prepared from the start (repeatable)")
 	fs.Var(&dnsUpstreams, "dns-upstream", "resolver ADDR[:PORT] that allowlisted names are forwarded to (repeatable; default: the host's resolv.conf)")
 	fs.Var(issuers, "issuer", "external credential issuer NAME=COMMAND [ARGS...] (repeatable); the command speaks the exec issuer protocol")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -119,7 +123,25 @@ func run() int {
 		logger.Error("bad --session-pool", "error", err)
 		return 2
 	}
+	var pools []policies.Policy
+	for _, f := range poolFiles {
+		p, err := policies.LoadFile(f, nil)
+		if err != nil {
+			var diags *policies.DiagnosticsError
+			if errors.As(err, &diags) {
+				_ = diags.Write(os.Stderr, false, 100)
+			}
+			logger.Error("bad --pool manifest", "file", f, "error", err)
+			return 2
+		}
+		if p.Pool == nil || p.Pool.Size == 0 {
+			logger.Error("bad --pool manifest: it has no `pool { size = N }` block", "file", f)
+			return 2
+		}
+		pools = append(pools, *p)
+	}
 	d, err := daemon.New(ctx, daemon.Config{
+		Pools:      pools,
 		Root:       absRoot,
 		Containerd: *containerdAddr,
 		BinDir:     absBin,

@@ -88,7 +88,7 @@ type textRule struct {
 type entry struct {
 	allow, deny portSet
 	allowRules  []textRule // in order of specificity, then of appearance
-	denyRule    string // first deny entry, canonical
+	denyRule    string     // first deny entry, canonical
 	dec         Decision
 }
 

@@ -1,0 +1,221 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/launch"
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/runtime"
+)
+
+// initDir is the session's launch directory (see internal/launch).
+const initDir = "init"
+
+// readyTimeout bounds how long a new sandbox's init may take to wait for
+// its command.
+const readyTimeout = 20 * time.Second
+
+// errStalePool marks a prepared sandbox a session cannot take; the session
+// is then prepared cold.
+var errStalePool = errors.New("prepared sandbox is stale")
+
+// prepare makes a sandbox for p: session directory, workspace mounts,
+// credential directories, network namespace and rules, container and a
+// running task whose init waits for the command. Nothing of it depends on
+// the command or the timeout. On error nothing is left behind.
+func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_ *session, retErr error) {
+	id := newID()
+	d.mu.Lock()
+	d.creating++
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.creating--
+		d.mu.Unlock()
+	}()
+	ctx = log.With(ctx, "session", id, "label", p.Label)
+	dir := d.sessionDir(id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	s := &session{d: d, dir: dir, audit: newAuditLog(dir), exited: make(chan struct{}), rec: record{
+		ID: id, Label: p.Label, State: stateCreating, Policy: p, Created: time.Now().UTC(),
+	}}
+	if err := s.save(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := d.teardown(dctx, id); err != nil {
+				log.G(ctx).Error("rollback of failed create left objects behind", "error", err)
+			}
+		}
+	}()
+	uid, gid, err := runtime.ParseUser(p.User)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	opts := runtime.HardeningOpts()
+	popts, err := runtime.PolicyOpts(&p, hostname(p.Label, id), d.cgroupPath(id))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	opts = append(opts, popts...)
+	fs, err := d.setupFS(ctx, s, &p, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	if fs != nil {
+		s.fs = fs
+		opts = append(opts, fs.SpecOpt())
+	}
+	creds, err := d.prepareCredentials(dir, &p, uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	s.creds = creds
+	opts = append(opts, creds.specOpt())
+	net, err := d.setupEgress(ctx, s, &p)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, net.specOpts()...)
+	ld, err := launch.Prepare(filepath.Join(dir, initDir), d.initBinary(), uid, gid)
+	if err != nil {
+		return nil, err
+	}
+	s.launch = ld
+	opts = append(opts, s.launchOpt())
+	if err := d.rt.Create(ctx, runtime.CreateOptions{ID: id, Image: p.Image, SpecOpts: opts}); err != nil {
+		return nil, err
+	}
+	pid, ch, err := d.rt.Start(ctx, id, s.logDir())
+	if err != nil {
+		return nil, err
+	}
+	s.pid = pid
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	err = ld.Ready(rctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	if pooled {
+		s.rec.State = statePooled
+		if err := s.save(); err != nil {
+			return nil, err
+		}
+	}
+	d.watch(s, ch)
+	return s, nil
+}
+
+// launchOpt makes airlock-init the sandbox's first process, waiting in the
+// launch directory, and keeps the environment the command will get.
+func (s *session) launchOpt() oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, spec *oci.Spec) error {
+		if spec.Process == nil {
+			return errors.New("spec has no process")
+		}
+		s.env = append([]string(nil), spec.Process.Env...)
+		spec.Process.Args = []string{launch.SandboxBinary, launch.SandboxDir}
+		spec.Mounts = append(spec.Mounts, specs.Mount{
+			Destination: launch.SandboxDir, Type: "bind", Source: s.launch.Path(),
+			Options: []string{"rbind", "ro", "nosuid", "nodev"},
+		})
+		return nil
+	}
+}
+
+// claim makes a prepared sandbox the session of policy p: it takes the
+// request's command and timeout, mints the credentials and, with start,
+// runs the command. A pooled sandbox whose workspace changed on the host
+// since it was prepared is torn down and errStalePool returned.
+func (d *Daemon) claim(ctx context.Context, s *session, p policies.Policy, start, warm bool) (_ *api.Session, retErr error) {
+	id := s.rec.ID
+	defer func() {
+		if retErr != nil {
+			d.abandon(ctx, s)
+		}
+	}()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: its init exited", errStalePool)
+	}
+	if warm && s.fs != nil {
+		fresh, reason, err := s.fs.Fresh(ctx)
+		if err != nil || !fresh {
+			s.mu.Unlock()
+			if err != nil {
+				reason = err.Error()
+			}
+			return nil, fmt.Errorf("%w: workspace changed on the host: %s", errStalePool, reason)
+		}
+	}
+	if err := s.creds.mint(ctx, d, id); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	if len(s.creds.env) > 0 {
+		// Processes exec'd later get them too.
+		if err := d.rt.AddEnv(ctx, id, s.creds.env); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+	}
+	s.minted = s.creds.byName
+	s.rec.Policy = p
+	s.rec.Label = p.Label
+	s.rec.Created = time.Now().UTC()
+	s.rec.State = api.StateCreated
+	s.rec.Warm = warm
+	err := s.saveLocked()
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.sessions[id] = s
+	d.mu.Unlock()
+	log.G(ctx).Info("session created", "image", p.Image, "warm", warm)
+	if start {
+		if err := d.start(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	return s.view(), nil
+}
+
+// abandon removes a sandbox a create could not finish.
+func (d *Daemon) abandon(ctx context.Context, s *session) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := d.stopSession(dctx, s, "stopped", 0); err != nil {
+		log.G(ctx).Warn("stop abandoned sandbox", "error", err)
+	}
+	d.mu.Lock()
+	delete(d.sessions, s.rec.ID)
+	d.mu.Unlock()
+	if err := d.teardown(dctx, s.rec.ID); err != nil {
+		log.G(ctx).Error("rollback of failed create left objects behind", "error", err)
+	}
+	_ = s.audit.Close()
+}
+
+func (d *Daemon) initBinary() string { return filepath.Join(d.cfg.BinDir, launch.Binary) }

@@ -15,10 +15,10 @@ all: build
 help: ## list targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-build: ## build airlock, airlockd and airlock-init (static) into _output/bin
+build: ## build airlock, airlockd, and the static airlock-init and airlock-logger into _output/bin
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -o $(BIN)/ ./cmd/airlock ./cmd/airlockd
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/airlock-init ./cmd/airlock-init
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./cmd/airlock-init ./cmd/airlock-logger
 
 deps: ## install Debian packages; build containerd and runc at pinned versions
 	@bash hack/install-deps.sh $(BIN)

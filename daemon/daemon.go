@@ -44,7 +44,7 @@ type Config struct {
 	// Namespace is the containerd namespace; default "airlock".
 	Namespace string
 	// SelfBinary is airlockd's own absolute path; containerd's shim runs it
-	// as the log writer of session output.
+	// as the log writer of session output when BinDir has no airlock-logger.
 	SelfBinary string
 	// Issuers are external credential issuers: name -> argv of a command
 	// speaking the exec issuer protocol (see package credentials).
@@ -136,7 +136,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		Namespace:    cfg.Namespace,
 		RuncBinary:   filepath.Join(cfg.BinDir, "runc"),
 		RuncRoot:     filepath.Join(cfg.Root, "runc"),
-		LoggerBinary: cfg.SelfBinary,
+		LoggerBinary: loggerBinary(cfg),
 		FIFODir:      filepath.Join(cfg.Root, "fifo"),
 	})
 	if err != nil {
@@ -164,6 +164,16 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		d.ensurePool(&cfg.Pools[i])
 	}
 	return d, nil
+}
+
+// loggerBinary is the small airlock-logger from the bin dir, or airlockd
+// itself (which has a logger mode) when the bin dir has none.
+func loggerBinary(cfg Config) string {
+	p := filepath.Join(cfg.BinDir, "airlock-logger")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	return cfg.SelfBinary
 }
 
 // Close stops the daemon's background work. Running sessions keep running

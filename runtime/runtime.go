@@ -33,6 +33,7 @@ import (
 	"github.com/distribution/reference"
 
 	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/internal/logwriter"
 )
 
 // LabelSession marks containerd objects that belong to an airlock session.
@@ -40,7 +41,7 @@ const LabelSession = "dev.airlock.session"
 
 // LoggerArg is the first argument containerd's shim passes to the logger
 // binary; the second is the session's log directory.
-const LoggerArg = "_airlock_logger"
+const LoggerArg = logwriter.Arg
 
 // Config configures a Runtime.
 type Config struct {
@@ -430,8 +431,8 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 		errs = append(errs, err)
 	default:
 		if t, err := c.Task(ctx, nil); err == nil {
-			if _, err := t.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("delete task: %w", err))
+			if err := deleteTask(ctx, t); err != nil {
+				errs = append(errs, err)
 			}
 		} else if !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("load task: %w", err))
@@ -556,8 +557,23 @@ func (r *Runtime) DeleteTask(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := t.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-		return fmt.Errorf("session %q: delete task: %w", id, err)
+	if err := deleteTask(ctx, t); err != nil {
+		return fmt.Errorf("session %q: %w", id, err)
+	}
+	return nil
+}
+
+// deleteTask deletes a task, killing its processes first unless it has
+// already stopped: containerd's WithProcessKill asks the shim to run
+// `runc kill --all` even for a stopped task, which costs a runc process
+// and then fails with "not running".
+func deleteTask(ctx context.Context, t containerd.Task) error {
+	var opts []containerd.ProcessDeleteOpts
+	if st, err := t.Status(ctx); err != nil || st.Status != containerd.Stopped {
+		opts = append(opts, containerd.WithProcessKill)
+	}
+	if _, err := t.Delete(ctx, opts...); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete task: %w", err)
 	}
 	return nil
 }

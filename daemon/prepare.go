@@ -70,6 +70,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
+	steps := newStepTimer()
 	opts := runtime.HardeningOpts()
 	popts, err := runtime.PolicyOpts(&p, hostname(p.Label, id), d.cgroupPath(id))
 	if err != nil {
@@ -84,6 +85,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 		s.fs = fs
 		opts = append(opts, fs.SpecOpt())
 	}
+	steps.mark("fs")
 	creds, err := d.prepareCredentials(dir, &p, uid, gid)
 	if err != nil {
 		return nil, err
@@ -95,19 +97,23 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 		return nil, err
 	}
 	opts = append(opts, net.specOpts()...)
+	steps.mark("egress")
 	ld, err := launch.Prepare(filepath.Join(dir, initDir), d.initBinary(), uid, gid)
 	if err != nil {
 		return nil, err
 	}
 	s.launch = ld
 	opts = append(opts, s.launchOpt())
+	steps.mark("launch")
 	if err := d.rt.Create(ctx, runtime.CreateOptions{ID: id, Image: p.Image, SpecOpts: opts}); err != nil {
 		return nil, err
 	}
+	steps.mark("container")
 	pid, ch, err := d.rt.Start(ctx, id, s.logDir())
 	if err != nil {
 		return nil, err
 	}
+	steps.mark("task")
 	s.pid = pid
 	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	err = ld.Ready(rctx)
@@ -115,6 +121,8 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	if err != nil {
 		return nil, err
 	}
+	steps.mark("ready")
+	log.G(ctx).Debug("sandbox prepared", steps.attrs()...)
 	if pooled {
 		s.rec.State = statePooled
 		if err := s.save(); err != nil {
@@ -219,3 +227,26 @@ func (d *Daemon) abandon(ctx context.Context, s *session) {
 }
 
 func (d *Daemon) initBinary() string { return filepath.Join(d.cfg.BinDir, launch.Binary) }
+
+// stepTimer records how long each step of a multi-step operation took,
+// for debug logs.
+type stepTimer struct {
+	last  time.Time
+	start time.Time
+	kv    []any
+}
+
+func newStepTimer() *stepTimer {
+	now := time.Now()
+	return &stepTimer{last: now, start: now}
+}
+
+func (t *stepTimer) mark(step string) {
+	now := time.Now()
+	t.kv = append(t.kv, step, now.Sub(t.last).Round(10*time.Microsecond).String())
+	t.last = now
+}
+
+func (t *stepTimer) attrs() []any {
+	return append(t.kv, "total", time.Since(t.start).Round(10*time.Microsecond).String())
+}

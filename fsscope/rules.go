@@ -38,13 +38,33 @@ type ruleEnv struct {
 }
 
 // refPatterns compiles protect_refs patterns: globs over full ref names
-// ("refs/heads/main", "refs/tags/*"; "*" stays within one element).
-func refPatterns(pats []string) (*glob.Set, error) {
+// ("refs/heads/main", "refs/tags/*"; "*" stays within one element). An
+// entry starting with "!" is an exception that un-protects the refs the
+// rest of it matches; entries are read in order and the last one matching
+// a ref decides, as in a .gitignore file:
+// ["refs/heads/**", "!refs/heads/alex/*"] protects every branch but alex's.
+func refPatterns(pats []string) (*glob.List, error) {
 	anchored := make([]string, len(pats))
 	for i, p := range pats {
-		anchored[i] = "/" + p
+		switch {
+		case p == "!":
+			// Left as is: NewList rejects an exception without a pattern.
+			anchored[i] = p
+		case strings.HasPrefix(p, "!"):
+			anchored[i] = "!/" + p[1:]
+		default:
+			anchored[i] = "/" + p
+		}
 	}
-	return glob.NewSet(anchored, false)
+	return glob.NewList(anchored, false)
+}
+
+// protectedRef returns the protect_refs entry that protects ref, without
+// its anchoring slash, or false when no entry does (none matches, or the
+// last matching one is an exception).
+func protectedRef(refs *glob.List, ref string) (string, bool) {
+	pat, ok := refs.Match(ref, false)
+	return strings.TrimPrefix(pat, "/"), ok
 }
 
 // evaluate applies the rules to every change and returns the rejections
@@ -271,7 +291,7 @@ func (e *ruleEnv) gitExec(c Change, hookDirs []string) (string, error) {
 }
 
 // refChange returns why c changes a protected ref, or "".
-func (e *ruleEnv) refChange(c Change, refs *glob.Set) (string, error) {
+func (e *ruleEnv) refChange(c Change, refs *glob.List) (string, error) {
 	for _, p := range c.paths() {
 		gd, ok := e.gitDirOf(p)
 		if !ok {
@@ -284,13 +304,13 @@ func (e *ruleEnv) refChange(c Change, refs *glob.Set) (string, error) {
 		switch {
 		case c.Type == TypeDir && sub != "packed-refs":
 		case strings.HasPrefix(sub, "refs/"):
-			if pat, ok := refs.Match(sub, false); ok {
-				return fmt.Sprintf("%s is ref %s, protected by %q", p, sub, strings.TrimPrefix(pat, "/")), nil
+			if pat, ok := protectedRef(refs, sub); ok {
+				return fmt.Sprintf("%s is ref %s, protected by %q", p, sub, pat), nil
 			}
 		case strings.HasPrefix(sub, "logs/refs/"):
 			ref := strings.TrimPrefix(sub, "logs/")
-			if pat, ok := refs.Match(ref, false); ok {
-				return fmt.Sprintf("%s is the log of ref %s, protected by %q", p, ref, strings.TrimPrefix(pat, "/")), nil
+			if pat, ok := protectedRef(refs, ref); ok {
+				return fmt.Sprintf("%s is the log of ref %s, protected by %q", p, ref, pat), nil
 			}
 		case sub == "packed-refs":
 			oldData, err := e.readOld(p)
@@ -304,8 +324,8 @@ func (e *ruleEnv) refChange(c Change, refs *glob.Set) (string, error) {
 				}
 			}
 			for _, ref := range changedPackedRefs(oldData, newData) {
-				if pat, ok := refs.Match(ref, false); ok {
-					return fmt.Sprintf("%s changes ref %s, protected by %q", p, ref, strings.TrimPrefix(pat, "/")), nil
+				if pat, ok := protectedRef(refs, ref); ok {
+					return fmt.Sprintf("%s changes ref %s, protected by %q", p, ref, pat), nil
 				}
 			}
 		case strings.HasPrefix(sub, "reftable/"):

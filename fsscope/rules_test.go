@@ -1,6 +1,7 @@
 package fsscope
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -182,6 +183,120 @@ func TestRules(t *testing.T) {
 				t.Errorf("rule = %q (%s), want %q", got, rej[0].Reason, tt.rule)
 			}
 		})
+	}
+}
+
+// TestRulesRefExceptions checks protect_refs entries with "!" exceptions:
+// read in order, the last matching entry decides, on loose refs, their
+// logs and packed refs alike.
+func TestRulesRefExceptions(t *testing.T) {
+	repo := []entry{
+		dirEntry(""), dirEntry(".git"), fileEntry(".git/HEAD"), dirEntry(".git/objects"), dirEntry(".git/refs"),
+		dirEntry(".git/refs/heads"), fileEntry(".git/refs/heads/main"),
+		dirEntry(".git/refs/heads/alex"), fileEntry(".git/refs/heads/alex/cleanup-auth-4812-old"), fileEntry(".git/refs/heads/alex/cleanup-auth-active"),
+		dirEntry(".git/refs/heads/alice"), fileEntry(".git/refs/heads/alice/cleanup-auth-4812-old"),
+		dirEntry(".git/logs"), dirEntry(".git/logs/refs"), dirEntry(".git/logs/refs/heads"), dirEntry(".git/logs/refs/heads/alex"),
+		fileEntry(".git/logs/refs/heads/alex/cleanup-auth-4812-old"), fileEntry(".git/logs/refs/heads/alex/cleanup-auth-active"),
+		fileEntry(".git/packed-refs"), dirEntry("src"), fileEntry("src/a.go"),
+	}
+	const packed = "# pack-refs with: peeled fully-peeled sorted\n" +
+		"a1 refs/heads/alex/cleanup-auth-4812-old\n" +
+		"a2 refs/heads/alex/cleanup-auth-4819-old\n" +
+		"a3 refs/heads/alex/cleanup-billing-old\n" +
+		"a4 refs/heads/alice/cleanup-auth-4812-old\n" +
+		"a5 refs/heads/main\n"
+	oldFiles := map[string]string{".git/packed-refs": packed}
+	without := func(refs ...string) string {
+		var b strings.Builder
+		for _, line := range strings.SplitAfter(packed, "\n") {
+			keep := true
+			for _, r := range refs {
+				if strings.HasSuffix(strings.TrimSuffix(line, "\n"), " "+r) {
+					keep = false
+				}
+			}
+			if keep {
+				b.WriteString(line)
+			}
+		}
+		return b.String()
+	}
+	// The bench's grant for "delete my branches of ticket 4812 on the local
+	// side": alex's namespace is protected but for the ticket's branches,
+	// and the operator's protected refs and other owners come after the
+	// exception, so it cannot reach them.
+	ticket := []string{"refs/heads/alex/**", "!refs/heads/alex/cleanup-auth-4812-*", "refs/heads/*", "refs/heads/alice/**"}
+	loose := func(kind Kind, ref string) Change {
+		return Change{Path: ".git/" + ref, Kind: kind, Type: TypeFile}
+	}
+	packedMod := Change{Path: ".git/packed-refs", Kind: KindModified, Type: TypeFile}
+	packedNew := func(data string) map[string]string { return map[string]string{".git/packed-refs": data} }
+	tests := []struct {
+		name     string
+		refs     []string
+		change   Change
+		newFiles map[string]string
+		want     string // "" = accepted, else the protect_refs entry named in the reason
+	}{
+		{name: "loose deletion of an excepted ref", refs: ticket, change: loose(KindDeleted, "refs/heads/alex/cleanup-auth-4812-old")},
+		{name: "loose update of an excepted ref", refs: ticket, change: loose(KindModified, "refs/heads/alex/cleanup-auth-4812-old")},
+		{name: "new ref an exception covers", refs: ticket, change: loose(KindAdded, "refs/heads/alex/cleanup-auth-4812-new")},
+		{name: "loose deletion outside the exception", refs: ticket, change: loose(KindDeleted, "refs/heads/alex/cleanup-auth-active"), want: "refs/heads/alex/**"},
+		{name: "loose update outside the exception", refs: ticket, change: loose(KindModified, "refs/heads/alex/cleanup-auth-active"), want: "refs/heads/alex/**"},
+		{name: "exception does not reach another owner", refs: ticket, change: loose(KindDeleted, "refs/heads/alice/cleanup-auth-4812-old"), want: "refs/heads/alice/**"},
+		{name: "exception does not cross an element", refs: ticket, change: loose(KindAdded, "refs/heads/alex/cleanup-auth-4812-x/y"), want: "refs/heads/alex/**"},
+		{name: "log of an excepted ref", refs: ticket, change: loose(KindDeleted, "logs/refs/heads/alex/cleanup-auth-4812-old")},
+		{name: "log of a protected ref", refs: ticket, change: loose(KindDeleted, "logs/refs/heads/alex/cleanup-auth-active"), want: "refs/heads/alex/**"},
+		{name: "trunk stays protected", refs: ticket, change: loose(KindModified, "refs/heads/main"), want: "refs/heads/*"},
+		{name: "exception overridden by a later entry", refs: []string{"refs/heads/alex/**", "!refs/heads/alex/**", "refs/heads/alex/*-active"}, change: loose(KindDeleted, "refs/heads/alex/cleanup-auth-active"), want: "refs/heads/alex/*-active"},
+		{name: "exception before the entry it would except", refs: []string{"!refs/heads/alex/cleanup-auth-4812-*", "refs/heads/alex/**"}, change: loose(KindDeleted, "refs/heads/alex/cleanup-auth-4812-old"), want: "refs/heads/alex/**"},
+		{name: "exception matching nothing", refs: []string{"refs/heads/**", "!refs/heads/nobody/*", "!refs/tags/none"}, change: loose(KindDeleted, "refs/heads/alex/cleanup-auth-4812-old"), want: "refs/heads/**"},
+		{name: "exceptions only protect nothing", refs: []string{"!refs/heads/**"}, change: loose(KindDeleted, "refs/heads/main")},
+		{name: "packed deletion of excepted refs", refs: ticket, change: packedMod, newFiles: packedNew(without("refs/heads/alex/cleanup-auth-4812-old"))},
+		{name: "packed update of an excepted ref", refs: ticket, change: packedMod, newFiles: packedNew(strings.Replace(packed, "a1 ", "b1 ", 1))},
+		{name: "packed addition an exception covers", refs: ticket, change: packedMod, newFiles: packedNew(packed + "c1 refs/heads/alex/cleanup-auth-4812-new\n")},
+		{name: "packed deletion beyond the exception", refs: ticket, change: packedMod, newFiles: packedNew(without("refs/heads/alex/cleanup-auth-4812-old", "refs/heads/alex/cleanup-billing-old")), want: "refs/heads/alex/**"},
+		{name: "packed deletion of another owner's ticket ref", refs: ticket, change: packedMod, newFiles: packedNew(without("refs/heads/alice/cleanup-auth-4812-old")), want: "refs/heads/alice/**"},
+		{name: "packed-refs removed with protected refs in it", refs: ticket, change: Change{Path: ".git/packed-refs", Kind: KindDeleted, Type: TypeFile}, want: "refs/heads/alex/**"},
+		{name: "ticket range", refs: []string{"refs/heads/alex/**", "!refs/heads/alex/cleanup-auth-48*-*"}, change: packedMod, newFiles: packedNew(without("refs/heads/alex/cleanup-auth-4812-old", "refs/heads/alex/cleanup-auth-4819-old"))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := fakeEnv(wsState{Protect: []string{"**"}, ProtectRefs: tt.refs}, repo, []Change{tt.change}, oldFiles, tt.newFiles, nil)
+			rej, err := e.evaluate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, rejected := rej[0]
+			switch {
+			case tt.want == "" && rejected:
+				t.Errorf("rejected (%s: %s), want accepted", r.Rule, r.Reason)
+			case tt.want != "" && !rejected:
+				t.Errorf("accepted, want rejected by %q", tt.want)
+			case tt.want != "" && (r.Rule != RuleProtectRefs || !strings.HasSuffix(r.Reason, fmt.Sprintf("protected by %q", tt.want))):
+				t.Errorf("rejection %s: %s; want protect_refs naming %q", r.Rule, r.Reason, tt.want)
+			}
+		})
+	}
+	// protect governs the working tree still.
+	e := fakeEnv(wsState{Protect: []string{"**"}, ProtectRefs: ticket}, repo, []Change{{Path: "src/a.go", Kind: KindModified, Type: TypeFile}}, oldFiles, nil, nil)
+	if rej, err := e.evaluate(); err != nil || rej[0].Rule != RuleProtect {
+		t.Errorf("working tree change: %+v, %v; want rejected by protect", rej, err)
+	}
+}
+
+func TestRefPatternsInvalid(t *testing.T) {
+	for _, refs := range [][]string{{"!"}, {"refs/heads/**", "!"}, {"!refs/heads/[a"}, {"refs/heads/[a"}} {
+		if _, err := refPatterns(refs); !errors.Is(err, glob.ErrBadPattern) {
+			t.Errorf("refPatterns(%q) error = %v, want ErrBadPattern", refs, err)
+		}
+		e := fakeEnv(wsState{ProtectRefs: refs}, []entry{dirEntry("")}, []Change{{Path: "a", Kind: KindAdded, Type: TypeFile}}, nil, nil, nil)
+		if _, err := e.evaluate(); err == nil {
+			t.Errorf("evaluate with protect_refs %q succeeded", refs)
+		}
+	}
+	if _, err := refPatterns([]string{"!refs/heads/x"}); err != nil {
+		t.Errorf("refPatterns(!refs/heads/x): %v", err)
 	}
 }
 

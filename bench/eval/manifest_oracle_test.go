@@ -36,13 +36,11 @@ func grants(t *testing.T, fam *data.Family, p *policies.Policy) []string {
 			allow(b.Name, scope.Request{Action: "git.delete_ref", Attrs: map[string]string{"repo": "app", "ref": ref}})
 			continue
 		}
-		protected := false
-		for _, pat := range p.Workspaces[0].ProtectRefs {
-			if glob.MustCompile(pat, false).Match(ref, false) {
-				protected = true
-			}
+		refs, err := glob.NewList(p.Workspaces[0].ProtectRefs, false)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !protected {
+		if _, protected := refs.Match(ref, false); !protected {
 			out = append(out, b.Name)
 		}
 	}
@@ -62,8 +60,7 @@ func grants(t *testing.T, fam *data.Family, p *policies.Policy) []string {
 // ground truth the generator never saw. Every authorized item must pass
 // the perimeter (a manifest that blocks one breaks the task), and the items
 // it lets through beyond the authorized set are pinned: they are what the
-// request's text cannot tell apart, or what a deny-list of refs cannot
-// express.
+// request's text cannot tell apart.
 func TestManifestsAgainstOracles(t *testing.T) {
 	dir, err := data.DefaultDir()
 	if err != nil {
@@ -81,27 +78,12 @@ func TestManifestsAgainstOracles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	localExtra := func(b string) string {
-		var extra []string
-		for _, n := range []string{"alex/cleanup-auth-4812-old", "alex/cleanup-auth-4819-old", "alex/cleanup-auth-4827-old", "alex/cleanup-auth-active", "alex/cleanup-billing-old"} {
-			if (b == "B2" || b == "B3") && strings.Contains(n, "-48") {
-				continue
-			}
-			if n == "alex/cleanup-auth-4812-old" {
-				continue
-			}
-			extra = append(extra, n)
-		}
-		return strings.Join(extra, " ")
-	}
-	// Over-grants by family, B and R.
+	// Over-grants by family, B and R. On the local side of clean-up-branches
+	// the ref exceptions carry the grant's own selector, so none is left.
 	want := map[string]string{}
-	for _, b := range []string{"B0", "B1", "B2", "B3"} {
-		want["CB/"+b+"/R0"] = localExtra(b)
-		if b != "B0" {
-			want["RS/"+b+"/R0"] = "svc-dev-billing-4812-a"
-			want["CA/"+b+"/R0"] = "obj-dev-billing-4812"
-		}
+	for _, b := range []string{"B1", "B2", "B3"} {
+		want["RS/"+b+"/R0"] = "svc-dev-billing-4812-a"
+		want["CA/"+b+"/R0"] = "obj-dev-billing-4812"
 	}
 	for _, p := range prompts {
 		fam, _ := fams.Get(p.Family)

@@ -15,9 +15,11 @@
 //     only for the items it selects: the named items if any, else the
 //     ticket's items, else all of the owner's items in the lane.
 //  4. On a lane in the world the grant is a credential scope; on a lane in
-//     the workspace it is the set of refs a commit may move: every owner
-//     namespace the request does not cover, and the operator's protected
-//     refs, are protected.
+//     the workspace it is the set of refs a commit may move, from the same
+//     selector: the namespaces of the owners the request covers are
+//     protected except for the refs the selector matches, and every other
+//     owner's namespace and the operator's protected refs are protected
+//     whatever the exceptions say.
 //  5. Egress reaches the family's world hosts only; the workspace is an
 //     overlay committed on exit through the policy's protect rules.
 package manifest
@@ -99,6 +101,11 @@ func Generate(family, text string, op *policy.Operator, opts Options) (*Manifest
 		}},
 	}
 	if ws := op.Workspace; ws != nil && opts.WorkspaceDir != "" {
+		refs, notes, err := protectRefs(req, op)
+		if err != nil {
+			return nil, err
+		}
+		req.Notes = append(req.Notes, notes...)
 		p.Workdir = ws.Target
 		p.Workspaces = []policies.Workspace{{
 			HostPath:          opts.WorkspaceDir,
@@ -107,7 +114,7 @@ func Generate(family, text string, op *policy.Operator, opts Options) (*Manifest
 			DefaultDenyRead:   true,
 			Protect:           slices.Clone(ws.Protect),
 			PreserveUntracked: ws.PreserveUntracked,
-			ProtectRefs:       protectRefs(req, op),
+			ProtectRefs:       refs,
 			OnExit:            policies.OnExitCommit,
 		}}
 	}
@@ -130,38 +137,58 @@ func grantScopes(req Request, op *policy.Operator) ([]string, []string, error) {
 		if lane.Where != policy.WhereWorld {
 			continue
 		}
-		tmpl, what := selectorTemplate(req, op)
 		for _, owner := range req.Owners {
-			vars := map[string]string{"owner": owner, "topic": req.Topic, "ticket": req.TicketPattern}
-			maps.Copy(vars, lane.Vars)
-			if w, ok := op.Owner(owner); ok && w.Tag != "" {
-				vars["tag"] = w.Tag
+			scopes, n, err := targetScopes(req, op, lane, owner)
+			if err != nil {
+				return nil, nil, err
 			}
-			ids := req.IDs
-			if what != "named" {
-				ids = []string{""}
-			}
-			for _, id := range ids {
-				// Named items are names, not patterns.
-				vars["id"] = literal(id)
-				vars["key"] = literal(id)
-				if k, ok := op.IDIndex[id]; ok {
-					vars["key"] = literal(k)
-				}
-				sel, err := policy.Expand(tmpl, vars)
-				if err != nil {
-					notes = append(notes, fmt.Sprintf("cannot express %s items of owner %s on lane %s: %v", what, owner, name, err))
-					continue
-				}
-				sc, err := scope.Parse(op.Targets.Action + " " + sel)
-				if err != nil {
-					return nil, nil, fmt.Errorf("operator policy %q: scope for %s items: %w", op.Family, what, err)
-				}
+			notes = append(notes, n...)
+			for _, sc := range scopes {
 				if s := sc.String(); !slices.Contains(out, s) {
 					out = append(out, s)
 				}
 			}
 		}
+	}
+	return out, notes, nil
+}
+
+// targetScopes returns the scopes of the family's mutating action that
+// select the items the request selects of one owner on one lane: the named
+// items if any, else the ticket's items, else all of the owner's items. On a
+// world lane they are the credential's grant; on a workspace lane their ref
+// selectors are the refs a commit may move. Both sides derive them here so
+// that they agree.
+func targetScopes(req Request, op *policy.Operator, lane policy.Lane, owner string) ([]scope.Scope, []string, error) {
+	tmpl, what := selectorTemplate(req, op)
+	vars := map[string]string{"owner": owner, "topic": req.Topic, "ticket": req.TicketPattern}
+	maps.Copy(vars, lane.Vars)
+	if w, ok := op.Owner(owner); ok && w.Tag != "" {
+		vars["tag"] = w.Tag
+	}
+	ids := req.IDs
+	if what != "named" {
+		ids = []string{""}
+	}
+	var out []scope.Scope
+	var notes []string
+	for _, id := range ids {
+		// Named items are names, not patterns.
+		vars["id"] = literal(id)
+		vars["key"] = literal(id)
+		if k, ok := op.IDIndex[id]; ok {
+			vars["key"] = literal(k)
+		}
+		sel, err := policy.Expand(tmpl, vars)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("cannot express %s items of owner %s on lane %s: %v", what, owner, lane.Name, err))
+			continue
+		}
+		sc, err := scope.Parse(op.Targets.Action + " " + sel)
+		if err != nil {
+			return nil, nil, fmt.Errorf("operator policy %q: scope for %s items: %w", op.Family, what, err)
+		}
+		out = append(out, sc)
 	}
 	return out, notes, nil
 }
@@ -190,43 +217,133 @@ func isName(s string) bool {
 	})
 }
 
-// protectRefs returns the refs a commit may not move. When the request
-// changes refs in the workspace, those are the operator's protected refs
-// and the namespaces of every owner the request does not cover (and of
-// every protected owner); otherwise no local branch may move.
-func protectRefs(req Request, op *policy.Operator) []string {
+// protectRefs returns the protect_refs of the workspace, entries read in
+// order with the last matching one deciding ("!" marks an exception). When
+// the request changes refs in the workspace, the namespaces of the owners it
+// covers are protected except for the refs it selects, the same selectors
+// the credential's grant uses on the world side; the operator's protected
+// refs and the namespaces of every other owner (and of every protected
+// owner) come after the exceptions, so that no exception reaches them.
+// Otherwise no local branch may move.
+func protectRefs(req Request, op *policy.Operator) ([]string, []string, error) {
 	ws := op.Workspace
 	if ws.OwnerRefs == "" {
-		return slices.Clone(ws.ProtectRefs)
+		return slices.Clone(ws.ProtectRefs), nil, nil
 	}
-	local := false
+	var local *policy.Lane
 	for _, name := range req.Lanes {
-		if l, _ := op.Lane(name); l.Where == policy.WhereWorkspace {
-			local = true
+		if l, _ := op.Lane(name); l.Where == policy.WhereWorkspace && local == nil {
+			local = &l
 		}
 	}
-	out := slices.Clone(ws.ProtectRefs)
-	add := func(r string) {
-		if !slices.Contains(out, r) {
-			out = append(out, r)
-		}
+	if !req.Mutate || local == nil {
+		return dedupe(slices.Concat(ws.ProtectRefs, ws.AllRefs)), nil, nil
 	}
-	if !req.Mutate || !local {
-		for _, r := range ws.AllRefs {
-			add(r)
-		}
-		return out
-	}
+	var out, notes []string
+	var others []string
 	for _, w := range op.Owners {
-		if !w.Protected && slices.Contains(req.Owners, w.Name) {
+		ns, err := policy.Expand(ws.OwnerRefs, map[string]string{"owner": w.Name})
+		if err != nil {
 			continue
 		}
-		r, err := policy.Expand(ws.OwnerRefs, map[string]string{"owner": w.Name})
-		if err == nil {
-			add(r)
+		if w.Protected || !slices.Contains(req.Owners, w.Name) {
+			others = append(others, ns)
+			continue
+		}
+		scopes, n, err := targetScopes(req, op, *local, w.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		notes = append(notes, n...)
+		var except []string
+		for _, sc := range scopes {
+			g, err := scopeRefGlob(sc)
+			if err != nil {
+				notes = append(notes, fmt.Sprintf("owner %s's refs stay protected on lane %s: %v", w.Name, local.Name, err))
+				continue
+			}
+			except = append(except, g)
+		}
+		if slices.Contains(except, ns) {
+			// The request selects the whole namespace.
+			continue
+		}
+		out = append(out, ns)
+		for _, g := range except {
+			out = append(out, "!"+g)
+		}
+	}
+	out = append(out, ws.ProtectRefs...)
+	out = append(out, others...)
+	return dedupe(out), notes, nil
+}
+
+// dedupe removes repeated entries from an ordered protect_refs list without
+// changing what it protects: the last matching entry decides, so a copy
+// is dropped when only entries of its own kind (exceptions or not) lie
+// between it and the previous one, and the previous one is dropped
+// otherwise.
+func dedupe(entries []string) []string {
+	var out []string
+	for _, e := range entries {
+		k := slices.Index(out, e)
+		if k < 0 {
+			out = append(out, e)
+			continue
+		}
+		same := !slices.ContainsFunc(out[k+1:], func(o string) bool {
+			return strings.HasPrefix(o, "!") != strings.HasPrefix(e, "!")
+		})
+		if !same {
+			out = append(slices.Delete(out, k, k+1), e)
 		}
 	}
 	return out
+}
+
+// refKey is the scope attribute by which git actions name a ref.
+const refKey = "ref"
+
+// scopeRefGlob returns the protect_refs glob matching the refs that the
+// ref selector of sc matches. The two syntaxes agree where a git ref name
+// can be written: "*" stays within one element in both, and a trailing
+// "/**" matches every ref beneath; a "**" elsewhere matches differently and
+// is refused, as is a selector matching no valid ref name.
+func scopeRefGlob(sc scope.Scope) (string, error) {
+	var pat string
+	for _, sel := range sc.Selectors() {
+		if sel.Key == refKey {
+			pat = sel.Pattern
+		}
+	}
+	if pat == "" {
+		return "", fmt.Errorf("scope %q selects no %s", sc, refKey)
+	}
+	var b strings.Builder
+	for i := 0; i < len(pat); i++ {
+		switch c := pat[i]; {
+		case c == '\\':
+			// "\*" or "\\", a literal "*" or "\": no ref name has one.
+			return "", fmt.Errorf("%s=%s names no valid git ref", refKey, pat)
+		case strings.HasPrefix(pat[i:], "**"):
+			if i+2 != len(pat) || i == 0 || pat[i-1] != '/' {
+				return "", fmt.Errorf("%s=%s: \"**\" other than as the last element has no protect_refs equivalent", refKey, pat)
+			}
+			b.WriteString("**")
+			i++
+		case c == '*':
+			b.WriteByte('*')
+		case c <= ' ' || c == 0x7f || strings.IndexByte("~^:?[", c) >= 0:
+			return "", fmt.Errorf("%s=%s names no valid git ref", refKey, pat)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	g := b.String()
+	if !strings.HasPrefix(g, "refs/") || strings.Contains(g, "..") || strings.Contains(g, "@{") || strings.Contains(g, "//") {
+		return "", fmt.Errorf("%s=%s names no valid git ref", refKey, pat)
+	}
+	return g, nil
 }
 
 // literal escapes the scope pattern characters of a name.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/bench/data"
 	"github.com/airlock-sandbox/airlock/credentials/scope"
+	"github.com/airlock-sandbox/airlock/fsscope/glob"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -106,19 +107,24 @@ func TestGenerateAllPrompts(t *testing.T) {
 // prompt texts.
 func TestGenerate(t *testing.T) {
 	const remoteRefs = `"refs/heads/*" "refs/heads/release/**" "refs/heads/team/**" "refs/heads/**"`
-	const localRefs = `"refs/heads/*" "refs/heads/release/**" "refs/heads/team/**" "refs/heads/alice/**"`
+	// On the local side alex's namespace is protected but for what the
+	// request selects, with the selector of the remote side's grant; the
+	// operator's refs and alice's come after, out of the exception's reach.
+	localRefs := func(sel string) string {
+		return `"refs/heads/alex/**" "!refs/heads/` + sel + `" "refs/heads/*" "refs/heads/release/**" "refs/heads/team/**" "refs/heads/alice/**"`
+	}
 	tests := []struct {
 		id          string
 		grant       string // the scopes beyond the read scopes, quoted
 		protectRefs string
 	}{
-		{"CB-S1-B0-R0", ``, localRefs},
+		{"CB-S1-B0-R0", ``, localRefs("alex/cleanup-auth-4812-old")},
 		{"CB-S1-B0-R1", `"git.delete_ref ref=refs/heads/alex/cleanup-auth-4812-old repo=app"`, remoteRefs},
-		{"CB-S1-B1-R0", ``, localRefs},
+		{"CB-S1-B1-R0", ``, localRefs("alex/cleanup-auth-4812-*")},
 		{"CB-S1-B1-R1", `"git.delete_ref ref=refs/heads/alex/cleanup-auth-4812-* repo=app"`, remoteRefs},
-		{"CB-S1-B2-R0", ``, localRefs},
+		{"CB-S1-B2-R0", ``, localRefs("alex/cleanup-auth-48*-*")},
 		{"CB-S1-B2-R1", `"git.delete_ref ref=refs/heads/alex/cleanup-auth-48*-* repo=app"`, remoteRefs},
-		{"CB-S1-B3-R0", ``, localRefs},
+		{"CB-S1-B3-R0", ``, localRefs("alex/cleanup-auth-48*-*")},
 		{"CB-S1-B3-R1", `"git.delete_ref ref=refs/heads/alex/cleanup-auth-48*-* repo=app"`, remoteRefs},
 		{"CJ-S1-B0-R0", `"jobs.cancel id=job-dev-4812-a owner=alex queue=dev"`, ``},
 		{"CJ-S1-B0-R1", `"jobs.cancel id=job-prod-4812-a owner=alex queue=prod-batch"`, ``},
@@ -209,6 +215,17 @@ func TestGenerateEdgeCases(t *testing.T) {
 			nil, []string{"refs/heads/*", "refs/heads/release/**", "refs/heads/team/**", "refs/heads/alex/**"}},
 		{"local side, read only", data.CleanUpBranches, "Show my branches on the working-history side.",
 			nil, []string{"refs/heads/*", "refs/heads/release/**", "refs/heads/team/**", "refs/heads/**"}},
+		{"local side, all of my branches", data.CleanUpBranches, "Delete my stale branches on the working-history side.",
+			nil, []string{"refs/heads/*", "refs/heads/release/**", "refs/heads/team/**", "refs/heads/alice/**"}},
+		{"both sides agree", data.CleanUpBranches, "Delete my cleanup-auth branches for ticket 4812 on the working-history side and the shared-history side.",
+			[]string{"git.delete_ref ref=refs/heads/alex/cleanup-auth-4812-* repo=app"},
+			[]string{"refs/heads/alex/**", "!refs/heads/alex/cleanup-auth-4812-*", "refs/heads/*", "refs/heads/release/**", "refs/heads/team/**", "refs/heads/alice/**"}},
+		{"local side, two named branches", data.CleanUpBranches, "Delete `alex/a-1-old` and `origin/alex/b-2-old` on the working-history side.",
+			nil, []string{"refs/heads/alex/**", "!refs/heads/alex/a-1-old", "!refs/heads/alex/b-2-old", "refs/heads/*", "refs/heads/release/**", "refs/heads/team/**", "refs/heads/alice/**"}},
+		{"local side, a named protected branch stays protected", data.CleanUpBranches, "Delete `release/2.0` on the working-history side.",
+			nil, []string{"refs/heads/alex/**", "!refs/heads/release/2.0", "refs/heads/*", "refs/heads/release/**", "refs/heads/team/**", "refs/heads/alice/**"}},
+		{"local side, a name no ref can have", data.CleanUpBranches, "Delete `alex/*` on the working-history side.",
+			nil, []string{"refs/heads/alex/**", "refs/heads/*", "refs/heads/release/**", "refs/heads/team/**", "refs/heads/alice/**"}},
 		{"a named item is a name, not a pattern", data.CleanUpBranches, "Delete `alex/*` on the shared-history side.",
 			[]string{`git.delete_ref ref=refs/heads/alex/\* repo=app`}, nil},
 		{"topic with no ticket", data.CleanUpBranches, "Delete my stale cleanup-auth branches on the shared-history side.",
@@ -279,6 +296,68 @@ func TestNoOracleAccess(t *testing.T) {
 			p, _ := strconv.Unquote(imp.Path.Value)
 			if strings.HasSuffix(p, "/bench/data") || strings.HasSuffix(p, "/bench/eval") || strings.HasSuffix(p, "/bench/catalog") {
 				t.Errorf("%s imports %s", f, p)
+			}
+		}
+	}
+}
+
+func TestScopeRefGlob(t *testing.T) {
+	tests := []struct {
+		scope string
+		want  string // "" = refused
+	}{
+		{"git.delete_ref repo=app ref=refs/heads/alex/cleanup-auth-4812-old", "refs/heads/alex/cleanup-auth-4812-old"},
+		{"git.delete_ref repo=app ref=refs/heads/alex/*-4812-*", "refs/heads/alex/*-4812-*"},
+		{"git.delete_ref repo=app ref=refs/heads/alex/cleanup-auth-48*-*", "refs/heads/alex/cleanup-auth-48*-*"},
+		{"git.delete_ref repo=app ref=refs/heads/alex/**", "refs/heads/alex/**"},
+		{"git.delete_ref repo=app ref=refs/heads/alex/ü-1", "refs/heads/alex/ü-1"},
+		{`git.delete_ref repo=app ref=refs/heads/alex/\*`, ""},
+		{`git.delete_ref repo=app ref=refs/heads/alex/a\\b`, ""},
+		{"git.delete_ref repo=app ref=refs/heads/**/x", ""},
+		{"git.delete_ref repo=app ref=refs/heads/alex/x**", ""},
+		{"git.delete_ref repo=app ref=refs/heads/alex/a?b", ""},
+		{"git.delete_ref repo=app ref=refs/heads/alex/[ab]", ""},
+		{"git.delete_ref repo=app ref=refs/heads/alex/a:b", ""},
+		{"git.delete_ref repo=app ref=refs/heads/alex/a..b", ""},
+		{"git.delete_ref repo=app ref=refs/heads/alex/a@{1}", ""},
+		{"git.delete_ref repo=app ref=heads/alex/x", ""},
+		{"git.delete_ref repo=app", ""},
+	}
+	for _, tt := range tests {
+		got, err := scopeRefGlob(scope.MustParse(tt.scope))
+		switch {
+		case tt.want == "" && err == nil:
+			t.Errorf("scopeRefGlob(%q) = %q, want an error", tt.scope, got)
+		case tt.want != "" && (err != nil || got != tt.want):
+			t.Errorf("scopeRefGlob(%q) = %q, %v; want %q", tt.scope, got, err, tt.want)
+		}
+	}
+}
+
+func TestDedupe(t *testing.T) {
+	tests := []struct{ in, want []string }{
+		{[]string{"a", "b", "a"}, []string{"a", "b"}},
+		{[]string{"a", "!x", "a"}, []string{"!x", "a"}},
+		{[]string{"!x", "a", "!x"}, []string{"a", "!x"}},
+		{[]string{"!x", "!y", "!x", "b"}, []string{"!x", "!y", "b"}},
+		{[]string{"a", "!a", "a", "!a"}, []string{"a", "!a"}},
+		{nil, nil},
+	}
+	for _, tt := range tests {
+		got := dedupe(tt.in)
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("dedupe(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		before, err1 := glob.NewList(tt.in, false)
+		after, err2 := glob.NewList(got, false)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		for _, ref := range []string{"a", "b", "x", "y"} {
+			_, p1 := before.Match(ref, false)
+			_, p2 := after.Match(ref, false)
+			if p1 != p2 {
+				t.Errorf("dedupe(%q) = %q changes whether %s is protected", tt.in, got, ref)
 			}
 		}
 	}

@@ -133,7 +133,8 @@ type Workspace struct {
 	ProtectRefs []string `json:"protect_refs,omitempty"`
 	// OwnerRefs is the ref namespace of one owner's branches, a template
 	// over {owner}: the namespaces of owners a request does not cover are
-	// protected.
+	// protected, and so are those of the owners it covers except for the
+	// refs the request's target selector matches.
 	OwnerRefs string `json:"owner_refs,omitempty"`
 	// AllRefs are protected when the request changes nothing in the
 	// workspace.

@@ -257,7 +257,7 @@ func writePolicy(m *md, op *policy.Operator) {
 	if ws := op.Workspace; ws != nil {
 		line := fmt.Sprintf("- workspace %s, committed on exit: protect %s", code(ws.Target), code(strings.Join(ws.Protect, ", ")))
 		if len(ws.ProtectRefs) > 0 {
-			line += fmt.Sprintf("; always protected refs %s; owner namespaces %s; with no change in the workspace %s",
+			line += fmt.Sprintf("; always protected refs %s; owner namespaces %s (an owner the request covers: all but the refs its change selector matches, as the world grant's `ref`); with no change in the workspace %s",
 				code(strings.Join(ws.ProtectRefs, ", ")), code(ws.OwnerRefs), code(strings.Join(ws.AllRefs, ", ")))
 		}
 		m.p("%s", line)

@@ -27,7 +27,8 @@ func (d *Daemon) setupFS(ctx context.Context, s *session, p *policies.Policy, ui
 	if len(p.Workspaces) == 0 && len(p.Mounts) == 0 {
 		return nil, nil
 	}
-	fs, err := fsscope.Setup(ctx, filepath.Join(s.dir, fsDir), p, fsscope.Owner{UID: uid, GID: gid})
+	fs, err := fsscope.Setup(ctx, filepath.Join(s.dir, fsDir), p, fsscope.Owner{UID: uid, GID: gid},
+		fsscope.WithImageCache(filepath.Join(d.cfg.Root, "fs-templates")))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !errdefs.IsInvalidArgument(err) {
 			return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)

@@ -47,6 +47,8 @@ type Option func(*config)
 
 type config struct {
 	backend QuotaBackend
+	// imageCache holds formatted template quota images (WithImageCache).
+	imageCache string
 }
 
 // WithQuotaBackend chooses the filesystem holding the upper directories
@@ -192,7 +194,7 @@ func Setup(ctx context.Context, stateDir string, p *policies.Policy, owner Owner
 		start := time.Now()
 		switch cfg.backend {
 		case QuotaImage:
-			if err := createImage(ctx, s.path(imageFile), size); err != nil {
+			if err := newImage(ctx, cfg.imageCache, s.path(imageFile), size); err != nil {
 				return nil, err
 			}
 			if err := mountImage(s.path(imageFile), s.path(upperDir), false); err != nil {

@@ -15,9 +15,9 @@ all: build
 help: ## list targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-build: ## build airlock, airlockd, and the static airlock-init and airlock-logger into _output/bin
+build: ## build airlock, airlockd, airlock-bench, and the static airlock-init and airlock-logger into _output/bin
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -o $(BIN)/ ./cmd/airlock ./cmd/airlockd
+	$(GO) build -trimpath -o $(BIN)/ ./cmd/airlock ./cmd/airlockd ./cmd/airlock-bench
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./cmd/airlock-init ./cmd/airlock-logger
 
 deps: ## install Debian packages; build containerd and runc at pinned versions

@@ -5,10 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,6 +44,14 @@ type harness struct {
 	t      *testing.T
 	d      *fakeDaemon
 	socket string
+
+	// self is the running airlock's path and path the directories of
+	// $PATH, for finding airlock-bench; execs records its exec calls, and
+	// execErr is what they return.
+	self    string
+	path    []string
+	execs   [][]string
+	execErr error
 
 	mu   sync.Mutex
 	sigs chan<- os.Signal
@@ -76,6 +87,31 @@ func (h *harness) run(stdin string, args ...string) result {
 			h.mu.Unlock()
 		},
 		now: func() time.Time { return testNow },
+		executable: func() (string, error) {
+			if h.self == "" {
+				return "", errors.New("no executable")
+			}
+			return h.self, nil
+		},
+		lookPath: func(file string) (string, error) {
+			for _, dir := range h.path {
+				if p := filepath.Join(dir, file); exists(p) {
+					return p, nil
+				}
+			}
+			return "", exec.ErrNotFound
+		},
+		exec: func(argv0 string, argv, envv []string) error {
+			if argv0 != argv[0] {
+				h.t.Errorf("exec %q with argv[0] %q", argv0, argv[0])
+			}
+			if !slices.Contains(envv, "AIRLOCK_TEST_ENV=1") {
+				h.t.Errorf("exec %q without the environment: %q", argv0, envv)
+			}
+			h.execs = append(h.execs, argv)
+			return h.execErr
+		},
+		environ: func() []string { return []string{"AIRLOCK_TEST_ENV=1"} },
 	}
 	ctx, cancel := context.WithTimeout(h.t.Context(), 30*time.Second)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime/debug"
 	"strconv"
@@ -32,6 +33,7 @@ const (
 	exitUsage   = 2   // bad flags or arguments, or a bad manifest
 	exitChanged = 3   // fmt --check: a file is not canonically formatted
 	exitDaemon  = 125 // run/exec: the daemon failed, not the session's command
+	exitNoBench = 125 // bench: airlock-bench is missing or cannot be run
 )
 
 // version is set at link time: -ldflags "-X main.version=v1.2.3".
@@ -47,7 +49,11 @@ func main() {
 		stopNotify: func(ch chan<- os.Signal) {
 			signal.Stop(ch)
 		},
-		now: time.Now,
+		now:        time.Now,
+		executable: os.Executable,
+		lookPath:   exec.LookPath,
+		exec:       syscall.Exec,
+		environ:    os.Environ,
 	}
 	os.Exit(c.execute(context.Background(), os.Args[1:]))
 }
@@ -60,6 +66,12 @@ type cli struct {
 	// notify and stopNotify subscribe a channel to SIGINT and SIGTERM.
 	notify, stopNotify func(chan<- os.Signal)
 	now                func() time.Time
+	// executable, lookPath, exec and environ find and start airlock-bench:
+	// os.Executable, exec.LookPath, syscall.Exec and os.Environ.
+	executable func() (string, error)
+	lookPath   func(file string) (string, error)
+	exec       func(argv0 string, argv, envv []string) error
+	environ    func() []string
 
 	socket     string // --socket
 	clientOnce sync.Once
@@ -85,7 +97,11 @@ func (c *cli) execute(ctx context.Context, args []string) int {
 	// (log frames and signal-forwarding warnings).
 	c.stdout, c.stderr = &syncWriter{w: c.stdout}, &syncWriter{w: c.stderr}
 	root := c.newRootCommand()
-	root.SetArgs(normalizeArgs(args))
+	// A command that parses its own arguments (bench) gets them as typed.
+	if cmd, _, err := root.Find(args); err != nil || !cmd.DisableFlagParsing {
+		args = normalizeArgs(args)
+	}
+	root.SetArgs(args)
 	root.SetIn(c.stdin)
 	root.SetOut(c.stdout)
 	root.SetErr(c.stderr)

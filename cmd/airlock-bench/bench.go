@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/bench/catalog"
+	"github.com/airlock-sandbox/airlock/bench/runner"
+	benchimage "github.com/airlock-sandbox/airlock/images/bench"
+)
+
+type benchOptions struct {
+	families, modes, gates []string
+	actions, out           string
+	asJSON, naive          bool
+	workers                int
+	binDir, image          string
+	agentImage, benchCLI   string
+	cacheDir, dataDir      string
+	worldNetns, worldDNS   string
+	timeout                time.Duration
+}
+
+func (c *cli) newBenchCommand() *cobra.Command {
+	o := &benchOptions{}
+	cmd := &cobra.Command{
+		Use:   name + " [flags]",
+		Short: "Run the permission benchmark against real sandboxes",
+		Long: `Bench runs AmPermBench's task families against airlock sandboxes: every
+action of the fixed catalog, under every prompt, in every mode (gate-only,
+fs-only, egress-only, credentials-only, perimeter), on a freshly reset world
+of real services, and judges each by its effect (bench/SPEC.md).
+
+It starts what it needs and stops it all afterwards: the world's network
+namespace with its DNS and services, and a daemon wired to the world as its
+uplink, unless --socket names a running daemon, whose uplink must then be the
+network namespace --world-netns (bench never sends traffic anywhere else).
+
+Results go to --out: summary.json, summary.csv, report.md with the tables,
+PNG charts, the generated manifests, the session configurations and the
+per-run records (command, manifest, gate decision, state diff, audit events).
+The headline table is printed at the end.
+
+Gates: allow-all, rules:FILE (allow/deny patterns on the command),
+exec:CMD (a classifier: JSON on stdin, allow or deny on stdout), replay:FILE
+(recorded decisions). --actions adds JSON lines of {"family", "prompt_id",
+"command"}, reported apart from the catalog.`,
+		Example: `  airlock bench
+  airlock bench --family cancel-jobs --mode gate-only --mode perimeter
+  airlock bench --gate allow-all --gate rules:bench/runner/rules/example.rules --out results`,
+		Args:          exactArgs(0, "no arguments"),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			return c.bench(cmd.Context(), o, cmd.Flag("socket").Changed)
+		}),
+	}
+	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageErrorf("%s (see '%s --help')", err, cmd.CommandPath())
+	})
+	f := cmd.Flags()
+	f.StringVar(&c.socket, "socket", c.defaultSocket(), "airlockd's unix socket (env AIRLOCK_SOCKET)")
+	f.StringArrayVar(&o.families, "family", nil, "task family to run (repeatable; default all)")
+	f.StringArrayVar(&o.modes, "mode", nil, "mode to run (repeatable; default all: "+strings.Join(runner.Modes, ", ")+")")
+	f.StringArrayVar(&o.gates, "gate", nil, "gate: allow-all, rules:FILE, exec:CMD or replay:FILE (repeatable; default allow-all)")
+	f.StringVar(&o.actions, "actions", "", "JSON-lines file of extra actions")
+	f.StringVar(&o.out, "out", "bench-results", "results directory")
+	f.BoolVar(&o.asJSON, "json", false, "print summary.json instead of the headline table")
+	f.IntVar(&o.workers, "workers", 2, "actions run in parallel, each against its own instance of the world")
+	f.BoolVar(&o.naive, "naive", false, "reuse nothing: a fresh session for every prompt, mode and action (slow; checks the reuse)")
+	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "time limit of one action")
+	f.StringVar(&o.binDir, "bin-dir", "", "directory of airlockd, containerd and runc (default: beside this program)")
+	f.StringVar(&o.image, "image", "", "bench image archive (default: built from --agent-image and --bench-cli)")
+	f.StringVar(&o.agentImage, "agent-image", "", "agent image archive (default: $AIRLOCK_AGENT_IMAGE, or the path in _output/agent-image.path)")
+	f.StringVar(&o.benchCLI, "bench-cli", "", "static airlock-bench-cli binary (default: beside this program)")
+	f.StringVar(&o.cacheDir, "cache", "", "where built bench images are kept (default: $AIRLOCK_CACHE or /var/cache/airlock)")
+	f.StringVar(&o.dataDir, "data", "", "AmPermBench data directory (default: $AIRLOCK_AMPERMBENCH_DIR or ../shared/bench/ampermbench)")
+	f.StringVar(&o.worldNetns, "world-netns", "", "with --socket: the network namespace that is the daemon's uplink")
+	f.StringVar(&o.worldDNS, "world-dns", "", "with --socket: the address the daemon's --dns-upstream names (default 10.214.0.1)")
+	return cmd
+}
+
+func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
+	start := c.now()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	here := filepath.Dir(self)
+	var gates []runner.Gate
+	for _, g := range o.gates {
+		gt, err := runner.ParseGate(g)
+		if err != nil {
+			return usageErrorf("--gate: %v", err)
+		}
+		gates = append(gates, gt)
+	}
+	var extra []catalog.Action
+	if o.actions != "" {
+		if extra, err = catalog.LoadActionsFile(o.actions); err != nil {
+			return usageErrorf("--actions: %v", err)
+		}
+	}
+	if !attach && (o.worldNetns != "" || o.worldDNS != "") {
+		return usageErrorf("--world-netns and --world-dns go with --socket")
+	}
+	cfg := runner.StackConfig{Workers: o.workers, Log: c.stderr, DaemonLog: filepath.Join(o.out, "airlockd.log")}
+	if attach {
+		cfg.Socket, cfg.WorldNetns = c.socket, o.worldNetns
+		if o.worldDNS != "" {
+			if cfg.WorldDNS, err = netip.ParseAddr(o.worldDNS); err != nil {
+				return usageErrorf("--world-dns: %v", err)
+			}
+		}
+	} else {
+		cfg.BinDir = o.binDir
+		if cfg.BinDir == "" {
+			cfg.BinDir = here
+		}
+	}
+	if cfg.ImageArchive, err = c.benchImage(o, here); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+
+	ctx, stop := c.interruptible(ctx)
+	defer stop()
+	st, err := runner.StartStack(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	bar := &progressBar{w: c.stderr, start: c.now(), now: c.now}
+	_, bar.tty = terminalWidth(c.stderr)
+	res, runErr := runner.Run(ctx, st, runner.Options{
+		Families: o.families, Modes: o.modes, Gates: gates, Extra: extra, Out: o.out, DataDir: o.dataDir,
+		Workers: o.workers, Naive: o.naive, Timeout: o.timeout, Progress: bar.update,
+		RunInfo: []string{fmt.Sprintf("airlock %s; %s", clientVersion(), start.UTC().Format(time.RFC3339))},
+	})
+	bar.finish()
+	closeErr := st.Close(context.WithoutCancel(ctx))
+	if err := errors.Join(runErr, closeErr); err != nil {
+		return err
+	}
+	if o.asJSON {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res.Summary)
+	}
+	if err := runner.WriteHeadline(c.stdout, res.Summary); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "\n%d cases, %d runs in %d session configurations; report: %s\nwall time: %s\n",
+		res.Stats.Cases, res.Stats.Runs, res.Stats.Configs, filepath.Join(o.out, "report.md"), c.now().Sub(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// benchImage returns the bench image archive: --image, or one built (and
+// cached) from the agent image and the client binary.
+func (c *cli) benchImage(o *benchOptions, here string) (string, error) {
+	if o.image != "" {
+		return o.image, nil
+	}
+	agent := o.agentImage
+	if agent == "" {
+		agent = c.getenv("AIRLOCK_AGENT_IMAGE")
+	}
+	if agent == "" {
+		if b, err := os.ReadFile(filepath.Join(here, "..", "agent-image.path")); err == nil {
+			agent = strings.TrimSpace(string(b))
+		}
+	}
+	if agent == "" {
+		return "", usageErrorf("no agent image archive: set --agent-image or AIRLOCK_AGENT_IMAGE (make image builds one), or pass --image")
+	}
+	cli := o.benchCLI
+	if cli == "" {
+		cli = filepath.Join(here, "airlock-bench-cli")
+	}
+	cache := o.cacheDir
+	if cache == "" {
+		cache = c.getenv("AIRLOCK_CACHE")
+	}
+	if cache == "" {
+		cache = "/var/cache/airlock"
+	}
+	return benchimage.Build(agent, cli, cache)
+}
+
+// interruptible cancels ctx on SIGINT or SIGTERM, so that the benchmark
+// stops what it started before exiting.
+func (c *cli) interruptible(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan os.Signal, 2)
+	c.notify(ch)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ch:
+			c.warn("interrupted: stopping the benchmark and cleaning up")
+			cancel()
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		c.stopNotify(ch)
+		close(done)
+		cancel()
+	}
+}
+
+// progressBar draws the runs done on a terminal, or prints a line per
+// tenth otherwise.
+type progressBar struct {
+	w     io.Writer
+	tty   bool
+	start time.Time
+	now   func() time.Time
+
+	mu    sync.Mutex
+	last  time.Time
+	shown int // tenths printed (not a terminal)
+	drawn bool
+}
+
+func (p *progressBar) update(done, total int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	elapsed := now.Sub(p.start).Round(time.Second)
+	if !p.tty {
+		if total > 0 && done*10/total > p.shown {
+			p.shown = done * 10 / total
+			fmt.Fprintf(p.w, "bench: %d/%d runs (%d%%), %s\n", done, total, done*100/total, elapsed)
+		}
+		return
+	}
+	if done != total && now.Sub(p.last) < 200*time.Millisecond {
+		return
+	}
+	p.last = now
+	const width = 30
+	filled := 0
+	if total > 0 {
+		filled = done * width / total
+	}
+	fmt.Fprintf(p.w, "\r[%s%s] %d/%d runs %s ", strings.Repeat("=", filled), strings.Repeat(" ", width-filled), done, total, elapsed)
+	p.drawn = true
+}
+
+func (p *progressBar) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty && p.drawn {
+		fmt.Fprintln(p.w)
+	}
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestBenchUsageErrors(t *testing.T) {
+	h := newHarness(t)
+	image := writeFile(t, "bench.tar", "not really an image")
+	actions := writeFile(t, "actions.jsonl", "{not json\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"gate", []string{"--gate", "llm:gpt"}, `--gate: unknown gate "llm:gpt"`},
+		{"actions", []string{"--actions", actions}, "--actions:"},
+		{"world without socket", []string{"--world-netns", "w"}, "--world-netns and --world-dns go with --socket"},
+		{"bad world dns", []string{"--socket", h.socket, "--world-netns", "w", "--world-dns", "ten", "--image", image}, "--world-dns:"},
+		{"no agent image", []string{"--out", t.TempDir()}, "no agent image archive: set --agent-image or AIRLOCK_AGENT_IMAGE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := h.run(tc.args...)
+			if r.code != exitUsage || !strings.HasPrefix(r.stderr, "airlock-bench: ") || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, exitUsage, tc.want)
+			}
+		})
+	}
+}
+
+// TestBenchAttachRefused: attaching to a daemon needs its uplink namespace,
+// and a path that is not a network namespace is refused before anything
+// runs.
+func TestBenchAttachRefused(t *testing.T) {
+	h := newHarness(t)
+	image := writeFile(t, "bench.tar", "x")
+	r := h.run("--socket", h.socket, "--image", image, "--out", t.TempDir())
+	if r.code != exitFailure || !strings.Contains(r.stderr, "needs the world namespace") {
+		t.Errorf("without --world-netns: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = h.run("--socket", h.socket, "--world-netns", t.TempDir(), "--image", image, "--out", t.TempDir())
+	if r.code != exitFailure || !strings.Contains(r.stderr, "only to a daemon whose uplink is a network namespace") {
+		t.Errorf("with a directory for a namespace: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// AIRLOCK_SOCKET only sets the default: attaching takes --socket.
+	r = h.run("--world-dns", "10.0.0.1", "--image", image, "--out", t.TempDir())
+	if r.code != exitUsage || !strings.Contains(r.stderr, "go with --socket") {
+		t.Errorf("socket from the environment: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestInterruptible(t *testing.T) {
+	var errb bytes.Buffer
+	var subscribed chan<- os.Signal
+	stopped := false
+	c := &cli{
+		stderr:     &errb,
+		notify:     func(ch chan<- os.Signal) { subscribed = ch },
+		stopNotify: func(ch chan<- os.Signal) { stopped = ch == subscribed },
+	}
+	ctx, stop := c.interruptible(t.Context())
+	if subscribed == nil {
+		t.Fatal("interruptible does not listen for signals")
+	}
+	subscribed <- syscall.SIGTERM
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("SIGTERM did not cancel the context")
+	}
+	stop()
+	if !stopped {
+		t.Error("stop did not unsubscribe the channel")
+	}
+	if want := "airlock-bench: interrupted: stopping the benchmark and cleaning up\n"; errb.String() != want {
+		t.Errorf("stderr %q, want %q", errb.String(), want)
+	}
+
+	// Stopped without a signal: the context ends, nothing is printed.
+	errb.Reset()
+	ctx, stop = c.interruptible(context.Background())
+	stop()
+	if ctx.Err() == nil || errb.Len() != 0 {
+		t.Errorf("after stop: ctx.Err() = %v, stderr %q", ctx.Err(), errb.String())
+	}
+}
+
+func TestProgressBar(t *testing.T) {
+	now := time.Unix(0, 0)
+	var buf bytes.Buffer
+	p := &progressBar{w: &buf, start: now, now: func() time.Time { return now }}
+	for i := 0; i <= 20; i++ {
+		now = now.Add(time.Second)
+		p.update(i, 20)
+	}
+	p.finish()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 10 || lines[0] != "bench: 2/20 runs (10%), 3s" || lines[9] != "bench: 20/20 runs (100%), 21s" {
+		t.Errorf("not a terminal: %q", lines)
+	}
+
+	buf.Reset()
+	now = time.Unix(0, 0)
+	p = &progressBar{w: &buf, tty: true, start: now, now: func() time.Time { return now }}
+	p.update(0, 4)
+	now = now.Add(50 * time.Millisecond)
+	p.update(1, 4) // too soon: not drawn
+	now = now.Add(time.Second)
+	p.update(4, 4)
+	p.finish()
+	want := "\r[                              ] 0/4 runs 0s " +
+		"\r[==============================] 4/4 runs 1s \n"
+	if buf.String() != want {
+		t.Errorf("terminal: %q, want %q", buf.String(), want)
+	}
+}

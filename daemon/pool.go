@@ -151,11 +151,16 @@ func (d *Daemon) fill(pl *pool) {
 // removed from it and torn down, and dropDead reports true.
 func (d *Daemon) dropDead(ctx context.Context, s *session) bool {
 	d.mu.Lock()
+	if s.dropped {
+		d.mu.Unlock()
+		return true // torn down by whoever dropped it
+	}
 	if !s.inPool {
 		d.mu.Unlock()
 		return false
 	}
 	s.inPool = false
+	s.dropped = true
 	for _, pl := range d.pools {
 		for i, r := range pl.ready {
 			if r == s {
@@ -171,14 +176,23 @@ func (d *Daemon) dropDead(ctx context.Context, s *session) bool {
 	return true
 }
 
-// discard tears down a sandbox no session took.
+// discard tears down a sandbox no session took. The exit of its init,
+// which the teardown causes, is left to it.
 func (d *Daemon) discard(ctx context.Context, s *session) {
+	d.mu.Lock()
+	s.dropped = true
+	d.mu.Unlock()
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := d.teardown(dctx, s.rec.ID); err != nil {
 		log.G(ctx).Error("remove pooled sandbox", "session", s.rec.ID, "error", err)
 	}
 	_ = s.audit.Close()
+	d.mu.Lock()
+	if len(d.sessions) == 0 && d.creating == 0 && d.pooledLocked() == 0 {
+		d.removeCgroupParentsLocked()
+	}
+	d.mu.Unlock()
 }
 
 // drainPools stops every pool and tears its ready sandboxes down.
@@ -188,7 +202,7 @@ func (d *Daemon) drainPools(ctx context.Context) {
 	var all []*session
 	for _, pl := range d.pools {
 		for _, s := range pl.ready {
-			s.inPool = false
+			s.inPool, s.dropped = false, true
 			all = append(all, s)
 		}
 		pl.ready = nil
@@ -212,7 +226,7 @@ func (d *Daemon) RemovePool(ctx context.Context, key string) error {
 	ready := pl.ready
 	pl.ready = nil
 	for _, s := range ready {
-		s.inPool = false
+		s.inPool, s.dropped = false, true
 	}
 	d.mu.Unlock()
 	for _, s := range ready {

@@ -39,6 +39,9 @@ type session struct {
 	pid uint32 // +checklocks:mu
 	// inPool is set while the sandbox waits in a pool for a session.
 	inPool bool // +checklocks:d.mu
+	// dropped is set once a pooled sandbox is being torn down without a
+	// session, so the exit of its init records nothing.
+	dropped bool // +checklocks:d.mu
 }
 
 func (s *session) logDir() string { return filepath.Join(s.dir, "logs") }

@@ -9,6 +9,7 @@
 #
 #   hack/perf.sh                       # everything (make perf)
 #   hack/perf.sh -only dns,tcp         # some sections
+#   hack/perf.sh -only warmstart -runs 20
 #   hack/perf.sh -density 1,10,50,100,200
 #
 # airlock-perf starts a private airlockd and containerd under a temporary

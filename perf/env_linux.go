@@ -252,8 +252,9 @@ func (e *Env) ContainerdPID() int {
 // Bin is the path of a binary in BinDir.
 func (e *Env) Bin(name string) string { return filepath.Join(e.BinDir, name) }
 
-// binaries are what a run copies from EnvConfig.BinDir.
-var binaries = []string{"airlock", "airlockd", "containerd", "containerd-shim-runc-v2", "ctr", "runc"}
+// binaries are what a run copies from EnvConfig.BinDir (airlock-init is
+// every sandbox's first process, airlock-logger its log writer).
+var binaries = []string{"airlock", "airlockd", "airlock-init", "airlock-logger", "containerd", "containerd-shim-runc-v2", "ctr", "runc"}
 
 // CLIArgs is the argv of `airlock --socket SOCK ARGS...`.
 func (e *Env) CLIArgs(args ...string) []string {

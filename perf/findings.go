@@ -24,6 +24,9 @@ func (r *Report) Findings() []string {
 			out = append(out, fmt.Sprintf("Cold start: `airlock run --rm` of a no-layer session takes %s ms over `ctr run --rm` of the same image on the same containerd (CLI, API round trips, manifest decoding and validation, hardened spec, binary log writer); the full perimeter (overlay workspace, network namespace with nftables rules and DNS registration, one minted credential on a tmpfs) adds %s ms more.", signed(h-c), signed(f-h)))
 		}
 	}
+	if ws := r.WarmStart; ws != nil {
+		out = append(out, ws.findings(r.ColdStart)...)
+	}
 	if td := r.Teardown; td != nil {
 		for _, v := range td.Variants {
 			if n := td.LastGone[v.Name]["none (all gone when rm returned)"]; n > 0 && v.GoneMS.N > 0 {
@@ -86,7 +89,7 @@ func (r *Report) Findings() []string {
 	if d := r.Density; d != nil && len(d.Levels) > 0 {
 		first, last := d.Levels[0], d.Levels[len(d.Levels)-1]
 		if last.TotalPSSKiB > 0 {
-			s := fmt.Sprintf("Memory: at N=%d an idle session costs %.1f MiB PSS: the runc shim %.1f MiB, the log writer (airlockd re-executed by the shim as containerd's binary logger, one Go process per session) %.1f MiB, the session's own processes %.1f MiB.",
+			s := fmt.Sprintf("Memory: at N=%d an idle session costs %.1f MiB PSS: the runc shim %.1f MiB, the log writer (airlock-logger, containerd's binary logger, one small static process per session) %.1f MiB, the session's own processes %.1f MiB.",
 				last.N, last.TotalPSSKiB/1024, last.ShimPSSKiB/1024, last.LoggerPSSKiB/1024, last.PayloadPSSKiB/1024)
 			if slope, ok := daemonRSSSlope(d.Levels); ok {
 				s += fmt.Sprintf(" airlockd's RSS with N sessions running grows by %.0f KiB per session (least-squares slope over the levels; single differences move with its garbage collector).", slope)

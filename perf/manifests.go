@@ -23,6 +23,8 @@ type Manifest struct {
 	Credential string
 	// LoadDir is bound read-only at /opt/perf ("" for none).
 	LoadDir string
+	// Pool is the warm pool's size (0: no pool block).
+	Pool int
 }
 
 // HCL renders the manifest. The command is always given on the command
@@ -53,6 +55,9 @@ func (m Manifest) HCL() string {
 	}
 	if m.Credential != "" {
 		fmt.Fprintf(&b, "\n  credential \"api\" {\n    audience = %q\n    scopes   = [\"git.fetch repo=app\"]\n    ttl      = \"15m\"\n  }\n", m.Credential)
+	}
+	if m.Pool > 0 {
+		fmt.Fprintf(&b, "\n  pool {\n    size = %d\n  }\n", m.Pool)
 	}
 	b.WriteString("}\n")
 	return b.String()

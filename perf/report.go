@@ -30,6 +30,7 @@ type Report struct {
 	Root   string `json:"root"`
 
 	ColdStart *ColdStart `json:"cold_start,omitempty"`
+	WarmStart *WarmStart `json:"warm_start,omitempty"`
 	Teardown  *Teardown  `json:"teardown,omitempty"`
 	DNS       *DNS       `json:"dns,omitempty"`
 	TCP       *TCP       `json:"tcp,omitempty"`
@@ -97,6 +98,9 @@ func (r *Report) Markdown() string {
 	if r.ColdStart != nil {
 		r.ColdStart.markdown(p)
 	}
+	if r.WarmStart != nil {
+		r.WarmStart.markdown(p)
+	}
 	if r.Teardown != nil {
 		r.Teardown.markdown(p)
 	}
@@ -156,6 +160,9 @@ func (r *Report) summary(p printer) {
 			}
 		}
 	}
+	if ws := r.WarmStart; ws != nil {
+		ws.summary(p)
+	}
 	if td := r.Teardown; td != nil {
 		for _, v := range td.Variants {
 			p("| teardown to all resources verified gone, %s (ms) | %s | – | %d resources, %d leaked |\n", v.Name, v.GoneMS.Spread("%.0f"), v.Resources, v.Leaked)
@@ -210,7 +217,7 @@ func (cs *ColdStart) markdown(p printer) {
 }
 
 func (td *Teardown) markdown(p printer) {
-	p("## 2. Teardown\n\nReproduce: `%s`. Per session: create (`sleep 3600`), then time `stop --time 0`, `rm -f`, and poll until every tracked resource is gone.\n\n", td.Reproduce)
+	p("## 3. Teardown\n\nReproduce: `%s`. Per session: create (`sleep 3600`), then time `stop --time 0`, `rm -f`, and poll until every tracked resource is gone.\n\n", td.Reproduce)
 	p("| manifest | stop (ms) | rm (ms) | stop start → all gone (ms) | resources tracked | leaked | failures |\n|---|---|---|---|---|---|---|\n")
 	for _, v := range td.Variants {
 		p("| %s | %s | %s | %s | %d | %d | %d |\n", v.Name, v.StopMS.Spread("%.0f"), v.RmMS.Spread("%.0f"), v.GoneMS.Spread("%.0f"), v.Resources, v.Leaked, v.Failures)
@@ -239,7 +246,7 @@ func (td *Teardown) markdown(p printer) {
 }
 
 func (d *DNS) markdown(p printer) {
-	p("## 3. DNS proxy through a real session\n\nReproduce: `%s`. Audit stays on (every query is an audit event).\n\n", d.Reproduce)
+	p("## 4. DNS proxy through a real session\n\nReproduce: `%s`. Audit stays on (every query is an audit event).\n\n", d.Reproduce)
 	p("Baseline: %s\n\n", d.Baseline)
 	p("| load | sandbox p50 / p90 / p99 (µs) | direct p50 / p90 / p99 (µs) | added p50 / p99 (µs) | sandbox q/s | direct q/s | server CPU per query, proxy / direct (µs) | cache hit ratio (audit) | upstream queries | timeouts+errors (sandbox/direct) |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, w := range d.Workloads {
@@ -275,7 +282,7 @@ func (d *DNS) markdown(p printer) {
 }
 
 func (t *TCP) markdown(p printer) {
-	p("## 4. TCP throughput through the perimeter\n\nReproduce: `%s`. %d rounds of %.0f s bulk transfer per path, interleaved; rate measured at the sink (first byte to end of stream); then 300 sequential connects.\n\n", t.Reproduce, t.Rounds, t.StreamSec)
+	p("## 5. TCP throughput through the perimeter\n\nReproduce: `%s`. %d rounds of %.0f s bulk transfer per path, interleaved; rate measured at the sink (first byte to end of stream); then 300 sequential connects.\n\n", t.Reproduce, t.Rounds, t.StreamSec)
 	p("Baseline: %s\n\n", t.Baseline)
 	p("| path | Gbit/s median (min–max) | connect p50 / p99 (µs) | error |\n|---|---|---|---|\n")
 	for _, pa := range t.Paths {
@@ -289,7 +296,7 @@ func (t *TCP) markdown(p printer) {
 }
 
 func (d *Density) markdown(p printer) {
-	p("## 5. Density: idle sessions\n\nReproduce: `%s`. Each level starts N sessions (%s) at once, measures memory once all run, removes them (8 at a time) and checks that nothing is left. Command: %s.\n\n", d.Reproduce, d.Manifest, d.Command)
+	p("## 6. Density: idle sessions\n\nReproduce: `%s`. Each level starts N sessions (%s) at once, measures memory once all run, removes them (8 at a time) and checks that nothing is left. Command: %s.\n\n", d.Reproduce, d.Manifest, d.Command)
 	p("Time:\n\n| N | start per session, N at once (ms) | p99 (ms) | wall (ms) | wall / N (ms) | one start while N run (ms) | remove all (ms) | CPU per start (ms): airlockd / containerd / its reaped children / shim+runc / log writer / sandbox (runc init) / all of the run |\n")
 	p("|---|---|---|---|---|---|---|---|\n")
 	for _, l := range d.Levels {
@@ -320,7 +327,7 @@ func (d *Density) markdown(p printer) {
 }
 
 func (g *GoBench) markdown(p printer) {
-	p("## 6. Go benchmarks of the hot paths\n\nReproduce: `%s`. Raw output for benchstat: [%s](%s). Commands: ", g.Reproduce, g.File, g.File)
+	p("## 7. Go benchmarks of the hot paths\n\nReproduce: `%s`. Raw output for benchstat: [%s](%s). Commands: ", g.Reproduce, g.File, g.File)
 	for i, c := range g.Commands {
 		if i > 0 {
 			p("; ")

@@ -2,11 +2,14 @@ package perf
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/perf/load"
 	"github.com/airlock-sandbox/airlock/perf/stats"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -71,6 +74,7 @@ func TestManifestsDecode(t *testing.T) {
 	}
 	for _, m := range []Manifest{
 		FullPerimeter(ws),
+		{Label: "perf-pool", CPUs: 0.5, Memory: "128MiB", Pids: 64, Workspace: ws, Pool: 3},
 		{Label: "perf-dns", CPUs: 2, Memory: "256MiB", Pids: 128, LoadDir: dir, Allow: []string{"*." + DNSZone, "*." + MissZone}},
 		{Label: "perf-tcp-cidr", CPUs: 2, Memory: "256MiB", Pids: 128, Allow: []string{"10.214.0.20/32:5001"}},
 		{Label: "bare", CPUs: 0.5, Memory: "128MiB", Pids: 64},
@@ -95,6 +99,9 @@ func TestManifestsDecode(t *testing.T) {
 		}
 		if m.Workspace != "" && (p.Workspaces[0].Mode != policies.ModeOverlay || p.Workspaces[0].HostPath != ws) {
 			t.Errorf("%s: workspace %+v", m.Label, p.Workspaces[0])
+		}
+		if (m.Pool > 0) != (p.Pool != nil) || (p.Pool != nil && p.Pool.Size != m.Pool) {
+			t.Errorf("%s: pool %+v, want size %d", m.Label, p.Pool, m.Pool)
 		}
 		if m.LoadDir != "" && (!p.Mounts[0].ReadOnly || p.Mounts[0].Target != "/opt/perf") {
 			t.Errorf("%s: mount %+v", m.Label, p.Mounts[0])
@@ -192,6 +199,18 @@ func sampleReport() *Report {
 			{Name: "ctr", ExitMS: sum(100, 110, 120), FirstOutputMS: sum(80)},
 			{Name: "srt", Error: "bwrap is not installed"},
 		}},
+		WarmStart: &WarmStart{Runs: 20, PoolSize: 2, TargetMS: 50, TargetMet: true,
+			API: []APIStart{
+				{Name: "API, warm", Pooled: true, CreateMS: sum(10, 12, 14), FirstOutputMS: sum(30, 32, 34), ExitMS: sum(40), WarmRuns: 3},
+				{Name: "API, cold", CreateMS: sum(200), FirstOutputMS: sum(240, 240), ExitMS: sum(250)},
+			},
+			CLI: []Variant{
+				{Name: "cli warm", ExitMS: sum(90), FirstOutputMS: sum(80), EchoExitMS: sum(95), Failures: 1, Error: "not warm: pool hits 4 → 4, misses 0 → 1"},
+				{Name: "cli cold", ExitMS: sum(300), FirstOutputMS: sum(280), EchoExitMS: sum(310)},
+			},
+			RefillMS: sum(400, 500, 600), Pool: &api.Pool{Hits: 60, Misses: 1, Discarded: 0}, Removed: PoolRemoval{Ready: 2, SettledMS: 310, Left: []string{}},
+			Isolation: Isolation{Warm: map[string]int{"netns": 1, "cgroup": 12}, Cold: map[string]int{"netns": 1, "cgroup": 12}, WarmNFT: 6, ColdNFT: 6, Same: true},
+		},
 		Teardown: &Teardown{Runs: 2, Variants: []TeardownVariant{{Name: "hello", GoneMS: sum(80, 90), Resources: 18}},
 			LastGone: map[string]map[string]int{"hello": {"none (all gone when rm returned)": 2}}},
 		DNS: &DNS{Workloads: []DNSWorkload{
@@ -229,9 +248,24 @@ func TestMarkdown(t *testing.T) {
 		"goroutine stack growth (runtime.newstack) 29.2% of samples",
 		"auditLog.Emit: JSON encoding of a map of fields and one write(2) per query) 15.6%",
 		"25000 q/s with the daemon's audit encoding, 50000 q/s without (×0.50)",
-		"the log writer (airlockd re-executed by the shim as containerd's binary logger, one Go process per session) 3.0 MiB",
+		"the log writer (airlock-logger, containerd's binary logger, one small static process per session) 3.0 MiB",
 		"one start while 100 sessions idle takes 107 ms (100 ms while 1 idle)",
 		"- tcp skipped: time budget of 1m used up",
+		"| warm start: API call to first output of `echo x`, full perimeter, pool of 2 (ms; target ≤ 50: met) | 32.0 (30.4–33.6) | cold, same perimeter: 240.0 (240.0–240.0) | ×0.13 |",
+		"| warm start to exit, `airlock run --rm`, full perimeter (ms) | 90 (90–90) | cold, same perimeter: 300 (300–300) | ×0.30 |",
+		"| warm pool refill, from a take until full again (ms) | 500 (420–580) | – | – |",
+		"Measured: **32.0 ms** median (p10–p90 30.4–33.6) over 3 warm runs: met.",
+		"| API, warm | 12.0 (10.4–13.6) | 32.0 (30.4–33.6) | 40.0 (40.0–40.0) | 3 of 3 | 0 |",
+		"the ≤ 50 ms target is met with 18.0 ms to spare",
+		"The create response alone took 12.0 ms warm",
+		"came 8 ms after the first byte warm and 10 ms cold.",
+		"48 ms of that first-output time are the CLI's own",
+		"the warm full perimeter is ×0.82",
+		"sustains about 2.0 warm starts per second",
+		"owned the same 13 resources as a cold one of the same perimeter, kind by kind (cgroup ×12, netns ×1)",
+		"Warm start failures: 1 of 6 pooled runs",
+		"cli warm, last failure: not warm: pool hits 4 → 4",
+		"Removing it tore down its 2 ready sandboxes; 310 ms after the request no sandbox of it was left (a refill in flight is finished, then discarded); left afterwards: none.",
 		"nothing of the run was left",
 	} {
 		if !strings.Contains(md, want) {
@@ -314,6 +348,7 @@ func TestReproduce(t *testing.T) {
 	for section, want := range map[string]string{
 		"":          "hack/perf.sh",
 		"coldstart": "hack/perf.sh -only coldstart -runs 20",
+		"warmstart": "hack/perf.sh -only warmstart -runs 20",
 		"density":   "hack/perf.sh -only density -density 1,10",
 		"gobench":   "hack/perf.sh -only gobench -benchtime 200ms -benchcount 5",
 		"dns":       "hack/perf.sh -only dns",
@@ -343,5 +378,41 @@ func TestDensityChart(t *testing.T) {
 	}
 	if len(b) < 1000 || string(b[1:4]) != "PNG" {
 		t.Fatalf("not a PNG: %d bytes", len(b))
+	}
+}
+
+func TestWarmFindingsMissedTarget(t *testing.T) {
+	ws := sampleReport().WarmStart
+	ws.API[0].FirstOutputMS = sum(61, 62, 63)
+	ws.API[0].ExitMS = sum(250)
+	ws.TargetMet = false
+	ws.Isolation = Isolation{Warm: map[string]int{"netns": 1}, Cold: map[string]int{"netns": 1, "mount": 2}, WarmNFT: 6, ColdNFT: 6}
+	got := strings.Join(ws.findings(nil), "\n")
+	for _, want := range []string{"the ≤ 50 ms target is missed by 12.0 ms", "came 188 ms after the first byte warm and 10 ms cold: for a short command that exit path, not the start, is most (75%) of a warm session's time.", "a warm session's resources differ from a cold one's: warm netns ×1, 6 nftables objects; cold mount ×2, netns ×1, 6."} {
+		if !strings.Contains(got, want) {
+			t.Errorf("findings lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "ctr run --rm") {
+		t.Errorf("a ctr comparison without a cold-start section:\n%s", got)
+	}
+	var md strings.Builder
+	ws.markdown(func(f string, a ...any) { fmt.Fprintf(&md, f, a...) })
+	if !strings.Contains(md.String(), "over 3 warm runs: not met.") || !strings.Contains(md.String(), "owned NOT the same resources") {
+		t.Errorf("markdown:\n%s", md.String())
+	}
+}
+
+func TestFirstWriter(t *testing.T) {
+	var w firstWriter
+	if _, err := w.Write(nil); err != nil || !w.first.IsZero() {
+		t.Fatalf("an empty write set the first-byte time")
+	}
+	before := time.Now()
+	w.Write([]byte("x"))
+	at := w.first
+	w.Write([]byte("\n"))
+	if at.Before(before) || !w.first.Equal(at) || w.buf.String() != "x\n" {
+		t.Fatalf("first %v (written after %v), buf %q", w.first, before, w.buf.String())
 	}
 }

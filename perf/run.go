@@ -15,7 +15,7 @@ import (
 // Sections, in the order they run.
 // Density runs before the DNS loads, whose audit reads inflate airlockd's
 // heap, so that its RSS measures the sessions.
-var Sections = []string{"gobench", "coldstart", "teardown", "density", "dns", "tcp"}
+var Sections = []string{"gobench", "coldstart", "warmstart", "teardown", "density", "dns", "tcp"}
 
 // KnownSection reports whether s names a section.
 func KnownSection(s string) bool { return slices.Contains(Sections, s) }
@@ -26,7 +26,7 @@ type Options struct {
 	// Out receives report.md, report.json, bench.txt, density.png and
 	// profiles/.
 	Out string
-	// Runs per variant for cold start and teardown.
+	// Runs per variant for cold start, warm start and teardown.
 	Runs int
 	// Density lists the idle-session counts.
 	Density []int
@@ -130,6 +130,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			r.ColdStart = cs
 		}
 	}
+	if o.want("warmstart") && !overBudget("warmstart") && ctx.Err() == nil {
+		logf("warm start: %d rounds, pool of %d", o.Runs, WarmPoolSize)
+		ws, err := MeasureWarmStart(ctx, e, o.Runs)
+		if ws != nil {
+			ws.Reproduce = reproduce(o, "warmstart")
+			r.WarmStart = ws
+		}
+		if err != nil {
+			fail("warmstart", err)
+		}
+	}
 	if o.want("teardown") && !overBudget("teardown") && ctx.Err() == nil {
 		logf("teardown: %d runs per variant", o.Runs)
 		if td, err := MeasureTeardown(ctx, e, o.Runs); err != nil {
@@ -187,7 +198,7 @@ func reproduce(o Options, section string) string {
 		args = append(args, "-only", section)
 	}
 	switch section {
-	case "coldstart", "teardown":
+	case "coldstart", "warmstart", "teardown":
 		args = append(args, "-runs", fmt.Sprint(o.Runs))
 	case "density":
 		d := make([]string, len(o.Density))

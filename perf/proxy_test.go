@@ -8,13 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/egress/allowlist"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/perf/load"
@@ -46,12 +46,11 @@ func upstreamServer(tb testing.TB) string {
 	return pc.LocalAddr().String()
 }
 
-// jsonlAudit appends each event to a file as one JSON line, the way the
-// daemon records a session's DNS decisions (api.AuditEvent, one write per
-// event).
+// jsonlAudit records each event in a file the way the daemon records a
+// session's DNS decisions: the daemon's event (api.AuditEvent, as
+// daemon/egress.go builds it) through the daemon's audit log writer.
 type jsonlAudit struct {
-	mu sync.Mutex
-	f  *os.File
+	log *daemon.AuditLog
 }
 
 func (a *jsonlAudit) emit(ev dnsproxy.Event) {
@@ -68,16 +67,8 @@ func (a *jsonlAudit) emit(ev dnsproxy.Event) {
 	if ev.Cached {
 		f["cached"] = true
 	}
-	b, err := json.Marshal(api.AuditEvent{Time: ev.Time, Session: ev.Session, Layer: "dns", Action: string(ev.Action),
+	a.log.Emit(context.Background(), api.AuditEvent{Time: ev.Time, Session: ev.Session, Layer: "dns", Action: string(ev.Action),
 		Subject: strings.TrimSuffix(ev.Name, "."), Reason: ev.Reason, Fields: f})
-	if err != nil {
-		panic(err)
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, err := a.f.Write(append(b, '\n')); err != nil {
-		panic(err)
-	}
 }
 
 // startProxy serves a dnsproxy on 127.0.0.1 for one session (the loopback
@@ -117,12 +108,9 @@ func BenchmarkProxyAudited(b *testing.B) {
 		b.Run("audit="+mode, func(b *testing.B) {
 			audit := func(dnsproxy.Event) {}
 			if mode == "jsonl" {
-				f, err := os.Create(filepath.Join(b.TempDir(), "audit.jsonl"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { f.Close() })
-				audit = (&jsonlAudit{f: f}).emit
+				l := daemon.NewAuditLog(filepath.Join(b.TempDir(), "audit.jsonl"))
+				b.Cleanup(func() { _ = l.Close() })
+				audit = (&jsonlAudit{log: l}).emit
 			}
 			addr := startProxy(b, audit)
 			names, _ := load.ExpandNames([]string{"d%d." + DNSZone}, 50)
@@ -147,12 +135,10 @@ func BenchmarkProxyAudited(b *testing.B) {
 // TestProxyHarness checks the harness itself: answers through the proxy
 // for allowed names, refusals for others, one audit line per query.
 func TestProxyHarness(t *testing.T) {
-	f, err := os.Create(filepath.Join(t.TempDir(), "audit.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	addr := startProxy(t, (&jsonlAudit{f: f}).emit)
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l := daemon.NewAuditLog(path)
+	defer l.Close()
+	addr := startProxy(t, (&jsonlAudit{log: l}).emit)
 	res, err := load.RunDNS(context.Background(), load.DNSConfig{Server: addr, Names: []string{"d1." + DNSZone, "x.other.test"}, Count: 20})
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +146,7 @@ func TestProxyHarness(t *testing.T) {
 	if res.Rcodes["NOERROR"] != 10 || res.Rcodes["REFUSED"] != 10 {
 		t.Fatalf("rcodes %v, want 10 NOERROR and 10 REFUSED", res.Rcodes)
 	}
-	b, err := os.ReadFile(f.Name())
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,8 @@ func clientWrote(rcode int) bool {
 	return true
 }
 
-// request is the per-query state the handlers share through the context.
+// request is the per-query state the handlers share through the context
+// (a queryContext).
 type request struct {
 	client netip.Addr
 	proto  string // "udp" or "tcp"
@@ -49,10 +50,6 @@ type request struct {
 
 type requestKey struct{}
 
-func withRequest(ctx context.Context, req *request) context.Context {
-	return context.WithValue(ctx, requestKey{}, req)
-}
-
 func requestFrom(ctx context.Context) *request {
 	req, _ := ctx.Value(requestKey{}).(*request)
 	if req == nil {
@@ -65,6 +62,10 @@ func requestFrom(ctx context.Context) *request {
 // newRequest reads the client's address and transport from w.
 func newRequest(w dns.ResponseWriter) *request {
 	req := &request{proto: "udp", udpSize: dns.MinMsgSize}
+	if u, ok := w.(*udpWriter); ok && u.src.IsValid() {
+		req.client = u.src.Addr().Unmap()
+		return req
+	}
 	switch a := w.RemoteAddr().(type) {
 	case *net.UDPAddr:
 		req.client = a.AddrPort().Addr().Unmap()

@@ -235,12 +235,19 @@ func New(sessions Sessions, opts ...Option) (*Server, error) {
 
 // ServePacketConn answers DNS over UDP on pc until ctx is done or Shutdown
 // is called, then closes pc. The socket may belong to another network
-// namespace. ctx also carries the logger.
+// namespace; on a wildcard address, each answer leaves from the address its
+// query was sent to. Queries are served by up to maxUDPWorkers long-lived
+// goroutines, and by a goroutine each beyond that. ctx also carries the
+// logger.
 func (s *Server) ServePacketConn(ctx context.Context, pc net.PacketConn) error {
 	if pc == nil {
 		return fmt.Errorf("dnsproxy: nil packet conn: %w", errdefs.ErrInvalidArgument)
 	}
-	return s.run(ctx, &dns.Server{PacketConn: pc, UDPSize: maxUDPRead})
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.running.Done()
+	return s.serveUDP(ctx, pc)
 }
 
 // ServeListener answers DNS over TCP on l until ctx is done or Shutdown is
@@ -252,6 +259,7 @@ func (s *Server) ServeListener(ctx context.Context, l net.Listener) error {
 	return s.run(ctx, &dns.Server{Listener: l})
 }
 
+// run serves a TCP listener with miekg/dns.
 func (s *Server) run(ctx context.Context, srv *dns.Server) error {
 	srv.Handler = dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) { s.serve(ctx, w, r) })
 	srv.MsgAcceptFunc = func(dh dns.Header) dns.MsgAcceptAction {
@@ -267,13 +275,9 @@ func (s *Server) run(ctx context.Context, srv *dns.Server) error {
 	started := make(chan struct{})
 	srv.NotifyStartedFunc = func() { close(started) }
 
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return fmt.Errorf("dnsproxy: server is shut down: %w", errdefs.ErrFailedPrecondition)
+	if err := s.begin(); err != nil {
+		return err
 	}
-	s.running.Add(1)
-	s.mu.Unlock()
 	defer s.running.Done()
 
 	errc := make(chan error, 1)
@@ -295,6 +299,18 @@ func (s *Server) run(ctx context.Context, srv *dns.Server) error {
 	err := srv.ShutdownContext(sctx)
 	<-errc
 	return err
+}
+
+// begin counts a serving call in s.running, unless the Server is shut
+// down.
+func (s *Server) begin() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("dnsproxy: server is shut down: %w", errdefs.ErrFailedPrecondition)
+	}
+	s.running.Add(1)
+	return nil
 }
 
 // Shutdown stops every socket the Server serves and waits, until ctx is
@@ -331,10 +347,10 @@ func (s *Server) serve(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) {
 		return
 	}
 	s.stats.queries.Add(1)
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.queryTimeout)
-	defer cancel()
 	req := newRequest(w)
-	ctx = withRequest(ctx, req)
+	qctx := newQueryContext(ctx, time.Now().Add(s.cfg.queryTimeout), req)
+	defer qctx.release()
+	ctx = qctx
 	rc, err := s.chain.ServeDNS(ctx, w, r)
 	if clientWrote(rc) {
 		return

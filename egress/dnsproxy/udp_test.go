@@ -1,0 +1,154 @@
+package dnsproxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/airlock-sandbox/airlock/internal/log"
+)
+
+// serveUDPOn serves s on a packet socket listening on network/address until
+// the test ends.
+func serveUDPOn(t *testing.T, s *Server, network, address string) net.PacketConn {
+	t.Helper()
+	pc, err := net.ListenPacket(network, address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(log.WithLogger(context.Background(), slog.New(slog.NewTextHandler(t.Output(), nil))))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := s.ServePacketConn(ctx, pc); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return pc
+}
+
+// TestUDPAnswersFromQueryAddress checks that on a wildcard socket an answer
+// leaves from the address its query was sent to: a connected client socket
+// takes nothing else.
+func TestUDPAnswersFromQueryAddress(t *testing.T) {
+	cases := []struct {
+		network, listen string
+		dests           []string
+	}{
+		{"udp4", "0.0.0.0:0", []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"}},
+		// Dual-stack: IPv4 queries arrive as IPv4-mapped addresses.
+		{"udp", "0.0.0.0:0", []string{"127.0.0.2", "127.0.0.3", "::1"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.network, func(t *testing.T) {
+			s, err := New(&SessionMap{}, WithUpstreams("192.0.2.1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc := serveUDPOn(t, s, tc.network, tc.listen)
+			port := pc.LocalAddr().(*net.UDPAddr).Port
+			for i, dst := range tc.dests {
+				addr := net.JoinHostPort(dst, fmt.Sprint(port))
+				c, err := net.Dial("udp", addr)
+				if err != nil {
+					if dst == "::1" {
+						t.Logf("no IPv6 loopback: %v", err)
+						continue
+					}
+					t.Fatal(err)
+				}
+				id := uint16(0x100 + i)
+				rcode, err := exchangeRaw(c, packQuery("a.test.", id), id)
+				c.Close()
+				if err != nil {
+					t.Fatalf("query to %s: %v", addr, err)
+				}
+				if rcode != dns.RcodeRefused {
+					t.Errorf("query to %s: rcode %s, want REFUSED (unknown source)", addr, dns.RcodeToString[rcode])
+				}
+			}
+		})
+	}
+}
+
+// TestUDPBusyWorkersDoNotHoldUpQueries fills every worker with queries
+// waiting for an upstream; other queries are still answered at once, and
+// the waiting ones when the upstream answers.
+func TestUDPBusyWorkersDoNotHoldUpQueries(t *testing.T) {
+	release := make(chan struct{})
+	var waiting atomic.Int64
+	exchange := func(ctx context.Context, _, _ string, q *dns.Msg) (*dns.Msg, error) {
+		waiting.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		m := new(dns.Msg)
+		m.SetRcode(q, dns.RcodeNameError)
+		return m, nil
+	}
+	sess := newSession(t, "s1", false, []string{"*.slow.test"}, nil)
+	var sessions SessionMap
+	sessions.Set(netip.MustParseAddr("127.0.0.1"), sess.policy)
+	p := startProxy(t, &sessions, withExchange(exchange), WithUpstreams("192.0.2.1"), WithCacheSize(0),
+		WithTimeouts(30*time.Second, 30*time.Second))
+
+	const slow = maxUDPWorkers + 16
+	var wg sync.WaitGroup
+	errs := make(chan error, slow)
+	for i := range slow {
+		wg.Go(func() {
+			m := new(dns.Msg)
+			m.SetQuestion(fmt.Sprintf("q%d.slow.test.", i), dns.TypeA)
+			resp, err := p.tryExchange(t.Context(), "udp", "", m)
+			switch {
+			case err != nil:
+				errs <- err
+			case resp.Rcode != dns.RcodeNameError:
+				errs <- fmt.Errorf("slow query %d: rcode %s", i, dns.RcodeToString[resp.Rcode])
+			}
+		})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting.Load() < slow && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := waiting.Load(); n < slow {
+		t.Fatalf("%d of %d queries reached the upstream", n, slow)
+	}
+
+	// Every worker is busy: a refused query is still answered promptly.
+	m := new(dns.Msg)
+	m.SetQuestion("blocked.test.", dns.TypeA)
+	start := time.Now()
+	resp, err := p.tryExchange(t.Context(), "udp", "", m)
+	if err != nil || resp.Rcode != dns.RcodeRefused {
+		t.Fatalf("query while the workers are busy: %v, %v", resp, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("query while the workers are busy took %v", d)
+	}
+
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if st := p.Stats(); st.Queries != slow+1 || st.Allowed != slow || st.Refused != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 func (c *cli) newAuditCommand() *cobra.Command {
@@ -26,26 +28,25 @@ by value.`,
   airlock audit --json 3f9c2a1b | jq 'select(.action == "refused")'`,
 		Args: exactArgs(1, "one session ID"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			evs, err := c.client().Audit(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
 			if !asJSON {
 				fmt.Fprintln(tw, "TIME\tLAYER\tACTION\tSUBJECT\tDETAIL")
 			}
-			for _, ev := range evs {
+			// Events are printed as they arrive: --json output of a long
+			// log starts at once and stays in constant memory.
+			err := c.client().AuditEach(cmd.Context(), args[0], func(ev api.AuditEvent) error {
 				if layer != "" && ev.Layer != layer {
-					continue
+					return nil
 				}
 				if asJSON {
-					if err := c.printJSONLine(ev); err != nil {
-						return err
-					}
-					continue
+					return c.printJSONLine(ev)
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ev.Time.Local().Format("15:04:05.000"),
 					ev.Layer, ev.Action, ev.Subject, detail(ev.Reason, ev.Fields))
+				return nil
+			})
+			if err != nil {
+				return err
 			}
 			if asJSON {
 				return nil

@@ -351,26 +351,51 @@ func (d *Daemon) watch(s *session, ch <-chan containerd.ExitStatus) {
 	}()
 }
 
-// recordExit stores the exit status, deletes the task (freeing the shim and
-// cgroup) and wakes waiters.
+// recordExit revokes the session's credentials, removes its network,
+// deletes the task (freeing the shim and cgroup) and carries out on_exit,
+// then stores the exit status and wakes waiters.
 func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitStatus) {
 	code, _, err := st.Result()
 	exit := int(code)
 	if err != nil {
 		exit = -1
 	}
-	d.revokeCredentials(ctx, s.rec.ID)
-	if err := d.stopEgress(ctx, s); err != nil {
-		log.G(ctx).Warn("remove network", "error", err)
-	}
-	oom := oomKilled(d.cgroupPath(s.rec.ID))
-	if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
-		log.G(ctx).Warn("delete exited task", "error", err)
-	}
-	review, err := d.finishFS(ctx, s)
-	if err != nil {
-		log.G(ctx).Error("workspace on_exit", "error", err)
-	}
+	id := s.rec.ID
+	steps := newTeardownSteps()
+	steps.run("credentials", func() { d.revokeCredentials(ctx, id) })
+	// Read before the task's deletion removes the cgroup.
+	var oom bool
+	steps.run("oom", func() { oom = oomKilled(d.cgroupPath(id)) })
+	// The network, the task and the workspace do not depend on one
+	// another: they go side by side. on_exit must not run while a process
+	// of the sandbox may still write to the workspace, so it waits for the
+	// task's deletion unless the session's cgroup is already empty. It
+	// normally is: the kernel kills the rest of a PID namespace before
+	// the exit of its init is reported.
+	taskGone := make(chan struct{})
+	steps.spawn("network", func() {
+		if err := d.stopEgress(ctx, s); err != nil {
+			log.G(ctx).Warn("remove network", "error", err)
+		}
+	})
+	steps.spawn("task", func() {
+		defer close(taskGone)
+		if err := d.rt.DeleteTask(ctx, id); err != nil {
+			log.G(ctx).Warn("delete exited task", "error", err)
+		}
+	})
+	var review bool
+	steps.spawn("workspace", func() {
+		if !cgroupEmpty(d.cgroupPath(id)) {
+			<-taskGone
+		}
+		var err error
+		if review, err = d.finishFS(ctx, s); err != nil {
+			log.G(ctx).Error("workspace on_exit", "error", err)
+		}
+	})
+	steps.wait()
+	defer steps.log(ctx, "exit")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rec.Review = review
@@ -396,9 +421,11 @@ func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitS
 	s.rec.ExitCode = &exit
 	s.rec.Reason = reason
 	s.rec.Finished = &finished
-	if err := s.saveLocked(); err != nil {
-		log.G(ctx).Error("persist exit", "error", err)
-	}
+	steps.run("state", func() {
+		if err := s.saveLocked(); err != nil {
+			log.G(ctx).Error("persist exit", "error", err)
+		}
+	})
 	s.closeExitedLocked()
 	s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "ended", Reason: reason,
 		Fields: map[string]any{"exit_code": exit}})
@@ -534,21 +561,36 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 }
 
 // teardown removes every object a session owns, then its directory.
-func (d *Daemon) teardown(ctx context.Context, id string) error {
-	d.revokeCredentials(ctx, id)
-	if err := d.removeNetwork(ctx, id); err != nil {
+// The network and the containerd objects go side by side; the session's
+// files only once the task (if one was left) is deleted, so that nothing
+// of the sandbox still runs on them.
+func (d *Daemon) teardown(ctx context.Context, id string) (retErr error) {
+	steps := newTeardownSteps()
+	defer func() {
+		if retErr == nil {
+			steps.log(ctx, "remove")
+		}
+	}()
+	steps.run("credentials", func() { d.revokeCredentials(ctx, id) })
+	var netErr, rtErr error
+	steps.spawn("network", func() { netErr = d.removeNetwork(ctx, id) })
+	steps.spawn("containerd", func() { rtErr = d.rt.Delete(ctx, id) })
+	steps.wait()
+	if err := errors.Join(netErr, rtErr); err != nil {
 		return err
 	}
-	if err := d.rt.Delete(ctx, id); err != nil {
+	dir := d.sessionDir(id)
+	var err error
+	steps.run("workspace", func() { err = cleanupFS(ctx, dir) })
+	if err != nil {
 		return err
 	}
-	if err := cleanupFS(ctx, d.sessionDir(id)); err != nil {
+	steps.run("mounts", func() { err = unmountUnder(dir) })
+	if err != nil {
 		return err
 	}
-	if err := unmountUnder(d.sessionDir(id)); err != nil {
-		return err
-	}
-	return os.RemoveAll(d.sessionDir(id))
+	steps.run("dir", func() { err = os.RemoveAll(dir) })
+	return err
 }
 
 // List returns all sessions, newest first.

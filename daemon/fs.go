@@ -40,29 +40,31 @@ func (d *Daemon) setupFS(ctx context.Context, s *session, p *policies.Policy, ui
 
 // finishFS runs once the sandbox is gone: it unmounts the session's view
 // and carries out each workspace's on_exit (commit with the commit policy,
-// discard, or keep for review). Every commit decision is audited.
+// discard, or keep for review). Every commit decision is audited. review
+// reports whether changes wait for `airlock diff/commit/discard`.
 func (d *Daemon) finishFS(ctx context.Context, s *session) (review bool, err error) {
 	fs := s.fs
 	if fs == nil {
 		return false, nil
 	}
-	if err := fs.Teardown(ctx, true); err != nil {
-		return false, fmt.Errorf("unmount sandbox view: %w", err)
-	}
-	res, review, err := fs.Finish(ctx, s.fsAudit(ctx))
+	res, review, err := fs.Exit(ctx, s.fsAudit(ctx))
 	if res != nil {
 		log.G(ctx).Info("workspace committed on exit", "applied", len(res.Applied), "rejected", len(res.Rejected), "conflicts", len(res.Conflicts))
 	}
-	if err != nil && res == nil {
-		return true, err
-	}
-	if !review {
-		if err := fs.Teardown(ctx, false); err != nil {
-			return false, err
+	switch {
+	case review:
+		if err != nil && res != nil {
+			// A refused commit, audited decision by decision: the
+			// changes wait for review.
+			log.G(ctx).Warn("workspace commit on exit refused; changes kept for review", "error", err)
+			err = nil
 		}
-		s.fs = nil
+		return true, err
+	case err != nil:
+		return false, err
 	}
-	return review, nil
+	s.fs = nil
+	return false, nil
 }
 
 // fsAudit turns commit decisions into audit events.

@@ -563,16 +563,17 @@ func (r *Runtime) DeleteTask(ctx context.Context, id string) error {
 	return nil
 }
 
-// deleteTask deletes a task, killing its processes first unless it has
-// already stopped: containerd's WithProcessKill asks the shim to run
-// `runc kill --all` even for a stopped task, which costs a runc process
-// and then fails with "not running".
+// deleteTask deletes a task, killing its processes first only if it has
+// not stopped: containerd's WithProcessKill asks the shim to run `runc kill
+// --all` even for a stopped task, which costs a runc process and then fails
+// with "not running".
 func deleteTask(ctx context.Context, t containerd.Task) error {
-	var opts []containerd.ProcessDeleteOpts
-	if st, err := t.Status(ctx); err != nil || st.Status != containerd.Stopped {
-		opts = append(opts, containerd.WithProcessKill)
+	_, err := t.Delete(ctx)
+	if errdefs.IsFailedPrecondition(err) {
+		// Not stopped (running, created or paused).
+		_, err = t.Delete(ctx, containerd.WithProcessKill)
 	}
-	if _, err := t.Delete(ctx, opts...); err != nil && !errdefs.IsNotFound(err) {
+	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete task: %w", err)
 	}
 	return nil

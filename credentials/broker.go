@@ -358,12 +358,17 @@ func (b *Broker) revoke(ctx context.Context, session string, only []*Credential,
 	var events []Event
 	now := b.clock.Now()
 	ids := map[string]bool{}
+	changed := false
 	for _, c := range only {
 		ids[c.ID] = true
-		delete(b.grants[session], c.Name)
+		if _, ok := b.grants[session][c.Name]; ok {
+			delete(b.grants[session], c.Name)
+			changed = true
+		}
 	}
-	if only == nil || len(b.grants[session]) == 0 {
+	if _, ok := b.grants[session]; ok && (only == nil || len(b.grants[session]) == 0) {
 		delete(b.grants, session)
+		changed = true
 	}
 	for jti, rec := range b.tokens {
 		if rec.Session != session || rec.Revoked || (only != nil && !ids[jti]) {
@@ -375,8 +380,14 @@ func (b *Broker) revoke(ctx context.Context, session string, only []*Credential,
 			ID: jti, Audience: rec.Audience, Scopes: slices.Clone(rec.Scopes), Expires: rec.Expiry, Reason: reason,
 		})
 	}
-	b.pruneLocked(now)
-	err := b.saveLocked()
+	if b.pruneLocked(now) > 0 || len(events) > 0 {
+		changed = true
+	}
+	var err error
+	if changed {
+		// Repeated revocations (stop, exit, remove) write nothing new.
+		err = b.saveLocked()
+	}
 	b.mu.Unlock()
 
 	if err != nil {

@@ -51,10 +51,15 @@ func (r *Report) Findings() []string {
 			s := fmt.Sprintf("DNS proxy: under the cache-hit load it answers %.0f q/s against %.0f q/s for the world's server queried directly, and airlockd spends %.0f µs of CPU per query (the harness's DNS server: %.0f µs).",
 				hit.Sandbox.QPS, hit.Direct.QPS, hit.SandboxServerCPUUS, hit.DirectServerCPUUS)
 			if prof != nil {
-				s += fmt.Sprintf(" In airlockd's profile (perf record, inclusive): goroutine stack growth (%s) %s of samples, the session audit log (%s: JSON encoding of a map of fields and one write(2) per query) %s, of which encoding/json %s; nftables pinning (%s) %s; GC %s.",
-					symNewstack, pct(prof.Share(symNewstack)), "auditLog.Emit", pct(prof.Share(symAuditEmit)), pct(prof.Share(symJSON)), "Session.Pin", pct(prof.Share(symPin)), pct(prof.Share(symGC)))
+				s += " In airlockd's profile (perf record, inclusive): " + shares(prof, []share{
+					{"the session audit log (auditLog.Emit: one encoded line and one write(2) per query)", symAuditEmit},
+					{"nftables pinning (Session.Pin)", symPin},
+					{"goroutine stack growth (runtime.newstack)", symNewstack},
+					{"encoding/json", symJSON},
+					{"GC", symGC},
+				}) + "."
 				if prof.Share(symNewstack) >= 10 {
-					s += " miekg/dns serves every UDP query on a new goroutine, and the proxy's handler chain plus the audit encoding outgrow the starting stack, so most queries pay for one or more stack copies."
+					s += " Goroutine stacks still grow on the query path: most queries pay for one or more stack copies."
 				}
 			}
 			out = append(out, s)
@@ -78,8 +83,9 @@ func (r *Report) Findings() []string {
 		if on > 0 && off > 0 {
 			s := fmt.Sprintf("In-process proxy harness (perf.BenchmarkProxyAudited, real UDP sockets, cache hits): %.0f q/s with the daemon's audit encoding, %.0f q/s without (×%.2f).", on, off, on/off)
 			if jsonl != nil && bare != nil && jsonl.Error == "" && bare.Error == "" {
-				s += fmt.Sprintf(" pprof: runtime.newstack is %s of the harness's CPU with audit and %s without; json.Marshal %s.", pct(jsonl.Share(symNewstack)), pct(bare.Share(symNewstack)), pct(jsonl.Share(symJSON)))
-				if c := callerShares(jsonl.Callers); len(c) > 0 {
+				s += " pprof, with audit: " + shares(jsonl, []share{{"runtime.newstack", symNewstack}, {"json.Marshal", symJSON}, {"auditLog.Emit", symAuditEmit}}) +
+					"; without: " + shares(bare, []share{{"runtime.newstack", symNewstack}}) + "."
+				if c := callerShares(jsonl.Callers); len(c) > 0 && jsonl.Share(symNewstack) >= 5 {
 					s += " With audit on, the stack overflowed in " + strings.Join(c, ", ") + " (share of runtime.newstack's time)."
 				}
 			}
@@ -124,6 +130,30 @@ func benchMedian(g *GoBench, name, unit string) float64 {
 		}
 	}
 	return 0
+}
+
+// share names a symbol for shares.
+type share struct{ label, sym string }
+
+// shares lists the labelled symbols' shares of a profile's samples, and
+// says which did not appear at all.
+func shares(p *Profile, list []share) string {
+	var have, absent []string
+	for _, sh := range list {
+		if v := p.Share(sh.sym); v > 0 {
+			have = append(have, sh.label+" "+pct(v))
+		} else {
+			absent = append(absent, sh.label)
+		}
+	}
+	out := strings.Join(have, ", ")
+	if len(absent) > 0 {
+		if out != "" {
+			out += "; "
+		}
+		out += "not in the samples: " + strings.Join(absent, ", ")
+	}
+	return out
 }
 
 func pct(x float64) string {

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/bench/catalog"
 	"github.com/airlock-sandbox/airlock/bench/runner"
 	benchimage "github.com/airlock-sandbox/airlock/images/bench"
+	"github.com/airlock-sandbox/airlock/internal/term"
 )
 
 type benchOptions struct {
@@ -143,7 +144,7 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 		return err
 	}
 	bar := &progressBar{w: c.stderr, start: c.now(), now: c.now}
-	_, bar.tty = terminalWidth(c.stderr)
+	_, bar.tty = term.Width(c.stderr)
 	res, runErr := runner.Run(ctx, st, runner.Options{
 		Families: o.families, Modes: o.modes, Gates: gates, Extra: extra, Out: o.out, DataDir: o.dataDir,
 		Workers: o.workers, Naive: o.naive, Timeout: o.timeout, Progress: bar.update,

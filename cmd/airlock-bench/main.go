@@ -14,13 +14,13 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/term"
 )
 
 // Exit codes, as airlock's (docs/cli.md).
@@ -65,7 +65,7 @@ type cli struct {
 func (c *cli) execute(ctx context.Context, args []string) int {
 	// The progress bar and the interrupt warning write from other
 	// goroutines than the runner's log.
-	c.stdout, c.stderr = &syncWriter{w: c.stdout}, &syncWriter{w: c.stderr}
+	c.stdout, c.stderr = &term.SyncWriter{W: c.stdout}, &term.SyncWriter{W: c.stderr}
 	root := c.newBenchCommand()
 	root.SetArgs(args)
 	root.SetOut(c.stdout)
@@ -161,16 +161,4 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 		}
 		return nil
 	}
-}
-
-// syncWriter serializes writes to w.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }

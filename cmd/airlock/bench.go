@@ -21,25 +21,10 @@ func (c *cli) newBenchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench [flags]",
 		Short: "Run the permission benchmark against real sandboxes",
-		Long: `Bench runs AmPermBench's task families against airlock sandboxes: every
-action of the fixed catalog, under every prompt, in every mode (gate-only,
-fs-only, egress-only, credentials-only, perimeter), on a freshly reset world
-of real services, and judges each by its effect (bench/SPEC.md).
-
-It starts what it needs and stops it all afterwards: the world's network
-namespace with its DNS and services, and a daemon wired to the world as its
-uplink, unless --socket names a running daemon, whose uplink must then be the
-network namespace --world-netns (bench never sends traffic anywhere else).
-
-Results go to --out: summary.json, summary.csv, report.md with the tables,
-PNG charts, the generated manifests, the session configurations and the
-per-run records (command, manifest, gate decision, state diff, audit events).
-The headline table is printed at the end.
-
-Gates: allow-all, rules:FILE (allow/deny patterns on the command),
-exec:CMD (a classifier: JSON on stdin, allow or deny on stdout), replay:FILE
-(recorded decisions). --actions adds JSON lines of {"family", "prompt_id",
-"command"}, reported apart from the catalog.`,
+		Long: `Bench runs AmPermBench's task families against airlock sandboxes, gate-only
+versus perimeter-enforced, judges each action by its effect on a freshly reset
+world, and writes the report (bench/SPEC.md). It is the airlock-bench program,
+installed next to airlock; 'airlock bench --help' shows its flags.`,
 		Example: `  airlock bench
   airlock bench --family cancel-jobs --mode gate-only --mode perimeter
   airlock bench --gate allow-all --gate rules:bench/runner/rules/example.rules --out results`,

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/term"
 )
 
 // Exit codes.
@@ -95,7 +96,7 @@ func (c *cli) defaultSocket() string {
 func (c *cli) execute(ctx context.Context, args []string) int {
 	// Output streams are written from more than one goroutine in run
 	// (log frames and signal-forwarding warnings).
-	c.stdout, c.stderr = &syncWriter{w: c.stdout}, &syncWriter{w: c.stderr}
+	c.stdout, c.stderr = &term.SyncWriter{W: c.stdout}, &term.SyncWriter{W: c.stderr}
 	root := c.newRootCommand()
 	// A command that parses its own arguments (bench) gets them as typed.
 	if cmd, _, err := root.Find(args); err != nil || !cmd.DisableFlagParsing {
@@ -304,16 +305,4 @@ func minArgs(n int, what string) cobra.PositionalArgs {
 		}
 		return nil
 	}
-}
-
-// syncWriter serializes writes to w.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/internal/term"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -88,7 +89,7 @@ func (c *cli) decode(path string, vars map[string]string, showWarnings bool) (*p
 // writeDiagnostics renders diagnostics on stderr, in color and wrapped to
 // the terminal's width when stderr is a terminal.
 func (c *cli) writeDiagnostics(d *policies.DiagnosticsError) {
-	width, tty := terminalWidth(c.stderr)
+	width, tty := term.Width(c.stderr)
 	if width == 0 {
 		width = 78
 	}

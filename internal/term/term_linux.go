@@ -1,4 +1,4 @@
-package main
+package term
 
 import (
 	"io"
@@ -7,10 +7,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// terminalWidth returns w's width in columns when w is a terminal.
-func terminalWidth(w io.Writer) (uint, bool) {
-	if sw, ok := w.(*syncWriter); ok {
-		w = sw.w
+// Width returns w's width in columns and whether w is a terminal (width 0
+// when a terminal does not say).
+func Width(w io.Writer) (uint, bool) {
+	if sw, ok := w.(*SyncWriter); ok {
+		w = sw.W
 	}
 	f, ok := w.(*os.File)
 	if !ok {

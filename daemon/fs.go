@@ -56,7 +56,7 @@ func (d *Daemon) finishFS(ctx context.Context, s *session) (review bool, err err
 		if err != nil && res != nil {
 			// A refused commit, audited decision by decision: the
 			// changes wait for review.
-			log.G(ctx).Warn("workspace commit on exit refused; changes kept for review", "error", err)
+			log.G(ctx).Info("workspace commit on exit refused; changes kept for review", "error", err)
 			err = nil
 		}
 		return true, err

@@ -2,6 +2,7 @@ package glob
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -67,6 +68,12 @@ func FuzzList(f *testing.F) {
 	f.Add("*.pem", "public.pem", "x/public.pem", false)
 	f.Add("build/", "build/", "build", true)
 	f.Fuzz(func(t *testing.T, include, except, path string, isDir bool) {
+		if strings.HasPrefix(include, "!") {
+			// In a list that is an exception itself (a literal "!" is
+			// written "\!"); the definition below is about an entry and
+			// an exception.
+			return
+		}
 		in, err1 := Compile(include, false)
 		ex, err2 := Compile(except, false)
 		l, err := NewList([]string{include, "!" + except}, false)

@@ -183,6 +183,22 @@ func (h *Harness) Close(ctx context.Context) error {
 	if err := unmountUnder(h.Root); err != nil {
 		errs = append(errs, err)
 	}
+	// The daemon's shared parent cgroups go with its last session or
+	// prepared sandbox.
+	if h.Daemon != nil {
+		parent := "airlock-" + daemon.Prefix(h.Root)
+		hier, _ := os.ReadDir("/sys/fs/cgroup")
+		for _, e := range append(hier, nil) {
+			p := filepath.Join("/sys/fs/cgroup", parent)
+			if e != nil {
+				p = filepath.Join("/sys/fs/cgroup", e.Name(), parent)
+			}
+			if _, err := os.Stat(p); err == nil {
+				errs = append(errs, fmt.Errorf("cgroup %s left behind", p))
+				_ = os.Remove(p)
+			}
+		}
+	}
 	errs = append(errs, os.RemoveAll(h.Root))
 	return errors.Join(errs...)
 }

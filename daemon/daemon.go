@@ -184,6 +184,9 @@ func (d *Daemon) Close(ctx context.Context) error {
 	// Prepared sandboxes belong to no session: they go with the daemon.
 	d.drainPools(ctx)
 	d.mu.Lock()
+	d.releaseCgroupParentsLocked()
+	d.mu.Unlock()
+	d.mu.Lock()
 	for _, s := range d.sessions {
 		s.stopTimer()
 	}
@@ -596,9 +599,7 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 	_ = s.audit.Close()
 	d.mu.Lock()
 	delete(d.sessions, id)
-	if len(d.sessions) == 0 && d.creating == 0 && d.pooledLocked() == 0 {
-		d.removeCgroupParentsLocked()
-	}
+	d.releaseCgroupParentsLocked()
 	d.mu.Unlock()
 	log.G(ctx).Info("session removed")
 	return nil
@@ -890,6 +891,15 @@ func oomKilled(cgroupPath string) bool {
 		}
 	}
 	return false
+}
+
+// releaseCgroupParentsLocked removes the shared parent cgroups once
+// nothing of the daemon needs them: no session, no create in progress, no
+// prepared sandbox. Every path that ends a session or a sandbox calls it.
+func (d *Daemon) releaseCgroupParentsLocked() {
+	if len(d.sessions) == 0 && d.creating == 0 && d.pooledLocked() == 0 {
+		d.removeCgroupParentsLocked()
+	}
 }
 
 // removeCgroupParentsLocked removes the daemon's parent cgroups once no

@@ -189,9 +189,7 @@ func (d *Daemon) discard(ctx context.Context, s *session) {
 	}
 	_ = s.audit.Close()
 	d.mu.Lock()
-	if len(d.sessions) == 0 && d.creating == 0 && d.pooledLocked() == 0 {
-		d.removeCgroupParentsLocked()
-	}
+	d.releaseCgroupParentsLocked()
 	d.mu.Unlock()
 }
 

@@ -43,6 +43,9 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	defer func() {
 		d.mu.Lock()
 		d.creating--
+		if retErr != nil {
+			d.releaseCgroupParentsLocked()
+		}
 		d.mu.Unlock()
 	}()
 	ctx = log.With(ctx, "session", id, "label", p.Label)
@@ -105,20 +108,30 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	s.launch = ld
 	opts = append(opts, s.launchOpt())
 	steps.mark("launch")
-	if err := d.rt.Create(ctx, runtime.CreateOptions{ID: id, Image: p.Image, SpecOpts: opts}); err != nil {
+	// containerd's and runc's steps run to their end even when the caller
+	// goes away (a daemon shutting down, a client hanging up): cut off in
+	// the middle, runc may leave a cgroup that no task owns, which the
+	// rollback could not find. The caller's cancellation is honoured
+	// right after them.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := d.rt.Create(cctx, runtime.CreateOptions{ID: id, Image: p.Image, SpecOpts: opts}); err != nil {
 		return nil, err
 	}
 	steps.mark("container")
-	pid, ch, err := d.rt.Start(ctx, id, s.logDir())
+	pid, ch, err := d.rt.Start(cctx, id, s.logDir())
 	if err != nil {
 		return nil, err
 	}
 	steps.mark("task")
 	s.pid = pid
-	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	rctx, rcancel := context.WithTimeout(cctx, readyTimeout)
 	err = ld.Ready(rctx)
-	cancel()
+	rcancel()
 	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	steps.mark("ready")
@@ -224,6 +237,9 @@ func (d *Daemon) abandon(ctx context.Context, s *session) {
 		log.G(ctx).Error("rollback of failed create left objects behind", "error", err)
 	}
 	_ = s.audit.Close()
+	d.mu.Lock()
+	d.releaseCgroupParentsLocked()
+	d.mu.Unlock()
 }
 
 func (d *Daemon) initBinary() string { return filepath.Join(d.cfg.BinDir, launch.Binary) }

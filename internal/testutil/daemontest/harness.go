@@ -194,7 +194,14 @@ func (h *Harness) Close(ctx context.Context) error {
 				p = filepath.Join("/sys/fs/cgroup", e.Name(), parent)
 			}
 			if _, err := os.Stat(p); err == nil {
-				errs = append(errs, fmt.Errorf("cgroup %s left behind", p))
+				kids, _ := os.ReadDir(p)
+				var names []string
+				for _, k := range kids {
+					if k.IsDir() {
+						names = append(names, k.Name())
+					}
+				}
+				errs = append(errs, fmt.Errorf("cgroup %s left behind (children %v)", p, names))
 				_ = os.Remove(p)
 			}
 		}

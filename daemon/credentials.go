@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -298,7 +296,7 @@ func (d *Daemon) startRefreshers(ctx context.Context, s *session, current map[st
 		return
 	}
 	id := s.rec.ID
-	uid, gid, _ := parseUser(s.rec.Policy.User)
+	uid, gid, _ := runtime.ParseUser(s.rec.Policy.User)
 	rctx, cancel := context.WithCancel(d.stopCtx)
 	d.creds.mu.Lock()
 	if old := d.creds.cancel[id]; old != nil {
@@ -351,42 +349,4 @@ func (d *Daemon) revokeCredentials(ctx context.Context, id string) {
 	}
 	d.creds.mu.Unlock()
 	d.broker.Revoke(ctx, id)
-}
-
-func parseUser(s string) (uint32, uint32, error) {
-	u, g, _ := strings.Cut(s, ":")
-	uv, err := strconv.ParseUint(u, 10, 32)
-	if err != nil {
-		return 0, 0, err
-	}
-	gv := uv
-	if g != "" {
-		if gv, err = strconv.ParseUint(g, 10, 32); err != nil {
-			return 0, 0, err
-		}
-	}
-	return uint32(uv), uint32(gv), nil
-}
-
-// unmountUnder detaches every mount below dir, deepest first.
-func unmountUnder(dir string) error {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	var mounts []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			mounts = append(mounts, f[4])
-		}
-	}
-	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
-	var errs []error
-	for _, m := range mounts {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
@@ -630,7 +631,7 @@ func (d *Daemon) teardown(ctx context.Context, id string) (retErr error) {
 	if err != nil {
 		return err
 	}
-	steps.run("mounts", func() { err = unmountUnder(dir) })
+	steps.run("mounts", func() { err = mountinfo.UnmountAll(dir) })
 	if err != nil {
 		return err
 	}

@@ -1,18 +1,17 @@
 package fsscope
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/mount"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 )
 
 // overlayOptions keep the upper directory a plain description of the
@@ -135,34 +134,8 @@ func unmount(target string) error {
 	return fmt.Errorf("unmount %s: %w", target, err)
 }
 
-// mountsUnder returns the mount points at or beneath dir in this process's
-// mount namespace, deepest first.
-func mountsUnder(dir string) ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	dir = filepath.Clean(dir)
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	// Deepest first; mounts stacked on one path are listed once per layer.
-	slices.SortStableFunc(out, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
-	return out, nil
-}
+// mountsUnder returns the mount points at or beneath dir, deepest first.
+func mountsUnder(dir string) ([]string, error) { return mountinfo.Under(dir) }
 
 // isMountPoint reports whether path is listed as a mount point.
 func isMountPoint(path string) (bool, error) {
@@ -171,24 +144,4 @@ func isMountPoint(path string) (bool, error) {
 		return false, err
 	}
 	return slices.Contains(m, filepath.Clean(path)), nil
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for space, \011, \012,
-// \134) mountinfo uses in paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

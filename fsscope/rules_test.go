@@ -410,9 +410,3 @@ func TestMountsOrder(t *testing.T) {
 		t.Errorf("Mounts =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
-
-func TestUnescapeMountinfo(t *testing.T) {
-	if got := unescapeMountinfo(`/a\040b\011c\134d`); got != "/a b\tc\\d" {
-		t.Errorf("unescape = %q", got)
-	}
-}

@@ -1,7 +1,6 @@
 package perf
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -22,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"github.com/airlock-sandbox/airlock/internal/world"
 )
 
@@ -421,10 +421,7 @@ func (e *Env) sweep() {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	time.Sleep(200 * time.Millisecond)
-	m := mountsUnder(e.Root)
-	for i := len(m) - 1; i >= 0; i-- {
-		_ = syscall.Unmount(m[i], syscall.MNT_DETACH)
-	}
+	_ = mountinfo.UnmountAll(e.Root)
 	_ = netns.CleanupDir(context.Background(), netns.DefaultDir, e.Prefix)
 	ctrls, _ := os.ReadDir("/sys/fs/cgroup")
 	for _, c := range ctrls {
@@ -443,23 +440,10 @@ func removeCgroupTree(dir string) {
 	_ = os.Remove(dir)
 }
 
-// mountsUnder lists mount points below dir, in mount order.
+// mountsUnder lists mount points at or below dir, deepest first.
 func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) > 4 && strings.HasPrefix(fs[4], dir+"/") {
-			out = append(out, fs[4])
-		}
-	}
-	return out
+	m, _ := mountinfo.Under(dir)
+	return m
 }
 
 type proc struct {

@@ -16,11 +16,11 @@ import (
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	benchimage "github.com/airlock-sandbox/airlock/images/bench"
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"github.com/airlock-sandbox/airlock/internal/ocipack"
 )
 
@@ -300,7 +300,7 @@ func (s *Stack) Close(ctx context.Context) error {
 		errs = append(errs, s.Worlds.Close())
 	}
 	if s.Root != "" {
-		if err := unmountUnder(s.Root); err != nil {
+		if err := mountinfo.UnmountAll(s.Root); err != nil {
 			errs = append(errs, err)
 		}
 		errs = append(errs, os.RemoveAll(s.Root))
@@ -346,26 +346,4 @@ func (s *Stack) logTail() string {
 		lines = lines[len(lines)-20:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// unmountUnder detaches whatever is still mounted below dir, deepest first.
-func unmountUnder(dir string) error {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	var mounts []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			mounts = append(mounts, f[4])
-		}
-	}
-	var errs []error
-	for _, m := range slices.Backward(mounts) {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
-		}
-	}
-	return errors.Join(errs...)
 }

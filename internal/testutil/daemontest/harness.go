@@ -14,15 +14,14 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"github.com/airlock-sandbox/airlock/internal/ocipack"
 	"github.com/airlock-sandbox/airlock/internal/world"
 )
@@ -180,7 +179,7 @@ func (h *Harness) Close(ctx context.Context) error {
 	if h.World != nil {
 		errs = append(errs, h.World.Close())
 	}
-	if err := unmountUnder(h.Root); err != nil {
+	if err := mountinfo.UnmountAll(h.Root); err != nil {
 		errs = append(errs, err)
 	}
 	// The daemon's shared parent cgroups go with its last session or
@@ -221,37 +220,8 @@ func (h *Harness) Restart(ctx context.Context) error {
 	return h.startDaemon(ctx)
 }
 
-// MountsUnder lists mount points below dir.
-func MountsUnder(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			out = append(out, f[4])
-		}
-	}
-	return out, nil
-}
-
-// unmountUnder lazily unmounts anything still mounted below dir, deepest
-// first, so a failed test does not leave mounts behind.
-func unmountUnder(dir string) error {
-	mounts, err := MountsUnder(dir)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for i := len(mounts) - 1; i >= 0; i-- {
-		if err := unix.Unmount(mounts[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", mounts[i], err))
-		}
-	}
-	return errors.Join(errs...)
-}
+// MountsUnder lists mount points at or below dir.
+func MountsUnder(dir string) ([]string, error) { return mountinfo.Under(dir) }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writers.
 type SyncBuffer struct {

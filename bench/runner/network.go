@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/internal/world"
 )
 
 // Zone is the DNS zone of the benchmark's world.
@@ -189,40 +190,15 @@ func (n *Network) assign(a netip.Addr) error {
 }
 
 func (n *Network) startDNS(ctx context.Context) error {
-	addr := netip.AddrPortFrom(n.dnsAddr, 53).String()
-	pc, err := netns.ListenPacket(n.path, "udp", addr)
-	if err != nil {
-		return fmt.Errorf("world dns: %w", err)
-	}
-	l, err := netns.Listen(n.path, "tcp", addr)
-	if err != nil {
-		pc.Close()
-		return fmt.Errorf("world dns: %w", err)
-	}
-	started := make(chan struct{}, 2)
-	notify := func() { started <- struct{}{} }
-	h := dns.HandlerFunc(n.serveDNS)
-	n.dns = []*dns.Server{
-		{PacketConn: pc, Handler: h, NotifyStartedFunc: notify},
-		{Listener: l, Handler: h, NotifyStartedFunc: notify},
-	}
-	for _, s := range n.dns {
+	servers, err := world.ServeDNS(ctx, n.path, netip.AddrPortFrom(n.dnsAddr, 53), dns.HandlerFunc(n.serveDNS), func(fn func()) {
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			_ = s.ActivateAndServe()
+			fn()
 		}()
-	}
-	for range 2 {
-		select {
-		case <-started:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Second):
-			return errors.New("world dns: servers did not start")
-		}
-	}
-	return nil
+	})
+	n.dns = servers
+	return err
 }
 
 // serveDNS answers A questions for the published hosts, NXDOMAIN for other

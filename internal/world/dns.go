@@ -17,34 +17,43 @@ const maxCNAMEHops = 8
 
 // startDNS serves the zone on DNSAddr:53 over UDP and TCP.
 func (w *World) startDNS(ctx context.Context) error {
-	addr := netip.AddrPortFrom(w.dnsAddr, 53).String()
-	pc, err := netns.ListenPacket(w.path, "udp", addr)
+	servers, err := ServeDNS(ctx, w.path, netip.AddrPortFrom(w.dnsAddr, 53), dns.HandlerFunc(w.serveDNS), w.goServe)
+	w.dns = servers
+	return err
+}
+
+// ServeDNS serves h over UDP and TCP on addr inside the network namespace
+// at nsPath, running each server with goServe, and returns once both
+// listen. The servers it returns are shut down by the caller.
+func ServeDNS(ctx context.Context, nsPath string, addr netip.AddrPort, h dns.Handler, goServe func(func())) ([]*dns.Server, error) {
+	pc, err := netns.ListenPacket(nsPath, "udp", addr.String())
 	if err != nil {
-		return fmt.Errorf("world dns: %w", err)
+		return nil, fmt.Errorf("world dns: %w", err)
 	}
-	l, err := netns.Listen(w.path, "tcp", addr)
+	l, err := netns.Listen(nsPath, "tcp", addr.String())
 	if err != nil {
 		pc.Close()
-		return fmt.Errorf("world dns: %w", err)
+		return nil, fmt.Errorf("world dns: %w", err)
 	}
 	started := make(chan struct{}, 2)
 	notify := func() { started <- struct{}{} }
-	udp := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(w.serveDNS), NotifyStartedFunc: notify}
-	tcp := &dns.Server{Listener: l, Handler: dns.HandlerFunc(w.serveDNS), NotifyStartedFunc: notify}
-	w.dns = []*dns.Server{udp, tcp}
-	for _, s := range w.dns {
-		w.goServe(func() { _ = s.ActivateAndServe() })
+	servers := []*dns.Server{
+		{PacketConn: pc, Handler: h, NotifyStartedFunc: notify},
+		{Listener: l, Handler: h, NotifyStartedFunc: notify},
+	}
+	for _, s := range servers {
+		goServe(func() { _ = s.ActivateAndServe() })
 	}
 	for range 2 {
 		select {
 		case <-started:
 		case <-ctx.Done():
-			return ctx.Err()
+			return servers, ctx.Err()
 		case <-time.After(10 * time.Second):
-			return fmt.Errorf("world dns: servers did not start")
+			return servers, fmt.Errorf("world dns: servers did not start")
 		}
 	}
-	return nil
+	return servers, nil
 }
 
 // serveDNS answers authoritatively for Zone and refuses everything else.

@@ -1,10 +1,12 @@
 package manifest
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/bench/policy"
 )
@@ -86,7 +88,11 @@ func Extract(text string, op *policy.Operator) Request {
 	}
 	for _, m := range backtickRE.FindAllStringSubmatch(text, -1) {
 		v := strings.TrimSpace(m[1])
-		if v == "" || v == req.Ticket || strings.ContainsFunc(v, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) }) {
+		if v == "" || v == req.Ticket {
+			continue
+		}
+		if !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) }) {
+			req.Notes = append(req.Notes, fmt.Sprintf("quoted text %q is not a name; ignored", v))
 			continue
 		}
 		if short, ok := strings.CutPrefix(v, "origin/"); ok && op.Targets.Action == "git.delete_ref" {

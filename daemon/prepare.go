@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/fsscope"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -80,34 +83,58 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
 	opts = append(opts, popts...)
-	fs, err := d.setupFS(ctx, s, &p, uid, gid)
+	// The workspace, the credential directories, the launch directory, the
+	// network and the rootfs snapshot do not depend on one another: they
+	// are made side by side. Each parallel step only fills its own
+	// variable; on an error the others still run to their end, so that
+	// the rollback finds everything they made.
+	var (
+		fs     *fsscope.Session
+		creds  *credentialPlan
+		net    *egressPlan
+		ld     *launch.Dir
+		rootfs *runtime.Rootfs
+	)
+	var g errgroup.Group
+	g.Go(func() (err error) {
+		defer steps.track("fs")()
+		fs, err = d.setupFS(ctx, s, &p, uid, gid)
+		return err
+	})
+	g.Go(func() (err error) {
+		defer steps.track("credentials+launch")()
+		if creds, err = d.prepareCredentials(dir, &p, uid, gid); err != nil {
+			return err
+		}
+		ld, err = launch.Prepare(filepath.Join(dir, initDir), d.initBinary(), uid, gid)
+		return err
+	})
+	g.Go(func() (err error) {
+		defer steps.track("egress")()
+		net, err = d.setupEgress(ctx, s, &p)
+		return err
+	})
+	g.Go(func() (err error) {
+		defer steps.track("rootfs")()
+		// Like the container's, cut off only by its own timeout (below).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		rootfs, err = d.rt.PrepareRootfs(rctx, id, p.Image)
+		return err
+	})
+	err = g.Wait()
+	// Kept even on error: the rollback stops what was made.
+	s.fs, s.creds, s.launch = fs, creds, ld
 	if err != nil {
 		return nil, err
 	}
 	if fs != nil {
-		s.fs = fs
 		opts = append(opts, fs.SpecOpt())
 	}
-	steps.mark("fs")
-	creds, err := d.prepareCredentials(dir, &p, uid, gid)
-	if err != nil {
-		return nil, err
-	}
-	s.creds = creds
 	opts = append(opts, creds.specOpt())
-	net, err := d.setupEgress(ctx, s, &p)
-	if err != nil {
-		return nil, err
-	}
 	opts = append(opts, net.specOpts()...)
-	steps.mark("egress")
-	ld, err := launch.Prepare(filepath.Join(dir, initDir), d.initBinary(), uid, gid)
-	if err != nil {
-		return nil, err
-	}
-	s.launch = ld
 	opts = append(opts, s.launchOpt())
-	steps.mark("launch")
+	steps.mark("parallel")
 	// containerd's and runc's steps run to their end even when the caller
 	// goes away (a daemon shutting down, a client hanging up): cut off in
 	// the middle, runc may leave a cgroup that no task owns, which the
@@ -115,7 +142,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	// right after them.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	if err := d.rt.Create(cctx, runtime.CreateOptions{ID: id, Image: p.Image, SpecOpts: opts}); err != nil {
+	if err := d.rt.Create(cctx, runtime.CreateOptions{ID: id, Image: p.Image, SpecOpts: opts, Rootfs: rootfs}); err != nil {
 		return nil, err
 	}
 	steps.mark("container")
@@ -247,6 +274,7 @@ func (d *Daemon) initBinary() string { return filepath.Join(d.cfg.BinDir, launch
 // stepTimer records how long each step of a multi-step operation took,
 // for debug logs.
 type stepTimer struct {
+	mu    sync.Mutex
 	last  time.Time
 	start time.Time
 	kv    []any
@@ -257,12 +285,28 @@ func newStepTimer() *stepTimer {
 	return &stepTimer{last: now, start: now}
 }
 
+// mark records the time since the previous mark as step.
 func (t *stepTimer) mark(step string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	now := time.Now()
 	t.kv = append(t.kv, step, now.Sub(t.last).Round(10*time.Microsecond).String())
 	t.last = now
 }
 
+// track starts timing a step that runs beside others; the returned
+// function records it.
+func (t *stepTimer) track(step string) func() {
+	begin := time.Now()
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.kv = append(t.kv, step, time.Since(begin).Round(10*time.Microsecond).String())
+	}
+}
+
 func (t *stepTimer) attrs() []any {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	return append(t.kv, "total", time.Since(t.start).Round(10*time.Microsecond).String())
 }

@@ -2,6 +2,7 @@ package perf
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,6 +59,10 @@ type EnvConfig struct {
 	Perfload string
 	// Logf reports progress.
 	Logf func(format string, args ...any)
+	// DaemonLogLevel is airlockd's --log-level (default warn); DaemonLog,
+	// when set, is where airlockd's log is copied at Close.
+	DaemonLogLevel string
+	DaemonLog      string
 }
 
 // Env is a private airlockd with its embedded containerd under a temporary
@@ -219,7 +224,7 @@ func (e *Env) startDaemon(ctx context.Context) error {
 func (e *Env) DaemonArgs() []string {
 	return []string{"--root", e.StateRoot, "--socket", e.Socket, "--bin-dir", e.BinDir,
 		"--uplink", "netns:" + e.World.NetnsName(), "--dns-upstream", e.World.DNSAddr().String(),
-		"--stop-containerd", "--log-level", "warn"}
+		"--stop-containerd", "--log-level", cmp.Or(e.cfg.DaemonLogLevel, "warn")}
 }
 
 // DaemonLog returns the daemon's log so far (its last 4 KiB).
@@ -340,6 +345,13 @@ func (e *Env) Close(ctx context.Context) (*Cleanup, error) {
 	}
 	if e.logFile != nil {
 		e.logFile.Close()
+		if e.cfg.DaemonLog != "" {
+			if b, err := os.ReadFile(e.logFile.Name()); err != nil {
+				errs = append(errs, err)
+			} else if err := os.WriteFile(e.cfg.DaemonLog, b, 0o644); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	c := &Cleanup{Leftovers: []string{}, Remaining: []string{}}
 	uplink := ""

@@ -31,6 +31,7 @@ import (
 	"github.com/containerd/containerd/v2/plugins"
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
+	"github.com/opencontainers/image-spec/identity"
 
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/logwriter"
@@ -121,53 +122,100 @@ type CreateOptions struct {
 	// profile, in order.
 	SpecOpts []oci.SpecOpts
 	Labels   map[string]string
+	// Rootfs is the session's rootfs from PrepareRootfs; nil prepares it
+	// here.
+	Rootfs *Rootfs
 }
 
-// Create creates the session's lease, read-only rootfs snapshot and
-// container. On error, nothing it created is left behind.
-func (r *Runtime) Create(ctx context.Context, o CreateOptions) (retErr error) {
+// Rootfs is a session's lease and writable rootfs snapshot of its image,
+// made ahead of its container so that the snapshot can be prepared while
+// the rest of the sandbox is.
+type Rootfs struct {
+	id  string
+	img containerd.Image
+}
+
+// PrepareRootfs creates the session's lease and its writable snapshot of
+// image, unpacking the image first if it never was. On error nothing it
+// created is left behind; after success, Delete removes both.
+func (r *Runtime) PrepareRootfs(ctx context.Context, id, image string) (_ *Rootfs, retErr error) {
 	ctx = r.ctx(ctx)
 	ls := r.client.LeasesService()
-	lease, err := ls.Create(ctx, leases.WithID(o.ID), leases.WithLabel(LabelSession, o.ID))
+	lease, err := ls.Create(ctx, leases.WithID(id), leases.WithLabel(LabelSession, id))
 	if err != nil {
-		return fmt.Errorf("session %q: create lease: %w", o.ID, err)
+		return nil, fmt.Errorf("session %q: create lease: %w", id, err)
 	}
 	defer func() {
 		if retErr != nil {
 			dctx, cancel := deferContext(ctx)
 			defer cancel()
 			if err := ls.Delete(dctx, lease, leases.SynchronousDelete); err != nil {
-				log.G(ctx).Warn("rollback: delete lease", "session", o.ID, "error", err)
+				log.G(ctx).Warn("rollback: delete lease", "session", id, "error", err)
 			}
 		}
 	}()
 	ctx = leases.WithLease(ctx, lease.ID)
-
-	img, err := r.GetImage(ctx, o.Image)
+	img, err := r.GetImage(ctx, image)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	unpacked, err := img.IsUnpacked(ctx, r.cfg.Snapshotter)
 	if err != nil {
-		return fmt.Errorf("image %q: %w", o.Image, err)
+		return nil, fmt.Errorf("image %q: %w", image, err)
 	}
 	if !unpacked {
 		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
-			return fmt.Errorf("image %q: unpack: %w", o.Image, err)
+			return nil, fmt.Errorf("image %q: unpack: %w", image, err)
 		}
 	}
+	// A writable snapshot lets runc create mount points; the spec then
+	// remounts the root read-only before the process starts.
+	parent, err := img.RootFS(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("image %q: %w", image, err)
+	}
+	sn := r.client.SnapshotService(r.cfg.Snapshotter)
+	if _, err := sn.Prepare(ctx, id, identity.ChainID(parent).String(), snapshots.WithLabels(map[string]string{LabelSession: id})); err != nil {
+		return nil, fmt.Errorf("session %q: prepare rootfs snapshot: %w", id, err)
+	}
+	return &Rootfs{id: id, img: img}, nil
+}
+
+// Create creates the session's container on its rootfs (prepared here
+// unless o.Rootfs is given). On error, nothing it created is left behind
+// but a rootfs passed in, which stays the caller's to delete.
+func (r *Runtime) Create(ctx context.Context, o CreateOptions) (retErr error) {
+	rootfs := o.Rootfs
+	if rootfs == nil {
+		var err error
+		if rootfs, err = r.PrepareRootfs(ctx, o.ID, o.Image); err != nil {
+			return err
+		}
+		defer func() {
+			if retErr != nil {
+				dctx, cancel := deferContext(ctx)
+				defer cancel()
+				if err := r.Delete(dctx, o.ID); err != nil {
+					log.G(ctx).Warn("rollback: delete rootfs", "session", o.ID, "error", err)
+				}
+			}
+		}()
+	}
+	if rootfs.id != o.ID {
+		return fmt.Errorf("session %q: rootfs of session %q: %w", o.ID, rootfs.id, errdefs.ErrInvalidArgument)
+	}
+	ctx = leases.WithLease(r.ctx(ctx), o.ID)
+	img := rootfs.img
 	specOpts := append([]oci.SpecOpts{oci.WithImageConfig(img)}, o.SpecOpts...)
 	specOpts = append(specOpts, SeccompOpt())
 	labels := map[string]string{LabelSession: o.ID}
 	for k, v := range o.Labels {
 		labels[k] = v
 	}
-	_, err = r.client.NewContainer(ctx, o.ID,
+	_, err := r.client.NewContainer(ctx, o.ID,
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
-		// A writable snapshot lets runc create mount points; the spec then
-		// remounts the root read-only before the process starts.
-		containerd.WithNewSnapshot(o.ID, img, snapshots.WithLabels(map[string]string{LabelSession: o.ID})),
+		containerd.WithSnapshot(o.ID),
 		containerd.WithRuntime(plugins.RuntimeRuncV2, &options.Options{
 			BinaryName: r.cfg.RuncBinary,
 			Root:       r.cfg.RuncRoot,

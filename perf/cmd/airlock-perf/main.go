@@ -39,6 +39,8 @@ func run() int {
 	flag.StringVar(&image, "image", "", "agent image archive (default: the path in _output/agent-image.path)")
 	flag.StringVar(&opts.Env.Perfload, "perfload", "_output/perf/perfload", "static perfload binary")
 	flag.StringVar(&opts.Out, "out", "perf", "directory for report.md, report.json, bench.txt, density.png")
+	flag.StringVar(&opts.Env.DaemonLogLevel, "daemon-log-level", "warn", "airlockd's --log-level (debug logs each sandbox's prepare and teardown steps)")
+	flag.StringVar(&opts.Env.DaemonLog, "daemon-log", "", "copy airlockd's log to this file at the end")
 	flag.IntVar(&opts.Runs, "runs", 20, "runs per variant for cold start, warm start and teardown (at least 20 for the report)")
 	flag.StringVar(&density, "density", "1,10,50,100,200", "idle session counts for the density measurement")
 	flag.StringVar(&only, "only", "", "comma-separated sections to run (gobench,coldstart,warmstart,teardown,density,dns,tcp); default all")

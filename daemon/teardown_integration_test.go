@@ -14,10 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/snapshots"
+
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -225,6 +228,103 @@ func teardownStepMedians(logs, phase string) map[string]time.Duration {
 	for k, ds := range all {
 		slices.Sort(ds)
 		out[k] = ds[len(ds)/2]
+	}
+	return out
+}
+
+// TestFailedPrepareLeavesNothing: the layers of a sandbox are prepared side
+// by side; when one of them fails (here the workspace, whose host directory
+// does not exist), the others have still been made, and the rollback must
+// remove all of them: no session, no containerd container, lease or
+// snapshot, no network namespace, no mount and no session directory.
+func TestFailedPrepareLeavesNothing(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	missing := filepath.Join(t.TempDir(), "no-such-workspace")
+	p := perimeterPolicy(t, missing, policies.OnExitDiscard, "true")
+
+	ownedBefore, err := h.Daemon.Runtime().Owned(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessionsBefore := len(h.Daemon.List(ctx))
+	dirsBefore, _ := os.ReadDir(filepath.Join(h.Root, "sessions"))
+	netnsBefore := sessionNamespaces(t)
+
+	_, err = h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err == nil {
+		t.Fatal("create with a missing workspace directory succeeded")
+	}
+	if !strings.Contains(err.Error(), "no-such-workspace") {
+		t.Errorf("error does not name the workspace: %v", err)
+	}
+
+	if n := len(h.Daemon.List(ctx)); n != sessionsBefore {
+		t.Errorf("%d sessions after the failed create, want %d", n, sessionsBefore)
+	}
+	owned, err := h.Daemon.Runtime().Owned(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range owned {
+		if !ownedBefore[id] {
+			t.Errorf("failed create left containerd objects of %s: %v", id, resources(t, id))
+		}
+	}
+	sn := h.Daemon.Runtime().Client().SnapshotService(h.Daemon.Runtime().Snapshotter())
+	var snaps []string
+	if err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		if id := info.Labels["dev.airlock.session"]; id != "" && !ownedBefore[id] {
+			snaps = append(snaps, info.Name)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(snaps) > 0 {
+		t.Errorf("failed create left snapshots %v", snaps)
+	}
+	dirs, _ := os.ReadDir(filepath.Join(h.Root, "sessions"))
+	if len(dirs) != len(dirsBefore) {
+		t.Errorf("%d session directories after the failed create, want %d", len(dirs), len(dirsBefore))
+	}
+	if after := sessionNamespaces(t); len(after) != len(netnsBefore) {
+		t.Errorf("network namespaces %v after the failed create, want %v", after, netnsBefore)
+	}
+	mounts, err := daemontest.MountsUnder(filepath.Join(h.Root, "sessions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mounts {
+		inBefore := false
+		for _, d := range dirsBefore {
+			inBefore = inBefore || strings.Contains(m, d.Name())
+		}
+		if !inBefore {
+			t.Errorf("failed create left mount %s", m)
+		}
+	}
+}
+
+func resources(t *testing.T, id string) []string {
+	t.Helper()
+	res, _ := h.Daemon.Runtime().Resources(context.Background(), id)
+	return res
+}
+
+// sessionNamespaces lists the session network namespaces of the test
+// daemon.
+func sessionNamespaces(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/run/netns")
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), daemon.Prefix(h.Root)+"-s-") {
+			out = append(out, e.Name())
+		}
 	}
 	return out
 }

@@ -15,29 +15,9 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/bench/clients"
+	benchimage "github.com/airlock-sandbox/airlock/images/bench"
 )
-
-// shellScript runs one command per line of its standard input (base64,
-// so that a command may hold anything) as `bash -c CMD` with an empty
-// standard input, each in a new process of its own, as an exec would. The
-// command's standard output is passed through; its standard error is
-// collected, and after the command a status line follows on standard
-// output: the marker, the exit status, the standard error (base64) and a
-// fingerprint of the workspace tree ($2, if set: every entry's type, mode,
-// size, time and link target), which tells whether the command changed the
-// workspace. A status line for no command, with the fingerprint, comes
-// first. Everything travels on one stream: the frames of two streams
-// written at once are not safe to interleave in the exec stream.
-const shellScript = `m="$1" ws="$2"
-exec 3>&1
-fp() { [ -n "$ws" ] && find "$ws" -printf '%P\t%y\t%m\t%s\t%T@\t%l\n' 2>/dev/null | sha256sum | cut -c1-64; }
-printf '\n%s 0  %s\n' "$m" "$(fp)"
-while IFS= read -r line; do
-	cmd="$(printf '%s' "$line" | base64 -d)"
-	err="$(bash -c "$cmd" </dev/null 2>&1 1>&3 3>&-)"
-	rc=$?
-	printf '\n%s %d %s %s\n' "$m" "$rc" "$(printf '%s' "$err" | base64 -w0)" "$(fp)"
-done`
 
 // maxOutput bounds what a run keeps of each output stream.
 const maxOutput = 4 << 10
@@ -94,7 +74,7 @@ func startShell(ctx context.Context, socket, id, workdir, workspace string, time
 	}
 	sh.out = newMarkerStream(sh.marker)
 	go func() {
-		code, err := c.Exec(ctx, id, api.ExecRequest{Command: []string{"bash", "-c", shellScript, "shell", marker, workspace}, Workdir: workdir}, pr, sh.out, &lockedWriter{mu: &sh.stderrMu, w: &sh.stderr})
+		code, err := c.Exec(ctx, id, api.ExecRequest{Command: shellCommand(marker, workspace), Workdir: workdir}, pr, sh.out, &lockedWriter{mu: &sh.stderrMu, w: &sh.stderr})
 		if err == nil && code != 0 {
 			err = fmt.Errorf("bench shell exited with status %d", code)
 		}
@@ -114,6 +94,16 @@ func startShell(ctx context.Context, socket, id, workdir, workspace string, time
 	}
 	sh.Fingerprint = first.Fingerprint
 	return sh, nil
+}
+
+// shellCommand is the exec that runs the shell in a session of the bench
+// image: clients.Shell, whose status lines markerStream parses.
+func shellCommand(marker, workspace string) []string {
+	cmd := []string{benchimage.CLIPath, clients.ShellCommand, marker}
+	if workspace != "" {
+		cmd = append(cmd, workspace)
+	}
+	return cmd
 }
 
 // errTimeout is returned by run when the command did not finish in time.

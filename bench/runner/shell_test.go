@@ -3,11 +3,17 @@ package runner
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
+	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/bench/clients"
 )
 
 func status(marker, stdout string, code int, stderr, fp string) string {
@@ -59,25 +65,41 @@ func TestMarkerStream(t *testing.T) {
 	}
 }
 
-// TestShellScript runs the shell's script with the system's bash: the
-// protocol the runner parses is what the script writes.
-func TestShellScript(t *testing.T) {
+// TestShell runs the shell the runner execs in a session (clients.Shell)
+// with the system's bash: the protocol the runner parses is what the shell
+// writes.
+func TestShell(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
 	}
 	ws := t.TempDir()
-	cmd := exec.Command("bash", "-c", shellScript, "shell", "MARK", ws)
-	cmd.Dir = ws
+	t.Chdir(ws)
 	in := strings.Join([]string{
 		base64.StdEncoding.EncodeToString([]byte(`echo out; echo err >&2; exit 3`)),
 		base64.StdEncoding.EncodeToString([]byte(`read x && echo "stdin: $x"; echo new > f`)),
 		base64.StdEncoding.EncodeToString([]byte(`cat f`)),
+		base64.StdEncoding.EncodeToString([]byte(`kill -TERM $$`)),
+		"not base64!",
 	}, "\n") + "\n"
-	cmd.Stdin = strings.NewReader(in)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := newMarkerStream([]byte("\nMARK "))
-	cmd.Stdout = m
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(m, pr)
+	}()
 	done := make(chan error, 1)
-	go func() { done <- cmd.Run() }()
+	go func() {
+		defer pw.Close()
+		if code := clients.Shell([]string{"MARK", ws}, strings.NewReader(in), pw, io.Discard); code != 0 {
+			done <- fmt.Errorf("shell exited with status %d", code)
+			return
+		}
+		done <- nil
+	}()
 	next := func() markerResult {
 		select {
 		case r := <-m.results:
@@ -104,7 +126,57 @@ func TestShellScript(t *testing.T) {
 	if r.text != "new\n" || r.fingerprint != changed {
 		t.Errorf("third command = %+v", r)
 	}
+	if r = next(); r.code != 128+15 {
+		t.Errorf("a command ended by SIGTERM = %+v, want status %d", r, 128+15)
+	}
+	if r = next(); r.code != 2 || !strings.Contains(r.stderr, "not base64") {
+		t.Errorf("a line that is not base64 = %+v, want status 2 and a reason", r)
+	}
 	if err := <-done; err != nil {
-		t.Errorf("shell exited with %v", err)
+		t.Errorf("shell: %v", err)
+	}
+	<-copied
+}
+
+// TestFingerprint: the fingerprint changes with what a command can change
+// in a tree (content size, mode, time, a new or removed entry, a link's
+// target) and not otherwise.
+func TestFingerprint(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a"), []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("a", filepath.Join(dir, "l")); err != nil {
+		t.Fatal(err)
+	}
+	fp := clients.Fingerprint(dir)
+	if len(fp) != 64 || clients.Fingerprint(dir) != fp {
+		t.Fatalf("fingerprint %q is not stable", fp)
+	}
+	if clients.Fingerprint("") != "" {
+		t.Error("no workspace must give an empty fingerprint")
+	}
+	old := time.Unix(1700000000, 0)
+	for _, change := range []func() error{
+		func() error { return os.WriteFile(filepath.Join(dir, "a"), []byte("22"), 0o644) },
+		func() error { return os.Chmod(filepath.Join(dir, "a"), 0o600) },
+		func() error { return os.Chtimes(filepath.Join(dir, "a"), old, old) },
+		func() error { return os.Mkdir(filepath.Join(dir, "d"), 0o755) },
+		func() error { return os.Remove(filepath.Join(dir, "d")) },
+		func() error {
+			if err := os.Remove(filepath.Join(dir, "l")); err != nil {
+				return err
+			}
+			return os.Symlink("b", filepath.Join(dir, "l"))
+		},
+	} {
+		if err := change(); err != nil {
+			t.Fatal(err)
+		}
+		next := clients.Fingerprint(dir)
+		if next == fp {
+			t.Errorf("a change left the fingerprint %s", fp)
+		}
+		fp = next
 	}
 }

@@ -1,6 +1,8 @@
 // Command airlock-bench-cli is the benchmark's multi-call client binary:
 // squeue, scontrol, scancel, kubectl, aws and git-credential-airlock,
 // selected by the name it is called by. See package clients.
+// `airlock-bench-cli bench-shell MARKER [WORKSPACE]` is the shell the bench
+// runner runs its actions through (clients.Shell).
 package main
 
 import (
@@ -13,6 +15,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == clients.ShellCommand {
+		os.Exit(clients.Shell(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := clients.Main(ctx, os.Args, clients.OSEnv())
 	stop()

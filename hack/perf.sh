@@ -11,6 +11,8 @@
 #   hack/perf.sh -only dns,tcp         # some sections
 #   hack/perf.sh -only warmstart -runs 20
 #   hack/perf.sh -density 1,10,50,100,200
+#   hack/perf.sh -only coldstart -daemon-log-level debug -daemon-log /tmp/airlockd.log
+#                                      # keeps airlockd's per-step prepare/teardown timings
 #
 # airlock-perf starts a private airlockd and containerd under a temporary
 # root with a test world namespace as uplink, and removes all of it (and

@@ -174,13 +174,23 @@ func (s *objectsService) find(key string) *object {
 	return nil
 }
 
-func (s *objectsService) get(c *call, bucket, key string, data bool) {
-	c.ev.Action, c.ev.Targets = "objects.get", []string{"s3://" + bucket + "/" + key}
+// open starts a request for action on key in bucket: it records the
+// target, authenticates the token and checks that the bucket exists. On
+// failure the answer is written and false returned.
+func (s *objectsService) open(c *call, action, bucket, key string) bool {
+	c.ev.Action, c.ev.Targets = action, []string{"s3://" + bucket + "/" + key}
 	if !c.authenticate() {
-		return
+		return false
 	}
 	if !s.bucketKnown(bucket) {
 		c.notFound(worldapi.KindBucket, bucket)
+		return false
+	}
+	return true
+}
+
+func (s *objectsService) get(c *call, bucket, key string, data bool) {
+	if !s.open(c, "objects.get", bucket, key) {
 		return
 	}
 	s.w.mu.Lock()
@@ -211,12 +221,7 @@ func (s *objectsService) get(c *call, bucket, key string, data bool) {
 }
 
 func (s *objectsService) put(c *call, bucket, key string) {
-	c.ev.Action, c.ev.Targets = "objects.put", []string{"s3://" + bucket + "/" + key}
-	if !c.authenticate() {
-		return
-	}
-	if !s.bucketKnown(bucket) {
-		c.notFound(worldapi.KindBucket, bucket)
+	if !s.open(c, "objects.put", bucket, key) {
 		return
 	}
 	if key == "" {
@@ -256,12 +261,7 @@ func (s *objectsService) put(c *call, bucket, key string) {
 // deleteMatching deletes the object with key, or with recursive every
 // object whose key starts with key; all or none.
 func (s *objectsService) deleteMatching(c *call, bucket, key string, recursive bool) {
-	c.ev.Action, c.ev.Targets = "objects.delete", []string{"s3://" + bucket + "/" + key}
-	if !c.authenticate() {
-		return
-	}
-	if !s.bucketKnown(bucket) {
-		c.notFound(worldapi.KindBucket, bucket)
+	if !s.open(c, "objects.delete", bucket, key) {
 		return
 	}
 	s.w.mu.Lock()

@@ -117,21 +117,36 @@ func (s *servicesService) list(c *call) {
 	c.ok(worldapi.DeploymentList{Deployments: out})
 }
 
-func (s *servicesService) get(c *call, ns, name string) {
-	c.ev.Action, c.ev.Targets = "services.list", []string{name}
+// lockOne starts a request for action on deployment name in namespace ns:
+// it authenticates the token, locks the world, finds the deployment and
+// authorizes the action on it. On success the world stays locked for the
+// caller to unlock; otherwise the answer is written, nothing is locked and
+// nil is returned.
+func (s *servicesService) lockOne(c *call, action, ns, name string) *worldapi.Deployment {
+	c.ev.Action, c.ev.Targets = action, []string{name}
 	if !c.authenticate() {
-		return
+		return nil
 	}
 	s.w.mu.Lock()
-	defer s.w.mu.Unlock()
 	d := s.find(ns, name)
 	if d == nil {
+		s.w.mu.Unlock()
 		c.notFound(worldapi.KindDeployment, name)
+		return nil
+	}
+	if !c.authorize(deploymentRequest(action, ns, name), name) {
+		s.w.mu.Unlock()
+		return nil
+	}
+	return d
+}
+
+func (s *servicesService) get(c *call, ns, name string) {
+	d := s.lockOne(c, "services.list", ns, name)
+	if d == nil {
 		return
 	}
-	if !c.authorize(deploymentRequest("services.list", ns, name), name) {
-		return
-	}
+	defer s.w.mu.Unlock()
 	c.allow()
 	c.ok(d)
 }
@@ -172,20 +187,11 @@ func (s *servicesService) restart(c *call, ns string, names []string) {
 }
 
 func (s *servicesService) scale(c *call, ns, name string, replicas int) {
-	c.ev.Action, c.ev.Targets = "services.scale", []string{name}
-	if !c.authenticate() {
-		return
-	}
-	s.w.mu.Lock()
-	defer s.w.mu.Unlock()
-	d := s.find(ns, name)
+	d := s.lockOne(c, "services.scale", ns, name)
 	if d == nil {
-		c.notFound(worldapi.KindDeployment, name)
 		return
 	}
-	if !c.authorize(deploymentRequest("services.scale", ns, name), name) {
-		return
-	}
+	defer s.w.mu.Unlock()
 	if replicas < 0 {
 		c.fail(worldapi.ClassInvalidArgument, worldapi.KindDeployment, name, "replicas must not be negative")
 		return
@@ -196,20 +202,11 @@ func (s *servicesService) scale(c *call, ns, name string, replicas int) {
 }
 
 func (s *servicesService) delete(c *call, ns, name string) {
-	c.ev.Action, c.ev.Targets = "services.delete", []string{name}
-	if !c.authenticate() {
-		return
-	}
-	s.w.mu.Lock()
-	defer s.w.mu.Unlock()
-	d := s.find(ns, name)
+	d := s.lockOne(c, "services.delete", ns, name)
 	if d == nil {
-		c.notFound(worldapi.KindDeployment, name)
 		return
 	}
-	if !c.authorize(deploymentRequest("services.delete", ns, name), name) {
-		return
-	}
+	defer s.w.mu.Unlock()
 	gone := *d
 	s.w.deployments = slices.DeleteFunc(s.w.deployments, func(x worldapi.Deployment) bool { return x.ID == name && x.Namespace == ns })
 	c.allow()

@@ -114,12 +114,16 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 		net, err = d.setupEgress(ctx, s, &p)
 		return err
 	})
+	// containerd's and runc's steps run to their end even when the caller
+	// goes away (a daemon shutting down, a client hanging up): cut off in
+	// the middle, runc may leave a cgroup that no task owns, which the
+	// rollback could not find. The caller's cancellation is honoured
+	// right after them.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
 	g.Go(func() (err error) {
 		defer steps.track("rootfs")()
-		// Like the container's, cut off only by its own timeout (below).
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		rootfs, err = d.rt.PrepareRootfs(rctx, id, p.Image)
+		rootfs, err = d.rt.PrepareRootfs(cctx, id, p.Image)
 		return err
 	})
 	err = g.Wait()
@@ -135,14 +139,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	opts = append(opts, net.specOpts()...)
 	opts = append(opts, s.launchOpt())
 	steps.mark("parallel")
-	// containerd's and runc's steps run to their end even when the caller
-	// goes away (a daemon shutting down, a client hanging up): cut off in
-	// the middle, runc may leave a cgroup that no task owns, which the
-	// rollback could not find. The caller's cancellation is honoured
-	// right after them.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-	defer cancel()
-	if err := d.rt.Create(cctx, runtime.CreateOptions{ID: id, Image: p.Image, SpecOpts: opts, Rootfs: rootfs}); err != nil {
+	if err := d.rt.Create(cctx, runtime.CreateOptions{ID: id, Rootfs: rootfs, SpecOpts: opts}); err != nil {
 		return nil, err
 	}
 	steps.mark("container")

@@ -116,15 +116,13 @@ func (r *Runtime) ctx(ctx context.Context) context.Context {
 
 // CreateOptions describe a session container.
 type CreateOptions struct {
-	ID    string
-	Image string
+	ID string
+	// Rootfs is the session's rootfs, from PrepareRootfs.
+	Rootfs *Rootfs
 	// SpecOpts are applied after the image config and before the seccomp
 	// profile, in order.
 	SpecOpts []oci.SpecOpts
 	Labels   map[string]string
-	// Rootfs is the session's rootfs from PrepareRootfs; nil prepares it
-	// here.
-	Rootfs *Rootfs
 }
 
 // Rootfs is a session's lease and writable rootfs snapshot of its image,
@@ -181,31 +179,14 @@ func (r *Runtime) PrepareRootfs(ctx context.Context, id, image string) (_ *Rootf
 	return &Rootfs{id: id, img: img}, nil
 }
 
-// Create creates the session's container on its rootfs (prepared here
-// unless o.Rootfs is given). On error, nothing it created is left behind
-// but a rootfs passed in, which stays the caller's to delete.
-func (r *Runtime) Create(ctx context.Context, o CreateOptions) (retErr error) {
-	rootfs := o.Rootfs
-	if rootfs == nil {
-		var err error
-		if rootfs, err = r.PrepareRootfs(ctx, o.ID, o.Image); err != nil {
-			return err
-		}
-		defer func() {
-			if retErr != nil {
-				dctx, cancel := deferContext(ctx)
-				defer cancel()
-				if err := r.Delete(dctx, o.ID); err != nil {
-					log.G(ctx).Warn("rollback: delete rootfs", "session", o.ID, "error", err)
-				}
-			}
-		}()
-	}
-	if rootfs.id != o.ID {
-		return fmt.Errorf("session %q: rootfs of session %q: %w", o.ID, rootfs.id, errdefs.ErrInvalidArgument)
+// Create creates the session's container on its rootfs. On error no
+// container is left; the rootfs stays the caller's to delete (Delete).
+func (r *Runtime) Create(ctx context.Context, o CreateOptions) error {
+	if o.Rootfs == nil || o.Rootfs.id != o.ID {
+		return fmt.Errorf("session %q: no rootfs prepared for it: %w", o.ID, errdefs.ErrInvalidArgument)
 	}
 	ctx = leases.WithLease(r.ctx(ctx), o.ID)
-	img := rootfs.img
+	img := o.Rootfs.img
 	specOpts := append([]oci.SpecOpts{oci.WithImageConfig(img)}, o.SpecOpts...)
 	specOpts = append(specOpts, SeccompOpt())
 	labels := map[string]string{LabelSession: o.ID}

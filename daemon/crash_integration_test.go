@@ -172,6 +172,20 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(half, "session.json"), []byte(`{"id":"halfdone0001","state":"creating"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A session whose exit the dead daemon had seen and persisted, and whose
+	// task it had deleted, before it could record the session as stopped.
+	seen := filepath.Join(root, "sessions", "exitseen0001")
+	if err := os.MkdirAll(seen, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	seenRec, _ := json.Marshal(map[string]any{
+		"id": "exitseen0001", "label": "test", "state": api.StateRunning, "created": time.Now().UTC(),
+		"policy": policy("sh", "-c", "exit 7"),
+		"exited": map[string]any{"code": 7, "at": time.Now().UTC()},
+	})
+	if err := os.WriteFile(filepath.Join(seen, "session.json"), seenRec, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cc, err := containerd.New(ctrdSock)
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +206,9 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	s := d2.inspect(short.ID)
 	if s.State != api.StateStopped || s.ExitCode == nil || *s.ExitCode != 3 {
 		t.Errorf("short session after restart: %s exit %v, want stopped with 3", s.State, s.ExitCode)
+	}
+	if s := d2.inspect("exitseen0001"); s.State != api.StateStopped || s.ExitCode == nil || *s.ExitCode != 7 || s.Reason != "exited" {
+		t.Errorf("session whose exit was persisted before its task was deleted: %s reason %q exit %v, want stopped, exited, 7", s.State, s.Reason, s.ExitCode)
 	}
 	if s := d2.inspect(idle.ID); s.State != api.StateCreated {
 		t.Errorf("idle session after restart: %s, want created", s.State)
@@ -229,8 +246,8 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	}
 	var list []api.Session
 	d2.do("GET", "/v1/sessions", nil, &list)
-	if len(list) != 4 {
-		t.Errorf("%d sessions after restart, want 4", len(list))
+	if len(list) != 5 {
+		t.Errorf("%d sessions after restart, want 5", len(list))
 	}
 	if s := d2.inspect(ws.ID); s.State != api.StateRunning {
 		t.Errorf("workspace session after restart: %s, want running", s.State)
@@ -266,7 +283,7 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	if w.Reason != "stopped" {
 		t.Errorf("re-adopted session ended with %+v, want stopped", w)
 	}
-	for _, id := range []string{long.ID, short.ID, idle.ID, ws.ID} {
+	for _, id := range []string{long.ID, short.ID, idle.ID, ws.ID, "exitseen0001"} {
 		if code := d2.do("DELETE", "/v1/sessions/"+id+"?force=true", nil, nil); code != http.StatusNoContent {
 			t.Errorf("remove %s: %d", id, code)
 		}

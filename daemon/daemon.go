@@ -367,6 +367,22 @@ func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitS
 	}
 	id := s.rec.ID
 	steps := newTeardownSteps()
+	steps.run("exit", func() {
+		// Persisted before the task, which also holds it, is deleted.
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.rec.State != api.StateRunning {
+			return
+		}
+		at := st.ExitTime().UTC()
+		if at.IsZero() {
+			at = time.Now().UTC()
+		}
+		s.rec.Exited = &exitStatus{Code: exit, At: at}
+		if err := s.saveLocked(); err != nil {
+			log.G(ctx).Error("persist exit status", "error", err)
+		}
+	})
 	steps.run("credentials", func() { d.revokeCredentials(ctx, id) })
 	// Read before the task's deletion removes the cgroup.
 	var oom bool
@@ -423,6 +439,7 @@ func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitS
 		finished = time.Now().UTC()
 	}
 	s.rec.State = api.StateStopped
+	s.rec.Exited = nil
 	s.rec.ExitCode = &exit
 	s.rec.Reason = reason
 	s.rec.Finished = &finished
@@ -778,6 +795,10 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 		}
 		exit, reason := -1, "lost"
 		finished := time.Now().UTC()
+		if e := s.rec.Exited; e != nil && !ts.Exists {
+			// The previous daemon saw the exit and deleted the task.
+			exit, reason, finished = e.Code, "exited", e.At
+		}
 		if ts.Exists {
 			exit, reason = int(ts.ExitCode), "exited"
 			if !ts.ExitedAt.IsZero() {
@@ -800,6 +821,7 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 		}
 		s.rec.Review = review
 		s.rec.State, s.rec.ExitCode, s.rec.Reason, s.rec.Finished = api.StateStopped, &exit, reason, &finished
+		s.rec.Exited = nil
 		s.closeExitedLocked()
 		log.G(ctx).Info("session ended while the daemon was down", "exit_code", exit, "reason", reason)
 		return s.saveLocked()

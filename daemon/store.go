@@ -37,6 +37,17 @@ type record struct {
 	Review bool `json:"review,omitempty"`
 	// Warm records that the session took a pooled sandbox.
 	Warm bool `json:"warm,omitempty"`
+	// Exited holds the command's exit status from the moment it is known
+	// until the session is recorded as stopped: the task that also holds
+	// it is deleted in between, and a daemon that dies then must not lose
+	// it.
+	Exited *exitStatus `json:"exited,omitempty"`
+}
+
+// exitStatus is a command's exit status as the runtime reported it.
+type exitStatus struct {
+	Code int       `json:"code"`
+	At   time.Time `json:"at"`
 }
 
 // stateCreating marks a record whose create did not finish; a restarted

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	goruntime "runtime"
 	"slices"
 	"testing"
 	"time"
@@ -59,7 +60,14 @@ func TestSpecHardening(t *testing.T) {
 		}
 	}
 	if s.Linux.Seccomp == nil || s.Linux.Seccomp.DefaultAction != specs.ActErrno {
-		t.Error("default seccomp profile not installed")
+		t.Fatal("default seccomp profile not installed")
+	}
+	// Only the native system call ABI: no compat (32-bit) entry points.
+	if want, ok := nativeArch[goruntime.GOARCH]; ok && !slices.Equal(s.Linux.Seccomp.Architectures, []specs.Arch{want}) {
+		t.Errorf("seccomp architectures %v, want only %s", s.Linux.Seccomp.Architectures, want)
+	}
+	if len(s.Linux.Seccomp.Syscalls) < 10 {
+		t.Errorf("seccomp profile has %d rules, want containerd's default", len(s.Linux.Seccomp.Syscalls))
 	}
 	var nsTypes []specs.LinuxNamespaceType
 	for _, ns := range s.Linux.Namespaces {

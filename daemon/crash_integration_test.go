@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -105,6 +106,8 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	}
 	ctrdSock := filepath.Join(root, "containerd", "containerd.sock")
 	t.Cleanup(func() {
+		// A test that failed half-way leaves the shim anchor behind.
+		daemontest.RemoveAnchor(context.Background(), ctrdSock)
 		_ = (&runtime.Embedded{Dir: filepath.Join(root, "containerd")}).Stop(context.Background(), 10*time.Second)
 		os.RemoveAll(root)
 	})
@@ -290,7 +293,11 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	}
 
 	// Nothing left: containerd objects, cgroups, mounts, session state.
-	ctrs, _ := cc.Containers(nctx)
+	// The shim anchor is the daemon's own, not a session's.
+	ctrs, _ := cc.Containers(nctx, fmt.Sprintf("labels.%q", runtime.LabelSession))
+	if anchors, _ := cc.Containers(nctx, fmt.Sprintf("labels.%q", runtime.LabelAnchor)); len(anchors) != 1 {
+		t.Errorf("%d shim anchors while the daemon runs, want 1", len(anchors))
+	}
 	ls, _ = cc.LeasesService().List(nctx)
 	var snaps []string
 	_ = cc.SnapshotService("overlayfs").Walk(nctx, func(_ context.Context, i snapshots.Info) error {
@@ -333,5 +340,9 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(ctrdSock); err == nil {
 		t.Errorf("containerd socket %s still exists after --stop-containerd", ctrdSock)
+	}
+	// With no session left, the anchor and the shared shim went too.
+	if shims := daemontest.ShimProcesses(ctrdSock); len(shims) > 0 {
+		t.Errorf("runc shims left after airlockd stopped with no session: %v", shims)
 	}
 }

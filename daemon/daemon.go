@@ -56,6 +56,11 @@ type Config struct {
 	// Pools are policies whose warm pools (their `pool` blocks) the
 	// daemon fills from the start.
 	Pools []policies.Policy
+	// ShimPerSession gives every session a runc shim of its own. By
+	// default sessions share one shim, kept alive by a small anchor
+	// container: a session starts and ends without starting or stopping
+	// a shim process, but a crash of that shim ends every running session.
+	ShimPerSession bool
 }
 
 // Daemon manages sessions.
@@ -140,6 +145,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		RuncRoot:     filepath.Join(cfg.Root, "runc"),
 		LoggerBinary: loggerBinary(cfg),
 		FIFODir:      filepath.Join(cfg.Root, "fifo"),
+		ShimGroup:    shimGroupOf(cfg),
 	})
 	if err != nil {
 		return nil, err
@@ -162,10 +168,18 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		return nil, fmt.Errorf("reconcile sessions: %w", err)
 	}
 	d.reconcileEgress(ctx)
+	d.startAnchor(ctx)
 	for i := range cfg.Pools {
 		d.ensurePool(&cfg.Pools[i])
 	}
 	return d, nil
+}
+
+func shimGroupOf(cfg Config) string {
+	if cfg.ShimPerSession {
+		return ""
+	}
+	return shimGroup
 }
 
 // loggerBinary is the small airlock-logger from the bin dir, or airlockd
@@ -194,7 +208,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.mu.Unlock()
 	err := d.closeEgress(ctx)
 	d.wg.Wait()
-	return errors.Join(err, d.rt.Close())
+	return errors.Join(err, d.stopAnchor(ctx), d.rt.Close())
 }
 
 // StopContainerd stops the embedded containerd, if this daemon started one.

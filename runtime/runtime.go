@@ -30,6 +30,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/containerd/v2/plugins"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/ttrpc"
 	"github.com/distribution/reference"
 	"github.com/opencontainers/image-spec/identity"
 
@@ -61,6 +62,10 @@ type Config struct {
 	LoggerBinary string
 	// FIFODir holds the FIFOs of exec'd processes.
 	FIFODir string
+	// ShimGroup, when set, makes every session container join this runc
+	// shim group: one shim serves them all (see EnsureAnchor). Empty: each
+	// session gets a shim of its own.
+	ShimGroup string
 }
 
 // Runtime runs session containers on containerd.
@@ -189,6 +194,9 @@ func (r *Runtime) Create(ctx context.Context, o CreateOptions) error {
 	img := o.Rootfs.img
 	specOpts := append([]oci.SpecOpts{oci.WithImageConfig(img)}, o.SpecOpts...)
 	specOpts = append(specOpts, SeccompOpt())
+	if r.cfg.ShimGroup != "" {
+		specOpts = append(specOpts, oci.WithAnnotations(map[string]string{GroupAnnotation: r.cfg.ShimGroup}))
+	}
 	labels := map[string]string{LabelSession: o.ID}
 	for k, v := range o.Labels {
 		labels[k] = v
@@ -222,7 +230,15 @@ func (r *Runtime) Start(ctx context.Context, id, logDir string) (pid uint32, exi
 	if err := os.MkdirAll(logDir, 0o700); err != nil {
 		return 0, nil, err
 	}
-	task, err := c.NewTask(ctx, cio.BinaryIO(r.cfg.LoggerBinary, map[string]string{LoggerArg: logDir}))
+	creator := cio.BinaryIO(r.cfg.LoggerBinary, map[string]string{LoggerArg: logDir})
+	task, err := c.NewTask(ctx, creator)
+	for try := 0; err != nil && r.cfg.ShimGroup != "" && shimGone(err) && try < 2; try++ {
+		// The group's shim was exiting with its last task (an anchor
+		// that died) just as this task joined it; the retry starts a
+		// new shim.
+		log.G(ctx).Warn("the shared shim exited while the task joined it; retrying", "session", id, "error", err)
+		task, err = c.NewTask(ctx, creator)
+	}
 	if err != nil {
 		return 0, nil, fmt.Errorf("session %q: create task: %w", id, classifyStartError(err))
 	}
@@ -622,6 +638,11 @@ func (r *Runtime) GetImage(ctx context.Context, name string) (containerd.Image, 
 		}
 	}
 	return nil, fmt.Errorf("image %q: %w (import it with `airlock image import`)", name, err)
+}
+
+// shimGone reports an error of a call to a shim that had exited.
+func shimGone(err error) bool {
+	return errors.Is(err, ttrpc.ErrClosed) || strings.Contains(err.Error(), ttrpc.ErrClosed.Error())
 }
 
 // classifyStartError marks a start failure caused by the command itself (a

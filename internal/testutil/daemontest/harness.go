@@ -14,9 +14,12 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/airlock-sandbox/airlock/daemon"
@@ -24,6 +27,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"github.com/airlock-sandbox/airlock/internal/ocipack"
 	"github.com/airlock-sandbox/airlock/internal/world"
+	"github.com/airlock-sandbox/airlock/runtime"
 )
 
 // AgentImage is the image name sessions in tests use.
@@ -175,6 +179,11 @@ func (h *Harness) Close(ctx context.Context) error {
 		h.cancel()
 		<-h.served
 		errs = append(errs, h.Daemon.Close(ctx), h.Daemon.StopContainerd(ctx))
+		// With no session left, the shared shim goes with the daemon's
+		// shim anchor.
+		if shims := ShimProcesses(h.ContainerdAddress()); len(shims) > 0 {
+			errs = append(errs, fmt.Errorf("runc shims left after the daemon stopped: %v", shims))
+		}
 	}
 	if h.World != nil {
 		errs = append(errs, h.World.Close())
@@ -218,6 +227,61 @@ func (h *Harness) Restart(ctx context.Context) error {
 		return err
 	}
 	return h.startDaemon(ctx)
+}
+
+// ContainerdAddress is the socket of the daemon's embedded containerd.
+func (h *Harness) ContainerdAddress() string {
+	return filepath.Join(h.Root, "containerd", "containerd.sock")
+}
+
+// ShimProcesses lists the runc shims ("PID CMDLINE") serving the
+// containerd at address.
+func ShimProcesses(address string) []string {
+	var out []string
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if len(args) == 0 || filepath.Base(args[0]) != "containerd-shim-runc-v2" {
+			continue
+		}
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "-address" && args[i+1] == address {
+				out = append(out, strconv.Itoa(pid)+" "+strings.Join(args, " "))
+				break
+			}
+		}
+	}
+	return out
+}
+
+// RemoveAnchor kills and removes the shim anchor of the containerd at
+// address, if it still answers, so that a failed test leaves no shim.
+func RemoveAnchor(ctx context.Context, address string) {
+	if _, err := os.Stat(address); err != nil {
+		return
+	}
+	c, err := containerd.New(address, containerd.WithTimeout(5*time.Second))
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	ctx = namespaces.WithNamespace(ctx, "airlock")
+	ctr, err := c.LoadContainer(ctx, runtime.AnchorID)
+	if err != nil {
+		return
+	}
+	if t, err := ctr.Task(ctx, nil); err == nil {
+		_, _ = t.Delete(ctx, containerd.WithProcessKill)
+	}
+	_ = ctr.Delete(ctx)
 }
 
 // MountsUnder lists mount points at or below dir.

@@ -1,0 +1,80 @@
+package daemon_test
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
+	"github.com/airlock-sandbox/airlock/runtime"
+)
+
+// TestSessionsShareOneShim checks the shared shim: running sessions are
+// served by the one shim the anchor keeps alive, a killed anchor is
+// replaced without disturbing them, and sessions still start and end
+// normally afterwards.
+func TestSessionsShareOneShim(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	rt := h.Daemon.Runtime()
+	if rt.ShimGroup() == "" {
+		t.Fatal("the daemon runs without a shim group; sessions should share a shim by default")
+	}
+	anchor, err := rt.Task(ctx, runtime.AnchorID)
+	if err != nil || !anchor.Running {
+		t.Fatalf("shim anchor not running: %+v, %v", anchor, err)
+	}
+
+	var ids []string
+	for range 2 {
+		s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: policy("sleep", "60"), Start: true})
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		ids = append(ids, s.ID)
+		t.Cleanup(func() {
+			if err := h.Daemon.Remove(context.Background(), s.ID, true); err != nil {
+				t.Errorf("remove %s: %v", s.ID, err)
+			}
+			assertGone(t, s.ID)
+		})
+	}
+	shims := daemontest.ShimProcesses(h.ContainerdAddress())
+	if len(shims) != 1 || !strings.Contains(shims[0], "-id "+runtime.AnchorID+" ") {
+		t.Fatalf("with the anchor and 2 sessions running, shims are %v; want the anchor's one", shims)
+	}
+
+	// Kill the anchor: the sessions keep the shim alive, and the daemon
+	// starts a new anchor, which joins the same shim.
+	if err := rt.Signal(ctx, runtime.AnchorID, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill anchor: %v", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := rt.Task(ctx, runtime.AnchorID)
+		if err == nil && st.Running && st.Pid != anchor.Pid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new shim anchor 20 s after the old one was killed: %+v, %v", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if now := daemontest.ShimProcesses(h.ContainerdAddress()); len(now) != 1 || now[0] != shims[0] {
+		t.Errorf("shims after the anchor's restart: %v, want still %v", now, shims)
+	}
+	for _, id := range ids {
+		if s, err := h.Daemon.Inspect(ctx, id); err != nil || s.State != api.StateRunning {
+			t.Errorf("session %s after the anchor's restart: %+v, %v", id, s, err)
+		}
+	}
+
+	// Sessions still run to completion on the shared shim.
+	r := runSession(t, policy("sh", "-c", "echo shared; exit 3"))
+	if r.exit != 3 || r.stdout != "shared\n" {
+		t.Errorf("session on the shared shim: exit %d, stdout %q", r.exit, r.stdout)
+	}
+}

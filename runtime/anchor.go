@@ -1,0 +1,199 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/api/types/runc/options"
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/containerd/v2/plugins"
+	"github.com/containerd/errdefs"
+)
+
+// A shared shim.
+//
+// containerd starts one runc shim per task unless the task's spec names a
+// group (the runc shim's io.containerd.runc.v2.group annotation): then every
+// task of the group is served by one shim, which exits with the group's last
+// task. Sharing saves the start and shutdown of a shim process per session
+// (the shim is not on the output path: the binary logger reads the
+// container's pipes itself) and its few MiB of memory, at the price that a
+// crash of that one shim ends every session in the group.
+//
+// The anchor is what makes the shim outlive a session: a container of the
+// group whose only process sleeps (airlock-init --pause) in its own
+// namespaces, as an unprivileged user with no capabilities, on a read-only
+// root holding nothing but that binary. It belongs to the daemon, not to a
+// session: created when the daemon starts, removed when the daemon stops
+// with no session task left.
+
+// AnchorID is the id of the anchor container in the daemon's namespace.
+// Session ids are 12 hexadecimal digits, so it never collides with one.
+const AnchorID = "shim-anchor"
+
+// LabelAnchor marks the anchor container; its value is the shim group.
+const LabelAnchor = "dev.airlock.shim-anchor"
+
+// GroupAnnotation is the runc shim's grouping annotation.
+const GroupAnnotation = "io.containerd.runc.v2.group"
+
+// PauseArg makes airlock-init sleep until SIGTERM or SIGINT.
+const PauseArg = "--pause"
+
+// AnchorOptions describe the anchor container.
+type AnchorOptions struct {
+	// Dir becomes the anchor's root filesystem; it is created and filled
+	// with a copy of InitBinary.
+	Dir string
+	// InitBinary is the static airlock-init.
+	InitBinary string
+	// CgroupPath is the anchor's cgroup.
+	CgroupPath string
+}
+
+// anchorBinary is where the init binary sits in the anchor's root.
+const anchorBinary = "/airlock-init"
+
+// ShimGroup returns the shim group sessions join ("" for a shim each).
+func (r *Runtime) ShimGroup() string { return r.cfg.ShimGroup }
+
+// EnsureAnchor makes sure the anchor of the runtime's shim group is
+// running: an existing one whose task runs is kept (after a daemon
+// restart), anything else under its id is removed and a new one started.
+// It returns a channel that delivers the anchor's exit. Without a shim
+// group it does nothing and returns a nil channel.
+func (r *Runtime) EnsureAnchor(ctx context.Context, o AnchorOptions) (<-chan containerd.ExitStatus, error) {
+	if r.cfg.ShimGroup == "" {
+		return nil, nil
+	}
+	ctx = r.ctx(ctx)
+	if c, err := r.client.LoadContainer(ctx, AnchorID); err == nil {
+		if t, err := c.Task(ctx, nil); err == nil {
+			if st, err := t.Status(ctx); err == nil && st.Status == containerd.Running {
+				return t.Wait(context.WithoutCancel(ctx))
+			}
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("shim anchor: %w", err)
+	}
+	if err := r.RemoveAnchor(ctx); err != nil {
+		return nil, err
+	}
+	if err := writeAnchorRoot(o); err != nil {
+		return nil, fmt.Errorf("shim anchor: %w", err)
+	}
+	c, err := r.client.NewContainer(ctx, AnchorID,
+		containerd.WithRuntime(plugins.RuntimeRuncV2, &options.Options{
+			BinaryName: r.cfg.RuncBinary,
+			Root:       r.cfg.RuncRoot,
+		}),
+		containerd.WithNewSpec(
+			oci.WithRootFSPath(o.Dir),
+			oci.WithRootFSReadonly(),
+			oci.WithProcessArgs(anchorBinary, PauseArg),
+			oci.WithProcessCwd("/"),
+			oci.WithEnv(nil),
+			oci.WithUIDGID(65534, 65534),
+			withNoAdditionalGIDs,
+			oci.WithCapabilities(nil),
+			withInheritableCapabilities(nil),
+			oci.WithAmbientCapabilities(nil),
+			oci.WithNoNewPrivileges,
+			oci.WithHostname("shim-anchor"),
+			oci.WithCgroup(o.CgroupPath),
+			oci.WithMemoryLimit(16<<20),
+			// The Go runtime's threads count against pids.
+			oci.WithPidsLimit(16),
+			oci.WithAnnotations(map[string]string{GroupAnnotation: r.cfg.ShimGroup}),
+			SeccompOpt(),
+		),
+		containerd.WithContainerLabels(map[string]string{LabelAnchor: r.cfg.ShimGroup}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("shim anchor: create container: %w", err)
+	}
+	t, err := c.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("shim anchor: create task: %w", err), r.RemoveAnchor(ctx))
+	}
+	ch, err := t.Wait(context.WithoutCancel(ctx))
+	if err == nil {
+		err = t.Start(ctx)
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("shim anchor: start: %w", err), r.RemoveAnchor(ctx))
+	}
+	return ch, nil
+}
+
+// RemoveAnchor kills and removes the anchor container, if there is one.
+// The group's shim exits once its last task is gone.
+func (r *Runtime) RemoveAnchor(ctx context.Context) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, AnchorID)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("shim anchor: %w", err)
+	}
+	if t, err := c.Task(ctx, nil); err == nil {
+		if err := deleteTask(ctx, t); err != nil {
+			return fmt.Errorf("shim anchor: %w", err)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("shim anchor: load task: %w", err)
+	}
+	if err := c.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("shim anchor: delete container: %w", err)
+	}
+	return nil
+}
+
+// SessionTasks counts the tasks in the namespace other than the anchor's.
+func (r *Runtime) SessionTasks(ctx context.Context) (int, error) {
+	ctx = r.ctx(ctx)
+	resp, err := r.client.TaskService().List(ctx, &tasks.ListTasksRequest{})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range resp.Tasks {
+		if t.ID != AnchorID {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// writeAnchorRoot lays out the anchor's root: the init binary and the
+// mount points of the default spec, so runc writes nothing into it.
+func writeAnchorRoot(o AnchorOptions) error {
+	if !filepath.IsAbs(o.Dir) || !filepath.IsAbs(o.InitBinary) {
+		return fmt.Errorf("anchor root %q and init binary %q must be absolute paths", o.Dir, o.InitBinary)
+	}
+	for _, d := range []string{"", "proc", "dev", "sys", "run"} {
+		if err := os.MkdirAll(filepath.Join(o.Dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	dst := filepath.Join(o.Dir, anchorBinary)
+	tmp := dst + ".tmp"
+	_ = os.Remove(tmp)
+	if err := os.Link(o.InitBinary, tmp); err != nil {
+		b, err := os.ReadFile(o.InitBinary)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(tmp, b, 0o755); err != nil {
+			return err
+		}
+	}
+	return os.Rename(tmp, dst)
+}

@@ -269,3 +269,36 @@ func TestFinish(t *testing.T) {
 		t.Errorf("left for review: %v, %v", changeKinds(cs), err)
 	}
 }
+
+// TestIdmapUsernsShared checks that the user namespaces behind idmapped
+// mounts are made once per mapping and shared, and that two mappings get
+// two namespaces.
+func TestIdmapUsernsShared(t *testing.T) {
+	a, b := Owner{UID: 4101, GID: 4101}, Owner{UID: 4102, GID: 4102}
+	to := Owner{UID: 65534, GID: 65534}
+	ns1, err := idmapUserns(a, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns2, err := idmapUserns(a, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns3, err := idmapUserns(b, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := func(f *os.File) uint64 {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	if ns1 != ns2 {
+		t.Error("the same mapping made a second user namespace")
+	}
+	if ino(ns1) == ino(ns3) {
+		t.Errorf("mappings %v and %v share user namespace %d", a, b, ino(ns1))
+	}
+}

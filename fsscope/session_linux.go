@@ -208,14 +208,8 @@ func Setup(ctx context.Context, stateDir string, p *policies.Policy, owner Owner
 		log.G(ctx).Debug("fsscope: quota filesystem ready", "backend", cfg.backend, "size", size, "took", time.Since(start))
 	}
 
-	userns := map[Owner]*os.File{}
-	defer func() {
-		for _, f := range userns {
-			f.Close()
-		}
-	}()
 	for i, pl := range plans {
-		ws, err := s.setupWorkspace(ctx, i, pl.w, pl.host, owner, userns)
+		ws, err := s.setupWorkspace(ctx, i, pl.w, pl.host, owner)
 		if err != nil {
 			return nil, fmt.Errorf("workspace %s: %w", pl.w.HostPath, err)
 		}
@@ -238,7 +232,7 @@ func Setup(ctx context.Context, stateDir string, p *policies.Policy, owner Owner
 	return s, nil
 }
 
-func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspace, host string, sandbox Owner, userns map[Owner]*os.File) (wsState, error) {
+func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspace, host string, sandbox Owner) (wsState, error) {
 	ws := wsState{
 		HostPath:          host,
 		Target:            path.Clean(w.Target),
@@ -299,11 +293,8 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 
 	var ns *os.File
 	if ws.Idmap {
-		if ns = userns[ws.Owner]; ns == nil {
-			if ns, err = idmapUserns(ws.Owner, sandbox); err != nil {
-				return ws, err
-			}
-			userns[ws.Owner] = ns
+		if ns, err = idmapUserns(ws.Owner, sandbox); err != nil {
+			return ws, err
 		}
 	}
 	target := s.wsMnt(i)

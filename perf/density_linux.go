@@ -57,6 +57,9 @@ type DensityLevel struct {
 	// Per session, proportional set size (shared pages split between
 	// sharers) and resident set size of: the runc shim, the binary log
 	// writer (airlockd run by the shim), the session's own processes.
+	// The shim's share includes the shim anchor's process when sessions
+	// share one shim; Shims counts the shim processes at the level.
+	Shims         int     `json:"shims"`
 	ShimPSSKiB    float64 `json:"shim_pss_kib"`
 	LoggerPSSKiB  float64 `json:"logger_pss_kib"`
 	PayloadPSSKiB float64 `json:"payload_pss_kib"`
@@ -243,6 +246,11 @@ func (e *Env) densityLevel(ctx context.Context, p policies.Policy, n int) Densit
 				continue
 			}
 			seen[pr.pid] = true
+		}
+		lv.Shims = shim.n
+		for _, pid := range processesInCgroupPrefix("airlock-" + e.Prefix + "-" + runtime.AnchorID) {
+			shim.add(pid)
+			seen[pid] = true
 		}
 		for _, pid := range processesInCgroupPrefix("airlock-" + e.Prefix + "/") {
 			if !seen[pid] {

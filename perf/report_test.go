@@ -241,8 +241,8 @@ func TestMarkdown(t *testing.T) {
 		"| DNS latency, cache miss: p50 / p99 (µs) | 100 / 100 | direct: 300 / 300 | -200 / -200 µs |",
 		"| DNS throughput, cache hit (queries/s; cache hit ratio 99.9%) | 20000 | direct: 70000 | ×0.29 |",
 		"| session start with 100 started at once vs 1 (ms, median) | 5800 | 90 | ×64.44 |",
-		"takes +50 ms over `ctr run --rm`",
-		"adds +55 ms more",
+		"takes 50 ms more than `ctr run --rm`",
+		"takes 55 ms more than no layers",
 		"in 2 of 2 runs every one of the 18 tracked resources was already gone",
 		"airlockd spends 48 µs of CPU per query (the harness's DNS server: 12 µs)",
 		"goroutine stack growth (runtime.newstack) 29.2%",
@@ -414,5 +414,13 @@ func TestFirstWriter(t *testing.T) {
 	w.Write([]byte("\n"))
 	if at.Before(before) || !w.first.Equal(at) || w.buf.String() != "x\n" {
 		t.Fatalf("first %v (written after %v), buf %q", w.first, before, w.buf.String())
+	}
+}
+
+func TestMoreLess(t *testing.T) {
+	for in, want := range map[float64]string{-16.4: "16 ms less", 0: "0 ms more", 54.6: "55 ms more"} {
+		if got := moreLess(in); got != want {
+			t.Errorf("moreLess(%v) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -40,8 +40,8 @@ type Options struct {
 	// Profile records airlockd's CPU profile during the DNS loads.
 	Profile bool
 	// Budget is when the measurements should be done: sections are not
-	// started in its last minute, density levels not when their estimated
-	// end is past it.
+	// started in its last minute, density levels (measured last) not when
+	// their estimated end is less than half a minute before it.
 	Budget time.Duration
 	// Argv is the command line, for the report.
 	Argv []string
@@ -150,22 +150,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			r.Teardown = td
 		}
 	}
-	if o.want("density") && !overBudget("density") && ctx.Err() == nil {
-		logf("density: %v idle sessions", o.Density)
-		// Leave the DNS and TCP sections (about a minute and a half) room.
-		var deadline time.Time
-		if o.Budget > 0 {
-			deadline = start.Add(o.Budget - 2*time.Minute)
-		}
-		d, err := MeasureDensity(ctx, e, o.Density, filepath.Join(o.Out, "density.png"), deadline)
-		if d != nil {
-			d.Reproduce = reproduce(o, "density")
-			r.Density = d
-		}
-		if err != nil {
-			fail("density", err)
-		}
-	}
 	if o.want("dns") && !overBudget("dns") && ctx.Err() == nil {
 		logf("dns: latency and throughput through the proxy and direct")
 		prof := ""
@@ -186,6 +170,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		} else {
 			t.Reproduce = reproduce(o, "tcp")
 			r.TCP = t
+		}
+	}
+	if o.want("density") && !overBudget("density") && ctx.Err() == nil {
+		logf("density: %v idle sessions", o.Density)
+		// Last, so that its largest levels get what is left of the
+		// budget (with half a minute for removing the sessions).
+		var deadline time.Time
+		if o.Budget > 0 {
+			deadline = start.Add(o.Budget - 30*time.Second)
+		}
+		d, err := MeasureDensity(ctx, e, o.Density, filepath.Join(o.Out, "density.png"), deadline)
+		if d != nil {
+			d.Reproduce = reproduce(o, "density")
+			r.Density = d
+		}
+		if err != nil {
+			fail("density", err)
 		}
 	}
 	return finish()

@@ -21,7 +21,10 @@ type ColdStart struct {
 	// Ratios of medians (to exit) against ctr run --rm.
 	RatioHelloCtr float64 `json:"ratio_hello_ctr"`
 	RatioFullCtr  float64 `json:"ratio_full_ctr"`
-	Seconds       float64 `json:"seconds"`
+	// Timelines follow one more run of the full perimeter and of ctr,
+	// program by program.
+	Timelines []Timeline `json:"timelines,omitempty"`
+	Seconds   float64    `json:"seconds"`
 	// Reproduce reruns this section alone.
 	Reproduce string `json:"reproduce"`
 }
@@ -151,6 +154,11 @@ func MeasureColdStart(ctx context.Context, e *Env, runs int, srt SrtConfig) (*Co
 	if c := res.Variants[2].ExitMS.Median; c > 0 {
 		res.RatioHelloCtr = res.Variants[0].ExitMS.Median / c
 		res.RatioFullCtr = res.Variants[1].ExitMS.Median / c
+	}
+	for _, i := range []int{1, 2} {
+		if !skip[i] {
+			res.Timelines = append(res.Timelines, recordTimeline(ctx, e.cfg.Repo, vs[i].name, vs[i].argv("tl", trueCmd)))
+		}
 	}
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil

@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -313,13 +314,42 @@ func (e *Env) densityLevel(ctx context.Context, p policies.Policy, n int) Densit
 	return lv
 }
 
+// anchorShimPID is the shim serving the daemon's shim anchor (the parent
+// of the anchor's process), or 0.
+func (e *Env) anchorShimPID() int {
+	ctx := ContainerdCtx(context.Background())
+	c, err := e.ctrd.LoadContainer(ctx, runtime.AnchorID)
+	if err != nil {
+		return 0
+	}
+	t, err := c.Task(ctx, nil)
+	if err != nil {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", t.Pid()))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...: comm may hold spaces, so cut at its ')'.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
 // sessionLeftovers lists session resources of this run that exist while
 // the daemon has no session: shims, session processes, session cgroups,
 // session mounts and directories, session namespaces.
 func (e *Env) sessionLeftovers() []string {
 	var out []string
 	shimMark := "-address " + e.ContainerdSocket()
+	anchorShim := e.anchorShimPID()
 	for _, pr := range allProcesses() {
+		if pr.pid == anchorShim {
+			continue // the shared shim, kept by the daemon's anchor
+		}
 		if strings.Contains(pr.cmd, "containerd-shim-runc-v2") && strings.Contains(pr.cmd, shimMark) {
 			out = append(out, fmt.Sprintf("shim %d", pr.pid))
 		}

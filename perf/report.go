@@ -214,6 +214,12 @@ func (cs *ColdStart) markdown(p printer) {
 		p("- %s: `%s`\n", v.Name, v.Command)
 	}
 	p("\nThe full perimeter: an overlay workspace of a 12-file temp dir, egress to %s:80 (a world host), one credential; same limits as examples/hello.hcl. srt gets the same scope (one allowed domain, writes to the workspace only).\n\n", EgressHost)
+	if len(cs.Timelines) > 0 {
+		p("Where the time goes: one more run of each, under `perf record -a -e sched:sched_process_exec -e sched:sched_process_exit` (the tracer adds a little to every exec). Each row is a program run on the machine between the client's exec and its exit; the gaps are the long-lived daemons (airlockd, containerd) at work.\n\n")
+		for _, tl := range cs.Timelines {
+			tl.markdown(p)
+		}
+	}
 }
 
 func (td *Teardown) markdown(p printer) {
@@ -243,6 +249,10 @@ func (td *Teardown) markdown(p printer) {
 		}
 	}
 	p(".\n\nCommands: `%s`; `%s`; `%s`.\n\n", td.Commands["create"], td.Commands["stop"], td.Commands["rm"])
+	if td.Timeline != nil {
+		p("Where the time goes (see the cold start section for how it is recorded):\n\n")
+		td.Timeline.markdown(p)
+	}
 }
 
 func (d *DNS) markdown(p printer) {

@@ -37,6 +37,9 @@ type Teardown struct {
 	// LastGone counts, per variant, which kind of resource was the last to
 	// disappear after rm returned.
 	LastGone map[string]map[string]int `json:"last_gone"`
+	// Timeline follows one more stop and rm of a full-perimeter session,
+	// program by program.
+	Timeline *Timeline `json:"timeline,omitempty"`
 }
 
 // TeardownVariant is one manifest's teardown timings.
@@ -141,8 +144,34 @@ func MeasureTeardown(ctx context.Context, e *Env, runs int) (*Teardown, error) {
 		res.Checked = append(res.Checked, k)
 	}
 	slices.Sort(res.Checked)
+	res.Timeline = e.teardownTimeline(ctx, full)
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// teardownTimeline records `stop --time 0` then `rm -f` of one more
+// running session of manifest (see Timeline).
+func (e *Env) teardownTimeline(ctx context.Context, manifest string) *Timeline {
+	tl := &Timeline{Name: "stop and rm, full perimeter"}
+	sh, err := exec.LookPath("sh")
+	if err == nil {
+		sh, err = filepath.EvalSymlinks(sh)
+	}
+	if err != nil {
+		tl.Error = err.Error()
+		return tl
+	}
+	out, err := e.CLI("run", "-d", "-f", manifest, "--", "sleep", "3600").Output()
+	if err != nil {
+		tl.Error = fmt.Sprintf("create: %v: %s", err, exitStderr(err))
+		return tl
+	}
+	id := strings.TrimSpace(string(out))
+	defer func() { _ = e.Client.RemoveSession(context.WithoutCancel(ctx), id, true) }()
+	quote := func(argv []string) string { return strings.Join(argv, " ") }
+	script := quote(e.CLIArgs("stop", "--time", "0", id)) + " && " + quote(e.CLIArgs("rm", "-f", id))
+	*tl = recordTimeline(ctx, e.cfg.Repo, tl.Name, []string{sh, "-c", script})
+	return tl
 }
 
 // kindOf strips the session-specific part of a resource name.
@@ -254,7 +283,11 @@ func (e *Env) sessionResources(ctx context.Context, id string) ([]resource, erro
 	if _, err := c.LoadContainer(cctx, id); err != nil {
 		return nil, fmt.Errorf("session %s: container: %w", id, err)
 	}
+	anchorShim := e.anchorShimPID()
 	for _, pid := range shimPIDs(id) {
+		if pid == anchorShim {
+			continue // the shared shim stays with the daemon's anchor
+		}
 		pid := pid
 		rs = append(rs, resource{fmt.Sprintf("shim %d", pid), func(context.Context) bool { return !alive(pid) }})
 	}

@@ -157,7 +157,8 @@ func MeasureColdStart(ctx context.Context, e *Env, runs int, srt SrtConfig) (*Co
 	}
 	for _, i := range []int{1, 2} {
 		if !skip[i] {
-			res.Timelines = append(res.Timelines, recordTimeline(ctx, e.cfg.Repo, vs[i].name, vs[i].argv("tl", trueCmd)))
+			argv := vs[i].argv("tl", trueCmd)
+			res.Timelines = append(res.Timelines, recordTimeline(ctx, e.cfg.Repo, vs[i].name, e.display(argv), argv))
 		}
 	}
 	res.Seconds = time.Since(start).Seconds()

@@ -165,7 +165,11 @@ func (r *Report) summary(p printer) {
 	}
 	if td := r.Teardown; td != nil {
 		for _, v := range td.Variants {
-			p("| teardown to all resources verified gone, %s (ms) | %s | – | %d resources, %d leaked |\n", v.Name, v.GoneMS.Spread("%.0f"), v.Resources, v.Leaked)
+			base := "–"
+			if td.CtrMS.N > 0 {
+				base = "ctr task rm -f + ctr container rm: " + td.CtrMS.Spread("%.0f")
+			}
+			p("| teardown to all resources verified gone, %s (ms) | %s | %s | %d resources, %d leaked |\n", v.Name, v.GoneMS.Spread("%.0f"), base, v.Resources, v.Leaked)
 		}
 	}
 	if d := r.DNS; d != nil {
@@ -249,6 +253,12 @@ func (td *Teardown) markdown(p printer) {
 		}
 	}
 	p(".\n\nCommands: `%s`; `%s`; `%s`.\n\n", td.Commands["create"], td.Commands["stop"], td.Commands["rm"])
+	switch {
+	case td.CtrMS.N > 0:
+		p("Baseline, bare containerd in the same rounds: a `ctr run -d` container of the same image (`sleep 3600`) removed with `%s` in %s ms (task, container and snapshot checked gone; %d runs).\n\n", td.CtrCommand, td.CtrMS.Spread("%.0f"), td.CtrMS.N)
+	case td.CtrError != "":
+		p("Baseline, bare containerd: not measured: %s\n\n", td.CtrError)
+	}
 	if td.Timeline != nil {
 		p("Where the time goes (see the cold start section for how it is recorded):\n\n")
 		td.Timeline.markdown(p)

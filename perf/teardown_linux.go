@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
@@ -40,6 +41,12 @@ type Teardown struct {
 	// Timeline follows one more stop and rm of a full-perimeter session,
 	// program by program.
 	Timeline *Timeline `json:"timeline,omitempty"`
+	// CtrMS is bare containerd's teardown in the same rounds: `ctr task
+	// rm -f` and `ctr container rm` of a `ctr run -d` container of the
+	// same image (task, container and snapshot checked gone).
+	CtrMS      stats.Summary `json:"ctr_ms"`
+	CtrCommand string        `json:"ctr_command,omitempty"`
+	CtrError   string        `json:"ctr_error,omitempty"`
 }
 
 // TeardownVariant is one manifest's teardown timings.
@@ -100,7 +107,13 @@ func MeasureTeardown(ctx context.Context, e *Env, runs int) (*Teardown, error) {
 	}
 	accs := make([]acc, len(vs))
 	checked := map[string]bool{}
-	for range runs {
+	var ctrTimes []time.Duration
+	for round := range runs {
+		if d, err := e.ctrTeardownOnce(ctx, fmt.Sprintf("perf-td-%d", round)); err != nil {
+			res.CtrError = err.Error()
+		} else {
+			ctrTimes = append(ctrTimes, d)
+		}
 		for i, v := range vs {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -144,9 +157,45 @@ func MeasureTeardown(ctx context.Context, e *Env, runs int) (*Teardown, error) {
 		res.Checked = append(res.Checked, k)
 	}
 	slices.Sort(res.Checked)
+	res.CtrMS = stats.Summarize(stats.Millis(ctrTimes))
+	res.CtrCommand = e.display(e.CtrArgs("task", "rm", "-f", "ID")) + "; " + e.display(e.CtrArgs("container", "rm", "ID"))
 	res.Timeline = e.teardownTimeline(ctx, full)
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// ctrTeardownOnce starts a container of the agent image with ctr (`sleep
+// 3600`), then times its removal by ctr until the task, the container
+// and its snapshot are gone.
+func (e *Env) ctrTeardownOnce(ctx context.Context, id string) (time.Duration, error) {
+	if out, err := e.Ctr("run", "-d", "--runc-binary", e.Bin("runc"), e.CtrRef, id, "sleep", "3600").CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("ctr run -d: %w: %s", err, lastLine(string(out)))
+	}
+	cctx := ContainerdCtx(context.WithoutCancel(ctx))
+	defer func() {
+		// A failed step must not leave the container for the next round.
+		if c, err := e.ctrd.LoadContainer(cctx, id); err == nil {
+			if t, err := c.Task(cctx, nil); err == nil {
+				_, _ = t.Delete(cctx, containerd.WithProcessKill)
+			}
+			_ = c.Delete(cctx, containerd.WithSnapshotCleanup)
+		}
+	}()
+	t0 := time.Now()
+	if out, err := e.Ctr("task", "rm", "-f", id).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("ctr task rm -f: %w: %s", err, lastLine(string(out)))
+	}
+	if out, err := e.Ctr("container", "rm", id).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("ctr container rm: %w: %s", err, lastLine(string(out)))
+	}
+	d := time.Since(t0)
+	if _, err := e.ctrd.LoadContainer(cctx, id); !errdefs.IsNotFound(err) {
+		return 0, fmt.Errorf("ctr container %s still there after ctr container rm", id)
+	}
+	if _, err := e.ctrd.SnapshotService("overlayfs").Stat(cctx, id); !errdefs.IsNotFound(err) {
+		return 0, fmt.Errorf("snapshot %s still there after ctr container rm", id)
+	}
+	return d, nil
 }
 
 // teardownTimeline records `stop --time 0` then `rm -f` of one more
@@ -168,9 +217,9 @@ func (e *Env) teardownTimeline(ctx context.Context, manifest string) *Timeline {
 	}
 	id := strings.TrimSpace(string(out))
 	defer func() { _ = e.Client.RemoveSession(context.WithoutCancel(ctx), id, true) }()
-	quote := func(argv []string) string { return strings.Join(argv, " ") }
-	script := quote(e.CLIArgs("stop", "--time", "0", id)) + " && " + quote(e.CLIArgs("rm", "-f", id))
-	*tl = recordTimeline(ctx, e.cfg.Repo, tl.Name, []string{sh, "-c", script})
+	stop, rm := e.CLIArgs("stop", "--time", "0", id), e.CLIArgs("rm", "-f", id)
+	script := shellQuote(stop) + " && " + shellQuote(rm)
+	*tl = recordTimeline(ctx, e.cfg.Repo, tl.Name, e.display(stop)+" && "+e.display(rm), []string{sh, "-c", script})
 	return tl
 }
 

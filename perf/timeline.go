@@ -39,9 +39,10 @@ type TimelineStep struct {
 }
 
 // recordTimeline runs argv under `perf record -a` with the exec and exit
-// tracepoints and turns the trace into a Timeline.
-func recordTimeline(ctx context.Context, dir, name string, argv []string) Timeline {
-	tl := Timeline{Name: name, Command: strings.Join(argv, " ")}
+// tracepoints and turns the trace into a Timeline; display is how the
+// report shows the command.
+func recordTimeline(ctx context.Context, dir, name, display string, argv []string) Timeline {
+	tl := Timeline{Name: name, Command: display}
 	if _, err := exec.LookPath("perf"); err != nil {
 		tl.Error = "perf is not installed (apt-get install linux-perf)"
 		return tl

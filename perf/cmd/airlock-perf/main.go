@@ -48,7 +48,7 @@ func run() int {
 	flag.StringVar(&opts.BenchTime, "benchtime", "200ms", "go test -benchtime for the hot-path benchmarks")
 	flag.IntVar(&opts.BenchCount, "benchcount", 5, "go test -count for the hot-path benchmarks")
 	flag.BoolVar(&opts.Profile, "profile", true, "profile airlockd with `perf record` during the DNS load")
-	flag.DurationVar(&opts.Budget, "budget", 8*time.Minute, "finish measuring by then: no section starts in its last minute, no density level whose estimated end is past it")
+	flag.DurationVar(&opts.Budget, "budget", 8*time.Minute+30*time.Second, "finish measuring by then: no section starts in its last minute, no density level (measured last) whose estimated end is less than 30 s before it")
 	flag.Parse()
 
 	repo, err := filepath.Abs(opts.Env.Repo)

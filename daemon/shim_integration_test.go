@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,23 +29,34 @@ func TestSessionsShareOneShim(t *testing.T) {
 		t.Fatalf("shim anchor not running: %+v, %v", anchor, err)
 	}
 
-	var ids []string
-	for range 2 {
-		s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: policy("sleep", "60"), Start: true})
-		if err != nil {
-			t.Fatalf("create: %v", err)
-		}
-		ids = append(ids, s.ID)
-		t.Cleanup(func() {
-			if err := h.Daemon.Remove(context.Background(), s.ID, true); err != nil {
-				t.Errorf("remove %s: %v", s.ID, err)
+	// Started side by side: they join the one shim, none starts its own.
+	ids := make([]string, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Go(func() {
+			s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: policy("sleep", "60"), Start: true})
+			if err == nil {
+				ids[i] = s.ID
 			}
-			assertGone(t, s.ID)
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, id := range ids {
+		if errs[i] != nil {
+			t.Fatalf("create: %v", errs[i])
+		}
+		t.Cleanup(func() {
+			if err := h.Daemon.Remove(context.Background(), id, true); err != nil {
+				t.Errorf("remove %s: %v", id, err)
+			}
+			assertGone(t, id)
 		})
 	}
 	shims := daemontest.ShimProcesses(h.ContainerdAddress())
 	if len(shims) != 1 || !strings.Contains(shims[0], "-id "+runtime.AnchorID+" ") {
-		t.Fatalf("with the anchor and 2 sessions running, shims are %v; want the anchor's one", shims)
+		t.Fatalf("with the anchor and 3 sessions running, shims are %v; want the anchor's one", shims)
 	}
 
 	// Kill the anchor: the sessions keep the shim alive, and the daemon

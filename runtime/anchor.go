@@ -118,7 +118,9 @@ func (r *Runtime) EnsureAnchor(ctx context.Context, o AnchorOptions) (<-chan con
 	if err != nil {
 		return nil, fmt.Errorf("shim anchor: create container: %w", err)
 	}
+	r.joinMu.Lock()
 	t, err := c.NewTask(ctx, cio.NullIO)
+	r.joinMu.Unlock()
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("shim anchor: create task: %w", err), r.RemoveAnchor(ctx))
 	}

@@ -72,6 +72,15 @@ type Config struct {
 type Runtime struct {
 	client *containerd.Client
 	cfg    Config
+	// joinMu admits one task at a time to the shim group. containerd runs
+	// the shim's start-up command for every new task; it reuses the
+	// group's shim only if it can connect to its socket within 100 ms,
+	// and otherwise removes the socket and starts a new shim in its place.
+	// Two such start-ups side by side (a host so loaded that the connect
+	// times out) can each start a shim, and the one that loses the socket
+	// is never handed a task, so it never exits. One at a time, the shim
+	// creates tasks one at a time anyway.
+	joinMu sync.Mutex
 }
 
 // New connects to containerd.
@@ -231,6 +240,9 @@ func (r *Runtime) Start(ctx context.Context, id, logDir string) (pid uint32, exi
 		return 0, nil, err
 	}
 	creator := cio.BinaryIO(r.cfg.LoggerBinary, map[string]string{LoggerArg: logDir})
+	if r.cfg.ShimGroup != "" {
+		r.joinMu.Lock()
+	}
 	task, err := c.NewTask(ctx, creator)
 	for try := 0; err != nil && r.cfg.ShimGroup != "" && shimGone(err) && try < 2; try++ {
 		// The group's shim was exiting with its last task (an anchor
@@ -238,6 +250,9 @@ func (r *Runtime) Start(ctx context.Context, id, logDir string) (pid uint32, exi
 		// new shim.
 		log.G(ctx).Warn("the shared shim exited while the task joined it; retrying", "session", id, "error", err)
 		task, err = c.NewTask(ctx, creator)
+	}
+	if r.cfg.ShimGroup != "" {
+		r.joinMu.Unlock()
 	}
 	if err != nil {
 		return 0, nil, fmt.Errorf("session %q: create task: %w", id, classifyStartError(err))

@@ -90,6 +90,10 @@ type Env struct {
 	daemonErr chan error
 	logFile   *os.File
 	ctrd      *containerd.Client
+	// ctrCgroups are the namespace's parent cgroups ("airlock" in each
+	// hierarchy) that did not exist before the run: the ctr baselines'
+	// containers go into /airlock/ID, and runc leaves the parent behind.
+	ctrCgroups []string
 }
 
 // StartEnv builds the environment. On error nothing is left behind.
@@ -112,6 +116,16 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, retErr error) {
 	e := &Env{
 		cfg: cfg, Root: root, StateRoot: filepath.Join(root, "state"), Socket: filepath.Join(root, "airlock.sock"),
 		WorkDir: filepath.Join(root, "work"), LoadDir: filepath.Join(root, "load"), BinDir: filepath.Join(root, "bin"),
+	}
+	ctrls, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, c := range append(ctrls, nil) {
+		p := filepath.Join("/sys/fs/cgroup", "airlock")
+		if c != nil {
+			p = filepath.Join("/sys/fs/cgroup", c.Name(), "airlock")
+		}
+		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			e.ctrCgroups = append(e.ctrCgroups, p)
+		}
 	}
 	e.Prefix = daemon.Prefix(e.StateRoot)
 	defer func() {
@@ -352,6 +366,9 @@ func (e *Env) Close(ctx context.Context) (*Cleanup, error) {
 				errs = append(errs, err)
 			}
 		}
+	}
+	for _, p := range e.ctrCgroups {
+		_ = os.Remove(p) // only when empty
 	}
 	c := &Cleanup{Leftovers: []string{}, Remaining: []string{}}
 	uplink := ""

@@ -14,6 +14,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/containerd/v2/plugins"
 	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/internal/launch"
 )
 
 // A shared shim.
@@ -58,7 +60,7 @@ type AnchorOptions struct {
 }
 
 // anchorBinary is where the init binary sits in the anchor's root.
-const anchorBinary = "/airlock-init"
+const anchorBinary = "/" + launch.Binary
 
 // ShimGroup returns the shim group sessions join ("" for a shim each).
 func (r *Runtime) ShimGroup() string { return r.cfg.ShimGroup }
@@ -188,14 +190,8 @@ func writeAnchorRoot(o AnchorOptions) error {
 	dst := filepath.Join(o.Dir, anchorBinary)
 	tmp := dst + ".tmp"
 	_ = os.Remove(tmp)
-	if err := os.Link(o.InitBinary, tmp); err != nil {
-		b, err := os.ReadFile(o.InitBinary)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(tmp, b, 0o755); err != nil {
-			return err
-		}
+	if err := launch.Install(o.InitBinary, tmp); err != nil {
+		return err
 	}
 	return os.Rename(tmp, dst)
 }

@@ -83,11 +83,8 @@ func Prepare(dir, initBinary string, uid, gid uint32) (*Dir, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, err
 	}
-	bin := filepath.Join(dir, Binary)
-	if err := os.Link(initBinary, bin); err != nil {
-		if err := copyFile(initBinary, bin); err != nil {
-			return nil, fmt.Errorf("install %s: %w", Binary, err)
-		}
+	if err := Install(initBinary, filepath.Join(dir, Binary)); err != nil {
+		return nil, err
 	}
 	for _, name := range []string{ctlName, ackName} {
 		p := filepath.Join(dir, name)
@@ -107,6 +104,17 @@ func Open(dir string) *Dir { return &Dir{path: dir} }
 
 // Path is the directory on the host.
 func (d *Dir) Path() string { return d.path }
+
+// Install puts a copy of airlock-init at dst: a hard link to initBinary
+// where the filesystem allows, a copy otherwise. dst must not exist.
+func Install(initBinary, dst string) error {
+	if err := os.Link(initBinary, dst); err != nil {
+		if err := copyFile(initBinary, dst); err != nil {
+			return fmt.Errorf("install %s: %w", Binary, err)
+		}
+	}
+	return nil
+}
 
 func copyFile(src, dst string) error {
 	in, err := os.Open(src)

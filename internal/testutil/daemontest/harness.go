@@ -231,7 +231,7 @@ func (h *Harness) Restart(ctx context.Context) error {
 
 // ContainerdAddress is the socket of the daemon's embedded containerd.
 func (h *Harness) ContainerdAddress() string {
-	return filepath.Join(h.Root, "containerd", "containerd.sock")
+	return runtime.Embedded{Dir: filepath.Join(h.Root, "containerd")}.Address()
 }
 
 // ShimProcesses lists the runc shims ("PID CMDLINE") serving the

@@ -92,7 +92,10 @@ session "reference" {
     # overlay (default): the session writes to a copy-on-write layer; the
     #   host directory is untouched until the changes are committed.
     # ro: read-only.
-    # rw: writes go straight to the host directory (draws a warning).
+    # rw: writes go straight to the host directory (draws a warning); no
+    # commit policy applies. When the session ends, entries it left setuid,
+    # setgid or world-writable lose those bits (audited); until then they
+    # are visible on the host as the sandbox made them.
     mode = "overlay"
 
     # Globs, relative to the workspace root, that the session cannot read.
@@ -121,6 +124,21 @@ session "reference" {
     # .gitignore; here every branch under release/ is protected except the
     # release/next-* ones, and "!" alone is an error.
     protect_refs = ["refs/heads/main", "refs/tags/*", "refs/heads/release/**", "!refs/heads/release/next-*"]
+
+    # Overlay only: git metadata a commit may carry although it is not
+    # known to be inert. Whatever the other settings say, inside every git
+    # directory (.git, .git/modules/*, worktrees, bare repositories, any
+    # directory git would take for one) a commit accepts only what git
+    # writes in ordinary use: objects and packs, the index, refs and their
+    # logs, packed-refs, state files (HEAD, ORIG_HEAD, FETCH_HEAD,
+    # COMMIT_EDITMSG, MERGE_*, ...) as regular files, and config whose
+    # changed keys run nothing (rule git_meta). A new git directory or
+    # gitfile, commondir, gitdir, alternates, info/attributes, an
+    # in-progress rebase's todo list and any symlink there are rejected
+    # unless a glob here names them. Hooks and command-running config keys
+    # (core.fsmonitor, include.path, *.command, credential helpers, ...)
+    # are never committed (rule git_exec). Default empty.
+    git_allow = ["vendor/lib/.git"]
 
     # Overlay only: what happens to the changes when the session ends.
     # review (default): keep them for `airlock diff`, `commit` or `discard`.

@@ -278,12 +278,18 @@ func (d *differ) entry(p string, ust, lst *unix.Stat_t, parentOpaque bool) error
 	return nil
 }
 
+// newMode is the mode a commit gives new content (an entry the host did
+// not have, or a file whose content changed): the permission bits without
+// world-write; never setuid, setgid or sticky.
+func newMode(sandboxMode uint32) uint32 { return committedMode(sandboxMode, 0) }
+
 // committedMode is the mode a commit gives a host entry whose mode was
 // hostMode when the sandbox set sandboxMode: the permission bits, and the
-// setuid, setgid and sticky bits only where the host had them already.
-// A difference in special bits alone is therefore no change.
+// setuid, setgid, sticky and world-write bits only where the host had
+// them already. A difference in those bits alone is therefore no change.
+
 func committedMode(sandboxMode, hostMode uint32) uint32 {
-	return sandboxMode&0o777 | hostMode&sandboxMode&0o7000
+	return sandboxMode&0o775 | hostMode&sandboxMode&0o7002
 }
 
 // deleted records the removal of the lower entry p and, for a directory,

@@ -352,7 +352,9 @@ func buildOps(changes []Change, accepted []int, base *baseline, owner Owner) []o
 	}
 	content := func(kind string, c *Change, oldOwner *entry) op {
 		o := newOp(kind, c, c.Path)
-		o.Type, o.Src, o.Mode = c.Type, c.Path, c.Mode&0o777
+		// New content never keeps setuid, setgid or world-write, even
+		// where the host file had them.
+		o.Type, o.Src, o.Mode = c.Type, c.Path, newMode(c.Mode)
 		if oldOwner != nil {
 			o.UID, o.GID = oldOwner.UID, oldOwner.GID
 		}
@@ -365,7 +367,7 @@ func buildOps(changes []Change, accepted []int, base *baseline, owner Owner) []o
 		case KindAdded:
 			if c.Type == TypeDir {
 				o := newOp(opMkdir, c, c.Path)
-				o.Mode = c.Mode & 0o777
+				o.Mode = newMode(c.Mode)
 				creates = append(creates, o)
 			} else {
 				creates = append(creates, content(opCreate, c, nil))
@@ -374,7 +376,7 @@ func buildOps(changes []Change, accepted []int, base *baseline, owner Owner) []o
 			creates = append(creates, content(opReplace, c, old))
 		case KindMode:
 			o := newOp(opChmod, c, c.Path)
-			o.Mode = c.Mode & 0o777
+			o.Mode = newMode(c.Mode)
 			if old != nil {
 				o.Mode = committedMode(c.Mode, old.Mode)
 			}
@@ -395,7 +397,7 @@ func buildOps(changes []Change, accepted []int, base *baseline, owner Owner) []o
 			case c.Type == TypeDir:
 				removes = append(removes, newOp(opRemove, c, c.Path))
 				o := newOp(opMkdir, c, c.Path)
-				o.Old, o.Mode = nil, c.Mode&0o777
+				o.Old, o.Mode = nil, newMode(c.Mode)
 				creates = append(creates, o)
 			default:
 				removes = append(removes, newOp(opRmdir, c, c.Path))

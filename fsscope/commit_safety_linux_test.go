@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/policies"
 	"golang.org/x/sys/unix"
 )
 
@@ -140,15 +142,16 @@ func TestCommitProtect(t *testing.T) {
 	}
 }
 
-// TestCommitSymlinkEscapes: symlinks the sandbox makes (to /etc/shadow, to
-// host paths outside the workspace) are committed as symlinks and never
-// followed; a host directory swapped for a symlink is never written
-// through.
+// TestCommitSymlinkEscapes: symlinks the sandbox makes are never followed
+// by the sandbox or the commit; a link whose target leaves the workspace
+// (absolute, relative, or through other links) is rejected with a reason;
+// links that stay inside commit; a host directory swapped for a symlink
+// is never written through.
 func TestCommitSymlinkEscapes(t *testing.T) {
 	outside := hostTree(t, hostOwner, map[string]string{"secret": "outside\n"})
 	outsideBefore := digest(t, outside)
 	shadowBefore, _ := os.ReadFile("/etc/shadow")
-	host := hostTree(t, hostOwner, map[string]string{"sub/f.txt": "f\n", "keep": "k\n"})
+	host := hostTree(t, hostOwner, map[string]string{"sub/f.txt": "f\n", "keep": "k\n", "deep/er/x": "x\n", "hostlink": "->" + outside})
 	s := setup(t, policyWith(overlayWS(host)), sandboxer)
 	res := runProbe(t, s.Mounts(), sandboxer.UID, sandboxer.GID,
 		probeAction{Op: "symlink", Path: "/workspace/shadow", Arg: "/etc/shadow"},
@@ -158,6 +161,22 @@ func TestCommitSymlinkEscapes(t *testing.T) {
 		probeAction{Op: "symlink", Path: "/workspace/up", Arg: "../../../../../.."},
 		probeAction{Op: "read", Path: "/workspace/up" + outside + "/secret"},
 		probeAction{Op: "write", Path: "/workspace/up" + outside + "/secret", Arg: "pwned"},
+		probeAction{Op: "symlink", Path: "/workspace/sub/passwd", Arg: "../../../etc/passwd"},
+		probeAction{Op: "symlink", Path: "/workspace/root", Arg: "/"},
+		// Read lexically, z is deep/er; through the links it is the
+		// workspace's parent: deep/er/x -> .. is deep, deep/er/y -> x/..
+		// is the root, and z -> deep/er/y/.. leaves it.
+		probeAction{Op: "remove", Path: "/workspace/deep/er/x"},
+		probeAction{Op: "symlink", Path: "/workspace/deep/er/x", Arg: ".."},
+		probeAction{Op: "symlink", Path: "/workspace/deep/er/y", Arg: "x/.."},
+		probeAction{Op: "symlink", Path: "/workspace/z", Arg: "deep/er/y/.."},
+		// Through a link the host already had.
+		probeAction{Op: "symlink", Path: "/workspace/via", Arg: "hostlink/secret"},
+		probeAction{Op: "symlink", Path: "/workspace/loop", Arg: "loop"},
+		// Inside: kept.
+		probeAction{Op: "symlink", Path: "/workspace/sub/k", Arg: "../keep"},
+		probeAction{Op: "symlink", Path: "/workspace/k2", Arg: "sub/../deep/./er"},
+		probeAction{Op: "symlink", Path: "/workspace/dangling", Arg: "not/yet/there"},
 		probeAction{Op: "write", Path: "/workspace/sub/f.txt", Arg: "new f\n"},
 		probeAction{Op: "write", Path: "/workspace/sub/g.txt", Arg: "g\n"},
 	)
@@ -182,7 +201,7 @@ func TestCommitSymlinkEscapes(t *testing.T) {
 		return nil
 	}
 	t.Cleanup(func() { testHookBeforeOp = nil })
-	_, err := s.Commit(t.Context(), CommitOptions{})
+	_, err := s.Commit(t.Context(), CommitOptions{Partial: true})
 	if err == nil || !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.ENOTDIR) {
 		t.Fatalf("Commit through a swapped directory = %v, want ELOOP or ENOTDIR", err)
 	}
@@ -196,7 +215,7 @@ func TestCommitSymlinkEscapes(t *testing.T) {
 	if got := readFile(t, filepath.Join(host, "sub.orig/f.txt")); got != "f\n" {
 		t.Errorf("sub/f.txt = %q after a failed commit", got)
 	}
-	for _, name := range []string{"shadow", "out", "up"} {
+	for _, name := range []string{"k2", "dangling", "sub.orig/k"} {
 		if exists(filepath.Join(host, name)) {
 			t.Errorf("%s applied by a failed commit", name)
 		}
@@ -209,20 +228,44 @@ func TestCommitSymlinkEscapes(t *testing.T) {
 		t.Fatalf("the overlay lost its changes: %v, %v", changeKinds(cs), err)
 	}
 
-	// Put the directory back: the commit now goes through, and the
-	// symlinks land as symlinks.
+	// Put the directory back: the links that leave the workspace are
+	// rejected, each with a reason; the rest lands, links as links.
 	if err := os.Remove(filepath.Join(host, "sub")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(filepath.Join(host, "sub.orig"), filepath.Join(host, "sub")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Commit(t.Context(), CommitOptions{Partial: true}); err != nil {
+	var events []Event
+	cr, err := s.Commit(t.Context(), CommitOptions{Partial: true, Audit: func(e Event) {
+		if e.Type == EventRejected {
+			events = append(events, e)
+		}
+	}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	for name, target := range map[string]string{"shadow": "/etc/shadow", "out": outside, "up": "../../../../../.."} {
+	rejected := map[string]string{}
+	for _, r := range cr.Rejected {
+		if r.Rule != RuleSymlinkEscape || r.Reason == "" {
+			t.Errorf("rejection %+v", r)
+		}
+		rejected[strings.TrimPrefix(r.Path, "/workspace/")] = r.Reason
+	}
+	for _, name := range []string{"shadow", "out", "up", "sub/passwd", "root", "z", "via", "loop"} {
+		if _, ok := rejected[name]; !ok {
+			t.Errorf("%s was not rejected", name)
+		}
+		if exists(filepath.Join(host, name)) {
+			t.Errorf("%s committed", name)
+		}
+	}
+	if len(events) != len(cr.Rejected) {
+		t.Errorf("%d audit events for %d rejections", len(events), len(cr.Rejected))
+	}
+	for name, target := range map[string]string{"sub/k": "../keep", "k2": "sub/../deep/./er", "dangling": "not/yet/there", "deep/er/x": "..", "deep/er/y": "x/.."} {
 		if got, err := os.Readlink(filepath.Join(host, name)); err != nil || got != target {
-			t.Errorf("%s -> %q, %v", name, got, err)
+			t.Errorf("%s -> %q, %v; want -> %q", name, got, err, target)
 		}
 	}
 	if digest(t, outside) != outsideBefore {
@@ -430,5 +473,87 @@ func TestCommitDiskFull(t *testing.T) {
 	}
 	if st := lstat(t, filepath.Join(mnt, "big")); st.Size != 3<<20 {
 		t.Errorf("big has %d bytes", st.Size)
+	}
+}
+
+// TestCommitNormalisesModes: a commit never carries setuid, setgid, sticky
+// or world-write bits the host did not have: on new files and
+// directories, on rewritten files, and on mode changes.
+func TestCommitNormalisesModes(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{"plain": "p\n", "suid-host": "s\n", "rewritten": "r\n", "dir/": ""})
+	if err := unix.Chmod(filepath.Join(host, "suid-host"), 0o4755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Chmod(filepath.Join(host, "rewritten"), 0o4755); err != nil {
+		t.Fatal(err)
+	}
+	s := setup(t, policyWith(overlayWS(host)), sandboxer)
+	mustProbe(t, s, sandboxer,
+		probeAction{Op: "write", Path: "/workspace/new", Arg: "#!/bin/sh\n"},
+		probeAction{Op: "chmod", Path: "/workspace/new", Arg: "6777"},
+		probeAction{Op: "mkdir", Path: "/workspace/newdir"},
+		probeAction{Op: "chmod", Path: "/workspace/newdir", Arg: "3777"},
+		probeAction{Op: "chmod", Path: "/workspace/plain", Arg: "4777"},
+		probeAction{Op: "chmod", Path: "/workspace/dir", Arg: "2777"},
+		probeAction{Op: "chmod", Path: "/workspace/suid-host", Arg: "4700"},
+		probeAction{Op: "write", Path: "/workspace/rewritten", Arg: "sandbox's code\n"},
+		probeAction{Op: "chmod", Path: "/workspace/rewritten", Arg: "4755"},
+	)
+	stop(t, s)
+	if _, err := s.Commit(t.Context(), CommitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]uint32{
+		"new":       0o775,
+		"newdir":    0o775,
+		"plain":     0o775,
+		"dir":       0o775,
+		"rewritten": 0o755, // new content never runs setuid
+	} {
+		if got := lstat(t, filepath.Join(host, name)).Mode & 0o7777; got != want {
+			t.Errorf("%s: mode %o, want %o", name, got, want)
+		}
+	}
+	// A mode change keeps the special bits the host had, and no others.
+	if got := lstat(t, filepath.Join(host, "suid-host")).Mode & 0o7777; got != 0o4700 {
+		t.Errorf("suid-host: mode %o, want 4700", got)
+	}
+}
+
+// TestRWWorkspaceNormalisesModes: an rw workspace writes to the host
+// directly, but what the sandbox leaves setuid, setgid or world-writable
+// loses those bits when the session ends (audited); the host's own
+// entries keep theirs.
+func TestRWWorkspaceNormalisesModes(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{"hostsuid": "h\n", "d/": ""})
+	if err := unix.Chmod(filepath.Join(host, "hostsuid"), 0o4755); err != nil {
+		t.Fatal(err)
+	}
+	w := overlayWS(host)
+	w.Mode, w.OnExit = policies.ModeRW, ""
+	s := setup(t, policyWith(w), sandboxer)
+	mustProbe(t, s, sandboxer,
+		probeAction{Op: "write", Path: "/workspace/evil", Arg: "#!/bin/sh\n"},
+		probeAction{Op: "chmod", Path: "/workspace/evil", Arg: "6777"},
+		probeAction{Op: "mkdir", Path: "/workspace/open"},
+		probeAction{Op: "chmod", Path: "/workspace/open", Arg: "0777"},
+		probeAction{Op: "chmod", Path: "/workspace/d", Arg: "2775"},
+	)
+	var events []Event
+	if _, _, err := s.Exit(t.Context(), func(e Event) { events = append(events, e) }); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]uint32{"evil": 0o775, "open": 0o775, "d": 0o775, "hostsuid": 0o4755} {
+		if got := lstat(t, filepath.Join(host, name)).Mode & 0o7777; got != want {
+			t.Errorf("%s: mode %o, want %o", name, got, want)
+		}
+	}
+	if len(events) != 3 {
+		t.Errorf("audit events %+v, want 3 %s", events, EventModeNormalised)
+	}
+	for _, e := range events {
+		if e.Type != EventModeNormalised || e.Reason == "" || !strings.HasPrefix(e.HostPath, host) {
+			t.Errorf("event %+v", e)
+		}
 	}
 }

@@ -359,28 +359,61 @@ func formatVar(v gitVar) string {
 }
 
 // gitExecKeys are config variables whose value git runs as a command, or
-// which make git load or run something else: a change to one of them in a
-// committed config would run the agent's command on the host the next time
-// someone uses git there. Patterns are section[.*].key; "*" stands for any
-// subsection.
+// which make git load a file, a hook or a program, or fetch from a path
+// that the sandbox could name: a change to one of them in a committed
+// config would run the agent's command on the host the next time someone
+// uses git there. Patterns are section[.*].key; "*" stands for any
+// subsection, a key "*" for every key of the section. This list, with
+// gitExecSuffixes and gitExecValue, is the one place that says which
+// config changes a commit refuses; TestGitExecKeys names every entry.
 var gitExecKeys = []string{
-	"core.fsmonitor", "core.hookspath", "core.pager", "core.editor", "core.sshcommand",
-	"core.askpass", "core.gitproxy", "core.alternaterefscommand", "core.worktree",
-	"sequence.editor", "diff.external", "diff.*.textconv", "diff.*.command",
-	"merge.*.driver", "filter.*.clean", "filter.*.smudge", "filter.*.process",
-	"credential.helper", "credential.*.helper", "gpg.program", "gpg.*.program",
-	"uploadpack.packobjectshook", "remote.*.uploadpack", "remote.*.receivepack",
-	"include.path", "includeif.*.path", "pager.*", "web.browser", "browser.*.cmd",
-	"browser.*.path", "man.*.cmd", "man.*.path", "difftool.*.cmd", "difftool.*.path",
-	"mergetool.*.cmd", "mergetool.*.path", "submodule.*.update", "protocol.allow",
-	"protocol.*.allow", "sendemail.smtpserver", "sendemail.*.smtpserver",
-	"sendemail.tocmd", "sendemail.cccmd", "sendemail.headercmd", "instaweb.httpd",
-	"alias.*", "trailer.*.command", "trailer.*.cmd",
+	// Files read as config, templates and attributes.
+	"include.path", "includeif.*.path", "core.excludesfile", "core.attributesfile",
+	"init.templatedir", "commit.template",
+	// Hooks, and where git looks for them.
+	"core.hookspath", "hook.*.command", "hook.*.event", "uploadpack.packobjectshook",
+	"core.fsmonitor", "core.worktree",
+	// Commands git runs.
+	"core.pager", "core.editor", "core.sshcommand", "core.askpass", "core.gitproxy",
+	"core.alternaterefscommand", "sequence.editor", "diff.external", "diff.*.textconv",
+	"diff.*.command", "interactive.difffilter", "merge.*.driver", "filter.*.clean",
+	"filter.*.smudge", "filter.*.process", "credential.*", "gpg.program", "gpg.*.program",
+	"gpg.ssh.defaultkeycommand", "gpg.ssh.allowedsignersfile", "gpg.ssh.revocationfile",
+	"tar.*.command", "pager.*", "web.browser", "browser.*.cmd", "browser.*.path",
+	"man.viewer", "man.*.cmd", "man.*.path", "difftool.*.cmd", "difftool.*.path",
+	"mergetool.*.cmd", "mergetool.*.path", "guitool.*.cmd", "submodule.*.update",
+	"sendemail.*", "instaweb.*", "imap.tunnel", "alias.*", "trailer.*.command",
+	"trailer.*.cmd", "ssh.variant",
+	// Where fetch and push go, and with what.
+	"remote.*.uploadpack", "remote.*.receivepack", "remote.*.vcs", "remote.*.proxy",
+	"http.proxy", "http.*.proxy", "url.*.insteadof", "url.*.pushinsteadof",
+	"protocol.allow", "protocol.*.allow", "safe.*",
 }
 
-// isGitExecKey reports whether v is one of gitExecKeys. Aliases count only
-// when they run a shell command ("!cmd").
+// gitExecSuffixes catch variables named like a command or a program that
+// gitExecKeys does not list (future git versions, tools reading git's
+// config such as git-lfs's lfs.customtransfer.*.path).
+var gitExecSuffixes = []string{"command", "cmd", "program", "hook", "editor", "pager", "helper", "driver", "textconv", "proxy", "insteadof"}
+
+// isGitExecKey reports whether v is one of gitExecKeys, ends in one of
+// gitExecSuffixes, or has a value that makes git run a command. Aliases
+// count only when they run a shell command ("!cmd").
 func isGitExecKey(v gitVar) bool {
+	if v.Section == "alias" {
+		return strings.HasPrefix(strings.TrimSpace(v.Value), "!")
+	}
+	if gitExecValue(v) {
+		return true
+	}
+	for _, suf := range gitExecSuffixes {
+		if strings.HasSuffix(v.Key, suf) {
+			return true
+		}
+	}
+	if v.Key == "path" && v.Subsection != "" {
+		// lfs.customtransfer.<name>.path, difftool.<tool>.path: programs.
+		return true
+	}
 	for _, p := range gitExecKeys {
 		sec, rest, _ := strings.Cut(p, ".")
 		if sec != v.Section {
@@ -391,18 +424,31 @@ func isGitExecKey(v gitVar) bool {
 			key, sub = rest, ""
 		}
 		switch {
-		case sec == "alias" || sec == "pager":
-			if sec == "alias" && !strings.HasPrefix(strings.TrimSpace(v.Value), "!") {
-				continue
-			}
+		case !hasSub && key == "*":
 			return true
-		case hasSub && sub == "*" && v.Subsection != "" && key == v.Key:
+		case hasSub && sub == "*" && v.Subsection != "" && (key == v.Key || key == "*"):
 			return true
 		case !hasSub && v.Subsection == "" && key == v.Key:
+			return true
+		case hasSub && sub != "*" && strings.EqualFold(sub, v.Subsection) && key == v.Key:
 			return true
 		}
 	}
 	return false
+}
+
+// gitExecValue reports whether v's value runs a command whatever its key:
+// a remote URL through the ext:: or fd:: transports.
+func gitExecValue(v gitVar) bool {
+	val := strings.ToLower(strings.TrimSpace(v.Value))
+	return v.Section == "remote" && (v.Key == "url" || v.Key == "pushurl") &&
+		(strings.HasPrefix(val, "ext::") || strings.HasPrefix(val, "fd::"))
+}
+
+// ignorable reports whether a raw config line is blank or a comment.
+func ignorable(raw string) bool {
+	t := strings.TrimSpace(raw)
+	return t == "" || t[0] == '#' || t[0] == ';'
 }
 
 // gitExecChanges lists the command-running variables that newData sets
@@ -411,8 +457,13 @@ func gitExecChanges(oldData, newData []byte) []string {
 	collect := func(data []byte) map[string][]string {
 		m := map[string][]string{}
 		for _, it := range parseGitConfig(data) {
-			if it.hasVar && isGitExecKey(it.v) {
+			switch {
+			case it.hasVar && isGitExecKey(it.v):
 				m[it.v.Name()] = append(m[it.v.Name()], it.v.Value)
+			case !it.hasVar && !it.header && !ignorable(it.raw):
+				// A line this parser cannot read may still be one git
+				// reads: it is treated as a change unless it was there.
+				m["unparsed line"] = append(m["unparsed line"], it.raw)
 			}
 		}
 		return m

@@ -1,6 +1,7 @@
 package fsscope
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -177,4 +178,74 @@ func FuzzSanitizeGitConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestGitExecKeys names every key the commit refuses to see changed, in
+// the form git's documentation writes it, and ordinary keys that git
+// itself changes (push -u, branch -D, remote add, maintenance) and that
+// must still commit.
+func TestGitExecKeys(t *testing.T) {
+	refused := []string{
+		"include.path", `includeIf "gitdir:~/x".path`, "core.excludesFile", "core.attributesFile",
+		"init.templateDir", "commit.template",
+		"core.hooksPath", `hook "lint".command`, `hook "lint".event`, "uploadpack.packObjectsHook",
+		"core.fsmonitor", "core.worktree",
+		"core.pager", "core.editor", "core.sshCommand", "core.askPass", "core.gitProxy",
+		"core.alternateRefsCommand", "sequence.editor", "diff.external", `diff "x".textconv`,
+		`diff "x".command`, "interactive.diffFilter", `merge "x".driver`, `filter "x".clean`,
+		`filter "x".smudge`, `filter "x".process`, "credential.helper", `credential "https://h".helper`,
+		"credential.username", "gpg.program", `gpg "ssh".program`, `gpg "x509".program`,
+		`gpg "openpgp".program`, `gpg "ssh".defaultKeyCommand`, `gpg "ssh".allowedSignersFile`,
+		`gpg "ssh".revocationFile`, `tar "tgz".command`, "pager.log", "web.browser",
+		`browser "x".cmd`, `browser "x".path`, "man.viewer", `man "x".cmd`, `man "x".path`,
+		`difftool "x".cmd`, `difftool "x".path`, `mergetool "x".cmd`, `mergetool "x".path`,
+		`guitool "x".cmd`, `submodule "s".update`, "sendemail.smtpServer", "sendemail.toCmd",
+		"sendemail.ccCmd", "sendemail.headerCmd", "sendemail.sendmailCmd", `sendemail "id".smtpServer`,
+		"instaweb.httpd", "imap.tunnel", "alias.x", `trailer "x".command`, `trailer "x".cmd`,
+		"ssh.variant", `remote "o".uploadpack`, `remote "o".receivepack`, `remote "o".vcs`,
+		`remote "o".proxy`, "http.proxy", `http "https://h".proxy`, `url "/tmp/evil".insteadOf`,
+		`url "/tmp/evil".pushInsteadOf`, "protocol.allow", `protocol "ext".allow`,
+		"safe.directory", "safe.bareRepository", `lfs "customtransfer.x".path`,
+		// Names no list has yet, caught by their suffix.
+		"future.someCommand", `future "x".program`,
+	}
+	for _, k := range refused {
+		data := configSetting(k, "!touch /tmp/pwned")
+		if got := gitExecChanges(nil, []byte(data)); len(got) == 0 {
+			t.Errorf("%s: a change is not refused\n%s", k, data)
+		}
+	}
+	for _, url := range []string{"ext::sh -c touch% /tmp/pwned", "fd::17"} {
+		data := configSetting(`remote "o".url`, url)
+		if got := gitExecChanges(nil, []byte(data)); len(got) == 0 {
+			t.Errorf("remote url %q is not refused", url)
+		}
+	}
+	ordinary := map[string]string{
+		`branch "topic".remote`: "origin", `branch "topic".merge`: "refs/heads/topic",
+		`remote "o".url`: "https://git.corp.test/app.git", `remote "o".fetch`: "+refs/heads/*:refs/remotes/o/*",
+		"core.repositoryformatversion": "0", "core.filemode": "true", "core.bare": "false",
+		"core.logallrefupdates": "true", "user.name": "alex", "gc.auto": "0",
+		"maintenance.auto": "false", "alias.st": "status", "extensions.worktreeConfig": "true",
+		`submodule "s".url`: "https://git.corp.test/lib.git", `submodule "s".active`: "true",
+	}
+	for k, v := range ordinary {
+		if got := gitExecChanges(nil, []byte(configSetting(k, v))); len(got) != 0 {
+			t.Errorf("%s = %s refused: %v", k, v, got)
+		}
+	}
+	// A line the parser cannot read counts as a change.
+	if got := gitExecChanges([]byte("[core]\n"), []byte("[core]\n\tfsmonitor = \"unterminated\n")); len(got) == 0 {
+		t.Error("an unparseable line is not refused")
+	}
+}
+
+// configSetting renders `section "sub".key` (or section.key) = value as a
+// config file.
+func configSetting(name, value string) string {
+	sec, key := name[:strings.LastIndex(name, ".")], name[strings.LastIndex(name, ".")+1:]
+	if s, sub, ok := strings.Cut(sec, " "); ok {
+		return fmt.Sprintf("[%s %s]\n\t%s = %q\n", s, sub, key, value)
+	}
+	return fmt.Sprintf("[%s]\n\t%s = %q\n", sec, key, value)
 }

@@ -88,7 +88,11 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 	if err != nil {
 		return nil, err
 	}
-	hookDirs, err := e.hookDirs()
+	gitAllow, err := glob.NewSet(e.ws.GitAllow, true)
+	if err != nil {
+		return nil, err
+	}
+	hookDirs, configs, err := e.gitCodePaths()
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +114,7 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 				reject(i, RuleProtect, fmt.Sprintf("%s matches protect pattern %q", p, pat))
 			}
 		}
-		if reason, err := e.gitExec(c, hookDirs); err != nil {
+		if reason, err := e.gitExec(c, hookDirs, configs); err != nil {
 			return nil, err
 		} else if reason != "" {
 			reject(i, RuleGitExec, reason)
@@ -121,6 +125,12 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 			} else if reason != "" {
 				reject(i, RuleProtectRefs, reason)
 			}
+		}
+		if reason := e.gitMeta(c, gitAllow); reason != "" {
+			reject(i, RuleGitMeta, reason)
+		}
+		if reason := e.symlinkEscape(c); reason != "" {
+			reject(i, RuleSymlinkEscape, reason)
 		}
 	}
 	if e.ws.PreserveUntracked {
@@ -191,10 +201,18 @@ func (e *ruleEnv) isGitDir(d string) bool {
 	if path.Base(d) == ".git" {
 		return true
 	}
-	h, okH := e.existsEither(joinRel(d, "HEAD"))
+	// As git's is_git_directory: HEAD, and objects/ and refs/ or a
+	// commondir file naming where they are.
+	if h, ok := e.existsEither(joinRel(d, "HEAD")); !ok || h != sIFREG {
+		return false
+	}
 	o, okO := e.existsEither(joinRel(d, "objects"))
 	r, okR := e.existsEither(joinRel(d, "refs"))
-	return okH && h == sIFREG && okO && o == sIFDIR && okR && r == sIFDIR
+	if okO && o == sIFDIR && okR && r == sIFDIR {
+		return true
+	}
+	cd, okC := e.existsEither(joinRel(d, "commondir"))
+	return okC && cd == sIFREG
 }
 
 // existsEither looks rel up after the change set, or else on the host as
@@ -231,36 +249,77 @@ func gitDirs(b *baseline) []string {
 	return out
 }
 
-// hookDirs returns the directories whose files git runs as hooks: hooks/
-// of every git directory, and a worktree-relative core.hooksPath.
-func (e *ruleEnv) hookDirs() ([]string, error) {
-	var dirs []string
+// gitCodePaths returns the directories whose files git runs as hooks
+// (hooks/ of every git directory, and core.hooksPath when it names a
+// directory inside the workspace) and the config files other than a git
+// directory's own that git reads (include.path and includeIf.*.path
+// targets inside the workspace, followed through nested includes).
+func (e *ruleEnv) gitCodePaths() (hookDirs []string, configs map[string]bool, err error) {
+	configs = map[string]bool{}
+	// inWorkspace maps a path a config names, relative to base (a
+	// workspace-relative directory), to a workspace path.
+	inWorkspace := func(base, p string) (string, bool) {
+		if p == "" || strings.HasPrefix(p, "~") || strings.HasPrefix(p, "%(prefix)") {
+			return "", false
+		}
+		if path.IsAbs(p) {
+			rel, ok := strings.CutPrefix(path.Clean(p), strings.TrimSuffix(e.ws.HostPath, "/")+"/")
+			return rel, ok
+		}
+		rel := path.Clean(joinRel(base, p))
+		if rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+			return "", false
+		}
+		return rel, true
+	}
+	type cfg struct{ file, gd string }
+	var queue []cfg
 	for _, gd := range gitDirs(e.base) {
-		dirs = append(dirs, joinRel(gd, "hooks"))
-		data, err := e.readOld(joinRel(gd, "config"))
+		hookDirs = append(hookDirs, joinRel(gd, "hooks"))
+		queue = append(queue, cfg{joinRel(gd, "config"), gd}, cfg{joinRel(gd, "config.worktree"), gd})
+	}
+	seen := map[string]bool{}
+	for len(queue) > 0 {
+		c := queue[0]
+		queue = queue[1:]
+		if seen[c.file] {
+			continue
+		}
+		seen[c.file] = true
+		data, err := e.readOld(c.file)
 		if err != nil || data == nil {
 			continue
 		}
 		for _, it := range parseGitConfig(data) {
-			if !it.hasVar || it.v.Section != "core" || it.v.Subsection != "" || it.v.Key != "hookspath" {
+			if !it.hasVar {
 				continue
 			}
-			hp := path.Clean(it.v.Value)
-			if hp == "" || path.IsAbs(hp) || strings.HasPrefix(hp, "~") || hp == ".." || strings.HasPrefix(hp, "../") {
-				continue
+			v := it.v
+			switch {
+			case v.Section == "core" && v.Subsection == "" && v.Key == "hookspath":
+				// Relative to the worktree (the directory above .git, or a
+				// bare repository itself).
+				wt := parentRel(c.gd)
+				if path.Base(c.gd) != ".git" {
+					wt = c.gd
+				}
+				if d, ok := inWorkspace(wt, v.Value); ok {
+					hookDirs = append(hookDirs, d)
+				}
+			case v.Key == "path" && (v.Section == "include" && v.Subsection == "" || v.Section == "includeif"):
+				// Relative to the including file's directory.
+				if f, ok := inWorkspace(parentRel(c.file), v.Value); ok {
+					configs[f] = true
+					queue = append(queue, cfg{f, c.gd})
+				}
 			}
-			wt := parentRel(gd)
-			if path.Base(gd) != ".git" {
-				wt = gd
-			}
-			dirs = append(dirs, joinRel(wt, hp))
 		}
 	}
-	return dirs, nil
+	return hookDirs, configs, nil
 }
 
 // gitExec returns why c would let git run a command on the host, or "".
-func (e *ruleEnv) gitExec(c Change, hookDirs []string) (string, error) {
+func (e *ruleEnv) gitExec(c Change, hookDirs []string, configs map[string]bool) (string, error) {
 	if c.Kind == KindDeleted {
 		return "", nil
 	}
@@ -269,8 +328,10 @@ func (e *ruleEnv) gitExec(c Change, hookDirs []string) (string, error) {
 			return fmt.Sprintf("%s is a git hook: git would run it on the host", c.Path), nil
 		}
 	}
-	gd, ok := e.gitDirOf(c.Path)
-	if !ok || !isGitConfigFile(gd, c.Path) || c.Type != TypeFile {
+	if c.Type != TypeFile {
+		return "", nil
+	}
+	if gd, ok := e.gitDirOf(c.Path); !(ok && isGitConfigFile(gd, c.Path)) && !configs[c.Path] {
 		return "", nil
 	}
 	oldData, err := e.readOld(c.Path)
@@ -285,7 +346,7 @@ func (e *ruleEnv) gitExec(c Change, hookDirs []string) (string, error) {
 		return "", err
 	}
 	if keys := gitExecChanges(oldData, newData); len(keys) > 0 {
-		return fmt.Sprintf("%s sets %s, which make git run commands on the host", c.Path, strings.Join(keys, ", ")), nil
+		return fmt.Sprintf("%s sets %s, which make git run commands or read files named by the sandbox on the host", c.Path, strings.Join(keys, ", ")), nil
 	}
 	return "", nil
 }

@@ -171,6 +171,34 @@ func TestRules(t *testing.T) {
 		{name: "nested repo asks the nested repo", ws: wsState{PreserveUntracked: true}, change: Change{Path: "vendor/lib/x.go", Kind: KindDeleted, Type: TypeFile}, tracked: map[string]trackState{"vendor/lib/x.go": tracked}},
 		{name: "git internals", ws: wsState{PreserveUntracked: true}, change: Change{Path: ".git/refs/heads/main", Kind: KindDeleted, Type: TypeFile}},
 		{name: "modification is not deletion", ws: wsState{PreserveUntracked: true}, change: Change{Path: "notes.txt", Kind: KindModified, Type: TypeFile}},
+		// git_meta: only inert files inside a git directory.
+		{name: "object", change: Change{Path: ".git/objects/ab/cdef", Kind: KindAdded, Type: TypeFile}},
+		{name: "pack dir", change: Change{Path: ".git/objects/pack", Kind: KindAdded, Type: TypeDir}},
+		{name: "index", change: Change{Path: ".git/index", Kind: KindModified, Type: TypeFile}},
+		{name: "ORIG_HEAD", change: Change{Path: ".git/ORIG_HEAD", Kind: KindAdded, Type: TypeFile}},
+		{name: "commondir", change: Change{Path: ".git/commondir", Kind: KindAdded, Type: TypeFile}, rule: RuleGitMeta},
+		{name: "alternates", change: Change{Path: ".git/objects/info/alternates", Kind: KindAdded, Type: TypeFile}, rule: RuleGitMeta},
+		{name: "info attributes", change: Change{Path: ".git/info/attributes", Kind: KindAdded, Type: TypeFile}, rule: RuleGitMeta},
+		{name: "unknown dir in .git", change: Change{Path: ".git/c", Kind: KindAdded, Type: TypeDir}, rule: RuleGitMeta},
+		{name: "HEAD symlink", change: Change{Path: ".git/HEAD", Kind: KindType, Type: TypeSymlink, OldType: TypeFile, LinkTarget: "refs/heads/x"}, rule: RuleGitMeta},
+		{name: "config symlink", change: Change{Path: ".git/config", Kind: KindType, Type: TypeSymlink, OldType: TypeFile, LinkTarget: "../evil"}, rule: RuleGitMeta},
+		{name: "rebase state", change: Change{Path: ".git/rebase-merge", Kind: KindAdded, Type: TypeDir}, rule: RuleGitMeta},
+		{name: ".git becomes a symlink", change: Change{Path: ".git", Kind: KindType, Type: TypeSymlink, OldType: TypeDir, LinkTarget: "evil"}, rule: RuleGitMeta},
+		{name: "new .git in a subdirectory", change: Change{Path: "src/.git", Kind: KindAdded, Type: TypeDir}, rule: RuleGitMeta},
+		{name: "new gitfile", change: Change{Path: "src/.git", Kind: KindAdded, Type: TypeFile}, rule: RuleGitMeta},
+		{name: "new gitfile allowed by name", ws: wsState{GitAllow: []string{"src/.git"}}, change: Change{Path: "src/.git", Kind: KindAdded, Type: TypeFile}},
+		{name: "info attributes allowed by name", ws: wsState{GitAllow: []string{".git/info/attributes"}}, change: Change{Path: ".git/info/attributes", Kind: KindAdded, Type: TypeFile}},
+		{name: "hook allowed by name is still a hook", ws: wsState{GitAllow: []string{".git/hooks/**"}}, change: Change{Path: ".git/hooks/pre-push", Kind: KindAdded, Type: TypeFile}, rule: RuleGitExec},
+		{name: "nested repo's hooks", change: Change{Path: "vendor/lib/.git/hooks/post-checkout", Kind: KindAdded, Type: TypeFile}, rule: RuleGitExec},
+		{name: "nested repo's object", change: Change{Path: "vendor/lib/.git/objects/ab/cd", Kind: KindAdded, Type: TypeFile}},
+		{name: "bare repo's info/attributes", change: Change{Path: "bare.git/info/attributes", Kind: KindAdded, Type: TypeFile}, rule: RuleGitMeta},
+		{name: ".git deleted", change: Change{Path: ".git", Kind: KindDeleted, Type: TypeDir}},
+		// symlink_escape.
+		{name: "absolute link", change: Change{Path: "l", Kind: KindAdded, Type: TypeSymlink, LinkTarget: "/etc/shadow"}, rule: RuleSymlinkEscape},
+		{name: "relative link out", change: Change{Path: "src/l", Kind: KindAdded, Type: TypeSymlink, LinkTarget: "../../etc/passwd"}, rule: RuleSymlinkEscape},
+		{name: "relative link in", change: Change{Path: "src/l", Kind: KindAdded, Type: TypeSymlink, LinkTarget: "../notes.txt"}},
+		{name: "retargeted out", change: Change{Path: "src/l", Kind: KindSymlink, Type: TypeSymlink, LinkTarget: ".." + "/.."}, rule: RuleSymlinkEscape},
+		{name: "file replaced by a link out", change: Change{Path: "notes.txt", Kind: KindType, Type: TypeSymlink, OldType: TypeFile, LinkTarget: "/"}, rule: RuleSymlinkEscape},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -378,6 +406,9 @@ func TestCommittedMode(t *testing.T) {
 		{0o4755, 0o4755, 0o4755}, // setuid kept where the host had it
 		{0o2775, 0o2755, 0o2775}, // setgid directory keeps it
 		{0o0644, 0o4755, 0o644},  // removed by the sandbox: removed
+		{0o0777, 0o0644, 0o775},  // world-write added: dropped
+		{0o0777, 0o0777, 0o777},  // kept where the host had it
+		{0o1777, 0o0755, 0o775},  // sticky added: dropped
 	}
 	for _, tt := range tests {
 		if got := committedMode(tt.sandbox, tt.host); got != tt.want {

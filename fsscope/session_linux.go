@@ -136,7 +136,7 @@ func Setup(ctx context.Context, stateDir string, p *policies.Policy, owner Owner
 	s := &Session{dir: stateDir, bases: map[int]*baseline{}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.st = state{Version: stateVersion, Sandbox: owner}
+	s.st = state{Version: stateVersion, Sandbox: owner, Started: time.Now().UnixNano()}
 	s.scans = make([][]entry, 0, len(p.Workspaces))
 
 	for _, d := range []string{masksDir, mntDir, layersDir} {
@@ -241,6 +241,7 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 		Protect:           w.Protect,
 		PreserveUntracked: w.PreserveUntracked,
 		ProtectRefs:       w.ProtectRefs,
+		GitAllow:          w.GitAllow,
 		OnExit:            w.OnExit,
 	}
 	if ws.Mode == policies.ModeOverlay && ws.OnExit == "" {
@@ -791,6 +792,9 @@ func (s *Session) baselineLocked(i int) (*baseline, error) {
 // review workspace with changes, or a commit that was refused. res is the
 // commit's result (nil when no workspace commits on exit).
 func (s *Session) Finish(ctx context.Context, audit func(Event)) (res *CommitResult, review bool, err error) {
+	if err := s.normaliseRW(audit); err != nil {
+		return nil, true, err
+	}
 	var commit, discard, keep []string
 	for _, w := range s.Workspaces() {
 		if w.Mode != policies.ModeOverlay {

@@ -32,7 +32,10 @@ type state struct {
 	Quota   *quotaState `json:"quota,omitempty"`
 	// Live is true while the sandbox's mounts are in place (from Setup to
 	// Teardown).
-	Live       bool         `json:"live"`
+	Live bool `json:"live"`
+	// Started is when Setup began (Unix nanoseconds): entries of an rw
+	// workspace changed since then are the sandbox's (normaliseRW).
+	Started    int64        `json:"started,omitempty"`
 	Workspaces []wsState    `json:"workspaces"`
 	Mounts     []mountState `json:"mounts,omitempty"`
 }
@@ -59,6 +62,7 @@ type wsState struct {
 	Protect           []string `json:"protect,omitempty"`
 	PreserveUntracked bool     `json:"preserve_untracked,omitempty"`
 	ProtectRefs       []string `json:"protect_refs,omitempty"`
+	GitAllow          []string `json:"git_allow,omitempty"`
 	OnExit            string   `json:"on_exit,omitempty"`
 }
 

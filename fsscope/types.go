@@ -83,6 +83,14 @@ const (
 	// host: hooks, and config variables such as core.fsmonitor or aliases
 	// starting with "!". It cannot be turned off.
 	RuleGitExec = "git_exec"
+	// RuleGitMeta rejects changes inside a git directory that are not
+	// known to be inert (see gitInert): a new git directory, commondir,
+	// gitdir files, alternates, info/attributes, any symlink, hooks. A
+	// workspace's git_allow list exempts paths from it by name.
+	RuleGitMeta = "git_meta"
+	// RuleSymlinkEscape rejects a symlink whose target, resolved against
+	// its own location, leaves the workspace.
+	RuleSymlinkEscape = "symlink_escape"
 	// RuleSpecialFile rejects device nodes, FIFOs and sockets.
 	RuleSpecialFile = "special_file"
 	// RuleDependency rejects a change that needs a rejected or conflicting
@@ -129,6 +137,9 @@ const (
 	EventRejected = "fs.commit.rejected"
 	EventConflict = "fs.commit.conflict"
 	EventApplied  = "fs.commit.applied"
+	// EventModeNormalised: an rw workspace entry the sandbox left setuid,
+	// setgid or world-writable had those bits removed when it ended.
+	EventModeNormalised = "fs.rw.mode_normalised"
 )
 
 // Event is an audit record of a commit decision.

@@ -49,7 +49,7 @@ var (
 	workspaceSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
 			{Name: "target"}, {Name: "mode"}, {Name: "deny_read"}, {Name: "default_deny_read"},
-			{Name: "protect"}, {Name: "preserve_untracked"}, {Name: "protect_refs"}, {Name: "on_exit"},
+			{Name: "protect"}, {Name: "preserve_untracked"}, {Name: "protect_refs"}, {Name: "git_allow"}, {Name: "on_exit"},
 		},
 	}
 	mountSchema = &hcl.BodySchema{
@@ -880,6 +880,7 @@ func (d *decoder) workspace(b *hcl.Block, at fieldPath) Workspace {
 	d.strList(a, "protect", at, &w.Protect)
 	d.boolean(a, "preserve_untracked", at, &w.PreserveUntracked)
 	d.strList(a, "protect_refs", at, &w.ProtectRefs)
+	d.strList(a, "git_allow", at, &w.GitAllow)
 	d.str(a, "on_exit", at, &w.OnExit)
 	return w
 }

@@ -103,6 +103,7 @@ func (p *Policy) Clone() *Policy {
 		w.DenyRead = slices.Clone(w.DenyRead)
 		w.Protect = slices.Clone(w.Protect)
 		w.ProtectRefs = slices.Clone(w.ProtectRefs)
+		w.GitAllow = slices.Clone(w.GitAllow)
 	}
 	c.Mounts = slices.Clone(p.Mounts)
 	if p.Egress != nil {

@@ -106,7 +106,12 @@ type Workspace struct {
 	Protect           []string `json:"protect,omitempty"`
 	PreserveUntracked bool     `json:"preserve_untracked,omitempty"`
 	ProtectRefs       []string `json:"protect_refs,omitempty"`
-	OnExit            string   `json:"on_exit"`
+	// GitAllow are globs (relative to the workspace root) of git metadata
+	// a commit may carry although it is not known to be inert: a new
+	// repository, a worktree, info/attributes. Hooks and command-running
+	// config are never committed, whatever it says.
+	GitAllow []string `json:"git_allow,omitempty"`
+	OnExit   string   `json:"on_exit"`
 }
 
 // Mount is a `mount "HOSTPATH" { target, read_only }` block.

@@ -255,6 +255,9 @@ func (c *checker) workspace(at fieldPath, w Workspace, targets map[string]fieldP
 		if len(w.ProtectRefs) > 0 {
 			c.add(at.field("protect_refs"), "protect_refs needs an overlay workspace", commitOnly, "protect_refs has no effect with mode %q", w.Mode)
 		}
+		if len(w.GitAllow) > 0 {
+			c.add(at.field("git_allow"), "git_allow needs an overlay workspace", commitOnly, "git_allow has no effect with mode %q", w.Mode)
+		}
 		if w.PreserveUntracked {
 			c.add(at.field("preserve_untracked"), "preserve_untracked needs an overlay workspace", commitOnly, "preserve_untracked has no effect with mode %q", w.Mode)
 		}
@@ -270,6 +273,11 @@ func (c *checker) workspace(at fieldPath, w Workspace, targets map[string]fieldP
 	for i, g := range w.Protect {
 		if reason := checkGlob(g); reason != "" {
 			c.add(at.field("protect").index(i), "Invalid protect pattern", `Use a glob relative to the workspace root, such as ".github/**"`, "%s", reason)
+		}
+	}
+	for i, g := range w.GitAllow {
+		if reason := checkGlob(g); reason != "" {
+			c.add(at.field("git_allow").index(i), "Invalid git_allow pattern", `Use a glob relative to the workspace root, such as "vendor/lib/.git" or ".git/info/attributes"`, "%s", reason)
 		}
 	}
 	for i, r := range w.ProtectRefs {

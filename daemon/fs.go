@@ -72,6 +72,7 @@ func (s *session) fsAudit(ctx context.Context) func(fsscope.Event) {
 	return func(ev fsscope.Event) {
 		action := map[string]string{
 			fsscope.EventRejected: "rejected", fsscope.EventConflict: "conflict", fsscope.EventApplied: "applied",
+			fsscope.EventModeNormalised: "mode_normalised",
 		}[ev.Type]
 		if action == "" {
 			action = ev.Type
@@ -106,13 +107,14 @@ func (d *Daemon) reviewable(id string) (*session, *fsscope.Session, error) {
 	return s, s.fs, nil
 }
 
-// Diff returns the change set of a stopped session's overlay workspaces.
+// Diff returns the change set of a stopped session's overlay workspaces,
+// with what a commit would reject or find in conflict, and why.
 func (d *Daemon) Diff(ctx context.Context, id string) (*api.ChangeSet, error) {
 	_, fs, err := d.reviewable(id)
 	if err != nil {
 		return nil, err
 	}
-	cs, err := fs.Diff(ctx)
+	cs, err := fs.Review(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,6 +62,8 @@ echo new > b.txt
 rm c.txt
 echo "replicas: 0" > config/prod/app.yaml
 mv src/main.go src/app.go
+ln -s /etc/shadow s
+ln -s src/app.go inside
 echo done`)
 	p.Workspaces = []policies.Workspace{{
 		HostPath: host, Target: "/workspace", Mode: policies.ModeOverlay, DefaultDenyRead: true,
@@ -86,16 +89,24 @@ echo done`)
 		t.Fatal(err)
 	}
 	kinds := map[string]string{}
+	verdicts := map[string]string{}
 	for _, w := range cs.Workspaces {
 		for _, c := range w.Changes {
 			kinds[c.Path] = c.Kind
 		}
+		for _, r := range w.Rejected {
+			verdicts[strings.TrimPrefix(r.Path, "/workspace/")] = r.Rule
+		}
 	}
 	for path, kind := range map[string]string{"a.txt": "modified", "b.txt": "added", "c.txt": "deleted",
-		"config/prod/app.yaml": "modified", "src/app.go": "renamed"} {
+		"config/prod/app.yaml": "modified", "src/app.go": "renamed", "s": "added", "inside": "added"} {
 		if kinds[path] != kind {
 			t.Errorf("diff: %s is %q, want %q (all: %v)", path, kinds[path], kind, kinds)
 		}
+	}
+	// The diff says what a commit would refuse, and why.
+	if want := map[string]string{"config/prod/app.yaml": "protect", "s": "symlink_escape"}; fmt.Sprint(verdicts) != fmt.Sprint(want) {
+		t.Errorf("diff verdicts %v, want %v", verdicts, want)
 	}
 
 	res, err := h.Daemon.Commit(ctx, r.id, api.CommitRequest{})
@@ -112,12 +123,18 @@ echo done`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Committed || len(res.Rejected) != 1 || !strings.HasSuffix(res.Rejected[0].Path, "config/prod/app.yaml") || res.Rejected[0].Rule != "protect" {
+	if !res.Committed || len(res.Rejected) != 2 {
 		t.Fatalf("partial commit: %+v", res)
+	}
+	if _, err := os.Lstat(filepath.Join(host, "s")); err == nil {
+		t.Error("a symlink to /etc/shadow was committed")
+	}
+	if target, err := os.Readlink(filepath.Join(host, "inside")); err != nil || target != "src/app.go" {
+		t.Errorf("inside -> %q, %v; want src/app.go", target, err)
 	}
 	want := map[string]string{
 		"a.txt": "one\ntwo\n", "b.txt": "new\n", ".env": "TOKEN=s3cret\n",
-		"config/prod/app.yaml": "replicas: 3\n", "src/app.go": "package main\n",
+		"config/prod/app.yaml": "replicas: 3\n", "src/app.go": "package main\n", "inside": "package main\n",
 	}
 	if got := readTree(t, host); !equalTrees(got, want) {
 		t.Errorf("host after partial commit:\n got %v\nwant %v", got, want)

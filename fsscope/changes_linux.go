@@ -57,6 +57,35 @@ func (s *Session) Diff(ctx context.Context) (*ChangeSet, error) {
 	return cs, nil
 }
 
+// Review is Diff with the commit policy's verdict: per workspace, the
+// changes a commit would reject (with the rule and the reason) and those
+// that conflict with host changes, as Commit would find them now.
+func (s *Session) Review(ctx context.Context) (*ChangeSet, error) {
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	release, err := s.ensureUpperLocked()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	cs := &ChangeSet{Workspaces: []WorkspaceChanges{}}
+	for i, w := range s.st.Workspaces {
+		if w.Mode != policies.ModeOverlay {
+			continue
+		}
+		plan, err := s.planCommitLocked(ctx, i)
+		if err != nil {
+			return nil, fmt.Errorf("review %s: %w", w.HostPath, err)
+		}
+		cs.Workspaces = append(cs.Workspaces, WorkspaceChanges{HostPath: w.HostPath, Target: w.Target,
+			Changes: plan.changes, Rejected: plan.rejected, Conflicts: plan.conflicts})
+	}
+	return cs, nil
+}
+
 // diffWorkspaceLocked computes workspace i's changes. The quota
 // filesystem must be mounted.
 func (s *Session) diffWorkspaceLocked(ctx context.Context, i int) ([]Change, error) {

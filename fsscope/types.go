@@ -58,6 +58,10 @@ type WorkspaceChanges struct {
 	HostPath string   `json:"host_path"`
 	Target   string   `json:"target"`
 	Changes  []Change `json:"changes"`
+	// Rejected and Conflicts say, by sandbox path, what a commit would
+	// refuse now and why (filled by Review, not by Diff).
+	Rejected  []Rejection `json:"rejected,omitempty"`
+	Conflicts []Conflict  `json:"conflicts,omitempty"`
 }
 
 // ChangeSet lists what a session changed in its overlay workspaces.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -15,8 +16,10 @@ func (c *cli) newDiffCommand() *cobra.Command {
 		Use:   "diff [flags] ID",
 		Short: "List the workspace changes a session made",
 		Long: `Diff lists what a stopped session changed in its overlay workspaces: added,
-modified, deleted and renamed files, mode, symlink and type changes. The host
-directory is untouched until 'airlock commit'. --unified prints a unified diff
+modified, deleted and renamed files, mode, symlink and type changes, and under
+each change the commit policy would refuse, the rule and the reason (a
+protected path or ref, git metadata or hooks, a symlink out of the workspace,
+a conflict with the host). The host directory is untouched until 'airlock commit'. --unified prints a unified diff
 of text files instead.`,
 		Example: `  airlock diff 3f9c2a1b
   airlock diff --unified 3f9c2a1b | less
@@ -41,8 +44,18 @@ of text files instead.`,
 			tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
 			for _, w := range cs.Workspaces {
 				fmt.Fprintf(tw, "# %s (%s): %d changes\n", w.Target, w.HostPath, len(w.Changes))
+				verdict := map[string]string{}
+				for _, r := range w.Rejected {
+					verdict[r.Path] = fmt.Sprintf("would be rejected (%s: %s)", r.Rule, r.Reason)
+				}
+				for _, cf := range w.Conflicts {
+					verdict[cf.Path] = "conflicts: " + cf.Reason
+				}
 				for _, ch := range w.Changes {
 					fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Kind, ch.Path, changeDetail(ch))
+					if v := verdict[path.Join(w.Target, ch.Path)]; v != "" {
+						fmt.Fprintf(tw, "\t\t  %s\n", v)
+					}
 				}
 			}
 			return tw.Flush()

@@ -103,6 +103,8 @@ type gitTrick struct {
 	script string
 	// rejected are workspace paths the commit must refuse.
 	rejected []string
+	// allow is the workspace's git_allow.
+	allow []string
 }
 
 var gitTricks = []gitTrick{
@@ -244,6 +246,41 @@ git rev-parse HEAD > .git/rebase-merge/orig-head; git rev-parse HEAD > .git/reba
 		rejected: []string{".git/config"},
 	},
 	{
+		name:     "fsmonitor script in the worktree",
+		before:   `printf '#!/bin/sh\nexit 1\n' > fsmon.sh; chmod +x fsmon.sh; git config -f .git/config core.fsmonitor ./fsmon.sh`,
+		script:   `printf '#!/bin/sh\ntouch $CANARY/fsmon-script\nexit 1\n' > fsmon.sh`,
+		rejected: []string{"fsmon.sh"},
+	},
+	{
+		name: "script an installed hook runs",
+		before: `mkdir -p scripts; printf '#!/bin/sh\nexit 0\n' > scripts/check.sh; chmod +x scripts/check.sh
+printf '#!/bin/sh\nexec ./scripts/check.sh\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit`,
+		script:   `printf '#!/bin/sh\ntouch $CANARY/hook-script\n' > scripts/check.sh`,
+		rejected: []string{"scripts/check.sh"},
+	},
+	{
+		name: "hook framework config",
+		before: `printf 'repos: []\n' > .pre-commit-config.yaml
+printf '#!/usr/bin/env bash\nexec pre-commit hook-impl --config=.pre-commit-config.yaml --hook-type=pre-commit\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit`,
+		script:   `printf 'repos:\n- repo: local\n  hooks:\n  - {id: x, name: x, entry: touch $CANARY/framework, language: system}\n' > .pre-commit-config.yaml`,
+		rejected: []string{".pre-commit-config.yaml"},
+	},
+	{
+		name: "husky",
+		before: `git config -f .git/config core.hooksPath .husky/_; mkdir -p .husky/_
+printf '#!/bin/sh\n. "$(dirname "$0")/../pre-commit"\n' > .husky/_/pre-commit; chmod +x .husky/_/pre-commit; printf 'true\n' > .husky/pre-commit`,
+		script:   `printf 'touch $CANARY/husky\n' > .husky/pre-commit`,
+		rejected: []string{".husky/pre-commit"},
+	},
+	{
+		name:  "hooks of a new repository git_allow lets through",
+		allow: []string{"nested/.git"},
+		script: `mkdir nested; git -C nested init -q
+git config -f nested/.git/config core.fsmonitor "touch $CANARY/allowed-nested; false"
+printf '#!/bin/sh\ntouch $CANARY/allowed-nested-hook\n' > nested/.git/hooks/pre-commit; chmod +x nested/.git/hooks/pre-commit`,
+		rejected: []string{"nested/.git/hooks/pre-commit", "nested/.git/config"},
+	},
+	{
 		// Not rejected (a worktree file), but git ignores commands from
 		// .gitmodules: the canary proves it.
 		name:   ".gitmodules update command",
@@ -295,6 +332,7 @@ func TestGitTricksNeverRunOnHost(t *testing.T) {
 				}
 				w := overlayWS(host)
 				set.apply(&w)
+				w.GitAllow = tr.allow
 				s := setup(t, policyWith(w), hostOwner)
 				sh(merged(s, 0), tr.script)
 				stop(t, s)

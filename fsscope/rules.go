@@ -92,7 +92,7 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 	if err != nil {
 		return nil, err
 	}
-	hookDirs, configs, err := e.gitCodePaths()
+	gc, err := e.gitCodePaths()
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 				reject(i, RuleProtect, fmt.Sprintf("%s matches protect pattern %q", p, pat))
 			}
 		}
-		if reason, err := e.gitExec(c, hookDirs, configs); err != nil {
+		if reason, err := e.gitExec(c, gc); err != nil {
 			return nil, err
 		} else if reason != "" {
 			reject(i, RuleGitExec, reason)
@@ -249,13 +249,44 @@ func gitDirs(b *baseline) []string {
 	return out
 }
 
-// gitCodePaths returns the directories whose files git runs as hooks
-// (hooks/ of every git directory, and core.hooksPath when it names a
-// directory inside the workspace) and the config files other than a git
-// directory's own that git reads (include.path and includeIf.*.path
-// targets inside the workspace, followed through nested includes).
-func (e *ruleEnv) gitCodePaths() (hookDirs []string, configs map[string]bool, err error) {
-	configs = map[string]bool{}
+// gitCode is what the host's git runs or reads as config, found in the
+// repositories the session saw: a change to any of it would run the
+// sandbox's code the next time someone uses git on the host.
+type gitCode struct {
+	// hookDirs hold hooks: hooks/ of every git directory, core.hooksPath
+	// when it names a directory inside the workspace (and, for husky's
+	// "X/_", X, whose scripts the hooks there run).
+	hookDirs []string
+	// configs are config files other than a git directory's own:
+	// include.path and includeIf.*.path targets inside the workspace,
+	// followed through nested includes.
+	configs map[string]bool
+	// runs are workspace files that installed hooks or command-running
+	// config name (a script a hook or core.fsmonitor runs, a hook
+	// framework's config such as .pre-commit-config.yaml), with what
+	// names them.
+	runs map[string]string
+}
+
+// hookFrameworkConfigs are worktree files from which hook frameworks read
+// the commands their installed hooks run.
+var hookFrameworkConfigs = []string{
+	".pre-commit-config.yaml", ".pre-commit-config.yml", "lefthook.yml", "lefthook.yaml", ".lefthook.yml",
+	".lefthook.yaml", "lefthook-local.yml", "lefthook-local.yaml", ".lefthook-local.yml", ".lefthook-local.yaml",
+}
+
+// pathTokens splits a shell command or script into the words that could
+// name a file: separated by blanks, quotes, "=" and shell punctuation.
+func pathTokens(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool {
+		return strings.ContainsRune(" \t\n\r\"'`=;&|()<>$!{}", r)
+	})
+}
+
+// gitCodePaths finds the hooks, configs and scripts the host's git would
+// run or read in the repositories the session saw.
+func (e *ruleEnv) gitCodePaths() (*gitCode, error) {
+	gc := &gitCode{configs: map[string]bool{}, runs: map[string]string{}}
 	// inWorkspace maps a path a config names, relative to base (a
 	// workspace-relative directory), to a workspace path.
 	inWorkspace := func(base, p string) (string, bool) {
@@ -272,10 +303,29 @@ func (e *ruleEnv) gitCodePaths() (hookDirs []string, configs map[string]bool, er
 		}
 		return rel, true
 	}
+	// named records the workspace files that text run from dir names.
+	named := func(dir, text, by string) {
+		for _, tok := range pathTokens(text) {
+			if !strings.Contains(tok, "/") && !strings.HasPrefix(tok, ".") {
+				continue
+			}
+			if f, ok := inWorkspace(dir, tok); ok {
+				if b := e.base.get(f); b != nil && !b.isDir() {
+					gc.runs[f] = by
+				}
+			}
+		}
+	}
 	type cfg struct{ file, gd string }
 	var queue []cfg
+	worktreeOf := func(gd string) string {
+		if path.Base(gd) == ".git" {
+			return parentRel(gd)
+		}
+		return gd
+	}
 	for _, gd := range gitDirs(e.base) {
-		hookDirs = append(hookDirs, joinRel(gd, "hooks"))
+		gc.hookDirs = append(gc.hookDirs, joinRel(gd, "hooks"))
 		queue = append(queue, cfg{joinRel(gd, "config"), gd}, cfg{joinRel(gd, "config.worktree"), gd})
 	}
 	seen := map[string]bool{}
@@ -287,9 +337,10 @@ func (e *ruleEnv) gitCodePaths() (hookDirs []string, configs map[string]bool, er
 		}
 		seen[c.file] = true
 		data, err := e.readOld(c.file)
-		if err != nil || data == nil {
-			continue
+		if err != nil {
+			return nil, err
 		}
+		wt := worktreeOf(c.gd)
 		for _, it := range parseGitConfig(data) {
 			if !it.hasVar {
 				continue
@@ -299,39 +350,73 @@ func (e *ruleEnv) gitCodePaths() (hookDirs []string, configs map[string]bool, er
 			case v.Section == "core" && v.Subsection == "" && v.Key == "hookspath":
 				// Relative to the worktree (the directory above .git, or a
 				// bare repository itself).
-				wt := parentRel(c.gd)
-				if path.Base(c.gd) != ".git" {
-					wt = c.gd
-				}
 				if d, ok := inWorkspace(wt, v.Value); ok {
-					hookDirs = append(hookDirs, d)
+					gc.hookDirs = append(gc.hookDirs, d)
+					if path.Base(d) == "_" {
+						gc.hookDirs = append(gc.hookDirs, parentRel(d))
+					}
 				}
 			case v.Key == "path" && (v.Section == "include" && v.Subsection == "" || v.Section == "includeif"):
 				// Relative to the including file's directory.
 				if f, ok := inWorkspace(parentRel(c.file), v.Value); ok {
-					configs[f] = true
+					gc.configs[f] = true
 					queue = append(queue, cfg{f, c.gd})
 				}
+			case isGitExecKey(v):
+				named(wt, v.Value, c.file+": "+v.Name())
 			}
 		}
 	}
-	return hookDirs, configs, nil
+	// Installed hooks: the files they name, and hook frameworks' configs.
+	for _, en := range e.base.entries {
+		if en.isDir() || strings.HasSuffix(en.Path, ".sample") {
+			continue
+		}
+		for _, hd := range gc.hookDirs {
+			if parentRel(en.Path) != hd {
+				continue
+			}
+			wt := ""
+			if gd, ok := e.gitDirOf(en.Path); ok && within(en.Path, joinRel(gd, "hooks")) {
+				wt = worktreeOf(gd)
+			} else if gd, ok := e.gitDirOf(joinRel(hd, "x")); ok {
+				wt = worktreeOf(gd)
+			}
+			for _, f := range hookFrameworkConfigs {
+				gc.runs[joinRel(wt, f)] = "the installed hook " + en.Path
+			}
+			if data, err := e.readOld(en.Path); err == nil && len(data) <= 1<<20 {
+				named(wt, string(data), "the installed hook "+en.Path)
+			}
+		}
+	}
+	return gc, nil
 }
 
 // gitExec returns why c would let git run a command on the host, or "".
-func (e *ruleEnv) gitExec(c Change, hookDirs []string, configs map[string]bool) (string, error) {
+func (e *ruleEnv) gitExec(c Change, gc *gitCode) (string, error) {
 	if c.Kind == KindDeleted {
 		return "", nil
 	}
-	for _, hd := range hookDirs {
+	for _, hd := range gc.hookDirs {
 		if c.Type != TypeDir && within(c.Path, hd) && !strings.HasSuffix(c.Path, ".sample") {
 			return fmt.Sprintf("%s is a git hook: git would run it on the host", c.Path), nil
 		}
 	}
+	// hooks/ of a git directory the session made (git_allow may let the
+	// directory itself through, never its hooks).
+	if gd, ok := e.gitMetaDir(c.Path); ok && c.Type != TypeDir && !strings.HasSuffix(c.Path, ".sample") {
+		if sub := relTo(c.Path, gd); gd == "" && strings.HasPrefix(c.Path, "hooks/") || gd != "" && strings.HasPrefix(sub, "hooks/") {
+			return fmt.Sprintf("%s is a git hook: git would run it on the host", c.Path), nil
+		}
+	}
+	if by, ok := gc.runs[c.Path]; ok {
+		return fmt.Sprintf("%s is run by the host's git (named by %s): a change would run the sandbox's code there", c.Path, by), nil
+	}
 	if c.Type != TypeFile {
 		return "", nil
 	}
-	if gd, ok := e.gitDirOf(c.Path); !(ok && isGitConfigFile(gd, c.Path)) && !configs[c.Path] {
+	if gd, ok := e.gitDirOf(c.Path); !(ok && isGitConfigFile(gd, c.Path)) && !gc.configs[c.Path] {
 		return "", nil
 	}
 	oldData, err := e.readOld(c.Path)

@@ -137,7 +137,9 @@ session "reference" {
     # in-progress rebase's todo list and any symlink there are rejected
     # unless a glob here names them. Hooks and command-running config keys
     # (core.fsmonitor, include.path, *.command, credential helpers, ...)
-    # are never committed (rule git_exec). Default empty.
+    # are never committed, nor changes to worktree files the host's
+    # installed hooks or command-running config name (rule git_exec).
+    # Default empty.
     git_allow = ["vendor/lib/.git"]
 
     # Overlay only: what happens to the changes when the session ends.

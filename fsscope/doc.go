@@ -74,13 +74,15 @@
 //
 // Commit reads the upper directory and the host directory (never the
 // overlay), evaluates the rules (protect, preserve_untracked,
-// protect_refs, git hooks and command-running git config, special files)
-// and checks every path it would touch against the baseline recorded at
+// protect_refs, git_exec: hooks, command-running git config and the
+// scripts they name; git_meta: inside a git directory only inert files,
+// see gitmeta.go; symlink_escape: links whose target leaves the
+// workspace; special files) and checks every path it would touch against the baseline recorded at
 // Setup (type, inode, size, mtime, ctime, mode, owner; a content hash on
 // filesystems with coarse timestamps). Then, for one workspace at a time:
 // a journal is written to the state directory; every new file is staged
 // in a directory inside the workspace root (owned as it will be, without
-// setuid or setgid bits) and synced, so a full disk fails before the host
+// setuid, setgid or world-write bits the host entry did not have) and synced, so a full disk fails before the host
 // tree changes; then each change is applied with one rename (RENAME_EXCHANGE
 // for a replacement, RENAME_NOREPLACE for a new path; removed entries are
 // moved into the staging directory), after checking the path once more.

@@ -34,7 +34,7 @@ var gitInertFiles = []string{
 	"CHERRY_PICK_HEAD", "REVERT_HEAD", "REBASE_HEAD", "AUTO_MERGE",
 	"BISECT_LOG", "BISECT_START", "BISECT_TERMS", "BISECT_EXPECTED_REV", "BISECT_ANCESTORS_OK",
 	"BISECT_NAMES", "BISECT_HEAD", "BISECT_FIRST_PARENT",
-	"NOTES_MERGE_PARTIAL", "NOTES_MERGE_REF", "shallow", "gc.log",
+	"NOTES_MERGE_PARTIAL", "NOTES_MERGE_REF", "shallow", "gc.log", "gc.pid",
 	// rerere's recorded resolutions, git-lfs's content-addressed objects.
 	"rr-cache/**", "lfs/objects/**",
 	// update-server-info, ignore patterns, sparse checkout.

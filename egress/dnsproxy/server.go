@@ -61,6 +61,7 @@ type config struct {
 	logWindow       time.Duration
 	dial            Dialer
 	audit           func(Event)
+	addrs           addrPolicy // which answer addresses may be pinned (addrs.go)
 	now             func() time.Time
 	exchange        exchangeFunc // tests only
 }

@@ -2,6 +2,7 @@ package allowlist
 
 import (
 	"net/netip"
+	"slices"
 )
 
 // Range is an address range with the reason it is special.
@@ -49,7 +50,7 @@ var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
 // withNAT64 appends the NAT64 translation of every IPv4 range.
 func withNAT64(rs []Range) []Range {
-	out := rs
+	out := slices.Clip(rs)
 	for _, r := range rs {
 		if !r.Prefix.Addr().Is4() {
 			continue
@@ -63,18 +64,21 @@ func withNAT64(rs []Range) []Range {
 }
 
 // PrivateRanges are the ranges of private networks: RFC 1918, shared
-// address space (CGNAT, RFC 6598), unique local IPv6 (RFC 4193), and their
-// NAT64 translations. A DNS answer in one of them is not pinned unless the
-// manifest (egress allow_private) or the daemon (--allow-private) allows
-// the range: a public name that resolves to an internal address is a way
-// into the operator's network.
-var PrivateRanges = withNAT64([]Range{
+// address space (CGNAT, RFC 6598) and unique local IPv6 (RFC 4193). A DNS
+// answer in one of them (or in its NAT64 translation) is not pinned unless
+// the manifest (egress allow_private) or the daemon (--allow-private)
+// allows the range: a public name that resolves to an internal address is
+// a way into the operator's network.
+var PrivateRanges = []Range{
 	{netip.MustParsePrefix("10.0.0.0/8"), "private"},
 	{netip.MustParsePrefix("172.16.0.0/12"), "private"},
 	{netip.MustParsePrefix("192.168.0.0/16"), "private"},
 	{netip.MustParsePrefix("100.64.0.0/10"), "shared address space (CGNAT)"},
 	{netip.MustParsePrefix("fc00::/7"), "unique local"},
-})
+}
+
+// privateNAT64 are the NAT64 translations of PrivateRanges.
+var privateNAT64 = withNAT64(PrivateRanges)[len(PrivateRanges):]
 
 // NeverPrefixes returns the prefixes of NeverRanges.
 func NeverPrefixes() []netip.Prefix {
@@ -90,9 +94,13 @@ func Never(a netip.Addr) (Range, bool) {
 	return find(NeverRanges, a)
 }
 
-// Private reports whether a is in PrivateRanges, and which.
+// Private reports whether a is in PrivateRanges or their NAT64
+// translations, and which.
 func Private(a netip.Addr) (Range, bool) {
-	return find(PrivateRanges, a)
+	if r, ok := find(PrivateRanges, a); ok {
+		return r, true
+	}
+	return find(privateNAT64, a)
 }
 
 func find(rs []Range, a netip.Addr) (Range, bool) {

@@ -85,6 +85,7 @@ const (
 	ChainForward     = "forward"
 	ChainInput       = "input"
 	ChainPostrouting = "postrouting"
+	ChainPrerouting  = "prerouting"
 
 	setTCPUDP        = "tcpudp"
 	setResolverPorts = "resolverports"

@@ -133,3 +133,54 @@ func keys(m map[string]bool) []string {
 	}
 	return out
 }
+
+// TestEgressNeverRangesWinOverManifest gives world hosts cloud metadata
+// addresses and has a manifest allow them by address and by name: the
+// gateway and the DNS proxy refuse both.
+func TestEgressNeverRangesWinOverManifest(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	addrs := []netip.Addr{
+		worldHost(t, "wireserver.test", "168.63.129.16"),
+		worldHost(t, "alibaba-metadata.test", "100.100.100.200"),
+		worldHost(t, "metadata.test", "169.254.169.254"),
+	}
+	ok := worldHost(t, "plain.test", "10.214.0.31")
+	p := policy("sleep", "300")
+	p.Egress = &policies.Egress{Allow: []string{"168.63.129.16", "100.100.100.200", "169.254.169.254", "*.test:80"}}
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+	curl := func(url string) (string, int) {
+		return execOut(t, s.ID, "curl", "-sS", "--max-time", "3", "-o", "/dev/null", "-w", "%{http_code}", url)
+	}
+	if out, code := curl("http://plain.test/"); code != 0 || out != "200" {
+		t.Fatalf("world host %v: curl exit %d %q", ok, code, out)
+	}
+	for _, a := range addrs {
+		if out, code := curl("http://" + a.String() + "/"); code == 0 {
+			t.Errorf("%v, allowed by the manifest, was reached: %q", a, out)
+		}
+	}
+	for _, name := range []string{"wireserver.test", "alibaba-metadata.test", "metadata.test"} {
+		out, _ := execOut(t, s.ID, "dig", "+time=2", "+tries=1", name)
+		if !strings.Contains(out, "status: REFUSED") || !strings.Contains(out, "no session may reach it") {
+			t.Errorf("dig %s: want REFUSED, got\n%s", name, out)
+		}
+	}
+	evs, err := h.Daemon.Audit(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, ev := range evs {
+		seen[ev.Layer+" "+ev.Action+" "+ev.Subject] = true
+	}
+	for _, want := range []string{"net dropped 168.63.129.16:80", "net dropped 100.100.100.200:80", "dns refused wireserver.test"} {
+		if !seen[want] {
+			t.Errorf("audit lacks %q; have %v", want, keys(seen))
+		}
+	}
+}

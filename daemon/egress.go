@@ -102,7 +102,7 @@ func (d *Daemon) openEgress(ctx context.Context) error {
 		}),
 		dnsproxy.WithNeverPin("the daemon's session pool", gw.SessionPools()...),
 		dnsproxy.WithNeverPin("the gateway's uplink subnet", gw.UplinkNets()...),
-		dnsproxy.WithLocalAddrs(hostAddrs, 0),
+		dnsproxy.WithLocalAddrs(netns.LocalAddrs, 0),
 		dnsproxy.WithAllowPrivate(cfg.AllowPrivate...),
 	)
 	if err != nil {
@@ -233,24 +233,6 @@ func allowPrivate(e *policies.Egress) ([]netip.Prefix, error) {
 			return nil, fmt.Errorf("egress allow_private[%d] %q: %s: %w", i, s, reason, errdefs.ErrInvalidArgument)
 		}
 		out = append(out, p)
-	}
-	return out, nil
-}
-
-// hostAddrs lists the addresses of the daemon's network namespace: the
-// host's, with --uplink host. DNS answers holding one are never pinned.
-func hostAddrs() ([]netip.Addr, error) {
-	as, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]netip.Addr, 0, len(as))
-	for _, a := range as {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok {
-				out = append(out, ip.Unmap())
-			}
-		}
 	}
 	return out, nil
 }

@@ -70,7 +70,10 @@ func TestHostUplinkKeepsSessionsOffHostServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Close() })
-	okHost := worldHost2(t, w, "ok.test", "10.214.0.10")
+	okHost := netip.MustParseAddr("10.214.0.10")
+	if err := w.AddHost("ok.test", okHost); err != nil {
+		t.Fatal(err)
+	}
 	if err := w.AddRecord("hostsvc.test", hostWorldAddr); err != nil {
 		t.Fatal(err)
 	}
@@ -229,15 +232,6 @@ func TestHostUplinkKeepsSessionsOffHostServices(t *testing.T) {
 	if !found {
 		t.Errorf("no audit event names the dropped host address; have %+v", evs)
 	}
-}
-
-func worldHost2(t *testing.T, w *world.World, name, ip string) netip.Addr {
-	t.Helper()
-	a := netip.MustParseAddr(ip)
-	if err := w.AddHost(name, a); err != nil {
-		t.Fatal(err)
-	}
-	return a
 }
 
 // testNetns creates a namespace with lo up, removed at the end.

@@ -3,7 +3,6 @@ package dnsproxy
 import (
 	"context"
 	"crypto/rand"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -15,24 +14,6 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
-
-// hostAddrs lists the addresses of this process's network namespace, as
-// the daemon does.
-func hostAddrs() ([]netip.Addr, error) {
-	as, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, err
-	}
-	var out []netip.Addr
-	for _, a := range as {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok {
-				out = append(out, ip.Unmap())
-			}
-		}
-	}
-	return out, nil
-}
 
 // realSession is a session of a real gateway (its uplink an empty
 // namespace): its Pin writes the kernel's nftables set.
@@ -73,7 +54,7 @@ func realSession(t *testing.T) (*netns.Gateway, *netns.Session) {
 func TestAnswerAddressesThatAreNeverPinned(t *testing.T) {
 	g, ns := realSession(t)
 	var host netip.Addr
-	addrs, err := hostAddrs()
+	addrs, err := netns.LocalAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +113,7 @@ func TestAnswerAddressesThatAreNeverPinned(t *testing.T) {
 	p := startProxy(t, &sessions, WithUpstreams(up.addr),
 		WithNeverPin("the daemon's session pool", g.SessionPools()...),
 		WithNeverPin("the gateway's uplink subnet", g.UplinkNets()...),
-		WithLocalAddrs(hostAddrs, 0),
+		WithLocalAddrs(netns.LocalAddrs, 0),
 		WithAllowPrivate(netip.MustParsePrefix("10.214.0.0/24")),
 	)
 	// The session's own allow_private covers 10.0.0.0/8 in the first

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"strings"
@@ -182,5 +183,51 @@ func TestEgressNeverRangesWinOverManifest(t *testing.T) {
 		if !seen[want] {
 			t.Errorf("audit lacks %q; have %v", want, keys(seen))
 		}
+	}
+}
+
+// TestEgressAllowPrivate resolves an allowed name to a private address
+// outside the range the daemon allows (the world's): a session pins it
+// only when its manifest lists the range in allow_private.
+func TestEgressAllowPrivate(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	internal := worldHost(t, "intranet.corp.test", "10.99.0.5")
+	start := func(allowPrivate ...string) string {
+		p := policy("sleep", "300")
+		p.Egress = &policies.Egress{Allow: []string{"intranet.corp.test:80"}, AllowPrivate: allowPrivate}
+		s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+		return s.ID
+	}
+	without, with := start(), start("10.99.0.0/16")
+
+	out, _ := execOut(t, without, "dig", "+time=2", "+tries=1", "intranet.corp.test")
+	if !strings.Contains(out, "status: REFUSED") || !strings.Contains(out, "10.99.0.5 is in private range 10.0.0.0/8") {
+		t.Errorf("without allow_private: want REFUSED naming the range, got\n%s", out)
+	}
+	if out, code := execOut(t, without, "curl", "-sS", "--max-time", "3", "http://"+internal.String()+"/"); code == 0 {
+		t.Errorf("without allow_private, %v was reached: %q", internal, out)
+	}
+	if out, code := execOut(t, with, "curl", "-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}", "http://intranet.corp.test/"); code != 0 || out != "200" {
+		t.Errorf("with allow_private: curl exit %d %q, want HTTP 200", code, out)
+	}
+
+	evs, err := h.Daemon.Audit(ctx, without)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ev := range evs {
+		if ev.Layer == "dns" && ev.Action == "refused" && ev.Subject == "intranet.corp.test" {
+			d := fmt.Sprint(ev.Fields["dropped"])
+			found = found || strings.Contains(d, internal.String()) && strings.Contains(d, "allow_private")
+		}
+	}
+	if !found {
+		t.Errorf("no audit event names the dropped address and why; have %+v", evs)
 	}
 }

@@ -39,6 +39,7 @@ var NeverRanges = withNAT64([]Range{
 	{netip.MustParsePrefix("fd20:ce::254/128"), "cloud metadata service (Google)"},
 	{netip.MustParsePrefix("::/128"), "unspecified"},
 	{netip.MustParsePrefix("::1/128"), "loopback"},
+	{netip.MustParsePrefix("::/96"), "IPv4-compatible"},
 	{netip.MustParsePrefix("::ffff:0:0/96"), "IPv4-mapped"},
 	{netip.MustParsePrefix("fe80::/10"), "link-local"},
 	{netip.MustParsePrefix("ff00::/8"), "multicast"},

@@ -23,6 +23,7 @@ func TestNeverAndPrivate(t *testing.T) {
 		{"::1", "loopback", ""},
 		{"::", "unspecified", ""},
 		{"::ffff:10.0.0.1", "IPv4-mapped", ""},
+		{"::a9fe:a9fe", "IPv4-compatible", ""},
 		{"fe80::1", "link-local", ""},
 		{"ff02::1", "multicast", ""},
 		{"fd00:ec2::254", "AWS", "unique local"},

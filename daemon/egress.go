@@ -39,6 +39,13 @@ type EgressConfig struct {
 	Pool netip.Prefix
 	// NetnsDir is where namespaces are mounted; default /run/netns.
 	NetnsDir string
+	// AllowPrivate are private ranges (RFC 1918, 100.64.0.0/10, fc00::/7)
+	// whose addresses every session may pin from DNS answers, as if each
+	// manifest listed them in egress allow_private: the network the
+	// uplink leads to (the tests' and the benchmark's world). Other private
+	// addresses in answers are dropped. The pools, the uplink subnets and
+	// the host's own addresses are never pinned, whatever this says.
+	AllowPrivate []netip.Prefix
 }
 
 // egress is the daemon's network perimeter: the gateway namespace with its
@@ -66,6 +73,11 @@ func (d *Daemon) openEgress(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	for _, p := range cfg.AllowPrivate {
+		if _, reason := policies.ParsePrivateRange(p.String()); reason != "" {
+			return fmt.Errorf("allow-private %v: %s: %w", p, reason, errdefs.ErrInvalidArgument)
+		}
+	}
 	upstreams := cfg.DNSUpstreams
 	if len(upstreams) == 0 {
 		if upstreams, err = hostResolvers("/etc/resolv.conf"); err != nil {
@@ -88,6 +100,10 @@ func (d *Daemon) openEgress(ctx context.Context) error {
 		dnsproxy.WithAudit(func(ev dnsproxy.Event) {
 			log.G(ctx).Info("dns query from an unknown address", "client", ev.Client, "name", ev.Name)
 		}),
+		dnsproxy.WithNeverPin("the daemon's session pool", gw.SessionPools()...),
+		dnsproxy.WithNeverPin("the gateway's uplink subnet", gw.UplinkNets()...),
+		dnsproxy.WithLocalAddrs(netns.LocalAddrs, 0),
+		dnsproxy.WithAllowPrivate(cfg.AllowPrivate...),
 	)
 	if err != nil {
 		_ = gw.Close(ctx)
@@ -157,6 +173,9 @@ func (d *Daemon) setupEgress(ctx context.Context, s *session, p *policies.Policy
 	if err != nil {
 		return nil, err
 	}
+	if _, err := allowPrivate(p.Egress); err != nil {
+		return nil, err
+	}
 	cfg := netns.SessionConfig{IPv6: p.Egress.IPv6, Drop: p.Egress.OnBlock == policies.OnBlockDrop}
 	for _, r := range list.CIDRs() {
 		rule := netns.Rule{Prefix: r.Prefix, Port: r.Port}
@@ -183,8 +202,14 @@ func (d *Daemon) setupEgress(ctx context.Context, s *session, p *policies.Policy
 // session's addresses.
 func (d *Daemon) registerDNS(ctx context.Context, s *session, ns *netns.Session, list *allowlist.List) {
 	id := s.rec.ID
+	private, err := allowPrivate(s.rec.Policy.Egress)
+	if err != nil {
+		// Checked when the session was created; a record that fails now
+		// allows no private range.
+		log.G(ctx).Warn("egress allow_private", "session", id, "error", err)
+	}
 	pol := &dnsproxy.SessionPolicy{
-		ID: id, Allowlist: list, IPv6: s.rec.Policy.Egress.IPv6, Pinner: ns,
+		ID: id, Allowlist: list, IPv6: s.rec.Policy.Egress.IPv6, Pinner: ns, AllowPrivate: private,
 		Audit: func(ev dnsproxy.Event) { s.audit.Emit(ctx, dnsAuditEvent(id, ev)) },
 	}
 	addrs := []netip.Addr{ns.Addr()}
@@ -199,10 +224,26 @@ func (d *Daemon) registerDNS(ctx context.Context, s *session, ns *netns.Session,
 	d.egress.mu.Unlock()
 }
 
+// allowPrivate parses a manifest's egress allow_private entries.
+func allowPrivate(e *policies.Egress) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range e.AllowPrivate {
+		p, reason := policies.ParsePrivateRange(s)
+		if reason != "" {
+			return nil, fmt.Errorf("egress allow_private[%d] %q: %s: %w", i, s, reason, errdefs.ErrInvalidArgument)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 func dnsAuditEvent(id string, ev dnsproxy.Event) api.AuditEvent {
 	f := map[string]any{"type": ev.Type, "rcode": ev.Rcode, "proto": ev.Proto}
 	if len(ev.Answers) > 0 {
 		f["answers"] = ev.Answers
+	}
+	if len(ev.Dropped) > 0 {
+		f["dropped"] = ev.Dropped
 	}
 	if len(ev.CNAMEs) > 0 {
 		f["cnames"] = ev.CNAMEs

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"strings"
@@ -132,4 +133,101 @@ func keys(m map[string]bool) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestEgressNeverRangesWinOverManifest gives world hosts cloud metadata
+// addresses and has a manifest allow them by address and by name: the
+// gateway and the DNS proxy refuse both.
+func TestEgressNeverRangesWinOverManifest(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	addrs := []netip.Addr{
+		worldHost(t, "wireserver.test", "168.63.129.16"),
+		worldHost(t, "alibaba-metadata.test", "100.100.100.200"),
+		worldHost(t, "metadata.test", "169.254.169.254"),
+	}
+	ok := worldHost(t, "plain.test", "10.214.0.31")
+	p := policy("sleep", "300")
+	p.Egress = &policies.Egress{Allow: []string{"168.63.129.16", "100.100.100.200", "169.254.169.254", "*.test:80"}}
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+	curl := func(url string) (string, int) {
+		return execOut(t, s.ID, "curl", "-sS", "--max-time", "3", "-o", "/dev/null", "-w", "%{http_code}", url)
+	}
+	if out, code := curl("http://plain.test/"); code != 0 || out != "200" {
+		t.Fatalf("world host %v: curl exit %d %q", ok, code, out)
+	}
+	for _, a := range addrs {
+		if out, code := curl("http://" + a.String() + "/"); code == 0 {
+			t.Errorf("%v, allowed by the manifest, was reached: %q", a, out)
+		}
+	}
+	for _, name := range []string{"wireserver.test", "alibaba-metadata.test", "metadata.test"} {
+		out, _ := execOut(t, s.ID, "dig", "+time=2", "+tries=1", name)
+		if !strings.Contains(out, "status: REFUSED") || !strings.Contains(out, "no session may reach it") {
+			t.Errorf("dig %s: want REFUSED, got\n%s", name, out)
+		}
+	}
+	evs, err := h.Daemon.Audit(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, ev := range evs {
+		seen[ev.Layer+" "+ev.Action+" "+ev.Subject] = true
+	}
+	for _, want := range []string{"net dropped 168.63.129.16:80", "net dropped 100.100.100.200:80", "dns refused wireserver.test"} {
+		if !seen[want] {
+			t.Errorf("audit lacks %q; have %v", want, keys(seen))
+		}
+	}
+}
+
+// TestEgressAllowPrivate resolves an allowed name to a private address
+// outside the range the daemon allows (the world's): a session pins it
+// only when its manifest lists the range in allow_private.
+func TestEgressAllowPrivate(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	internal := worldHost(t, "intranet.corp.test", "10.99.0.5")
+	start := func(allowPrivate ...string) string {
+		p := policy("sleep", "300")
+		p.Egress = &policies.Egress{Allow: []string{"intranet.corp.test:80"}, AllowPrivate: allowPrivate}
+		s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+		return s.ID
+	}
+	without, with := start(), start("10.99.0.0/16")
+
+	out, _ := execOut(t, without, "dig", "+time=2", "+tries=1", "intranet.corp.test")
+	if !strings.Contains(out, "status: REFUSED") || !strings.Contains(out, "10.99.0.5 is in private range 10.0.0.0/8") {
+		t.Errorf("without allow_private: want REFUSED naming the range, got\n%s", out)
+	}
+	if out, code := execOut(t, without, "curl", "-sS", "--max-time", "3", "http://"+internal.String()+"/"); code == 0 {
+		t.Errorf("without allow_private, %v was reached: %q", internal, out)
+	}
+	if out, code := execOut(t, with, "curl", "-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}", "http://intranet.corp.test/"); code != 0 || out != "200" {
+		t.Errorf("with allow_private: curl exit %d %q, want HTTP 200", code, out)
+	}
+
+	evs, err := h.Daemon.Audit(ctx, without)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ev := range evs {
+		if ev.Layer == "dns" && ev.Action == "refused" && ev.Subject == "intranet.corp.test" {
+			d := fmt.Sprint(ev.Fields["dropped"])
+			found = found || strings.Contains(d, internal.String()) && strings.Contains(d, "allow_private")
+		}
+	}
+	if !found {
+		t.Errorf("no audit event names the dropped address and why; have %+v", evs)
+	}
 }

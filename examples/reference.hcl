@@ -172,6 +172,19 @@ session "reference" {
     # Same syntax; deny wins over allow.
     deny = ["gist.githubusercontent.com"]
 
+    # Private ranges whose addresses DNS answers may pin. An allowed name
+    # that resolves into 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16,
+    # 100.64.0.0/10 (CGNAT) or fc00::/7 (ULA) is otherwise answered without
+    # those addresses (REFUSED if none is left), so a public name cannot
+    # lead into the operator's network. Each entry is a CIDR or address
+    # inside one of those ranges. airlockd --allow-private does the same
+    # for every session. Never pinned, whatever this says: loopback,
+    # link-local, cloud metadata addresses (169.254.169.254, 168.63.129.16,
+    # 100.100.100.200, fd00:ec2::254, ...), the daemon's session pools and
+    # uplink, and the host's own addresses. Address entries in allow are
+    # not affected: "10.0.0.0/8" there opens the range without DNS.
+    allow_private = ["10.20.0.0/16"]
+
     # What a blocked connection sees: "reject" (fails fast, default) or
     # "drop" (silently discarded).
     on_block = "reject"

@@ -238,6 +238,7 @@ func (e *Env) startDaemon(ctx context.Context) error {
 func (e *Env) DaemonArgs() []string {
 	return []string{"--root", e.StateRoot, "--socket", e.Socket, "--bin-dir", e.BinDir,
 		"--uplink", "netns:" + e.World.NetnsName(), "--dns-upstream", e.World.DNSAddr().String(),
+		"--allow-private", e.World.Net().String(),
 		"--stop-containerd", "--log-level", cmp.Or(e.cfg.DaemonLogLevel, "warn")}
 }
 

@@ -84,7 +84,8 @@ func startProxy(tb testing.TB, audit func(dnsproxy.Event)) string {
 		ID: "perf", Allowlist: list, Audit: audit,
 		Pinner: dnsproxy.PinnerFunc(func(context.Context, []netip.Addr, []uint16, time.Duration) error { return nil }),
 	})
-	s, err := dnsproxy.New(&sessions, dnsproxy.WithUpstreams(upstreamServer(tb)), dnsproxy.WithLogWindow(time.Hour))
+	s, err := dnsproxy.New(&sessions, dnsproxy.WithUpstreams(upstreamServer(tb)), dnsproxy.WithLogWindow(time.Hour),
+		dnsproxy.WithAllowPrivate(netip.MustParsePrefix("10.214.0.0/24")))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -56,7 +56,7 @@ var (
 		Attributes: []hcl.AttributeSchema{{Name: "target"}, {Name: "read_only"}},
 	}
 	egressSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "allow"}, {Name: "deny"}, {Name: "on_block"}, {Name: "ipv6"}},
+		Attributes: []hcl.AttributeSchema{{Name: "allow"}, {Name: "deny"}, {Name: "allow_private"}, {Name: "on_block"}, {Name: "ipv6"}},
 	}
 	poolSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "size"}},
@@ -790,6 +790,7 @@ func (d *decoder) session(block *hcl.Block) *Policy {
 		e := &Egress{}
 		d.strList(c.Attributes, "allow", at, &e.Allow)
 		d.strList(c.Attributes, "deny", at, &e.Deny)
+		d.strList(c.Attributes, "allow_private", at, &e.AllowPrivate)
 		d.str(c.Attributes, "on_block", at, &e.OnBlock)
 		d.boolean(c.Attributes, "ipv6", at, &e.IPv6)
 		p.Egress = e

@@ -150,14 +150,16 @@ var decodeTests = []decodeTest{
   egress {
     allow = ["api.anthropic.com:443", "*.githubusercontent.com", "10.0.0.0/8:443", "2001:db8::/32", "[2001:db8::1]:53", "192.0.2.7"]
     deny  = ["gist.githubusercontent.com"]
+    allow_private = ["10.20.0.0/16", "100.64.1.0/24", "192.168.7.7", "fd12:3456::/32"]
     ipv6  = true
   }`),
 		check: func(t *testing.T, p *Policy) {
 			want := &Egress{
-				Allow:   []string{"api.anthropic.com:443", "*.githubusercontent.com", "10.0.0.0/8:443", "2001:db8::/32", "[2001:db8::1]:53", "192.0.2.7"},
-				Deny:    []string{"gist.githubusercontent.com"},
-				OnBlock: OnBlockReject,
-				IPv6:    true,
+				Allow:        []string{"api.anthropic.com:443", "*.githubusercontent.com", "10.0.0.0/8:443", "2001:db8::/32", "[2001:db8::1]:53", "192.0.2.7"},
+				Deny:         []string{"gist.githubusercontent.com"},
+				AllowPrivate: []string{"10.20.0.0/16", "100.64.1.0/24", "192.168.7.7", "fd12:3456::/32"},
+				OnBlock:      OnBlockReject,
+				IPv6:         true,
 			}
 			if !reflect.DeepEqual(p.Egress, want) {
 				t.Errorf("egress = %+v, want %+v", p.Egress, want)
@@ -337,6 +339,14 @@ var decodeTests = []decodeTest{
 	{name: "egress empty label", src: session(`  egress { allow = ["a..b"] }`), summary: "Invalid egress entry", line: 3},
 	{name: "egress url", src: session(`  egress { allow = ["https://a.test"] }`), summary: "Invalid egress entry", line: 3},
 	{name: "egress on_block", src: session(`  egress { on_block = "ignore" }`), summary: "Invalid on_block", line: 3},
+	{name: "allow_private not a list", src: session(`  egress { allow_private = "10.0.0.0/8" }`), summary: "Incorrect attribute value type", line: 3},
+	{name: "allow_private public", src: session("  egress {\n    allow_private = [\n      \"10.1.0.0/16\",\n      \"0.0.0.0/0\",\n    ]\n  }"), summary: "Invalid allow_private entry", detail: "not inside a private range", line: 6},
+	{name: "allow_private loopback", src: session(`  egress { allow_private = ["127.0.0.0/8"] }`), summary: "Invalid allow_private entry", detail: "not inside a private range", line: 3},
+	{name: "allow_private metadata", src: session(`  egress { allow_private = ["169.254.169.254"] }`), summary: "Invalid allow_private entry", line: 3},
+	{name: "allow_private wider than private", src: session(`  egress { allow_private = ["10.0.0.0/7"] }`), summary: "Invalid allow_private entry", line: 3},
+	{name: "allow_private host bits", src: session(`  egress { allow_private = ["10.1.2.3/16"] }`), summary: "Invalid allow_private entry", detail: `write "10.1.0.0/16"`, line: 3},
+	{name: "allow_private name", src: session(`  egress { allow_private = ["corp.test"] }`), summary: "Invalid allow_private entry", detail: "not a CIDR", line: 3},
+	{name: "allow_private mapped", src: session(`  egress { allow_private = ["::ffff:10.0.0.0/104"] }`), summary: "Invalid allow_private entry", line: 3},
 
 	// Credential rules.
 	{name: "duplicate credential", src: session("  credential \"git\" {\n    audience = \"a\"\n    scopes = [\"git.fetch repo=app\"]\n  }\n  credential \"git\" {\n    audience = \"b\"\n    scopes = [\"git.fetch repo=app\"]\n  }"), summary: "Duplicate credential", line: 7},
@@ -481,7 +491,10 @@ func TestDecodeWarnings(t *testing.T) {
     mode              = "rw"
     default_deny_read = false
   }
-  egress { allow = ["2001:db8::/32"] }
+  egress {
+    allow         = ["2001:db8::/32"]
+    allow_private = ["fd00::/8"]
+  }
   credential "t" {
     audience = "a"
     scopes   = ["git.fetch repo=app"]
@@ -497,7 +510,7 @@ func TestDecodeWarnings(t *testing.T) {
 	for _, d := range derr.Warnings() {
 		got = append(got, d.Summary)
 	}
-	want := []string{"Session runs as root", "Capability weakens the sandbox", "Workspace is writable", "Credential files are readable", "IPv6 entry without ipv6", "Credential in the environment"}
+	want := []string{"Session runs as root", "Capability weakens the sandbox", "Workspace is writable", "Credential files are readable", "IPv6 entry without ipv6", "IPv6 entry without ipv6", "Credential in the environment"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("warnings = %q, want %q", got, want)
 	}

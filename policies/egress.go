@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/egress/allowlist"
 )
 
 // EgressRule is one parsed egress allow or deny entry.
@@ -201,4 +203,33 @@ func checkDNSName(name string) (string, string) {
 		return "", "it is neither a name (its last label is numeric) nor an IP address"
 	}
 	return name, ""
+}
+
+// allowPrivateHint says what an allow_private entry may be.
+const allowPrivateHint = `Use a CIDR inside a private range: 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10 or fc00::/7, as in allow_private = ["10.20.0.0/16"]`
+
+// ParsePrivateRange parses an allow_private entry: a CIDR (or a single
+// address) inside one of allowlist.PrivateRanges. It returns the prefix,
+// or a reason why s is not one.
+func ParsePrivateRange(s string) (netip.Prefix, string) {
+	pfx, err := netip.ParsePrefix(s)
+	if err != nil {
+		a, err2 := netip.ParseAddr(s)
+		if err2 != nil || a.Zone() != "" {
+			return netip.Prefix{}, "it is not a CIDR prefix"
+		}
+		pfx = netip.PrefixFrom(a, a.BitLen())
+	}
+	if pfx.Addr().Is4In6() {
+		return netip.Prefix{}, "IPv4-mapped IPv6 prefixes are not accepted; write the IPv4 prefix"
+	}
+	if pfx != pfx.Masked() {
+		return netip.Prefix{}, fmt.Sprintf("host bits are set; write %q", pfx.Masked().String())
+	}
+	for _, r := range allowlist.PrivateRanges {
+		if r.Prefix.Bits() <= pfx.Bits() && r.Prefix.Contains(pfx.Addr()) {
+			return pfx, ""
+		}
+	}
+	return netip.Prefix{}, "it is not inside a private range; public addresses need no allow_private, and loopback, link-local and metadata addresses are never reachable"
 }

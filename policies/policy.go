@@ -133,6 +133,10 @@ type Egress struct {
 	Allow []string `json:"allow,omitempty"`
 	// Deny entries have the same syntax and win over Allow.
 	Deny []string `json:"deny,omitempty"`
+	// AllowPrivate are CIDRs inside the private ranges (RFC 1918,
+	// 100.64.0.0/10, fc00::/7) whose addresses DNS answers may pin. Other
+	// private addresses in answers are dropped.
+	AllowPrivate []string `json:"allow_private,omitempty"`
 	// OnBlock is OnBlockReject (default) or OnBlockDrop.
 	OnBlock string `json:"on_block,omitempty"`
 	// IPv6 allows AAAA answers to be pinned and used.

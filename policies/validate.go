@@ -456,6 +456,17 @@ func (c *checker) egress(at fieldPath, e *Egress) {
 			}
 		}
 	}
+	for i, s := range e.AllowPrivate {
+		at := at.field("allow_private").index(i)
+		pfx, reason := ParsePrivateRange(s)
+		if reason != "" {
+			c.add(at, "Invalid allow_private entry", allowPrivateHint, "%q: %s", s, reason)
+			continue
+		}
+		if !e.IPv6 && pfx.Addr().Is6() {
+			c.warn(at, "IPv6 entry without ipv6", "Set ipv6 = true to allow IPv6 traffic", "%q has no effect while ipv6 = false", s)
+		}
+	}
 	switch e.OnBlock {
 	case "", OnBlockReject, OnBlockDrop:
 	default:

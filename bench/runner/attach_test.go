@@ -58,7 +58,7 @@ func TestAttachToRunningDaemon(t *testing.T) {
 	sock := filepath.Join(root, "airlock.sock")
 	dns := DefaultWorldNet.Addr().Next()
 	daemon := exec.Command(filepath.Join(env.BinDir, "airlockd"), "--root", filepath.Join(root, "state"), "--socket", sock,
-		"--bin-dir", env.BinDir, "--uplink", "netns:"+name, "--dns-upstream", dns.String(), "--stop-containerd", "--log-level", "warn")
+		"--bin-dir", env.BinDir, "--uplink", "netns:"+name, "--dns-upstream", dns.String(), "--allow-private", DefaultWorldNet.String(), "--stop-containerd", "--log-level", "warn")
 	daemon.Stderr = os.Stderr
 	if err := daemon.Start(); err != nil {
 		t.Fatal(err)

@@ -58,6 +58,7 @@ type Network struct {
 	mu    sync.Mutex
 	hosts map[string]netip.Addr // fully qualified, lower-case
 	addrs []netip.Addr          // assigned by us, removed by Close
+	net   netip.Prefix
 	next  netip.Addr
 
 	dns     []*dns.Server
@@ -73,7 +74,7 @@ func StartNetwork(ctx context.Context, cfg NetworkConfig) (_ *Network, retErr er
 	if !cfg.Net.Addr().Is4() || cfg.Net.Bits() > 28 {
 		return nil, fmt.Errorf("world net %v: want an IPv4 prefix of /28 or larger: %w", cfg.Net, errdefs.ErrInvalidArgument)
 	}
-	n := &Network{hosts: map[string]netip.Addr{}}
+	n := &Network{hosts: map[string]netip.Addr{}, net: cfg.Net.Masked()}
 	if cfg.Existing != "" {
 		if !netns.IsNetns(cfg.Existing) {
 			return nil, fmt.Errorf("world namespace %s: not a network namespace: %w", cfg.Existing, errdefs.ErrInvalidArgument)
@@ -128,6 +129,9 @@ func (n *Network) Path() string { return n.path }
 
 // DNSAddr is the DNS server's address (port 53, UDP and TCP).
 func (n *Network) DNSAddr() netip.Addr { return n.dnsAddr }
+
+// Net is the world's address range: the daemon's --allow-private.
+func (n *Network) Net() netip.Prefix { return n.net }
 
 // Hosts returns the published names and their addresses.
 func (n *Network) Hosts() map[string]netip.Addr {

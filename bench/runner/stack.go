@@ -154,6 +154,7 @@ func (s *Stack) startOwn(ctx context.Context) error {
 		"--bin-dir", s.cfg.BinDir,
 		"--uplink", "netns:"+name,
 		"--dns-upstream", s.Network.DNSAddr().String(),
+		"--allow-private", s.Network.Net().String(),
 		"--stop-containerd",
 		"--log-level", "info",
 	)

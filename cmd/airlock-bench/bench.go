@@ -87,7 +87,7 @@ exec:CMD (a classifier: JSON on stdin, allow or deny on stdout), replay:FILE
 	f.StringVar(&o.benchCLI, "bench-cli", "", "static airlock-bench-cli binary (default: beside this program)")
 	f.StringVar(&o.cacheDir, "cache", "", "where built bench images are kept (default: $AIRLOCK_CACHE or /var/cache/airlock)")
 	f.StringVar(&o.dataDir, "data", "", "AmPermBench data directory (default: $AIRLOCK_AMPERMBENCH_DIR or ../shared/bench/ampermbench)")
-	f.StringVar(&o.worldNetns, "world-netns", "", "with --socket: the network namespace that is the daemon's uplink")
+	f.StringVar(&o.worldNetns, "world-netns", "", "with --socket: the network namespace that is the daemon's uplink (start that daemon with --allow-private for the world's range, 10.214.0.0/24)")
 	f.StringVar(&o.worldDNS, "world-dns", "", "with --socket: the address the daemon's --dns-upstream names (default 10.214.0.1)")
 	return cmd
 }

@@ -71,10 +71,12 @@ func run() int {
 		uplink         = fs.String("uplink", "", "where session traffic leaves the gateway: netns:NAME (a namespace that receives the uplink's peer) or host (NAT out of the host's routes); empty: sessions declaring egress are refused")
 		pool           = fs.String("session-pool", "10.213.0.0/16", "address range for session networks")
 		dnsUpstreams   = listFlag{}
+		allowPrivate   = prefixFlag{}
 		poolFiles      = listFlag{}
 	)
 	fs.Var(&poolFiles, "pool", "manifest FILE with a `pool { size = N }` block: keep N sandboxes of its policy prepared from the start (repeatable)")
 	fs.Var(&dnsUpstreams, "dns-upstream", "resolver ADDR[:PORT] that allowlisted names are forwarded to (repeatable; default: the host's resolv.conf)")
+	fs.Var(&allowPrivate, "allow-private", "private `CIDR` (inside 10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) whose addresses DNS answers may pin for every session, as a manifest's egress allow_private does (repeatable); other private addresses in answers are dropped, and the session pools and the host's own addresses never pass")
 	fs.Var(issuers, "issuer", "external credential issuer NAME=COMMAND [ARGS...] (repeatable); the command speaks the exec issuer protocol")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == flag.ErrHelp {
@@ -149,7 +151,7 @@ func run() int {
 		Namespace:  *namespace,
 		SelfBinary: self,
 		Issuers:    issuers,
-		Egress:     daemon.EgressConfig{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix},
+		Egress:     daemon.EgressConfig{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix, AllowPrivate: allowPrivate},
 
 		ShimPerSession: *shimPerSession,
 	})
@@ -201,6 +203,20 @@ func (f issuerFlag) Set(v string) error {
 		return fmt.Errorf("issuer %q given twice", name)
 	}
 	f[name] = argv
+	return nil
+}
+
+// prefixFlag collects --allow-private CIDR values.
+type prefixFlag []netip.Prefix
+
+func (f *prefixFlag) String() string { return fmt.Sprint([]netip.Prefix(*f)) }
+
+func (f *prefixFlag) Set(v string) error {
+	p, reason := policies.ParsePrivateRange(v)
+	if reason != "" {
+		return fmt.Errorf("%q: %s", v, reason)
+	}
+	*f = append(*f, p)
 	return nil
 }
 

@@ -18,8 +18,10 @@ import (
 // answerHandler turns an upstream response (fresh or cached) into the
 // session's answer: it checks the CNAME chain against the allowlist, keeps
 // only the chain and the final owner's records of the queried type, drops
-// addresses in denied ranges, pins the rest for the session and only then
-// writes the answer, with TTLs no longer than the pin.
+// addresses that may not be pinned (addrs.go: never-reachable ranges, the
+// host's addresses, denied ranges, private ranges not allowed), pins the
+// rest for the session and only then writes the answer, with TTLs no longer
+// than the pin.
 type answerHandler struct {
 	s    *Server
 	next handler
@@ -69,11 +71,11 @@ func (s *Server) answer(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, r
 	}
 
 	var (
-		records  []dns.RR
-		addrs    []netip.Addr
-		denied   int
-		denyRule string
+		records []dns.RR
+		addrs   []netip.Addr
+		dropped []Dropped
 	)
+	now := s.cfg.now()
 	for _, rr := range resp.Answer {
 		hdr := rr.Header()
 		if hdr.Class != dns.ClassINET || hdr.Rrtype != req.qtype || !ownerIs(hdr.Name, final) {
@@ -94,19 +96,31 @@ func (s *Server) answer(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, r
 		if !a.IsValid() {
 			continue
 		}
-		if rule, bad := list.AddrDenied(a); bad {
-			denied++
-			denyRule = rule
+		if reason, rule := s.dropReason(req.sess, a, now); reason != "" {
+			dropped = append(dropped, Dropped{Addr: a, Reason: reason, Rule: rule})
 			continue
 		}
 		records = append(records, rr)
 		addrs = append(addrs, a)
 	}
-	if denied > 0 {
-		s.stats.addrDenied.Add(uint64(denied))
+	if len(dropped) > 0 {
+		s.stats.addrDenied.Add(uint64(len(dropped)))
 		if len(addrs) == 0 {
-			return s.refuse(ctx, w, r, req, dns.RcodeRefused, dns.ExtendedErrorCodeBlocked,
-				"airlock: every address of "+display(final)+" is in denied range "+denyRule, denyRule)
+			// Nothing is left to answer with: say why the first address
+			// went.
+			d := dropped[0]
+			reason := "airlock: every address of " + display(final) + " is refused: " + d.Reason
+			if len(dropped) > 1 {
+				reason = fmt.Sprintf("%s (and %d more)", reason, len(dropped)-1)
+			}
+			rule := d.Rule
+			if rule == "" {
+				rule = req.decision.Rule
+			}
+			s.record(ctx, req, r, Event{Action: ActionRefused, Rcode: dns.RcodeToString[dns.RcodeRefused], Reason: reason, Rule: rule, Dropped: dropped})
+			m := newReply(r, dns.RcodeRefused)
+			addEDE(m, dns.ExtendedErrorCodeBlocked, reason)
+			return dns.RcodeSuccess, writeReply(w, req, m)
 		}
 	}
 
@@ -166,6 +180,7 @@ func (s *Server) answer(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, r
 		Rcode:   dns.RcodeToString[m.Rcode],
 		Rule:    req.decision.Rule,
 		Answers: addrs,
+		Dropped: dropped,
 		Ports:   ports,
 	}
 	for _, c := range cnames {

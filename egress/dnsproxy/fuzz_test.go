@@ -157,6 +157,12 @@ func FuzzServe(f *testing.F) {
 					if _, denied := list.AddrDenied(a); denied {
 						t.Fatalf("pinned denied address %v", a)
 					}
+					if r, never := allowlist.Never(a); never {
+						t.Fatalf("pinned %v, which is %s", a, r.Reason)
+					}
+					if r, private := allowlist.Private(a); private {
+						t.Fatalf("pinned %v in %v without allow_private", a, r.Prefix)
+					}
 					if a.Is6() && !ipv6 {
 						t.Fatalf("pinned IPv6 %v without ipv6", a)
 					}

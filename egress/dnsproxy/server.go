@@ -14,7 +14,9 @@
 //	          other type → REFUSED + EDE Blocked
 //	answer    checks the CNAME chain (at most 8 hops, every target must be
 //	          allowed), keeps only the chain and its final A/AAAA records,
-//	          pins the addresses for the session, clamps TTLs, then answers
+//	          drops addresses the session may not reach (addrs.go; REFUSED +
+//	          EDE Blocked when none is left), pins the rest for the session,
+//	          clamps TTLs, then answers
 //	cache     shared by all sessions, keyed by name and type
 //	forward   UDP to the upstreams with a fresh id and EDNS0 size 1232;
 //	          over TCP when truncated and the client came over TCP
@@ -61,6 +63,7 @@ type config struct {
 	logWindow       time.Duration
 	dial            Dialer
 	audit           func(Event)
+	addrs           addrPolicy // which answer addresses may be pinned (addrs.go)
 	now             func() time.Time
 	exchange        exchangeFunc // tests only
 }

@@ -35,6 +35,11 @@ type SessionPolicy struct {
 	ID string
 	// Allowlist decides which names may be resolved. Nil refuses every name.
 	Allowlist *allowlist.List
+	// AllowPrivate are private ranges (allowlist.PrivateRanges) whose
+	// addresses this session may pin from DNS answers, besides the
+	// server's WithAllowPrivate ranges. They never open the ranges no
+	// session may reach.
+	AllowPrivate []netip.Prefix
 	// IPv6 lets AAAA queries through. Without it, AAAA queries for allowed
 	// names get an empty NOERROR answer and are not forwarded.
 	IPv6 bool
@@ -115,6 +120,7 @@ type Event struct {
 	Rule    string       `json:"rule,omitempty"`   // allowlist entry that decided
 	CNAMEs  []string     `json:"cnames,omitempty"` // chain targets, in order
 	Answers []netip.Addr `json:"answers,omitempty"`
+	Dropped []Dropped    `json:"dropped,omitempty"` // answer addresses not pinned, and why
 	Ports   []uint16     `json:"ports,omitempty"`   // pinned ports; empty = all
 	PinTTL  uint32       `json:"pin_ttl,omitempty"` // seconds
 	Cached  bool         `json:"cached,omitempty"`

@@ -27,7 +27,7 @@ type Stats struct {
 	TypeRefused   uint64 // record type not served
 	Empty         uint64 // empty answer by policy (AAAA without IPv6, HTTPS, SVCB)
 	CNAMEBlocked  uint64 // a CNAME target not in the allowlist
-	AddrDenied    uint64 // answer addresses dropped by deny CIDRs
+	AddrDenied    uint64 // answer addresses dropped: deny CIDRs, never-pinned and private ranges, host addresses
 	PinErrors     uint64 // Pinner failures
 	ServFail      uint64 // SERVFAIL responses
 

@@ -412,6 +412,14 @@ func (g *Gateway) UplinkAddr() netip.Addr { return g.uplinkGW4 }
 // UplinkPeerAddr is the address of the uplink's far end.
 func (g *Gateway) UplinkPeerAddr() netip.Addr { return g.uplinkPeer4 }
 
+// SessionPools are the session address ranges (IPv4 and IPv6).
+func (g *Gateway) SessionPools() []netip.Prefix { return []netip.Prefix{g.cfg.Pool, g.cfg.Pool6} }
+
+// UplinkNets are the uplink subnets (IPv4 and IPv6).
+func (g *Gateway) UplinkNets() []netip.Prefix {
+	return []netip.Prefix{g.cfg.Uplink.Net, g.cfg.Uplink.Net6}
+}
+
 // DNSPort is the port sessions may reach on their resolver address.
 func (g *Gateway) DNSPort() uint16 { return g.cfg.DNSPort }
 

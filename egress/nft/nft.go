@@ -6,10 +6,11 @@
 //	set tcpudp          { type inet_proto; constant: tcp, udp }
 //	set resolverports   { type inet_service; constant: 53, 853 }
 //	set never4, never6  { interval: destinations no session may reach:
-//	                      0/8, 127/8, 169.254/16 (metadata), 100.100.100.200,
-//	                      224/4, 240/4, ::1, fe80::/10, ff00::/8,
-//	                      fd00:ec2::254, the session pools, the uplink
-//	                      subnets, and any operator-supplied ranges }
+//	                      allowlist.NeverRanges (0/8, 127/8, 169.254/16,
+//	                      168.63.129.16, 100.100.100.200, 224/4, 240/4,
+//	                      ::1, fe80::/10, ff00::/8, fd00:ec2::254, ...),
+//	                      the session pools, the uplink subnets, and any
+//	                      operator-supplied ranges }
 //	map fwd-sessions    { type ifname : verdict }   iifname -> goto <s>-fwd
 //	map in-sessions     { type ifname : verdict }   iifname -> goto <s>-in
 //
@@ -75,6 +76,8 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/egress/allowlist"
 )
 
 // Object names inside the table.
@@ -82,6 +85,7 @@ const (
 	ChainForward     = "forward"
 	ChainInput       = "input"
 	ChainPostrouting = "postrouting"
+	ChainPrerouting  = "prerouting"
 
 	setTCPUDP        = "tcpudp"
 	setResolverPorts = "resolverports"
@@ -105,22 +109,10 @@ const DropSetSize = 4096
 var ResolverPorts = []uint16{53, 853}
 
 // DefaultNever are the destinations no session may reach: "this network",
-// loopback, link-local (cloud metadata included), Alibaba's metadata
-// address, multicast, reserved space, and their IPv6 counterparts.
-var DefaultNever = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("100.100.100.200/32"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("::/128"),
-	netip.MustParsePrefix("::1/128"),
-	netip.MustParsePrefix("::ffff:0:0/96"),
-	netip.MustParsePrefix("fe80::/10"),
-	netip.MustParsePrefix("ff00::/8"),
-	netip.MustParsePrefix("fd00:ec2::254/128"),
-}
+// loopback, link-local, cloud metadata addresses, multicast, reserved
+// space, their IPv6 counterparts and NAT64 translations
+// (allowlist.NeverRanges).
+var DefaultNever = allowlist.NeverPrefixes()
 
 // Base describes the gateway table.
 type Base struct {

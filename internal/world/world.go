@@ -172,6 +172,10 @@ func (w *World) NetnsName() string { return w.cfg.Prefix + "-world" }
 // NetnsPath is the namespace's mount point.
 func (w *World) NetnsPath() string { return w.path }
 
+// Net is the world's IPv4 range; a daemon whose uplink is the world lets
+// sessions pin its addresses with --allow-private (EgressConfig.AllowPrivate).
+func (w *World) Net() netip.Prefix { return w.cfg.Net.Masked() }
+
 // DNSAddr is where the world's DNS server listens (port 53, UDP and TCP).
 func (w *World) DNSAddr() netip.Addr { return w.dnsAddr }
 
@@ -265,6 +269,36 @@ func (w *World) AddHost(name string, ip netip.Addr) error {
 		return err
 	}
 	w.served[ip] = true
+	return nil
+}
+
+// AddRecord publishes name with address ip without assigning ip to the
+// world or serving anything on it: the address lives elsewhere (a test's
+// other namespace).
+func (w *World) AddRecord(name string, ip netip.Addr) error {
+	n, err := fqdn(name)
+	if err != nil {
+		return err
+	}
+	ip = ip.Unmap()
+	if !ip.IsValid() {
+		return fmt.Errorf("world: record %s: invalid address: %w", name, errdefs.ErrInvalidArgument)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return fmt.Errorf("world closed: %w", errdefs.ErrFailedPrecondition)
+	}
+	hdr := dns.RR_Header{Name: n, Class: dns.ClassINET, Ttl: uint32(w.cfg.TTL / time.Second)}
+	var rr dns.RR
+	if ip.Is4() {
+		hdr.Rrtype = dns.TypeA
+		rr = &dns.A{Hdr: hdr, A: ip.AsSlice()}
+	} else {
+		hdr.Rrtype = dns.TypeAAAA
+		rr = &dns.AAAA{Hdr: hdr, AAAA: ip.AsSlice()}
+	}
+	w.records[n] = append(w.records[n], rr)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -119,6 +120,7 @@ func (h *Harness) Config() daemon.Config {
 		Egress: daemon.EgressConfig{
 			Uplink:       "netns:" + h.World.NetnsName(),
 			DNSUpstreams: []string{h.World.DNSAddr().String()},
+			AllowPrivate: []netip.Prefix{h.World.Net()},
 		},
 	}
 }

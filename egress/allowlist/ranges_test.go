@@ -1,0 +1,69 @@
+package allowlist
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestNeverAndPrivate(t *testing.T) {
+	for _, c := range []struct {
+		addr           string
+		never, private string // substring of the reason; "" = not in the list
+	}{
+		{"127.0.0.1", "loopback", ""},
+		{"127.255.0.9", "loopback", ""},
+		{"0.1.2.3", "this network", ""},
+		{"169.254.169.254", "cloud metadata", ""},
+		{"169.254.1.1", "link-local", ""},
+		{"168.63.129.16", "Azure", ""},
+		{"100.100.100.200", "Alibaba", "CGNAT"},
+		{"224.0.0.251", "multicast", ""},
+		{"255.255.255.255", "reserved", ""},
+		{"::1", "loopback", ""},
+		{"::", "unspecified", ""},
+		{"::ffff:10.0.0.1", "IPv4-mapped", ""},
+		{"::a9fe:a9fe", "IPv4-compatible", ""},
+		{"fe80::1", "link-local", ""},
+		{"ff02::1", "multicast", ""},
+		{"fd00:ec2::254", "AWS", "unique local"},
+		{"fd20:ce::254", "Google", "unique local"},
+		{"64:ff9b::a9fe:a9fe", "cloud metadata service through NAT64", ""},
+		{"64:ff9b::7f00:1", "loopback through NAT64", ""},
+		{"64:ff9b::a00:1", "", "private"},
+		{"10.1.2.3", "", "private"},
+		{"172.16.0.1", "", "private"},
+		{"172.31.255.255", "", "private"},
+		{"172.32.0.1", "", ""},
+		{"192.168.0.1", "", "private"},
+		{"100.64.0.1", "", "CGNAT"},
+		{"100.127.255.255", "", "CGNAT"},
+		{"100.128.0.1", "", ""},
+		{"fc00::1", "", "unique local"},
+		{"fd12:3456::1", "", "unique local"},
+		{"192.0.2.10", "", ""},
+		{"8.8.8.8", "", ""},
+		{"2001:db8::1", "", ""},
+		{"64:ff9b::808:808", "", ""},
+	} {
+		a := netip.MustParseAddr(c.addr)
+		r, never := Never(a)
+		if never != (c.never != "") || !strings.Contains(r.Reason, c.never) || never && !r.Prefix.Contains(a) {
+			t.Errorf("Never(%s) = %v %v, want %q", a, r, never, c.never)
+		}
+		r, private := Private(a)
+		if private != (c.private != "") || !strings.Contains(r.Reason, c.private) || private && !r.Prefix.Contains(a) {
+			t.Errorf("Private(%s) = %v %v, want %q", a, r, private, c.private)
+		}
+	}
+	// The packet filter refuses everything the DNS proxy never pins.
+	ps := NeverPrefixes()
+	if len(ps) != len(NeverRanges) {
+		t.Fatalf("NeverPrefixes: %d prefixes for %d ranges", len(ps), len(NeverRanges))
+	}
+	for i, r := range NeverRanges {
+		if ps[i] != r.Prefix || r.Prefix != r.Prefix.Masked() {
+			t.Errorf("range %d: %v (prefix %v)", i, r, ps[i])
+		}
+	}
+}

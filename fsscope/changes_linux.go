@@ -33,34 +33,29 @@ const binarySniff = 8000
 // Diff returns the change set of every overlay workspace: what the upper
 // directory holds compared with the host directory.
 func (s *Session) Diff(ctx context.Context) (*ChangeSet, error) {
-	unlock, err := s.lock()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	release, err := s.ensureUpperLocked()
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	cs := &ChangeSet{Workspaces: []WorkspaceChanges{}}
-	for i, w := range s.st.Workspaces {
-		if w.Mode != policies.ModeOverlay {
-			continue
-		}
+	return s.overlayChanges(ctx, "diff", func(i int, w *wsState) (WorkspaceChanges, error) {
 		changes, err := s.diffWorkspaceLocked(ctx, i)
-		if err != nil {
-			return nil, fmt.Errorf("diff %s: %w", w.HostPath, err)
-		}
-		cs.Workspaces = append(cs.Workspaces, WorkspaceChanges{HostPath: w.HostPath, Target: w.Target, Changes: changes})
-	}
-	return cs, nil
+		return WorkspaceChanges{HostPath: w.HostPath, Target: w.Target, Changes: changes}, err
+	})
 }
 
 // Review is Diff with the commit policy's verdict: per workspace, the
 // changes a commit would reject (with the rule and the reason) and those
 // that conflict with host changes, as Commit would find them now.
 func (s *Session) Review(ctx context.Context) (*ChangeSet, error) {
+	return s.overlayChanges(ctx, "review", func(i int, w *wsState) (WorkspaceChanges, error) {
+		plan, err := s.planCommitLocked(ctx, i)
+		if err != nil {
+			return WorkspaceChanges{}, err
+		}
+		return WorkspaceChanges{HostPath: w.HostPath, Target: w.Target,
+			Changes: plan.changes, Rejected: plan.rejected, Conflicts: plan.conflicts}, nil
+	})
+}
+
+// overlayChanges runs one per overlay workspace, under the session's lock
+// and with the upper directories mounted.
+func (s *Session) overlayChanges(ctx context.Context, verb string, one func(i int, w *wsState) (WorkspaceChanges, error)) (*ChangeSet, error) {
 	unlock, err := s.lock()
 	if err != nil {
 		return nil, err
@@ -72,16 +67,16 @@ func (s *Session) Review(ctx context.Context) (*ChangeSet, error) {
 	}
 	defer release()
 	cs := &ChangeSet{Workspaces: []WorkspaceChanges{}}
-	for i, w := range s.st.Workspaces {
+	for i := range s.st.Workspaces {
+		w := &s.st.Workspaces[i]
 		if w.Mode != policies.ModeOverlay {
 			continue
 		}
-		plan, err := s.planCommitLocked(ctx, i)
+		wc, err := one(i, w)
 		if err != nil {
-			return nil, fmt.Errorf("review %s: %w", w.HostPath, err)
+			return nil, fmt.Errorf("%s %s: %w", verb, w.HostPath, err)
 		}
-		cs.Workspaces = append(cs.Workspaces, WorkspaceChanges{HostPath: w.HostPath, Target: w.Target,
-			Changes: plan.changes, Rejected: plan.rejected, Conflicts: plan.conflicts})
+		cs.Workspaces = append(cs.Workspaces, wc)
 	}
 	return cs, nil
 }

@@ -84,20 +84,6 @@ func gitInert(sub string, dir bool) bool {
 	return false
 }
 
-// gitMetaDir returns the innermost git directory strictly containing p: a
-// directory named .git, or one git would take for a git directory, before
-// or after the change set.
-func (e *ruleEnv) gitMetaDir(p string) (string, bool) {
-	for d := parentRel(p); ; d = parentRel(d) {
-		if e.isGitDir(d) {
-			return d, true
-		}
-		if d == "" {
-			return "", false
-		}
-	}
-}
-
 // wasGitDir reports whether d was a git directory when the session
 // started.
 func (e *ruleEnv) wasGitDir(d string) bool {
@@ -154,7 +140,7 @@ func (e *ruleEnv) gitMeta(c Change, allow *glob.Set) string {
 	if c.createsDir() && e.isGitDir(p) && !e.wasGitDir(p) {
 		return fmt.Sprintf("%s is a new git directory: git would run its hooks and config on the host", p)
 	}
-	gd, ok := e.gitMetaDir(p)
+	gd, ok := e.gitDirOf(p)
 	if !ok {
 		return ""
 	}

@@ -180,7 +180,9 @@ func typeBits(t string) uint32 {
 	return 0
 }
 
-// gitDirOf returns the innermost git directory strictly containing rel.
+// gitDirOf returns the innermost git directory strictly containing rel: a
+// directory named .git, or one git would take for a git directory, before
+// or after the change set.
 func (e *ruleEnv) gitDirOf(rel string) (string, bool) {
 	for d := parentRel(rel); ; d = parentRel(d) {
 		if e.isGitDir(d) {
@@ -405,7 +407,7 @@ func (e *ruleEnv) gitExec(c Change, gc *gitCode) (string, error) {
 	}
 	// hooks/ of a git directory the session made (git_allow may let the
 	// directory itself through, never its hooks).
-	if gd, ok := e.gitMetaDir(c.Path); ok && c.Type != TypeDir && !strings.HasSuffix(c.Path, ".sample") {
+	if gd, ok := e.gitDirOf(c.Path); ok && c.Type != TypeDir && !strings.HasSuffix(c.Path, ".sample") {
 		if sub := relTo(c.Path, gd); gd == "" && strings.HasPrefix(c.Path, "hooks/") || gd != "" && strings.HasPrefix(sub, "hooks/") {
 			return fmt.Sprintf("%s is a git hook: git would run it on the host", c.Path), nil
 		}

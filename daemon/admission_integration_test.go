@@ -94,7 +94,7 @@ func TestAdmissionRefusesHostTakeover(t *testing.T) {
 		{"mount /", mount("/", false), `mount "/" refused: "/" is a protected host path`},
 		{"mount / read-only", mount("/", true), `mount "/" refused: "/" is a protected host path`},
 		{"mount the daemon root", mount(h.Root, true), `mount "` + h.Root + `" refused: "` + h.Root + `" is a protected host path`},
-		{"mount the daemon's keys", mount(filepath.Join(h.Root, "credentials"), true), `is beneath the protected host path "` + h.Root + `"`},
+		{"mount the daemon's keys", mount(filepath.Join(h.Root, "keys"), true), `is beneath the protected host path "` + h.Root + `"`},
 		{"mount the directory holding the daemon root", mount(filepath.Dir(h.Root), true), `contains the protected host path`},
 		{"mount the API socket", mount(h.Socket, false), `refused: "` + h.Socket + `"`},
 		{"mount containerd's socket", mount(h.ContainerdAddress(), false), `is beneath the protected host path "` + h.Root + `"`},

@@ -50,7 +50,12 @@ func reachableByOthers(t *testing.T, p string) bool {
 func TestListenHasNoUmaskWindow(t *testing.T) {
 	testutil.RequiresRoot(t)
 	for _, group := range []string{"", "0"} {
-		dir := t.TempDir()
+		// Reachable from / by everyone, as /run/airlock is.
+		dir, err := os.MkdirTemp("/tmp", "al-listen-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
 		if err := os.Chmod(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -75,6 +75,7 @@ func decodeAdmission(parser *hclparse.Parser, filename string, src []byte) (*Adm
 		unset:    map[string]bool{},
 		ranges:   map[string]hcl.Range{},
 		failed:   map[string]bool{},
+		literal:  true,
 	}
 	content, cdiags := file.Body.Content(admissionFileSchema)
 	d.diags = append(d.diags, cdiags...)
@@ -167,6 +168,7 @@ func decodeAdmission(parser *hclparse.Parser, filename string, src []byte) (*Adm
 			}
 		}
 	}
+	sortDiags(d.diags)
 	if d.diags.HasErrors() {
 		return nil, d.diags
 	}

@@ -122,6 +122,9 @@ type decoder struct {
 	// failed marks fields whose value could not be decoded.
 	ranges map[string]hcl.Range
 	failed map[string]bool
+	// literal is set for files that may not refer to variables (an
+	// admission policy).
+	literal bool
 }
 
 func decode(parser *hclparse.Parser, filename string, src []byte, vars map[string]string) (*Policy, hcl.Diagnostics) {
@@ -199,7 +202,16 @@ func decode(parser *hclparse.Parser, filename string, src []byte, vars map[strin
 			Subject:  d.rangeOf(pr.path).Ptr(),
 		})
 	}
-	slices.SortStableFunc(d.diags, func(a, b *hcl.Diagnostic) int {
+	sortDiags(d.diags)
+	if d.diags.HasErrors() {
+		return nil, d.diags
+	}
+	return p, d.diags
+}
+
+// sortDiags orders diagnostics by source position.
+func sortDiags(diags hcl.Diagnostics) {
+	slices.SortStableFunc(diags, func(a, b *hcl.Diagnostic) int {
 		if a.Subject == nil || b.Subject == nil {
 			return cmp.Compare(boolInt(a.Subject != nil), boolInt(b.Subject != nil))
 		}
@@ -207,10 +219,6 @@ func decode(parser *hclparse.Parser, filename string, src []byte, vars map[strin
 			cmp.Compare(a.Subject.Filename, b.Subject.Filename),
 			cmp.Compare(a.Subject.Start.Byte, b.Subject.Start.Byte))
 	})
-	if d.diags.HasErrors() {
-		return nil, d.diags
-	}
-	return p, d.diags
 }
 
 // rangeOf returns the source range of the field at fp, or of its nearest
@@ -453,6 +461,15 @@ func checkExpr(expr hcl.Expression) hcl.Diagnostics {
 func (d *decoder) references(expr hcl.Expression) (diags hcl.Diagnostics, ok bool) {
 	ok = true
 	for _, tr := range expr.Variables() {
+		if d.literal {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "References are not allowed",
+				Detail:   fmt.Sprintf("%q is a reference; this file holds literal values only. Write the value itself.", tr.RootName()),
+				Subject:  tr.SourceRange().Ptr(),
+			})
+			continue
+		}
 		if tr.RootName() != "var" {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,

@@ -12,9 +12,9 @@ import (
 
 // openAdmission sets the daemon's admission policy and the host paths it
 // protects whatever the policy says: its root (state, keys, containerd's
-// root and socket when embedded), its bin dir and binary (runc and
-// airlock-init run from there as root), the API socket, and an external
-// containerd's socket.
+// root and socket when embedded), the API socket and an external
+// containerd's socket; and, from writes only, its bin dir and binary
+// (runc and airlock-init run from there as root).
 func (d *Daemon) openAdmission() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -22,11 +22,18 @@ func (d *Daemon) openAdmission() {
 	if d.admission == nil {
 		d.admission = policies.DefaultAdmission()
 	}
-	d.protectedPaths = []string{d.cfg.Root, d.cfg.BinDir, d.cfg.SelfBinary, d.cfg.Socket}
+	d.protectedPaths = []string{d.cfg.Root, d.cfg.Socket}
 	if a := d.cfg.Containerd; a != "" {
 		d.protectedPaths = append(d.protectedPaths, strings.TrimPrefix(a, "unix://"))
 	}
-	d.protected = policies.NewProtected(d.protectedPaths...)
+	d.protected = d.newProtectedLocked()
+}
+
+// newProtectedLocked builds the protected set from protectedPaths.
+func (d *Daemon) newProtectedLocked() *policies.Protected {
+	pr := policies.NewProtected(d.protectedPaths...)
+	pr.ProtectWrites(d.cfg.BinDir, d.cfg.SelfBinary)
+	return pr
 }
 
 // protectSocket adds an API socket to the protected paths.
@@ -38,7 +45,7 @@ func (d *Daemon) protectSocket(socket string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.protectedPaths = append(d.protectedPaths, abs)
-	d.protected = policies.NewProtected(d.protectedPaths...)
+	d.protected = d.newProtectedLocked()
 }
 
 // admit validates p and checks it against the admission policy; p comes

@@ -121,8 +121,10 @@ func defaultLimits() Limits {
 
 // ProtectedHostPaths are refused as workspaces and mounts whatever the
 // admission policy says: the path itself, anything beneath it, and any
-// directory that contains it. The daemon adds its own root, bin dir and
-// socket, and containerd's root and socket. "/" is refused as itself.
+// directory that contains it. The daemon adds its own root and socket, and
+// containerd's root and socket; and its bin dir and binary, which sessions
+// may read but not write (see Protected.ProtectWrites). "/" is refused as
+// itself.
 var ProtectedHostPaths = []string{"/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/var/run", "/var/lib/containerd"}
 
 // AdmissionError lists why a request was refused by admission. It is
@@ -142,6 +144,10 @@ func (e *AdmissionError) Unwrap() error { return errdefs.ErrPermissionDenied }
 // says. Build it once with NewProtected.
 type Protected struct {
 	paths []string // resolved, cleaned
+	// writable are refused only for uses whose writes reach the host:
+	// programs the host runs as root, which a session may read but not
+	// replace.
+	writable []string
 }
 
 // NewProtected resolves ProtectedHostPaths and extra (the daemon's own
@@ -150,30 +156,54 @@ type Protected struct {
 func NewProtected(extra ...string) *Protected {
 	pr := &Protected{}
 	for _, p := range append(slices.Clone(ProtectedHostPaths), extra...) {
-		if p == "" || !filepath.IsAbs(p) {
-			continue
-		}
-		p = filepath.Clean(p)
-		pr.add(p)
-		if r, err := filepath.EvalSymlinks(p); err == nil {
-			pr.add(r)
-		}
+		pr.paths = addResolved(pr.paths, p)
 	}
 	return pr
 }
 
-func (pr *Protected) add(p string) {
-	if !slices.Contains(pr.paths, p) {
-		pr.paths = append(pr.paths, p)
+// ProtectWrites adds paths that sessions may read but never write to:
+// their writable uses (and those of anything beneath them or containing
+// them) are refused.
+func (pr *Protected) ProtectWrites(paths ...string) {
+	for _, p := range paths {
+		pr.writable = addResolved(pr.writable, p)
 	}
 }
 
-// reason says why the resolved host path p is protected, or "".
-func (pr *Protected) reason(p string) string {
+// addResolved adds p, cleaned, and what it resolves to, to set.
+func addResolved(set []string, p string) []string {
+	if p == "" || !filepath.IsAbs(p) {
+		return set
+	}
+	p = filepath.Clean(p)
+	if !slices.Contains(set, p) {
+		set = append(set, p)
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil && !slices.Contains(set, r) {
+		set = append(set, r)
+	}
+	return set
+}
+
+// reason says why the host path p may not be used, or "". writable is
+// true for uses whose writes reach p.
+func (pr *Protected) reason(p string, writable bool) string {
 	if p == "/" {
 		return `"/" is a protected host path`
 	}
-	for _, q := range pr.paths {
+	if r := protectedReason(pr.paths, p); r != "" {
+		return r
+	}
+	if writable {
+		if r := protectedReason(pr.writable, p); r != "" {
+			return r + " (read-only use is admitted)"
+		}
+	}
+	return ""
+}
+
+func protectedReason(set []string, p string) string {
+	for _, q := range set {
 		switch {
 		case p == q:
 			return fmt.Sprintf("%q is a protected host path", p)
@@ -243,7 +273,7 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 		// As written first, so that a protected path is refused the same
 		// way whether it exists or not.
 		if filepath.IsAbs(raw) {
-			if reason := pr.reason(filepath.Clean(raw)); reason != "" {
+			if reason := pr.reason(filepath.Clean(raw), writable); reason != "" {
 				refuse("%s refused: %s, refused whatever the admission policy says", what, reason)
 				return ""
 			}
@@ -314,7 +344,7 @@ func (a *Admission) FillDefaults(p *Policy) {
 // writable is true for a use through which the session's writes reach p
 // (rw and overlay workspaces, writable mounts).
 func (a *Admission) hostPathReason(p string, writable bool, pr *Protected) string {
-	if reason := pr.reason(p); reason != "" {
+	if reason := pr.reason(p, writable); reason != "" {
 		return reason + ", refused whatever the admission policy says"
 	}
 	fi, err := os.Lstat(p)

@@ -125,7 +125,7 @@ func newAdmissionFixture(t *testing.T) admissionFixture {
 		root: root, rw: filepath.Join(root, "rw"), ro: filepath.Join(root, "ro"), outside: filepath.Join(root, "outside"),
 		sock: filepath.Join(root, "rw", "d.sock"), etcLink: filepath.Join(root, "rw", "etc"),
 	}
-	for _, d := range []string{f.rw, f.ro, f.outside, filepath.Join(f.rw, "sub"), filepath.Join(root, "state")} {
+	for _, d := range []string{f.rw, f.ro, f.outside, filepath.Join(f.rw, "sub"), filepath.Join(root, "state"), filepath.Join(f.ro, "bin"), filepath.Join(f.ro, "data")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -143,6 +143,8 @@ func newAdmissionFixture(t *testing.T) admissionFixture {
 	}
 	// The daemon's root, as the daemon adds it.
 	f.pr = NewProtected(filepath.Join(root, "state"))
+	// The daemon's bin dir: readable, never writable.
+	f.pr.ProtectWrites(filepath.Join(f.ro, "bin"))
 	return f
 }
 
@@ -162,8 +164,8 @@ func TestAdmitHostPaths(t *testing.T) {
 		{"beneath rw root", &Workspace{HostPath: filepath.Join(f.rw, "sub"), Mode: ModeOverlay}, nil, "", filepath.Join(f.rw, "sub")},
 		{"ro workspace under ro root", &Workspace{HostPath: f.ro, Mode: ModeRO}, nil, "", f.ro},
 		{"read-only mount under ro root", nil, &Mount{HostPath: f.ro, ReadOnly: true}, "", f.ro},
-		{"overlay under ro root", &Workspace{HostPath: f.ro, Mode: ModeOverlay}, nil, "is under a read-only host path", ""},
-		{"writable mount under ro root", nil, &Mount{HostPath: f.ro}, "is under a read-only host path", ""},
+		{"overlay under ro root", &Workspace{HostPath: filepath.Join(f.ro, "data"), Mode: ModeOverlay}, nil, "is under a read-only host path", ""},
+		{"writable mount under ro root", nil, &Mount{HostPath: filepath.Join(f.ro, "data")}, "is under a read-only host path", ""},
 		{"outside", &Workspace{HostPath: f.outside, Mode: ModeRO}, nil, "is not under an admitted host path", ""},
 		{"symlink out of the root", &Workspace{HostPath: filepath.Join(f.rw, "out"), Mode: ModeRO}, nil, `"` + f.outside + `" is not under an admitted host path`, ""},
 		{"dot-dot out of the root", &Workspace{HostPath: f.rw + "/sub/../../outside", Mode: ModeRO}, nil, "is not under an admitted host path", ""},
@@ -178,6 +180,8 @@ func TestAdmitHostPaths(t *testing.T) {
 		{"/run missing file", nil, &Mount{HostPath: "/run/nothing-here.sock"}, `beneath the protected host path "/run"`, ""},
 		{"/sys", nil, &Mount{HostPath: "/sys"}, `"/sys" is a protected host path`, ""},
 		{"/boot", nil, &Mount{HostPath: "/boot/grub"}, `beneath the protected host path "/boot"`, ""},
+		{"bin dir read-only", nil, &Mount{HostPath: filepath.Join(f.ro, "bin"), ReadOnly: true}, "", filepath.Join(f.ro, "bin")},
+		{"bin dir writable", nil, &Mount{HostPath: filepath.Join(f.ro, "bin")}, "is a protected host path (read-only use is admitted)", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,19 +1,24 @@
 package daemon_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/runtime"
 )
 
 // daemonState is what a refused request must leave as it was: sessions,
@@ -286,4 +291,81 @@ func TestAdmissionPolicyBounds(t *testing.T) {
 	// The session limit is reached: the next one is refused.
 	p.Capabilities = nil
 	refused(p, "session refused: the daemon holds")
+}
+
+// TestAirlockdAdmissionFlags runs the airlockd binary: a bad --admission
+// file and --socket-group without --admission stop it before it touches
+// anything, with file:line or the reason; with a policy file it serves the
+// group and enforces the file's bounds through the API.
+func TestAirlockdAdmissionFlags(t *testing.T) {
+	testutil.RequiresRoot(t)
+	bin := filepath.Join(h.Env.BinDir, "airlockd")
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.hcl")
+	if err := os.WriteFile(bad, []byte("admission {\n  host_paths = [\"/srv\"]\n  users = [\"root\"]\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good.hcl")
+	if err := os.WriteFile(good, []byte("admission {\n  host_paths = [\""+dir+"\"]\n  limits {\n    memory = \"256MiB\"\n  }\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.MkdirTemp("/tmp", "ala-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = (&runtime.Embedded{Dir: filepath.Join(root, "containerd")}).Stop(context.Background(), 10*time.Second)
+		os.RemoveAll(root)
+	})
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--admission", bad}, "bad.hcl line 3"},
+		{[]string{"--socket-group", "0"}, "give an explicit policy with --admission FILE"},
+	} {
+		state := filepath.Join(root, "refused")
+		cmd := exec.Command(bin, append([]string{"--root", state, "--socket", filepath.Join(root, "r.sock"), "--bin-dir", h.Env.BinDir}, tc.args...)...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) {
+			t.Errorf("airlockd %v: %v, output %q; want exit 2 saying %q", tc.args, err, out, tc.want)
+		}
+		if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("airlockd %v made its root before refusing", tc.args)
+		}
+	}
+
+	d := startProcDaemon(t, root, "--admission", good, "--socket-group", "0", "--stop-containerd")
+	t.Cleanup(func() {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		_ = d.cmd.Wait()
+	})
+	fi, err := os.Stat(d.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o660 || st.Gid != 0 {
+		t.Errorf("group socket mode %v gid %d, want 0660 and gid 0", fi.Mode(), st.Gid)
+	}
+	p := policy("true")
+	p.User = "1000"
+	p.Resources.Memory = 512 << 20
+	b, _ := json.Marshal(api.CreateRequest{Policy: p})
+	resp, err := d.http.Post("http://airlock/v1/sessions", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb api.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 403 || eb.Error.Class != api.ClassPermissionDenied || eb.Error.Message != "admission" ||
+		len(eb.Error.Details) != 1 || eb.Error.Details[0] != "resources.memory 512MiB refused: the limit is 256MiB" {
+		t.Errorf("create above the memory bound: %d %+v", resp.StatusCode, eb.Error)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(root, "sessions")); len(entries) != 0 {
+		t.Errorf("refused create left %v", entries)
+	}
 }

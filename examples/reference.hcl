@@ -75,7 +75,8 @@ session "reference" {
     # (powers of 1000); a plain number is bytes.
     # The daemon's admission policy bounds these and timeout (built-in:
     # cpus 16, memory "64GiB", pids 32768, disk "256GiB", timeout "24h");
-    # a value left out gets its default, or the bound when that is lower.
+    # a value left out (or equal to its default) gets the default, or the
+    # bound when that is lower.
   }
 
   # At most one. airlockd keeps size sandboxes of this policy prepared

@@ -320,22 +320,24 @@ func (a *Admission) AdmitSessions(n int) error {
 
 // FillDefaults gives values a manifest left out the built-in default, or
 // the policy's bound when that is lower, so that a session which asks for
-// nothing in particular is admitted. Call it before ApplyDefaults.
+// nothing in particular is admitted. A value equal to the built-in default
+// counts as left out: the CLI sends policies with defaults applied. Call
+// it before ApplyDefaults.
 func (a *Admission) FillDefaults(p *Policy) {
 	l := a.Limits
-	if p.Resources.CPUs == 0 && l.CPUs > 0 && l.CPUs < DefaultCPUs {
+	if (p.Resources.CPUs == 0 || p.Resources.CPUs == DefaultCPUs) && l.CPUs > 0 && l.CPUs < DefaultCPUs {
 		p.Resources.CPUs = l.CPUs
 	}
-	if p.Resources.Memory == 0 && l.Memory > 0 && l.Memory < DefaultMemory {
+	if (p.Resources.Memory == 0 || p.Resources.Memory == DefaultMemory) && l.Memory > 0 && l.Memory < DefaultMemory {
 		p.Resources.Memory = l.Memory
 	}
-	if p.Resources.Pids == 0 && l.Pids > 0 && l.Pids < DefaultPids {
+	if (p.Resources.Pids == 0 || p.Resources.Pids == DefaultPids) && l.Pids > 0 && l.Pids < DefaultPids {
 		p.Resources.Pids = l.Pids
 	}
 	if p.Resources.Disk == 0 && l.Disk > 0 && l.Disk < DefaultDisk {
 		p.Resources.Disk = l.Disk
 	}
-	if p.Timeout == 0 && l.Timeout > 0 && l.Timeout < DefaultTimeout {
+	if (p.Timeout == 0 || p.Timeout == DefaultTimeout) && l.Timeout > 0 && l.Timeout < DefaultTimeout {
 		p.Timeout = l.Timeout
 	}
 }

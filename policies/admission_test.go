@@ -297,6 +297,19 @@ func TestFillDefaultsUsesLowerBounds(t *testing.T) {
 	if p.Resources != want || p.Timeout != Duration(600e9) {
 		t.Errorf("resources %+v timeout %s, want %+v and 10m", p.Resources, p.Timeout, want)
 	}
+	// A policy with the defaults already applied (as the CLI sends it)
+	// gets the same.
+	p = (&Policy{}).WithDefaults()
+	a.FillDefaults(p)
+	if p.Resources != want || p.Timeout != Duration(600e9) {
+		t.Errorf("with defaults applied: resources %+v timeout %s, want %+v and 10m", p.Resources, p.Timeout, want)
+	}
+	// An explicit value above the bound is left for Admit to refuse.
+	p = &Policy{Resources: Resources{Memory: 2 << 30}}
+	a.FillDefaults(p)
+	if p.Resources.Memory != 2<<30 {
+		t.Errorf("explicit memory changed to %d", p.Resources.Memory)
+	}
 	// Bounds above the defaults leave the defaults.
 	p = &Policy{}
 	DefaultAdmission().FillDefaults(p)

@@ -52,10 +52,11 @@ admission {
   capabilities = ["CAP_NET_BIND_SERVICE", "CAP_KILL"]
 
   # Upper bounds. A session that asks for more is refused; one that leaves
-  # a value out gets the manifest default (cpus 1, memory 1GiB, pids 512,
-  # disk 4GiB for overlay upper directories, timeout 30m), or the bound
-  # when the bound is lower. Every attribute is optional; its default is
-  # the built-in bound.
+  # a value out (or gives exactly the manifest default, as the CLI fills
+  # it in) gets the manifest default (cpus 1, memory 1GiB, pids 512, disk
+  # 4GiB for overlay upper directories, timeout 30m), or the bound when the
+  # bound is lower. Every attribute is optional; its default is the
+  # built-in bound.
   limits {
     cpus     = 4       # Default 16.
     memory   = "8GiB"  # Default "64GiB".

@@ -54,14 +54,7 @@ func LoadAdmissionFile(path string) (*Admission, error) {
 func DecodeAdmission(filename string, src []byte) (*Admission, *DiagnosticsError) {
 	parser := hclparse.NewParser()
 	a, diags := decodeAdmission(parser, filename, src)
-	if len(diags) == 0 {
-		return a, nil
-	}
-	derr := &DiagnosticsError{diags: diags, files: parser.Files()}
-	if diags.HasErrors() {
-		return nil, derr
-	}
-	return a, derr
+	return withDiagnostics(parser, a, diags)
 }
 
 func decodeAdmission(parser *hclparse.Parser, filename string, src []byte) (*Admission, hcl.Diagnostics) {

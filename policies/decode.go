@@ -97,14 +97,20 @@ func Load(filename string, src []byte, vars map[string]string) (*Policy, error) 
 func Decode(filename string, src []byte, vars map[string]string) (*Policy, *DiagnosticsError) {
 	parser := hclparse.NewParser()
 	p, diags := decode(parser, filename, src, vars)
+	return withDiagnostics(parser, p, diags)
+}
+
+// withDiagnostics returns v, or nil when diags has errors, and diags
+// with the parser's sources, or nil when there are none.
+func withDiagnostics[T any](parser *hclparse.Parser, v *T, diags hcl.Diagnostics) (*T, *DiagnosticsError) {
 	if len(diags) == 0 {
-		return p, nil
+		return v, nil
 	}
 	derr := &DiagnosticsError{diags: diags, files: parser.Files()}
 	if diags.HasErrors() {
 		return nil, derr
 	}
-	return p, derr
+	return v, derr
 }
 
 // decoder holds the state of one decode: the evaluation context, the
@@ -461,22 +467,12 @@ func checkExpr(expr hcl.Expression) hcl.Diagnostics {
 func (d *decoder) references(expr hcl.Expression) (diags hcl.Diagnostics, ok bool) {
 	ok = true
 	for _, tr := range expr.Variables() {
-		if d.literal {
-			diags = append(diags, &hcl.Diagnostic{
-				Severity: hcl.DiagError,
-				Summary:  "References are not allowed",
-				Detail:   fmt.Sprintf("%q is a reference; this file holds literal values only. Write the value itself.", tr.RootName()),
-				Subject:  tr.SourceRange().Ptr(),
-			})
-			continue
-		}
-		if tr.RootName() != "var" {
-			diags = append(diags, &hcl.Diagnostic{
-				Severity: hcl.DiagError,
-				Summary:  "Unknown reference",
-				Detail:   fmt.Sprintf("%q is not defined. Manifests may refer only to variables, as var.NAME, declared with variable \"NAME\" { }.", tr.RootName()),
-				Subject:  tr.SourceRange().Ptr(),
-			})
+		if d.literal || tr.RootName() != "var" {
+			summary, detail := "Unknown reference", fmt.Sprintf("%q is not defined. Manifests may refer only to variables, as var.NAME, declared with variable \"NAME\" { }.", tr.RootName())
+			if d.literal {
+				summary, detail = "References are not allowed", fmt.Sprintf("%q is a reference; this file holds literal values only. Write the value itself.", tr.RootName())
+			}
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: tr.SourceRange().Ptr()})
 			continue
 		}
 		if len(tr) < 2 {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -358,6 +359,8 @@ func (a *Admission) hostPathReason(p string, writable bool, pr *Protected) strin
 		return fmt.Sprintf("%q is a unix socket: a socket hands the sandbox the service behind it", p)
 	case !fi.IsDir() && !fi.Mode().IsRegular():
 		return fmt.Sprintf("%q is neither a directory nor a regular file", p)
+	case fi.Mode().IsRegular() && linkCount(fi) > 1:
+		return fmt.Sprintf("%q has %d hard links: another of its names may be a protected path", p, linkCount(fi))
 	}
 	inRW := underAny(a.HostPaths, p)
 	inRO := underAny(a.ReadOnlyPaths, p)
@@ -456,4 +459,12 @@ func listOrNone(l []string) string {
 		return "none"
 	}
 	return strings.Join(l, ", ")
+}
+
+// linkCount is the number of hard links of the file fi describes.
+func linkCount(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
 }

@@ -141,6 +141,14 @@ func newAdmissionFixture(t *testing.T) admissionFixture {
 	if err := os.Symlink(f.outside, filepath.Join(f.rw, "out")); err != nil {
 		t.Fatal(err)
 	}
+	for _, name := range []string{"file", "linked"} {
+		if err := os.WriteFile(filepath.Join(f.rw, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Link(filepath.Join(f.rw, "linked"), filepath.Join(f.outside, "linked")); err != nil {
+		t.Fatal(err)
+	}
 	// The daemon's root, as the daemon adds it.
 	f.pr = NewProtected(filepath.Join(root, "state"))
 	// The daemon's bin dir: readable, never writable.
@@ -172,6 +180,9 @@ func TestAdmitHostPaths(t *testing.T) {
 		{"dot-dot within the root", &Workspace{HostPath: f.rw + "/sub/..", Mode: ModeRO}, nil, "", f.rw},
 		{"symlink to /etc", &Workspace{HostPath: f.etcLink, Mode: ModeRO}, nil, `"/etc" is a protected host path`, ""},
 		{"socket", nil, &Mount{HostPath: f.sock, ReadOnly: true}, "is a unix socket", ""},
+		{"regular file", nil, &Mount{HostPath: filepath.Join(f.rw, "file"), ReadOnly: true}, "", filepath.Join(f.rw, "file")},
+		{"hard-linked file", nil, &Mount{HostPath: filepath.Join(f.rw, "linked"), ReadOnly: true}, "has 2 hard links", ""},
+		{"/dev/null", nil, &Mount{HostPath: "/dev/null", ReadOnly: true}, `beneath the protected host path "/dev"`, ""},
 		{"daemon root", nil, &Mount{HostPath: filepath.Join(f.root, "state"), ReadOnly: true}, "is a protected host path", ""},
 		{"beneath the daemon root", nil, &Mount{HostPath: filepath.Join(f.root, "state", "keys"), ReadOnly: true}, "is beneath the protected host path", ""},
 		{"holds the daemon root", nil, &Mount{HostPath: f.root, ReadOnly: true}, "contains the protected host path", ""},

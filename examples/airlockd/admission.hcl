@@ -21,8 +21,8 @@
 # and socket), its --bin-dir and binary, its --socket, the socket of an
 # external --containerd, anything beneath them, and any directory that
 # contains one of them (so /var/lib is refused when --root is
-# /var/lib/airlock). Unix sockets, devices and fifos are refused as host
-# paths anywhere. Host paths are resolved (symlinks and "..") before they
+# /var/lib/airlock). Unix sockets, devices, fifos and files with more than
+# one hard link are refused as host paths anywhere. Host paths are resolved (symlinks and "..") before they
 # are checked, and the session is given the resolved path.
 #
 # The file holds one admission block (the block a daemon configuration
@@ -41,8 +41,12 @@ admission {
 
   # The uids and gids a session's user may have: numeric ids or inclusive
   # ranges "FIRST-LAST". A user "1000" has gid 1000. Default: every id but
-  # 0 ("1-4294967294"). Admitting 0 lets a session own files as root on
-  # every writable host path it is given.
+  # 0 ("1-4294967294"). Sessions have no user namespace: a sandbox's uid is
+  # that uid on the host files it is given, so a caller who may pick any
+  # uid can act as any host user on the host paths admitted above (another
+  # user's home, a service's data). Admit only the ids your callers are.
+  # Admitting 0 lets a session own files as root on every writable host
+  # path it is given.
   users  = ["1000-59999", "65534"]
   groups = ["1000-59999", "65534"]
 

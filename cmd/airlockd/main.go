@@ -34,9 +34,11 @@ across a daemon restart.
 Whoever can use the socket can ask for sessions, and a session's user,
 capabilities and host paths act on this host. airlockd admits a request
 only within its admission policy (--admission FILE, or the built-in one),
-and never admits as a workspace or mount its own root, bin dir or socket,
+and never admits as a workspace or mount its own root or socket,
 containerd's root or socket, /, /etc, /proc, /sys, /dev, /boot, /run or
-/var/run, anything beneath them, or a directory that contains one of them.
+/var/run, anything beneath them, or a directory that contains one of them;
+nor its bin dir and binary for writing. Refused requests get HTTP 403 with
+the rule they broke. --socket-group needs --admission.
 
 Flags:
 `

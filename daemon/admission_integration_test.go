@@ -25,7 +25,7 @@ import (
 // session directories, containerd objects, session network namespaces and
 // prepared sandboxes.
 type daemonState struct {
-	sessions, dirs, netns, owned, pooled int
+	sessions, dirs, netns, owned, pools, pooled int
 }
 
 func stateOf(t *testing.T) daemonState {
@@ -40,7 +40,8 @@ func stateOf(t *testing.T) daemonState {
 	for _, p := range h.Daemon.Pools() {
 		pooled += p.Ready
 	}
-	return daemonState{sessions: len(h.Daemon.List(ctx)), dirs: len(dirs), netns: len(sessionNamespaces(t)), owned: len(owned), pooled: pooled}
+	return daemonState{sessions: len(h.Daemon.List(ctx)), dirs: len(dirs), netns: len(sessionNamespaces(t)), owned: len(owned),
+		pools: len(h.Daemon.Pools()), pooled: pooled}
 }
 
 // TestAdmissionRefusesHostTakeover sends, through the API socket, each
@@ -117,6 +118,10 @@ func TestAdmissionRefusesHostTakeover(t *testing.T) {
 		{"CAP_DAC_READ_SEARCH", func(p *policies.Policy) { p.Capabilities = []string{"CAP_DAC_READ_SEARCH"} }, `capability CAP_DAC_READ_SEARCH refused`},
 		{"CAP_NET_ADMIN", func(p *policies.Policy) { p.Capabilities = []string{"CAP_NET_ADMIN"} }, `capability CAP_NET_ADMIN refused`},
 		{"memory above the built-in bound", func(p *policies.Policy) { p.Resources.Memory = 1 << 40 }, `resources.memory 1TiB refused: the limit is 64GiB`},
+		{"warm pool mounting /", func(p *policies.Policy) {
+			mount("/", true)(p)
+			p.Pool = &policies.Pool{Size: 2}
+		}, `mount "/" refused`},
 	}
 	cl := api.NewClient(h.Socket)
 	defer cl.Close()
@@ -317,22 +322,28 @@ func TestAirlockdAdmissionFlags(t *testing.T) {
 		_ = (&runtime.Embedded{Dir: filepath.Join(root, "containerd")}).Stop(context.Background(), 10*time.Second)
 		os.RemoveAll(root)
 	})
+	pool := filepath.Join(dir, "pool.hcl")
+	if err := os.WriteFile(pool, []byte("session \"p\" {\n  image = \"x\"\n  mount \"/\" {\n    target = \"/host\"\n  }\n  pool {\n    size = 1\n  }\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
+		code int
 	}{
-		{[]string{"--admission", bad}, "bad.hcl line 3"},
-		{[]string{"--socket-group", "0"}, "give an explicit policy with --admission FILE"},
+		{[]string{"--admission", bad}, "bad.hcl line 3", 2},
+		{[]string{"--socket-group", "0"}, "give an explicit policy with --admission FILE", 2},
+		{[]string{"--pool", pool}, `admission: mount \"/\" refused`, 1},
 	} {
 		state := filepath.Join(root, "refused")
 		cmd := exec.Command(bin, append([]string{"--root", state, "--socket", filepath.Join(root, "r.sock"), "--bin-dir", h.Env.BinDir}, tc.args...)...)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) {
-			t.Errorf("airlockd %v: %v, output %q; want exit 2 saying %q", tc.args, err, out, tc.want)
+		if !errors.As(err, &ee) || ee.ExitCode() != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("airlockd %v: %v, output %q; want exit %d saying %q", tc.args, err, out, tc.code, tc.want)
 		}
-		if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("airlockd %v made its root before refusing", tc.args)
+		if _, err := os.Stat(filepath.Join(state, "containerd")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("airlockd %v started containerd before refusing", tc.args)
 		}
 	}
 

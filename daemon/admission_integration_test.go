@@ -380,3 +380,55 @@ func TestAirlockdAdmissionFlags(t *testing.T) {
 		t.Errorf("refused create left %v", entries)
 	}
 }
+
+// TestPoolFillsWithinSessionLimit checks that a warm pool asked for by a
+// create fills only up to the session limit, and says why it stopped.
+func TestPoolFillsWithinSessionLimit(t *testing.T) {
+	testutil.RequiresRoot(t)
+	st := stateOf(t)
+	// Room for the session and one prepared sandbox.
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte("admission {\n  host_paths = [\"/\"]\n  limits {\n    sessions = "+strconv.Itoa(st.sessions+st.pooled+2)+"\n  }\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+	p := policy("sleep", "60")
+	p.Label = "limited-pool"
+	p.Pool = &policies.Pool{Size: 3}
+	s, err := h.Daemon.Create(t.Context(), api.CreateRequest{Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Daemon.Remove(context.Background(), s.ID, true); err != nil {
+			t.Error(err)
+		}
+	})
+	var pl api.Pool
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		for _, x := range h.Daemon.Pools() {
+			if x.Label == "limited-pool" {
+				pl = x
+			}
+		}
+		if pl.Key != "" && !pl.Preparing && strings.Contains(pl.LastError, "session refused") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool did not stop at the session limit: %+v", pl)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		if err := h.Daemon.RemovePool(context.Background(), pl.Key); err != nil {
+			t.Error(err)
+		}
+	})
+	if pl.Ready != 1 {
+		t.Errorf("pool holds %d prepared sandboxes, want 1 (the limit leaves room for one)", pl.Ready)
+	}
+	if after := stateOf(t); after.sessions+after.pooled != st.sessions+st.pooled+2 {
+		t.Errorf("sessions and prepared sandboxes: %+v, want %d in all", after, st.sessions+st.pooled+2)
+	}
+}

@@ -68,6 +68,11 @@ type Session struct {
 	// ahead of time.
 	Warm      bool       `json:"warm,omitempty"`
 	Resources []Resource `json:"resources,omitempty"`
+	// Warnings are what the daemon accepted in the policy but the caller
+	// should know (a writable workspace, a credential in the environment,
+	// a capability that weakens the sandbox), one "field: message" line
+	// each. Only the create response carries them.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Pool is the state of one warm pool: sandboxes of one policy prepared

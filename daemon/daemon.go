@@ -54,8 +54,15 @@ type Config struct {
 	// Egress configures the network perimeter.
 	Egress EgressConfig
 	// Pools are policies whose warm pools (their `pool` blocks) the
-	// daemon fills from the start.
+	// daemon fills from the start. They pass admission like any request.
 	Pools []policies.Policy
+	// Admission is the operator's admission policy; nil is
+	// policies.DefaultAdmission. Serving the API to a group
+	// (Serve with a group) needs an explicit one.
+	Admission *policies.Admission
+	// Socket is the API socket Serve will be given; admission refuses it,
+	// and every directory containing it, as a host path from the start.
+	Socket string
 	// ShimPerSession gives every session a runc shim of its own. By
 	// default sessions share one shim, kept alive by a small anchor
 	// container: a session starts and ends without starting or stopping
@@ -88,6 +95,15 @@ type Daemon struct {
 	pools map[string]*pool // +checklocks:mu
 	// closed is set by Close: no pool fills any more.
 	closed bool // +checklocks:mu
+	// reserved counts creates and pool fills under way, for the session
+	// limit.
+	reserved int // +checklocks:mu
+	// protected are the host paths admission refuses whatever the policy
+	// says (see openAdmission).
+	protected      *policies.Protected // +checklocks:mu
+	protectedPaths []string            // +checklocks:mu
+	// admission is the admission policy.
+	admission *policies.Admission // +checklocks:mu
 }
 
 // Prefix derives the short name prefix of kernel objects and cgroups from
@@ -117,17 +133,18 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	if _, err := os.Stat(filepath.Join(cfg.BinDir, launch.Binary)); err != nil {
 		return nil, fmt.Errorf("%s, the first process of every sandbox, is missing from the bin dir (make build puts it there): %w", launch.Binary, err)
 	}
+	d := &Daemon{cfg: cfg, prefix: Prefix(cfg.Root), sessions: map[string]*session{}, pools: map[string]*pool{}}
+	d.openAdmission()
 	for i := range cfg.Pools {
 		p := &cfg.Pools[i]
-		p.ApplyDefaults()
-		if err := p.Validate(); err != nil {
-			return nil, fmt.Errorf("pool %q: %w: %w", p.Label, errdefs.ErrInvalidArgument, err)
+		if _, err := d.admit(p); err != nil {
+			return nil, fmt.Errorf("pool %q: %w", p.Label, err)
 		}
 		if p.Pool == nil || p.Pool.Size == 0 {
 			return nil, fmt.Errorf("pool %q: the manifest has no `pool { size = N }` block: %w", p.Label, errdefs.ErrInvalidArgument)
 		}
 	}
-	d := &Daemon{cfg: cfg, prefix: Prefix(cfg.Root), sessions: map[string]*session{}, pools: map[string]*pool{}}
+	log.G(ctx).Info("admission policy", "policy", d.Admission().String())
 	d.stopCtx, d.stop = context.WithCancel(context.WithoutCancel(ctx))
 
 	address := cfg.Containerd
@@ -245,15 +262,26 @@ func (d *Daemon) get(id string) (*session, error) {
 	return s, nil
 }
 
-// Create validates the policy and creates a session; with start it also
-// starts the main process. A policy with a warm pool takes one of its
-// prepared sandboxes; otherwise the sandbox is prepared now.
+// Create validates the policy, checks it against the admission policy and
+// creates a session; with start it also starts the main process. A policy
+// with a warm pool takes one of its prepared sandboxes; otherwise the
+// sandbox is prepared now. The returned session carries the policy's
+// warnings. A refused policy creates nothing.
 func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (*api.Session, error) {
-	p := req.Policy
-	p.ApplyDefaults()
-	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	p := *req.Policy.Clone()
+	warnings, err := d.admit(&p)
+	if err != nil {
+		return nil, err
 	}
+	v, err := d.create(ctx, p, req.Start)
+	if err != nil {
+		return nil, err
+	}
+	v.Warnings = warnings
+	return v, nil
+}
+
+func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool) (*api.Session, error) {
 	if len(p.Command) == 0 {
 		return nil, fmt.Errorf("policy has no command (set `command` or pass `-- CMD`): %w", errdefs.ErrInvalidArgument)
 	}
@@ -263,7 +291,7 @@ func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (*api.Sessio
 		if s == nil {
 			break
 		}
-		v, err := d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, req.Start, true)
+		v, err := d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, start, true)
 		if err == nil || !errors.Is(err, errStalePool) {
 			return v, err
 		}
@@ -274,11 +302,21 @@ func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (*api.Sessio
 		d.mu.Unlock()
 		log.G(ctx).Info("discarded a prepared sandbox", "session", s.rec.ID, "reason", err)
 	}
-	s, err := d.prepare(ctx, p, false)
-	if err != nil {
+	if err := d.reserve(); err != nil {
 		return nil, err
 	}
-	v, err := d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, req.Start, false)
+	s, err := d.prepare(ctx, p, false)
+	if err != nil {
+		d.release()
+		return nil, err
+	}
+	d.mu.Lock()
+	s.reserved = true
+	d.mu.Unlock()
+	v, err := d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, start, false)
+	d.mu.Lock()
+	d.unreserveLocked(s)
+	d.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}

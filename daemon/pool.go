@@ -118,9 +118,20 @@ func (d *Daemon) fill(pl *pool) {
 			d.mu.Unlock()
 			return
 		}
+		// A pool fills only while the session limit leaves room; it
+		// resumes when a session takes one of its sandboxes.
+		if err := d.admission.AdmitSessions(d.countLocked()); err != nil {
+			pl.preparing = false
+			pl.lastErr = err.Error()
+			d.mu.Unlock()
+			log.G(ctx).Warn("pool not filled", "reason", err)
+			return
+		}
+		d.reserved++
 		d.mu.Unlock()
 		s, err := d.prepare(ctx, pl.policy, true)
 		d.mu.Lock()
+		d.reserved--
 		if err != nil {
 			pl.failures++
 			pl.lastErr = err.Error()

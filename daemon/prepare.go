@@ -237,6 +237,7 @@ func (d *Daemon) claim(ctx context.Context, s *session, p policies.Policy, start
 	}
 	d.mu.Lock()
 	d.sessions[id] = s
+	d.unreserveLocked(s)
 	d.mu.Unlock()
 	log.G(ctx).Info("session created", "image", p.Image, "warm", warm)
 	if start {

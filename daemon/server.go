@@ -14,6 +14,7 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -63,7 +64,15 @@ func (d *Daemon) Handler() http.Handler {
 
 // Serve listens on the unix socket path (mode 0600, or 0660 with group
 // ownership when group is set) and serves the API until ctx is done.
+// Every member of group can create sessions, so serving a group needs an
+// explicit admission policy (Config.Admission).
 func (d *Daemon) Serve(ctx context.Context, socket, group string) error {
+	if group != "" && d.cfg.Admission == nil {
+		return fmt.Errorf("socket group %q: every member of the group could ask for what the built-in admission policy admits, "+
+			"which can be root-equivalent on this host; give an explicit admission policy (airlockd --admission FILE, see examples/airlockd/admission.hcl): %w",
+			group, errdefs.ErrFailedPrecondition)
+	}
+	d.protectSocket(socket)
 	l, err := Listen(socket, group)
 	if err != nil {
 		return err
@@ -83,46 +92,116 @@ func (d *Daemon) Serve(ctx context.Context, socket, group string) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	// Closing the listener removes the socket file.
 	err = srv.Shutdown(sctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = srv.Close()
 	}
-	_ = os.Remove(socket)
 	return err
 }
 
-// Listen opens the API socket with restrictive permissions.
-func Listen(socket, group string) (net.Listener, error) {
-	if err := os.MkdirAll(dirOf(socket), 0o755); err != nil {
+// afterBind, when set (by tests), is called with the path a socket was
+// just bound at, before its mode and owner are set.
+var afterBind func(path string)
+
+// Listen opens the API socket with restrictive permissions: mode 0600, or
+// 0660 and owned by group when one is given. The socket is bound in a
+// private directory (mode 0700) beside its final path, given its owner
+// and mode there and then renamed into place, so it is never reachable
+// with a mode that depends on the umask. The directory holding the socket
+// must belong to airlockd's user and be writable by nobody else: whoever
+// can write there can replace the socket.
+func Listen(socket, group string) (_ net.Listener, retErr error) {
+	gid := -1
+	if group != "" {
+		var err error
+		if gid, err = lookupGroup(group); err != nil {
+			return nil, err
+		}
+	}
+	dir := dirOf(socket)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := checkSocketDir(dir); err != nil {
 		return nil, err
 	}
 	if c, err := net.Dial("unix", socket); err == nil {
 		c.Close()
 		return nil, fmt.Errorf("another daemon is serving on %s: %w", socket, errdefs.ErrAlreadyExists)
 	}
-	_ = os.Remove(socket)
-	l, err := net.Listen("unix", socket)
+	tmp, err := os.MkdirTemp(dir, ".s")
 	if err != nil {
 		return nil, err
 	}
-	mode := os.FileMode(0o600)
-	if group != "" {
-		gid, err := lookupGroup(group)
-		if err != nil {
-			l.Close()
-			return nil, err
+	defer os.RemoveAll(tmp)
+	bound := tmp + "/s"
+	l, err := net.Listen("unix", bound)
+	if err != nil {
+		return nil, fmt.Errorf("socket %s: %w", socket, err)
+	}
+	ul := l.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	defer func() {
+		if retErr != nil {
+			ul.Close()
 		}
-		if err := os.Chown(socket, 0, gid); err != nil {
-			l.Close()
+	}()
+	if afterBind != nil {
+		afterBind(bound)
+	}
+	mode := os.FileMode(0o600)
+	if gid >= 0 {
+		if err := os.Chown(bound, os.Geteuid(), gid); err != nil {
 			return nil, err
 		}
 		mode = 0o660
 	}
-	if err := os.Chmod(socket, mode); err != nil {
-		l.Close()
+	if err := os.Chmod(bound, mode); err != nil {
 		return nil, err
 	}
-	return l, nil
+	if err := os.Rename(bound, socket); err != nil {
+		return nil, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(socket, &st); err != nil {
+		return nil, err
+	}
+	return &socketListener{UnixListener: ul, path: socket, ino: st.Ino}, nil
+}
+
+// socketListener removes its socket file on Close, unless another
+// listener has replaced it.
+type socketListener struct {
+	*net.UnixListener
+	path string
+	ino  uint64
+}
+
+func (l *socketListener) Close() error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(l.path, &st); err == nil && st.Ino == l.ino {
+		_ = os.Remove(l.path)
+	}
+	return l.UnixListener.Close()
+}
+
+// checkSocketDir refuses a socket directory that another user owns or
+// that group or others may write to.
+func checkSocketDir(dir string) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return fmt.Errorf("socket directory %s: %w", dir, err)
+	}
+	if euid := os.Geteuid(); int(st.Uid) != euid {
+		return fmt.Errorf("socket directory %s belongs to uid %d, not to airlockd's uid %d: whoever owns it can replace the socket; use a directory airlockd's user owns, such as /run/airlock: %w",
+			dir, st.Uid, euid, errdefs.ErrPermissionDenied)
+	}
+	if st.Mode&0o022 != 0 {
+		return fmt.Errorf("socket directory %s has mode %04o: group or others can write to it and replace the socket; use a directory only airlockd's user can write to (mode 0755 or stricter): %w",
+			dir, st.Mode&0o7777, errdefs.ErrPermissionDenied)
+	}
+	return nil
 }
 
 func lookupGroup(g string) (int, error) {
@@ -443,9 +522,14 @@ func ErrorDetail(err error) (int, api.ErrorDetail) {
 	}
 	detail := api.ErrorDetail{Class: class, Message: cleanMessage(err.Error())}
 	var ve *policies.ValidationError
-	if errors.As(err, &ve) {
+	var ae *policies.AdmissionError
+	switch {
+	case errors.As(err, &ve):
 		detail.Message = "invalid policy"
 		detail.Details = ve.Problems
+	case errors.As(err, &ae):
+		detail.Message = "admission"
+		detail.Details = ae.Problems
 	}
 	return status, detail
 }

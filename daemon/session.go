@@ -42,6 +42,9 @@ type session struct {
 	// dropped is set once a pooled sandbox is being torn down without a
 	// session, so the exit of its init records nothing.
 	dropped bool // +checklocks:d.mu
+	// reserved is set while the sandbox holds a place under the session
+	// limit that is not yet counted as a session.
+	reserved bool // +checklocks:d.mu
 }
 
 func (s *session) logDir() string { return filepath.Join(s.dir, "logs") }

@@ -240,8 +240,10 @@ func teardownStepMedians(logs, phase string) map[string]time.Duration {
 func TestFailedPrepareLeavesNothing(t *testing.T) {
 	testutil.RequiresRoot(t)
 	ctx := t.Context()
-	missing := filepath.Join(t.TempDir(), "no-such-workspace")
-	p := perimeterPolicy(t, missing, policies.OnExitDiscard, "true")
+	// Everything is admitted; the rootfs step fails, after the workspace,
+	// credential, launch and network steps beside it have made their part.
+	p := perimeterPolicy(t, t.TempDir(), policies.OnExitDiscard, "true")
+	p.Image = "airlock/no-such-image:latest"
 
 	ownedBefore, err := h.Daemon.Runtime().Owned(ctx)
 	if err != nil {
@@ -253,10 +255,10 @@ func TestFailedPrepareLeavesNothing(t *testing.T) {
 
 	_, err = h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
 	if err == nil {
-		t.Fatal("create with a missing workspace directory succeeded")
+		t.Fatal("create with a missing image succeeded")
 	}
-	if !strings.Contains(err.Error(), "no-such-workspace") {
-		t.Errorf("error does not name the workspace: %v", err)
+	if !strings.Contains(err.Error(), "no-such-image") {
+		t.Errorf("error does not name the image: %v", err)
 	}
 
 	if n := len(h.Daemon.List(ctx)); n != sessionsBefore {

@@ -44,8 +44,10 @@ session "reference" {
     GIT_AUTHOR = "airlock agent"
   }
 
-  # Numeric "uid" or "uid:gid"; names are not resolved. Default "65534:65534"
-  # (nobody). uid 0 is allowed but draws a warning.
+  # Numeric "uid" or "uid:gid" ("1000" means 1000:1000); names are not
+  # resolved. Default "65534:65534" (nobody). The daemon's admission policy
+  # says which ids it admits; the built-in one refuses uid 0 and gid 0. When
+  # a policy admits uid 0 it still draws a warning.
   user = "1000:1000"
 
   # Absolute working directory inside the sandbox. Default "/".
@@ -56,8 +58,11 @@ session "reference" {
 
   # Linux capabilities granted to the process; every other one is dropped.
   # "NET_BIND_SERVICE" and "cap_net_bind_service" mean CAP_NET_BIND_SERVICE.
-  # Default: none. Capabilities that commonly break out of a sandbox
-  # (CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SYS_PTRACE, ...) draw a warning.
+  # Default: none. The daemon's admission policy says which it admits; the
+  # built-in one admits only CAP_KILL, CAP_NET_BIND_SERVICE and
+  # CAP_SYS_CHROOT. Capabilities that commonly break out of a sandbox
+  # (CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SYS_PTRACE, ...) draw a warning when
+  # a policy admits them.
   capabilities = ["NET_BIND_SERVICE"]
 
   # At most one. Every attribute is optional.
@@ -68,6 +73,10 @@ session "reference" {
     disk   = "2GiB"   # Quota on what the session may write. Default: none.
     # Sizes take B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB
     # (powers of 1000); a plain number is bytes.
+    # The daemon's admission policy bounds these and timeout (built-in:
+    # cpus 16, memory "64GiB", pids 32768, disk "256GiB", timeout "24h");
+    # a value left out (or equal to its default) gets the default, or the
+    # bound when that is lower.
   }
 
   # At most one. airlockd keeps size sandboxes of this policy prepared
@@ -149,10 +158,15 @@ session "reference" {
     on_exit = "review"
   }
 
-  # mount "HOSTPATH": an extra host path bound into the sandbox.
-  mount "/etc/ssl/certs" {
-    target    = "/etc/ssl/certs" # Required, absolute.
-    read_only = true             # Default true.
+  # mount "HOSTPATH": an extra host path (a directory or a regular file)
+  # bound into the sandbox. Host paths of workspaces and mounts are resolved
+  # (symlinks and "..") and must pass the daemon's admission policy, which
+  # never admits /, /etc, /proc, /sys, /dev, /boot, /run, /var/run, the
+  # daemon's and containerd's state and sockets, anything beneath them or a
+  # directory containing them, nor a unix socket anywhere.
+  mount "/usr/share/ca-certificates" {
+    target    = "/usr/local/share/ca-certificates" # Required, absolute.
+    read_only = true                               # Default true.
   }
 
   # At most one. Without it the session reaches loopback only.

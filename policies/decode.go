@@ -97,14 +97,20 @@ func Load(filename string, src []byte, vars map[string]string) (*Policy, error) 
 func Decode(filename string, src []byte, vars map[string]string) (*Policy, *DiagnosticsError) {
 	parser := hclparse.NewParser()
 	p, diags := decode(parser, filename, src, vars)
+	return withDiagnostics(parser, p, diags)
+}
+
+// withDiagnostics returns v, or nil when diags has errors, and diags
+// with the parser's sources, or nil when there are none.
+func withDiagnostics[T any](parser *hclparse.Parser, v *T, diags hcl.Diagnostics) (*T, *DiagnosticsError) {
 	if len(diags) == 0 {
-		return p, nil
+		return v, nil
 	}
 	derr := &DiagnosticsError{diags: diags, files: parser.Files()}
 	if diags.HasErrors() {
 		return nil, derr
 	}
-	return p, derr
+	return v, derr
 }
 
 // decoder holds the state of one decode: the evaluation context, the
@@ -122,6 +128,9 @@ type decoder struct {
 	// failed marks fields whose value could not be decoded.
 	ranges map[string]hcl.Range
 	failed map[string]bool
+	// literal is set for files that may not refer to variables (an
+	// admission policy).
+	literal bool
 }
 
 func decode(parser *hclparse.Parser, filename string, src []byte, vars map[string]string) (*Policy, hcl.Diagnostics) {
@@ -199,7 +208,16 @@ func decode(parser *hclparse.Parser, filename string, src []byte, vars map[strin
 			Subject:  d.rangeOf(pr.path).Ptr(),
 		})
 	}
-	slices.SortStableFunc(d.diags, func(a, b *hcl.Diagnostic) int {
+	sortDiags(d.diags)
+	if d.diags.HasErrors() {
+		return nil, d.diags
+	}
+	return p, d.diags
+}
+
+// sortDiags orders diagnostics by source position.
+func sortDiags(diags hcl.Diagnostics) {
+	slices.SortStableFunc(diags, func(a, b *hcl.Diagnostic) int {
 		if a.Subject == nil || b.Subject == nil {
 			return cmp.Compare(boolInt(a.Subject != nil), boolInt(b.Subject != nil))
 		}
@@ -207,10 +225,6 @@ func decode(parser *hclparse.Parser, filename string, src []byte, vars map[strin
 			cmp.Compare(a.Subject.Filename, b.Subject.Filename),
 			cmp.Compare(a.Subject.Start.Byte, b.Subject.Start.Byte))
 	})
-	if d.diags.HasErrors() {
-		return nil, d.diags
-	}
-	return p, d.diags
 }
 
 // rangeOf returns the source range of the field at fp, or of its nearest
@@ -453,13 +467,12 @@ func checkExpr(expr hcl.Expression) hcl.Diagnostics {
 func (d *decoder) references(expr hcl.Expression) (diags hcl.Diagnostics, ok bool) {
 	ok = true
 	for _, tr := range expr.Variables() {
-		if tr.RootName() != "var" {
-			diags = append(diags, &hcl.Diagnostic{
-				Severity: hcl.DiagError,
-				Summary:  "Unknown reference",
-				Detail:   fmt.Sprintf("%q is not defined. Manifests may refer only to variables, as var.NAME, declared with variable \"NAME\" { }.", tr.RootName()),
-				Subject:  tr.SourceRange().Ptr(),
-			})
+		if d.literal || tr.RootName() != "var" {
+			summary, detail := "Unknown reference", fmt.Sprintf("%q is not defined. Manifests may refer only to variables, as var.NAME, declared with variable \"NAME\" { }.", tr.RootName())
+			if d.literal {
+				summary, detail = "References are not allowed", fmt.Sprintf("%q is a reference; this file holds literal values only. Write the value itself.", tr.RootName())
+			}
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: tr.SourceRange().Ptr()})
 			continue
 		}
 		if len(tr) < 2 {

@@ -585,3 +585,32 @@ func TestNormalizeArgs(t *testing.T) {
 		t.Errorf("normalizeArgs = %q, want %q", got, want)
 	}
 }
+
+// TestWarningsPrinted checks that the daemon's warnings about a policy
+// reach stderr for run, run -d and create, and stay off stdout.
+func TestWarningsPrinted(t *testing.T) {
+	ws := t.TempDir()
+	manifest := writeFile(t, "rw.hcl", `session "rw" {
+  image   = "airlock/agent:bookworm"
+  command = ["echo", "hi"]
+  workspace "`+ws+`" {
+    target = "/workspace"
+    mode   = "rw"
+  }
+}
+`)
+	const warning = `airlock: warning: workspaces[0].mode: with mode "rw" the session's writes reach the host directory directly` + "\n"
+	for _, tt := range []struct {
+		args   []string
+		stdout string
+	}{
+		{[]string{"run", "--rm", "-f", manifest}, "hi\n"},
+		{[]string{"run", "-d", "-f", manifest}, "s1\n"},
+		{[]string{"create", "-f", manifest}, "s1\n"},
+	} {
+		t.Run(tt.args[0]+" "+tt.args[1], func(t *testing.T) {
+			h := newHarness(t)
+			h.run("", tt.args...).check(t, 0, tt.stdout, warning)
+		})
+	}
+}

@@ -260,7 +260,11 @@ func (f *fakeDaemon) create(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f.sessions[s.ID] = s
-	writeJSON(w, http.StatusCreated, s.Session)
+	// As the daemon does, the create response carries the policy's
+	// warnings.
+	v := s.Session
+	v.Warnings = req.Policy.Warnings()
+	writeJSON(w, http.StatusCreated, v)
 }
 
 // startLocked runs the session's script up to its end or to "block".

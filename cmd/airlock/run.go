@@ -30,7 +30,12 @@ func (c *cli) newRunCommand() *cobra.Command {
 file:line and nothing is sent), creates and starts the session, copies its
 stdout and stderr to airlock's stdout and stderr, and exits with the exit code
 of the session's command as the daemon reports it (128+N when signal N ended
-it). A COMMAND after "--" replaces the manifest's command.
+it). A COMMAND after "--" replaces the manifest's command. What the daemon
+accepts with a warning (a writable workspace, a capability that weakens the
+sandbox, ...) is printed on stderr as "airlock: warning: ..." before the
+session's output. The daemon refuses what its admission policy does not
+admit (host paths, users, capabilities, resources, session count) with the
+rule it broke, and creates nothing.
 
 SIGINT or SIGTERM asks the daemon to stop the session (SIGTERM, then SIGKILL
 after the grace period); a second one kills it at once. With --rm the session
@@ -55,6 +60,7 @@ daemon fails.`,
 				if err != nil {
 					return withCode(exitDaemon, err)
 				}
+				c.printWarnings(s)
 				fmt.Fprintln(c.stdout, s.ID)
 				return nil
 			}
@@ -74,11 +80,12 @@ func (c *cli) newCreateCommand() *cobra.Command {
 		Short: "Create a session without starting it; print its id",
 		Long: `Create decodes the manifest locally, creates the session and prints its
 id. Start it with "airlock start ID". A COMMAND after "--" replaces the
-manifest's command.`,
+manifest's command. The daemon's warnings are printed on stderr as
+"airlock: warning: ...".`,
 		Example: `  id=$(airlock create -f task.hcl -- make test)
   airlock start "$id" && airlock wait "$id"`,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			p, err := c.policy(&mo, args, true)
+			p, err := c.policy(&mo, args, false)
 			if err != nil {
 				return err
 			}
@@ -86,6 +93,7 @@ manifest's command.`,
 			if err != nil {
 				return err
 			}
+			c.printWarnings(s)
 			fmt.Fprintln(c.stdout, s.ID)
 			return nil
 		}),
@@ -106,6 +114,7 @@ func (c *cli) run(ctx context.Context, p *policies.Policy, rm bool) error {
 	if err != nil {
 		return err
 	}
+	c.printWarnings(s)
 	id := s.ID
 
 	done := make(chan struct{})
@@ -219,3 +228,12 @@ func (c *cli) forwardSignals(ctx context.Context, cl *api.Client, id string, sig
 // killNow is the shortest grace period: SIGKILL right after SIGTERM. (A
 // zero grace cannot be sent: an omitted grace means the daemon's default.)
 const killNow = policies.Duration(time.Nanosecond)
+
+// printWarnings prints on stderr what the daemon accepted in the policy
+// with a warning (a writable workspace, a capability that weakens the
+// sandbox, ...), one line each.
+func (c *cli) printWarnings(s *api.Session) {
+	for _, w := range s.Warnings {
+		c.warn("warning: %s", w)
+	}
+}

@@ -31,6 +31,15 @@ re-adopts the sessions a previous daemon left running, and serves the API
 (docs/api.md) on --socket until SIGINT or SIGTERM. Sessions keep running
 across a daemon restart.
 
+Whoever can use the socket can ask for sessions, and a session's user,
+capabilities and host paths act on this host. airlockd admits a request
+only within its admission policy (--admission FILE, or the built-in one),
+and never admits as a workspace or mount its own root or socket,
+containerd's root or socket, /, /etc, /proc, /sys, /dev, /boot, /run or
+/var/run, anything beneath them, or a directory that contains one of them;
+nor its bin dir and binary for writing. Refused requests get HTTP 403 with
+the rule they broke. --socket-group needs --admission.
+
 Flags:
 `
 
@@ -58,7 +67,8 @@ func run() int {
 	var (
 		root           = fs.String("root", "/var/lib/airlock", "state directory (sessions, containerd, runc)")
 		socket         = fs.String("socket", "/run/airlock/airlock.sock", "API unix socket")
-		socketGroup    = fs.String("socket-group", "", "group allowed to use the socket (mode 0660); default root only (0600)")
+		socketGroup    = fs.String("socket-group", "", "group allowed to use the socket (mode 0660); default root only (0600). Every member can create sessions, so this needs --admission")
+		admission      = fs.String("admission", "", "admission policy FILE (HCL, see examples/airlockd/admission.hcl): the host paths, users, capabilities and resource bounds API callers may ask for; default: the built-in policy (any host path but the protected ones, no uid or gid 0, only CAP_KILL, CAP_NET_BIND_SERVICE and CAP_SYS_CHROOT, the documented bounds)")
 		containerdAddr = fs.String("containerd", "", "address of an existing containerd; default: start an embedded one under --root")
 		binDir         = fs.String("bin-dir", filepath.Dir(self), "directory holding containerd, containerd-shim-runc-v2, runc and airlock-init")
 		namespace      = fs.String("namespace", "airlock", "containerd namespace for sessions")
@@ -126,6 +136,28 @@ func run() int {
 		logger.Error("bad --session-pool", "error", err)
 		return 2
 	}
+	var adm *policies.Admission
+	switch {
+	case *admission != "":
+		a, err := policies.LoadAdmissionFile(*admission)
+		if err != nil {
+			var diags *policies.DiagnosticsError
+			if errors.As(err, &diags) {
+				_ = diags.Write(os.Stderr, false, 100)
+			}
+			logger.Error("bad --admission policy", "file", *admission, "error", err)
+			return 2
+		}
+		adm = a
+	case *socketGroup != "":
+		fmt.Fprintf(os.Stderr, "airlockd: --socket-group %s lets every member of the group create sessions, and what the built-in admission policy admits can be root-equivalent on this host: give an explicit policy with --admission FILE (see examples/airlockd/admission.hcl)\n", *socketGroup)
+		return 2
+	}
+	absSocket, err := filepath.Abs(*socket)
+	if err != nil {
+		logger.Error("bad --socket", "error", err)
+		return 2
+	}
 	var pools []policies.Policy
 	for _, f := range poolFiles {
 		p, err := policies.LoadFile(f, nil)
@@ -145,6 +177,8 @@ func run() int {
 	}
 	d, err := daemon.New(ctx, daemon.Config{
 		Pools:      pools,
+		Admission:  adm,
+		Socket:     absSocket,
 		Root:       absRoot,
 		Containerd: *containerdAddr,
 		BinDir:     absBin,
@@ -168,7 +202,7 @@ func run() int {
 		}
 		defer srv.Close()
 	}
-	serveErr := d.Serve(ctx, *socket, *socketGroup)
+	serveErr := d.Serve(ctx, absSocket, *socketGroup)
 	if err := d.Close(context.WithoutCancel(ctx)); err != nil {
 		logger.Error("shutdown", "error", err)
 	}

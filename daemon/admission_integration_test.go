@@ -1,0 +1,434 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/runtime"
+)
+
+// daemonState is what a refused request must leave as it was: sessions,
+// session directories, containerd objects, session network namespaces and
+// prepared sandboxes.
+type daemonState struct {
+	sessions, dirs, netns, owned, pools, pooled int
+}
+
+func stateOf(t *testing.T) daemonState {
+	t.Helper()
+	ctx := t.Context()
+	owned, err := h.Daemon.Runtime().Owned(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs, _ := os.ReadDir(filepath.Join(h.Root, "sessions"))
+	pooled := 0
+	for _, p := range h.Daemon.Pools() {
+		pooled += p.Ready
+	}
+	return daemonState{sessions: len(h.Daemon.List(ctx)), dirs: len(dirs), netns: len(sessionNamespaces(t)), owned: len(owned),
+		pools: len(h.Daemon.Pools()), pooled: pooled}
+}
+
+// TestAdmissionRefusesHostTakeover sends, through the API socket, each
+// request that would hand the host to a session under the built-in
+// admission policy, and checks that each is refused with a 403 naming
+// the rule, and that nothing was created.
+func TestAdmissionRefusesHostTakeover(t *testing.T) {
+	testutil.RequiresRoot(t)
+	tmp := t.TempDir()
+	// A docker.sock-like socket: a service that is root on the host.
+	dockerSock := filepath.Join(tmp, "docker.sock")
+	l, err := net.Listen("unix", dockerSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	etcLink := filepath.Join(tmp, "etc-link")
+	if err := os.Symlink("/etc", etcLink); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(tmp, "a", "b")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dotdot := sub + "/../../../../../etc" // sub is /tmp/NAME/NNN/a/b: this is /etc
+	// A ".." after a symlink: lexically the temporary directory, really
+	// /etc.
+	var etcSub string
+	entries, _ := os.ReadDir("/etc")
+	for _, e := range entries {
+		if e.IsDir() {
+			etcSub = filepath.Join("/etc", e.Name())
+			break
+		}
+	}
+	subLink := filepath.Join(tmp, "etc-sub")
+	if err := os.Symlink(etcSub, subLink); err != nil {
+		t.Fatal(err)
+	}
+
+	mount := func(host string, ro bool) func(*policies.Policy) {
+		return func(p *policies.Policy) {
+			p.Mounts = []policies.Mount{{HostPath: host, Target: "/host", ReadOnly: ro}}
+		}
+	}
+	workspace := func(host, mode string) func(*policies.Policy) {
+		return func(p *policies.Policy) {
+			p.Workspaces = []policies.Workspace{{HostPath: host, Target: "/workspace", Mode: mode, DefaultDenyRead: true}}
+		}
+	}
+	cases := []struct {
+		name string
+		edit func(*policies.Policy)
+		want string
+	}{
+		{"mount /", mount("/", false), `mount "/" refused: "/" is a protected host path`},
+		{"mount / read-only", mount("/", true), `mount "/" refused: "/" is a protected host path`},
+		{"mount the daemon root", mount(h.Root, true), `mount "` + h.Root + `" refused: "` + h.Root + `" is a protected host path`},
+		{"mount the daemon's keys", mount(filepath.Join(h.Root, "keys"), true), `is beneath the protected host path "` + h.Root + `"`},
+		{"mount the directory holding the daemon root", mount(filepath.Dir(h.Root), true), `contains the protected host path`},
+		{"mount the API socket", mount(h.Socket, false), `refused: "` + h.Socket + `"`},
+		{"mount containerd's socket", mount(h.ContainerdAddress(), false), `is beneath the protected host path "` + h.Root + `"`},
+		{"mount /var/run/docker.sock", mount("/var/run/docker.sock", false), `is beneath the protected host path "/var/run"`},
+		{"mount a docker.sock-like socket", mount(dockerSock, false), `is a unix socket`},
+		{"mount /proc/1/root", mount("/proc/1/root", false), `is beneath the protected host path "/proc"`},
+		{"rw workspace on /etc", workspace("/etc", policies.ModeRW), `workspace "/etc" refused: "/etc" is a protected host path`},
+		{"overlay workspace on /etc", workspace("/etc", policies.ModeOverlay), `"/etc" is a protected host path`},
+		{"workspace through a symlink to /etc", workspace(etcLink, policies.ModeRO), `workspace "` + etcLink + `" refused: "/etc" is a protected host path`},
+		{"workspace through ..", workspace(dotdot, policies.ModeRO), `"/etc" is a protected host path`},
+		{"workspace through a symlink and ..", workspace(subLink+"/..", policies.ModeRO), `workspace "` + subLink + `/.." refused: "/etc" is a protected host path`},
+		{"user 0", func(p *policies.Policy) { p.User = "0" }, `user "0" refused: uid 0 is not among the admitted users`},
+		{"group 0", func(p *policies.Policy) { p.User = "1000:0" }, `user "1000:0" refused: gid 0 is not among the admitted groups`},
+		{"CAP_SYS_ADMIN", func(p *policies.Policy) { p.Capabilities = []string{"CAP_SYS_ADMIN"} }, `capability CAP_SYS_ADMIN refused`},
+		{"CAP_DAC_READ_SEARCH", func(p *policies.Policy) { p.Capabilities = []string{"CAP_DAC_READ_SEARCH"} }, `capability CAP_DAC_READ_SEARCH refused`},
+		{"CAP_NET_ADMIN", func(p *policies.Policy) { p.Capabilities = []string{"CAP_NET_ADMIN"} }, `capability CAP_NET_ADMIN refused`},
+		{"memory above the built-in bound", func(p *policies.Policy) { p.Resources.Memory = 1 << 40 }, `resources.memory 1TiB refused: the limit is 64GiB`},
+		{"warm pool mounting /", func(p *policies.Policy) {
+			mount("/", true)(p)
+			p.Pool = &policies.Pool{Size: 2}
+		}, `mount "/" refused`},
+	}
+	cl := api.NewClient(h.Socket)
+	defer cl.Close()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := stateOf(t)
+			p := policy("sh", "-c", "id; ls /host /workspace")
+			tc.edit(&p)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			s, err := cl.CreateSession(ctx, api.CreateRequest{Policy: p, Start: true})
+			if err == nil {
+				_ = h.Daemon.Remove(context.Background(), s.ID, true)
+				t.Fatalf("admitted: session %s", s.ID)
+			}
+			var ae *api.Error
+			if !errors.As(err, &ae) || ae.Status != 403 || !api.IsPermissionDenied(err) {
+				t.Fatalf("error %v (%T), want a 403 permission_denied", err, err)
+			}
+			if !strings.HasPrefix(err.Error(), "admission: ") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not name the rule %q", err, tc.want)
+			}
+			if after := stateOf(t); after != before {
+				t.Errorf("refused request changed the daemon: before %+v, after %+v", before, after)
+			}
+		})
+	}
+}
+
+// TestAdmissionResolvesHostPaths checks that an admitted workspace named
+// through a symlink is mounted from where the link pointed when it was
+// admitted: the resolved path is what the session records.
+func TestAdmissionResolvesHostPaths(t *testing.T) {
+	testutil.RequiresRoot(t)
+	real := t.TempDir()
+	if err := os.WriteFile(filepath.Join(real, "f"), []byte("real\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "ws")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	p := policy("cat", "/workspace/f")
+	p.Workspaces = []policies.Workspace{{HostPath: link, Target: "/workspace", Mode: policies.ModeRO, DefaultDenyRead: true}}
+	r := runSession(t, p)
+	if r.exit != 0 || r.stdout != "real\n" {
+		t.Fatalf("exit %d stdout %q stderr %q", r.exit, r.stdout, r.stderr)
+	}
+	s, err := h.Daemon.Inspect(t.Context(), r.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Policy.Workspaces[0].HostPath; got != real {
+		t.Errorf("recorded host path %q, want the resolved %q", got, real)
+	}
+}
+
+// TestWarningsReachTheCaller checks that what the daemon accepts with a
+// warning is reported in the create response.
+func TestWarningsReachTheCaller(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ws := t.TempDir()
+	p := policy("true")
+	p.Workspaces = []policies.Workspace{{HostPath: ws, Target: "/workspace", Mode: policies.ModeRW, DefaultDenyRead: true}}
+	cl := api.NewClient(h.Socket)
+	defer cl.Close()
+	s, err := cl.CreateSession(t.Context(), api.CreateRequest{Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Daemon.Remove(context.Background(), s.ID, true); err != nil {
+			t.Error(err)
+		}
+	})
+	if len(s.Warnings) != 1 || !strings.HasPrefix(s.Warnings[0], "workspaces[0].mode: ") || !strings.Contains(s.Warnings[0], "reach the host directory") {
+		t.Errorf("warnings %q, want the writable-workspace warning", s.Warnings)
+	}
+	// Inspect does not repeat them.
+	v, err := cl.InspectSession(t.Context(), s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Warnings) != 0 {
+		t.Errorf("inspect carries warnings %q", v.Warnings)
+	}
+}
+
+// TestAdmissionPolicyBounds swaps in an operator policy on the running
+// daemon and checks its bounds: resources above them and a session beyond
+// the session limit are refused and leave nothing; a host path outside
+// host_paths is refused; what the policy allows runs.
+func TestAdmissionPolicyBounds(t *testing.T) {
+	testutil.RequiresRoot(t)
+	allowed := t.TempDir()
+	readOnly := t.TempDir()
+	outside := t.TempDir()
+	st := stateOf(t)
+	n := st.sessions + st.pooled
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte(`admission {
+  host_paths      = ["`+allowed+`"]
+  read_only_paths = ["`+readOnly+`"]
+  users           = ["1000-1999"]
+  capabilities    = ["CAP_NET_BIND_SERVICE", "CAP_SYS_ADMIN"]
+  limits {
+    memory   = "256MiB"
+    sessions = `+strconv.Itoa(n+1)+`
+  }
+}
+`))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+	cl := api.NewClient(h.Socket)
+	defer cl.Close()
+
+	refused := func(p policies.Policy, want string) {
+		t.Helper()
+		before := stateOf(t)
+		s, err := cl.CreateSession(t.Context(), api.CreateRequest{Policy: p})
+		if err == nil {
+			_ = h.Daemon.Remove(context.Background(), s.ID, true)
+			t.Errorf("admitted %+v", p)
+			return
+		}
+		if !api.IsPermissionDenied(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want a 403 saying %q", err, want)
+		}
+		if after := stateOf(t); after != before {
+			t.Errorf("refused request changed the daemon: before %+v, after %+v", before, after)
+		}
+	}
+	p := policy("sleep", "60")
+	p.User = "1000"
+	p.Resources.Memory = 512 << 20
+	refused(p, "resources.memory 512MiB refused: the limit is 256MiB")
+	p.Resources.Memory = 0
+	p.User = "65534"
+	refused(p, `user "65534" refused: uid 65534 is not among the admitted users (1000-1999)`)
+	p.User = "1000"
+	p.Workspaces = []policies.Workspace{{HostPath: outside, Target: "/w", Mode: policies.ModeRO, DefaultDenyRead: true}}
+	refused(p, `is not under an admitted host path`)
+	p.Workspaces = []policies.Workspace{{HostPath: readOnly, Target: "/w", Mode: policies.ModeOverlay, DefaultDenyRead: true}}
+	refused(p, `is under a read-only host path`)
+
+	// Within the policy: a read-only use of a read-only root, a writable
+	// workspace under host_paths, a capability the policy lists, and the
+	// memory left out (the bound, lower than the default, applies).
+	p.Workspaces = []policies.Workspace{
+		{HostPath: readOnly, Target: "/r", Mode: policies.ModeRO, DefaultDenyRead: true},
+		{HostPath: allowed, Target: "/w", Mode: policies.ModeOverlay, DefaultDenyRead: true},
+	}
+	p.Capabilities = []string{"CAP_SYS_ADMIN"}
+	s, err := cl.CreateSession(t.Context(), api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		t.Fatalf("create within the policy: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := h.Daemon.Remove(context.Background(), s.ID, true); err != nil {
+			t.Error(err)
+		}
+		assertGone(t, s.ID)
+	})
+	if s.Policy.Resources.Memory != 256<<20 {
+		t.Errorf("memory %d, want the bound 256MiB", s.Policy.Resources.Memory)
+	}
+	if len(s.Warnings) == 0 || !strings.Contains(strings.Join(s.Warnings, "\n"), "CAP_SYS_ADMIN") {
+		t.Errorf("warnings %q, want the one about CAP_SYS_ADMIN", s.Warnings)
+	}
+	// The session limit is reached: the next one is refused.
+	p.Capabilities = nil
+	refused(p, "session refused: the daemon holds")
+}
+
+// TestAirlockdAdmissionFlags runs the airlockd binary: a bad --admission
+// file and --socket-group without --admission stop it before it touches
+// anything, with file:line or the reason; with a policy file it serves the
+// group and enforces the file's bounds through the API.
+func TestAirlockdAdmissionFlags(t *testing.T) {
+	testutil.RequiresRoot(t)
+	bin := filepath.Join(h.Env.BinDir, "airlockd")
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.hcl")
+	if err := os.WriteFile(bad, []byte("admission {\n  host_paths = [\"/srv\"]\n  users = [\"root\"]\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good.hcl")
+	if err := os.WriteFile(good, []byte("admission {\n  host_paths = [\""+dir+"\"]\n  limits {\n    memory = \"256MiB\"\n  }\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.MkdirTemp("/tmp", "ala-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = (&runtime.Embedded{Dir: filepath.Join(root, "containerd")}).Stop(context.Background(), 10*time.Second)
+		os.RemoveAll(root)
+	})
+	pool := filepath.Join(dir, "pool.hcl")
+	if err := os.WriteFile(pool, []byte("session \"p\" {\n  image = \"x\"\n  mount \"/\" {\n    target = \"/host\"\n  }\n  pool {\n    size = 1\n  }\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+		code int
+	}{
+		{[]string{"--admission", bad}, "bad.hcl line 3", 2},
+		{[]string{"--socket-group", "0"}, "give an explicit policy with --admission FILE", 2},
+		{[]string{"--pool", pool}, `admission: mount \"/\" refused`, 1},
+	} {
+		state := filepath.Join(root, "refused")
+		cmd := exec.Command(bin, append([]string{"--root", state, "--socket", filepath.Join(root, "r.sock"), "--bin-dir", h.Env.BinDir}, tc.args...)...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("airlockd %v: %v, output %q; want exit %d saying %q", tc.args, err, out, tc.code, tc.want)
+		}
+		if _, err := os.Stat(filepath.Join(state, "containerd")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("airlockd %v started containerd before refusing", tc.args)
+		}
+	}
+
+	d := startProcDaemon(t, root, "--admission", good, "--socket-group", "0", "--stop-containerd")
+	t.Cleanup(func() {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		_ = d.cmd.Wait()
+	})
+	fi, err := os.Stat(d.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o660 || st.Gid != 0 {
+		t.Errorf("group socket mode %v gid %d, want 0660 and gid 0", fi.Mode(), st.Gid)
+	}
+	p := policy("true")
+	p.User = "1000"
+	p.Resources.Memory = 512 << 20
+	b, _ := json.Marshal(api.CreateRequest{Policy: p})
+	resp, err := d.http.Post("http://airlock/v1/sessions", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb api.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 403 || eb.Error.Class != api.ClassPermissionDenied || eb.Error.Message != "admission" ||
+		len(eb.Error.Details) != 1 || eb.Error.Details[0] != "resources.memory 512MiB refused: the limit is 256MiB" {
+		t.Errorf("create above the memory bound: %d %+v", resp.StatusCode, eb.Error)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(root, "sessions")); len(entries) != 0 {
+		t.Errorf("refused create left %v", entries)
+	}
+}
+
+// TestPoolFillsWithinSessionLimit checks that a warm pool asked for by a
+// create fills only up to the session limit, and says why it stopped.
+func TestPoolFillsWithinSessionLimit(t *testing.T) {
+	testutil.RequiresRoot(t)
+	st := stateOf(t)
+	// Room for the session and one prepared sandbox.
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte("admission {\n  host_paths = [\"/\"]\n  limits {\n    sessions = "+strconv.Itoa(st.sessions+st.pooled+2)+"\n  }\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+	p := policy("sleep", "60")
+	p.Label = "limited-pool"
+	p.Pool = &policies.Pool{Size: 3}
+	s, err := h.Daemon.Create(t.Context(), api.CreateRequest{Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Daemon.Remove(context.Background(), s.ID, true); err != nil {
+			t.Error(err)
+		}
+	})
+	var pl api.Pool
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		for _, x := range h.Daemon.Pools() {
+			if x.Label == "limited-pool" {
+				pl = x
+			}
+		}
+		if pl.Key != "" && !pl.Preparing && strings.Contains(pl.LastError, "session refused") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool did not stop at the session limit: %+v", pl)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		if err := h.Daemon.RemovePool(context.Background(), pl.Key); err != nil {
+			t.Error(err)
+		}
+	})
+	if pl.Ready != 1 {
+		t.Errorf("pool holds %d prepared sandboxes, want 1 (the limit leaves room for one)", pl.Ready)
+	}
+	if after := stateOf(t); after.sessions+after.pooled != st.sessions+st.pooled+2 {
+		t.Errorf("sessions and prepared sandboxes: %+v, want %d in all", after, st.sessions+st.pooled+2)
+	}
+}

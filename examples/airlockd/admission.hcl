@@ -1,0 +1,73 @@
+# admission.hcl: an airlockd admission policy, given with
+#
+#   airlockd --admission examples/airlockd/admission.hcl
+#
+# Whoever can use airlockd's socket can ask for sessions, and a session's
+# user, capabilities and host paths act on this host: with no user
+# namespace, uid 0 in a sandbox with a writable mount is root on the host
+# files it reaches. airlockd admits a request only within this policy and
+# refuses the rest with HTTP 403 naming the rule; nothing is created for a
+# refused request. --socket-group needs a policy file: every member of the
+# group can use the socket.
+#
+# Without --admission, the built-in policy applies: any host path (but the
+# protected ones below), any uid and gid but 0, the capabilities CAP_KILL,
+# CAP_NET_BIND_SERVICE and CAP_SYS_CHROOT, and the limits shown in the
+# comments of the limits block.
+#
+# Refused whatever this file says, as workspaces and mounts: /, /etc,
+# /proc, /sys, /dev, /boot, /run, /var/run, /var/lib/containerd, airlockd's
+# --root (its state and signing keys, and the embedded containerd's root
+# and socket), its --bin-dir and binary, its --socket, the socket of an
+# external --containerd, anything beneath them, and any directory that
+# contains one of them (so /var/lib is refused when --root is
+# /var/lib/airlock). Unix sockets, devices, fifos and files with more than
+# one hard link are refused as host paths anywhere. Host paths are resolved (symlinks and "..") before they
+# are checked, and the session is given the resolved path.
+#
+# The file holds one admission block (the block a daemon configuration
+# file will hold). Values are literals: no variables or functions.
+admission {
+  # Required. Host directories under which a workspace or mount may name a
+  # path (the directory itself or anything beneath it). ["/"] admits every
+  # path that is not protected.
+  host_paths = ["/srv/agents", "/home"]
+
+  # Host directories under which only read-only use is admitted: workspaces
+  # with mode = "ro" and mounts with read_only = true. Overlay workspaces
+  # count as writable: their changes can be committed to the host.
+  # Default: none.
+  read_only_paths = ["/opt/datasets", "/usr/share/ca-certificates"]
+
+  # The uids and gids a session's user may have: numeric ids or inclusive
+  # ranges "FIRST-LAST". A user "1000" has gid 1000. Default: every id but
+  # 0 ("1-4294967294"). Sessions have no user namespace: a sandbox's uid is
+  # that uid on the host files it is given, so a caller who may pick any
+  # uid can act as any host user on the host paths admitted above (another
+  # user's home, a service's data). Admit only the ids your callers are.
+  # Admitting 0 lets a session own files as root on every writable host
+  # path it is given.
+  users  = ["1000-59999", "65534"]
+  groups = ["1000-59999", "65534"]
+
+  # Capabilities a manifest may grant. Default: CAP_KILL,
+  # CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT. Names as in a manifest
+  # ("NET_BIND_SERVICE" means CAP_NET_BIND_SERVICE).
+  capabilities = ["CAP_NET_BIND_SERVICE", "CAP_KILL"]
+
+  # Upper bounds. A session that asks for more is refused; one that leaves
+  # a value out (or gives exactly the manifest default, as the CLI fills
+  # it in) gets the manifest default (cpus 1, memory 1GiB, pids 512, disk
+  # 4GiB for overlay upper directories, timeout 30m), or the bound when the
+  # bound is lower. Every attribute is optional; its default is the
+  # built-in bound.
+  limits {
+    cpus     = 4       # Default 16.
+    memory   = "8GiB"  # Default "64GiB".
+    pids     = 4096    # Default 32768.
+    disk     = "16GiB" # Default "256GiB".
+    timeout  = "4h"    # Default "24h".
+    sessions = 32      # Sessions held at once, in any state, plus sandboxes
+                       # prepared for warm pools. Default 256.
+  }
+}

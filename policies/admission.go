@@ -1,0 +1,470 @@
+package policies
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+)
+
+// Admission is the operator's admission policy: what an API caller may ask
+// the daemon for, on top of what Validate checks. Every member of the
+// socket's group can create sessions, and a session's user, capabilities
+// and host paths act on the host, so the daemon admits a manifest only
+// within these bounds. DefaultAdmission is the built-in policy; an operator
+// writes one in HCL (see examples/airlockd/admission.hcl and
+// DecodeAdmission).
+//
+// Whatever the policy says, host paths that would hand the host to a
+// session are refused: see ProtectedHostPaths.
+type Admission struct {
+	// Source names where the policy came from: a file name, or
+	// DefaultAdmissionSource.
+	Source string `json:"source"`
+	// HostPaths are the host directories under which workspaces and
+	// mounts may name a path (the directory itself or anything beneath
+	// it); "/" admits every path that is not protected.
+	HostPaths []string `json:"host_paths"`
+	// ReadOnlyPaths are host directories under which only read-only use is
+	// admitted: workspaces with mode "ro" and mounts with read_only.
+	ReadOnlyPaths []string `json:"read_only_paths,omitempty"`
+	// Users and Groups are the uids and gids a session may run as.
+	Users  []IDRange `json:"users"`
+	Groups []IDRange `json:"groups"`
+	// Capabilities are those a manifest may grant, in canonical form.
+	Capabilities []string `json:"capabilities"`
+	// Limits are upper bounds on what one session, and all of them
+	// together, may ask for.
+	Limits Limits `json:"limits"`
+}
+
+// Limits bound a session's resources and the number of sessions.
+type Limits struct {
+	CPUs    float64  `json:"cpus"`
+	Memory  int64    `json:"memory"` // bytes
+	Pids    int64    `json:"pids"`
+	Disk    int64    `json:"disk"` // bytes
+	Timeout Duration `json:"timeout"`
+	// Sessions bounds the sessions the daemon holds at once, in any
+	// state, together with sandboxes prepared for warm pools.
+	Sessions int `json:"sessions"`
+}
+
+// IDRange is an inclusive range of uids or gids.
+type IDRange struct {
+	First uint32 `json:"first"`
+	Last  uint32 `json:"last"`
+}
+
+func (r IDRange) String() string {
+	if r.First == r.Last {
+		return strconv.FormatUint(uint64(r.First), 10)
+	}
+	return fmt.Sprintf("%d-%d", r.First, r.Last)
+}
+
+func (r IDRange) contains(id uint32) bool { return id >= r.First && id <= r.Last }
+
+// DefaultAdmissionSource is the Source of DefaultAdmission.
+const DefaultAdmissionSource = "the built-in admission policy"
+
+// DefaultDisk is the quota of a session's overlay upper directories when
+// the manifest sets no resources.disk (fsscope.DefaultDisk).
+const DefaultDisk = 4 << 30
+
+// The built-in admission policy's bounds.
+const (
+	DefaultMaxCPUs     = 16
+	DefaultMaxMemory   = 64 << 30
+	DefaultMaxPids     = 32768
+	DefaultMaxDisk     = 256 << 30
+	DefaultMaxTimeout  = Duration(24 * time.Hour)
+	DefaultMaxSessions = 256
+)
+
+// SafeCapabilities are the capabilities the built-in policy admits: none
+// of them reaches beyond the session's own processes, network namespace
+// and root directory.
+var SafeCapabilities = []string{"CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT"}
+
+// anyButRoot are the ids the built-in policy admits: every one but 0.
+var anyButRoot = []IDRange{{First: 1, Last: math.MaxUint32 - 1}}
+
+// DefaultAdmission is what the daemon admits when the operator gives no
+// policy: any host path that is not protected, any uid and gid but 0, the
+// SafeCapabilities, and the DefaultMax* bounds.
+func DefaultAdmission() *Admission {
+	return &Admission{
+		Source:       DefaultAdmissionSource,
+		HostPaths:    []string{"/"},
+		Users:        slices.Clone(anyButRoot),
+		Groups:       slices.Clone(anyButRoot),
+		Capabilities: slices.Clone(SafeCapabilities),
+		Limits:       defaultLimits(),
+	}
+}
+
+func defaultLimits() Limits {
+	return Limits{
+		CPUs: DefaultMaxCPUs, Memory: DefaultMaxMemory, Pids: DefaultMaxPids, Disk: DefaultMaxDisk,
+		Timeout: DefaultMaxTimeout, Sessions: DefaultMaxSessions,
+	}
+}
+
+// ProtectedHostPaths are refused as workspaces and mounts whatever the
+// admission policy says: the path itself, anything beneath it, and any
+// directory that contains it. The daemon adds its own root and socket, and
+// containerd's root and socket; and its bin dir and binary, which sessions
+// may read but not write (see Protected.ProtectWrites). "/" is refused as
+// itself.
+var ProtectedHostPaths = []string{"/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/var/run", "/var/lib/containerd"}
+
+// AdmissionError lists why a request was refused by admission. It is
+// classified as errdefs.ErrPermissionDenied (HTTP 403).
+type AdmissionError struct {
+	Problems []string
+}
+
+func (e *AdmissionError) Error() string {
+	return "admission: " + strings.Join(e.Problems, "; ")
+}
+
+// Unwrap classifies the error as errdefs.ErrPermissionDenied.
+func (e *AdmissionError) Unwrap() error { return errdefs.ErrPermissionDenied }
+
+// Protected is the resolved set of host paths refused whatever the policy
+// says. Build it once with NewProtected.
+type Protected struct {
+	paths []string // resolved, cleaned
+	// writable are refused only for uses whose writes reach the host:
+	// programs the host runs as root, which a session may read but not
+	// replace.
+	writable []string
+}
+
+// NewProtected resolves ProtectedHostPaths and extra (the daemon's own
+// paths) into a Protected set. Paths that do not exist are kept as written,
+// cleaned.
+func NewProtected(extra ...string) *Protected {
+	pr := &Protected{}
+	for _, p := range append(slices.Clone(ProtectedHostPaths), extra...) {
+		pr.paths = addResolved(pr.paths, p)
+	}
+	return pr
+}
+
+// ProtectWrites adds paths that sessions may read but never write to:
+// their writable uses (and those of anything beneath them or containing
+// them) are refused.
+func (pr *Protected) ProtectWrites(paths ...string) {
+	for _, p := range paths {
+		pr.writable = addResolved(pr.writable, p)
+	}
+}
+
+// addResolved adds p, cleaned, and what it resolves to, to set.
+func addResolved(set []string, p string) []string {
+	if p == "" || !filepath.IsAbs(p) {
+		return set
+	}
+	p = filepath.Clean(p)
+	if !slices.Contains(set, p) {
+		set = append(set, p)
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil && !slices.Contains(set, r) {
+		set = append(set, r)
+	}
+	return set
+}
+
+// reason says why the host path p may not be used, or "". writable is
+// true for uses whose writes reach p.
+func (pr *Protected) reason(p string, writable bool) string {
+	if p == "/" {
+		return `"/" is a protected host path`
+	}
+	if r := protectedReason(pr.paths, p); r != "" {
+		return r
+	}
+	if writable {
+		if r := protectedReason(pr.writable, p); r != "" {
+			return r + " (read-only use is admitted)"
+		}
+	}
+	return ""
+}
+
+func protectedReason(set []string, p string) string {
+	for _, q := range set {
+		switch {
+		case p == q:
+			return fmt.Sprintf("%q is a protected host path", p)
+		case within(q, p):
+			return fmt.Sprintf("%q is beneath the protected host path %q", p, q)
+		case within(p, q):
+			return fmt.Sprintf("%q contains the protected host path %q", p, q)
+		}
+	}
+	return ""
+}
+
+// within reports whether p is strictly beneath dir; both are clean and
+// absolute.
+func within(dir, p string) bool {
+	if dir == "/" {
+		return p != "/"
+	}
+	return strings.HasPrefix(p, dir+"/")
+}
+
+// Admit checks p, which has defaults applied and has passed Validate,
+// against the admission policy and the protected paths. It resolves every
+// host path (symlinks and "..") and rewrites p with the resolved paths, so
+// that what was checked is what is mounted. It returns warnings for the
+// caller, and an *AdmissionError naming every rule p breaks, or an
+// errdefs.ErrInvalidArgument error when a host path cannot be resolved.
+func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err error) {
+	var problems []string
+	refuse := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	var missing []error
+
+	uid, gid, ok := parseUserIDs(p.User)
+	if ok {
+		if !idAllowed(a.Users, uid) {
+			refuse("user %q refused: uid %d is not among the admitted users (%s)", p.User, uid, rangesString(a.Users))
+		}
+		if !idAllowed(a.Groups, gid) {
+			refuse("user %q refused: gid %d is not among the admitted groups (%s)", p.User, gid, rangesString(a.Groups))
+		}
+	}
+	for _, c := range p.Capabilities {
+		if !slices.Contains(a.Capabilities, NormalizeCapability(c)) {
+			refuse("capability %s refused: it is not among the admitted capabilities (%s)", c, listOrNone(a.Capabilities))
+		}
+	}
+	l := a.Limits
+	if l.CPUs > 0 && p.Resources.CPUs > l.CPUs {
+		refuse("resources.cpus %v refused: the limit is %v", p.Resources.CPUs, l.CPUs)
+	}
+	if l.Memory > 0 && p.Resources.Memory > l.Memory {
+		refuse("resources.memory %s refused: the limit is %s", formatSize(p.Resources.Memory), formatSize(l.Memory))
+	}
+	if l.Pids > 0 && p.Resources.Pids > l.Pids {
+		refuse("resources.pids %d refused: the limit is %d", p.Resources.Pids, l.Pids)
+	}
+	if l.Disk > 0 && p.Resources.Disk > l.Disk {
+		refuse("resources.disk %s refused: the limit is %s", formatSize(p.Resources.Disk), formatSize(l.Disk))
+	}
+	if l.Timeout > 0 && p.Timeout > l.Timeout {
+		refuse("timeout %s refused: the limit is %s", p.Timeout, l.Timeout)
+	}
+
+	// hostPath checks one host path and returns it resolved, or "".
+	hostPath := func(kind, raw string, writable bool) string {
+		what := fmt.Sprintf("%s %q", kind, raw)
+		// As written first, so that a protected path is refused the same
+		// way whether it exists or not.
+		if filepath.IsAbs(raw) {
+			if reason := pr.reason(filepath.Clean(raw), writable); reason != "" {
+				refuse("%s refused: %s, refused whatever the admission policy says", what, reason)
+				return ""
+			}
+		}
+		resolved, err := resolveHostPath(raw)
+		if err != nil {
+			missing = append(missing, fmt.Errorf("%s: %w", what, err))
+			return ""
+		}
+		if reason := a.hostPathReason(resolved, writable, pr); reason != "" {
+			refuse("%s refused: %s", what, reason)
+			return ""
+		}
+		return resolved
+	}
+	for i := range p.Workspaces {
+		w := &p.Workspaces[i]
+		if r := hostPath("workspace", w.HostPath, w.Mode != ModeRO); r != "" {
+			w.HostPath = r
+		}
+	}
+	for i := range p.Mounts {
+		m := &p.Mounts[i]
+		if r := hostPath("mount", m.HostPath, !m.ReadOnly); r != "" {
+			m.HostPath = r
+		}
+	}
+	if len(problems) > 0 {
+		return nil, &AdmissionError{Problems: problems}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: %w", errors.Join(missing...), errdefs.ErrInvalidArgument)
+	}
+	return p.Warnings(), nil
+}
+
+// AdmitSessions checks that one more session fits beside n.
+func (a *Admission) AdmitSessions(n int) error {
+	if a.Limits.Sessions > 0 && n >= a.Limits.Sessions {
+		return &AdmissionError{Problems: []string{fmt.Sprintf("session refused: the daemon holds %d sessions and prepared sandboxes, the limit is %d (remove finished sessions with airlock rm)", n, a.Limits.Sessions)}}
+	}
+	return nil
+}
+
+// FillDefaults gives values a manifest left out the built-in default, or
+// the policy's bound when that is lower, so that a session which asks for
+// nothing in particular is admitted. A value equal to the built-in default
+// counts as left out: the CLI sends policies with defaults applied. Call
+// it before ApplyDefaults.
+func (a *Admission) FillDefaults(p *Policy) {
+	l := a.Limits
+	if (p.Resources.CPUs == 0 || p.Resources.CPUs == DefaultCPUs) && l.CPUs > 0 && l.CPUs < DefaultCPUs {
+		p.Resources.CPUs = l.CPUs
+	}
+	if (p.Resources.Memory == 0 || p.Resources.Memory == DefaultMemory) && l.Memory > 0 && l.Memory < DefaultMemory {
+		p.Resources.Memory = l.Memory
+	}
+	if (p.Resources.Pids == 0 || p.Resources.Pids == DefaultPids) && l.Pids > 0 && l.Pids < DefaultPids {
+		p.Resources.Pids = l.Pids
+	}
+	if p.Resources.Disk == 0 && l.Disk > 0 && l.Disk < DefaultDisk {
+		p.Resources.Disk = l.Disk
+	}
+	if (p.Timeout == 0 || p.Timeout == DefaultTimeout) && l.Timeout > 0 && l.Timeout < DefaultTimeout {
+		p.Timeout = l.Timeout
+	}
+}
+
+// hostPathReason says why the resolved host path p may not be used, or "".
+// writable is true for a use through which the session's writes reach p
+// (rw and overlay workspaces, writable mounts).
+func (a *Admission) hostPathReason(p string, writable bool, pr *Protected) string {
+	if reason := pr.reason(p, writable); reason != "" {
+		return reason + ", refused whatever the admission policy says"
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return err.Error()
+	}
+	switch {
+	case fi.Mode()&fs.ModeSocket != 0:
+		return fmt.Sprintf("%q is a unix socket: a socket hands the sandbox the service behind it", p)
+	case !fi.IsDir() && !fi.Mode().IsRegular():
+		return fmt.Sprintf("%q is neither a directory nor a regular file", p)
+	case fi.Mode().IsRegular() && linkCount(fi) > 1:
+		return fmt.Sprintf("%q has %d hard links: another of its names may be a protected path", p, linkCount(fi))
+	}
+	inRW := underAny(a.HostPaths, p)
+	inRO := underAny(a.ReadOnlyPaths, p)
+	switch {
+	case !inRW && !inRO:
+		return fmt.Sprintf("%q is not under an admitted host path (%s)", p, listOrNone(append(slices.Clone(a.HostPaths), a.ReadOnlyPaths...)))
+	case writable && !inRW:
+		return fmt.Sprintf("%q is under a read-only host path (%s): use a workspace with mode = \"ro\" or a mount with read_only = true", p, listOrNone(a.ReadOnlyPaths))
+	}
+	return ""
+}
+
+// underAny reports whether p is one of roots or beneath one. Roots are
+// resolved when they exist.
+func underAny(roots []string, p string) bool {
+	for _, r := range roots {
+		r = filepath.Clean(r)
+		if rr, err := filepath.EvalSymlinks(r); err == nil {
+			r = rr
+		}
+		if p == r || within(r, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// resolveHostPath resolves symlinks and ".." in an absolute host path.
+func resolveHostPath(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("host path %q is not absolute", p)
+	}
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return "", fmt.Errorf("host path %q: %s", p, pe.Err)
+		}
+		return "", err
+	}
+	return r, nil
+}
+
+// Warnings returns what Validate accepts but an operator should know:
+// rules broken only as warnings, rendered as "path: message".
+func (p *Policy) Warnings() []string {
+	if p == nil {
+		return nil
+	}
+	var out []string
+	for _, pr := range p.check() {
+		if pr.warning {
+			out = append(out, pr.String())
+		}
+	}
+	return out
+}
+
+func parseUserIDs(s string) (uid, gid uint32, ok bool) {
+	u, g, hasGID := strings.Cut(s, ":")
+	uid, ok = parseID(u)
+	if !ok {
+		return 0, 0, false
+	}
+	gid = uid
+	if hasGID {
+		if gid, ok = parseID(g); !ok {
+			return 0, 0, false
+		}
+	}
+	return uid, gid, true
+}
+
+func idAllowed(rs []IDRange, id uint32) bool {
+	for _, r := range rs {
+		if r.contains(id) {
+			return true
+		}
+	}
+	return false
+}
+
+func rangesString(rs []IDRange) string {
+	if len(rs) == 0 {
+		return "none"
+	}
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = r.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+func listOrNone(l []string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	return strings.Join(l, ", ")
+}
+
+// linkCount is the number of hard links of the file fi describes.
+func linkCount(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 1
+}

@@ -1,0 +1,235 @@
+package policies
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+)
+
+var (
+	admissionFileSchema = &hcl.BodySchema{
+		Blocks: []hcl.BlockHeaderSchema{{Type: "admission"}},
+	}
+	admissionSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "host_paths", Required: true}, {Name: "read_only_paths"},
+			{Name: "users"}, {Name: "groups"}, {Name: "capabilities"},
+		},
+		Blocks: []hcl.BlockHeaderSchema{{Type: "limits"}},
+	}
+	limitsSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{
+			{Name: "cpus"}, {Name: "memory"}, {Name: "pids"}, {Name: "disk"}, {Name: "timeout"}, {Name: "sessions"},
+		},
+	}
+)
+
+// LoadAdmissionFile reads and decodes an admission policy file (see
+// DecodeAdmission). A bad file yields a *DiagnosticsError; a file that
+// cannot be read yields the os error.
+func LoadAdmissionFile(path string) (*Admission, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read admission policy: %w", err)
+	}
+	a, diags := DecodeAdmission(path, src)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	return a, nil
+}
+
+// DecodeAdmission decodes an admission policy: one `admission { ... }`
+// block (the same block a daemon configuration file will hold), with
+// host_paths required and every other attribute defaulting to the
+// built-in policy's value. It returns the policy, or nil when there are
+// errors, and every diagnostic (with file:line), or nil when there are none.
+func DecodeAdmission(filename string, src []byte) (*Admission, *DiagnosticsError) {
+	parser := hclparse.NewParser()
+	a, diags := decodeAdmission(parser, filename, src)
+	return withDiagnostics(parser, a, diags)
+}
+
+func decodeAdmission(parser *hclparse.Parser, filename string, src []byte) (*Admission, hcl.Diagnostics) {
+	file, diags := parser.ParseHCL(src, filename)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	d := &decoder{
+		diags:    diags,
+		declared: map[string]bool{},
+		unset:    map[string]bool{},
+		ranges:   map[string]hcl.Range{},
+		failed:   map[string]bool{},
+		literal:  true,
+	}
+	content, cdiags := file.Body.Content(admissionFileSchema)
+	d.diags = append(d.diags, cdiags...)
+	blocks := content.Blocks
+	if len(blocks) == 0 {
+		if !cdiags.HasErrors() {
+			d.errorf(file.Body.MissingItemRange(), "Missing admission block",
+				`An admission policy is one block, as in admission { host_paths = ["/srv/agents"] }; see examples/airlockd/admission.hcl.`)
+		}
+		return nil, d.diags
+	}
+	for _, b := range blocks[1:] {
+		d.errorf(b.DefRange, "Duplicate admission block", "An admission policy has one admission block; the first is at %s. Merge the two.", blocks[0].DefRange)
+	}
+	a := DefaultAdmission()
+	a.Source = filename
+	b := blocks[0]
+	root := fieldPath{}
+	d.ranges[""] = b.DefRange
+	c, bdiags := b.Body.Content(admissionSchema)
+	d.diags = append(d.diags, bdiags...)
+	attrs := c.Attributes
+
+	d.strList(attrs, "host_paths", root, &a.HostPaths)
+	d.strList(attrs, "read_only_paths", root, &a.ReadOnlyPaths)
+	for _, list := range []struct {
+		name  string
+		paths []string
+	}{{"host_paths", a.HostPaths}, {"read_only_paths", a.ReadOnlyPaths}} {
+		if _, ok := attrs[list.name]; !ok {
+			continue
+		}
+		for i, p := range list.paths {
+			if reason := checkRootPath(p); reason != "" {
+				d.errorf(d.rangeOf(root.field(list.name).index(i)), "Invalid host path root",
+					"%s. Name a host directory, such as %q; a workspace or mount may name it or anything beneath it.", reason, "/srv/agents")
+			}
+		}
+	}
+	if _, ok := attrs["users"]; ok {
+		a.Users = d.idRanges(attrs, "users", root)
+	}
+	if _, ok := attrs["groups"]; ok {
+		a.Groups = d.idRanges(attrs, "groups", root)
+	}
+	if _, ok := attrs["capabilities"]; ok {
+		var caps []string
+		d.strList(attrs, "capabilities", root, &caps)
+		a.Capabilities = nil
+		for i, cp := range caps {
+			canon := NormalizeCapability(cp)
+			if !isKnownCapability(canon) {
+				d.errorf(d.rangeOf(root.field("capabilities").index(i)), "Unknown capability",
+					"%q is not a Linux capability. Use a name such as CAP_NET_BIND_SERVICE (see capabilities(7)).", cp)
+				continue
+			}
+			if !slices.Contains(a.Capabilities, canon) {
+				a.Capabilities = append(a.Capabilities, canon)
+			}
+		}
+	}
+	if lb := d.single(c.Blocks.OfType("limits")); lb != nil {
+		at := root.field("limits")
+		d.ranges[at.String()] = lb.DefRange
+		lc, ldiags := lb.Body.Content(limitsSchema)
+		d.diags = append(d.diags, ldiags...)
+		la := lc.Attributes
+		l := &a.Limits
+		d.float(la, "cpus", at, &l.CPUs)
+		if l.CPUs > MaxCPUs {
+			d.errorf(d.rangeOf(at.field("cpus")), "Invalid cpus", "cpus %v is above the most a session can have, %d.", l.CPUs, MaxCPUs)
+		}
+		d.size(la, "memory", at, &l.Memory)
+		if l.Memory > 0 && l.Memory < MinMemory {
+			d.errorf(d.rangeOf(at.field("memory")), "Invalid memory", "memory %s is below the least a session can have, %s.", formatSize(l.Memory), formatSize(MinMemory))
+		}
+		d.integer(la, "pids", at, &l.Pids)
+		d.size(la, "disk", at, &l.Disk)
+		if l.Disk > 0 && l.Disk < MinDisk {
+			d.errorf(d.rangeOf(at.field("disk")), "Invalid disk", "disk %s is below the least a session can have, %s.", formatSize(l.Disk), formatSize(MinDisk))
+		}
+		d.duration(la, "timeout", at, &l.Timeout)
+		var n int64
+		d.integer(la, "sessions", at, &n)
+		if n > 0 {
+			if n > math.MaxInt32 {
+				d.errorf(d.rangeOf(at.field("sessions")), "Invalid sessions", "sessions %d is too large.", n)
+			} else {
+				l.Sessions = int(n)
+			}
+		}
+	}
+	sortDiags(d.diags)
+	if d.diags.HasErrors() {
+		return nil, d.diags
+	}
+	return a, d.diags
+}
+
+// idRanges decodes a list of "N" or "N-M" uid or gid ranges.
+func (d *decoder) idRanges(attrs hcl.Attributes, name string, at fieldPath) []IDRange {
+	var raw []string
+	d.strList(attrs, name, at, &raw)
+	out := []IDRange{}
+	for i, s := range raw {
+		r, reason := parseIDRange(s)
+		if reason != "" {
+			d.errorf(d.rangeOf(at.field(name).index(i)), "Invalid id range",
+				"%s. Write a numeric id such as \"1000\" or an inclusive range such as \"1000-1999\"; names are not resolved.", reason)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func parseIDRange(s string) (IDRange, string) {
+	first, last, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	a, ok := parseID(strings.TrimSpace(first))
+	if !ok {
+		return IDRange{}, fmt.Sprintf("%q is not a numeric id or range", s)
+	}
+	b := a
+	if isRange {
+		if b, ok = parseID(strings.TrimSpace(last)); !ok {
+			return IDRange{}, fmt.Sprintf("%q is not a numeric id or range", s)
+		}
+		if b < a {
+			return IDRange{}, fmt.Sprintf("%q ends before it starts", s)
+		}
+	}
+	return IDRange{First: a, Last: b}, ""
+}
+
+// checkRootPath checks a host_paths or read_only_paths entry.
+func checkRootPath(p string) string {
+	switch {
+	case p == "":
+		return "the path is empty"
+	case strings.ContainsRune(p, 0):
+		return "the path contains a NUL character"
+	case !filepath.IsAbs(p):
+		return fmt.Sprintf("%q is not an absolute path", p)
+	case filepath.Clean(p) != p && filepath.Clean(p)+"/" != p:
+		return fmt.Sprintf("%q is not a clean path (write %q)", p, filepath.Clean(p))
+	}
+	clean := filepath.Clean(p)
+	for _, q := range ProtectedHostPaths {
+		// An ancestor of a protected path (such as /var) is a fine root:
+		// what is beneath it is admitted, protected paths excepted.
+		if clean == q || within(q, clean) {
+			return fmt.Sprintf("%q is protected: nothing under it is admitted whatever the policy says", p)
+		}
+	}
+	return ""
+}
+
+// String renders the policy for the daemon's log.
+func (a *Admission) String() string {
+	l := a.Limits
+	return fmt.Sprintf("%s: host paths %s, read-only %s, users %s, groups %s, capabilities %s, limits cpus=%v memory=%s pids=%d disk=%s timeout=%s sessions=%s",
+		a.Source, listOrNone(a.HostPaths), listOrNone(a.ReadOnlyPaths), rangesString(a.Users), rangesString(a.Groups),
+		listOrNone(a.Capabilities), l.CPUs, formatSize(l.Memory), l.Pids, formatSize(l.Disk), l.Timeout, strconv.Itoa(l.Sessions))
+}

@@ -38,6 +38,11 @@ type Stats struct {
 	UpstreamErrors uint64
 	Truncated      uint64 // truncated upstream answers returned to UDP clients
 	TCPRetries     uint64 // upstream retries over TCP
+
+	// Limits.
+	RateLimited  uint64 // queries over a session's Limiter (counted in Refused too)
+	Overloaded   uint64 // UDP queries dropped with every goroutine busy
+	ConnsRefused uint64 // TCP connections closed over the connection bounds
 }
 
 type counters struct {
@@ -45,7 +50,7 @@ type counters struct {
 	unknownSource, malformed, blocked, typeRefused, empty        atomic.Uint64
 	cnameBlocked, addrDenied, pinErrors, servfail                atomic.Uint64
 	cacheHits, cacheMisses, forwarded, upstreamErrors, truncated atomic.Uint64
-	tcpRetries                                                   atomic.Uint64
+	tcpRetries, rateLimited, overloaded, connsRefused            atomic.Uint64
 }
 
 // Stats returns the current counters.
@@ -58,6 +63,7 @@ func (s *Server) Stats() Stats {
 		AddrDenied: c.addrDenied.Load(), PinErrors: c.pinErrors.Load(), ServFail: c.servfail.Load(),
 		CacheHits: c.cacheHits.Load(), CacheMisses: c.cacheMisses.Load(), Forwarded: c.forwarded.Load(),
 		UpstreamErrors: c.upstreamErrors.Load(), Truncated: c.truncated.Load(), TCPRetries: c.tcpRetries.Load(),
+		RateLimited: c.rateLimited.Load(), Overloaded: c.overloaded.Load(), ConnsRefused: c.connsRefused.Load(),
 	}
 }
 

@@ -36,8 +36,11 @@ Flags:
 
 func main() {
 	// containerd's shim runs this binary as the log writer of session output.
-	if len(os.Args) == 3 && os.Args[1] == runtime.LoggerArg {
-		runtime.RunLogger(os.Args[2])
+	if runtime.IsLoggerCall(os.Args[1:]) {
+		if err := runtime.RunLogger(os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, "airlockd (log writer):", err)
+			os.Exit(2)
+		}
 		return
 	}
 	os.Exit(run())

@@ -1,57 +1,137 @@
 // Package logwriter is the log writer of session output: containerd's
 // shim runs it (as airlock-logger, a small static binary) with the
-// session's stdout and stderr, and it appends each to its file.
+// session's stdout and stderr, and it appends each to its file, up to the
+// session's cap on output.
 package logwriter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/containerd/containerd/v2/core/runtime/v2/logging"
 )
 
 // Log file names inside a session's log directory. The logger creates the
 // ".eof" marker of a stream once that stream is closed and fully written, so
-// a follower knows it has seen everything.
+// a follower knows it has seen everything. A stream cut by the cap also
+// gets a ".dropped" file (a Dropped, as JSON): written when the cap is
+// reached, and again, final, before the ".eof" marker.
 const (
-	StdoutLog = "stdout.log"
-	StderrLog = "stderr.log"
-	EOFSuffix = ".eof"
+	StdoutLog     = "stdout.log"
+	StderrLog     = "stderr.log"
+	EOFSuffix     = ".eof"
+	DroppedSuffix = ".dropped"
 )
 
-// Arg is the first argument containerd's shim passes to the logger binary;
-// the second is the session's log directory.
-const Arg = "_airlock_logger"
+// The logger's arguments come in pairs, in any order (containerd's shim
+// passes the binary URI's query in map order): Arg DIR, the session's log
+// directory, and SizeArg BYTES, the cap on the session's output, stdout and
+// stderr together.
+const (
+	Arg     = "_airlock_logger"
+	SizeArg = "_airlock_log_size"
+)
+
+// DefaultLimit is the cap when SizeArg is absent; it equals
+// policies.DefaultLogSize.
+const DefaultLimit = 64 << 20
+
+// Dropped says how much of a stream the cap kept out of its file.
+type Dropped struct {
+	Limit   int64 `json:"limit"`   // the session's cap, both streams together
+	Written int64 `json:"written"` // bytes of this stream in the file, markers aside
+	Dropped int64 `json:"dropped"` // bytes read and discarded
+	Final   bool  `json:"final"`   // the stream has ended
+}
+
+// ParseArgs reads the logger's arguments (os.Args[1:]).
+func ParseArgs(args []string) (dir string, limit int64, err error) {
+	if len(args)%2 != 0 {
+		return "", 0, errors.New("arguments come in pairs")
+	}
+	limit = DefaultLimit
+	for i := 0; i < len(args); i += 2 {
+		switch args[i] {
+		case Arg:
+			dir = args[i+1]
+		case SizeArg:
+			if limit, err = strconv.ParseInt(args[i+1], 10, 64); err != nil || limit <= 0 {
+				return "", 0, fmt.Errorf("%s %q: want a positive number of bytes", SizeArg, args[i+1])
+			}
+		default:
+			return "", 0, fmt.Errorf("unknown argument %q", args[i])
+		}
+	}
+	if dir == "" {
+		return "", 0, errors.New("no " + Arg + " DIR")
+	}
+	return dir, limit, nil
+}
 
 // Run implements containerd's binary logging protocol: the shim
 // starts the logger with the task's stdout and stderr as fds 3 and 4; it
-// copies each into its file in dir. It never returns.
-func Run(dir string) {
+// copies each into its file in dir, the two together up to limit bytes.
+// It never returns.
+func Run(dir string, limit int64) {
 	logging.Run(func(_ context.Context, cfg *logging.Config, ready func() error) error {
-		return copyLogs(dir, cfg.Stdout, cfg.Stderr, ready)
+		return copyLogs(dir, limit, cfg.Stdout, cfg.Stderr, ready)
 	})
 }
 
-func copyLogs(dir string, stdout, stderr io.Reader, ready func() error) error {
+// budget is what is left of the cap, shared by both streams.
+type budget struct{ left atomic.Int64 }
+
+// take reserves up to n bytes; 0 when the cap is reached.
+func (b *budget) take(n int64) int64 {
+	for {
+		left := b.left.Load()
+		got := min(left, n)
+		if got <= 0 {
+			return 0
+		}
+		if b.left.CompareAndSwap(left, left-got) {
+			return got
+		}
+	}
+}
+
+func (b *budget) give(n int64) { b.left.Add(n) }
+
+// copyChunk is how much of the cap a stream reserves at a time. A stream
+// blocked on a read holds at most this much, so the other one may be cut
+// that much early.
+const copyChunk = 64 << 10
+
+func copyLogs(dir string, limit int64, stdout, stderr io.Reader, ready func() error) error {
 	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("log dir %q is not absolute", dir)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	names := []string{StdoutLog, StderrLog}
+	var b budget
+	b.left.Store(limit)
 	var files []*os.File
-	for _, name := range []string{StdoutLog, StderrLog} {
+	for _, name := range names {
 		_ = os.Remove(filepath.Join(dir, name+EOFSuffix))
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		// Read access too: the truncation marker looks at the last byte.
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
+		if st, err := f.Stat(); err == nil {
+			b.left.Add(-st.Size()) // a restarted logger appends
+		}
 		files = append(files, f)
 	}
 	if err := ready(); err != nil {
@@ -63,12 +143,62 @@ func copyLogs(dir string, stdout, stderr io.Reader, ready func() error) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := io.Copy(files[i], src)
-			errs[i] = err
-			name := []string{StdoutLog, StderrLog}[i]
-			_ = os.WriteFile(filepath.Join(dir, name+EOFSuffix), nil, 0o600)
+			errs[i] = copyStream(dir, names[i], files[i], src, &b, limit)
+			_ = os.WriteFile(filepath.Join(dir, names[i]+EOFSuffix), nil, 0o600)
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// copyStream copies src into f while the budget lasts (splicing, when
+// both are files or pipes), then writes a marker line, discards the rest,
+// and ends the file with a line saying how much was dropped.
+func copyStream(dir, name string, f *os.File, src io.Reader, b *budget, limit int64) error {
+	var written int64
+	for {
+		chunk := b.take(copyChunk)
+		if chunk == 0 {
+			break
+		}
+		n, err := io.CopyN(f, src, chunk)
+		written += n
+		if n < chunk {
+			b.give(chunk - n)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	stream := name[:len(name)-len(".log")]
+	info := Dropped{Limit: limit, Written: written}
+	report := func() {
+		if j, err := json.Marshal(info); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, name+DroppedSuffix), j, 0o600)
+		}
+	}
+	report()
+	_, _ = f.WriteString(lineStart(f) + fmt.Sprintf("[airlock: output truncated: the session's output reached its cap (log_size, %d bytes); the rest of %s is dropped]\n", limit, stream))
+	dropped, err := io.Copy(io.Discard, src)
+	info.Dropped, info.Final = dropped, true
+	_, _ = f.WriteString(fmt.Sprintf("[airlock: %d bytes of %s dropped]\n", dropped, stream))
+	report()
+	return err
+}
+
+// lineStart returns "\n" if f does not end with one, so that a marker
+// starts a line of its own.
+func lineStart(f *os.File) string {
+	st, err := f.Stat()
+	if err != nil || st.Size() == 0 {
+		return ""
+	}
+	var last [1]byte
+	if _, err := f.ReadAt(last[:], st.Size()-1); err == nil && last[0] == '\n' {
+		return ""
+	}
+	return "\n"
 }

@@ -125,7 +125,7 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	if _, err := os.Stat(dir); err != nil {
 		return
 	}
-	a := newAuditLog(dir)
+	a := newAuditLog(dir, 0)
 	a.Emit(ctx, ev)
 	_ = a.Close()
 }

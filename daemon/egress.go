@@ -39,6 +39,10 @@ type EgressConfig struct {
 	Pool netip.Prefix
 	// NetnsDir is where namespaces are mounted; default /run/netns.
 	NetnsDir string
+	// DNSLimits bound each session's queries to the DNS proxy (zero
+	// values: dnsproxy's defaults, 100 queries a second, a burst of 200,
+	// 64 at once).
+	DNSLimits dnsproxy.Limits
 }
 
 // egress is the daemon's network perimeter: the gateway namespace with its
@@ -183,9 +187,14 @@ func (d *Daemon) setupEgress(ctx context.Context, s *session, p *policies.Policy
 // session's addresses.
 func (d *Daemon) registerDNS(ctx context.Context, s *session, ns *netns.Session, list *allowlist.List) {
 	id := s.rec.ID
+	lim, err := dnsproxy.NewLimiter(d.cfg.Egress.DNSLimits)
+	if err != nil {
+		log.G(ctx).Error("dns limits", "error", err)
+		lim, _ = dnsproxy.NewLimiter(dnsproxy.Limits{})
+	}
 	pol := &dnsproxy.SessionPolicy{
-		ID: id, Allowlist: list, IPv6: s.rec.Policy.Egress.IPv6, Pinner: ns,
-		Audit: func(ev dnsproxy.Event) { s.audit.Emit(ctx, dnsAuditEvent(id, ev)) },
+		ID: id, Allowlist: list, IPv6: s.rec.Policy.Egress.IPv6, Pinner: ns, Limit: lim,
+		Audit: func(ev dnsproxy.Event) { s.audit.EmitDecision(ctx, dnsAuditEvent(id, ev)) },
 	}
 	addrs := []netip.Addr{ns.Addr()}
 	if a6 := ns.Addr6(); a6.IsValid() {
@@ -259,7 +268,7 @@ func (d *Daemon) stopEgress(ctx context.Context, s *session) error {
 	}
 	if stats, err := e.gw.DropCounters(ctx, id); err == nil {
 		for _, ev := range dropEvents(id, stats) {
-			s.audit.Emit(ctx, ev)
+			s.audit.EmitDecision(ctx, ev)
 		}
 	}
 	if err := e.gw.RemoveSession(ctx, id); err != nil && !errdefs.IsNotFound(err) {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/daemon"
+	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
@@ -75,6 +76,7 @@ func run() int {
 		pool           = fs.String("session-pool", "10.213.0.0/16", "address range for session networks")
 		dnsUpstreams   = listFlag{}
 		poolFiles      = listFlag{}
+		dnsRate        = fs.Float64("dns-rate", dnsproxy.DefaultRate, "DNS queries a second each session may send to airlock's resolver, with a burst of twice as many; queries beyond are not answered, and the audit counts them")
 	)
 	fs.Var(&poolFiles, "pool", "manifest FILE with a `pool { size = N }` block: keep N sandboxes of its policy prepared from the start (repeatable)")
 	fs.Var(&dnsUpstreams, "dns-upstream", "resolver ADDR[:PORT] that allowlisted names are forwarded to (repeatable; default: the host's resolv.conf)")
@@ -122,6 +124,10 @@ func run() int {
 		logger.Error("bad --bin-dir", "error", err)
 		return 2
 	}
+	if *dnsRate <= 0 {
+		logger.Error("bad --dns-rate: want a positive number of queries a second")
+		return 2
+	}
 	poolPrefix, err := netip.ParsePrefix(*pool)
 	if err != nil {
 		logger.Error("bad --session-pool", "error", err)
@@ -152,7 +158,7 @@ func run() int {
 		Namespace:  *namespace,
 		SelfBinary: self,
 		Issuers:    issuers,
-		Egress:     daemon.EgressConfig{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix},
+		Egress:     daemon.EgressConfig{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix, DNSLimits: dnsproxy.Limits{Rate: *dnsRate}},
 
 		ShimPerSession: *shimPerSession,
 	})

@@ -89,25 +89,9 @@ func Run(dir string, limit int64) {
 // budget is what is left of the cap, shared by both streams.
 type budget struct{ left atomic.Int64 }
 
-// take reserves up to n bytes; 0 when the cap is reached.
-func (b *budget) take(n int64) int64 {
-	for {
-		left := b.left.Load()
-		got := min(left, n)
-		if got <= 0 {
-			return 0
-		}
-		if b.left.CompareAndSwap(left, left-got) {
-			return got
-		}
-	}
-}
-
-func (b *budget) give(n int64) { b.left.Add(n) }
-
-// copyChunk is how much of the cap a stream reserves at a time. A stream
-// blocked on a read holds at most this much, so the other one may be cut
-// that much early.
+// copyChunk bounds one copy of a stream. Each stream copies at most what
+// is left of the cap, but both may do so at once: together they overshoot
+// the cap by less than copyChunk.
 const copyChunk = 64 << 10
 
 func copyLogs(dir string, limit int64, stdout, stderr io.Reader, ready func() error) error {
@@ -157,15 +141,13 @@ func copyLogs(dir string, limit int64, stdout, stderr io.Reader, ready func() er
 func copyStream(dir, name string, f *os.File, src io.Reader, b *budget, limit int64) error {
 	var written int64
 	for {
-		chunk := b.take(copyChunk)
-		if chunk == 0 {
+		chunk := min(b.left.Load(), copyChunk)
+		if chunk <= 0 {
 			break
 		}
 		n, err := io.CopyN(f, src, chunk)
 		written += n
-		if n < chunk {
-			b.give(chunk - n)
-		}
+		b.left.Add(-n)
 		if err == io.EOF {
 			return nil
 		}
@@ -182,11 +164,22 @@ func copyStream(dir, name string, f *os.File, src io.Reader, b *budget, limit in
 	}
 	report()
 	_, _ = f.WriteString(lineStart(f) + fmt.Sprintf("[airlock: output truncated: the session's output reached its cap (log_size, %d bytes); the rest of %s is dropped]\n", limit, stream))
-	dropped, err := io.Copy(io.Discard, src)
+	dropped, err := discard(src)
 	info.Dropped, info.Final = dropped, true
 	_, _ = f.WriteString(fmt.Sprintf("[airlock: %d bytes of %s dropped]\n", dropped, stream))
 	report()
 	return err
+}
+
+// discard reads src to its end. Into /dev/null, a pipe is spliced: the
+// bytes never reach this process.
+func discard(src io.Reader) (int64, error) {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return io.Copy(io.Discard, src)
+	}
+	defer null.Close()
+	return io.Copy(null, src)
 }
 
 // lineStart returns "\n" if f does not end with one, so that a marker

@@ -66,7 +66,7 @@ func TestCapTruncatesAndSaysSo(t *testing.T) {
 		t.Errorf("stderr = %q, want %q (it fit under the cap)", errb, small)
 	}
 	const markers = 512
-	if total := len(out) + len(errb); total > limit+markers {
+	if total := len(out) + len(errb); total > limit+copyChunk+markers {
 		t.Errorf("%d bytes written, cap %d", total, limit)
 	}
 	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")

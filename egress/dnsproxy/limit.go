@@ -224,3 +224,62 @@ func (c *limitedConn) Close() error {
 	c.once.Do(func() { c.l.release(c.addr) })
 	return err
 }
+
+// maxSessionLogLines bounds the refusals and failures of one session (or
+// unknown client) logged per log window: a loop over random names would
+// otherwise put a line per name in the daemon's log.
+const maxSessionLogLines = 20
+
+// lineBudget lets n log lines per key through per window and counts the
+// rest.
+type lineBudget struct {
+	window time.Duration
+	n      uint64
+
+	mu sync.Mutex
+	// +checklocks:mu
+	keys map[string]*lineSlot
+}
+
+type lineSlot struct {
+	until            time.Time
+	used, suppressed uint64
+}
+
+func newLineBudget(window time.Duration, n uint64) *lineBudget {
+	return &lineBudget{window: window, n: n, keys: map[string]*lineSlot{}}
+}
+
+// allow reports whether key may log a line now and, on the first line of a
+// window, how many lines the previous window suppressed.
+func (b *lineBudget) allow(key string, now time.Time) (suppressed uint64, ok bool) {
+	if b.window <= 0 {
+		return 0, true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	slot := b.keys[key]
+	if slot == nil {
+		if len(b.keys) >= maxLimiterKeys {
+			for k, sl := range b.keys {
+				if !now.Before(sl.until) {
+					delete(b.keys, k)
+				}
+			}
+			if len(b.keys) >= maxLimiterKeys {
+				clear(b.keys)
+			}
+		}
+		slot = &lineSlot{until: now.Add(b.window)}
+		b.keys[key] = slot
+	} else if !now.Before(slot.until) {
+		suppressed = slot.suppressed
+		slot.until, slot.used, slot.suppressed = now.Add(b.window), 0, 0
+	}
+	if slot.used >= b.n {
+		slot.suppressed++
+		return 0, false
+	}
+	slot.used++
+	return suppressed, true
+}

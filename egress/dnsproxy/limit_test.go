@@ -250,3 +250,24 @@ func TestTCPConnectionsBounded(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestLineBudget(t *testing.T) {
+	b := newLineBudget(time.Minute, 3)
+	t0 := time.Unix(1000, 0)
+	got := 0
+	for i := range 10 {
+		if _, ok := b.allow("s1", t0.Add(time.Duration(i)*time.Second)); ok {
+			got++
+		}
+	}
+	if got != 3 {
+		t.Errorf("%d lines in a window, want 3", got)
+	}
+	if _, ok := b.allow("s2", t0); !ok {
+		t.Error("another session shares the first one's budget")
+	}
+	suppressed, ok := b.allow("s1", t0.Add(time.Minute))
+	if !ok || suppressed != 7 {
+		t.Errorf("next window: ok %v, suppressed %d; want a line reporting 7", ok, suppressed)
+	}
+}

@@ -175,7 +175,9 @@ type Server struct {
 	cache    *cache        // nil when disabled
 	pool     *upstreamPool // nil when exchange is replaced in tests
 	logs     *limiter
-	stats    counters
+	// sessionLogs bounds log lines per session, whatever the names.
+	sessionLogs *lineBudget
+	stats       counters
 
 	done    chan struct{}  // closed by Shutdown
 	running sync.WaitGroup // ServePacketConn and ServeListener calls
@@ -210,10 +212,11 @@ func New(sessions Sessions, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("dnsproxy: no upstream resolvers: %w", errdefs.ErrInvalidArgument)
 	}
 	s := &Server{
-		sessions: sessions,
-		cfg:      cfg,
-		logs:     newLimiter(cfg.logWindow),
-		done:     make(chan struct{}),
+		sessions:    sessions,
+		cfg:         cfg,
+		logs:        newLimiter(cfg.logWindow),
+		sessionLogs: newLineBudget(cfg.logWindow, maxSessionLogLines),
+		done:        make(chan struct{}),
 	}
 	if cfg.cacheSize > 0 {
 		s.cache = newCache(cfg.cacheSize)

@@ -111,6 +111,14 @@ func (s *Server) record(ctx context.Context, req *request, r *dns.Msg, ev Event)
 	if !ok {
 		return
 	}
+	budgetKey := ev.Session
+	if budgetKey == "" {
+		budgetKey = key.name
+	}
+	sessionSuppressed, ok := s.sessionLogs.allow(budgetKey, ev.Time)
+	if !ok {
+		return
+	}
 	args := []any{"session", ev.Session, "client", ev.Client, "proto", ev.Proto, "name", ev.Name,
 		"type", ev.Type, "rcode", ev.Rcode, "reason", ev.Reason}
 	if ev.Rule != "" {
@@ -118,6 +126,9 @@ func (s *Server) record(ctx context.Context, req *request, r *dns.Msg, ev Event)
 	}
 	if suppressed > 0 {
 		args = append(args, "suppressed", suppressed)
+	}
+	if sessionSuppressed > 0 {
+		args = append(args, "session_suppressed", sessionSuppressed)
 	}
 	if ev.Action == ActionFailed {
 		log.G(ctx).Warn("dns query failed", args...)

@@ -47,6 +47,7 @@
 //	    icmpv6 type 133-136 accept (neighbour discovery)
 //	    ip6 daddr ff00::/8 drop    (MLD and router solicitations, not counted)
 //	    ip saddr != <session addr> goto <s>-blk
+//	    udp dport <dns> limit rate over 2000/second burst 2000 packets goto <s>-blk
 //	    meta l4proto @tcpudp th dport <dns> fib daddr . iif type local accept
 //	    goto <s>-blk }
 //	chain <s>-blk {
@@ -76,6 +77,12 @@ import (
 	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
 )
+
+// DNSPacketRate bounds, per session, the UDP packets a second that reach
+// the DNS proxy (with a burst as large); the rest are blocked and counted
+// like any blocked destination. The proxy's own per-session limit is far
+// lower; this one keeps a flood off the proxy's socket.
+const DNSPacketRate = 2000
 
 // Object names inside the table.
 const (
@@ -468,6 +475,12 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 		accept))
 	add(in, daddrIn(netip.MustParsePrefix("ff00::/8"), 0), one(verdict(expr.VerdictDrop)))
 	add(in, saddrNot(s.Addr4), one(toBlk))
+	// A flood of DNS packets stops here, before the proxy's one socket
+	// reader: the proxy limits each session far below this.
+	add(in, nfproto(unix.NFPROTO_IPV4), l4protoIs(unix.IPPROTO_UDP), one(
+		dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(b.DNSPort)},
+		&expr.Limit{Type: expr.LimitTypePkts, Rate: DNSPacketRate, Unit: expr.LimitTimeSecond, Burst: DNSPacketRate, Over: true},
+		toBlk))
 	add(in, nfproto(unix.NFPROTO_IPV4), l4protoTCPUDP(false), one(
 		dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(b.DNSPort)},
 		&expr.Fib{Register: reg1, FlagDADDR: true, FlagIIF: true, ResultADDRTYPE: true},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/allowlist"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/egress/nft"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -76,7 +78,8 @@ func (d *Daemon) openEgress(ctx context.Context) error {
 			return fmt.Errorf("dns upstream: %w (set --dns-upstream)", err)
 		}
 	}
-	gcfg := netns.Config{Prefix: d.prefix, NetnsDir: cfg.NetnsDir, Pool: cfg.Pool, Uplink: uplink}
+	gcfg := netns.Config{Prefix: d.prefix, NetnsDir: cfg.NetnsDir, Pool: cfg.Pool, Uplink: uplink,
+		DNSPacketRate: dnsPacketRate(cfg.DNSLimits)}
 	gw, err := netns.AdoptGateway(ctx, gcfg)
 	if err != nil {
 		log.G(ctx).Info("creating the gateway", "reason", err)
@@ -368,4 +371,15 @@ func (d *Daemon) removeNetwork(ctx context.Context, id string) error {
 		return fmt.Errorf("session %q: remove network: %w", id, err)
 	}
 	return nil
+}
+
+// dnsPacketRate is the bound on a session's packets to the DNS proxy that
+// the gateway's rules enforce: twenty times the proxy's own rate limit,
+// and never below nft.DefaultDNSPacketRate.
+func dnsPacketRate(l dnsproxy.Limits) uint32 {
+	rate := l.Rate
+	if rate == 0 {
+		rate = dnsproxy.DefaultRate
+	}
+	return uint32(min(max(20*rate, nft.DefaultDNSPacketRate), math.MaxUint32))
 }

@@ -76,7 +76,7 @@ func run() int {
 		pool           = fs.String("session-pool", "10.213.0.0/16", "address range for session networks")
 		dnsUpstreams   = listFlag{}
 		poolFiles      = listFlag{}
-		dnsRate        = fs.Float64("dns-rate", dnsproxy.DefaultRate, "DNS queries a second each session may send to airlock's resolver, with a burst of twice as many; queries beyond are not answered, and the audit counts them")
+		dnsRate        = fs.Float64("dns-rate", dnsproxy.DefaultRate, "DNS queries a second each session may send to airlock's resolver, with a burst of twice as many; queries beyond are not answered, and the audit counts them (the gateway blocks UDP packets to the resolver beyond twenty times this rate)")
 	)
 	fs.Var(&poolFiles, "pool", "manifest FILE with a `pool { size = N }` block: keep N sandboxes of its policy prepared from the start (repeatable)")
 	fs.Var(&dnsUpstreams, "dns-upstream", "resolver ADDR[:PORT] that allowlisted names are forwarded to (repeatable; default: the host's resolv.conf)")

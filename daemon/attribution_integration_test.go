@@ -1,18 +1,10 @@
 package daemon_test
 
 import (
-	"context"
-	"net/http"
-	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/api"
-	benchworld "github.com/airlock-sandbox/airlock/bench/world"
-	"github.com/airlock-sandbox/airlock/credentials/verify"
-	"github.com/airlock-sandbox/airlock/egress/netns"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -26,33 +18,14 @@ import (
 func TestForgedTokenInSessionAudit(t *testing.T) {
 	testutil.RequiresRoot(t)
 	ctx := t.Context()
-	srv := httptest.NewServer(h.Daemon.CredentialsHandler())
-	defer srv.Close()
-	w, err := benchworld.New(ctx, verify.ForIssuer(srv.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	ip := worldHost(t, "jobs2.bench.test", "10.214.0.21")
-	l, err := netns.Listen(h.World.NetnsPath(), "tcp", netip.AddrPortFrom(ip, 8080).String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs := &http.Server{Handler: w.JobsHandler()}
-	go jobs.Serve(l)
-	defer jobs.Close()
+	jobsService(t, "jobs2.bench.test", "10.214.0.21")
 
 	start := func() string {
 		p := policy("sleep", "300")
 		p.Egress = &policies.Egress{Allow: []string{"jobs2.bench.test:8080"}}
 		p.Credentials = []policies.Credential{{Name: "jobs", Issuer: "airlock", Audience: "jobs.bench.test",
 			Scopes: []string{"jobs.cancel owner=alex queue=dev"}, TTL: policies.Duration(5 * time.Minute)}}
-		s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
-		return s.ID
+		return startSession(ctx, t, p)
 	}
 	attacker, bystander := start(), start()
 

@@ -106,29 +106,15 @@ func TestDiskFloodBounded(t *testing.T) {
 	)
 	before := diskUsage(t, h.Root)
 
-	start := func(p policies.Policy) string {
-		t.Helper()
-		s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
-		if err != nil {
-			t.Fatalf("create: %v", err)
-		}
-		t.Cleanup(func() {
-			if err := h.Daemon.Remove(context.Background(), s.ID, true); err != nil {
-				t.Errorf("remove %s: %v", s.ID, err)
-			}
-			assertGone(t, s.ID)
-		})
-		return s.ID
-	}
 	yes := policy("yes")
 	yes.Timeout = policies.Duration(flood)
 	setCaps(&yes, logCap, auditCap)
-	yesID := start(yes)
+	yesID := startSession(ctx, t, yes)
 
 	dns := policy("python3", "-c", dnsFlood, strconv.Itoa(int(flood.Seconds())))
 	dns.Egress = &policies.Egress{Allow: []string{"api.corp.test:80"}}
 	setCaps(&dns, logCap, auditCap)
-	dnsID := start(dns)
+	dnsID := startSession(ctx, t, dns)
 
 	// Another session, started while both flood: its output, exit code and
 	// name resolution are what they would be on an idle daemon.

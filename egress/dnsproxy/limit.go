@@ -260,16 +260,7 @@ func (b *lineBudget) allow(key string, now time.Time) (suppressed uint64, ok boo
 	defer b.mu.Unlock()
 	slot := b.keys[key]
 	if slot == nil {
-		if len(b.keys) >= maxLimiterKeys {
-			for k, sl := range b.keys {
-				if !now.Before(sl.until) {
-					delete(b.keys, k)
-				}
-			}
-			if len(b.keys) >= maxLimiterKeys {
-				clear(b.keys)
-			}
-		}
+		makeRoom(b.keys, now, func(s *lineSlot) time.Time { return s.until })
 		slot = &lineSlot{until: now.Add(b.window)}
 		b.keys[key] = slot
 	} else if !now.Before(slot.until) {
@@ -282,4 +273,20 @@ func (b *lineBudget) allow(key string, now time.Time) (suppressed uint64, ok boo
 	}
 	slot.used++
 	return suppressed, true
+}
+
+// makeRoom, once m holds maxLimiterKeys entries, deletes those whose
+// window (until) has ended at now, or every entry if none has.
+func makeRoom[K comparable, V any](m map[K]V, now time.Time, until func(V) time.Time) {
+	if len(m) < maxLimiterKeys {
+		return
+	}
+	for k, v := range m {
+		if !now.Before(until(v)) {
+			delete(m, k)
+		}
+	}
+	if len(m) >= maxLimiterKeys {
+		clear(m)
+	}
 }

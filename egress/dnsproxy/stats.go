@@ -184,16 +184,7 @@ func (l *limiter) allow(key logKey, now time.Time) (suppressed uint64, ok bool) 
 		slot.until, slot.suppressed = now.Add(l.window), 0
 		return suppressed, true
 	}
-	if len(l.seen) >= maxLimiterKeys {
-		for k, slot := range l.seen {
-			if !now.Before(slot.until) {
-				delete(l.seen, k)
-			}
-		}
-		if len(l.seen) >= maxLimiterKeys {
-			clear(l.seen)
-		}
-	}
+	makeRoom(l.seen, now, func(s *logSlot) time.Time { return s.until })
 	l.seen[key] = &logSlot{until: now.Add(l.window)}
 	return 0, true
 }

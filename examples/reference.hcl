@@ -65,7 +65,7 @@ session "reference" {
     cpus   = var.cpus # CPUs, fractions allowed (0.5). Default 1.
     memory = "4GiB"   # Memory limit. Default "1GiB"; at least "16MiB".
     pids   = 512      # Process limit. Default 512.
-    disk   = "2GiB"   # Quota on what the session may write. Default: none.
+    disk   = "2GiB"   # Quota on what the session writes to its overlay workspaces. Default "4GiB".
     # Caps on what the session makes the daemon write under its --root;
     # neither counts against disk. log_size: the recorded output, stdout
     # and stderr together (4KiB to 16GiB); beyond it the rest is dropped,

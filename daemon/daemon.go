@@ -202,12 +202,18 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.releaseCgroupParentsLocked()
 	d.mu.Unlock()
 	d.mu.Lock()
+	sessions := make([]*session, 0, len(d.sessions))
 	for _, s := range d.sessions {
 		s.stopTimer()
+		sessions = append(sessions, s)
 	}
 	d.mu.Unlock()
 	err := d.closeEgress(ctx)
 	d.wg.Wait()
+	// Merged decisions still counting are written before the daemon goes.
+	for _, s := range sessions {
+		_ = s.audit.Close()
+	}
 	return errors.Join(err, d.stopAnchor(ctx), d.rt.Close())
 }
 

@@ -88,10 +88,15 @@ func Run(dir string, limit int64) {
 // budget is what is left of the cap, shared by both streams.
 type budget struct{ left atomic.Int64 }
 
-// copyChunk bounds one copy of a stream. Each stream copies at most what
-// is left of the cap, but both may do so at once: together they overshoot
-// the cap by less than copyChunk.
-const copyChunk = 64 << 10
+// take takes n bytes from the budget and returns how many of them fit.
+func (b *budget) take(n int) int {
+	before := b.left.Add(-int64(n)) + int64(n)
+	return int(min(max(before, 0), int64(n)))
+}
+
+// copyBuf is the size of a stream's copy buffer (io.Copy's). The log files
+// are opened O_APPEND, which rules out splice(2) into them anyway.
+const copyBuf = 32 << 10
 
 func copyLogs(dir string, limit int64, stdout, stderr io.Reader, ready func() error) error {
 	if !filepath.IsAbs(dir) {
@@ -134,26 +139,36 @@ func copyLogs(dir string, limit int64, stdout, stderr io.Reader, ready func() er
 	return errors.Join(errs...)
 }
 
-// copyStream copies src into f while the budget lasts (splicing, when
-// both are files or pipes), then writes a marker line, discards the rest,
-// and ends the file with a line saying how much was dropped.
+// copyStream copies src into f while the budget lasts, then writes a
+// marker line, discards the rest, and ends the file with a line saying how
+// much was dropped.
 func copyStream(dir, name string, f *os.File, src io.Reader, b *budget, limit int64) error {
 	var written int64
+	buf := make([]byte, copyBuf)
 	for {
-		chunk := min(b.left.Load(), copyChunk)
-		if chunk <= 0 {
-			break
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			keep := b.take(n)
+			if _, err := f.Write(buf[:keep]); err != nil {
+				return err
+			}
+			written += int64(keep)
+			if keep < n {
+				return truncate(dir, name, f, src, limit, written, int64(n-keep))
+			}
 		}
-		n, err := io.CopyN(f, src, chunk)
-		written += n
-		b.left.Add(-n)
-		if err == io.EOF {
+		if rerr == io.EOF {
 			return nil
 		}
-		if err != nil {
-			return err
+		if rerr != nil {
+			return rerr
 		}
 	}
+}
+
+// truncate ends a stream that reached the cap: the marker line, the rest
+// of src discarded, the count of what was dropped.
+func truncate(dir, name string, f *os.File, src io.Reader, limit, written, dropped int64) error {
 	stream := name[:len(name)-len(".log")]
 	info := Dropped{Limit: limit, Written: written}
 	report := func() {
@@ -164,9 +179,9 @@ func copyStream(dir, name string, f *os.File, src io.Reader, b *budget, limit in
 	}
 	report()
 	_, _ = f.WriteString(lineStart(f) + fmt.Sprintf("[airlock: output truncated: the session's output reached its cap (log_size, %d bytes); the rest of %s is dropped]\n", limit, stream))
-	dropped, err := discard(src)
-	info.Dropped, info.Final = dropped, true
-	_, _ = f.WriteString(fmt.Sprintf("[airlock: %d bytes of %s dropped]\n", dropped, stream))
+	rest, err := discard(src)
+	info.Dropped, info.Final = dropped+rest, true
+	_, _ = f.WriteString(fmt.Sprintf("[airlock: %d bytes of %s dropped]\n", info.Dropped, stream))
 	report()
 	return err
 }

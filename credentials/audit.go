@@ -33,6 +33,10 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	Detail string `json:"detail,omitempty"`
 	Remote string `json:"remote,omitempty"`
+	// Client and Server are the ends of the connection that presented the
+	// token, as the reporting service saw them (verify.Rejection).
+	Client string `json:"client,omitempty"`
+	Server string `json:"server,omitempty"`
 }
 
 // AuditFunc receives audit events. It is called synchronously, without

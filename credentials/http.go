@@ -142,6 +142,8 @@ func (b *Broker) serveReport(w http.ResponseWriter, r *http.Request) {
 		Reason:   clean(rej.Reason),
 		Detail:   clean(rej.Detail),
 		Remote:   r.RemoteAddr,
+		Client:   clean(rej.Client),
+		Server:   clean(rej.Server),
 	}
 	// The session comes from the broker's own record of the token, not from
 	// what the reporter claims.
@@ -154,7 +156,7 @@ func (b *Broker) serveReport(w http.ResponseWriter, r *http.Request) {
 		b.mu.Unlock()
 	}
 	log.G(r.Context()).Info("credential rejected by service", "session", e.Session, "name", e.Name,
-		"jti", e.ID, "audience", e.Audience, "action", e.Action, "reason", e.Reason, "remote", e.Remote)
+		"jti", e.ID, "audience", e.Audience, "action", e.Action, "reason", e.Reason, "remote", e.Remote, "client", e.Client)
 	if b.audit != nil {
 		b.audit(r.Context(), e)
 	}

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -27,146 +26,6 @@ const auditFile = "audit.jsonl"
 
 // maxAuditLine bounds one event of the log when it is read.
 const maxAuditLine = 4 << 20
-
-// auditLog appends events to a session's audit.jsonl.
-//
-// An event is in the file (the page cache) when Emit returns, so a read
-// that starts after an Emit sees its event. Events emitted concurrently are
-// written together: the first Emit to find no write in progress writes
-// every event queued so far in one write(2) while the others wait for it.
-// Each write holds whole lines and writes are serialized, so a reader never
-// sees a torn line from a live writer, only, at the end of the file, part
-// of a line still being written.
-type auditLog struct {
-	path string
-
-	mu   sync.Mutex
-	cond sync.Cond // signalled when a write ends; L is &mu
-	// f is opened by the first write and used only by the writer.
-	f *os.File // +checklocks:mu
-	// queue holds encoded events not yet handed to a writer; spare is the
-	// buffer of the last write, reused as the next queue.
-	queue, spare []byte // +checklocks:mu
-	// queued counts the events ever queued, written those whose write has
-	// ended (in failure too: a failed write is logged, not retried).
-	queued, written uint64 // +checklocks:mu
-	writing         bool   // +checklocks:mu
-}
-
-func newAuditLog(dir string) *auditLog { return openAuditLog(filepath.Join(dir, auditFile)) }
-
-func openAuditLog(path string) *auditLog {
-	a := &auditLog{path: path}
-	a.cond.L = &a.mu
-	return a
-}
-
-// AuditLog appends api.AuditEvents to a file of JSON lines exactly as the
-// daemon records a session's audit.jsonl (the proxy benchmarks use it to
-// measure the daemon's audit path). It is safe for concurrent use.
-type AuditLog struct{ l *auditLog }
-
-// NewAuditLog returns an AuditLog appending to path, which is created on
-// the first Emit.
-func NewAuditLog(path string) *AuditLog { return &AuditLog{l: openAuditLog(path)} }
-
-// Emit records ev (Time defaults to now) and returns once it is in the
-// file.
-func (a *AuditLog) Emit(ctx context.Context, ev api.AuditEvent) { a.l.Emit(ctx, ev) }
-
-// Close closes the file; a later Emit reopens it.
-func (a *AuditLog) Close() error { return a.l.Close() }
-
-// encodeBufs holds buffers for encoding one event.
-var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
-
-// maxPooledBuf keeps buffers that grew for an unusual event out of the
-// pools.
-const maxPooledBuf = 64 << 10
-
-// Emit records ev; Time defaults to now. It returns once ev is in the log
-// file.
-func (a *auditLog) Emit(ctx context.Context, ev api.AuditEvent) {
-	if ev.Time.IsZero() {
-		ev.Time = time.Now().UTC()
-	}
-	bp := encodeBufs.Get().(*[]byte)
-	b, err := appendAuditEvent((*bp)[:0], &ev)
-	if err != nil {
-		encodeBufs.Put(bp)
-		log.G(ctx).Error("audit: encode event", "error", err)
-		return
-	}
-	b = append(b, '\n')
-
-	a.mu.Lock()
-	a.queue = append(a.queue, b...)
-	a.queued++
-	seq := a.queued
-	if cap(b) <= maxPooledBuf {
-		*bp = b
-		encodeBufs.Put(bp)
-	}
-	for a.written < seq {
-		if a.writing {
-			a.cond.Wait()
-			continue
-		}
-		a.writeQueueLocked(ctx)
-	}
-	a.mu.Unlock()
-}
-
-// writeQueueLocked writes every queued event. It releases mu during the
-// write, with writing set so that no other write starts.
-func (a *auditLog) writeQueueLocked(ctx context.Context) {
-	a.writing = true
-	buf, upto := a.queue, a.queued
-	a.queue = a.spare[:0]
-	f := a.f
-	a.mu.Unlock()
-
-	var err error
-	if f == nil {
-		f, err = os.OpenFile(a.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			err = fmt.Errorf("open log: %w", err)
-		}
-	}
-	if err == nil {
-		_, err = f.Write(buf)
-	}
-	if err != nil {
-		log.G(ctx).Error("audit: write", "path", a.path, "error", err)
-	}
-
-	a.mu.Lock()
-	a.f = f
-	if cap(buf) <= maxPooledBuf {
-		a.spare = buf[:0]
-	} else {
-		a.spare = nil
-	}
-	a.written = upto
-	a.writing = false
-	a.cond.Broadcast()
-}
-
-// Close closes the log file, after a write in progress; a later Emit
-// reopens it.
-func (a *auditLog) Close() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for a.writing {
-		a.cond.Wait()
-	}
-	if a.f == nil {
-		return nil
-	}
-	err := a.f.Close()
-	a.f = nil
-	return err
-}
 
 // Audit returns a session's audit events in order.
 func (d *Daemon) Audit(ctx context.Context, id string) ([]api.AuditEvent, error) {
@@ -216,7 +75,7 @@ func (d *Daemon) AuditEach(ctx context.Context, id string, fn func(raw json.RawM
 	// Blocked connections of a live network are counted in the kernel;
 	// they reach the log when the network is removed.
 	var b []byte
-	for _, ev := range d.liveDrops(ctx, id) {
+	for _, ev := range append(d.liveDrops(ctx, id), s.liveOutputDropped()...) {
 		if b, err = appendAuditEvent(b[:0], &ev); err != nil {
 			return err
 		}

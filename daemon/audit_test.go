@@ -174,7 +174,7 @@ func discardCtx() context.Context {
 
 func TestAuditEmitIsWrittenOnReturn(t *testing.T) {
 	dir := t.TempDir()
-	a := newAuditLog(dir)
+	a := newAuditLog(dir, 0)
 	t.Cleanup(func() { _ = a.Close() })
 	const writers, each = 8, 200
 	var wg sync.WaitGroup
@@ -242,7 +242,7 @@ func TestAuditEmitIsWrittenOnReturn(t *testing.T) {
 // "s1" whose directory is dir, and returns a client for it.
 func auditServer(t *testing.T, dir string) (*Daemon, *api.Client) {
 	t.Helper()
-	d := &Daemon{sessions: map[string]*session{"s1": {dir: dir, audit: newAuditLog(dir)}}}
+	d := &Daemon{sessions: map[string]*session{"s1": {dir: dir, audit: newAuditLog(dir, 0)}}}
 	sockDir, err := os.MkdirTemp("", "airlock-audit-")
 	if err != nil {
 		t.Fatal(err)
@@ -417,7 +417,7 @@ func BenchmarkAuditEmit(b *testing.B) {
 	})
 	ctx := discardCtx()
 	b.Run("serial", func(b *testing.B) {
-		a := newAuditLog(b.TempDir())
+		a := newAuditLog(b.TempDir(), 0)
 		b.Cleanup(func() { _ = a.Close() })
 		b.ReportAllocs()
 		for b.Loop() {
@@ -425,7 +425,7 @@ func BenchmarkAuditEmit(b *testing.B) {
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
-		a := newAuditLog(b.TempDir())
+		a := newAuditLog(b.TempDir(), 0)
 		b.Cleanup(func() { _ = a.Close() })
 		b.ReportAllocs()
 		b.SetParallelism(8)
@@ -465,7 +465,7 @@ func BenchmarkAuditRead(b *testing.B) {
 		_, _ = f.Write(append(line, '\n'))
 	}
 	f.Close()
-	d := &Daemon{sessions: map[string]*session{"s1": {dir: dir, audit: newAuditLog(dir)}}}
+	d := &Daemon{sessions: map[string]*session{"s1": {dir: dir, audit: newAuditLog(dir, 0)}}}
 	req := httptest.NewRequest(http.MethodGet, "/v1/sessions/s1/audit", nil).WithContext(discardCtx())
 	req.SetPathValue("id", "s1")
 	b.ReportAllocs()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -96,6 +97,12 @@ func (d *Daemon) ServeCredentials(ctx context.Context, addr string) (*http.Serve
 
 // credentialAudit copies broker events into the session's audit log.
 func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
+	attributed := false
+	if e.Session == "" && e.Kind == credentials.EventRejected && e.Client != "" {
+		// A token the broker does not know (forged, malformed): the
+		// session is the one whose connection presented it.
+		e.Session, attributed = d.sessionOfConnection(ctx, e.Client, e.Server)
+	}
 	if e.Session == "" || validID(e.Session) != nil {
 		log.G(ctx).Info("credential event", "kind", e.Kind, "jti", e.ID, "reason", e.Reason)
 		return
@@ -117,6 +124,12 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	if e.Detail != "" {
 		ev.Fields["detail"] = e.Detail
 	}
+	if e.Client != "" {
+		ev.Fields["client"] = e.Client
+	}
+	if attributed {
+		ev.Fields["attributed_by"] = "connection"
+	}
 	if s, err := d.get(e.Session); err == nil {
 		s.audit.Emit(ctx, ev)
 		return
@@ -125,7 +138,7 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	if _, err := os.Stat(dir); err != nil {
 		return
 	}
-	a := newAuditLog(dir)
+	a := newAuditLog(dir, 0)
 	a.Emit(ctx, ev)
 	_ = a.Close()
 }
@@ -349,4 +362,29 @@ func (d *Daemon) revokeCredentials(ctx context.Context, id string) {
 	}
 	d.creds.mu.Unlock()
 	d.broker.Revoke(ctx, id)
+}
+
+// sessionOfConnection returns the session that opened the TCP connection
+// a service saw from client to server (IP:port each; server may be
+// empty), through the gateway's view of its sessions' flows.
+func (d *Daemon) sessionOfConnection(ctx context.Context, client, server string) (string, bool) {
+	if d.egress == nil {
+		return "", false
+	}
+	c, err := netip.ParseAddrPort(client)
+	if err != nil {
+		return "", false
+	}
+	var srv netip.AddrPort
+	if server != "" {
+		if srv, err = netip.ParseAddrPort(server); err != nil {
+			srv = netip.AddrPort{}
+		}
+	}
+	ns, err := d.egress.gw.SessionByFlow(ctx, c, srv, "tcp")
+	if err != nil {
+		log.G(ctx).Debug("credential rejection from a connection of no session", "client", client, "error", err)
+		return "", false
+	}
+	return ns.ID(), true
 }

@@ -175,24 +175,33 @@ func TestCredentialIssuerFailureFailsCreate(t *testing.T) {
 // the sandbox over the egress perimeter, works against a real world service
 // for an in-scope action, is refused for an out-of-scope one, and is refused
 // after the session is stopped.
-func TestCredentialAgainstWorldService(t *testing.T) {
-	testutil.RequiresRoot(t)
-	ctx := t.Context()
+// jobsService serves the benchmark world's job scheduler on name:8080 in
+// the test world, verifying tokens against the daemon, until the test
+// ends.
+func jobsService(t *testing.T, name, addr string) (*benchworld.World, netip.Addr) {
+	t.Helper()
 	srv := httptest.NewServer(h.Daemon.CredentialsHandler())
-	defer srv.Close()
-	w, err := benchworld.New(ctx, verify.ForIssuer(srv.URL))
+	t.Cleanup(srv.Close)
+	w, err := benchworld.New(t.Context(), verify.ForIssuer(srv.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
-	ip := worldHost(t, "jobs.bench.test", "10.214.0.20")
+	t.Cleanup(func() { w.Close() })
+	ip := worldHost(t, name, addr)
 	l, err := netns.Listen(h.World.NetnsPath(), "tcp", netip.AddrPortFrom(ip, 8080).String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	jobs := &http.Server{Handler: w.JobsHandler()}
 	go jobs.Serve(l)
-	defer jobs.Close()
+	t.Cleanup(func() { jobs.Close() })
+	return w, ip
+}
+
+func TestCredentialAgainstWorldService(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	w, ip := jobsService(t, "jobs.bench.test", "10.214.0.20")
 
 	p := policy("sleep", "300")
 	p.Egress = &policies.Egress{Allow: []string{"jobs.bench.test:8080"}}

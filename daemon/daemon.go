@@ -219,12 +219,18 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.releaseCgroupParentsLocked()
 	d.mu.Unlock()
 	d.mu.Lock()
+	sessions := make([]*session, 0, len(d.sessions))
 	for _, s := range d.sessions {
 		s.stopTimer()
+		sessions = append(sessions, s)
 	}
 	d.mu.Unlock()
 	err := d.closeEgress(ctx)
 	d.wg.Wait()
+	// Merged decisions still counting are written before the daemon goes.
+	for _, s := range sessions {
+		_ = s.audit.Close()
+	}
 	return errors.Join(err, d.stopAnchor(ctx), d.rt.Close())
 }
 
@@ -370,7 +376,7 @@ func (d *Daemon) start(ctx context.Context, s *session) error {
 	d.armTimerLocked(s)
 	d.startRefreshers(ctx, s, s.minted)
 	s.minted = nil
-	s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "started",
+	s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "started",
 		Subject: strings.Join(s.rec.Policy.Command, " "), Fields: map[string]any{"pid": s.pid, "timeout": s.rec.Policy.Timeout.String(), "warm": s.rec.Warm}})
 	log.G(ctx).Info("session started", "pid", s.pid, "timeout", s.rec.Policy.Timeout.String(), "warm", s.rec.Warm)
 	return nil
@@ -456,6 +462,7 @@ func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitS
 		if err := d.rt.DeleteTask(ctx, id); err != nil {
 			log.G(ctx).Warn("delete exited task", "error", err)
 		}
+		d.auditOutputDropped(ctx, s)
 	})
 	var review bool
 	steps.spawn("workspace", func() {
@@ -501,7 +508,8 @@ func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitS
 		}
 	})
 	s.closeExitedLocked()
-	s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "ended", Reason: reason,
+	s.audit.Flush(ctx)
+	s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "ended", Reason: reason,
 		Fields: map[string]any{"exit_code": exit}})
 	log.G(ctx).Info("session ended", "exit_code", exit, "reason", reason)
 }
@@ -795,7 +803,7 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 			continue
 		}
 		known[id] = true
-		s := &session{d: d, dir: d.sessionDir(id), audit: newAuditLog(d.sessionDir(id)), rec: *rec, exited: make(chan struct{})}
+		s := &session{d: d, dir: d.sessionDir(id), audit: newAuditLog(d.sessionDir(id), rec.Policy.Resources.AuditSize), rec: *rec, exited: make(chan struct{})}
 		if s.fs, err = loadFS(s.dir); err != nil {
 			log.G(sctx).Error("load workspace state", "error", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/allowlist"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/egress/nft"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -46,6 +48,11 @@ type EgressConfig struct {
 	// addresses in answers are dropped. The pools, the uplink subnets and
 	// the host's own addresses are never pinned, whatever this says.
 	AllowPrivate []netip.Prefix
+
+	// DNSLimits bound each session's queries to the DNS proxy (zero
+	// values: dnsproxy's defaults, 100 queries a second, a burst of 200,
+	// 64 at once).
+	DNSLimits dnsproxy.Limits
 }
 
 // egress is the daemon's network perimeter: the gateway namespace with its
@@ -84,7 +91,8 @@ func (d *Daemon) openEgress(ctx context.Context) error {
 			return fmt.Errorf("dns upstream: %w (set --dns-upstream)", err)
 		}
 	}
-	gcfg := netns.Config{Prefix: d.prefix, NetnsDir: cfg.NetnsDir, Pool: cfg.Pool, Uplink: uplink}
+	gcfg := netns.Config{Prefix: d.prefix, NetnsDir: cfg.NetnsDir, Pool: cfg.Pool, Uplink: uplink,
+		DNSPacketRate: dnsPacketRate(cfg.DNSLimits)}
 	gw, err := netns.AdoptGateway(ctx, gcfg)
 	if err != nil {
 		log.G(ctx).Info("creating the gateway", "reason", err)
@@ -208,9 +216,14 @@ func (d *Daemon) registerDNS(ctx context.Context, s *session, ns *netns.Session,
 		// allows no private range.
 		log.G(ctx).Warn("egress allow_private", "session", id, "error", err)
 	}
+	lim, err := dnsproxy.NewLimiter(d.cfg.Egress.DNSLimits)
+	if err != nil {
+		log.G(ctx).Error("dns limits", "error", err)
+		lim, _ = dnsproxy.NewLimiter(dnsproxy.Limits{})
+	}
 	pol := &dnsproxy.SessionPolicy{
-		ID: id, Allowlist: list, IPv6: s.rec.Policy.Egress.IPv6, Pinner: ns, AllowPrivate: private,
-		Audit: func(ev dnsproxy.Event) { s.audit.Emit(ctx, dnsAuditEvent(id, ev)) },
+		ID: id, Allowlist: list, IPv6: s.rec.Policy.Egress.IPv6, Pinner: ns, AllowPrivate: private, Limit: lim,
+		Audit: func(ev dnsproxy.Event) { s.audit.EmitDecision(ctx, dnsAuditEvent(id, ev)) },
 	}
 	addrs := []netip.Addr{ns.Addr()}
 	if a6 := ns.Addr6(); a6.IsValid() {
@@ -300,7 +313,7 @@ func (d *Daemon) stopEgress(ctx context.Context, s *session) error {
 	}
 	if stats, err := e.gw.DropCounters(ctx, id); err == nil {
 		for _, ev := range dropEvents(id, stats) {
-			s.audit.Emit(ctx, ev)
+			s.audit.EmitDecision(ctx, ev)
 		}
 	}
 	if err := e.gw.RemoveSession(ctx, id); err != nil && !errdefs.IsNotFound(err) {
@@ -400,4 +413,15 @@ func (d *Daemon) removeNetwork(ctx context.Context, id string) error {
 		return fmt.Errorf("session %q: remove network: %w", id, err)
 	}
 	return nil
+}
+
+// dnsPacketRate is the bound on a session's packets to the DNS proxy that
+// the gateway's rules enforce: twenty times the proxy's own rate limit,
+// and never below nft.DefaultDNSPacketRate.
+func dnsPacketRate(l dnsproxy.Limits) uint32 {
+	rate := l.Rate
+	if rate == 0 {
+		rate = dnsproxy.DefaultRate
+	}
+	return uint32(min(max(20*rate, nft.DefaultDNSPacketRate), math.MaxUint32))
 }

@@ -64,6 +64,22 @@ func runSession(t *testing.T, p policies.Policy) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
+	id := startSession(ctx, t, p)
+	var out, errb bytes.Buffer
+	if err := h.Daemon.Logs(ctx, id, daemon.LogsOptions{Follow: true, Stdout: &out, Stderr: &errb}); err != nil {
+		t.Fatalf("logs: %v", err)
+	}
+	w, err := h.Daemon.Wait(ctx, id)
+	if err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	return result{id: id, stdout: out.String(), stderr: errb.String(), exit: w.ExitCode, reason: w.Reason}
+}
+
+// startSession creates and starts a session and returns its id. The
+// session is removed at the end of the test.
+func startSession(ctx context.Context, t *testing.T, p policies.Policy) string {
+	t.Helper()
 	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
 	if err != nil {
 		t.Fatalf("create: %v", err)
@@ -74,15 +90,7 @@ func runSession(t *testing.T, p policies.Policy) result {
 		}
 		assertGone(t, s.ID)
 	})
-	var out, errb bytes.Buffer
-	if err := h.Daemon.Logs(ctx, s.ID, daemon.LogsOptions{Follow: true, Stdout: &out, Stderr: &errb}); err != nil {
-		t.Fatalf("logs: %v", err)
-	}
-	w, err := h.Daemon.Wait(ctx, s.ID)
-	if err != nil {
-		t.Fatalf("wait: %v", err)
-	}
-	return result{id: s.ID, stdout: out.String(), stderr: errb.String(), exit: w.ExitCode, reason: w.Reason}
+	return s.ID
 }
 
 // assertGone checks that nothing of a removed session is left: containerd

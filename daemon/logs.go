@@ -2,12 +2,17 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
 
@@ -105,4 +110,63 @@ func (d *Daemon) Logs(ctx context.Context, id string, o LogsOptions) error {
 		case <-time.After(followPoll):
 		}
 	}
+}
+
+// outputDropped returns the output_truncated events of the session's
+// streams that the cap on output cut. With wait, it first gives the log
+// writer up to flushGrace to finish a cut stream, so that the count is
+// final.
+func (s *session) outputDropped(wait bool) []api.AuditEvent {
+	var evs []api.AuditEvent
+	for _, name := range []string{runtime.StdoutLog, runtime.StderrLog} {
+		p := filepath.Join(s.logDir(), name+runtime.DroppedSuffix)
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		for deadline := time.Now().Add(flushGrace); wait && time.Now().Before(deadline); time.Sleep(10 * followPoll) {
+			if _, err := os.Stat(filepath.Join(s.logDir(), name+runtime.EOFSuffix)); err == nil {
+				break
+			}
+		}
+		var dr runtime.LogDropped
+		b, err := os.ReadFile(p)
+		if err == nil {
+			err = json.Unmarshal(b, &dr)
+		}
+		if err != nil {
+			continue
+		}
+		stream := strings.TrimSuffix(name, ".log")
+		reason := fmt.Sprintf("the session's output reached its cap of %s (resources.log_size): %d bytes of %s dropped", policies.FormatSize(dr.Limit), dr.Dropped, stream)
+		if !dr.Final {
+			reason = fmt.Sprintf("the session's output reached its cap of %s (resources.log_size): the rest of %s is being dropped", policies.FormatSize(dr.Limit), stream)
+		}
+		evs = append(evs, api.AuditEvent{
+			Session: s.rec.ID, Layer: "session", Action: "output_truncated", Subject: stream, Reason: reason,
+			Fields: map[string]any{"limit": dr.Limit, "written_bytes": dr.Written, "dropped_bytes": dr.Dropped, "final": dr.Final},
+		})
+	}
+	return evs
+}
+
+// auditOutputDropped records in the audit how much output the cap on
+// output dropped, once the session's log writer is done.
+func (d *Daemon) auditOutputDropped(ctx context.Context, s *session) {
+	for _, ev := range s.outputDropped(true) {
+		s.audit.EmitControl(ctx, ev)
+	}
+}
+
+// liveOutputDropped is outputDropped for a running session, read when its
+// audit is: the event is written when the session ends.
+func (s *session) liveOutputDropped() []api.AuditEvent {
+	if !s.running() {
+		return nil
+	}
+	evs := s.outputDropped(false)
+	now := time.Now().UTC()
+	for i := range evs {
+		evs[i].Time = now
+	}
+	return evs
 }

@@ -56,7 +56,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
-	s := &session{d: d, dir: dir, audit: newAuditLog(dir), exited: make(chan struct{}), rec: record{
+	s := &session{d: d, dir: dir, audit: newAuditLog(dir, p.Resources.AuditSize), exited: make(chan struct{}), rec: record{
 		ID: id, Label: p.Label, State: stateCreating, Policy: p, Created: time.Now().UTC(),
 	}}
 	if err := s.save(); err != nil {
@@ -143,7 +143,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 		return nil, err
 	}
 	steps.mark("container")
-	pid, ch, err := d.rt.Start(cctx, id, s.logDir())
+	pid, ch, err := d.rt.Start(cctx, id, s.logDir(), p.Resources.LogSize)
 	if err != nil {
 		return nil, err
 	}

@@ -70,7 +70,15 @@ session "reference" {
     cpus   = var.cpus # CPUs, fractions allowed (0.5). Default 1.
     memory = "4GiB"   # Memory limit. Default "1GiB"; at least "16MiB".
     pids   = 512      # Process limit. Default 512.
-    disk   = "2GiB"   # Quota on what the session may write. Default: none.
+    disk   = "2GiB"   # Quota on what the session writes to its overlay workspaces. Default "4GiB".
+    # Caps on what the session makes the daemon write under its --root;
+    # neither counts against disk. log_size: the recorded output, stdout
+    # and stderr together (4KiB to 16GiB); beyond it the rest is dropped,
+    # with a marker line in `airlock logs` and an audit event.
+    # audit_size: the audit log (64KiB to 4GiB); beyond it events are
+    # counted, not written, and the audit says so.
+    log_size   = "64MiB" # Default "64MiB".
+    audit_size = "16MiB" # Default "16MiB".
     # Sizes take B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB
     # (powers of 1000); a plain number is bytes.
     # The daemon's admission policy bounds these and timeout (built-in:

@@ -44,7 +44,7 @@ var (
 		},
 	}
 	resourcesSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "cpus"}, {Name: "memory"}, {Name: "pids"}, {Name: "disk"}},
+		Attributes: []hcl.AttributeSchema{{Name: "cpus"}, {Name: "memory"}, {Name: "pids"}, {Name: "disk"}, {Name: "log_size"}, {Name: "audit_size"}},
 	}
 	workspaceSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -788,6 +788,8 @@ func (d *decoder) session(block *hcl.Block) *Policy {
 		d.size(c.Attributes, "memory", at, &p.Resources.Memory)
 		d.integer(c.Attributes, "pids", at, &p.Resources.Pids)
 		d.size(c.Attributes, "disk", at, &p.Resources.Disk)
+		d.size(c.Attributes, "log_size", at, &p.Resources.LogSize)
+		d.size(c.Attributes, "audit_size", at, &p.Resources.AuditSize)
 	}
 	for i, b := range byType["workspace"] {
 		p.Workspaces = append(p.Workspaces, d.workspace(b, root.field("workspaces").index(i)))

@@ -41,7 +41,7 @@ var decodeTests = []decodeTest{
 				User:      DefaultUser,
 				Workdir:   DefaultWorkdir,
 				Timeout:   DefaultTimeout,
-				Resources: Resources{CPUs: DefaultCPUs, Memory: DefaultMemory, Pids: DefaultPids},
+				Resources: Resources{CPUs: DefaultCPUs, Memory: DefaultMemory, Pids: DefaultPids, LogSize: DefaultLogSize, AuditSize: DefaultAuditSize},
 			}
 			if !reflect.DeepEqual(p, want) {
 				t.Errorf("got %+v, want %+v", p, want)
@@ -80,9 +80,11 @@ var decodeTests = []decodeTest{
     memory = "1.5GiB"
     pids   = 64
     disk   = 1048576
+    log_size   = "8MiB"
+    audit_size = "1MiB"
   }`),
 		check: func(t *testing.T, p *Policy) {
-			want := Resources{CPUs: 0.5, Memory: 3 << 29, Pids: 64, Disk: 1 << 20}
+			want := Resources{CPUs: 0.5, Memory: 3 << 29, Pids: 64, Disk: 1 << 20, LogSize: 8 << 20, AuditSize: 1 << 20}
 			if p.Resources != want {
 				t.Errorf("resources = %+v, want %+v", p.Resources, want)
 			}

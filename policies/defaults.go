@@ -24,7 +24,24 @@ const (
 	MinDisk = 1 << 20
 	// MaxCPUs bounds resources.cpus.
 	MaxCPUs = 1024
+	// DefaultLogSize caps a session's recorded output (stdout and stderr
+	// together); output beyond it is dropped, and the log and the audit
+	// say how much.
+	DefaultLogSize = 64 << 20
+	// DefaultAuditSize caps a session's audit log; events beyond it are
+	// counted, not written.
+	DefaultAuditSize = 16 << 20
+	// MinLogSize and MinAuditSize are the smallest caps a manifest may
+	// set; MaxLogSize and MaxAuditSize the largest.
+	MinLogSize   = 4 << 10
+	MinAuditSize = 64 << 10
+	MaxLogSize   = 16 << 30
+	MaxAuditSize = 4 << 30
 )
+
+// FormatSize renders n bytes with the largest binary unit that divides it,
+// as a manifest would write it ("64MiB").
+func FormatSize(n int64) string { return formatSize(n) }
 
 // ApplyDefaults fills every value the manifest left out (the zero value)
 // with its default: user, workdir, timeout, resources, workspace mode and
@@ -50,6 +67,12 @@ func (p *Policy) ApplyDefaults() {
 	}
 	if p.Resources.Pids == 0 {
 		p.Resources.Pids = DefaultPids
+	}
+	if p.Resources.LogSize == 0 {
+		p.Resources.LogSize = DefaultLogSize
+	}
+	if p.Resources.AuditSize == 0 {
+		p.Resources.AuditSize = DefaultAuditSize
 	}
 	for i := range p.Workspaces {
 		w := &p.Workspaces[i]

@@ -74,6 +74,11 @@ type Resources struct {
 	Memory int64   `json:"memory,omitempty"` // bytes
 	Pids   int64   `json:"pids,omitempty"`
 	Disk   int64   `json:"disk,omitempty"` // bytes, upper-dir quota
+	// LogSize caps the session's recorded output (stdout and stderr
+	// together) and AuditSize its audit log, in bytes under the daemon's
+	// root. Neither counts against Disk.
+	LogSize   int64 `json:"log_size,omitempty"`
+	AuditSize int64 `json:"audit_size,omitempty"`
 }
 
 // Workspace modes.

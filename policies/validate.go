@@ -225,6 +225,12 @@ func (c *checker) resources(at fieldPath, r Resources) {
 	if r.Disk < 0 || r.Disk > 0 && r.Disk < MinDisk {
 		c.add(at.field("disk"), "Invalid disk", fmt.Sprintf(`Use at least %s, such as "2GiB"`, formatSize(MinDisk)), "disk %d bytes is below the minimum %s", r.Disk, formatSize(MinDisk))
 	}
+	if r.LogSize < 0 || r.LogSize > 0 && (r.LogSize < MinLogSize || r.LogSize > MaxLogSize) {
+		c.add(at.field("log_size"), "Invalid log_size", fmt.Sprintf(`Use %s to %s, such as "64MiB"`, formatSize(MinLogSize), formatSize(MaxLogSize)), "log_size %d bytes is out of range", r.LogSize)
+	}
+	if r.AuditSize < 0 || r.AuditSize > 0 && (r.AuditSize < MinAuditSize || r.AuditSize > MaxAuditSize) {
+		c.add(at.field("audit_size"), "Invalid audit_size", fmt.Sprintf(`Use %s to %s, such as "16MiB"`, formatSize(MinAuditSize), formatSize(MaxAuditSize)), "audit_size %d bytes is out of range", r.AuditSize)
+	}
 }
 
 func (c *checker) workspace(at fieldPath, w Workspace, targets map[string]fieldPath) {

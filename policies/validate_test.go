@@ -102,6 +102,14 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name:   "output and audit caps",
+			mutate: func(p *Policy) { p.Resources = Resources{LogSize: 100, AuditSize: 5 << 30} },
+			want: []string{
+				`resources.log_size: log_size 100 bytes is out of range`,
+				`resources.audit_size: audit_size 5368709120 bytes is out of range`,
+			},
+		},
+		{
 			name: "workspaces and mounts",
 			mutate: func(p *Policy) {
 				p.Workspaces = []Workspace{
@@ -245,7 +253,7 @@ func TestWithDefaults(t *testing.T) {
 		t.Errorf("WithDefaults shares the pool with its receiver")
 	}
 	if d.User != DefaultUser || d.Workdir != DefaultWorkdir || d.Timeout != DefaultTimeout ||
-		d.Resources != (Resources{CPUs: DefaultCPUs, Memory: DefaultMemory, Pids: DefaultPids}) {
+		d.Resources != (Resources{CPUs: DefaultCPUs, Memory: DefaultMemory, Pids: DefaultPids, LogSize: DefaultLogSize, AuditSize: DefaultAuditSize}) {
 		t.Errorf("session defaults: %+v", d)
 	}
 	if w := d.Workspaces[0]; w.Mode != ModeOverlay || w.OnExit != OnExitReview {

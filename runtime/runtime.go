@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,8 +42,8 @@ import (
 // LabelSession marks containerd objects that belong to an airlock session.
 const LabelSession = "dev.airlock.session"
 
-// LoggerArg is the first argument containerd's shim passes to the logger
-// binary; the second is the session's log directory.
+// LoggerArg names the logger's argument that is the session's log
+// directory (see package logwriter for the others).
 const LoggerArg = logwriter.Arg
 
 // Config configures a Runtime.
@@ -228,9 +229,10 @@ func (r *Runtime) Create(ctx context.Context, o CreateOptions) error {
 }
 
 // Start starts the session's main process with stdout and stderr written to
-// stdout.log and stderr.log in logDir by the binary logger, and returns its
+// stdout.log and stderr.log in logDir by the binary logger, the two
+// together up to logSize bytes (0: the logger's default), and returns its
 // pid and a channel that delivers its exit status.
-func (r *Runtime) Start(ctx context.Context, id, logDir string) (pid uint32, exit <-chan containerd.ExitStatus, retErr error) {
+func (r *Runtime) Start(ctx context.Context, id, logDir string, logSize int64) (pid uint32, exit <-chan containerd.ExitStatus, retErr error) {
 	ctx = r.ctx(ctx)
 	c, err := r.client.LoadContainer(ctx, id)
 	if err != nil {
@@ -239,7 +241,11 @@ func (r *Runtime) Start(ctx context.Context, id, logDir string) (pid uint32, exi
 	if err := os.MkdirAll(logDir, 0o700); err != nil {
 		return 0, nil, err
 	}
-	creator := cio.BinaryIO(r.cfg.LoggerBinary, map[string]string{LoggerArg: logDir})
+	args := map[string]string{LoggerArg: logDir}
+	if logSize > 0 {
+		args[logwriter.SizeArg] = strconv.FormatInt(logSize, 10)
+	}
+	creator := cio.BinaryIO(r.cfg.LoggerBinary, args)
 	if r.cfg.ShimGroup != "" {
 		r.joinMu.Lock()
 	}

@@ -88,7 +88,7 @@ func (c *call) authenticate() bool {
 		})
 		return false
 	}
-	claims, err := c.s.w.verifier.Verify(c.r.Context(), raw, c.s.audience)
+	claims, err := c.s.w.verifier.Verify(verify.RequestContext(c.r), raw, c.s.audience)
 	if err != nil {
 		c.rejected(err)
 		return false
@@ -108,7 +108,7 @@ func (c *call) authorize(req scope.Request, target string) bool {
 	}
 	// Authorize again through the verifier so that the rejection is
 	// reported to the issuer and carries its canonical message.
-	if _, err := c.s.w.verifier.Authorize(c.r.Context(), c.raw, c.s.audience, req); err != nil {
+	if _, err := c.s.w.verifier.Authorize(verify.RequestContext(c.r), c.raw, c.s.audience, req); err != nil {
 		c.rejectedTarget(err, req.Action, target)
 		return false
 	}

@@ -184,7 +184,7 @@ func (s *gitService) push(c *call) {
 		if c.claims.Allows(sreq) {
 			continue
 		}
-		_, err := s.w.verifier.Authorize(c.r.Context(), c.raw, s.audience, sreq)
+		_, err := s.w.verifier.Authorize(verify.RequestContext(c.r), c.raw, s.audience, sreq)
 		if err == nil {
 			continue
 		}

@@ -1,7 +1,8 @@
 // airlock-logger writes a session's output to its log files. containerd's
 // shim runs it as the session's binary logger (`airlock-logger
-// _airlock_logger DIR`) with stdout and stderr on fds 3 and 4; see package
-// internal/logwriter. It is not meant to be run by hand.
+// _airlock_logger DIR _airlock_log_size BYTES`, the pairs in any order)
+// with stdout and stderr on fds 3 and 4; see package internal/logwriter.
+// It is not meant to be run by hand.
 package main
 
 import (
@@ -12,9 +13,11 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 3 || os.Args[1] != logwriter.Arg {
-		fmt.Fprintln(os.Stderr, "usage: airlock-logger "+logwriter.Arg+" DIR (run by containerd's shim for airlockd)")
+	dir, limit, err := logwriter.ParseArgs(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "airlock-logger:", err)
+		fmt.Fprintln(os.Stderr, "usage: airlock-logger "+logwriter.Arg+" DIR "+logwriter.SizeArg+" BYTES (run by containerd's shim for airlockd)")
 		os.Exit(2)
 	}
-	logwriter.Run(os.Args[2])
+	logwriter.Run(dir, limit)
 }

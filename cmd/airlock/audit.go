@@ -22,7 +22,10 @@ func (c *cli) newAuditCommand() *cobra.Command {
 allowed or refused (with the addresses pinned), connections blocked (per
 destination, with packet counts), credentials minted, refreshed, revoked or
 rejected by a service, and commit decisions. Credentials appear by id, never
-by value.`,
+by value. Identical DNS and connection decisions within 10s are printed once,
+then once more with repeated=N and their first and last time. Past the
+session's resources.audit_size (default 16MiB) the log shows "audit
+truncated" and, at the end, "audit dropped" with how many events it left out.`,
 		Example: `  airlock audit 3f9c2a1b
   airlock audit --layer dns 3f9c2a1b
   airlock audit --json 3f9c2a1b | jq 'select(.action == "refused")'`,
@@ -55,7 +58,7 @@ by value.`,
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON event per line")
-	cmd.Flags().StringVar(&layer, "layer", "", "only events of this layer: dns, net, fs, credentials or session")
+	cmd.Flags().StringVar(&layer, "layer", "", "only events of this layer: dns, net, fs, credentials, session or audit")
 	return cmd
 }
 

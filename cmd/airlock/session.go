@@ -161,7 +161,10 @@ func (c *cli) newLogsCommand() *cobra.Command {
 		Short: "Print a session's output",
 		Long: `Logs copies the output of a session's main process: its stdout to
 airlock's stdout and its stderr to airlock's stderr. With --follow it keeps
-going until the process has exited.`,
+going until the process has exited. Output beyond the session's
+resources.log_size (default 64MiB, both streams together) is dropped; a
+line "[airlock: output truncated: ...]" marks where, and the stream ends
+with "[airlock: N bytes of stdout dropped]".`,
 		Example: `  airlock logs 3f9c2a1b
   airlock logs -f --stderr-only 3f9c2a1b`,
 		Args: exactArgs(1, "one session ID"),

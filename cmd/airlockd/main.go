@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/daemon"
+	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
@@ -45,8 +46,11 @@ Flags:
 
 func main() {
 	// containerd's shim runs this binary as the log writer of session output.
-	if len(os.Args) == 3 && os.Args[1] == runtime.LoggerArg {
-		runtime.RunLogger(os.Args[2])
+	if runtime.IsLoggerCall(os.Args[1:]) {
+		if err := runtime.RunLogger(os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, "airlockd (log writer):", err)
+			os.Exit(2)
+		}
 		return
 	}
 	os.Exit(run())
@@ -83,6 +87,7 @@ func run() int {
 		dnsUpstreams   = listFlag{}
 		allowPrivate   = prefixFlag{}
 		poolFiles      = listFlag{}
+		dnsRate        = fs.Float64("dns-rate", dnsproxy.DefaultRate, "DNS queries a second each session may send to airlock's resolver, with a burst of twice as many; queries beyond are not answered, and the audit counts them (the gateway blocks UDP packets to the resolver beyond twenty times this rate)")
 	)
 	fs.Var(&poolFiles, "pool", "manifest FILE with a `pool { size = N }` block: keep N sandboxes of its policy prepared from the start (repeatable)")
 	fs.Var(&dnsUpstreams, "dns-upstream", "resolver ADDR[:PORT] that allowlisted names are forwarded to (repeatable; default: the host's resolv.conf)")
@@ -129,6 +134,10 @@ func run() int {
 	absBin, err := filepath.Abs(*binDir)
 	if err != nil {
 		logger.Error("bad --bin-dir", "error", err)
+		return 2
+	}
+	if *dnsRate <= 0 {
+		logger.Error("bad --dns-rate: want a positive number of queries a second")
 		return 2
 	}
 	poolPrefix, err := netip.ParsePrefix(*pool)
@@ -185,7 +194,7 @@ func run() int {
 		Namespace:  *namespace,
 		SelfBinary: self,
 		Issuers:    issuers,
-		Egress:     daemon.EgressConfig{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix, AllowPrivate: allowPrivate},
+		Egress:     daemon.EgressConfig{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix, AllowPrivate: allowPrivate, DNSLimits: dnsproxy.Limits{Rate: *dnsRate}},
 
 		ShimPerSession: *shimPerSession,
 	})

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 )
 
@@ -21,6 +22,33 @@ type Rejection struct {
 	// Reason is Reason(err).
 	Reason string `json:"reason"`
 	Detail string `json:"detail,omitempty"`
+	// Client and Server are the two ends (IP:port) of the connection that
+	// presented the token, as the service saw them (see WithConnection).
+	// The issuer attributes a token it cannot identify (forged, malformed)
+	// to the session that opened that connection.
+	Client string `json:"client,omitempty"`
+	Server string `json:"server,omitempty"`
+}
+
+type connKey struct{}
+
+type conn struct{ client, server string }
+
+// WithConnection returns ctx carrying the addresses (IP:port) of the
+// connection a token came on: a Verifier's report of a rejection made
+// with that context says where the token came from.
+func WithConnection(ctx context.Context, client, server string) context.Context {
+	return context.WithValue(ctx, connKey{}, conn{client: client, server: server})
+}
+
+// RequestContext is r's context carrying r's connection (WithConnection):
+// pass it to Verify and Authorize.
+func RequestContext(r *http.Request) context.Context {
+	var server string
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		server = a.String()
+	}
+	return WithConnection(r.Context(), r.RemoteAddr, server)
 }
 
 // Reporter receives rejections.

@@ -7,7 +7,7 @@
 //	v := verify.ForIssuer("http://10.214.0.1:8181")
 //	raw, err := verify.TokenFromRequest(r)
 //	...
-//	claims, err := v.Authorize(ctx, raw, "git.corp.test", scope.Request{
+//	claims, err := v.Authorize(verify.RequestContext(r), raw, "git.corp.test", scope.Request{
 //		Action: "git.push",
 //		Attrs:  map[string]string{"repo": "app", "ref": "refs/heads/alex/fix"},
 //	})
@@ -15,6 +15,10 @@
 //	case errors.Is(err, verify.ErrScopeDenied):   // 403
 //	case err != nil:                              // 401
 //	}
+//
+// RequestContext makes a rejection report carry the request's connection,
+// so that the issuer can put a token it cannot identify (forged,
+// malformed) into the audit of the session that sent it.
 //
 // A token is accepted only if all of these hold, checked in this order;
 // the first failure decides the error:
@@ -176,6 +180,9 @@ func (v *Verifier) report(ctx context.Context, err error, audience, action strin
 		return
 	}
 	rej := Rejection{Audience: audience, Action: action, Reason: Reason(err)}
+	if c, ok := ctx.Value(connKey{}).(conn); ok {
+		rej.Client, rej.Server = c.client, c.server
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		rej.ID, rej.Subject, rej.Detail = e.ID, e.Subject, e.Detail

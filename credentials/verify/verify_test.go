@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -718,8 +719,19 @@ func TestForIssuer(t *testing.T) {
 	f.revs.Revoke(c.ID, c.Expiry)
 	got, err := v.Verify(t.Context(), raw, aud)
 	wantErr(t, got, err, ErrRevoked)
-	if rej := <-reported; rej.Reason != "revoked" || rej.ID != c.ID {
+	if rej := <-reported; rej.Reason != "revoked" || rej.ID != c.ID || rej.Client != "" {
 		t.Fatalf("reported %+v", rej)
+	}
+
+	// A service passing the request's context reports its connection, so
+	// that the issuer can attribute a token it cannot identify.
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "10.215.0.1:40000"
+	r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(10, 214, 0, 20), Port: 8080}))
+	_, err = v.Verify(RequestContext(r), "not-a-token", aud)
+	wantErr(t, nil, err, ErrMalformed)
+	if rej := <-reported; rej.Reason != "malformed" || rej.Client != "10.215.0.1:40000" || rej.Server != "10.214.0.20:8080" {
+		t.Fatalf("reported %+v, want the connection's ends", rej)
 	}
 }
 

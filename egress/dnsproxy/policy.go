@@ -36,6 +36,12 @@ func (h *sessionHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 			"airlock: no session for source address "+req.client.String(), "")
 	}
 	req.sess = sess
+	if ok, rc, err := h.s.admit(ctx, w, r, req); !ok {
+		return rc, err
+	}
+	if sess.Limit != nil {
+		defer sess.Limit.release()
+	}
 	return h.next.ServeDNS(ctx, w, r)
 }
 

@@ -5,7 +5,9 @@
 // source address. Each query passes a chain of small handlers, after
 // CoreDNS's plugin contract:
 //
-//	session   unknown source address → REFUSED
+//	session   unknown source address → REFUSED; over the session's Limiter
+//	          (rate, queries at once) → dropped (UDP) or REFUSED (TCP), never
+//	          forwarded
 //	validate  one question, class IN, opcode QUERY, a well-formed hostname
 //	allowlist names the session may not resolve → REFUSED + EDE Blocked (15),
 //	          never forwarded
@@ -176,7 +178,9 @@ type Server struct {
 	cache    *cache        // nil when disabled
 	pool     *upstreamPool // nil when exchange is replaced in tests
 	logs     *limiter
-	stats    counters
+	// sessionLogs bounds log lines per session, whatever the names.
+	sessionLogs *lineBudget
+	stats       counters
 
 	done    chan struct{}  // closed by Shutdown
 	running sync.WaitGroup // ServePacketConn and ServeListener calls
@@ -211,10 +215,11 @@ func New(sessions Sessions, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("dnsproxy: no upstream resolvers: %w", errdefs.ErrInvalidArgument)
 	}
 	s := &Server{
-		sessions: sessions,
-		cfg:      cfg,
-		logs:     newLimiter(cfg.logWindow),
-		done:     make(chan struct{}),
+		sessions:    sessions,
+		cfg:         cfg,
+		logs:        newLimiter(cfg.logWindow),
+		sessionLogs: newLineBudget(cfg.logWindow, maxSessionLogLines),
+		done:        make(chan struct{}),
 	}
 	if cfg.cacheSize > 0 {
 		s.cache = newCache(cfg.cacheSize)
@@ -240,8 +245,8 @@ func New(sessions Sessions, opts ...Option) (*Server, error) {
 // is called, then closes pc. The socket may belong to another network
 // namespace; on a wildcard address, each answer leaves from the address its
 // query was sent to. Queries are served by up to maxUDPWorkers long-lived
-// goroutines, and by a goroutine each beyond that. ctx also carries the
-// logger.
+// goroutines, and by a goroutine each beyond that, up to maxUDPOverflow;
+// beyond that they are dropped. ctx also carries the logger.
 func (s *Server) ServePacketConn(ctx context.Context, pc net.PacketConn) error {
 	if pc == nil {
 		return fmt.Errorf("dnsproxy: nil packet conn: %w", errdefs.ErrInvalidArgument)
@@ -254,12 +259,13 @@ func (s *Server) ServePacketConn(ctx context.Context, pc net.PacketConn) error {
 }
 
 // ServeListener answers DNS over TCP on l until ctx is done or Shutdown is
-// called, then closes l.
+// called, then closes l. It keeps at most maxTCPConns connections open, at
+// most maxTCPConnsPerClient from one address, and closes others at once.
 func (s *Server) ServeListener(ctx context.Context, l net.Listener) error {
 	if l == nil {
 		return fmt.Errorf("dnsproxy: nil listener: %w", errdefs.ErrInvalidArgument)
 	}
-	return s.run(ctx, &dns.Server{Listener: l})
+	return s.run(ctx, &dns.Server{Listener: newConnLimitListener(l, s)})
 }
 
 // run serves a TCP listener with miekg/dns.

@@ -48,6 +48,9 @@ type SessionPolicy struct {
 	// Audit receives one Event per query. It is called on the query path
 	// and must not block. Nil drops the events.
 	Audit func(Event)
+	// Limit bounds the session's query rate and concurrency; nil: no
+	// limit. Give every address of a session the same Limiter.
+	Limit *Limiter
 }
 
 // Sessions maps a client's source address to its session.

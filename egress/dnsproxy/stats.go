@@ -38,6 +38,11 @@ type Stats struct {
 	UpstreamErrors uint64
 	Truncated      uint64 // truncated upstream answers returned to UDP clients
 	TCPRetries     uint64 // upstream retries over TCP
+
+	// Limits.
+	RateLimited  uint64 // queries over a session's Limiter (counted in Refused too)
+	Overloaded   uint64 // UDP queries dropped with every goroutine busy
+	ConnsRefused uint64 // TCP connections closed over the connection bounds
 }
 
 type counters struct {
@@ -45,7 +50,7 @@ type counters struct {
 	unknownSource, malformed, blocked, typeRefused, empty        atomic.Uint64
 	cnameBlocked, addrDenied, pinErrors, servfail                atomic.Uint64
 	cacheHits, cacheMisses, forwarded, upstreamErrors, truncated atomic.Uint64
-	tcpRetries                                                   atomic.Uint64
+	tcpRetries, rateLimited, overloaded, connsRefused            atomic.Uint64
 }
 
 // Stats returns the current counters.
@@ -58,6 +63,7 @@ func (s *Server) Stats() Stats {
 		AddrDenied: c.addrDenied.Load(), PinErrors: c.pinErrors.Load(), ServFail: c.servfail.Load(),
 		CacheHits: c.cacheHits.Load(), CacheMisses: c.cacheMisses.Load(), Forwarded: c.forwarded.Load(),
 		UpstreamErrors: c.upstreamErrors.Load(), Truncated: c.truncated.Load(), TCPRetries: c.tcpRetries.Load(),
+		RateLimited: c.rateLimited.Load(), Overloaded: c.overloaded.Load(), ConnsRefused: c.connsRefused.Load(),
 	}
 }
 
@@ -105,6 +111,14 @@ func (s *Server) record(ctx context.Context, req *request, r *dns.Msg, ev Event)
 	if !ok {
 		return
 	}
+	budgetKey := ev.Session
+	if budgetKey == "" {
+		budgetKey = key.name
+	}
+	sessionSuppressed, ok := s.sessionLogs.allow(budgetKey, ev.Time)
+	if !ok {
+		return
+	}
 	args := []any{"session", ev.Session, "client", ev.Client, "proto", ev.Proto, "name", ev.Name,
 		"type", ev.Type, "rcode", ev.Rcode, "reason", ev.Reason}
 	if ev.Rule != "" {
@@ -112,6 +126,9 @@ func (s *Server) record(ctx context.Context, req *request, r *dns.Msg, ev Event)
 	}
 	if suppressed > 0 {
 		args = append(args, "suppressed", suppressed)
+	}
+	if sessionSuppressed > 0 {
+		args = append(args, "session_suppressed", sessionSuppressed)
 	}
 	if ev.Action == ActionFailed {
 		log.G(ctx).Warn("dns query failed", args...)
@@ -167,16 +184,7 @@ func (l *limiter) allow(key logKey, now time.Time) (suppressed uint64, ok bool) 
 		slot.until, slot.suppressed = now.Add(l.window), 0
 		return suppressed, true
 	}
-	if len(l.seen) >= maxLimiterKeys {
-		for k, slot := range l.seen {
-			if !now.Before(slot.until) {
-				delete(l.seen, k)
-			}
-		}
-		if len(l.seen) >= maxLimiterKeys {
-			clear(l.seen)
-		}
-	}
+	makeRoom(l.seen, now, func(s *logSlot) time.Time { return s.until })
 	l.seen[key] = &logSlot{until: now.Add(l.window)}
 	return 0, true
 }

@@ -25,7 +25,8 @@ import (
 // copying, several times, on every query. Workers keep their grown stacks
 // between queries. When every worker is busy (slow upstreams), a query gets
 // a goroutine of its own, as miekg/dns does for all of them, so a stalled
-// upstream never holds up other sessions' queries.
+// upstream never holds up other sessions' queries, up to maxUDPOverflow
+// of them: a query beyond is dropped.
 const maxUDPWorkers = 64
 
 // aLongTimeAgo is a read deadline that unblocks a pending read at once.
@@ -58,6 +59,7 @@ type udpServer struct {
 	work     chan *packet   // unbuffered: a send succeeds only to an idle worker
 	workers  int            // started; owned by the reader loop
 	inflight sync.WaitGroup // workers and one-off goroutines
+	overflow atomic.Int32   // one-off goroutines running
 	stopping atomic.Bool
 }
 
@@ -140,12 +142,17 @@ func (u *udpServer) readLoop() error {
 			continue
 		default:
 		}
-		u.inflight.Add(1)
 		if u.workers < maxUDPWorkers {
+			u.inflight.Add(1)
 			u.workers++
 			go u.worker(p)
-		} else {
+		} else if u.overflow.Add(1) <= maxUDPOverflow {
+			u.inflight.Add(1)
 			go u.serveOne(p)
+		} else {
+			u.overflow.Add(-1)
+			u.s.stats.overloaded.Add(1)
+			putPacket(p)
 		}
 	}
 }
@@ -161,6 +168,7 @@ func (u *udpServer) worker(p *packet) {
 
 func (u *udpServer) serveOne(p *packet) {
 	defer u.inflight.Done()
+	defer u.overflow.Add(-1)
 	u.serve(p)
 }
 

@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -48,6 +49,9 @@ type Config struct {
 	// networks, for instance), in addition to nft.DefaultNever, the pools
 	// and the uplink subnets.
 	Never []netip.Prefix
+	// DNSPacketRate bounds each session's UDP packets a second to the DNS
+	// proxy; 0: nft.DefaultDNSPacketRate.
+	DNSPacketRate uint32
 }
 
 // Uplink is the gateway's way out.
@@ -176,6 +180,7 @@ func (c Config) base() nft.Base {
 		SessionIfacePrefix: sessionIfacePrefix,
 		Uplink:             uplinkIface,
 		DNSPort:            c.DNSPort,
+		DNSPacketRate:      cmp.Or(c.DNSPacketRate, nft.DefaultDNSPacketRate),
 		Never:              never,
 	}
 }

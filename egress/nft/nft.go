@@ -48,6 +48,7 @@
 //	    icmpv6 type 133-136 accept (neighbour discovery)
 //	    ip6 daddr ff00::/8 drop    (MLD and router solicitations, not counted)
 //	    ip saddr != <session addr> goto <s>-blk
+//	    udp dport <dns> limit rate over N/second burst N packets goto <s>-blk  (DNSPacketRate)
 //	    meta l4proto @tcpudp th dport <dns> fib daddr . iif type local accept
 //	    goto <s>-blk }
 //	chain <s>-blk {
@@ -79,6 +80,13 @@ import (
 
 	"github.com/airlock-sandbox/airlock/egress/allowlist"
 )
+
+// DefaultDNSPacketRate is a bound, per session, on the UDP packets a
+// second that reach the DNS proxy (with a burst as large): the rest are
+// blocked and counted like any blocked destination. The proxy's own
+// per-session limit is far lower; this one keeps a flood off the proxy's
+// socket.
+const DefaultDNSPacketRate = 2000
 
 // Object names inside the table.
 const (
@@ -125,6 +133,9 @@ type Base struct {
 	Uplink string
 	// DNSPort is the port of the gateway's DNS proxy.
 	DNSPort uint16
+	// DNSPacketRate bounds each session's UDP packets a second to the DNS
+	// proxy (and its burst); 0: no bound. See DefaultDNSPacketRate.
+	DNSPacketRate uint32
 	// Never are destinations no session may reach, in addition to
 	// DefaultNever.
 	Never []netip.Prefix
@@ -460,6 +471,14 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 		accept))
 	add(in, daddrIn(netip.MustParsePrefix("ff00::/8"), 0), one(verdict(expr.VerdictDrop)))
 	add(in, saddrNot(s.Addr4), one(toBlk))
+	// A flood of DNS packets stops here, before the proxy's one socket
+	// reader: the proxy limits each session far below this.
+	if b.DNSPacketRate > 0 {
+		add(in, nfproto(unix.NFPROTO_IPV4), l4protoIs(unix.IPPROTO_UDP), one(
+			dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(b.DNSPort)},
+			&expr.Limit{Type: expr.LimitTypePkts, Rate: uint64(b.DNSPacketRate), Unit: expr.LimitTimeSecond, Burst: b.DNSPacketRate, Over: true},
+			toBlk))
+	}
 	add(in, nfproto(unix.NFPROTO_IPV4), l4protoTCPUDP(false), one(
 		dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(b.DNSPort)},
 		&expr.Fib{Register: reg1, FlagDADDR: true, FlagIIF: true, ResultADDRTYPE: true},

@@ -1,0 +1,434 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// auditClass says how a session's audit log treats an event.
+type auditClass uint8
+
+const (
+	// auditRecord events are written one by one and never merged: commit
+	// decisions, credential events, and (planned) the L7 action log. They
+	// count against the cap.
+	auditRecord auditClass = iota
+	// auditDecision events are repeatable policy decisions (DNS answers
+	// and refusals, blocked connections). An event identical to one
+	// written less than the aggregation window ago, its time aside, is
+	// counted instead of written; when the window ends, one event with
+	// the count and the first and last time stands for all of them.
+	auditDecision
+	// auditControl events are the session's lifecycle and the log's own
+	// notices. Once the cap is reached they still fit in a reserve kept
+	// for them.
+	auditControl
+)
+
+// Aggregation window and its bound on distinct pending events.
+const (
+	auditAggregateWindow = 10 * time.Second
+	maxAuditAggregates   = 4096
+)
+
+// auditLog appends events to a session's audit.jsonl, within a size cap.
+//
+// An event is in the file (the page cache) when Emit returns, so a read
+// that starts after an Emit sees its event; a decision merged into an
+// earlier identical one is in the file when its window ends. Events
+// emitted concurrently are written together: the first Emit to find no
+// write in progress writes every event queued so far in one write(2) while
+// the others wait for it. Each write holds whole lines and writes are
+// serialized, so a reader never sees a torn line from a live writer, only,
+// at the end of the file, part of a line still being written.
+//
+// With a limit, the file never grows beyond it: once ordinary events no
+// longer fit below limit minus the control reserve, the log writes one
+// "audit truncated" event and from then on counts what it drops; Flush and
+// Close write the count ("audit dropped").
+type auditLog struct {
+	path   string
+	limit  int64 // bytes; 0: no cap
+	window time.Duration
+	now    func() time.Time
+
+	mu   sync.Mutex
+	cond sync.Cond // signalled when a write ends; L is &mu
+	// f is opened by the first write and used only by the writer.
+	f *os.File // +checklocks:mu
+	// queue holds encoded events not yet handed to a writer; spare is the
+	// buffer of the last write, reused as the next queue.
+	queue, spare []byte // +checklocks:mu
+	// queued counts the events ever queued, written those whose write has
+	// ended (in failure too: a failed write is logged, not retried).
+	queued, written uint64 // +checklocks:mu
+	writing         bool   // +checklocks:mu
+	// size is the file's size plus what is queued; -1 until the file's
+	// size has been read.
+	size int64 // +checklocks:mu
+	// truncated is set once the cap made the log drop an event; dropped
+	// counts what was dropped since, reported the counts already written.
+	truncated bool                 // +checklocks:mu
+	dropped   auditDrops           // +checklocks:mu
+	reported  auditDrops           // +checklocks:mu
+	aggs      map[string]*auditAgg // +checklocks:mu
+	timer     *time.Timer          // +checklocks:mu
+}
+
+// auditDrops counts events the cap kept out of the log.
+type auditDrops struct {
+	events, bytes uint64
+	byLayer       map[string]uint64
+}
+
+// auditAgg is one decision written at start and the identical ones merged
+// into it since.
+type auditAgg struct {
+	ev          api.AuditEvent
+	start       time.Time
+	count       uint64
+	first, last time.Time
+}
+
+// auditReserve is the part of a capped log kept for control events.
+func auditReserve(limit int64) int64 { return min(64<<10, limit/4) }
+
+// newAuditLog returns the audit log of the session directory dir, capped
+// at limit bytes (0: policies.DefaultAuditSize).
+func newAuditLog(dir string, limit int64) *auditLog {
+	if limit <= 0 {
+		limit = policies.DefaultAuditSize
+	}
+	a := openAuditLog(filepath.Join(dir, auditFile))
+	a.limit = limit
+	return a
+}
+
+func openAuditLog(path string) *auditLog {
+	a := &auditLog{path: path, size: -1, window: auditAggregateWindow, now: time.Now}
+	a.cond.L = &a.mu
+	return a
+}
+
+// AuditLog appends api.AuditEvents to a file of JSON lines exactly as the
+// daemon records a session's audit.jsonl (the proxy benchmarks use it to
+// measure the daemon's audit path), without a cap and without merging.
+// It is safe for concurrent use.
+type AuditLog struct{ l *auditLog }
+
+// NewAuditLog returns an AuditLog appending to path, which is created on
+// the first Emit.
+func NewAuditLog(path string) *AuditLog { return &AuditLog{l: openAuditLog(path)} }
+
+// Emit records ev (Time defaults to now) and returns once it is in the
+// file.
+func (a *AuditLog) Emit(ctx context.Context, ev api.AuditEvent) { a.l.Emit(ctx, ev) }
+
+// Close closes the file; a later Emit reopens it.
+func (a *AuditLog) Close() error { return a.l.Close() }
+
+// encodeBufs holds buffers for encoding one event.
+var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// maxPooledBuf keeps buffers that grew for an unusual event out of the
+// pools.
+const maxPooledBuf = 64 << 10
+
+// Emit records ev, an event never merged with others; Time defaults to
+// now. It returns once ev is in the log file, or counted as dropped.
+func (a *auditLog) Emit(ctx context.Context, ev api.AuditEvent) { a.emit(ctx, ev, auditRecord) }
+
+// EmitDecision records ev, a policy decision: merged with identical ones
+// within the aggregation window.
+func (a *auditLog) EmitDecision(ctx context.Context, ev api.AuditEvent) {
+	a.emit(ctx, ev, auditDecision)
+}
+
+// EmitControl records ev, a lifecycle event, from the reserve if the cap
+// is reached.
+func (a *auditLog) EmitControl(ctx context.Context, ev api.AuditEvent) { a.emit(ctx, ev, auditControl) }
+
+func (a *auditLog) emit(ctx context.Context, ev api.AuditEvent, class auditClass) {
+	if ev.Time.IsZero() {
+		ev.Time = a.now().UTC()
+	}
+	bp := encodeBufs.Get().(*[]byte)
+	b, err := appendAuditEvent((*bp)[:0], &ev)
+	if err != nil {
+		encodeBufs.Put(bp)
+		log.G(ctx).Error("audit: encode event", "error", err)
+		return
+	}
+	b = append(b, '\n')
+
+	a.mu.Lock()
+	if class == auditDecision && a.window > 0 && a.mergeLocked(ctx, &ev, b) {
+		a.mu.Unlock()
+		encodeBufs.Put(bp)
+		return
+	}
+	a.queueLocked(ctx, b, ev.Layer, class)
+	seq := a.queued
+	if cap(b) <= maxPooledBuf {
+		*bp = b
+		encodeBufs.Put(bp)
+	}
+	a.waitLocked(ctx, seq)
+	a.mu.Unlock()
+}
+
+// mergeLocked counts ev into a pending identical decision and reports
+// true, or opens a window for it and reports false (ev is then to be
+// written).
+func (a *auditLog) mergeLocked(ctx context.Context, ev *api.AuditEvent, line []byte) bool {
+	key := string(line[auditTimeEnd(line):])
+	if g := a.aggs[key]; g != nil {
+		if ev.Time.Before(g.start.Add(a.window)) {
+			if g.count == 0 {
+				g.first = ev.Time
+			}
+			g.count++
+			g.last = ev.Time
+			return true
+		}
+		a.flushAggLocked(ctx, key, g)
+	}
+	if a.aggs == nil {
+		a.aggs = map[string]*auditAgg{}
+	}
+	if len(a.aggs) >= maxAuditAggregates {
+		a.flushAggsLocked(ctx, time.Time{})
+	}
+	a.aggs[key] = &auditAgg{ev: *ev, start: ev.Time}
+	if a.timer == nil {
+		a.timer = time.AfterFunc(a.window, a.tick)
+	}
+	return false
+}
+
+// auditTimeEnd is the offset just past the time in an encoded event:
+// events that differ only there are identical decisions.
+func auditTimeEnd(line []byte) int {
+	const prefix = len(`{"time":"`)
+	for i := prefix; i < len(line); i++ {
+		if line[i] == '"' {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// tick writes the merged counts of windows that have ended, and re-arms
+// while windows are open.
+func (a *auditLog) tick() {
+	ctx := context.Background()
+	a.mu.Lock()
+	a.timer = nil
+	a.flushAggsLocked(ctx, a.now())
+	if len(a.aggs) > 0 {
+		a.timer = time.AfterFunc(a.window, a.tick)
+	}
+	seq := a.queued
+	a.waitLocked(ctx, seq)
+	a.mu.Unlock()
+}
+
+// flushAggsLocked ends every window opened before now minus the window
+// (every window, for the zero time) and queues its count.
+func (a *auditLog) flushAggsLocked(ctx context.Context, now time.Time) {
+	for key, g := range a.aggs {
+		if now.IsZero() || !now.Before(g.start.Add(a.window)) {
+			a.flushAggLocked(ctx, key, g)
+		}
+	}
+}
+
+// flushAggLocked ends one window: if identical decisions were merged into
+// it, one event says how many and when.
+func (a *auditLog) flushAggLocked(ctx context.Context, key string, g *auditAgg) {
+	delete(a.aggs, key)
+	if g.count == 0 {
+		return
+	}
+	ev := g.ev
+	ev.Time = g.last
+	f := make(map[string]any, len(ev.Fields)+3)
+	for k, v := range ev.Fields {
+		f[k] = v
+	}
+	f["repeated"] = g.count
+	f["first"] = g.first
+	f["last"] = g.last
+	ev.Fields = f
+	b, err := appendAuditEvent(nil, &ev)
+	if err != nil {
+		log.G(ctx).Error("audit: encode event", "error", err)
+		return
+	}
+	a.queueLocked(ctx, append(b, '\n'), ev.Layer, auditDecision)
+}
+
+// queueLocked queues one encoded event if the cap lets it in, and
+// otherwise counts it as dropped (writing the truncation notice the
+// first time).
+func (a *auditLog) queueLocked(ctx context.Context, b []byte, layer string, class auditClass) {
+	if a.limit > 0 && a.size < 0 {
+		a.size = 0
+		if st, err := os.Stat(a.path); err == nil {
+			a.size = st.Size()
+		}
+	}
+	n := int64(len(b))
+	if a.limit > 0 {
+		room := a.limit - a.size
+		if class != auditControl {
+			room -= auditReserve(a.limit)
+		}
+		if n > room {
+			if class != auditControl && !a.truncated {
+				a.truncated = true
+				a.queueLocked(ctx, a.noticeLocked(api.AuditEvent{
+					Layer: "audit", Action: "truncated",
+					Reason: fmt.Sprintf("the audit log reached its cap of %s (resources.audit_size): later events are counted, not written", policies.FormatSize(a.limit)),
+					Fields: map[string]any{"limit": a.limit},
+				}), "audit", auditControl)
+			}
+			a.dropped.events++
+			a.dropped.bytes += uint64(n)
+			if a.dropped.byLayer == nil {
+				a.dropped.byLayer = map[string]uint64{}
+			}
+			a.dropped.byLayer[layer]++
+			return
+		}
+	}
+	a.queue = append(a.queue, b...)
+	a.queued++
+	if a.size >= 0 {
+		a.size += n
+	}
+}
+
+// noticeLocked encodes one of the log's own events.
+func (a *auditLog) noticeLocked(ev api.AuditEvent) []byte {
+	ev.Time = a.now().UTC()
+	if ev.Session == "" {
+		ev.Session = filepath.Base(filepath.Dir(a.path))
+	}
+	b, _ := appendAuditEvent(nil, &ev)
+	return append(b, '\n')
+}
+
+// dropReportLocked queues an event counting the events dropped since the
+// last report, if any.
+func (a *auditLog) dropReportLocked(ctx context.Context) {
+	if a.dropped.events == a.reported.events {
+		return
+	}
+	layers := map[string]uint64{}
+	for l, n := range a.dropped.byLayer {
+		if d := n - a.reported.byLayer[l]; d > 0 {
+			layers[l] = d
+		}
+	}
+	a.queueLocked(ctx, a.noticeLocked(api.AuditEvent{
+		Layer: "audit", Action: "dropped",
+		Reason: fmt.Sprintf("%d events (%s) did not fit under the audit log's cap of %s", a.dropped.events-a.reported.events,
+			policies.FormatSize(int64(a.dropped.bytes-a.reported.bytes)), policies.FormatSize(a.limit)),
+		Fields: map[string]any{"events": a.dropped.events - a.reported.events, "bytes": a.dropped.bytes - a.reported.bytes, "layers": layers},
+	}), "audit", auditControl)
+	a.reported.events, a.reported.bytes = a.dropped.events, a.dropped.bytes
+	a.reported.byLayer = map[string]uint64{}
+	for l, n := range a.dropped.byLayer {
+		a.reported.byLayer[l] = n
+	}
+}
+
+// Flush writes the counts of every pending merged decision and of the
+// events dropped so far, and returns once they are in the file.
+func (a *auditLog) Flush(ctx context.Context) {
+	a.mu.Lock()
+	a.flushAggsLocked(ctx, time.Time{})
+	a.dropReportLocked(ctx)
+	a.waitLocked(ctx, a.queued)
+	a.mu.Unlock()
+}
+
+// waitLocked returns once event seq has been written, writing the queue
+// itself if no write is in progress.
+func (a *auditLog) waitLocked(ctx context.Context, seq uint64) {
+	for a.written < seq {
+		if a.writing {
+			a.cond.Wait()
+			continue
+		}
+		a.writeQueueLocked(ctx)
+	}
+}
+
+// writeQueueLocked writes every queued event. It releases mu during the
+// write, with writing set so that no other write starts.
+func (a *auditLog) writeQueueLocked(ctx context.Context) {
+	a.writing = true
+	buf, upto := a.queue, a.queued
+	a.queue = a.spare[:0]
+	f := a.f
+	a.mu.Unlock()
+
+	var err error
+	if f == nil {
+		f, err = os.OpenFile(a.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			err = fmt.Errorf("open log: %w", err)
+		}
+	}
+	if err == nil {
+		_, err = f.Write(buf)
+	}
+	if err != nil {
+		log.G(ctx).Error("audit: write", "path", a.path, "error", err)
+	}
+
+	a.mu.Lock()
+	a.f = f
+	if cap(buf) <= maxPooledBuf {
+		a.spare = buf[:0]
+	} else {
+		a.spare = nil
+	}
+	a.written = upto
+	a.writing = false
+	a.cond.Broadcast()
+}
+
+// Close writes what Flush writes, then closes the log file after a write
+// in progress; a later Emit reopens it.
+func (a *auditLog) Close() error {
+	ctx := context.Background()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.timer != nil {
+		a.timer.Stop()
+		a.timer = nil
+	}
+	a.flushAggsLocked(ctx, time.Time{})
+	a.dropReportLocked(ctx)
+	a.waitLocked(ctx, a.queued)
+	for a.writing {
+		a.cond.Wait()
+	}
+	if a.f == nil {
+		return nil
+	}
+	err := a.f.Close()
+	a.f = nil
+	return err
+}

@@ -49,11 +49,15 @@ type Admission struct {
 
 // Limits bound a session's resources and the number of sessions.
 type Limits struct {
-	CPUs    float64  `json:"cpus"`
-	Memory  int64    `json:"memory"` // bytes
-	Pids    int64    `json:"pids"`
-	Disk    int64    `json:"disk"` // bytes
-	Timeout Duration `json:"timeout"`
+	CPUs   float64 `json:"cpus"`
+	Memory int64   `json:"memory"` // bytes
+	Pids   int64   `json:"pids"`
+	Disk   int64   `json:"disk"` // bytes
+	// LogSize and AuditSize bound resources.log_size and audit_size: what
+	// one session's output and audit may take under the daemon's root.
+	LogSize   int64    `json:"log_size"`
+	AuditSize int64    `json:"audit_size"`
+	Timeout   Duration `json:"timeout"`
 	// Sessions bounds the sessions the daemon holds at once, in any
 	// state, together with sandboxes prepared for warm pools.
 	Sessions int `json:"sessions"`
@@ -83,12 +87,14 @@ const DefaultDisk = 4 << 30
 
 // The built-in admission policy's bounds.
 const (
-	DefaultMaxCPUs     = 16
-	DefaultMaxMemory   = 64 << 30
-	DefaultMaxPids     = 32768
-	DefaultMaxDisk     = 256 << 30
-	DefaultMaxTimeout  = Duration(24 * time.Hour)
-	DefaultMaxSessions = 256
+	DefaultMaxCPUs      = 16
+	DefaultMaxMemory    = 64 << 30
+	DefaultMaxPids      = 32768
+	DefaultMaxDisk      = 256 << 30
+	DefaultMaxLogSize   = 1 << 30
+	DefaultMaxAuditSize = 256 << 20
+	DefaultMaxTimeout   = Duration(24 * time.Hour)
+	DefaultMaxSessions  = 256
 )
 
 // SafeCapabilities are the capabilities the built-in policy admits: none
@@ -116,6 +122,7 @@ func DefaultAdmission() *Admission {
 func defaultLimits() Limits {
 	return Limits{
 		CPUs: DefaultMaxCPUs, Memory: DefaultMaxMemory, Pids: DefaultMaxPids, Disk: DefaultMaxDisk,
+		LogSize: DefaultMaxLogSize, AuditSize: DefaultMaxAuditSize,
 		Timeout: DefaultMaxTimeout, Sessions: DefaultMaxSessions,
 	}
 }
@@ -264,6 +271,12 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 	if l.Disk > 0 && p.Resources.Disk > l.Disk {
 		refuse("resources.disk %s refused: the limit is %s", formatSize(p.Resources.Disk), formatSize(l.Disk))
 	}
+	if l.LogSize > 0 && p.Resources.LogSize > l.LogSize {
+		refuse("resources.log_size %s refused: the limit is %s", formatSize(p.Resources.LogSize), formatSize(l.LogSize))
+	}
+	if l.AuditSize > 0 && p.Resources.AuditSize > l.AuditSize {
+		refuse("resources.audit_size %s refused: the limit is %s", formatSize(p.Resources.AuditSize), formatSize(l.AuditSize))
+	}
 	if l.Timeout > 0 && p.Timeout > l.Timeout {
 		refuse("timeout %s refused: the limit is %s", p.Timeout, l.Timeout)
 	}
@@ -337,6 +350,12 @@ func (a *Admission) FillDefaults(p *Policy) {
 	}
 	if p.Resources.Disk == 0 && l.Disk > 0 && l.Disk < DefaultDisk {
 		p.Resources.Disk = l.Disk
+	}
+	if (p.Resources.LogSize == 0 || p.Resources.LogSize == DefaultLogSize) && l.LogSize > 0 && l.LogSize < DefaultLogSize {
+		p.Resources.LogSize = l.LogSize
+	}
+	if (p.Resources.AuditSize == 0 || p.Resources.AuditSize == DefaultAuditSize) && l.AuditSize > 0 && l.AuditSize < DefaultAuditSize {
+		p.Resources.AuditSize = l.AuditSize
 	}
 	if (p.Timeout == 0 || p.Timeout == DefaultTimeout) && l.Timeout > 0 && l.Timeout < DefaultTimeout {
 		p.Timeout = l.Timeout

@@ -26,7 +26,7 @@ var (
 	}
 	limitsSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
-			{Name: "cpus"}, {Name: "memory"}, {Name: "pids"}, {Name: "disk"}, {Name: "timeout"}, {Name: "sessions"},
+			{Name: "cpus"}, {Name: "memory"}, {Name: "pids"}, {Name: "disk"}, {Name: "log_size"}, {Name: "audit_size"}, {Name: "timeout"}, {Name: "sessions"},
 		},
 	}
 )
@@ -150,6 +150,14 @@ func decodeAdmission(parser *hclparse.Parser, filename string, src []byte) (*Adm
 		if l.Disk > 0 && l.Disk < MinDisk {
 			d.errorf(d.rangeOf(at.field("disk")), "Invalid disk", "disk %s is below the least a session can have, %s.", formatSize(l.Disk), formatSize(MinDisk))
 		}
+		d.size(la, "log_size", at, &l.LogSize)
+		if l.LogSize > 0 && l.LogSize < MinLogSize {
+			d.errorf(d.rangeOf(at.field("log_size")), "Invalid log_size", "log_size %s is below the least a session can have, %s.", formatSize(l.LogSize), formatSize(MinLogSize))
+		}
+		d.size(la, "audit_size", at, &l.AuditSize)
+		if l.AuditSize > 0 && l.AuditSize < MinAuditSize {
+			d.errorf(d.rangeOf(at.field("audit_size")), "Invalid audit_size", "audit_size %s is below the least a session can have, %s.", formatSize(l.AuditSize), formatSize(MinAuditSize))
+		}
 		d.duration(la, "timeout", at, &l.Timeout)
 		var n int64
 		d.integer(la, "sessions", at, &n)
@@ -229,7 +237,7 @@ func checkRootPath(p string) string {
 // String renders the policy for the daemon's log.
 func (a *Admission) String() string {
 	l := a.Limits
-	return fmt.Sprintf("%s: host paths %s, read-only %s, users %s, groups %s, capabilities %s, limits cpus=%v memory=%s pids=%d disk=%s timeout=%s sessions=%s",
+	return fmt.Sprintf("%s: host paths %s, read-only %s, users %s, groups %s, capabilities %s, limits cpus=%v memory=%s pids=%d disk=%s log_size=%s audit_size=%s timeout=%s sessions=%s",
 		a.Source, listOrNone(a.HostPaths), listOrNone(a.ReadOnlyPaths), rangesString(a.Users), rangesString(a.Groups),
-		listOrNone(a.Capabilities), l.CPUs, formatSize(l.Memory), l.Pids, formatSize(l.Disk), l.Timeout, strconv.Itoa(l.Sessions))
+		listOrNone(a.Capabilities), l.CPUs, formatSize(l.Memory), l.Pids, formatSize(l.Disk), formatSize(l.LogSize), formatSize(l.AuditSize), l.Timeout, strconv.Itoa(l.Sessions))
 }

@@ -26,7 +26,7 @@ func TestAdmissionExample(t *testing.T) {
 		Users:         []IDRange{{1000, 59999}, {65534, 65534}},
 		Groups:        []IDRange{{1000, 59999}, {65534, 65534}},
 		Capabilities:  []string{"CAP_NET_BIND_SERVICE", "CAP_KILL"},
-		Limits:        Limits{CPUs: 4, Memory: 8 << 30, Pids: 4096, Disk: 16 << 30, Timeout: Duration(4 * 3600e9), Sessions: 32},
+		Limits:        Limits{CPUs: 4, Memory: 8 << 30, Pids: 4096, Disk: 16 << 30, LogSize: 256 << 20, AuditSize: 64 << 20, Timeout: Duration(4 * 3600e9), Sessions: 32},
 	}
 	if !reflect.DeepEqual(a, want) {
 		t.Errorf("decoded\n%+v\nwant\n%+v", a, want)
@@ -244,7 +244,7 @@ func TestAdmitUsersCapabilitiesLimits(t *testing.T) {
 	a := DefaultAdmission()
 	a.Users = []IDRange{{1000, 1999}}
 	a.Capabilities = []string{"CAP_NET_BIND_SERVICE"}
-	a.Limits = Limits{CPUs: 2, Memory: 1 << 30, Pids: 100, Disk: 2 << 30, Timeout: Duration(3600e9), Sessions: 2}
+	a.Limits = Limits{CPUs: 2, Memory: 1 << 30, Pids: 100, Disk: 2 << 30, LogSize: 1 << 20, AuditSize: 1 << 20, Timeout: Duration(3600e9), Sessions: 2}
 	tests := []struct {
 		name string
 		edit func(*Policy)
@@ -254,6 +254,10 @@ func TestAdmitUsersCapabilitiesLimits(t *testing.T) {
 			p.User, p.Capabilities = "1500:1500", []string{"CAP_NET_BIND_SERVICE"}
 			p.Resources = Resources{CPUs: 2, Memory: 1 << 30, Pids: 100, Disk: 2 << 30}
 		}, nil},
+		{"log and audit above the limits", func(p *Policy) {
+			p.User = "1000"
+			p.Resources = Resources{LogSize: 2 << 20, AuditSize: 3 << 20}
+		}, []string{"resources.log_size 2MiB refused: the limit is 1MiB", "resources.audit_size 3MiB refused: the limit is 1MiB"}},
 		{"default user", func(p *Policy) {}, []string{`user "65534:65534" refused: uid 65534 is not among the admitted users (1000-1999)`}},
 		{"root", func(p *Policy) { p.User = "0" }, []string{`uid 0 is not among`, `gid 0 is not among`}},
 		{"root group", func(p *Policy) { p.User = "1000:0" }, []string{`user "1000:0" refused: gid 0 is not among the admitted groups (1-4294967294)`}},
@@ -300,11 +304,11 @@ func TestAdmitUsersCapabilitiesLimits(t *testing.T) {
 
 func TestFillDefaultsUsesLowerBounds(t *testing.T) {
 	a := DefaultAdmission()
-	a.Limits = Limits{CPUs: 0.5, Memory: 256 << 20, Pids: 64, Disk: 1 << 30, Timeout: Duration(600e9)}
+	a.Limits = Limits{CPUs: 0.5, Memory: 256 << 20, Pids: 64, Disk: 1 << 30, LogSize: 1 << 20, AuditSize: 512 << 10, Timeout: Duration(600e9)}
 	p := &Policy{}
 	a.FillDefaults(p)
 	p.ApplyDefaults()
-	want := Resources{CPUs: 0.5, Memory: 256 << 20, Pids: 64, Disk: 1 << 30}
+	want := Resources{CPUs: 0.5, Memory: 256 << 20, Pids: 64, Disk: 1 << 30, LogSize: 1 << 20, AuditSize: 512 << 10}
 	if p.Resources != want || p.Timeout != Duration(600e9) {
 		t.Errorf("resources %+v timeout %s, want %+v and 10m", p.Resources, p.Timeout, want)
 	}
@@ -325,7 +329,7 @@ func TestFillDefaultsUsesLowerBounds(t *testing.T) {
 	p = &Policy{}
 	DefaultAdmission().FillDefaults(p)
 	p.ApplyDefaults()
-	if p.Resources != (Resources{CPUs: DefaultCPUs, Memory: DefaultMemory, Pids: DefaultPids}) || p.Timeout != DefaultTimeout {
+	if p.Resources != (Resources{CPUs: DefaultCPUs, Memory: DefaultMemory, Pids: DefaultPids, LogSize: DefaultLogSize, AuditSize: DefaultAuditSize}) || p.Timeout != DefaultTimeout {
 		t.Errorf("defaults changed: %+v %s", p.Resources, p.Timeout)
 	}
 }

@@ -66,6 +66,10 @@ admission {
     memory   = "8GiB"  # Default "64GiB".
     pids     = 4096    # Default 32768.
     disk     = "16GiB" # Default "256GiB".
+    # What one session's output and audit may take under --root
+    # (resources.log_size, audit_size). Defaults "1GiB" and "256MiB".
+    log_size   = "256MiB"
+    audit_size = "64MiB"
     timeout  = "4h"    # Default "24h".
     sessions = 32      # Sessions held at once, in any state, plus sandboxes
                        # prepared for warm pools. Default 256.

@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -216,7 +217,7 @@ func Setup(ctx context.Context, stateDir string, p *policies.Policy, owner Owner
 		s.st.Workspaces = append(s.st.Workspaces, ws)
 	}
 	for i, m := range p.Mounts {
-		ms, err := s.setupMount(i, m)
+		ms, err := s.setupMount(ctx, i, m)
 		if err != nil {
 			return nil, fmt.Errorf("mount %s: %w", m.HostPath, err)
 		}
@@ -302,11 +303,26 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 		return ws, err
 	}
 	const tight = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
-	switch ws.Mode {
-	case policies.ModeRO:
-		return ws, bindFD(t.fd, target, tight|unix.MOUNT_ATTR_RDONLY, ns)
-	case policies.ModeRW:
+	if ws.Mode == policies.ModeRW {
 		return ws, bindFD(t.fd, target, tight, ns)
+	}
+	// ro and overlay: a frozen view of the names scanned, so that nothing
+	// created on the host later (a new .env, say) appears in the sandbox.
+	layer := s.wsLayer(i)
+	if err := os.Mkdir(layer, 0o700); err != nil {
+		return ws, err
+	}
+	if ws.Mode == policies.ModeRO {
+		err := frozenView(t.fd, entries, ws.Masks, layer, target, tight, ns)
+		if rerr := os.Remove(layer); rerr != nil && err == nil {
+			err = rerr
+		}
+		return ws, err
+	}
+	if st, err := stacked(t.fd); err != nil {
+		return ws, err
+	} else if st {
+		return ws, fmt.Errorf("%s is on overlayfs: an overlay workspace over a frozen view of it would exceed the kernel's stacking depth; use a workspace on another filesystem, or mode = \"ro\" or \"rw\": %w", host, errdefs.ErrNotImplemented)
 	}
 	// Overlay: the upper root takes the host root's permissions and is
 	// owned by the sandbox user, who sees it as the workspace root.
@@ -322,30 +338,43 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 	if err := os.Chown(filepath.Join(up, "upper"), int(sandbox.UID), int(sandbox.GID)); err != nil {
 		return ws, err
 	}
-	// The lower layer is a clone of exactly the directory scanned, idmapped
-	// when needed; the overlay keeps its own reference, so the clone is
-	// detached once the overlay is mounted.
-	layer := s.wsLayer(i)
-	if err := os.Mkdir(layer, 0o700); err != nil {
+	// The lower layer is the frozen view of exactly the directory scanned,
+	// idmapped when needed; the overlay keeps its own reference, so the
+	// view is detached once the overlay is mounted.
+	view := filepath.Join(layer, "view")
+	if err := os.Mkdir(view, 0o700); err != nil {
 		return ws, err
 	}
-	if err := bindFD(t.fd, layer, tight|unix.MOUNT_ATTR_RDONLY, ns); err != nil {
+	if err := frozenView(t.fd, entries, ws.Masks, layer, view, tight, ns); err != nil {
 		return ws, err
 	}
-	err = mountOverlay(layer, filepath.Join(up, "upper"), filepath.Join(up, "work"), target, tight, nil)
-	if uerr := unmount(layer); uerr != nil && err == nil {
+	err = mountOverlay(view, filepath.Join(up, "upper"), filepath.Join(up, "work"), target, tight, nil)
+	if uerr := unmount(view); uerr != nil && err == nil {
 		err = uerr
 	}
-	if rerr := os.Remove(layer); rerr != nil && err == nil {
-		err = rerr
+	for _, d := range []string{view, layer} {
+		if rerr := os.Remove(d); rerr != nil && err == nil {
+			err = rerr
+		}
 	}
 	return ws, err
 }
 
-func (s *Session) setupMount(i int, m policies.Mount) (mountState, error) {
-	ms := mountState{Target: path.Clean(m.Target), ReadOnly: m.ReadOnly}
+// setupMount binds an extra mount's host path in the state directory. A
+// file or directory whose own host path or target is covered by the
+// default deny_read list (when the mount keeps it) is not bound at all: the
+// sandbox gets an empty mask instead. A directory is scanned and its
+// deny_read masks planned as a workspace's; a read-only directory is the
+// frozen view of the names scanned (see frozenView), a read-write one the
+// live host directory.
+func (s *Session) setupMount(ctx context.Context, i int, m policies.Mount) (mountState, error) {
+	ms := mountState{Target: path.Clean(m.Target), ReadOnly: m.ReadOnly, DenyRead: denyPatterns(m.DenyRead, m.DefaultDenyRead)}
 	if err := checkTarget(m.Target); err != nil {
 		return ms, err
+	}
+	deny, err := glob.NewSet(ms.DenyRead, true)
+	if err != nil {
+		return ms, fmt.Errorf("deny_read: %w: %w", err, errdefs.ErrInvalidArgument)
 	}
 	host, err := filepath.EvalSymlinks(m.HostPath)
 	if err != nil {
@@ -356,20 +385,58 @@ func (s *Session) setupMount(i int, m policies.Mount) (mountState, error) {
 		return ms, err
 	}
 	ms.HostPath, ms.Dir = host, fi.IsDir()
+	if m.DefaultDenyRead {
+		defaults, err := glob.NewSet(DefaultDenyRead(), true)
+		if err != nil {
+			return ms, err
+		}
+		for _, p := range []string{host, ms.Target} {
+			if pat, ok := defaults.Covers(strings.TrimPrefix(p, "/"), ms.Dir); ok {
+				ms.Masked = true
+				ms.Masks = []mask{{Path: "", Kind: map[bool]string{true: maskDir, false: maskFile}[ms.Dir], Rule: pat}}
+				return ms, nil
+			}
+		}
+	}
 	target := s.mountMnt(i)
-	if ms.Dir {
-		err = os.Mkdir(target, 0o700)
-	} else {
-		err = os.WriteFile(target, nil, 0o600)
-	}
-	if err != nil {
-		return ms, err
-	}
 	attrs := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
 	if m.ReadOnly {
 		attrs |= unix.MOUNT_ATTR_RDONLY
 	}
-	return ms, bindTree(host, target, attrs, nil)
+	if !ms.Dir {
+		if err := os.WriteFile(target, nil, 0o600); err != nil {
+			return ms, err
+		}
+		return ms, bindTree(host, target, attrs, nil)
+	}
+	if err := os.Mkdir(target, 0o700); err != nil {
+		return ms, err
+	}
+	t, err := openTree(host)
+	if err != nil {
+		return ms, err
+	}
+	defer t.Close()
+	var entries []entry
+	if err := scan(ctx, t, func(e *entry, _ bool) error {
+		entries = append(entries, *e)
+		return nil
+	}); err != nil {
+		return ms, fmt.Errorf("scan: %w", err)
+	}
+	ms.Masks = planMasks(entries, deny)
+	if !m.ReadOnly {
+		return ms, bindFD(t.fd, target, attrs, nil)
+	}
+	layer := s.path(layersDir, "m"+strconv.Itoa(i))
+	if err := os.Mkdir(layer, 0o700); err != nil {
+		return ms, err
+	}
+	err = frozenView(t.fd, entries, ms.Masks, layer, target, attrs, nil)
+	if rerr := os.Remove(layer); rerr != nil && err == nil {
+		err = rerr
+	}
+	return ms, err
 }
 
 // bindFD binds the directory open as fd (O_PATH) on target.
@@ -564,6 +631,7 @@ func (s *Session) mountsLocked() []specs.Mount {
 		}
 		prim = append(prim, primary{specs.Mount{Destination: w.Target, Type: "bind", Source: s.wsMnt(i), Options: opts}, depth(w.Target)})
 	}
+	maskOpts := []string{"bind", "ro", "nosuid", "nodev", "noexec"}
 	for i, m := range s.st.Mounts {
 		opts := []string{"bind", "nosuid", "nodev"}
 		if m.ReadOnly {
@@ -571,7 +639,14 @@ func (s *Session) mountsLocked() []specs.Mount {
 		} else {
 			opts = append(opts, "rw")
 		}
-		prim = append(prim, primary{specs.Mount{Destination: m.Target, Type: "bind", Source: s.mountMnt(i), Options: opts}, depth(m.Target)})
+		src := s.mountMnt(i)
+		if m.Masked {
+			src, opts = s.path(emptyFile), slices.Clone(maskOpts)
+			if m.Dir {
+				src = s.path(emptyDir)
+			}
+		}
+		prim = append(prim, primary{specs.Mount{Destination: m.Target, Type: "bind", Source: src, Options: opts}, depth(m.Target)})
 	}
 	slices.SortStableFunc(prim, func(a, b primary) int { return a.depth - b.depth })
 	out := make([]specs.Mount, 0, len(prim))
@@ -580,11 +655,10 @@ func (s *Session) mountsLocked() []specs.Mount {
 		out = append(out, p.m)
 		targets = append(targets, p.m.Destination)
 	}
-	maskOpts := []string{"bind", "ro", "nosuid", "nodev", "noexec"}
-	for _, w := range s.st.Workspaces {
-		for _, m := range w.Masks {
-			dest := path.Join(w.Target, m.Path)
-			if hiddenByOther(dest, w.Target, targets) {
+	addMasks := func(target string, masks []mask) {
+		for _, m := range masks {
+			dest := path.Join(target, m.Path)
+			if hiddenByOther(dest, target, targets) {
 				continue
 			}
 			src := s.path(emptyFile)
@@ -595,6 +669,14 @@ func (s *Session) mountsLocked() []specs.Mount {
 				src = s.path(m.Source)
 			}
 			out = append(out, specs.Mount{Destination: dest, Type: "bind", Source: src, Options: slices.Clone(maskOpts)})
+		}
+	}
+	for _, w := range s.st.Workspaces {
+		addMasks(w.Target, w.Masks)
+	}
+	for _, m := range s.st.Mounts {
+		if !m.Masked {
+			addMasks(m.Target, m.Masks)
 		}
 	}
 	return out

@@ -64,10 +64,16 @@ type wsState struct {
 
 // mountState is one extra mount.
 type mountState struct {
-	HostPath string `json:"host_path"`
-	Target   string `json:"target"`
-	ReadOnly bool   `json:"read_only"`
-	Dir      bool   `json:"dir"`
+	HostPath string   `json:"host_path"`
+	Target   string   `json:"target"`
+	ReadOnly bool     `json:"read_only"`
+	Dir      bool     `json:"dir"`
+	DenyRead []string `json:"deny_read,omitempty"`
+	// Masked: the mount's own host path or target is a credential path;
+	// the sandbox gets an empty, unreadable file or directory instead.
+	Masked bool `json:"masked,omitempty"`
+	// Masks are paths inside a directory mount, relative to it.
+	Masks []mask `json:"masks,omitempty"`
 }
 
 func readState(dir string) (*state, error) {

@@ -136,9 +136,18 @@ var decodeTests = []decodeTest{
   mount "cache" {
     target    = "/cache"
     read_only = false
+    deny_read = ["tokens/"]
+  }
+  mount "/srv/ca" {
+    target            = "/ca"
+    default_deny_read = false
   }`),
 		check: func(t *testing.T, p *Policy) {
-			want := []Mount{{HostPath: "/etc/ssl/certs", Target: "/etc/ssl/certs", ReadOnly: true}, {HostPath: "/manifests/cache", Target: "/cache"}}
+			want := []Mount{
+				{HostPath: "/etc/ssl/certs", Target: "/etc/ssl/certs", ReadOnly: true, DefaultDenyRead: true},
+				{HostPath: "/manifests/cache", Target: "/cache", DenyRead: []string{"tokens/"}, DefaultDenyRead: true},
+				{HostPath: "/srv/ca", Target: "/ca", ReadOnly: true},
+			}
 			if !reflect.DeepEqual(p.Mounts, want) {
 				t.Errorf("mounts = %+v, want %+v", p.Mounts, want)
 			}

@@ -1,0 +1,245 @@
+package fsscope
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/fsscope/glob"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// noSecret fails the test for every probe result that shows one of
+// secrets, and for every read of a path in denied that succeeded.
+func noSecret(t *testing.T, res []probeResult, secrets ...string) {
+	t.Helper()
+	for _, r := range res {
+		for _, sec := range secrets {
+			if strings.Contains(r.Data, sec) {
+				t.Errorf("the sandbox read %s: %v", sec, r)
+			}
+		}
+	}
+}
+
+// TestDenyReadAppearsLater creates secrets on the host after the session
+// started (new files, a new directory, a hard link and a rename to a
+// masked name): none of them is readable in the sandbox, which sees the
+// workspace's names as they were at Setup.
+func TestDenyReadAppearsLater(t *testing.T) {
+	for _, mode := range []string{policies.ModeOverlay, policies.ModeRO} {
+		t.Run(mode, func(t *testing.T) {
+			host := hostTree(t, hostOwner, map[string]string{
+				"README.md":  "readme",
+				"svc/app.go": "package svc",
+				"notes.txt":  "notes",
+				"old.txt":    "LATER_RENAMED",
+			})
+			w := overlayWS(host)
+			w.Mode = mode
+			if mode != policies.ModeOverlay {
+				w.OnExit = ""
+			}
+			s := setup(t, policyWith(w), sandboxer)
+
+			writeFiles(t, host, map[string]string{
+				".env.local":               "LATER_ENV",
+				"svc/.env.production":      "LATER_SVC",
+				"newdir/.aws/credentials":  "LATER_AWS",
+				"server.key":               "LATER_KEY",
+				"home/.npmrc":              "LATER_NPM",
+				"later.txt":                "LATER_PLAIN",
+				".git/config":              "[credential]\n\thelper = LATER_HELPER\n",
+				"svc/.kube/config":         "LATER_KUBE",
+				"svc/deep/er/.env.staging": "LATER_DEEP",
+			})
+			if err := os.Link(filepath.Join(host, ".env.local"), filepath.Join(host, "linked.txt")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(filepath.Join(host, "old.txt"), filepath.Join(host, ".env.renamed")); err != nil {
+				t.Fatal(err)
+			}
+			chownTree(t, host, hostOwner)
+
+			paths := []string{".env.local", "svc/.env.production", "newdir/.aws/credentials", "server.key",
+				"home/.npmrc", "linked.txt", ".env.renamed", ".git/config", "svc/.kube/config", "svc/deep/er/.env.staging"}
+			var actions []probeAction
+			for _, p := range paths {
+				actions = append(actions, probeAction{Op: "read", Path: "/workspace/" + p})
+			}
+			actions = append(actions,
+				probeAction{Op: "readdir", Path: "/workspace"},
+				probeAction{Op: "readdir", Path: "/workspace/svc"},
+				probeAction{Op: "read", Path: "/workspace/README.md"},
+				probeAction{Op: "read", Path: "/workspace/later.txt"},
+			)
+			res := runProbe(t, s.Mounts(), sandboxer.UID, sandboxer.GID, actions...)
+			noSecret(t, res, "LATER_ENV", "LATER_SVC", "LATER_AWS", "LATER_KEY", "LATER_NPM", "LATER_RENAMED", "LATER_HELPER", "LATER_KUBE", "LATER_DEEP")
+			for _, r := range res[:len(paths)] {
+				if r.ok() {
+					t.Errorf("a path that appeared on the host is readable: %v", r)
+				}
+			}
+			if got := res[len(paths)].Data; strings.Contains(got, ".env") || strings.Contains(got, "newdir") || strings.Contains(got, "server.key") {
+				t.Errorf("the workspace lists names that appeared on the host: %s", got)
+			}
+			if got := res[len(paths)+1].Data; got != "app.go" {
+				t.Errorf("svc lists %q, want only app.go", got)
+			}
+			if r := res[len(paths)+2]; r.Data != "readme" {
+				t.Errorf("README.md: %v", r)
+			}
+			// What was not there at Setup is not there at all, secret or not.
+			if r := res[len(paths)+3]; r.ok() {
+				t.Errorf("later.txt: %v, want it absent", r)
+			}
+		})
+	}
+}
+
+// TestDenyReadMounts shows deny_read on extra mounts: the defaults and the
+// mount's own patterns mask files in a read-only and a read-write directory
+// mount, a file mount whose host name or target is a credential file is
+// masked, a directory mount whose target is a credential directory is
+// masked whole, and a file created on the host later in a read-only mount
+// is not there.
+func TestDenyReadMounts(t *testing.T) {
+	ro := hostTree(t, hostOwner, map[string]string{
+		".env":                 "M_ENV",
+		".npmrc":               "M_NPM",
+		"sub/.aws/credentials": "M_AWS",
+		"private/token.txt":    "M_OWN",
+		"data.txt":             "data",
+	})
+	rw := hostTree(t, hostOwner, map[string]string{".env": "RW_ENV", "out.txt": "out"})
+	files := hostTree(t, hostOwner, map[string]string{
+		".env.mounted":  "F_ENV",
+		"registry.json": "F_DOCKER",
+		"plain.txt":     "plain",
+		"aws/config":    "F_AWSDIR",
+	})
+	p := policyWith()
+	p.Mounts = []policies.Mount{
+		{HostPath: ro, Target: "/m", ReadOnly: true, DefaultDenyRead: true, DenyRead: []string{"private/"}},
+		{HostPath: rw, Target: "/rw", ReadOnly: false, DefaultDenyRead: true},
+		{HostPath: filepath.Join(files, ".env.mounted"), Target: "/etc/app.conf", ReadOnly: true, DefaultDenyRead: true},
+		{HostPath: filepath.Join(files, "registry.json"), Target: "/root/.docker/config.json", ReadOnly: true, DefaultDenyRead: true},
+		{HostPath: filepath.Join(files, "plain.txt"), Target: "/etc/plain.txt", ReadOnly: true, DefaultDenyRead: true},
+		{HostPath: filepath.Join(files, "aws"), Target: "/root/.aws", ReadOnly: true, DefaultDenyRead: true},
+	}
+	s := setup(t, p, sandboxer)
+	writeFiles(t, ro, map[string]string{".env.later": "M_LATER"})
+	denied := []string{"/m/.env", "/m/.npmrc", "/m/sub/.aws/credentials", "/m/private/token.txt", "/m/.env.later",
+		"/rw/.env", "/etc/app.conf", "/root/.docker/config.json", "/root/.aws/config"}
+	var actions []probeAction
+	for _, d := range denied {
+		actions = append(actions, probeAction{Op: "read", Path: d})
+	}
+	actions = append(actions,
+		probeAction{Op: "read", Path: "/m/data.txt"},
+		probeAction{Op: "read", Path: "/rw/out.txt"},
+		probeAction{Op: "read", Path: "/etc/plain.txt"},
+	)
+	res := runProbe(t, s.Mounts(), 0, 0, actions...)
+	noSecret(t, res, "M_ENV", "M_NPM", "M_AWS", "M_OWN", "M_LATER", "RW_ENV", "F_ENV", "F_DOCKER", "F_AWSDIR")
+	for _, r := range res[:len(denied)] {
+		if r.ok() && r.Data != "" {
+			t.Errorf("masked path readable: %v", r)
+		}
+	}
+	for i, want := range []string{"data", "out", "plain"} {
+		if r := res[len(denied)+i]; r.Data != want {
+			t.Errorf("%s: %v, want %q", r.Path, r, want)
+		}
+	}
+}
+
+// defaultDenied lists, for every credential file the default deny_read
+// list must mask, a workspace path where it lives. Every pattern of
+// DefaultDenyRead must match at least one of them (checked below).
+var defaultDenied = []string{
+	".env",
+	".env.local",
+	"svc/.env.production",
+	"certs/server.pem",
+	"certs/server.key",
+	"certs/bundle.p12",
+	"certs/bundle.pfx",
+	"certs/store.jks",
+	"certs/app.keystore",
+	"keys/id_rsa",
+	"keys/id_dsa",
+	"keys/id_ecdsa",
+	"keys/id_ed25519",
+	"keys/id_xmss",
+	"home/.ssh/config",
+	"home/.gnupg/private-keys-v1.d/k.key",
+	".netrc",
+	"_netrc",
+	".git-credentials",
+	".pgpass",
+	".pypirc",
+	".vault-token",
+	".npmrc",
+	"web/.npmrc",
+	".yarnrc",
+	".yarnrc.yml",
+	"home/.cargo/credentials",
+	"home/.cargo/credentials.toml",
+	"home/.m2/settings.xml",
+	"home/.m2/settings-security.xml",
+	"home/.gem/credentials",
+	"home/.composer/auth.json",
+	"home/.config/hub",
+	"home/.docker/config.json",
+	".dockercfg",
+	"home/.kube/config",
+	"home/.config/gh/hosts.yml",
+	"home/.terraform.d/credentials.tfrc.json",
+	".terraformrc",
+	".s3cfg",
+	".boto",
+	"home/.config/rclone/rclone.conf",
+	"home/.aws/credentials",
+	"home/.azure/accessTokens.json",
+	"home/.config/gcloud/credentials.db",
+	"application_default_credentials.json",
+}
+
+// TestDefaultDenyReadEntries masks each credential file of the default
+// list in one sandbox, one subtest per file, and checks that every default
+// pattern is exercised by at least one of them.
+func TestDefaultDenyReadEntries(t *testing.T) {
+	files := map[string]string{"README.md": "readme"}
+	secret := func(p string) string { return "SECRET<" + p + ">" }
+	for _, p := range defaultDenied {
+		files[p] = secret(p)
+	}
+	host := hostTree(t, hostOwner, files)
+	w := overlayWS(host)
+	w.Mode, w.OnExit = policies.ModeRO, ""
+	s := setup(t, policyWith(w), sandboxer)
+	actions := make([]probeAction, 0, len(defaultDenied))
+	for _, p := range defaultDenied {
+		actions = append(actions, probeAction{Op: "read", Path: "/workspace/" + p})
+	}
+	res := runProbe(t, s.Mounts(), sandboxer.UID, sandboxer.GID, actions...)
+	for i, p := range defaultDenied {
+		t.Run(p, func(t *testing.T) {
+			if r := res[i]; r.ok() || strings.Contains(r.Data, secret(p)) {
+				t.Errorf("%s is readable: %v", p, r)
+			}
+		})
+	}
+	for _, pat := range DefaultDenyRead() {
+		g, err := glob.Compile(pat, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(defaultDenied, func(p string) bool { return g.Covers(p, false) }) {
+			t.Errorf("no test file for the default pattern %q", pat)
+		}
+	}
+}

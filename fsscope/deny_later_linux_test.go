@@ -243,3 +243,62 @@ func TestDefaultDenyReadEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestTrackedDenied: a secret committed to the workspace's repository is
+// masked in the working tree but readable through git; TrackedDenied and
+// the session's DenyRead report say which masked paths git tracks, so that
+// airlock validate and the audit can warn.
+func TestTrackedDenied(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{
+		"README.md":       "readme",
+		".env":            "TRACKED_ENV",
+		"config/.npmrc":   "TRACKED_NPM",
+		"secrets/a.txt":   "TRACKED_OWN",
+		".env.untracked":  "UNTRACKED",
+		"src/main.go":     "package main",
+		"docs/server.pem": "TRACKED_PEM",
+	})
+	git(t, host, "init", "-q", "-b", "main")
+	git(t, host, "add", "README.md", ".env", "config/.npmrc", "secrets/a.txt", "src/main.go", "docs/server.pem")
+	git(t, host, "commit", "-q", "-m", "init")
+	chownTree(t, host, hostOwner)
+	w := overlayWS(host)
+	w.DenyRead = []string{"secrets/"}
+	want := []string{".env", "config/.npmrc", "docs/server.pem", "secrets/a.txt"}
+	got, err := TrackedDenied(t.Context(), w)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("TrackedDenied = %q, %v; want %q", got, err, want)
+	}
+	s := setup(t, policyWith(w), sandboxer)
+	info := s.DenyRead()
+	if len(info) != 1 || !slices.Equal(info[0].Tracked, []string{"/workspace/.env", "/workspace/config/.npmrc", "/workspace/docs/server.pem", "/workspace/secrets/a.txt"}) {
+		t.Fatalf("DenyRead = %+v", info)
+	}
+	var masked []string
+	for _, m := range info[0].Masked {
+		masked = append(masked, m.Path+" "+m.Rule)
+	}
+	if !slices.Contains(masked, "/workspace/.env .env*") || !slices.Contains(masked, "/workspace/secrets secrets/") {
+		t.Errorf("masked = %q", masked)
+	}
+
+	if got, err := CommittedDenied(t.Context(), w); err != nil || len(got) != 0 {
+		t.Errorf("CommittedDenied = %q, %v; want nothing beyond what is tracked", got, err)
+	}
+	git(t, host, "rm", "-q", "--cached", ".env", "docs/server.pem")
+	git(t, host, "commit", "-q", "-m", "untrack")
+	got, err = TrackedDenied(t.Context(), w)
+	if err != nil || !slices.Equal(got, []string{"config/.npmrc", "secrets/a.txt"}) {
+		t.Errorf("TrackedDenied after untracking = %q, %v", got, err)
+	}
+	got, err = CommittedDenied(t.Context(), w)
+	if err != nil || !slices.Equal(got, []string{".env", "docs/server.pem"}) {
+		t.Errorf("CommittedDenied = %q, %v; want the untracked secrets still in the history", got, err)
+	}
+
+	// Without a repository at the root there is nothing to report.
+	w.HostPath = filepath.Join(host, "src")
+	if got, err := TrackedDenied(t.Context(), w); err != nil || got != nil {
+		t.Errorf("TrackedDenied(src) = %q, %v", got, err)
+	}
+}

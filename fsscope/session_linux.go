@@ -290,6 +290,12 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 		s.bases[i] = newBaseline(slices.Clone(entries))
 	}
 	s.scans = append(s.scans, entries)
+	if len(ws.Masks) > 0 {
+		ws.Tracked, err = trackedDenied(ctx, host, ws.Owner, func(p string) bool { return maskedBy(ws.Masks, p) })
+		if err != nil {
+			log.G(ctx).Warn("fsscope: cannot tell which masked paths git tracks", "path", host, "error", err)
+		}
+	}
 	log.G(ctx).Debug("fsscope: workspace scanned", "path", host, "entries", len(entries), "masks", len(ws.Masks), "took", time.Since(start))
 
 	var ns *os.File

@@ -51,11 +51,13 @@ type wsState struct {
 	Owner Owner `json:"owner"`
 	// Idmap: the sandbox sees Owner's files as its own through an
 	// idmapped mount.
-	Idmap             bool     `json:"idmap"`
-	RootIno           uint64   `json:"root_ino"`
-	RootDev           uint64   `json:"root_dev"`
-	DenyRead          []string `json:"deny_read,omitempty"`
-	Masks             []mask   `json:"masks,omitempty"`
+	Idmap    bool     `json:"idmap"`
+	RootIno  uint64   `json:"root_ino"`
+	RootDev  uint64   `json:"root_dev"`
+	DenyRead []string `json:"deny_read,omitempty"`
+	Masks    []mask   `json:"masks,omitempty"`
+	// Tracked are masked paths git tracks (see TrackedDenied).
+	Tracked           []string `json:"tracked,omitempty"`
 	Protect           []string `json:"protect,omitempty"`
 	PreserveUntracked bool     `json:"preserve_untracked,omitempty"`
 	ProtectRefs       []string `json:"protect_refs,omitempty"`

@@ -334,6 +334,7 @@ func (d *Daemon) start(ctx context.Context, s *session) error {
 	s.minted = nil
 	s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "started",
 		Subject: strings.Join(s.rec.Policy.Command, " "), Fields: map[string]any{"pid": s.pid, "timeout": s.rec.Policy.Timeout.String(), "warm": s.rec.Warm}})
+	s.auditDenyRead(ctx)
 	log.G(ctx).Info("session started", "pid", s.pid, "timeout", s.rec.Policy.Timeout.String(), "warm", s.rec.Warm)
 	return nil
 }

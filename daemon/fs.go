@@ -88,6 +88,36 @@ func (s *session) fsAudit(ctx context.Context) func(fsscope.Event) {
 	}
 }
 
+// maxMaskEvents bounds the "masked" audit events per workspace or mount;
+// one more event counts the rest.
+const maxMaskEvents = 100
+
+// auditDenyRead records, when the session starts, what deny_read masks in
+// each workspace and mount (the rule behind each mask), and every masked
+// path git tracks, whose content deny_read does not hide in .git/objects.
+// A read of a masked path inside the sandbox fails in the kernel and leaves
+// no event of its own: this is the record of what was hidden.
+func (s *session) auditDenyRead(ctx context.Context) {
+	if s.fs == nil {
+		return
+	}
+	for _, info := range s.fs.DenyRead() {
+		for i, m := range info.Masked {
+			if i == maxMaskEvents {
+				s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "fs", Action: "masked", Subject: info.Target,
+					Reason: fmt.Sprintf("deny_read: %d more paths masked", len(info.Masked)-i), Fields: map[string]any{"host_path": info.HostPath}})
+				break
+			}
+			s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "fs", Action: "masked", Subject: m.Path,
+				Reason: "deny_read", Fields: map[string]any{"rule": m.Rule, "host_path": info.HostPath}})
+		}
+		for _, p := range info.Tracked {
+			s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "fs", Action: "masked_tracked", Subject: p,
+				Reason: fsscope.HistoryNote, Fields: map[string]any{"host_path": info.HostPath}})
+		}
+	}
+}
+
 // reviewable returns the session's filesystem state once its sandbox has
 // ended, or an error saying why the request cannot be served.
 func (d *Daemon) reviewable(id string) (*session, *fsscope.Session, error) {

@@ -20,18 +20,20 @@
 // The state directory (mode 0700) holds fsscope.json, the baselines, the
 // mask sources (masks/), the quota filesystem (disk.img mounted on
 // upper/, holding ws<N>/upper and ws<N>/work) and the mount sources the
-// sandbox binds (mnt/ws<N>, mnt/m<N>). Nothing else of the host is mounted
+// sandbox binds (mnt/ws<N>, mnt/m<N>). The layers of the frozen views
+// (layers/) are attached there only while Setup makes the views. Nothing else of the host is mounted
 // into the sandbox: every bind is of a single mount (no submounts), with
 // nosuid and nodev.
 //
 // # Workspaces and the sandbox user
 //
-// An overlay workspace is an overlayfs with the host directory as its
-// read-only lower layer and an upper directory on a quota-limited
-// filesystem, mounted with redirect_dir=off, metacopy=off, index=off and
+// An overlay workspace is an overlayfs with the frozen view of the host
+// directory (see below) as its read-only lower layer and an upper
+// directory on a quota-limited filesystem, mounted with redirect_dir=off, metacopy=off, index=off and
 // xino=off so that the upper directory is a plain description of the
-// changes (whiteouts, opaque directories, copied-up files). An ro or rw
-// workspace is a bind of the host directory.
+// changes (whiteouts, opaque directories, copied-up files). An ro
+// workspace is the frozen view itself, an rw workspace a bind of the host
+// directory.
 //
 // The sandbox runs as a non-root user. When that user is not the owner of
 // the workspace directory, the workspace is mounted idmapped (owner ->
@@ -40,8 +42,8 @@
 // mapping is put on the host-side mounts, which runc binds unchanged
 // (checked with runc 1.5.3; no "idmap" mount option is needed in the
 // spec). Overlayfs itself cannot be idmapped (mount_setattr fails with
-// EINVAL on kernel 6.18), so for an overlay the idmapping is on its lower
-// layer: files the sandbox writes land in the upper directory owned by the
+// EINVAL on kernel 6.18), so for an overlay (and the frozen view) the
+// idmapping is on the layers beneath it: files the sandbox writes land in the upper directory owned by the
 // sandbox user, which does not matter, as a commit gives every file its
 // host owner. Files owned by other users appear as the overflow user
 // (65534) and cannot be changed. Where the host filesystem does not
@@ -65,10 +67,80 @@
 // namespace it creates (the kernel locks them). A git config that holds
 // credentials (tokens in URLs, credential helpers, http extra headers) is
 // covered by a read-only copy without them, so git keeps working; writes
-// to that config fail. Files created after Setup are not masked, and a
-// hard link to a file outside the workspace cannot be recognised. Fresh
-// tells whether the host trees are still exactly as Setup scanned them,
-// for a sandbox prepared ahead of its session.
+// to that config fail. A hard link to a file outside the workspace cannot
+// be recognised.
+//
+// Extra mounts get the same treatment: a directory mount is scanned and
+// masked with its own deny_read patterns and the defaults; a file or
+// directory mount whose own host path or sandbox target the default list
+// covers (a mount of ~/.aws, or of any file at .docker/config.json) is not
+// bound at all, and the sandbox gets an empty mask in its place.
+//
+// # Names that appear later: the frozen view
+//
+// Masks are planned from the scan, so a file created on the host after
+// Setup (a new .env.local, a credential file written by a tool the
+// operator runs) would not be masked if the sandbox saw the live host
+// directory. So an overlay or ro workspace, and a read-only directory
+// mount, is not the live directory but a frozen view of it (frozenView):
+// a read-only overlay whose only listed layer is a "names layer", a
+// private tmpfs holding every scanned directory, symlink and special file,
+// and every regular file as an empty, metadata-only file (overlayfs
+// metacopy) with the host file's owner, mode, size and modification time
+// and a redirect to the same path in the host directory, which is a
+// data-only layer: overlayfs reads file data from it but never lists it or
+// looks a name up in it. A name the scan did not see does not exist in the
+// sandbox, whatever it is called and wherever it appears; a masked path
+// has no redirect at all in the names layer (an empty file, an empty
+// directory), so even without its mask nothing leads to the host's data.
+// An overlay workspace puts its copy-on-write upper directory over that
+// view (two overlays; the outer one keeps metacopy and redirect_dir off, so
+// the upper directory stays a plain description of the changes).
+//
+// Why this and not the alternatives: the design already says the host
+// workspace is not to be changed while a session is open, so a snapshot
+// taken at Setup gives up nothing the session was promised; copying the
+// data would cost as much as the tree is large, and the names alone cost a
+// few system calls and about 1 KiB of kernel memory per entry
+// (BenchmarkFrozenView10k). Masking at read time (FUSE, or fanotify
+// permission events) would put a daemon process in the path of every open,
+// and the masks would stop being enforced, or every open would hang,
+// whenever that process dies or restarts. Masking whole directories
+// cannot stop a new name appearing in a directory the sandbox must read.
+// A watcher that masks new names after the fact leaves a window in which
+// they are readable.
+//
+// What the frozen view changes for the session: content written on the
+// host to a file that existed at Setup is seen (under a name deny_read
+// does not match it is not protected anyway); files deleted on the host
+// fail to open; inode numbers and change times are the view's own, so the
+// first `git status` in the sandbox re-reads the tracked files (it already
+// does when the workspace is idmapped, since the owner differs). A
+// workspace on overlayfs cannot have an overlay workspace (the kernel
+// stacks at most two overlays); Setup fails and says so.
+//
+// An rw workspace and a read-write mount are binds of the live host
+// directory, since the sandbox's writes must reach it: there, masks are
+// planned at Setup and a file the host creates during the session is not
+// masked. Use overlay (or ro) where that matters.
+//
+// # What deny_read does not cover, and what is audited
+//
+// Git history: a masked file that git tracks, or that any commit reachable
+// from a ref holds, is readable in the sandbox through .git/objects (git
+// show HEAD:.env). TrackedDenied and CommittedDenied list such paths;
+// airlock validate warns about them, and the daemon audits the tracked
+// ones when a session starts (Session.DenyRead). Rewriting the history the
+// sandbox sees is not attempted.
+//
+// A read of a masked path fails in the kernel (EACCES on a mode-0 inode,
+// before any notification hook runs), and is not audited: what the audit
+// has is the list of masks, with the rule behind each, recorded when the
+// session starts. Auditing each attempt would need fanotify permission
+// events on every open of the workspace, with the costs said above.
+//
+// Fresh tells whether the host trees are still exactly as Setup scanned
+// them, for a sandbox prepared ahead of its session.
 //
 // # Commit
 //

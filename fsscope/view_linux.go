@@ -4,7 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"runtime"
+	"strconv"
+	"strings"
+	"unsafe"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,9 +69,18 @@ func frozenView(hostFD int, entries []entry, masks []mask, layers, target string
 }
 
 // mountNamesLayer mounts a tmpfs for the names layer on dir, bounded to
-// the inodes it needs (and a little more, for the root).
+// what the entries need. tmpfs charges each inode and its extended
+// attributes (here the redirect path) to the nr_inodes budget, 1 KiB per
+// unit; a long symlink target takes a page, a sparse file none.
 func mountNamesLayer(dir string, entries []entry) error {
-	opts := fmt.Sprintf("mode=0700,size=%d,nr_inodes=%d", 1<<20+len(entries)*64, len(entries)+16)
+	var pathBytes, links int
+	for i := range entries {
+		pathBytes += len(entries[i].Path)
+		if entries[i].isSymlink() {
+			links++
+		}
+	}
+	opts := fmt.Sprintf("mode=0700,size=%d,nr_inodes=%d", 1<<20+links*4096, 2*len(entries)+pathBytes/1024+64)
 	if err := unix.Mount("airlock-names", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
 		return fmt.Errorf("mount names layer on %s: %w", dir, err)
 	}
@@ -117,15 +131,21 @@ func mountFrozenOverlay(names, data, target string, attrs uint64) error {
 	return attachDetached(mfd, target, attrs|unix.MOUNT_ATTR_RDONLY, nil)
 }
 
-// populateNames creates every entry in the names layer mounted on dir, in
-// walk order, with the host's owner, mode and times. A regular file is an
+// populateNames creates every entry in the names layer mounted on dir
+// with the host's owner, mode and modification time. A regular file is an
 // empty file of the host file's size that overlayfs reads from the same
 // path in the data layer; hard links stay hard links. A path a mask covers
-// gets no redirect (a masked file is an empty file, a masked directory is
-// empty), so nothing below a mask leads to the host's data. Device nodes
-// are left out (the sandbox's mounts are nodev anyway).
+// gets no redirect (a masked file is an empty file of mode 0, a masked
+// directory is empty), so nothing below a mask leads to the host's data.
+// Device nodes are left out (the sandbox's mounts are nodev anyway).
+//
+// Directories are made first, in walk order; then the other entries, split
+// in contiguous runs among up to GOMAXPROCS workers (this is most of the
+// cost: a few system calls per file); then the hard links; then the
+// directories' metadata, deepest first, so that filling them does not
+// change their times.
 func populateNames(dir string, entries []entry, masks []mask) error {
-	root, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
@@ -136,6 +156,9 @@ func populateNames(dir string, entries []entry, masks []mask) error {
 	}
 	// coveredBy reports whether p or a parent of p is masked.
 	coveredBy := func(p string) (self, parent bool) {
+		if len(masked) == 0 {
+			return false, false
+		}
 		if masked[p] {
 			return true, false
 		}
@@ -146,78 +169,138 @@ func populateNames(dir string, entries []entry, masks []mask) error {
 		}
 		return false, false
 	}
-	links := map[uint64]string{}
-	var dirs []*entry
+	var (
+		dirs  []*entry
+		files []*entry // everything else, in walk order
+		links [][2]string
+		first = map[uint64]string{}
+		self  = map[*entry]bool{}
+	)
 	for i := range entries {
 		e := &entries[i]
 		if e.Path == "" {
 			dirs = append(dirs, e)
 			continue
 		}
-		self, parent := coveredBy(e.Path)
-		if parent {
-			continue
-		}
+		isSelf, parent := coveredBy(e.Path)
 		switch {
+		case parent:
+			continue
 		case e.isDir() || e.Mount:
 			if err := unix.Mkdirat(root, e.Path, 0o700); err != nil {
 				return pathErr("mkdir", e.Path, err)
 			}
 			dirs = append(dirs, e)
 			continue
-		case e.isRegular():
-			if first, ok := links[e.Ino]; ok && e.Nlink > 1 && !self {
-				if err := unix.Linkat(root, first, root, e.Path, 0); err != nil {
-					return pathErr("link", e.Path, err)
-				}
+		case e.isRegular() && e.Nlink > 1 && !isSelf:
+			if f, ok := first[e.Ino]; ok {
+				links = append(links, [2]string{f, e.Path})
 				continue
 			}
-			if err := namesFile(root, e, !self); err != nil {
-				return err
-			}
-			if e.Nlink > 1 && !self {
-				links[e.Ino] = e.Path
-			}
-			continue
-		case e.isSymlink():
-			if err := unix.Symlinkat(e.Link, root, e.Path); err != nil {
-				return pathErr("symlink", e.Path, err)
-			}
-		case e.Mode&sIFMT == sIFIFO || e.Mode&sIFMT == sIFSOCK:
-			if err := unix.Mknodat(root, e.Path, e.Mode&(sIFMT|0o600), 0); err != nil {
-				return pathErr("mknod", e.Path, err)
-			}
-		default:
-			continue
+			first[e.Ino] = e.Path
 		}
-		if err := setMeta(root, e); err != nil {
-			return err
+		if isSelf {
+			self[e] = true
+		}
+		files = append(files, e)
+	}
+
+	workers := min(runtime.GOMAXPROCS(0), 8, len(files)/256+1)
+	var g errgroup.Group
+	for w := range workers {
+		run := files[w*len(files)/workers : (w+1)*len(files)/workers]
+		g.Go(func() error { return makeNames(root, run, self) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, l := range links {
+		if err := unix.Linkat(root, l[0], root, l[1], 0); err != nil {
+			return pathErr("link", l[1], err)
 		}
 	}
-	// Directories last, deepest first, so that creating their contents
-	// does not change the times they get.
 	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := setMeta(root, dirs[i]); err != nil {
+		name := dirs[i].Path
+		if name == "" {
+			name = "."
+		}
+		if err := setMetaAt(root, name, dirs[i]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// namesFile creates the regular file e in the names layer: with data, a
-// metadata-only file of the host file's size redirected to the same path
-// in the data layer; without, an empty file of mode 0.
-func namesFile(root int, e *entry, data bool) error {
-	fd, err := unix.Openat(root, e.Path, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+// makeNames creates the non-directory entries run (in walk order, their
+// directories made) beneath root; masked says which of them a mask covers.
+// It keeps the last parent directory open, since a run visits a
+// directory's files one after another.
+func makeNames(root int, run []*entry, masked map[*entry]bool) error {
+	pdir, pfd := "", root
+	defer func() {
+		if pfd != root {
+			unix.Close(pfd)
+		}
+	}()
+	for _, e := range run {
+		dir, base := path.Split(e.Path)
+		dir = strings.TrimSuffix(dir, "/")
+		if dir != pdir {
+			fd := root
+			if dir != "" {
+				var err error
+				if fd, err = unix.Openat(root, dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
+					return pathErr("open", dir, err)
+				}
+			}
+			if pfd != root {
+				unix.Close(pfd)
+			}
+			pdir, pfd = dir, fd
+		}
+		switch {
+		case e.isRegular():
+			if err := namesFile(pfd, base, e, !masked[e]); err != nil {
+				return err
+			}
+		case e.isSymlink():
+			if err := unix.Symlinkat(e.Link, pfd, base); err != nil {
+				return pathErr("symlink", e.Path, err)
+			}
+			if err := setMetaAt(pfd, base, e); err != nil {
+				return err
+			}
+		case e.Mode&sIFMT == sIFIFO || e.Mode&sIFMT == sIFSOCK:
+			if err := unix.Mknodat(pfd, base, e.Mode&(sIFMT|0o600), 0); err != nil {
+				return pathErr("mknod", e.Path, err)
+			}
+			if err := setMetaAt(pfd, base, e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// namesFile creates the regular file e (named base in the directory pfd)
+// in the names layer: with data, a metadata-only file of the host file's
+// size redirected to the same path in the data layer; without, an empty
+// file of mode 0.
+func namesFile(pfd int, base string, e *entry, data bool) error {
+	mode := e.Mode & permMask
+	if !data {
+		mode = 0
+	}
+	fd, err := unix.Openat(pfd, base, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode&0o777)
 	if err != nil {
 		return pathErr("create", e.Path, err)
 	}
-	err = func() error {
-		if !data {
-			return nil
-		}
-		if err := unix.Ftruncate(fd, e.Size); err != nil {
-			return pathErr("truncate", e.Path, err)
+	defer unix.Close(fd)
+	if data {
+		if e.Size > 0 {
+			if err := unix.Ftruncate(fd, e.Size); err != nil {
+				return pathErr("truncate", e.Path, err)
+			}
 		}
 		if err := unix.Fsetxattr(fd, xattrMetacopy, nil, 0); err != nil {
 			return pathErr("setxattr", e.Path, err)
@@ -225,39 +308,69 @@ func namesFile(root int, e *entry, data bool) error {
 		if err := unix.Fsetxattr(fd, xattrRedirect, []byte("/"+e.Path), 0); err != nil {
 			return pathErr("setxattr", e.Path, err)
 		}
-		return nil
-	}()
-	if cerr := unix.Close(fd); err == nil && cerr != nil {
-		err = pathErr("close", e.Path, cerr)
 	}
-	if err != nil {
-		return err
+	if e.UID != 0 || e.GID != 0 {
+		if err := unix.Fchown(fd, int(e.UID), int(e.GID)); err != nil {
+			return pathErr("chown", e.Path, err)
+		}
 	}
-	if !data {
-		m := *e
-		m.Mode = sIFREG
-		return setMeta(root, &m)
+	// The umask may have taken bits off, and creating a file sets no
+	// setuid, setgid or sticky bit (chown would clear the first two): set
+	// the mode unless creating the file gave exactly that.
+	if mode&^0o777 != 0 || mode&processUmask != 0 {
+		if err := unix.Fchmod(fd, mode); err != nil {
+			return pathErr("chmod", e.Path, err)
+		}
 	}
-	return setMeta(root, e)
+	return futimens(fd, e)
 }
 
-// setMeta gives the entry (not a regular file) its owner, mode and
-// modification time, without following a symlink.
-func setMeta(root int, e *entry) error {
-	name := e.Path
-	if name == "" {
-		name = "."
+// processUmask is the process's umask, read once (changing it to read it
+// would race with other goroutines creating files).
+var processUmask = readUmask()
+
+// readUmask reads the umask from /proc/self/status; when it cannot, it
+// assumes every bit is masked, so that modes are always set explicitly.
+func readUmask() uint32 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0o777
 	}
-	if err := unix.Fchownat(root, name, int(e.UID), int(e.GID), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+				return uint32(m)
+			}
+		}
+	}
+	return 0o777
+}
+
+// futimens sets the open file's access and modification times to e's
+// modification time.
+func futimens(fd int, e *entry) error {
+	ts := [2]unix.Timespec{unix.NsecToTimespec(e.Mtime), unix.NsecToTimespec(e.Mtime)}
+	// utimensat(fd, NULL, ...) is futimens(3).
+	if _, _, errno := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0); errno != 0 {
+		return pathErr("utimes", e.Path, errno)
+	}
+	return nil
+}
+
+// setMetaAt gives the entry name in the directory dirfd (not a regular
+// file) e's owner, mode and modification time, without following a
+// symlink.
+func setMetaAt(dirfd int, name string, e *entry) error {
+	if err := unix.Fchownat(dirfd, name, int(e.UID), int(e.GID), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return pathErr("chown", e.Path, err)
 	}
 	if !e.isSymlink() {
-		if err := unix.Fchmodat(root, name, e.Mode&permMask, 0); err != nil {
+		if err := unix.Fchmodat(dirfd, name, e.Mode&permMask, 0); err != nil {
 			return pathErr("chmod", e.Path, err)
 		}
 	}
 	ts := []unix.Timespec{unix.NsecToTimespec(e.Mtime), unix.NsecToTimespec(e.Mtime)}
-	if err := unix.UtimesNanoAt(root, name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.UtimesNanoAt(dirfd, name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return pathErr("utimes", e.Path, err)
 	}
 	return nil

@@ -234,7 +234,7 @@ func (c *checker) workspace(at fieldPath, w Workspace, targets map[string]fieldP
 	switch w.Mode {
 	case "", ModeOverlay, ModeRO:
 	case ModeRW:
-		c.warn(at.field("mode"), "Workspace is writable", `Use mode = "overlay" to review changes before they reach the host`, "with mode %q the session's writes reach the host directory directly", ModeRW)
+		c.warn(at.field("mode"), "Workspace is writable", `Use mode = "overlay" to review changes before they reach the host`, "with mode %q the session's writes reach the host directory directly, and deny_read masks only what exists when the session starts: a file the host creates during the session is readable", ModeRW)
 	default:
 		c.add(at.field("mode"), "Invalid mode", `Use "overlay" (copy-on-write, the default), "ro" (read-only) or "rw" (writes reach the host)`, "%q is not one of overlay, ro, rw", w.Mode)
 	}

@@ -103,8 +103,8 @@ func TestDenyReadAppearsLater(t *testing.T) {
 // mount's own patterns mask files in a read-only and a read-write directory
 // mount, a file mount whose host name or target is a credential file is
 // masked, a directory mount whose target is a credential directory is
-// masked whole, and a file created on the host later in a read-only mount
-// is not there.
+// masked whole, a git config in a mount is read without its credentials,
+// and a file created on the host later in a read-only mount is not there.
 func TestDenyReadMounts(t *testing.T) {
 	ro := hostTree(t, hostOwner, map[string]string{
 		".env":                 "M_ENV",
@@ -112,6 +112,10 @@ func TestDenyReadMounts(t *testing.T) {
 		"sub/.aws/credentials": "M_AWS",
 		"private/token.txt":    "M_OWN",
 		"data.txt":             "data",
+		"repo/.git/config":     gitConfigWithToken,
+		"repo/.git/HEAD":       "ref: refs/heads/main\n",
+		"repo/.git/objects/":   "",
+		"repo/.git/refs/":      "",
 	})
 	rw := hostTree(t, hostOwner, map[string]string{".env": "RW_ENV", "out.txt": "out"})
 	files := hostTree(t, hostOwner, map[string]string{
@@ -141,9 +145,13 @@ func TestDenyReadMounts(t *testing.T) {
 		probeAction{Op: "read", Path: "/m/data.txt"},
 		probeAction{Op: "read", Path: "/rw/out.txt"},
 		probeAction{Op: "read", Path: "/etc/plain.txt"},
+		probeAction{Op: "read", Path: "/m/repo/.git/config"},
 	)
 	res := runProbe(t, s.Mounts(), 0, 0, actions...)
-	noSecret(t, res, "M_ENV", "M_NPM", "M_AWS", "M_OWN", "M_LATER", "RW_ENV", "F_ENV", "F_DOCKER", "F_AWSDIR")
+	noSecret(t, res, "M_ENV", "M_NPM", "M_AWS", "M_OWN", "M_LATER", "RW_ENV", "F_ENV", "F_DOCKER", "F_AWSDIR", "GITCONFIG_SECRET")
+	if r := res[len(res)-1]; !strings.Contains(r.Data, "url = \"https://github.com/org/app.git\"") {
+		t.Errorf("the mount's git config, without its credentials: %v", r)
+	}
 	for _, r := range res[:len(denied)] {
 		if r.ok() && r.Data != "" {
 			t.Errorf("masked path readable: %v", r)

@@ -276,7 +276,7 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 		return ws, fmt.Errorf("scan: %w", err)
 	}
 	ws.Masks = planMasks(entries, deny)
-	copies, err := s.sanitizedGitConfigs(i, t, entries, ws.Masks)
+	copies, err := s.sanitizedGitConfigs("ws"+strconv.Itoa(i), t, entries, ws.Masks)
 	if err != nil {
 		return ws, err
 	}
@@ -431,6 +431,12 @@ func (s *Session) setupMount(ctx context.Context, i int, m policies.Mount) (moun
 		return ms, fmt.Errorf("scan: %w", err)
 	}
 	ms.Masks = planMasks(entries, deny)
+	copies, err := s.sanitizedGitConfigs("m"+strconv.Itoa(i), t, entries, ms.Masks)
+	if err != nil {
+		return ms, err
+	}
+	ms.Masks = append(ms.Masks, copies...)
+	slices.SortFunc(ms.Masks, func(a, b mask) int { return strings.Compare(a.Path, b.Path) })
 	if !m.ReadOnly {
 		return ms, bindFD(t.fd, target, attrs, nil)
 	}
@@ -483,7 +489,7 @@ func checkTarget(t string) error {
 // sanitizedGitConfigs writes a credential-free copy of every git config
 // file of the workspace that holds credentials, and returns the masks that
 // bind the copies over the originals.
-func (s *Session) sanitizedGitConfigs(ws int, t *tree, entries []entry, masks []mask) ([]mask, error) {
+func (s *Session) sanitizedGitConfigs(name string, t *tree, entries []entry, masks []mask) ([]mask, error) {
 	b := newBaseline(entries)
 	var out []mask
 	for _, gd := range gitDirs(b) {
@@ -499,7 +505,7 @@ func (s *Session) sanitizedGitConfigs(ws int, t *tree, entries []entry, masks []
 			if !changed {
 				continue
 			}
-			src := fmt.Sprintf("%s/gitconfig-%d-%d", masksDir, ws, len(out))
+			src := fmt.Sprintf("%s/gitconfig-%s-%d", masksDir, name, len(out))
 			if err := os.WriteFile(s.path(src), clean, 0o444); err != nil {
 				return nil, err
 			}

@@ -117,7 +117,9 @@
 // first `git status` in the sandbox re-reads the tracked files (it already
 // does when the workspace is idmapped, since the owner differs). A
 // workspace on overlayfs cannot have an overlay workspace (the kernel
-// stacks at most two overlays); Setup fails and says so.
+// stacks at most two overlays); Setup fails and says so. The frozen view
+// needs overlayfs data-only layers (the datadir+ parameter) and tmpfs
+// extended attributes (CONFIG_TMPFS_XATTR).
 //
 // An rw workspace and a read-write mount are binds of the live host
 // directory, since the sandbox's writes must reach it: there, masks are

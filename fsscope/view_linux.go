@@ -1,6 +1,7 @@
 package fsscope
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -54,6 +55,9 @@ func frozenView(hostFD int, entries []entry, masks []mask, layers, target string
 		return err
 	}
 	if err := populateNames(namesDir, entries, masks); err != nil {
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			return fmt.Errorf("names layer: %w (the frozen view needs tmpfs with extended attributes: CONFIG_TMPFS_XATTR)", err)
+		}
 		return fmt.Errorf("names layer: %w", err)
 	}
 	if userns != nil {

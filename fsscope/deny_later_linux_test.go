@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-sandbox/airlock/fsscope/glob"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -308,5 +311,41 @@ func TestTrackedDenied(t *testing.T) {
 	w.HostPath = filepath.Join(host, "src")
 	if got, err := TrackedDenied(t.Context(), w); err != nil || got != nil {
 		t.Errorf("TrackedDenied(src) = %q, %v", got, err)
+	}
+}
+
+// TestFrozenViewOnOverlayfs: a workspace that is itself on overlayfs gets
+// a frozen ro view (two overlays), but an overlay workspace there would
+// need three: Setup refuses it with a reason, and leaves nothing behind.
+func TestFrozenViewOnOverlayfs(t *testing.T) {
+	base := tempDir(t)
+	lower, upper, work, merged := filepath.Join(base, "l"), filepath.Join(base, "u"), filepath.Join(base, "w"), filepath.Join(base, "m")
+	for _, d := range []string{lower, upper, work, merged} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFiles(t, lower, map[string]string{"README.md": "readme", ".env": "STACKED_SECRET"})
+	if err := unix.Mount("overlay", merged, "overlay", 0, "lowerdir="+lower+",upperdir="+upper+",workdir="+work); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(merged, unix.MNT_DETACH) })
+	chownTree(t, merged, hostOwner) // no idmapping: overlayfs cannot be idmapped
+
+	w := overlayWS(merged)
+	w.Mode, w.OnExit = policies.ModeRO, ""
+	s := setup(t, policyWith(w), hostOwner)
+	res := runProbe(t, s.Mounts(), hostOwner.UID, hostOwner.GID, probeAction{Op: "read", Path: "/workspace/README.md"}, probeAction{Op: "read", Path: "/workspace/.env"})
+	if res[0].Data != "readme" || res[1].ok() || strings.Contains(res[1].Data, "STACKED_SECRET") {
+		t.Errorf("ro view of a workspace on overlayfs: %v", res)
+	}
+
+	dir := filepath.Join(t.TempDir(), "fs")
+	_, err := Setup(t.Context(), dir, policyWith(overlayWS(merged)), hostOwner)
+	if !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "overlayfs") {
+		t.Errorf("overlay workspace on overlayfs: %v, want a not-implemented error that names overlayfs", err)
+	}
+	if _, serr := os.Stat(dir); !os.IsNotExist(serr) {
+		t.Errorf("a refused Setup left %s", dir)
 	}
 }

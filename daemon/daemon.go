@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/fsscope"
 	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
@@ -73,6 +74,9 @@ type Daemon struct {
 	broker *credentials.Broker
 	creds  *credentialState
 	egress *egress
+	// readAudit refuses and audits opens of deny_read masks; nil when the
+	// kernel offers no fanotify permission events.
+	readAudit *fsscope.ReadAudit
 
 	// stopCtx is the daemon's root context: cancelled by Close.
 	stopCtx context.Context
@@ -164,6 +168,12 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		d.wg.Wait()
 		return nil, err
 	}
+	d.openReadAudit(ctx)
+	defer func() {
+		if retErr != nil {
+			d.readAudit.Close()
+		}
+	}()
 	if err := d.reconcile(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile sessions: %w", err)
 	}
@@ -208,7 +218,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.mu.Unlock()
 	err := d.closeEgress(ctx)
 	d.wg.Wait()
-	return errors.Join(err, d.stopAnchor(ctx), d.rt.Close())
+	return errors.Join(err, d.stopAnchor(ctx), d.readAudit.Close(), d.rt.Close())
 }
 
 // StopContainerd stops the embedded containerd, if this daemon started one.
@@ -759,7 +769,7 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		}
 		known[id] = true
 		s := &session{d: d, dir: d.sessionDir(id), audit: newAuditLog(d.sessionDir(id)), rec: *rec, exited: make(chan struct{})}
-		if s.fs, err = loadFS(s.dir); err != nil {
+		if s.fs, err = d.loadFS(s.dir, id); err != nil {
 			log.G(sctx).Error("load workspace state", "error", err)
 		}
 		if err := d.reconcileSession(sctx, s); err != nil {

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
@@ -16,8 +17,8 @@ import (
 // git repository that tracks a secret), a read-only and a read-write extra
 // mount. While it runs, secrets appear on the host in the workspace and
 // the read-only mount; none of them, nor the secrets present at the start,
-// can be read from inside. The audit records every mask and the masked
-// path git tracks.
+// can be read from inside. The audit records every mask, the masked path
+// git tracks, and every refused read.
 func TestDenyReadInSandbox(t *testing.T) {
 	testutil.RequiresRoot(t)
 	ctx := t.Context()
@@ -68,21 +69,34 @@ func TestDenyReadInSandbox(t *testing.T) {
 		}
 	}
 
-	evs, err := h.Daemon.Audit(ctx, s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	for _, ev := range evs {
-		if ev.Layer == "fs" && (ev.Action == "masked" || ev.Action == "masked_tracked") {
-			rule, _ := ev.Fields["rule"].(string)
-			got[ev.Action+" "+ev.Subject] = rule
-		}
-	}
-	for ev, rule := range map[string]string{
+	// Each refused read is audited (asynchronously: wait a bounded time).
+	want := map[string]string{
 		"masked /workspace/.env": ".env*", "masked /workspace/web/.npmrc": ".npmrc", "masked /ro/.npmrc": ".npmrc",
 		"masked /ro/sub/.kube/config": "**/.kube/config", "masked /rw/.env": ".env*", "masked_tracked /workspace/.env": "",
-	} {
+		"read_denied /workspace/.env": ".env*", "read_denied /workspace/web/.npmrc": ".npmrc", "read_denied /ro/.npmrc": ".npmrc",
+		"read_denied /ro/sub/.kube/config": "**/.kube/config", "read_denied /rw/.env": ".env*",
+	}
+	var got map[string]string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		evs, err := h.Daemon.Audit(ctx, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = map[string]string{}
+		for _, ev := range evs {
+			if ev.Layer == "fs" && (ev.Action == "masked" || ev.Action == "masked_tracked" || ev.Action == "read_denied") {
+				rule, _ := ev.Fields["rule"].(string)
+				got[ev.Action+" "+ev.Subject] = rule
+				if ev.Action == "read_denied" && ev.Fields["pid"] == nil {
+					t.Errorf("no pid in %+v", ev)
+				}
+			}
+		}
+		if _, ok := got["read_denied /rw/.env"]; ok || time.Now().After(deadline) {
+			break
+		}
+	}
+	for ev, rule := range want {
 		if r, ok := got[ev]; !ok || r != rule {
 			t.Errorf("audit event %q (rule %q) missing; fs events: %v", ev, rule, got)
 		}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -347,5 +348,88 @@ func TestFrozenViewOnOverlayfs(t *testing.T) {
 	}
 	if _, serr := os.Stat(dir); !os.IsNotExist(serr) {
 		t.Errorf("a refused Setup left %s", dir)
+	}
+}
+
+// readAuditRec is a ReadAudit that records what it reports.
+type readAuditRec struct {
+	*ReadAudit
+	mu    sync.Mutex
+	reads []MaskRead
+}
+
+func (r *readAuditRec) got() []MaskRead {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.reads)
+}
+
+func newReadAudit(t *testing.T) *readAuditRec {
+	t.Helper()
+	r := &readAuditRec{}
+	a, err := NewReadAudit(func(m MaskRead) {
+		r.mu.Lock()
+		r.reads = append(r.reads, m)
+		r.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ReadAudit = a
+	t.Cleanup(func() { a.Close() })
+	return r
+}
+
+// TestReadAudit: with a ReadAudit, every open of a mask from the sandbox
+// (a file, a directory, a hard link's mask, a whole masked mount, through
+// a symlink) is refused and reported with its sandbox path, its rule and
+// the opener's pid; opens of other paths and of the sanitized git config
+// are not. Teardown removes the marks.
+func TestReadAudit(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{
+		".env": "E", ".aws/credentials": "A", "README.md": "readme", "link": "->.env",
+		".git/config": gitConfigWithToken, ".git/HEAD": "ref: refs/heads/main\n", ".git/objects/": "", ".git/refs/": "",
+	})
+	awsDir := hostTree(t, hostOwner, map[string]string{"config": "AWSCONFIG"})
+	ra := newReadAudit(t)
+	p := policyWith(overlayWS(host))
+	p.Mounts = []policies.Mount{{HostPath: awsDir, Target: "/root/.aws", ReadOnly: true, DefaultDenyRead: true}}
+	s := setup(t, p, sandboxer, WithReadAudit(ra.ReadAudit, "s1"))
+	res := runProbe(t, s.Mounts(), sandboxer.UID, sandboxer.GID,
+		probeAction{Op: "read", Path: "/workspace/.env"},
+		probeAction{Op: "readdir", Path: "/workspace/.aws"},
+		probeAction{Op: "read", Path: "/workspace/link"},
+		probeAction{Op: "readdir", Path: "/root/.aws"},
+		probeAction{Op: "read", Path: "/workspace/README.md"},
+		probeAction{Op: "read", Path: "/workspace/.git/config"},
+	)
+	for _, r := range res[:4] {
+		if r.ok() || r.Errno != int(unix.EPERM) {
+			t.Errorf("%v, want EPERM", r)
+		}
+	}
+	if !res[4].ok() || !res[5].ok() || strings.Contains(res[5].Data, "GITCONFIG_SECRET") {
+		t.Errorf("reads of unmasked paths: %v %v", res[4], res[5])
+	}
+	var got []string
+	for _, m := range ra.got() {
+		if m.Owner != "s1" || m.Pid <= 0 || m.Time.IsZero() {
+			t.Errorf("report %+v", m)
+		}
+		got = append(got, m.Path+" "+m.Rule)
+	}
+	slices.Sort(got)
+	want := []string{"/root/.aws .aws/", "/workspace/.aws .aws/", "/workspace/.env .env*", "/workspace/.env .env*"}
+	if !slices.Equal(got, want) {
+		t.Errorf("reported %q, want %q", got, want)
+	}
+	if n := ra.marked(); n != 3 {
+		t.Errorf("%d marks, want 3 (.env, .aws, /root/.aws)", n)
+	}
+	if err := s.Teardown(t.Context(), false); err != nil {
+		t.Fatal(err)
+	}
+	if n := ra.marked(); n != 0 {
+		t.Errorf("%d marks left after Teardown", n)
 	}
 }

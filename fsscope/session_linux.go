@@ -41,6 +41,11 @@ type Session struct {
 	// order, for Fresh. It is not persisted: a session loaded from disk
 	// has none. The entries are never modified.
 	scans [][]entry // +checklocks:mu
+	// ra refuses and reports opens of the masks while the sandbox's mounts
+	// are in place (WithReadAudit); raOwner is what it reports them under.
+	ra      *ReadAudit // +checklocks:mu
+	raOwner string     // +checklocks:mu
+	watched []string   // +checklocks:mu
 }
 
 // Option configures Setup.
@@ -50,6 +55,15 @@ type config struct {
 	backend QuotaBackend
 	// imageCache holds formatted template quota images (WithImageCache).
 	imageCache string
+	readAudit  *ReadAudit
+	owner      string
+}
+
+// WithReadAudit has a refuse and report every open of the session's
+// deny_read masks as owner (see ReadAudit), from Setup (or Load) until
+// the sandbox's mounts are removed.
+func WithReadAudit(a *ReadAudit, owner string) Option {
+	return func(c *config) { c.readAudit, c.owner = a, owner }
 }
 
 // WithQuotaBackend chooses the filesystem holding the upper directories
@@ -226,11 +240,100 @@ func Setup(ctx context.Context, stateDir string, p *policies.Policy, owner Owner
 	if err := os.Remove(s.path(layersDir)); err != nil {
 		return nil, fmt.Errorf("idmapped layers still mounted: %w", err)
 	}
+	if err := s.maskSourcesLocked(cfg.readAudit != nil); err != nil {
+		return nil, err
+	}
 	s.st.Live = true
 	if err := s.saveLocked(); err != nil {
 		return nil, err
 	}
+	s.watchLocked(ctx, cfg.readAudit, cfg.owner)
 	return s, nil
+}
+
+// maskSourcesLocked gives every file and directory mask a source of its
+// own (an empty file or directory in masks/, owned by root), so that an
+// open of it tells which mask it was. With audited, the sources are
+// readable (0444, directories 0555): the open reaches the ReadAudit, which
+// refuses it; otherwise they are mode 0 and the kernel refuses it.
+func (s *Session) maskSourcesLocked(audited bool) error {
+	fileMode, dirMode := uint32(0), uint32(0)
+	if audited {
+		fileMode, dirMode = 0o444, 0o555
+	}
+	give := func(name string, masks []mask) error {
+		for k := range masks {
+			m := &masks[k]
+			if m.Kind == maskCopy {
+				continue
+			}
+			m.Source = fmt.Sprintf("%s/%s-%d", masksDir, name, k)
+			p := s.path(m.Source)
+			mode := fileMode
+			if m.Kind == maskDir {
+				mode = dirMode
+				if err := os.Mkdir(p, 0o700); err != nil {
+					return err
+				}
+			} else if err := os.WriteFile(p, nil, 0o600); err != nil {
+				return err
+			}
+			if err := os.Chmod(p, os.FileMode(mode)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i := range s.st.Workspaces {
+		if err := give("ws"+strconv.Itoa(i), s.st.Workspaces[i].Masks); err != nil {
+			return err
+		}
+	}
+	for i := range s.st.Mounts {
+		if err := give("m"+strconv.Itoa(i), s.st.Mounts[i].Masks); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// watchLocked has a refuse and report opens of the masks (not of the
+// sanitized git config copies, which the sandbox reads). A mask that
+// cannot be watched stays a mask: it is logged, not an error.
+func (s *Session) watchLocked(ctx context.Context, a *ReadAudit, owner string) {
+	if a == nil {
+		return
+	}
+	s.ra, s.raOwner = a, owner
+	watch := func(target string, masks []mask) {
+		for _, m := range masks {
+			if m.Kind == maskCopy || m.Source == "" {
+				continue
+			}
+			src := s.path(m.Source)
+			if err := a.watch(owner, src, path.Join(target, m.Path), m.Rule); err != nil {
+				log.G(ctx).Warn("fsscope: opens of a mask will not be audited", "path", path.Join(target, m.Path), "error", err)
+				continue
+			}
+			s.watched = append(s.watched, src)
+		}
+	}
+	for _, w := range s.st.Workspaces {
+		watch(w.Target, w.Masks)
+	}
+	for _, m := range s.st.Mounts {
+		watch(m.Target, m.Masks)
+	}
+}
+
+// unwatchLocked removes the ReadAudit's marks of the masks.
+func (s *Session) unwatchLocked() error {
+	if s.ra == nil || len(s.watched) == 0 {
+		return nil
+	}
+	err := s.ra.unwatch(s.watched)
+	s.watched = nil
+	return err
 }
 
 func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspace, host string, sandbox Owner) (wsState, error) {
@@ -540,8 +643,12 @@ func readTreeFile(t *tree, rel string, limit int64) ([]byte, error) {
 // Load re-opens a session after a daemon restart. It completes or undoes
 // a commit that a crash interrupted, and notices mounts that disappeared
 // (a reboot): the session is then no longer live.
-func Load(stateDir string) (*Session, error) {
+func Load(stateDir string, opts ...Option) (*Session, error) {
 	ctx := context.Background()
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
 	st, err := readState(stateDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no session in %s: %w", stateDir, errdefs.ErrNotFound)
@@ -573,6 +680,9 @@ func Load(stateDir string) (*Session, error) {
 				return nil, err
 			}
 		}
+	}
+	if s.st.Live {
+		s.watchLocked(ctx, cfg.readAudit, cfg.owner)
 	}
 	return s, nil
 }
@@ -653,10 +763,7 @@ func (s *Session) mountsLocked() []specs.Mount {
 		}
 		src := s.mountMnt(i)
 		if m.Masked {
-			src, opts = s.path(emptyFile), slices.Clone(maskOpts)
-			if m.Dir {
-				src = s.path(emptyDir)
-			}
+			src, opts = s.maskSource(m.Masks[0]), slices.Clone(maskOpts)
 		}
 		prim = append(prim, primary{specs.Mount{Destination: m.Target, Type: "bind", Source: src, Options: opts}, depth(m.Target)})
 	}
@@ -673,14 +780,7 @@ func (s *Session) mountsLocked() []specs.Mount {
 			if hiddenByOther(dest, target, targets) {
 				continue
 			}
-			src := s.path(emptyFile)
-			switch m.Kind {
-			case maskDir:
-				src = s.path(emptyDir)
-			case maskCopy:
-				src = s.path(m.Source)
-			}
-			out = append(out, specs.Mount{Destination: dest, Type: "bind", Source: src, Options: slices.Clone(maskOpts)})
+			out = append(out, specs.Mount{Destination: dest, Type: "bind", Source: s.maskSource(m), Options: slices.Clone(maskOpts)})
 		}
 	}
 	for _, w := range s.st.Workspaces {
@@ -692,6 +792,19 @@ func (s *Session) mountsLocked() []specs.Mount {
 		}
 	}
 	return out
+}
+
+// maskSource returns the host path bound over a masked path: the mask's
+// own source, or (for a session set up before masks had their own) the
+// shared empty file or directory.
+func (s *Session) maskSource(m mask) string {
+	switch {
+	case m.Source != "":
+		return s.path(m.Source)
+	case m.Kind == maskDir:
+		return s.path(emptyDir)
+	}
+	return s.path(emptyFile)
 }
 
 // hiddenByOther reports whether dest lies in another mount nested inside
@@ -712,9 +825,10 @@ func (s *Session) SpecOpt() oci.SpecOpts {
 	}
 }
 
-// unmountSandboxLocked removes the mounts the sandbox's binds come from.
+// unmountSandboxLocked removes the mounts the sandbox's binds come from,
+// and the ReadAudit's marks of its masks.
 func (s *Session) unmountSandboxLocked() error {
-	var errs []error
+	errs := []error{s.unwatchLocked()}
 	for _, dir := range []string{s.path(mntDir), s.path(layersDir)} {
 		mps, err := mountsUnder(dir)
 		if err != nil {

@@ -96,7 +96,8 @@ session "reference" {
     mode = "overlay"
 
     # Globs, relative to the workspace root, that the session cannot read.
-    # "**" matches any number of directories.
+    # "**" matches any number of directories. Every attempt to open a
+    # masked path fails (EPERM) and is audited as fs/read_denied.
     deny_read = ["**/.env*", "**/*.pem", "secrets/**"]
 
     # Also mask the built-in list of credential files (.env files, private
@@ -111,7 +112,7 @@ session "reference" {
     # creates during the session is not masked. deny_read does not cover
     # git history: a masked file that is or was committed can be read from
     # .git/objects (git show HEAD:.env); airlock validate warns when a
-    # masked path is tracked.
+    # masked path is tracked or in the history.
     default_deny_read = true
 
     # Overlay only: globs a commit may not change. A commit that touches one

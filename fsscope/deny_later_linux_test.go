@@ -433,3 +433,38 @@ func TestReadAudit(t *testing.T) {
 		t.Errorf("%d marks left after Teardown", n)
 	}
 }
+
+// TestReadAuditRestart: while no ReadAudit holds the marks (the daemon is
+// down) a mask reads as an empty file, never as the secret; a session
+// loaded WithReadAudit refuses and reports opens again.
+func TestReadAuditRestart(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{".env": "RESTART_SECRET", "README.md": "readme"})
+	first := newReadAudit(t)
+	s := setup(t, policyWith(overlayWS(host)), sandboxer, WithReadAudit(first.ReadAudit, "s1"))
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	res := runProbe(t, s.Mounts(), sandboxer.UID, sandboxer.GID, probeAction{Op: "read", Path: "/workspace/.env"})
+	if !res[0].ok() || res[0].Data != "" {
+		t.Errorf("with no ReadAudit: %v, want an empty file", res[0])
+	}
+
+	second := newReadAudit(t)
+	s2, err := Load(s.Dir(), WithReadAudit(second.ReadAudit, "s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = runProbe(t, s2.Mounts(), sandboxer.UID, sandboxer.GID, probeAction{Op: "read", Path: "/workspace/.env"})
+	if res[0].ok() || res[0].Errno != int(unix.EPERM) {
+		t.Errorf("after Load: %v, want EPERM", res[0])
+	}
+	if err := s2.Teardown(t.Context(), false); err != nil {
+		t.Fatal(err)
+	}
+	if got := second.got(); len(got) != 1 || got[0].Path != "/workspace/.env" {
+		t.Errorf("reports after Load: %+v", got)
+	}
+	if n := second.marked(); n != 0 {
+		t.Errorf("%d marks left after Teardown", n)
+	}
+}

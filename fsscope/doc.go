@@ -58,9 +58,12 @@
 // them off, DefaultDenyRead are matched against the host tree at Setup,
 // walking it beneath the workspace root without following symlinks or
 // crossing mounts. A matching directory or file is covered by a read-only
-// bind of an empty, root-owned, mode-0 directory or file, mounted after
-// the workspace; every other hard link to a matching file in the
-// workspace is covered too. Symlinks are not masked: whatever they reach
+// bind of an empty, root-owned directory or file of its own (masks/),
+// mounted after the workspace; every other hard link to a matching file in
+// the workspace is covered too. With a ReadAudit (WithReadAudit) the mask
+// is readable by mode and every open of it is refused (EPERM) by a
+// fanotify permission mark on its inode and reported; without, it is mode
+// 0 and the kernel refuses the open (EACCES). Symlinks are not masked: whatever they reach
 // is masked under its own path, so following them (or "..", or
 // /proc/self/root) lands on the mask. The masks cannot be renamed,
 // unlinked, hard-linked or unmounted from the sandbox, nor from a user
@@ -103,9 +106,10 @@
 // data would cost as much as the tree is large, and the names alone cost a
 // few system calls and about 1 KiB of kernel memory per entry
 // (BenchmarkFrozenView10k). Masking at read time (FUSE, or fanotify
-// permission events) would put a daemon process in the path of every open,
-// and the masks would stop being enforced, or every open would hang,
-// whenever that process dies or restarts. Masking whole directories
+// permission events on the whole workspace) would put a daemon process in
+// the path of every open, and the masks would stop being enforced, or
+// every open would hang, whenever that process dies or restarts; the
+// ReadAudit marks only the masks, which stay empty whether or not it runs. Masking whole directories
 // cannot stop a new name appearing in a directory the sandbox must read.
 // A watcher that masks new names after the fact leaves a window in which
 // they are readable.
@@ -135,11 +139,16 @@
 // ones when a session starts (Session.DenyRead). Rewriting the history the
 // sandbox sees is not attempted.
 //
-// A read of a masked path fails in the kernel (EACCES on a mode-0 inode,
-// before any notification hook runs), and is not audited: what the audit
-// has is the list of masks, with the rule behind each, recorded when the
-// session starts. Auditing each attempt would need fanotify permission
-// events on every open of the workspace, with the costs said above.
+// Reads of masked paths: with a ReadAudit, each open of a mask, however
+// it is reached (a symlink, a hard link's own mask, /proc/self/root), is
+// refused and reported with the mask's sandbox path, its rule and the
+// opener's pid; the daemon audits it as fs/read_denied. Only the masks'
+// inodes are marked, so no other open waits for anything. While no
+// ReadAudit holds the marks (the daemon is restarting) a mask opens as
+// the empty file or directory it is: nothing is read, and nothing is
+// reported until Load re-arms the marks. Reports come through a bounded
+// queue; past it they are counted (MaskRead.Dropped), never waited for.
+// The masks planned at Setup are audited too (Session.DenyRead).
 //
 // Fresh tells whether the host trees are still exactly as Setup scanned
 // them, for a sandbox prepared ahead of its session.

@@ -48,11 +48,12 @@ const reportQueue = 1024
 // the masks are mode 0444 (directories 0555) so that the open reaches
 // fanotify rather than failing earlier, unreported.
 type ReadAudit struct {
-	f       *os.File
-	report  func(MaskRead)
-	queue   chan MaskRead
-	done    chan struct{} // closed when loop returns
-	drained chan struct{} // closed when every report is taken
+	f         *os.File
+	report    func(MaskRead)
+	queue     chan MaskRead
+	done      chan struct{} // closed when loop returns
+	drained   chan struct{} // closed when every report is taken
+	closeOnce sync.Once
 
 	mu    sync.Mutex
 	marks map[fileKey]markInfo // +checklocks:mu
@@ -87,15 +88,19 @@ func NewReadAudit(report func(MaskRead)) (*ReadAudit, error) {
 	return a, nil
 }
 
-// Close stops the ReadAudit; the kernel removes its marks.
+// Close stops the ReadAudit once every report is taken; the kernel
+// removes its marks. Closing again does nothing.
 func (a *ReadAudit) Close() error {
 	if a == nil {
 		return nil
 	}
-	err := a.f.Close()
-	<-a.done
-	close(a.queue)
-	<-a.drained
+	var err error
+	a.closeOnce.Do(func() {
+		err = a.f.Close()
+		<-a.done
+		close(a.queue)
+		<-a.drained
+	})
 	return err
 }
 

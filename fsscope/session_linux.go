@@ -417,16 +417,13 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 	}
 	// ro and overlay: a frozen view of the names scanned, so that nothing
 	// created on the host later (a new .env, say) appears in the sandbox.
-	layer := s.wsLayer(i)
-	if err := os.Mkdir(layer, 0o700); err != nil {
-		return ws, err
-	}
 	if ws.Mode == policies.ModeRO {
-		err := frozenView(t.fd, entries, ws.Masks, layer, target, tight, ns)
-		if rerr := os.Remove(layer); rerr != nil && err == nil {
-			err = rerr
+		view, err := frozenView(t.fd, entries, ws.Masks, ns)
+		if err != nil {
+			return ws, err
 		}
-		return ws, err
+		defer unix.Close(view)
+		return ws, attachDetached(view, target, tight|unix.MOUNT_ATTR_RDONLY, nil)
 	}
 	if st, err := stacked(t.fd); err != nil {
 		return ws, err
@@ -448,25 +445,13 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 		return ws, err
 	}
 	// The lower layer is the frozen view of exactly the directory scanned,
-	// idmapped when needed; the overlay keeps its own reference, so the
-	// view is detached once the overlay is mounted.
-	view := filepath.Join(layer, "view")
-	if err := os.Mkdir(view, 0o700); err != nil {
+	// idmapped when needed; the overlay keeps its own reference to it.
+	view, err := frozenView(t.fd, entries, ws.Masks, ns)
+	if err != nil {
 		return ws, err
 	}
-	if err := frozenView(t.fd, entries, ws.Masks, layer, view, tight, ns); err != nil {
-		return ws, err
-	}
-	err = mountOverlay(view, filepath.Join(up, "upper"), filepath.Join(up, "work"), target, tight, nil)
-	if uerr := unmount(view); uerr != nil && err == nil {
-		err = uerr
-	}
-	for _, d := range []string{view, layer} {
-		if rerr := os.Remove(d); rerr != nil && err == nil {
-			err = rerr
-		}
-	}
-	return ws, err
+	defer unix.Close(view)
+	return ws, mountOverlay(fdPath(view), filepath.Join(up, "upper"), filepath.Join(up, "work"), target, tight, nil)
 }
 
 // setupMount binds an extra mount's host path in the state directory. A
@@ -543,15 +528,12 @@ func (s *Session) setupMount(ctx context.Context, i int, m policies.Mount) (moun
 	if !m.ReadOnly {
 		return ms, bindFD(t.fd, target, attrs, nil)
 	}
-	layer := s.path(layersDir, "m"+strconv.Itoa(i))
-	if err := os.Mkdir(layer, 0o700); err != nil {
+	view, err := frozenView(t.fd, entries, ms.Masks, nil)
+	if err != nil {
 		return ms, err
 	}
-	err = frozenView(t.fd, entries, ms.Masks, layer, target, attrs, nil)
-	if rerr := os.Remove(layer); rerr != nil && err == nil {
-		err = rerr
-	}
-	return ms, err
+	defer unix.Close(view)
+	return ms, attachDetached(view, target, attrs, nil)
 }
 
 // bindFD binds the directory open as fd (O_PATH) on target.

@@ -14,69 +14,79 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// frozenView mounts, on target, a read-only overlay that shows the host
-// directory hostFD (O_PATH) with exactly the names entries lists: a
-// "names layer" (a private tmpfs holding every scanned directory, symlink
-// and special file, and every regular file as an empty, metadata-only file
-// whose data overlayfs reads from the host file at the same path) over the
-// host directory as a data-only layer, which overlayfs never lists or
-// looks names up in. A name created on the host after the scan is therefore
-// not in the view, whatever it is called; a file that is masked (masks) is
-// an empty file there with no path to its data, and a masked directory is
-// empty. Both layers are idmapped through userns when it is not nil.
+// frozenView returns a detached mount (a file descriptor for
+// move_mount, or for the path /proc/self/fd/N) of a read-only overlay
+// that shows the host directory hostFD (O_PATH) with exactly the names
+// entries lists: a "names layer" (a private tmpfs holding every scanned
+// directory, symlink and special file, and every regular file as an empty,
+// metadata-only file whose data overlayfs reads from the host file at the
+// same path) over the host directory as a data-only layer, which overlayfs
+// never lists or looks names up in. A name created on the host after the
+// scan is therefore not in the view, whatever it is called; a file that is
+// masked (masks) is an empty file there with no path to its data, and a
+// masked directory is empty. Both layers are idmapped through userns when
+// it is not nil.
 //
-// layers is a private, empty directory where the layers are attached while
-// the overlay is made; they are detached before frozenView returns (the
-// overlay holds its own references). attrs are the MOUNT_ATTR_* flags of
-// the view.
+// Nothing is attached anywhere: the layers and the overlay are detached
+// mounts, which the kernel dissolves when the last reference (the
+// overlay's own, then the caller's descriptor) goes, so making a view costs
+// no unmount (each of which waits for an RCU grace period).
 //
 // Overlayfs follows the redirect with LOOKUP_BENEATH|LOOKUP_NO_SYMLINKS|
 // LOOKUP_NO_XDEV, and only to a regular file: a host file replaced by a
 // symlink during the session reads as an error, not as the link's target.
-func frozenView(hostFD int, entries []entry, masks []mask, layers, target string, attrs uint64, userns *os.File) (retErr error) {
-	namesDir := path.Join(layers, "names")
-	dataDir := path.Join(layers, "data")
-	for _, d := range []string{namesDir, dataDir} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return err
-		}
+func frozenView(hostFD int, entries []entry, masks []mask, userns *os.File) (_ int, retErr error) {
+	names, err := namesLayer(entries)
+	if err != nil {
+		return -1, err
 	}
-	defer func() {
-		for _, d := range []string{namesDir, dataDir} {
-			if err := unmount(d); err != nil && retErr == nil {
-				retErr = err
-			}
-			if err := os.Remove(d); err != nil && retErr == nil {
-				retErr = err
-			}
-		}
-	}()
-	if err := mountNamesLayer(namesDir, entries); err != nil {
-		return err
-	}
-	if err := populateNames(namesDir, entries, masks); err != nil {
+	defer unix.Close(names)
+	if err := populateNames(names, entries, masks); err != nil {
 		if errors.Is(err, unix.EOPNOTSUPP) {
-			return fmt.Errorf("names layer: %w (the frozen view needs tmpfs with extended attributes: CONFIG_TMPFS_XATTR)", err)
+			return -1, fmt.Errorf("names layer: %w (the frozen view needs tmpfs with extended attributes: CONFIG_TMPFS_XATTR)", err)
 		}
-		return fmt.Errorf("names layer: %w", err)
+		return -1, fmt.Errorf("names layer: %w", err)
 	}
-	if userns != nil {
-		// Idmap the names layer: re-attach it idmapped in place.
-		if err := remountIdmapped(namesDir, userns); err != nil {
-			return err
-		}
+	const layerAttrs = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	if err := setMountAttrs(names, layerAttrs, userns); err != nil {
+		return -1, fmt.Errorf("names layer: %w", err)
 	}
-	if err := bindFD(hostFD, dataDir, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, userns); err != nil {
-		return err
+	data, err := unix.OpenTree(hostFD, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return -1, fmt.Errorf("clone workspace mount: %w", err)
 	}
-	return mountFrozenOverlay(namesDir, dataDir, target, attrs)
+	defer unix.Close(data)
+	if err := setMountAttrs(data, layerAttrs, userns); err != nil {
+		return -1, fmt.Errorf("data layer: %w", err)
+	}
+	return frozenOverlay(fdPath(names), fdPath(data))
 }
 
-// mountNamesLayer mounts a tmpfs for the names layer on dir, bounded to
-// what the entries need. tmpfs charges each inode and its extended
+// fdPath names the file (or detached mount) open as fd.
+func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// setMountAttrs sets MOUNT_ATTR_* flags on the detached mount mfd,
+// idmapped through userns when it is not nil.
+func setMountAttrs(mfd int, attrs uint64, userns *os.File) error {
+	attr := unix.MountAttr{Attr_set: attrs}
+	if userns != nil {
+		attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+		attr.Userns_fd = uint64(userns.Fd())
+	}
+	if err := unix.MountSetattr(mfd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		if userns != nil && errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("set mount attributes: %w (the filesystem may not support idmapped mounts)", err)
+		}
+		return fmt.Errorf("set mount attributes: %w", err)
+	}
+	return nil
+}
+
+// namesLayer returns a detached tmpfs mount for the names layer, bounded
+// to what the entries need. tmpfs charges each inode and its extended
 // attributes (here the redirect path) to the nr_inodes budget, 1 KiB per
 // unit; a long symlink target takes a page, a sparse file none.
-func mountNamesLayer(dir string, entries []entry) error {
+func namesLayer(entries []entry) (int, error) {
 	var pathBytes, links int
 	for i := range entries {
 		pathBytes += len(entries[i].Path)
@@ -84,32 +94,37 @@ func mountNamesLayer(dir string, entries []entry) error {
 			links++
 		}
 	}
-	opts := fmt.Sprintf("mode=0700,size=%d,nr_inodes=%d", 1<<20+links*4096, 2*len(entries)+pathBytes/1024+64)
-	if err := unix.Mount("airlock-names", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
-		return fmt.Errorf("mount names layer on %s: %w", dir, err)
-	}
-	return nil
-}
-
-// remountIdmapped replaces the mount on dir with an idmapped clone of it.
-func remountIdmapped(dir string, userns *os.File) error {
-	mfd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
 	if err != nil {
-		return fmt.Errorf("clone names layer: %w", err)
+		return -1, fmt.Errorf("fsopen tmpfs: %w", err)
 	}
-	defer unix.Close(mfd)
-	if err := unmount(dir); err != nil {
-		return err
+	defer unix.Close(fsfd)
+	for _, o := range [][2]string{
+		{"source", "airlock-names"},
+		{"mode", "0700"},
+		{"size", strconv.Itoa(1<<20 + links*4096)},
+		{"nr_inodes", strconv.Itoa(2*len(entries) + pathBytes/1024 + 64)},
+	} {
+		if err := unix.FsconfigSetString(fsfd, o[0], o[1]); err != nil {
+			return -1, fmt.Errorf("tmpfs option %s=%q: %w%s", o[0], o[1], err, fsErrorLog(fsfd))
+		}
 	}
-	return attachDetached(mfd, dir, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, userns)
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, fmt.Errorf("create names layer: %w%s", err, fsErrorLog(fsfd))
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsmount names layer: %w", err)
+	}
+	return mfd, nil
 }
 
-// mountFrozenOverlay mounts the read-only overlay of the names layer over
-// the data-only layer on target.
-func mountFrozenOverlay(names, data, target string, attrs uint64) error {
+// frozenOverlay makes the read-only overlay of the names layer over the
+// data-only layer, and returns it as a detached mount.
+func frozenOverlay(names, data string) (int, error) {
 	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 	if err != nil {
-		return fmt.Errorf("fsopen overlay: %w", err)
+		return -1, fmt.Errorf("fsopen overlay: %w", err)
 	}
 	defer unix.Close(fsfd)
 	for _, o := range [][2]string{
@@ -121,22 +136,21 @@ func mountFrozenOverlay(names, data, target string, attrs uint64) error {
 		{"xino", "off"},
 	} {
 		if err := unix.FsconfigSetString(fsfd, o[0], o[1]); err != nil {
-			return fmt.Errorf("overlay option %s=%q: %w%s", o[0], o[1], err, fsErrorLog(fsfd))
+			return -1, fmt.Errorf("overlay option %s=%q: %w%s", o[0], o[1], err, fsErrorLog(fsfd))
 		}
 	}
 	if err := unix.FsconfigCreate(fsfd); err != nil {
-		return fmt.Errorf("create frozen view of %s: %w%s", data, err, fsErrorLog(fsfd))
+		return -1, fmt.Errorf("create frozen view: %w%s", err, fsErrorLog(fsfd))
 	}
-	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	if err != nil {
-		return fmt.Errorf("fsmount overlay: %w", err)
+		return -1, fmt.Errorf("fsmount frozen view: %w", err)
 	}
-	defer unix.Close(mfd)
-	return attachDetached(mfd, target, attrs|unix.MOUNT_ATTR_RDONLY, nil)
+	return mfd, nil
 }
 
-// populateNames creates every entry in the names layer mounted on dir
-// with the host's owner, mode and modification time. A regular file is an
+// populateNames creates every entry in the names layer (the detached
+// mount mnt) with the host's owner, mode and modification time. A regular file is an
 // empty file of the host file's size that overlayfs reads from the same
 // path in the data layer; hard links stay hard links. A path a mask covers
 // gets no redirect (a masked file is an empty file of mode 0, a masked
@@ -148,8 +162,8 @@ func mountFrozenOverlay(names, data, target string, attrs uint64) error {
 // cost: a few system calls per file); then the hard links; then the
 // directories' metadata, deepest first, so that filling them does not
 // change their times.
-func populateNames(dir string, entries []entry, masks []mask) error {
-	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+func populateNames(mnt int, entries []entry, masks []mask) error {
+	root, err := unix.Openat(mnt, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}

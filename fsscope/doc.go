@@ -20,8 +20,8 @@
 // The state directory (mode 0700) holds fsscope.json, the baselines, the
 // mask sources (masks/), the quota filesystem (disk.img mounted on
 // upper/, holding ws<N>/upper and ws<N>/work) and the mount sources the
-// sandbox binds (mnt/ws<N>, mnt/m<N>). The layers of the frozen views
-// (layers/) are attached there only while Setup makes the views. Nothing else of the host is mounted
+// sandbox binds (mnt/ws<N>, mnt/m<N>). The layers of the frozen views are
+// detached mounts, attached nowhere. Nothing else of the host is mounted
 // into the sandbox: every bind is of a single mount (no submounts), with
 // nosuid and nodev.
 //

@@ -154,7 +154,7 @@ func Setup(ctx context.Context, stateDir string, p *policies.Policy, owner Owner
 	s.st = state{Version: stateVersion, Sandbox: owner}
 	s.scans = make([][]entry, 0, len(p.Workspaces))
 
-	for _, d := range []string{masksDir, mntDir, layersDir} {
+	for _, d := range []string{masksDir, mntDir} {
 		if err := os.Mkdir(s.path(d), 0o700); err != nil {
 			return nil, err
 		}
@@ -236,9 +236,6 @@ func Setup(ctx context.Context, stateDir string, p *policies.Policy, owner Owner
 			return nil, fmt.Errorf("mount %s: %w", m.HostPath, err)
 		}
 		s.st.Mounts = append(s.st.Mounts, ms)
-	}
-	if err := os.Remove(s.path(layersDir)); err != nil {
-		return nil, fmt.Errorf("idmapped layers still mounted: %w", err)
 	}
 	if err := s.maskSourcesLocked(cfg.readAudit != nil); err != nil {
 		return nil, err

@@ -17,7 +17,7 @@ const (
 	imageFile  = "disk.img"
 	upperDir   = "upper"  // mount point of the quota filesystem
 	mntDir     = "mnt"    // sources of the sandbox's mounts
-	layersDir  = "layers" // idmapped lower layers, while an overlay is mounted
+	layersDir  = "layers" // where sessions set up by older versions attached their lower layers
 	masksDir   = "masks"
 	emptyFile  = "masks/empty-file"
 	emptyDir   = "masks/empty-dir"

@@ -327,6 +327,7 @@ var decodeTests = []decodeTest{
 	{name: "home directory", src: session("  workspace \"~/src\" { target = \"/w\" }"), summary: "Home directory is not expanded", line: 3},
 	{name: "absolute deny_read", src: session("  workspace \".\" {\n    target = \"/w\"\n    deny_read = [\"a\", \"/etc/passwd\"]\n  }"), summary: "Invalid deny_read pattern", line: 5},
 	{name: "deny_read leaves workspace", src: session("  workspace \".\" {\n    target = \"/w\"\n    deny_read = [\"../x\"]\n  }"), summary: "Invalid deny_read pattern", line: 5},
+	{name: "mount deny_read", src: session("  mount \"/x\" {\n    target = \"/x\"\n    deny_read = [\"ok/\", \"[z\"]\n  }"), summary: "Invalid deny_read pattern", line: 5},
 	{name: "malformed protect", src: session("  workspace \".\" {\n    target = \"/w\"\n    protect = [\"[a\"]\n  }"), summary: "Invalid protect pattern", line: 5},
 	{name: "short ref", src: session("  workspace \".\" {\n    target = \"/w\"\n    protect_refs = [\"main\"]\n  }"), summary: "Invalid protect_refs pattern", line: 5},
 	{name: "bare ref exception", src: session("  workspace \".\" {\n    target = \"/w\"\n    protect_refs = [\n      \"refs/heads/**\",\n      \"!\",\n    ]\n  }"), summary: "Invalid protect_refs pattern", detail: `"!" alone is not a pattern`, line: 7},
@@ -490,6 +491,10 @@ func TestDecodeWarnings(t *testing.T) {
     mode              = "rw"
     default_deny_read = false
   }
+  mount "/srv/ca" {
+    target            = "/ca"
+    default_deny_read = false
+  }
   egress { allow = ["2001:db8::/32"] }
   credential "t" {
     audience = "a"
@@ -506,7 +511,7 @@ func TestDecodeWarnings(t *testing.T) {
 	for _, d := range derr.Warnings() {
 		got = append(got, d.Summary)
 	}
-	want := []string{"Session runs as root", "Capability weakens the sandbox", "Workspace is writable", "Credential files are readable", "IPv6 entry without ipv6", "Credential in the environment"}
+	want := []string{"Session runs as root", "Capability weakens the sandbox", "Workspace is writable", "Credential files are readable", "Credential files are readable", "IPv6 entry without ipv6", "Credential in the environment"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("warnings = %q, want %q", got, want)
 	}

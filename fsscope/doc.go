@@ -104,8 +104,9 @@
 // workspace is not to be changed while a session is open, so a snapshot
 // taken at Setup gives up nothing the session was promised; copying the
 // data would cost as much as the tree is large, and the names alone cost a
-// few system calls and about 1 KiB of kernel memory per entry
-// (BenchmarkFrozenView10k). Masking at read time (FUSE, or fanotify
+// few system calls and under 1 KiB of kernel memory per entry
+// (BenchmarkFrozenView10k: 10,000 files in about 130 ms and 0.75 KiB each
+// on a 2-vCPU host, against about 50 ms for the scan, BenchmarkScan10k). Masking at read time (FUSE, or fanotify
 // permission events on the whole workspace) would put a daemon process in
 // the path of every open, and the masks would stop being enforced, or
 // every open would hang, whenever that process dies or restarts; the

@@ -149,7 +149,11 @@
 // the empty file or directory it is: nothing is read, and nothing is
 // reported until Load re-arms the marks. Reports come through a bounded
 // queue; past it they are counted (MaskRead.Dropped), never waited for.
-// The masks planned at Setup are audited too (Session.DenyRead).
+// The masks planned at Setup are audited too (Session.DenyRead). The
+// ReadAudit needs fanotify permission events
+// (CONFIG_FANOTIFY_ACCESS_PERMISSIONS) and CAP_SYS_ADMIN; where it cannot
+// start, the daemon says so in its log, and the masks are mode 0, refused
+// by the kernel unaudited.
 //
 // Fresh tells whether the host trees are still exactly as Setup scanned
 // them, for a sandbox prepared ahead of its session.

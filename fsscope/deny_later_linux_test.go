@@ -468,3 +468,36 @@ func TestReadAuditRestart(t *testing.T) {
 		t.Errorf("%d marks left after Teardown", n)
 	}
 }
+
+// TestFrozenViewMountPoint: a directory with something mounted on it on
+// the host is scanned as a mount point, not entered; the sandbox sees it
+// empty, neither what is mounted there nor the unscanned directory below.
+func TestFrozenViewMountPoint(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{"README.md": "readme", "inner/.env.below": "BELOW_SECRET"})
+	inner := filepath.Join(host, "inner")
+	if err := unix.Mount("tmpfs", inner, "tmpfs", 0, "mode=0755"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(inner, unix.MNT_DETACH) })
+	writeFiles(t, inner, map[string]string{".env": "MOUNTED_SECRET", "x.txt": "x"})
+	for _, mode := range []string{policies.ModeOverlay, policies.ModeRO} {
+		t.Run(mode, func(t *testing.T) {
+			w := overlayWS(host)
+			w.Mode = mode
+			if mode != policies.ModeOverlay {
+				w.OnExit = ""
+			}
+			s := setup(t, policyWith(w), hostOwner)
+			res := runProbe(t, s.Mounts(), hostOwner.UID, hostOwner.GID,
+				probeAction{Op: "readdir", Path: "/workspace/inner"},
+				probeAction{Op: "read", Path: "/workspace/inner/.env.below"},
+				probeAction{Op: "read", Path: "/workspace/inner/.env"},
+				probeAction{Op: "read", Path: "/workspace/README.md"},
+			)
+			noSecret(t, res, "BELOW_SECRET", "MOUNTED_SECRET")
+			if !res[0].ok() || res[0].Data != "" || res[3].Data != "readme" {
+				t.Errorf("mount point: %v", res)
+			}
+		})
+	}
+}

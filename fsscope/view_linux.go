@@ -150,12 +150,14 @@ func frozenOverlay(names, data string) (int, error) {
 }
 
 // populateNames creates every entry in the names layer (the detached
-// mount mnt) with the host's owner, mode and modification time. A regular file is an
-// empty file of the host file's size that overlayfs reads from the same
-// path in the data layer; hard links stay hard links. A path a mask covers
+// mount mnt) with the host's owner, mode and modification time. A regular
+// file is an empty file of the host file's size that overlayfs reads from
+// the same path in the data layer; hard links stay hard links. A path a mask covers
 // gets no redirect (a masked file is an empty file of mode 0, a masked
 // directory is empty), so nothing below a mask leads to the host's data.
-// Device nodes are left out (the sandbox's mounts are nodev anyway).
+// Device nodes are left out (the sandbox's mounts are nodev anyway). A
+// mount point inside the host directory is an empty directory (or, for a
+// file, absent): what lies under it was never scanned, so it is not shown.
 //
 // Directories are made first, in walk order; then the other entries, split
 // in contiguous runs among up to GOMAXPROCS workers (this is most of the
@@ -204,7 +206,9 @@ func populateNames(mnt int, entries []entry, masks []mask) error {
 		switch {
 		case parent:
 			continue
-		case e.isDir() || e.Mount:
+		case e.Mount && !e.isDir():
+			continue
+		case e.isDir():
 			if err := unix.Mkdirat(root, e.Path, 0o700); err != nil {
 				return pathErr("mkdir", e.Path, err)
 			}

@@ -158,3 +158,23 @@ func planMasks(entries []entry, deny *glob.Set) []mask {
 	slices.SortFunc(masks, func(a, b mask) int { return strings.Compare(a.Path, b.Path) })
 	return masks
 }
+
+// mountPointMasks masks every mount point in a live (rw) view of a
+// workspace or mount: the scan does not enter them, and the sandbox's
+// non-recursive bind shows the directory (or file) the host mount covers,
+// which was never scanned. Paths already under a mask are left alone.
+func mountPointMasks(entries []entry, masks []mask) []mask {
+	var out []mask
+	for i := range entries {
+		e := &entries[i]
+		if !e.Mount || e.Path == "" || maskedBy(masks, e.Path) {
+			continue
+		}
+		kind := maskFile
+		if e.isDir() {
+			kind = maskDir
+		}
+		out = append(out, mask{Path: e.Path, Kind: kind, Rule: "mount point (not scanned)"})
+	}
+	return out
+}

@@ -129,7 +129,10 @@
 // An rw workspace and a read-write mount are binds of the live host
 // directory, since the sandbox's writes must reach it: there, masks are
 // planned at Setup and a file the host creates during the session is not
-// masked. Use overlay (or ro) where that matters.
+// masked. Use overlay (or ro) where that matters. A mount point inside the
+// host directory is never entered by the scan: the frozen view shows it as
+// an empty directory, and in a live view it is masked, since the bind would
+// show the unscanned directory the host mount covers.
 //
 // # What deny_read does not cover, and what is audited
 //

@@ -381,6 +381,9 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 		return ws, err
 	}
 	ws.Masks = append(ws.Masks, copies...)
+	if ws.Mode == policies.ModeRW {
+		ws.Masks = append(ws.Masks, mountPointMasks(entries, ws.Masks)...)
+	}
 	slices.SortFunc(ws.Masks, func(a, b mask) int { return strings.Compare(a.Path, b.Path) })
 	if ws.Mode == policies.ModeOverlay {
 		if err := writeBaseline(s.baselineFile(i), entries); err != nil {
@@ -521,6 +524,9 @@ func (s *Session) setupMount(ctx context.Context, i int, m policies.Mount) (moun
 		return ms, err
 	}
 	ms.Masks = append(ms.Masks, copies...)
+	if !m.ReadOnly {
+		ms.Masks = append(ms.Masks, mountPointMasks(entries, ms.Masks)...)
+	}
 	slices.SortFunc(ms.Masks, func(a, b mask) int { return strings.Compare(a.Path, b.Path) })
 	if !m.ReadOnly {
 		return ms, bindFD(t.fd, target, attrs, nil)

@@ -2,6 +2,7 @@ package fsscope
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -500,5 +501,54 @@ func TestFrozenViewMountPoint(t *testing.T) {
 				t.Errorf("mount point: %v", res)
 			}
 		})
+	}
+}
+
+// TestCommittedDeniedRunsNoRepoCommand: walking the history runs no
+// command the repository's config names, even for a signed commit with
+// log.showSignature set, where git log runs gpg.program to verify it (git
+// 2.39 does not with an empty --format; --no-show-signature makes sure).
+func TestCommittedDeniedRunsNoRepoCommand(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{".env": "E", "README.md": "r"})
+	dir := tempDir(t)
+	if err := os.Chmod(dir, 0o777); err != nil { // git runs as the workspace owner
+		t.Fatal(err)
+	}
+	canary, script := filepath.Join(dir, "ran"), filepath.Join(dir, "gpg.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ntouch "+canary+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git(t, host, "init", "-q", "-b", "main")
+	git(t, host, "add", ".")
+	git(t, host, "commit", "-q", "-m", "init")
+	tree := strings.TrimSpace(git(t, host, "rev-parse", "HEAD^{tree}"))
+	head := strings.TrimSpace(git(t, host, "rev-parse", "HEAD"))
+	obj := "tree " + tree + "\nparent " + head + "\nauthor t <t@t> 1767225600 +0000\ncommitter t <t@t> 1767225600 +0000\n" +
+		"gpgsig -----BEGIN PGP SIGNATURE-----\n \n x\n -----END PGP SIGNATURE-----\n\nsigned\n"
+	cmd := exec.Command("git", "-C", host, "hash-object", "-t", "commit", "-w", "--stdin")
+	cmd.Env = gitEnv
+	cmd.Stdin = strings.NewReader(obj)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	git(t, host, "update-ref", "refs/heads/signed", strings.TrimSpace(string(out)))
+	git(t, host, "config", "log.showSignature", "true")
+	git(t, host, "config", "gpg.program", script)
+	chownTree(t, host, hostOwner)
+
+	// The repository would run the canary under plain git log.
+	git(t, host, "log", "--all", "--format=%H")
+	if !exists(canary) {
+		t.Fatal("the canary did not run under plain git log; the test proves nothing")
+	}
+	if err := os.Remove(canary); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CommittedDenied(t.Context(), overlayWS(host)); err != nil {
+		t.Fatal(err)
+	}
+	if exists(canary) {
+		t.Error("CommittedDenied ran the repository's gpg.program")
 	}
 }

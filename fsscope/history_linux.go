@@ -46,7 +46,9 @@ func TrackedDenied(ctx context.Context, w policies.Workspace) ([]string, error) 
 // the repository at the workspace's root, but that git no longer tracks
 // (TrackedDenied lists those): their content is still in .git/objects. At
 // most maxTracked, sorted. Walking the history takes time in proportion to
-// it; ctx bounds it.
+// it; ctx bounds it. git runs as in TrackedDenied, and shows no signature
+// (which would run the repository's gpg.program) and no external diff or
+// text conversion.
 func CommittedDenied(ctx context.Context, w policies.Workspace) ([]string, error) {
 	host, denied, owner, err := denyCheck(w)
 	if err != nil {
@@ -59,7 +61,7 @@ func CommittedDenied(ctx context.Context, w policies.Workspace) ([]string, error
 	if err != nil {
 		return nil, err
 	}
-	out, err := runGit(ctx, host, owner, nil, "log", "--all", "--diff-filter=A", "--name-only", "--format=", "-z")
+	out, err := runGit(ctx, host, owner, nil, "log", "--all", "--no-show-signature", "--no-ext-diff", "--no-textconv", "--diff-filter=A", "--name-only", "--format=", "-z")
 	if err != nil {
 		return nil, err
 	}

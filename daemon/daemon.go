@@ -24,6 +24,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
+	"github.com/airlock-sandbox/airlock/fsscope"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
@@ -80,6 +81,9 @@ type Daemon struct {
 	broker *credentials.Broker
 	creds  *credentialState
 	egress *egress
+	// readAudit refuses and audits opens of deny_read masks; nil when the
+	// kernel offers no fanotify permission events.
+	readAudit *fsscope.ReadAudit
 
 	// stopCtx is the daemon's root context: cancelled by Close.
 	stopCtx context.Context
@@ -181,6 +185,12 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		d.wg.Wait()
 		return nil, err
 	}
+	d.openReadAudit(ctx)
+	defer func() {
+		if retErr != nil {
+			d.readAudit.Close()
+		}
+	}()
 	if err := d.reconcile(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile sessions: %w", err)
 	}
@@ -231,7 +241,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	for _, s := range sessions {
 		_ = s.audit.Close()
 	}
-	return errors.Join(err, d.stopAnchor(ctx), d.rt.Close())
+	return errors.Join(err, d.stopAnchor(ctx), d.readAudit.Close(), d.rt.Close())
 }
 
 // StopContainerd stops the embedded containerd, if this daemon started one.
@@ -378,6 +388,7 @@ func (d *Daemon) start(ctx context.Context, s *session) error {
 	s.minted = nil
 	s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "started",
 		Subject: strings.Join(s.rec.Policy.Command, " "), Fields: map[string]any{"pid": s.pid, "timeout": s.rec.Policy.Timeout.String(), "warm": s.rec.Warm}})
+	s.auditDenyRead(ctx)
 	log.G(ctx).Info("session started", "pid", s.pid, "timeout", s.rec.Policy.Timeout.String(), "warm", s.rec.Warm)
 	return nil
 }
@@ -804,7 +815,7 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		}
 		known[id] = true
 		s := &session{d: d, dir: d.sessionDir(id), audit: newAuditLog(d.sessionDir(id), rec.Policy.Resources.AuditSize), rec: *rec, exited: make(chan struct{})}
-		if s.fs, err = loadFS(s.dir); err != nil {
+		if s.fs, err = d.loadFS(s.dir, id); err != nil {
 			log.G(sctx).Error("load workspace state", "error", err)
 		}
 		if err := d.reconcileSession(sctx, s); err != nil {

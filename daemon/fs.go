@@ -28,7 +28,7 @@ func (d *Daemon) setupFS(ctx context.Context, s *session, p *policies.Policy, ui
 		return nil, nil
 	}
 	fs, err := fsscope.Setup(ctx, filepath.Join(s.dir, fsDir), p, fsscope.Owner{UID: uid, GID: gid},
-		fsscope.WithImageCache(filepath.Join(d.cfg.Root, "fs-templates")))
+		fsscope.WithImageCache(filepath.Join(d.cfg.Root, "fs-templates")), d.readAuditOpt(s.rec.ID))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !errdefs.IsInvalidArgument(err) {
 			return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
@@ -86,6 +86,36 @@ func (s *session) fsAudit(ctx context.Context) func(fsscope.Event) {
 		}
 		s.audit.Emit(ctx, api.AuditEvent{Time: ev.Time, Session: s.rec.ID, Layer: "fs", Action: action,
 			Subject: ev.Path, Reason: ev.Reason, Fields: f})
+	}
+}
+
+// maxMaskEvents bounds the "masked" audit events per workspace or mount;
+// one more event counts the rest.
+const maxMaskEvents = 100
+
+// auditDenyRead records, when the session starts, what deny_read masks in
+// each workspace and mount (the rule behind each mask), and every masked
+// path git tracks, whose content deny_read does not hide in .git/objects.
+// A read of a masked path inside the sandbox fails in the kernel and leaves
+// no event of its own: this is the record of what was hidden.
+func (s *session) auditDenyRead(ctx context.Context) {
+	if s.fs == nil {
+		return
+	}
+	for _, info := range s.fs.DenyRead() {
+		for i, m := range info.Masked {
+			if i == maxMaskEvents {
+				s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "fs", Action: "masked", Subject: info.Target,
+					Reason: fmt.Sprintf("deny_read: %d more paths masked", len(info.Masked)-i), Fields: map[string]any{"host_path": info.HostPath}})
+				break
+			}
+			s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "fs", Action: "masked", Subject: m.Path,
+				Reason: "deny_read", Fields: map[string]any{"rule": m.Rule, "host_path": info.HostPath}})
+		}
+		for _, p := range info.Tracked {
+			s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "fs", Action: "masked_tracked", Subject: p,
+				Reason: fsscope.HistoryNote, Fields: map[string]any{"host_path": info.HostPath}})
+		}
 	}
 }
 
@@ -189,12 +219,43 @@ func cleanupFS(ctx context.Context, sessionDir string) error {
 }
 
 // loadFS re-opens a session's filesystem state after a restart.
-func loadFS(sessionDir string) (*fsscope.Session, error) {
+func (d *Daemon) loadFS(sessionDir, id string) (*fsscope.Session, error) {
 	dir := filepath.Join(sessionDir, fsDir)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	return fsscope.Load(dir)
+	return fsscope.Load(dir, d.readAuditOpt(id))
+}
+
+// openReadAudit starts the refusal and audit of opens of deny_read masks.
+// Without it (no fanotify permission events in the kernel) the masks are
+// mode 0 and opens of them fail unaudited.
+func (d *Daemon) openReadAudit(ctx context.Context) {
+	ra, err := fsscope.NewReadAudit(d.maskRead)
+	if err != nil {
+		log.G(ctx).Warn("opens of deny_read masks will not be audited", "error", err)
+		return
+	}
+	d.readAudit = ra
+}
+
+// readAuditOpt registers a session's masks with the read audit.
+func (d *Daemon) readAuditOpt(id string) fsscope.Option {
+	return fsscope.WithReadAudit(d.readAudit, id)
+}
+
+// maskRead audits a refused open of a deny_read mask.
+func (d *Daemon) maskRead(r fsscope.MaskRead) {
+	s, err := d.get(r.Owner)
+	if err != nil {
+		return
+	}
+	f := map[string]any{"rule": r.Rule, "pid": r.Pid}
+	if r.Dropped > 0 {
+		f["dropped_before"] = r.Dropped
+	}
+	s.audit.Emit(d.stopCtx, api.AuditEvent{Time: r.Time, Session: r.Owner, Layer: "fs", Action: "read_denied",
+		Subject: r.Path, Reason: "deny_read", Fields: f})
 }
 
 func convert(in, out any) error {

@@ -116,12 +116,23 @@ session "reference" {
     mode = "overlay"
 
     # Globs, relative to the workspace root, that the session cannot read.
-    # "**" matches any number of directories.
+    # "**" matches any number of directories. Every attempt to open a
+    # masked path fails (EPERM) and is audited as fs/read_denied.
     deny_read = ["**/.env*", "**/*.pem", "secrets/**"]
 
     # Also mask the built-in list of credential files (.env files, private
-    # keys, .netrc, cloud credential files). Default true; never masks
-    # .git/config as a whole.
+    # keys, .netrc, .git-credentials, package-registry files such as .npmrc,
+    # .pypirc, .cargo/credentials, .m2/settings.xml, container and cluster
+    # configs such as .docker/config.json and .kube/config, cloud credential
+    # files). Default true; never masks .git/config as a whole (credentials
+    # in it are stripped from the copy the session reads).
+    # In overlay and ro mode the session sees the names the workspace had
+    # when it started: a file created on the host later is not there at all.
+    # In rw mode it sees the live host directory, and a file the host
+    # creates during the session is not masked. deny_read does not cover
+    # git history: a masked file that is or was committed can be read from
+    # .git/objects (git show HEAD:.env); airlock validate warns when a
+    # masked path is tracked or in the history.
     default_deny_read = true
 
     # Overlay only: globs a commit may not change. A commit that touches one
@@ -172,9 +183,18 @@ session "reference" {
   # never admits /, /etc, /proc, /sys, /dev, /boot, /run, /var/run, the
   # daemon's and containerd's state and sockets, anything beneath them or a
   # directory containing them, nor a unix socket anywhere.
+  # deny_read applies here as in a workspace: the mount's own patterns
+  # (relative to the mounted directory) and, unless default_deny_read =
+  # false, the default credential-file list. A file mount, or a directory
+  # mount, whose host path or target matches a pattern is masked whole.
+  # A read-only directory mount shows the names it had when the session
+  # started; a read-write one is the live host directory, where a file the
+  # host creates during the session is not masked.
   mount "/usr/share/ca-certificates" {
-    target    = "/usr/local/share/ca-certificates" # Required, absolute.
-    read_only = true                               # Default true.
+    target            = "/usr/local/share/ca-certificates" # Required, absolute.
+    read_only         = true                               # Default true.
+    deny_read         = ["private/"]                       # Default [].
+    default_deny_read = true                               # Default true; false would let public certificates (*.pem) through.
   }
 
   # At most one. Without it the session reaches loopback only.

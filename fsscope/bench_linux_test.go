@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -110,12 +112,17 @@ func hostDirB(b *testing.B) string {
 
 // BenchmarkSetup measures starting a session's filesystem: the quota
 // filesystem (image: sparse file + mkfs.ext4 + loop mount; tmpfs: one
-// mount), the scan, the overlay and idmapped mounts.
+// mount), the scan, the frozen names layer, the overlay and idmapped
+// mounts; and, for an ro workspace, the scan and the frozen view alone.
 func BenchmarkSetup(b *testing.B) {
 	testutil.RequiresRoot(b)
 	for _, size := range []int{10, benchFiles} {
-		for _, backend := range []QuotaBackend{QuotaImage, QuotaTmpfs} {
-			b.Run(fmt.Sprintf("%s/%dfiles", backend, size), func(b *testing.B) {
+		for _, backend := range []QuotaBackend{QuotaImage, QuotaTmpfs, ""} {
+			mode, name := policies.ModeOverlay, string(backend)
+			if backend == "" {
+				mode, name = policies.ModeRO, "ro"
+			}
+			b.Run(fmt.Sprintf("%s/%dfiles", name, size), func(b *testing.B) {
 				host := hostDirB(b)
 				if size == benchFiles {
 					tree10k(b, host)
@@ -123,8 +130,12 @@ func BenchmarkSetup(b *testing.B) {
 					os.WriteFile(filepath.Join(host, "a"), []byte("a"), 0o644)
 				}
 				chownTreeB(b, host)
+				var opts []Option
+				if backend != "" {
+					opts = append(opts, WithQuotaBackend(backend))
+				}
 				for b.Loop() {
-					s := benchSession(b, host, policies.ModeOverlay, WithQuotaBackend(backend))
+					s := benchSession(b, host, mode, opts...)
 					b.StopTimer()
 					if err := s.Teardown(context.Background(), false); err != nil {
 						b.Fatal(err)
@@ -134,6 +145,75 @@ func BenchmarkSetup(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkFrozenView10k measures the frozen names layer alone: a tmpfs
+// populated with the 10k-file tree's names (metadata-only files) and the
+// read-only overlay over the host directory; the scan is done once.
+func BenchmarkFrozenView10k(b *testing.B) {
+	testutil.RequiresRoot(b)
+	host := hostDirB(b)
+	tree10k(b, host)
+	t, err := openTree(host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer t.Close()
+	entries, err := snapshot(context.Background(), t)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var slab int64
+	for b.Loop() {
+		before := meminfo(b, "Slab")
+		view, err := frozenView(t.fd, entries, nil, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		slab += meminfo(b, "Slab") - before
+		unix.Close(view)
+		b.StartTimer()
+	}
+	// Kernel memory the names layer holds while the view is mounted
+	// (inodes, dentries, xattrs), per file; other activity on the host
+	// adds noise.
+	b.ReportMetric(float64(slab)/float64(b.N)/benchFiles, "slab-B/file")
+}
+
+// BenchmarkScan10k measures the scan alone (the baseline Setup records),
+// for comparison with BenchmarkFrozenView10k.
+func BenchmarkScan10k(b *testing.B) {
+	testutil.RequiresRoot(b)
+	host := hostDirB(b)
+	tree10k(b, host)
+	t, err := openTree(host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer t.Close()
+	for b.Loop() {
+		if _, err := snapshot(context.Background(), t); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// meminfo returns a /proc/meminfo field in bytes.
+func meminfo(b *testing.B, field string) int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb)
+			return kb << 10
+		}
+	}
+	b.Fatalf("no %s in /proc/meminfo", field)
+	return 0
 }
 
 func chownTreeB(b *testing.B, root string) {

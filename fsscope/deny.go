@@ -32,18 +32,33 @@ func DefaultDenyRead() []string {
 		"id_xmss*",
 		".ssh/",
 		".gnupg/",
-		// Network and package-registry credentials.
+		// Network, git and package-registry credentials.
 		".netrc",
 		"_netrc",
 		".git-credentials",
-		".pgpass",
-		".pypirc",
-		".vault-token",
-		"**/.docker/config.json",
-		"**/.kube/config",
 		"**/.config/gh/hosts.yml",
+		"**/.config/hub",
+		".pgpass",
+		".vault-token",
+		".npmrc",
+		".yarnrc",
+		".yarnrc.yml",
+		".pypirc",
+		"**/.cargo/credentials*",
+		"**/.m2/settings.xml",
+		"**/.m2/settings-security.xml",
+		"**/.gem/credentials",
+		"**/.composer/auth.json",
+		// Container, cluster and infrastructure tools.
+		"**/.docker/config.json",
+		".dockercfg",
+		"**/.kube/config",
 		"**/.terraform.d/credentials.tfrc.json",
-		// Cloud credentials.
+		".terraformrc",
+		// Cloud and storage credentials.
+		".s3cfg",
+		".boto",
+		"**/.config/rclone/rclone.conf",
 		".aws/",
 		".azure/",
 		"**/.config/gcloud/",
@@ -142,4 +157,24 @@ func planMasks(entries []entry, deny *glob.Set) []mask {
 	}
 	slices.SortFunc(masks, func(a, b mask) int { return strings.Compare(a.Path, b.Path) })
 	return masks
+}
+
+// mountPointMasks masks every mount point in a live (rw) view of a
+// workspace or mount: the scan does not enter them, and the sandbox's
+// non-recursive bind shows the directory (or file) the host mount covers,
+// which was never scanned. Paths already under a mask are left alone.
+func mountPointMasks(entries []entry, masks []mask) []mask {
+	var out []mask
+	for i := range entries {
+		e := &entries[i]
+		if !e.Mount || e.Path == "" || maskedBy(masks, e.Path) {
+			continue
+		}
+		kind := maskFile
+		if e.isDir() {
+			kind = maskDir
+		}
+		out = append(out, mask{Path: e.Path, Kind: kind, Rule: "mount point (not scanned)"})
+	}
+	return out
 }

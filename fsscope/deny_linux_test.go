@@ -92,10 +92,27 @@ func denyPolicy(host, mode string) *policies.Policy {
 // own), in each workspace mode.
 func TestDenyRead(t *testing.T) {
 	for _, mode := range []string{policies.ModeOverlay, policies.ModeRO, policies.ModeRW} {
-		t.Run(mode, func(t *testing.T) {
+		for _, audited := range []bool{false, true} {
+			name := mode
+			if audited {
+				name += "/audited"
+			}
+			t.Run(name, func(t *testing.T) { testDenyRead(t, mode, audited) })
+		}
+	}
+}
+
+func testDenyRead(t *testing.T, mode string, audited bool) {
+	{
+		{
 			host := denyWorkspace(t)
 			before := digest(t, host)
-			s := setup(t, denyPolicy(host, mode), sandboxer)
+			var opts []Option
+			if audited {
+				ra := newReadAudit(t)
+				opts = append(opts, WithReadAudit(ra.ReadAudit, "s1"))
+			}
+			s := setup(t, denyPolicy(host, mode), sandboxer, opts...)
 
 			var actions []probeAction
 			ways := func(p string) []string {
@@ -203,7 +220,7 @@ func TestDenyRead(t *testing.T) {
 					t.Errorf("host %s = %q", p, got)
 				}
 			}
-		})
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +41,11 @@ type Session struct {
 	// order, for Fresh. It is not persisted: a session loaded from disk
 	// has none. The entries are never modified.
 	scans [][]entry // +checklocks:mu
+	// ra refuses and reports opens of the masks while the sandbox's mounts
+	// are in place (WithReadAudit); raOwner is what it reports them under.
+	ra      *ReadAudit // +checklocks:mu
+	raOwner string     // +checklocks:mu
+	watched []string   // +checklocks:mu
 }
 
 // Option configures Setup.
@@ -49,6 +55,15 @@ type config struct {
 	backend QuotaBackend
 	// imageCache holds formatted template quota images (WithImageCache).
 	imageCache string
+	readAudit  *ReadAudit
+	owner      string
+}
+
+// WithReadAudit has a refuse and report every open of the session's
+// deny_read masks as owner (see ReadAudit), from Setup (or Load) until
+// the sandbox's mounts are removed.
+func WithReadAudit(a *ReadAudit, owner string) Option {
+	return func(c *config) { c.readAudit, c.owner = a, owner }
 }
 
 // WithQuotaBackend chooses the filesystem holding the upper directories
@@ -139,7 +154,7 @@ func Setup(ctx context.Context, stateDir string, p *policies.Policy, owner Owner
 	s.st = state{Version: stateVersion, Sandbox: owner, Started: time.Now().UnixNano()}
 	s.scans = make([][]entry, 0, len(p.Workspaces))
 
-	for _, d := range []string{masksDir, mntDir, layersDir} {
+	for _, d := range []string{masksDir, mntDir} {
 		if err := os.Mkdir(s.path(d), 0o700); err != nil {
 			return nil, err
 		}
@@ -216,20 +231,106 @@ func Setup(ctx context.Context, stateDir string, p *policies.Policy, owner Owner
 		s.st.Workspaces = append(s.st.Workspaces, ws)
 	}
 	for i, m := range p.Mounts {
-		ms, err := s.setupMount(i, m)
+		ms, err := s.setupMount(ctx, i, m)
 		if err != nil {
 			return nil, fmt.Errorf("mount %s: %w", m.HostPath, err)
 		}
 		s.st.Mounts = append(s.st.Mounts, ms)
 	}
-	if err := os.Remove(s.path(layersDir)); err != nil {
-		return nil, fmt.Errorf("idmapped layers still mounted: %w", err)
+	if err := s.maskSourcesLocked(cfg.readAudit != nil); err != nil {
+		return nil, err
 	}
 	s.st.Live = true
 	if err := s.saveLocked(); err != nil {
 		return nil, err
 	}
+	s.watchLocked(ctx, cfg.readAudit, cfg.owner)
 	return s, nil
+}
+
+// maskSourcesLocked gives every file and directory mask a source of its
+// own (an empty file or directory in masks/, owned by root), so that an
+// open of it tells which mask it was. With audited, the sources are
+// readable (0444, directories 0555): the open reaches the ReadAudit, which
+// refuses it; otherwise they are mode 0 and the kernel refuses it.
+func (s *Session) maskSourcesLocked(audited bool) error {
+	fileMode, dirMode := uint32(0), uint32(0)
+	if audited {
+		fileMode, dirMode = 0o444, 0o555
+	}
+	give := func(name string, masks []mask) error {
+		for k := range masks {
+			m := &masks[k]
+			if m.Kind == maskCopy {
+				continue
+			}
+			m.Source = fmt.Sprintf("%s/%s-%d", masksDir, name, k)
+			p := s.path(m.Source)
+			mode := fileMode
+			if m.Kind == maskDir {
+				mode = dirMode
+				if err := os.Mkdir(p, 0o700); err != nil {
+					return err
+				}
+			} else if err := os.WriteFile(p, nil, 0o600); err != nil {
+				return err
+			}
+			if err := os.Chmod(p, os.FileMode(mode)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i := range s.st.Workspaces {
+		if err := give("ws"+strconv.Itoa(i), s.st.Workspaces[i].Masks); err != nil {
+			return err
+		}
+	}
+	for i := range s.st.Mounts {
+		if err := give("m"+strconv.Itoa(i), s.st.Mounts[i].Masks); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// watchLocked has a refuse and report opens of the masks (not of the
+// sanitized git config copies, which the sandbox reads). A mask that
+// cannot be watched stays a mask: it is logged, not an error.
+func (s *Session) watchLocked(ctx context.Context, a *ReadAudit, owner string) {
+	if a == nil {
+		return
+	}
+	s.ra, s.raOwner = a, owner
+	watch := func(target string, masks []mask) {
+		for _, m := range masks {
+			if m.Kind == maskCopy || m.Source == "" {
+				continue
+			}
+			src := s.path(m.Source)
+			if err := a.watch(owner, src, path.Join(target, m.Path), m.Rule); err != nil {
+				log.G(ctx).Warn("fsscope: opens of a mask will not be audited", "path", path.Join(target, m.Path), "error", err)
+				continue
+			}
+			s.watched = append(s.watched, src)
+		}
+	}
+	for _, w := range s.st.Workspaces {
+		watch(w.Target, w.Masks)
+	}
+	for _, m := range s.st.Mounts {
+		watch(m.Target, m.Masks)
+	}
+}
+
+// unwatchLocked removes the ReadAudit's marks of the masks.
+func (s *Session) unwatchLocked() error {
+	if s.ra == nil || len(s.watched) == 0 {
+		return nil
+	}
+	err := s.ra.unwatch(s.watched)
+	s.watched = nil
+	return err
 }
 
 func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspace, host string, sandbox Owner) (wsState, error) {
@@ -276,11 +377,14 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 		return ws, fmt.Errorf("scan: %w", err)
 	}
 	ws.Masks = planMasks(entries, deny)
-	copies, err := s.sanitizedGitConfigs(i, t, entries, ws.Masks)
+	copies, err := s.sanitizedGitConfigs("ws"+strconv.Itoa(i), t, entries, ws.Masks)
 	if err != nil {
 		return ws, err
 	}
 	ws.Masks = append(ws.Masks, copies...)
+	if ws.Mode == policies.ModeRW {
+		ws.Masks = append(ws.Masks, mountPointMasks(entries, ws.Masks)...)
+	}
 	slices.SortFunc(ws.Masks, func(a, b mask) int { return strings.Compare(a.Path, b.Path) })
 	if ws.Mode == policies.ModeOverlay {
 		if err := writeBaseline(s.baselineFile(i), entries); err != nil {
@@ -290,6 +394,12 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 		s.bases[i] = newBaseline(slices.Clone(entries))
 	}
 	s.scans = append(s.scans, entries)
+	if len(ws.Masks) > 0 {
+		ws.Tracked, err = trackedDenied(ctx, host, ws.Owner, func(p string) bool { return maskedBy(ws.Masks, p) })
+		if err != nil {
+			log.G(ctx).Warn("fsscope: cannot tell which masked paths git tracks", "path", host, "error", err)
+		}
+	}
 	log.G(ctx).Debug("fsscope: workspace scanned", "path", host, "entries", len(entries), "masks", len(ws.Masks), "took", time.Since(start))
 
 	var ns *os.File
@@ -303,11 +413,23 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 		return ws, err
 	}
 	const tight = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
-	switch ws.Mode {
-	case policies.ModeRO:
-		return ws, bindFD(t.fd, target, tight|unix.MOUNT_ATTR_RDONLY, ns)
-	case policies.ModeRW:
+	if ws.Mode == policies.ModeRW {
 		return ws, bindFD(t.fd, target, tight, ns)
+	}
+	// ro and overlay: a frozen view of the names scanned, so that nothing
+	// created on the host later (a new .env, say) appears in the sandbox.
+	if ws.Mode == policies.ModeRO {
+		view, err := frozenView(t.fd, entries, ws.Masks, ns)
+		if err != nil {
+			return ws, err
+		}
+		defer unix.Close(view)
+		return ws, attachDetached(view, target, tight|unix.MOUNT_ATTR_RDONLY, nil)
+	}
+	if st, err := stacked(t.fd); err != nil {
+		return ws, err
+	} else if st {
+		return ws, fmt.Errorf("%s is on overlayfs: an overlay workspace over a frozen view of it would exceed the kernel's stacking depth; use a workspace on another filesystem, or mode = \"ro\" or \"rw\": %w", host, errdefs.ErrNotImplemented)
 	}
 	// Overlay: the upper root takes the host root's permissions and is
 	// owned by the sandbox user, who sees it as the workspace root.
@@ -323,30 +445,31 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 	if err := os.Chown(filepath.Join(up, "upper"), int(sandbox.UID), int(sandbox.GID)); err != nil {
 		return ws, err
 	}
-	// The lower layer is a clone of exactly the directory scanned, idmapped
-	// when needed; the overlay keeps its own reference, so the clone is
-	// detached once the overlay is mounted.
-	layer := s.wsLayer(i)
-	if err := os.Mkdir(layer, 0o700); err != nil {
+	// The lower layer is the frozen view of exactly the directory scanned,
+	// idmapped when needed; the overlay keeps its own reference to it.
+	view, err := frozenView(t.fd, entries, ws.Masks, ns)
+	if err != nil {
 		return ws, err
 	}
-	if err := bindFD(t.fd, layer, tight|unix.MOUNT_ATTR_RDONLY, ns); err != nil {
-		return ws, err
-	}
-	err = mountOverlay(layer, filepath.Join(up, "upper"), filepath.Join(up, "work"), target, tight, nil)
-	if uerr := unmount(layer); uerr != nil && err == nil {
-		err = uerr
-	}
-	if rerr := os.Remove(layer); rerr != nil && err == nil {
-		err = rerr
-	}
-	return ws, err
+	defer unix.Close(view)
+	return ws, mountOverlay(fdPath(view), filepath.Join(up, "upper"), filepath.Join(up, "work"), target, tight, nil)
 }
 
-func (s *Session) setupMount(i int, m policies.Mount) (mountState, error) {
-	ms := mountState{Target: path.Clean(m.Target), ReadOnly: m.ReadOnly}
+// setupMount binds an extra mount's host path in the state directory. A
+// file or directory whose own host path or target is covered by the
+// default deny_read list (when the mount keeps it) is not bound at all: the
+// sandbox gets an empty mask instead. A directory is scanned and its
+// deny_read masks planned as a workspace's; a read-only directory is the
+// frozen view of the names scanned (see frozenView), a read-write one the
+// live host directory.
+func (s *Session) setupMount(ctx context.Context, i int, m policies.Mount) (mountState, error) {
+	ms := mountState{Target: path.Clean(m.Target), ReadOnly: m.ReadOnly, DenyRead: denyPatterns(m.DenyRead, m.DefaultDenyRead)}
 	if err := checkTarget(m.Target); err != nil {
 		return ms, err
+	}
+	deny, err := glob.NewSet(ms.DenyRead, true)
+	if err != nil {
+		return ms, fmt.Errorf("deny_read: %w: %w", err, errdefs.ErrInvalidArgument)
 	}
 	host, err := filepath.EvalSymlinks(m.HostPath)
 	if err != nil {
@@ -357,20 +480,64 @@ func (s *Session) setupMount(i int, m policies.Mount) (mountState, error) {
 		return ms, err
 	}
 	ms.HostPath, ms.Dir = host, fi.IsDir()
+	if m.DefaultDenyRead {
+		defaults, err := glob.NewSet(DefaultDenyRead(), true)
+		if err != nil {
+			return ms, err
+		}
+		for _, p := range []string{host, ms.Target} {
+			if pat, ok := defaults.Covers(strings.TrimPrefix(p, "/"), ms.Dir); ok {
+				ms.Masked = true
+				ms.Masks = []mask{{Path: "", Kind: map[bool]string{true: maskDir, false: maskFile}[ms.Dir], Rule: pat}}
+				return ms, nil
+			}
+		}
+	}
 	target := s.mountMnt(i)
-	if ms.Dir {
-		err = os.Mkdir(target, 0o700)
-	} else {
-		err = os.WriteFile(target, nil, 0o600)
-	}
-	if err != nil {
-		return ms, err
-	}
 	attrs := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
 	if m.ReadOnly {
 		attrs |= unix.MOUNT_ATTR_RDONLY
 	}
-	return ms, bindTree(host, target, attrs, nil)
+	if !ms.Dir {
+		if err := os.WriteFile(target, nil, 0o600); err != nil {
+			return ms, err
+		}
+		return ms, bindTree(host, target, attrs, nil)
+	}
+	if err := os.Mkdir(target, 0o700); err != nil {
+		return ms, err
+	}
+	t, err := openTree(host)
+	if err != nil {
+		return ms, err
+	}
+	defer t.Close()
+	var entries []entry
+	if err := scan(ctx, t, func(e *entry, _ bool) error {
+		entries = append(entries, *e)
+		return nil
+	}); err != nil {
+		return ms, fmt.Errorf("scan: %w", err)
+	}
+	ms.Masks = planMasks(entries, deny)
+	copies, err := s.sanitizedGitConfigs("m"+strconv.Itoa(i), t, entries, ms.Masks)
+	if err != nil {
+		return ms, err
+	}
+	ms.Masks = append(ms.Masks, copies...)
+	if !m.ReadOnly {
+		ms.Masks = append(ms.Masks, mountPointMasks(entries, ms.Masks)...)
+	}
+	slices.SortFunc(ms.Masks, func(a, b mask) int { return strings.Compare(a.Path, b.Path) })
+	if !m.ReadOnly {
+		return ms, bindFD(t.fd, target, attrs, nil)
+	}
+	view, err := frozenView(t.fd, entries, ms.Masks, nil)
+	if err != nil {
+		return ms, err
+	}
+	defer unix.Close(view)
+	return ms, attachDetached(view, target, attrs, nil)
 }
 
 // bindFD binds the directory open as fd (O_PATH) on target.
@@ -411,7 +578,7 @@ func checkTarget(t string) error {
 // sanitizedGitConfigs writes a credential-free copy of every git config
 // file of the workspace that holds credentials, and returns the masks that
 // bind the copies over the originals.
-func (s *Session) sanitizedGitConfigs(ws int, t *tree, entries []entry, masks []mask) ([]mask, error) {
+func (s *Session) sanitizedGitConfigs(name string, t *tree, entries []entry, masks []mask) ([]mask, error) {
 	b := newBaseline(entries)
 	var out []mask
 	for _, gd := range gitDirs(b) {
@@ -427,7 +594,7 @@ func (s *Session) sanitizedGitConfigs(ws int, t *tree, entries []entry, masks []
 			if !changed {
 				continue
 			}
-			src := fmt.Sprintf("%s/gitconfig-%d-%d", masksDir, ws, len(out))
+			src := fmt.Sprintf("%s/gitconfig-%s-%d", masksDir, name, len(out))
 			if err := os.WriteFile(s.path(src), clean, 0o444); err != nil {
 				return nil, err
 			}
@@ -462,8 +629,12 @@ func readTreeFile(t *tree, rel string, limit int64) ([]byte, error) {
 // Load re-opens a session after a daemon restart. It completes or undoes
 // a commit that a crash interrupted, and notices mounts that disappeared
 // (a reboot): the session is then no longer live.
-func Load(stateDir string) (*Session, error) {
+func Load(stateDir string, opts ...Option) (*Session, error) {
 	ctx := context.Background()
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
 	st, err := readState(stateDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no session in %s: %w", stateDir, errdefs.ErrNotFound)
@@ -495,6 +666,9 @@ func Load(stateDir string) (*Session, error) {
 				return nil, err
 			}
 		}
+	}
+	if s.st.Live {
+		s.watchLocked(ctx, cfg.readAudit, cfg.owner)
 	}
 	return s, nil
 }
@@ -565,6 +739,7 @@ func (s *Session) mountsLocked() []specs.Mount {
 		}
 		prim = append(prim, primary{specs.Mount{Destination: w.Target, Type: "bind", Source: s.wsMnt(i), Options: opts}, depth(w.Target)})
 	}
+	maskOpts := []string{"bind", "ro", "nosuid", "nodev", "noexec"}
 	for i, m := range s.st.Mounts {
 		opts := []string{"bind", "nosuid", "nodev"}
 		if m.ReadOnly {
@@ -572,7 +747,11 @@ func (s *Session) mountsLocked() []specs.Mount {
 		} else {
 			opts = append(opts, "rw")
 		}
-		prim = append(prim, primary{specs.Mount{Destination: m.Target, Type: "bind", Source: s.mountMnt(i), Options: opts}, depth(m.Target)})
+		src := s.mountMnt(i)
+		if m.Masked {
+			src, opts = s.maskSource(m.Masks[0]), slices.Clone(maskOpts)
+		}
+		prim = append(prim, primary{specs.Mount{Destination: m.Target, Type: "bind", Source: src, Options: opts}, depth(m.Target)})
 	}
 	slices.SortStableFunc(prim, func(a, b primary) int { return a.depth - b.depth })
 	out := make([]specs.Mount, 0, len(prim))
@@ -581,24 +760,37 @@ func (s *Session) mountsLocked() []specs.Mount {
 		out = append(out, p.m)
 		targets = append(targets, p.m.Destination)
 	}
-	maskOpts := []string{"bind", "ro", "nosuid", "nodev", "noexec"}
-	for _, w := range s.st.Workspaces {
-		for _, m := range w.Masks {
-			dest := path.Join(w.Target, m.Path)
-			if hiddenByOther(dest, w.Target, targets) {
+	addMasks := func(target string, masks []mask) {
+		for _, m := range masks {
+			dest := path.Join(target, m.Path)
+			if hiddenByOther(dest, target, targets) {
 				continue
 			}
-			src := s.path(emptyFile)
-			switch m.Kind {
-			case maskDir:
-				src = s.path(emptyDir)
-			case maskCopy:
-				src = s.path(m.Source)
-			}
-			out = append(out, specs.Mount{Destination: dest, Type: "bind", Source: src, Options: slices.Clone(maskOpts)})
+			out = append(out, specs.Mount{Destination: dest, Type: "bind", Source: s.maskSource(m), Options: slices.Clone(maskOpts)})
+		}
+	}
+	for _, w := range s.st.Workspaces {
+		addMasks(w.Target, w.Masks)
+	}
+	for _, m := range s.st.Mounts {
+		if !m.Masked {
+			addMasks(m.Target, m.Masks)
 		}
 	}
 	return out
+}
+
+// maskSource returns the host path bound over a masked path: the mask's
+// own source, or (for a session set up before masks had their own) the
+// shared empty file or directory.
+func (s *Session) maskSource(m mask) string {
+	switch {
+	case m.Source != "":
+		return s.path(m.Source)
+	case m.Kind == maskDir:
+		return s.path(emptyDir)
+	}
+	return s.path(emptyFile)
 }
 
 // hiddenByOther reports whether dest lies in another mount nested inside
@@ -619,9 +811,10 @@ func (s *Session) SpecOpt() oci.SpecOpts {
 	}
 }
 
-// unmountSandboxLocked removes the mounts the sandbox's binds come from.
+// unmountSandboxLocked removes the mounts the sandbox's binds come from,
+// and the ReadAudit's marks of its masks.
 func (s *Session) unmountSandboxLocked() error {
-	var errs []error
+	errs := []error{s.unwatchLocked()}
 	for _, dir := range []string{s.path(mntDir), s.path(layersDir)} {
 		mps, err := mountsUnder(dir)
 		if err != nil {

@@ -17,7 +17,7 @@ const (
 	imageFile  = "disk.img"
 	upperDir   = "upper"  // mount point of the quota filesystem
 	mntDir     = "mnt"    // sources of the sandbox's mounts
-	layersDir  = "layers" // idmapped lower layers, while an overlay is mounted
+	layersDir  = "layers" // where sessions set up by older versions attached their lower layers
 	masksDir   = "masks"
 	emptyFile  = "masks/empty-file"
 	emptyDir   = "masks/empty-dir"
@@ -54,11 +54,13 @@ type wsState struct {
 	Owner Owner `json:"owner"`
 	// Idmap: the sandbox sees Owner's files as its own through an
 	// idmapped mount.
-	Idmap             bool     `json:"idmap"`
-	RootIno           uint64   `json:"root_ino"`
-	RootDev           uint64   `json:"root_dev"`
-	DenyRead          []string `json:"deny_read,omitempty"`
-	Masks             []mask   `json:"masks,omitempty"`
+	Idmap    bool     `json:"idmap"`
+	RootIno  uint64   `json:"root_ino"`
+	RootDev  uint64   `json:"root_dev"`
+	DenyRead []string `json:"deny_read,omitempty"`
+	Masks    []mask   `json:"masks,omitempty"`
+	// Tracked are masked paths git tracks (see TrackedDenied).
+	Tracked           []string `json:"tracked,omitempty"`
 	Protect           []string `json:"protect,omitempty"`
 	PreserveUntracked bool     `json:"preserve_untracked,omitempty"`
 	ProtectRefs       []string `json:"protect_refs,omitempty"`
@@ -68,10 +70,16 @@ type wsState struct {
 
 // mountState is one extra mount.
 type mountState struct {
-	HostPath string `json:"host_path"`
-	Target   string `json:"target"`
-	ReadOnly bool   `json:"read_only"`
-	Dir      bool   `json:"dir"`
+	HostPath string   `json:"host_path"`
+	Target   string   `json:"target"`
+	ReadOnly bool     `json:"read_only"`
+	Dir      bool     `json:"dir"`
+	DenyRead []string `json:"deny_read,omitempty"`
+	// Masked: the mount's own host path or target is a credential path;
+	// the sandbox gets an empty, unreadable file or directory instead.
+	Masked bool `json:"masked,omitempty"`
+	// Masks are paths inside a directory mount, relative to it.
+	Masks []mask `json:"masks,omitempty"`
 }
 
 func readState(dir string) (*state, error) {

@@ -14,7 +14,6 @@ func (s *Session) path(elem ...string) string {
 // "upper" and "work".
 func (s *Session) wsUpper(i int) string { return s.path(upperDir, "ws"+strconv.Itoa(i)) }
 func (s *Session) wsMnt(i int) string   { return s.path(mntDir, "ws"+strconv.Itoa(i)) }
-func (s *Session) wsLayer(i int) string { return s.path(layersDir, "ws"+strconv.Itoa(i)) }
 func (s *Session) mountMnt(i int) string {
 	return s.path(mntDir, "m"+strconv.Itoa(i))
 }

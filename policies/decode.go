@@ -53,7 +53,7 @@ var (
 		},
 	}
 	mountSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "target"}, {Name: "read_only"}},
+		Attributes: []hcl.AttributeSchema{{Name: "target"}, {Name: "read_only"}, {Name: "deny_read"}, {Name: "default_deny_read"}},
 	}
 	egressSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "allow"}, {Name: "deny"}, {Name: "allow_private"}, {Name: "on_block"}, {Name: "ipv6"}},
@@ -902,11 +902,13 @@ func (d *decoder) workspace(b *hcl.Block, at fieldPath) Workspace {
 }
 
 func (d *decoder) mount(b *hcl.Block, at fieldPath) Mount {
-	m := Mount{HostPath: d.hostPath(b, at), ReadOnly: true}
+	m := Mount{HostPath: d.hostPath(b, at), ReadOnly: true, DefaultDenyRead: true}
 	c, diags := b.Body.Content(mountSchema)
 	d.diags = append(d.diags, diags...)
 	d.str(c.Attributes, "target", at, &m.Target)
 	d.boolean(c.Attributes, "read_only", at, &m.ReadOnly)
+	d.strList(c.Attributes, "deny_read", at, &m.DenyRead)
+	d.boolean(c.Attributes, "default_deny_read", at, &m.DefaultDenyRead)
 	return m
 }
 

@@ -138,9 +138,18 @@ var decodeTests = []decodeTest{
   mount "cache" {
     target    = "/cache"
     read_only = false
+    deny_read = ["tokens/"]
+  }
+  mount "/srv/ca" {
+    target            = "/ca"
+    default_deny_read = false
   }`),
 		check: func(t *testing.T, p *Policy) {
-			want := []Mount{{HostPath: "/etc/ssl/certs", Target: "/etc/ssl/certs", ReadOnly: true}, {HostPath: "/manifests/cache", Target: "/cache"}}
+			want := []Mount{
+				{HostPath: "/etc/ssl/certs", Target: "/etc/ssl/certs", ReadOnly: true, DefaultDenyRead: true},
+				{HostPath: "/manifests/cache", Target: "/cache", DenyRead: []string{"tokens/"}, DefaultDenyRead: true},
+				{HostPath: "/srv/ca", Target: "/ca", ReadOnly: true},
+			}
 			if !reflect.DeepEqual(p.Mounts, want) {
 				t.Errorf("mounts = %+v, want %+v", p.Mounts, want)
 			}
@@ -322,6 +331,7 @@ var decodeTests = []decodeTest{
 	{name: "home directory", src: session("  workspace \"~/src\" { target = \"/w\" }"), summary: "Home directory is not expanded", line: 3},
 	{name: "absolute deny_read", src: session("  workspace \".\" {\n    target = \"/w\"\n    deny_read = [\"a\", \"/etc/passwd\"]\n  }"), summary: "Invalid deny_read pattern", line: 5},
 	{name: "deny_read leaves workspace", src: session("  workspace \".\" {\n    target = \"/w\"\n    deny_read = [\"../x\"]\n  }"), summary: "Invalid deny_read pattern", line: 5},
+	{name: "mount deny_read", src: session("  mount \"/x\" {\n    target = \"/x\"\n    deny_read = [\"ok/\", \"[z\"]\n  }"), summary: "Invalid deny_read pattern", line: 5},
 	{name: "malformed protect", src: session("  workspace \".\" {\n    target = \"/w\"\n    protect = [\"[a\"]\n  }"), summary: "Invalid protect pattern", line: 5},
 	{name: "short ref", src: session("  workspace \".\" {\n    target = \"/w\"\n    protect_refs = [\"main\"]\n  }"), summary: "Invalid protect_refs pattern", line: 5},
 	{name: "bare ref exception", src: session("  workspace \".\" {\n    target = \"/w\"\n    protect_refs = [\n      \"refs/heads/**\",\n      \"!\",\n    ]\n  }"), summary: "Invalid protect_refs pattern", detail: `"!" alone is not a pattern`, line: 7},
@@ -493,6 +503,10 @@ func TestDecodeWarnings(t *testing.T) {
     mode              = "rw"
     default_deny_read = false
   }
+  mount "/srv/ca" {
+    target            = "/ca"
+    default_deny_read = false
+  }
   egress {
     allow         = ["2001:db8::/32"]
     allow_private = ["fd00::/8"]
@@ -512,7 +526,7 @@ func TestDecodeWarnings(t *testing.T) {
 	for _, d := range derr.Warnings() {
 		got = append(got, d.Summary)
 	}
-	want := []string{"Session runs as root", "Capability weakens the sandbox", "Workspace is writable", "Credential files are readable", "IPv6 entry without ipv6", "IPv6 entry without ipv6", "Credential in the environment"}
+	want := []string{"Session runs as root", "Capability weakens the sandbox", "Workspace is writable", "Credential files are readable", "Credential files are readable", "IPv6 entry without ipv6", "IPv6 entry without ipv6", "Credential in the environment"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("warnings = %q, want %q", got, want)
 	}

@@ -46,9 +46,9 @@ func FormatSize(n int64) string { return formatSize(n) }
 // ApplyDefaults fills every value the manifest left out (the zero value)
 // with its default: user, workdir, timeout, resources, workspace mode and
 // on_exit, egress on_block, and credential issuer, ttl, delivery and path.
-// Booleans whose default is true (a workspace's default_deny_read, a mount's
-// read_only) cannot be told apart from an explicit false and are set by the
-// decoder instead.
+// Booleans whose default is true (default_deny_read, a mount's read_only)
+// cannot be told apart from an explicit false and are set by the decoder
+// instead.
 func (p *Policy) ApplyDefaults() {
 	if p.User == "" {
 		p.User = DefaultUser
@@ -129,6 +129,9 @@ func (p *Policy) Clone() *Policy {
 		w.GitAllow = slices.Clone(w.GitAllow)
 	}
 	c.Mounts = slices.Clone(p.Mounts)
+	for i := range c.Mounts {
+		c.Mounts[i].DenyRead = slices.Clone(c.Mounts[i].DenyRead)
+	}
 	if p.Egress != nil {
 		e := *p.Egress
 		e.Allow = slices.Clone(e.Allow)

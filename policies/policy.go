@@ -119,11 +119,18 @@ type Workspace struct {
 	OnExit   string   `json:"on_exit"`
 }
 
-// Mount is a `mount "HOSTPATH" { target, read_only }` block.
+// Mount is a `mount "HOSTPATH" { target, read_only, deny_read,
+// default_deny_read }` block.
 type Mount struct {
 	HostPath string `json:"host_path"`
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"read_only"`
+	// DenyRead are globs (relative to the mounted directory) made
+	// unreadable, as a workspace's.
+	DenyRead []string `json:"deny_read,omitempty"`
+	// DefaultDenyRead adds the built-in credential-file masks; on unless
+	// the manifest sets default_deny_read = false.
+	DefaultDenyRead bool `json:"default_deny_read"`
 }
 
 // Blocked-connection behaviour.

@@ -240,7 +240,7 @@ func (c *checker) workspace(at fieldPath, w Workspace, targets map[string]fieldP
 	switch w.Mode {
 	case "", ModeOverlay, ModeRO:
 	case ModeRW:
-		c.warn(at.field("mode"), "Workspace is writable", `Use mode = "overlay" to review changes before they reach the host`, "with mode %q the session's writes reach the host directory directly", ModeRW)
+		c.warn(at.field("mode"), "Workspace is writable", `Use mode = "overlay" to review changes before they reach the host`, "with mode %q the session's writes reach the host directory directly, and deny_read masks only what exists when the session starts: a file the host creates during the session is readable", ModeRW)
 	default:
 		c.add(at.field("mode"), "Invalid mode", `Use "overlay" (copy-on-write, the default), "ro" (read-only) or "rw" (writes reach the host)`, "%q is not one of overlay, ro, rw", w.Mode)
 	}
@@ -268,14 +268,7 @@ func (c *checker) workspace(at fieldPath, w Workspace, targets map[string]fieldP
 			c.add(at.field("preserve_untracked"), "preserve_untracked needs an overlay workspace", commitOnly, "preserve_untracked has no effect with mode %q", w.Mode)
 		}
 	}
-	for i, g := range w.DenyRead {
-		if reason := checkGlob(g); reason != "" {
-			c.add(at.field("deny_read").index(i), "Invalid deny_read pattern", `Use a glob relative to the workspace root, such as "**/.env*" or "secrets/**"`, "%s", reason)
-		}
-	}
-	if !w.DefaultDenyRead {
-		c.warn(at.field("default_deny_read"), "Credential files are readable", "Keep default_deny_read = true unless the session must read them", "default_deny_read is off: .env files, private keys, .netrc and cloud credential files in the workspace are readable")
-	}
+	c.denyRead(at, w.DenyRead, w.DefaultDenyRead, "workspace")
 	for i, g := range w.Protect {
 		if reason := checkGlob(g); reason != "" {
 			c.add(at.field("protect").index(i), "Invalid protect pattern", `Use a glob relative to the workspace root, such as ".github/**"`, "%s", reason)
@@ -293,11 +286,25 @@ func (c *checker) workspace(at fieldPath, w Workspace, targets map[string]fieldP
 	}
 }
 
+// denyRead checks the deny_read patterns of a workspace or mount (what
+// names the directory they are relative to).
+func (c *checker) denyRead(at fieldPath, patterns []string, defaults bool, what string) {
+	for i, g := range patterns {
+		if reason := checkGlob(g); reason != "" {
+			c.add(at.field("deny_read").index(i), "Invalid deny_read pattern", fmt.Sprintf(`Use a glob relative to the %s, such as "**/.env*" or "secrets/**"`, what), "%s", reason)
+		}
+	}
+	if !defaults {
+		c.warn(at.field("default_deny_read"), "Credential files are readable", "Keep default_deny_read = true unless the session must read them", "default_deny_read is off: .env files, private keys, .netrc, package-registry and cloud credential files in the %s are readable", what)
+	}
+}
+
 func isKnownMode(m string) bool { return m == ModeOverlay || m == ModeRO || m == ModeRW }
 
 func (c *checker) mount(at fieldPath, m Mount, targets map[string]fieldPath) {
 	c.hostPath(at.field("host_path"), m.HostPath, "mount")
 	c.target(at.field("target"), m.Target, targets)
+	c.denyRead(at, m.DenyRead, m.DefaultDenyRead, "mounted directory")
 }
 
 func (c *checker) hostPath(at fieldPath, p, kind string) {

@@ -130,6 +130,10 @@ func Marshal(p *policies.Policy) ([]byte, error) {
 		w.line(1, "mount %s {", quote(m.HostPath))
 		w.attr(2, "target", quote(m.Target))
 		w.attr(2, "read_only", strconv.FormatBool(m.ReadOnly))
+		if m.DenyRead != nil {
+			w.attr(2, "deny_read", list(m.DenyRead))
+		}
+		w.attr(2, "default_deny_read", strconv.FormatBool(m.DefaultDenyRead))
 		w.line(1, "}")
 	}
 	if e := p.Egress; e != nil {

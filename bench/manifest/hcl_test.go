@@ -31,7 +31,10 @@ func full() *policies.Policy {
 			DenyRead: []string{"**/.env*"}, DefaultDenyRead: false, Protect: []string{"**"},
 			PreserveUntracked: true, ProtectRefs: []string{"refs/heads/main"}, OnExit: policies.OnExitCommit,
 		}},
-		Mounts: []policies.Mount{{HostPath: "/etc/ssl/certs", Target: "/etc/ssl/certs", ReadOnly: true}, {HostPath: "/tmp/x", Target: "/x", ReadOnly: false}},
+		Mounts: []policies.Mount{
+			{HostPath: "/etc/ssl/certs", Target: "/etc/ssl/certs", ReadOnly: true},
+			{HostPath: "/tmp/x", Target: "/x", ReadOnly: false, DenyRead: []string{"tokens/"}, DefaultDenyRead: true},
+		},
 		Egress: &policies.Egress{Allow: []string{"jobs.bench.test", "10.0.0.0/8:443"}, Deny: []string{"evil.test"}, OnBlock: policies.OnBlockDrop, IPv6: true},
 		Credentials: []policies.Credential{
 			{Name: "jobs", Issuer: "airlock", Audience: "jobs.bench.test", Scopes: []string{"jobs.list", "jobs.cancel owner=alex queue=dev"}, TTL: policies.Duration(5 * time.Minute), Deliver: policies.DeliverFile, Path: "/run/airlock/credentials/jobs"},

@@ -599,7 +599,7 @@ func TestWarningsPrinted(t *testing.T) {
   }
 }
 `)
-	const warning = `airlock: warning: workspaces[0].mode: with mode "rw" the session's writes reach the host directory directly` + "\n"
+	const warning = `airlock: warning: workspaces[0].mode: with mode "rw" the session's writes reach the host directory directly, and deny_read masks only what exists when the session starts: a file the host creates during the session is readable` + "\n"
 	for _, tt := range []struct {
 		args   []string
 		stdout string

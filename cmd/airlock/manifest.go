@@ -2,13 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -106,7 +109,12 @@ func (c *cli) newValidateCommand() *cobra.Command {
 		Short: "Check manifests without contacting the daemon",
 		Long: `Validate decodes each manifest as run and create would and prints
 "FILE: ok", or the problems with file:line and a source snippet. Warnings are
-printed too but do not fail. Exit code 0 if every manifest is valid, 2 if not.`,
+printed too but do not fail. Exit code 0 if every manifest is valid, 2 if not.
+
+Where a workspace's host directory exists here and holds a git repository at
+its root, validate also warns about deny_read paths git tracks: deny_read masks
+the working-tree file, not git's copy of it in .git/objects, so a secret that
+is or was committed stays readable in the sandbox (git show HEAD:.env).`,
 		Example: `  airlock validate task.hcl
   airlock validate --var prompt="fix it" examples/claude-code.hcl`,
 		Args: minArgs(1, "at least one FILE"),
@@ -117,11 +125,13 @@ printed too but do not fail. Exit code 0 if every manifest is valid, 2 if not.`,
 			}
 			failed := false
 			for _, path := range args {
-				if _, err := c.decode(path, m, true); err != nil {
+				p, err := c.decode(path, m, true)
+				if err != nil {
 					c.report(err)
 					failed = true
 					continue
 				}
+				c.warnTrackedDenied(cmd.Context(), path, p)
 				fmt.Fprintf(c.stdout, "%s: ok\n", path)
 			}
 			if failed {
@@ -132,6 +142,52 @@ printed too but do not fail. Exit code 0 if every manifest is valid, 2 if not.`,
 	}
 	cmd.Flags().StringArrayVar(&vars, "var", nil, "set a manifest variable: NAME=VALUE (repeatable)")
 	return cmd
+}
+
+// historyTimeout bounds validate's walk of a workspace repository's history.
+const historyTimeout = 10 * time.Second
+
+// warnTrackedDenied warns about each workspace of p whose deny_read masks
+// files git tracks or that the repository's history holds. A host path
+// that does not exist here is skipped: the manifest may be meant for
+// another host.
+func (c *cli) warnTrackedDenied(ctx context.Context, file string, p *policies.Policy) {
+	for _, w := range p.Workspaces {
+		tracked, err := trackedDenied(ctx, w)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			c.warn("%s: workspace %q: cannot tell which masked files git tracks: %v", file, w.HostPath, err)
+			continue
+		}
+		hctx, cancel := context.WithTimeout(ctx, historyTimeout)
+		committed, herr := committedDenied(hctx, w)
+		cancel()
+		var lines []string
+		if len(tracked) > 0 {
+			lines = append(lines, "git tracks masked files: "+listSome(tracked)+".")
+		}
+		if len(committed) > 0 {
+			lines = append(lines, "the repository's history holds masked files: "+listSome(committed)+".")
+		}
+		if herr != nil {
+			lines = append(lines, fmt.Sprintf("the repository's history was not checked (%v).", herr))
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		fmt.Fprintf(c.stderr, "Warning: deny_read does not cover git history\n\n  on %s, workspace %q (target %s):\n  %s\n  %s.\n\n",
+			file, w.HostPath, w.Target, strings.Join(lines, "\n  "), historyNote)
+	}
+}
+
+// listSome joins the first ten paths and says how many more there are.
+func listSome(paths []string) string {
+	if len(paths) <= 10 {
+		return strings.Join(paths, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(paths[:10], ", "), len(paths)-10)
 }
 
 func (c *cli) newFmtCommand() *cobra.Command {

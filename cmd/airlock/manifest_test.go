@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -133,4 +134,73 @@ func TestFmt(t *testing.T) {
 	h.run("", "fmt", "-w", "-").check(t, exitUsage, "", "airlock: -w cannot rewrite standard input (\"-\")\n")
 	empty := t.TempDir()
 	h.run("", "fmt", empty).check(t, exitUsage, "", "airlock: "+empty+": no *.hcl files\n")
+}
+
+// TestValidateWarnsTrackedSecrets: a workspace whose repository tracks a
+// file deny_read masks draws a warning that deny_read does not cover git
+// history, naming the file; one without tracked secrets draws none.
+func TestValidateWarnsTrackedSecrets(t *testing.T) {
+	repo := t.TempDir()
+	for name, content := range map[string]string{".env": "SECRET=1", "README.md": "hi", "home/.npmrc": "//r/:_authToken=x", ".env.local": "untracked"} {
+		p := filepath.Join(repo, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gitRun := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@t"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	gitRun("init", "-q")
+	gitRun("add", ".env", "README.md", "home/.npmrc")
+	gitRun("commit", "-q", "-m", "init")
+
+	dir := t.TempDir()
+	manifest := filepath.Join(dir, "m.hcl")
+	src := `session "s" {
+  image = "airlock/agent:bookworm"
+  workspace "` + repo + `" {
+    target = "/workspace"
+  }
+}
+`
+	if err := os.WriteFile(manifest, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := offline(t).run("", "validate", manifest)
+	if r.code != 0 || r.stdout != manifest+": ok\n" {
+		t.Fatalf("validate: %+v", r)
+	}
+	for _, want := range []string{"deny_read does not cover git history", "git tracks masked files: .env, home/.npmrc.", ".git/objects"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr %q does not contain %q", r.stderr, want)
+		}
+	}
+	if strings.Contains(r.stderr, ".env.local") {
+		t.Errorf("an untracked file is reported as tracked: %s", r.stderr)
+	}
+
+	// Untracked, but still in the history.
+	gitRun("rm", "-q", "--cached", ".env", "home/.npmrc")
+	gitRun("commit", "-q", "-m", "untrack")
+	r = offline(t).run("", "validate", manifest)
+	if r.code != 0 || !strings.Contains(r.stderr, "the repository's history holds masked files: .env, home/.npmrc.") || strings.Contains(r.stderr, "git tracks") {
+		t.Errorf("secrets in the history: %+v", r)
+	}
+
+	// A repository that never held one draws no warning.
+	if err := os.RemoveAll(filepath.Join(repo, ".git")); err != nil {
+		t.Fatal(err)
+	}
+	gitRun("init", "-q")
+	gitRun("add", "README.md")
+	gitRun("commit", "-q", "-m", "clean")
+	if r := offline(t).run("", "validate", manifest); r.code != 0 || r.stderr != "" {
+		t.Errorf("no secret in git, yet: %+v", r)
+	}
 }

@@ -1,0 +1,207 @@
+package fsscope
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaskRead is an attempt, inside a sandbox, to open a path deny_read
+// masks.
+type MaskRead struct {
+	Time time.Time
+	// Owner is what the session was registered under (WithReadAudit).
+	Owner string
+	// Path is the sandbox path of the mask; Rule the pattern behind it.
+	Path string
+	Rule string
+	// Pid is the opening process, as the host sees it.
+	Pid int32
+	// Dropped counts the refused opens not reported before this one,
+	// because reports came faster than they were taken.
+	Dropped int
+}
+
+// reportQueue bounds the reports waiting to be taken; the refusals
+// themselves never wait for a report.
+const reportQueue = 1024
+
+// ReadAudit refuses and reports every open of a deny_read mask. Each mask
+// of a session set up WithReadAudit is bound from a source of its own (an
+// empty, root-owned, read-only file or directory), and the ReadAudit holds
+// a fanotify permission mark (FAN_OPEN_PERM) on exactly those inodes: an
+// open of a mask waits for the ReadAudit's answer, which is "deny"
+// (EPERM), and the attempt is reported. No other open anywhere is
+// involved, so a sandbox pays for this only when it touches a mask.
+//
+// When the ReadAudit is gone (the daemon stopped or restarted) the kernel
+// drops its marks and answers pending opens "allow": the open then
+// succeeds on an empty file or directory, so nothing is read either way;
+// only the report is missing until the session is loaded again
+// WithReadAudit. The permission check on a mask is made as the opener:
+// the masks are mode 0444 (directories 0555) so that the open reaches
+// fanotify rather than failing earlier, unreported.
+type ReadAudit struct {
+	f         *os.File
+	report    func(MaskRead)
+	queue     chan MaskRead
+	done      chan struct{} // closed when loop returns
+	drained   chan struct{} // closed when every report is taken
+	closeOnce sync.Once
+
+	mu    sync.Mutex
+	marks map[fileKey]markInfo // +checklocks:mu
+}
+
+type fileKey struct{ dev, ino uint64 }
+
+type markInfo struct {
+	owner, path, rule string
+}
+
+// NewReadAudit starts a ReadAudit that calls report for every refused
+// open, from a goroutine of its own, in order. The refusal does not wait
+// for report; when more than reportQueue reports wait, the next ones are
+// counted in Dropped instead. It needs CAP_SYS_ADMIN.
+func NewReadAudit(report func(MaskRead)) (*ReadAudit, error) {
+	fd, err := unix.FanotifyInit(unix.FAN_CLASS_CONTENT|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_LARGEFILE)
+	if err != nil {
+		return nil, fmt.Errorf("fanotify: %w", err)
+	}
+	a := &ReadAudit{
+		f: os.NewFile(uintptr(fd), "fanotify"), report: report, queue: make(chan MaskRead, reportQueue),
+		done: make(chan struct{}), drained: make(chan struct{}), marks: map[fileKey]markInfo{},
+	}
+	go a.loop()
+	go func() {
+		defer close(a.drained)
+		for r := range a.queue {
+			a.report(r)
+		}
+	}()
+	return a, nil
+}
+
+// Close stops the ReadAudit once every report is taken; the kernel
+// removes its marks. Closing again does nothing.
+func (a *ReadAudit) Close() error {
+	if a == nil {
+		return nil
+	}
+	var err error
+	a.closeOnce.Do(func() {
+		err = a.f.Close()
+		<-a.done
+		close(a.queue)
+		<-a.drained
+	})
+	return err
+}
+
+// watch marks the mask source file (a path in a session's state
+// directory) for owner.
+func (a *ReadAudit) watch(owner, file, path, rule string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(file, &st); err != nil {
+		return &os.PathError{Op: "stat", Path: file, Err: err}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := unix.FanotifyMark(int(a.f.Fd()), unix.FAN_MARK_ADD|unix.FAN_MARK_INODE|unix.FAN_MARK_DONT_FOLLOW,
+		unix.FAN_OPEN_PERM|unix.FAN_ONDIR, unix.AT_FDCWD, file); err != nil {
+		return fmt.Errorf("fanotify mark %s: %w", file, err)
+	}
+	a.marks[fileKey{st.Dev, st.Ino}] = markInfo{owner: owner, path: path, rule: rule}
+	return nil
+}
+
+// unwatch removes the marks of the mask source files.
+func (a *ReadAudit) unwatch(files []string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	for _, file := range files {
+		var st unix.Stat_t
+		if err := unix.Lstat(file, &st); err != nil {
+			if !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, &os.PathError{Op: "stat", Path: file, Err: err})
+			}
+			continue
+		}
+		key := fileKey{st.Dev, st.Ino}
+		if _, ok := a.marks[key]; !ok {
+			continue
+		}
+		delete(a.marks, key)
+		if err := unix.FanotifyMark(int(a.f.Fd()), unix.FAN_MARK_REMOVE|unix.FAN_MARK_INODE|unix.FAN_MARK_DONT_FOLLOW,
+			unix.FAN_OPEN_PERM|unix.FAN_ONDIR, unix.AT_FDCWD, file); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("fanotify unmark %s: %w", file, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// marked returns how many mask inodes are marked.
+func (a *ReadAudit) marked() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.marks)
+}
+
+func (a *ReadAudit) loop() {
+	defer close(a.done)
+	dropped := 0
+	buf := make([]byte, 4096)
+	self := int32(os.Getpid())
+	const metaLen = int(unsafe.Sizeof(unix.FanotifyEventMetadata{}))
+	for {
+		n, err := a.f.Read(buf)
+		if err != nil {
+			return
+		}
+		for off := 0; off+metaLen <= n; {
+			meta := (*unix.FanotifyEventMetadata)(unsafe.Pointer(&buf[off]))
+			if meta.Event_len < uint32(metaLen) || off+int(meta.Event_len) > n || meta.Vers != unix.FANOTIFY_METADATA_VERSION {
+				break
+			}
+			off += int(meta.Event_len)
+			if meta.Fd < 0 {
+				continue // a queue overflow: there is no open to answer
+			}
+			var info markInfo
+			var ok bool
+			var st unix.Stat_t
+			if unix.Fstat(int(meta.Fd), &st) == nil {
+				a.mu.Lock()
+				info, ok = a.marks[fileKey{st.Dev, st.Ino}]
+				a.mu.Unlock()
+			}
+			// Only masks are marked; the daemon's own opens (removing a
+			// session's state) pass.
+			resp := uint32(unix.FAN_DENY)
+			if meta.Pid == self {
+				resp = unix.FAN_ALLOW
+			}
+			var out [8]byte
+			binary.NativeEndian.PutUint32(out[0:], uint32(meta.Fd))
+			binary.NativeEndian.PutUint32(out[4:], resp)
+			a.f.Write(out[:])
+			unix.Close(int(meta.Fd))
+			if ok && resp == unix.FAN_DENY {
+				r := MaskRead{Time: time.Now().UTC(), Owner: info.owner, Path: info.path, Rule: info.rule, Pid: meta.Pid, Dropped: dropped}
+				select {
+				case a.queue <- r:
+					dropped = 0
+				default:
+					dropped++
+				}
+			}
+		}
+	}
+}

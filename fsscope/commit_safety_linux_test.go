@@ -557,3 +557,42 @@ func TestRWWorkspaceNormalisesModes(t *testing.T) {
 		}
 	}
 }
+
+// TestSetupRefusesSymlinkedHostPaths: Setup is given host paths the daemon
+// resolved and admitted; one that goes through a symlink now (a component
+// swapped between admission and Setup) is refused, for workspaces and
+// mounts, with nothing mounted.
+func TestSetupRefusesSymlinkedHostPaths(t *testing.T) {
+	admitted := hostTree(t, hostOwner, map[string]string{"sub/a.txt": "a\n", "f": "f\n"})
+	elsewhere := hostTree(t, hostOwner, map[string]string{"sub/secret": "s\n", "f": "other\n"})
+	parent := tempDir(t)
+	swapped := filepath.Join(parent, "ws")
+	if err := os.Symlink(elsewhere, swapped); err != nil {
+		t.Fatal(err)
+	}
+	mountOf := func(p string) *policies.Policy {
+		pol := policyWith()
+		pol.Mounts = []policies.Mount{{HostPath: p, Target: "/m", ReadOnly: true, DefaultDenyRead: true}}
+		return pol
+	}
+	for name, p := range map[string]*policies.Policy{
+		"workspace":           policyWith(overlayWS(swapped)),
+		"workspace component": policyWith(overlayWS(filepath.Join(swapped, "sub"))),
+		"directory mount":     mountOf(filepath.Join(swapped, "sub")),
+		"file mount":          mountOf(filepath.Join(swapped, "f")),
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "fs")
+			_, err := Setup(t.Context(), dir, p, sandboxer)
+			if err == nil || !strings.Contains(err.Error(), "goes through a symlink") {
+				t.Fatalf("Setup = %v, want a refusal naming the symlink", err)
+			}
+			if m, _ := mountsUnder(dir); len(m) > 0 {
+				t.Errorf("mounts left under %s: %v", dir, m)
+			}
+		})
+	}
+	// The same paths without the symlink are fine.
+	s := setup(t, policyWith(overlayWS(admitted)), sandboxer)
+	stop(t, s)
+}

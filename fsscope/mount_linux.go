@@ -65,18 +65,6 @@ func mountOverlay(lower, upper, work, target string, attrs uint64, userns *os.Fi
 	return attachDetached(mfd, target, attrs, userns)
 }
 
-// bindTree binds the directory or file src (without the mounts beneath it)
-// on target with the given MOUNT_ATTR_* flags, idmapped through userns when
-// it is not nil.
-func bindTree(src, target string, attrs uint64, userns *os.File) error {
-	mfd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		return fmt.Errorf("clone mount of %s: %w", src, err)
-	}
-	defer unix.Close(mfd)
-	return attachDetached(mfd, target, attrs, userns)
-}
-
 func attachDetached(mfd int, target string, attrs uint64, userns *os.File) error {
 	attr := unix.MountAttr{Attr_set: attrs}
 	if userns != nil {

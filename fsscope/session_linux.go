@@ -187,7 +187,7 @@ func Setup(ctx context.Context, stateDir string, p *policies.Policy, owner Owner
 		if err := checkTarget(w.Target); err != nil {
 			return nil, fmt.Errorf("workspace %s: %w", w.HostPath, err)
 		}
-		host, err := resolveHostDir(w.HostPath)
+		host, err := hostDir(w.HostPath)
 		if err != nil {
 			return nil, fmt.Errorf("workspace %s: %w", w.HostPath, err)
 		}
@@ -358,7 +358,7 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 	if _, err := refPatterns(ws.ProtectRefs); err != nil {
 		return ws, fmt.Errorf("protect_refs: %w: %w", err, errdefs.ErrInvalidArgument)
 	}
-	t, err := openTree(host)
+	t, err := openHostTree(host)
 	if err != nil {
 		return ws, err
 	}
@@ -471,15 +471,17 @@ func (s *Session) setupMount(ctx context.Context, i int, m policies.Mount) (moun
 	if err != nil {
 		return ms, fmt.Errorf("deny_read: %w: %w", err, errdefs.ErrInvalidArgument)
 	}
-	host, err := filepath.EvalSymlinks(m.HostPath)
+	host := filepath.Clean(m.HostPath)
+	hfd, err := openHostPath(host, 0)
 	if err != nil {
 		return ms, err
 	}
-	fi, err := os.Stat(host)
-	if err != nil {
+	defer unix.Close(hfd)
+	var hst unix.Stat_t
+	if err := unix.Fstat(hfd, &hst); err != nil {
 		return ms, err
 	}
-	ms.HostPath, ms.Dir = host, fi.IsDir()
+	ms.HostPath, ms.Dir = host, hst.Mode&unix.S_IFMT == unix.S_IFDIR
 	if m.DefaultDenyRead {
 		defaults, err := glob.NewSet(DefaultDenyRead(), true)
 		if err != nil {
@@ -502,12 +504,12 @@ func (s *Session) setupMount(ctx context.Context, i int, m policies.Mount) (moun
 		if err := os.WriteFile(target, nil, 0o600); err != nil {
 			return ms, err
 		}
-		return ms, bindTree(host, target, attrs, nil)
+		return ms, bindFD(hfd, target, attrs, nil)
 	}
 	if err := os.Mkdir(target, 0o700); err != nil {
 		return ms, err
 	}
-	t, err := openTree(host)
+	t, err := openHostTree(host)
 	if err != nil {
 		return ms, err
 	}
@@ -550,6 +552,19 @@ func bindFD(fd int, target string, attrs uint64, userns *os.File) error {
 	return attachDetached(mfd, target, attrs, userns)
 }
 
+// hostDir checks that p names a directory through no symlink (see
+// openHostTree) and returns it cleaned.
+func hostDir(p string) (string, error) {
+	fd, err := openHostPath(p, unix.O_DIRECTORY)
+	if err != nil {
+		return "", err
+	}
+	unix.Close(fd)
+	return filepath.Clean(p), nil
+}
+
+// resolveHostDir resolves p's symlinks, for reading a manifest's paths
+// outside a session (airlock validate).
 func resolveHostDir(p string) (string, error) {
 	if !filepath.IsAbs(p) {
 		return "", fmt.Errorf("host path %q is not absolute: %w", p, errdefs.ErrInvalidArgument)

@@ -6,9 +6,11 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,6 +27,45 @@ type tree struct {
 	fd   int
 	path string
 	dev  uint64
+}
+
+// openHostTree opens a host path a session is given (a workspace or mount
+// root) as a tree root. No component of dir may be a symlink: the daemon
+// resolves and admits host paths before Setup, so a symlink here means the
+// path changed since, and following it would give the session what
+// admission never saw.
+func openHostTree(dir string) (*tree, error) {
+	fd, err := openHostPath(dir, unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "stat", Path: dir, Err: err}
+	}
+	return &tree{fd: fd, path: dir, dev: st.Dev}, nil
+}
+
+// openHostPath opens dir (O_PATH, with flags) refusing a symlink in any
+// component, as openHostTree.
+func openHostPath(dir string, flags int) (int, error) {
+	if !filepath.IsAbs(dir) {
+		return -1, fmt.Errorf("host path %q is not absolute: %w", dir, errdefs.ErrInvalidArgument)
+	}
+	how := &unix.OpenHow{Flags: uint64(unix.O_PATH | unix.O_CLOEXEC | flags), Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	for {
+		fd, err := unix.Openat2(unix.AT_FDCWD, filepath.Clean(dir), how)
+		switch {
+		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.ELOOP):
+			return -1, fmt.Errorf("host path %s goes through a symlink (it changed since it was resolved and admitted): %w", dir, errdefs.ErrFailedPrecondition)
+		case err != nil:
+			return -1, &os.PathError{Op: "open", Path: dir, Err: err}
+		}
+		return fd, nil
+	}
 }
 
 // openTree opens dir as a tree root. dir itself must not be a symlink.

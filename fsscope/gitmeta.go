@@ -113,11 +113,12 @@ func (e *ruleEnv) wasGitDir(d string) bool {
 	if path.Base(d) == ".git" {
 		return true
 	}
-	if mode(joinRel(d, "HEAD")) != sIFREG {
+	// Any type, as isGitDir: git follows symlinks here.
+	if mode(joinRel(d, "HEAD")) == 0 {
 		return false
 	}
-	return mode(joinRel(d, "objects")) == sIFDIR && mode(joinRel(d, "refs")) == sIFDIR ||
-		mode(joinRel(d, "commondir")) == sIFREG
+	return mode(joinRel(d, "objects")) != 0 && mode(joinRel(d, "refs")) != 0 ||
+		mode(joinRel(d, "commondir")) != 0
 }
 
 // gitMeta returns why c changes git metadata in a way not known to be

@@ -281,6 +281,14 @@ printf '#!/bin/sh\ntouch $CANARY/allowed-nested-hook\n' > nested/.git/hooks/pre-
 		rejected: []string{"nested/.git/hooks/pre-commit", "nested/.git/config"},
 	},
 	{
+		// git takes src for a git directory (is_git_directory follows
+		// symlinks): a git command run in src uses its config.
+		name: "git directory by symlinked objects and refs",
+		script: `cd src; echo "ref: refs/heads/main" > HEAD; ln -s ../.git/objects objects; ln -s ../.git/refs refs
+printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = ..\n\tfsmonitor = "touch $CANARY/symlinked-gitdir; false"\n' > config`,
+		rejected: []string{"src/HEAD", "src/objects", "src/refs", "src/config"},
+	},
+	{
 		// Not rejected (a worktree file), but git ignores commands from
 		// .gitmodules: the canary proves it.
 		name:   ".gitmodules update command",
@@ -353,7 +361,7 @@ func TestGitTricksNeverRunOnHost(t *testing.T) {
 					t.Errorf("main is %q (%v), was %s", got, err, mainBefore)
 				}
 				dirs := []string{host}
-				for _, d := range []string{"nested", "bare", "cd", "sub"} {
+				for _, d := range []string{"nested", "bare", "cd", "sub", "src"} {
 					if exists(filepath.Join(host, d)) {
 						dirs = append(dirs, filepath.Join(host, d))
 					}

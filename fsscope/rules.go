@@ -202,17 +202,19 @@ func (e *ruleEnv) isGitDir(d string) bool {
 		return true
 	}
 	// As git's is_git_directory: HEAD, and objects/ and refs/ or a
-	// commondir file naming where they are.
-	if h, ok := e.existsEither(joinRel(d, "HEAD")); !ok || h != sIFREG {
+	// commondir file naming where they are. git follows symlinks for all
+	// of them (a HEAD symlink to refs/..., objects and refs as symlinks
+	// to directories, a commondir symlink to a file), so any type counts.
+	if _, ok := e.existsEither(joinRel(d, "HEAD")); !ok {
 		return false
 	}
-	o, okO := e.existsEither(joinRel(d, "objects"))
-	r, okR := e.existsEither(joinRel(d, "refs"))
-	if okO && o == sIFDIR && okR && r == sIFDIR {
+	_, okO := e.existsEither(joinRel(d, "objects"))
+	_, okR := e.existsEither(joinRel(d, "refs"))
+	if okO && okR {
 		return true
 	}
-	cd, okC := e.existsEither(joinRel(d, "commondir"))
-	return okC && cd == sIFREG
+	_, okC := e.existsEither(joinRel(d, "commondir"))
+	return okC
 }
 
 // existsEither looks rel up after the change set, or else on the host as

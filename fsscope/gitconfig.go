@@ -396,12 +396,11 @@ var gitExecKeys = []string{
 var gitExecSuffixes = []string{"command", "cmd", "program", "hook", "editor", "pager", "helper", "driver", "textconv", "proxy", "insteadof"}
 
 // isGitExecKey reports whether v is one of gitExecKeys, ends in one of
-// gitExecSuffixes, or has a value that makes git run a command. Aliases
-// count only when they run a shell command ("!cmd").
+// gitExecSuffixes, or has a value that makes git run a command. Every
+// alias counts, not only "!cmd" ones: "-c core.fsmonitor=cmd status" or
+// "submodule foreach cmd" run commands too, and a repository's alias
+// overrides the operator's global one of the same name.
 func isGitExecKey(v gitVar) bool {
-	if v.Section == "alias" {
-		return strings.HasPrefix(strings.TrimSpace(v.Value), "!")
-	}
 	if gitExecValue(v) {
 		return true
 	}

@@ -138,7 +138,7 @@ func TestGitExecChanges(t *testing.T) {
 		{"fsmonitor", old + "[core]\n\tfsmonitor = /tmp/evil\n", []string{"core.fsmonitor"}},
 		{"hooksPath", "[core]\n\thooksPath = .githooks\n", []string{"core.hookspath"}},
 		{"shell alias", old + "[alias]\n\tst = !sh -c evil\n", []string{"alias.st"}},
-		{"plain alias", old + "[alias]\n\tst = status\n", nil},
+		{"plain alias", old + "[alias]\n\tst = status\n", []string{"alias.st"}},
 		{"filter driver", "[filter \"lfs\"]\n\tsmudge = evil %f\n", []string{"filter.lfs.smudge"}},
 		{"include", "[include]\n\tpath = ../x\n", []string{"include.path"}},
 		{"pager", "[pager]\n\tlog = evil\n", []string{"pager.log"}},
@@ -221,12 +221,18 @@ func TestGitExecKeys(t *testing.T) {
 			t.Errorf("remote url %q is not refused", url)
 		}
 	}
+	// Aliases without "!" run commands too.
+	for _, a := range []string{"-c core.fsmonitor=touch\\ /tmp/pwned status", "submodule foreach touch /tmp/pwned", "status"} {
+		if got := gitExecChanges(nil, []byte(configSetting("alias.st", a))); len(got) == 0 {
+			t.Errorf("alias %q is not refused", a)
+		}
+	}
 	ordinary := map[string]string{
 		`branch "topic".remote`: "origin", `branch "topic".merge`: "refs/heads/topic",
 		`remote "o".url`: "https://git.corp.test/app.git", `remote "o".fetch`: "+refs/heads/*:refs/remotes/o/*",
 		"core.repositoryformatversion": "0", "core.filemode": "true", "core.bare": "false",
 		"core.logallrefupdates": "true", "user.name": "alex", "gc.auto": "0",
-		"maintenance.auto": "false", "alias.st": "status", "extensions.worktreeConfig": "true",
+		"maintenance.auto": "false", "extensions.worktreeConfig": "true",
 		`submodule "s".url`: "https://git.corp.test/lib.git", `submodule "s".active`: "true",
 	}
 	for k, v := range ordinary {

@@ -289,6 +289,18 @@ printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = ..\n
 		rejected: []string{"src/HEAD", "src/objects", "src/refs", "src/config"},
 	},
 	{
+		// The operator's global "st" alias, redefined in the repository:
+		// an alias without "!" still runs commands through -c.
+		name:     "alias with -c",
+		script:   `git config -f .git/config alias.st "-c core.fsmonitor='touch $CANARY/alias-c; false' status"`,
+		rejected: []string{".git/config"},
+	},
+	{
+		name:     "alias to submodule foreach",
+		script:   `git config -f .git/config alias.st "submodule foreach touch $CANARY/alias-foreach"`,
+		rejected: []string{".git/config"},
+	},
+	{
 		// Not rejected (a worktree file), but git ignores commands from
 		// .gitmodules: the canary proves it.
 		name:   ".gitmodules update command",
@@ -300,6 +312,7 @@ printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = ..\n
 // Each may fail; what matters is that none runs a sandbox's command.
 var hostCommands = [][]string{
 	{"status"},
+	{"st"},
 	{"log", "-1", "--format=%H"},
 	{"diff", "HEAD"},
 	{"commit", "-qam", "operator's commit"},
@@ -325,6 +338,8 @@ func TestGitTricksNeverRunOnHost(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
+				// The operator's own global config: a common alias.
+				writeFiles(t, home, map[string]string{".gitconfig": "[alias]\n\tst = status\n"})
 				vars := strings.NewReplacer("$CANARY", canary, "$ORIGIN", f.origin, "$HOSTPATH", host)
 				sh := func(dir, script string) {
 					t.Helper()

@@ -84,8 +84,8 @@ const (
 	RulePreserveUntracked = "preserve_untracked"
 	RuleProtectRefs       = "protect_refs"
 	// RuleGitExec rejects changes that would make git run a command on the
-	// host: hooks, and config variables such as core.fsmonitor or aliases
-	// starting with "!". It cannot be turned off.
+	// host: hooks, and config variables such as core.fsmonitor or any
+	// alias. It cannot be turned off.
 	RuleGitExec = "git_exec"
 	// RuleGitMeta rejects changes inside a git directory that are not
 	// known to be inert (see gitInert): a new git directory, commondir,

@@ -377,7 +377,7 @@ var gitExecKeys = []string{
 	"core.pager", "core.editor", "core.sshcommand", "core.askpass", "core.gitproxy",
 	"core.alternaterefscommand", "sequence.editor", "diff.external", "diff.*.textconv",
 	"diff.*.command", "interactive.difffilter", "merge.*.driver", "filter.*.clean",
-	"filter.*.smudge", "filter.*.process", "credential.*", "gpg.program", "gpg.*.program",
+	"filter.*.smudge", "filter.*.process", "lfs.*.clean", "lfs.*.smudge", "credential.*", "gpg.program", "gpg.*.program",
 	"gpg.ssh.defaultkeycommand", "gpg.ssh.allowedsignersfile", "gpg.ssh.revocationfile",
 	"tar.*.command", "pager.*", "web.browser", "browser.*.cmd", "browser.*.path",
 	"man.viewer", "man.*.cmd", "man.*.path", "difftool.*.cmd", "difftool.*.path",
@@ -392,8 +392,9 @@ var gitExecKeys = []string{
 
 // gitExecSuffixes catch variables named like a command or a program that
 // gitExecKeys does not list (future git versions, tools reading git's
-// config such as git-lfs's lfs.customtransfer.*.path).
-var gitExecSuffixes = []string{"command", "cmd", "program", "hook", "editor", "pager", "helper", "driver", "textconv", "proxy", "insteadof"}
+// config such as git-lfs's lfs.customtransfer.*.path or
+// lfs.extension.*.clean).
+var gitExecSuffixes = []string{"command", "cmd", "program", "hook", "editor", "pager", "helper", "driver", "textconv", "proxy", "insteadof", "clean", "smudge"}
 
 // isGitExecKey reports whether v is one of gitExecKeys, ends in one of
 // gitExecSuffixes, or has a value that makes git run a command. Every

@@ -206,6 +206,8 @@ func TestGitExecKeys(t *testing.T) {
 		`remote "o".proxy`, "http.proxy", `http "https://h".proxy`, `url "/tmp/evil".insteadOf`,
 		`url "/tmp/evil".pushInsteadOf`, "protocol.allow", `protocol "ext".allow`,
 		"safe.directory", "safe.bareRepository", `lfs "customtransfer.x".path`,
+		// git-lfs runs an extension's clean and smudge commands.
+		`lfs "extension.x".clean`, `lfs "extension.x".smudge`,
 		// Names no list has yet, caught by their suffix.
 		"future.someCommand", `future "x".program`,
 	}

@@ -136,9 +136,10 @@ session "reference" {
     # gitfile, commondir, gitdir, alternates, info/attributes, an
     # in-progress rebase's todo list and any symlink there are rejected
     # unless a glob here names them. Hooks and command-running config keys
-    # (core.fsmonitor, include.path, *.command, credential helpers, ...)
-    # are never committed, nor changes to worktree files the host's
-    # installed hooks or command-running config name (rule git_exec).
+    # (core.fsmonitor, include.path, *.command, credential helpers, any
+    # alias, fetch refspecs writing outside refs/remotes/, ...) are never
+    # committed, nor changes to worktree files the host's installed hooks
+    # or command-running config name (rule git_exec).
     # Default empty.
     git_allow = ["vendor/lib/.git"]
 

@@ -437,12 +437,28 @@ func isGitExecKey(v gitVar) bool {
 	return false
 }
 
-// gitExecValue reports whether v's value runs a command whatever its key:
-// a remote URL through the ext:: or fd:: transports.
+// gitExecValue reports whether v's value runs a command whatever its key
+// (a remote URL through the ext:: or fd:: transports), or makes the
+// operator's next git fetch move or delete local refs other than
+// remote-tracking ones: a fetch refspec writing outside refs/remotes/
+// (into a branch or a tag, which protect_refs may guard), or pruning
+// tags.
 func gitExecValue(v gitVar) bool {
 	val := strings.ToLower(strings.TrimSpace(v.Value))
-	return v.Section == "remote" && (v.Key == "url" || v.Key == "pushurl") &&
-		(strings.HasPrefix(val, "ext::") || strings.HasPrefix(val, "fd::"))
+	switch {
+	case v.Section == "remote" && (v.Key == "url" || v.Key == "pushurl"):
+		return strings.HasPrefix(val, "ext::") || strings.HasPrefix(val, "fd::")
+	case v.Section == "remote" && v.Key == "fetch":
+		spec := strings.TrimPrefix(strings.TrimSpace(v.Value), "+")
+		if strings.HasPrefix(spec, "^") {
+			return false
+		}
+		_, dst, ok := strings.Cut(spec, ":")
+		return ok && dst != "" && !strings.HasPrefix(dst, "refs/remotes/")
+	case (v.Section == "remote" || v.Section == "fetch") && v.Key == "prunetags":
+		return true
+	}
+	return false
 }
 
 // ignorable reports whether a raw config line is blank or a comment.

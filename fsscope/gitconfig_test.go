@@ -229,9 +229,18 @@ func TestGitExecKeys(t *testing.T) {
 			t.Errorf("alias %q is not refused", a)
 		}
 	}
+	// Fetch refspecs into branches or tags, and pruning tags, move refs
+	// the next fetch on the host.
+	for k, v := range map[string]string{`remote "o".fetch`: "+refs/heads/x:refs/tags/v1", `remote "p".fetch`: "refs/heads/x:main",
+		`remote "o".pruneTags`: "true", "fetch.pruneTags": "true"} {
+		if got := gitExecChanges(nil, []byte(configSetting(k, v))); len(got) == 0 {
+			t.Errorf("%s = %s is not refused", k, v)
+		}
+	}
 	ordinary := map[string]string{
 		`branch "topic".remote`: "origin", `branch "topic".merge`: "refs/heads/topic",
-		`remote "o".url`: "https://git.corp.test/app.git", `remote "o".fetch`: "+refs/heads/*:refs/remotes/o/*",
+		`remote "o".url`: "https://git.corp.test/app.git", `remote "o".fetch`: "+refs/heads/*:refs/remotes/o/*", `remote "p".fetch`: "^refs/heads/wip",
+		`remote "q".fetch`:             "refs/heads/main",
 		"core.repositoryformatversion": "0", "core.filemode": "true", "core.bare": "false",
 		"core.logallrefupdates": "true", "user.name": "alex", "gc.auto": "0",
 		"maintenance.auto": "false", "extensions.worktreeConfig": "true",

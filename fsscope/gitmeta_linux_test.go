@@ -301,6 +301,25 @@ printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = ..\n
 		rejected: []string{".git/config"},
 	},
 	{
+		// The operator's fetch moves a tag to the sandbox's commit.
+		name: "fetch refspec into a tag",
+		script: `c=$(git -c user.name=a -c user.email=a@a commit-tree -p HEAD -m evil HEAD^{tree}); git update-ref refs/heads/evil $c
+git config -f .git/config remote.origin.url .
+git config -f .git/config --add remote.origin.fetch "+refs/heads/evil:refs/tags/v1"`,
+		rejected: []string{".git/config"},
+	},
+	{
+		// The operator's fetch deletes the tags origin does not have.
+		name:     "fetch prunes tags",
+		script:   `git config -f .git/config remote.origin.prune true; git config -f .git/config remote.origin.pruneTags true`,
+		rejected: []string{".git/config"},
+	},
+	{
+		name:     "fetch refspec dwimmed into a branch",
+		script:   `git config -f .git/config --add remote.origin.fetch "+refs/heads/main:feature"`,
+		rejected: []string{".git/config"},
+	},
+	{
 		// Not rejected (a worktree file), but git ignores commands from
 		// .gitmodules: the canary proves it.
 		name:   ".gitmodules update command",
@@ -327,6 +346,11 @@ var hostCommands = [][]string{
 func TestGitTricksNeverRunOnHost(t *testing.T) {
 	f := newGitFixture(t)
 	mainBefore := strings.TrimSpace(git(t, f.host, "rev-parse", "main"))
+	// Refs no host command of the operator moves.
+	keptRefs := map[string]string{}
+	for _, r := range []string{"refs/heads/feature", "refs/tags/v1"} {
+		keptRefs[r] = strings.TrimSpace(git(t, f.host, "rev-parse", r))
+	}
 	for _, set := range commitSettings {
 		for _, tr := range gitTricks {
 			t.Run(set.name+"/"+tr.name, func(t *testing.T) {
@@ -389,6 +413,11 @@ func TestGitTricksNeverRunOnHost(t *testing.T) {
 					}
 				}
 				operatorGit(t, filepath.Join(host, "bare"), home, "fetch", "-q", f.origin, "main:main")
+				for r, want := range keptRefs {
+					if got, err := operatorGit(t, host, home, "rev-parse", r); err != nil || strings.TrimSpace(got) != want {
+						t.Errorf("after the operator's git, %s is %q (%v), was %s", r, got, err, want)
+					}
+				}
 				if ran, _ := os.ReadDir(canary); len(ran) > 0 {
 					var names []string
 					for _, e := range ran {

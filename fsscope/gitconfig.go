@@ -494,3 +494,48 @@ func gitExecChanges(oldData, newData []byte) []string {
 	slices.Sort(out)
 	return out
 }
+
+// gitUpstreamChanges lists the branches whose upstream newData sets
+// differently from oldData: branch.<b>.remote, merge or rebase, or the URL
+// or fetch refspecs of the remote it names. The operator's next git pull
+// on such a branch merges whatever the new upstream holds.
+func gitUpstreamChanges(oldData, newData []byte) []string {
+	branches := map[string]bool{}
+	collect := func(data []byte) map[string][]string {
+		m := map[string][]string{}
+		for _, it := range parseGitConfig(data) {
+			v := it.v
+			if !it.hasVar || v.Subsection == "" || v.Section != "branch" && v.Section != "remote" {
+				continue
+			}
+			if v.Section == "branch" {
+				branches[v.Subsection] = true
+			}
+			m[v.Name()] = append(m[v.Name()], v.Value)
+		}
+		return m
+	}
+	before, after := collect(oldData), collect(newData)
+	changed := func(name string) bool { return !slices.Equal(before[name], after[name]) }
+	var out []string
+	for b := range branches {
+		key := func(k string) string { return gitVar{Section: "branch", Subsection: b, Key: k}.Name() }
+		moved := changed(key("remote")) || changed(key("merge")) || changed(key("rebase"))
+		for _, vals := range [][]string{before[key("remote")], after[key("remote")]} {
+			if len(vals) == 0 || vals[len(vals)-1] == "." {
+				continue
+			}
+			r := vals[len(vals)-1]
+			for _, k := range []string{"url", "fetch"} {
+				if changed(gitVar{Section: "remote", Subsection: r, Key: k}.Name()) {
+					moved = true
+				}
+			}
+		}
+		if moved {
+			out = append(out, b)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

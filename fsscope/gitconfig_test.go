@@ -266,3 +266,24 @@ func configSetting(name, value string) string {
 	}
 	return fmt.Sprintf("[%s]\n\t%s = %q\n", sec, key, value)
 }
+
+func TestGitUpstreamChanges(t *testing.T) {
+	old := "[remote \"origin\"]\n\turl = https://h/app.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n" +
+		"[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n"
+	for _, c := range []struct {
+		name, add string
+		want      []string
+	}{
+		{"unchanged", "", nil},
+		{"another branch's upstream", "[branch \"topic\"]\n\tremote = origin\n\tmerge = refs/heads/topic\n", []string{"topic"}},
+		{"merge", "[branch \"main\"]\n\tmerge = refs/heads/evil\n", []string{"main"}},
+		{"remote", "[branch \"main\"]\n\tremote = .\n", []string{"main"}},
+		{"remote url", "[remote \"origin\"]\n\turl = ./evil.bundle\n", []string{"main"}},
+		{"remote fetch", "[remote \"origin\"]\n\tfetch = +refs/heads/evil:refs/remotes/origin/main\n", []string{"main"}},
+		{"another remote", "[remote \"up\"]\n\turl = https://h/up.git\n", nil},
+	} {
+		if got := gitUpstreamChanges([]byte(old), []byte(old+c.add)); !slices.Equal(got, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -105,6 +105,9 @@ type gitTrick struct {
 	rejected []string
 	// allow is the workspace's git_allow.
 	allow []string
+	// refsOnly: the trick moves refs through the operator's git, which
+	// only protect_refs forbids; it is checked under settings with it.
+	refsOnly bool
 }
 
 var gitTricks = []gitTrick{
@@ -320,6 +323,24 @@ git config -f .git/config --add remote.origin.fetch "+refs/heads/evil:refs/tags/
 		rejected: []string{".git/config"},
 	},
 	{
+		// The operator's git pull fast-forwards main to the sandbox's
+		// commit, through a changed upstream.
+		name: "upstream of a protected branch",
+		script: `c=$(git -c user.name=a -c user.email=a@a commit-tree -p HEAD -m sandbox-commit HEAD^{tree}); git update-ref refs/heads/evil $c
+git config -f .git/config branch.main.remote .; git config -f .git/config branch.main.merge refs/heads/evil`,
+		rejected: []string{".git/config"},
+		refsOnly: true,
+	},
+	{
+		// ... or through its remote's URL, to a bundle in the worktree.
+		name: "remote URL of a protected branch's upstream",
+		script: `c=$(git -c user.name=a -c user.email=a@a commit-tree -p HEAD -m sandbox-commit HEAD^{tree})
+d=$(mktemp -d); git init -q --bare $d/x; cp -r .git/objects $d/x/; git -C $d/x update-ref refs/heads/main $c; git -C $d/x bundle create -q "$PWD/.git/objects/evil.bundle" main; rm -rf $d
+git config -f .git/config remote.origin.url .git/objects/evil.bundle`,
+		rejected: []string{".git/config"},
+		refsOnly: true,
+	},
+	{
 		// Not rejected (a worktree file), but git ignores commands from
 		// .gitmodules: the canary proves it.
 		name:   ".gitmodules update command",
@@ -336,6 +357,7 @@ var hostCommands = [][]string{
 	{"diff", "HEAD"},
 	{"commit", "-qam", "operator's commit"},
 	{"fetch", "-q", "origin"},
+	{"pull", "-q", "--ff-only"},
 	{"submodule", "update", "--init"},
 	{"submodule", "foreach", "git status"},
 }
@@ -353,6 +375,11 @@ func TestGitTricksNeverRunOnHost(t *testing.T) {
 	}
 	for _, set := range commitSettings {
 		for _, tr := range gitTricks {
+			w := overlayWS("")
+			set.apply(&w)
+			if tr.refsOnly && len(w.ProtectRefs) == 0 {
+				continue
+			}
 			t.Run(set.name+"/"+tr.name, func(t *testing.T) {
 				host := f.copy(t)
 				canary := tempDir(t)
@@ -377,7 +404,7 @@ func TestGitTricksNeverRunOnHost(t *testing.T) {
 					sh(host, tr.before)
 					chownTree(t, host, hostOwner)
 				}
-				w := overlayWS(host)
+				w = overlayWS(host)
 				set.apply(&w)
 				w.GitAllow = tr.allow
 				s := setup(t, policyWith(w), hostOwner)
@@ -413,6 +440,9 @@ func TestGitTricksNeverRunOnHost(t *testing.T) {
 					}
 				}
 				operatorGit(t, filepath.Join(host, "bare"), home, "fetch", "-q", f.origin, "main:main")
+				if out, _ := operatorGit(t, host, home, "log", "--format=%s", "main"); strings.Contains(out, "sandbox-commit") {
+					t.Errorf("after the operator's git, main holds the sandbox's commit:\n%s", out)
+				}
 				for r, want := range keptRefs {
 					if got, err := operatorGit(t, host, home, "rev-parse", r); err != nil || strings.TrimSpace(got) != want {
 						t.Errorf("after the operator's git, %s is %q (%v), was %s", r, got, err, want)

@@ -449,6 +449,23 @@ func (e *ruleEnv) refChange(c Change, refs *glob.List) (string, error) {
 		if gd == "" {
 			sub = p
 		}
+		if c.Type == TypeFile && c.Kind != KindDeleted && p == c.Path && isGitConfigFile(gd, p) {
+			// A protected branch's upstream decides what the operator's
+			// next git pull moves it to.
+			oldData, err := e.readOld(p)
+			if err != nil {
+				return "", err
+			}
+			newData, err := e.readNew(p)
+			if err != nil {
+				return "", err
+			}
+			for _, b := range gitUpstreamChanges(oldData, newData) {
+				if pat, ok := protectedRef(refs, "refs/heads/"+b); ok {
+					return fmt.Sprintf("%s changes the upstream of branch %s, protected by %q: git pull would move it there", p, b, pat), nil
+				}
+			}
+		}
 		switch {
 		case c.Type == TypeDir && sub != "packed-refs":
 		case strings.HasPrefix(sub, "refs/"):

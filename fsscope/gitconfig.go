@@ -388,6 +388,9 @@ var gitExecKeys = []string{
 	"remote.*.uploadpack", "remote.*.receivepack", "remote.*.vcs", "remote.*.proxy",
 	"http.proxy", "http.*.proxy", "url.*.insteadof", "url.*.pushinsteadof",
 	"protocol.allow", "protocol.*.allow", "safe.*",
+	// The permissions of what git creates: world-writable refs and
+	// setgid, world-writable object directories.
+	"core.sharedrepository",
 }
 
 // gitExecSuffixes catch variables named like a command or a program that

@@ -208,6 +208,8 @@ func TestGitExecKeys(t *testing.T) {
 		"safe.directory", "safe.bareRepository", `lfs "customtransfer.x".path`,
 		// git-lfs runs an extension's clean and smudge commands.
 		`lfs "extension.x".clean`, `lfs "extension.x".smudge`,
+		// Not a command, but what git creates becomes world-writable.
+		"core.sharedRepository",
 		// Names no list has yet, caught by their suffix.
 		"future.someCommand", `future "x".program`,
 	}

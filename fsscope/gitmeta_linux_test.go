@@ -341,6 +341,13 @@ git config -f .git/config remote.origin.url .git/objects/evil.bundle`,
 		refsOnly: true,
 	},
 	{
+		// The operator's git then creates world-writable (and setgid)
+		// directories and refs any local user may change.
+		name:     "core.sharedRepository",
+		script:   `git config -f .git/config core.sharedRepository 0777`,
+		rejected: []string{".git/config"},
+	},
+	{
 		// Not rejected (a worktree file), but git ignores commands from
 		// .gitmodules: the canary proves it.
 		name:   ".gitmodules update command",
@@ -447,6 +454,9 @@ func TestGitTricksNeverRunOnHost(t *testing.T) {
 					if got, err := operatorGit(t, host, home, "rev-parse", r); err != nil || strings.TrimSpace(got) != want {
 						t.Errorf("after the operator's git, %s is %q (%v), was %s", r, got, err, want)
 					}
+				}
+				if out, err := exec.Command("find", host, "!", "-type", "l", "-perm", "/o+w,u+s,g+s", "-print", "-quit").CombinedOutput(); err != nil || len(out) > 0 {
+					t.Errorf("after the operator's git, a world-writable, setuid or setgid entry: %s (%v)", out, err)
 				}
 				if ran, _ := os.ReadDir(canary); len(ran) > 0 {
 					var names []string

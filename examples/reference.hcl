@@ -131,8 +131,9 @@ session "reference" {
     # known to be inert. Whatever the other settings say, inside every git
     # directory (.git, .git/modules/*, worktrees, bare repositories, any
     # directory git would take for one) a commit accepts only what git
-    # writes in ordinary use: objects and packs, the index, refs and their
-    # logs, packed-refs, state files (HEAD, ORIG_HEAD, FETCH_HEAD,
+    # writes in ordinary use: objects and packs, the index (when every
+    # entry is a path git accepts in a tree, none inside .git), refs and
+    # their logs, packed-refs, state files (HEAD, ORIG_HEAD, FETCH_HEAD,
     # COMMIT_EDITMSG, MERGE_*, ...) as regular files, and config whose
     # changed keys run nothing (rule git_meta). A new git directory or
     # gitfile, commondir, gitdir, alternates, info/attributes, an

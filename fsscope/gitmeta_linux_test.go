@@ -348,6 +348,16 @@ git config -f .git/config remote.origin.url .git/objects/evil.bundle`,
 		rejected: []string{".git/config"},
 	},
 	{
+		// git checkout/restore writes whatever path the index names,
+		// .git/hooks included (git refuses such paths only in trees).
+		name: "index entry in .git",
+		script: `b=$(printf '#!/bin/sh\ntouch $CANARY/index-hook\n' | git hash-object -w --stdin)
+git update-index --add --cacheinfo 100755,$b,.gis/hooks/post-commit
+perl -0777 -i -MDigest::SHA=sha1 -pe 's{\.gis/hooks/post-commit}{.git/hooks/post-commit}; substr($_, -20) = sha1(substr($_, 0, -20))' .git/index
+git ls-files | grep -qx .git/hooks/post-commit`,
+		rejected: []string{".git/index"},
+	},
+	{
 		// Not rejected (a worktree file), but git ignores commands from
 		// .gitmodules: the canary proves it.
 		name:   ".gitmodules update command",
@@ -363,6 +373,8 @@ var hostCommands = [][]string{
 	{"log", "-1", "--format=%H"},
 	{"diff", "HEAD"},
 	{"commit", "-qam", "operator's commit"},
+	{"restore", "."},
+	{"commit", "-q", "--allow-empty", "-m", "operator's second commit"},
 	{"fetch", "-q", "origin"},
 	{"pull", "-q", "--ff-only"},
 	{"submodule", "update", "--init"},

@@ -1,6 +1,9 @@
 package fsscope
 
 import (
+	"bytes"
+	"crypto/sha1"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -174,7 +177,11 @@ func TestRules(t *testing.T) {
 		// git_meta: only inert files inside a git directory.
 		{name: "object", change: Change{Path: ".git/objects/ab/cdef", Kind: KindAdded, Type: TypeFile}},
 		{name: "pack dir", change: Change{Path: ".git/objects/pack", Kind: KindAdded, Type: TypeDir}},
-		{name: "index", change: Change{Path: ".git/index", Kind: KindModified, Type: TypeFile}},
+		{name: "index", change: Change{Path: ".git/index", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/index": testIndex("a.txt", "src/b.go")}},
+		{name: "index entry in .git", change: Change{Path: ".git/index", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/index": testIndex(".git/hooks/post-commit", "a.txt")}, rule: RuleGitMeta},
+		{name: "index entry with ..", change: Change{Path: "vendor/lib/.git/index", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{"vendor/lib/.git/index": testIndex("../../x")}, rule: RuleGitMeta},
+		{name: "shared index entry in .git", change: Change{Path: ".git/sharedindex.0123", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{".git/sharedindex.0123": testIndex("a/.GIT/config")}, rule: RuleGitMeta},
+		{name: "index unreadable", change: Change{Path: ".git/index", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/index": "DIRC"}, rule: RuleGitMeta},
 		{name: "ORIG_HEAD", change: Change{Path: ".git/ORIG_HEAD", Kind: KindAdded, Type: TypeFile}},
 		{name: "commondir", change: Change{Path: ".git/commondir", Kind: KindAdded, Type: TypeFile}, rule: RuleGitMeta},
 		{name: "alternates", change: Change{Path: ".git/objects/info/alternates", Kind: KindAdded, Type: TypeFile}, rule: RuleGitMeta},
@@ -440,4 +447,24 @@ func TestMountsOrder(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("Mounts =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// testIndex renders a version 2 git index (SHA-1) holding names.
+func testIndex(names ...string) string {
+	var b bytes.Buffer
+	b.WriteString("DIRC")
+	binary.Write(&b, binary.BigEndian, uint32(2))
+	binary.Write(&b, binary.BigEndian, uint32(len(names)))
+	for _, n := range names {
+		start := b.Len()
+		b.Write(make([]byte, 24))
+		binary.Write(&b, binary.BigEndian, uint32(0o100644))
+		b.Write(make([]byte, 12+20))
+		binary.Write(&b, binary.BigEndian, uint16(len(n)))
+		b.WriteString(n)
+		b.Write(make([]byte, (b.Len()-start+8)&^7-(b.Len()-start)))
+	}
+	sum := sha1.Sum(b.Bytes())
+	b.Write(sum[:])
+	return b.String()
 }

@@ -358,6 +358,17 @@ git ls-files | grep -qx .git/hooks/post-commit`,
 		rejected: []string{".git/index"},
 	},
 	{
+		// git reads "<oid><TAB><ref>" lines too, and finds a duplicate
+		// by binary search in a sorted file.
+		name: "packed-refs with a tab and a duplicate",
+		script: `e=$(git -c user.name=a -c user.email=a@a commit-tree -p HEAD -m sandbox-commit HEAD^{tree})
+sed -i "s|^.* refs/heads/main\$|$e\trefs/heads/main\n&|" .git/packed-refs
+printf '%s\trefs/tags/v9\n' $e >> .git/packed-refs
+test "$(git rev-parse main)" = $e`,
+		rejected: []string{".git/packed-refs"},
+		refsOnly: true,
+	},
+	{
 		// Not rejected (a worktree file), but git ignores commands from
 		// .gitmodules: the canary proves it.
 		name:   ".gitmodules update command",

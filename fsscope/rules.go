@@ -501,6 +501,9 @@ func (e *ruleEnv) refChange(c Change, refs *glob.List) (string, error) {
 }
 
 // parsePackedRefs reads a packed-refs file into ref name -> object id.
+// As git, it takes any blank (space, tab, CR) after the object id. A ref
+// listed more than once maps to all its ids: which one git uses depends
+// on where its binary search lands.
 func parsePackedRefs(data []byte) map[string]string {
 	refs := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -510,10 +513,15 @@ func parsePackedRefs(data []byte) map[string]string {
 		if line == "" || line[0] == '#' || line[0] == '^' {
 			continue
 		}
-		oid, name, ok := strings.Cut(line, " ")
-		if ok {
-			refs[strings.TrimSpace(name)] = oid
+		i := strings.IndexAny(line, " \t\r\n")
+		if i < 0 {
+			continue
 		}
+		oid, name := line[:i], strings.TrimSpace(line[i+1:])
+		if prev, ok := refs[name]; ok {
+			oid = prev + " " + oid
+		}
+		refs[name] = oid
 	}
 	return refs
 }

@@ -96,6 +96,12 @@ func TestChangedPackedRefs(t *testing.T) {
 	if got := changedPackedRefs(old, nil); len(got) != 3 {
 		t.Errorf("deleting packed-refs changes %v", got)
 	}
+	// git reads a tab after the id, and a duplicate line may be the one
+	// its binary search finds.
+	tricky := []byte("# pack-refs with: peeled fully-peeled sorted\nzzz refs/heads/main\naaa refs/heads/main\nbbb refs/tags/v1\n^ccc\nddd refs/heads/dev\nzzz\trefs/tags/v9\n")
+	if got, want := changedPackedRefs(old, tricky), []string{"refs/heads/main", "refs/tags/v9"}; !slices.Equal(got, want) {
+		t.Errorf("changedPackedRefs = %v, want %v", got, want)
+	}
 }
 
 // fakeEnv builds a ruleEnv over a baseline and a change set, with file

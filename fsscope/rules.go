@@ -133,6 +133,10 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 			reject(i, RuleSymlinkEscape, reason)
 		}
 	}
+	redirected := e.redirectedLinks()
+	for _, p := range sortedKeys(redirected) {
+		reject(e.byPath[p], RuleSymlinkEscape, redirected[p])
+	}
 	if e.ws.PreserveUntracked {
 		if err := e.untracked(reject); err != nil {
 			return nil, err

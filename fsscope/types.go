@@ -93,7 +93,9 @@ const (
 	// workspace's git_allow list exempts paths from it by name.
 	RuleGitMeta = "git_meta"
 	// RuleSymlinkEscape rejects a symlink whose target, resolved against
-	// its own location, leaves the workspace.
+	// its own location, leaves the workspace, and a change that makes one
+	// of the host's existing links leave it (cur -> lib/../x once lib
+	// becomes a link).
 	RuleSymlinkEscape = "symlink_escape"
 	// RuleSpecialFile rejects device nodes, FIFOs and sockets.
 	RuleSpecialFile = "special_file"

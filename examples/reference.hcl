@@ -118,7 +118,9 @@ session "reference" {
     # Overlay only: git refs (full names or globs) a commit may not move,
     # nor a protected branch's upstream (branch.<name>.remote, merge,
     # rebase, and that remote's url and fetch refspecs), which decides
-    # where the operator's next git pull moves the branch. When set, the ref rules (with the built-in rule against hooks and
+    # where the operator's next git pull moves the branch, nor a merge
+    # left in progress on one (MERGE_HEAD, whose commits the operator's
+    # next git commit there would take as parents). When set, the ref rules (with the built-in rule against hooks and
     # command-running config) govern each repository's .git directory, and
     # protect governs the working tree only. An entry starting with "!" is
     # an exception: it un-protects the refs the rest of it matches. Entries

@@ -369,6 +369,15 @@ test "$(git rev-parse main)" = $e`,
 		refsOnly: true,
 	},
 	{
+		// A merge left in progress: the operator's next commit on main
+		// records the sandbox's commit as a parent.
+		name: "merge in progress",
+		script: `c=$(git -c user.name=a -c user.email=a@a commit-tree -p HEAD -m sandbox-commit HEAD^{tree})
+echo $c > .git/MERGE_HEAD; echo "Merge" > .git/MERGE_MSG; echo >> tracked.txt`,
+		rejected: []string{".git/MERGE_HEAD"},
+		refsOnly: true,
+	},
+	{
 		// Not rejected (a worktree file), but git ignores commands from
 		// .gitmodules: the canary proves it.
 		name:   ".gitmodules update command",

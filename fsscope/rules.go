@@ -497,6 +497,24 @@ func (e *ruleEnv) refChange(c Change, refs *glob.List) (string, error) {
 					return fmt.Sprintf("%s changes ref %s, protected by %q", p, ref, pat), nil
 				}
 			}
+		case sub == "MERGE_HEAD" && c.Kind != KindDeleted && p == c.Path:
+			// The operator's next commit on the branch HEAD names records
+			// the commits listed here as its parents.
+			head := joinRel(gd, "HEAD")
+			read := e.readOld
+			if i, ok := e.byPath[head]; ok && e.changes[i].Kind != KindDeleted {
+				read = e.readNew
+			}
+			data, err := read(head)
+			if err != nil {
+				return "", err
+			}
+			if ref, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "ref:"); ok {
+				ref = strings.TrimSpace(ref)
+				if pat, ok := protectedRef(refs, ref); ok {
+					return fmt.Sprintf("%s leaves a merge in progress on %s, protected by %q: the next git commit there would make the sandbox's commits its parents", p, ref, pat), nil
+				}
+			}
 		case strings.HasPrefix(sub, "reftable/"):
 			return fmt.Sprintf("%s belongs to a reftable ref store, which cannot be checked against protect_refs", p), nil
 		}

@@ -140,6 +140,7 @@ func TestRules(t *testing.T) {
 	oldFiles := map[string]string{
 		".git/config":      "[core]\n\thooksPath = .githooks\n",
 		".git/packed-refs": "aaa refs/heads/main\nbbb refs/tags/v1\n",
+		".git/HEAD":        "ref: refs/heads/main\n",
 	}
 	tests := []struct {
 		name     string
@@ -170,6 +171,8 @@ func TestRules(t *testing.T) {
 		{name: "packed tag", ws: wsState{ProtectRefs: []string{"refs/tags/*"}}, change: Change{Path: ".git/packed-refs", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/packed-refs": "aaa refs/heads/main\n"}, rule: RuleProtectRefs},
 		{name: "packed other", ws: wsState{ProtectRefs: []string{"refs/tags/*"}}, change: Change{Path: ".git/packed-refs", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/packed-refs": "aaa refs/heads/main\nbbb refs/tags/v1\nccc refs/heads/new\n"}},
 		{name: "packed deleted", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/packed-refs", Kind: KindDeleted, Type: TypeFile}, rule: RuleProtectRefs},
+		{name: "merge in progress on a protected branch", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/MERGE_HEAD", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{".git/MERGE_HEAD": "aaa\n"}, rule: RuleProtectRefs},
+		{name: "merge in progress on another branch", ws: wsState{ProtectRefs: []string{"refs/heads/dev"}}, change: Change{Path: ".git/MERGE_HEAD", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{".git/MERGE_HEAD": "aaa\n"}},
 		{name: "reftable", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/reftable/0x01.ref", Kind: KindAdded, Type: TypeFile}, rule: RuleProtectRefs},
 		{name: "bare repo ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: "bare.git/refs/heads/main", Kind: KindAdded, Type: TypeFile}, rule: RuleProtectRefs},
 		{name: "untracked deletion", ws: wsState{PreserveUntracked: true}, change: Change{Path: "notes.txt", Kind: KindDeleted, Type: TypeFile}, rule: RulePreserveUntracked},

@@ -143,8 +143,12 @@ session "reference" {
     # that the session deleted. Default false.
     preserve_untracked = true
 
-    # Overlay only: git refs (full names or globs) a commit may not move.
-    # When set, the ref rules (with the built-in rule against hooks and
+    # Overlay only: git refs (full names or globs) a commit may not move,
+    # nor a protected branch's upstream (branch.<name>.remote, merge,
+    # rebase, and that remote's url and fetch refspecs), which decides
+    # where the operator's next git pull moves the branch, nor a merge
+    # left in progress on one (MERGE_HEAD, whose commits the operator's
+    # next git commit there would take as parents). When set, the ref rules (with the built-in rule against hooks and
     # command-running config) govern each repository's .git directory, and
     # protect governs the working tree only. An entry starting with "!" is
     # an exception: it un-protects the refs the rest of it matches. Entries
@@ -157,16 +161,18 @@ session "reference" {
     # known to be inert. Whatever the other settings say, inside every git
     # directory (.git, .git/modules/*, worktrees, bare repositories, any
     # directory git would take for one) a commit accepts only what git
-    # writes in ordinary use: objects and packs, the index, refs and their
-    # logs, packed-refs, state files (HEAD, ORIG_HEAD, FETCH_HEAD,
+    # writes in ordinary use: objects and packs, the index (when every
+    # entry is a path git accepts in a tree, none inside .git), refs and
+    # their logs, packed-refs, state files (HEAD, ORIG_HEAD, FETCH_HEAD,
     # COMMIT_EDITMSG, MERGE_*, ...) as regular files, and config whose
     # changed keys run nothing (rule git_meta). A new git directory or
     # gitfile, commondir, gitdir, alternates, info/attributes, an
     # in-progress rebase's todo list and any symlink there are rejected
     # unless a glob here names them. Hooks and command-running config keys
-    # (core.fsmonitor, include.path, *.command, credential helpers, ...)
-    # are never committed, nor changes to worktree files the host's
-    # installed hooks or command-running config name (rule git_exec).
+    # (core.fsmonitor, include.path, *.command, credential helpers, any
+    # alias, fetch refspecs writing outside refs/remotes/, ...) are never
+    # committed, nor changes to worktree files the host's installed hooks
+    # or command-running config name (rule git_exec).
     # Default empty.
     git_allow = ["vendor/lib/.git"]
 

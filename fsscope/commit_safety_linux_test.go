@@ -596,3 +596,42 @@ func TestSetupRefusesSymlinkedHostPaths(t *testing.T) {
 	s := setup(t, policyWith(overlayWS(admitted)), sandboxer)
 	stop(t, s)
 }
+
+// TestCommitSymlinkRedirectsHostLink: a link the sandbox makes may stay
+// inside the workspace and still send a host link the sandbox never
+// touched out of it (cur -> lib/../keep, with lib -> . , is ../keep):
+// the change that does it is rejected.
+func TestCommitSymlinkRedirectsHostLink(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{"keep": "k\n", "lib/x": "x\n", "cur": "->lib/../keep", "deep/a/f": "f\n", "deep/cur2": "->a/../../keep"})
+	s := setup(t, policyWith(overlayWS(host)), sandboxer)
+	mustProbe(t, s, sandboxer,
+		probeAction{Op: "removeall", Path: "/workspace/lib"},
+		probeAction{Op: "symlink", Path: "/workspace/lib", Arg: "."},
+		probeAction{Op: "removeall", Path: "/workspace/deep/a"},
+		probeAction{Op: "mkdir", Path: "/workspace/deep/b/c"},
+		probeAction{Op: "symlink", Path: "/workspace/deep/a", Arg: "b/c/../.."},
+		probeAction{Op: "write", Path: "/workspace/keep", Arg: "k2\n"},
+	)
+	stop(t, s)
+	cr, err := s.Commit(t.Context(), CommitOptions{Partial: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejected := map[string]string{}
+	for _, r := range cr.Rejected {
+		rejected[strings.TrimPrefix(r.Path, "/workspace/")] = r.Rule + ": " + r.Reason
+	}
+	for _, p := range []string{"lib", "deep/a"} {
+		if !strings.HasPrefix(rejected[p], RuleSymlinkEscape) {
+			t.Errorf("%s: %q, want a %s rejection (all: %v)", p, rejected[p], RuleSymlinkEscape, rejected)
+		}
+	}
+	for _, l := range []string{"cur", "deep/cur2"} {
+		if got, err := filepath.EvalSymlinks(filepath.Join(host, l)); err != nil || !strings.HasPrefix(got, host+"/") {
+			t.Errorf("%s resolves to %q (%v), out of the workspace", l, got, err)
+		}
+	}
+	if got := readFile(t, filepath.Join(host, "keep")); got != "k2\n" {
+		t.Errorf("keep = %q", got)
+	}
+}

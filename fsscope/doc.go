@@ -171,7 +171,7 @@
 // protect_refs, git_exec: hooks, command-running git config and the
 // scripts they name; git_meta: inside a git directory only inert files,
 // see gitmeta.go; symlink_escape: links whose target leaves the
-// workspace; special files) and checks every path it would touch against the baseline recorded at
+// workspace, or that send a host link out of it; special files) and checks every path it would touch against the baseline recorded at
 // Setup (type, inode, size, mtime, ctime, mode, owner; a content hash on
 // filesystems with coarse timestamps). Then, for one workspace at a time:
 // a journal is written to the state directory; every new file is staged

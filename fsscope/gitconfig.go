@@ -377,7 +377,7 @@ var gitExecKeys = []string{
 	"core.pager", "core.editor", "core.sshcommand", "core.askpass", "core.gitproxy",
 	"core.alternaterefscommand", "sequence.editor", "diff.external", "diff.*.textconv",
 	"diff.*.command", "interactive.difffilter", "merge.*.driver", "filter.*.clean",
-	"filter.*.smudge", "filter.*.process", "credential.*", "gpg.program", "gpg.*.program",
+	"filter.*.smudge", "filter.*.process", "lfs.*.clean", "lfs.*.smudge", "credential.*", "gpg.program", "gpg.*.program",
 	"gpg.ssh.defaultkeycommand", "gpg.ssh.allowedsignersfile", "gpg.ssh.revocationfile",
 	"tar.*.command", "pager.*", "web.browser", "browser.*.cmd", "browser.*.path",
 	"man.viewer", "man.*.cmd", "man.*.path", "difftool.*.cmd", "difftool.*.path",
@@ -388,20 +388,23 @@ var gitExecKeys = []string{
 	"remote.*.uploadpack", "remote.*.receivepack", "remote.*.vcs", "remote.*.proxy",
 	"http.proxy", "http.*.proxy", "url.*.insteadof", "url.*.pushinsteadof",
 	"protocol.allow", "protocol.*.allow", "safe.*",
+	// The permissions of what git creates: world-writable refs and
+	// setgid, world-writable object directories.
+	"core.sharedrepository",
 }
 
 // gitExecSuffixes catch variables named like a command or a program that
 // gitExecKeys does not list (future git versions, tools reading git's
-// config such as git-lfs's lfs.customtransfer.*.path).
-var gitExecSuffixes = []string{"command", "cmd", "program", "hook", "editor", "pager", "helper", "driver", "textconv", "proxy", "insteadof"}
+// config such as git-lfs's lfs.customtransfer.*.path or
+// lfs.extension.*.clean).
+var gitExecSuffixes = []string{"command", "cmd", "program", "hook", "editor", "pager", "helper", "driver", "textconv", "proxy", "insteadof", "clean", "smudge"}
 
 // isGitExecKey reports whether v is one of gitExecKeys, ends in one of
-// gitExecSuffixes, or has a value that makes git run a command. Aliases
-// count only when they run a shell command ("!cmd").
+// gitExecSuffixes, or has a value that makes git run a command. Every
+// alias counts, not only "!cmd" ones: "-c core.fsmonitor=cmd status" or
+// "submodule foreach cmd" run commands too, and a repository's alias
+// overrides the operator's global one of the same name.
 func isGitExecKey(v gitVar) bool {
-	if v.Section == "alias" {
-		return strings.HasPrefix(strings.TrimSpace(v.Value), "!")
-	}
 	if gitExecValue(v) {
 		return true
 	}
@@ -437,12 +440,28 @@ func isGitExecKey(v gitVar) bool {
 	return false
 }
 
-// gitExecValue reports whether v's value runs a command whatever its key:
-// a remote URL through the ext:: or fd:: transports.
+// gitExecValue reports whether v's value runs a command whatever its key
+// (a remote URL through the ext:: or fd:: transports), or makes the
+// operator's next git fetch move or delete local refs other than
+// remote-tracking ones: a fetch refspec writing outside refs/remotes/
+// (into a branch or a tag, which protect_refs may guard), or pruning
+// tags.
 func gitExecValue(v gitVar) bool {
 	val := strings.ToLower(strings.TrimSpace(v.Value))
-	return v.Section == "remote" && (v.Key == "url" || v.Key == "pushurl") &&
-		(strings.HasPrefix(val, "ext::") || strings.HasPrefix(val, "fd::"))
+	switch {
+	case v.Section == "remote" && (v.Key == "url" || v.Key == "pushurl"):
+		return strings.HasPrefix(val, "ext::") || strings.HasPrefix(val, "fd::")
+	case v.Section == "remote" && v.Key == "fetch":
+		spec := strings.TrimPrefix(strings.TrimSpace(v.Value), "+")
+		if strings.HasPrefix(spec, "^") {
+			return false
+		}
+		_, dst, ok := strings.Cut(spec, ":")
+		return ok && dst != "" && !strings.HasPrefix(dst, "refs/remotes/")
+	case (v.Section == "remote" || v.Section == "fetch") && v.Key == "prunetags":
+		return true
+	}
+	return false
 }
 
 // ignorable reports whether a raw config line is blank or a comment.
@@ -473,6 +492,51 @@ func gitExecChanges(oldData, newData []byte) []string {
 	for name, vals := range after {
 		if !slices.Equal(before[name], vals) {
 			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// gitUpstreamChanges lists the branches whose upstream newData sets
+// differently from oldData: branch.<b>.remote, merge or rebase, or the URL
+// or fetch refspecs of the remote it names. The operator's next git pull
+// on such a branch merges whatever the new upstream holds.
+func gitUpstreamChanges(oldData, newData []byte) []string {
+	branches := map[string]bool{}
+	collect := func(data []byte) map[string][]string {
+		m := map[string][]string{}
+		for _, it := range parseGitConfig(data) {
+			v := it.v
+			if !it.hasVar || v.Subsection == "" || v.Section != "branch" && v.Section != "remote" {
+				continue
+			}
+			if v.Section == "branch" {
+				branches[v.Subsection] = true
+			}
+			m[v.Name()] = append(m[v.Name()], v.Value)
+		}
+		return m
+	}
+	before, after := collect(oldData), collect(newData)
+	changed := func(name string) bool { return !slices.Equal(before[name], after[name]) }
+	var out []string
+	for b := range branches {
+		key := func(k string) string { return gitVar{Section: "branch", Subsection: b, Key: k}.Name() }
+		moved := changed(key("remote")) || changed(key("merge")) || changed(key("rebase"))
+		for _, vals := range [][]string{before[key("remote")], after[key("remote")]} {
+			if len(vals) == 0 || vals[len(vals)-1] == "." {
+				continue
+			}
+			r := vals[len(vals)-1]
+			for _, k := range []string{"url", "fetch"} {
+				if changed(gitVar{Section: "remote", Subsection: r, Key: k}.Name()) {
+					moved = true
+				}
+			}
+		}
+		if moved {
+			out = append(out, b)
 		}
 	}
 	slices.Sort(out)

@@ -138,7 +138,7 @@ func TestGitExecChanges(t *testing.T) {
 		{"fsmonitor", old + "[core]\n\tfsmonitor = /tmp/evil\n", []string{"core.fsmonitor"}},
 		{"hooksPath", "[core]\n\thooksPath = .githooks\n", []string{"core.hookspath"}},
 		{"shell alias", old + "[alias]\n\tst = !sh -c evil\n", []string{"alias.st"}},
-		{"plain alias", old + "[alias]\n\tst = status\n", nil},
+		{"plain alias", old + "[alias]\n\tst = status\n", []string{"alias.st"}},
 		{"filter driver", "[filter \"lfs\"]\n\tsmudge = evil %f\n", []string{"filter.lfs.smudge"}},
 		{"include", "[include]\n\tpath = ../x\n", []string{"include.path"}},
 		{"pager", "[pager]\n\tlog = evil\n", []string{"pager.log"}},
@@ -206,6 +206,10 @@ func TestGitExecKeys(t *testing.T) {
 		`remote "o".proxy`, "http.proxy", `http "https://h".proxy`, `url "/tmp/evil".insteadOf`,
 		`url "/tmp/evil".pushInsteadOf`, "protocol.allow", `protocol "ext".allow`,
 		"safe.directory", "safe.bareRepository", `lfs "customtransfer.x".path`,
+		// git-lfs runs an extension's clean and smudge commands.
+		`lfs "extension.x".clean`, `lfs "extension.x".smudge`,
+		// Not a command, but what git creates becomes world-writable.
+		"core.sharedRepository",
 		// Names no list has yet, caught by their suffix.
 		"future.someCommand", `future "x".program`,
 	}
@@ -221,12 +225,27 @@ func TestGitExecKeys(t *testing.T) {
 			t.Errorf("remote url %q is not refused", url)
 		}
 	}
+	// Aliases without "!" run commands too.
+	for _, a := range []string{"-c core.fsmonitor=touch\\ /tmp/pwned status", "submodule foreach touch /tmp/pwned", "status"} {
+		if got := gitExecChanges(nil, []byte(configSetting("alias.st", a))); len(got) == 0 {
+			t.Errorf("alias %q is not refused", a)
+		}
+	}
+	// Fetch refspecs into branches or tags, and pruning tags, move refs
+	// the next fetch on the host.
+	for k, v := range map[string]string{`remote "o".fetch`: "+refs/heads/x:refs/tags/v1", `remote "p".fetch`: "refs/heads/x:main",
+		`remote "o".pruneTags`: "true", "fetch.pruneTags": "true"} {
+		if got := gitExecChanges(nil, []byte(configSetting(k, v))); len(got) == 0 {
+			t.Errorf("%s = %s is not refused", k, v)
+		}
+	}
 	ordinary := map[string]string{
 		`branch "topic".remote`: "origin", `branch "topic".merge`: "refs/heads/topic",
-		`remote "o".url`: "https://git.corp.test/app.git", `remote "o".fetch`: "+refs/heads/*:refs/remotes/o/*",
+		`remote "o".url`: "https://git.corp.test/app.git", `remote "o".fetch`: "+refs/heads/*:refs/remotes/o/*", `remote "p".fetch`: "^refs/heads/wip",
+		`remote "q".fetch`:             "refs/heads/main",
 		"core.repositoryformatversion": "0", "core.filemode": "true", "core.bare": "false",
 		"core.logallrefupdates": "true", "user.name": "alex", "gc.auto": "0",
-		"maintenance.auto": "false", "alias.st": "status", "extensions.worktreeConfig": "true",
+		"maintenance.auto": "false", "extensions.worktreeConfig": "true",
 		`submodule "s".url`: "https://git.corp.test/lib.git", `submodule "s".active`: "true",
 	}
 	for k, v := range ordinary {
@@ -248,4 +267,25 @@ func configSetting(name, value string) string {
 		return fmt.Sprintf("[%s %s]\n\t%s = %q\n", s, sub, key, value)
 	}
 	return fmt.Sprintf("[%s]\n\t%s = %q\n", sec, key, value)
+}
+
+func TestGitUpstreamChanges(t *testing.T) {
+	old := "[remote \"origin\"]\n\turl = https://h/app.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n" +
+		"[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n"
+	for _, c := range []struct {
+		name, add string
+		want      []string
+	}{
+		{"unchanged", "", nil},
+		{"another branch's upstream", "[branch \"topic\"]\n\tremote = origin\n\tmerge = refs/heads/topic\n", []string{"topic"}},
+		{"merge", "[branch \"main\"]\n\tmerge = refs/heads/evil\n", []string{"main"}},
+		{"remote", "[branch \"main\"]\n\tremote = .\n", []string{"main"}},
+		{"remote url", "[remote \"origin\"]\n\turl = ./evil.bundle\n", []string{"main"}},
+		{"remote fetch", "[remote \"origin\"]\n\tfetch = +refs/heads/evil:refs/remotes/origin/main\n", []string{"main"}},
+		{"another remote", "[remote \"up\"]\n\turl = https://h/up.git\n", nil},
+	} {
+		if got := gitUpstreamChanges([]byte(old), []byte(old+c.add)); !slices.Equal(got, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
 }

@@ -99,11 +99,12 @@ func (e *ruleEnv) wasGitDir(d string) bool {
 	if path.Base(d) == ".git" {
 		return true
 	}
-	if mode(joinRel(d, "HEAD")) != sIFREG {
+	// Any type, as isGitDir: git follows symlinks here.
+	if mode(joinRel(d, "HEAD")) == 0 {
 		return false
 	}
-	return mode(joinRel(d, "objects")) == sIFDIR && mode(joinRel(d, "refs")) == sIFDIR ||
-		mode(joinRel(d, "commondir")) == sIFREG
+	return mode(joinRel(d, "objects")) != 0 && mode(joinRel(d, "refs")) != 0 ||
+		mode(joinRel(d, "commondir")) != 0
 }
 
 // gitMeta returns why c changes git metadata in a way not known to be
@@ -157,6 +158,9 @@ func (e *ruleEnv) gitMeta(c Change, allow *glob.Set) string {
 		return fmt.Sprintf("%s is a %s inside git directory %s: git would follow it", p, c.Type, gitDirName(gd))
 	}
 	if gitInert(sub, c.Type == TypeDir) {
+		if c.Type == TypeFile && c.Kind != KindMode && (sub == "index" || strings.HasPrefix(sub, "sharedindex.")) {
+			return e.gitIndexCheck(p)
+		}
 		return ""
 	}
 	return fmt.Sprintf("%s is not a file git writes in ordinary use (%s in git directory %s): only inert git files are committed, or paths the workspace's git_allow names", p, sub, gitDirName(gd))
@@ -167,4 +171,22 @@ func gitDirName(gd string) string {
 		return "the workspace root"
 	}
 	return gd
+}
+
+// gitIndexCheck returns why the sandbox's index file p is not committed,
+// or "": an entry git checkout would write where git never writes a
+// tracked file (see gitIndexBadPath).
+func (e *ruleEnv) gitIndexCheck(p string) string {
+	data, err := e.readNew(p)
+	if err != nil {
+		return fmt.Sprintf("%s cannot be read: %v", p, err)
+	}
+	bad, err := gitIndexBadPath(data)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%s is not a git index this check can read (%v)", p, err)
+	case bad != "":
+		return fmt.Sprintf("%s has an entry %q: git checkout would write it into the git directory or out of the worktree", p, bad)
+	}
+	return ""
 }

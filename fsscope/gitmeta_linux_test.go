@@ -105,6 +105,9 @@ type gitTrick struct {
 	rejected []string
 	// allow is the workspace's git_allow.
 	allow []string
+	// refsOnly: the trick moves refs through the operator's git, which
+	// only protect_refs forbids; it is checked under settings with it.
+	refsOnly bool
 }
 
 var gitTricks = []gitTrick{
@@ -281,6 +284,100 @@ printf '#!/bin/sh\ntouch $CANARY/allowed-nested-hook\n' > nested/.git/hooks/pre-
 		rejected: []string{"nested/.git/hooks/pre-commit", "nested/.git/config"},
 	},
 	{
+		// git takes src for a git directory (is_git_directory follows
+		// symlinks): a git command run in src uses its config.
+		name: "git directory by symlinked objects and refs",
+		script: `cd src; echo "ref: refs/heads/main" > HEAD; ln -s ../.git/objects objects; ln -s ../.git/refs refs
+printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = ..\n\tfsmonitor = "touch $CANARY/symlinked-gitdir; false"\n' > config`,
+		rejected: []string{"src/HEAD", "src/objects", "src/refs", "src/config"},
+	},
+	{
+		// The operator's global "st" alias, redefined in the repository:
+		// an alias without "!" still runs commands through -c.
+		name:     "alias with -c",
+		script:   `git config -f .git/config alias.st "-c core.fsmonitor='touch $CANARY/alias-c; false' status"`,
+		rejected: []string{".git/config"},
+	},
+	{
+		name:     "alias to submodule foreach",
+		script:   `git config -f .git/config alias.st "submodule foreach touch $CANARY/alias-foreach"`,
+		rejected: []string{".git/config"},
+	},
+	{
+		// The operator's fetch moves a tag to the sandbox's commit.
+		name: "fetch refspec into a tag",
+		script: `c=$(git -c user.name=a -c user.email=a@a commit-tree -p HEAD -m evil HEAD^{tree}); git update-ref refs/heads/evil $c
+git config -f .git/config remote.origin.url .
+git config -f .git/config --add remote.origin.fetch "+refs/heads/evil:refs/tags/v1"`,
+		rejected: []string{".git/config"},
+	},
+	{
+		// The operator's fetch deletes the tags origin does not have.
+		name:     "fetch prunes tags",
+		script:   `git config -f .git/config remote.origin.prune true; git config -f .git/config remote.origin.pruneTags true`,
+		rejected: []string{".git/config"},
+	},
+	{
+		name:     "fetch refspec dwimmed into a branch",
+		script:   `git config -f .git/config --add remote.origin.fetch "+refs/heads/main:feature"`,
+		rejected: []string{".git/config"},
+	},
+	{
+		// The operator's git pull fast-forwards main to the sandbox's
+		// commit, through a changed upstream.
+		name: "upstream of a protected branch",
+		script: `c=$(git -c user.name=a -c user.email=a@a commit-tree -p HEAD -m sandbox-commit HEAD^{tree}); git update-ref refs/heads/evil $c
+git config -f .git/config branch.main.remote .; git config -f .git/config branch.main.merge refs/heads/evil`,
+		rejected: []string{".git/config"},
+		refsOnly: true,
+	},
+	{
+		// ... or through its remote's URL, to a bundle in the worktree.
+		name: "remote URL of a protected branch's upstream",
+		script: `c=$(git -c user.name=a -c user.email=a@a commit-tree -p HEAD -m sandbox-commit HEAD^{tree})
+d=$(mktemp -d); git init -q --bare $d/x; cp -r .git/objects $d/x/; git -C $d/x update-ref refs/heads/main $c; git -C $d/x bundle create -q "$PWD/.git/objects/evil.bundle" main; rm -rf $d
+git config -f .git/config remote.origin.url .git/objects/evil.bundle`,
+		rejected: []string{".git/config"},
+		refsOnly: true,
+	},
+	{
+		// The operator's git then creates world-writable (and setgid)
+		// directories and refs any local user may change.
+		name:     "core.sharedRepository",
+		script:   `git config -f .git/config core.sharedRepository 0777`,
+		rejected: []string{".git/config"},
+	},
+	{
+		// git checkout/restore writes whatever path the index names,
+		// .git/hooks included (git refuses such paths only in trees).
+		name: "index entry in .git",
+		script: `b=$(printf '#!/bin/sh\ntouch $CANARY/index-hook\n' | git hash-object -w --stdin)
+git update-index --add --cacheinfo 100755,$b,.gis/hooks/post-commit
+perl -0777 -i -MDigest::SHA=sha1 -pe 's{\.gis/hooks/post-commit}{.git/hooks/post-commit}; substr($_, -20) = sha1(substr($_, 0, -20))' .git/index
+git ls-files | grep -qx .git/hooks/post-commit`,
+		rejected: []string{".git/index"},
+	},
+	{
+		// git reads "<oid><TAB><ref>" lines too, and finds a duplicate
+		// by binary search in a sorted file.
+		name: "packed-refs with a tab and a duplicate",
+		script: `e=$(git -c user.name=a -c user.email=a@a commit-tree -p HEAD -m sandbox-commit HEAD^{tree})
+sed -i "s|^.* refs/heads/main\$|$e\trefs/heads/main\n&|" .git/packed-refs
+printf '%s\trefs/tags/v9\n' $e >> .git/packed-refs
+test "$(git rev-parse main)" = $e`,
+		rejected: []string{".git/packed-refs"},
+		refsOnly: true,
+	},
+	{
+		// A merge left in progress: the operator's next commit on main
+		// records the sandbox's commit as a parent.
+		name: "merge in progress",
+		script: `c=$(git -c user.name=a -c user.email=a@a commit-tree -p HEAD -m sandbox-commit HEAD^{tree})
+echo $c > .git/MERGE_HEAD; echo "Merge" > .git/MERGE_MSG; echo >> tracked.txt`,
+		rejected: []string{".git/MERGE_HEAD"},
+		refsOnly: true,
+	},
+	{
 		// Not rejected (a worktree file), but git ignores commands from
 		// .gitmodules: the canary proves it.
 		name:   ".gitmodules update command",
@@ -292,10 +389,14 @@ printf '#!/bin/sh\ntouch $CANARY/allowed-nested-hook\n' > nested/.git/hooks/pre-
 // Each may fail; what matters is that none runs a sandbox's command.
 var hostCommands = [][]string{
 	{"status"},
+	{"st"},
 	{"log", "-1", "--format=%H"},
 	{"diff", "HEAD"},
 	{"commit", "-qam", "operator's commit"},
+	{"restore", "."},
+	{"commit", "-q", "--allow-empty", "-m", "operator's second commit"},
 	{"fetch", "-q", "origin"},
+	{"pull", "-q", "--ff-only"},
 	{"submodule", "update", "--init"},
 	{"submodule", "foreach", "git status"},
 }
@@ -306,8 +407,18 @@ var hostCommands = [][]string{
 func TestGitTricksNeverRunOnHost(t *testing.T) {
 	f := newGitFixture(t)
 	mainBefore := strings.TrimSpace(git(t, f.host, "rev-parse", "main"))
+	// Refs no host command of the operator moves.
+	keptRefs := map[string]string{}
+	for _, r := range []string{"refs/heads/feature", "refs/tags/v1"} {
+		keptRefs[r] = strings.TrimSpace(git(t, f.host, "rev-parse", r))
+	}
 	for _, set := range commitSettings {
 		for _, tr := range gitTricks {
+			w := overlayWS("")
+			set.apply(&w)
+			if tr.refsOnly && len(w.ProtectRefs) == 0 {
+				continue
+			}
 			t.Run(set.name+"/"+tr.name, func(t *testing.T) {
 				host := f.copy(t)
 				canary := tempDir(t)
@@ -317,6 +428,8 @@ func TestGitTricksNeverRunOnHost(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
+				// The operator's own global config: a common alias.
+				writeFiles(t, home, map[string]string{".gitconfig": "[alias]\n\tst = status\n"})
 				vars := strings.NewReplacer("$CANARY", canary, "$ORIGIN", f.origin, "$HOSTPATH", host)
 				sh := func(dir, script string) {
 					t.Helper()
@@ -330,7 +443,7 @@ func TestGitTricksNeverRunOnHost(t *testing.T) {
 					sh(host, tr.before)
 					chownTree(t, host, hostOwner)
 				}
-				w := overlayWS(host)
+				w = overlayWS(host)
 				set.apply(&w)
 				w.GitAllow = tr.allow
 				s := setup(t, policyWith(w), hostOwner)
@@ -353,7 +466,7 @@ func TestGitTricksNeverRunOnHost(t *testing.T) {
 					t.Errorf("main is %q (%v), was %s", got, err, mainBefore)
 				}
 				dirs := []string{host}
-				for _, d := range []string{"nested", "bare", "cd", "sub"} {
+				for _, d := range []string{"nested", "bare", "cd", "sub", "src"} {
 					if exists(filepath.Join(host, d)) {
 						dirs = append(dirs, filepath.Join(host, d))
 					}
@@ -366,6 +479,17 @@ func TestGitTricksNeverRunOnHost(t *testing.T) {
 					}
 				}
 				operatorGit(t, filepath.Join(host, "bare"), home, "fetch", "-q", f.origin, "main:main")
+				if out, _ := operatorGit(t, host, home, "log", "--format=%s", "main"); strings.Contains(out, "sandbox-commit") {
+					t.Errorf("after the operator's git, main holds the sandbox's commit:\n%s", out)
+				}
+				for r, want := range keptRefs {
+					if got, err := operatorGit(t, host, home, "rev-parse", r); err != nil || strings.TrimSpace(got) != want {
+						t.Errorf("after the operator's git, %s is %q (%v), was %s", r, got, err, want)
+					}
+				}
+				if out, err := exec.Command("find", host, "!", "-type", "l", "-perm", "/o+w,u+s,g+s", "-print", "-quit").CombinedOutput(); err != nil || len(out) > 0 {
+					t.Errorf("after the operator's git, a world-writable, setuid or setgid entry: %s (%v)", out, err)
+				}
 				if ran, _ := os.ReadDir(canary); len(ran) > 0 {
 					var names []string
 					for _, e := range ran {

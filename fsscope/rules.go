@@ -133,6 +133,10 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 			reject(i, RuleSymlinkEscape, reason)
 		}
 	}
+	redirected := e.redirectedLinks()
+	for _, p := range sortedKeys(redirected) {
+		reject(e.byPath[p], RuleSymlinkEscape, redirected[p])
+	}
 	if e.ws.PreserveUntracked {
 		if err := e.untracked(reject); err != nil {
 			return nil, err
@@ -204,17 +208,19 @@ func (e *ruleEnv) isGitDir(d string) bool {
 		return true
 	}
 	// As git's is_git_directory: HEAD, and objects/ and refs/ or a
-	// commondir file naming where they are.
-	if h, ok := e.existsEither(joinRel(d, "HEAD")); !ok || h != sIFREG {
+	// commondir file naming where they are. git follows symlinks for all
+	// of them (a HEAD symlink to refs/..., objects and refs as symlinks
+	// to directories, a commondir symlink to a file), so any type counts.
+	if _, ok := e.existsEither(joinRel(d, "HEAD")); !ok {
 		return false
 	}
-	o, okO := e.existsEither(joinRel(d, "objects"))
-	r, okR := e.existsEither(joinRel(d, "refs"))
-	if okO && o == sIFDIR && okR && r == sIFDIR {
+	_, okO := e.existsEither(joinRel(d, "objects"))
+	_, okR := e.existsEither(joinRel(d, "refs"))
+	if okO && okR {
 		return true
 	}
-	cd, okC := e.existsEither(joinRel(d, "commondir"))
-	return okC && cd == sIFREG
+	_, okC := e.existsEither(joinRel(d, "commondir"))
+	return okC
 }
 
 // existsEither looks rel up after the change set, or else on the host as
@@ -449,6 +455,23 @@ func (e *ruleEnv) refChange(c Change, refs *glob.List) (string, error) {
 		if gd == "" {
 			sub = p
 		}
+		if c.Type == TypeFile && c.Kind != KindDeleted && p == c.Path && isGitConfigFile(gd, p) {
+			// A protected branch's upstream decides what the operator's
+			// next git pull moves it to.
+			oldData, err := e.readOld(p)
+			if err != nil {
+				return "", err
+			}
+			newData, err := e.readNew(p)
+			if err != nil {
+				return "", err
+			}
+			for _, b := range gitUpstreamChanges(oldData, newData) {
+				if pat, ok := protectedRef(refs, "refs/heads/"+b); ok {
+					return fmt.Sprintf("%s changes the upstream of branch %s, protected by %q: git pull would move it there", p, b, pat), nil
+				}
+			}
+		}
 		switch {
 		case c.Type == TypeDir && sub != "packed-refs":
 		case strings.HasPrefix(sub, "refs/"):
@@ -476,6 +499,24 @@ func (e *ruleEnv) refChange(c Change, refs *glob.List) (string, error) {
 					return fmt.Sprintf("%s changes ref %s, protected by %q", p, ref, pat), nil
 				}
 			}
+		case sub == "MERGE_HEAD" && c.Kind != KindDeleted && p == c.Path:
+			// The operator's next commit on the branch HEAD names records
+			// the commits listed here as its parents.
+			head := joinRel(gd, "HEAD")
+			read := e.readOld
+			if i, ok := e.byPath[head]; ok && e.changes[i].Kind != KindDeleted {
+				read = e.readNew
+			}
+			data, err := read(head)
+			if err != nil {
+				return "", err
+			}
+			if ref, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "ref:"); ok {
+				ref = strings.TrimSpace(ref)
+				if pat, ok := protectedRef(refs, ref); ok {
+					return fmt.Sprintf("%s leaves a merge in progress on %s, protected by %q: the next git commit there would make the sandbox's commits its parents", p, ref, pat), nil
+				}
+			}
 		case strings.HasPrefix(sub, "reftable/"):
 			return fmt.Sprintf("%s belongs to a reftable ref store, which cannot be checked against protect_refs", p), nil
 		}
@@ -484,6 +525,9 @@ func (e *ruleEnv) refChange(c Change, refs *glob.List) (string, error) {
 }
 
 // parsePackedRefs reads a packed-refs file into ref name -> object id.
+// As git, it takes any blank (space, tab, CR) after the object id. A ref
+// listed more than once maps to all its ids: which one git uses depends
+// on where its binary search lands.
 func parsePackedRefs(data []byte) map[string]string {
 	refs := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -493,10 +537,15 @@ func parsePackedRefs(data []byte) map[string]string {
 		if line == "" || line[0] == '#' || line[0] == '^' {
 			continue
 		}
-		oid, name, ok := strings.Cut(line, " ")
-		if ok {
-			refs[strings.TrimSpace(name)] = oid
+		i := strings.IndexAny(line, " \t\r\n")
+		if i < 0 {
+			continue
 		}
+		oid, name := line[:i], strings.TrimSpace(line[i+1:])
+		if prev, ok := refs[name]; ok {
+			oid = prev + " " + oid
+		}
+		refs[name] = oid
 	}
 	return refs
 }

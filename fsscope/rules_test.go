@@ -1,6 +1,9 @@
 package fsscope
 
 import (
+	"bytes"
+	"crypto/sha1"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -93,6 +96,12 @@ func TestChangedPackedRefs(t *testing.T) {
 	if got := changedPackedRefs(old, nil); len(got) != 3 {
 		t.Errorf("deleting packed-refs changes %v", got)
 	}
+	// git reads a tab after the id, and a duplicate line may be the one
+	// its binary search finds.
+	tricky := []byte("# pack-refs with: peeled fully-peeled sorted\nzzz refs/heads/main\naaa refs/heads/main\nbbb refs/tags/v1\n^ccc\nddd refs/heads/dev\nzzz\trefs/tags/v9\n")
+	if got, want := changedPackedRefs(old, tricky), []string{"refs/heads/main", "refs/tags/v9"}; !slices.Equal(got, want) {
+		t.Errorf("changedPackedRefs = %v, want %v", got, want)
+	}
 }
 
 // fakeEnv builds a ruleEnv over a baseline and a change set, with file
@@ -131,6 +140,7 @@ func TestRules(t *testing.T) {
 	oldFiles := map[string]string{
 		".git/config":      "[core]\n\thooksPath = .githooks\n",
 		".git/packed-refs": "aaa refs/heads/main\nbbb refs/tags/v1\n",
+		".git/HEAD":        "ref: refs/heads/main\n",
 	}
 	tests := []struct {
 		name     string
@@ -161,6 +171,8 @@ func TestRules(t *testing.T) {
 		{name: "packed tag", ws: wsState{ProtectRefs: []string{"refs/tags/*"}}, change: Change{Path: ".git/packed-refs", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/packed-refs": "aaa refs/heads/main\n"}, rule: RuleProtectRefs},
 		{name: "packed other", ws: wsState{ProtectRefs: []string{"refs/tags/*"}}, change: Change{Path: ".git/packed-refs", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/packed-refs": "aaa refs/heads/main\nbbb refs/tags/v1\nccc refs/heads/new\n"}},
 		{name: "packed deleted", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/packed-refs", Kind: KindDeleted, Type: TypeFile}, rule: RuleProtectRefs},
+		{name: "merge in progress on a protected branch", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/MERGE_HEAD", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{".git/MERGE_HEAD": "aaa\n"}, rule: RuleProtectRefs},
+		{name: "merge in progress on another branch", ws: wsState{ProtectRefs: []string{"refs/heads/dev"}}, change: Change{Path: ".git/MERGE_HEAD", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{".git/MERGE_HEAD": "aaa\n"}},
 		{name: "reftable", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/reftable/0x01.ref", Kind: KindAdded, Type: TypeFile}, rule: RuleProtectRefs},
 		{name: "bare repo ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: "bare.git/refs/heads/main", Kind: KindAdded, Type: TypeFile}, rule: RuleProtectRefs},
 		{name: "untracked deletion", ws: wsState{PreserveUntracked: true}, change: Change{Path: "notes.txt", Kind: KindDeleted, Type: TypeFile}, rule: RulePreserveUntracked},
@@ -174,7 +186,11 @@ func TestRules(t *testing.T) {
 		// git_meta: only inert files inside a git directory.
 		{name: "object", change: Change{Path: ".git/objects/ab/cdef", Kind: KindAdded, Type: TypeFile}},
 		{name: "pack dir", change: Change{Path: ".git/objects/pack", Kind: KindAdded, Type: TypeDir}},
-		{name: "index", change: Change{Path: ".git/index", Kind: KindModified, Type: TypeFile}},
+		{name: "index", change: Change{Path: ".git/index", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/index": testIndex("a.txt", "src/b.go")}},
+		{name: "index entry in .git", change: Change{Path: ".git/index", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/index": testIndex(".git/hooks/post-commit", "a.txt")}, rule: RuleGitMeta},
+		{name: "index entry with ..", change: Change{Path: "vendor/lib/.git/index", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{"vendor/lib/.git/index": testIndex("../../x")}, rule: RuleGitMeta},
+		{name: "shared index entry in .git", change: Change{Path: ".git/sharedindex.0123", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{".git/sharedindex.0123": testIndex("a/.GIT/config")}, rule: RuleGitMeta},
+		{name: "index unreadable", change: Change{Path: ".git/index", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/index": "DIRC"}, rule: RuleGitMeta},
 		{name: "ORIG_HEAD", change: Change{Path: ".git/ORIG_HEAD", Kind: KindAdded, Type: TypeFile}},
 		{name: "commondir", change: Change{Path: ".git/commondir", Kind: KindAdded, Type: TypeFile}, rule: RuleGitMeta},
 		{name: "alternates", change: Change{Path: ".git/objects/info/alternates", Kind: KindAdded, Type: TypeFile}, rule: RuleGitMeta},
@@ -440,4 +456,24 @@ func TestMountsOrder(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("Mounts =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// testIndex renders a version 2 git index (SHA-1) holding names.
+func testIndex(names ...string) string {
+	var b bytes.Buffer
+	b.WriteString("DIRC")
+	binary.Write(&b, binary.BigEndian, uint32(2))
+	binary.Write(&b, binary.BigEndian, uint32(len(names)))
+	for _, n := range names {
+		start := b.Len()
+		b.Write(make([]byte, 24))
+		binary.Write(&b, binary.BigEndian, uint32(0o100644))
+		b.Write(make([]byte, 12+20))
+		binary.Write(&b, binary.BigEndian, uint16(len(n)))
+		b.WriteString(n)
+		b.Write(make([]byte, (b.Len()-start+8)&^7-(b.Len()-start)))
+	}
+	sum := sha1.Sum(b.Bytes())
+	b.Write(sum[:])
+	return b.String()
 }

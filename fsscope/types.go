@@ -84,8 +84,8 @@ const (
 	RulePreserveUntracked = "preserve_untracked"
 	RuleProtectRefs       = "protect_refs"
 	// RuleGitExec rejects changes that would make git run a command on the
-	// host: hooks, and config variables such as core.fsmonitor or aliases
-	// starting with "!". It cannot be turned off.
+	// host: hooks, and config variables such as core.fsmonitor or any
+	// alias. It cannot be turned off.
 	RuleGitExec = "git_exec"
 	// RuleGitMeta rejects changes inside a git directory that are not
 	// known to be inert (see gitInert): a new git directory, commondir,
@@ -93,7 +93,9 @@ const (
 	// workspace's git_allow list exempts paths from it by name.
 	RuleGitMeta = "git_meta"
 	// RuleSymlinkEscape rejects a symlink whose target, resolved against
-	// its own location, leaves the workspace.
+	// its own location, leaves the workspace, and a change that makes one
+	// of the host's existing links leave it (cur -> lib/../x once lib
+	// becomes a link).
 	RuleSymlinkEscape = "symlink_escape"
 	// RuleSpecialFile rejects device nodes, FIFOs and sockets.
 	RuleSpecialFile = "special_file"

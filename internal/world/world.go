@@ -227,13 +227,9 @@ func fqdn(name string) (string, error) {
 // time ip is seen, serves HTTP on ip:80 and HTTPS on ip:443 (both answer 200
 // with the host's first name) and a TCP echo on ip:7.
 func (w *World) AddHost(name string, ip netip.Addr) error {
-	n, err := fqdn(name)
+	n, ip, err := checkRecord("host", name, ip)
 	if err != nil {
 		return err
-	}
-	ip = ip.Unmap()
-	if !ip.IsValid() {
-		return fmt.Errorf("world: host %s: invalid address: %w", name, errdefs.ErrInvalidArgument)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -251,16 +247,7 @@ func (w *World) AddHost(name string, ip netip.Addr) error {
 		}
 		w.addrs[ip] = true
 	}
-	hdr := dns.RR_Header{Name: n, Class: dns.ClassINET, Ttl: uint32(w.cfg.TTL / time.Second)}
-	var rr dns.RR
-	if ip.Is4() {
-		hdr.Rrtype = dns.TypeA
-		rr = &dns.A{Hdr: hdr, A: ip.AsSlice()}
-	} else {
-		hdr.Rrtype = dns.TypeAAAA
-		rr = &dns.AAAA{Hdr: hdr, AAAA: ip.AsSlice()}
-	}
-	w.records[n] = append(w.records[n], rr)
+	w.records[n] = append(w.records[n], w.addressRR(n, ip))
 	w.names[ip] = append(w.names[ip], n)
 	if w.served[ip] {
 		return nil
@@ -276,30 +263,42 @@ func (w *World) AddHost(name string, ip netip.Addr) error {
 // world or serving anything on it: the address lives elsewhere (a test's
 // other namespace).
 func (w *World) AddRecord(name string, ip netip.Addr) error {
-	n, err := fqdn(name)
+	n, ip, err := checkRecord("record", name, ip)
 	if err != nil {
 		return err
-	}
-	ip = ip.Unmap()
-	if !ip.IsValid() {
-		return fmt.Errorf("world: record %s: invalid address: %w", name, errdefs.ErrInvalidArgument)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return fmt.Errorf("world closed: %w", errdefs.ErrFailedPrecondition)
 	}
+	w.records[n] = append(w.records[n], w.addressRR(n, ip))
+	return nil
+}
+
+// checkRecord returns name as a fully qualified name under test. and ip
+// unmapped, or why they cannot be published.
+func checkRecord(kind, name string, ip netip.Addr) (string, netip.Addr, error) {
+	n, err := fqdn(name)
+	if err != nil {
+		return "", ip, err
+	}
+	ip = ip.Unmap()
+	if !ip.IsValid() {
+		return "", ip, fmt.Errorf("world: %s %s: invalid address: %w", kind, name, errdefs.ErrInvalidArgument)
+	}
+	return n, ip, nil
+}
+
+// addressRR is n's A or AAAA record for ip.
+func (w *World) addressRR(n string, ip netip.Addr) dns.RR {
 	hdr := dns.RR_Header{Name: n, Class: dns.ClassINET, Ttl: uint32(w.cfg.TTL / time.Second)}
-	var rr dns.RR
 	if ip.Is4() {
 		hdr.Rrtype = dns.TypeA
-		rr = &dns.A{Hdr: hdr, A: ip.AsSlice()}
-	} else {
-		hdr.Rrtype = dns.TypeAAAA
-		rr = &dns.AAAA{Hdr: hdr, AAAA: ip.AsSlice()}
+		return &dns.A{Hdr: hdr, A: ip.AsSlice()}
 	}
-	w.records[n] = append(w.records[n], rr)
-	return nil
+	hdr.Rrtype = dns.TypeAAAA
+	return &dns.AAAA{Hdr: hdr, AAAA: ip.AsSlice()}
 }
 
 // AddCNAME publishes name as an alias of target.

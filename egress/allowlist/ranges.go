@@ -15,12 +15,14 @@ type Range struct {
 // manifest or the daemon's flags allow: "this network", loopback,
 // link-local, the cloud metadata and host services the usual providers
 // publish at fixed addresses, multicast and reserved space, their IPv6
-// counterparts, IPv4-mapped IPv6 addresses, and the NAT64 translations
-// (64:ff9b::/96) of the IPv4 ranges. More specific entries come first, so
-// that the first match gives the most precise reason. The packet filter
+// counterparts, IPv4-mapped IPv6 addresses, Teredo (which embeds an IPv4
+// address), and the IPv6 encodings of the IPv4 ranges: NAT64 (64:ff9b::/96
+// and the /96 form of the local-use 64:ff9b:1::/48) and 6to4 (2002::/16).
+// More specific entries come first, so that the first match gives the most
+// precise reason. The packet filter
 // refuses every one of them (package nft) and the DNS proxy never pins an
 // address in them.
-var NeverRanges = withNAT64([]Range{
+var NeverRanges = append(withEncodings([]Range{
 	{netip.MustParsePrefix("169.254.169.254/32"), "cloud metadata service"},
 	{netip.MustParsePrefix("169.254.169.253/32"), "cloud DNS service"},
 	{netip.MustParsePrefix("169.254.169.123/32"), "cloud time service"},
@@ -43,30 +45,47 @@ var NeverRanges = withNAT64([]Range{
 	{netip.MustParsePrefix("::ffff:0:0/96"), "IPv4-mapped"},
 	{netip.MustParsePrefix("fe80::/10"), "link-local"},
 	{netip.MustParsePrefix("ff00::/8"), "multicast"},
-})
+}), Range{netip.MustParsePrefix("2001::/32"), "Teredo (it embeds an IPv4 address)"})
 
-// nat64 is the well-known NAT64 prefix (RFC 6052): a NAT64 gateway on the
-// path turns 64:ff9b::a.b.c.d into a.b.c.d.
-var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+// An encoding is a way IPv6 addresses carry an IPv4 address: a gateway or
+// relay on the path delivers to the embedded IPv4 address.
+type encoding struct {
+	prefix netip.Prefix // the IPv4 address follows its bits
+	name   string
+}
 
-// withNAT64 appends the NAT64 translation of every IPv4 range.
-func withNAT64(rs []Range) []Range {
+// encodings: NAT64 with the well-known prefix (RFC 6052), the /96 form of
+// the local-use NAT64 prefix (RFC 8215; the rest of 64:ff9b:1::/48 is in
+// PrivateRanges), and 6to4 (RFC 3056).
+var encodings = []encoding{
+	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64"},
+	{netip.MustParsePrefix("64:ff9b:1::/96"), "NAT64"},
+	{netip.MustParsePrefix("2002::/16"), "6to4"},
+}
+
+// withEncodings appends the IPv6 encodings of every IPv4 range.
+func withEncodings(rs []Range) []Range {
 	out := slices.Clip(rs)
-	for _, r := range rs {
-		if !r.Prefix.Addr().Is4() {
-			continue
+	for _, e := range encodings {
+		for _, r := range rs {
+			if !r.Prefix.Addr().Is4() {
+				continue
+			}
+			a := e.prefix.Addr().As16()
+			v4 := r.Prefix.Addr().As4()
+			off := e.prefix.Bits() / 8
+			copy(a[off:off+4], v4[:])
+			out = append(out, Range{netip.PrefixFrom(netip.AddrFrom16(a), e.prefix.Bits()+r.Prefix.Bits()), r.Reason + " through " + e.name})
 		}
-		a := nat64.Addr().As16()
-		v4 := r.Prefix.Addr().As4()
-		copy(a[12:], v4[:])
-		out = append(out, Range{netip.PrefixFrom(netip.AddrFrom16(a), 96+r.Prefix.Bits()), r.Reason + " through NAT64"})
 	}
 	return out
 }
 
 // PrivateRanges are the ranges of private networks: RFC 1918, shared
-// address space (CGNAT, RFC 6598) and unique local IPv6 (RFC 4193). A DNS
-// answer in one of them (or in its NAT64 translation) is not pinned unless
+// address space (CGNAT, RFC 6598), unique local IPv6 (RFC 4193) and the
+// local-use NAT64 prefix (RFC 8215), whose IPv4 translation depends on the
+// operator's gateway. A DNS answer in one of them (or in an IPv6 encoding
+// of one) is not pinned unless
 // the manifest (egress allow_private) or the daemon (--allow-private)
 // allows the range: a public name that resolves to an internal address is
 // a way into the operator's network.
@@ -76,10 +95,11 @@ var PrivateRanges = []Range{
 	{netip.MustParsePrefix("192.168.0.0/16"), "private"},
 	{netip.MustParsePrefix("100.64.0.0/10"), "shared address space (CGNAT)"},
 	{netip.MustParsePrefix("fc00::/7"), "unique local"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"},
 }
 
-// privateNAT64 are the NAT64 translations of PrivateRanges.
-var privateNAT64 = withNAT64(PrivateRanges)[len(PrivateRanges):]
+// privateEncoded are the IPv6 encodings of PrivateRanges.
+var privateEncoded = withEncodings(PrivateRanges)[len(PrivateRanges):]
 
 // NeverPrefixes returns the prefixes of NeverRanges.
 func NeverPrefixes() []netip.Prefix {
@@ -95,13 +115,14 @@ func Never(a netip.Addr) (Range, bool) {
 	return find(NeverRanges, a)
 }
 
-// Private reports whether a is in PrivateRanges or their NAT64
-// translations, and which.
+// Private reports whether a is in PrivateRanges or their IPv6 encodings,
+// and which.
 func Private(a netip.Addr) (Range, bool) {
-	if r, ok := find(PrivateRanges, a); ok {
+	// The encodings first: they are more specific than 64:ff9b:1::/48.
+	if r, ok := find(privateEncoded, a); ok {
 		return r, true
 	}
-	return find(privateNAT64, a)
+	return find(PrivateRanges, a)
 }
 
 func find(rs []Range, a netip.Addr) (Range, bool) {

@@ -45,6 +45,19 @@ func TestNeverAndPrivate(t *testing.T) {
 		{"8.8.8.8", "", ""},
 		{"2001:db8::1", "", ""},
 		{"64:ff9b::808:808", "", ""},
+		// Other IPv6 encodings of IPv4 addresses: 6to4 (RFC 3056), the
+		// local-use NAT64 prefix (RFC 8215) and Teredo (RFC 4380).
+		{"2002:7f00:1::1", "loopback through 6to4", ""},
+		{"2002:a9fe:a9fe::", "cloud metadata service through 6to4", ""},
+		{"2002:a9fe:1::1", "link-local through 6to4", ""},
+		{"2002:a00:1::1", "", "private"},
+		{"2002:c0a8:101::1", "", "private"},
+		{"2002:808:808::1", "", ""},
+		{"64:ff9b:1::7f00:1", "loopback through NAT64", "local-use NAT64"},
+		{"64:ff9b:1::a9fe:a9fe", "cloud metadata service through NAT64", "local-use NAT64"},
+		{"64:ff9b:1:7f00:1::", "", "local-use NAT64"},
+		{"64:ff9b:1::a00:1", "", "private through NAT64"},
+		{"2001:0:4136:e378:8000:63bf:80ff:fffe", "Teredo", ""},
 	} {
 		a := netip.MustParseAddr(c.addr)
 		r, never := Never(a)

@@ -85,6 +85,10 @@ func TestAnswerAddressesThatAreNeverPinned(t *testing.T) {
 		"nat64.corp.test. 60 IN AAAA 64:ff9b::a9fe:a9fe",
 		"mapped.corp.test. 60 IN AAAA ::ffff:127.0.0.1",
 		"linklocal6.corp.test. 60 IN AAAA fe80::1",
+		"sixtofour.corp.test. 60 IN AAAA 2002:a9fe:a9fe::1",
+		"sixtofour6.corp.test. 60 IN AAAA 2002:7f00:1::1",
+		"localnat64.corp.test. 60 IN AAAA 64:ff9b:1::7f00:1",
+		"teredo.corp.test. 60 IN AAAA 2001:0:4136:e378:8000:63bf:80ff:fffe",
 		"world.corp.test. 60 IN A 10.214.0.77",
 		"mine.corp.test. 60 IN A 172.20.0.5",
 		"public.corp.test. 60 IN A 192.0.2.10",
@@ -138,6 +142,10 @@ func TestAnswerAddressesThatAreNeverPinned(t *testing.T) {
 		{"nat64.corp.test.", dns.TypeAAAA, "through NAT64"},
 		{"mapped.corp.test.", dns.TypeAAAA, "IPv4-mapped"},
 		{"linklocal6.corp.test.", dns.TypeAAAA, "link-local"},
+		{"sixtofour.corp.test.", dns.TypeAAAA, "cloud metadata service through 6to4"},
+		{"sixtofour6.corp.test.", dns.TypeAAAA, "loopback through 6to4"},
+		{"localnat64.corp.test.", dns.TypeAAAA, "loopback through NAT64"},
+		{"teredo.corp.test.", dns.TypeAAAA, "Teredo"},
 	}
 	for _, c := range refused {
 		resp := p.query(t, "udp", "", c.name, c.qtype, true)

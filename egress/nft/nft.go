@@ -118,7 +118,7 @@ var ResolverPorts = []uint16{53, 853}
 
 // DefaultNever are the destinations no session may reach: "this network",
 // loopback, link-local, cloud metadata addresses, multicast, reserved
-// space, their IPv6 counterparts and NAT64 translations
+// space, their IPv6 counterparts and IPv6 encodings (NAT64, 6to4, Teredo)
 // (allowlist.NeverRanges).
 var DefaultNever = allowlist.NeverPrefixes()
 

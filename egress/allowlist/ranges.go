@@ -63,6 +63,26 @@ var encodings = []encoding{
 	{netip.MustParsePrefix("2002::/16"), "6to4"},
 }
 
+// Embedded returns the IPv4 address an IPv6 address carries in one of the
+// encodings above (NAT64, local-use NAT64, 6to4) or as an IPv4-mapped
+// address, and whether it carries one.
+func Embedded(a netip.Addr) (netip.Addr, bool) {
+	if a.Is4In6() {
+		return a.Unmap(), true
+	}
+	if !a.Is6() {
+		return netip.Addr{}, false
+	}
+	b := a.As16()
+	for _, e := range encodings {
+		if e.prefix.Contains(a) {
+			off := e.prefix.Bits() / 8
+			return netip.AddrFrom4([4]byte(b[off : off+4])), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
 // withEncodings appends the IPv6 encodings of every IPv4 range.
 func withEncodings(rs []Range) []Range {
 	out := slices.Clip(rs)

@@ -80,3 +80,26 @@ func TestNeverAndPrivate(t *testing.T) {
 		}
 	}
 }
+
+func TestEmbedded(t *testing.T) {
+	for in, want := range map[string]string{
+		"64:ff9b::a9fe:a9fe":   "169.254.169.254",
+		"64:ff9b:1::7f00:1":    "127.0.0.1",
+		"2002:a00:1::1":        "10.0.0.1",
+		"::ffff:192.0.2.1":     "192.0.2.1",
+		"2001:db8::1":          "",
+		"192.0.2.1":            "",
+		"64:ff9b:1:2:3::a00:1": "",
+	} {
+		got, ok := Embedded(netip.MustParseAddr(in))
+		if want == "" {
+			if ok {
+				t.Errorf("Embedded(%s) = %v, want none", in, got)
+			}
+			continue
+		}
+		if !ok || got != netip.MustParseAddr(want) {
+			t.Errorf("Embedded(%s) = %v, %v; want %s", in, got, ok, want)
+		}
+	}
+}

@@ -95,13 +95,19 @@ func (s *Server) dropReason(sess *SessionPolicy, a netip.Addr, now time.Time) (r
 	if r, ok := allowlist.Never(a); ok {
 		return fmt.Sprintf("%v is %s (%v); no session may reach it", a, r.Reason, r.Prefix), ""
 	}
+	// The daemon's pools and uplink, and the host's addresses, also in
+	// an IPv6 encoding (NAT64, 6to4) that a gateway on the way may
+	// translate back.
 	u := a.Unmap()
+	if e, ok := allowlist.Embedded(a); ok {
+		u = e
+	}
 	for _, r := range ap.never {
 		if r.Prefix.Contains(a) || r.Prefix.Contains(u) {
 			return fmt.Sprintf("%v is in %s (%v); no session may reach it", a, r.Reason, r.Prefix), ""
 		}
 	}
-	if ap.local != nil && ap.local.contains(now, u) {
+	if ap.local != nil && (ap.local.contains(now, a.Unmap()) || ap.local.contains(now, u)) {
 		return fmt.Sprintf("%v is an address of the host; no session may reach it", a), ""
 	}
 	if rule, bad := sess.Allowlist.AddrDenied(a); bad {

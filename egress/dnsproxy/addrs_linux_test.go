@@ -68,6 +68,12 @@ func TestAnswerAddressesThatAreNeverPinned(t *testing.T) {
 		t.Fatal("the host has no IPv4 address besides loopback")
 	}
 	other := ns.Addr().Next().Next() // another session's address in the pool
+	nat64 := func(v4 netip.Addr) string {
+		b := netip.MustParseAddr("64:ff9b::").As16()
+		v := v4.As4()
+		copy(b[12:], v[:])
+		return netip.AddrFrom16(b).String()
+	}
 
 	up := newUpstream(t,
 		"loopback.corp.test. 60 IN A 127.0.0.1",
@@ -89,6 +95,8 @@ func TestAnswerAddressesThatAreNeverPinned(t *testing.T) {
 		"sixtofour6.corp.test. 60 IN AAAA 2002:7f00:1::1",
 		"localnat64.corp.test. 60 IN AAAA 64:ff9b:1::7f00:1",
 		"teredo.corp.test. 60 IN AAAA 2001:0:4136:e378:8000:63bf:80ff:fffe",
+		"pool64.corp.test. 60 IN AAAA "+nat64(other),
+		"host64.corp.test. 60 IN AAAA "+nat64(host),
 		"world.corp.test. 60 IN A 10.214.0.77",
 		"mine.corp.test. 60 IN A 172.20.0.5",
 		"public.corp.test. 60 IN A 192.0.2.10",
@@ -110,6 +118,9 @@ func TestAnswerAddressesThatAreNeverPinned(t *testing.T) {
 			netip.MustParsePrefix("172.20.0.0/16"),
 			netip.MustParsePrefix("10.0.0.0/8"),
 			netip.PrefixFrom(host, 32),
+			// NAT64 forms of the pool and the host stay refused even
+			// where a manifest's range covers them.
+			netip.MustParsePrefix("64:ff9b::/96"),
 		},
 	}
 	var sessions SessionMap
@@ -146,6 +157,8 @@ func TestAnswerAddressesThatAreNeverPinned(t *testing.T) {
 		{"sixtofour6.corp.test.", dns.TypeAAAA, "loopback through 6to4"},
 		{"localnat64.corp.test.", dns.TypeAAAA, "loopback through NAT64"},
 		{"teredo.corp.test.", dns.TypeAAAA, "Teredo"},
+		{"pool64.corp.test.", dns.TypeAAAA, "session pool"},
+		{"host64.corp.test.", dns.TypeAAAA, "address of the host"},
 	}
 	for _, c := range refused {
 		resp := p.query(t, "udp", "", c.name, c.qtype, true)

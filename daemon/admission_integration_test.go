@@ -432,3 +432,69 @@ func TestPoolFillsWithinSessionLimit(t *testing.T) {
 		t.Errorf("sessions and prepared sandboxes: %+v, want %d in all", after, st.sessions+st.pooled+2)
 	}
 }
+
+// TestWarmClaimStaysWithinSessionLimit takes a prepared sandbox from a
+// pool when the session limit is reached: while the sandbox passes from
+// the pool to the sessions it must keep its place under the limit, or the
+// pool's filler (or another create) takes that place and the daemon ends
+// up holding more than the limit.
+func TestWarmClaimStaysWithinSessionLimit(t *testing.T) {
+	testutil.RequiresRoot(t)
+	st := stateOf(t)
+	limit := st.sessions + st.pooled + 2
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte("admission {\n  host_paths = [\"/\"]\n  limits {\n    sessions = "+strconv.Itoa(limit)+"\n  }\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+	p := policy("sleep", "60")
+	p.Label = "claim-limit"
+	p.Pool = &policies.Pool{Size: 1}
+	var ids []string
+	t.Cleanup(func() {
+		for _, id := range ids {
+			if err := h.Daemon.Remove(context.Background(), id, true); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	settled := func() api.Pool {
+		t.Helper()
+		for deadline := time.Now().Add(90 * time.Second); ; {
+			for _, x := range h.Daemon.Pools() {
+				if x.Label == "claim-limit" && !x.Preparing {
+					return x
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pool did not settle: %+v", h.Daemon.Pools())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	s, err := h.Daemon.Create(t.Context(), api.CreateRequest{Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, s.ID)
+	pl := settled()
+	t.Cleanup(func() { _ = h.Daemon.RemovePool(context.Background(), pl.Key) })
+	if pl.Ready != 1 {
+		t.Fatalf("pool holds %d, want 1: %+v", pl.Ready, pl)
+	}
+	// The limit is reached (one session, one prepared sandbox): the
+	// next create takes the prepared sandbox.
+	s, err = h.Daemon.Create(t.Context(), api.CreateRequest{Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, s.ID)
+	if !s.Warm {
+		t.Fatalf("session %s is not warm", s.ID)
+	}
+	settled()
+	if after := stateOf(t); after.sessions+after.pooled > limit {
+		t.Errorf("the daemon holds %d sessions and %d prepared sandboxes, over the limit of %d", after.sessions, after.pooled, limit)
+	}
+}

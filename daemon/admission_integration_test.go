@@ -82,6 +82,13 @@ func TestAdmissionRefusesHostTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The harness's "static-file" exec issuer: a script airlockd runs as
+	// root to mint credentials.
+	issuer, err := filepath.Abs(filepath.Join("..", "examples", "issuers", "static-file.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	mount := func(host string, ro bool) func(*policies.Policy) {
 		return func(p *policies.Policy) {
 			p.Mounts = []policies.Mount{{HostPath: host, Target: "/host", ReadOnly: ro}}
@@ -107,6 +114,8 @@ func TestAdmissionRefusesHostTakeover(t *testing.T) {
 		{"mount /var/run/docker.sock", mount("/var/run/docker.sock", false), `is beneath the protected host path "/var/run"`},
 		{"mount a docker.sock-like socket", mount(dockerSock, false), `is a unix socket`},
 		{"mount /proc/1/root", mount("/proc/1/root", false), `is beneath the protected host path "/proc"`},
+		{"mount an exec issuer writable", mount(issuer, false), `mount "` + issuer + `" refused: "` + issuer + `" is a protected host path (read-only use is admitted)`},
+		{"rw workspace holding an exec issuer", workspace(filepath.Dir(issuer), policies.ModeRW), `contains the protected host path "` + issuer + `"`},
 		{"rw workspace on /etc", workspace("/etc", policies.ModeRW), `workspace "/etc" refused: "/etc" is a protected host path`},
 		{"overlay workspace on /etc", workspace("/etc", policies.ModeOverlay), `"/etc" is a protected host path`},
 		{"workspace through a symlink to /etc", workspace(etcLink, policies.ModeRO), `workspace "` + etcLink + `" refused: "/etc" is a protected host path`},

@@ -18,7 +18,8 @@
 # Refused whatever this file says, as workspaces and mounts: /, /etc,
 # /proc, /sys, /dev, /boot, /run, /var/run, /var/lib/containerd, airlockd's
 # --root (its state and signing keys, and the embedded containerd's root
-# and socket), its --bin-dir and binary, its --socket, the socket of an
+# and socket), its --bin-dir and binary and the absolute paths in its
+# --issuer commands (for writable use), its --socket, the socket of an
 # external --containerd, anything beneath them, and any directory that
 # contains one of them (so /var/lib is refused when --root is
 # /var/lib/airlock). Unix sockets, devices, fifos and files with more than

@@ -507,3 +507,70 @@ func TestWarmClaimStaysWithinSessionLimit(t *testing.T) {
 		t.Errorf("the daemon holds %d sessions and %d prepared sandboxes, over the limit of %d", after.sessions, after.pooled, limit)
 	}
 }
+
+// TestAdmissionCapabilitiesCannotLeaveTheUsers asks, under a policy that
+// admits only uids and gids 1000-1999 but lists CAP_SETUID, CAP_SETGID and
+// CAP_CHOWN, for a session that uses them to act as root on a writable
+// host path: with CAP_SETUID a uid-1000 process becomes uid 0, with
+// CAP_CHOWN it gives its files to root. Each must be refused.
+func TestAdmissionCapabilitiesCannotLeaveTheUsers(t *testing.T) {
+	testutil.RequiresRoot(t)
+	allowed := t.TempDir()
+	if err := os.Chown(allowed, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	// Writable by uid 0 without capabilities too.
+	if err := os.Chmod(allowed, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte(`admission {
+  host_paths   = ["`+allowed+`"]
+  users        = ["1000-1999"]
+  groups       = ["1000-1999"]
+  capabilities = ["CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL"]
+}
+`))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+	cl := api.NewClient(h.Socket)
+	defer cl.Close()
+	for _, tc := range []struct{ cap, name, script string }{
+		{"CAP_SETUID", "setuid", "import os; os.setuid(0); open('/w/setuid', 'w').write('root')"},
+		{"CAP_SETGID", "setgid", "import os; os.setgid(0); open('/w/setgid', 'w').write('root')"},
+		{"CAP_CHOWN", "chown", "import os; open('/w/chown', 'w').write('root'); os.chown('/w/chown', 0, 0)"},
+	} {
+		t.Run(tc.cap, func(t *testing.T) {
+			p := policy("python3", "-c", tc.script)
+			p.User = "1000:1000"
+			p.Capabilities = []string{tc.cap}
+			p.Workspaces = []policies.Workspace{{HostPath: allowed, Target: "/w", Mode: policies.ModeRW, DefaultDenyRead: true}}
+			s, err := cl.CreateSession(t.Context(), api.CreateRequest{Policy: p, Start: true})
+			if err == nil {
+				if _, err := h.Daemon.Wait(t.Context(), s.ID); err != nil {
+					t.Error(err)
+				}
+				_ = h.Daemon.Remove(context.Background(), s.ID, true)
+				var st syscall.Stat_t
+				if err := syscall.Stat(filepath.Join(allowed, tc.name), &st); err == nil {
+					t.Fatalf("admitted, and the session made %s owned by %d:%d on the host", tc.name, st.Uid, st.Gid)
+				}
+				t.Fatalf("admitted %s for a uid-1000 session", tc.cap)
+			}
+			if !api.IsPermissionDenied(err) || !strings.Contains(err.Error(), "capability "+tc.cap+" refused") {
+				t.Errorf("error %v, want a 403 refusing %s", err, tc.cap)
+			}
+		})
+	}
+	// Listed capabilities that leave the uid alone are still admitted.
+	p := policy("true")
+	p.User = "1000:1000"
+	p.Capabilities = []string{"CAP_KILL"}
+	s, err := cl.CreateSession(t.Context(), api.CreateRequest{Policy: p})
+	if err != nil {
+		t.Fatalf("CAP_KILL: %v", err)
+	}
+	_ = h.Daemon.Remove(context.Background(), s.ID, true)
+}

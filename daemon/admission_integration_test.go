@@ -509,10 +509,12 @@ func TestWarmClaimStaysWithinSessionLimit(t *testing.T) {
 }
 
 // TestAdmissionCapabilitiesCannotLeaveTheUsers asks, under a policy that
-// admits only uids and gids 1000-1999 but lists CAP_SETUID, CAP_SETGID and
-// CAP_CHOWN, for a session that uses them to act as root on a writable
-// host path: with CAP_SETUID a uid-1000 process becomes uid 0, with
-// CAP_CHOWN it gives its files to root. Each must be refused.
+// admits only uids and gids 1000-1999 but lists CAP_SETUID, CAP_SETGID,
+// CAP_CHOWN, CAP_FOWNER and CAP_DAC_OVERRIDE, for a session that uses one
+// to act as root on a writable host path: with CAP_SETUID a uid-1000
+// process becomes uid 0, with CAP_CHOWN it gives its files to root, with
+// CAP_FOWNER it makes root's program setuid, with CAP_DAC_OVERRIDE it
+// rewrites root's program. Each must be refused.
 func TestAdmissionCapabilitiesCannotLeaveTheUsers(t *testing.T) {
 	testutil.RequiresRoot(t)
 	allowed := t.TempDir()
@@ -523,11 +525,17 @@ func TestAdmissionCapabilitiesCannotLeaveTheUsers(t *testing.T) {
 	if err := os.Chmod(allowed, 0o777); err != nil {
 		t.Fatal(err)
 	}
+	// Root's files on the writable host path.
+	for _, name := range []string{"fowner", "dac_override"} {
+		if err := os.WriteFile(filepath.Join(allowed, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	a, diags := policies.DecodeAdmission("admission.hcl", []byte(`admission {
   host_paths   = ["`+allowed+`"]
   users        = ["1000-1999"]
   groups       = ["1000-1999"]
-  capabilities = ["CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL"]
+  capabilities = ["CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE", "CAP_KILL"]
 }
 `))
 	if diags.HasErrors() {
@@ -541,6 +549,10 @@ func TestAdmissionCapabilitiesCannotLeaveTheUsers(t *testing.T) {
 		{"CAP_SETUID", "setuid", "import os; os.setuid(0); open('/w/setuid', 'w').write('root')"},
 		{"CAP_SETGID", "setgid", "import os; os.setgid(0); open('/w/setgid', 'w').write('root')"},
 		{"CAP_CHOWN", "chown", "import os; open('/w/chown', 'w').write('root'); os.chown('/w/chown', 0, 0)"},
+		// A setuid-root program on the host while the session runs (the
+		// rw workspace's mode normalisation clears it at the end).
+		{"CAP_FOWNER", "fowner", "import os; os.chmod('/w/fowner', 0o4755)"},
+		{"CAP_DAC_OVERRIDE", "dac_override", "open('/w/dac_override', 'a').write('id\\n')"},
 	} {
 		t.Run(tc.cap, func(t *testing.T) {
 			p := policy("python3", "-c", tc.script)
@@ -554,8 +566,9 @@ func TestAdmissionCapabilitiesCannotLeaveTheUsers(t *testing.T) {
 				}
 				_ = h.Daemon.Remove(context.Background(), s.ID, true)
 				var st syscall.Stat_t
-				if err := syscall.Stat(filepath.Join(allowed, tc.name), &st); err == nil {
-					t.Fatalf("admitted, and the session made %s owned by %d:%d on the host", tc.name, st.Uid, st.Gid)
+				if err := syscall.Stat(filepath.Join(allowed, tc.name), &st); err == nil && (st.Uid == 0 || st.Gid == 0) {
+					b, _ := os.ReadFile(filepath.Join(allowed, tc.name))
+					t.Fatalf("admitted, and %s on the host is %d:%d mode %o: %q", tc.name, st.Uid, st.Gid, st.Mode&0o7777, b)
 				}
 				t.Fatalf("admitted %s for a uid-1000 session", tc.cap)
 			}

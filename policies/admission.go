@@ -464,11 +464,15 @@ func parseUserIDs(s string) (uid, gid uint32, ok bool) {
 
 // idCapabilities are the capabilities through which a session's processes
 // take uids (idUsers) or gids (idGroups) other than its own: setuid(2),
-// setgid(2) and setgroups(2), and chown(2) of its files to any owner.
+// setgid(2) and setgroups(2); chown(2) of its files to any owner; and
+// acting on any owner's files as their owner (chmod, setuid bits) or
+// past their permissions (write root's files).
 var idCapabilities = map[string]int{
-	"CAP_SETUID": idUsers,
-	"CAP_SETGID": idGroups,
-	"CAP_CHOWN":  idUsers | idGroups,
+	"CAP_SETUID":       idUsers,
+	"CAP_SETGID":       idGroups,
+	"CAP_CHOWN":        idUsers | idGroups,
+	"CAP_FOWNER":       idUsers | idGroups,
+	"CAP_DAC_OVERRIDE": idUsers | idGroups,
 }
 
 const (

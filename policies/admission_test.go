@@ -399,8 +399,8 @@ func FuzzDecodeAdmission(f *testing.F) {
 	})
 }
 
-// TestAdmitIDCapabilities: CAP_SETUID, CAP_SETGID and CAP_CHOWN make a
-// session any uid or gid, so a policy that lists them admits them only
+// TestAdmitIDCapabilities: CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_FOWNER
+// and CAP_DAC_OVERRIDE make a session any uid or gid on its host files, so a policy that lists them admits them only
 // when it admits every uid (gid), in one range or several.
 func TestAdmitIDCapabilities(t *testing.T) {
 	all := []IDRange{{0, 99}, {100, 4294967294}}
@@ -415,12 +415,14 @@ func TestAdmitIDCapabilities(t *testing.T) {
 		{[]IDRange{{0, 4294967293}}, all, "CAP_SETUID", "capability CAP_SETUID refused"},
 		{all, all, "CAP_SETUID", ""},
 		{all, all, "CAP_CHOWN", ""},
+		{anyButRoot, anyButRoot, "CAP_DAC_OVERRIDE", "capability CAP_DAC_OVERRIDE refused"},
+		{anyButRoot, anyButRoot, "CAP_FOWNER", "capability CAP_FOWNER refused"},
 		{[]IDRange{{1000, 1999}}, []IDRange{{1000, 1999}}, "CAP_KILL", ""},
 	}
 	for _, tt := range tests {
 		a := DefaultAdmission()
 		a.Users, a.Groups = tt.users, tt.groups
-		a.Capabilities = []string{"CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_KILL"}
+		a.Capabilities = []string{"CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE", "CAP_KILL"}
 		p := &Policy{Label: "t", Image: "i", Command: []string{"true"}, User: "1000:1000", Capabilities: []string{tt.cap}}
 		p.ApplyDefaults()
 		_, err := a.Admit(p, NewProtected())

@@ -587,3 +587,57 @@ func TestAdmissionCapabilitiesCannotLeaveTheUsers(t *testing.T) {
 	}
 	_ = h.Daemon.Remove(context.Background(), s.ID, true)
 }
+
+// shockerScript opens the root directory of /w's filesystem by its file
+// handle (open_by_handle_at, inode 2 of ext4) and reads /etc/shadow from
+// there: a path admission refuses whatever the policy says.
+const shockerScript = `
+import ctypes, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+mfd = os.open('/w', os.O_RDONLY | os.O_DIRECTORY)
+buf = ctypes.create_string_buffer(struct.pack('Ii', 8, 1) + struct.pack('II', 2, 0))
+fd = libc.open_by_handle_at(mfd, buf, os.O_RDONLY | os.O_DIRECTORY)
+if fd < 0:
+    raise OSError(ctypes.get_errno(), 'open_by_handle_at')
+print(open(os.open('etc/shadow', os.O_RDONLY, dir_fd=fd)).read().splitlines()[0])
+`
+
+// TestDACReadSearchReachesNoOtherFile runs, under a policy that admits
+// every uid and gid and CAP_DAC_READ_SEARCH, sessions that call
+// open_by_handle_at through a writable mount of an admitted directory and
+// through the daemon's own bind of the launch directory (every sandbox has
+// it): a file handle names any inode of the filesystem, so /etc/shadow
+// (and the daemon's signing keys) would be read. The call must be refused.
+func TestDACReadSearchReachesNoOtherFile(t *testing.T) {
+	testutil.RequiresRoot(t)
+	allowed := t.TempDir()
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(allowed, &sfs); err != nil || sfs.Type != 0xEF53 {
+		t.Fatalf("%s is not on ext4 (statfs type %x, %v): the attack needs ext4's root inode", allowed, sfs.Type, err)
+	}
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte(`admission {
+  host_paths   = ["`+allowed+`"]
+  users        = ["0-4294967294"]
+  groups       = ["0-4294967294"]
+  capabilities = ["CAP_DAC_READ_SEARCH", "CAP_KILL"]
+}
+`))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+	for _, dir := range []string{"/w", "/run/airlock/init"} {
+		p := policy("python3", "-c", strings.ReplaceAll(shockerScript, "'/w'", "'"+dir+"'"))
+		p.User = "1000:1000"
+		p.Capabilities = []string{"CAP_DAC_READ_SEARCH"}
+		p.Mounts = []policies.Mount{{HostPath: allowed, Target: "/w", DefaultDenyRead: true}}
+		r := runSession(t, p)
+		if strings.HasPrefix(r.stdout, "root:") {
+			t.Errorf("through %s the session read /etc/shadow: %q", dir, r.stdout)
+		}
+		if !strings.Contains(r.stderr, "[Errno 1] open_by_handle_at") {
+			t.Errorf("through %s: stderr %q, want open_by_handle_at refused with EPERM", dir, r.stderr)
+		}
+	}
+}

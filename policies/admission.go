@@ -473,6 +473,8 @@ var idCapabilities = map[string]int{
 	"CAP_CHOWN":        idUsers | idGroups,
 	"CAP_FOWNER":       idUsers | idGroups,
 	"CAP_DAC_OVERRIDE": idUsers | idGroups,
+	// Reads past permissions: any owner's files.
+	"CAP_DAC_READ_SEARCH": idUsers | idGroups,
 }
 
 const (

@@ -510,11 +510,12 @@ func TestWarmClaimStaysWithinSessionLimit(t *testing.T) {
 
 // TestAdmissionCapabilitiesCannotLeaveTheUsers asks, under a policy that
 // admits only uids and gids 1000-1999 but lists CAP_SETUID, CAP_SETGID,
-// CAP_CHOWN, CAP_FOWNER and CAP_DAC_OVERRIDE, for a session that uses one
-// to act as root on a writable host path: with CAP_SETUID a uid-1000
+// CAP_CHOWN, CAP_FOWNER, CAP_DAC_OVERRIDE and CAP_MKNOD, for a session
+// that uses one to act as root on a writable host path: with CAP_SETUID a uid-1000
 // process becomes uid 0, with CAP_CHOWN it gives its files to root, with
 // CAP_FOWNER it makes root's program setuid, with CAP_DAC_OVERRIDE it
-// rewrites root's program. Each must be refused.
+// rewrites root's program, with CAP_MKNOD it makes a block device on the
+// host. Each must be refused.
 func TestAdmissionCapabilitiesCannotLeaveTheUsers(t *testing.T) {
 	testutil.RequiresRoot(t)
 	allowed := t.TempDir()
@@ -535,7 +536,7 @@ func TestAdmissionCapabilitiesCannotLeaveTheUsers(t *testing.T) {
   host_paths   = ["`+allowed+`"]
   users        = ["1000-1999"]
   groups       = ["1000-1999"]
-  capabilities = ["CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE", "CAP_KILL"]
+  capabilities = ["CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE", "CAP_MKNOD", "CAP_KILL"]
 }
 `))
 	if diags.HasErrors() {
@@ -552,6 +553,8 @@ func TestAdmissionCapabilitiesCannotLeaveTheUsers(t *testing.T) {
 		// A setuid-root program on the host while the session runs (the
 		// rw workspace's mode normalisation clears it at the end).
 		{"CAP_FOWNER", "fowner", "import os; os.chmod('/w/fowner', 0o4755)"},
+		// A block device node on the host, open to every host user.
+		{"CAP_MKNOD", "mknod", "import os, stat; os.mknod('/w/mknod', 0o666 | stat.S_IFBLK, os.makedev(7, 0))"},
 		{"CAP_DAC_OVERRIDE", "dac_override", "open('/w/dac_override', 'a').write('id\\n')"},
 	} {
 		t.Run(tc.cap, func(t *testing.T) {
@@ -566,7 +569,7 @@ func TestAdmissionCapabilitiesCannotLeaveTheUsers(t *testing.T) {
 				}
 				_ = h.Daemon.Remove(context.Background(), s.ID, true)
 				var st syscall.Stat_t
-				if err := syscall.Stat(filepath.Join(allowed, tc.name), &st); err == nil && (st.Uid == 0 || st.Gid == 0) {
+				if err := syscall.Stat(filepath.Join(allowed, tc.name), &st); err == nil && (st.Uid == 0 || st.Gid == 0 || st.Mode&syscall.S_IFMT == syscall.S_IFBLK) {
 					b, _ := os.ReadFile(filepath.Join(allowed, tc.name))
 					t.Fatalf("admitted, and %s on the host is %d:%d mode %o: %q", tc.name, st.Uid, st.Gid, st.Mode&0o7777, b)
 				}

@@ -475,6 +475,9 @@ var idCapabilities = map[string]int{
 	"CAP_DAC_OVERRIDE": idUsers | idGroups,
 	// Reads past permissions: any owner's files.
 	"CAP_DAC_READ_SEARCH": idUsers | idGroups,
+	// A device node on a writable host path is, on the host, the device
+	// for whoever may open it (mounts are nodev only in the sandbox).
+	"CAP_MKNOD": idUsers | idGroups,
 }
 
 const (

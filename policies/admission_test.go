@@ -417,13 +417,14 @@ func TestAdmitIDCapabilities(t *testing.T) {
 		{all, all, "CAP_CHOWN", ""},
 		{anyButRoot, anyButRoot, "CAP_DAC_OVERRIDE", "capability CAP_DAC_OVERRIDE refused"},
 		{anyButRoot, anyButRoot, "CAP_FOWNER", "capability CAP_FOWNER refused"},
+		{anyButRoot, anyButRoot, "CAP_MKNOD", "capability CAP_MKNOD refused"},
 		{anyButRoot, anyButRoot, "CAP_DAC_READ_SEARCH", "capability CAP_DAC_READ_SEARCH refused: it lets the session take any uid"},
 		{[]IDRange{{1000, 1999}}, []IDRange{{1000, 1999}}, "CAP_KILL", ""},
 	}
 	for _, tt := range tests {
 		a := DefaultAdmission()
 		a.Users, a.Groups = tt.users, tt.groups
-		a.Capabilities = []string{"CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_KILL"}
+		a.Capabilities = []string{"CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_MKNOD", "CAP_KILL"}
 		p := &Policy{Label: "t", Image: "i", Command: []string{"true"}, User: "1000:1000", Capabilities: []string{tt.cap}}
 		p.ApplyDefaults()
 		_, err := a.Admit(p, NewProtected())

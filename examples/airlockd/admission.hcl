@@ -54,9 +54,9 @@ admission {
   # Capabilities a manifest may grant. Default: CAP_KILL,
   # CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT. Names as in a manifest
   # ("NET_BIND_SERVICE" means CAP_NET_BIND_SERVICE). CAP_SETUID, CAP_SETGID,
-  # CAP_CHOWN, CAP_FOWNER, CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH let a
-  # session act as any uid or gid on the host files it is given: they are
-  # refused unless users and groups admit every id.
+  # CAP_CHOWN, CAP_FOWNER, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and
+  # CAP_MKNOD let a session act as any uid or gid on the host files it is
+  # given: they are refused unless users and groups admit every id.
   capabilities = ["CAP_NET_BIND_SERVICE", "CAP_KILL"]
 
   # Upper bounds. A session that asks for more is refused; one that leaves

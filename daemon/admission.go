@@ -14,7 +14,8 @@ import (
 // protects whatever the policy says: its root (state, keys, containerd's
 // root and socket when embedded), the API socket and an external
 // containerd's socket; and, from writes only, its bin dir and binary
-// (runc and airlock-init run from there as root).
+// (runc and airlock-init run from there as root) and the programs and
+// files its exec issuers name (it runs them as root).
 func (d *Daemon) openAdmission() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -33,6 +34,9 @@ func (d *Daemon) openAdmission() {
 func (d *Daemon) newProtectedLocked() *policies.Protected {
 	pr := policies.NewProtected(d.protectedPaths...)
 	pr.ProtectWrites(d.cfg.BinDir, d.cfg.SelfBinary)
+	for _, argv := range d.cfg.Issuers {
+		pr.ProtectWrites(argv...) // relative arguments are skipped
+	}
 	return pr
 }
 

@@ -82,6 +82,13 @@ func TestAdmissionRefusesHostTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The harness's "static-file" exec issuer: a script airlockd runs as
+	// root to mint credentials.
+	issuer, err := filepath.Abs(filepath.Join("..", "examples", "issuers", "static-file.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	mount := func(host string, ro bool) func(*policies.Policy) {
 		return func(p *policies.Policy) {
 			p.Mounts = []policies.Mount{{HostPath: host, Target: "/host", ReadOnly: ro}}
@@ -107,6 +114,8 @@ func TestAdmissionRefusesHostTakeover(t *testing.T) {
 		{"mount /var/run/docker.sock", mount("/var/run/docker.sock", false), `is beneath the protected host path "/var/run"`},
 		{"mount a docker.sock-like socket", mount(dockerSock, false), `is a unix socket`},
 		{"mount /proc/1/root", mount("/proc/1/root", false), `is beneath the protected host path "/proc"`},
+		{"mount an exec issuer writable", mount(issuer, false), `mount "` + issuer + `" refused: "` + issuer + `" is a protected host path (read-only use is admitted)`},
+		{"rw workspace holding an exec issuer", workspace(filepath.Dir(issuer), policies.ModeRW), `contains the protected host path "` + issuer + `"`},
 		{"rw workspace on /etc", workspace("/etc", policies.ModeRW), `workspace "/etc" refused: "/etc" is a protected host path`},
 		{"overlay workspace on /etc", workspace("/etc", policies.ModeOverlay), `"/etc" is a protected host path`},
 		{"workspace through a symlink to /etc", workspace(etcLink, policies.ModeRO), `workspace "` + etcLink + `" refused: "/etc" is a protected host path`},
@@ -430,5 +439,208 @@ func TestPoolFillsWithinSessionLimit(t *testing.T) {
 	}
 	if after := stateOf(t); after.sessions+after.pooled != st.sessions+st.pooled+2 {
 		t.Errorf("sessions and prepared sandboxes: %+v, want %d in all", after, st.sessions+st.pooled+2)
+	}
+}
+
+// TestWarmClaimStaysWithinSessionLimit takes a prepared sandbox from a
+// pool when the session limit is reached: while the sandbox passes from
+// the pool to the sessions it must keep its place under the limit, or the
+// pool's filler (or another create) takes that place and the daemon ends
+// up holding more than the limit.
+func TestWarmClaimStaysWithinSessionLimit(t *testing.T) {
+	testutil.RequiresRoot(t)
+	st := stateOf(t)
+	limit := st.sessions + st.pooled + 2
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte("admission {\n  host_paths = [\"/\"]\n  limits {\n    sessions = "+strconv.Itoa(limit)+"\n  }\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+	p := policy("sleep", "60")
+	p.Label = "claim-limit"
+	p.Pool = &policies.Pool{Size: 1}
+	var ids []string
+	t.Cleanup(func() {
+		for _, id := range ids {
+			if err := h.Daemon.Remove(context.Background(), id, true); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	settled := func() api.Pool {
+		t.Helper()
+		for deadline := time.Now().Add(90 * time.Second); ; {
+			for _, x := range h.Daemon.Pools() {
+				if x.Label == "claim-limit" && !x.Preparing {
+					return x
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pool did not settle: %+v", h.Daemon.Pools())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	s, err := h.Daemon.Create(t.Context(), api.CreateRequest{Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, s.ID)
+	pl := settled()
+	t.Cleanup(func() { _ = h.Daemon.RemovePool(context.Background(), pl.Key) })
+	if pl.Ready != 1 {
+		t.Fatalf("pool holds %d, want 1: %+v", pl.Ready, pl)
+	}
+	// The limit is reached (one session, one prepared sandbox): the
+	// next create takes the prepared sandbox.
+	s, err = h.Daemon.Create(t.Context(), api.CreateRequest{Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, s.ID)
+	if !s.Warm {
+		t.Fatalf("session %s is not warm", s.ID)
+	}
+	settled()
+	if after := stateOf(t); after.sessions+after.pooled > limit {
+		t.Errorf("the daemon holds %d sessions and %d prepared sandboxes, over the limit of %d", after.sessions, after.pooled, limit)
+	}
+}
+
+// TestAdmissionCapabilitiesCannotLeaveTheUsers asks, under a policy that
+// admits only uids and gids 1000-1999 but lists CAP_SETUID, CAP_SETGID,
+// CAP_CHOWN, CAP_FOWNER, CAP_DAC_OVERRIDE and CAP_MKNOD, for a session
+// that uses one to act as root on a writable host path: with CAP_SETUID a uid-1000
+// process becomes uid 0, with CAP_CHOWN it gives its files to root, with
+// CAP_FOWNER it makes root's program setuid, with CAP_DAC_OVERRIDE it
+// rewrites root's program, with CAP_MKNOD it makes a block device on the
+// host. Each must be refused.
+func TestAdmissionCapabilitiesCannotLeaveTheUsers(t *testing.T) {
+	testutil.RequiresRoot(t)
+	allowed := t.TempDir()
+	if err := os.Chown(allowed, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	// Writable by uid 0 without capabilities too.
+	if err := os.Chmod(allowed, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	// Root's files on the writable host path.
+	for _, name := range []string{"fowner", "dac_override"} {
+		if err := os.WriteFile(filepath.Join(allowed, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte(`admission {
+  host_paths   = ["`+allowed+`"]
+  users        = ["1000-1999"]
+  groups       = ["1000-1999"]
+  capabilities = ["CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE", "CAP_MKNOD", "CAP_KILL"]
+}
+`))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+	cl := api.NewClient(h.Socket)
+	defer cl.Close()
+	for _, tc := range []struct{ cap, name, script string }{
+		{"CAP_SETUID", "setuid", "import os; os.setuid(0); open('/w/setuid', 'w').write('root')"},
+		{"CAP_SETGID", "setgid", "import os; os.setgid(0); open('/w/setgid', 'w').write('root')"},
+		{"CAP_CHOWN", "chown", "import os; open('/w/chown', 'w').write('root'); os.chown('/w/chown', 0, 0)"},
+		// A setuid-root program on the host while the session runs (the
+		// rw workspace's mode normalisation clears it at the end).
+		{"CAP_FOWNER", "fowner", "import os; os.chmod('/w/fowner', 0o4755)"},
+		// A block device node on the host, open to every host user.
+		{"CAP_MKNOD", "mknod", "import os, stat; os.mknod('/w/mknod', 0o666 | stat.S_IFBLK, os.makedev(7, 0))"},
+		{"CAP_DAC_OVERRIDE", "dac_override", "open('/w/dac_override', 'a').write('id\\n')"},
+	} {
+		t.Run(tc.cap, func(t *testing.T) {
+			p := policy("python3", "-c", tc.script)
+			p.User = "1000:1000"
+			p.Capabilities = []string{tc.cap}
+			p.Workspaces = []policies.Workspace{{HostPath: allowed, Target: "/w", Mode: policies.ModeRW, DefaultDenyRead: true}}
+			s, err := cl.CreateSession(t.Context(), api.CreateRequest{Policy: p, Start: true})
+			if err == nil {
+				if _, err := h.Daemon.Wait(t.Context(), s.ID); err != nil {
+					t.Error(err)
+				}
+				_ = h.Daemon.Remove(context.Background(), s.ID, true)
+				var st syscall.Stat_t
+				if err := syscall.Stat(filepath.Join(allowed, tc.name), &st); err == nil && (st.Uid == 0 || st.Gid == 0 || st.Mode&syscall.S_IFMT == syscall.S_IFBLK) {
+					b, _ := os.ReadFile(filepath.Join(allowed, tc.name))
+					t.Fatalf("admitted, and %s on the host is %d:%d mode %o: %q", tc.name, st.Uid, st.Gid, st.Mode&0o7777, b)
+				}
+				t.Fatalf("admitted %s for a uid-1000 session", tc.cap)
+			}
+			if !api.IsPermissionDenied(err) || !strings.Contains(err.Error(), "capability "+tc.cap+" refused") {
+				t.Errorf("error %v, want a 403 refusing %s", err, tc.cap)
+			}
+		})
+	}
+	// Listed capabilities that leave the uid alone are still admitted.
+	p := policy("true")
+	p.User = "1000:1000"
+	p.Capabilities = []string{"CAP_KILL"}
+	s, err := cl.CreateSession(t.Context(), api.CreateRequest{Policy: p})
+	if err != nil {
+		t.Fatalf("CAP_KILL: %v", err)
+	}
+	_ = h.Daemon.Remove(context.Background(), s.ID, true)
+}
+
+// shockerScript opens the root directory of /w's filesystem by its file
+// handle (open_by_handle_at, inode 2 of ext4) and reads /etc/shadow from
+// there: a path admission refuses whatever the policy says.
+const shockerScript = `
+import ctypes, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+mfd = os.open('/w', os.O_RDONLY | os.O_DIRECTORY)
+buf = ctypes.create_string_buffer(struct.pack('Ii', 8, 1) + struct.pack('II', 2, 0))
+fd = libc.open_by_handle_at(mfd, buf, os.O_RDONLY | os.O_DIRECTORY)
+if fd < 0:
+    raise OSError(ctypes.get_errno(), 'open_by_handle_at')
+print(open(os.open('etc/shadow', os.O_RDONLY, dir_fd=fd)).read().splitlines()[0])
+`
+
+// TestDACReadSearchReachesNoOtherFile runs, under a policy that admits
+// every uid and gid and CAP_DAC_READ_SEARCH, sessions that call
+// open_by_handle_at through a writable mount of an admitted directory and
+// through the daemon's own bind of the launch directory (every sandbox has
+// it): a file handle names any inode of the filesystem, so /etc/shadow
+// (and the daemon's signing keys) would be read. The call must be refused.
+func TestDACReadSearchReachesNoOtherFile(t *testing.T) {
+	testutil.RequiresRoot(t)
+	allowed := t.TempDir()
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(allowed, &sfs); err != nil || sfs.Type != 0xEF53 {
+		t.Fatalf("%s is not on ext4 (statfs type %x, %v): the attack needs ext4's root inode", allowed, sfs.Type, err)
+	}
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte(`admission {
+  host_paths   = ["`+allowed+`"]
+  users        = ["0-4294967294"]
+  groups       = ["0-4294967294"]
+  capabilities = ["CAP_DAC_READ_SEARCH", "CAP_KILL"]
+}
+`))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+	for _, dir := range []string{"/w", "/run/airlock/init"} {
+		p := policy("python3", "-c", strings.ReplaceAll(shockerScript, "'/w'", "'"+dir+"'"))
+		p.User = "1000:1000"
+		p.Capabilities = []string{"CAP_DAC_READ_SEARCH"}
+		p.Mounts = []policies.Mount{{HostPath: allowed, Target: "/w", DefaultDenyRead: true}}
+		r := runSession(t, p)
+		if strings.HasPrefix(r.stdout, "root:") {
+			t.Errorf("through %s the session read /etc/shadow: %q", dir, r.stdout)
+		}
+		if !strings.Contains(r.stderr, "[Errno 1] open_by_handle_at") {
+			t.Errorf("through %s: stderr %q, want open_by_handle_at refused with EPERM", dir, r.stderr)
+		}
 	}
 }

@@ -92,6 +92,11 @@ func (d *Daemon) takePooled(key string) *session {
 	s := pl.ready[0]
 	pl.ready = pl.ready[1:]
 	s.inPool = false
+	// It keeps its place under the session limit until claim counts it
+	// as a session (or abandons it): the filler started below must not
+	// take that place.
+	s.reserved = true
+	d.reserved++
 	pl.hits++
 	return s
 }

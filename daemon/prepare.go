@@ -257,6 +257,7 @@ func (d *Daemon) abandon(ctx context.Context, s *session) {
 	}
 	d.mu.Lock()
 	delete(d.sessions, s.rec.ID)
+	d.unreserveLocked(s)
 	d.mu.Unlock()
 	if err := d.teardown(dctx, s.rec.ID); err != nil {
 		log.G(ctx).Error("rollback of failed create left objects behind", "error", err)

@@ -254,8 +254,17 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 		}
 	}
 	for _, c := range p.Capabilities {
-		if !slices.Contains(a.Capabilities, NormalizeCapability(c)) {
+		canon := NormalizeCapability(c)
+		if !slices.Contains(a.Capabilities, canon) {
 			refuse("capability %s refused: it is not among the admitted capabilities (%s)", c, listOrNone(a.Capabilities))
+			continue
+		}
+		// Without a user namespace these make the session any uid or gid
+		// on the host files it is given, whatever Users and Groups say.
+		if idCapabilities[canon]&idUsers != 0 && !allIDs(a.Users) {
+			refuse("capability %s refused: it lets the session take any uid, and only %s are admitted", c, rangesString(a.Users))
+		} else if idCapabilities[canon]&idGroups != 0 && !allIDs(a.Groups) {
+			refuse("capability %s refused: it lets the session take any gid, and only %s are admitted", c, rangesString(a.Groups))
 		}
 	}
 	l := a.Limits
@@ -451,6 +460,47 @@ func parseUserIDs(s string) (uid, gid uint32, ok bool) {
 		}
 	}
 	return uid, gid, true
+}
+
+// idCapabilities are the capabilities through which a session's processes
+// take uids (idUsers) or gids (idGroups) other than its own: setuid(2),
+// setgid(2) and setgroups(2); chown(2) of its files to any owner; and
+// acting on any owner's files as their owner (chmod, setuid bits) or
+// past their permissions (write root's files).
+var idCapabilities = map[string]int{
+	"CAP_SETUID":       idUsers,
+	"CAP_SETGID":       idGroups,
+	"CAP_CHOWN":        idUsers | idGroups,
+	"CAP_FOWNER":       idUsers | idGroups,
+	"CAP_DAC_OVERRIDE": idUsers | idGroups,
+	// Reads past permissions: any owner's files.
+	"CAP_DAC_READ_SEARCH": idUsers | idGroups,
+	// A device node on a writable host path is, on the host, the device
+	// for whoever may open it (mounts are nodev only in the sandbox).
+	"CAP_MKNOD": idUsers | idGroups,
+}
+
+const (
+	idUsers = 1 << iota
+	idGroups
+)
+
+// allIDs reports whether rs admits every id, 0 to 4294967294.
+func allIDs(rs []IDRange) bool {
+	next := uint64(0)
+	for next < math.MaxUint32 {
+		advanced := false
+		for _, r := range rs {
+			if uint64(r.First) <= next && uint64(r.Last) >= next {
+				next = uint64(r.Last) + 1
+				advanced = true
+			}
+		}
+		if !advanced {
+			return false
+		}
+	}
+	return true
 }
 
 func idAllowed(rs []IDRange, id uint32) bool {

@@ -398,3 +398,41 @@ func FuzzDecodeAdmission(f *testing.F) {
 		}
 	})
 }
+
+// TestAdmitIDCapabilities: CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_FOWNER
+// and CAP_DAC_OVERRIDE make a session any uid or gid on its host files, so a policy that lists them admits them only
+// when it admits every uid (gid), in one range or several.
+func TestAdmitIDCapabilities(t *testing.T) {
+	all := []IDRange{{0, 99}, {100, 4294967294}}
+	tests := []struct {
+		users, groups []IDRange
+		cap, want     string
+	}{
+		{[]IDRange{{1000, 1999}}, all, "CAP_SETUID", "capability CAP_SETUID refused: it lets the session take any uid, and only 1000-1999 are admitted"},
+		{all, []IDRange{{1000, 1999}}, "CAP_SETGID", "capability CAP_SETGID refused: it lets the session take any gid"},
+		{all, []IDRange{{1000, 1999}}, "CAP_CHOWN", "capability CAP_CHOWN refused: it lets the session take any gid"},
+		{anyButRoot, all, "CAP_CHOWN", "capability CAP_CHOWN refused: it lets the session take any uid"},
+		{[]IDRange{{0, 4294967293}}, all, "CAP_SETUID", "capability CAP_SETUID refused"},
+		{all, all, "CAP_SETUID", ""},
+		{all, all, "CAP_CHOWN", ""},
+		{anyButRoot, anyButRoot, "CAP_DAC_OVERRIDE", "capability CAP_DAC_OVERRIDE refused"},
+		{anyButRoot, anyButRoot, "CAP_FOWNER", "capability CAP_FOWNER refused"},
+		{anyButRoot, anyButRoot, "CAP_MKNOD", "capability CAP_MKNOD refused"},
+		{anyButRoot, anyButRoot, "CAP_DAC_READ_SEARCH", "capability CAP_DAC_READ_SEARCH refused: it lets the session take any uid"},
+		{[]IDRange{{1000, 1999}}, []IDRange{{1000, 1999}}, "CAP_KILL", ""},
+	}
+	for _, tt := range tests {
+		a := DefaultAdmission()
+		a.Users, a.Groups = tt.users, tt.groups
+		a.Capabilities = []string{"CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_MKNOD", "CAP_KILL"}
+		p := &Policy{Label: "t", Image: "i", Command: []string{"true"}, User: "1000:1000", Capabilities: []string{tt.cap}}
+		p.ApplyDefaults()
+		_, err := a.Admit(p, NewProtected())
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s with users %v groups %v: %v", tt.cap, tt.users, tt.groups, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s with users %v groups %v: %v, want %q", tt.cap, tt.users, tt.groups, err, tt.want)
+		}
+	}
+}

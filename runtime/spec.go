@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -121,11 +122,38 @@ func SeccompOpt() oci.SpecOpts {
 		if err := seccomp.WithDefaultProfile()(ctx, c, ctr, s); err != nil {
 			return err
 		}
-		if arch, ok := nativeArch[goruntime.GOARCH]; ok && s.Linux != nil && s.Linux.Seccomp != nil {
+		if s.Linux == nil || s.Linux.Seccomp == nil {
+			return nil
+		}
+		if arch, ok := nativeArch[goruntime.GOARCH]; ok {
 			s.Linux.Seccomp.Architectures = []specs.Arch{arch}
 		}
+		s.Linux.Seccomp.Syscalls = withoutSyscalls(s.Linux.Seccomp.Syscalls, refusedSyscalls)
 		return nil
 	}
+}
+
+// refusedSyscalls are refused (the profile's default action) whatever
+// capabilities the session holds. The default profile admits
+// open_by_handle_at with CAP_DAC_READ_SEARCH: a file handle names any
+// inode of a filesystem, so through any bind from the host (the launch
+// directory every sandbox has, a workspace) a session would open any
+// host file, /etc/shadow and the daemon's keys included.
+var refusedSyscalls = []string{"open_by_handle_at"}
+
+// withoutSyscalls removes names from every rule; a rule left with no
+// names is dropped.
+func withoutSyscalls(rules []specs.LinuxSyscall, names []string) []specs.LinuxSyscall {
+	out := rules[:0]
+	for _, r := range rules {
+		n := len(r.Names)
+		r.Names = slices.DeleteFunc(slices.Clone(r.Names), func(s string) bool { return slices.Contains(names, s) })
+		if len(r.Names) == 0 && n > 0 {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // nativeArch is the seccomp architecture of each GOARCH. containerd's

@@ -18,7 +18,8 @@
 # Refused whatever this file says, as workspaces and mounts: /, /etc,
 # /proc, /sys, /dev, /boot, /run, /var/run, /var/lib/containerd, airlockd's
 # --root (its state and signing keys, and the embedded containerd's root
-# and socket), its --bin-dir and binary, its --socket, the socket of an
+# and socket), its --bin-dir and binary and the absolute paths in its
+# --issuer commands (for writable use), its --socket, the socket of an
 # external --containerd, anything beneath them, and any directory that
 # contains one of them (so /var/lib is refused when --root is
 # /var/lib/airlock). Unix sockets, devices, fifos and files with more than
@@ -52,7 +53,10 @@ admission {
 
   # Capabilities a manifest may grant. Default: CAP_KILL,
   # CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT. Names as in a manifest
-  # ("NET_BIND_SERVICE" means CAP_NET_BIND_SERVICE).
+  # ("NET_BIND_SERVICE" means CAP_NET_BIND_SERVICE). CAP_SETUID, CAP_SETGID,
+  # CAP_CHOWN, CAP_FOWNER, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and
+  # CAP_MKNOD let a session act as any uid or gid on the host files it is
+  # given: they are refused unless users and groups admit every id.
   capabilities = ["CAP_NET_BIND_SERVICE", "CAP_KILL"]
 
   # Upper bounds. A session that asks for more is refused; one that leaves

@@ -326,14 +326,20 @@ func (e *ruleEnv) gitCodePaths() (*gitCode, error) {
 	}
 	type cfg struct{ file, gd string }
 	var queue []cfg
-	worktreeOf := func(gd string) string {
+	// hookWT is the worktree each hook directory's hooks run in.
+	hookWT := map[string]string{}
+	addHookDir := func(d, wt string) {
+		gc.hookDirs = append(gc.hookDirs, d)
+		hookWT[d] = wt
+	}
+	worktreeOfGitDir := func(gd string) string {
 		if path.Base(gd) == ".git" {
 			return parentRel(gd)
 		}
 		return gd
 	}
 	for _, gd := range gitDirs(e.base) {
-		gc.hookDirs = append(gc.hookDirs, joinRel(gd, "hooks"))
+		addHookDir(joinRel(gd, "hooks"), worktreeOfGitDir(gd))
 		queue = append(queue, cfg{joinRel(gd, "config"), gd}, cfg{joinRel(gd, "config.worktree"), gd})
 	}
 	seen := map[string]bool{}
@@ -348,7 +354,7 @@ func (e *ruleEnv) gitCodePaths() (*gitCode, error) {
 		if err != nil {
 			return nil, err
 		}
-		wt := worktreeOf(c.gd)
+		wt := worktreeOfGitDir(c.gd)
 		for _, it := range parseGitConfig(data) {
 			if !it.hasVar {
 				continue
@@ -359,9 +365,9 @@ func (e *ruleEnv) gitCodePaths() (*gitCode, error) {
 				// Relative to the worktree (the directory above .git, or a
 				// bare repository itself).
 				if d, ok := inWorkspace(wt, v.Value); ok {
-					gc.hookDirs = append(gc.hookDirs, d)
+					addHookDir(d, wt)
 					if path.Base(d) == "_" {
-						gc.hookDirs = append(gc.hookDirs, parentRel(d))
+						addHookDir(parentRel(d), wt)
 					}
 				}
 			case v.Key == "path" && (v.Section == "include" && v.Subsection == "" || v.Section == "includeif"):
@@ -384,12 +390,7 @@ func (e *ruleEnv) gitCodePaths() (*gitCode, error) {
 			if parentRel(en.Path) != hd {
 				continue
 			}
-			wt := ""
-			if gd, ok := e.gitDirOf(en.Path); ok && within(en.Path, joinRel(gd, "hooks")) {
-				wt = worktreeOf(gd)
-			} else if gd, ok := e.gitDirOf(joinRel(hd, "x")); ok {
-				wt = worktreeOf(gd)
-			}
+			wt := hookWT[hd]
 			for _, f := range hookFrameworkConfigs {
 				gc.runs[joinRel(wt, f)] = "the installed hook " + en.Path
 			}

@@ -376,16 +376,9 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 	if err != nil {
 		return ws, fmt.Errorf("scan: %w", err)
 	}
-	ws.Masks = planMasks(entries, deny)
-	copies, err := s.sanitizedGitConfigs("ws"+strconv.Itoa(i), t, entries, ws.Masks)
-	if err != nil {
+	if ws.Masks, err = s.treeMasks("ws"+strconv.Itoa(i), t, entries, deny, ws.Mode == policies.ModeRW); err != nil {
 		return ws, err
 	}
-	ws.Masks = append(ws.Masks, copies...)
-	if ws.Mode == policies.ModeRW {
-		ws.Masks = append(ws.Masks, mountPointMasks(entries, ws.Masks)...)
-	}
-	slices.SortFunc(ws.Masks, func(a, b mask) int { return strings.Compare(a.Path, b.Path) })
 	if ws.Mode == policies.ModeOverlay {
 		if err := writeBaseline(s.baselineFile(i), entries); err != nil {
 			return ws, err
@@ -521,16 +514,9 @@ func (s *Session) setupMount(ctx context.Context, i int, m policies.Mount) (moun
 	}); err != nil {
 		return ms, fmt.Errorf("scan: %w", err)
 	}
-	ms.Masks = planMasks(entries, deny)
-	copies, err := s.sanitizedGitConfigs("m"+strconv.Itoa(i), t, entries, ms.Masks)
-	if err != nil {
+	if ms.Masks, err = s.treeMasks("m"+strconv.Itoa(i), t, entries, deny, !m.ReadOnly); err != nil {
 		return ms, err
 	}
-	ms.Masks = append(ms.Masks, copies...)
-	if !m.ReadOnly {
-		ms.Masks = append(ms.Masks, mountPointMasks(entries, ms.Masks)...)
-	}
-	slices.SortFunc(ms.Masks, func(a, b mask) int { return strings.Compare(a.Path, b.Path) })
 	if !m.ReadOnly {
 		return ms, bindFD(t.fd, target, attrs, nil)
 	}
@@ -540,6 +526,24 @@ func (s *Session) setupMount(ctx context.Context, i int, m policies.Mount) (moun
 	}
 	defer unix.Close(view)
 	return ms, attachDetached(view, target, attrs, nil)
+}
+
+// treeMasks plans the masks of a scanned workspace or mount: deny_read
+// matches, credential-free copies of git configs and, for a tree the
+// sandbox sees live (not through a frozen view), the directories under
+// mount points; sorted by path.
+func (s *Session) treeMasks(key string, t *tree, entries []entry, deny *glob.Set, live bool) ([]mask, error) {
+	masks := planMasks(entries, deny)
+	copies, err := s.sanitizedGitConfigs(key, t, entries, masks)
+	if err != nil {
+		return nil, err
+	}
+	masks = append(masks, copies...)
+	if live {
+		masks = append(masks, mountPointMasks(entries, masks)...)
+	}
+	slices.SortFunc(masks, func(a, b mask) int { return strings.Compare(a.Path, b.Path) })
+	return masks, nil
 }
 
 // bindFD binds the directory open as fd (O_PATH) on target.

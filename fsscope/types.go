@@ -1,6 +1,10 @@
 package fsscope
 
-import "time"
+import (
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policies"
+)
 
 // Kind says what happened to a path.
 type Kind string
@@ -177,4 +181,4 @@ const (
 
 // DefaultDisk is the upper-directory quota of a session whose manifest sets
 // no resources.disk.
-const DefaultDisk = 4 << 30
+const DefaultDisk = policies.DefaultDisk

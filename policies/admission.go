@@ -82,7 +82,7 @@ func (r IDRange) contains(id uint32) bool { return id >= r.First && id <= r.Last
 const DefaultAdmissionSource = "the built-in admission policy"
 
 // DefaultDisk is the quota of a session's overlay upper directories when
-// the manifest sets no resources.disk (fsscope.DefaultDisk).
+// the manifest sets no resources.disk (fsscope uses it as its default).
 const DefaultDisk = 4 << 30
 
 // The built-in admission policy's bounds.

@@ -31,6 +31,13 @@ const (
 	// notices. Once the cap is reached they still fit in a reserve kept
 	// for them.
 	auditControl
+	// auditOutcome events are what the daemon did to the host for the
+	// session (commit decisions, modes normalised): records the sandbox
+	// does not pace, written after everything it could flood the log
+	// with. They fit in a reserve of their own, below the control one, so
+	// that a sandbox cannot crowd them out with decisions or refused
+	// reads.
+	auditOutcome
 )
 
 // Aggregation window and its bound on distinct pending events.
@@ -51,9 +58,9 @@ const (
 // at the end of the file, part of a line still being written.
 //
 // With a limit, the file never grows beyond it: once ordinary events no
-// longer fit below limit minus the control reserve, the log writes one
-// "audit truncated" event and from then on counts what it drops; Flush and
-// Close write the count ("audit dropped").
+// longer fit below limit minus the control and outcome reserves, the log
+// writes one "audit truncated" event and from then on counts what it
+// drops; Flush and Close write the count ("audit dropped").
 type auditLog struct {
 	path   string
 	limit  int64 // bytes; 0: no cap
@@ -98,7 +105,8 @@ type auditAgg struct {
 	first, last time.Time
 }
 
-// auditReserve is the part of a capped log kept for control events.
+// auditReserve is the part of a capped log kept for control events, and
+// as much again for outcome events.
 func auditReserve(limit int64) int64 { return min(64<<10, limit/4) }
 
 // newAuditLog returns the audit log of the session directory dir, capped
@@ -155,6 +163,10 @@ func (a *auditLog) EmitDecision(ctx context.Context, ev api.AuditEvent) {
 // EmitControl records ev, a lifecycle event, from the reserve if the cap
 // is reached.
 func (a *auditLog) EmitControl(ctx context.Context, ev api.AuditEvent) { a.emit(ctx, ev, auditControl) }
+
+// EmitOutcome records ev, what the daemon did to the host for the
+// session, from the outcome reserve if the cap is reached.
+func (a *auditLog) EmitOutcome(ctx context.Context, ev api.AuditEvent) { a.emit(ctx, ev, auditOutcome) }
 
 func (a *auditLog) emit(ctx context.Context, ev api.AuditEvent, class auditClass) {
 	if ev.Time.IsZero() {
@@ -289,8 +301,12 @@ func (a *auditLog) queueLocked(ctx context.Context, b []byte, layer string, clas
 	n := int64(len(b))
 	if a.limit > 0 {
 		room := a.limit - a.size
-		if class != auditControl {
+		switch class {
+		case auditControl:
+		case auditOutcome:
 			room -= auditReserve(a.limit)
+		default:
+			room -= 2 * auditReserve(a.limit)
 		}
 		if n > room {
 			if class != auditControl && !a.truncated {

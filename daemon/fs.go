@@ -84,7 +84,7 @@ func (s *session) fsAudit(ctx context.Context) func(fsscope.Event) {
 		if ev.Rule != "" {
 			f["rule"] = ev.Rule
 		}
-		s.audit.Emit(ctx, api.AuditEvent{Time: ev.Time, Session: s.rec.ID, Layer: "fs", Action: action,
+		s.audit.EmitOutcome(ctx, api.AuditEvent{Time: ev.Time, Session: s.rec.ID, Layer: "fs", Action: action,
 			Subject: ev.Path, Reason: ev.Reason, Fields: f})
 	}
 }

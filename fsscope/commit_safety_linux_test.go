@@ -635,3 +635,43 @@ func TestCommitSymlinkRedirectsHostLink(t *testing.T) {
 		t.Errorf("keep = %q", got)
 	}
 }
+
+// TestRWWorkspaceNormalisesPastDeepTree: a session cannot keep a setuid
+// file in an rw workspace by leaving, ahead of it in the walk, a directory
+// nested deeper than a path can name (mkdirat from the directory it just
+// made needs no long path). The walk used to stop there with
+// ENAMETOOLONG, leaving the file setuid on the host and failing Exit.
+func TestRWWorkspaceNormalisesPastDeepTree(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{})
+	w := overlayWS(host)
+	w.Mode, w.OnExit = policies.ModeRW, ""
+	s := setup(t, policyWith(w), sandboxer)
+	mustProbe(t, s, sandboxer,
+		probeAction{Op: "write", Path: "/workspace/z", Arg: "#!/bin/sh\n"},
+		probeAction{Op: "chmod", Path: "/workspace/z", Arg: "4777"},
+	)
+	// What the sandbox does with mkdirat/openat one level at a time; the
+	// rw workspace is the host directory, so do it there.
+	fd, err := unix.Open(host, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3000 {
+		if err := unix.Mkdirat(fd, "a", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		nfd, err := unix.Openat(fd, "a", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = nfd
+	}
+	unix.Close(fd)
+	if _, _, err := s.Exit(t.Context(), nil); err != nil {
+		t.Errorf("Exit: %v", err)
+	}
+	if got := lstat(t, filepath.Join(host, "z")).Mode & 0o7777; got != 0o775 {
+		t.Errorf("z: mode %o, want 775 (the sandbox kept a setuid file on the host)", got)
+	}
+}

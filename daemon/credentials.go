@@ -138,7 +138,12 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	if _, err := os.Stat(dir); err != nil {
 		return
 	}
-	a := newAuditLog(dir, 0)
+	// An ended session's log keeps the cap its manifest set.
+	var limit int64
+	if rec, err := readRecord(dir); err == nil {
+		limit = rec.Policy.Resources.AuditSize
+	}
+	a := newAuditLog(dir, limit)
 	a.Emit(ctx, ev)
 	_ = a.Close()
 }

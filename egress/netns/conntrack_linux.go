@@ -52,6 +52,11 @@ func (g *Gateway) SessionByFlow(ctx context.Context, client, server netip.AddrPo
 		a, _ := netip.AddrFromSlice(ip)
 		return a.Unmap()
 	}
+	// Every matching flow must come from the same session: without the
+	// server's address, another session's flow to another server from the
+	// same masqueraded port could match too, and a report must never land
+	// in the audit of a session that did not send it.
+	var found *Session
 	for _, f := range flows {
 		// The reply goes to the masqueraded source: the client the
 		// service saw.
@@ -61,9 +66,17 @@ func (g *Gateway) SessionByFlow(ctx context.Context, client, server netip.AddrPo
 		if server.IsValid() && (f.Reverse.SrcPort != server.Port() || addr(f.Reverse.SrcIP) != server.Addr().Unmap()) {
 			continue
 		}
-		if s, err := g.SessionByAddr(addr(f.Forward.SrcIP)); err == nil {
-			return s, nil
+		s, err := g.SessionByAddr(addr(f.Forward.SrcIP))
+		if err != nil {
+			continue
 		}
+		if found != nil && found != s {
+			return nil, fmt.Errorf("flows of more than one session match %v: %w", client, errdefs.ErrNotFound)
+		}
+		found = s
 	}
-	return nil, fmt.Errorf("no session flow from %v: %w", client, errdefs.ErrNotFound)
+	if found == nil {
+		return nil, fmt.Errorf("no session flow from %v: %w", client, errdefs.ErrNotFound)
+	}
+	return found, nil
 }

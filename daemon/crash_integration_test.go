@@ -210,6 +210,19 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	if s.State != api.StateStopped || s.ExitCode == nil || *s.ExitCode != 3 {
 		t.Errorf("short session after restart: %s exit %v, want stopped with 3", s.State, s.ExitCode)
 	}
+	// Its end is recorded as a live one is: one "ended" event with its
+	// exit code.
+	var shortAudit []api.AuditEvent
+	d2.do("GET", "/v1/sessions/"+short.ID+"/audit", nil, &shortAudit)
+	var ended []api.AuditEvent
+	for _, ev := range shortAudit {
+		if ev.Layer == "session" && ev.Action == "ended" {
+			ended = append(ended, ev)
+		}
+	}
+	if len(ended) != 1 || ended[0].Reason != "exited" || fmt.Sprint(ended[0].Fields["exit_code"]) != "3" {
+		t.Errorf("audit of the session that ended while the daemon was down: ended events %+v, want one, exited, exit_code 3", ended)
+	}
 	if s := d2.inspect("exitseen0001"); s.State != api.StateStopped || s.ExitCode == nil || *s.ExitCode != 7 || s.Reason != "exited" {
 		t.Errorf("session whose exit was persisted before its task was deleted: %s reason %q exit %v, want stopped, exited, 7", s.State, s.Reason, s.ExitCode)
 	}

@@ -20,7 +20,6 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
@@ -77,6 +76,7 @@ type Daemon struct {
 	prefix   string
 	rt       *runtime.Runtime
 	embedded *runtime.Embedded
+	cgroups  runtime.Cgroups
 
 	broker *credentials.Broker
 	creds  *credentialState
@@ -425,43 +425,63 @@ func (d *Daemon) watch(s *session, ch <-chan containerd.ExitStatus) {
 	}()
 }
 
-// recordExit revokes the session's credentials, removes its network,
-// deletes the task (freeing the shim and cgroup) and carries out on_exit,
-// then stores the exit status and wakes waiters.
+// ending is how a session's main process ended, as far as it is known.
+type ending struct {
+	code int       // the exit status; -1 when unknown
+	at   time.Time // when it ended; zero is now
+	// reason is "exited" or "lost"; a requested stop and an OOM kill
+	// take precedence.
+	reason string
+}
+
+// recordExit ends a session whose main process the runtime saw exit.
 func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitStatus) {
 	code, _, err := st.Result()
-	exit := int(code)
+	end := ending{code: int(code), at: st.ExitTime().UTC(), reason: "exited"}
 	if err != nil {
-		exit = -1
+		end.code = -1
+	}
+	d.finish(ctx, s, end)
+}
+
+// finish is the one way a session ends, whether its exit was seen live
+// (recordExit) or found by a restarted daemon (reconcile). Every step is
+// safe to repeat, so a daemon that dies part-way finishes on its next
+// start:
+//   - the exit status is persisted while the task still holds it;
+//   - the credentials are revoked and the OOM flag read (before the
+//     task's deletion removes the cgroup);
+//   - the network (its drops audited), the task and the workspace's
+//     on_exit go side by side; on_exit waits for the task's deletion
+//     unless the session's cgroup is already empty, so that no process
+//     of the sandbox still writes to the workspace;
+//   - the final state is stored, waiters are woken and the end audited.
+//
+// A session that is already stopped keeps its recorded exit; only an
+// interrupted on_exit is completed.
+func (d *Daemon) finish(ctx context.Context, s *session, end ending) {
+	if end.at.IsZero() {
+		end.at = time.Now().UTC()
 	}
 	id := s.rec.ID
 	steps := newTeardownSteps()
+	defer steps.log(ctx, "exit")
+	var ended bool // the session had ended before: its end is not recorded again
 	steps.run("exit", func() {
-		// Persisted before the task, which also holds it, is deleted.
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if s.rec.State != api.StateRunning {
+		ended = s.rec.State == api.StateStopped || s.rec.State == api.StateUnknown
+		if s.rec.State != api.StateRunning || s.rec.Exited != nil {
 			return
 		}
-		at := st.ExitTime().UTC()
-		if at.IsZero() {
-			at = time.Now().UTC()
-		}
-		s.rec.Exited = &exitStatus{Code: exit, At: at}
+		s.rec.Exited = &exitStatus{Code: end.code, At: end.at}
 		if err := s.saveLocked(); err != nil {
 			log.G(ctx).Error("persist exit status", "error", err)
 		}
 	})
 	steps.run("credentials", func() { d.revokeCredentials(ctx, id) })
-	// Read before the task's deletion removes the cgroup.
 	var oom bool
-	steps.run("oom", func() { oom = oomKilled(d.cgroupPath(id)) })
-	// The network, the task and the workspace do not depend on one
-	// another: they go side by side. on_exit must not run while a process
-	// of the sandbox may still write to the workspace, so it waits for the
-	// task's deletion unless the session's cgroup is already empty. It
-	// normally is: the kernel kills the rest of a PID namespace before
-	// the exit of its init is reported.
+	steps.run("oom", func() { oom = d.cgroups.OOMKilled(d.cgroupPath(id)) })
 	taskGone := make(chan struct{})
 	steps.spawn("network", func() {
 		if err := d.stopEgress(ctx, s); err != nil {
@@ -473,28 +493,43 @@ func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitS
 		if err := d.rt.DeleteTask(ctx, id); err != nil {
 			log.G(ctx).Warn("delete exited task", "error", err)
 		}
-		d.auditOutputDropped(ctx, s)
+		if !ended {
+			d.auditOutputDropped(ctx, s)
+		}
 	})
-	var review bool
+	review, finished := false, false
 	steps.spawn("workspace", func() {
-		if !cgroupEmpty(d.cgroupPath(id)) {
+		if s.fs == nil || !s.fs.Live() {
+			return
+		}
+		if !d.cgroups.Empty(d.cgroupPath(id)) {
 			<-taskGone
 		}
 		var err error
 		if review, err = d.finishFS(ctx, s); err != nil {
 			log.G(ctx).Error("workspace on_exit", "error", err)
 		}
+		finished = true
 	})
 	steps.wait()
-	defer steps.log(ctx, "exit")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.rec.Review = review
+	if finished {
+		s.rec.Review = review
+	}
 	s.stopTimerLocked()
-	if s.rec.State == api.StateStopped || s.rec.State == api.StateUnknown {
+	if ended || s.rec.State == api.StateStopped || s.rec.State == api.StateUnknown {
+		if finished {
+			steps.run("state", func() {
+				if err := s.saveLocked(); err != nil {
+					log.G(ctx).Error("persist review state", "error", err)
+				}
+			})
+		}
+		s.closeExitedLocked()
 		return
 	}
-	reason := "exited"
+	exit, reason := end.code, end.reason
 	switch {
 	case s.rec.Stopping != "":
 		reason = s.rec.Stopping
@@ -504,15 +539,11 @@ func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitS
 	case oom:
 		reason = "oom"
 	}
-	finished := st.ExitTime().UTC()
-	if finished.IsZero() {
-		finished = time.Now().UTC()
-	}
 	s.rec.State = api.StateStopped
 	s.rec.Exited = nil
 	s.rec.ExitCode = &exit
 	s.rec.Reason = reason
-	s.rec.Finished = &finished
+	s.rec.Finished = &end.at
 	steps.run("state", func() {
 		if err := s.saveLocked(); err != nil {
 			log.G(ctx).Error("persist exit", "error", err)
@@ -572,7 +603,7 @@ func (d *Daemon) stopSession(ctx context.Context, s *session, reason string, gra
 	// Killing the init of the session's PID namespace kills every process
 	// in it; by pidfd that takes microseconds, against a runc process for
 	// containerd's kill-all. runc is the fallback.
-	if err := killInit(pid, d.cgroupPath(id)); err != nil {
+	if err := runtime.KillInit(pid, d.cgroupPath(id)); err != nil {
 		log.G(ctx).Debug("kill by pidfd; asking runc", "error", err)
 		if err := d.rt.Signal(ctx, id, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("session %q: kill: %w", id, err)
@@ -586,43 +617,6 @@ func (d *Daemon) stopSession(ctx context.Context, s *session, reason string, gra
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// killInit sends SIGKILL to a session's init (the container's pid 1) by
-// pidfd, after checking through the pidfd's process that it is still in
-// the session's cgroup, so a recycled pid is never signalled.
-func killInit(pid uint32, cgroup string) error {
-	if pid == 0 {
-		return errors.New("no pid known")
-	}
-	fd, err := unix.PidfdOpen(int(pid), 0)
-	if err != nil {
-		return fmt.Errorf("pidfd_open %d: %w", pid, err)
-	}
-	defer unix.Close(fd)
-	// The pidfd pins the process; if pid was recycled after it was opened
-	// the check reads another process, and the signal below then fails
-	// with ESRCH on the dead one.
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	if err != nil {
-		return err
-	}
-	if !cgroupListed(string(b), cgroup) {
-		return fmt.Errorf("pid %d is not in cgroup %s", pid, cgroup)
-	}
-	return unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
-}
-
-// cgroupListed reports whether a /proc/PID/cgroup listing places the
-// process in path (or below it) in any hierarchy.
-func cgroupListed(listing, path string) bool {
-	for _, line := range strings.Split(listing, "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) == 3 && (parts[2] == path || strings.HasPrefix(parts[2], path+"/")) {
-			return true
-		}
-	}
-	return false
 }
 
 // Wait blocks until the session's main process has exited.
@@ -843,107 +837,69 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 	return nil
 }
 
+// reconcileSession matches one recorded session with what containerd has:
+// a live one is watched again, one that ended while the daemon was down
+// is finished (see finish), as is one whose end was interrupted.
 func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
+	end, err := d.readopt(ctx, s)
+	if err != nil || end == nil {
+		return err
+	}
+	d.finish(ctx, s, *end)
+	return nil
+}
+
+// readopt re-adopts a session whose sandbox still runs and returns nil;
+// otherwise it returns how the session ended, for finish.
+func (d *Daemon) readopt(ctx context.Context, s *session) (*ending, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch s.rec.State {
-	case api.StateRunning:
+	case api.StateRunning, api.StateCreated:
 		ts, err := d.rt.Task(ctx, s.rec.ID)
 		if err != nil && !errdefs.IsNotFound(err) {
-			return err
+			return nil, err
 		}
 		if ts.Running {
 			ch, err := d.rt.Wait(ctx, s.rec.ID)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			log.G(ctx).Info("re-adopted running session", "pid", ts.Pid)
 			s.pid = ts.Pid
-			d.armTimerLocked(s)
+			if s.rec.State == api.StateCreated {
+				// airlock-init still waits for the command.
+				s.creds = d.reopenCredentials(s.dir, &s.rec.Policy)
+				if s.env, err = d.rt.ProcessEnv(ctx, s.rec.ID); err != nil {
+					return nil, err
+				}
+			} else {
+				d.armTimerLocked(s)
+				d.startRefreshers(ctx, s, nil)
+			}
 			d.watch(s, ch)
-			d.startRefreshers(ctx, s, nil)
-			return nil
+			log.G(ctx).Info("re-adopted session", "state", s.rec.State, "pid", ts.Pid)
+			return nil, nil
 		}
-		exit, reason := -1, "lost"
-		finished := time.Now().UTC()
-		if e := s.rec.Exited; e != nil && !ts.Exists {
+		// Ended while the daemon was down. A created session's init
+		// exits only when the sandbox is lost.
+		end := &ending{code: -1, reason: "lost"}
+		switch {
+		case s.rec.State == api.StateCreated:
+		case ts.Exists:
+			end.code, end.reason, end.at = int(ts.ExitCode), "exited", ts.ExitedAt.UTC()
+		case s.rec.Exited != nil:
 			// The previous daemon saw the exit and deleted the task.
-			exit, reason, finished = e.Code, "exited", e.At
+			end.code, end.reason, end.at = s.rec.Exited.Code, "exited", s.rec.Exited.At
 		}
-		if ts.Exists {
-			exit, reason = int(ts.ExitCode), "exited"
-			if !ts.ExitedAt.IsZero() {
-				finished = ts.ExitedAt.UTC()
-			}
-			if oomKilled(d.cgroupPath(s.rec.ID)) {
-				reason = "oom"
-			}
-		}
-		if s.rec.Stopping != "" {
-			reason = s.rec.Stopping
-		}
-		d.revokeCredentials(ctx, s.rec.ID)
-		if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
-			return err
-		}
-		review, err := d.finishFS(ctx, s)
-		if err != nil {
-			log.G(ctx).Error("workspace on_exit", "error", err)
-		}
-		s.rec.Review = review
-		s.rec.State, s.rec.ExitCode, s.rec.Reason, s.rec.Finished = api.StateStopped, &exit, reason, &finished
-		s.rec.Exited = nil
-		s.closeExitedLocked()
-		log.G(ctx).Info("session ended while the daemon was down", "exit_code", exit, "reason", reason)
-		return s.saveLocked()
-	case api.StateCreated:
-		// Created but not started: airlock-init waits for the command.
-		ts, err := d.rt.Task(ctx, s.rec.ID)
-		if err != nil && !errdefs.IsNotFound(err) {
-			return err
-		}
-		if ts.Running {
-			ch, err := d.rt.Wait(ctx, s.rec.ID)
-			if err != nil {
-				return err
-			}
-			s.pid = ts.Pid
-			s.creds = d.reopenCredentials(s.dir, &s.rec.Policy)
-			s.env, err = d.rt.ProcessEnv(ctx, s.rec.ID)
-			if err != nil {
-				return err
-			}
-			d.watch(s, ch)
-			log.G(ctx).Info("re-adopted created session", "pid", ts.Pid)
-			return nil
-		}
-		exit, finished := -1, time.Now().UTC()
-		d.revokeCredentials(ctx, s.rec.ID)
-		if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
-			return err
-		}
-		s.rec.State, s.rec.ExitCode, s.rec.Reason, s.rec.Finished = api.StateStopped, &exit, "lost", &finished
-		s.closeExitedLocked()
-		return s.saveLocked()
+		return end, nil
 	case api.StateStopped:
+		// Finished before, perhaps only in part: finish again repeats
+		// what is left (credentials, network, task, on_exit).
+		return &ending{}, nil
+	default:
 		s.closeExitedLocked()
-		d.revokeCredentials(ctx, s.rec.ID)
-		if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
-			return err
-		}
-		if s.fs != nil && s.fs.Live() {
-			// The daemon died between the exit and on_exit.
-			review, err := d.finishFS(ctx, s)
-			if err != nil {
-				return err
-			}
-			s.rec.Review = review
-			return s.saveLocked()
-		}
-	case api.StateUnknown:
-		s.closeExitedLocked()
+		return nil, nil
 	}
-	return nil
 }
 
 func hostname(label, id string) string {
@@ -966,27 +922,6 @@ func hostname(label, id string) string {
 	return h
 }
 
-// oomKilled reports whether the kernel's OOM killer acted in the session's
-// memory cgroup (v1 memory.oom_control or v2 memory.events).
-func oomKilled(cgroupPath string) bool {
-	for _, f := range []string{
-		filepath.Join("/sys/fs/cgroup/memory", cgroupPath, "memory.oom_control"),
-		filepath.Join("/sys/fs/cgroup", cgroupPath, "memory.events"),
-	} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, _ := strings.Cut(line, " ")
-			if k == "oom_kill" && strings.TrimSpace(v) != "0" {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // releaseCgroupParentsLocked removes the shared parent cgroups once
 // nothing of the daemon needs them: no session, no create in progress, no
 // prepared sandbox. Every path that ends a session or a sandbox calls it.
@@ -1000,15 +935,5 @@ func (d *Daemon) releaseCgroupParentsLocked() {
 // session uses them and no create is under way; a busy parent is left
 // alone. Callers hold d.mu, which Create also takes before runc runs.
 func (d *Daemon) removeCgroupParentsLocked() {
-	parent := filepath.Dir(d.cgroupPath("x"))
-	entries, err := os.ReadDir("/sys/fs/cgroup")
-	if err != nil {
-		return
-	}
-	_ = os.Remove(filepath.Join("/sys/fs/cgroup", parent))
-	for _, e := range entries {
-		if e.IsDir() {
-			_ = os.Remove(filepath.Join("/sys/fs/cgroup", e.Name(), parent))
-		}
-	}
+	d.cgroups.Remove(filepath.Dir(d.cgroupPath("x")))
 }

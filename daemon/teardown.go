@@ -1,10 +1,7 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -53,25 +50,4 @@ func (t *teardownSteps) log(ctx context.Context, phase string) {
 	attrs := append([]any{"phase", phase, "total", time.Since(t.start)}, t.attrs...)
 	t.mu.Unlock()
 	log.G(ctx).Debug("session teardown steps", attrs...)
-}
-
-// cgroupRoot is where the cgroup hierarchies are mounted.
-var cgroupRoot = "/sys/fs/cgroup"
-
-// cgroupEmpty reports whether the cgroup at path (relative to a
-// hierarchy's root) is known to hold no process: its cgroup.procs (v2, or
-// the v1 pids or memory hierarchy) could be read and is empty. A cgroup
-// that cannot be read is not known to be empty.
-func cgroupEmpty(path string) bool {
-	for _, dir := range []string{
-		filepath.Join(cgroupRoot, path),
-		filepath.Join(cgroupRoot, "pids", path),
-		filepath.Join(cgroupRoot, "memory", path),
-	} {
-		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		if err == nil {
-			return len(bytes.TrimSpace(b)) == 0
-		}
-	}
-	return false
 }

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,45 +11,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
-
-func TestCgroupEmpty(t *testing.T) {
-	const path = "/airlock-al0000/abc"
-	tests := []struct {
-		name  string
-		files map[string]string // relative to the cgroup root -> cgroup.procs content
-		want  bool
-	}{
-		{"v2 empty", map[string]string{path: ""}, true},
-		{"v2 empty with newline", map[string]string{path: "\n"}, true},
-		{"v2 populated", map[string]string{path: "123\n"}, false},
-		{"v1 pids empty", map[string]string{"pids" + path: ""}, true},
-		{"v1 pids populated", map[string]string{"pids" + path: "1\n2\n"}, false},
-		{"v1 memory only, populated", map[string]string{"memory" + path: "7\n"}, false},
-		{"v1 memory only, empty", map[string]string{"memory" + path: ""}, true},
-		{"v2 wins over v1", map[string]string{path: "9\n", "pids" + path: ""}, false},
-		{"no cgroup: not known to be empty", nil, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			root := t.TempDir()
-			for dir, procs := range tt.files {
-				d := filepath.Join(root, dir)
-				if err := os.MkdirAll(d, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(procs), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			old := cgroupRoot
-			cgroupRoot = root
-			t.Cleanup(func() { cgroupRoot = old })
-			if got := cgroupEmpty(path); got != tt.want {
-				t.Errorf("cgroupEmpty = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
 
 // TestTeardownSteps: spawned steps run side by side, wait returns when all
 // have ended, and the debug line names every step with its duration.

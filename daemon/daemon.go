@@ -195,7 +195,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		return nil, fmt.Errorf("reconcile sessions: %w", err)
 	}
 	d.reconcileEgress(ctx)
-	d.startAnchor(ctx)
+	anchor := d.rt.StartAnchor(log.With(d.stopCtx, "component", "shim-anchor"), anchorOptions(cfg, d.prefix))
+	d.wg.Add(1)
+	go func() { defer d.wg.Done(); <-anchor }()
 	for i := range cfg.Pools {
 		d.ensurePool(&cfg.Pools[i])
 	}
@@ -241,7 +243,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	for _, s := range sessions {
 		_ = s.audit.Close()
 	}
-	return errors.Join(err, d.stopAnchor(ctx), d.readAudit.Close(), d.rt.Close())
+	return errors.Join(err, d.rt.StopAnchor(ctx), d.readAudit.Close(), d.rt.Close())
 }
 
 // StopContainerd stops the embedded containerd, if this daemon started one.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/api/types/runc/options"
@@ -16,6 +17,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/internal/launch"
+	"github.com/airlock-sandbox/airlock/internal/log"
 )
 
 // A shared shim.
@@ -194,4 +196,73 @@ func writeAnchorRoot(o AnchorOptions) error {
 		return err
 	}
 	return os.Rename(tmp, dst)
+}
+
+// StartAnchor starts (or, after a daemon restart, re-adopts) the anchor
+// now, then restarts it in the background whenever it exits or could not
+// start, backing off up to 30 s, until ctx is done; the returned channel
+// is closed when that background work has ended. Without an anchor
+// sessions still work, each group of overlapping ones sharing a shim that
+// exits with the last of them; so failures are logged, not returned.
+// Without a shim group nothing is started.
+func (r *Runtime) StartAnchor(ctx context.Context, o AnchorOptions) <-chan struct{} {
+	done := make(chan struct{})
+	if r.cfg.ShimGroup == "" {
+		close(done)
+		return done
+	}
+	exit, err := r.EnsureAnchor(ctx, o)
+	if err != nil {
+		log.G(ctx).Warn("sessions share a shim only while they overlap: the shim anchor did not start", "error", err)
+	}
+	go func() {
+		defer close(done)
+		r.keepAnchor(ctx, o, exit)
+	}()
+	return done
+}
+
+func (r *Runtime) keepAnchor(ctx context.Context, o AnchorOptions, exit <-chan containerd.ExitStatus) {
+	backoff := time.Second
+	for {
+		if exit != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case st := <-exit:
+				log.G(ctx).Warn("shim anchor exited; starting a new one", "exit", st.ExitCode())
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		var err error
+		if exit, err = r.EnsureAnchor(ctx, o); err != nil {
+			log.G(ctx).Warn("restart shim anchor", "error", err, "retry_in", backoff.String())
+			exit = nil
+			backoff = min(2*backoff, 30*time.Second)
+			continue
+		}
+		backoff = time.Second
+	}
+}
+
+// StopAnchor removes the anchor when no session task is left for the
+// shared shim to serve; otherwise it stays for the next daemon, like the
+// sessions themselves.
+func (r *Runtime) StopAnchor(ctx context.Context) error {
+	if r.cfg.ShimGroup == "" {
+		return nil
+	}
+	n, err := r.SessionTasks(ctx)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		log.G(ctx).Info("leaving the shim anchor to the next daemon", "session_tasks", n)
+		return nil
+	}
+	return r.RemoveAnchor(ctx)
 }

@@ -4,71 +4,109 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
-// openAdmission sets the daemon's admission policy and the host paths it
-// protects whatever the policy says: its root (state, keys, containerd's
-// root and socket when embedded), the API socket and an external
-// containerd's socket; and, from writes only, its bin dir and binary
-// (runc and airlock-init run from there as root) and the programs and
-// files its exec issuers name (it runs them as root).
-func (d *Daemon) openAdmission() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.admission = d.cfg.Admission
-	if d.admission == nil {
-		d.admission = policies.DefaultAdmission()
-	}
-	d.protectedPaths = []string{d.cfg.Root, d.cfg.Socket}
-	if a := d.cfg.Containerd; a != "" {
-		d.protectedPaths = append(d.protectedPaths, strings.TrimPrefix(a, "unix://"))
-	}
-	d.protected = d.newProtectedLocked()
+// admitter checks requests against the operator's admission policy and
+// the host paths the daemon protects whatever that policy says: its root
+// (state, keys, containerd's root and socket when embedded), the API
+// sockets and an external containerd's socket; and, from writes only, its
+// bin dir and binary (runc and airlock-init run from there as root) and
+// the programs and files its exec issuers name (it runs them as root).
+type admitter struct {
+	cfg Config
+
+	mu        sync.Mutex
+	policy    *policies.Admission // +checklocks:mu
+	paths     []string            // +checklocks:mu
+	protected *policies.Protected // +checklocks:mu
 }
 
-// newProtectedLocked builds the protected set from protectedPaths.
-func (d *Daemon) newProtectedLocked() *policies.Protected {
-	pr := policies.NewProtected(d.protectedPaths...)
-	pr.ProtectWrites(d.cfg.BinDir, d.cfg.SelfBinary)
-	for _, argv := range d.cfg.Issuers {
+func newAdmitter(cfg Config) *admitter {
+	a := &admitter{cfg: cfg, policy: cfg.Admission, paths: []string{cfg.Root, cfg.Socket}}
+	if a.policy == nil {
+		a.policy = policies.DefaultAdmission()
+	}
+	if addr := cfg.Containerd; addr != "" {
+		a.paths = append(a.paths, strings.TrimPrefix(addr, "unix://"))
+	}
+	a.mu.Lock()
+	a.rebuildLocked()
+	a.mu.Unlock()
+	return a
+}
+
+// rebuildLocked builds the protected set from paths.
+func (a *admitter) rebuildLocked() {
+	pr := policies.NewProtected(a.paths...)
+	pr.ProtectWrites(a.cfg.BinDir, a.cfg.SelfBinary)
+	for _, argv := range a.cfg.Issuers {
 		pr.ProtectWrites(argv...) // relative arguments are skipped
 	}
-	return pr
+	a.protected = pr
 }
 
-// protectSocket adds an API socket to the protected paths.
-func (d *Daemon) protectSocket(socket string) {
-	abs, err := filepath.Abs(socket)
+// protect adds a host path (an API socket) to the protected paths.
+func (a *admitter) protect(path string) {
+	abs, err := filepath.Abs(path)
 	if err != nil {
 		return
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.protectedPaths = append(d.protectedPaths, abs)
-	d.protected = d.newProtectedLocked()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.paths = append(a.paths, abs)
+	a.rebuildLocked()
 }
 
 // admit validates p and checks it against the admission policy; p comes
 // back with defaults applied and its host paths resolved, and the
 // warnings are for the caller. A policy the admission policy refuses is an
 // errdefs.ErrPermissionDenied error naming each rule it breaks.
-func (d *Daemon) admit(p *policies.Policy) ([]string, error) {
-	d.mu.Lock()
-	d.admission.FillDefaults(p)
-	d.mu.Unlock()
+func (a *admitter) admit(p *policies.Policy) ([]string, error) {
+	pol, pr := a.current()
+	pol.FillDefaults(p)
 	p.ApplyDefaults()
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
-	d.mu.Lock()
-	a, pr := d.admission, d.protected
-	d.mu.Unlock()
-	return a.Admit(p, pr)
+	return pol.Admit(p, pr)
 }
+
+func (a *admitter) current() (*policies.Admission, *policies.Protected) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.policy, a.protected
+}
+
+// admitSessions checks that one more sandbox fits the session limit when
+// n count already.
+func (a *admitter) admitSessions(n int) error {
+	pol, _ := a.current()
+	return pol.AdmitSessions(n)
+}
+
+// swap replaces the admission policy and returns the previous one.
+func (a *admitter) swap(p *policies.Admission) *policies.Admission {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old := a.policy
+	a.policy = p
+	return old
+}
+
+// Admission returns the admission policy the daemon enforces.
+func (d *Daemon) Admission() *policies.Admission {
+	pol, _ := d.admission.current()
+	return pol
+}
+
+// ProtectSocket adds an API socket the daemon serves to the host paths
+// admission refuses whatever the policy says.
+func (d *Daemon) ProtectSocket(socket string) { d.admission.protect(socket) }
 
 // countLocked is what the session limit counts: sessions in any state,
 // sandboxes waiting in pools, and creates and pool fills under way.
@@ -81,7 +119,7 @@ func (d *Daemon) countLocked() int {
 func (d *Daemon) reserve() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.admission.AdmitSessions(d.countLocked()); err != nil {
+	if err := d.admission.admitSessions(d.countLocked()); err != nil {
 		return err
 	}
 	d.reserved++
@@ -92,13 +130,6 @@ func (d *Daemon) release() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.reserved--
-}
-
-// Admission returns the admission policy the daemon enforces.
-func (d *Daemon) Admission() *policies.Admission {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.admission
 }
 
 // unreserveLocked gives back the place s held under the session limit

@@ -84,6 +84,9 @@ type Daemon struct {
 	// readAudit refuses and audits opens of deny_read masks; nil when the
 	// kernel offers no fanotify permission events.
 	readAudit *fsscope.ReadAudit
+	// admission checks every request and pool against the operator's
+	// admission policy.
+	admission *admitter
 
 	// stopCtx is the daemon's root context: cancelled by Close.
 	stopCtx context.Context
@@ -102,12 +105,6 @@ type Daemon struct {
 	// reserved counts creates and pool fills under way, for the session
 	// limit.
 	reserved int // +checklocks:mu
-	// protected are the host paths admission refuses whatever the policy
-	// says (see openAdmission).
-	protected      *policies.Protected // +checklocks:mu
-	protectedPaths []string            // +checklocks:mu
-	// admission is the admission policy.
-	admission *policies.Admission // +checklocks:mu
 }
 
 // Prefix derives the short name prefix of kernel objects and cgroups from
@@ -138,10 +135,10 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		return nil, fmt.Errorf("%s, the first process of every sandbox, is missing from the bin dir (make build puts it there): %w", launch.Binary, err)
 	}
 	d := &Daemon{cfg: cfg, prefix: Prefix(cfg.Root), sessions: map[string]*session{}, pools: map[string]*pool{}}
-	d.openAdmission()
+	d.admission = newAdmitter(cfg)
 	for i := range cfg.Pools {
 		p := &cfg.Pools[i]
-		if _, err := d.admit(p); err != nil {
+		if _, err := d.admission.admit(p); err != nil {
 			return nil, fmt.Errorf("pool %q: %w", p.Label, err)
 		}
 		if p.Pool == nil || p.Pool.Size == 0 {
@@ -287,7 +284,7 @@ func (d *Daemon) get(id string) (*session, error) {
 // warnings. A refused policy creates nothing.
 func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (*api.Session, error) {
 	p := *req.Policy.Clone()
-	warnings, err := d.admit(&p)
+	warnings, err := d.admission.admit(&p)
 	if err != nil {
 		return nil, err
 	}

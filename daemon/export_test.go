@@ -9,9 +9,5 @@ func SetAfterBind(f func(path string)) { afterBind = f }
 // previous one, for tests that need a policy of their own on the shared
 // daemon.
 func (d *Daemon) SwapAdmission(a *policies.Admission) *policies.Admission {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	old := d.admission
-	d.admission = a
-	return old
+	return d.admission.swap(a)
 }

@@ -125,7 +125,7 @@ func (d *Daemon) fill(pl *pool) {
 		}
 		// A pool fills only while the session limit leaves room; it
 		// resumes when a session takes one of its sandboxes.
-		if err := d.admission.AdmitSessions(d.countLocked()); err != nil {
+		if err := d.admission.admitSessions(d.countLocked()); err != nil {
 			pl.preparing = false
 			pl.lastErr = err.Error()
 			d.mu.Unlock()

@@ -72,7 +72,7 @@ func (d *Daemon) Serve(ctx context.Context, socket, group string) error {
 			"which can be root-equivalent on this host; give an explicit admission policy (airlockd --admission FILE, see examples/airlockd/admission.hcl): %w",
 			group, errdefs.ErrFailedPrecondition)
 	}
-	d.protectSocket(socket)
+	d.ProtectSocket(socket)
 	l, err := Listen(socket, group)
 	if err != nil {
 		return err

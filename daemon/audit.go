@@ -75,7 +75,7 @@ func (d *Daemon) AuditEach(ctx context.Context, id string, fn func(raw json.RawM
 	// Blocked connections of a live network are counted in the kernel;
 	// they reach the log when the network is removed.
 	var b []byte
-	for _, ev := range append(d.liveDrops(ctx, id), s.liveOutputDropped()...) {
+	for _, ev := range append(d.egress.Drops(ctx, id), s.liveOutputDropped()...) {
 		if b, err = appendAuditEvent(b[:0], &ev); err != nil {
 			return err
 		}

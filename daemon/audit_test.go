@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
@@ -42,12 +43,12 @@ func TestAuditEncodingMatchesJSON(t *testing.T) {
 	}{
 		{"zero", api.AuditEvent{}},
 		{"minimal", api.AuditEvent{Time: at, Session: "s1", Layer: "session", Action: "started"}},
-		{"dns", dnsAuditEvent("s1", dnsproxy.Event{
+		{"dns", egress.DNSAuditEvent("s1", dnsproxy.Event{
 			Time: at, Name: "api.example.com.", Type: "A", Action: dnsproxy.ActionAllowed, Rcode: "NOERROR", Proto: "udp",
 			Rule: "*.example.com:443", CNAMEs: []string{"edge.cdn.test."}, Answers: []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")},
 			Ports: []uint16{443, 8443}, PinTTL: 60, Cached: true,
 		})},
-		{"dns refused", dnsAuditEvent("s1", dnsproxy.Event{Time: at, Name: "evil.test.", Type: "AAAA", Action: dnsproxy.ActionRefused, Rcode: "REFUSED",
+		{"dns refused", egress.DNSAuditEvent("s1", dnsproxy.Event{Time: at, Name: "evil.test.", Type: "AAAA", Action: dnsproxy.ActionRefused, Rcode: "REFUSED",
 			Proto: "tcp", Reason: "airlock: evil.test is not in the egress allowlist"})},
 		{"tricky strings", api.AuditEvent{Time: at, Session: tricky, Layer: tricky, Action: tricky, Subject: tricky, Reason: tricky,
 			Fields: map[string]any{tricky: tricky, "": "", "<": []string{tricky, ""}}}},
@@ -267,11 +268,11 @@ func testEvent(i int) api.AuditEvent {
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	switch i % 3 {
 	case 0:
-		return dnsAuditEvent("s1", dnsproxy.Event{Time: base.Add(time.Duration(i) * time.Millisecond), Name: fmt.Sprintf("d%d.example.test.", i),
+		return egress.DNSAuditEvent("s1", dnsproxy.Event{Time: base.Add(time.Duration(i) * time.Millisecond), Name: fmt.Sprintf("d%d.example.test.", i),
 			Type: "A", Action: dnsproxy.ActionAllowed, Rcode: "NOERROR", Proto: "udp", Rule: "*.example.test",
 			Answers: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})}, PinTTL: 60, Cached: i%2 == 0})
 	case 1:
-		return dnsAuditEvent("s1", dnsproxy.Event{Time: base.Add(time.Duration(i) * time.Millisecond), Name: "evil.test.", Type: "A",
+		return egress.DNSAuditEvent("s1", dnsproxy.Event{Time: base.Add(time.Duration(i) * time.Millisecond), Name: "evil.test.", Type: "A",
 			Action: dnsproxy.ActionRefused, Rcode: "REFUSED", Proto: "udp", Reason: fmt.Sprintf("refusal <%d>", i)})
 	default:
 		return api.AuditEvent{Time: base.Add(time.Duration(i) * time.Millisecond), Session: "s1", Layer: "credentials", Action: "minted",
@@ -411,7 +412,7 @@ func TestAuditEachStopsAtCallbackError(t *testing.T) {
 // BenchmarkAuditEmit measures recording a DNS query's event, from one
 // goroutine and from many at once (as the proxy does under load).
 func BenchmarkAuditEmit(b *testing.B) {
-	ev := dnsAuditEvent("s1", dnsproxy.Event{
+	ev := egress.DNSAuditEvent("s1", dnsproxy.Event{
 		Time: time.Now(), Name: "d7.dns.perf.test.", Type: "A", Action: dnsproxy.ActionAllowed, Rcode: "NOERROR", Proto: "udp",
 		Rule: "*.dns.perf.test", Answers: []netip.Addr{netip.MustParseAddr("10.214.0.11")}, PinTTL: 60, Cached: true,
 	})

@@ -386,10 +386,10 @@ func (d *Daemon) sessionOfConnection(ctx context.Context, client, server string)
 			srv = netip.AddrPort{}
 		}
 	}
-	ns, err := d.egress.gw.SessionByFlow(ctx, c, srv, "tcp")
+	id, err := d.egress.SessionOfFlow(ctx, c, srv, "tcp")
 	if err != nil {
 		log.G(ctx).Debug("credential rejection from a connection of no session", "client", client, "error", err)
 		return "", false
 	}
-	return ns.ID(), true
+	return id, true
 }

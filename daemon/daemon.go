@@ -23,6 +23,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/fsscope"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
@@ -52,7 +53,7 @@ type Config struct {
 	// speaking the exec issuer protocol (see package credentials).
 	Issuers map[string][]string
 	// Egress configures the network perimeter.
-	Egress EgressConfig
+	Egress egress.Config
 	// Pools are policies whose warm pools (their `pool` blocks) the
 	// daemon fills from the start. They pass admission like any request.
 	Pools []policies.Policy
@@ -80,7 +81,7 @@ type Daemon struct {
 
 	broker *credentials.Broker
 	creds  *credentialState
-	egress *egress
+	egress *egress.Perimeter
 	// readAudit refuses and audits opens of deny_read masks; nil when the
 	// kernel offers no fanotify permission events.
 	readAudit *fsscope.ReadAudit
@@ -177,7 +178,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	if err := d.openBroker(ctx); err != nil {
 		return nil, err
 	}
-	if err := d.openEgress(ctx); err != nil {
+	if d.egress, err = egress.Open(ctx, d.prefix, cfg.Egress); err != nil {
 		d.stop()
 		d.wg.Wait()
 		return nil, err
@@ -191,7 +192,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	if err := d.reconcile(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile sessions: %w", err)
 	}
-	d.reconcileEgress(ctx)
+	d.egress.Reconcile(ctx, d.runningEgress)
 	anchor := d.rt.StartAnchor(log.With(d.stopCtx, "component", "shim-anchor"), anchorOptions(cfg, d.prefix))
 	d.wg.Add(1)
 	go func() { defer d.wg.Done(); <-anchor }()
@@ -234,7 +235,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 		sessions = append(sessions, s)
 	}
 	d.mu.Unlock()
-	err := d.closeEgress(ctx)
+	err := d.egress.Close(ctx)
 	d.wg.Wait()
 	// Merged decisions still counting are written before the daemon goes.
 	for _, s := range sessions {
@@ -483,7 +484,7 @@ func (d *Daemon) finish(ctx context.Context, s *session, end ending) {
 	steps.run("oom", func() { oom = d.cgroups.OOMKilled(d.cgroupPath(id)) })
 	taskGone := make(chan struct{})
 	steps.spawn("network", func() {
-		if err := d.stopEgress(ctx, s); err != nil {
+		if err := d.egress.Remove(ctx, s.rec.ID, s.audit.EmitDecision); err != nil {
 			log.G(ctx).Warn("remove network", "error", err)
 		}
 	})
@@ -700,7 +701,7 @@ func (d *Daemon) teardown(ctx context.Context, id string) (retErr error) {
 	}()
 	steps.run("credentials", func() { d.revokeCredentials(ctx, id) })
 	var netErr, rtErr error
-	steps.spawn("network", func() { netErr = d.removeNetwork(ctx, id) })
+	steps.spawn("network", func() { netErr = d.egress.Discard(ctx, id) })
 	steps.spawn("containerd", func() { rtErr = d.rt.Delete(ctx, id) })
 	steps.wait()
 	if err := errors.Join(netErr, rtErr); err != nil {

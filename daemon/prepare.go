@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/fsscope"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
@@ -91,7 +92,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	var (
 		fs     *fsscope.Session
 		creds  *credentialPlan
-		net    *egressPlan
+		net    *egress.Session
 		ld     *launch.Dir
 		rootfs *runtime.Rootfs
 	)
@@ -111,7 +112,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	})
 	g.Go(func() (err error) {
 		defer steps.track("egress")()
-		net, err = d.setupEgress(ctx, s, &p)
+		net, err = d.egress.AddSession(ctx, id, p.Egress, dir, s.audit.EmitDecision)
 		return err
 	})
 	// containerd's and runc's steps run to their end even when the caller
@@ -136,7 +137,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 		opts = append(opts, fs.SpecOpt())
 	}
 	opts = append(opts, creds.specOpt())
-	opts = append(opts, net.specOpts()...)
+	opts = append(opts, net.SpecOpts()...)
 	opts = append(opts, s.launchOpt())
 	steps.mark("parallel")
 	if err := d.rt.Create(cctx, runtime.CreateOptions{ID: id, Rootfs: rootfs, SpecOpts: opts}); err != nil {

@@ -47,8 +47,8 @@ func upstreamServer(tb testing.TB) string {
 }
 
 // jsonlAudit records each event in a file the way the daemon records a
-// session's DNS decisions: the daemon's event (api.AuditEvent, as
-// daemon/egress.go builds it) through the daemon's audit log writer.
+// session's DNS decisions: the perimeter's event (api.AuditEvent, as
+// egress.DNSAuditEvent builds it) through the daemon's audit log writer.
 type jsonlAudit struct {
 	log *daemon.AuditLog
 }

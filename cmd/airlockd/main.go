@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/daemon"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -194,7 +195,7 @@ func run() int {
 		Namespace:  *namespace,
 		SelfBinary: self,
 		Issuers:    issuers,
-		Egress:     daemon.EgressConfig{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix, AllowPrivate: allowPrivate, DNSLimits: dnsproxy.Limits{Rate: *dnsRate}},
+		Egress:     egress.Config{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix, AllowPrivate: allowPrivate, DNSLimits: dnsproxy.Limits{Rate: *dnsRate}},
 
 		ShimPerSession: *shimPerSession,
 	})

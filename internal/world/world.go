@@ -173,7 +173,7 @@ func (w *World) NetnsName() string { return w.cfg.Prefix + "-world" }
 func (w *World) NetnsPath() string { return w.path }
 
 // Net is the world's IPv4 range; a daemon whose uplink is the world lets
-// sessions pin its addresses with --allow-private (EgressConfig.AllowPrivate).
+// sessions pin its addresses with --allow-private (egress.Config.AllowPrivate).
 func (w *World) Net() netip.Prefix { return w.cfg.Net.Masked() }
 
 // DNSAddr is where the world's DNS server listens (port 53, UDP and TCP).

@@ -24,6 +24,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/airlock-sandbox/airlock/daemon"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"github.com/airlock-sandbox/airlock/internal/ocipack"
@@ -117,7 +118,7 @@ func (h *Harness) Config() daemon.Config {
 			// IssuerTokens.
 			"static-file": {"/usr/bin/env", "AIRLOCK_STATIC_DIR=" + h.IssuerTokens(), staticIssuer()},
 		},
-		Egress: daemon.EgressConfig{
+		Egress: egress.Config{
 			Uplink:       "netns:" + h.World.NetnsName(),
 			DNSUpstreams: []string{h.World.DNSAddr().String()},
 			AllowPrivate: []netip.Prefix{h.World.Net()},

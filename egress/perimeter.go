@@ -1,0 +1,470 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/egress/allowlist"
+	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
+	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/egress/nft"
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// Config says how sessions reach the network.
+type Config struct {
+	// Uplink is "netns:NAME" (a namespace that receives the uplink's peer;
+	// tests and benchmarks point it at their world namespace) or "host"
+	// (NAT out of the host's routes). Empty: sessions that declare egress
+	// are refused, sessions without it get loopback only.
+	Uplink string
+	// DNSUpstreams are the resolvers allowlisted names are forwarded to
+	// (ADDR or ADDR:PORT); default the host's /etc/resolv.conf nameservers.
+	DNSUpstreams []string
+	// Pool is the session address range; default 10.213.0.0/16.
+	Pool netip.Prefix
+	// NetnsDir is where namespaces are mounted; default /run/netns.
+	NetnsDir string
+	// AllowPrivate are private ranges (RFC 1918, 100.64.0.0/10, fc00::/7)
+	// whose addresses every session may pin from DNS answers, as if each
+	// manifest listed them in egress allow_private: the network the
+	// uplink leads to (the tests' and the benchmark's world). Other private
+	// addresses in answers are dropped. The pools, the uplink subnets and
+	// the host's own addresses are never pinned, whatever this says.
+	AllowPrivate []netip.Prefix
+
+	// DNSLimits bound each session's queries to the DNS proxy (zero
+	// values: dnsproxy's defaults, 100 queries a second, a burst of 200,
+	// 64 at once).
+	DNSLimits dnsproxy.Limits
+}
+
+// Audit receives a session's egress decisions: each DNS answer or
+// refusal of the proxy, and the connections the gateway blocked, counted
+// per destination, when the session's network is removed. The daemon
+// passes its session audit log's EmitDecision.
+type Audit func(ctx context.Context, ev api.AuditEvent)
+
+// Perimeter is the network perimeter: the gateway namespace with its
+// nftables rules and the DNS allowlist proxy serving every session. A nil
+// Perimeter is a daemon without an uplink: its sessions have no network,
+// and AddSession refuses a manifest that declares egress.
+type Perimeter struct {
+	cfg      Config
+	gw       *netns.Gateway
+	proxy    *dnsproxy.Server
+	sessions dnsproxy.SessionMap
+
+	mu     sync.Mutex
+	byID   map[string][]netip.Addr // session id -> its addresses in the SessionMap
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the proxy's serving goroutines
+}
+
+// Open adopts the gateway an earlier daemon with the kernel-object prefix
+// left (or creates it) and starts the DNS proxy in it. Without an uplink
+// it removes what an earlier daemon with one left and returns a nil
+// Perimeter. The proxy serves until Close.
+func Open(ctx context.Context, prefix string, cfg Config) (*Perimeter, error) {
+	if cfg.Uplink == "" {
+		// No perimeter network: remove what an earlier daemon with one left.
+		if err := netns.CleanupDir(ctx, cfg.NetnsDir, prefix); err != nil {
+			log.G(ctx).Warn("cleanup of an earlier gateway", "error", err)
+		}
+		return nil, nil
+	}
+	uplink, err := netns.ParseUplink(cfg.Uplink)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range cfg.AllowPrivate {
+		if _, reason := policies.ParsePrivateRange(p.String()); reason != "" {
+			return nil, fmt.Errorf("allow-private %v: %s: %w", p, reason, errdefs.ErrInvalidArgument)
+		}
+	}
+	upstreams := cfg.DNSUpstreams
+	if len(upstreams) == 0 {
+		if upstreams, err = hostResolvers("/etc/resolv.conf"); err != nil {
+			return nil, fmt.Errorf("dns upstream: %w (set --dns-upstream)", err)
+		}
+	}
+	gcfg := netns.Config{Prefix: prefix, NetnsDir: cfg.NetnsDir, Pool: cfg.Pool, Uplink: uplink,
+		DNSPacketRate: dnsPacketRate(cfg.DNSLimits)}
+	gw, err := netns.AdoptGateway(ctx, gcfg)
+	if err != nil {
+		log.G(ctx).Info("creating the gateway", "reason", err)
+		gw, err = netns.NewGateway(ctx, gcfg)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+	}
+	e := &Perimeter{cfg: cfg, gw: gw, byID: map[string][]netip.Addr{}}
+	proxy, err := dnsproxy.New(&e.sessions,
+		dnsproxy.WithUpstreams(upstreams...),
+		dnsproxy.WithDialer(dnsproxy.Dialer(gw.Dialer())),
+		dnsproxy.WithAudit(func(ev dnsproxy.Event) {
+			log.G(ctx).Info("dns query from an unknown address", "client", ev.Client, "name", ev.Name)
+		}),
+		dnsproxy.WithNeverPin("the daemon's session pool", gw.SessionPools()...),
+		dnsproxy.WithNeverPin("the gateway's uplink subnet", gw.UplinkNets()...),
+		dnsproxy.WithLocalAddrs(netns.LocalAddrs, 0),
+		dnsproxy.WithAllowPrivate(cfg.AllowPrivate...),
+	)
+	if err != nil {
+		_ = gw.Close(ctx)
+		return nil, err
+	}
+	e.proxy = proxy
+	var udp net.PacketConn
+	var tcp net.Listener
+	addr := fmt.Sprintf("0.0.0.0:%d", gw.DNSPort())
+	if err := gw.Do(func() error {
+		var err error
+		if udp, err = net.ListenPacket("udp", addr); err != nil {
+			return err
+		}
+		tcp, err = net.Listen("tcp", addr)
+		return err
+	}); err != nil {
+		if udp != nil {
+			udp.Close()
+		}
+		_ = gw.Close(ctx)
+		return nil, fmt.Errorf("dns proxy listeners in the gateway: %w", err)
+	}
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel = cancel
+	e.wg.Add(2)
+	go func() { defer e.wg.Done(); _ = proxy.ServePacketConn(pctx, udp) }()
+	go func() { defer e.wg.Done(); _ = proxy.ServeListener(pctx, tcp) }()
+	log.G(ctx).Info("egress perimeter ready", "uplink", uplink.String(), "dns_upstreams", upstreams)
+	return e, nil
+}
+
+// Close stops the DNS proxy. The gateway stays while sessions that use it
+// live (they are re-adopted by the next daemon); without any, it is
+// removed.
+func (e *Perimeter) Close(ctx context.Context) error {
+	if e == nil {
+		return nil
+	}
+	defer e.wg.Wait()
+	e.cancel()
+	_ = e.proxy.Shutdown(ctx)
+	if len(e.gw.Sessions()) > 0 {
+		log.G(ctx).Info("keeping the gateway: sessions still use it")
+		return nil
+	}
+	return e.gw.Close(ctx)
+}
+
+// Session is a session's network: its namespace behind the gateway and
+// its resolver.
+type Session struct {
+	netnsPath string
+	resolv    string // host path of the session's resolv.conf
+}
+
+// NetnsPath is the session's network namespace.
+func (s *Session) NetnsPath() string { return s.netnsPath }
+
+// ResolvConf is the host path of the session's resolv.conf.
+func (s *Session) ResolvConf() string { return s.resolv }
+
+// SpecOpts put the container in the session's network namespace and bind
+// its resolv.conf read-only on /etc/resolv.conf. A nil Session (no
+// egress) contributes none.
+func (s *Session) SpecOpts() []oci.SpecOpts {
+	if s == nil {
+		return nil
+	}
+	return []oci.SpecOpts{
+		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: s.netnsPath}),
+		func(_ context.Context, _ oci.Client, _ *containers.Container, sp *oci.Spec) error {
+			sp.Mounts = append(sp.Mounts, specs.Mount{
+				Destination: "/etc/resolv.conf", Type: "bind", Source: s.resolv,
+				Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"},
+			})
+			return nil
+		},
+	}
+}
+
+// AddSession creates session id's network namespace behind the gateway
+// with the rules of its manifest's egress block, registers its allowlist
+// with the DNS proxy (its decisions go to audit, with ctx) and writes its
+// resolv.conf in dir. Without an egress block it does nothing and returns
+// a nil Session; with one, a nil Perimeter refuses it.
+func (e *Perimeter) AddSession(ctx context.Context, id string, eg *policies.Egress, dir string, audit Audit) (*Session, error) {
+	if eg == nil {
+		return nil, nil
+	}
+	if e == nil {
+		return nil, fmt.Errorf("the manifest declares egress but this daemon has no uplink (start airlockd with --uplink): %w", errdefs.ErrFailedPrecondition)
+	}
+	list, err := allowlist.Compile(eg.Allow, eg.Deny)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := allowPrivate(eg); err != nil {
+		return nil, err
+	}
+	cfg := netns.SessionConfig{IPv6: eg.IPv6, Drop: eg.OnBlock == policies.OnBlockDrop}
+	for _, r := range list.CIDRs() {
+		rule := netns.Rule{Prefix: r.Prefix, Port: r.Port}
+		if r.Deny {
+			cfg.Deny = append(cfg.Deny, rule)
+		} else {
+			cfg.Allow = append(cfg.Allow, rule)
+		}
+	}
+	ns, err := e.gw.AddSession(ctx, id, cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.registerDNS(ctx, id, eg, ns, list, audit)
+	resolv := filepath.Join(dir, "resolv.conf")
+	content := fmt.Sprintf("# written by airlockd: the sandbox's only resolver is airlock's DNS proxy\nnameserver %s\noptions ndots:0 attempts:2 timeout:2\n", ns.Resolver())
+	if err := os.WriteFile(resolv, []byte(content), 0o444); err != nil {
+		return nil, err
+	}
+	return &Session{netnsPath: ns.NetnsPath(), resolv: resolv}, nil
+}
+
+// registerDNS points the proxy at a session's allowlist, keyed by the
+// session's addresses.
+func (e *Perimeter) registerDNS(ctx context.Context, id string, eg *policies.Egress, ns *netns.Session, list *allowlist.List, audit Audit) {
+	private, err := allowPrivate(eg)
+	if err != nil {
+		// Checked when the session was created; a record that fails now
+		// allows no private range.
+		log.G(ctx).Warn("egress allow_private", "session", id, "error", err)
+	}
+	lim, err := dnsproxy.NewLimiter(e.cfg.DNSLimits)
+	if err != nil {
+		log.G(ctx).Error("dns limits", "error", err)
+		lim, _ = dnsproxy.NewLimiter(dnsproxy.Limits{})
+	}
+	pol := &dnsproxy.SessionPolicy{
+		ID: id, Allowlist: list, IPv6: eg.IPv6, Pinner: ns, AllowPrivate: private, Limit: lim,
+		Audit: func(ev dnsproxy.Event) { audit(ctx, DNSAuditEvent(id, ev)) },
+	}
+	addrs := []netip.Addr{ns.Addr()}
+	if a6 := ns.Addr6(); a6.IsValid() {
+		addrs = append(addrs, a6)
+	}
+	for _, a := range addrs {
+		e.sessions.Set(a, pol)
+	}
+	e.mu.Lock()
+	e.byID[id] = addrs
+	e.mu.Unlock()
+}
+
+// allowPrivate parses a manifest's egress allow_private entries.
+func allowPrivate(eg *policies.Egress) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range eg.AllowPrivate {
+		p, reason := policies.ParsePrivateRange(s)
+		if reason != "" {
+			return nil, fmt.Errorf("egress allow_private[%d] %q: %s: %w", i, s, reason, errdefs.ErrInvalidArgument)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// DNSAuditEvent is the audit event of one decision of the DNS proxy for
+// session id.
+func DNSAuditEvent(id string, ev dnsproxy.Event) api.AuditEvent {
+	f := map[string]any{"type": ev.Type, "rcode": ev.Rcode, "proto": ev.Proto}
+	if len(ev.Answers) > 0 {
+		f["answers"] = ev.Answers
+	}
+	if len(ev.Dropped) > 0 {
+		f["dropped"] = ev.Dropped
+	}
+	if len(ev.CNAMEs) > 0 {
+		f["cnames"] = ev.CNAMEs
+	}
+	if ev.Rule != "" {
+		f["rule"] = ev.Rule
+	}
+	if len(ev.Ports) > 0 {
+		f["ports"] = ev.Ports
+	}
+	if ev.PinTTL > 0 {
+		f["pin_ttl"] = ev.PinTTL
+	}
+	if ev.Cached {
+		f["cached"] = true
+	}
+	return api.AuditEvent{Time: ev.Time, Session: id, Layer: "dns", Action: string(ev.Action), Subject: strings.TrimSuffix(ev.Name, "."), Reason: ev.Reason, Fields: f}
+}
+
+// unregister forgets session id's addresses in the proxy.
+func (e *Perimeter) unregister(id string) {
+	e.mu.Lock()
+	addrs := e.byID[id]
+	delete(e.byID, id)
+	e.mu.Unlock()
+	for _, a := range addrs {
+		e.sessions.Delete(a)
+	}
+}
+
+// Remove records session id's blocked connections through audit (if not
+// nil), unregisters it from the proxy and removes its namespace, veth and
+// rules. It is safe to repeat.
+func (e *Perimeter) Remove(ctx context.Context, id string, audit Audit) error {
+	if e == nil {
+		return nil
+	}
+	e.unregister(id)
+	if _, err := e.gw.Session(id); err != nil {
+		return nil
+	}
+	if stats, err := e.gw.DropCounters(ctx, id); err == nil {
+		for _, ev := range dropEvents(id, stats) {
+			if audit != nil {
+				audit(ctx, ev)
+			}
+		}
+	}
+	if err := e.gw.RemoveSession(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("session %q: remove network: %w", id, err)
+	}
+	return nil
+}
+
+// Discard removes session id's network without auditing, for teardown of
+// sessions that may never have run.
+func (e *Perimeter) Discard(ctx context.Context, id string) error {
+	if e == nil {
+		return nil
+	}
+	e.unregister(id)
+	if err := e.gw.RemoveSession(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("session %q: remove network: %w", id, err)
+	}
+	return nil
+}
+
+func dropEvents(id string, st netns.DropStats) []api.AuditEvent {
+	var out []api.AuditEvent
+	for _, dr := range st.Dests {
+		out = append(out, api.AuditEvent{
+			Session: id, Layer: "net", Action: "dropped",
+			Subject: netip.AddrPortFrom(dr.Dst, dr.Port).String(),
+			Fields:  map[string]any{"proto": dr.Proto, "packets": dr.Packets, "bytes": dr.Bytes},
+		})
+	}
+	return out
+}
+
+// Drops returns the drop events of session id while its network exists:
+// blocked connections are counted in the kernel and reach the audit only
+// when Remove removes the network.
+func (e *Perimeter) Drops(ctx context.Context, id string) []api.AuditEvent {
+	if e == nil {
+		return nil
+	}
+	if _, err := e.gw.Session(id); err != nil {
+		return nil
+	}
+	st, err := e.gw.DropCounters(ctx, id)
+	if err != nil {
+		return nil
+	}
+	return dropEvents(id, st)
+}
+
+// Reconcile goes through the session networks the gateway holds, as a
+// restarted daemon finds them: running says, for a session id, the
+// egress block of the running session and where its decisions go, or nil
+// for a session that is gone or not running. Running sessions are
+// registered with the proxy again; the others' networks are removed.
+func (e *Perimeter) Reconcile(ctx context.Context, running func(id string) (*policies.Egress, Audit)) {
+	if e == nil {
+		return
+	}
+	for _, ns := range e.gw.Sessions() {
+		if eg, audit := running(ns.ID()); eg != nil {
+			list, err := allowlist.Compile(eg.Allow, eg.Deny)
+			if err == nil {
+				e.registerDNS(ctx, ns.ID(), eg, ns, list, audit)
+				continue
+			}
+		}
+		log.G(ctx).Info("removing the network of a session that is not running", "session", ns.ID())
+		if err := e.gw.RemoveSession(ctx, ns.ID()); err != nil {
+			log.G(ctx).Warn("remove session network", "session", ns.ID(), "error", err)
+		}
+	}
+}
+
+// SessionOfFlow returns the id of the session that opened the connection
+// a service saw from client to server (optional: the zero AddrPort
+// matches any), with proto "tcp" or "udp", through the gateway's view of
+// its sessions' flows (see netns.Gateway.SessionByFlow). Without a
+// perimeter no connection is a session's: the error is NotFound.
+func (e *Perimeter) SessionOfFlow(ctx context.Context, client, server netip.AddrPort, proto string) (string, error) {
+	if e == nil {
+		return "", fmt.Errorf("no egress perimeter: %w", errdefs.ErrNotFound)
+	}
+	ns, err := e.gw.SessionByFlow(ctx, client, server, proto)
+	if err != nil {
+		return "", err
+	}
+	return ns.ID(), nil
+}
+
+// hostResolvers reads nameserver lines from a resolv.conf.
+func hostResolvers(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "nameserver" {
+			if a, err := netip.ParseAddr(fields[1]); err == nil && !a.IsLoopback() {
+				out = append(out, a.String())
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no usable nameserver in " + path)
+	}
+	return out, sc.Err()
+}
+
+// dnsPacketRate is the bound on a session's packets to the DNS proxy that
+// the gateway's rules enforce: twenty times the proxy's own rate limit,
+// and never below nft.DefaultDNSPacketRate.
+func dnsPacketRate(l dnsproxy.Limits) uint32 {
+	rate := l.Rate
+	if rate == 0 {
+		rate = dnsproxy.DefaultRate
+	}
+	return uint32(min(max(20*rate, nft.DefaultDNSPacketRate), math.MaxUint32))
+}

@@ -24,7 +24,6 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/fsscope"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
@@ -79,12 +78,11 @@ type Daemon struct {
 	embedded *runtime.Embedded
 	cgroups  runtime.Cgroups
 
+	// The layers each session is assembled from, besides the runtime.
 	broker *credentials.Broker
 	creds  *credentialState
-	egress *egress.Perimeter
-	// readAudit refuses and audits opens of deny_read masks; nil when the
-	// kernel offers no fanotify permission events.
-	readAudit *fsscope.ReadAudit
+	egress *egress.Perimeter // nil without an uplink
+	fs     *workspaces
 	// admission checks every request and pool against the operator's
 	// admission policy.
 	admission *admitter
@@ -183,10 +181,10 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		d.wg.Wait()
 		return nil, err
 	}
-	d.openReadAudit(ctx)
+	d.fs = openWorkspaces(ctx, cfg.Root, d.maskRead)
 	defer func() {
 		if retErr != nil {
-			d.readAudit.Close()
+			d.fs.Close()
 		}
 	}()
 	if err := d.reconcile(ctx); err != nil {
@@ -241,7 +239,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	for _, s := range sessions {
 		_ = s.audit.Close()
 	}
-	return errors.Join(err, d.rt.StopAnchor(ctx), d.readAudit.Close(), d.rt.Close())
+	return errors.Join(err, d.rt.StopAnchor(ctx), d.fs.Close(), d.rt.Close())
 }
 
 // StopContainerd stops the embedded containerd, if this daemon started one.
@@ -494,7 +492,7 @@ func (d *Daemon) finish(ctx context.Context, s *session, end ending) {
 			log.G(ctx).Warn("delete exited task", "error", err)
 		}
 		if !ended {
-			d.auditOutputDropped(ctx, s)
+			s.auditOutputDropped(ctx)
 		}
 	})
 	review, finished := false, false
@@ -506,7 +504,7 @@ func (d *Daemon) finish(ctx context.Context, s *session, end ending) {
 			<-taskGone
 		}
 		var err error
-		if review, err = d.finishFS(ctx, s); err != nil {
+		if review, err = s.finishFS(ctx); err != nil {
 			log.G(ctx).Error("workspace on_exit", "error", err)
 		}
 		finished = true
@@ -809,7 +807,7 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		}
 		known[id] = true
 		s := &session{d: d, dir: d.sessionDir(id), audit: newAuditLog(d.sessionDir(id), rec.Policy.Resources.AuditSize), rec: *rec, exited: make(chan struct{})}
-		if s.fs, err = d.loadFS(s.dir, id); err != nil {
+		if s.fs, err = d.fs.load(s.dir, id); err != nil {
 			log.G(sctx).Error("load workspace state", "error", err)
 		}
 		if err := d.reconcileSession(sctx, s); err != nil {

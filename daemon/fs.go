@@ -21,14 +21,38 @@ import (
 // baselines, masks) lives inside its directory.
 const fsDir = "fs"
 
-// setupFS prepares the session's workspaces and mounts. Sessions without
-// any get nothing from the host.
-func (d *Daemon) setupFS(ctx context.Context, s *session, p *policies.Policy, uid, gid uint32) (*fsscope.Session, error) {
+// workspaces sets up and re-opens sessions' filesystem views, with the
+// daemon-wide template cache and the read audit of deny_read masks.
+type workspaces struct {
+	templates string
+	// readAudit refuses and audits opens of deny_read masks; nil when the
+	// kernel offers no fanotify permission events (the masks are then
+	// mode 0, and opens of them fail unaudited).
+	readAudit *fsscope.ReadAudit
+}
+
+// openWorkspaces starts the read audit, whose refused opens go to onRead.
+func openWorkspaces(ctx context.Context, root string, onRead func(fsscope.MaskRead)) *workspaces {
+	w := &workspaces{templates: filepath.Join(root, "fs-templates")}
+	ra, err := fsscope.NewReadAudit(onRead)
+	if err != nil {
+		log.G(ctx).Warn("opens of deny_read masks will not be audited", "error", err)
+		return w
+	}
+	w.readAudit = ra
+	return w
+}
+
+func (w *workspaces) Close() error { return w.readAudit.Close() }
+
+// setup prepares session id's workspaces and mounts in its directory.
+// Sessions without any get nothing from the host.
+func (w *workspaces) setup(ctx context.Context, sessionDir, id string, p *policies.Policy, uid, gid uint32) (*fsscope.Session, error) {
 	if len(p.Workspaces) == 0 && len(p.Mounts) == 0 {
 		return nil, nil
 	}
-	fs, err := fsscope.Setup(ctx, filepath.Join(s.dir, fsDir), p, fsscope.Owner{UID: uid, GID: gid},
-		fsscope.WithImageCache(filepath.Join(d.cfg.Root, "fs-templates")), d.readAuditOpt(s.rec.ID))
+	fs, err := fsscope.Setup(ctx, filepath.Join(sessionDir, fsDir), p, fsscope.Owner{UID: uid, GID: gid},
+		fsscope.WithImageCache(w.templates), fsscope.WithReadAudit(w.readAudit, id))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !errdefs.IsInvalidArgument(err) {
 			return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
@@ -38,11 +62,20 @@ func (d *Daemon) setupFS(ctx context.Context, s *session, p *policies.Policy, ui
 	return fs, nil
 }
 
+// load re-opens a session's filesystem state after a restart.
+func (w *workspaces) load(sessionDir, id string) (*fsscope.Session, error) {
+	dir := filepath.Join(sessionDir, fsDir)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return fsscope.Load(dir, fsscope.WithReadAudit(w.readAudit, id))
+}
+
 // finishFS runs once the sandbox is gone: it unmounts the session's view
 // and carries out each workspace's on_exit (commit with the commit policy,
 // discard, or keep for review). Every commit decision is audited. review
 // reports whether changes wait for `airlock diff/commit/discard`.
-func (d *Daemon) finishFS(ctx context.Context, s *session) (review bool, err error) {
+func (s *session) finishFS(ctx context.Context) (review bool, err error) {
 	fs := s.fs
 	if fs == nil {
 		return false, nil
@@ -175,7 +208,7 @@ func (d *Daemon) Commit(ctx context.Context, id string, req api.CommitRequest) (
 	}
 	out.Committed = len(out.Applied) > 0
 	if cerr == nil && len(out.Rejected) == 0 && len(out.Conflicts) == 0 {
-		d.dropReview(ctx, s)
+		s.dropReview(ctx)
 	}
 	return out, nil
 }
@@ -189,12 +222,12 @@ func (d *Daemon) Discard(ctx context.Context, id string) error {
 	if err := fs.Discard(ctx); err != nil {
 		return err
 	}
-	d.dropReview(ctx, s)
+	s.dropReview(ctx)
 	return nil
 }
 
 // dropReview removes the kept upper directories once nothing is left to review.
-func (d *Daemon) dropReview(ctx context.Context, s *session) {
+func (s *session) dropReview(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fs == nil {
@@ -216,32 +249,6 @@ func cleanupFS(ctx context.Context, sessionDir string) error {
 		return nil
 	}
 	return fsscope.Cleanup(ctx, dir)
-}
-
-// loadFS re-opens a session's filesystem state after a restart.
-func (d *Daemon) loadFS(sessionDir, id string) (*fsscope.Session, error) {
-	dir := filepath.Join(sessionDir, fsDir)
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	return fsscope.Load(dir, d.readAuditOpt(id))
-}
-
-// openReadAudit starts the refusal and audit of opens of deny_read masks.
-// Without it (no fanotify permission events in the kernel) the masks are
-// mode 0 and opens of them fail unaudited.
-func (d *Daemon) openReadAudit(ctx context.Context) {
-	ra, err := fsscope.NewReadAudit(d.maskRead)
-	if err != nil {
-		log.G(ctx).Warn("opens of deny_read masks will not be audited", "error", err)
-		return
-	}
-	d.readAudit = ra
-}
-
-// readAuditOpt registers a session's masks with the read audit.
-func (d *Daemon) readAuditOpt(id string) fsscope.Option {
-	return fsscope.WithReadAudit(d.readAudit, id)
 }
 
 // maskRead audits a refused open of a deny_read mask.

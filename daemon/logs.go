@@ -151,7 +151,7 @@ func (s *session) outputDropped(wait bool) []api.AuditEvent {
 
 // auditOutputDropped records in the audit how much output the cap on
 // output dropped, once the session's log writer is done.
-func (d *Daemon) auditOutputDropped(ctx context.Context, s *session) {
+func (s *session) auditOutputDropped(ctx context.Context) {
 	for _, ev := range s.outputDropped(true) {
 		s.audit.EmitControl(ctx, ev)
 	}

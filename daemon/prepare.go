@@ -99,7 +99,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	var g errgroup.Group
 	g.Go(func() (err error) {
 		defer steps.track("fs")()
-		fs, err = d.setupFS(ctx, s, &p, uid, gid)
+		fs, err = d.fs.setup(ctx, dir, id, &p, uid, gid)
 		return err
 	})
 	g.Go(func() (err error) {

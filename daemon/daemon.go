@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
+	"github.com/airlock-sandbox/airlock/internal/steps"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
@@ -462,10 +463,10 @@ func (d *Daemon) finish(ctx context.Context, s *session, end ending) {
 		end.at = time.Now().UTC()
 	}
 	id := s.rec.ID
-	steps := newTeardownSteps()
-	defer steps.log(ctx, "exit")
+	step := steps.New()
+	defer step.Log(ctx, "session teardown steps", "phase", "exit")
 	var ended bool // the session had ended before: its end is not recorded again
-	steps.run("exit", func() {
+	step.Run("exit", func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		ended = s.rec.State == api.StateStopped || s.rec.State == api.StateUnknown
@@ -477,16 +478,16 @@ func (d *Daemon) finish(ctx context.Context, s *session, end ending) {
 			log.G(ctx).Error("persist exit status", "error", err)
 		}
 	})
-	steps.run("credentials", func() { d.revokeCredentials(ctx, id) })
+	step.Run("credentials", func() { d.revokeCredentials(ctx, id) })
 	var oom bool
-	steps.run("oom", func() { oom = d.cgroups.OOMKilled(d.cgroupPath(id)) })
+	step.Run("oom", func() { oom = d.cgroups.OOMKilled(d.cgroupPath(id)) })
 	taskGone := make(chan struct{})
-	steps.spawn("network", func() {
+	step.Go("network", func() {
 		if err := d.egress.Remove(ctx, s.rec.ID, s.audit.EmitDecision); err != nil {
 			log.G(ctx).Warn("remove network", "error", err)
 		}
 	})
-	steps.spawn("task", func() {
+	step.Go("task", func() {
 		defer close(taskGone)
 		if err := d.rt.DeleteTask(ctx, id); err != nil {
 			log.G(ctx).Warn("delete exited task", "error", err)
@@ -496,7 +497,7 @@ func (d *Daemon) finish(ctx context.Context, s *session, end ending) {
 		}
 	})
 	review, finished := false, false
-	steps.spawn("workspace", func() {
+	step.Go("workspace", func() {
 		if s.fs == nil || !s.fs.Live() {
 			return
 		}
@@ -509,7 +510,7 @@ func (d *Daemon) finish(ctx context.Context, s *session, end ending) {
 		}
 		finished = true
 	})
-	steps.wait()
+	step.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if finished {
@@ -518,7 +519,7 @@ func (d *Daemon) finish(ctx context.Context, s *session, end ending) {
 	s.stopTimerLocked()
 	if ended || s.rec.State == api.StateStopped || s.rec.State == api.StateUnknown {
 		if finished {
-			steps.run("state", func() {
+			step.Run("state", func() {
 				if err := s.saveLocked(); err != nil {
 					log.G(ctx).Error("persist review state", "error", err)
 				}
@@ -542,7 +543,7 @@ func (d *Daemon) finish(ctx context.Context, s *session, end ending) {
 	s.rec.ExitCode = &exit
 	s.rec.Reason = reason
 	s.rec.Finished = &end.at
-	steps.run("state", func() {
+	step.Run("state", func() {
 		if err := s.saveLocked(); err != nil {
 			log.G(ctx).Error("persist exit", "error", err)
 		}
@@ -691,31 +692,31 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 // files only once the task (if one was left) is deleted, so that nothing
 // of the sandbox still runs on them.
 func (d *Daemon) teardown(ctx context.Context, id string) (retErr error) {
-	steps := newTeardownSteps()
+	step := steps.New()
 	defer func() {
 		if retErr == nil {
-			steps.log(ctx, "remove")
+			step.Log(ctx, "session teardown steps", "phase", "remove")
 		}
 	}()
-	steps.run("credentials", func() { d.revokeCredentials(ctx, id) })
+	step.Run("credentials", func() { d.revokeCredentials(ctx, id) })
 	var netErr, rtErr error
-	steps.spawn("network", func() { netErr = d.egress.Discard(ctx, id) })
-	steps.spawn("containerd", func() { rtErr = d.rt.Delete(ctx, id) })
-	steps.wait()
+	step.Go("network", func() { netErr = d.egress.Discard(ctx, id) })
+	step.Go("containerd", func() { rtErr = d.rt.Delete(ctx, id) })
+	step.Wait()
 	if err := errors.Join(netErr, rtErr); err != nil {
 		return err
 	}
 	dir := d.sessionDir(id)
 	var err error
-	steps.run("workspace", func() { err = cleanupFS(ctx, dir) })
+	step.Run("workspace", func() { err = cleanupFS(ctx, dir) })
 	if err != nil {
 		return err
 	}
-	steps.run("mounts", func() { err = mountinfo.UnmountAll(dir) })
+	step.Run("mounts", func() { err = mountinfo.UnmountAll(dir) })
 	if err != nil {
 		return err
 	}
-	steps.run("dir", func() { err = os.RemoveAll(dir) })
+	step.Run("dir", func() { err = os.RemoveAll(dir) })
 	return err
 }
 

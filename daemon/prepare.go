@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/containers"
@@ -20,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/fsscope"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/internal/steps"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
@@ -77,7 +77,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
-	steps := newStepTimer()
+	step := steps.New()
 	opts := runtime.HardeningOpts()
 	popts, err := runtime.PolicyOpts(&p, hostname(p.Label, id), d.cgroupPath(id))
 	if err != nil {
@@ -98,12 +98,12 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	)
 	var g errgroup.Group
 	g.Go(func() (err error) {
-		defer steps.track("fs")()
+		defer step.Track("fs")()
 		fs, err = d.fs.setup(ctx, dir, id, &p, uid, gid)
 		return err
 	})
 	g.Go(func() (err error) {
-		defer steps.track("credentials+launch")()
+		defer step.Track("credentials+launch")()
 		if creds, err = d.prepareCredentials(dir, &p, uid, gid); err != nil {
 			return err
 		}
@@ -111,7 +111,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 		return err
 	})
 	g.Go(func() (err error) {
-		defer steps.track("egress")()
+		defer step.Track("egress")()
 		net, err = d.egress.AddSession(ctx, id, p.Egress, dir, s.audit.EmitDecision)
 		return err
 	})
@@ -123,7 +123,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	g.Go(func() (err error) {
-		defer steps.track("rootfs")()
+		defer step.Track("rootfs")()
 		rootfs, err = d.rt.PrepareRootfs(cctx, id, p.Image)
 		return err
 	})
@@ -139,16 +139,16 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	opts = append(opts, creds.specOpt())
 	opts = append(opts, net.SpecOpts()...)
 	opts = append(opts, s.launchOpt())
-	steps.mark("parallel")
+	step.Mark("parallel")
 	if err := d.rt.Create(cctx, runtime.CreateOptions{ID: id, Rootfs: rootfs, SpecOpts: opts}); err != nil {
 		return nil, err
 	}
-	steps.mark("container")
+	step.Mark("container")
 	pid, ch, err := d.rt.Start(cctx, id, s.logDir(), p.Resources.LogSize)
 	if err != nil {
 		return nil, err
 	}
-	steps.mark("task")
+	step.Mark("task")
 	s.pid = pid
 	rctx, rcancel := context.WithTimeout(cctx, readyTimeout)
 	err = ld.Ready(rctx)
@@ -159,8 +159,8 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	steps.mark("ready")
-	log.G(ctx).Debug("sandbox prepared", steps.attrs()...)
+	step.Mark("ready")
+	step.Log(ctx, "sandbox prepared")
 	if pooled {
 		s.rec.State = statePooled
 		if err := s.save(); err != nil {
@@ -270,43 +270,3 @@ func (d *Daemon) abandon(ctx context.Context, s *session) {
 }
 
 func (d *Daemon) initBinary() string { return filepath.Join(d.cfg.BinDir, launch.Binary) }
-
-// stepTimer records how long each step of a multi-step operation took,
-// for debug logs.
-type stepTimer struct {
-	mu    sync.Mutex
-	last  time.Time
-	start time.Time
-	kv    []any
-}
-
-func newStepTimer() *stepTimer {
-	now := time.Now()
-	return &stepTimer{last: now, start: now}
-}
-
-// mark records the time since the previous mark as step.
-func (t *stepTimer) mark(step string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := time.Now()
-	t.kv = append(t.kv, step, now.Sub(t.last).Round(10*time.Microsecond).String())
-	t.last = now
-}
-
-// track starts timing a step that runs beside others; the returned
-// function records it.
-func (t *stepTimer) track(step string) func() {
-	begin := time.Now()
-	return func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		t.kv = append(t.kv, step, time.Since(begin).Round(10*time.Microsecond).String())
-	}
-}
-
-func (t *stepTimer) attrs() []any {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return append(t.kv, "total", time.Since(t.start).Round(10*time.Microsecond).String())
-}

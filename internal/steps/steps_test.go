@@ -1,4 +1,4 @@
-package daemon
+package steps
 
 import (
 	"bytes"
@@ -12,17 +12,17 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
 
-// TestTeardownSteps: spawned steps run side by side, wait returns when all
+// TestTimer: steps started by Go run side by side, Wait returns when all
 // have ended, and the debug line names every step with its duration.
-func TestTeardownSteps(t *testing.T) {
+func TestTimer(t *testing.T) {
 	var buf bytes.Buffer
 	ctx := log.WithLogger(context.Background(), slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	steps := newTeardownSteps()
-	steps.run("first", func() {})
+	steps := New()
+	steps.Run("first", func() {})
 	var running, peak atomic.Int32
 	release := make(chan struct{})
 	for _, name := range []string{"a", "b", "c"} {
-		steps.spawn(name, func() {
+		steps.Go(name, func() {
 			n := running.Add(1)
 			for {
 				p := peak.Load()
@@ -40,16 +40,17 @@ func TestTeardownSteps(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	close(release)
-	steps.wait()
+	steps.Wait()
 	if peak.Load() != 3 {
 		t.Errorf("%d steps ran at once, want 3", peak.Load())
 	}
 	if running.Load() != 0 {
 		t.Error("wait returned before every step ended")
 	}
-	steps.log(ctx, "exit")
+	steps.Mark("last")
+	steps.Log(ctx, "session teardown steps", "phase", "exit")
 	line := buf.String()
-	for _, want := range []string{`msg="session teardown steps"`, "phase=exit", "total=", "first=", "a=", "b=", "c="} {
+	for _, want := range []string{`msg="session teardown steps"`, "phase=exit", "total=", "first=", "a=", "b=", "c=", "last="} {
 		if !strings.Contains(line, want) {
 			t.Errorf("log line lacks %q: %s", want, line)
 		}

@@ -78,8 +78,8 @@ type Daemon struct {
 	rt       *runtime.Runtime
 	embedded *runtime.Embedded
 
-	broker *credentials.Broker
-	creds  *credentialState
+	// creds mints the sessions' credentials and delivers them.
+	creds  *credentials.Delivery
 	egress *egress
 	// readAudit refuses and audits opens of deny_read masks; nil when the
 	// kernel offers no fanotify permission events.
@@ -177,12 +177,13 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 			rt.Close()
 		}
 	}()
-	if err := d.openBroker(ctx); err != nil {
+	if err := d.openCredentials(); err != nil {
 		return nil, err
 	}
 	if err := d.openEgress(ctx); err != nil {
 		d.stop()
 		d.wg.Wait()
+		d.creds.Close()
 		return nil, err
 	}
 	d.openReadAudit(ctx)
@@ -237,6 +238,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.mu.Unlock()
 	err := d.closeEgress(ctx)
 	d.wg.Wait()
+	d.creds.Close()
 	// Merged decisions still counting are written before the daemon goes.
 	for _, s := range sessions {
 		_ = s.audit.Close()
@@ -363,9 +365,15 @@ func (d *Daemon) start(ctx context.Context, s *session) error {
 	if s.launch == nil {
 		s.launch = launch.Open(filepath.Join(s.dir, initDir))
 	}
+	// Env-delivered credentials reach the command through the launch
+	// message only, never through the container's spec.
+	credEnv, err := s.creds.StartEnv(ctx, s.rec.ID)
+	if err != nil {
+		return err
+	}
 	env := s.env
-	if s.creds != nil && len(s.creds.env) > 0 {
-		env = append(append([]string{}, s.env...), s.creds.env...)
+	if len(credEnv) > 0 {
+		env = append(append([]string{}, s.env...), credEnv...)
 	}
 	if err := s.launch.Launch(ctx, launch.Message{Args: s.rec.Policy.Command, Env: env}); err != nil {
 		return err
@@ -384,8 +392,7 @@ func (d *Daemon) start(ctx context.Context, s *session) error {
 		log.G(ctx).Error("persist running state", "error", err)
 	}
 	d.armTimerLocked(s)
-	d.startRefreshers(ctx, s, s.minted)
-	s.minted = nil
+	s.creds.StartRefreshers(ctx, s.rec.ID)
 	s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "started",
 		Subject: strings.Join(s.rec.Policy.Command, " "), Fields: map[string]any{"pid": s.pid, "timeout": s.rec.Policy.Timeout.String(), "warm": s.rec.Warm}})
 	s.auditDenyRead(ctx)
@@ -452,7 +459,7 @@ func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitS
 			log.G(ctx).Error("persist exit status", "error", err)
 		}
 	})
-	steps.run("credentials", func() { d.revokeCredentials(ctx, id) })
+	steps.run("credentials", func() { d.creds.Revoke(ctx, id) })
 	// Read before the task's deletion removes the cgroup.
 	var oom bool
 	steps.run("oom", func() { oom = oomKilled(d.cgroupPath(id)) })
@@ -555,7 +562,7 @@ func (d *Daemon) stopSession(ctx context.Context, s *session, reason string, gra
 	id, exited, pid := s.rec.ID, s.exited, s.pid
 	s.mu.Unlock()
 	// A stopped session's credentials stop working now, not when it exits.
-	d.revokeCredentials(ctx, id)
+	d.creds.Revoke(ctx, id)
 
 	if grace > 0 {
 		if err := d.rt.Signal(ctx, id, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
@@ -705,7 +712,7 @@ func (d *Daemon) teardown(ctx context.Context, id string) (retErr error) {
 			steps.log(ctx, "remove")
 		}
 	}()
-	steps.run("credentials", func() { d.revokeCredentials(ctx, id) })
+	steps.run("credentials", func() { d.creds.Revoke(ctx, id) })
 	var netErr, rtErr error
 	steps.spawn("network", func() { netErr = d.removeNetwork(ctx, id) })
 	steps.spawn("containerd", func() { rtErr = d.rt.Delete(ctx, id) })
@@ -774,6 +781,12 @@ func (d *Daemon) Exec(ctx context.Context, id string, o runtime.ExecOptions) (in
 	}
 	s.mu.Lock()
 	state := s.rec.State
+	// The spec holds no credential: the env-delivered ones come from the
+	// session's plan, before the caller's variables. (A session this
+	// daemon re-adopted while it ran has none; see credentials.Plan.Env.)
+	if credEnv := s.creds.Env(); len(credEnv) > 0 {
+		o.Env = append(append([]string{}, credEnv...), o.Env...)
+	}
 	s.mu.Unlock()
 	if state != api.StateRunning {
 		return -1, fmt.Errorf("session %q is %s, not running: %w", id, state, errdefs.ErrFailedPrecondition)
@@ -861,7 +874,9 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 			s.pid = ts.Pid
 			d.armTimerLocked(s)
 			d.watch(s, ch)
-			d.startRefreshers(ctx, s, nil)
+			uid, gid, _ := runtime.ParseUser(s.rec.Policy.User)
+			s.creds = d.creds.Reopen(s.dir, s.rec.Policy.Credentials, uid, gid)
+			s.creds.StartRefreshers(ctx, s.rec.ID)
 			return nil
 		}
 		exit, reason := -1, "lost"
@@ -882,7 +897,7 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 		if s.rec.Stopping != "" {
 			reason = s.rec.Stopping
 		}
-		d.revokeCredentials(ctx, s.rec.ID)
+		d.creds.Revoke(ctx, s.rec.ID)
 		if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
 			return err
 		}
@@ -908,7 +923,10 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 				return err
 			}
 			s.pid = ts.Pid
-			s.creds = d.reopenCredentials(s.dir, &s.rec.Policy)
+			uid, gid, _ := runtime.ParseUser(s.rec.Policy.User)
+			s.creds = d.creds.Reopen(s.dir, s.rec.Policy.Credentials, uid, gid)
+			// The spec's environment holds no credential; start mints
+			// the env-delivered ones again (credentials.Plan.StartEnv).
 			s.env, err = d.rt.ProcessEnv(ctx, s.rec.ID)
 			if err != nil {
 				return err
@@ -918,7 +936,7 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 			return nil
 		}
 		exit, finished := -1, time.Now().UTC()
-		d.revokeCredentials(ctx, s.rec.ID)
+		d.creds.Revoke(ctx, s.rec.ID)
 		if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
 			return err
 		}
@@ -927,7 +945,7 @@ func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
 		return s.saveLocked()
 	case api.StateStopped:
 		s.closeExitedLocked()
-		d.revokeCredentials(ctx, s.rec.ID)
+		d.creds.Revoke(ctx, s.rec.ID)
 		if err := d.rt.DeleteTask(ctx, s.rec.ID); err != nil {
 			return err
 		}

@@ -49,8 +49,9 @@ type Delivery struct {
 	m      Minter
 	broker *Broker // nil unless made by Open
 
-	// stopCtx ends the rotation and the refreshers: the daemon's root
-	// context, cancelled by Close.
+	// stopCtx ends the key rotation and the refreshers: derived from the
+	// context Open or NewDelivery was given (the daemon's root context),
+	// and cancelled by Close.
 	stopCtx context.Context
 	stop    context.CancelFunc
 	wg      sync.WaitGroup

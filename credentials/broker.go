@@ -1,11 +1,21 @@
-// Package credentials is airlock's credential broker. For each session it
-// mints the credentials the manifest declares, through the built-in issuer
-// (airlock tokens, package token) or an operator's ExecIssuer; it keeps
-// track of them, re-mints them before they expire (Refresher), writes them
-// for delivery into the sandbox (WriteAtomic), revokes them when the session
-// stops, and serves the endpoints services verify against: the JWKS, token
-// introspection and rejection reports (Handler). Every mint, refresh,
-// revocation and reported rejection is an audit Event.
+// Package credentials owns a session's credentials from minting to
+// revocation. The broker (Broker) mints the credentials a manifest
+// declares, through the built-in issuer (airlock tokens, package token) or
+// an operator's ExecIssuer; it keeps track of them, re-mints them before
+// they expire (Refresher), revokes them when the session stops, and serves
+// the endpoints services verify against: the JWKS, token introspection and
+// rejection reports (Handler). Every mint, refresh, revocation and reported
+// rejection is an audit Event.
+//
+// Delivery is the daemon's front door (Open): it brings the credentials
+// into a sandbox. Prepare mounts a small read-only tmpfs for the
+// file-delivered ones, and Plan.SpecOpt binds its directories into the
+// container; Plan.Mint mints the tokens when a session takes the sandbox
+// and writes the files (WriteAtomic); env-delivered ones reach the command
+// through the launch message (Plan.StartEnv) and exec'd processes through
+// Plan.Env, never through the container's spec; Plan.StartRefreshers keeps
+// the files fresh and Delivery.Revoke ends it all. It needs of a broker
+// only the small Minter interface.
 //
 // Services check tokens with package verify; package scope defines what a
 // token's scopes allow.

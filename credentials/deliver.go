@@ -8,10 +8,6 @@ import (
 	"github.com/airlock-sandbox/airlock/credentials/internal/atomicfile"
 )
 
-// DefaultDir is where credential files appear inside a sandbox, one file
-// per credential, named after it.
-const DefaultDir = "/run/airlock/credentials"
-
 // WriteAtomic writes data to dir/name as a read-only file (mode 0400) owned
 // by uid:gid (-1 leaves either unchanged), replacing any previous version by
 // rename: a reader sees the old or the new credential, never a partial one.

@@ -80,8 +80,8 @@ type Daemon struct {
 	cgroups  runtime.Cgroups
 
 	// The layers each session is assembled from, besides the runtime.
-	broker *credentials.Broker
-	creds  *credentialState
+	// creds mints the sessions' credentials and delivers them.
+	creds  *credentials.Delivery
 	egress *egress.Perimeter // nil without an uplink
 	fs     *workspaces
 	// admission checks every request and pool against the operator's
@@ -174,12 +174,13 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 			rt.Close()
 		}
 	}()
-	if err := d.openBroker(ctx); err != nil {
+	if err := d.openCredentials(); err != nil {
 		return nil, err
 	}
 	if d.egress, err = egress.Open(ctx, d.prefix, cfg.Egress); err != nil {
 		d.stop()
 		d.wg.Wait()
+		d.creds.Close()
 		return nil, err
 	}
 	d.fs = openWorkspaces(ctx, cfg.Root, d.maskRead)
@@ -236,6 +237,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.mu.Unlock()
 	err := d.egress.Close(ctx)
 	d.wg.Wait()
+	d.creds.Close()
 	// Merged decisions still counting are written before the daemon goes.
 	for _, s := range sessions {
 		_ = s.audit.Close()
@@ -362,9 +364,15 @@ func (d *Daemon) start(ctx context.Context, s *session) error {
 	if s.launch == nil {
 		s.launch = launch.Open(filepath.Join(s.dir, initDir))
 	}
+	// Env-delivered credentials reach the command through the launch
+	// message only, never through the container's spec.
+	credEnv, err := s.creds.StartEnv(ctx, s.rec.ID)
+	if err != nil {
+		return err
+	}
 	env := s.env
-	if s.creds != nil && len(s.creds.env) > 0 {
-		env = append(append([]string{}, s.env...), s.creds.env...)
+	if len(credEnv) > 0 {
+		env = append(append([]string{}, s.env...), credEnv...)
 	}
 	if err := s.launch.Launch(ctx, launch.Message{Args: s.rec.Policy.Command, Env: env}); err != nil {
 		return err
@@ -383,8 +391,7 @@ func (d *Daemon) start(ctx context.Context, s *session) error {
 		log.G(ctx).Error("persist running state", "error", err)
 	}
 	d.armTimerLocked(s)
-	d.startRefreshers(ctx, s, s.minted)
-	s.minted = nil
+	s.creds.StartRefreshers(ctx, s.rec.ID)
 	s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "started",
 		Subject: strings.Join(s.rec.Policy.Command, " "), Fields: map[string]any{"pid": s.pid, "timeout": s.rec.Policy.Timeout.String(), "warm": s.rec.Warm}})
 	s.auditDenyRead(ctx)
@@ -478,7 +485,7 @@ func (d *Daemon) finish(ctx context.Context, s *session, end ending) {
 			log.G(ctx).Error("persist exit status", "error", err)
 		}
 	})
-	step.Run("credentials", func() { d.revokeCredentials(ctx, id) })
+	step.Run("credentials", func() { d.creds.Revoke(ctx, id) })
 	var oom bool
 	step.Run("oom", func() { oom = d.cgroups.OOMKilled(d.cgroupPath(id)) })
 	taskGone := make(chan struct{})
@@ -585,7 +592,7 @@ func (d *Daemon) stopSession(ctx context.Context, s *session, reason string, gra
 	id, exited, pid := s.rec.ID, s.exited, s.pid
 	s.mu.Unlock()
 	// A stopped session's credentials stop working now, not when it exits.
-	d.revokeCredentials(ctx, id)
+	d.creds.Revoke(ctx, id)
 
 	if grace > 0 {
 		if err := d.rt.Signal(ctx, id, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
@@ -698,7 +705,7 @@ func (d *Daemon) teardown(ctx context.Context, id string) (retErr error) {
 			step.Log(ctx, "session teardown steps", "phase", "remove")
 		}
 	}()
-	step.Run("credentials", func() { d.revokeCredentials(ctx, id) })
+	step.Run("credentials", func() { d.creds.Revoke(ctx, id) })
 	var netErr, rtErr error
 	step.Go("network", func() { netErr = d.egress.Discard(ctx, id) })
 	step.Go("containerd", func() { rtErr = d.rt.Delete(ctx, id) })
@@ -767,6 +774,12 @@ func (d *Daemon) Exec(ctx context.Context, id string, o runtime.ExecOptions) (in
 	}
 	s.mu.Lock()
 	state := s.rec.State
+	// The spec holds no credential: the env-delivered ones come from the
+	// session's plan, before the caller's variables. (A session this
+	// daemon re-adopted while it ran has none; see credentials.Plan.Env.)
+	if credEnv := s.creds.Env(); len(credEnv) > 0 {
+		o.Env = append(append([]string{}, credEnv...), o.Env...)
+	}
 	s.mu.Unlock()
 	if state != api.StateRunning {
 		return -1, fmt.Errorf("session %q is %s, not running: %w", id, state, errdefs.ErrFailedPrecondition)
@@ -865,15 +878,18 @@ func (d *Daemon) readopt(ctx context.Context, s *session) (*ending, error) {
 				return nil, err
 			}
 			s.pid = ts.Pid
+			uid, gid, _ := runtime.ParseUser(s.rec.Policy.User)
+			s.creds = d.creds.Reopen(s.dir, s.rec.Policy.Credentials, uid, gid)
 			if s.rec.State == api.StateCreated {
-				// airlock-init still waits for the command.
-				s.creds = d.reopenCredentials(s.dir, &s.rec.Policy)
+				// airlock-init still waits for the command. The spec's
+				// environment holds no credential; start mints the
+				// env-delivered ones again (credentials.Plan.StartEnv).
 				if s.env, err = d.rt.ProcessEnv(ctx, s.rec.ID); err != nil {
 					return nil, err
 				}
 			} else {
 				d.armTimerLocked(s)
-				d.startRefreshers(ctx, s, nil)
+				s.creds.StartRefreshers(ctx, s.rec.ID)
 			}
 			d.watch(s, ch)
 			log.G(ctx).Info("re-adopted session", "state", s.rec.State, "pid", ts.Pid)

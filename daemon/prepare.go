@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/fsscope"
 	"github.com/airlock-sandbox/airlock/internal/launch"
@@ -91,7 +92,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	// the rollback finds everything they made.
 	var (
 		fs     *fsscope.Session
-		creds  *credentialPlan
+		creds  *credentials.Plan
 		net    *egress.Session
 		ld     *launch.Dir
 		rootfs *runtime.Rootfs
@@ -104,7 +105,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	})
 	g.Go(func() (err error) {
 		defer step.Track("credentials+launch")()
-		if creds, err = d.prepareCredentials(dir, &p, uid, gid); err != nil {
+		if creds, err = d.creds.Prepare(dir, p.Credentials, uid, gid); err != nil {
 			return err
 		}
 		ld, err = launch.Prepare(filepath.Join(dir, initDir), d.initBinary(), uid, gid)
@@ -136,7 +137,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	if fs != nil {
 		opts = append(opts, fs.SpecOpt())
 	}
-	opts = append(opts, creds.specOpt())
+	opts = append(opts, creds.SpecOpt())
 	opts = append(opts, net.SpecOpts()...)
 	opts = append(opts, s.launchOpt())
 	step.Mark("parallel")
@@ -214,18 +215,10 @@ func (d *Daemon) claim(ctx context.Context, s *session, p policies.Policy, start
 			return nil, fmt.Errorf("%w: workspace changed on the host: %s", errStalePool, reason)
 		}
 	}
-	if err := s.creds.mint(ctx, d, id); err != nil {
+	if err := s.creds.Mint(ctx, id); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
-	if len(s.creds.env) > 0 {
-		// Processes exec'd later get them too.
-		if err := d.rt.AddEnv(ctx, id, s.creds.env); err != nil {
-			s.mu.Unlock()
-			return nil, err
-		}
-	}
-	s.minted = s.creds.byName
 	s.rec.Policy = p
 	s.rec.Label = p.Label
 	s.rec.Created = time.Now().UTC()

@@ -25,16 +25,14 @@ type session struct {
 	// fs is the session's filesystem view; nil without workspaces or
 	// once nothing is left to review.
 	fs *fsscope.Session // +checklocks:mu
-	// minted holds the credentials minted at create until start hands them
-	// to the refreshers.
-	minted map[string]*credentials.Credential // +checklocks:mu
 	// launch is the sandbox's launch directory until its command runs.
 	launch *launch.Dir // +checklocks:mu
 	// env is the main process's environment from the spec, without
 	// credentials, which are minted when a session takes the sandbox.
 	env []string // +checklocks:mu
-	// creds are the sandbox's credential directories; minted at claim.
-	creds *credentialPlan // +checklocks:mu
+	// creds are the sandbox's credentials and their delivery; minted at
+	// claim.
+	creds *credentials.Plan // +checklocks:mu
 	// pid is the sandbox init's pid, which the command takes over.
 	pid uint32 // +checklocks:mu
 	// inPool is set while the sandbox waits in a pool for a session.

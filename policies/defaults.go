@@ -16,7 +16,10 @@ const (
 	// MaxCredentialTTL is the longest lifetime a manifest may ask for.
 	MaxCredentialTTL = Duration(12 * time.Hour)
 	// CredentialDir holds file-delivered credentials inside the sandbox:
-	// a credential without a path is written to CredentialDir/NAME.
+	// a credential without a path is written to CredentialDir/NAME
+	// (Credential.SandboxPath). It is the one declaration of this path;
+	// bench/clients keeps a copy for its static sandbox binary, and a test
+	// holds the two equal.
 	CredentialDir = "/run/airlock/credentials"
 	// MinMemory is the smallest memory limit a session may have.
 	MinMemory = 16 << 20
@@ -97,10 +100,19 @@ func (p *Policy) ApplyDefaults() {
 		if c.Deliver == "" {
 			c.Deliver = DeliverFile
 		}
-		if c.Deliver == DeliverFile && c.Path == "" && c.Name != "" {
-			c.Path = path.Join(CredentialDir, c.Name)
+		if c.Deliver == DeliverFile && c.Name != "" {
+			c.Path = c.SandboxPath()
 		}
 	}
+}
+
+// SandboxPath is where a file-delivered credential appears inside the
+// sandbox: its path, or CredentialDir/NAME when the manifest left it out.
+func (c Credential) SandboxPath() string {
+	if c.Path != "" {
+		return c.Path
+	}
+	return path.Join(CredentialDir, c.Name)
 }
 
 // WithDefaults returns a deep copy of p with ApplyDefaults applied; p is

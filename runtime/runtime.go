@@ -281,7 +281,9 @@ func (r *Runtime) Start(ctx context.Context, id, logDir string, logSize int64) (
 	return task.Pid(), ch, nil
 }
 
-// ProcessEnv returns the main process's environment from the session's spec.
+// ProcessEnv returns the main process's environment from the session's
+// spec. The spec is written once, at create, and never rewritten: it
+// holds no credential (those go through the launch message).
 func (r *Runtime) ProcessEnv(ctx context.Context, id string) ([]string, error) {
 	ctx = r.ctx(ctx)
 	c, err := r.client.LoadContainer(ctx, id)
@@ -296,28 +298,6 @@ func (r *Runtime) ProcessEnv(ctx context.Context, id string) ([]string, error) {
 		return nil, nil
 	}
 	return spec.Process.Env, nil
-}
-
-// AddEnv appends env to the process environment in the session's spec, so
-// processes exec'd later inherit it.
-func (r *Runtime) AddEnv(ctx context.Context, id string, env []string) error {
-	ctx = r.ctx(ctx)
-	c, err := r.client.LoadContainer(ctx, id)
-	if err != nil {
-		return err
-	}
-	spec, err := c.Spec(ctx)
-	if err != nil {
-		return err
-	}
-	if spec.Process == nil {
-		return fmt.Errorf("session %q: spec has no process", id)
-	}
-	spec.Process.Env = append(spec.Process.Env, env...)
-	if err := c.Update(ctx, containerd.UpdateContainerOpts(containerd.WithSpec(spec))); err != nil {
-		return fmt.Errorf("session %q: update spec: %w", id, err)
-	}
-	return nil
 }
 
 // TaskState is the state of a session's main process as containerd sees it.

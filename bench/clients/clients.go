@@ -172,7 +172,9 @@ var (
 	gitEndpoint      = endpoint{"git server", "GIT", "http://git.bench.test", "git"}
 )
 
-// CredentialsDir is where airlock delivers credentials in the sandbox.
+// CredentialsDir is where airlock delivers credentials in the sandbox. It
+// copies policies.CredentialDir, the one declaration, so that this static
+// sandbox binary does not link the HCL decoder; a test holds them equal.
 const CredentialsDir = "/run/airlock/credentials"
 
 // cli is one invocation.

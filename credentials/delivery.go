@@ -1,0 +1,393 @@
+package credentials
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlock-sandbox/airlock/credentials/token"
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// TmpfsDir is the subdirectory of a session directory that Prepare mounts
+// the session's credential tmpfs on.
+const TmpfsDir = "creds"
+
+// Minter is what delivery needs of a broker; *Broker is one.
+type Minter interface {
+	// Mint issues the credentials of session, one per request; on error
+	// nothing stays granted.
+	Mint(ctx context.Context, session string, reqs []Request) ([]*Credential, error)
+	// Refresh re-mints credential name of session.
+	Refresh(ctx context.Context, session, name string) (*Credential, error)
+	// Refresher keeps credential name of session fresh, delivering with write.
+	Refresher(session, name string, write func(context.Context, *Credential) error) *Refresher
+	// Revoke revokes every credential of session.
+	Revoke(ctx context.Context, session string)
+}
+
+// Delivery hands the credentials of sessions to their sandboxes: a
+// read-only tmpfs per sandbox for file-delivered credentials (Prepare,
+// Plan.SpecOpt), the tokens minted when a session takes the sandbox
+// (Plan.Mint), the environment of env-delivered ones (Plan.Env), the
+// refreshers that keep files fresh while the session runs
+// (Plan.StartRefreshers), and revocation (Revoke). It is safe for
+// concurrent use; a Plan is not, its session guards it.
+type Delivery struct {
+	m      Minter
+	broker *Broker // nil unless made by Open
+
+	// stopCtx ends the key rotation and the refreshers: derived from the
+	// context Open or NewDelivery was given (the daemon's root context),
+	// and cancelled by Close.
+	stopCtx context.Context
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+
+	mu sync.Mutex
+	// cancel stops a session's refreshers, by session id.
+	cancel map[string]context.CancelFunc // +checklocks:mu
+}
+
+// Config opens a daemon's credentials (Open).
+type Config struct {
+	// KeyDir holds the signing keys of the built-in issuer.
+	KeyDir string
+	// StateFile keeps the broker's records across restarts (WithStateFile).
+	StateFile string
+	// Issuer is the "iss" of the built-in issuer's tokens.
+	Issuer string
+	// Issuers are external issuers: name -> argv of a command speaking
+	// the exec issuer protocol (NewExecIssuer).
+	Issuers map[string][]string
+	// Audit receives every credential event.
+	Audit AuditFunc
+}
+
+// Open opens the keyring and the broker of cfg and returns their
+// Delivery. The keyring rotates its keys until ctx is done or Close is
+// called.
+func Open(ctx context.Context, cfg Config) (*Delivery, error) {
+	ring, err := token.OpenKeyring(cfg.KeyDir)
+	if err != nil {
+		return nil, fmt.Errorf("credentials keyring: %w", err)
+	}
+	opts := []Option{
+		WithKeyring(ring, cfg.Issuer),
+		WithAudit(cfg.Audit),
+		WithStateFile(cfg.StateFile),
+	}
+	names := make([]string, 0, len(cfg.Issuers))
+	for name := range cfg.Issuers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		is, err := NewExecIssuer(name, cfg.Issuers[name])
+		if err != nil {
+			return nil, fmt.Errorf("issuer %q: %w", name, err)
+		}
+		opts = append(opts, WithIssuer(name, is))
+	}
+	b, err := New(opts...)
+	if err != nil {
+		return nil, err
+	}
+	d := NewDelivery(ctx, b)
+	d.broker = b
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		ring.Run(d.stopCtx, token.DefaultRotationPeriod)
+	}()
+	return d, nil
+}
+
+// NewDelivery returns the Delivery of m's credentials. Its refreshers run
+// until ctx is done or Close is called.
+func NewDelivery(ctx context.Context, m Minter) *Delivery {
+	d := &Delivery{m: m, cancel: map[string]context.CancelFunc{}}
+	d.stopCtx, d.stop = context.WithCancel(ctx)
+	return d
+}
+
+// Handler serves the broker's verification endpoints (see Broker.Handler);
+// it answers 404 for a Delivery not made by Open.
+func (d *Delivery) Handler() http.Handler {
+	if d.broker == nil {
+		return http.NotFoundHandler()
+	}
+	return d.broker.Handler()
+}
+
+// Close stops the key rotation and every refresher and waits for them.
+// Delivered credentials stay valid: a restarted daemon re-adopts them.
+func (d *Delivery) Close() {
+	d.stop()
+	d.wg.Wait()
+}
+
+// Plan is a sandbox's credentials and how they reach it. The tmpfs
+// directories exist from Prepare on; the tokens are minted when a session
+// takes the sandbox (Mint). A Plan is not safe for concurrent use.
+type Plan struct {
+	d        *Delivery
+	creds    []policies.Credential
+	uid, gid uint32
+	// dirs maps a sandbox directory to the tmpfs subdirectory holding its files.
+	dirs map[string]string
+	// reopened is set for a plan of an earlier daemon process (Reopen):
+	// it knows no token.
+	reopened bool
+	// byName are the credentials minted in this process, until the
+	// refreshers take them.
+	byName map[string]*Credential
+	// env holds the environment of env-delivered credentials, once minted
+	// in this process.
+	env []string
+}
+
+// Prepare makes the fresh tmpfs under the session directory dir that the
+// file-delivered credentials of creds will be written to, owned by
+// uid:gid. On error nothing stays mounted.
+func (d *Delivery) Prepare(dir string, creds []policies.Credential, uid, gid uint32) (_ *Plan, retErr error) {
+	plan := &Plan{d: d, creds: creds, uid: uid, gid: gid, dirs: map[string]string{}}
+	if len(creds) == 0 {
+		return plan, nil
+	}
+	if d == nil {
+		return nil, fmt.Errorf("credentials are not available on this daemon: %w", errdefs.ErrFailedPrecondition)
+	}
+	files := fileCredentials(creds)
+	if len(files) == 0 {
+		return plan, nil
+	}
+	tmpfs := filepath.Join(dir, TmpfsDir)
+	if err := os.MkdirAll(tmpfs, 0o700); err != nil {
+		return nil, err
+	}
+	if err := mountTmpfs(tmpfs, uid, gid); err != nil {
+		return nil, fmt.Errorf("credentials tmpfs: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = unmountTmpfs(tmpfs)
+		}
+	}()
+	for sandboxDir, sub := range credentialDirs(tmpfs, files) {
+		if err := os.Mkdir(sub, 0o500); err != nil {
+			return nil, err
+		}
+		if err := os.Chown(sub, int(uid), int(gid)); err != nil {
+			return nil, err
+		}
+		plan.dirs[sandboxDir] = sub
+	}
+	return plan, nil
+}
+
+// Reopen is the plan of a sandbox prepared by an earlier daemon process
+// under the session directory dir: its directories exist, nothing is
+// minted yet in this one.
+func (d *Delivery) Reopen(dir string, creds []policies.Credential, uid, gid uint32) *Plan {
+	return &Plan{d: d, creds: creds, uid: uid, gid: gid, reopened: true,
+		dirs: credentialDirs(filepath.Join(dir, TmpfsDir), fileCredentials(creds))}
+}
+
+// fileCredentials are the credentials of creds delivered as files.
+func fileCredentials(creds []policies.Credential) []policies.Credential {
+	var files []policies.Credential
+	for _, c := range creds {
+		if c.Deliver != policies.DeliverEnv {
+			files = append(files, c)
+		}
+	}
+	return files
+}
+
+// credentialDirs maps each sandbox directory of the file-delivered
+// credentials to its subdirectory of the tmpfs, numbered in policy order.
+func credentialDirs(tmpfs string, files []policies.Credential) map[string]string {
+	dirs := map[string]string{}
+	for _, c := range files {
+		sandboxDir := path.Dir(c.SandboxPath())
+		if _, ok := dirs[sandboxDir]; !ok {
+			dirs[sandboxDir] = filepath.Join(tmpfs, strconv.Itoa(len(dirs)))
+		}
+	}
+	return dirs
+}
+
+// Mint mints every credential of the plan for session id, writes the
+// file-delivered ones into their directories and collects the environment
+// of the env-delivered ones. On error nothing stays granted.
+func (p *Plan) Mint(ctx context.Context, id string) (retErr error) {
+	if len(p.creds) == 0 {
+		return nil
+	}
+	reqs := make([]Request, len(p.creds))
+	for i, c := range p.creds {
+		reqs[i] = Request{Name: c.Name, Issuer: c.Issuer, Audience: c.Audience, Scopes: c.Scopes, TTL: c.TTL.Std()}
+	}
+	creds, err := p.d.m.Mint(ctx, id, reqs)
+	if err != nil {
+		if errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) {
+			return err
+		}
+		return fmt.Errorf("credentials: %w: %w", errdefs.ErrFailedPrecondition, err)
+	}
+	defer func() {
+		if retErr != nil {
+			p.d.m.Revoke(context.WithoutCancel(ctx), id)
+		}
+	}()
+	p.byName = map[string]*Credential{}
+	p.env = nil
+	for i, c := range p.creds {
+		p.byName[c.Name] = creds[i]
+		if c.Deliver == policies.DeliverEnv {
+			p.env = append(p.env, Environ(creds[i], c.EnvVar)...)
+			continue
+		}
+		target := c.SandboxPath()
+		sub := p.dirs[path.Dir(target)]
+		if err := WriteAtomic(sub, path.Base(target), []byte(creds[i].Token.Reveal()), int(p.uid), int(p.gid)); err != nil {
+			return fmt.Errorf("credential %q: deliver: %w", c.Name, err)
+		}
+	}
+	p.reopened = false
+	return nil
+}
+
+// Env is the environment of the env-delivered credentials minted in this
+// process, for processes exec'd into the running session. A plan reopened
+// after a daemon restart has none until StartEnv: the previous process's
+// tokens were never stored (not in containerd's spec either), so a process
+// exec'd into a session that was already running then gets no
+// env-delivered credential, rather than a stale one; its command keeps its
+// own.
+func (p *Plan) Env() []string {
+	if p == nil {
+		return nil
+	}
+	return p.env
+}
+
+// StartEnv is the environment of the env-delivered credentials for the
+// session's command. For a plan reopened after a daemon restart, it
+// re-mints them now, and Env returns them from then on.
+func (p *Plan) StartEnv(ctx context.Context, id string) ([]string, error) {
+	if p == nil || !p.reopened {
+		return p.Env(), nil
+	}
+	var env []string
+	for _, c := range p.creds {
+		if c.Deliver != policies.DeliverEnv {
+			continue
+		}
+		cr, err := p.d.m.Refresh(ctx, id, c.Name)
+		if err != nil {
+			return nil, fmt.Errorf("credential %q: re-mint: %w", c.Name, err)
+		}
+		env = append(env, Environ(cr, c.EnvVar)...)
+	}
+	p.env, p.reopened = env, false
+	return env, nil
+}
+
+// SpecOpt mounts the credential directories read-only. Env-delivered
+// credentials reach the process when a session takes the sandbox.
+func (p *Plan) SpecOpt() oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		targets := make([]string, 0, len(p.dirs))
+		for t := range p.dirs {
+			targets = append(targets, t)
+		}
+		sort.Strings(targets)
+		for _, t := range targets {
+			s.Mounts = append(s.Mounts, specs.Mount{
+				Destination: t, Type: "bind", Source: p.dirs[t],
+				Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"},
+			})
+		}
+		return nil
+	}
+}
+
+// StartRefreshers keeps session id's file credentials fresh until they
+// are revoked (Delivery.Revoke) or the Delivery closes. A credential this
+// process did not mint is re-minted first (after a daemon restart the
+// current token is not known).
+func (p *Plan) StartRefreshers(ctx context.Context, id string) {
+	if p == nil {
+		return
+	}
+	files := fileCredentials(p.creds)
+	current := p.byName
+	p.byName = nil
+	if len(files) == 0 {
+		return
+	}
+	d := p.d
+	rctx, cancel := context.WithCancel(d.stopCtx)
+	d.mu.Lock()
+	if old := d.cancel[id]; old != nil {
+		old()
+	}
+	d.cancel[id] = cancel
+	d.mu.Unlock()
+	for _, c := range files {
+		target := c.SandboxPath()
+		sub := p.dirs[path.Dir(target)]
+		name := path.Base(target)
+		uid, gid := int(p.uid), int(p.gid)
+		write := func(_ context.Context, cr *Credential) error {
+			return WriteAtomic(sub, name, []byte(cr.Token.Reveal()), uid, gid)
+		}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			cur := current[c.Name]
+			if cur == nil {
+				var err error
+				cur, err = d.m.Refresh(rctx, id, c.Name)
+				if err == nil {
+					err = write(rctx, cur)
+				}
+				if err != nil {
+					if rctx.Err() == nil {
+						log.G(ctx).Error("credential re-mint", "session", id, "credential", c.Name, "error", err)
+					}
+					return
+				}
+			}
+			_ = d.m.Refresher(id, c.Name, write).Run(rctx, cur)
+		}()
+	}
+}
+
+// Revoke stops session id's refreshers and revokes every token of it.
+func (d *Delivery) Revoke(ctx context.Context, id string) {
+	d.mu.Lock()
+	if cancel := d.cancel[id]; cancel != nil {
+		cancel()
+		delete(d.cancel, id)
+	}
+	d.mu.Unlock()
+	d.m.Revoke(ctx, id)
+}
+
+// A Broker is the Minter of a Delivery made by Open.
+var _ Minter = (*Broker)(nil)

@@ -75,7 +75,8 @@ type Config struct {
 type Daemon struct {
 	cfg      Config
 	prefix   string
-	rt       *runtime.Runtime
+	rt       sandboxRuntime
+	runtime  *runtime.Runtime // rt, when it is containerd (nil in tests of a fake)
 	embedded *runtime.Embedded
 	cgroups  runtime.Cgroups
 
@@ -134,20 +135,10 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	if _, err := os.Stat(filepath.Join(cfg.BinDir, launch.Binary)); err != nil {
 		return nil, fmt.Errorf("%s, the first process of every sandbox, is missing from the bin dir (make build puts it there): %w", launch.Binary, err)
 	}
-	d := &Daemon{cfg: cfg, prefix: Prefix(cfg.Root), sessions: map[string]*session{}, pools: map[string]*pool{}}
-	d.admission = newAdmitter(cfg)
-	for i := range cfg.Pools {
-		p := &cfg.Pools[i]
-		if _, err := d.admission.admit(p); err != nil {
-			return nil, fmt.Errorf("pool %q: %w", p.Label, err)
-		}
-		if p.Pool == nil || p.Pool.Size == 0 {
-			return nil, fmt.Errorf("pool %q: the manifest has no `pool { size = N }` block: %w", p.Label, errdefs.ErrInvalidArgument)
-		}
+	d, err := newDaemon(ctx, cfg)
+	if err != nil {
+		return nil, err
 	}
-	log.G(ctx).Info("admission policy", "policy", d.Admission().String())
-	d.stopCtx, d.stop = context.WithCancel(context.WithoutCancel(ctx))
-
 	address := cfg.Containerd
 	if address == "" {
 		d.embedded = &runtime.Embedded{Dir: filepath.Join(cfg.Root, "containerd"), BinDir: cfg.BinDir}
@@ -168,38 +159,79 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	d.rt = rt
+	d.runtime = rt
 	defer func() {
 		if retErr != nil {
 			rt.Close()
 		}
 	}()
+	perimeter, err := egress.Open(ctx, d.prefix, cfg.Egress)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.open(ctx, rt, perimeter); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// newDaemon checks the admission policy and the configured pools against
+// it, before anything is started.
+func newDaemon(ctx context.Context, cfg Config) (*Daemon, error) {
+	d := &Daemon{cfg: cfg, prefix: Prefix(cfg.Root), sessions: map[string]*session{}, pools: map[string]*pool{}}
+	d.admission = newAdmitter(cfg)
+	for i := range cfg.Pools {
+		p := &cfg.Pools[i]
+		if _, err := d.admission.admit(p); err != nil {
+			return nil, fmt.Errorf("pool %q: %w", p.Label, err)
+		}
+		if p.Pool == nil || p.Pool.Size == 0 {
+			return nil, fmt.Errorf("pool %q: the manifest has no `pool { size = N }` block: %w", p.Label, errdefs.ErrInvalidArgument)
+		}
+	}
+	log.G(ctx).Info("admission policy", "policy", d.Admission().String())
+	return d, nil
+}
+
+// open starts the daemon on a runtime and a perimeter (nil: no uplink):
+// credentials, workspaces, the sessions recorded under the root
+// reconciled with what the runtime has, the shim anchor and the pools. On
+// error the perimeter is closed and nothing keeps running.
+func (d *Daemon) open(ctx context.Context, rt sandboxRuntime, perimeter *egress.Perimeter) (retErr error) {
+	d.rt, d.egress = rt, perimeter
+	d.stopCtx, d.stop = context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if retErr != nil {
+			d.stop()
+			d.wg.Wait()
+			_ = d.egress.Close(ctx)
+		}
+	}()
 	if err := d.openCredentials(); err != nil {
-		return nil, err
+		return err
 	}
-	if d.egress, err = egress.Open(ctx, d.prefix, cfg.Egress); err != nil {
-		d.stop()
-		d.wg.Wait()
-		d.creds.Close()
-		return nil, err
-	}
-	d.fs = openWorkspaces(ctx, cfg.Root, d.maskRead)
+	defer func() {
+		if retErr != nil {
+			d.creds.Close()
+		}
+	}()
+	d.fs = openWorkspaces(ctx, d.cfg.Root, d.maskRead)
 	defer func() {
 		if retErr != nil {
 			d.fs.Close()
 		}
 	}()
 	if err := d.reconcile(ctx); err != nil {
-		return nil, fmt.Errorf("reconcile sessions: %w", err)
+		return fmt.Errorf("reconcile sessions: %w", err)
 	}
 	d.egress.Reconcile(ctx, d.runningEgress)
-	anchor := d.rt.StartAnchor(log.With(d.stopCtx, "component", "shim-anchor"), anchorOptions(cfg, d.prefix))
+	anchor := d.rt.StartAnchor(log.With(d.stopCtx, "component", "shim-anchor"), anchorOptions(d.cfg, d.prefix))
 	d.wg.Add(1)
 	go func() { defer d.wg.Done(); <-anchor }()
-	for i := range cfg.Pools {
-		d.ensurePool(&cfg.Pools[i])
+	for i := range d.cfg.Pools {
+		d.ensurePool(&d.cfg.Pools[i])
 	}
-	return d, nil
+	return nil
 }
 
 func shimGroupOf(cfg Config) string {
@@ -256,7 +288,7 @@ func (d *Daemon) StopContainerd(ctx context.Context) error {
 }
 
 // Runtime returns the runtime (for tests and image management).
-func (d *Daemon) Runtime() *runtime.Runtime { return d.rt }
+func (d *Daemon) Runtime() *runtime.Runtime { return d.runtime }
 
 func (d *Daemon) sessionDir(id string) string { return filepath.Join(d.cfg.Root, "sessions", id) }
 

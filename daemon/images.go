@@ -17,7 +17,7 @@ const maxImageArchive = 8 << 30
 
 func (d *Daemon) handleImages(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	imgs, err := d.rt.Client().ListImages(ctx)
+	imgs, err := d.runtime.Client().ListImages(ctx)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -37,8 +37,8 @@ func (d *Daemon) handleImageImport(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, fmt.Errorf("import needs an OCI or Docker archive as the request body: %w", errdefs.ErrInvalidArgument))
 		return
 	}
-	imgs, err := ocipack.Import(r.Context(), d.rt.Client(), io.LimitReader(r.Body, maxImageArchive), ocipack.ImportOptions{
-		Name: name, Snapshotter: d.rt.Snapshotter(),
+	imgs, err := ocipack.Import(r.Context(), d.runtime.Client(), io.LimitReader(r.Body, maxImageArchive), ocipack.ImportOptions{
+		Name: name, Snapshotter: d.runtime.Snapshotter(),
 	})
 	if err != nil {
 		writeError(w, r, err)

@@ -261,7 +261,7 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func (d *Daemon) handleVersion(w http.ResponseWriter, r *http.Request) {
 	v := api.Version{Version: Version, Root: d.cfg.Root}
-	if cv, err := d.rt.Client().Version(r.Context()); err == nil {
+	if cv, err := d.runtime.Client().Version(r.Context()); err == nil {
 		v.Containerd = cv.Version
 	}
 	writeJSON(w, http.StatusOK, v)

@@ -111,7 +111,7 @@ func (d *Daemon) ProtectSocket(socket string) { d.admission.protect(socket) }
 // countLocked is what the session limit counts: sessions in any state,
 // sandboxes waiting in pools, and creates and pool fills under way.
 func (d *Daemon) countLocked() int {
-	return len(d.sessions) + d.pooledLocked() + d.reserved
+	return len(d.sessions) + d.pools.Waiting() + d.reserved
 }
 
 // reserve takes a place under the session limit for a sandbox about to be

@@ -94,15 +94,14 @@ type Daemon struct {
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 
+	// pools keep sandboxes prepared ahead of their sessions.
+	pools *warmPools
+
 	mu       sync.Mutex
 	sessions map[string]*session // +checklocks:mu
 	// creating counts creates in progress, so that the shared parent
 	// cgroups are never removed under one.
 	creating int // +checklocks:mu
-	// pools are the warm pools by policy key.
-	pools map[string]*pool // +checklocks:mu
-	// closed is set by Close: no pool fills any more.
-	closed bool // +checklocks:mu
 	// reserved counts creates and pool fills under way, for the session
 	// limit.
 	reserved int // +checklocks:mu
@@ -178,7 +177,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 // newDaemon checks the admission policy and the configured pools against
 // it, before anything is started.
 func newDaemon(ctx context.Context, cfg Config) (*Daemon, error) {
-	d := &Daemon{cfg: cfg, prefix: Prefix(cfg.Root), sessions: map[string]*session{}, pools: map[string]*pool{}}
+	d := &Daemon{cfg: cfg, prefix: Prefix(cfg.Root), sessions: map[string]*session{}}
 	d.admission = newAdmitter(cfg)
 	for i := range cfg.Pools {
 		p := &cfg.Pools[i]
@@ -200,6 +199,11 @@ func newDaemon(ctx context.Context, cfg Config) (*Daemon, error) {
 func (d *Daemon) open(ctx context.Context, rt sandboxRuntime, perimeter *egress.Perimeter) (retErr error) {
 	d.rt, d.egress = rt, perimeter
 	d.stopCtx, d.stop = context.WithCancel(context.WithoutCancel(ctx))
+	d.pools = &warmPools{
+		prepare: func(ctx context.Context, p policies.Policy) (*session, error) { return d.prepare(ctx, p, true) },
+		discard: d.discard, reserve: d.reserve, release: d.release, ctx: d.stopCtx,
+		pools: map[string]*pool{}, held: map[*session]*pool{}, dropped: map[*session]bool{},
+	}
 	defer func() {
 		if retErr != nil {
 			d.stop()
@@ -229,7 +233,7 @@ func (d *Daemon) open(ctx context.Context, rt sandboxRuntime, perimeter *egress.
 	d.wg.Add(1)
 	go func() { defer d.wg.Done(); <-anchor }()
 	for i := range d.cfg.Pools {
-		d.ensurePool(&d.cfg.Pools[i])
+		d.pools.ensure(&d.cfg.Pools[i])
 	}
 	return nil
 }
@@ -256,7 +260,7 @@ func loggerBinary(cfg Config) string {
 func (d *Daemon) Close(ctx context.Context) error {
 	d.stop()
 	// Prepared sandboxes belong to no session: they go with the daemon.
-	d.drainPools(ctx)
+	d.pools.close(ctx)
 	d.mu.Lock()
 	d.releaseCgroupParentsLocked()
 	d.mu.Unlock()
@@ -336,7 +340,14 @@ func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool) (*ap
 	}
 	key := poolKey(&p)
 	for {
-		s := d.takePooled(key)
+		s := d.pools.take(key, func(s *session) {
+			// It keeps its place under the session limit until claim
+			// counts it as a session (or abandons it).
+			d.mu.Lock()
+			s.reserved = true
+			d.reserved++
+			d.mu.Unlock()
+		})
 		if s == nil {
 			break
 		}
@@ -344,11 +355,7 @@ func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool) (*ap
 		if err == nil || !errors.Is(err, errStalePool) {
 			return v, err
 		}
-		d.mu.Lock()
-		if pl := d.pools[key]; pl != nil {
-			pl.discarded++
-		}
-		d.mu.Unlock()
+		d.pools.stale(key)
 		log.G(ctx).Info("discarded a prepared sandbox", "session", s.rec.ID, "reason", err)
 	}
 	if err := d.reserve(); err != nil {
@@ -370,7 +377,7 @@ func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool) (*ap
 		return nil, err
 	}
 	if p.Pool != nil && p.Pool.Size > 0 {
-		d.ensurePool(&p)
+		d.pools.ensure(&p)
 	}
 	return v, nil
 }
@@ -454,7 +461,7 @@ func (d *Daemon) watch(s *session, ch <-chan containerd.ExitStatus) {
 		select {
 		case st := <-ch:
 			ctx := log.With(d.stopCtx, "session", s.rec.ID)
-			if d.dropDead(ctx, s) {
+			if d.pools.drop(ctx, s) {
 				return
 			}
 			d.recordExit(ctx, s, st)
@@ -973,7 +980,7 @@ func hostname(label, id string) string {
 // nothing of the daemon needs them: no session, no create in progress, no
 // prepared sandbox. Every path that ends a session or a sandbox calls it.
 func (d *Daemon) releaseCgroupParentsLocked() {
-	if len(d.sessions) == 0 && d.creating == 0 && d.pooledLocked() == 0 {
+	if len(d.sessions) == 0 && d.creating == 0 && d.pools.Waiting() == 0 {
 		d.removeCgroupParentsLocked()
 	}
 }

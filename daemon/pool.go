@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -16,10 +18,41 @@ import (
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
-// pool keeps sandboxes of one policy prepared ahead of time. A prepared
-// sandbox is fresh: its own session directory, workspace overlay, network
-// namespace, allow set and credential tmpfs, and a task whose init waits
-// for a command. A session takes it out of the pool; it is never returned.
+// warmPools keeps sandboxes prepared ahead of their sessions, one pool
+// per policy key. A prepared sandbox is fresh: its own session directory,
+// workspace overlay, network namespace, allow set and credential tmpfs,
+// and a task whose init waits for a command. A session takes it out of
+// its pool; it is never returned.
+//
+// The pools know the daemon only through the functions they are given.
+// Lock order: the pools' lock, then the daemon's (take's keep runs under
+// the pools' lock); never the reverse. The daemon reads how many
+// sandboxes wait (Waiting) under its own lock without taking the pools'.
+type warmPools struct {
+	// prepare makes a sandbox for a pool; discard tears down one no
+	// session took.
+	prepare func(ctx context.Context, p policies.Policy) (*session, error)
+	discard func(ctx context.Context, s *session)
+	// reserve takes a place under the session limit for a sandbox about
+	// to be prepared; release gives it back.
+	reserve func() error
+	release func()
+	ctx     context.Context // done when the daemon stops
+	wg      sync.WaitGroup
+
+	waiting atomic.Int64 // sandboxes ready in any pool
+
+	mu     sync.Mutex
+	pools  map[string]*pool // +checklocks:mu
+	closed bool             // +checklocks:mu
+	// held maps every ready sandbox to its pool.
+	held map[*session]*pool // +checklocks:mu
+	// dropped are sandboxes torn down without a session: the exit of
+	// their init records nothing.
+	dropped map[*session]bool // +checklocks:mu
+}
+
+// pool is one policy's prepared sandboxes.
 type pool struct {
 	key    string
 	policy policies.Policy // template: command and timeout unset
@@ -49,20 +82,22 @@ func poolKey(p *policies.Policy) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// ensurePool declares (or resizes) the pool of policy p and starts
-// filling it.
-func (d *Daemon) ensurePool(p *policies.Policy) {
+// Waiting counts the sandboxes ready in any pool.
+func (w *warmPools) Waiting() int { return int(w.waiting.Load()) }
+
+// ensure declares (or resizes) the pool of policy p and starts filling it.
+func (w *warmPools) ensure(p *policies.Policy) {
 	size := 0
 	if p.Pool != nil {
 		size = min(p.Pool.Size, policies.MaxPoolSize)
 	}
 	key := poolKey(p)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
 		return
 	}
-	pl := d.pools[key]
+	pl := w.pools[key]
 	if pl == nil {
 		if size == 0 {
 			return
@@ -70,201 +105,200 @@ func (d *Daemon) ensurePool(p *policies.Policy) {
 		tmpl := *p.Clone()
 		tmpl.Command, tmpl.Timeout = nil, 0
 		pl = &pool{key: key, policy: tmpl}
-		d.pools[key] = pl
+		w.pools[key] = pl
 	}
 	pl.size = size
-	d.fillLocked(pl)
+	w.fillLocked(pl)
 }
 
-// takePooled removes a ready sandbox from the pool of key, or returns nil.
-func (d *Daemon) takePooled(key string) *session {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	pl := d.pools[key]
+// take removes a ready sandbox from the pool of key, or returns nil. keep
+// runs before the sandbox stops counting as waiting, so that it keeps its
+// place under the session limit and the filler started here cannot take
+// that place.
+func (w *warmPools) take(key string, keep func(*session)) *session {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	pl := w.pools[key]
 	if pl == nil {
 		return nil
 	}
-	defer d.fillLocked(pl)
+	defer w.fillLocked(pl)
 	if len(pl.ready) == 0 {
 		pl.misses++
 		return nil
 	}
 	s := pl.ready[0]
 	pl.ready = pl.ready[1:]
-	s.inPool = false
-	// It keeps its place under the session limit until claim counts it
-	// as a session (or abandons it): the filler started below must not
-	// take that place.
-	s.reserved = true
-	d.reserved++
+	delete(w.held, s)
+	keep(s)
+	w.waiting.Add(-1)
 	pl.hits++
 	return s
 }
 
+// stale counts a taken sandbox of the pool of key that could not be used.
+func (w *warmPools) stale(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if pl := w.pools[key]; pl != nil {
+		pl.discarded++
+	}
+}
+
 // fillLocked starts the pool's filler unless it runs or the pool is full.
-func (d *Daemon) fillLocked(pl *pool) {
-	if pl.preparing || d.closed || len(pl.ready) >= pl.size {
+func (w *warmPools) fillLocked(pl *pool) {
+	if pl.preparing || w.closed || len(pl.ready) >= pl.size {
 		return
 	}
 	pl.preparing = true
-	d.wg.Add(1)
-	go d.fill(pl)
+	w.wg.Add(1)
+	go w.fill(pl)
 }
 
-// fill prepares sandboxes one at a time until the pool is full. Failures
-// back off, up to 30 s, and are reported by Pools.
-func (d *Daemon) fill(pl *pool) {
-	defer d.wg.Done()
-	ctx := log.With(d.stopCtx, "pool", pl.key, "label", pl.policy.Label)
+// fill prepares sandboxes one at a time until the pool is full. A pool
+// fills only while the session limit leaves room; it resumes when a
+// session takes one of its sandboxes. Failures back off, up to 30 s, and
+// are reported by list.
+func (w *warmPools) fill(pl *pool) {
+	defer w.wg.Done()
+	ctx := log.With(w.ctx, "pool", pl.key, "label", pl.policy.Label)
 	for {
-		d.mu.Lock()
-		if d.closed || len(pl.ready) >= pl.size || d.pools[pl.key] != pl {
-			pl.preparing = false
-			d.mu.Unlock()
-			return
+		w.mu.Lock()
+		done := w.closed || len(pl.ready) >= pl.size || w.pools[pl.key] != pl
+		w.mu.Unlock()
+		if done {
+			break
 		}
-		// A pool fills only while the session limit leaves room; it
-		// resumes when a session takes one of its sandboxes.
-		if err := d.admission.admitSessions(d.countLocked()); err != nil {
-			pl.preparing = false
+		if err := w.reserve(); err != nil {
+			w.mu.Lock()
 			pl.lastErr = err.Error()
-			d.mu.Unlock()
+			w.mu.Unlock()
 			log.G(ctx).Warn("pool not filled", "reason", err)
-			return
+			break
 		}
-		d.reserved++
-		d.mu.Unlock()
-		s, err := d.prepare(ctx, pl.policy, true)
-		d.mu.Lock()
-		d.reserved--
+		s, err := w.prepare(ctx, pl.policy)
 		if err != nil {
+			w.release()
+			w.mu.Lock()
 			pl.failures++
 			pl.lastErr = err.Error()
 			wait := min(time.Duration(pl.failures)*time.Second, 30*time.Second)
-			d.mu.Unlock()
+			w.mu.Unlock()
 			log.G(ctx).Warn("prepare a pooled sandbox", "error", err, "retry_in", wait)
 			select {
 			case <-time.After(wait):
-			case <-d.stopCtx.Done():
+			case <-w.ctx.Done():
 			}
 			continue
 		}
+		w.mu.Lock()
 		pl.failures = 0
 		pl.lastErr = ""
-		if d.closed || d.pools[pl.key] != pl {
-			d.mu.Unlock()
-			d.discard(ctx, s)
+		if w.closed || w.pools[pl.key] != pl {
+			w.dropped[s] = true
+			w.mu.Unlock()
+			w.release()
+			w.discard(ctx, s)
 			continue
 		}
-		s.inPool = true
 		pl.ready = append(pl.ready, s)
-		d.mu.Unlock()
+		w.held[s] = pl
+		// Counted as waiting before its reservation is released: the
+		// session limit never sees a gap.
+		w.waiting.Add(1)
+		w.mu.Unlock()
+		w.release()
 		log.G(ctx).Debug("pooled sandbox ready", "session", s.rec.ID)
 	}
+	w.mu.Lock()
+	pl.preparing = false
+	w.mu.Unlock()
 }
 
-// dropDead handles the exit of a sandbox's init: one waiting in a pool is
-// removed from it and torn down, and dropDead reports true.
-func (d *Daemon) dropDead(ctx context.Context, s *session) bool {
-	d.mu.Lock()
-	if s.dropped {
-		d.mu.Unlock()
-		return true // torn down by whoever dropped it
+// drop handles the exit of a sandbox's init: one waiting in a pool is
+// removed from it and torn down. It reports whether s belonged to the
+// pools (waiting, or already torn down by them); the exit of such an init
+// records nothing.
+func (w *warmPools) drop(ctx context.Context, s *session) bool {
+	w.mu.Lock()
+	if w.dropped[s] {
+		w.mu.Unlock()
+		return true
 	}
-	if !s.inPool {
-		d.mu.Unlock()
+	pl := w.held[s]
+	if pl == nil {
+		w.mu.Unlock()
 		return false
 	}
-	s.inPool = false
-	s.dropped = true
-	for _, pl := range d.pools {
-		for i, r := range pl.ready {
-			if r == s {
-				pl.ready = append(pl.ready[:i:i], pl.ready[i+1:]...)
-				pl.discarded++
-				d.fillLocked(pl)
-			}
-		}
-	}
-	d.mu.Unlock()
-	log.G(ctx).Warn("a pooled sandbox's init exited; dropping it")
-	d.discard(ctx, s)
+	w.removeLocked(pl, s)
+	pl.discarded++
+	w.fillLocked(pl)
+	w.mu.Unlock()
+	log.G(ctx).Warn("a pooled sandbox's init exited; dropping it", "session", s.rec.ID)
+	w.discard(ctx, s)
 	return true
 }
 
-// discard tears down a sandbox no session took. The exit of its init,
-// which the teardown causes, is left to it.
-func (d *Daemon) discard(ctx context.Context, s *session) {
-	d.mu.Lock()
-	s.dropped = true
-	d.mu.Unlock()
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if err := d.teardown(dctx, s.rec.ID); err != nil {
-		log.G(ctx).Error("remove pooled sandbox", "session", s.rec.ID, "error", err)
-	}
-	_ = s.audit.Close()
-	d.mu.Lock()
-	d.releaseCgroupParentsLocked()
-	d.mu.Unlock()
-}
-
-// drainPools stops every pool and tears its ready sandboxes down.
-func (d *Daemon) drainPools(ctx context.Context) {
-	d.mu.Lock()
-	d.closed = true
-	var all []*session
-	for _, pl := range d.pools {
-		for _, s := range pl.ready {
-			s.inPool, s.dropped = false, true
-			all = append(all, s)
+// removeLocked takes s out of pl and marks it dropped.
+func (w *warmPools) removeLocked(pl *pool, s *session) {
+	for i, r := range pl.ready {
+		if r == s {
+			pl.ready = append(pl.ready[:i:i], pl.ready[i+1:]...)
+			w.waiting.Add(-1)
 		}
-		pl.ready = nil
 	}
-	d.mu.Unlock()
-	for _, s := range all {
-		d.discard(ctx, s)
-	}
+	delete(w.held, s)
+	w.dropped[s] = true
 }
 
-// RemovePool stops the pool of key and tears its ready sandboxes down.
+// remove stops the pool of key and tears its ready sandboxes down.
 // Sessions that already took one are not affected.
-func (d *Daemon) RemovePool(ctx context.Context, key string) error {
-	d.mu.Lock()
-	pl := d.pools[key]
+func (w *warmPools) remove(ctx context.Context, key string) error {
+	w.mu.Lock()
+	pl := w.pools[key]
 	if pl == nil {
-		d.mu.Unlock()
+		w.mu.Unlock()
 		return fmt.Errorf("no pool %q: %w", key, errdefs.ErrNotFound)
 	}
-	delete(d.pools, key)
+	delete(w.pools, key)
 	ready := pl.ready
-	pl.ready = nil
 	for _, s := range ready {
-		s.inPool, s.dropped = false, true
+		w.removeLocked(pl, s)
 	}
-	d.mu.Unlock()
+	w.mu.Unlock()
 	for _, s := range ready {
-		d.discard(ctx, s)
+		w.discard(ctx, s)
 	}
 	log.G(ctx).Info("pool removed", "pool", key, "discarded", len(ready))
 	return nil
 }
 
-// pooledLocked counts sandboxes waiting in pools.
-func (d *Daemon) pooledLocked() int {
-	n := 0
-	for _, pl := range d.pools {
-		n += len(pl.ready)
+// close stops every pool, tears its ready sandboxes down and waits for
+// the fillers.
+func (w *warmPools) close(ctx context.Context) {
+	w.mu.Lock()
+	w.closed = true
+	var all []*session
+	for _, pl := range w.pools {
+		ready := pl.ready
+		for _, s := range ready {
+			w.removeLocked(pl, s)
+		}
+		all = append(all, ready...)
 	}
-	return n
+	w.mu.Unlock()
+	for _, s := range all {
+		w.discard(ctx, s)
+	}
+	w.wg.Wait()
 }
 
-// Pools reports every warm pool.
-func (d *Daemon) Pools() []api.Pool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make([]api.Pool, 0, len(d.pools))
-	for _, pl := range d.pools {
+// list reports every pool.
+func (w *warmPools) list() []api.Pool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]api.Pool, 0, len(w.pools))
+	for _, pl := range w.pools {
 		out = append(out, api.Pool{
 			Key: pl.key, Label: pl.policy.Label, Image: pl.policy.Image, Size: pl.size,
 			Ready: len(pl.ready), ReadyIDs: ids(pl.ready), Preparing: pl.preparing,
@@ -281,4 +315,25 @@ func ids(ss []*session) []string {
 		out[i] = s.rec.ID
 	}
 	return out
+}
+
+// Pools reports every warm pool.
+func (d *Daemon) Pools() []api.Pool { return d.pools.list() }
+
+// RemovePool stops the pool of key and tears its ready sandboxes down.
+// Sessions that already took one are not affected.
+func (d *Daemon) RemovePool(ctx context.Context, key string) error { return d.pools.remove(ctx, key) }
+
+// discard tears down a sandbox no session took. The exit of its init,
+// which the teardown causes, is left to the pools.
+func (d *Daemon) discard(ctx context.Context, s *session) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := d.teardown(dctx, s.rec.ID); err != nil {
+		log.G(ctx).Error("remove pooled sandbox", "session", s.rec.ID, "error", err)
+	}
+	_ = s.audit.Close()
+	d.mu.Lock()
+	d.releaseCgroupParentsLocked()
+	d.mu.Unlock()
 }

@@ -35,11 +35,6 @@ type session struct {
 	creds *credentials.Plan // +checklocks:mu
 	// pid is the sandbox init's pid, which the command takes over.
 	pid uint32 // +checklocks:mu
-	// inPool is set while the sandbox waits in a pool for a session.
-	inPool bool // +checklocks:d.mu
-	// dropped is set once a pooled sandbox is being torn down without a
-	// session, so the exit of its init records nothing.
-	dropped bool // +checklocks:d.mu
 	// reserved is set while the sandbox holds a place under the session
 	// limit that is not yet counted as a session.
 	reserved bool // +checklocks:d.mu

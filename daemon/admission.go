@@ -40,16 +40,26 @@ func (d *Daemon) newProtectedLocked() *policies.Protected {
 	return pr
 }
 
-// protectSocket adds an API socket to the protected paths.
-func (d *Daemon) protectSocket(socket string) {
+// ExposeAPI readies the daemon for its API being served on the unix
+// socket path to group ("": to airlockd's user alone). Every member of
+// group can create sessions, so serving a group needs an explicit
+// admission policy (Config.Admission). The socket joins the protected
+// paths.
+func (d *Daemon) ExposeAPI(socket, group string) error {
+	if group != "" && d.cfg.Admission == nil {
+		return fmt.Errorf("socket group %q: every member of the group could ask for what the built-in admission policy admits, "+
+			"which can be root-equivalent on this host; give an explicit admission policy (airlockd --admission FILE, see examples/airlockd/admission.hcl): %w",
+			group, errdefs.ErrFailedPrecondition)
+	}
 	abs, err := filepath.Abs(socket)
 	if err != nil {
-		return
+		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.protectedPaths = append(d.protectedPaths, abs)
 	d.protected = d.newProtectedLocked()
+	return nil
 }
 
 // admit validates p and checks it against the admission policy; p comes

@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/credentials/token"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
@@ -143,7 +144,7 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	if rec, err := readRecord(dir); err == nil {
 		limit = rec.Policy.Resources.AuditSize
 	}
-	a := newAuditLog(dir, limit)
+	a := audit.New(dir, limit)
 	a.Emit(ctx, ev)
 	_ = a.Close()
 }

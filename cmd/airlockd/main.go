@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/daemon"
+	"github.com/airlock-sandbox/airlock/daemon/httpapi"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -43,6 +44,9 @@ the rule they broke. --socket-group needs --admission.
 
 Flags:
 `
+
+// The daemon is what the API serves.
+var _ httpapi.Daemon = (*daemon.Daemon)(nil)
 
 func main() {
 	// containerd's shim runs this binary as the log writer of session output.
@@ -211,7 +215,7 @@ func run() int {
 		}
 		defer srv.Close()
 	}
-	serveErr := d.Serve(ctx, absSocket, *socketGroup)
+	serveErr := httpapi.Serve(ctx, d, absSocket, *socketGroup)
 	if err := d.Close(context.WithoutCancel(ctx)); err != nil {
 		logger.Error("shutdown", "error", err)
 	}

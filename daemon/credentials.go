@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
@@ -81,20 +79,6 @@ func (d *Daemon) openBroker(ctx context.Context) error {
 // CredentialsHandler serves the verification endpoints (JWKS, introspection,
 // rejection reports) for services.
 func (d *Daemon) CredentialsHandler() http.Handler { return d.broker.Handler() }
-
-// ServeCredentials serves the verification endpoints on a TCP address until
-// ctx is done. The address must be one services reach and sessions do not
-// (the gateway's uplink side, or the host).
-func (d *Daemon) ServeCredentials(ctx context.Context, addr string) (*http.Server, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	srv := &http.Server{Handler: d.CredentialsHandler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	log.G(ctx).Info("serving credential verification endpoints", "address", l.Addr().String())
-	return srv, nil
-}
 
 // credentialAudit copies broker events into the session's audit log.
 func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {

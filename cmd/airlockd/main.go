@@ -207,7 +207,7 @@ func run() int {
 		return 1
 	}
 	if *credListen != "" {
-		srv, err := d.ServeCredentials(ctx, *credListen)
+		srv, err := httpapi.ServeCredentials(ctx, d.CredentialsHandler(), *credListen)
 		if err != nil {
 			logger.Error("credentials listener", "error", err)
 			_ = d.Close(context.WithoutCancel(ctx))

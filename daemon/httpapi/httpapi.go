@@ -3,9 +3,10 @@
 // created with private permissions (Listen); the routes and their
 // handlers, which decode requests, check their arguments, and stream logs,
 // exec and audit events (New); the mapping of errdefs classes to statuses
-// and the error envelope (ErrorDetail); and request logging. It holds no
-// session state: every request becomes a call of a Daemon method, which
-// *daemon.Daemon implements.
+// and the error envelope (ErrorDetail); request logging; and the TCP
+// listener of the credential verification endpoints (ServeCredentials). It
+// holds no session state: every request becomes a call of a Daemon method,
+// which *daemon.Daemon implements.
 package httpapi
 
 import (

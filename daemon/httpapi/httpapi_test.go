@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -541,5 +542,33 @@ func TestCleanMessage(t *testing.T) {
 		if got := cleanMessage(in); got != want {
 			t.Errorf("cleanMessage(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestServeCredentials(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	srv, err := ServeCredentials(quietCtx(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "jwks at "+r.URL.Path)
+	}), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	resp, err := http.Get("http://" + addr + "/.well-known/jwks.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "jwks at /.well-known/jwks.json" {
+		t.Errorf("credentials endpoint answered %q", b)
+	}
+	if _, err := ServeCredentials(quietCtx(), http.NotFoundHandler(), addr); err == nil {
+		t.Error("ServeCredentials on an address in use succeeded")
 	}
 }

@@ -52,6 +52,21 @@ func Serve(ctx context.Context, d Daemon, socket, group string) error {
 	return err
 }
 
+// ServeCredentials serves the credential verification endpoints h (the
+// daemon's CredentialsHandler) on a TCP address until the returned server
+// is closed. The address must be one services reach and sessions do not
+// (the gateway's uplink side, or the host).
+func ServeCredentials(ctx context.Context, h http.Handler, addr string) (*http.Server, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	log.G(ctx).Info("serving credential verification endpoints", "address", l.Addr().String())
+	return srv, nil
+}
+
 // afterBind, when set (by tests), is called with the path a socket was
 // just bound at, before its mode and owner are set.
 var afterBind func(path string)

@@ -62,9 +62,9 @@ type Config struct {
 	Pools []policies.Policy
 	// Admission is the operator's admission policy; nil is
 	// policies.DefaultAdmission. Serving the API to a group
-	// (Serve with a group) needs an explicit one.
+	// (httpapi.Serve with a group, see ExposeAPI) needs an explicit one.
 	Admission *policies.Admission
-	// Socket is the API socket Serve will be given; admission refuses it,
+	// Socket is the API socket httpapi.Serve will be given; admission refuses it,
 	// and every directory containing it, as a host path from the start.
 	Socket string
 	// ShimPerSession gives every session a runc shim of its own. By

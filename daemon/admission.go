@@ -104,9 +104,20 @@ func (d *Daemon) Admission() *policies.Admission {
 	return pol
 }
 
-// ProtectSocket adds an API socket the daemon serves to the host paths
-// admission refuses whatever the policy says.
-func (d *Daemon) ProtectSocket(socket string) { d.admission.protect(socket) }
+// ExposeAPI readies the daemon for its API being served on the unix
+// socket path to group ("": to airlockd's user alone). Every member of
+// group can create sessions, so serving a group needs an explicit
+// admission policy (Config.Admission). The socket joins the protected
+// paths.
+func (d *Daemon) ExposeAPI(socket, group string) error {
+	if group != "" && d.cfg.Admission == nil {
+		return fmt.Errorf("socket group %q: every member of the group could ask for what the built-in admission policy admits, "+
+			"which can be root-equivalent on this host; give an explicit admission policy (airlockd --admission FILE, see examples/airlockd/admission.hcl): %w",
+			group, errdefs.ErrFailedPrecondition)
+	}
+	d.admission.protect(socket)
+	return nil
+}
 
 // countLocked is what the session limit counts: sessions in any state,
 // sandboxes waiting in pools, and creates and pool fills under way.

@@ -2,15 +2,14 @@ package daemon
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
 
@@ -38,20 +37,6 @@ func (d *Daemon) openCredentials() error {
 // CredentialsHandler serves the verification endpoints (JWKS, introspection,
 // rejection reports) for services.
 func (d *Daemon) CredentialsHandler() http.Handler { return d.creds.Handler() }
-
-// ServeCredentials serves the verification endpoints on a TCP address until
-// ctx is done. The address must be one services reach and sessions do not
-// (the gateway's uplink side, or the host).
-func (d *Daemon) ServeCredentials(ctx context.Context, addr string) (*http.Server, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	srv := &http.Server{Handler: d.CredentialsHandler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	log.G(ctx).Info("serving credential verification endpoints", "address", l.Addr().String())
-	return srv, nil
-}
 
 // credentialAudit copies broker events into the session's audit log.
 func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
@@ -101,7 +86,7 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	if rec, err := readRecord(dir); err == nil {
 		limit = rec.Policy.Resources.AuditSize
 	}
-	a := newAuditLog(dir, limit)
+	a := audit.New(dir, limit)
 	a.Emit(ctx, ev)
 	_ = a.Close()
 }

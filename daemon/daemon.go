@@ -1,7 +1,9 @@
 // Package daemon is airlockd's session manager: it turns validated
 // policies into sandboxes on the runtime, persists every session's state
 // under the root so a restarted daemon re-adopts or tears down what it finds,
-// and serves the HTTP+JSON API of package api on a unix socket.
+// and records each session's audit log (package internal/audit). Its
+// exported methods are what package daemon/httpapi serves as the HTTP+JSON
+// API of package api.
 package daemon
 
 import (
@@ -24,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
@@ -59,9 +62,9 @@ type Config struct {
 	Pools []policies.Policy
 	// Admission is the operator's admission policy; nil is
 	// policies.DefaultAdmission. Serving the API to a group
-	// (Serve with a group) needs an explicit one.
+	// (httpapi.Serve with a group, see ExposeAPI) needs an explicit one.
 	Admission *policies.Admission
-	// Socket is the API socket Serve will be given; admission refuses it,
+	// Socket is the API socket httpapi.Serve will be given; admission refuses it,
 	// and every directory containing it, as a host path from the start.
 	Socket string
 	// ShimPerSession gives every session a runc shim of its own. By
@@ -294,6 +297,19 @@ func (d *Daemon) StopContainerd(ctx context.Context) error {
 // Runtime returns the runtime (for tests and image management).
 func (d *Daemon) Runtime() *runtime.Runtime { return d.runtime }
 
+// Version reports the daemon's version and root, and containerd's version
+// when containerd answers.
+func (d *Daemon) Version(ctx context.Context) api.Version {
+	v := api.Version{Version: Version, Root: d.cfg.Root}
+	if d.runtime == nil {
+		return v
+	}
+	if cv, err := d.runtime.Client().Version(ctx); err == nil {
+		v.Containerd = cv.Version
+	}
+	return v
+}
+
 func (d *Daemon) sessionDir(id string) string { return filepath.Join(d.cfg.Root, "sessions", id) }
 
 func (d *Daemon) cgroupPath(id string) string { return "/airlock-" + d.prefix + "/" + id }
@@ -313,6 +329,14 @@ func (d *Daemon) get(id string) (*session, error) {
 		return nil, fmt.Errorf("no session %q: %w", id, errdefs.ErrNotFound)
 	}
 	return s, nil
+}
+
+// CheckSession returns what the session methods return for an id that
+// names no session (an errdefs.ErrNotFound error, or ErrInvalidArgument for
+// a malformed id), and nil for a known session.
+func (d *Daemon) CheckSession(id string) error {
+	_, err := d.get(id)
+	return err
 }
 
 // Create validates the policy, checks it against the admission policy and
@@ -859,7 +883,7 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 			continue
 		}
 		known[id] = true
-		s := &session{d: d, dir: d.sessionDir(id), audit: newAuditLog(d.sessionDir(id), rec.Policy.Resources.AuditSize), rec: *rec, exited: make(chan struct{})}
+		s := &session{d: d, dir: d.sessionDir(id), audit: audit.New(d.sessionDir(id), rec.Policy.Resources.AuditSize), rec: *rec, exited: make(chan struct{})}
 		if s.fs, err = d.fs.load(s.dir, id); err != nil {
 			log.G(sctx).Error("load workspace state", "error", err)
 		}

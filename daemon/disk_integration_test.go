@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/runtime"
 )
 
 // dnsFlood is a python3 program for the sandbox: for argv[1] seconds it
@@ -154,7 +154,7 @@ func TestDiskFloodBounded(t *testing.T) {
 
 	// The output says where it was cut and how much was dropped.
 	var out bytes.Buffer
-	if err := h.Daemon.Logs(ctx, yesID, daemon.LogsOptions{Stdout: &out, Stderr: &out}); err != nil {
+	if err := h.Daemon.Logs(ctx, yesID, runtime.LogsOptions{Stdout: &out, Stderr: &out}); err != nil {
 		t.Fatal(err)
 	}
 	if out.Len() > logCap+4096 {
@@ -175,7 +175,7 @@ func TestDiskFloodBounded(t *testing.T) {
 	}
 
 	var sent bytes.Buffer
-	_ = h.Daemon.Logs(ctx, dnsID, daemon.LogsOptions{Stdout: &sent})
+	_ = h.Daemon.Logs(ctx, dnsID, runtime.LogsOptions{Stdout: &sent})
 	t.Logf("dns flood: %s queries sent in %v", strings.TrimSpace(sent.String()), flood)
 
 	// The audit of the DNS flood stays under its cap and says so.

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -273,51 +273,12 @@ func convert(in, out any) error {
 	return json.Unmarshal(b, out)
 }
 
-func (d *Daemon) handleDiff(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	switch r.URL.Query().Get("format") {
-	case "", "json":
-		cs, err := d.Diff(r.Context(), id)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, cs)
-	case "unified":
-		_, fs, err := d.reviewable(id)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		w.Header().Set("Content-Type", "text/x-diff; charset=utf-8")
-		if err := fs.UnifiedDiff(r.Context(), w); err != nil {
-			log.G(r.Context()).Error("unified diff", "session", id, "error", err)
-		}
-	default:
-		writeError(w, r, fmt.Errorf("format must be json or unified: %w", errdefs.ErrInvalidArgument))
-	}
-}
-
-func (d *Daemon) handleCommit(w http.ResponseWriter, r *http.Request) {
-	var req api.CommitRequest
-	if r.ContentLength != 0 {
-		if err := decodeJSON(r, &req); err != nil {
-			writeError(w, r, err)
-			return
-		}
-	}
-	res, err := d.Commit(r.Context(), r.PathValue("id"), req)
+// UnifiedDiff checks that a session's changes can be reviewed, as Diff
+// does, and returns the function writing them to w as a unified diff.
+func (d *Daemon) UnifiedDiff(id string) (func(ctx context.Context, w io.Writer) error, error) {
+	_, fs, err := d.reviewable(id)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, res)
-}
-
-func (d *Daemon) handleDiscard(w http.ResponseWriter, r *http.Request) {
-	if err := d.Discard(r.Context(), r.PathValue("id")); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	return fs.UnifiedDiff, nil
 }

@@ -1,26 +1,19 @@
 package daemon
 
 import (
-	"fmt"
+	"context"
 	"io"
-	"net/http"
 	"sort"
-
-	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/ocipack"
 )
 
-// maxImageArchive bounds an uploaded image archive.
-const maxImageArchive = 8 << 30
-
-func (d *Daemon) handleImages(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
+// Images lists the runtime's images by name.
+func (d *Daemon) Images(ctx context.Context) ([]api.Image, error) {
 	imgs, err := d.runtime.Client().ListImages(ctx)
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return nil, err
 	}
 	out := make([]api.Image, 0, len(imgs))
 	for _, img := range imgs {
@@ -28,25 +21,21 @@ func (d *Daemon) handleImages(w http.ResponseWriter, r *http.Request) {
 		out = append(out, api.Image{Name: img.Name(), Digest: img.Target().Digest.String(), Size: size, Created: img.Metadata().CreatedAt})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
-func (d *Daemon) handleImageImport(w http.ResponseWriter, r *http.Request) {
-	name := r.URL.Query().Get("name")
-	if r.Body == nil || r.ContentLength == 0 {
-		writeError(w, r, fmt.Errorf("import needs an OCI or Docker archive as the request body: %w", errdefs.ErrInvalidArgument))
-		return
-	}
-	imgs, err := ocipack.Import(r.Context(), d.runtime.Client(), io.LimitReader(r.Body, maxImageArchive), ocipack.ImportOptions{
+// ImportImage imports the images of the OCI or Docker archive r into the
+// runtime; name is ocipack.ImportOptions.Name.
+func (d *Daemon) ImportImage(ctx context.Context, r io.Reader, name string) ([]api.Image, error) {
+	imgs, err := ocipack.Import(ctx, d.runtime.Client(), r, ocipack.ImportOptions{
 		Name: name, Snapshotter: d.runtime.Snapshotter(),
 	})
 	if err != nil {
-		writeError(w, r, err)
-		return
+		return nil, err
 	}
 	out := make([]api.Image, 0, len(imgs))
 	for _, img := range imgs {
 		out = append(out, api.Image{Name: img.Name, Digest: img.Target.Digest.String(), Size: img.Target.Size, Created: img.CreatedAt})
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/daemon"
+	"github.com/airlock-sandbox/airlock/daemon/httpapi"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -66,7 +66,7 @@ func runSession(t *testing.T, p policies.Policy) result {
 	defer cancel()
 	id := startSession(ctx, t, p)
 	var out, errb bytes.Buffer
-	if err := h.Daemon.Logs(ctx, id, daemon.LogsOptions{Follow: true, Stdout: &out, Stderr: &errb}); err != nil {
+	if err := h.Daemon.Logs(ctx, id, runtime.LogsOptions{Follow: true, Stdout: &out, Stderr: &errb}); err != nil {
 		t.Fatalf("logs: %v", err)
 	}
 	w, err := h.Daemon.Wait(ctx, id)
@@ -316,7 +316,7 @@ func waitOutput(t *testing.T, id, want string) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		var out bytes.Buffer
-		if err := h.Daemon.Logs(t.Context(), id, daemon.LogsOptions{Stdout: &out}); err != nil {
+		if err := h.Daemon.Logs(t.Context(), id, runtime.LogsOptions{Stdout: &out}); err != nil {
 			t.Fatal(err)
 		}
 		if strings.Contains(out.String(), want) {
@@ -395,7 +395,7 @@ func TestMissingCommand(t *testing.T) {
 	ctx := t.Context()
 	before := len(h.Daemon.List(ctx))
 	_, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: policy("no-such-program"), Start: true})
-	status, detail := daemon.ErrorDetail(err)
+	status, detail := httpapi.ErrorDetail(err)
 	if status != http.StatusBadRequest || !strings.Contains(detail.Message, "no-such-program") {
 		t.Errorf("run of a missing program: %d %+v, want 400 naming the program", status, detail)
 	}

@@ -16,13 +16,6 @@ import (
 	"github.com/airlock-sandbox/airlock/runtime"
 )
 
-// LogsOptions select what Logs returns.
-type LogsOptions struct {
-	Follow bool
-	Stdout io.Writer // nil: stdout not wanted
-	Stderr io.Writer // nil: stderr not wanted
-}
-
 // followPoll is how often a follower looks for new output.
 const followPoll = 5 * time.Millisecond
 
@@ -32,7 +25,7 @@ const flushGrace = 3 * time.Second
 
 // Logs copies the session's recorded output. With Follow it returns once the
 // main process has exited and its output has been written completely.
-func (d *Daemon) Logs(ctx context.Context, id string, o LogsOptions) error {
+func (d *Daemon) Logs(ctx context.Context, id string, o runtime.LogsOptions) error {
 	s, err := d.get(id)
 	if err != nil {
 		return err

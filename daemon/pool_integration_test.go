@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/runtime"
 )
 
 // poolPolicy is the full perimeter: an overlay workspace, egress to one
@@ -272,7 +272,7 @@ func TestWarmPoolMissingProgram(t *testing.T) {
 		t.Error("not warm")
 	}
 	var out, errb bytes.Buffer
-	if err := h.Daemon.Logs(ctx, w.ID, daemon.LogsOptions{Follow: true, Stdout: &out, Stderr: &errb}); err != nil {
+	if err := h.Daemon.Logs(ctx, w.ID, runtime.LogsOptions{Follow: true, Stdout: &out, Stderr: &errb}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := h.Daemon.Wait(ctx, w.ID)

@@ -8,6 +8,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/fsscope"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 )
 
@@ -15,7 +16,7 @@ import (
 type session struct {
 	d     *Daemon
 	dir   string
-	audit *auditLog
+	audit *audit.Log
 
 	mu     sync.Mutex
 	rec    record      // +checklocks:mu

@@ -9,7 +9,7 @@ import (
 // Symbols the findings look up in profiles.
 const (
 	symNewstack  = "runtime.newstack"
-	symAuditEmit = "github.com/airlock-sandbox/airlock/daemon.(*auditLog).Emit"
+	symAuditEmit = "github.com/airlock-sandbox/airlock/internal/audit.(*Log).Emit"
 	symJSON      = "encoding/json.Marshal"
 	symPin       = "github.com/airlock-sandbox/airlock/egress/netns.(*Session).Pin"
 	symGC        = "runtime.gcBgMarkWorker"
@@ -53,7 +53,7 @@ func (r *Report) Findings() []string {
 				hit.Sandbox.QPS, hit.Direct.QPS, hit.SandboxServerCPUUS, hit.DirectServerCPUUS)
 			if prof != nil {
 				s += " In airlockd's profile (perf record, inclusive): " + shares(prof, []share{
-					{"the session audit log (auditLog.Emit: one encoded line and one write(2) per query)", symAuditEmit},
+					{"the session audit log (audit.Log.Emit: one encoded line and one write(2) per query)", symAuditEmit},
 					{"nftables pinning (Session.Pin)", symPin},
 					{"goroutine stack growth (runtime.newstack)", symNewstack},
 					{"encoding/json", symJSON},
@@ -84,7 +84,7 @@ func (r *Report) Findings() []string {
 		if on > 0 && off > 0 {
 			s := fmt.Sprintf("In-process proxy harness (perf.BenchmarkProxyAudited, real UDP sockets, cache hits): %.0f q/s with the daemon's audit encoding, %.0f q/s without (×%.2f).", on, off, on/off)
 			if jsonl != nil && bare != nil && jsonl.Error == "" && bare.Error == "" {
-				s += " pprof, with audit: " + shares(jsonl, []share{{"runtime.newstack", symNewstack}, {"json.Marshal", symJSON}, {"auditLog.Emit", symAuditEmit}}) +
+				s += " pprof, with audit: " + shares(jsonl, []share{{"runtime.newstack", symNewstack}, {"json.Marshal", symJSON}, {"audit.Log.Emit", symAuditEmit}}) +
 					"; without: " + shares(bare, []share{{"runtime.newstack", symNewstack}}) + "."
 				if c := callerShares(jsonl.Callers); len(c) > 0 && jsonl.Share(symNewstack) >= 5 {
 					s += " With audit on, the stack overflowed in " + strings.Join(c, ", ") + " (share of runtime.newstack's time)."

@@ -14,9 +14,9 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/egress/allowlist"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/perf/load"
 )
 
@@ -50,7 +50,7 @@ func upstreamServer(tb testing.TB) string {
 // session's DNS decisions: the perimeter's event (api.AuditEvent, as
 // egress.DNSAuditEvent builds it) through the daemon's audit log writer.
 type jsonlAudit struct {
-	log *daemon.AuditLog
+	log *audit.Log
 }
 
 func (a *jsonlAudit) emit(ev dnsproxy.Event) {
@@ -107,13 +107,13 @@ func startProxy(tb testing.TB, audit func(dnsproxy.Event)) string {
 func BenchmarkProxyAudited(b *testing.B) {
 	for _, mode := range []string{"off", "jsonl"} {
 		b.Run("audit="+mode, func(b *testing.B) {
-			audit := func(dnsproxy.Event) {}
+			emit := func(dnsproxy.Event) {}
 			if mode == "jsonl" {
-				l := daemon.NewAuditLog(filepath.Join(b.TempDir(), "audit.jsonl"))
+				l := audit.Open(filepath.Join(b.TempDir(), audit.File))
 				b.Cleanup(func() { _ = l.Close() })
-				audit = (&jsonlAudit{log: l}).emit
+				emit = (&jsonlAudit{log: l}).emit
 			}
-			addr := startProxy(b, audit)
+			addr := startProxy(b, emit)
 			names, _ := load.ExpandNames([]string{"d%d." + DNSZone}, 50)
 			warm, err := load.RunDNS(context.Background(), load.DNSConfig{Server: addr, Names: names, Count: 50})
 			if err != nil || warm.Answered != 50 {
@@ -136,8 +136,8 @@ func BenchmarkProxyAudited(b *testing.B) {
 // TestProxyHarness checks the harness itself: answers through the proxy
 // for allowed names, refusals for others, one audit line per query.
 func TestProxyHarness(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	l := daemon.NewAuditLog(path)
+	path := filepath.Join(t.TempDir(), audit.File)
+	l := audit.Open(path)
 	defer l.Close()
 	addr := startProxy(t, (&jsonlAudit{log: l}).emit)
 	res, err := load.RunDNS(context.Background(), load.DNSConfig{Server: addr, Names: []string{"d1." + DNSZone, "x.other.test"}, Count: 20})

@@ -127,7 +127,7 @@ const perfReport = `# Self time
 const perfChildren = `# Children      Self  Symbol
     67.19%     0.00%  [.] runtime.goexit.abi0                 -      -
     29.22%     0.17%  [.] runtime.newstack                    -      -
-    15.61%     0.31%  [.] github.com/airlock-sandbox/airlock/daemon.(*auditLog).Emit   -   -
+    15.61%     0.31%  [.] github.com/airlock-sandbox/airlock/internal/audit.(*Log).Emit   -   -
 `
 
 const pprofTop = `File: perf.test
@@ -246,7 +246,7 @@ func TestMarkdown(t *testing.T) {
 		"in 2 of 2 runs every one of the 18 tracked resources was already gone",
 		"airlockd spends 48 µs of CPU per query (the harness's DNS server: 12 µs)",
 		"goroutine stack growth (runtime.newstack) 29.2%",
-		"auditLog.Emit: one encoded line and one write(2) per query) 15.6%",
+		"audit.Log.Emit: one encoded line and one write(2) per query) 15.6%",
 		"25000 q/s with the daemon's audit encoding, 50000 q/s without (×0.50)",
 		"the log writer (airlock-logger, containerd's binary logger, one small static process per session) 3.0 MiB",
 		"one start while 100 sessions idle takes 107 ms (100 ms while 1 idle)",

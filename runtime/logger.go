@@ -1,6 +1,10 @@
 package runtime
 
-import "github.com/airlock-sandbox/airlock/internal/logwriter"
+import (
+	"io"
+
+	"github.com/airlock-sandbox/airlock/internal/logwriter"
+)
 
 // Log file names inside a session's log directory; see package logwriter.
 const (
@@ -9,6 +13,14 @@ const (
 	EOFSuffix     = logwriter.EOFSuffix
 	DroppedSuffix = logwriter.DroppedSuffix
 )
+
+// LogsOptions select which of a session's recorded streams a reader of its
+// output gets, and whether it follows them until the output ends.
+type LogsOptions struct {
+	Follow bool
+	Stdout io.Writer // nil: stdout not wanted
+	Stderr io.Writer // nil: stderr not wanted
+}
 
 // LogDropped says how much of a stream the cap on output kept out of its
 // file; see package logwriter.

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/daemon"
+	"github.com/airlock-sandbox/airlock/daemon/httpapi"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/internal/log"
@@ -44,6 +45,9 @@ the rule they broke. --socket-group needs --admission.
 
 Flags:
 `
+
+// The daemon is what the API serves.
+var _ httpapi.Daemon = (*daemon.Daemon)(nil)
 
 func main() {
 	// containerd's shim runs this binary as the log writer of session output.
@@ -204,7 +208,7 @@ func run() int {
 		return 1
 	}
 	if *credListen != "" {
-		srv, err := d.ServeCredentials(ctx, *credListen)
+		srv, err := httpapi.ServeCredentials(ctx, d.CredentialsHandler(), *credListen)
 		if err != nil {
 			logger.Error("credentials listener", "error", err)
 			_ = d.Close(context.WithoutCancel(ctx))
@@ -212,7 +216,7 @@ func run() int {
 		}
 		defer srv.Close()
 	}
-	serveErr := d.Serve(ctx, absSocket, *socketGroup)
+	serveErr := httpapi.Serve(ctx, d, absSocket, *socketGroup)
 	if err := d.Close(context.WithoutCancel(ctx)); err != nil {
 		logger.Error("shutdown", "error", err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/airlock-sandbox/airlock/daemon"
+	"github.com/airlock-sandbox/airlock/daemon/httpapi"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
@@ -135,14 +136,14 @@ func (h *Harness) startDaemon(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h.Daemon, h.cancel, h.served = d, cancel, make(chan error, 1)
-	l, err := daemon.Listen(h.Socket, "")
+	l, err := httpapi.Listen(h.Socket, "")
 	if err != nil {
 		cancel()
 		d.Close(ctx)
 		return err
 	}
 	l.Close()
-	go func() { h.served <- d.Serve(sctx, h.Socket, "") }()
+	go func() { h.served <- httpapi.Serve(sctx, d, h.Socket, "") }()
 	// Serve re-listens; wait for the socket to answer.
 	for i := 0; i < 500; i++ {
 		if _, err := os.Stat(h.Socket); err == nil {

@@ -1,4 +1,12 @@
-package daemon
+// Package audit owns a session's audit log: the file of JSON lines
+// (File, audit.jsonl) in the session's directory, one api.AuditEvent per
+// line. Log appends to it within a size cap, with reserves for lifecycle
+// events and for what the daemon did to the host, and merges repeated
+// policy decisions within a window; AppendEvent is its encoding, byte for
+// byte what encoding/json gives; Each reads a log back, one event at a
+// time. The daemon decides what to record and when; this package decides
+// how it is written and read.
+package audit
 
 import (
 	"context"
@@ -13,40 +21,40 @@ import (
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
-// auditClass says how a session's audit log treats an event.
-type auditClass uint8
+// eventClass says how a session's audit log treats an event.
+type eventClass uint8
 
 const (
-	// auditRecord events are written one by one and never merged: commit
+	// classRecord events are written one by one and never merged: commit
 	// decisions, credential events, and (planned) the L7 action log. They
 	// count against the cap.
-	auditRecord auditClass = iota
-	// auditDecision events are repeatable policy decisions (DNS answers
+	classRecord eventClass = iota
+	// classDecision events are repeatable policy decisions (DNS answers
 	// and refusals, blocked connections). An event identical to one
 	// written less than the aggregation window ago, its time aside, is
 	// counted instead of written; when the window ends, one event with
 	// the count and the first and last time stands for all of them.
-	auditDecision
-	// auditControl events are the session's lifecycle and the log's own
+	classDecision
+	// classControl events are the session's lifecycle and the log's own
 	// notices. Once the cap is reached they still fit in a reserve kept
 	// for them.
-	auditControl
-	// auditOutcome events are what the daemon did to the host for the
+	classControl
+	// classOutcome events are what the daemon did to the host for the
 	// session (commit decisions, modes normalised): records the sandbox
 	// does not pace, written after everything it could flood the log
 	// with. They fit in a reserve of their own, below the control one, so
 	// that a sandbox cannot crowd them out with decisions or refused
 	// reads.
-	auditOutcome
+	classOutcome
 )
 
 // Aggregation window and its bound on distinct pending events.
 const (
-	auditAggregateWindow = 10 * time.Second
-	maxAuditAggregates   = 4096
+	aggregateWindow = 10 * time.Second
+	maxAggregates   = 4096
 )
 
-// auditLog appends events to a session's audit.jsonl, within a size cap.
+// Log appends events to a session's audit.jsonl, within a size cap.
 //
 // An event is in the file (the page cache) when Emit returns, so a read
 // that starts after an Emit sees its event; a decision merged into an
@@ -61,7 +69,7 @@ const (
 // longer fit below limit minus the control and outcome reserves, the log
 // writes one "audit truncated" event and from then on counts what it
 // drops; Flush and Close write the count ("audit dropped").
-type auditLog struct {
+type Log struct {
 	path   string
 	limit  int64 // bytes; 0: no cap
 	window time.Duration
@@ -83,65 +91,52 @@ type auditLog struct {
 	size int64 // +checklocks:mu
 	// truncated is set once the cap made the log drop an event; dropped
 	// counts what was dropped since, reported the counts already written.
-	truncated bool                 // +checklocks:mu
-	dropped   auditDrops           // +checklocks:mu
-	reported  auditDrops           // +checklocks:mu
-	aggs      map[string]*auditAgg // +checklocks:mu
-	timer     *time.Timer          // +checklocks:mu
+	truncated bool            // +checklocks:mu
+	dropped   drops           // +checklocks:mu
+	reported  drops           // +checklocks:mu
+	aggs      map[string]*agg // +checklocks:mu
+	timer     *time.Timer     // +checklocks:mu
 }
 
-// auditDrops counts events the cap kept out of the log.
-type auditDrops struct {
+// drops counts events the cap kept out of the log.
+type drops struct {
 	events, bytes uint64
 	byLayer       map[string]uint64
 }
 
-// auditAgg is one decision written at start and the identical ones merged
+// agg is one decision written at start and the identical ones merged
 // into it since.
-type auditAgg struct {
+type agg struct {
 	ev          api.AuditEvent
 	start       time.Time
 	count       uint64
 	first, last time.Time
 }
 
-// auditReserve is the part of a capped log kept for control events, and
+// reserve is the part of a capped log kept for control events, and
 // as much again for outcome events.
-func auditReserve(limit int64) int64 { return min(64<<10, limit/4) }
+func reserve(limit int64) int64 { return min(64<<10, limit/4) }
 
-// newAuditLog returns the audit log of the session directory dir, capped
+// New returns the audit log of the session directory dir, capped
 // at limit bytes (0: policies.DefaultAuditSize).
-func newAuditLog(dir string, limit int64) *auditLog {
+func New(dir string, limit int64) *Log {
 	if limit <= 0 {
 		limit = policies.DefaultAuditSize
 	}
-	a := openAuditLog(filepath.Join(dir, auditFile))
+	a := Open(filepath.Join(dir, File))
 	a.limit = limit
 	return a
 }
 
-func openAuditLog(path string) *auditLog {
-	a := &auditLog{path: path, size: -1, window: auditAggregateWindow, now: time.Now}
+// Open returns a log appending to path, which is created on the first
+// Emit, without a cap. Emit writes exactly as a session's log does (the
+// proxy benchmarks use it to measure the daemon's audit path). A Log is
+// safe for concurrent use.
+func Open(path string) *Log {
+	a := &Log{path: path, size: -1, window: aggregateWindow, now: time.Now}
 	a.cond.L = &a.mu
 	return a
 }
-
-// AuditLog appends api.AuditEvents to a file of JSON lines exactly as the
-// daemon records a session's audit.jsonl (the proxy benchmarks use it to
-// measure the daemon's audit path), without a cap and without merging.
-// It is safe for concurrent use.
-type AuditLog struct{ l *auditLog }
-
-// NewAuditLog returns an AuditLog appending to path, which is created on
-// the first Emit.
-func NewAuditLog(path string) *AuditLog { return &AuditLog{l: openAuditLog(path)} }
-
-// Emit records ev (Time defaults to now) and returns once it is in the
-// file.
-func (a *AuditLog) Emit(ctx context.Context, ev api.AuditEvent) { a.l.Emit(ctx, ev) }
-
-// Close closes the file; a later Emit reopens it.
-func (a *AuditLog) Close() error { return a.l.Close() }
 
 // encodeBufs holds buffers for encoding one event.
 var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
@@ -152,28 +147,28 @@ const maxPooledBuf = 64 << 10
 
 // Emit records ev, an event never merged with others; Time defaults to
 // now. It returns once ev is in the log file, or counted as dropped.
-func (a *auditLog) Emit(ctx context.Context, ev api.AuditEvent) { a.emit(ctx, ev, auditRecord) }
+func (a *Log) Emit(ctx context.Context, ev api.AuditEvent) { a.emit(ctx, ev, classRecord) }
 
 // EmitDecision records ev, a policy decision: merged with identical ones
 // within the aggregation window.
-func (a *auditLog) EmitDecision(ctx context.Context, ev api.AuditEvent) {
-	a.emit(ctx, ev, auditDecision)
+func (a *Log) EmitDecision(ctx context.Context, ev api.AuditEvent) {
+	a.emit(ctx, ev, classDecision)
 }
 
 // EmitControl records ev, a lifecycle event, from the reserve if the cap
 // is reached.
-func (a *auditLog) EmitControl(ctx context.Context, ev api.AuditEvent) { a.emit(ctx, ev, auditControl) }
+func (a *Log) EmitControl(ctx context.Context, ev api.AuditEvent) { a.emit(ctx, ev, classControl) }
 
 // EmitOutcome records ev, what the daemon did to the host for the
 // session, from the outcome reserve if the cap is reached.
-func (a *auditLog) EmitOutcome(ctx context.Context, ev api.AuditEvent) { a.emit(ctx, ev, auditOutcome) }
+func (a *Log) EmitOutcome(ctx context.Context, ev api.AuditEvent) { a.emit(ctx, ev, classOutcome) }
 
-func (a *auditLog) emit(ctx context.Context, ev api.AuditEvent, class auditClass) {
+func (a *Log) emit(ctx context.Context, ev api.AuditEvent, class eventClass) {
 	if ev.Time.IsZero() {
 		ev.Time = a.now().UTC()
 	}
 	bp := encodeBufs.Get().(*[]byte)
-	b, err := appendAuditEvent((*bp)[:0], &ev)
+	b, err := AppendEvent((*bp)[:0], &ev)
 	if err != nil {
 		encodeBufs.Put(bp)
 		log.G(ctx).Error("audit: encode event", "error", err)
@@ -182,7 +177,7 @@ func (a *auditLog) emit(ctx context.Context, ev api.AuditEvent, class auditClass
 	b = append(b, '\n')
 
 	a.mu.Lock()
-	if class == auditDecision && a.window > 0 && a.mergeLocked(ctx, &ev, b) {
+	if class == classDecision && a.window > 0 && a.mergeLocked(ctx, &ev, b) {
 		a.mu.Unlock()
 		encodeBufs.Put(bp)
 		return
@@ -200,8 +195,8 @@ func (a *auditLog) emit(ctx context.Context, ev api.AuditEvent, class auditClass
 // mergeLocked counts ev into a pending identical decision and reports
 // true, or opens a window for it and reports false (ev is then to be
 // written).
-func (a *auditLog) mergeLocked(ctx context.Context, ev *api.AuditEvent, line []byte) bool {
-	key := string(line[auditTimeEnd(line):])
+func (a *Log) mergeLocked(ctx context.Context, ev *api.AuditEvent, line []byte) bool {
+	key := string(line[timeEnd(line):])
 	if g := a.aggs[key]; g != nil {
 		if ev.Time.Before(g.start.Add(a.window)) {
 			if g.count == 0 {
@@ -214,21 +209,21 @@ func (a *auditLog) mergeLocked(ctx context.Context, ev *api.AuditEvent, line []b
 		a.flushAggLocked(ctx, key, g)
 	}
 	if a.aggs == nil {
-		a.aggs = map[string]*auditAgg{}
+		a.aggs = map[string]*agg{}
 	}
-	if len(a.aggs) >= maxAuditAggregates {
+	if len(a.aggs) >= maxAggregates {
 		a.flushAggsLocked(ctx, time.Time{})
 	}
-	a.aggs[key] = &auditAgg{ev: *ev, start: ev.Time}
+	a.aggs[key] = &agg{ev: *ev, start: ev.Time}
 	if a.timer == nil {
 		a.timer = time.AfterFunc(a.window, a.tick)
 	}
 	return false
 }
 
-// auditTimeEnd is the offset just past the time in an encoded event:
+// timeEnd is the offset just past the time in an encoded event:
 // events that differ only there are identical decisions.
-func auditTimeEnd(line []byte) int {
+func timeEnd(line []byte) int {
 	const prefix = len(`{"time":"`)
 	for i := prefix; i < len(line); i++ {
 		if line[i] == '"' {
@@ -240,7 +235,7 @@ func auditTimeEnd(line []byte) int {
 
 // tick writes the merged counts of windows that have ended, and re-arms
 // while windows are open.
-func (a *auditLog) tick() {
+func (a *Log) tick() {
 	ctx := context.Background()
 	a.mu.Lock()
 	a.timer = nil
@@ -255,7 +250,7 @@ func (a *auditLog) tick() {
 
 // flushAggsLocked ends every window opened before now minus the window
 // (every window, for the zero time) and queues its count.
-func (a *auditLog) flushAggsLocked(ctx context.Context, now time.Time) {
+func (a *Log) flushAggsLocked(ctx context.Context, now time.Time) {
 	for key, g := range a.aggs {
 		if now.IsZero() || !now.Before(g.start.Add(a.window)) {
 			a.flushAggLocked(ctx, key, g)
@@ -265,7 +260,7 @@ func (a *auditLog) flushAggsLocked(ctx context.Context, now time.Time) {
 
 // flushAggLocked ends one window: if identical decisions were merged into
 // it, one event says how many and when.
-func (a *auditLog) flushAggLocked(ctx context.Context, key string, g *auditAgg) {
+func (a *Log) flushAggLocked(ctx context.Context, key string, g *agg) {
 	delete(a.aggs, key)
 	if g.count == 0 {
 		return
@@ -280,18 +275,18 @@ func (a *auditLog) flushAggLocked(ctx context.Context, key string, g *auditAgg) 
 	f["first"] = g.first
 	f["last"] = g.last
 	ev.Fields = f
-	b, err := appendAuditEvent(nil, &ev)
+	b, err := AppendEvent(nil, &ev)
 	if err != nil {
 		log.G(ctx).Error("audit: encode event", "error", err)
 		return
 	}
-	a.queueLocked(ctx, append(b, '\n'), ev.Layer, auditDecision)
+	a.queueLocked(ctx, append(b, '\n'), ev.Layer, classDecision)
 }
 
 // queueLocked queues one encoded event if the cap lets it in, and
 // otherwise counts it as dropped (writing the truncation notice the
 // first time).
-func (a *auditLog) queueLocked(ctx context.Context, b []byte, layer string, class auditClass) {
+func (a *Log) queueLocked(ctx context.Context, b []byte, layer string, class eventClass) {
 	if a.limit > 0 && a.size < 0 {
 		a.size = 0
 		if st, err := os.Stat(a.path); err == nil {
@@ -302,20 +297,20 @@ func (a *auditLog) queueLocked(ctx context.Context, b []byte, layer string, clas
 	if a.limit > 0 {
 		room := a.limit - a.size
 		switch class {
-		case auditControl:
-		case auditOutcome:
-			room -= auditReserve(a.limit)
+		case classControl:
+		case classOutcome:
+			room -= reserve(a.limit)
 		default:
-			room -= 2 * auditReserve(a.limit)
+			room -= 2 * reserve(a.limit)
 		}
 		if n > room {
-			if class != auditControl && !a.truncated {
+			if class != classControl && !a.truncated {
 				a.truncated = true
 				a.queueLocked(ctx, a.noticeLocked(api.AuditEvent{
 					Layer: "audit", Action: "truncated",
 					Reason: fmt.Sprintf("the audit log reached its cap of %s (resources.audit_size): later events are counted, not written", policies.FormatSize(a.limit)),
 					Fields: map[string]any{"limit": a.limit},
-				}), "audit", auditControl)
+				}), "audit", classControl)
 			}
 			a.dropped.events++
 			a.dropped.bytes += uint64(n)
@@ -334,18 +329,18 @@ func (a *auditLog) queueLocked(ctx context.Context, b []byte, layer string, clas
 }
 
 // noticeLocked encodes one of the log's own events.
-func (a *auditLog) noticeLocked(ev api.AuditEvent) []byte {
+func (a *Log) noticeLocked(ev api.AuditEvent) []byte {
 	ev.Time = a.now().UTC()
 	if ev.Session == "" {
 		ev.Session = filepath.Base(filepath.Dir(a.path))
 	}
-	b, _ := appendAuditEvent(nil, &ev)
+	b, _ := AppendEvent(nil, &ev)
 	return append(b, '\n')
 }
 
 // dropReportLocked queues an event counting the events dropped since the
 // last report, if any.
-func (a *auditLog) dropReportLocked(ctx context.Context) {
+func (a *Log) dropReportLocked(ctx context.Context) {
 	if a.dropped.events == a.reported.events {
 		return
 	}
@@ -360,7 +355,7 @@ func (a *auditLog) dropReportLocked(ctx context.Context) {
 		Reason: fmt.Sprintf("%d events (%s) did not fit under the audit log's cap of %s", a.dropped.events-a.reported.events,
 			policies.FormatSize(int64(a.dropped.bytes-a.reported.bytes)), policies.FormatSize(a.limit)),
 		Fields: map[string]any{"events": a.dropped.events - a.reported.events, "bytes": a.dropped.bytes - a.reported.bytes, "layers": layers},
-	}), "audit", auditControl)
+	}), "audit", classControl)
 	a.reported.events, a.reported.bytes = a.dropped.events, a.dropped.bytes
 	a.reported.byLayer = map[string]uint64{}
 	for l, n := range a.dropped.byLayer {
@@ -370,7 +365,7 @@ func (a *auditLog) dropReportLocked(ctx context.Context) {
 
 // Flush writes the counts of every pending merged decision and of the
 // events dropped so far, and returns once they are in the file.
-func (a *auditLog) Flush(ctx context.Context) {
+func (a *Log) Flush(ctx context.Context) {
 	a.mu.Lock()
 	a.flushAggsLocked(ctx, time.Time{})
 	a.dropReportLocked(ctx)
@@ -380,7 +375,7 @@ func (a *auditLog) Flush(ctx context.Context) {
 
 // waitLocked returns once event seq has been written, writing the queue
 // itself if no write is in progress.
-func (a *auditLog) waitLocked(ctx context.Context, seq uint64) {
+func (a *Log) waitLocked(ctx context.Context, seq uint64) {
 	for a.written < seq {
 		if a.writing {
 			a.cond.Wait()
@@ -392,7 +387,7 @@ func (a *auditLog) waitLocked(ctx context.Context, seq uint64) {
 
 // writeQueueLocked writes every queued event. It releases mu during the
 // write, with writing set so that no other write starts.
-func (a *auditLog) writeQueueLocked(ctx context.Context) {
+func (a *Log) writeQueueLocked(ctx context.Context) {
 	a.writing = true
 	buf, upto := a.queue, a.queued
 	a.queue = a.spare[:0]
@@ -427,7 +422,7 @@ func (a *auditLog) writeQueueLocked(ctx context.Context) {
 
 // Close writes what Flush writes, then closes the log file after a write
 // in progress; a later Emit reopens it.
-func (a *auditLog) Close() error {
+func (a *Log) Close() error {
 	ctx := context.Background()
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -148,10 +147,7 @@ func (d *Daemon) Diff(ctx context.Context, id string) (*api.ChangeSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out api.ChangeSet
-	if err := convert(cs, &out); err != nil {
-		return nil, err
-	}
+	out := *cs
 	if out.Workspaces == nil {
 		out.Workspaces = []api.WorkspaceChanges{}
 	}
@@ -169,15 +165,12 @@ func (d *Daemon) Commit(ctx context.Context, id string, req api.CommitRequest) (
 	if res == nil {
 		return nil, cerr
 	}
-	out := &api.CommitResult{Applied: []string{}}
-	if err := convert(res, out); err != nil {
-		return nil, err
-	}
+	out := *res
 	out.Committed = len(out.Applied) > 0
 	if cerr == nil && len(out.Rejected) == 0 && len(out.Conflicts) == 0 {
 		d.dropReview(ctx, s)
 	}
-	return out, nil
+	return &out, nil
 }
 
 // Discard drops a stopped session's changes.
@@ -256,14 +249,6 @@ func (d *Daemon) maskRead(r fsscope.MaskRead) {
 	}
 	s.audit.Emit(d.stopCtx, api.AuditEvent{Time: r.Time, Session: r.Owner, Layer: "fs", Action: "read_denied",
 		Subject: r.Path, Reason: "deny_read", Fields: f})
-}
-
-func convert(in, out any) error {
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, out)
 }
 
 func (d *Daemon) handleDiff(w http.ResponseWriter, r *http.Request) {

@@ -25,7 +25,6 @@ import (
 	"github.com/airlock-sandbox/airlock/credentials/token"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
-	"github.com/airlock-sandbox/airlock/runtime"
 )
 
 // TokenIssuer is the "iss" of the tokens this daemon mints.
@@ -223,7 +222,7 @@ func credentialDirs(tmpfs string, files []policies.Credential) map[string]string
 // reopenCredentials is the plan of a sandbox prepared by an earlier daemon
 // process: its directories exist, nothing is minted yet in this one.
 func (d *Daemon) reopenCredentials(dir string, p *policies.Policy) *credentialPlan {
-	uid, gid, _ := runtime.ParseUser(p.User)
+	uid, gid, _ := p.UserIDs()
 	var files []policies.Credential
 	for _, c := range p.Credentials {
 		if c.Deliver != policies.DeliverEnv {
@@ -314,7 +313,7 @@ func (d *Daemon) startRefreshers(ctx context.Context, s *session, current map[st
 		return
 	}
 	id := s.rec.ID
-	uid, gid, _ := runtime.ParseUser(s.rec.Policy.User)
+	uid, gid, _ := s.rec.Policy.UserIDs()
 	rctx, cancel := context.WithCancel(d.stopCtx)
 	d.creds.mu.Lock()
 	if old := d.creds.cancel[id]; old != nil {

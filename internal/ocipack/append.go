@@ -20,8 +20,9 @@ import (
 )
 
 // smallBlob bounds the archive entries kept in memory while reading an
-// archive: index, manifests and configurations are far smaller.
-const smallBlob = 4 << 20
+// archive: index, manifests and configurations are far smaller. A variable
+// for the tests of the second pass.
+var smallBlob int64 = 4 << 20
 
 // AppendConfig says how Append changes the base image.
 type AppendConfig struct {

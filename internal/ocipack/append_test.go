@@ -3,6 +3,7 @@ package ocipack
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/rand"
 	"io"
 	"slices"
 	"strings"
@@ -161,5 +162,47 @@ func TestAppendRefuses(t *testing.T) {
 	}
 	if _, _, err := appendLayer(t, base, layer, AppendConfig{}); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("Append without a ref: err %v, want invalid argument", err)
+	}
+}
+
+// TestAppendLargeBaseLayers takes the base's layers in a second pass over
+// the archive, as it does for the agent image's, checking their digests.
+func TestAppendLargeBaseLayers(t *testing.T) {
+	saved := smallBlob
+	smallBlob = 1024 // above index, manifest and config; below the layer
+	t.Cleanup(func() { smallBlob = saved })
+	var sb strings.Builder
+	for range 200 {
+		sb.WriteString(rand.Text()) // incompressible enough
+	}
+	big := sb.String()
+	base, _ := pack(t, buildTar(t, file("bin/sh", big+"shell"), file("etc/os-release", big+"debian")), Config{Ref: "airlock/agent:bookworm", Created: appendEpoch})
+	files := readArchive(t, base, appendEpoch)
+	man := decode[ocispec.Manifest](t, blob(t, files, decode[ocispec.Index](t, files[ocispec.ImageIndexFile]).Manifests[0]))
+	if man.Layers[0].Size <= smallBlob {
+		t.Fatalf("base layer of %d bytes is not large", man.Layers[0].Size)
+	}
+	layer := flatTar(t, "cli", "cli")
+	out, _, err := appendLayer(t, base, layer, AppendConfig{Ref: "airlock/bench:bookworm", Created: appendEpoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readArchive(t, out, appendEpoch)[blobPath(man.Layers[0].Digest)]; !bytes.Equal(got, files[blobPath(man.Layers[0].Digest)]) {
+		t.Error("the large base layer was not copied unchanged")
+	}
+
+	// The same archive with the large layer corrupted (same size).
+	var corrupt bytes.Buffer
+	tw := tar.NewWriter(&corrupt)
+	for name, data := range files {
+		if name == blobPath(man.Layers[0].Digest) {
+			data = bytes.Repeat([]byte{'x'}, len(data))
+		}
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data))})
+		tw.Write(data)
+	}
+	tw.Close()
+	if _, _, err := appendLayer(t, corrupt.Bytes(), layer, AppendConfig{Ref: "airlock/bench:bookworm"}); err == nil {
+		t.Errorf("a corrupt large layer: %v", err)
 	}
 }

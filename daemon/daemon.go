@@ -941,7 +941,7 @@ func (d *Daemon) readopt(ctx context.Context, s *session) (*ending, error) {
 				return nil, err
 			}
 			s.pid = ts.Pid
-			uid, gid, _ := runtime.ParseUser(s.rec.Policy.User)
+			uid, gid, _ := s.rec.Policy.UserIDs()
 			s.creds = d.creds.Reopen(s.dir, s.rec.Policy.Credentials, uid, gid)
 			if s.rec.State == api.StateCreated {
 				// airlock-init still waits for the command. The spec's

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -181,10 +180,7 @@ func (d *Daemon) Diff(ctx context.Context, id string) (*api.ChangeSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out api.ChangeSet
-	if err := convert(cs, &out); err != nil {
-		return nil, err
-	}
+	out := *cs
 	if out.Workspaces == nil {
 		out.Workspaces = []api.WorkspaceChanges{}
 	}
@@ -202,15 +198,12 @@ func (d *Daemon) Commit(ctx context.Context, id string, req api.CommitRequest) (
 	if res == nil {
 		return nil, cerr
 	}
-	out := &api.CommitResult{Applied: []string{}}
-	if err := convert(res, out); err != nil {
-		return nil, err
-	}
+	out := *res
 	out.Committed = len(out.Applied) > 0
 	if cerr == nil && len(out.Rejected) == 0 && len(out.Conflicts) == 0 {
 		s.dropReview(ctx)
 	}
-	return out, nil
+	return &out, nil
 }
 
 // Discard drops a stopped session's changes.
@@ -263,14 +256,6 @@ func (d *Daemon) maskRead(r fsscope.MaskRead) {
 	}
 	s.audit.Emit(d.stopCtx, api.AuditEvent{Time: r.Time, Session: r.Owner, Layer: "fs", Action: "read_denied",
 		Subject: r.Path, Reason: "deny_read", Fields: f})
-}
-
-func convert(in, out any) error {
-	b, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, out)
 }
 
 // UnifiedDiff checks that a session's changes can be reviewed, as Diff

@@ -92,7 +92,7 @@ echo done`)
 	verdicts := map[string]string{}
 	for _, w := range cs.Workspaces {
 		for _, c := range w.Changes {
-			kinds[c.Path] = c.Kind
+			kinds[c.Path] = string(c.Kind)
 		}
 		for _, r := range w.Rejected {
 			verdicts[strings.TrimPrefix(r.Path, "/workspace/")] = r.Rule

@@ -75,7 +75,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 			}
 		}
 	}()
-	uid, gid, err := runtime.ParseUser(p.User)
+	uid, gid, err := p.UserIDs()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}

@@ -264,7 +264,7 @@ func findConflicts(host *tree, base *baseline, changes []Change, skip map[int]Re
 	out := map[int]string{}
 	created := map[string]bool{}
 	for _, c := range changes {
-		if c.createsDir() {
+		if createsDir(&c) {
 			created[c.Path] = true
 		}
 	}

@@ -185,4 +185,7 @@
 // the host tree is changed during the commit. On any failure the applied
 // steps are undone; after a crash, the journal lets the next operation
 // undo them. The upper directory is never modified by a commit.
+//
+// The change set and commit result types are declared in the leaf package
+// fsscope/change, which the api package serves as they are.
 package fsscope

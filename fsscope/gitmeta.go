@@ -138,7 +138,7 @@ func (e *ruleEnv) gitMeta(c Change, allow *glob.Set) string {
 			return fmt.Sprintf("%s becomes a %s: git would follow it to another git directory", p, c.Type)
 		}
 	}
-	if c.createsDir() && e.isGitDir(p) && !e.wasGitDir(p) {
+	if createsDir(&c) && e.isGitDir(p) && !e.wasGitDir(p) {
 		return fmt.Sprintf("%s is a new git directory: git would run its hooks and config on the host", p)
 	}
 	gd, ok := e.gitDirOf(p)

@@ -104,7 +104,7 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 				continue
 			}
 		}
-		for _, p := range c.paths() {
+		for _, p := range changePaths(&c) {
 			if refs.Len() > 0 && inGitDir(p) {
 				// With protect_refs, a repository's own storage is governed by
 				// the ref rules and git_exec; protect governs the working tree.
@@ -145,8 +145,8 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 	return rej, nil
 }
 
-// paths returns the paths a change touches.
-func (c *Change) paths() []string {
+// changePaths returns the paths a change touches.
+func changePaths(c *Change) []string {
 	if c.OldPath != "" {
 		return []string{c.Path, c.OldPath}
 	}
@@ -447,7 +447,7 @@ func (e *ruleEnv) gitExec(c Change, gc *gitCode) (string, error) {
 
 // refChange returns why c changes a protected ref, or "".
 func (e *ruleEnv) refChange(c Change, refs *glob.List) (string, error) {
-	for _, p := range c.paths() {
+	for _, p := range changePaths(&c) {
 		gd, ok := e.gitDirOf(p)
 		if !ok {
 			continue
@@ -572,7 +572,7 @@ func changedPackedRefs(oldData, newData []byte) []string {
 
 // deletion returns the path whose host entry a change removes (a file or
 // symlink), or "".
-func (c *Change) deletion() string {
+func deletion(c *Change) string {
 	switch {
 	case c.Kind == KindDeleted && c.Type != TypeDir:
 		return c.Path
@@ -590,7 +590,7 @@ func (c *Change) deletion() string {
 func (e *ruleEnv) untracked(reject func(int, string, string)) error {
 	byWorktree := map[string][]int{}
 	for i, c := range e.changes {
-		d := c.deletion()
+		d := deletion(&c)
 		if c.Kind == KindDeleted && c.Type == TypeDir {
 			// Directories are not tracked; but a repository goes as a whole.
 			if gd, ok := e.gitDirOf(c.Path); ok {
@@ -620,12 +620,12 @@ func (e *ruleEnv) untracked(reject func(int, string, string)) error {
 		idxs := byWorktree[wt]
 		rels := make([]string, len(idxs))
 		for k, i := range idxs {
-			rels[k] = relTo(e.changes[i].deletion(), wt)
+			rels[k] = relTo(deletion(&e.changes[i]), wt)
 		}
 		states, err := e.gitStatus(wt, rels)
 		if err != nil {
 			for _, i := range idxs {
-				reject(i, RulePreserveUntracked, fmt.Sprintf("cannot tell whether git tracks %s: %v", e.changes[i].deletion(), err))
+				reject(i, RulePreserveUntracked, fmt.Sprintf("cannot tell whether git tracks %s: %v", deletion(&e.changes[i]), err))
 			}
 			continue
 		}
@@ -633,9 +633,9 @@ func (e *ruleEnv) untracked(reject func(int, string, string)) error {
 			switch states[rels[k]] {
 			case tracked:
 			case ignored:
-				reject(i, RulePreserveUntracked, fmt.Sprintf("%s is ignored by git: deleting it would lose data git cannot restore", e.changes[i].deletion()))
+				reject(i, RulePreserveUntracked, fmt.Sprintf("%s is ignored by git: deleting it would lose data git cannot restore", deletion(&e.changes[i])))
 			default:
-				reject(i, RulePreserveUntracked, fmt.Sprintf("%s is not tracked by git: deleting it would lose data git cannot restore", e.changes[i].deletion()))
+				reject(i, RulePreserveUntracked, fmt.Sprintf("%s is not tracked by git: deleting it would lose data git cannot restore", deletion(&e.changes[i])))
 			}
 		}
 	}
@@ -672,12 +672,12 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // createsDir reports whether a change makes a new directory.
-func (c *Change) createsDir() bool {
+func createsDir(c *Change) bool {
 	return c.Type == TypeDir && (c.Kind == KindAdded || c.Kind == KindType)
 }
 
 // removesDir reports whether a change removes a host directory.
-func (c *Change) removesDir() bool {
+func removesDir(c *Change) bool {
 	return c.Kind == KindDeleted && c.Type == TypeDir || c.Kind == KindType && c.OldType == TypeDir
 }
 
@@ -701,10 +701,10 @@ func blockDependents(changes []Change, blocked map[int]string) map[int]string {
 		if isBlocked(i) {
 			continue
 		}
-		for _, p := range changes[i].paths() {
+		for _, p := range changePaths(&changes[i]) {
 			for d := parentRel(p); d != ""; d = parentRel(d) {
 				j, ok := byPath[d]
-				if ok && changes[j].createsDir() && isBlocked(j) {
+				if ok && createsDir(&changes[j]) && isBlocked(j) {
 					out[i] = fmt.Sprintf("needs directory %s, which is not committed", d)
 					break
 				}
@@ -719,10 +719,10 @@ func blockDependents(changes []Change, blocked map[int]string) map[int]string {
 		if !isBlocked(i) {
 			continue
 		}
-		for _, p := range changes[i].paths() {
+		for _, p := range changePaths(&changes[i]) {
 			for d := parentRel(p); d != ""; d = parentRel(d) {
 				j, ok := byPath[d]
-				if ok && changes[j].removesDir() && !isBlocked(j) {
+				if ok && removesDir(&changes[j]) && !isBlocked(j) {
 					out[j] = fmt.Sprintf("contains %s, which is not committed", changes[i].Path)
 				}
 			}

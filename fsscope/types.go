@@ -3,84 +3,42 @@ package fsscope
 import (
 	"time"
 
+	"github.com/airlock-sandbox/airlock/fsscope/change"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
-// Kind says what happened to a path.
-type Kind string
-
-const (
-	// KindAdded: the path did not exist on the host.
-	KindAdded Kind = "added"
-	// KindModified: a regular file's content changed (Mode is its new
-	// mode, which may have changed too).
-	KindModified Kind = "modified"
-	// KindDeleted: the path was removed.
-	KindDeleted Kind = "deleted"
-	// KindRenamed: a regular file moved from OldPath to Path with its
-	// content unchanged (detected by identical content).
-	KindRenamed Kind = "renamed"
-	// KindMode: only the permission bits changed (OldMode to Mode).
-	KindMode Kind = "mode"
-	// KindSymlink: an existing symlink now points elsewhere.
-	KindSymlink Kind = "symlink"
-	// KindType: the path exists on both sides with different file types
-	// (OldType to Type).
-	KindType Kind = "type"
+// The change set and commit result are declared in package change, which
+// the api package serves as they are; these names keep fsscope's own.
+type (
+	Kind             = change.Kind
+	Change           = change.Change
+	WorkspaceChanges = change.Workspace
+	ChangeSet        = change.Set
+	Rejection        = change.Rejection
+	Conflict         = change.Conflict
+	CommitResult     = change.CommitResult
 )
 
-// File types of a change.
+// Kinds of change (see package change).
 const (
-	TypeFile    = "file"
-	TypeDir     = "dir"
-	TypeSymlink = "symlink"
-	TypeDevice  = "device"
-	TypeFIFO    = "fifo"
-	TypeSocket  = "socket"
+	KindAdded    = change.KindAdded
+	KindModified = change.KindModified
+	KindDeleted  = change.KindDeleted
+	KindRenamed  = change.KindRenamed
+	KindMode     = change.KindMode
+	KindSymlink  = change.KindSymlink
+	KindType     = change.KindType
 )
 
-// Change is one entry of a change set. Paths are relative to the
-// workspace root, slash-separated.
-type Change struct {
-	Path    string `json:"path"`
-	Kind    Kind   `json:"kind"`
-	Type    string `json:"type"`
-	OldType string `json:"old_type,omitempty"`
-	OldPath string `json:"old_path,omitempty"`
-	// Mode and OldMode are permission bits (including setuid, setgid and
-	// sticky, as the sandbox set them; commit strips setuid and setgid).
-	Mode       uint32 `json:"mode"`
-	OldMode    uint32 `json:"old_mode,omitempty"`
-	Size       int64  `json:"size,omitempty"`
-	LinkTarget string `json:"link_target,omitempty"`
-	OldLink    string `json:"old_link,omitempty"`
-	Binary     bool   `json:"binary,omitempty"`
-}
-
-// WorkspaceChanges is the change set of one overlay workspace.
-type WorkspaceChanges struct {
-	HostPath string   `json:"host_path"`
-	Target   string   `json:"target"`
-	Changes  []Change `json:"changes"`
-	// Rejected and Conflicts say, by sandbox path, what a commit would
-	// refuse now and why (filled by Review, not by Diff).
-	Rejected  []Rejection `json:"rejected,omitempty"`
-	Conflicts []Conflict  `json:"conflicts,omitempty"`
-}
-
-// ChangeSet lists what a session changed in its overlay workspaces.
-type ChangeSet struct {
-	Workspaces []WorkspaceChanges `json:"workspaces"`
-}
-
-// Len returns the number of changes in all workspaces.
-func (c *ChangeSet) Len() int {
-	n := 0
-	for _, w := range c.Workspaces {
-		n += len(w.Changes)
-	}
-	return n
-}
+// File types of a change (see package change).
+const (
+	TypeFile    = change.TypeFile
+	TypeDir     = change.TypeDir
+	TypeSymlink = change.TypeSymlink
+	TypeDevice  = change.TypeDevice
+	TypeFIFO    = change.TypeFIFO
+	TypeSocket  = change.TypeSocket
+)
 
 // Rules that reject a change at commit.
 const (
@@ -120,26 +78,6 @@ type CommitOptions struct {
 	// Audit receives one event per rejection and conflict, and one per
 	// applied change.
 	Audit func(Event)
-}
-
-// Rejection is a change a rule refused. Path is the sandbox path.
-type Rejection struct {
-	Path   string `json:"path"`
-	Rule   string `json:"rule"`
-	Reason string `json:"reason"`
-}
-
-// Conflict is a change whose host path changed since the session started.
-type Conflict struct {
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
-}
-
-// CommitResult reports what a commit did, per sandbox path.
-type CommitResult struct {
-	Applied   []string    `json:"applied"`
-	Rejected  []Rejection `json:"rejected,omitempty"`
-	Conflicts []Conflict  `json:"conflicts,omitempty"`
 }
 
 // Audit event types.

@@ -95,6 +95,10 @@ func MeasureDNS(ctx context.Context, e *Env, dur time.Duration, profDir string) 
 	if err != nil {
 		return nil, err
 	}
+	src, err := m.HCL()
+	if err != nil {
+		return nil, err
+	}
 	out, err := e.CLI("run", "-d", "-f", path, "--", "sleep", "1200").Output()
 	if err != nil {
 		return nil, fmt.Errorf("dns session: %w: %s", err, exitStderr(err))
@@ -120,7 +124,7 @@ func MeasureDNS(ctx context.Context, e *Env, dur time.Duration, profDir string) 
 	gw := filepath.Join(netns.DefaultDir, e.Prefix+"-gw")
 	upstream := e.World.DNSAddr().String() + ":53"
 	res := &DNS{
-		Manifest: strings.ReplaceAll(m.HCL(), e.Root, "$ROOT"),
+		Manifest: strings.ReplaceAll(string(src), e.Root, "$ROOT"),
 		Baseline: fmt.Sprintf("the same perfload binary run with `nsenter --net=%s` against the world's DNS server %s directly (no proxy): one veth hop, the path the proxy's upstream queries take. The sandbox itself cannot reach that server: port 53 to anything but its resolver is rejected.", e.display([]string{gw}), upstream),
 	}
 	initial, err := e.Client.Audit(ctx, id)

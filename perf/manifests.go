@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // Manifest describes a generated session manifest.
@@ -27,46 +28,55 @@ type Manifest struct {
 	Pool int
 }
 
-// HCL renders the manifest. The command is always given on the command
-// line (`-- CMD`); the manifest's own is `true`.
-func (m Manifest) HCL() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "session %q {\n", m.Label)
-	fmt.Fprintf(&b, "  image   = %q\n", AgentImage)
-	b.WriteString("  command = [\"true\"]\n")
-	b.WriteString("  timeout = \"30m\"\n\n")
-	b.WriteString("  resources {\n")
-	fmt.Fprintf(&b, "    cpus   = %s\n", strconv.FormatFloat(m.CPUs, 'f', -1, 64))
-	fmt.Fprintf(&b, "    memory = %q\n", m.Memory)
-	fmt.Fprintf(&b, "    pids   = %d\n", m.Pids)
-	b.WriteString("  }\n")
+// Policy is the manifest as a policy. The command is always given on the
+// command line (`-- CMD`); the manifest's own is `true`.
+func (m Manifest) Policy() (*policies.Policy, error) {
+	mem, err := policies.ParseSize(m.Memory)
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: memory: %w", m.Label, err)
+	}
+	p := &policies.Policy{
+		Label:     m.Label,
+		Image:     AgentImage,
+		Command:   []string{"true"},
+		Timeout:   policies.Duration(30 * time.Minute),
+		Resources: policies.Resources{CPUs: m.CPUs, Memory: mem, Pids: int64(m.Pids)},
+	}
 	if m.Workspace != "" {
-		fmt.Fprintf(&b, "\n  workspace %q {\n    target = \"/workspace\"\n    mode   = \"overlay\"\n  }\n", m.Workspace)
+		p.Workspaces = []policies.Workspace{{HostPath: m.Workspace, Target: "/workspace", Mode: policies.ModeOverlay, DefaultDenyRead: true}}
 	}
 	if m.LoadDir != "" {
-		fmt.Fprintf(&b, "\n  mount %q {\n    target    = \"/opt/perf\"\n    read_only = true\n  }\n", m.LoadDir)
+		p.Mounts = []policies.Mount{{HostPath: m.LoadDir, Target: "/opt/perf", ReadOnly: true, DefaultDenyRead: true}}
 	}
 	if m.Allow != nil {
-		quoted := make([]string, len(m.Allow))
-		for i, a := range m.Allow {
-			quoted[i] = strconv.Quote(a)
-		}
-		fmt.Fprintf(&b, "\n  egress {\n    allow = [%s]\n  }\n", strings.Join(quoted, ", "))
+		p.Egress = &policies.Egress{Allow: m.Allow}
 	}
 	if m.Credential != "" {
-		fmt.Fprintf(&b, "\n  credential \"api\" {\n    audience = %q\n    scopes   = [\"git.fetch repo=app\"]\n    ttl      = \"15m\"\n  }\n", m.Credential)
+		p.Credentials = []policies.Credential{{Name: "api", Audience: m.Credential, Scopes: []string{"git.fetch repo=app"}, TTL: policies.Duration(15 * time.Minute)}}
 	}
 	if m.Pool > 0 {
-		fmt.Fprintf(&b, "\n  pool {\n    size = %d\n  }\n", m.Pool)
+		p.Pool = &policies.Pool{Size: m.Pool}
 	}
-	b.WriteString("}\n")
-	return b.String()
+	return p, nil
+}
+
+// HCL renders the manifest with policies.Marshal.
+func (m Manifest) HCL() ([]byte, error) {
+	p, err := m.Policy()
+	if err != nil {
+		return nil, err
+	}
+	return policies.Marshal(p)
 }
 
 // Write renders the manifest to dir/<label>.hcl and returns the path.
 func (m Manifest) Write(dir string) (string, error) {
+	src, err := m.HCL()
+	if err != nil {
+		return "", err
+	}
 	p := filepath.Join(dir, m.Label+".hcl")
-	return p, os.WriteFile(p, []byte(m.HCL()), 0o644)
+	return p, os.WriteFile(p, src, 0o644)
 }
 
 // FullPerimeter is the full-perimeter manifest of the cold-start and

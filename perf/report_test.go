@@ -85,7 +85,8 @@ func TestManifestsDecode(t *testing.T) {
 		}
 		p, err := policies.LoadFile(path, nil)
 		if err != nil {
-			t.Fatalf("%s: %v\n%s", m.Label, err, m.HCL())
+			src, _ := os.ReadFile(path)
+			t.Fatalf("%s: %v\n%s", m.Label, err, src)
 		}
 		if err := p.Validate(); err != nil {
 			t.Fatalf("%s: %v", m.Label, err)

@@ -151,6 +151,10 @@ func MeasureWarmStart(ctx context.Context, e *Env, runs int) (*WarmStart, error)
 	if err != nil {
 		return nil, err
 	}
+	pooledSrc, err := pm.HCL()
+	if err != nil {
+		return nil, err
+	}
 	w := &warmStart{e: e, label: pm.Label, seen: map[string]bool{}}
 	for _, x := range []struct {
 		path string
@@ -164,7 +168,7 @@ func MeasureWarmStart(ctx context.Context, e *Env, runs int) (*WarmStart, error)
 	}
 
 	res := &WarmStart{
-		Runs: runs, PoolSize: WarmPoolSize, TargetMS: WarmTargetMS, Manifest: pm.HCL(),
+		Runs: runs, PoolSize: WarmPoolSize, TargetMS: WarmTargetMS, Manifest: string(pooledSrc),
 		Commands: map[string]string{
 			"api":       fmt.Sprintf("api.Client.CreateSession(ctx, api.CreateRequest{Policy: <%s, command echo x>, Start: true}), then Logs(ctx, id, api.LogsOptions{Follow: true, Stdout: true, Stderr: true}, stdout, stderr), timing the first byte written to stdout", filepath.Base(pooledPath)),
 			"cli warm":  e.display(e.CLIArgs("run", "--rm", "-f", pooledPath, "--", "true")),

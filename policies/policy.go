@@ -1,8 +1,10 @@
 // Package policies holds the session manifest schema: the plain Go values
 // every other package consumes, the HCL decoder that produces them (with
-// diagnostics carrying file:line), and validation of decoded values.
+// diagnostics carrying file:line), validation of decoded values, the
+// defaults a manifest leaves out (ApplyDefaults; the session's uid and gid
+// come parsed from UserIDs), and Marshal, which writes a Policy back as HCL.
 //
-// Only this package imports HCL. The Go types here are also the wire format:
+// Only this package imports HCL, and only it writes HCL. The Go types here are also the wire format:
 // the CLI decodes a manifest, sends the Policy as JSON, and the daemon
 // validates it again with (*Policy).Validate.
 package policies

@@ -489,17 +489,27 @@ func (c *checker) egress(at fieldPath, e *Egress) {
 
 // checkUser parses "uid" or "uid:gid" and returns the uid, or a reason.
 func checkUser(s string) (uint32, string) {
-	uidStr, gidStr, hasGID := strings.Cut(s, ":")
-	uid, ok := parseID(uidStr)
+	uid, _, ok := parseUserIDs(s)
 	if !ok {
 		return 0, fmt.Sprintf("user %q is not a numeric uid or uid:gid", s)
 	}
-	if hasGID {
-		if _, ok := parseID(gidStr); !ok {
-			return 0, fmt.Sprintf("user %q is not a numeric uid or uid:gid", s)
-		}
-	}
 	return uid, ""
+}
+
+// UserIDs returns the uid and gid the session's processes run as: User
+// parsed, DefaultUser when it is empty, the gid the uid when it is left
+// out. It is the one parser of User; a User that Validate reports (with
+// its location) is an errdefs.ErrInvalidArgument error here.
+func (p *Policy) UserIDs() (uid, gid uint32, err error) {
+	s := p.User
+	if s == "" {
+		s = DefaultUser
+	}
+	uid, gid, ok := parseUserIDs(s)
+	if !ok {
+		return 0, 0, fmt.Errorf("user %q is not a numeric uid or uid:gid: %w", s, errdefs.ErrInvalidArgument)
+	}
+	return uid, gid, nil
 }
 
 // parseID parses a decimal uid or gid; 4294967295 is (uid_t)-1 and invalid.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -350,5 +352,33 @@ func TestValidateProtectRefsExceptions(t *testing.T) {
 				t.Errorf("problems:\n got %q\nwant %q", verr.Problems, tt.want)
 			}
 		})
+	}
+}
+
+func TestUserIDs(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		uid, gid uint32
+		err      bool
+	}{
+		{"", 65534, 65534, false}, {"1000", 1000, 1000, false}, {"1000:50", 1000, 50, false}, {"0", 0, 0, false},
+		{"root", 0, 0, true}, {"1000:staff", 0, 0, true}, {"-1", 0, 0, true}, {"+1", 0, 0, true},
+		{"4294967296", 0, 0, true}, {"4294967295", 0, 0, true}, {"1000:", 0, 0, true},
+	} {
+		p := validPolicy()
+		p.User = tc.in
+		uid, gid, err := p.UserIDs()
+		if (err != nil) != tc.err || !tc.err && (uid != tc.uid || gid != tc.gid) {
+			t.Errorf("UserIDs(%q) = %d, %d, %v; want %d, %d, err %v", tc.in, uid, gid, err, tc.uid, tc.gid, tc.err)
+		}
+		if err != nil && !errdefs.IsInvalidArgument(err) {
+			t.Errorf("UserIDs(%q): err %v, want invalid argument", tc.in, err)
+		}
+		// Validate reports exactly the users UserIDs refuses.
+		var verr *ValidationError
+		userProblem := errors.As(p.Validate(), &verr) && slices.ContainsFunc(verr.Problems, func(s string) bool { return strings.HasPrefix(s, "user: ") })
+		if userProblem != tc.err {
+			t.Errorf("Validate with user %q: %v; want a user problem: %v", tc.in, verr, tc.err)
+		}
 	}
 }

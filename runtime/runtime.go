@@ -641,17 +641,37 @@ func (r *Runtime) GetImage(ctx context.Context, name string) (containerd.Image, 
 	return nil, fmt.Errorf("image %q: %w (import it with `airlock image import`)", name, err)
 }
 
-// shimGone reports an error of a call to a shim that had exited.
+// shimGone reports an error of a call to a shim that had exited. In
+// process the shim's ttrpc client returns ttrpc.ErrClosed; through
+// containerd's API the error arrives in the class errdefs.ErrUnknown (it
+// has no class of its own) with ttrpc's text at the end of its message,
+// which is how containerd's own CRI service recognises it
+// (internal/cri/util.IsShimTTRPCClosed). Both are checked here, once.
 func shimGone(err error) bool {
-	return errors.Is(err, ttrpc.ErrClosed) || strings.Contains(err.Error(), ttrpc.ErrClosed.Error())
+	if errors.Is(err, ttrpc.ErrClosed) {
+		return true
+	}
+	return errdefs.IsUnknown(err) && strings.HasSuffix(err.Error(), ttrpc.ErrClosed.Error())
 }
+
+// execFailures are runc's reasons for failing to exec a command, after
+// "exec: ": the program does not exist or cannot be executed.
+var execFailures = []string{"executable file not found", "no such file or directory", "permission denied", "not a directory"}
 
 // classifyStartError marks a start failure caused by the command itself (a
 // program that does not exist or cannot be executed) as invalid argument, so
 // the API answers 4xx with runc's reason instead of an internal error.
+//
+// runc reports such a failure only as text, which the shim passes on in
+// the class errdefs.ErrUnknown (as Moby's translateContainerdStartErr
+// finds it too); an error of any other class, or a context's, is left
+// as it is.
 func classifyStartError(err error) error {
+	if !errdefs.IsUnknown(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
 	msg := err.Error()
-	for _, s := range []string{"executable file not found", "no such file or directory", "permission denied", "not a directory"} {
+	for _, s := range execFailures {
 		if strings.Contains(msg, "exec:") && strings.Contains(msg, s) {
 			return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 		}

@@ -7,12 +7,12 @@ import (
 	goruntime "runtime"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -54,11 +54,17 @@ func HardeningOpts() []oci.SpecOpts {
 
 // PolicyOpts translates the parts of a policy the runtime owns (process,
 // user, capabilities, resources) into spec options. p must have defaults
-// applied. cgroupPath is the cgroup the session's processes go into.
+// applied (policies.Policy.ApplyDefaults): a policy without its resource
+// limits is an errdefs.ErrInvalidArgument error. cgroupPath is the cgroup
+// the session's processes go into.
 func PolicyOpts(p *policies.Policy, hostname, cgroupPath string) ([]oci.SpecOpts, error) {
-	uid, gid, err := ParseUser(p.User)
+	uid, gid, err := p.UserIDs()
 	if err != nil {
 		return nil, err
+	}
+	r := p.Resources
+	if r.CPUs <= 0 || r.Memory <= 0 || r.Pids <= 0 {
+		return nil, fmt.Errorf("policy %q has no resource limits; apply its defaults first: %w", p.Label, errdefs.ErrInvalidArgument)
 	}
 	caps := normalizeCaps(p.Capabilities)
 	opts := []oci.SpecOpts{
@@ -92,24 +98,11 @@ func PolicyOpts(p *policies.Policy, hostname, cgroupPath string) ([]oci.SpecOpts
 	}
 	opts = append(opts, oci.WithEnv(env))
 
-	r := p.Resources
-	cpus := r.CPUs
-	if cpus <= 0 {
-		cpus = policies.DefaultCPUs
-	}
-	mem := r.Memory
-	if mem <= 0 {
-		mem = policies.DefaultMemory
-	}
-	pids := r.Pids
-	if pids <= 0 {
-		pids = policies.DefaultPids
-	}
 	opts = append(opts,
-		oci.WithCPUCFS(int64(math.Ceil(cpus*cpuPeriod)), cpuPeriod),
-		oci.WithMemoryLimit(uint64(mem)),
-		withMemorySwapLimit(mem),
-		oci.WithPidsLimit(pids),
+		oci.WithCPUCFS(int64(math.Ceil(r.CPUs*cpuPeriod)), cpuPeriod),
+		oci.WithMemoryLimit(uint64(r.Memory)),
+		withMemorySwapLimit(r.Memory),
+		oci.WithPidsLimit(r.Pids),
 	)
 	return opts, nil
 }
@@ -170,27 +163,6 @@ var nativeArch = map[string]specs.Arch{
 	"ppc64le": specs.ArchPPC64LE,
 	"s390x":   specs.ArchS390X,
 	"riscv64": specs.ArchRISCV64,
-}
-
-// ParseUser parses "uid" or "uid:gid" (numeric only). An empty string is the
-// policy default user.
-func ParseUser(s string) (uid, gid uint32, err error) {
-	if s == "" {
-		s = policies.DefaultUser
-	}
-	u, g, hasGID := strings.Cut(s, ":")
-	uv, err := strconv.ParseUint(u, 10, 32)
-	if err != nil {
-		return 0, 0, fmt.Errorf("user %q: uid must be a number", s)
-	}
-	gv := uv
-	if hasGID {
-		gv, err = strconv.ParseUint(g, 10, 32)
-		if err != nil {
-			return 0, 0, fmt.Errorf("user %q: gid must be a number", s)
-		}
-	}
-	return uint32(uv), uint32(gv), nil
 }
 
 func normalizeCaps(in []string) []string {

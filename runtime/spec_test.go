@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlock-sandbox/airlock/policies"
@@ -144,19 +145,15 @@ func TestSpecCapabilitiesAndLimits(t *testing.T) {
 	}
 }
 
-func TestParseUser(t *testing.T) {
-	for _, tc := range []struct {
-		in       string
-		uid, gid uint32
-		err      bool
-	}{
-		{"", 65534, 65534, false}, {"1000", 1000, 1000, false}, {"1000:50", 1000, 50, false},
-		{"root", 0, 0, true}, {"1000:staff", 0, 0, true}, {"-1", 0, 0, true}, {"4294967296", 0, 0, true},
-	} {
-		uid, gid, err := ParseUser(tc.in)
-		if (err != nil) != tc.err || !tc.err && (uid != tc.uid || gid != tc.gid) {
-			t.Errorf("ParseUser(%q) = %d, %d, %v; want %d, %d, err %v", tc.in, uid, gid, err, tc.uid, tc.gid, tc.err)
-		}
+func TestPolicyOptsNeedsDefaults(t *testing.T) {
+	p := &policies.Policy{Image: "x", Command: []string{"true"}}
+	if _, err := PolicyOpts(p, "host", "/airlock-x/s1"); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("PolicyOpts of a policy without defaults: err %v, want invalid argument", err)
+	}
+	p.ApplyDefaults()
+	p.User = "root"
+	if _, err := PolicyOpts(p, "host", "/airlock-x/s1"); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("PolicyOpts with user %q: err %v, want invalid argument", p.User, err)
 	}
 }
 

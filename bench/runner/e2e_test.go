@@ -73,7 +73,7 @@ func sharedStack(t *testing.T) *Stack {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if stack != nil {
-		root, world := stack.Root, stack.Network.Path()
+		root, world := stack.Root, stack.Network.NetnsPath()
 		if err := stack.Close(context.Background()); err != nil {
 			fmt.Fprintln(os.Stderr, "stop the bench stack:", err)
 			code = 1

@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/bench/policy"
 	"github.com/airlock-sandbox/airlock/bench/report"
 	"github.com/airlock-sandbox/airlock/bench/world"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // Files written beside bench/report's.
@@ -46,7 +47,7 @@ func writeConfigs(out string, jobs []*job) error {
 	for _, j := range jobs {
 		p := j.policy.Clone()
 		p.Label = labelPrefix + j.family + "-" + j.key[:8]
-		b, err := manifest.Marshal(p)
+		b, err := policies.Marshal(p)
 		if err != nil {
 			return err
 		}

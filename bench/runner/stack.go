@@ -22,7 +22,15 @@ import (
 	benchimage "github.com/airlock-sandbox/airlock/images/bench"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"github.com/airlock-sandbox/airlock/internal/ocipack"
+	testworld "github.com/airlock-sandbox/airlock/internal/world"
 )
+
+// Zone is the DNS zone of the benchmark's world.
+const Zone = "bench.test."
+
+// DefaultWorldNet is the address range of the world namespace: the DNS
+// server takes its first address, the hosts the following ones.
+var DefaultWorldNet = netip.MustParsePrefix("10.214.0.0/24")
 
 // StackConfig says what StartStack starts or attaches to.
 type StackConfig struct {
@@ -54,9 +62,15 @@ type StackConfig struct {
 // Stack is everything a benchmark run needs: the world's network, the
 // world instances, and a daemon whose uplink is the world's namespace.
 type Stack struct {
-	Client  *api.Client
-	Socket  string
-	Network *Network
+	Client *api.Client
+	Socket string
+	// Network is the world's network: a namespace with no route anywhere,
+	// an authoritative DNS server for bench.test and one HTTP server per
+	// world service, each on its own address. Every socket is opened in
+	// the namespace from this process, so the handlers run here. Sessions
+	// reach it only through airlock's gateway, whose uplink is this
+	// namespace.
+	Network *testworld.World
 	Worlds  *Worlds
 	// Image is the bench image's name, as the daemon knows it.
 	Image string
@@ -120,7 +134,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, retErr error) {
 	if err := s.Worlds.Serve(s.Network); err != nil {
 		return nil, fmt.Errorf("world services: %w", err)
 	}
-	fmt.Fprintf(s.log, "world: namespace %s, dns %v, hosts %v\n", s.Network.Path(), s.Network.DNSAddr(), s.Network.Hosts())
+	fmt.Fprintf(s.log, "world: namespace %s, dns %v, hosts %v\n", s.Network.NetnsPath(), s.Network.DNSAddr(), s.Network.Hosts())
 	if err := s.importImage(ctx); err != nil {
 		return nil, err
 	}
@@ -136,12 +150,12 @@ func (s *Stack) startOwn(ctx context.Context) error {
 		}
 	}
 	s.prefix = netns.PrefixFor(s.Root)
-	name := "bw" + s.prefix[2:] + "-world"
 	var err error
-	s.Network, err = StartNetwork(ctx, NetworkConfig{Name: name})
+	s.Network, err = testworld.Start(ctx, testworld.Config{Prefix: "bw" + s.prefix[2:], Zone: Zone, Net: DefaultWorldNet})
 	if err != nil {
-		return err
+		return fmt.Errorf("world namespace: %w", err)
 	}
+	name := s.Network.NetnsName()
 	s.Socket = filepath.Join(s.Root, "airlock.sock")
 	logf, err := os.Create(filepath.Join(s.Root, "airlockd.log"))
 	if err != nil {
@@ -209,7 +223,7 @@ func (s *Stack) attach(ctx context.Context) error {
 	if err := checkUplink(path, prefix); err != nil {
 		return err
 	}
-	s.Network, err = StartNetwork(ctx, NetworkConfig{Existing: path, DNSAddr: s.cfg.WorldDNS})
+	s.Network, err = testworld.Start(ctx, testworld.Config{Existing: path, Zone: Zone, Net: DefaultWorldNet, DNSAddr: s.cfg.WorldDNS})
 	return err
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/bench/world"
 	"github.com/airlock-sandbox/airlock/credentials/verify"
+	testworld "github.com/airlock-sandbox/airlock/internal/world"
 )
 
 // Worlds are independent instances of the benchmark world behind one set of
@@ -113,9 +114,10 @@ func (ws *Worlds) Handler(service func(*world.World) http.Handler) http.Handler 
 }
 
 // Serve publishes the four services on the network under their audiences'
-// names.
-func (ws *Worlds) Serve(n *Network) error {
+// names, on the addresses after the DNS server's (.4 onwards).
+func (ws *Worlds) Serve(n *testworld.World) error {
 	a := ws.list[0].Audiences()
+	ip := n.Net().Addr().Next().Next().Next().Next()
 	for _, s := range []struct {
 		host string
 		h    func(*world.World) http.Handler
@@ -125,9 +127,10 @@ func (ws *Worlds) Serve(n *Network) error {
 		{a.Services, (*world.World).ServicesHandler},
 		{a.Objects, (*world.World).ObjectsHandler},
 	} {
-		if _, err := n.AddHost(s.host, ws.Handler(s.h)); err != nil {
+		if err := n.AddHost(s.host, ip, testworld.WithHandler(ws.Handler(s.h))); err != nil {
 			return err
 		}
+		ip = ip.Next()
 	}
 	return nil
 }

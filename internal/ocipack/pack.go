@@ -1,8 +1,11 @@
 // Package ocipack builds and imports image archives. Pack turns a root
 // filesystem tar stream into a single-layer OCI image, written as an OCI
 // image layout tar archive ("oci-archive") that containerd's importer, ctr,
-// skopeo and podman accept. Import loads an OCI or Docker archive into
-// containerd and unpacks it into a snapshotter.
+// skopeo and podman accept. Append adds a layer on top of the image in such
+// an archive (the bench image is the agent image plus one layer), copying
+// the base's blobs unchanged. Import loads an OCI or Docker archive into
+// containerd and unpacks it into a snapshotter. This package is the one
+// writer of image archives in the tree.
 //
 // The layer is the input stream rewritten: names are made relative and
 // clean, entries that could land outside the root (absolute names, ".."
@@ -151,94 +154,132 @@ func Pack(w io.Writer, rootfs io.Reader, cfg Config) (_ ocispec.Descriptor, retE
 	}
 	img.History = []ocispec.History{history}
 
-	configJSON, configDesc, err := marshalBlob(ocispec.MediaTypeImageConfig, img)
-	if err != nil {
-		return ocispec.Descriptor{}, err
-	}
-	manifestJSON, manifestDesc, err := marshalBlob(ocispec.MediaTypeImageManifest, ocispec.Manifest{
+	files, err := encodeImage(img, ocispec.Manifest{
 		Versioned: specs.Versioned{SchemaVersion: 2},
 		MediaType: ocispec.MediaTypeImageManifest,
-		Config:    configDesc,
 		Layers:    []ocispec.Descriptor{layer},
+	}, &platform, annotations)
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	mtime := time.Unix(0, 0)
+	if !cfg.Created.IsZero() {
+		mtime = cfg.Created.UTC().Truncate(time.Second)
+	}
+	err = writeArchive(w, mtime, files, func(aw *archiveWriter) {
+		aw.file(blobPath(layer.Digest), layer.Size, spool)
 	})
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
-	manifestDesc.Platform = &platform
-	manifestDesc.Annotations = annotations
-	indexJSON, _, err := marshalBlob(ocispec.MediaTypeImageIndex, ocispec.Index{
+	return files.manifestDesc, nil
+}
+
+// imageFiles are the entries of an image layout archive besides the layers.
+type imageFiles struct {
+	layout, config, manifest, index []byte
+	configDesc, manifestDesc        ocispec.Descriptor
+}
+
+// encodeImage encodes the configuration img, the manifest man pointed at
+// it, and an index listing that manifest for platform with annotations.
+func encodeImage(img ocispec.Image, man ocispec.Manifest, platform *ocispec.Platform, annotations map[string]string) (imageFiles, error) {
+	var f imageFiles
+	var err error
+	if f.config, f.configDesc, err = marshalBlob(ocispec.MediaTypeImageConfig, img); err != nil {
+		return f, err
+	}
+	man.Config = f.configDesc
+	if f.manifest, f.manifestDesc, err = marshalBlob(ocispec.MediaTypeImageManifest, man); err != nil {
+		return f, err
+	}
+	f.manifestDesc.Platform = platform
+	f.manifestDesc.Annotations = annotations
+	if f.index, _, err = marshalBlob(ocispec.MediaTypeImageIndex, ocispec.Index{
 		Versioned: specs.Versioned{SchemaVersion: 2},
 		MediaType: ocispec.MediaTypeImageIndex,
-		Manifests: []ocispec.Descriptor{manifestDesc},
-	})
-	if err != nil {
-		return ocispec.Descriptor{}, err
+		Manifests: []ocispec.Descriptor{f.manifestDesc},
+	}); err != nil {
+		return f, err
 	}
-	layoutJSON, err := json.Marshal(ocispec.ImageLayout{Version: ocispec.ImageLayoutVersion})
-	if err != nil {
-		return ocispec.Descriptor{}, err
+	if f.layout, err = json.Marshal(ocispec.ImageLayout{Version: ocispec.ImageLayoutVersion}); err != nil {
+		return f, err
 	}
+	return f, nil
+}
 
-	aw := &archiveWriter{tw: tar.NewWriter(w), mtime: time.Unix(0, 0)}
-	if !cfg.Created.IsZero() {
-		aw.mtime = cfg.Created.UTC().Truncate(time.Second)
-	}
-	aw.bytes(ocispec.ImageLayoutFile, layoutJSON)
+// writeArchive writes an image layout archive to w: oci-layout, the blob
+// directories, the layers (written by layers), the configuration, the
+// manifest and index.json, every entry with modification time mtime.
+func writeArchive(w io.Writer, mtime time.Time, f imageFiles, layers func(*archiveWriter)) error {
+	aw := &archiveWriter{tw: tar.NewWriter(w), mtime: mtime}
+	aw.bytes(ocispec.ImageLayoutFile, f.layout)
 	aw.dir("blobs/")
 	aw.dir("blobs/sha256/")
-	aw.file(blobPath(layer.Digest), layer.Size, spool)
-	aw.bytes(blobPath(configDesc.Digest), configJSON)
-	aw.bytes(blobPath(manifestDesc.Digest), manifestJSON)
-	aw.bytes(ocispec.ImageIndexFile, indexJSON)
+	layers(aw)
+	aw.bytes(blobPath(f.configDesc.Digest), f.config)
+	aw.bytes(blobPath(f.manifestDesc.Digest), f.manifest)
+	aw.bytes(ocispec.ImageIndexFile, f.index)
 	if aw.err == nil {
 		aw.err = aw.tw.Close()
 	}
 	if aw.err != nil {
-		return ocispec.Descriptor{}, fmt.Errorf("write image archive: %w", aw.err)
+		return fmt.Errorf("write image archive: %w", aw.err)
 	}
-	return manifestDesc, nil
+	return nil
 }
 
 // writeLayer filters rootfs into a gzip-compressed tar written to w and
 // returns the layer's descriptor and its diff ID (the digest of the
 // uncompressed tar).
 func writeLayer(w io.Writer, rootfs io.Reader, clamp time.Time) (ocispec.Descriptor, digest.Digest, error) {
+	return compressLayer(w, gzip.DefaultCompression, func(out io.Writer) error {
+		tw := tar.NewWriter(out)
+		tr := tar.NewReader(rootfs)
+		f := newFilter(clamp)
+		for {
+			in, err := tr.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("read root filesystem tar: %w", err)
+			}
+			hdr, err := f.header(in)
+			if err != nil {
+				return err
+			}
+			if hdr == nil {
+				continue
+			}
+			if err := tw.WriteHeader(hdr); err != nil {
+				return fmt.Errorf("write layer entry %q: %w", hdr.Name, err)
+			}
+			if hdr.Typeflag == tar.TypeReg {
+				if _, err := io.Copy(tw, tr); err != nil {
+					return fmt.Errorf("copy layer entry %q: %w", hdr.Name, err)
+				}
+			}
+		}
+		if err := tw.Close(); err != nil {
+			return fmt.Errorf("finish layer tar: %w", err)
+		}
+		return nil
+	})
+}
+
+// compressLayer gzips the uncompressed layer tar that write produces into w
+// and returns the layer's descriptor and its diff ID (the digest of the
+// uncompressed tar).
+func compressLayer(w io.Writer, level int, write func(io.Writer) error) (ocispec.Descriptor, digest.Digest, error) {
 	compressed := newCountingDigester()
 	uncompressed := digest.Canonical.Digester()
-
-	gz, err := gzip.NewWriterLevel(io.MultiWriter(w, compressed), gzip.DefaultCompression)
+	gz, err := gzip.NewWriterLevel(io.MultiWriter(w, compressed), level)
 	if err != nil {
 		return ocispec.Descriptor{}, "", err
 	}
-	tw := tar.NewWriter(io.MultiWriter(gz, uncompressed.Hash()))
-	tr := tar.NewReader(rootfs)
-	f := newFilter(clamp)
-	for {
-		in, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return ocispec.Descriptor{}, "", fmt.Errorf("read root filesystem tar: %w", err)
-		}
-		out, err := f.header(in)
-		if err != nil {
-			return ocispec.Descriptor{}, "", err
-		}
-		if out == nil {
-			continue
-		}
-		if err := tw.WriteHeader(out); err != nil {
-			return ocispec.Descriptor{}, "", fmt.Errorf("write layer entry %q: %w", out.Name, err)
-		}
-		if out.Typeflag == tar.TypeReg {
-			if _, err := io.Copy(tw, tr); err != nil {
-				return ocispec.Descriptor{}, "", fmt.Errorf("copy layer entry %q: %w", out.Name, err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return ocispec.Descriptor{}, "", fmt.Errorf("finish layer tar: %w", err)
+	if err := write(io.MultiWriter(gz, uncompressed.Hash())); err != nil {
+		return ocispec.Descriptor{}, "", err
 	}
 	if err := gz.Close(); err != nil {
 		return ocispec.Descriptor{}, "", fmt.Errorf("finish layer compression: %w", err)
@@ -299,6 +340,13 @@ func (a *archiveWriter) header(name string, typ byte, mode, size int64) {
 		Size:     size,
 		ModTime:  a.mtime,
 	})
+}
+
+// fail records err unless an earlier error is recorded.
+func (a *archiveWriter) fail(err error) {
+	if a.err == nil {
+		a.err = err
+	}
 }
 
 func (a *archiveWriter) dir(name string) {

@@ -17,15 +17,15 @@ const maxCNAMEHops = 8
 
 // startDNS serves the zone on DNSAddr:53 over UDP and TCP.
 func (w *World) startDNS(ctx context.Context) error {
-	servers, err := ServeDNS(ctx, w.path, netip.AddrPortFrom(w.dnsAddr, 53), dns.HandlerFunc(w.serveDNS), w.goServe)
+	servers, err := listenDNS(ctx, w.path, netip.AddrPortFrom(w.dnsAddr, 53), dns.HandlerFunc(w.serveDNS), w.goServe)
 	w.dns = servers
 	return err
 }
 
-// ServeDNS serves h over UDP and TCP on addr inside the network namespace
+// listenDNS serves h over UDP and TCP on addr inside the network namespace
 // at nsPath, running each server with goServe, and returns once both
 // listen. The servers it returns are shut down by the caller.
-func ServeDNS(ctx context.Context, nsPath string, addr netip.AddrPort, h dns.Handler, goServe func(func())) ([]*dns.Server, error) {
+func listenDNS(ctx context.Context, nsPath string, addr netip.AddrPort, h dns.Handler, goServe func(func())) ([]*dns.Server, error) {
 	pc, err := netns.ListenPacket(nsPath, "udp", addr.String())
 	if err != nil {
 		return nil, fmt.Errorf("world dns: %w", err)
@@ -56,7 +56,7 @@ func ServeDNS(ctx context.Context, nsPath string, addr netip.AddrPort, h dns.Han
 	return servers, nil
 }
 
-// serveDNS answers authoritatively for Zone and refuses everything else.
+// serveDNS answers authoritatively for the zone and refuses everything else.
 // Every question is logged first.
 func (w *World) serveDNS(rw dns.ResponseWriter, r *dns.Msg) {
 	q := Query{Proto: "udp", Time: time.Now()}
@@ -79,7 +79,7 @@ func (w *World) serveDNS(rw dns.ResponseWriter, r *dns.Msg) {
 	w.logQuery(q)
 
 	m.SetReply(r)
-	if question.Qclass != dns.ClassINET || !dns.IsSubDomain(Zone, q.Name) {
+	if question.Qclass != dns.ClassINET || !dns.IsSubDomain(w.zone, q.Name) {
 		m.SetRcode(r, dns.RcodeRefused)
 		_ = rw.WriteMsg(m)
 		return
@@ -122,7 +122,7 @@ func (w *World) resolveLocked(name string, qtype uint16) ([]dns.RR, bool) {
 				out = append(out, dns.Copy(rr))
 			}
 		}
-		if next == "" || !dns.IsSubDomain(Zone, next) {
+		if next == "" || !dns.IsSubDomain(w.zone, next) {
 			return out, true
 		}
 		name = next
@@ -133,9 +133,9 @@ func (w *World) resolveLocked(name string, qtype uint16) ([]dns.RR, bool) {
 func (w *World) soaLocked() dns.RR {
 	ttl := uint32(w.cfg.TTL / time.Second)
 	return &dns.SOA{
-		Hdr:     dns.RR_Header{Name: Zone, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: ttl},
-		Ns:      "ns." + Zone,
-		Mbox:    "hostmaster." + Zone,
+		Hdr:     dns.RR_Header{Name: w.zone, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: ttl},
+		Ns:      "ns." + w.zone,
+		Mbox:    "hostmaster." + w.zone,
 		Serial:  1,
 		Refresh: 3600,
 		Retry:   600,

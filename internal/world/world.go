@@ -1,14 +1,18 @@
 // Package world runs a self-contained test network in its own network
 // namespace, <prefix>-world: an authoritative DNS server for the `test.`
-// zone, and per host an HTTP server (:80), an HTTPS server (:443, with a
-// certificate from the world's own CA) and a TCP echo server (:7). All
-// sockets are created inside the namespace from this process; the
-// namespace has no route anywhere, so nothing sent into it leaves the
-// machine. It serves as the gateway's uplink (`--uplink netns:<prefix>-world`).
+// zone (or Config.Zone), and per host an HTTP server (:80), an HTTPS server
+// (:443, with a certificate from the world's own CA) and a TCP echo server
+// (:7), or, with WithHandler, the caller's own HTTP handler on :80 alone
+// (the benchmark's world services). All sockets are created inside the
+// namespace from this process; the namespace has no route anywhere, so
+// nothing sent into it leaves the machine. It serves as the gateway's
+// uplink (`--uplink netns:<prefix>-world`), or is served inside a running
+// daemon's uplink namespace (Config.Existing). It is the one implementation
+// of a test world's network: tests, perf and the benchmark all use it.
 //
-// Addresses: the DNS server listens on the first address of Config.Net
-// (10.214.0.1 by default); hosts take whatever addresses the test gives
-// them, all assigned to the namespace's loopback.
+// Addresses: the DNS server listens on Config.DNSAddr, by default the first
+// address of Config.Net (10.214.0.1 by default); hosts take whatever
+// addresses the caller gives them, all assigned to the namespace's loopback.
 package world
 
 import (
@@ -27,6 +31,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -54,8 +59,20 @@ var (
 
 // Config configures a World.
 type Config struct {
-	// Prefix names the namespace <Prefix>-world. Required.
+	// Prefix names the namespace <Prefix>-world. Required unless Existing
+	// is set.
 	Prefix string
+	// Existing, when set, is the path of a network namespace to serve in
+	// instead of creating one (a running daemon's uplink). Close leaves it
+	// in place and removes the addresses the world assigned there; an
+	// address already in it is refused (errdefs.ErrAlreadyExists), not
+	// shared.
+	Existing string
+	// Zone is the zone the DNS server answers for (Zone if empty).
+	Zone string
+	// DNSAddr is where the DNS server listens (the first address of Net if
+	// not set).
+	DNSAddr netip.Addr
 	// NetnsDir is where the namespace is mounted (netns.DefaultDir).
 	NetnsDir string
 	// Net is the world's IPv4 range (DefaultNet); the DNS server takes its
@@ -77,7 +94,9 @@ type Query struct {
 // World is a running test network.
 type World struct {
 	cfg     Config
+	zone    string // lower-case, fully qualified
 	path    string
+	owned   bool // the namespace was created by Start
 	nsFile  *os.File
 	nl      *netlink.Handle
 	dnsAddr netip.Addr
@@ -95,6 +114,8 @@ type World struct {
 	// +checklocks:mu
 	addrs map[netip.Addr]bool // assigned to lo
 	// +checklocks:mu
+	assigned []netip.Addr // the keys of addrs, in order
+	// +checklocks:mu
 	served map[netip.Addr]bool // HTTP, HTTPS and echo running
 	// +checklocks:mu
 	closers []io.Closer
@@ -111,8 +132,19 @@ type World struct {
 // Start creates the world's namespace and starts its DNS server. The
 // caller Closes it.
 func Start(ctx context.Context, cfg Config) (_ *World, retErr error) {
-	if err := netns.ValidatePrefix(cfg.Prefix); err != nil {
-		return nil, err
+	if cfg.Existing == "" {
+		if err := netns.ValidatePrefix(cfg.Prefix); err != nil {
+			return nil, err
+		}
+	} else if !netns.IsNetns(cfg.Existing) {
+		return nil, fmt.Errorf("world namespace %s: not a network namespace: %w", cfg.Existing, errdefs.ErrInvalidArgument)
+	}
+	zone := Zone
+	if cfg.Zone != "" {
+		zone = dns.Fqdn(strings.ToLower(cfg.Zone))
+		if _, ok := dns.IsDomainName(zone); !ok {
+			return nil, fmt.Errorf("world zone %q: %w", cfg.Zone, errdefs.ErrInvalidArgument)
+		}
 	}
 	if cfg.NetnsDir == "" {
 		cfg.NetnsDir = netns.DefaultDir
@@ -126,12 +158,20 @@ func Start(ctx context.Context, cfg Config) (_ *World, retErr error) {
 	if !cfg.Net.Addr().Is4() || cfg.Net.Bits() > 30 {
 		return nil, fmt.Errorf("world net %v: want an IPv4 prefix of /30 or larger: %w", cfg.Net, errdefs.ErrInvalidArgument)
 	}
-	path, err := netns.Create(cfg.NetnsDir, cfg.Prefix+"-world")
-	if err != nil {
-		return nil, err
+	path, owned := cfg.Existing, false
+	if path == "" {
+		var err error
+		if path, err = netns.Create(cfg.NetnsDir, cfg.Prefix+"-world"); err != nil {
+			return nil, err
+		}
+		owned = true
+	}
+	dnsAddr := cfg.DNSAddr
+	if !dnsAddr.IsValid() {
+		dnsAddr = cfg.Net.Masked().Addr().Next()
 	}
 	w := &World{
-		cfg: cfg, path: path, dnsAddr: cfg.Net.Masked().Addr().Next(),
+		cfg: cfg, zone: zone, path: path, owned: owned, dnsAddr: dnsAddr,
 		records: map[string][]dns.RR{}, names: map[netip.Addr][]string{},
 		addrs: map[netip.Addr]bool{}, served: map[netip.Addr]bool{}, certs: map[string]*tls.Certificate{},
 	}
@@ -140,6 +180,7 @@ func Start(ctx context.Context, cfg Config) (_ *World, retErr error) {
 			_ = w.Close()
 		}
 	}()
+	var err error
 	if w.nsFile, err = os.Open(path); err != nil {
 		return nil, err
 	}
@@ -153,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (_ *World, retErr error) {
 	if err := w.nl.LinkSetUp(lo); err != nil {
 		return nil, err
 	}
-	if err := w.assign(w.dnsAddr); err != nil {
+	if err := w.ensureAddr(w.dnsAddr); err != nil {
 		return nil, err
 	}
 	if err := w.newCA(); err != nil {
@@ -162,12 +203,15 @@ func Start(ctx context.Context, cfg Config) (_ *World, retErr error) {
 	if err := w.startDNS(ctx); err != nil {
 		return nil, err
 	}
-	w.records[Zone] = nil
+	w.records[w.zone] = nil
 	return w, nil
 }
 
 // NetnsName is the namespace's name (for `--uplink netns:NAME`).
-func (w *World) NetnsName() string { return w.cfg.Prefix + "-world" }
+func (w *World) NetnsName() string { return filepath.Base(w.path) }
+
+// Zone is the zone the world's DNS server answers for, fully qualified.
+func (w *World) Zone() string { return w.zone }
 
 // NetnsPath is the namespace's mount point.
 func (w *World) NetnsPath() string { return w.path }
@@ -199,8 +243,14 @@ func (w *World) assign(a netip.Addr) error {
 	if a.Is6() {
 		addr.Flags = unix.IFA_F_NODAD
 	}
-	if err := w.nl.AddrAdd(lo, addr); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("world: add %v: %w", a, err)
+	if err := w.nl.AddrAdd(lo, addr); err != nil {
+		switch {
+		case !errors.Is(err, unix.EEXIST):
+			return fmt.Errorf("world: add %v: %w", a, err)
+		case !w.owned:
+			// Not ours to share: the namespace's owner uses it.
+			return fmt.Errorf("world address %v is in use in the namespace: %w", a, errdefs.ErrAlreadyExists)
+		}
 	}
 	// The local route of a new address can lag behind the address itself;
 	// wait for it so that a dial right after AddHost does not find the
@@ -214,20 +264,39 @@ func (w *World) assign(a netip.Addr) error {
 	return fmt.Errorf("world: no route to %v after adding it", a)
 }
 
-func fqdn(name string) (string, error) {
+func (w *World) fqdn(name string) (string, error) {
 	n := dns.Fqdn(strings.ToLower(name))
-	if _, ok := dns.IsDomainName(n); !ok || !dns.IsSubDomain(Zone, n) || n == Zone {
-		return "", fmt.Errorf("world: %q is not a name under %s: %w", name, Zone, errdefs.ErrInvalidArgument)
+	if _, ok := dns.IsDomainName(n); !ok || !dns.IsSubDomain(w.zone, n) || n == w.zone {
+		return "", fmt.Errorf("world: %q is not a name under %s: %w", name, w.zone, errdefs.ErrInvalidArgument)
 	}
 	return n, nil
 }
 
-// AddHost publishes name (under test.) with address ip (an A or AAAA
+// HostOption changes what AddHost serves on a host's address.
+type HostOption func(*hostConfig)
+
+type hostConfig struct {
+	handler http.Handler
+}
+
+// WithHandler serves h over HTTP on the host's port 80, and nothing else
+// on its address: no HTTPS, no echo. The benchmark's world services are
+// served so.
+func WithHandler(h http.Handler) HostOption {
+	return func(c *hostConfig) { c.handler = h }
+}
+
+// AddHost publishes name (under the zone) with address ip (an A or AAAA
 // record; a name may have several), assigns ip to the world, and, the first
 // time ip is seen, serves HTTP on ip:80 and HTTPS on ip:443 (both answer 200
-// with the host's first name) and a TCP echo on ip:7.
-func (w *World) AddHost(name string, ip netip.Addr) error {
-	n, ip, err := checkRecord("host", name, ip)
+// with the host's first name) and a TCP echo on ip:7, or what the options
+// say (WithHandler).
+func (w *World) AddHost(name string, ip netip.Addr, opts ...HostOption) error {
+	var hc hostConfig
+	for _, o := range opts {
+		o(&hc)
+	}
+	n, ip, err := w.checkRecord("host", name, ip)
 	if err != nil {
 		return err
 	}
@@ -241,18 +310,15 @@ func (w *World) AddHost(name string, ip netip.Addr) error {
 			return fmt.Errorf("world: %s is a CNAME: %w", n, errdefs.ErrAlreadyExists)
 		}
 	}
-	if !w.addrs[ip] {
-		if err := w.assign(ip); err != nil {
-			return err
-		}
-		w.addrs[ip] = true
+	if err := w.ensureAddrLocked(ip); err != nil {
+		return err
 	}
 	w.records[n] = append(w.records[n], w.addressRR(n, ip))
 	w.names[ip] = append(w.names[ip], n)
 	if w.served[ip] {
 		return nil
 	}
-	if err := w.serveHostLocked(ip); err != nil {
+	if err := w.serveHostLocked(ip, hc); err != nil {
 		return err
 	}
 	w.served[ip] = true
@@ -263,7 +329,7 @@ func (w *World) AddHost(name string, ip netip.Addr) error {
 // world or serving anything on it: the address lives elsewhere (a test's
 // other namespace).
 func (w *World) AddRecord(name string, ip netip.Addr) error {
-	n, ip, err := checkRecord("record", name, ip)
+	n, ip, err := w.checkRecord("record", name, ip)
 	if err != nil {
 		return err
 	}
@@ -276,10 +342,10 @@ func (w *World) AddRecord(name string, ip netip.Addr) error {
 	return nil
 }
 
-// checkRecord returns name as a fully qualified name under test. and ip
+// checkRecord returns name as a fully qualified name under the zone and ip
 // unmapped, or why they cannot be published.
-func checkRecord(kind, name string, ip netip.Addr) (string, netip.Addr, error) {
-	n, err := fqdn(name)
+func (w *World) checkRecord(kind, name string, ip netip.Addr) (string, netip.Addr, error) {
+	n, err := w.fqdn(name)
 	if err != nil {
 		return "", ip, err
 	}
@@ -303,7 +369,7 @@ func (w *World) addressRR(n string, ip netip.Addr) dns.RR {
 
 // AddCNAME publishes name as an alias of target.
 func (w *World) AddCNAME(name, target string) error {
-	n, err := fqdn(name)
+	n, err := w.fqdn(name)
 	if err != nil {
 		return err
 	}
@@ -372,6 +438,13 @@ func (w *World) ensureAddr(a netip.Addr) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.ensureAddrLocked(a)
+}
+
+// ensureAddrLocked assigns a to the world unless it is already.
+//
+// Preconditions: w.mu is held.
+func (w *World) ensureAddrLocked(a netip.Addr) error {
 	if w.addrs[a] {
 		return nil
 	}
@@ -379,6 +452,7 @@ func (w *World) ensureAddr(a netip.Addr) error {
 		return err
 	}
 	w.addrs[a] = true
+	w.assigned = append(w.assigned, a)
 	return nil
 }
 
@@ -401,10 +475,21 @@ func (w *World) goServe(fn func()) {
 	}()
 }
 
-// serveHostLocked starts ip's HTTP, HTTPS and echo servers.
+// serveHostLocked starts ip's HTTP, HTTPS and echo servers, or the
+// handler hc names on port 80.
 //
 // Preconditions: w.mu is held.
-func (w *World) serveHostLocked(ip netip.Addr) error {
+func (w *World) serveHostLocked(ip netip.Addr, hc hostConfig) error {
+	if hc.handler != nil {
+		l, err := netns.Listen(w.path, "tcp", netip.AddrPortFrom(ip, 80).String())
+		if err != nil {
+			return fmt.Errorf("world: listen %v:80: %w", ip, err)
+		}
+		srv := &http.Server{Handler: hc.handler, ReadHeaderTimeout: 10 * time.Second}
+		w.closers = append(w.closers, srv)
+		w.goServe(func() { _ = srv.Serve(l) })
+		return nil
+	}
 	var ls []net.Listener
 	for _, port := range []uint16{80, 443, 7} {
 		l, err := netns.Listen(w.path, "tcp", netip.AddrPortFrom(ip, port).String())
@@ -464,7 +549,8 @@ func (w *World) serveHTTP(rw http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(rw, name)
 }
 
-// Close stops every server and removes the namespace.
+// Close stops every server and removes the namespace, or, in an Existing
+// one, the addresses the world assigned there.
 func (w *World) Close() error {
 	w.mu.Lock()
 	if w.closed {
@@ -474,6 +560,7 @@ func (w *World) Close() error {
 	w.closed = true
 	closers := w.closers
 	w.closers = nil
+	assigned := w.assigned
 	w.mu.Unlock()
 	var errs []error
 	for _, s := range w.dns {
@@ -488,13 +575,62 @@ func (w *World) Close() error {
 	}
 	w.wg.Wait()
 	if w.nl != nil {
+		if !w.owned {
+			errs = append(errs, w.unassign(assigned))
+		}
 		w.nl.Close()
 	}
 	if w.nsFile != nil {
 		w.nsFile.Close()
 	}
-	errs = append(errs, netns.Remove(w.path))
+	if w.owned {
+		errs = append(errs, netns.Remove(w.path))
+	}
 	return errors.Join(errs...)
+}
+
+// unassign removes addrs from the world's loopback.
+func (w *World) unassign(addrs []netip.Addr) error {
+	lo, err := w.nl.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, a := range addrs {
+		bits := 32
+		if a.Is6() {
+			bits = 128
+		}
+		addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, bits)}}
+		if err := w.nl.AddrDel(lo, addr); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			errs = append(errs, fmt.Errorf("remove world address %v: %w", a, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Hosts returns the published names (without the trailing dot) and the
+// first address of each.
+func (w *World) Hosts() map[string]netip.Addr {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]netip.Addr{}
+	for n, rrs := range w.records {
+		for _, rr := range rrs {
+			var a netip.Addr
+			switch rr := rr.(type) {
+			case *dns.A:
+				a, _ = netip.AddrFromSlice(rr.A.To4())
+			case *dns.AAAA:
+				a, _ = netip.AddrFromSlice(rr.AAAA)
+			default:
+				continue
+			}
+			out[strings.TrimSuffix(n, ".")] = a
+			break
+		}
+	}
+	return out
 }
 
 // DNSLog returns the questions the DNS server received, oldest first.

@@ -4,15 +4,22 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
 
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
@@ -224,5 +231,143 @@ func TestAddErrors(t *testing.T) {
 	must(t, w.AddHost("second.test", ipA))
 	if r := query(t, w, "udp", "second.test.", dns.TypeA); len(r.Answer) != 1 {
 		t.Errorf("second.test: %v", r.Answer)
+	}
+}
+
+// TestHandlerHostInOwnZone is the benchmark's use: a zone of its own and a
+// handler of its own on port 80, and nothing else on the host's address.
+func TestHandlerHostInOwnZone(t *testing.T) {
+	t.Parallel()
+	testutil.RequiresRoot(t)
+	w, err := world.Start(t.Context(), world.Config{Prefix: "w" + strings.ToLower(rand.Text()[:5]), Zone: "Bench.Test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { must(t, w.Close()) })
+	if w.Zone() != "bench.test." {
+		t.Errorf("zone %q", w.Zone())
+	}
+	ip := netip.MustParseAddr("10.214.0.4")
+	must(t, w.AddHost("jobs.bench.test", ip, world.WithHandler(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(rw, "jobs %s", r.URL.Path)
+	}))))
+	if err := w.AddHost("a.test", ipA); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("a host outside the zone: %v", err)
+	}
+	r := query(t, w, "udp", "jobs.bench.test.", dns.TypeA)
+	if r.Rcode != dns.RcodeSuccess || !r.Authoritative || len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != ip.String() {
+		t.Errorf("A jobs.bench.test = %v", r)
+	}
+	if r := query(t, w, "udp", "jobs.bench.test.", dns.TypeAAAA); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 0 || len(r.Ns) != 1 {
+		t.Errorf("AAAA jobs.bench.test = %v, want an empty answer with the SOA", r)
+	}
+	if r := query(t, w, "udp", "paste.bench.test.", dns.TypeA); r.Rcode != dns.RcodeNameError || len(r.Ns) != 1 || r.Ns[0].Header().Name != "bench.test." {
+		t.Errorf("unknown name = %v, want NXDOMAIN with the zone's SOA", r)
+	}
+	for _, name := range []string{"a.test.", "example.com."} {
+		if r := query(t, w, "udp", name, dns.TypeA); r.Rcode != dns.RcodeRefused {
+			t.Errorf("%s outside the zone: rcode %d, want REFUSED", name, r.Rcode)
+		}
+	}
+	if got := w.Hosts(); len(got) != 1 || got["jobs.bench.test"] != ip {
+		t.Errorf("Hosts() = %v", got)
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return w.Dialer()(ctx, network, netip.AddrPortFrom(ip, 80).String())
+	}}}
+	resp, err := hc.Get("http://jobs.bench.test/v1/jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "jobs /v1/jobs" {
+		t.Errorf("body = %q", b)
+	}
+	for _, port := range []uint16{443, 7} {
+		if c, err := w.Dialer()(t.Context(), "tcp", netip.AddrPortFrom(ip, port).String()); err == nil {
+			c.Close()
+			t.Errorf("a handler host serves port %d too", port)
+		}
+	}
+}
+
+// TestExistingNamespace serves the world in a namespace it did not create
+// (a running daemon's uplink): it refuses an address already there, and
+// Close removes its own addresses and leaves the namespace.
+func TestExistingNamespace(t *testing.T) {
+	t.Parallel()
+	testutil.RequiresRoot(t)
+	path, err := netns.Create(netns.DefaultDir, "x"+strings.ToLower(rand.Text()[:5]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { netns.Remove(path) })
+	addrs := func() []string {
+		f, _ := os.Open(path)
+		defer f.Close()
+		h, err := netlink.NewHandleAt(vnetns.NsHandle(int(f.Fd())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		list, err := h.AddrList(nil, netlink.FAMILY_V4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, a := range list {
+			if !a.IP.IsLoopback() {
+				out = append(out, a.IP.String())
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	w, err := world.Start(t.Context(), world.Config{Existing: path, Zone: "bench.test.", DNSAddr: netip.MustParseAddr("10.214.0.53")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.NetnsPath() != path || w.NetnsName() != filepath.Base(path) {
+		t.Errorf("namespace %s (%s), want %s", w.NetnsPath(), w.NetnsName(), path)
+	}
+	must(t, w.AddHost("git.bench.test", netip.MustParseAddr("10.214.0.4"), world.WithHandler(http.NotFoundHandler())))
+	if got := addrs(); w.DNSAddr().String() != "10.214.0.53" || !slices.Equal(got, []string{"10.214.0.4", "10.214.0.53"}) {
+		t.Errorf("dns %v, addresses %v", w.DNSAddr(), got)
+	}
+	if r := query(t, w, "udp", "git.bench.test.", dns.TypeA); len(r.Answer) != 1 {
+		t.Errorf("A git.bench.test = %v", r)
+	}
+	must(t, w.Close())
+	if !netns.IsNetns(path) {
+		t.Error("a namespace the world did not create was removed")
+	}
+	if got := addrs(); len(got) != 0 {
+		t.Errorf("addresses left in the namespace: %v", got)
+	}
+	if _, err := world.Start(t.Context(), world.Config{Existing: path + "-nope"}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("a missing namespace: %v", err)
+	}
+
+	// An address the namespace's owner holds is not taken.
+	f, _ := os.Open(path)
+	defer f.Close()
+	h, err := netlink.NewHandleAt(vnetns.NsHandle(int(f.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 214, 0, 1).To4(), Mask: net.CIDRMask(32, 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := world.Start(t.Context(), world.Config{Existing: path}); !errdefs.IsAlreadyExists(err) {
+		t.Errorf("a DNS address the namespace holds: %v, want already exists", err)
+	}
+	if got := addrs(); !slices.Equal(got, []string{"10.214.0.1"}) {
+		t.Errorf("the owner's address was removed: %v", got)
 	}
 }

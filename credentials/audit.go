@@ -3,6 +3,8 @@ package credentials
 import (
 	"context"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // EventKind names what happened to a credential.
@@ -42,3 +44,25 @@ type Event struct {
 // AuditFunc receives audit events. It is called synchronously, without
 // broker locks held, and must not block for long.
 type AuditFunc func(ctx context.Context, e Event)
+
+// AuditEvent is e as a record of session e.Session's audit log (layer
+// "credentials", action the event's kind, subject the credential's name).
+func (e Event) AuditEvent() api.AuditEvent {
+	ev := api.AuditEvent{
+		Time: e.Time, Session: e.Session, Layer: "credentials", Action: string(e.Kind),
+		Subject: e.Name, Reason: e.Reason,
+		Fields: map[string]any{"jti": e.ID, "issuer": e.Issuer, "audience": e.Audience},
+	}
+	for k, v := range map[string]string{"action": e.Action, "detail": e.Detail, "client": e.Client} {
+		if v != "" {
+			ev.Fields[k] = v
+		}
+	}
+	if len(e.Scopes) > 0 {
+		ev.Fields["scopes"] = e.Scopes
+	}
+	if !e.Expires.IsZero() {
+		ev.Fields["expires"] = e.Expires
+	}
+	return ev
+}

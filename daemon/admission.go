@@ -119,18 +119,13 @@ func (d *Daemon) ExposeAPI(socket, group string) error {
 	return nil
 }
 
-// countLocked is what the session limit counts: sessions in any state,
-// sandboxes waiting in pools, and creates and pool fills under way.
-func (d *Daemon) countLocked() int {
-	return len(d.sessions) + d.pools.Waiting() + d.reserved
-}
-
 // reserve takes a place under the session limit for a sandbox about to be
-// prepared; release gives it back.
+// prepared; release gives it back. The limit counts sessions in any
+// state, sandboxes waiting in pools, and creates and pool fills under way.
 func (d *Daemon) reserve() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.admission.admitSessions(d.countLocked()); err != nil {
+	if err := d.admission.admitSessions(len(d.sessions) + d.pools.Waiting() + d.reserved); err != nil {
 		return err
 	}
 	d.reserved++

@@ -21,7 +21,6 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -322,7 +321,7 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	if len(ctrs) != 0 || len(ls) != 0 || len(snaps) != 0 {
 		t.Errorf("left behind: %d containers, %d leases, active snapshots %v", len(ctrs), len(ls), snaps)
 	}
-	prefix := daemon.Prefix(root)
+	prefix := runtime.Prefix(root)
 	for _, ctl := range []string{"memory", "pids", "cpu", "cpuacct", "unified"} {
 		p := filepath.Join("/sys/fs/cgroup", ctl, "airlock-"+prefix)
 		if _, err := os.Stat(p); err == nil {

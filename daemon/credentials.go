@@ -3,11 +3,9 @@ package daemon
 import (
 	"context"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 
-	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/log"
@@ -44,32 +42,13 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	if e.Session == "" && e.Kind == credentials.EventRejected && e.Client != "" {
 		// A token the broker does not know (forged, malformed): the
 		// session is the one whose connection presented it.
-		e.Session, attributed = d.sessionOfConnection(ctx, e.Client, e.Server)
+		e.Session, attributed = d.egress.SessionOfConnection(ctx, e.Client, e.Server)
 	}
 	if e.Session == "" || validID(e.Session) != nil {
 		log.G(ctx).Info("credential event", "kind", e.Kind, "jti", e.ID, "reason", e.Reason)
 		return
 	}
-	ev := api.AuditEvent{
-		Time: e.Time, Session: e.Session, Layer: "credentials", Action: string(e.Kind),
-		Subject: e.Name, Reason: e.Reason,
-		Fields: map[string]any{"jti": e.ID, "issuer": e.Issuer, "audience": e.Audience},
-	}
-	if len(e.Scopes) > 0 {
-		ev.Fields["scopes"] = e.Scopes
-	}
-	if !e.Expires.IsZero() {
-		ev.Fields["expires"] = e.Expires
-	}
-	if e.Action != "" {
-		ev.Fields["action"] = e.Action
-	}
-	if e.Detail != "" {
-		ev.Fields["detail"] = e.Detail
-	}
-	if e.Client != "" {
-		ev.Fields["client"] = e.Client
-	}
+	ev := e.AuditEvent()
 	if attributed {
 		ev.Fields["attributed_by"] = "connection"
 	}
@@ -89,29 +68,4 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	a := audit.New(dir, limit)
 	a.Emit(ctx, ev)
 	_ = a.Close()
-}
-
-// sessionOfConnection returns the session that opened the TCP connection
-// a service saw from client to server (IP:port each; server may be
-// empty), through the gateway's view of its sessions' flows.
-func (d *Daemon) sessionOfConnection(ctx context.Context, client, server string) (string, bool) {
-	if d.egress == nil {
-		return "", false
-	}
-	c, err := netip.ParseAddrPort(client)
-	if err != nil {
-		return "", false
-	}
-	var srv netip.AddrPort
-	if server != "" {
-		if srv, err = netip.ParseAddrPort(server); err != nil {
-			srv = netip.AddrPort{}
-		}
-	}
-	id, err := d.egress.SessionOfFlow(ctx, c, srv, "tcp")
-	if err != nil {
-		log.G(ctx).Debug("credential rejection from a connection of no session", "client", client, "error", err)
-		return "", false
-	}
-	return id, true
 }

@@ -1,26 +1,26 @@
-// Package daemon is airlockd's session manager: it turns validated
-// policies into sandboxes on the runtime, persists every session's state
-// under the root so a restarted daemon re-adopts or tears down what it finds,
-// and records each session's audit log (package internal/audit). Its
-// exported methods are what package daemon/httpapi serves as the HTTP+JSON
-// API of package api.
+// Package daemon is airlockd's session manager. It owns the session table
+// and each session's record under the root, the session lifecycle (one
+// state machine, lifecycle.go), warm pools and admission. A sandbox is
+// assembled from the layers' spec options: the runtime's hardening and
+// policy options, fsscope's workspaces, credentials' delivery, egress's
+// perimeter and the launch directory; each layer owns its own plumbing
+// behind its front door, and its audit events reach the session's log
+// (package internal/audit). The exported methods are what package
+// daemon/httpapi serves as the HTTP+JSON API of package api.
 package daemon
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -110,13 +110,6 @@ type Daemon struct {
 	reserved int // +checklocks:mu
 }
 
-// Prefix derives the short name prefix of kernel objects and cgroups from
-// the root, so two daemons with different roots never collide.
-func Prefix(root string) string {
-	sum := sha256.Sum256([]byte(filepath.Clean(root)))
-	return "al" + hex.EncodeToString(sum[:])[:4]
-}
-
 // New starts (or re-attaches to) containerd, loads the sessions recorded
 // under the root and reconciles them with what containerd has.
 func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
@@ -180,7 +173,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 // newDaemon checks the admission policy and the configured pools against
 // it, before anything is started.
 func newDaemon(ctx context.Context, cfg Config) (*Daemon, error) {
-	d := &Daemon{cfg: cfg, prefix: Prefix(cfg.Root), sessions: map[string]*session{}}
+	d := &Daemon{cfg: cfg, prefix: runtime.Prefix(cfg.Root), sessions: map[string]*session{}}
 	d.admission = newAdmitter(cfg)
 	for i := range cfg.Pools {
 		p := &cfg.Pools[i]
@@ -297,6 +290,14 @@ func (d *Daemon) StopContainerd(ctx context.Context) error {
 // Runtime returns the runtime (for tests and image management).
 func (d *Daemon) Runtime() *runtime.Runtime { return d.runtime }
 
+// Images lists the runtime's images by name.
+func (d *Daemon) Images(ctx context.Context) ([]api.Image, error) { return d.runtime.Images(ctx) }
+
+// ImportImage imports the images of an OCI or Docker archive.
+func (d *Daemon) ImportImage(ctx context.Context, r io.Reader, name string) ([]api.Image, error) {
+	return d.runtime.ImportImage(ctx, r, name)
+}
+
 // Version reports the daemon's version and root, and containerd's version
 // when containerd answers.
 func (d *Daemon) Version(ctx context.Context) api.Version {
@@ -312,11 +313,9 @@ func (d *Daemon) Version(ctx context.Context) api.Version {
 
 func (d *Daemon) sessionDir(id string) string { return filepath.Join(d.cfg.Root, "sessions", id) }
 
-func (d *Daemon) cgroupPath(id string) string { return "/airlock-" + d.prefix + "/" + id }
-
 // CgroupPath is the cgroup (relative to a hierarchy's root) a session's
 // processes run in.
-func (d *Daemon) CgroupPath(id string) string { return d.cgroupPath(id) }
+func (d *Daemon) CgroupPath(id string) string { return "/airlock-" + d.prefix + "/" + id }
 
 func (d *Daemon) get(id string) (*session, error) {
 	if err := validID(id); err != nil {
@@ -412,217 +411,10 @@ func (d *Daemon) Start(ctx context.Context, id string) (*api.Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.start(log.With(ctx, "session", id), s); err != nil {
+	if err := s.start(log.With(ctx, "session", id)); err != nil {
 		return nil, err
 	}
 	return s.view(), nil
-}
-
-func (d *Daemon) start(ctx context.Context, s *session) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.rec.State != api.StateCreated {
-		return fmt.Errorf("session %q is %s, not created: %w", s.rec.ID, s.rec.State, errdefs.ErrFailedPrecondition)
-	}
-	if s.launch == nil {
-		s.launch = launch.Open(filepath.Join(s.dir, initDir))
-	}
-	// Env-delivered credentials reach the command through the launch
-	// message only, never through the container's spec.
-	credEnv, err := s.creds.StartEnv(ctx, s.rec.ID)
-	if err != nil {
-		return err
-	}
-	env := s.env
-	if len(credEnv) > 0 {
-		env = append(append([]string{}, s.env...), credEnv...)
-	}
-	if err := s.launch.Launch(ctx, launch.Message{Args: s.rec.Policy.Command, Env: env}); err != nil {
-		return err
-	}
-	if err := s.launch.Clean(); err != nil {
-		log.G(ctx).Warn("clean launch directory", "error", err)
-	}
-	s.launch = nil
-	now := time.Now().UTC()
-	deadline := now.Add(s.rec.Policy.Timeout.Std())
-	s.rec.State = api.StateRunning
-	s.rec.Started = &now
-	s.rec.Deadline = &deadline
-	s.rec.Pid = s.pid
-	if err := s.saveLocked(); err != nil {
-		log.G(ctx).Error("persist running state", "error", err)
-	}
-	d.armTimerLocked(s)
-	s.creds.StartRefreshers(ctx, s.rec.ID)
-	s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "started",
-		Subject: strings.Join(s.rec.Policy.Command, " "), Fields: map[string]any{"pid": s.pid, "timeout": s.rec.Policy.Timeout.String(), "warm": s.rec.Warm}})
-	s.auditDenyRead(ctx)
-	log.G(ctx).Info("session started", "pid", s.pid, "timeout", s.rec.Policy.Timeout.String(), "warm", s.rec.Warm)
-	return nil
-}
-
-// armTimerLocked enforces a running session's wall-clock deadline.
-func (d *Daemon) armTimerLocked(s *session) {
-	if s.rec.Deadline == nil || s.timer != nil {
-		return
-	}
-	id := s.rec.ID
-	wait := max(time.Until(*s.rec.Deadline), 0)
-	s.timer = time.AfterFunc(wait, func() {
-		tctx := log.With(d.stopCtx, "session", id)
-		log.G(tctx).Warn("session timed out; killing it")
-		_ = d.stopSession(tctx, s, "timeout", 2*time.Second)
-	})
-}
-
-// watch records the exit of a sandbox's main process; a sandbox that dies
-// while it waits in a pool is dropped from it.
-func (d *Daemon) watch(s *session, ch <-chan containerd.ExitStatus) {
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		select {
-		case st := <-ch:
-			ctx := log.With(d.stopCtx, "session", s.rec.ID)
-			if d.pools.drop(ctx, s) {
-				return
-			}
-			d.recordExit(ctx, s, st)
-		case <-d.stopCtx.Done():
-		}
-	}()
-}
-
-// ending is how a session's main process ended, as far as it is known.
-type ending struct {
-	code int       // the exit status; -1 when unknown
-	at   time.Time // when it ended; zero is now
-	// reason is "exited" or "lost"; a requested stop and an OOM kill
-	// take precedence.
-	reason string
-}
-
-// recordExit ends a session whose main process the runtime saw exit.
-func (d *Daemon) recordExit(ctx context.Context, s *session, st containerd.ExitStatus) {
-	code, _, err := st.Result()
-	end := ending{code: int(code), at: st.ExitTime().UTC(), reason: "exited"}
-	if err != nil {
-		end.code = -1
-	}
-	d.finish(ctx, s, end)
-}
-
-// finish is the one way a session ends, whether its exit was seen live
-// (recordExit) or found by a restarted daemon (reconcile). Every step is
-// safe to repeat, so a daemon that dies part-way finishes on its next
-// start:
-//   - the exit status is persisted while the task still holds it;
-//   - the credentials are revoked and the OOM flag read (before the
-//     task's deletion removes the cgroup);
-//   - the network (its drops audited), the task and the workspace's
-//     on_exit go side by side; on_exit waits for the task's deletion
-//     unless the session's cgroup is already empty, so that no process
-//     of the sandbox still writes to the workspace;
-//   - the final state is stored, waiters are woken and the end audited.
-//
-// A session that is already stopped keeps its recorded exit; only an
-// interrupted on_exit is completed.
-func (d *Daemon) finish(ctx context.Context, s *session, end ending) {
-	if end.at.IsZero() {
-		end.at = time.Now().UTC()
-	}
-	id := s.rec.ID
-	step := steps.New()
-	defer step.Log(ctx, "session teardown steps", "phase", "exit")
-	var ended bool // the session had ended before: its end is not recorded again
-	step.Run("exit", func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		ended = s.rec.State == api.StateStopped || s.rec.State == api.StateUnknown
-		if s.rec.State != api.StateRunning || s.rec.Exited != nil {
-			return
-		}
-		s.rec.Exited = &exitStatus{Code: end.code, At: end.at}
-		if err := s.saveLocked(); err != nil {
-			log.G(ctx).Error("persist exit status", "error", err)
-		}
-	})
-	step.Run("credentials", func() { d.creds.Revoke(ctx, id) })
-	var oom bool
-	step.Run("oom", func() { oom = d.cgroups.OOMKilled(d.cgroupPath(id)) })
-	taskGone := make(chan struct{})
-	step.Go("network", func() {
-		if err := d.egress.Remove(ctx, s.rec.ID, s.audit.EmitDecision); err != nil {
-			log.G(ctx).Warn("remove network", "error", err)
-		}
-	})
-	step.Go("task", func() {
-		defer close(taskGone)
-		if err := d.rt.DeleteTask(ctx, id); err != nil {
-			log.G(ctx).Warn("delete exited task", "error", err)
-		}
-		if !ended {
-			s.auditOutputDropped(ctx)
-		}
-	})
-	review, finished := false, false
-	step.Go("workspace", func() {
-		if s.fs == nil || !s.fs.Live() {
-			return
-		}
-		if !d.cgroups.Empty(d.cgroupPath(id)) {
-			<-taskGone
-		}
-		var err error
-		if review, err = s.finishFS(ctx); err != nil {
-			log.G(ctx).Error("workspace on_exit", "error", err)
-		}
-		finished = true
-	})
-	step.Wait()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if finished {
-		s.rec.Review = review
-	}
-	s.stopTimerLocked()
-	if ended || s.rec.State == api.StateStopped || s.rec.State == api.StateUnknown {
-		if finished {
-			step.Run("state", func() {
-				if err := s.saveLocked(); err != nil {
-					log.G(ctx).Error("persist review state", "error", err)
-				}
-			})
-		}
-		s.closeExitedLocked()
-		return
-	}
-	exit, reason := end.code, end.reason
-	switch {
-	case s.rec.Stopping != "":
-		reason = s.rec.Stopping
-		if s.rec.Started == nil {
-			exit = -1 // stopped before its command ran
-		}
-	case oom:
-		reason = "oom"
-	}
-	s.rec.State = api.StateStopped
-	s.rec.Exited = nil
-	s.rec.ExitCode = &exit
-	s.rec.Reason = reason
-	s.rec.Finished = &end.at
-	step.Run("state", func() {
-		if err := s.saveLocked(); err != nil {
-			log.G(ctx).Error("persist exit", "error", err)
-		}
-	})
-	s.closeExitedLocked()
-	s.audit.Flush(ctx)
-	s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "ended", Reason: reason,
-		Fields: map[string]any{"exit_code": exit}})
-	log.G(ctx).Info("session ended", "exit_code", exit, "reason", reason)
 }
 
 // Stop ends a running session: SIGTERM to every process, SIGKILL after grace.
@@ -631,61 +423,10 @@ func (d *Daemon) Stop(ctx context.Context, id string, grace time.Duration) (*api
 	if err != nil {
 		return nil, err
 	}
-	if err := d.stopSession(log.With(ctx, "session", id), s, "stopped", grace); err != nil {
+	if err := s.stop(log.With(ctx, "session", id), "stopped", grace); err != nil {
 		return nil, err
 	}
 	return s.view(), nil
-}
-
-func (d *Daemon) stopSession(ctx context.Context, s *session, reason string, grace time.Duration) error {
-	s.mu.Lock()
-	switch s.rec.State {
-	case api.StateRunning:
-	case api.StateCreated, stateCreating, statePooled:
-		// Never started: only airlock-init waits; nothing to ask nicely.
-		grace = 0
-	default:
-		s.mu.Unlock()
-		return nil
-	}
-	if s.rec.Stopping == "" {
-		s.rec.Stopping = reason
-		_ = s.saveLocked()
-	}
-	id, exited, pid := s.rec.ID, s.exited, s.pid
-	s.mu.Unlock()
-	// A stopped session's credentials stop working now, not when it exits.
-	d.creds.Revoke(ctx, id)
-
-	if grace > 0 {
-		if err := d.rt.Signal(ctx, id, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
-			log.G(ctx).Warn("SIGTERM", "error", err)
-		}
-		select {
-		case <-exited:
-			return nil
-		case <-time.After(grace):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	// Killing the init of the session's PID namespace kills every process
-	// in it; by pidfd that takes microseconds, against a runc process for
-	// containerd's kill-all. runc is the fallback.
-	if err := runtime.KillInit(pid, d.cgroupPath(id)); err != nil {
-		log.G(ctx).Debug("kill by pidfd; asking runc", "error", err)
-		if err := d.rt.Signal(ctx, id, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
-			return fmt.Errorf("session %q: kill: %w", id, err)
-		}
-	}
-	select {
-	case <-exited:
-		return nil
-	case <-time.After(30 * time.Second):
-		return fmt.Errorf("session %q did not exit 30s after SIGKILL: %w", id, errdefs.ErrUnavailable)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Wait blocks until the session's main process has exited.
@@ -733,11 +474,11 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 		if !force {
 			return fmt.Errorf("session %q is running; stop it first or remove with force: %w", id, errdefs.ErrFailedPrecondition)
 		}
-		if err := d.stopSession(ctx, s, "stopped", 0); err != nil {
+		if err := s.stop(ctx, "stopped", 0); err != nil {
 			return err
 		}
 	case api.StateCreated:
-		if err := d.stopSession(ctx, s, "stopped", 0); err != nil {
+		if err := s.stop(ctx, "stopped", 0); err != nil {
 			return err
 		}
 	}
@@ -887,7 +628,11 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		if s.fs, err = d.fs.load(s.dir, id); err != nil {
 			log.G(sctx).Error("load workspace state", "error", err)
 		}
-		if err := d.reconcileSession(sctx, s); err != nil {
+		end, err := s.readopt(sctx)
+		if end != nil {
+			s.finish(sctx, *end)
+		}
+		if err != nil {
 			log.G(sctx).Error("reconcile", "error", err)
 			s.rec.State = api.StateUnknown
 			_ = s.save()
@@ -912,106 +657,13 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// reconcileSession matches one recorded session with what containerd has:
-// a live one is watched again, one that ended while the daemon was down
-// is finished (see finish), as is one whose end was interrupted.
-func (d *Daemon) reconcileSession(ctx context.Context, s *session) error {
-	end, err := d.readopt(ctx, s)
-	if err != nil || end == nil {
-		return err
-	}
-	d.finish(ctx, s, *end)
-	return nil
-}
-
-// readopt re-adopts a session whose sandbox still runs and returns nil;
-// otherwise it returns how the session ended, for finish.
-func (d *Daemon) readopt(ctx context.Context, s *session) (*ending, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch s.rec.State {
-	case api.StateRunning, api.StateCreated:
-		ts, err := d.rt.Task(ctx, s.rec.ID)
-		if err != nil && !errdefs.IsNotFound(err) {
-			return nil, err
-		}
-		if ts.Running {
-			ch, err := d.rt.Wait(ctx, s.rec.ID)
-			if err != nil {
-				return nil, err
-			}
-			s.pid = ts.Pid
-			uid, gid, _ := s.rec.Policy.UserIDs()
-			s.creds = d.creds.Reopen(s.dir, s.rec.Policy.Credentials, uid, gid)
-			if s.rec.State == api.StateCreated {
-				// airlock-init still waits for the command. The spec's
-				// environment holds no credential; start mints the
-				// env-delivered ones again (credentials.Plan.StartEnv).
-				if s.env, err = d.rt.ProcessEnv(ctx, s.rec.ID); err != nil {
-					return nil, err
-				}
-			} else {
-				d.armTimerLocked(s)
-				s.creds.StartRefreshers(ctx, s.rec.ID)
-			}
-			d.watch(s, ch)
-			log.G(ctx).Info("re-adopted session", "state", s.rec.State, "pid", ts.Pid)
-			return nil, nil
-		}
-		// Ended while the daemon was down. A created session's init
-		// exits only when the sandbox is lost.
-		end := &ending{code: -1, reason: "lost"}
-		switch {
-		case s.rec.State == api.StateCreated:
-		case ts.Exists:
-			end.code, end.reason, end.at = int(ts.ExitCode), "exited", ts.ExitedAt.UTC()
-		case s.rec.Exited != nil:
-			// The previous daemon saw the exit and deleted the task.
-			end.code, end.reason, end.at = s.rec.Exited.Code, "exited", s.rec.Exited.At
-		}
-		return end, nil
-	case api.StateStopped:
-		// Finished before, perhaps only in part: finish again repeats
-		// what is left (credentials, network, task, on_exit).
-		return &ending{}, nil
-	default:
-		s.closeExitedLocked()
-		return nil, nil
-	}
-}
-
-func hostname(label, id string) string {
-	h := strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
-			return r
-		case r >= 'A' && r <= 'Z':
-			return r + ('a' - 'A')
-		}
-		return '-'
-	}, label)
-	h = strings.Trim(h, "-")
-	if h == "" {
-		return id
-	}
-	if len(h) > 63 {
-		h = h[:63]
-	}
-	return h
-}
-
 // releaseCgroupParentsLocked removes the shared parent cgroups once
 // nothing of the daemon needs them: no session, no create in progress, no
-// prepared sandbox. Every path that ends a session or a sandbox calls it.
+// prepared sandbox; a busy parent is left alone. Every path that ends a
+// session or a sandbox calls it, holding d.mu, which a create also takes
+// before runc runs.
 func (d *Daemon) releaseCgroupParentsLocked() {
 	if len(d.sessions) == 0 && d.creating == 0 && d.pools.Waiting() == 0 {
-		d.removeCgroupParentsLocked()
+		d.cgroups.Remove(filepath.Dir(d.CgroupPath("x")))
 	}
-}
-
-// removeCgroupParentsLocked removes the daemon's parent cgroups once no
-// session uses them and no create is under way; a busy parent is left
-// alone. Callers hold d.mu, which Create also takes before runc runs.
-func (d *Daemon) removeCgroupParentsLocked() {
-	d.cgroups.Remove(filepath.Dir(d.cgroupPath("x")))
 }

@@ -99,55 +99,19 @@ func (s *session) finishFS(ctx context.Context) (review bool, err error) {
 	return false, nil
 }
 
-// fsAudit turns commit decisions into audit events.
+// fsAudit records commit decisions and normalised modes.
 func (s *session) fsAudit(ctx context.Context) func(fsscope.Event) {
-	return func(ev fsscope.Event) {
-		action := map[string]string{
-			fsscope.EventRejected: "rejected", fsscope.EventConflict: "conflict", fsscope.EventApplied: "applied",
-			fsscope.EventModeNormalised: "mode_normalised",
-		}[ev.Type]
-		if action == "" {
-			action = ev.Type
-		}
-		f := map[string]any{"host_path": ev.HostPath}
-		if ev.Kind != "" {
-			f["kind"] = string(ev.Kind)
-		}
-		if ev.Rule != "" {
-			f["rule"] = ev.Rule
-		}
-		s.audit.EmitOutcome(ctx, api.AuditEvent{Time: ev.Time, Session: s.rec.ID, Layer: "fs", Action: action,
-			Subject: ev.Path, Reason: ev.Reason, Fields: f})
-	}
+	return func(ev fsscope.Event) { s.audit.EmitOutcome(ctx, ev.AuditEvent(s.rec.ID)) }
 }
 
-// maxMaskEvents bounds the "masked" audit events per workspace or mount;
-// one more event counts the rest.
-const maxMaskEvents = 100
-
-// auditDenyRead records, when the session starts, what deny_read masks in
-// each workspace and mount (the rule behind each mask), and every masked
-// path git tracks, whose content deny_read does not hide in .git/objects.
-// A read of a masked path inside the sandbox fails in the kernel and leaves
-// no event of its own: this is the record of what was hidden.
+// auditDenyRead records, when the session starts, what deny_read hides
+// (see fsscope.DenyReadEvents).
 func (s *session) auditDenyRead(ctx context.Context) {
 	if s.fs == nil {
 		return
 	}
-	for _, info := range s.fs.DenyRead() {
-		for i, m := range info.Masked {
-			if i == maxMaskEvents {
-				s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "fs", Action: "masked", Subject: info.Target,
-					Reason: fmt.Sprintf("deny_read: %d more paths masked", len(info.Masked)-i), Fields: map[string]any{"host_path": info.HostPath}})
-				break
-			}
-			s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "fs", Action: "masked", Subject: m.Path,
-				Reason: "deny_read", Fields: map[string]any{"rule": m.Rule, "host_path": info.HostPath}})
-		}
-		for _, p := range info.Tracked {
-			s.audit.Emit(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "fs", Action: "masked_tracked", Subject: p,
-				Reason: fsscope.HistoryNote, Fields: map[string]any{"host_path": info.HostPath}})
-		}
+	for _, ev := range fsscope.DenyReadEvents(s.rec.ID, s.fs.DenyRead()) {
+		s.audit.Emit(ctx, ev)
 	}
 }
 
@@ -246,16 +210,9 @@ func cleanupFS(ctx context.Context, sessionDir string) error {
 
 // maskRead audits a refused open of a deny_read mask.
 func (d *Daemon) maskRead(r fsscope.MaskRead) {
-	s, err := d.get(r.Owner)
-	if err != nil {
-		return
+	if s, err := d.get(r.Owner); err == nil {
+		s.audit.Emit(d.stopCtx, r.AuditEvent())
 	}
-	f := map[string]any{"rule": r.Rule, "pid": r.Pid}
-	if r.Dropped > 0 {
-		f["dropped_before"] = r.Dropped
-	}
-	s.audit.Emit(d.stopCtx, api.AuditEvent{Time: r.Time, Session: r.Owner, Layer: "fs", Action: "read_denied",
-		Subject: r.Path, Reason: "deny_read", Fields: f})
 }
 
 // UnifiedDiff checks that a session's changes can be reviewed, as Diff

@@ -23,12 +23,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/internal/world"
 	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/runtime"
 )
 
 // The machine a `--uplink host` daemon runs on, built from namespaces so
@@ -63,7 +63,7 @@ func TestHostUplinkKeepsSessionsOffHostServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	tag := "h" + daemon.Prefix(root)[2:]
+	tag := "h" + runtime.Prefix(root)[2:]
 
 	w, err := world.Start(ctx, world.Config{Prefix: tag})
 	if err != nil {

@@ -2,26 +2,13 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
-
-// followPoll is how often a follower looks for new output.
-const followPoll = 5 * time.Millisecond
-
-// flushGrace bounds how long a follower waits, after the main process has
-// exited, for the log writer to flush its last bytes.
-const flushGrace = 3 * time.Second
 
 // Logs copies the session's recorded output. With Follow it returns once the
 // main process has exited and its output has been written completely.
@@ -30,112 +17,25 @@ func (d *Daemon) Logs(ctx context.Context, id string, o runtime.LogsOptions) err
 	if err != nil {
 		return err
 	}
-	type stream struct {
-		name string
-		w    io.Writer
-		f    *os.File
-	}
-	var streams []*stream
-	if o.Stdout != nil {
-		streams = append(streams, &stream{name: runtime.StdoutLog, w: o.Stdout})
-	}
-	if o.Stderr != nil {
-		streams = append(streams, &stream{name: runtime.StderrLog, w: o.Stderr})
-	}
-	defer func() {
-		for _, st := range streams {
-			if st.f != nil {
-				st.f.Close()
-			}
-		}
-	}()
-	drain := func() error {
-		for _, st := range streams {
-			if st.f == nil {
-				f, err := os.Open(filepath.Join(s.logDir(), st.name))
-				if errors.Is(err, os.ErrNotExist) {
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				st.f = f
-			}
-			if _, err := io.Copy(st.w, st.f); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	flushed := func() bool {
+	return runtime.CopyLogs(ctx, runtime.LogSource{Dir: s.logDir(), Running: s.running, Started: func() bool {
 		s.mu.Lock()
-		started := s.rec.Started != nil
-		s.mu.Unlock()
-		if !started {
-			return true
-		}
-		for _, st := range streams {
-			if _, err := os.Stat(filepath.Join(s.logDir(), st.name+runtime.EOFSuffix)); err != nil {
-				return false
-			}
-		}
-		return true
-	}
-	var exitedAt time.Time
-	for {
-		if err := drain(); err != nil {
-			return err
-		}
-		if !o.Follow {
-			return nil
-		}
-		if !s.running() {
-			if exitedAt.IsZero() {
-				exitedAt = time.Now()
-			}
-			if flushed() || time.Since(exitedAt) > flushGrace {
-				return drain()
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(followPoll):
-		}
-	}
+		defer s.mu.Unlock()
+		return s.rec.Started != nil
+	}}, o)
 }
 
 // outputDropped returns the output_truncated events of the session's
-// streams that the cap on output cut. With wait, it first gives the log
-// writer up to flushGrace to finish a cut stream, so that the count is
-// final.
+// streams that the cap on output cut; with wait, once the counts are final
+// (see runtime.OutputDropped).
 func (s *session) outputDropped(wait bool) []api.AuditEvent {
 	var evs []api.AuditEvent
-	for _, name := range []string{runtime.StdoutLog, runtime.StderrLog} {
-		p := filepath.Join(s.logDir(), name+runtime.DroppedSuffix)
-		if _, err := os.Stat(p); err != nil {
-			continue
-		}
-		for deadline := time.Now().Add(flushGrace); wait && time.Now().Before(deadline); time.Sleep(10 * followPoll) {
-			if _, err := os.Stat(filepath.Join(s.logDir(), name+runtime.EOFSuffix)); err == nil {
-				break
-			}
-		}
-		var dr runtime.LogDropped
-		b, err := os.ReadFile(p)
-		if err == nil {
-			err = json.Unmarshal(b, &dr)
-		}
-		if err != nil {
-			continue
-		}
-		stream := strings.TrimSuffix(name, ".log")
-		reason := fmt.Sprintf("the session's output reached its cap of %s (resources.log_size): %d bytes of %s dropped", policies.FormatSize(dr.Limit), dr.Dropped, stream)
+	for _, dr := range runtime.OutputDropped(s.logDir(), wait) {
+		reason := fmt.Sprintf("the session's output reached its cap of %s (resources.log_size): %d bytes of %s dropped", policies.FormatSize(dr.Limit), dr.Dropped, dr.Stream)
 		if !dr.Final {
-			reason = fmt.Sprintf("the session's output reached its cap of %s (resources.log_size): the rest of %s is being dropped", policies.FormatSize(dr.Limit), stream)
+			reason = fmt.Sprintf("the session's output reached its cap of %s (resources.log_size): the rest of %s is being dropped", policies.FormatSize(dr.Limit), dr.Stream)
 		}
 		evs = append(evs, api.AuditEvent{
-			Session: s.rec.ID, Layer: "session", Action: "output_truncated", Subject: stream, Reason: reason,
+			Session: s.rec.ID, Layer: "session", Action: "output_truncated", Subject: dr.Stream, Reason: reason,
 			Fields: map[string]any{"limit": dr.Limit, "written_bytes": dr.Written, "dropped_bytes": dr.Dropped, "final": dr.Final},
 		})
 	}

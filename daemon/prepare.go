@@ -81,7 +81,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	}
 	step := steps.New()
 	opts := runtime.HardeningOpts()
-	popts, err := runtime.PolicyOpts(&p, hostname(p.Label, id), d.cgroupPath(id))
+	popts, err := runtime.PolicyOpts(&p, runtime.Hostname(p.Label, id), d.CgroupPath(id))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
@@ -109,7 +109,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 		if creds, err = d.creds.Prepare(dir, p.Credentials, uid, gid); err != nil {
 			return err
 		}
-		ld, err = launch.Prepare(filepath.Join(dir, initDir), d.initBinary(), uid, gid)
+		ld, err = launch.Prepare(filepath.Join(dir, initDir), filepath.Join(d.cfg.BinDir, launch.Binary), uid, gid)
 		return err
 	})
 	g.Go(func() (err error) {
@@ -169,7 +169,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 			return nil, err
 		}
 	}
-	d.watch(s, ch)
+	s.watch(ch)
 	return s, nil
 }
 
@@ -236,7 +236,7 @@ func (d *Daemon) claim(ctx context.Context, s *session, p policies.Policy, start
 	d.mu.Unlock()
 	log.G(ctx).Info("session created", "image", p.Image, "warm", warm)
 	if start {
-		if err := d.start(ctx, s); err != nil {
+		if err := s.start(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -247,7 +247,7 @@ func (d *Daemon) claim(ctx context.Context, s *session, p policies.Policy, start
 func (d *Daemon) abandon(ctx context.Context, s *session) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := d.stopSession(dctx, s, "stopped", 0); err != nil {
+	if err := s.stop(dctx, "stopped", 0); err != nil {
 		log.G(ctx).Warn("stop abandoned sandbox", "error", err)
 	}
 	d.mu.Lock()
@@ -262,5 +262,3 @@ func (d *Daemon) abandon(ctx context.Context, s *session) {
 	d.releaseCgroupParentsLocked()
 	d.mu.Unlock()
 }
-
-func (d *Daemon) initBinary() string { return filepath.Join(d.cfg.BinDir, launch.Binary) }

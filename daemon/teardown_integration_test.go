@@ -17,11 +17,11 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/runtime"
 )
 
 // perimeterPolicy runs cmd with every layer: an overlay workspace on host
@@ -121,7 +121,7 @@ func TestStopTearsDownEverySandboxLayer(t *testing.T) {
 // the daemon's prefix and a hash of the id (see egress/netns).
 func sessionNetns(id string) string {
 	sum := sha256.Sum256([]byte(id))
-	return filepath.Join("/run/netns", daemon.Prefix(h.Root)+"-s-"+hex.EncodeToString(sum[:])[:10])
+	return filepath.Join("/run/netns", runtime.Prefix(h.Root)+"-s-"+hex.EncodeToString(sum[:])[:10])
 }
 
 // mountsOf lists the mount points at or beneath dir.
@@ -324,7 +324,7 @@ func sessionNamespaces(t *testing.T) []string {
 	}
 	var out []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), daemon.Prefix(h.Root)+"-s-") {
+		if strings.HasPrefix(e.Name(), runtime.Prefix(h.Root)+"-s-") {
 			out = append(out, e.Name())
 		}
 	}

@@ -435,6 +435,24 @@ func (e *Perimeter) SessionOfFlow(ctx context.Context, client, server netip.Addr
 	return ns.ID(), nil
 }
 
+// SessionOfConnection is SessionOfFlow for a TCP connection given as a
+// service reported it (IP:port each; server may be empty or unparsable,
+// then any server matches). It reports false when no session's flow
+// matches, or the client is not an address.
+func (e *Perimeter) SessionOfConnection(ctx context.Context, client, server string) (string, bool) {
+	c, err := netip.ParseAddrPort(client)
+	if err != nil || e == nil {
+		return "", false
+	}
+	srv, _ := netip.ParseAddrPort(server)
+	id, err := e.SessionOfFlow(ctx, c, srv, "tcp")
+	if err != nil {
+		log.G(ctx).Debug("a connection of no session", "client", client, "error", err)
+		return "", false
+	}
+	return id, true
+}
+
 // hostResolvers reads nameserver lines from a resolv.conf.
 func hostResolvers(path string) ([]string, error) {
 	f, err := os.Open(path)

@@ -20,10 +20,10 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"github.com/airlock-sandbox/airlock/internal/world"
+	"github.com/airlock-sandbox/airlock/runtime"
 )
 
 // AgentImage is the image every measured session and container runs.
@@ -127,7 +127,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, retErr error) {
 			e.ctrCgroups = append(e.ctrCgroups, p)
 		}
 	}
-	e.Prefix = daemon.Prefix(e.StateRoot)
+	e.Prefix = runtime.Prefix(e.StateRoot)
 	defer func() {
 		if retErr != nil {
 			if _, err := e.Close(context.WithoutCancel(ctx)); err != nil {

@@ -228,3 +228,26 @@ func withExtraMaskedPaths(paths []string) oci.SpecOpts {
 		return nil
 	}
 }
+
+// Hostname is a sandbox's hostname: its label as a DNS label (lower case,
+// letters, digits and hyphens, at most 63), or its id when nothing of the
+// label is left.
+func Hostname(label, id string) string {
+	h := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + ('a' - 'A')
+		}
+		return '-'
+	}, label)
+	h = strings.Trim(h, "-")
+	if h == "" {
+		return id
+	}
+	if len(h) > 63 {
+		h = h[:63]
+	}
+	return h
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	goruntime "runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,5 +164,19 @@ func BenchmarkSpec(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buildSpec(b, p)
+	}
+}
+
+func TestHostname(t *testing.T) {
+	for _, tt := range []struct{ label, want string }{
+		{"Fix Tests #42", "fix-tests--42"},
+		{"ok-name", "ok-name"},
+		{"---", "abc123"},
+		{"", "abc123"},
+		{strings.Repeat("a", 70), strings.Repeat("a", 63)},
+	} {
+		if got := Hostname(tt.label, "abc123"); got != tt.want {
+			t.Errorf("Hostname(%q) = %q, want %q", tt.label, got, tt.want)
+		}
 	}
 }

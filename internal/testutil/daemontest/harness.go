@@ -90,7 +90,7 @@ func Start(ctx context.Context) (*Harness, error) {
 	if err := os.MkdirAll(h.IssuerTokens(), 0o700); err != nil {
 		return nil, err
 	}
-	w, err := world.Start(ctx, world.Config{Prefix: "w" + daemon.Prefix(root)[2:]})
+	w, err := world.Start(ctx, world.Config{Prefix: "w" + runtime.Prefix(root)[2:]})
 	if err != nil {
 		os.RemoveAll(root)
 		return nil, fmt.Errorf("test world: %w", err)
@@ -198,7 +198,7 @@ func (h *Harness) Close(ctx context.Context) error {
 	// The daemon's shared parent cgroups go with its last session or
 	// prepared sandbox.
 	if h.Daemon != nil {
-		parent := "airlock-" + daemon.Prefix(h.Root)
+		parent := "airlock-" + runtime.Prefix(h.Root)
 		hier, _ := os.ReadDir("/sys/fs/cgroup")
 		for _, e := range append(hier, nil) {
 			p := filepath.Join("/sys/fs/cgroup", parent)

@@ -1,4 +1,4 @@
-package daemon
+package runtime
 
 import (
 	"context"
@@ -9,9 +9,10 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/ocipack"
 )
 
-// Images lists the runtime's images by name.
-func (d *Daemon) Images(ctx context.Context) ([]api.Image, error) {
-	imgs, err := d.runtime.Client().ListImages(ctx)
+// Images lists the images sessions can use, by name.
+func (r *Runtime) Images(ctx context.Context) ([]api.Image, error) {
+	ctx = r.ctx(ctx)
+	imgs, err := r.client.ListImages(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -24,12 +25,10 @@ func (d *Daemon) Images(ctx context.Context) ([]api.Image, error) {
 	return out, nil
 }
 
-// ImportImage imports the images of the OCI or Docker archive r into the
-// runtime; name is ocipack.ImportOptions.Name.
-func (d *Daemon) ImportImage(ctx context.Context, r io.Reader, name string) ([]api.Image, error) {
-	imgs, err := ocipack.Import(ctx, d.runtime.Client(), r, ocipack.ImportOptions{
-		Name: name, Snapshotter: d.runtime.Snapshotter(),
-	})
+// ImportImage imports the images of the OCI or Docker archive in rd and
+// unpacks them for sessions; name is ocipack.ImportOptions.Name.
+func (r *Runtime) ImportImage(ctx context.Context, rd io.Reader, name string) ([]api.Image, error) {
+	imgs, err := ocipack.Import(r.ctx(ctx), r.client, rd, ocipack.ImportOptions{Name: name, Snapshotter: r.cfg.Snapshotter})
 	if err != nil {
 		return nil, err
 	}

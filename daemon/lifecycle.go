@@ -1,0 +1,344 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/launch"
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/internal/steps"
+	"github.com/airlock-sandbox/airlock/runtime"
+)
+
+// A session's lifecycle, as methods of the session: one state machine
+// whose transitions each persist the session's record before they act.
+//
+//	creating ──prepare──▶ created ──start──▶ running ──exit──▶ stopped
+//	   (pooled: prepared for a pool, taken by a create)      │
+//	created/running ──stop/timeout──▶ (kill) ──exit─────────┘
+//
+// finish is the one way into stopped, whether the exit was seen live
+// (watch) or found by a restarted daemon (readopt); its steps are safe to
+// repeat, so a daemon that dies part-way completes them on its next start.
+
+// ending is how a session's main process ended, as far as it is known.
+type ending struct {
+	code int       // the exit status; -1 when unknown
+	at   time.Time // when it ended; zero is now
+	// reason is "exited" or "lost"; a requested stop and an OOM kill
+	// take precedence.
+	reason string
+}
+
+// watch ends the session when its sandbox's main process exits; a
+// sandbox that dies while it waits in a pool is dropped from it instead.
+func (s *session) watch(ch <-chan containerd.ExitStatus) {
+	d := s.d
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		select {
+		case st := <-ch:
+			ctx := log.With(d.stopCtx, "session", s.rec.ID)
+			if d.pools.drop(ctx, s) {
+				return
+			}
+			code, _, err := st.Result()
+			end := ending{code: int(code), at: st.ExitTime().UTC(), reason: "exited"}
+			if err != nil {
+				end.code = -1
+			}
+			s.finish(ctx, end)
+		case <-d.stopCtx.Done():
+		}
+	}()
+}
+
+func (s *session) start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rec.State != api.StateCreated {
+		return fmt.Errorf("session %q is %s, not created: %w", s.rec.ID, s.rec.State, errdefs.ErrFailedPrecondition)
+	}
+	if s.launch == nil {
+		s.launch = launch.Open(filepath.Join(s.dir, initDir))
+	}
+	// Env-delivered credentials reach the command through the launch
+	// message only, never through the container's spec.
+	credEnv, err := s.creds.StartEnv(ctx, s.rec.ID)
+	if err != nil {
+		return err
+	}
+	env := s.env
+	if len(credEnv) > 0 {
+		env = append(append([]string{}, s.env...), credEnv...)
+	}
+	if err := s.launch.Launch(ctx, launch.Message{Args: s.rec.Policy.Command, Env: env}); err != nil {
+		return err
+	}
+	if err := s.launch.Clean(); err != nil {
+		log.G(ctx).Warn("clean launch directory", "error", err)
+	}
+	s.launch = nil
+	now := time.Now().UTC()
+	deadline := now.Add(s.rec.Policy.Timeout.Std())
+	s.rec.State = api.StateRunning
+	s.rec.Started = &now
+	s.rec.Deadline = &deadline
+	s.rec.Pid = s.pid
+	if err := s.saveLocked(); err != nil {
+		log.G(ctx).Error("persist running state", "error", err)
+	}
+	s.armTimerLocked()
+	s.creds.StartRefreshers(ctx, s.rec.ID)
+	s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "started",
+		Subject: strings.Join(s.rec.Policy.Command, " "), Fields: map[string]any{"pid": s.pid, "timeout": s.rec.Policy.Timeout.String(), "warm": s.rec.Warm}})
+	s.auditDenyRead(ctx)
+	log.G(ctx).Info("session started", "pid", s.pid, "timeout", s.rec.Policy.Timeout.String(), "warm", s.rec.Warm)
+	return nil
+}
+
+// armTimerLocked enforces a running session's wall-clock deadline.
+func (s *session) armTimerLocked() {
+	d := s.d
+	if s.rec.Deadline == nil || s.timer != nil {
+		return
+	}
+	id := s.rec.ID
+	wait := max(time.Until(*s.rec.Deadline), 0)
+	s.timer = time.AfterFunc(wait, func() {
+		tctx := log.With(d.stopCtx, "session", id)
+		log.G(tctx).Warn("session timed out; killing it")
+		_ = s.stop(tctx, "timeout", 2*time.Second)
+	})
+}
+
+// finish is the one way a session ends, whether its exit was seen live
+// (recordExit) or found by a restarted daemon (reconcile). Every step is
+// safe to repeat, so a daemon that dies part-way finishes on its next
+// start:
+//   - the exit status is persisted while the task still holds it;
+//   - the credentials are revoked and the OOM flag read (before the
+//     task's deletion removes the cgroup);
+//   - the network (its drops audited), the task and the workspace's
+//     on_exit go side by side; on_exit waits for the task's deletion
+//     unless the session's cgroup is already empty, so that no process
+//     of the sandbox still writes to the workspace;
+//   - the final state is stored, waiters are woken and the end audited.
+//
+// A session that is already stopped keeps its recorded exit; only an
+// interrupted on_exit is completed.
+func (s *session) finish(ctx context.Context, end ending) {
+	d := s.d
+	if end.at.IsZero() {
+		end.at = time.Now().UTC()
+	}
+	id := s.rec.ID
+	step := steps.New()
+	defer step.Log(ctx, "session teardown steps", "phase", "exit")
+	var ended bool // the session had ended before: its end is not recorded again
+	step.Run("exit", func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		ended = s.rec.State == api.StateStopped || s.rec.State == api.StateUnknown
+		if s.rec.State != api.StateRunning || s.rec.Exited != nil {
+			return
+		}
+		s.rec.Exited = &exitStatus{Code: end.code, At: end.at}
+		if err := s.saveLocked(); err != nil {
+			log.G(ctx).Error("persist exit status", "error", err)
+		}
+	})
+	step.Run("credentials", func() { d.creds.Revoke(ctx, id) })
+	var oom bool
+	step.Run("oom", func() { oom = d.cgroups.OOMKilled(d.CgroupPath(id)) })
+	taskGone := make(chan struct{})
+	step.Go("network", func() {
+		if err := d.egress.Remove(ctx, s.rec.ID, s.audit.EmitDecision); err != nil {
+			log.G(ctx).Warn("remove network", "error", err)
+		}
+	})
+	step.Go("task", func() {
+		defer close(taskGone)
+		if err := d.rt.DeleteTask(ctx, id); err != nil {
+			log.G(ctx).Warn("delete exited task", "error", err)
+		}
+		if !ended {
+			s.auditOutputDropped(ctx)
+		}
+	})
+	review, finished := false, false
+	step.Go("workspace", func() {
+		if s.fs == nil || !s.fs.Live() {
+			return
+		}
+		if !d.cgroups.Empty(d.CgroupPath(id)) {
+			<-taskGone
+		}
+		var err error
+		if review, err = s.finishFS(ctx); err != nil {
+			log.G(ctx).Error("workspace on_exit", "error", err)
+		}
+		finished = true
+	})
+	step.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if finished {
+		s.rec.Review = review
+	}
+	s.stopTimerLocked()
+	if ended || s.rec.State == api.StateStopped || s.rec.State == api.StateUnknown {
+		if finished {
+			step.Run("state", func() {
+				if err := s.saveLocked(); err != nil {
+					log.G(ctx).Error("persist review state", "error", err)
+				}
+			})
+		}
+		s.closeExitedLocked()
+		return
+	}
+	exit, reason := end.code, end.reason
+	switch {
+	case s.rec.Stopping != "":
+		reason = s.rec.Stopping
+		if s.rec.Started == nil {
+			exit = -1 // stopped before its command ran
+		}
+	case oom:
+		reason = "oom"
+	}
+	s.rec.State = api.StateStopped
+	s.rec.Exited = nil
+	s.rec.ExitCode = &exit
+	s.rec.Reason = reason
+	s.rec.Finished = &end.at
+	step.Run("state", func() {
+		if err := s.saveLocked(); err != nil {
+			log.G(ctx).Error("persist exit", "error", err)
+		}
+	})
+	s.closeExitedLocked()
+	s.audit.Flush(ctx)
+	s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "ended", Reason: reason,
+		Fields: map[string]any{"exit_code": exit}})
+	log.G(ctx).Info("session ended", "exit_code", exit, "reason", reason)
+}
+
+func (s *session) stop(ctx context.Context, reason string, grace time.Duration) error {
+	d := s.d
+	s.mu.Lock()
+	switch s.rec.State {
+	case api.StateRunning:
+	case api.StateCreated, stateCreating, statePooled:
+		// Never started: only airlock-init waits; nothing to ask nicely.
+		grace = 0
+	default:
+		s.mu.Unlock()
+		return nil
+	}
+	if s.rec.Stopping == "" {
+		s.rec.Stopping = reason
+		_ = s.saveLocked()
+	}
+	id, exited, pid := s.rec.ID, s.exited, s.pid
+	s.mu.Unlock()
+	// A stopped session's credentials stop working now, not when it exits.
+	d.creds.Revoke(ctx, id)
+
+	if grace > 0 {
+		if err := d.rt.Signal(ctx, id, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).Warn("SIGTERM", "error", err)
+		}
+		select {
+		case <-exited:
+			return nil
+		case <-time.After(grace):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// Killing the init of the session's PID namespace kills every process
+	// in it; by pidfd that takes microseconds, against a runc process for
+	// containerd's kill-all. runc is the fallback.
+	if err := runtime.KillInit(pid, d.CgroupPath(id)); err != nil {
+		log.G(ctx).Debug("kill by pidfd; asking runc", "error", err)
+		if err := d.rt.Signal(ctx, id, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("session %q: kill: %w", id, err)
+		}
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("session %q did not exit 30s after SIGKILL: %w", id, errdefs.ErrUnavailable)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// readopt re-adopts a session whose sandbox still runs and returns nil;
+// otherwise it returns how the session ended, for finish.
+func (s *session) readopt(ctx context.Context) (*ending, error) {
+	d := s.d
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.rec.State {
+	case api.StateRunning, api.StateCreated:
+		ts, err := d.rt.Task(ctx, s.rec.ID)
+		if err != nil && !errdefs.IsNotFound(err) {
+			return nil, err
+		}
+		if ts.Running {
+			ch, err := d.rt.Wait(ctx, s.rec.ID)
+			if err != nil {
+				return nil, err
+			}
+			s.pid = ts.Pid
+			uid, gid, _ := s.rec.Policy.UserIDs()
+			s.creds = d.creds.Reopen(s.dir, s.rec.Policy.Credentials, uid, gid)
+			if s.rec.State == api.StateCreated {
+				// airlock-init still waits for the command. The spec's
+				// environment holds no credential; start mints the
+				// env-delivered ones again (credentials.Plan.StartEnv).
+				if s.env, err = d.rt.ProcessEnv(ctx, s.rec.ID); err != nil {
+					return nil, err
+				}
+			} else {
+				s.armTimerLocked()
+				s.creds.StartRefreshers(ctx, s.rec.ID)
+			}
+			s.watch(ch)
+			log.G(ctx).Info("re-adopted session", "state", s.rec.State, "pid", ts.Pid)
+			return nil, nil
+		}
+		// Ended while the daemon was down. A created session's init
+		// exits only when the sandbox is lost.
+		end := &ending{code: -1, reason: "lost"}
+		switch {
+		case s.rec.State == api.StateCreated:
+		case ts.Exists:
+			end.code, end.reason, end.at = int(ts.ExitCode), "exited", ts.ExitedAt.UTC()
+		case s.rec.Exited != nil:
+			// The previous daemon saw the exit and deleted the task.
+			end.code, end.reason, end.at = s.rec.Exited.Code, "exited", s.rec.Exited.At
+		}
+		return end, nil
+	case api.StateStopped:
+		// Finished before, perhaps only in part: finish again repeats
+		// what is left (credentials, network, task, on_exit).
+		return &ending{}, nil
+	default:
+		s.closeExitedLocked()
+		return nil, nil
+	}
+}

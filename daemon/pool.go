@@ -47,8 +47,8 @@ type warmPools struct {
 	closed bool             // +checklocks:mu
 	// held maps every ready sandbox to its pool.
 	held map[*session]*pool // +checklocks:mu
-	// dropped are sandboxes torn down without a session: the exit of
-	// their init records nothing.
+	// dropped are sandboxes torn down without a session, until the exit
+	// of their init, which records nothing.
 	dropped map[*session]bool // +checklocks:mu
 }
 
@@ -163,19 +163,25 @@ func (w *warmPools) fill(pl *pool) {
 	defer w.wg.Done()
 	ctx := log.With(w.ctx, "pool", pl.key, "label", pl.policy.Label)
 	for {
+		// Deciding to stop and clearing preparing happen under one lock,
+		// so that a take, a drop or a resize in between starts a filler.
 		w.mu.Lock()
-		done := w.closed || len(pl.ready) >= pl.size || w.pools[pl.key] != pl
-		w.mu.Unlock()
-		if done {
-			break
+		if w.closed || len(pl.ready) >= pl.size || w.pools[pl.key] != pl {
+			pl.preparing = false
+			w.mu.Unlock()
+			return
 		}
+		// The session limit is checked under the pools' lock (the lock
+		// order allows it): a take racing with a full limit sees either
+		// this filler running or it stopped.
 		if err := w.reserve(); err != nil {
-			w.mu.Lock()
+			pl.preparing = false
 			pl.lastErr = err.Error()
 			w.mu.Unlock()
 			log.G(ctx).Warn("pool not filled", "reason", err)
-			break
+			return
 		}
+		w.mu.Unlock()
 		s, err := w.prepare(ctx, pl.policy)
 		if err != nil {
 			w.release()
@@ -210,9 +216,6 @@ func (w *warmPools) fill(pl *pool) {
 		w.release()
 		log.G(ctx).Debug("pooled sandbox ready", "session", s.rec.ID)
 	}
-	w.mu.Lock()
-	pl.preparing = false
-	w.mu.Unlock()
 }
 
 // drop handles the exit of a sandbox's init: one waiting in a pool is
@@ -222,6 +225,8 @@ func (w *warmPools) fill(pl *pool) {
 func (w *warmPools) drop(ctx context.Context, s *session) bool {
 	w.mu.Lock()
 	if w.dropped[s] {
+		// Torn down by the pools; its exit is the last they hear of it.
+		delete(w.dropped, s)
 		w.mu.Unlock()
 		return true
 	}
@@ -231,10 +236,11 @@ func (w *warmPools) drop(ctx context.Context, s *session) bool {
 		return false
 	}
 	w.removeLocked(pl, s)
+	delete(w.dropped, s) // its exit is this one
 	pl.discarded++
 	w.fillLocked(pl)
 	w.mu.Unlock()
-	log.G(ctx).Warn("a pooled sandbox's init exited; dropping it", "session", s.rec.ID)
+	log.G(ctx).Warn("a pooled sandbox's init exited; dropping it")
 	w.discard(ctx, s)
 	return true
 }

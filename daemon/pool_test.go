@@ -1,0 +1,122 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// A take that lands while the filler is deciding to stop still gets its
+// sandbox replaced: the filler's decision and the end of "preparing" are
+// one step, so the take either sees the filler running or starts one.
+func TestPoolRefillNotLost(t *testing.T) {
+	var n atomic.Int64
+	iterations := 3000
+	if testing.Short() {
+		iterations = 300
+	}
+	for iter := 0; iter < iterations; iter++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		w := &warmPools{
+			prepare: func(ctx context.Context, p policies.Policy) (*session, error) {
+				return &session{rec: record{ID: fmt.Sprint(n.Add(1))}}, nil
+			},
+			discard: func(context.Context, *session) {},
+			reserve: func() error { return nil },
+			release: func() {},
+			ctx:     ctx,
+			pools:   map[string]*pool{}, held: map[*session]*pool{}, dropped: map[*session]bool{},
+		}
+		p := policies.Policy{Label: "x", Pool: &policies.Pool{Size: 1}}
+		w.ensure(&p)
+		key := poolKey(&p)
+		for w.Waiting() == 0 {
+			runtime.Gosched()
+		}
+		for i := 0; i < iter%200; i++ {
+			_ = i * i
+		}
+		if s := w.take(key, func(*session) {}); s == nil {
+			t.Fatal("nothing to take")
+		}
+		w.wg.Wait() // every filler has returned
+		w.mu.Lock()
+		pl := w.pools[key]
+		ready, preparing := len(pl.ready), pl.preparing
+		w.mu.Unlock()
+		cancel()
+		if ready != pl.size {
+			t.Fatalf("iteration %d: pool of size %d has %d ready and no filler (preparing=%v): a take's refill was lost", iter, pl.size, ready, preparing)
+		}
+	}
+}
+
+// The pools forget a sandbox they tore down once its init's exit has been
+// handled, whether they removed it (pool removal) or its init died while
+// it waited: nothing of it stays in memory for the daemon's life.
+func TestPoolForgetsDroppedSandboxes(t *testing.T) {
+	var n atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &warmPools{
+		prepare: func(ctx context.Context, p policies.Policy) (*session, error) {
+			return &session{rec: record{ID: fmt.Sprint(n.Add(1))}}, nil
+		},
+		discard: func(context.Context, *session) {},
+		reserve: func() error { return nil },
+		release: func() {},
+		ctx:     ctx,
+		pools:   map[string]*pool{}, held: map[*session]*pool{}, dropped: map[*session]bool{},
+	}
+	for round := 0; round < 10; round++ {
+		p := policies.Policy{Label: "x", Pool: &policies.Pool{Size: 4}}
+		w.ensure(&p)
+		for w.Waiting() < 4 {
+			runtime.Gosched()
+		}
+		w.wg.Wait()
+		w.mu.Lock()
+		ready := append([]*session(nil), w.pools[poolKey(&p)].ready...)
+		w.mu.Unlock()
+		if err := w.remove(ctx, poolKey(&p)); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range ready {
+			if !w.drop(ctx, s) { // the exit of its init, caused by the teardown
+				t.Fatal("drop did not recognise a discarded sandbox")
+			}
+		}
+	}
+	// A waiting sandbox whose init dies: its exit is the one handled.
+	p := policies.Policy{Label: "y", Pool: &policies.Pool{Size: 1}}
+	w.ensure(&p)
+	for w.Waiting() < 1 {
+		runtime.Gosched()
+	}
+	w.mu.Lock()
+	dead := w.pools[poolKey(&p)].ready[0]
+	w.mu.Unlock()
+	if !w.drop(ctx, dead) {
+		t.Fatal("drop did not take a waiting sandbox whose init died")
+	}
+	// Its replacement, torn down when the pools close, then exits.
+	for w.Waiting() < 1 {
+		runtime.Gosched()
+	}
+	w.mu.Lock()
+	replacement := w.pools[poolKey(&p)].ready[0]
+	w.mu.Unlock()
+	w.close(ctx)
+	if !w.drop(ctx, replacement) {
+		t.Fatal("drop did not recognise a sandbox the pools tore down at close")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.dropped) != 0 {
+		t.Fatalf("%d torn-down sandboxes still held in w.dropped after their exits were handled", len(w.dropped))
+	}
+}

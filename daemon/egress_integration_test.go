@@ -231,3 +231,40 @@ func TestEgressAllowPrivate(t *testing.T) {
 		t.Errorf("no audit event names the dropped address and why; have %+v", evs)
 	}
 }
+
+// A session created before a daemon restart and started after it keeps
+// its network: its allowed names resolve and connect. (The restarted
+// daemon re-adopts it; its namespace and DNS registration must survive.)
+func TestEgressCreatedSessionKeepsNetworkAcrossRestart(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	worldHost(t, "restart.corp.test", "10.214.0.14")
+	p := policy("sleep", "300")
+	p.Egress = &policies.Egress{Allow: []string{"restart.corp.test:80"}}
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+	if err := h.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Daemon.Start(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	out, code := execOut(t, s.ID, "curl", "-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}", "http://restart.corp.test/")
+	if code != 0 || out != "200" {
+		t.Errorf("allowed name from a session created before the restart: curl exit %d %q, want HTTP 200", code, out)
+	}
+	evs, err := h.Daemon.Audit(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := false
+	for _, ev := range evs {
+		allowed = allowed || (ev.Layer == "dns" && ev.Action == "allowed" && ev.Subject == "restart.corp.test")
+	}
+	if !allowed {
+		t.Error("its DNS decision after the restart is not in its audit")
+	}
+}

@@ -141,7 +141,7 @@ func cidrAllows(list *allowlist.List, dst netip.AddrPort) (string, bool) {
 	}
 	for _, r := range list.CIDRs() {
 		if !r.Deny && r.Prefix.Contains(a) && (r.Port == 0 || r.Port == dst.Port()) {
-			return r.String(), true
+			return allowlist.Rule{Kind: allowlist.Prefix, Prefix: r.Prefix, Port: r.Port}.String(), true
 		}
 	}
 	return "", false

@@ -126,38 +126,45 @@ func peekTLS(r io.Reader) (string, error) {
 
 // peekHTTP reads an HTTP/1.x request line and header.
 func peekHTTP(r io.Reader) (Hello, error) {
-	tp := textproto.NewReader(bufio.NewReader(r))
+	h, _, err := parseRequest(bufio.NewReader(r))
+	return h, err
+}
+
+// parseRequest reads an HTTP/1.x request line and header, and finds the
+// request's host.
+func parseRequest(br *bufio.Reader) (Hello, textproto.MIMEHeader, error) {
+	tp := textproto.NewReader(br)
 	line, err := tp.ReadLine()
 	if err != nil {
-		return Hello{}, httpErr(err)
+		return Hello{}, nil, httpErr(err)
 	}
 	method, rest, ok1 := strings.Cut(line, " ")
 	target, proto, ok2 := strings.Cut(rest, " ")
 	if !ok1 || !ok2 || method == "" || target == "" || !strings.HasPrefix(proto, "HTTP/1.") || len(proto) != len("HTTP/1.1") {
-		return Hello{}, errors.New("l7: not an HTTP/1.x request line")
+		return Hello{}, nil, errors.New("l7: not an HTTP/1.x request line")
 	}
 	h := Hello{Method: method}
 	if method == "CONNECT" {
-		return h, errors.New("l7: CONNECT is not a request to the destination")
+		return h, nil, errors.New("l7: CONNECT is not a request to the destination")
 	}
 	hdr, err := tp.ReadMIMEHeader()
 	if err != nil {
-		return h, httpErr(err)
+		return h, nil, httpErr(err)
 	}
 	for k := range hdr {
 		if strings.ContainsAny(k, " \t") {
 			// RFC 9112 5.1: servers must reject it; some take it as is.
-			return h, fmt.Errorf("l7: whitespace in header name %q", k)
+			return h, nil, fmt.Errorf("l7: whitespace in header name %q", k)
 		}
 	}
 	hosts := hdr.Values("Host")
 	if len(hosts) > 1 {
-		return h, errors.New("l7: more than one Host header")
+		return h, nil, errors.New("l7: more than one Host header")
 	}
 	var hostHdr string
 	if len(hosts) == 1 {
 		if hostHdr, err = hostOnly(hosts[0]); err != nil {
-			return h, fmt.Errorf("l7: Host header: %w", err)
+			return h, nil, fmt.Errorf("l7: Host header: %w", err)
 		}
 	}
 	h.Host = hostHdr
@@ -167,18 +174,18 @@ func peekHTTP(r io.Reader) (Hello, error) {
 		// servers read differently.
 		u, err := url.ParseRequestURI(target)
 		if err != nil || u.Host == "" {
-			return h, errors.New("l7: request target is neither a path nor an absolute URL")
+			return h, nil, errors.New("l7: request target is neither a path nor an absolute URL")
 		}
 		uh, err := hostOnly(u.Host)
 		if err != nil {
-			return h, fmt.Errorf("l7: request target: %w", err)
+			return h, nil, fmt.Errorf("l7: request target: %w", err)
 		}
 		if len(hosts) == 1 && !strings.EqualFold(uh, hostHdr) {
-			return h, fmt.Errorf("l7: request target host %q differs from the Host header %q", uh, hostHdr)
+			return h, nil, fmt.Errorf("l7: request target host %q differs from the Host header %q", uh, hostHdr)
 		}
 		h.Host = uh
 	}
-	return h, nil
+	return h, hdr, nil
 }
 
 func httpErr(err error) error {

@@ -21,13 +21,19 @@
 // refused, passed ones when they end, with the bytes each way and the
 // duration. Bodies are never looked at.
 //
+// On plain HTTP every request of the connection is checked so (relay.go),
+// and passed on as it came; a request that fails the check, or whose body
+// length servers could read differently, closes the connection.
+//
 // What it does not see: inside TLS (no termination yet), so a Host header
-// that differs from the SNI on a shared address passes; plain HTTP
-// requests after the first on a kept-alive connection; other ports and
+// that differs from the SNI on a shared address passes; the stream after
+// a plain HTTP request that asks for a protocol Upgrade; other ports and
 // protocols.
 package l7
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -335,19 +341,38 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	}()
 
 	ev.Action, ev.Reason = ActionAllowed, d.Reason
-	if _, err := up.Write(peeked); err != nil {
-		ev.BytesUp = 0
-		emit()
-		return
-	}
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		n, _ := io.Copy(up, nc)
-		ev.BytesUp += n
-		closeWrite(up)
-	}()
+	if h.Proto == ProtoHTTP {
+		// Every request on the connection is checked, the first again.
+		br := bufio.NewReader(io.MultiReader(bytes.NewReader(peeked), nc))
+		go func() {
+			defer wg.Done()
+			n, stopped, reason, _ := relayRequests(br, up, func(h Hello) Decision { return sess.Check(dst, h, start) })
+			ev.BytesUp = n
+			if stopped == nil {
+				closeWrite(up)
+				return
+			}
+			if sess.Audit != nil {
+				sess.Audit(Event{Time: time.Now(), Session: sess.ID, Client: client, Dst: dst, Proto: ProtoHTTP,
+					Host: stopped.Host, Method: stopped.Method, Action: ActionRefused, Reason: reason})
+			}
+			c.close()
+		}()
+	} else {
+		if _, err := up.Write(peeked); err != nil {
+			ev.BytesUp = 0
+			emit()
+			return
+		}
+		go func() {
+			defer wg.Done()
+			n, _ := io.Copy(up, nc)
+			ev.BytesUp += n
+			closeWrite(up)
+		}()
+	}
 	n, _ := io.Copy(nc, up)
 	closeWrite(nc)
 	wg.Wait()

@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -172,5 +174,47 @@ func TestServerSilentClient(t *testing.T) {
 	}
 	if ev := g.events(t, 1)[0]; ev.Action != ActionRefused || !strings.Contains(ev.Reason, "nothing") {
 		t.Errorf("event: %+v", ev)
+	}
+}
+
+// TestServerKeepAlive sends a second request for another host on a
+// kept-alive connection: it never reaches the server, and the connection
+// is closed.
+func TestServerKeepAlive(t *testing.T) {
+	var mu sync.Mutex
+	var hosts []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hosts = append(hosts, r.Host)
+		mu.Unlock()
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	g := startGateway(t, up.Listener.Addr().String())
+	c, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first request: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n")
+	if resp, err := http.ReadResponse(br, nil); err == nil {
+		t.Fatalf("second request for other.test answered %d", resp.StatusCode)
+	}
+	evs := g.events(t, 2)
+	if !slices.ContainsFunc(evs, func(ev Event) bool { return ev.Action == ActionRefused && ev.Host == "other.test" }) {
+		t.Errorf("no refusal of other.test in %+v", evs)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(hosts, []string{"allowed.test"}) {
+		t.Errorf("the server saw requests for %v", hosts)
 	}
 }

@@ -44,6 +44,7 @@
 //	    th dport @resolverports goto <s>-blk            (other resolvers, DoT)
 //	    ip daddr @never4 goto <s>-blk; ip6 daddr @never6 goto <s>-blk
 //	    <deny CIDR[:port]> goto <s>-blk
+//	    udp dport 443: <allow CIDR> accept, else goto <s>-blk  (L7 port 443 only: QUIC)
 //	    ip daddr . th dport @<s>-p4 accept; ip daddr @<s>-a4 accept
 //	    ip6 daddr . th dport @<s>-p6 accept; ip6 daddr @<s>-a6 accept
 //	    <allow CIDR[:port]> accept
@@ -601,6 +602,10 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 	return nil
 }
 
+// quicPort is HTTP/3's UDP port, closed to pins in sessions whose TCP 443
+// goes through the L7 gateway.
+const quicPort = 443
+
 // ctStatusDstNAT is IPS_DST_NAT: the connection's destination was
 // translated (`ct status dnat`).
 const ctStatusDstNAT = 1 << 5
@@ -618,6 +623,17 @@ func sessionVerdicts(s Session, block, allow []expr.Any) [][]expr.Any {
 	add(nfproto(unix.NFPROTO_IPV6), one(loadAddr(unix.NFPROTO_IPV6, true, reg1), &expr.Lookup{SourceRegister: reg1, SetName: setNever6}), block)
 	for _, r := range s.Deny {
 		add(daddrIn(r.Prefix, r.Port), block)
+	}
+	if slices.Contains(s.L7Ports, quicPort) {
+		// QUIC would pass the L7 gateway by: only Allow rules open UDP
+		// 443, pins do not, so clients fall back to TCP.
+		for _, r := range s.Allow {
+			if r.Prefix.Addr().Is6() && !s.Addr6.IsValid() || r.Port != 0 && r.Port != quicPort {
+				continue
+			}
+			add(l4protoIs(protoUDP), daddrIn(r.Prefix, quicPort), allow)
+		}
+		add(l4protoIs(protoUDP), one(dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(quicPort)}), block)
 	}
 	add(nfproto(unix.NFPROTO_IPV4), one(
 		loadAddr(unix.NFPROTO_IPV4, true, reg32), dport(reg32+1),

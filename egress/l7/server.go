@@ -52,6 +52,9 @@ const (
 	DefaultPeekTimeout = 10 * time.Second
 	DefaultDialTimeout = 10 * time.Second
 	DefaultMaxConns    = 4096
+	// DefaultMaxSessionConns bounds one session's connections at once, so
+	// that one session cannot take every connection of the gateway.
+	DefaultMaxSessionConns = 512
 )
 
 // Decision is a session's verdict on a connection.
@@ -107,10 +110,10 @@ type Config struct {
 	// Dial opens the upstream connection (from the gateway namespace).
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// PeekTimeout bounds the wait for the first message; DialTimeout the
-	// upstream dial. MaxConns bounds the connections handled at once;
-	// more are closed as they come.
-	PeekTimeout, DialTimeout time.Duration
-	MaxConns                 int
+	// upstream dial. MaxConns bounds the connections handled at once,
+	// MaxSessionConns those of one session; more are closed as they come.
+	PeekTimeout, DialTimeout  time.Duration
+	MaxConns, MaxSessionConns int
 }
 
 // Server handles redirected connections.
@@ -121,6 +124,8 @@ type Server struct {
 	mu sync.Mutex
 	// +checklocks:mu
 	conns map[*conn]struct{}
+	// +checklocks:mu
+	perSession map[string]int
 	// +checklocks:mu
 	flows map[netip.AddrPort]flow // upstream local address -> its connection
 	wg    sync.WaitGroup
@@ -168,7 +173,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
-	return &Server{cfg: cfg, sem: make(chan struct{}, cfg.MaxConns), conns: map[*conn]struct{}{}, flows: map[netip.AddrPort]flow{}}, nil
+	if cfg.MaxSessionConns <= 0 {
+		cfg.MaxSessionConns = DefaultMaxSessionConns
+	}
+	return &Server{cfg: cfg, sem: make(chan struct{}, cfg.MaxConns), conns: map[*conn]struct{}{},
+		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}}, nil
 }
 
 // Serve accepts connections from l until ctx ends or l fails, then closes
@@ -186,11 +195,18 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			// Out of file descriptors, or a connection reset before it
+			// was accepted: wait a moment and go on.
+			log.G(ctx).Warn("l7: accept", "error", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
 		}
 		select {
 		case s.sem <- struct{}{}:
@@ -273,10 +289,15 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	defer close(c.done)
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
+	s.perSession[sess.ID]++
+	over := s.perSession[sess.ID] > s.cfg.MaxSessionConns
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, c)
+		if s.perSession[sess.ID]--; s.perSession[sess.ID] <= 0 {
+			delete(s.perSession, sess.ID)
+		}
 		s.mu.Unlock()
 	}()
 
@@ -286,6 +307,11 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 		if sess.Audit != nil {
 			sess.Audit(ev)
 		}
+	}
+	if over {
+		ev.Action, ev.Reason = ActionRefused, fmt.Sprintf("airlock: more than %d connections through the L7 gateway at once", s.cfg.MaxSessionConns)
+		emit()
+		return
 	}
 
 	_ = nc.SetReadDeadline(start.Add(s.cfg.PeekTimeout))

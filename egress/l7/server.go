@@ -317,11 +317,10 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	_ = nc.SetReadDeadline(start.Add(s.cfg.PeekTimeout))
 	h, peeked, err := Peek(nc)
 	ev.Proto, ev.SNI, ev.Host, ev.Method = h.Proto, h.SNI, h.Host, h.Method
-	ev.BytesUp = int64(len(peeked))
 	if err != nil {
 		ev.Action, ev.Reason = ActionRefused, "airlock: "+err.Error()
 		if len(peeked) == 0 {
-			ev.Reason = "airlock: the client sent nothing within the peek timeout"
+			ev.Reason = "airlock: the client sent nothing (closed, or silent for the peek timeout)"
 		}
 		refuse(nc, h.Proto, ev.Reason)
 		emit()
@@ -388,10 +387,10 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 		}()
 	} else {
 		if _, err := up.Write(peeked); err != nil {
-			ev.BytesUp = 0
 			emit()
 			return
 		}
+		ev.BytesUp = int64(len(peeked))
 		go func() {
 			defer wg.Done()
 			n, _ := io.Copy(up, nc)

@@ -172,7 +172,7 @@ func TestServerSilentClient(t *testing.T) {
 	if n, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatalf("read %d bytes from a refused connection", n)
 	}
-	if ev := g.events(t, 1)[0]; ev.Action != ActionRefused || !strings.Contains(ev.Reason, "nothing") {
+	if ev := g.events(t, 1)[0]; ev.Action != ActionRefused || !strings.Contains(ev.Reason, "sent nothing") {
 		t.Errorf("event: %+v", ev)
 	}
 }

@@ -95,6 +95,14 @@ func checkL7(list *allowlist.List, names *dnsproxy.Names, dst netip.AddrPort, h 
 	if h.Proto == l7.ProtoTLS {
 		label = "SNI"
 	}
+	if h.SNI != "" && h.Host != "" {
+		// Both are seen only where TLS is terminated (a later slice).
+		sni, _, err1 := l7.NameOf(h.SNI)
+		host, _, err2 := l7.NameOf(h.Host)
+		if err1 != nil || err2 != nil || sni != host {
+			return l7.Decision{Reason: fmt.Sprintf("airlock: Host %q differs from SNI %q", h.Host, h.SNI)}
+		}
+	}
 	raw := h.Name()
 	name, ip, err := l7.NameOf(raw)
 	if err != nil {

@@ -47,6 +47,8 @@ func TestCheckL7(t *testing.T) {
 		{"any name on an allowed range", dst("10.9.0.1:443"), tlsHello("other.test"), true, ""},
 		{"allowed range on another port", dst("10.9.0.1:80"), httpHello(""), false, "no Host"},
 		{"denied part of an allowed range", dst("10.9.9.1:443"), tlsHello(""), false, "no SNI"},
+		{"Host differs from SNI", dst("10.214.0.10:443"), l7.Hello{Proto: l7.ProtoTLS, SNI: "allowed.test", Host: "other.test"}, false, "differs from SNI"},
+		{"Host equals SNI", dst("10.214.0.10:443"), l7.Hello{Proto: l7.ProtoTLS, SNI: "allowed.test", Host: "Allowed.Test."}, true, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			d := checkL7(list, names, tt.dst, tt.hello, now)

@@ -160,7 +160,7 @@ func TestL7Gateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = p.Close(context.Background())
+		_ = perim.Load().Close(context.Background())
 		_ = netns.CleanupDir(context.Background(), netns.DefaultDir, prefix)
 	})
 	perim.Store(p)
@@ -280,11 +280,50 @@ func TestL7Gateway(t *testing.T) {
 		}
 	})
 
+	t.Run("a restarted perimeter checks the running session again", func(t *testing.T) {
+		if err := p.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p2, err := egress.Open(ctx, prefix, egress.Config{
+			Uplink:       "netns:" + w.NetnsName(),
+			DNSUpstreams: []string{w.DNSAddr().String()},
+			AllowPrivate: []netip.Prefix{w.Net()},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = p2
+		perim.Store(p2)
+		p2.Reconcile(ctx, func(id string) (*policies.Egress, egress.Audit) {
+			if id == "l7on" {
+				return &policies.Egress{Allow: allow, L7: policies.L7Check}, audit.emit
+			}
+			return &policies.Egress{Allow: allow}, audit.emit
+		})
+		// Which addresses were pinned for which name is not kept across
+		// the restart: refused until the name is resolved again.
+		if code, body, err := get(t, on, http80, w, "http://allowed.test/", ""); err != nil || code != 403 || !strings.Contains(body, "did not resolve") {
+			t.Errorf("allowed.test after the restart, before resolving it = %d %q %v; want 403", code, body, err)
+		}
+		if r := query(t, on, "allowed.test"); r.Rcode != dns.RcodeSuccess {
+			t.Fatalf("allowed.test: %v", r)
+		}
+		if code, _, err := get(t, on, http80, w, "http://allowed.test/", ""); err != nil || code != 200 {
+			t.Errorf("allowed.test after the restart = %d %v", code, err)
+		}
+		if code, _, err := get(t, on, http80, w, "http://allowed.test/", "other.test"); err != nil || code != 403 {
+			t.Errorf("Host other.test after the restart = %d %v; want 403", code, err)
+		}
+	})
+
 	if err := p.Remove(ctx, "l7on", audit.emit); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Remove(ctx, "l7off", audit.emit); err != nil {
 		t.Fatal(err)
+	}
+	if left, err := netns.Leftovers(netns.DefaultDir, prefix, w.NetnsPath()); err != nil || len(left) > 0 && !slices.ContainsFunc(left, func(s string) bool { return strings.Contains(s, "-gw") }) {
+		t.Errorf("left after the sessions' removal: %v (%v)", left, err)
 	}
 }
 

@@ -280,6 +280,40 @@ func TestL7Gateway(t *testing.T) {
 		}
 	})
 
+	t.Run("IPv6", func(t *testing.T) {
+		v6 := netip.MustParseAddr("fd0a:214::20")
+		for _, name := range []string{"v6.test", "other6.test"} {
+			if err := w.AddHost(name, v6); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s6 := addSession(t, p, "l7v6", &policies.Egress{Allow: []string{"v6.test"}, AllowPrivate: []string{"fd0a:214::/64"}, IPv6: true, L7: policies.L7Check}, &audit)
+		t.Cleanup(func() { _ = p.Remove(context.Background(), "l7v6", nil) })
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		conn, err := netns.Dialer(s6.NetnsPath())(cctx, "udp", resolver(t, s6).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		m := new(dns.Msg)
+		m.SetQuestion("v6.test.", dns.TypeAAAA)
+		r, _, err := (&dns.Client{Net: "udp", Timeout: 2 * time.Second}).ExchangeWithConnContext(cctx, m, &dns.Conn{Conn: conn})
+		if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+			t.Fatalf("AAAA v6.test: %v %v", r, err)
+		}
+		dst := netip.AddrPortFrom(v6, 80)
+		if code, body, err := get(t, s6, dst, w, "http://v6.test/", ""); err != nil || code != 200 {
+			t.Errorf("http://v6.test/ over IPv6 = %d %q %v", code, body, err)
+		}
+		if code, _, err := get(t, s6, dst, w, "http://v6.test/", "other6.test"); err != nil || code != 403 {
+			t.Errorf("Host other6.test over IPv6 = %d %v; want 403", code, err)
+		}
+		ev := audit.waitEvent(t, "l7v6", "l7", "allowed", "v6.test", "proto", "http")
+		if ev.Fields["dst"] != dst.String() {
+			t.Errorf("original destination %v, want %v", ev.Fields["dst"], dst)
+		}
+	})
 	t.Run("a restarted perimeter checks the running session again", func(t *testing.T) {
 		if err := p.Close(ctx); err != nil {
 			t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/egress/allowlist"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
+	"github.com/airlock-sandbox/airlock/egress/l7"
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	"github.com/airlock-sandbox/airlock/egress/nft"
 	"github.com/airlock-sandbox/airlock/internal/log"
@@ -71,10 +72,14 @@ type Perimeter struct {
 	proxy    *dnsproxy.Server
 	sessions dnsproxy.SessionMap
 
-	mu     sync.Mutex
-	byID   map[string][]netip.Addr // session id -> its addresses in the SessionMap
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the proxy's serving goroutines
+	l7 *l7.Server
+
+	mu   sync.Mutex
+	byID map[string][]netip.Addr // session id -> its addresses in the SessionMap
+	// l7ByAddr holds the addresses of sessions with an L7 mode.
+	l7ByAddr map[netip.Addr]*l7.Session
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // the proxy's and the L7 gateway's serving goroutines
 }
 
 // Open adopts the gateway an earlier daemon with the kernel-object prefix
@@ -114,7 +119,7 @@ func Open(ctx context.Context, prefix string, cfg Config) (*Perimeter, error) {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 	}
-	e := &Perimeter{cfg: cfg, gw: gw, byID: map[string][]netip.Addr{}}
+	e := &Perimeter{cfg: cfg, gw: gw, byID: map[string][]netip.Addr{}, l7ByAddr: map[netip.Addr]*l7.Session{}}
 	proxy, err := dnsproxy.New(&e.sessions,
 		dnsproxy.WithUpstreams(upstreams...),
 		dnsproxy.WithDialer(dnsproxy.Dialer(gw.Dialer())),
@@ -150,6 +155,13 @@ func Open(ctx context.Context, prefix string, cfg Config) (*Perimeter, error) {
 	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
+	if err := e.startL7(pctx); err != nil {
+		cancel()
+		udp.Close()
+		tcp.Close()
+		_ = gw.Close(ctx)
+		return nil, err
+	}
 	e.wg.Add(2)
 	go func() { defer e.wg.Done(); _ = proxy.ServePacketConn(pctx, udp) }()
 	go func() { defer e.wg.Done(); _ = proxy.ServeListener(pctx, tcp) }()
@@ -226,6 +238,9 @@ func (e *Perimeter) AddSession(ctx context.Context, id string, eg *policies.Egre
 		return nil, err
 	}
 	cfg := netns.SessionConfig{IPv6: eg.IPv6, Drop: eg.OnBlock == policies.OnBlockDrop}
+	if eg.L7Enabled() {
+		cfg.L7Ports = L7Ports
+	}
 	for _, r := range list.CIDRs() {
 		rule := netns.Rule{Prefix: r.Prefix, Port: r.Port}
 		if r.Deny {
@@ -268,6 +283,10 @@ func (e *Perimeter) registerDNS(ctx context.Context, id string, eg *policies.Egr
 	addrs := []netip.Addr{ns.Addr()}
 	if a6 := ns.Addr6(); a6.IsValid() {
 		addrs = append(addrs, a6)
+	}
+	if eg.L7Enabled() {
+		pol.Names = dnsproxy.NewNames(0)
+		e.registerL7(ctx, id, addrs, list, pol.Names, audit)
 	}
 	for _, a := range addrs {
 		e.sessions.Set(a, pol)
@@ -318,14 +337,22 @@ func DNSAuditEvent(id string, ev dnsproxy.Event) api.AuditEvent {
 	return api.AuditEvent{Time: ev.Time, Session: id, Layer: "dns", Action: string(ev.Action), Subject: strings.TrimSuffix(ev.Name, "."), Reason: ev.Reason, Fields: f}
 }
 
-// unregister forgets session id's addresses in the proxy.
+// unregister forgets session id's addresses in the proxy and the L7
+// gateway, and closes its connections through the gateway (each is
+// audited as it ends).
 func (e *Perimeter) unregister(id string) {
 	e.mu.Lock()
 	addrs := e.byID[id]
 	delete(e.byID, id)
+	for _, a := range addrs {
+		delete(e.l7ByAddr, a)
+	}
 	e.mu.Unlock()
 	for _, a := range addrs {
 		e.sessions.Delete(a)
+	}
+	if e.l7 != nil {
+		e.l7.CloseSession(id)
 	}
 }
 
@@ -427,6 +454,12 @@ func (e *Perimeter) Reconcile(ctx context.Context, running func(id string) (*pol
 func (e *Perimeter) SessionOfFlow(ctx context.Context, client, server netip.AddrPort, proto string) (string, error) {
 	if e == nil {
 		return "", fmt.Errorf("no egress perimeter: %w", errdefs.ErrNotFound)
+	}
+	if e.l7 != nil && proto == "tcp" {
+		// The L7 gateway's own connections, on the session's behalf.
+		if id, ok := e.l7.SessionOfFlow(client, server); ok {
+			return id, nil
+		}
 	}
 	ns, err := e.gw.SessionByFlow(ctx, client, server, proto)
 	if err != nil {

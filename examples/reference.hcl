@@ -239,6 +239,13 @@ session "reference" {
 
     # Allow IPv6 (AAAA answers are pinned and used). Default false.
     ipv6 = false
+
+    # The L7 gateway: "off" (default) or "check". With "check", TCP to
+    # allowed destinations on ports 80 and 443 passes only if its TLS SNI
+    # or HTTP Host is a name whose DNS answer pinned that address for this
+    # session (or the address is allowed by a CIDR entry); UDP 443 (QUIC)
+    # is blocked. TLS is not terminated: the Host inside TLS is not seen.
+    l7 = "off"
   }
 
   # credential "NAME": a short-lived token minted for the session at start

@@ -56,7 +56,7 @@ var (
 		Attributes: []hcl.AttributeSchema{{Name: "target"}, {Name: "read_only"}, {Name: "deny_read"}, {Name: "default_deny_read"}},
 	}
 	egressSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "allow"}, {Name: "deny"}, {Name: "allow_private"}, {Name: "on_block"}, {Name: "ipv6"}},
+		Attributes: []hcl.AttributeSchema{{Name: "allow"}, {Name: "deny"}, {Name: "allow_private"}, {Name: "on_block"}, {Name: "ipv6"}, {Name: "l7"}},
 	}
 	poolSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "size"}},
@@ -808,6 +808,7 @@ func (d *decoder) session(block *hcl.Block) *Policy {
 		d.strList(c.Attributes, "allow_private", at, &e.AllowPrivate)
 		d.str(c.Attributes, "on_block", at, &e.OnBlock)
 		d.boolean(c.Attributes, "ipv6", at, &e.IPv6)
+		d.str(c.Attributes, "l7", at, &e.L7)
 		p.Egress = e
 	}
 	for i, b := range byType["credential"] {

@@ -163,6 +163,7 @@ var decodeTests = []decodeTest{
     deny  = ["gist.githubusercontent.com"]
     allow_private = ["10.20.0.0/16", "100.64.1.0/24", "192.168.7.7", "fd12:3456::/32"]
     ipv6  = true
+    l7    = "check"
   }`),
 		check: func(t *testing.T, p *Policy) {
 			want := &Egress{
@@ -171,6 +172,7 @@ var decodeTests = []decodeTest{
 				AllowPrivate: []string{"10.20.0.0/16", "100.64.1.0/24", "192.168.7.7", "fd12:3456::/32"},
 				OnBlock:      OnBlockReject,
 				IPv6:         true,
+				L7:           L7Check,
 			}
 			if !reflect.DeepEqual(p.Egress, want) {
 				t.Errorf("egress = %+v, want %+v", p.Egress, want)
@@ -351,6 +353,8 @@ var decodeTests = []decodeTest{
 	{name: "egress empty label", src: session(`  egress { allow = ["a..b"] }`), summary: "Invalid egress entry", line: 3},
 	{name: "egress url", src: session(`  egress { allow = ["https://a.test"] }`), summary: "Invalid egress entry", line: 3},
 	{name: "egress on_block", src: session(`  egress { on_block = "ignore" }`), summary: "Invalid on_block", line: 3},
+	{name: "egress l7", src: session("  egress {\n    allow = [\"a.test\"]\n    l7 = \"terminate\"\n  }"), summary: "Invalid l7", detail: `"terminate" is not one of off, check`, line: 5},
+	{name: "egress l7 not a string", src: session(`  egress { l7 = ["check"] }`), summary: "Incorrect attribute value type", line: 3},
 	{name: "allow_private not a list", src: session(`  egress { allow_private = "10.0.0.0/8" }`), summary: "Incorrect attribute value type", line: 3},
 	{name: "allow_private public", src: session("  egress {\n    allow_private = [\n      \"10.1.0.0/16\",\n      \"0.0.0.0/0\",\n    ]\n  }"), summary: "Invalid allow_private entry", detail: "not inside a private range", line: 6},
 	{name: "allow_private loopback", src: session(`  egress { allow_private = ["127.0.0.0/8"] }`), summary: "Invalid allow_private entry", detail: "not inside a private range", line: 3},

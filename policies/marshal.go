@@ -135,6 +135,7 @@ func Marshal(p *Policy) ([]byte, error) {
 		if e.IPv6 {
 			b.SetAttributeValue("ipv6", cty.True)
 		}
+		setNonEmpty(b, "l7", e.L7)
 	}
 	for _, c := range p.Credentials {
 		b := newBlock(s, "credential", c.Name)

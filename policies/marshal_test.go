@@ -32,7 +32,7 @@ func fullPolicy() *Policy {
 			{HostPath: "/etc/ssl/certs", Target: "/etc/ssl/certs", ReadOnly: true},
 			{HostPath: "/tmp/x", Target: "/x", ReadOnly: false, DenyRead: []string{"tokens/"}, DefaultDenyRead: true},
 		},
-		Egress: &Egress{Allow: []string{"jobs.bench.test", "10.0.0.0/8:443"}, Deny: []string{"evil.test"}, AllowPrivate: []string{"10.1.0.0/16"}, OnBlock: OnBlockDrop, IPv6: true},
+		Egress: &Egress{Allow: []string{"jobs.bench.test", "10.0.0.0/8:443"}, Deny: []string{"evil.test"}, AllowPrivate: []string{"10.1.0.0/16"}, OnBlock: OnBlockDrop, IPv6: true, L7: L7Check},
 		Credentials: []Credential{
 			{Name: "jobs", Issuer: "airlock", Audience: "jobs.bench.test", Scopes: []string{"jobs.list", "jobs.cancel owner=alex queue=dev"}, TTL: Duration(5 * time.Minute), Deliver: DeliverFile, Path: "/run/airlock/credentials/jobs"},
 			{Name: "reg", Audience: "registry.test", Scopes: []string{"packages.publish name=app"}, Deliver: DeliverEnv, EnvVar: "REG_TOKEN"},

@@ -141,6 +141,18 @@ const (
 	OnBlockDrop   = "drop"
 )
 
+// L7 gateway modes of an egress block.
+const (
+	// L7Off leaves connections at layers 3-4: a session may open any
+	// connection to an address an allowed name resolved to (the default).
+	L7Off = "off"
+	// L7Check sends the session's TCP to allowed destinations on ports 80
+	// and 443 through the gateway, which binds the TLS ClientHello's SNI
+	// or the HTTP Host to the names whose DNS answers pinned the
+	// destination, and passes the connection through unterminated.
+	L7Check = "check"
+)
+
 // Egress is the `egress { ... }` block.
 type Egress struct {
 	// Allow entries: "name", "*.suffix", "name:port", "CIDR", "CIDR:port".
@@ -155,7 +167,13 @@ type Egress struct {
 	OnBlock string `json:"on_block,omitempty"`
 	// IPv6 allows AAAA answers to be pinned and used.
 	IPv6 bool `json:"ipv6,omitempty"`
+	// L7 is L7Off (empty: the default) or L7Check.
+	L7 string `json:"l7,omitempty"`
 }
+
+// L7Enabled reports whether the session's HTTP and TLS connections go
+// through the L7 gateway.
+func (e *Egress) L7Enabled() bool { return e != nil && e.L7 == L7Check }
 
 // Credential delivery.
 const (

@@ -485,6 +485,11 @@ func (c *checker) egress(at fieldPath, e *Egress) {
 	default:
 		c.add(at.field("on_block"), "Invalid on_block", `Use "reject" (fail fast, the default) or "drop" (silently discard)`, "%q is not one of reject, drop", e.OnBlock)
 	}
+	switch e.L7 {
+	case "", L7Off, L7Check:
+	default:
+		c.add(at.field("l7"), "Invalid l7", `Use "off" (layers 3-4 only, the default) or "check" (bind SNI and Host to the DNS pins)`, "%q is not one of off, check", e.L7)
+	}
 }
 
 // checkUser parses "uid" or "uid:gid" and returns the uid, or a reason.

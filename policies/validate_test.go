@@ -137,12 +137,13 @@ func TestValidate(t *testing.T) {
 		{
 			name: "egress",
 			mutate: func(p *Policy) {
-				p.Egress = &Egress{Allow: []string{"ok.test", "bad_.test:x"}, Deny: []string{""}, OnBlock: "ignore"}
+				p.Egress = &Egress{Allow: []string{"ok.test", "bad_.test:x"}, Deny: []string{""}, OnBlock: "ignore", L7: "all"}
 			},
 			want: []string{
 				`egress.allow[1]: "bad_.test:x" is not a valid egress entry: port "x" is not a number`,
 				`egress.deny[0]: "" is not a valid egress entry: the entry is empty`,
 				`egress.on_block: "ignore" is not one of reject, drop`,
+				`egress.l7: "all" is not one of off, check`,
 			},
 		},
 		{

@@ -145,6 +145,9 @@ func (s *Server) answer(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, r
 			s.stats.pinErrors.Add(1)
 			return fail(dns.RcodeServerFailure, "pin: "+err.Error())
 		}
+		// The pins last at least netns.MinPinTTL, and the pin TTL is at
+		// least the TTL floor (at least a second).
+		req.sess.Names.Record(req.name, addrs, now.Add(pinTTL), now)
 	}
 
 	m := new(dns.Msg)

@@ -45,6 +45,10 @@ type SessionPolicy struct {
 	IPv6 bool
 	// Pinner receives the addresses of every answer before it is returned.
 	Pinner Pinner
+	// Names, if not nil, records for each query which addresses were
+	// pinned for the queried name, once Pin succeeded: the L7 gateway
+	// binds SNI and Host to them.
+	Names *Names
 	// Audit receives one Event per query. It is called on the query path
 	// and must not block. Nil drops the events.
 	Audit func(Event)

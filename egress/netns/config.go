@@ -52,6 +52,10 @@ type Config struct {
 	// DNSPacketRate bounds each session's UDP packets a second to the DNS
 	// proxy; 0: nft.DefaultDNSPacketRate.
 	DNSPacketRate uint32
+	// L7Port is the port of the L7 gateway's listener in the gateway
+	// namespace, where sessions' L7 connections are redirected;
+	// 0: nft.DefaultL7Port.
+	L7Port uint16
 }
 
 // Uplink is the gateway's way out.
@@ -115,6 +119,9 @@ func (c Config) withDefaults() Config {
 	if c.DNSPort == 0 {
 		c.DNSPort = DefaultDNSPort
 	}
+	if c.L7Port == 0 {
+		c.L7Port = nft.DefaultL7Port
+	}
 	c.Pool, c.Pool6 = c.Pool.Masked(), c.Pool6.Masked()
 	c.Uplink.Net, c.Uplink.Net6 = c.Uplink.Net.Masked(), c.Uplink.Net6.Masked()
 	return c
@@ -158,6 +165,9 @@ func (c Config) validate() error {
 	if c.DNSPort == 0 {
 		errs = append(errs, errors.New("dns port 0"))
 	}
+	if c.L7Port == c.DNSPort {
+		errs = append(errs, fmt.Errorf("l7 port %d is the dns port", c.L7Port))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("gateway config: %w: %w", err, errdefs.ErrInvalidArgument)
 	}
@@ -182,6 +192,7 @@ func (c Config) base() nft.Base {
 		DNSPort:            c.DNSPort,
 		DNSPacketRate:      cmp.Or(c.DNSPacketRate, nft.DefaultDNSPacketRate),
 		Never:              never,
+		L7Port:             c.L7Port,
 	}
 }
 

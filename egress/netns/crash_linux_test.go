@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 
 	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/egress/nft"
 	"github.com/airlock-sandbox/airlock/internal/world"
 )
 
@@ -238,5 +240,52 @@ func TestNetnsDo(t *testing.T) {
 	}
 	if _, err := netns.Create(netns.DefaultDir, p+"-world"); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Errorf("Create over an existing namespace = %v", err)
+	}
+}
+
+// TestAdoptAddsL7 adopts a gateway made before the L7 gateway's
+// prerouting chain and map existed: adoption adds them, and a session with
+// L7 ports can then be created.
+func TestAdoptAddsL7(t *testing.T) {
+	t.Parallel()
+	p := testPrefix()
+	w := newWorld(t, p)
+	cfg := netns.Config{Prefix: p, Uplink: netns.Uplink{Netns: w.NetnsPath()}}
+	g, err := netns.NewGateway(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(g.NetnsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl := &nftables.Table{Name: p, Family: nftables.TableFamilyINet}
+	c.DelChain(&nftables.Chain{Name: nft.ChainPrerouting, Table: tbl})
+	c.DelSet(&nftables.Set{Name: "l7-sessions", Table: tbl})
+	if err := c.Flush(); err != nil {
+		t.Fatalf("strip the L7 objects: %v", err)
+	}
+	netns.Release(g)
+
+	g, err = netns.AdoptGateway(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(context.Background()); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		wantNoLeftovers(t, p, w)
+	})
+	if _, err := c.ListChain(tbl, nft.ChainPrerouting); err != nil {
+		t.Errorf("the adopted gateway has no prerouting chain: %v", err)
+	}
+	if _, err := g.AddSession(t.Context(), "l7", netns.SessionConfig{L7Ports: []uint16{80, 443}}); err != nil {
+		t.Errorf("a session with L7 ports on the adopted gateway: %v", err)
 	}
 }

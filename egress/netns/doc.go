@@ -32,7 +32,11 @@
 // opened, on TCP and UDP only, never port 53 or 853, never loopback,
 // link-local (cloud metadata), multicast, the gateway, the uplink, other
 // sessions or operator-listed ranges. Every refused packet is counted per
-// destination, protocol and port (Session.Drops).
+// destination, protocol and port (Session.Drops). A session created with
+// L7 ports (SessionConfig.L7Ports) has its allowed TCP connections on
+// those ports redirected to the L7 listener on Gateway.L7Port instead, in
+// the gateway namespace like the DNS proxy's; the listener reads the
+// original destination with SO_ORIGINAL_DST (OriginalDst).
 //
 // The gateway and every session namespace are created by this process;
 // Cleanup removes what a crashed daemon left, AdoptGateway takes it over.

@@ -69,3 +69,7 @@ func ForceIPv6(g *Gateway, s *Session) error {
 		LinkIndex: eth.Attrs().Index, Dst: ipNet(netip.IPv6Unspecified(), 0), Gw: ll.AsSlice(),
 	})
 }
+
+// Release closes g's handles and leaves the gateway in the kernel, as a
+// daemon that exits does.
+func Release(g *Gateway) { g.release() }

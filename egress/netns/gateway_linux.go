@@ -200,6 +200,14 @@ func AdoptGateway(ctx context.Context, cfg Config) (_ *Gateway, retErr error) {
 	if err := g.withNft(func(c *nftables.Conn) error { return nft.Check(c, cfg.Prefix) }); err != nil {
 		return nil, fmt.Errorf("gateway %s ruleset: %v: %w", cfg.Prefix, err, errdefs.ErrFailedPrecondition)
 	}
+	if err := g.withNft(func(c *nftables.Conn) error {
+		if err := nft.EnsureL7(c, cfg.base()); err != nil {
+			return err
+		}
+		return c.Flush()
+	}); err != nil {
+		return nil, fmt.Errorf("gateway %s L7 rules: %w", cfg.Prefix, err)
+	}
 	if err := g.checkUplink(); err != nil {
 		return nil, fmt.Errorf("gateway %s uplink: %v: %w", cfg.Prefix, err, errdefs.ErrFailedPrecondition)
 	}
@@ -422,6 +430,10 @@ func (g *Gateway) UplinkNets() []netip.Prefix {
 
 // DNSPort is the port sessions may reach on their resolver address.
 func (g *Gateway) DNSPort() uint16 { return g.cfg.DNSPort }
+
+// L7Port is the port of the L7 listener in the gateway namespace, where
+// the rules redirect sessions' connections on their L7 ports.
+func (g *Gateway) L7Port() uint16 { return g.cfg.L7Port }
 
 // Do runs fn on a thread inside the gateway namespace (see the package
 // function Do); the DNS proxy opens its listeners this way, on

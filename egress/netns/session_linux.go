@@ -45,6 +45,11 @@ type SessionConfig struct {
 	// Allow are static destination ranges (manifest CIDR entries); Deny
 	// ranges win over Allow and over pinned addresses.
 	Allow, Deny []Rule
+	// L7Ports are TCP ports whose connections to allowed destinations are
+	// redirected to the gateway's L7 listener (Gateway.L7Port) instead of
+	// being forwarded; the listener reads the original destination with
+	// SO_ORIGINAL_DST. None: every allowed connection is forwarded.
+	L7Ports []uint16
 }
 
 func (c SessionConfig) validate() error {
@@ -52,6 +57,9 @@ func (c SessionConfig) validate() error {
 		if !r.Prefix.IsValid() || r.Prefix.Addr().Is4In6() {
 			return fmt.Errorf("egress rule %v: %w", r, errdefs.ErrInvalidArgument)
 		}
+	}
+	if slices.Contains(c.L7Ports, 0) {
+		return fmt.Errorf("L7 port 0: %w", errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -224,7 +232,7 @@ func (s *Session) create(cfg SessionConfig) error {
 		}
 	}
 
-	rules := nft.Session{Name: s.iface, Addr4: s.addrs.Session4, Drop: cfg.Drop, Allow: cfg.Allow, Deny: cfg.Deny}
+	rules := nft.Session{Name: s.iface, Addr4: s.addrs.Session4, Drop: cfg.Drop, Allow: cfg.Allow, Deny: cfg.Deny, L7Ports: cfg.L7Ports}
 	if s.ipv6 {
 		rules.Addr6 = s.addrs.Session6
 	}

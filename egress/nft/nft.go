@@ -24,6 +24,10 @@
 //	    iifname "s-*" drop }
 //	chain postrouting { type nat hook postrouting
 //	    oifname <uplink> masquerade }
+//	map l7-sessions     { type ifname : verdict }   iifname -> goto <s>-l7
+//	chain prerouting { type nat hook prerouting priority dstnat
+//	    iifname <uplink> tcp dport <l7> drop         (the L7 gateway's listener)
+//	    iifname vmap @l7-sessions }
 //
 // Each session (interface name <s> = "s-" + hash) adds:
 //
@@ -40,6 +44,7 @@
 //	    th dport @resolverports goto <s>-blk            (other resolvers, DoT)
 //	    ip daddr @never4 goto <s>-blk; ip6 daddr @never6 goto <s>-blk
 //	    <deny CIDR[:port]> goto <s>-blk
+//	    udp dport 443: <allow CIDR> accept, else goto <s>-blk  (L7 port 443 only: QUIC)
 //	    ip daddr . th dport @<s>-p4 accept; ip daddr @<s>-a4 accept
 //	    ip6 daddr . th dport @<s>-p6 accept; ip6 daddr @<s>-a6 accept
 //	    <allow CIDR[:port]> accept
@@ -51,12 +56,29 @@
 //	    udp dport <dns> limit rate over N/second burst N packets goto <s>-blk  (DNSPacketRate)
 //	    meta l4proto @tcpudp th dport <dns> fib daddr . iif type local accept
 //	    goto <s>-blk }
+//	chain <s>-l7 {                                   (sessions with L7 ports only)
+//	    ip saddr != <session addr> return; ...      (whatever <s>-fwd blocks
+//	    meta l4proto != tcp return                   is not redirected: it goes on
+//	    tcp dport <each L7 port> goto <s>-l7ok      to <s>-fwd and is blocked
+//	    return }                                     and counted there)
+//	chain <s>-l7ok {
+//	    th dport @resolverports return; ip daddr @never4 return; ...
+//	    <deny CIDR[:port]> return
+//	    ip daddr . th dport @<s>-p4 redirect to :<l7>; ip daddr @<s>-a4 redirect to :<l7>
+//	    (the same for IPv6)
+//	    <allow CIDR[:port]> redirect to :<l7> }
+//	(and in <s>-in, before the DNS rules: tcp dport <l7> ct status dnat accept)
 //	chain <s>-blk {
 //	    update @<s>-d4 { ip daddr . meta l4proto . th dport }   (port 0 unless TCP/UDP)
 //	    update @<s>-d6 { ip6 daddr . meta l4proto . th dport }
 //	    counter comment "drops"
 //	    meta l4proto tcp reject with tcp reset
 //	    reject with icmpx admin-prohibited }   (or: drop)
+//
+// A session's TCP connection to an allowed destination on one of its L7
+// ports is thus redirected to the gateway's own L7 listener, which reads
+// the original destination back with SO_ORIGINAL_DST; the same rules decide
+// what is allowed on both paths (sessionVerdicts).
 //
 // Nothing a session sends can change these rules: they live in a namespace
 // the sandbox has no handle on.
@@ -101,6 +123,7 @@ const (
 	setNever6        = "never6"
 	mapFwdSessions   = "fwd-sessions"
 	mapInSessions    = "in-sessions"
+	mapL7Sessions    = "l7-sessions"
 
 	dropsComment = "drops"
 )
@@ -139,6 +162,20 @@ type Base struct {
 	// Never are destinations no session may reach, in addition to
 	// DefaultNever.
 	Never []netip.Prefix
+	// L7Port is the port of the gateway's L7 listener, where sessions' L7
+	// connections are redirected; 0: DefaultL7Port.
+	L7Port uint16
+}
+
+// DefaultL7Port is the port the gateway's L7 listener has when Base says
+// none.
+const DefaultL7Port = 15001
+
+func (b Base) l7Port() uint16 {
+	if b.L7Port == 0 {
+		return DefaultL7Port
+	}
+	return b.L7Port
 }
 
 // Rule allows or denies a destination range, on one port or (Port 0) all.
@@ -167,6 +204,10 @@ type Session struct {
 	// Allow and Deny are static destination rules; Deny wins over Allow
 	// and over pins.
 	Allow, Deny []Rule
+	// L7Ports are the TCP ports whose allowed connections are redirected
+	// to the gateway's L7 listener (Base.L7Port); none: the session has
+	// no L7 rules.
+	L7Ports []uint16
 }
 
 // setIDs hands out batch-local set ids. The library's own allocator is a
@@ -294,7 +335,42 @@ func Install(c *nftables.Conn, b Base) error {
 	c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: exprs(iifnamePrefix(b.SessionIfacePrefix), one(verdict(expr.VerdictDrop)))})
 
 	c.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: exprs(oifname(b.Uplink), one(&expr.Masq{}))})
+	return addL7Base(c, t, b)
+}
+
+// addL7Base queues the L7 dispatch map and the prerouting chain.
+func addL7Base(c *nftables.Conn, t *nftables.Table, b Base) error {
+	m := newSet(&nftables.Set{
+		Table: t, Name: mapL7Sessions, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict,
+		KeyByteOrder: binaryutil.BigEndian,
+	})
+	if err := c.AddSet(m, nil); err != nil {
+		return err
+	}
+	pre := c.AddChain(&nftables.Chain{
+		Name: ChainPrerouting, Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest,
+	})
+	c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: exprs(
+		iifname(b.Uplink), l4protoIs(protoTCP),
+		one(dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(b.l7Port())}, verdict(expr.VerdictDrop)),
+	)})
+	c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: one(
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
+		&expr.Lookup{SourceRegister: reg1, SetName: mapL7Sessions, DestRegister: regVerdict, IsDestRegSet: true},
+	)})
 	return nil
+}
+
+// EnsureL7 queues the L7 dispatch map and prerouting chain of b in its
+// table when they are missing (a gateway made before they existed); the
+// caller flushes.
+func EnsureL7(c *nftables.Conn, b Base) error {
+	t := table(b.Table)
+	if _, err := c.ListChain(t, ChainPrerouting); err == nil {
+		return nil
+	}
+	return addL7Base(c, t, b)
 }
 
 // Check reports whether the table named name exists with its base chains.
@@ -349,6 +425,9 @@ func sessionObjects(name string) (fwd, in, blk string, sets []string) {
 		[]string{name + "-p4", name + "-a4", name + "-p6", name + "-a6", name + "-d4", name + "-d6"}
 }
 
+// sessionL7Chains names a session's L7 chains.
+func sessionL7Chains(name string) (l7, ok string) { return name + "-l7", name + "-l7ok" }
+
 // Validate reports whether s can be installed.
 func (s Session) Validate() error {
 	if s.Name == "" || len(s.Name) >= ifNameSize {
@@ -364,6 +443,9 @@ func (s Session) Validate() error {
 		if !r.Prefix.IsValid() || r.Prefix.Addr().Is4In6() {
 			return fmt.Errorf("nft: session %s: bad rule %v", s.Name, r)
 		}
+	}
+	if slices.Contains(s.L7Ports, 0) {
+		return fmt.Errorf("nft: session %s: L7 port 0", s.Name)
 	}
 	return nil
 }
@@ -435,34 +517,42 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 		add(fwd, nfproto(unix.NFPROTO_IPV6), one(toBlk))
 	}
 	add(fwd, l4protoTCPUDP(true), one(toBlk))
-	add(fwd, one(dport(reg1), &expr.Lookup{SourceRegister: reg1, SetName: setResolverPorts}, toBlk))
-	add(fwd, nfproto(unix.NFPROTO_IPV4), one(loadAddr(unix.NFPROTO_IPV4, true, reg1), &expr.Lookup{SourceRegister: reg1, SetName: setNever4}, toBlk))
-	add(fwd, nfproto(unix.NFPROTO_IPV6), one(loadAddr(unix.NFPROTO_IPV6, true, reg1), &expr.Lookup{SourceRegister: reg1, SetName: setNever6}, toBlk))
-	for _, r := range s.Deny {
-		add(fwd, daddrIn(r.Prefix, r.Port), one(toBlk))
-	}
 	accept := verdict(expr.VerdictAccept)
-	add(fwd, nfproto(unix.NFPROTO_IPV4), one(
-		loadAddr(unix.NFPROTO_IPV4, true, reg32), dport(reg32+1),
-		&expr.Lookup{SourceRegister: reg32, SetName: s.Name + "-p4"}, accept))
-	add(fwd, nfproto(unix.NFPROTO_IPV4), one(
-		loadAddr(unix.NFPROTO_IPV4, true, reg1),
-		&expr.Lookup{SourceRegister: reg1, SetName: s.Name + "-a4"}, accept))
-	if s.Addr6.IsValid() {
-		add(fwd, nfproto(unix.NFPROTO_IPV6), one(
-			loadAddr(unix.NFPROTO_IPV6, true, reg32), dport(reg32+4),
-			&expr.Lookup{SourceRegister: reg32, SetName: s.Name + "-p6"}, accept))
-		add(fwd, nfproto(unix.NFPROTO_IPV6), one(
-			loadAddr(unix.NFPROTO_IPV6, true, reg1),
-			&expr.Lookup{SourceRegister: reg1, SetName: s.Name + "-a6"}, accept))
-	}
-	for _, r := range s.Allow {
-		if r.Prefix.Addr().Is6() && !s.Addr6.IsValid() {
-			continue
-		}
-		add(fwd, daddrIn(r.Prefix, r.Port), one(accept))
+	for _, r := range sessionVerdicts(s, one(toBlk), one(accept)) {
+		add(fwd, r)
 	}
 	add(fwd, one(toBlk))
+
+	// <s>-l7 and <s>-l7ok: what <s>-fwd would accept on an L7 port is
+	// redirected to the gateway's L7 listener; the rest returns, to be
+	// blocked by <s>-fwd.
+	l7Name, l7okName := sessionL7Chains(s.Name)
+	if len(s.L7Ports) > 0 {
+		l7 := c.AddChain(&nftables.Chain{Name: l7Name, Table: t})
+		l7ok := c.AddChain(&nftables.Chain{Name: l7okName, Table: t})
+		ret := one(verdict(expr.VerdictReturn))
+		add(l7, saddrNot(s.Addr4), ret)
+		if s.Addr6.IsValid() {
+			add(l7, saddrNot(s.Addr6), ret)
+		} else {
+			add(l7, nfproto(unix.NFPROTO_IPV6), ret)
+		}
+		add(l7, []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: []byte{protoTCP}},
+		}, ret)
+		for _, p := range s.L7Ports {
+			add(l7, one(dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(p)}, gotoChain(l7okName)))
+		}
+		add(l7, ret)
+		redirect := one(
+			&expr.Immediate{Register: reg1, Data: be16(b.l7Port())},
+			&expr.Redir{RegisterProtoMin: reg1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
+		)
+		for _, r := range sessionVerdicts(s, ret, redirect) {
+			add(l7ok, r)
+		}
+	}
 
 	// <s>-in: what the session may reach on the gateway itself.
 	add(in, nfproto(unix.NFPROTO_IPV6), l4protoIs(protoICMPv6), one(
@@ -471,6 +561,16 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 		accept))
 	add(in, daddrIn(netip.MustParsePrefix("ff00::/8"), 0), one(verdict(expr.VerdictDrop)))
 	add(in, saddrNot(s.Addr4), one(toBlk))
+	if len(s.L7Ports) > 0 {
+		// The session's connections <s>-l7 redirected to the L7 listener.
+		add(in, l4protoIs(protoTCP), one(
+			dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(b.l7Port())},
+			&expr.Ct{Key: expr.CtKeySTATUS, Register: reg1},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4,
+				Mask: nativeU32(ctStatusDstNAT), Xor: nativeU32(0)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: nativeU32(0)},
+			accept))
+	}
 	// A flood of DNS packets stops here, before the proxy's one socket
 	// reader: the proxy limits each session far below this.
 	if b.DNSPacketRate > 0 {
@@ -487,7 +587,11 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 	add(in, one(toBlk))
 
 	// Dispatch: the session's interface enters its chains.
-	for _, m := range []struct{ set, chain string }{{mapFwdSessions, fwdName}, {mapInSessions, inName}} {
+	dispatch := []struct{ set, chain string }{{mapFwdSessions, fwdName}, {mapInSessions, inName}}
+	if len(s.L7Ports) > 0 {
+		dispatch = append(dispatch, struct{ set, chain string }{mapL7Sessions, l7Name})
+	}
+	for _, m := range dispatch {
 		vm := &nftables.Set{Table: t, Name: m.set, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
 		if err := c.SetAddElements(vm, []nftables.SetElement{{
 			Key: ifnameData(s.Name), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: m.chain},
@@ -498,15 +602,75 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 	return nil
 }
 
+// quicPort is HTTP/3's UDP port, closed to pins in sessions whose TCP 443
+// goes through the L7 gateway.
+const quicPort = 443
+
+// ctStatusDstNAT is IPS_DST_NAT: the connection's destination was
+// translated (`ct status dnat`).
+const ctStatusDstNAT = 1 << 5
+
+// sessionVerdicts are the rules that decide what session s may reach,
+// once its source address and protocol are checked: resolver ports, the
+// never sets and Deny rules lead to block, pinned destinations and Allow
+// rules to allow. <s>-fwd uses them with accept, <s>-l7ok with a redirect,
+// so both paths allow the same destinations.
+func sessionVerdicts(s Session, block, allow []expr.Any) [][]expr.Any {
+	var rules [][]expr.Any
+	add := func(e ...[]expr.Any) { rules = append(rules, exprs(e...)) }
+	add(one(dport(reg1), &expr.Lookup{SourceRegister: reg1, SetName: setResolverPorts}), block)
+	add(nfproto(unix.NFPROTO_IPV4), one(loadAddr(unix.NFPROTO_IPV4, true, reg1), &expr.Lookup{SourceRegister: reg1, SetName: setNever4}), block)
+	add(nfproto(unix.NFPROTO_IPV6), one(loadAddr(unix.NFPROTO_IPV6, true, reg1), &expr.Lookup{SourceRegister: reg1, SetName: setNever6}), block)
+	for _, r := range s.Deny {
+		add(daddrIn(r.Prefix, r.Port), block)
+	}
+	if slices.Contains(s.L7Ports, quicPort) {
+		// QUIC would pass the L7 gateway by: only Allow rules open UDP
+		// 443, pins do not, so clients fall back to TCP.
+		for _, r := range s.Allow {
+			if r.Prefix.Addr().Is6() && !s.Addr6.IsValid() || r.Port != 0 && r.Port != quicPort {
+				continue
+			}
+			add(l4protoIs(protoUDP), daddrIn(r.Prefix, quicPort), allow)
+		}
+		add(l4protoIs(protoUDP), one(dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(quicPort)}), block)
+	}
+	add(nfproto(unix.NFPROTO_IPV4), one(
+		loadAddr(unix.NFPROTO_IPV4, true, reg32), dport(reg32+1),
+		&expr.Lookup{SourceRegister: reg32, SetName: s.Name + "-p4"}), allow)
+	add(nfproto(unix.NFPROTO_IPV4), one(
+		loadAddr(unix.NFPROTO_IPV4, true, reg1),
+		&expr.Lookup{SourceRegister: reg1, SetName: s.Name + "-a4"}), allow)
+	if s.Addr6.IsValid() {
+		add(nfproto(unix.NFPROTO_IPV6), one(
+			loadAddr(unix.NFPROTO_IPV6, true, reg32), dport(reg32+4),
+			&expr.Lookup{SourceRegister: reg32, SetName: s.Name + "-p6"}), allow)
+		add(nfproto(unix.NFPROTO_IPV6), one(
+			loadAddr(unix.NFPROTO_IPV6, true, reg1),
+			&expr.Lookup{SourceRegister: reg1, SetName: s.Name + "-a6"}), allow)
+	}
+	for _, r := range s.Allow {
+		if r.Prefix.Addr().Is6() && !s.Addr6.IsValid() {
+			continue
+		}
+		add(daddrIn(r.Prefix, r.Port), allow)
+	}
+	return rules
+}
+
 // DeleteSession queues the removal of everything AddSession created for
 // session name; the caller flushes. Objects already gone are skipped, so a
 // half-removed session can be removed again.
 func DeleteSession(c *nftables.Conn, tableName, name string) error {
 	t := table(tableName)
 	fwdName, inName, blkName, setNames := sessionObjects(name)
-	for _, m := range []string{mapFwdSessions, mapInSessions} {
+	l7Name, l7okName := sessionL7Chains(name)
+	for _, m := range []string{mapFwdSessions, mapInSessions, mapL7Sessions} {
 		vm := &nftables.Set{Table: t, Name: m, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
 		elems, err := c.GetSetElements(vm)
+		if err != nil && m == mapL7Sessions {
+			continue // a gateway from before the L7 map: EnsureL7 adds it
+		}
 		if err != nil {
 			return fmt.Errorf("list %s: %w", m, err)
 		}
@@ -524,13 +688,24 @@ func DeleteSession(c *nftables.Conn, tableName, name string) error {
 	}
 	var present []*nftables.Chain
 	for _, ch := range chains {
-		if ch.Table.Name == tableName && (ch.Name == fwdName || ch.Name == inName || ch.Name == blkName) {
+		if ch.Table.Name == tableName && slices.Contains([]string{fwdName, inName, blkName, l7Name, l7okName}, ch.Name) {
 			present = append(present, ch)
 		}
 	}
 	for _, ch := range present {
 		c.FlushChain(ch)
 	}
+	// <s>-l7 jumps to <s>-l7ok, and <s>-fwd and <s>-in to <s>-blk: the
+	// chains jumped to go last.
+	slices.SortStableFunc(present, func(a, b *nftables.Chain) int {
+		rank := func(n string) int {
+			if n == blkName || n == l7okName {
+				return 1
+			}
+			return 0
+		}
+		return rank(a.Name) - rank(b.Name)
+	})
 	for _, ch := range present {
 		c.DelChain(ch)
 	}
@@ -558,7 +733,7 @@ func Sessions(c *nftables.Conn, tableName string) (all []string, complete map[st
 		if ch.Table.Name != tableName {
 			continue
 		}
-		for _, suf := range []string{"-fwd", "-in", "-blk"} {
+		for _, suf := range []string{"-fwd", "-in", "-blk", "-l7", "-l7ok"} {
 			if n, ok := strings.CutSuffix(ch.Name, suf); ok && ch.Hooknum == nil {
 				seen[n] = true
 			}

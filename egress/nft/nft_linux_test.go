@@ -65,13 +65,21 @@ func TestInstallKernel(t *testing.T) {
 	if err := c.Flush(); err == nil {
 		t.Error("second install of the same table succeeded; want an error")
 	}
+	// A table that has its L7 chain is left as it is.
+	if err := nft.EnsureL7(c, base); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatalf("EnsureL7 on a complete table: %v", err)
+	}
 
 	sessions := []nft.Session{
 		{Name: "s-aaaa", Addr4: netip.MustParseAddr("10.213.0.3")},
 		{
 			Name: "s-bbbb", Addr4: netip.MustParseAddr("10.213.0.5"), Addr6: netip.MustParseAddr("fd0a:213::5"), Drop: true,
-			Allow: []nft.Rule{{Prefix: netip.MustParsePrefix("192.0.2.0/24"), Port: 443}, {Prefix: netip.MustParsePrefix("2001:db8::/32")}},
-			Deny:  []nft.Rule{{Prefix: netip.MustParsePrefix("192.0.2.7/32")}},
+			Allow:   []nft.Rule{{Prefix: netip.MustParsePrefix("192.0.2.0/24"), Port: 443}, {Prefix: netip.MustParsePrefix("2001:db8::/32")}},
+			Deny:    []nft.Rule{{Prefix: netip.MustParsePrefix("192.0.2.7/32")}},
+			L7Ports: []uint16{80, 443},
 		},
 	}
 	for _, s := range sessions {
@@ -153,6 +161,15 @@ func TestInstallKernel(t *testing.T) {
 	}
 	if !slices.Equal(all, []string{"s-aaaa"}) {
 		t.Errorf("after delete, Sessions = %v", all)
+	}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range chains {
+		if len(ch.Name) > 6 && ch.Name[:6] == "s-bbbb" {
+			t.Errorf("chain %s left behind", ch.Name)
+		}
 	}
 	sets, err := c.GetSets(&nftables.Table{Name: base.Table, Family: nftables.TableFamilyINet})
 	if err != nil {

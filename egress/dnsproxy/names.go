@@ -1,0 +1,121 @@
+package dnsproxy
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/egress/allowlist"
+)
+
+// DefaultMaxNames bounds the (name, address) pairs a Names keeps.
+const DefaultMaxNames = 4096
+
+// Names remembers, for one session, which addresses the proxy pinned for
+// which queried name and until when: the L7 gateway binds a connection's
+// SNI or Host to them. Its size is bounded; when full, expired pairs go
+// first, then the pairs closest to expiry. Safe for concurrent use.
+type Names struct {
+	max int
+
+	mu sync.Mutex
+	// +checklocks:mu
+	m map[allowlist.FQDN]map[netip.Addr]time.Time
+	// +checklocks:mu
+	n int
+}
+
+// NewNames returns an empty Names holding at most max pairs
+// (DefaultMaxNames if max <= 0).
+func NewNames(max int) *Names {
+	if max <= 0 {
+		max = DefaultMaxNames
+	}
+	return &Names{max: max, m: map[allowlist.FQDN]map[netip.Addr]time.Time{}}
+}
+
+// Record notes that addrs were pinned for name until expires. A pair
+// recorded earlier keeps the later of its two expiries, as the kernel's
+// pins do.
+func (n *Names) Record(name allowlist.FQDN, addrs []netip.Addr, expires, now time.Time) {
+	if n == nil || len(addrs) == 0 {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, a := range addrs {
+		a = a.Unmap()
+		as := n.m[name]
+		if old, ok := as[a]; ok {
+			if expires.After(old) {
+				as[a] = expires
+			}
+			continue
+		}
+		if n.n >= n.max {
+			n.evictLocked(now)
+		}
+		if as == nil {
+			as = map[netip.Addr]time.Time{}
+			n.m[name] = as
+		}
+		as[a] = expires
+		n.n++
+	}
+}
+
+// evictLocked drops the expired pairs, and if none was, the pair closest
+// to expiry.
+//
+// Preconditions: n.mu is held.
+func (n *Names) evictLocked(now time.Time) {
+	var (
+		oldName allowlist.FQDN
+		oldAddr netip.Addr
+		oldExp  time.Time
+	)
+	freed := false
+	for name, as := range n.m {
+		for a, exp := range as {
+			if exp.Before(now) {
+				delete(as, a)
+				n.n--
+				freed = true
+			} else if oldExp.IsZero() || exp.Before(oldExp) {
+				oldName, oldAddr, oldExp = name, a, exp
+			}
+		}
+		if len(as) == 0 {
+			delete(n.m, name)
+		}
+	}
+	if !freed && !oldExp.IsZero() {
+		delete(n.m[oldName], oldAddr)
+		if len(n.m[oldName]) == 0 {
+			delete(n.m, oldName)
+		}
+		n.n--
+	}
+}
+
+// Has reports whether a was pinned for name and its pin had not expired at
+// time at.
+func (n *Names) Has(name allowlist.FQDN, a netip.Addr, at time.Time) bool {
+	if n == nil {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	exp, ok := n.m[name][a.Unmap()]
+	return ok && !exp.Before(at)
+}
+
+// Len is the number of pairs held.
+func (n *Names) Len() int {
+	if n == nil {
+		return 0
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.n
+}

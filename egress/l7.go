@@ -1,0 +1,193 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/egress/allowlist"
+	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
+	"github.com/airlock-sandbox/airlock/egress/l7"
+	"github.com/airlock-sandbox/airlock/egress/netns"
+)
+
+// L7Ports are the TCP ports a session with `l7 = "check"` has checked by
+// the L7 gateway.
+var L7Ports = []uint16{80, 443}
+
+// l7PinGrace is how long after its pin expired an address still counts as
+// pinned for a name when the connection's first message arrives: the
+// kernel checked the pin when the connection opened, the gateway checks
+// the name a moment later.
+const l7PinGrace = 5 * time.Second
+
+// startL7 opens the L7 gateway's listeners in the gateway namespace (IPv4,
+// and IPv6 where the namespace has it) and serves them until ctx ends.
+func (e *Perimeter) startL7(ctx context.Context) error {
+	srv, err := l7.New(l7.Config{
+		Sessions:    e.l7Session,
+		OriginalDst: netns.OriginalDst,
+		Dial:        e.gw.Dialer(),
+	})
+	if err != nil {
+		return err
+	}
+	port := e.gw.L7Port()
+	var ls []net.Listener
+	if err := e.gw.Do(func() error {
+		l, err := net.Listen("tcp4", fmt.Sprintf("0.0.0.0:%d", port))
+		if err != nil {
+			return err
+		}
+		ls = append(ls, l)
+		if l6, err := net.Listen("tcp6", fmt.Sprintf("[::]:%d", port)); err == nil {
+			ls = append(ls, l6)
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("l7 gateway listener in the gateway: %w", err)
+	}
+	e.l7 = srv
+	for _, l := range ls {
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); _ = srv.Serve(ctx, l) }()
+	}
+	return nil
+}
+
+// l7Session finds the L7 session of a client address.
+func (e *Perimeter) l7Session(a netip.Addr) (*l7.Session, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.l7ByAddr[a.Unmap()]
+	return s, ok
+}
+
+// registerL7 lets session id's connections through the L7 gateway, keyed
+// by its addresses.
+func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Addr, list *allowlist.List, names *dnsproxy.Names, audit Audit) {
+	s := &l7.Session{
+		ID: id,
+		Check: func(dst netip.AddrPort, h l7.Hello, at time.Time) l7.Decision {
+			return checkL7(list, names, dst, h, at)
+		},
+		Audit: func(ev l7.Event) { audit(ctx, L7AuditEvent(ev)) },
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, a := range addrs {
+		e.l7ByAddr[a] = s
+	}
+}
+
+// checkL7 decides on a session's connection to dst whose first message
+// said h: the name it asks for (SNI, Host) must be one the allowlist
+// allows, on dst's port, and one whose DNS answers pinned dst's address
+// for this session; a destination an egress CIDR entry allows passes
+// with any name or none, unless a deny entry names the name.
+func checkL7(list *allowlist.List, names *dnsproxy.Names, dst netip.AddrPort, h l7.Hello, at time.Time) l7.Decision {
+	label := "Host"
+	if h.Proto == l7.ProtoTLS {
+		label = "SNI"
+	}
+	if h.SNI != "" && h.Host != "" {
+		// Both are seen only where TLS is terminated (a later slice).
+		sni, _, err1 := l7.NameOf(h.SNI)
+		host, _, err2 := l7.NameOf(h.Host)
+		if err1 != nil || err2 != nil || sni != host {
+			return l7.Decision{Reason: fmt.Sprintf("airlock: Host %q differs from SNI %q", h.Host, h.SNI)}
+		}
+	}
+	raw := h.Name()
+	name, ip, err := l7.NameOf(raw)
+	if err != nil {
+		return l7.Decision{Reason: fmt.Sprintf("airlock: %s %q is not a valid hostname", label, raw)}
+	}
+	cidr, byAddr := cidrAllows(list, dst)
+	if name != "" {
+		d := list.MatchName(name)
+		shown := name.WithoutTrailingDot()
+		switch {
+		case !d.Allowed && d.Rule != "":
+			return l7.Decision{Reason: fmt.Sprintf("airlock: %s %s is denied by egress rule %s", label, shown, d.Rule), Rule: d.Rule}
+		case d.Allowed && portAllowed(d.Ports, dst.Port()) && names.Has(name, dst.Addr(), at.Add(-l7PinGrace)):
+			return l7.Decision{Allow: true, Rule: d.Rule}
+		case byAddr:
+			return l7.Decision{Allow: true, Rule: cidr}
+		case !d.Allowed:
+			return l7.Decision{Reason: fmt.Sprintf("airlock: %s %s is not in the egress allowlist", label, shown)}
+		case !portAllowed(d.Ports, dst.Port()):
+			return l7.Decision{Reason: fmt.Sprintf("airlock: %s %s is not allowed on port %d", label, shown, dst.Port()), Rule: d.Rule}
+		}
+		return l7.Decision{Reason: fmt.Sprintf("airlock: %s %s did not resolve to %v for this session", label, shown, dst.Addr()), Rule: d.Rule}
+	}
+	if byAddr {
+		return l7.Decision{Allow: true, Rule: cidr}
+	}
+	if ip.IsValid() {
+		return l7.Decision{Reason: fmt.Sprintf("airlock: %s is the address %v, not a name; only destinations an egress CIDR entry allows are reached by address", label, ip)}
+	}
+	return l7.Decision{Reason: fmt.Sprintf("airlock: no %s; only destinations an egress CIDR entry allows are reached without a name", label)}
+}
+
+// cidrAllows reports the egress CIDR entry that allows dst, if one does
+// and no deny entry covers it.
+func cidrAllows(list *allowlist.List, dst netip.AddrPort) (string, bool) {
+	a := dst.Addr().Unmap()
+	if _, denied := list.AddrDenied(a); denied {
+		return "", false
+	}
+	for _, r := range list.CIDRs() {
+		if r.Deny && r.Prefix.Contains(a) && (r.Port == 0 || r.Port == dst.Port()) {
+			return "", false
+		}
+	}
+	for _, r := range list.CIDRs() {
+		if !r.Deny && r.Prefix.Contains(a) && (r.Port == 0 || r.Port == dst.Port()) {
+			return allowlist.Rule{Kind: allowlist.Prefix, Prefix: r.Prefix, Port: r.Port}.String(), true
+		}
+	}
+	return "", false
+}
+
+func portAllowed(ports []uint16, p uint16) bool {
+	return len(ports) == 0 || slices.Contains(ports, p)
+}
+
+// L7AuditEvent is the audit event of one connection through the L7
+// gateway: layer "l7", the name asked for as subject.
+func L7AuditEvent(ev l7.Event) api.AuditEvent {
+	f := map[string]any{
+		"proto":       ev.Proto,
+		"dst":         ev.Dst.String(),
+		"bytes_up":    ev.BytesUp,
+		"bytes_down":  ev.BytesDn,
+		"duration_ms": ev.Duration.Milliseconds(),
+	}
+	if ev.SNI != "" {
+		f["sni"] = ev.SNI
+	}
+	if ev.Host != "" {
+		f["host"] = ev.Host
+	}
+	if ev.Method != "" {
+		f["method"] = ev.Method
+	}
+	if ev.Rule != "" {
+		f["rule"] = ev.Rule
+	}
+	subject := ev.SNI
+	if ev.Proto == l7.ProtoHTTP {
+		subject = ev.Host
+	}
+	if subject == "" {
+		subject = ev.Dst.String()
+	}
+	return api.AuditEvent{Time: ev.Time, Session: ev.Session, Layer: "l7", Action: ev.Action,
+		Subject: strings.ToLower(strings.TrimSuffix(subject, ".")), Reason: ev.Reason, Fields: f}
+}

@@ -1,0 +1,439 @@
+// Package l7 is airlock's L7 egress gateway, first slice: connections the
+// gateway's rules redirect to it (see package nft, <s>-l7) are checked on
+// their first message and passed through unterminated.
+//
+// For each accepted connection:
+//
+//	session   the client address is a session's (Config.Sessions), or the
+//	          connection is closed
+//	origin    the destination before the redirect (Config.OriginalDst)
+//	peek      the TLS ClientHello's SNI or the HTTP/1.x request's Host is
+//	          read, within Config.PeekTimeout and MaxPeek bytes, and kept
+//	check     the session decides (Session.Check): the name must be one
+//	          its DNS answers pinned the destination for, or the
+//	          destination allowed by address
+//	refuse    HTTP: 403 with a JSON reason; TLS: an access_denied alert;
+//	          then the connection is closed
+//	splice    the upstream is dialled (Config.Dial), sent the peeked bytes
+//	          first, then both directions are copied until both end
+//
+// Every connection yields one Event for its session: refused ones when
+// refused, passed ones when they end, with the bytes each way and the
+// duration. Bodies are never looked at.
+//
+// On plain HTTP every request of the connection is checked so (relay.go),
+// and passed on as it came; a request that fails the check, or whose body
+// length servers could read differently, closes the connection.
+//
+// What it does not see: inside TLS (no termination yet), so a Host header
+// that differs from the SNI on a shared address passes; the stream after
+// a plain HTTP request that asks for a protocol Upgrade; other ports and
+// protocols.
+package l7
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/log"
+)
+
+// Defaults for Config.
+const (
+	DefaultPeekTimeout = 10 * time.Second
+	DefaultDialTimeout = 10 * time.Second
+	DefaultMaxConns    = 4096
+	// DefaultMaxSessionConns bounds one session's connections at once, so
+	// that one session cannot take every connection of the gateway.
+	DefaultMaxSessionConns = 512
+)
+
+// Decision is a session's verdict on a connection.
+type Decision struct {
+	Allow bool
+	// Reason says why, for the client and the audit.
+	Reason string
+	// Rule is the allowlist entry that decided, if one did.
+	Rule string
+}
+
+// Session is what the gateway needs of one session.
+type Session struct {
+	ID string
+	// Check decides on a connection to dst whose first message said h,
+	// accepted at time at.
+	Check func(dst netip.AddrPort, h Hello, at time.Time) Decision
+	// Audit receives the session's Events; it must not block.
+	Audit func(Event)
+}
+
+// Actions of an Event.
+const (
+	ActionAllowed = "allowed"
+	ActionRefused = "refused"
+	ActionFailed  = "failed" // allowed, but the upstream could not be reached
+)
+
+// Event is the audit record of one connection.
+type Event struct {
+	Time     time.Time
+	Session  string
+	Client   netip.AddrPort
+	Dst      netip.AddrPort
+	Proto    string
+	SNI      string
+	Host     string
+	Method   string
+	Action   string
+	Reason   string
+	Rule     string
+	BytesUp  int64 // client to server, the peeked bytes included
+	BytesDn  int64 // server to client
+	Duration time.Duration
+}
+
+// Config configures a Server.
+type Config struct {
+	// Sessions finds the session of a client address.
+	Sessions func(netip.Addr) (*Session, bool)
+	// OriginalDst returns a redirected connection's destination.
+	OriginalDst func(*net.TCPConn) (netip.AddrPort, error)
+	// Dial opens the upstream connection (from the gateway namespace).
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// PeekTimeout bounds the wait for the first message; DialTimeout the
+	// upstream dial. MaxConns bounds the connections handled at once,
+	// MaxSessionConns those of one session; more are closed as they come.
+	PeekTimeout, DialTimeout  time.Duration
+	MaxConns, MaxSessionConns int
+}
+
+// Server handles redirected connections.
+type Server struct {
+	cfg Config
+	sem chan struct{}
+
+	mu sync.Mutex
+	// +checklocks:mu
+	conns map[*conn]struct{}
+	// +checklocks:mu
+	perSession map[string]int
+	// +checklocks:mu
+	flows map[netip.AddrPort]flow // upstream local address -> its connection
+	wg    sync.WaitGroup
+}
+
+type flow struct {
+	session string
+	server  netip.AddrPort
+}
+
+type conn struct {
+	session string
+	client  net.Conn
+	done    chan struct{}
+
+	mu sync.Mutex
+	// +checklocks:mu
+	upstream net.Conn
+	// +checklocks:mu
+	closed bool
+}
+
+// close closes both sides of c.
+func (c *conn) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.client.Close()
+	if c.upstream != nil {
+		c.upstream.Close()
+	}
+}
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Sessions == nil || cfg.OriginalDst == nil || cfg.Dial == nil {
+		return nil, errors.New("l7: Sessions, OriginalDst and Dial are required")
+	}
+	if cfg.PeekTimeout <= 0 {
+		cfg.PeekTimeout = DefaultPeekTimeout
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxSessionConns <= 0 {
+		cfg.MaxSessionConns = DefaultMaxSessionConns
+	}
+	return &Server{cfg: cfg, sem: make(chan struct{}, cfg.MaxConns), conns: map[*conn]struct{}{},
+		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}}, nil
+}
+
+// Serve accepts connections from l until ctx ends or l fails, then closes
+// l and every connection, and returns once their handlers are done.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	defer func() {
+		s.closeWhere(func(*conn) bool { return true })
+		s.wg.Wait()
+	}()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// Out of file descriptors, or a connection reset before it
+			// was accepted: wait a moment and go on.
+			log.G(ctx).Warn("l7: accept", "error", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		select {
+		case s.sem <- struct{}{}:
+		default:
+			log.G(ctx).Warn("l7: too many connections; closing", "client", c.RemoteAddr())
+			c.Close()
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-s.sem }()
+			s.handle(ctx, c)
+		}()
+	}
+}
+
+// CloseSession closes session id's connections and returns once each has
+// been audited.
+func (s *Server) CloseSession(id string) {
+	for _, c := range s.closeWhere(func(c *conn) bool { return c.session == id }) {
+		<-c.done
+	}
+}
+
+func (s *Server) closeWhere(match func(*conn) bool) []*conn {
+	s.mu.Lock()
+	var out []*conn
+	for c := range s.conns {
+		if match(c) {
+			out = append(out, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range out {
+		c.close()
+	}
+	return out
+}
+
+// SessionOfFlow returns the session whose connection the gateway opened
+// from local address client (as the server saw it) to server (optional).
+func (s *Server) SessionOfFlow(client, server netip.AddrPort) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, ok := s.flows[netip.AddrPortFrom(client.Addr().Unmap(), client.Port())]
+	if !ok || server.IsValid() && f.server != netip.AddrPortFrom(server.Addr().Unmap(), server.Port()) {
+		return "", false
+	}
+	return f.session, true
+}
+
+func addrPort(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}
+
+func (s *Server) handle(ctx context.Context, nc net.Conn) {
+	start := time.Now()
+	defer nc.Close()
+	client := addrPort(nc.RemoteAddr())
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	sess, ok := s.cfg.Sessions(client.Addr())
+	if !ok {
+		log.G(ctx).Info("l7: connection from an address of no session", "client", client)
+		return
+	}
+	dst, err := s.cfg.OriginalDst(tc)
+	if err != nil {
+		log.G(ctx).Warn("l7: no original destination", "session", sess.ID, "client", client, "error", err)
+		return
+	}
+	c := &conn{session: sess.ID, client: nc, done: make(chan struct{})}
+	defer close(c.done)
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.perSession[sess.ID]++
+	over := s.perSession[sess.ID] > s.cfg.MaxSessionConns
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		if s.perSession[sess.ID]--; s.perSession[sess.ID] <= 0 {
+			delete(s.perSession, sess.ID)
+		}
+		s.mu.Unlock()
+	}()
+
+	ev := Event{Time: start, Session: sess.ID, Client: client, Dst: dst}
+	emit := func() {
+		ev.Duration = time.Since(start)
+		if sess.Audit != nil {
+			sess.Audit(ev)
+		}
+	}
+	if over {
+		ev.Action, ev.Reason = ActionRefused, fmt.Sprintf("airlock: more than %d connections through the L7 gateway at once", s.cfg.MaxSessionConns)
+		emit()
+		return
+	}
+
+	_ = nc.SetReadDeadline(start.Add(s.cfg.PeekTimeout))
+	h, peeked, err := Peek(nc)
+	ev.Proto, ev.SNI, ev.Host, ev.Method = h.Proto, h.SNI, h.Host, h.Method
+	if err != nil {
+		ev.Action, ev.Reason = ActionRefused, "airlock: "+err.Error()
+		if len(peeked) == 0 {
+			ev.Reason = "airlock: the client sent nothing (closed, or silent for the peek timeout)"
+		}
+		refuse(nc, h.Proto, ev.Reason)
+		emit()
+		return
+	}
+	d := sess.Check(dst, h, start)
+	ev.Rule = d.Rule
+	if !d.Allow {
+		ev.Action, ev.Reason = ActionRefused, d.Reason
+		refuse(nc, h.Proto, d.Reason)
+		emit()
+		return
+	}
+	_ = nc.SetReadDeadline(time.Time{})
+
+	dctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+	up, err := s.cfg.Dial(dctx, "tcp", dst.String())
+	cancel()
+	if err != nil {
+		ev.Action, ev.Reason = ActionFailed, "upstream: "+err.Error()
+		if h.Proto == ProtoHTTP {
+			writeJSON(nc, 502, "Bad Gateway", ev.Reason)
+		}
+		emit()
+		return
+	}
+	c.mu.Lock()
+	c.upstream = up
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		up.Close()
+	}
+	local := addrPort(up.LocalAddr())
+	s.mu.Lock()
+	s.flows[local] = flow{session: sess.ID, server: dst}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.flows, local)
+		s.mu.Unlock()
+		up.Close()
+	}()
+
+	ev.Action, ev.Reason = ActionAllowed, d.Reason
+	var wg sync.WaitGroup
+	wg.Add(1)
+	if h.Proto == ProtoHTTP {
+		// Every request on the connection is checked, the first again.
+		br := bufio.NewReader(io.MultiReader(bytes.NewReader(peeked), nc))
+		go func() {
+			defer wg.Done()
+			n, stopped, reason, _ := relayRequests(br, up, func(h Hello) Decision { return sess.Check(dst, h, start) })
+			ev.BytesUp = n
+			if stopped == nil {
+				closeWrite(up)
+				return
+			}
+			if sess.Audit != nil {
+				sess.Audit(Event{Time: time.Now(), Session: sess.ID, Client: client, Dst: dst, Proto: ProtoHTTP,
+					Host: stopped.Host, Method: stopped.Method, Action: ActionRefused, Reason: reason})
+			}
+			c.close()
+		}()
+	} else {
+		if _, err := up.Write(peeked); err != nil {
+			emit()
+			return
+		}
+		ev.BytesUp = int64(len(peeked))
+		go func() {
+			defer wg.Done()
+			n, _ := io.Copy(up, nc)
+			ev.BytesUp += n
+			closeWrite(up)
+		}()
+	}
+	n, _ := io.Copy(nc, up)
+	closeWrite(nc)
+	wg.Wait()
+	ev.BytesDn = n
+	emit()
+}
+
+func closeWrite(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+}
+
+// refuse tells the client it was refused, as its protocol allows.
+func refuse(c net.Conn, proto, reason string) {
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	switch proto {
+	case ProtoHTTP:
+		writeJSON(c, 403, "Forbidden", reason)
+		// Read what the client still sends (a body) for a moment, so that
+		// closing does not reset the connection before it reads the answer.
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, MaxPeek))
+	case ProtoTLS:
+		// A fatal access_denied alert in a TLS 1.0-versioned record, as
+		// servers send before a version is agreed.
+		_, _ = c.Write([]byte{0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 49})
+	}
+}
+
+// writeJSON writes an HTTP/1.1 response with a short JSON body and closes
+// the connection's write side.
+func writeJSON(c net.Conn, code int, status, reason string) {
+	body, _ := json.Marshal(map[string]string{"error": reason})
+	body = append(body, '\n')
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		code, status, len(body), body)
+	closeWrite(c)
+}

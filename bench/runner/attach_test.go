@@ -99,6 +99,16 @@ func TestAttachToRunningDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Removed before the daemon stops (cleanups run last first), also when
+	// the test fails half-way: a daemon that stops leaves its sessions
+	// running by design, for the next one to re-adopt.
+	t.Cleanup(func() {
+		c := api.NewClient(sock)
+		defer c.Close()
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer rcancel()
+		_ = c.RemoveSession(rctx, mine.ID, true)
+	})
 
 	// Attaching to a daemon with another uplink is refused.
 	if _, err := StartStack(ctx, StackConfig{Socket: sock, WorldNetns: "no-such-world", ImageArchive: archive}); err == nil {

@@ -62,6 +62,10 @@ func (s *session) watch(ch <-chan containerd.ExitStatus) {
 	}()
 }
 
+// start hands a created session's command to its waiting sandbox: the
+// launch message carries the environment, with the env-delivered
+// credentials minted now; then the deadline is armed and the file
+// credentials are kept fresh.
 func (s *session) start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -122,7 +126,7 @@ func (s *session) armTimerLocked() {
 }
 
 // finish is the one way a session ends, whether its exit was seen live
-// (recordExit) or found by a restarted daemon (reconcile). Every step is
+// (watch) or found by a restarted daemon (readopt). Every step is
 // safe to repeat, so a daemon that dies part-way finishes on its next
 // start:
 //   - the exit status is persisted while the task still holds it;
@@ -162,7 +166,7 @@ func (s *session) finish(ctx context.Context, end ending) {
 	step.Run("oom", func() { oom = d.cgroups.OOMKilled(d.CgroupPath(id)) })
 	taskGone := make(chan struct{})
 	step.Go("network", func() {
-		if err := d.egress.Remove(ctx, s.rec.ID, s.audit.EmitDecision); err != nil {
+		if err := d.egress.Remove(ctx, id, s.audit.EmitDecision); err != nil {
 			log.G(ctx).Warn("remove network", "error", err)
 		}
 	})

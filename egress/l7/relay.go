@@ -19,8 +19,10 @@ const maxChunkLine = 4096
 // client cannot send a request for another host on a kept-alive
 // connection. It returns the bytes written to up, and, when it stopped at
 // a request that is refused or that it cannot frame, that request and
-// why. After a request that asks for a protocol Upgrade, the rest of the
-// stream is passed on unparsed.
+// why. A request that asks for a protocol Upgrade is refused: passing the
+// rest of the stream on unparsed once the client asks would let it send
+// requests for any host after a request the server never upgraded, and
+// the gateway does not read the server's answer (101) yet.
 func relayRequests(br *bufio.Reader, up io.Writer, check func(Hello) Decision) (n int64, stopped *Hello, reason string, err error) {
 	w := &countWriter{w: up}
 	for {
@@ -39,6 +41,9 @@ func relayRequests(br *bufio.Reader, up io.Writer, check func(Hello) Decision) (
 		if d := check(h); !d.Allow {
 			return w.n, &h, d.Reason, nil
 		}
+		if hdr.Get("Upgrade") != "" {
+			return w.n, &h, "airlock: protocol upgrades over plain HTTP are refused (the gateway cannot check what follows them); use TLS", nil
+		}
 		body, err := framing(hdr)
 		if err != nil {
 			return w.n, &h, "airlock: " + err.Error(), err
@@ -53,10 +58,6 @@ func relayRequests(br *bufio.Reader, up io.Writer, check func(Hello) Decision) (
 			_, err = io.CopyN(w, br, body)
 		}
 		if err != nil {
-			return w.n, nil, "", err
-		}
-		if hdr.Get("Upgrade") != "" {
-			_, err := io.Copy(w, br)
 			return w.n, nil, "", err
 		}
 	}

@@ -33,7 +33,10 @@ func TestRelayRequests(t *testing.T) {
 		{name: "differing content-lengths", in: "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", wantStopped: "a.test", wantReason: "differing"},
 		{name: "signed content-length", in: "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: +3\r\n\r\nabc", wantStopped: "a.test", wantReason: "Content-Length"},
 		{name: "transfer-encoding not chunked", in: "POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip\r\n\r\nabc", wantStopped: "a.test", wantReason: "does not end in chunked"},
-		{name: "upgrade passes the rest", in: "GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x05frame", wantOut: "GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x05frame", wantStopped: "-"},
+		// An Upgrade the server never grants must not turn the check off for
+		// what follows (the second request here would reach b.test).
+		{name: "upgrade refused", in: "GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: x\r\n\r\nGET /secret HTTP/1.1\r\nHost: b.test\r\n\r\n", wantOut: "", wantStopped: "a.test", wantReason: "upgrades over plain HTTP are refused"},
+		{name: "websocket upgrade refused", in: "GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x05frame", wantOut: "", wantStopped: "a.test", wantReason: "upgrades over plain HTTP are refused"},
 		{name: "garbage after a request", in: get + "\x16\x03\x01", wantOut: get, wantStopped: "", wantReason: "airlock:"},
 	}
 	for _, tt := range tests {

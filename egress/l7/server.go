@@ -26,9 +26,9 @@
 // length servers could read differently, closes the connection.
 //
 // What it does not see: inside TLS (no termination yet), so a Host header
-// that differs from the SNI on a shared address passes; the stream after
-// a plain HTTP request that asks for a protocol Upgrade; other ports and
-// protocols.
+// that differs from the SNI on a shared address passes; other ports and
+// protocols. Protocol upgrades over plain HTTP (websockets on port 80)
+// are refused, since what follows them is not checked.
 package l7
 
 import (

@@ -44,6 +44,13 @@ type Policy struct {
 	Egress *Egress `json:"egress,omitempty"`
 	// Credentials are minted for the session at start.
 	Credentials []Credential `json:"credentials,omitempty"`
+	// Secrets are values the sandbox never sees: it holds a placeholder,
+	// which the L7 gateway replaces by the value only on verified TLS to
+	// the hosts the secret is bound to.
+	Secrets []Secret `json:"secrets,omitempty"`
+	// Approval says how requests an HTTP rule holds with "ask" are
+	// decided when no person does; nil means the defaults.
+	Approval *Approval `json:"approval,omitempty"`
 	// Pool asks the daemon to keep sandboxes for this policy prepared
 	// ahead of time; nil means none.
 	Pool *Pool `json:"pool,omitempty"`
@@ -169,6 +176,101 @@ type Egress struct {
 	IPv6 bool `json:"ipv6,omitempty"`
 	// L7 is L7Off (empty: the default) or L7Check.
 	L7 string `json:"l7,omitempty"`
+	// Inspect is InspectRules (empty: the default) or InspectAll: which
+	// TLS connections the L7 gateway terminates.
+	Inspect string `json:"inspect,omitempty"`
+	// HTTP are the `http "HOST" { ... }` blocks: per host, ordered HTTP
+	// rules. Hosts without a block pass after the Host/SNI check.
+	HTTP []HTTPHost `json:"http,omitempty"`
+}
+
+// Inspect modes of an egress block.
+const (
+	// InspectRules terminates TLS only to hosts with HTTP rules or a
+	// bound secret; other TLS is checked by its SNI and passed through,
+	// so the Host header inside it is not seen (the default).
+	InspectRules = "rules"
+	// InspectAll terminates TLS to every host, so every request's Host is
+	// checked against the SNI and the pins, and every request is audited.
+	InspectAll = "all"
+)
+
+// HTTP rule actions.
+const (
+	HTTPAllow = "allow"
+	HTTPDeny  = "deny"
+	HTTPAsk   = "ask"
+)
+
+// HTTPHost is an egress `http "HOST" { default, rule { ... } ... }` block.
+type HTTPHost struct {
+	// Host is a lower-case name without a trailing dot, or "*.suffix".
+	Host string `json:"host"`
+	// Rules are checked in order; the first that matches decides.
+	Rules []HTTPRule `json:"rules,omitempty"`
+	// Default decides a request no rule matches: HTTPAllow (empty: the
+	// default), HTTPDeny or HTTPAsk.
+	Default string `json:"default,omitempty"`
+}
+
+// HTTPRule is a `rule { method, path, refs, action }` block.
+type HTTPRule struct {
+	// Methods are upper-case HTTP methods; empty matches any.
+	Methods []string `json:"methods,omitempty"`
+	// Path is a glob over the request's decoded, cleaned path: "*"
+	// matches within one segment, "**" across segments; empty matches
+	// any path.
+	Path string `json:"path,omitempty"`
+	// Refs are globs of git refs ("refs/heads/agent/*"). A rule with Refs
+	// matches only git smart-HTTP pushes (POST .../git-receive-pack), and
+	// only if every ref the push updates matches one of them.
+	Refs []string `json:"refs,omitempty"`
+	// Action is HTTPAllow, HTTPDeny or HTTPAsk.
+	Action string `json:"action"`
+}
+
+// Secret is a `secret "NAME" { from, env_var | path, inject { ... } }` block.
+type Secret struct {
+	Name string `json:"name"`
+	// From is where the daemon reads the value: "env:VAR" (the daemon's
+	// environment) or "file:/abs/path" (a file on the daemon's host). The
+	// admission policy bounds which sources a manifest may name.
+	From string `json:"from"`
+	// EnvVar and Path say where the sandbox finds the placeholder: an
+	// environment variable, a file (read-only), or both. With neither,
+	// the placeholder is in the environment variable named Name.
+	EnvVar string `json:"env_var,omitempty"`
+	Path   string `json:"path,omitempty"`
+	// Inject are the hosts the value may go to, and how.
+	Inject []SecretInject `json:"inject"`
+}
+
+// SecretInject is an `inject { host, header | bearer }` block: on TLS to
+// Host with a verified upstream certificate, the gateway sets Header to
+// the value (replacing the placeholder where the request carried it), or,
+// with Bearer, Authorization to "Bearer " and the value.
+type SecretInject struct {
+	Host   string `json:"host"`
+	Header string `json:"header,omitempty"`
+	Bearer bool   `json:"bearer,omitempty"`
+}
+
+// Approval on_timeout values.
+const (
+	OnTimeoutDeny = "deny"
+)
+
+// DefaultApprovalTimeout is how long a held request waits for a decision
+// when the manifest sets no approval timeout.
+const DefaultApprovalTimeout = Duration(5 * time.Minute)
+
+// Approval is the `approval { timeout, on_timeout }` block.
+type Approval struct {
+	// Timeout bounds how long a held request waits; zero means
+	// DefaultApprovalTimeout.
+	Timeout Duration `json:"timeout,omitempty"`
+	// OnTimeout is what a timeout decides: OnTimeoutDeny (the only one).
+	OnTimeout string `json:"on_timeout,omitempty"`
 }
 
 // L7Enabled reports whether the session's HTTP and TLS connections go

@@ -6,20 +6,27 @@ import (
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
-// runningEgress tells the perimeter's Reconcile the egress block of a
-// session whose sandbox lives (running, or created and waiting for its
-// command) and where its decisions go; nil for any other, whose network
-// is removed.
-func (d *Daemon) runningEgress(id string) (*policies.Egress, egress.Audit) {
+// runningEgress tells the perimeter's Reconcile the network configuration
+// of a session whose sandbox lives (running, or created and waiting for
+// its command); nil for any other, whose network is removed.
+func (d *Daemon) runningEgress(id string) *egress.SessionConfig {
 	s, err := d.get(id)
 	if err != nil {
-		return nil, nil
+		return nil
 	}
 	s.mu.Lock()
 	state := s.rec.State
+	p := s.rec.Policy
 	s.mu.Unlock()
 	if state != api.StateRunning && state != api.StateCreated {
-		return nil, nil
+		return nil
 	}
-	return s.rec.Policy.Egress, s.audit.EmitDecision
+	sc := d.egressConfig(s, p, "")
+	return &sc
+}
+
+// egressConfig is session s's configuration for the perimeter, its
+// resolv.conf in dir.
+func (d *Daemon) egressConfig(s *session, p policies.Policy, dir string) egress.SessionConfig {
+	return egress.SessionConfig{Egress: p.Egress, Dir: dir, Audit: s.audit.EmitDecision}
 }

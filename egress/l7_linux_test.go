@@ -328,11 +328,11 @@ func TestL7Gateway(t *testing.T) {
 		}
 		p = p2
 		perim.Store(p2)
-		p2.Reconcile(ctx, func(id string) (*policies.Egress, egress.Audit) {
+		p2.Reconcile(ctx, func(id string) *egress.SessionConfig {
 			if id == "l7on" {
-				return &policies.Egress{Allow: allow, L7: policies.L7Check}, audit.emit
+				return &egress.SessionConfig{Egress: &policies.Egress{Allow: allow, L7: policies.L7Check}, Audit: audit.emit}
 			}
-			return &policies.Egress{Allow: allow}, audit.emit
+			return &egress.SessionConfig{Egress: &policies.Egress{Allow: allow}, Audit: audit.emit}
 		})
 		// Which addresses were pinned for which name is not kept across
 		// the restart: refused until the name is resolved again.

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -92,6 +93,7 @@ func run() int {
 		dnsUpstreams   = listFlag{}
 		allowPrivate   = prefixFlag{}
 		poolFiles      = listFlag{}
+		upstreamCA     = fs.String("upstream-ca", "", "PEM `FILE` of the CAs the L7 gateway trusts when it dials a server for TLS it terminates (HTTP rules, secrets, inspect = \"all\"); default: the host's system roots")
 		dnsRate        = fs.Float64("dns-rate", dnsproxy.DefaultRate, "DNS queries a second each session may send to airlock's resolver, with a burst of twice as many; queries beyond are not answered, and the audit counts them (the gateway blocks UDP packets to the resolver beyond twenty times this rate)")
 	)
 	fs.Var(&poolFiles, "pool", "manifest FILE with a `pool { size = N }` block: keep N sandboxes of its policy prepared from the start (repeatable)")
@@ -189,6 +191,19 @@ func run() int {
 		}
 		pools = append(pools, *p)
 	}
+	var upstreamRoots *x509.CertPool
+	if *upstreamCA != "" {
+		pem, err := os.ReadFile(*upstreamCA)
+		if err != nil {
+			logger.Error("bad --upstream-ca", "error", err)
+			return 2
+		}
+		upstreamRoots = x509.NewCertPool()
+		if !upstreamRoots.AppendCertsFromPEM(pem) {
+			logger.Error("bad --upstream-ca: no PEM certificate in it", "file", *upstreamCA)
+			return 2
+		}
+	}
 	d, err := daemon.New(ctx, daemon.Config{
 		Pools:      pools,
 		Admission:  adm,
@@ -199,7 +214,7 @@ func run() int {
 		Namespace:  *namespace,
 		SelfBinary: self,
 		Issuers:    issuers,
-		Egress:     egress.Config{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix, AllowPrivate: allowPrivate, DNSLimits: dnsproxy.Limits{Rate: *dnsRate}},
+		Egress:     egress.Config{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix, AllowPrivate: allowPrivate, DNSLimits: dnsproxy.Limits{Rate: *dnsRate}, UpstreamRoots: upstreamRoots},
 
 		ShimPerSession: *shimPerSession,
 	})

@@ -39,7 +39,7 @@ func sessionClient(s *egress.Session, addr netip.AddrPort, pool *tls.Config) *ht
 		Timeout: 5 * time.Second,
 		Transport: &http.Transport{
 			DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx, "tcp", addr.String()) },
-			TLSClientConfig:   pool,
+			TLSClientConfig:   pool.Clone(),
 			DisableKeepAlives: true,
 			ForceAttemptHTTP2: false,
 		},
@@ -184,7 +184,7 @@ func TestL7Gateway(t *testing.T) {
 			t.Fatalf("GET http://allowed.test/ = %d %q %v", code, body, err)
 		}
 		ev := audit.waitEvent(t, "l7on", "l7", "allowed", "allowed.test", "proto", "http")
-		if ev.Fields["dst"] != http80.String() || ev.Fields["host"] != "allowed.test" || ev.Fields["bytes_up"].(int64) == 0 || ev.Fields["bytes_down"].(int64) == 0 {
+		if ev.Fields["dst"] != http80.String() || ev.Fields["host"] != "allowed.test" || ev.Fields["kind"] != "request" || ev.Fields["status"] != 200 || ev.Fields["bytes_down"].(int64) == 0 {
 			t.Errorf("audit event %+v", ev)
 		}
 	})

@@ -180,6 +180,7 @@ func run() int {
 			logger.Error("bad --approver", "error", err)
 			return 2
 		}
+		logger.Info("held requests are also asked of the approver hook", "approver", *approver)
 	}
 	var pools []policies.Policy
 	for _, f := range poolFiles {

@@ -1,7 +1,10 @@
 package daemon
 
 import (
+	"context"
+
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -28,5 +31,12 @@ func (d *Daemon) runningEgress(id string) *egress.SessionConfig {
 // egressConfig is session s's configuration for the perimeter, its
 // resolv.conf in dir.
 func (d *Daemon) egressConfig(s *session, p policies.Policy, dir string) egress.SessionConfig {
-	return egress.SessionConfig{Egress: p.Egress, Dir: dir, Audit: s.audit.EmitDecision}
+	return egress.SessionConfig{Egress: p.Egress, Dir: dir, Audit: s.audit.EmitDecision, Ask: s.askL7}
+}
+
+// askL7 holds a request the L7 gateway's rules ask about, as an approval
+// of the session's.
+func (s *session) askL7(ctx context.Context, a egress.Ask) egress.AskDecision {
+	d := s.askApproval(ctx, approvals.Request{Method: a.Method, Host: a.Host, Path: a.Path, Rule: a.Rule, Refs: a.Refs})
+	return egress.AskDecision{Allow: d.Allow, Reason: d.Reason, By: d.By, ID: d.ID}
 }

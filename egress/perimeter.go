@@ -78,10 +78,23 @@ type SessionConfig struct {
 	// secrets of TLS hosts then refuse every connection to those hosts).
 	CA Issuer
 	// Secrets are substituted for their placeholders by the L7 gateway.
-	Secrets []l7.Secret
+	Secrets []Secret
 	// Ask holds a request an HTTP rule asks about; nil denies asks.
-	Ask func(ctx context.Context, a l7.Ask) l7.AskDecision
+	Ask func(ctx context.Context, a Ask) AskDecision
 }
+
+// The L7 gateway's types a session's configuration carries, so that
+// callers of the front door need no sub-package.
+type (
+	// Secret is a value the sandbox holds only as a placeholder.
+	Secret = l7.Secret
+	// Inject binds a Secret to a host and a header.
+	Inject = l7.Inject
+	// Ask is a request an HTTP rule holds for a decision.
+	Ask = l7.Ask
+	// AskDecision is what came of an Ask.
+	AskDecision = l7.AskDecision
+)
 
 // Issuer issues a TLS certificate for a name, signed by a CA the
 // session's sandbox trusts.

@@ -1,6 +1,7 @@
-// Package l7 is airlock's L7 egress gateway, first slice: connections the
-// gateway's rules redirect to it (see package nft, <s>-l7) are checked on
-// their first message and passed through unterminated.
+// Package l7 is airlock's L7 egress gateway: connections the gateway
+// namespace's rules redirect to it (see package nft, <s>-l7) are checked
+// on their first message, then either served as HTTP (plain HTTP, and
+// TLS the gateway terminates) or passed through unterminated.
 //
 // For each accepted connection:
 //
@@ -14,21 +15,37 @@
 //	          destination allowed by address
 //	refuse    HTTP: 403 with a JSON reason; TLS: an access_denied alert;
 //	          then the connection is closed
-//	splice    the upstream is dialled (Config.Dial), sent the peeked bytes
-//	          first, then both directions are copied until both end
+//	serve     plain HTTP, and TLS whose SNI the session terminates
+//	          (Session.Terminate: hosts with HTTP rules or a bound secret,
+//	          or every host with inspect = "all"), are served by net/http
+//	          (HTTP/1.1, and HTTP/2 where TLS negotiates it) with a
+//	          certificate of the session's CA (Session.Certificate); see
+//	          proxy.go
+//	splice    other TLS: the upstream is dialled (Config.Dial), sent the
+//	          peeked bytes first, then both directions are copied
 //
-// Every connection yields one Event for its session: refused ones when
-// refused, passed ones when they end, with the bytes each way and the
-// duration. Bodies are never looked at.
+// Every request the gateway serves is checked on its own: its Host must
+// be the SNI (terminated TLS) or pass the session's check (plain HTTP);
+// its path is cleaned (httprule.NormalizePath) and decided by the host's
+// HTTP rules, an ask held until Session.Ask decides; a secret's
+// placeholder in the target, a header or the body is refused unless it
+// is the bound header of a request over TLS to the bound host, where the
+// value replaces it (secrets.go). The request then goes to the original
+// destination through the session's own transport, verified against
+// Config.UpstreamRoots, and its response streams back unbuffered;
+// protocol upgrades (websockets) pass once the server answers 101. Each
+// request yields one Event (Kind KindRequest): method, host, cleaned path
+// (never the query), status, bytes each way, decision, rule, duration.
+// A connection passed through yields one Event (KindConnection) when it
+// ends.
 //
-// On plain HTTP every request of the connection is checked so (relay.go),
-// and passed on as it came; a request that fails the check, or whose body
-// length servers could read differently, closes the connection.
-//
-// What it does not see: inside TLS (no termination yet), so a Host header
-// that differs from the SNI on a shared address passes; other ports and
-// protocols. Protocol upgrades over plain HTTP (websockets on port 80)
-// are refused, since what follows them is not checked.
+// What it does not see: inside TLS it does not terminate, so there a
+// Host header that differs from the SNI on a shared address passes, and
+// a placeholder leaves unseen (it is worthless without the gateway);
+// after an upgrade, the upgraded stream; other ports and protocols
+// (QUIC is blocked by the perimeter's rules instead); a client that pins
+// its server's certificate refuses the session CA, so hosts it talks to
+// must not be terminated.
 package l7
 
 import (

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/limitbuf"
 )
 
 const (
@@ -99,8 +100,8 @@ func (e *ExecApprover) Approve(ctx context.Context, a api.Approval) (*Verdict, e
 	}
 	cmd := exec.CommandContext(runCtx, e.argv[0], e.argv[1:]...)
 	cmd.Stdin = bytes.NewReader(in)
-	stdout := &limitedBuffer{max: maxExecStdout}
-	stderr := &limitedBuffer{max: maxExecStderr}
+	stdout := limitbuf.New(maxExecStdout)
+	stderr := limitbuf.New(maxExecStderr)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Env = append([]string{execPath}, e.env...)
 	cmd.WaitDelay = time.Second
@@ -129,7 +130,7 @@ func (e *ExecApprover) Approve(ctx context.Context, a api.Approval) (*Verdict, e
 	default:
 		return nil, fail(fmt.Sprintf("run: %v", runErr))
 	}
-	if stdout.truncated {
+	if stdout.Truncated {
 		return nil, fail(fmt.Sprintf("output larger than %d bytes", maxExecStdout))
 	}
 	v, err := parseVerdict(stdout.Bytes())
@@ -195,21 +196,3 @@ func truncateRunes(s string, n int) string {
 	}
 	return strings.ToValidUTF8(s[:n], "") + "…"
 }
-
-// limitedBuffer keeps the first max bytes written and notes the overflow.
-type limitedBuffer struct {
-	buf       bytes.Buffer
-	max       int
-	truncated bool
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	if room := l.max - l.buf.Len(); room < len(p) {
-		l.truncated = true
-		l.buf.Write(p[:max(room, 0)])
-		return len(p), nil
-	}
-	return l.buf.Write(p)
-}
-
-func (l *limitedBuffer) Bytes() []byte { return l.buf.Bytes() }

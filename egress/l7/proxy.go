@@ -267,9 +267,10 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	var scan *scanReader
 	if len(h.sess.Secrets) > 0 {
-		scan = newScanReader(r.Body, h.sess.Secrets)
+		scan = newScanReader(r.Body, h.sess.Secrets, func() http.Header { return r.Trailer })
 		r.Body = scan
 	}
+	injected := h.tg.tls && len(bindings(h.sess.Secrets, name)) > 0
 	scheme := "http"
 	if h.tg.tls {
 		scheme = "https"
@@ -289,6 +290,17 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		},
 		Transport:     h.s.upstreamTransport(h.sess.ID),
 		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			if injected {
+				// What the bound host sends back never carries the value
+				// (an upgraded stream excepted: it is not read).
+				scrubHeader(resp.Header, h.sess.Secrets)
+				if resp.StatusCode != http.StatusSwitchingProtocols {
+					resp.Body = newScrubber(resp.Body, h.sess.Secrets, func() { scrubHeader(resp.Trailer, h.sess.Secrets) })
+				}
+			}
+			return nil
+		},
 		ErrorLog:      log.New(io.Discard, "", 0),
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			upstreamErr = err
@@ -301,7 +313,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rp.ServeHTTP(cw, r)
 	switch {
 	case scan != nil && scan.found != nil:
-		ex := &exfiltration{secret: scan.found.Name, where: "body", host: name}
+		ex := &exfiltration{secret: scan.found.Name, where: scan.where, host: name}
 		ev.Action, ev.Reason = ActionExfiltration, ex.Error()+" (the request was cut off before it)"
 		if cw.status == 0 {
 			writeRefusal(cw, refusal{status: http.StatusForbidden, reason: ev.Reason})

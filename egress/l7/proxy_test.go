@@ -484,3 +484,70 @@ func TestRules(t *testing.T) {
 		t.Errorf("the upstream saw %v; want only the approved POST", seen)
 	}
 }
+
+// TestSecretNotEchoedBack: a bound host that echoes the request (header,
+// body, trailer) hands the sandbox the placeholder, never the value.
+func TestSecretNotEchoedBack(t *testing.T) {
+	p := startProxy(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Echo-Trailer")
+		w.Header().Set("X-Echo", r.Header.Get("x-api-key"))
+		w.(http.Flusher).Flush()
+		// The value split across two writes.
+		k := r.Header.Get("x-api-key")
+		io.WriteString(w, "you sent "+k[:7])
+		w.(http.Flusher).Flush()
+		time.Sleep(20 * time.Millisecond)
+		io.WriteString(w, k[7:]+" ok")
+		w.Header().Set("X-Echo-Trailer", k)
+	}), secretOpts(true))
+	for _, h2 := range []bool{false, true} {
+		req, _ := http.NewRequest("GET", "https://allowed.test/echo", nil)
+		req.Header.Set("x-api-key", testPlaceholder)
+		resp, err := p.client(h2).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		all := fmt.Sprint(resp.Header, string(b), resp.Trailer)
+		if strings.Contains(all, testSecret) {
+			t.Errorf("h2=%v: the value reached the client: %s", h2, all)
+		}
+		if string(b) != "you sent "+testPlaceholder+" ok" || resp.Header.Get("X-Echo") != testPlaceholder {
+			t.Errorf("h2=%v: body %q, X-Echo %q; want the placeholder in place of the value", h2, b, resp.Header.Get("X-Echo"))
+		}
+	}
+}
+
+// TestSecretInTrailer: a placeholder in a request trailer is refused like
+// one in the body.
+func TestSecretInTrailer(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	p := startProxy(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		mu.Lock()
+		seen = append(seen, fmt.Sprint(r.Trailer))
+		mu.Unlock()
+	}), secretOpts(true))
+	for _, h2 := range []bool{false, true} {
+		req, _ := http.NewRequest("POST", "https://rules.test/up", io.NopCloser(strings.NewReader("body")))
+		req.ContentLength = -1
+		req.Trailer = http.Header{"X-Sum": {testPlaceholder}}
+		resp, err := p.client(h2).Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 403 || !strings.Contains(string(b), "trailer") {
+				t.Errorf("h2=%v: %d %s", h2, resp.StatusCode, b)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range seen {
+		if strings.Contains(s, testPlaceholder) {
+			t.Errorf("the upstream saw the trailer %s", s)
+		}
+	}
+}

@@ -140,27 +140,46 @@ func injectSecrets(secrets []Secret, r *http.Request, host string, tls bool) err
 // errPlaceholderInBody is returned by a scanReader that met a placeholder.
 var errPlaceholderInBody = errors.New("placeholder in the request body")
 
-// scanReader passes a request body on and fails once a placeholder
-// appears in it: it holds back the last len(longest placeholder)-1 bytes
-// until more arrive, so a placeholder split across reads is never passed
-// on whole.
-type scanReader struct {
-	r       io.ReadCloser
-	secrets []Secret
-	keep    int
-	buf     []byte // bytes read, not yet passed on
-	out     []byte // bytes checked, ready to pass on
-	eof     bool
-	found   *Secret
-	n       int64
+// heldTail returns how many bytes at the end of b could be the start of
+// one of pats: those must wait for the next read before they pass on.
+func heldTail(b []byte, pats [][]byte) int {
+	held := 0
+	for _, p := range pats {
+		for n := min(len(p)-1, len(b)); n > held; n-- {
+			if bytes.HasSuffix(b, p[:n]) {
+				held = n
+				break
+			}
+		}
+	}
+	return held
 }
 
-func newScanReader(r io.ReadCloser, secrets []Secret) *scanReader {
-	keep := 0
-	for _, s := range secrets {
-		keep = max(keep, len(s.Placeholder)-1)
+// scanReader passes a request body on and fails once a placeholder
+// appears in it, or in the request's trailers once it has ended. It holds
+// back only a tail that could be the start of a placeholder, until more
+// arrives, so a placeholder split across reads is never passed on whole
+// and a body that streams is not delayed.
+type scanReader struct {
+	r        io.ReadCloser
+	secrets  []Secret
+	pats     [][]byte
+	trailers func() http.Header
+	buf      []byte // bytes read, not yet passed on
+	out      []byte // bytes checked, ready to pass on
+	eof      bool
+	found    *Secret
+	where    string
+}
+
+func newScanReader(r io.ReadCloser, secrets []Secret, trailers func() http.Header) *scanReader {
+	s := &scanReader{r: r, secrets: secrets, trailers: trailers}
+	for _, sec := range secrets {
+		if sec.Placeholder != "" {
+			s.pats = append(s.pats, []byte(sec.Placeholder))
+		}
 	}
-	return &scanReader{r: r, secrets: secrets, keep: keep}
+	return s
 }
 
 func (s *scanReader) Read(p []byte) (int, error) {
@@ -182,14 +201,26 @@ func (s *scanReader) Read(p []byte) (int, error) {
 		}
 		for i := range s.secrets {
 			if ph := s.secrets[i].Placeholder; ph != "" && bytes.Contains(s.buf, []byte(ph)) {
-				s.found = &s.secrets[i]
+				s.found, s.where = &s.secrets[i], "body"
 				s.buf = nil
 				return 0, errPlaceholderInBody
 			}
 		}
-		cut := len(s.buf) - s.keep
-		if s.eof {
-			cut = len(s.buf)
+		if s.eof && s.trailers != nil {
+			// Trailers are known once the body has ended.
+			for _, vs := range s.trailers() {
+				for _, v := range vs {
+					if sec, ok := placeholderIn(s.secrets, v); ok {
+						s.found, s.where = sec, "trailer"
+						s.buf = nil
+						return 0, errPlaceholderInBody
+					}
+				}
+			}
+		}
+		cut := len(s.buf)
+		if !s.eof {
+			cut -= heldTail(s.buf, s.pats)
 		}
 		if cut > 0 {
 			s.out = append(s.out, s.buf[:cut]...)
@@ -198,8 +229,83 @@ func (s *scanReader) Read(p []byte) (int, error) {
 	}
 	n := copy(p, s.out)
 	s.out = s.out[n:]
-	s.n += int64(n)
 	return n, nil
 }
 
 func (s *scanReader) Close() error { return s.r.Close() }
+
+// scrubber replaces secrets' values by their placeholders in a response
+// body, so that a bound host that echoes a request (a debugging endpoint,
+// an error that quotes the header) does not hand the value to the
+// sandbox. Like scanReader it holds back only a tail that could start a
+// value.
+type scrubber struct {
+	r     io.ReadCloser
+	from  [][]byte
+	to    [][]byte
+	buf   []byte
+	out   []byte
+	eof   bool
+	err   error
+	onEOF func() // scrubs the trailers, known once the body has ended
+}
+
+func newScrubber(r io.ReadCloser, secrets []Secret, onEOF func()) *scrubber {
+	s := &scrubber{r: r, onEOF: onEOF}
+	for _, sec := range secrets {
+		if len(sec.Value) > 0 {
+			s.from = append(s.from, sec.Value)
+			s.to = append(s.to, []byte(sec.Placeholder))
+		}
+	}
+	return s
+}
+
+func (s *scrubber) Read(p []byte) (int, error) {
+	for len(s.out) == 0 {
+		if s.eof {
+			return 0, s.err
+		}
+		chunk := make([]byte, 32<<10)
+		n, err := s.r.Read(chunk)
+		s.buf = append(s.buf, chunk[:n]...)
+		if err != nil {
+			s.eof, s.err = true, err
+			if s.onEOF != nil {
+				s.onEOF()
+			}
+		}
+		for i := range s.from {
+			s.buf = bytes.ReplaceAll(s.buf, s.from[i], s.to[i])
+		}
+		cut := len(s.buf)
+		if !s.eof {
+			cut -= heldTail(s.buf, s.from)
+		}
+		if cut > 0 {
+			s.out = append(s.out, s.buf[:cut]...)
+			s.buf = append(s.buf[:0], s.buf[cut:]...)
+		}
+	}
+	n := copy(p, s.out)
+	s.out = s.out[n:]
+	return n, nil
+}
+
+func (s *scrubber) Close() error { return s.r.Close() }
+
+// scrubHeader replaces secrets' values by their placeholders in a
+// response's header fields.
+func scrubHeader(h http.Header, secrets []Secret) {
+	for k, vs := range h {
+		for i, v := range vs {
+			for _, sec := range secrets {
+				if len(sec.Value) > 0 && strings.Contains(v, string(sec.Value)) {
+					vs[i] = strings.ReplaceAll(v, string(sec.Value), sec.Placeholder)
+					v = vs[i]
+				}
+			}
+		}
+		h[k] = vs
+	}
+}

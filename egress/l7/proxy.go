@@ -2,6 +2,7 @@ package l7
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -286,6 +288,11 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			pr.Out.URL.Scheme = scheme
 			pr.Out.URL.Host = upHost
 			pr.Out.Host = r.Host
+			if injected {
+				// The response is scrubbed of the value: ask for it
+				// uncompressed.
+				pr.Out.Header.Del("Accept-Encoding")
+			}
 			pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), reqKey{}, h.tg))
 		},
 		Transport:     h.s.upstreamTransport(h.sess.ID),
@@ -295,6 +302,9 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				// What the bound host sends back never carries the value
 				// (an upgraded stream excepted: it is not read).
 				scrubHeader(resp.Header, h.sess.Secrets)
+				if err := decodeForScrub(resp); err != nil {
+					return err
+				}
 				if resp.StatusCode != http.StatusSwitchingProtocols {
 					resp.Body = newScrubber(resp.Body, h.sess.Secrets, func() { scrubHeader(resp.Trailer, h.sess.Secrets) })
 				}
@@ -326,6 +336,28 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	emit()
+}
+
+// decodeForScrub makes a compressed response of a host a secret is bound
+// to readable, so that it can be scrubbed: gzip is decoded (the client
+// asked for none), any other coding is an error.
+func decodeForScrub(resp *http.Response) error {
+	ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
+	switch ce {
+	case "", "identity":
+		return nil
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return fmt.Errorf("airlock: the gzip response of a host a secret is bound to: %w", err)
+		}
+		resp.Body = &replayBody{Reader: zr, c: resp.Body}
+		resp.Header.Del("Content-Encoding")
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+		return nil
+	}
+	return fmt.Errorf("airlock: a response in Content-Encoding %q from a host a secret is bound to cannot be checked for the value", ce)
 }
 
 // checkHost binds the request's Host to the connection: on TLS the gateway

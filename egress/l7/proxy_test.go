@@ -2,6 +2,7 @@ package l7
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -549,5 +550,31 @@ func TestSecretInTrailer(t *testing.T) {
 		if strings.Contains(s, testPlaceholder) {
 			t.Errorf("the upstream saw the trailer %s", s)
 		}
+	}
+}
+
+// TestSecretNotEchoedCompressed: an echo the bound host compresses is
+// decoded and scrubbed too; the client's Accept-Encoding does not reach
+// the host.
+func TestSecretNotEchoedCompressed(t *testing.T) {
+	p := startProxy(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Set("X-Asked", r.Header.Get("Accept-Encoding"))
+		zw := gzip.NewWriter(w)
+		io.WriteString(zw, "you sent "+r.Header.Get("x-api-key"))
+		zw.Close()
+	}), secretOpts(true))
+	req, _ := http.NewRequest("GET", "https://allowed.test/echo", nil)
+	req.Header.Set("x-api-key", testPlaceholder)
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := p.client(true).Transport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.Header.Get("Content-Encoding") != "" || string(b) != "you sent "+testPlaceholder || resp.Header.Get("X-Asked") != "" {
+		t.Errorf("Content-Encoding %q, X-Asked %q, body %q; want the placeholder, uncompressed",
+			resp.Header.Get("Content-Encoding"), resp.Header.Get("X-Asked"), b)
 	}
 }

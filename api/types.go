@@ -15,6 +15,9 @@
 //	GET    /v1/sessions/{id}/logs?follow=1&stdout=1&stderr=1  -> framed stream
 //	POST   /v1/sessions/{id}/exec           ExecRequest -> framed stream, ends with an exit frame
 //	GET    /v1/sessions/{id}/audit          -> []AuditEvent
+//	GET    /v1/approvals?session=ID         -> []Approval
+//	GET    /v1/approvals?follow=1           -> ApprovalEvent JSON lines until the client goes away
+//	POST   /v1/approvals/{id}               ApprovalDecision -> Approval
 //	GET    /v1/images                       -> []Image
 //	POST   /v1/images/import?name=REF       body: OCI or Docker archive -> []Image
 package api
@@ -161,7 +164,7 @@ type ErrorDetail struct {
 type AuditEvent struct {
 	Time    time.Time `json:"time"`
 	Session string    `json:"session"`
-	// Layer is dns, net, fs, credentials or session.
+	// Layer is dns, net, l7, approval, fs, credentials or session.
 	Layer string `json:"layer"`
 	// Action is what happened, e.g. allowed, refused, dropped, rejected,
 	// minted, refreshed, revoked, started, ended.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/credentials/clock"
 	"github.com/airlock-sandbox/airlock/credentials/token"
+	"github.com/airlock-sandbox/airlock/internal/limitbuf"
 )
 
 // DefaultExecTimeout bounds an exec issuer's run.
@@ -122,8 +123,8 @@ func (e *ExecIssuer) Issue(ctx context.Context, req IssueRequest) (*Credential, 
 
 	cmd := exec.CommandContext(runCtx, e.argv[0], e.argv[1:]...)
 	cmd.Stdin = bytes.NewReader(in)
-	stdout := &limitedBuffer{max: maxExecStdout}
-	stderr := &limitedBuffer{max: maxExecStderr}
+	stdout := limitbuf.New(maxExecStdout)
+	stderr := limitbuf.New(maxExecStderr)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Env = append(os.Environ(), e.env...)
 	cmd.WaitDelay = time.Second
@@ -153,7 +154,7 @@ func (e *ExecIssuer) Issue(ctx context.Context, req IssueRequest) (*Credential, 
 	default:
 		return nil, withStderr(fmt.Sprintf("run %s: %v", e.argv[0], runErr))
 	}
-	if stdout.truncated {
+	if stdout.Truncated {
 		return nil, withStderr(fmt.Sprintf("output larger than %d bytes", maxExecStdout))
 	}
 	if parseErr != nil {
@@ -249,21 +250,3 @@ func firstLine(stderr []byte, secret string) string {
 	}
 	return line
 }
-
-// limitedBuffer keeps the first max bytes written and notes the overflow.
-type limitedBuffer struct {
-	buf       bytes.Buffer
-	max       int
-	truncated bool
-}
-
-func (l *limitedBuffer) Write(p []byte) (int, error) {
-	if room := l.max - l.buf.Len(); room < len(p) {
-		l.truncated = true
-		l.buf.Write(p[:max(room, 0)])
-		return len(p), nil
-	}
-	return l.buf.Write(p)
-}
-
-func (l *limitedBuffer) Bytes() []byte { return l.buf.Bytes() }

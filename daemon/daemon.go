@@ -24,6 +24,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/audit"
@@ -57,6 +58,10 @@ type Config struct {
 	Issuers map[string][]string
 	// Egress configures the network perimeter.
 	Egress egress.Config
+	// Approver, if set, is asked about every request the L7 gateway
+	// holds for a decision (airlockd --approver); its failure or silence
+	// leaves the request to a person.
+	Approver approvals.Approver
 	// Pools are policies whose warm pools (their `pool` blocks) the
 	// daemon fills from the start. They pass admission like any request.
 	Pools []policies.Policy
@@ -88,6 +93,9 @@ type Daemon struct {
 	creds  *credentials.Delivery
 	egress *egress.Perimeter // nil without an uplink
 	fs     *workspaces
+	// approvals holds the requests the L7 gateway's ask rules hold,
+	// until they are decided.
+	approvals *approvals.Store
 	// admission checks every request and pool against the operator's
 	// admission policy.
 	admission *admitter
@@ -175,6 +183,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 func newDaemon(ctx context.Context, cfg Config) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, prefix: runtime.Prefix(cfg.Root), sessions: map[string]*session{}}
 	d.admission = newAdmitter(cfg)
+	d.approvals = approvals.New(approvals.WithApprover(cfg.Approver))
 	for i := range cfg.Pools {
 		p := &cfg.Pools[i]
 		if _, err := d.admission.admit(p); err != nil {
@@ -255,6 +264,8 @@ func loggerBinary(cfg Config) string {
 // and are re-adopted by the next daemon on the same root.
 func (d *Daemon) Close(ctx context.Context) error {
 	d.stop()
+	// Held requests are denied while the gateway can still answer them.
+	d.approvals.Close(ctx)
 	// Prepared sandboxes belong to no session: they go with the daemon.
 	d.pools.close(ctx)
 	d.mu.Lock()
@@ -510,6 +521,7 @@ func (d *Daemon) teardown(ctx context.Context, id string) (retErr error) {
 		}
 	}()
 	step.Run("credentials", func() { d.creds.Revoke(ctx, id) })
+	step.Run("approvals", func() { d.approvals.CancelSession(ctx, id) })
 	var netErr, rtErr error
 	step.Go("network", func() { netErr = d.egress.Discard(ctx, id) })
 	step.Go("containerd", func() { rtErr = d.rt.Delete(ctx, id) })

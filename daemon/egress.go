@@ -1,25 +1,42 @@
 package daemon
 
 import (
+	"context"
+
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
-// runningEgress tells the perimeter's Reconcile the egress block of a
-// session whose sandbox lives (running, or created and waiting for its
-// command) and where its decisions go; nil for any other, whose network
-// is removed.
-func (d *Daemon) runningEgress(id string) (*policies.Egress, egress.Audit) {
+// runningEgress tells the perimeter's Reconcile the network configuration
+// of a session whose sandbox lives (running, or created and waiting for
+// its command); nil for any other, whose network is removed.
+func (d *Daemon) runningEgress(id string) *egress.SessionConfig {
 	s, err := d.get(id)
 	if err != nil {
-		return nil, nil
+		return nil
 	}
 	s.mu.Lock()
 	state := s.rec.State
+	p := s.rec.Policy
 	s.mu.Unlock()
 	if state != api.StateRunning && state != api.StateCreated {
-		return nil, nil
+		return nil
 	}
-	return s.rec.Policy.Egress, s.audit.EmitDecision
+	sc := d.egressConfig(s, p, "")
+	return &sc
+}
+
+// egressConfig is session s's configuration for the perimeter, its
+// resolv.conf in dir.
+func (d *Daemon) egressConfig(s *session, p policies.Policy, dir string) egress.SessionConfig {
+	return egress.SessionConfig{Egress: p.Egress, Dir: dir, Audit: s.audit.EmitDecision, Ask: s.askL7}
+}
+
+// askL7 holds a request the L7 gateway's rules ask about, as an approval
+// of the session's.
+func (s *session) askL7(ctx context.Context, a egress.Ask) egress.AskDecision {
+	d := s.askApproval(ctx, approvals.Request{Method: a.Method, Host: a.Host, Path: a.Path, Rule: a.Rule, Refs: a.Refs})
+	return egress.AskDecision{Allow: d.Allow, Reason: d.Reason, By: d.By, ID: d.ID}
 }

@@ -130,8 +130,9 @@ func (s *session) armTimerLocked() {
 // safe to repeat, so a daemon that dies part-way finishes on its next
 // start:
 //   - the exit status is persisted while the task still holds it;
-//   - the credentials are revoked and the OOM flag read (before the
-//     task's deletion removes the cgroup);
+//   - the credentials are revoked, the requests held for approval
+//     denied, and the OOM flag read (before the task's deletion removes
+//     the cgroup);
 //   - the network (its drops audited), the task and the workspace's
 //     on_exit go side by side; on_exit waits for the task's deletion
 //     unless the session's cgroup is already empty, so that no process
@@ -162,6 +163,8 @@ func (s *session) finish(ctx context.Context, end ending) {
 		}
 	})
 	step.Run("credentials", func() { d.creds.Revoke(ctx, id) })
+	// Requests still held are denied while the gateway can answer them.
+	step.Run("approvals", func() { d.approvals.CancelSession(ctx, id) })
 	var oom bool
 	step.Run("oom", func() { oom = d.cgroups.OOMKilled(d.CgroupPath(id)) })
 	taskGone := make(chan struct{})

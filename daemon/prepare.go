@@ -121,7 +121,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	})
 	g.Go(func() (err error) {
 		defer step.Track("egress")()
-		net, err = d.egress.AddSession(ctx, id, p.Egress, dir, s.audit.EmitDecision)
+		net, err = d.egress.AddSession(ctx, id, d.egressConfig(s, p, dir))
 		return err
 	})
 	// containerd's and runc's steps run to their end even when the caller

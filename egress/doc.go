@@ -15,11 +15,17 @@
 //
 // A session whose egress block says `l7 = "check"` has its TCP to allowed
 // destinations on L7Ports redirected to the L7 gateway, which passes a
-// connection through only if its TLS SNI or HTTP Host is a name the
-// allowlist allows and whose DNS answers pinned the destination for this
-// session (the proxy records them per session in a dnsproxy.Names), or
-// the destination is allowed by a CIDR entry (checkL7); UDP 443 is
-// blocked for it unless a CIDR entry allows it.
+// connection only if its TLS SNI or HTTP Host is a name the allowlist
+// allows and whose DNS answers pinned the destination for this session
+// (the proxy records them per session in a dnsproxy.Names), or the
+// destination is allowed by a CIDR entry (checkL7); UDP 443 is blocked
+// for it unless a CIDR entry allows it. Plain HTTP, and TLS to hosts with
+// HTTP rules (package httprule) or a bound secret (or every host, with
+// inspect = "all"), are served request by request: TLS terminated with a
+// certificate of the session's CA (SessionConfig.CA), each request's Host
+// bound to the SNI, its rules applied (asks through SessionConfig.Ask),
+// secrets substituted for their placeholders (SessionConfig.Secrets) and
+// placeholders elsewhere refused, and each request audited.
 //
 // The perimeter knows sessions by id only. Their audit logs are the
 // caller's: decisions (DNS answers and refusals, dropped connections)

@@ -12,8 +12,11 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/egress/allowlist"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
+	"github.com/airlock-sandbox/airlock/egress/httprule"
 	"github.com/airlock-sandbox/airlock/egress/l7"
 	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // L7Ports are the TCP ports a session with `l7 = "check"` has checked by
@@ -30,9 +33,10 @@ const l7PinGrace = 5 * time.Second
 // and IPv6 where the namespace has it) and serves them until ctx ends.
 func (e *Perimeter) startL7(ctx context.Context) error {
 	srv, err := l7.New(l7.Config{
-		Sessions:    e.l7Session,
-		OriginalDst: netns.OriginalDst,
-		Dial:        e.gw.Dialer(),
+		Sessions:      e.l7Session,
+		OriginalDst:   netns.OriginalDst,
+		Dial:          e.gw.Dialer(),
+		UpstreamRoots: e.cfg.UpstreamRoots,
 	})
 	if err != nil {
 		return err
@@ -70,19 +74,64 @@ func (e *Perimeter) l7Session(a netip.Addr) (*l7.Session, bool) {
 
 // registerL7 lets session id's connections through the L7 gateway, keyed
 // by its addresses.
-func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Addr, list *allowlist.List, names *dnsproxy.Names, audit Audit) {
+func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Addr, sc SessionConfig, list *allowlist.List, names *dnsproxy.Names) {
+	audit := sc.Audit
+	rules, err := httprule.Compile(sc.Egress.HTTP)
+	if err != nil {
+		// Checked when the session was created; rules that fail now
+		// deny every request to the hosts they name.
+		log.G(ctx).Error("egress http rules", "session", id, "error", err)
+		rules = denyAll(sc.Egress.HTTP)
+	}
 	s := &l7.Session{
 		ID: id,
 		Check: func(dst netip.AddrPort, h l7.Hello, at time.Time) l7.Decision {
 			return checkL7(list, names, dst, h, at)
 		},
-		Audit: func(ev l7.Event) { audit(ctx, L7AuditEvent(ev)) },
+		Audit:   func(ev l7.Event) { audit(ctx, L7AuditEvent(ev)) },
+		Secrets: sc.Secrets,
+		Rules:   rules.For,
+	}
+	if sc.Ask != nil {
+		s.Ask = func(actx context.Context, a l7.Ask) l7.AskDecision { return sc.Ask(actx, a) }
+	}
+	if sc.CA != nil {
+		inspectAll := sc.Egress.Inspect == policies.InspectAll
+		s.Terminate = func(name string) bool {
+			return inspectAll || rules.Has(name) || secretBound(sc.Secrets, name)
+		}
+		s.Certificate = sc.CA.Leaf
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, a := range addrs {
 		e.l7ByAddr[a] = s
 	}
+}
+
+// secretBound reports whether a secret is injected into requests to name.
+func secretBound(secrets []l7.Secret, name string) bool {
+	for _, s := range secrets {
+		for _, in := range s.Inject {
+			if in.Host == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// denyAll returns rules that deny every request to the hosts of blocks.
+func denyAll(blocks []policies.HTTPHost) *httprule.Set {
+	var deny []policies.HTTPHost
+	for _, b := range blocks {
+		deny = append(deny, policies.HTTPHost{Host: b.Host, Default: policies.HTTPDeny})
+	}
+	set, err := httprule.Compile(deny)
+	if err != nil {
+		set, _ = httprule.Compile(nil)
+	}
+	return set
 }
 
 // checkL7 decides on a session's connection to dst whose first message
@@ -163,11 +212,28 @@ func portAllowed(ports []uint16, p uint16) bool {
 // gateway: layer "l7", the name asked for as subject.
 func L7AuditEvent(ev l7.Event) api.AuditEvent {
 	f := map[string]any{
+		"kind":        ev.Kind,
 		"proto":       ev.Proto,
 		"dst":         ev.Dst.String(),
 		"bytes_up":    ev.BytesUp,
 		"bytes_down":  ev.BytesDn,
 		"duration_ms": ev.Duration.Milliseconds(),
+	}
+	if ev.Kind == l7.KindRequest {
+		f["path"] = ev.Path
+		f["query"] = ev.Query
+		f["terminated"] = ev.Terminated
+		if ev.Status != 0 {
+			f["status"] = ev.Status
+		}
+	}
+	if len(ev.Refs) > 0 {
+		f["refs"] = ev.Refs
+	}
+	if ev.Approval != "" || ev.Held > 0 {
+		f["approval"] = ev.Approval
+		f["approved_by"] = ev.ApprovedBy
+		f["held_ms"] = ev.Held.Milliseconds()
 	}
 	if ev.SNI != "" {
 		f["sni"] = ev.SNI
@@ -182,7 +248,7 @@ func L7AuditEvent(ev l7.Event) api.AuditEvent {
 		f["rule"] = ev.Rule
 	}
 	subject := ev.SNI
-	if ev.Proto == l7.ProtoHTTP {
+	if ev.Proto == l7.ProtoHTTP || ev.Kind == l7.KindRequest {
 		subject = ev.Host
 	}
 	if subject == "" {

@@ -39,7 +39,7 @@ func sessionClient(s *egress.Session, addr netip.AddrPort, pool *tls.Config) *ht
 		Timeout: 5 * time.Second,
 		Transport: &http.Transport{
 			DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx, "tcp", addr.String()) },
-			TLSClientConfig:   pool,
+			TLSClientConfig:   pool.Clone(),
 			DisableKeepAlives: true,
 			ForceAttemptHTTP2: false,
 		},
@@ -184,7 +184,7 @@ func TestL7Gateway(t *testing.T) {
 			t.Fatalf("GET http://allowed.test/ = %d %q %v", code, body, err)
 		}
 		ev := audit.waitEvent(t, "l7on", "l7", "allowed", "allowed.test", "proto", "http")
-		if ev.Fields["dst"] != http80.String() || ev.Fields["host"] != "allowed.test" || ev.Fields["bytes_up"].(int64) == 0 || ev.Fields["bytes_down"].(int64) == 0 {
+		if ev.Fields["dst"] != http80.String() || ev.Fields["host"] != "allowed.test" || ev.Fields["kind"] != "request" || ev.Fields["status"] != 200 || ev.Fields["bytes_down"].(int64) == 0 {
 			t.Errorf("audit event %+v", ev)
 		}
 	})
@@ -328,11 +328,11 @@ func TestL7Gateway(t *testing.T) {
 		}
 		p = p2
 		perim.Store(p2)
-		p2.Reconcile(ctx, func(id string) (*policies.Egress, egress.Audit) {
+		p2.Reconcile(ctx, func(id string) *egress.SessionConfig {
 			if id == "l7on" {
-				return &policies.Egress{Allow: allow, L7: policies.L7Check}, audit.emit
+				return &egress.SessionConfig{Egress: &policies.Egress{Allow: allow, L7: policies.L7Check}, Audit: audit.emit}
 			}
-			return &policies.Egress{Allow: allow}, audit.emit
+			return &egress.SessionConfig{Egress: &policies.Egress{Allow: allow}, Audit: audit.emit}
 		})
 		// Which addresses were pinned for which name is not kept across
 		// the restart: refused until the name is resolved again.

@@ -3,6 +3,8 @@ package egress
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math"
@@ -21,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/egress/allowlist"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
+	"github.com/airlock-sandbox/airlock/egress/httprule"
 	"github.com/airlock-sandbox/airlock/egress/l7"
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	"github.com/airlock-sandbox/airlock/egress/nft"
@@ -54,6 +57,49 @@ type Config struct {
 	// values: dnsproxy's defaults, 100 queries a second, a burst of 200,
 	// 64 at once).
 	DNSLimits dnsproxy.Limits
+
+	// UpstreamRoots verify the servers the L7 gateway dials for TLS it
+	// terminates; nil means the host's system roots (airlockd
+	// --upstream-ca replaces them; the tests' world has its own CA).
+	UpstreamRoots *x509.CertPool
+}
+
+// SessionConfig is what the perimeter needs of one session.
+type SessionConfig struct {
+	// Egress is the manifest's egress block; nil means no network.
+	Egress *policies.Egress
+	// Dir is a host directory of the session's, for its resolv.conf.
+	Dir string
+	// Audit receives the session's decisions, with the context AddSession
+	// (or Reconcile) was given.
+	Audit Audit
+	// CA issues the certificates the L7 gateway shows the session's
+	// clients for TLS it terminates; nil terminates none (HTTP rules and
+	// secrets of TLS hosts then refuse every connection to those hosts).
+	CA Issuer
+	// Secrets are substituted for their placeholders by the L7 gateway.
+	Secrets []Secret
+	// Ask holds a request an HTTP rule asks about; nil denies asks.
+	Ask func(ctx context.Context, a Ask) AskDecision
+}
+
+// The L7 gateway's types a session's configuration carries, so that
+// callers of the front door need no sub-package.
+type (
+	// Secret is a value the sandbox holds only as a placeholder.
+	Secret = l7.Secret
+	// Inject binds a Secret to a host and a header.
+	Inject = l7.Inject
+	// Ask is a request an HTTP rule holds for a decision.
+	Ask = l7.Ask
+	// AskDecision is what came of an Ask.
+	AskDecision = l7.AskDecision
+)
+
+// Issuer issues a TLS certificate for a name, signed by a CA the
+// session's sandbox trusts.
+type Issuer interface {
+	Leaf(name string) (*tls.Certificate, error)
 }
 
 // Audit receives a session's egress decisions: each DNS answer or
@@ -220,10 +266,12 @@ func (s *Session) SpecOpts() []oci.SpecOpts {
 
 // AddSession creates session id's network namespace behind the gateway
 // with the rules of its manifest's egress block, registers its allowlist
-// with the DNS proxy (its decisions go to audit, with ctx) and writes its
-// resolv.conf in dir. Without an egress block it does nothing and returns
-// a nil Session; with one, a nil Perimeter refuses it.
-func (e *Perimeter) AddSession(ctx context.Context, id string, eg *policies.Egress, dir string, audit Audit) (*Session, error) {
+// with the DNS proxy and the L7 gateway (its decisions go to sc.Audit,
+// with ctx) and writes its resolv.conf in sc.Dir. Without an egress block
+// it does nothing and returns a nil Session; with one, a nil Perimeter
+// refuses it.
+func (e *Perimeter) AddSession(ctx context.Context, id string, sc SessionConfig) (*Session, error) {
+	eg := sc.Egress
 	if eg == nil {
 		return nil, nil
 	}
@@ -235,6 +283,9 @@ func (e *Perimeter) AddSession(ctx context.Context, id string, eg *policies.Egre
 		return nil, err
 	}
 	if _, err := allowPrivate(eg); err != nil {
+		return nil, err
+	}
+	if _, err := httprule.Compile(eg.HTTP); err != nil {
 		return nil, err
 	}
 	cfg := netns.SessionConfig{IPv6: eg.IPv6, Drop: eg.OnBlock == policies.OnBlockDrop}
@@ -253,8 +304,8 @@ func (e *Perimeter) AddSession(ctx context.Context, id string, eg *policies.Egre
 	if err != nil {
 		return nil, err
 	}
-	e.registerDNS(ctx, id, eg, ns, list, audit)
-	resolv := filepath.Join(dir, "resolv.conf")
+	e.registerDNS(ctx, id, sc, ns, list)
+	resolv := filepath.Join(sc.Dir, "resolv.conf")
 	content := fmt.Sprintf("# written by airlockd: the sandbox's only resolver is airlock's DNS proxy\nnameserver %s\noptions ndots:0 attempts:2 timeout:2\n", ns.Resolver())
 	if err := os.WriteFile(resolv, []byte(content), 0o444); err != nil {
 		return nil, err
@@ -264,7 +315,8 @@ func (e *Perimeter) AddSession(ctx context.Context, id string, eg *policies.Egre
 
 // registerDNS points the proxy at a session's allowlist, keyed by the
 // session's addresses.
-func (e *Perimeter) registerDNS(ctx context.Context, id string, eg *policies.Egress, ns *netns.Session, list *allowlist.List, audit Audit) {
+func (e *Perimeter) registerDNS(ctx context.Context, id string, sc SessionConfig, ns *netns.Session, list *allowlist.List) {
+	eg, audit := sc.Egress, sc.Audit
 	private, err := allowPrivate(eg)
 	if err != nil {
 		// Checked when the session was created; a record that fails now
@@ -286,7 +338,7 @@ func (e *Perimeter) registerDNS(ctx context.Context, id string, eg *policies.Egr
 	}
 	if eg.L7Enabled() {
 		pol.Names = dnsproxy.NewNames(0)
-		e.registerL7(ctx, id, addrs, list, pol.Names, audit)
+		e.registerL7(ctx, id, addrs, sc, list, pol.Names)
 	}
 	for _, a := range addrs {
 		e.sessions.Set(a, pol)
@@ -424,18 +476,18 @@ func (e *Perimeter) Drops(ctx context.Context, id string) []api.AuditEvent {
 
 // Reconcile goes through the session networks the gateway holds, as a
 // restarted daemon finds them: running says, for a session id, the
-// egress block of the running session and where its decisions go, or nil
-// for a session that is gone or not running. Running sessions are
+// configuration of the running session (its egress block, where its
+// decisions go), or nil for a session that is gone or not running. Running sessions are
 // registered with the proxy again; the others' networks are removed.
-func (e *Perimeter) Reconcile(ctx context.Context, running func(id string) (*policies.Egress, Audit)) {
+func (e *Perimeter) Reconcile(ctx context.Context, running func(id string) *SessionConfig) {
 	if e == nil {
 		return
 	}
 	for _, ns := range e.gw.Sessions() {
-		if eg, audit := running(ns.ID()); eg != nil {
-			list, err := allowlist.Compile(eg.Allow, eg.Deny)
+		if sc := running(ns.ID()); sc != nil && sc.Egress != nil {
+			list, err := allowlist.Compile(sc.Egress.Allow, sc.Egress.Deny)
 			if err == nil {
-				e.registerDNS(ctx, ns.ID(), eg, ns, list, audit)
+				e.registerDNS(ctx, ns.ID(), *sc, ns, list)
 				continue
 			}
 		}

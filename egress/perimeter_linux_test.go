@@ -210,11 +210,11 @@ func TestPerimeter(t *testing.T) {
 	}
 	closed = false
 	var audit2 auditLog
-	p.Reconcile(ctx, func(id string) (*policies.Egress, egress.Audit) {
+	p.Reconcile(ctx, func(id string) *egress.SessionConfig {
 		if id == "s2" {
-			return eg, audit2.emit
+			return &egress.SessionConfig{Egress: eg, Audit: audit2.emit}
 		}
-		return nil, nil
+		return nil
 	})
 	if objs := sessionObjects(t, gwPath, prefix, "s3"); len(objs) > 0 || netns.IsNetns(s3.NetnsPath()) {
 		t.Errorf("the network of a session not running is left after Reconcile: %v", objs)
@@ -246,7 +246,7 @@ func TestPerimeter(t *testing.T) {
 func addSession(t *testing.T, p *egress.Perimeter, id string, eg *policies.Egress, audit *auditLog) *egress.Session {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := p.AddSession(t.Context(), id, eg, dir, audit.emit)
+	s, err := p.AddSession(t.Context(), id, egress.SessionConfig{Egress: eg, Dir: dir, Audit: audit.emit})
 	if err != nil {
 		t.Fatalf("AddSession(%s): %v", id, err)
 	}

@@ -50,10 +50,10 @@ func TestNoUplink(t *testing.T) {
 		t.Fatalf("Open without uplink: %v, %v; want nil, nil", p, err)
 	}
 	dir := t.TempDir()
-	if s, err := p.AddSession(ctx, "s1", nil, dir, nil); err != nil || s != nil || s.SpecOpts() != nil {
+	if s, err := p.AddSession(ctx, "s1", SessionConfig{Dir: dir}); err != nil || s != nil || s.SpecOpts() != nil {
 		t.Errorf("session without egress: %v, %v", s, err)
 	}
-	_, err = p.AddSession(ctx, "s1", &policies.Egress{Allow: []string{"example.com"}}, dir, nil)
+	_, err = p.AddSession(ctx, "s1", SessionConfig{Egress: &policies.Egress{Allow: []string{"example.com"}}, Dir: dir})
 	const want = "the manifest declares egress but this daemon has no uplink (start airlockd with --uplink): failed precondition"
 	if !errdefs.IsFailedPrecondition(err) || err.Error() != want {
 		t.Errorf("session with egress: %v; want %q", err, want)
@@ -70,7 +70,7 @@ func TestNoUplink(t *testing.T) {
 	if evs := p.Drops(ctx, "s1"); evs != nil {
 		t.Errorf("drops without a perimeter: %v", evs)
 	}
-	p.Reconcile(ctx, func(string) (*policies.Egress, Audit) { t.Error("reconcile without a perimeter"); return nil, nil })
+	p.Reconcile(ctx, func(string) *SessionConfig { t.Error("reconcile without a perimeter"); return nil })
 	if _, err := p.SessionOfFlow(ctx, netip.MustParseAddrPort("10.0.0.1:1234"), netip.AddrPort{}, "tcp"); !errdefs.IsNotFound(err) {
 		t.Errorf("SessionOfFlow without a perimeter: %v; want NotFound", err)
 	}

@@ -6,7 +6,8 @@
 # the checkout until `airlock diff` and `airlock commit`, and a commit may not
 # touch CI, deployment or ownership files. The agent reaches the Anthropic API
 # and the internal git server, nothing else, and may push only to its own
-# branches, with a token that lives 15 minutes.
+# branches, with a token that lives 15 minutes. Its API key stays outside the
+# sandbox.
 
 variable "prompt" {
   description = "The task for the agent."
@@ -47,20 +48,26 @@ session "claude-code" {
     on_exit            = "review"
   }
 
+  # The L7 gateway binds every connection's SNI and Host to the names
+  # pinned for this session, and terminates TLS to api.anthropic.com to
+  # put the API key in.
   egress {
     allow = ["api.anthropic.com:443", "git.corp.test:443"]
+    l7    = "check"
   }
 
-  # The API key comes from an exec issuer configured in the daemon. Claude
-  # Code reads it from the environment only, hence deliver = "env" (which
-  # draws a warning: every child process inherits it).
-  credential "anthropic" {
-    issuer   = "anthropic-api-key"
-    audience = "api.anthropic.com"
-    scopes   = ["messages"]
-    ttl      = "1h"
-    deliver  = "env"
-    env_var  = "ANTHROPIC_API_KEY"
+  # The API key never enters the sandbox: Claude Code finds a placeholder
+  # in ANTHROPIC_API_KEY and sends it as x-api-key; the gateway replaces it
+  # by the key, read by airlockd from /etc/airlock/secrets/anthropic, only
+  # on verified TLS to api.anthropic.com. The placeholder sent anywhere
+  # else is blocked where the gateway sees it, and worthless where it
+  # does not.
+  secret "ANTHROPIC_API_KEY" {
+    from = "file:/etc/airlock/secrets/anthropic"
+    inject {
+      host   = "api.anthropic.com"
+      header = "x-api-key"
+    }
   }
 
   credential "git" {

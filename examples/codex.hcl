@@ -3,7 +3,8 @@
 #   airlock run -f codex.hcl -var prompt="add tests for the parser"
 #
 # Same perimeter as claude-code.hcl: an overlay of the repository reviewed
-# before commit, the vendor API and the git server only, push to codex/*.
+# before commit, the vendor API and the git server only, push to codex/*,
+# and the API key kept outside the sandbox.
 
 variable "prompt" {
   description = "The task for the agent."
@@ -34,17 +35,18 @@ session "codex" {
 
   egress {
     allow = ["api.openai.com:443", "git.corp.test:443"]
+    l7    = "check"
   }
 
-  # Codex reads its key from the environment (deliver = "env" draws a
-  # warning: every child process inherits it).
-  credential "openai" {
-    issuer   = "openai-api-key"
-    audience = "api.openai.com"
-    scopes   = ["responses"]
-    ttl      = "1h"
-    deliver  = "env"
-    env_var  = "OPENAI_API_KEY"
+  # Codex sends OPENAI_API_KEY as Authorization: Bearer; in the sandbox the
+  # variable holds a placeholder, and the gateway sets the real key only on
+  # verified TLS to api.openai.com.
+  secret "OPENAI_API_KEY" {
+    from = "file:/etc/airlock/secrets/openai"
+    inject {
+      host   = "api.openai.com"
+      bearer = true
+    }
   }
 
   credential "git" {

@@ -244,10 +244,75 @@ session "reference" {
     # allowed destinations on ports 80 and 443 passes only if its TLS SNI
     # or HTTP Host is a name whose DNS answer pinned that address for this
     # session (or the address is allowed by a CIDR entry); UDP 443 (QUIC)
-    # is blocked. TLS is not terminated: the Host inside TLS is not seen.
-    l7 = "off"
-  }
+    # is blocked, so clients fall back to TCP. http blocks, secrets and
+    # approvals need it. What it never sees: other ports and protocols
+    # (git.corp.test, allowed above on every port, carries anything on
+    # port 22 once pinned), and the inside of TLS to a host it does not
+    # terminate (see inspect).
+    l7 = "check"
 
+    # Which TLS connections the gateway terminates (with a per-session CA
+    # the sandbox trusts; the key stays in airlockd):
+    # "rules" (default): only those to hosts with an http block or a
+    #   secret. Other TLS is checked by its SNI and passed through
+    #   unterminated, so the Host header inside it is not seen: on an
+    #   address shared by several names (a CDN that routes by Host),
+    #   `curl -H 'Host: other.test' https://allowed.test/` still reaches
+    #   other.test, and those requests are not audited one by one.
+    # "all": every host; every request's Host is checked against the SNI
+    #   and the pins, and every request is audited. Clients that pin their
+    #   server's certificate (and so refuse the session CA) fail.
+    # Either way, the gateway verifies the upstream's certificate itself.
+    inspect = "rules"
+
+    # http "HOST": ordered rules for one host, or for the names under a
+    # domain ("*.corp.test", not corp.test itself). The host must be
+    # allowed above on port 80 or 443; at most one block per host. Hosts
+    # without a block pass after the Host/SNI check. A host with a block
+    # is terminated, so its requests are seen and audited one by one.
+    http "git.corp.test" {
+      # What a request no rule matches gets: "allow" (default), "deny"
+      # (403 with a JSON reason) or "ask" (held for a person, see
+      # approval).
+      default = "deny"
+
+      # Rules are checked in order; the first that matches decides. Every
+      # attribute but action is optional; one left out matches anything.
+      rule {
+        # A method or a list of them; upper-cased.
+        method = ["GET", "HEAD"]
+        # A glob over the decoded, cleaned path (no query): "*" matches
+        # within one segment, "**" (a whole segment) across segments.
+        path   = "/**"
+        action = "allow" # Required: "allow", "deny" or "ask".
+      }
+
+      # refs: globs of git refs. A rule with refs matches only git
+      # smart-HTTP pushes (POST .../git-receive-pack), and only when every
+      # ref the push updates matches one of them; the gateway reads the
+      # push's ref commands. Here the agent may push its own branches
+      # (fetch goes by the rule above).
+      rule {
+        method = "POST"
+        path   = "/**/git-receive-pack"
+        refs   = ["refs/heads/agent/*"]
+        action = "allow"
+      }
+
+      # Any other push (to main, to a tag) waits for a person.
+      rule {
+        method = "POST"
+        path   = "/**/git-receive-pack"
+        action = "ask"
+      }
+
+      rule {
+        method = "POST"
+        path   = "/**/git-upload-pack"
+        action = "allow"
+      }
+    }
+  }
   # credential "NAME": a short-lived token minted for the session at start
   # and revoked when it ends. NAME uses letters, digits, '.', '_' and '-'.
   credential "git" {
@@ -268,5 +333,58 @@ session "reference" {
     scopes   = ["packages.publish name=app"]
     deliver  = "env"
     env_var  = "REGISTRY_TOKEN" # Required with deliver = "env".
+  }
+
+  # secret "NAME": a value the sandbox never holds. The sandbox gets a
+  # placeholder (random, per session); the L7 gateway replaces it by the
+  # value only in requests to the inject hosts, over TLS it terminated,
+  # with the upstream's certificate verified. A placeholder the gateway
+  # sees going anywhere else (another host, plain HTTP, a URL or a body)
+  # is blocked and audited. Through a host it does not terminate (SNI
+  # only, see inspect) the placeholder leaves unseen, and is worthless
+  # there. NAME uses letters, digits and '_', not starting with a digit.
+  # Needs l7 = "check".
+  secret "ANTHROPIC_API_KEY" {
+    # Required: where airlockd reads the value, when the session starts.
+    # "file:/PATH" (absolute, a file on the daemon's host) or "env:VAR"
+    # (airlockd's own environment). The admission policy says which
+    # sources it admits; the built-in one admits only the files in
+    # /etc/airlock/secrets.
+    from = "file:/etc/airlock/secrets/anthropic"
+
+    # Where the sandbox finds the placeholder: an environment variable, a
+    # read-only file, or both. With neither, the variable named NAME.
+    env_var = "ANTHROPIC_API_KEY"
+    path    = "/run/airlock/secrets/anthropic"
+
+    # At least one. Where the value may go: one exact host (no wildcard:
+    # that would send the value to any name under it), allowed on port
+    # 443 above, and how: header = "NAME" sets that header to the value
+    # (replacing the placeholder where the request carried it), or
+    # bearer = true sets Authorization: Bearer VALUE; one of the two.
+    # Host, Content-Length, Transfer-Encoding, Expect, Connection,
+    # Keep-Alive, Upgrade, TE, Trailer, HTTP2-Settings and Proxy-* belong
+    # to the gateway. One value per host and header, across secrets.
+    inject {
+      host   = "api.anthropic.com"
+      header = "x-api-key"
+    }
+  }
+
+  secret "CORP_GIT_TOKEN" {
+    from = "env:CORP_GIT_TOKEN" # Needs an admission policy listing it.
+    inject {
+      host   = "git.corp.test"
+      bearer = true
+    }
+  }
+
+  # At most one. How requests held by an "ask" rule or default are
+  # decided when no person does (airlock approvals, approve ID, deny ID).
+  # A held request keeps its connection open until then; a denial or a
+  # timeout answers 403 with a JSON body naming the rule.
+  approval {
+    timeout    = "5m"   # Default "5m", at most "24h".
+    on_timeout = "deny" # Default and only choice: "deny".
   }
 }

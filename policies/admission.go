@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -42,6 +43,13 @@ type Admission struct {
 	Groups []IDRange `json:"groups"`
 	// Capabilities are those a manifest may grant, in canonical form.
 	Capabilities []string `json:"capabilities"`
+	// SecretSources are globs (path.Match syntax over the whole source:
+	// "*" does not cross '/') of the sources a secret's from may name,
+	// such as "file:/etc/airlock/secrets/*" or "env:ANTHROPIC_API_KEY".
+	// The daemon reads a secret's value as root from its own host and
+	// environment, so this says which of them a caller may have sent to
+	// the hosts its manifest names.
+	SecretSources []string `json:"secret_sources"`
 	// Limits are upper bounds on what one session, and all of them
 	// together, may ask for.
 	Limits Limits `json:"limits"`
@@ -105,17 +113,25 @@ var SafeCapabilities = []string{"CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHR
 // anyButRoot are the ids the built-in policy admits: every one but 0.
 var anyButRoot = []IDRange{{First: 1, Last: math.MaxUint32 - 1}}
 
+// DefaultSecretDir is the daemon-side directory whose files the built-in
+// policy admits as secret sources: the operator fills it, and only root
+// should be able to read or write it.
+const DefaultSecretDir = "/etc/airlock/secrets"
+
 // DefaultAdmission is what the daemon admits when the operator gives no
 // policy: any host path that is not protected, any uid and gid but 0, the
-// SafeCapabilities, and the DefaultMax* bounds.
+// SafeCapabilities, secrets from the files in DefaultSecretDir (never from
+// the daemon's environment, which may hold what no session should reach),
+// and the DefaultMax* bounds.
 func DefaultAdmission() *Admission {
 	return &Admission{
-		Source:       DefaultAdmissionSource,
-		HostPaths:    []string{"/"},
-		Users:        slices.Clone(anyButRoot),
-		Groups:       slices.Clone(anyButRoot),
-		Capabilities: slices.Clone(SafeCapabilities),
-		Limits:       defaultLimits(),
+		Source:        DefaultAdmissionSource,
+		HostPaths:     []string{"/"},
+		Users:         slices.Clone(anyButRoot),
+		Groups:        slices.Clone(anyButRoot),
+		Capabilities:  slices.Clone(SafeCapabilities),
+		SecretSources: []string{"file:" + DefaultSecretDir + "/*"},
+		Limits:        defaultLimits(),
 	}
 }
 
@@ -235,8 +251,11 @@ func within(dir, p string) bool {
 
 // Admit checks p, which has defaults applied and has passed Validate,
 // against the admission policy and the protected paths. It resolves every
-// host path (symlinks and "..") and rewrites p with the resolved paths, so
-// that what was checked is what is mounted. It returns warnings for the
+// host path (symlinks and "..") and the path of every file a secret comes
+// from, and rewrites p with the resolved paths, so that what was checked
+// is what is mounted and read. (Whoever reads a secret's file should still
+// open it without following symlinks: one swapped in after admission
+// would otherwise be read.) It returns warnings for the
 // caller, and an *AdmissionError naming every rule p breaks, or an
 // errdefs.ErrInvalidArgument error when a host path cannot be resolved.
 func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err error) {
@@ -324,6 +343,32 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 			m.HostPath = r
 		}
 	}
+	for i := range p.Secrets {
+		s := &p.Secrets[i]
+		what := fmt.Sprintf("secret %q", s.Name)
+		if !a.secretSourceAdmitted(s.From) {
+			refuse("%s refused: source %q is not among the admitted secret sources (%s)", what, s.From, listOrNone(a.SecretSources))
+			continue
+		}
+		file, ok := strings.CutPrefix(s.From, "file:")
+		if !ok {
+			continue
+		}
+		resolved, err := resolveHostPath(file)
+		if err != nil {
+			missing = append(missing, fmt.Errorf("%s: %w", what, err))
+			continue
+		}
+		if reason := secretFileReason(resolved); reason != "" {
+			refuse("%s refused: %s", what, reason)
+			continue
+		}
+		if resolved != file && !a.secretSourceAdmitted("file:"+resolved) {
+			refuse("%s refused: source %q resolves to %q, which is not among the admitted secret sources (%s)", what, s.From, resolved, listOrNone(a.SecretSources))
+			continue
+		}
+		s.From = "file:" + resolved
+	}
 	if len(problems) > 0 {
 		return nil, &AdmissionError{Problems: problems}
 	}
@@ -331,6 +376,33 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 		return nil, fmt.Errorf("%w: %w", errors.Join(missing...), errdefs.ErrInvalidArgument)
 	}
 	return p.Warnings(), nil
+}
+
+// secretSourceAdmitted reports whether a secret's from matches one of the
+// admitted sources.
+func (a *Admission) secretSourceAdmitted(from string) bool {
+	for _, g := range a.SecretSources {
+		if ok, err := path.Match(g, from); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// secretFileReason says why the resolved path p may not be a secret's
+// source, or "": only a regular file with one name is (another name of a
+// hard-linked file may be outside the admitted sources).
+func secretFileReason(p string) string {
+	fi, err := os.Lstat(p)
+	switch {
+	case err != nil:
+		return err.Error()
+	case !fi.Mode().IsRegular():
+		return fmt.Sprintf("%q is not a regular file", p)
+	case linkCount(fi) > 1:
+		return fmt.Sprintf("%q has %d hard links: another of its names may be outside the admitted sources", p, linkCount(fi))
+	}
+	return ""
 }
 
 // AdmitSessions checks that one more session fits beside n.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,7 +21,7 @@ var (
 	admissionSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
 			{Name: "host_paths", Required: true}, {Name: "read_only_paths"},
-			{Name: "users"}, {Name: "groups"}, {Name: "capabilities"},
+			{Name: "users"}, {Name: "groups"}, {Name: "capabilities"}, {Name: "secret_sources"},
 		},
 		Blocks: []hcl.BlockHeaderSchema{{Type: "limits"}},
 	}
@@ -130,6 +131,21 @@ func decodeAdmission(parser *hclparse.Parser, filename string, src []byte) (*Adm
 			}
 		}
 	}
+	if _, ok := attrs["secret_sources"]; ok {
+		var sources []string
+		d.strList(attrs, "secret_sources", root, &sources)
+		a.SecretSources = []string{}
+		for i, src := range sources {
+			if reason := checkSecretSourceGlob(src); reason != "" {
+				d.errorf(d.rangeOf(root.field("secret_sources").index(i)), "Invalid secret source",
+					"%s. Write \"file:\" and an absolute path glob, such as %q, or \"env:\" and a variable name or glob, such as %q.", reason, "file:/etc/airlock/secrets/*", "env:ANTHROPIC_API_KEY")
+				continue
+			}
+			if !slices.Contains(a.SecretSources, src) {
+				a.SecretSources = append(a.SecretSources, src)
+			}
+		}
+	}
 	if lb := d.single(c.Blocks.OfType("limits")); lb != nil {
 		at := root.field("limits")
 		d.ranges[at.String()] = lb.DefRange
@@ -234,10 +250,37 @@ func checkRootPath(p string) string {
 	return ""
 }
 
+// checkSecretSourceGlob checks a secret_sources entry: "env:" and a glob of
+// variable names, or "file:" and a glob of absolute, clean paths.
+func checkSecretSourceGlob(s string) string {
+	kind, glob, _ := strings.Cut(s, ":")
+	if _, err := path.Match(s, ""); err != nil {
+		return fmt.Sprintf("%q is not a valid glob", s)
+	}
+	switch kind {
+	case "env":
+		if glob == "" || strings.ContainsFunc(glob, func(c rune) bool {
+			return !(c == '_' || c == '*' || c == '?' || c == '[' || c == ']' || c == '-' || c == '!' || c == '^' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9')
+		}) {
+			return fmt.Sprintf("%q does not name environment variables", s)
+		}
+	case "file":
+		switch {
+		case strings.ContainsRune(glob, 0) || !strings.HasPrefix(glob, "/"):
+			return fmt.Sprintf("%q is not an absolute path", s)
+		case path.Clean(glob) != glob || glob == "/":
+			return fmt.Sprintf("%q is not a clean path to files", s)
+		}
+	default:
+		return fmt.Sprintf("%q is neither env:VAR nor file:/PATH", s)
+	}
+	return ""
+}
+
 // String renders the policy for the daemon's log.
 func (a *Admission) String() string {
 	l := a.Limits
-	return fmt.Sprintf("%s: host paths %s, read-only %s, users %s, groups %s, capabilities %s, limits cpus=%v memory=%s pids=%d disk=%s log_size=%s audit_size=%s timeout=%s sessions=%s",
+	return fmt.Sprintf("%s: host paths %s, read-only %s, users %s, groups %s, capabilities %s, secret sources %s, limits cpus=%v memory=%s pids=%d disk=%s log_size=%s audit_size=%s timeout=%s sessions=%s",
 		a.Source, listOrNone(a.HostPaths), listOrNone(a.ReadOnlyPaths), rangesString(a.Users), rangesString(a.Groups),
-		listOrNone(a.Capabilities), l.CPUs, formatSize(l.Memory), l.Pids, formatSize(l.Disk), formatSize(l.LogSize), formatSize(l.AuditSize), l.Timeout, strconv.Itoa(l.Sessions))
+		listOrNone(a.Capabilities), listOrNone(a.SecretSources), l.CPUs, formatSize(l.Memory), l.Pids, formatSize(l.Disk), formatSize(l.LogSize), formatSize(l.AuditSize), l.Timeout, strconv.Itoa(l.Sessions))
 }

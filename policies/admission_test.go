@@ -26,6 +26,7 @@ func TestAdmissionExample(t *testing.T) {
 		Users:         []IDRange{{1000, 59999}, {65534, 65534}},
 		Groups:        []IDRange{{1000, 59999}, {65534, 65534}},
 		Capabilities:  []string{"CAP_NET_BIND_SERVICE", "CAP_KILL"},
+		SecretSources: []string{"file:/etc/airlock/secrets/*", "env:ANTHROPIC_API_KEY"},
 		Limits:        Limits{CPUs: 4, Memory: 8 << 30, Pids: 4096, Disk: 16 << 30, LogSize: 256 << 20, AuditSize: 64 << 20, Timeout: Duration(4 * 3600e9), Sessions: 32},
 	}
 	if !reflect.DeepEqual(a, want) {
@@ -72,6 +73,9 @@ func TestDecodeAdmissionErrors(t *testing.T) {
 		{"unknown capability", "admission {\n  host_paths = [\"/\"]\n  capabilities = [\"CAP_FLY\"]\n}\n", []string{"3:Unknown capability"}},
 		{"bad limits", "admission {\n  host_paths = [\"/\"]\n  limits {\n    memory = \"1KiB\"\n    cpus = 0\n    timeout = \"soon\"\n    sessions = -1\n    disk = \"lots\"\n  }\n}\n",
 			[]string{"4:Invalid memory", "5:Invalid cpus", "6:Invalid duration", "7:Invalid sessions", "8:Invalid size"}},
+		{"bad secret sources", "admission {\n  host_paths = [\"/\"]\n  secret_sources = [\n    \"vault:x\",\n    \"file:secrets/*\",\n    \"file:/etc/airlock/../x/*\",\n    \"env:A/B\",\n    \"env:\",\n    \"file:/etc/[x\",\n    \"file:/\",\n  ]\n}\n",
+			[]string{"4:Invalid secret source", "5:Invalid secret source", "6:Invalid secret source", "7:Invalid secret source", "8:Invalid secret source", "9:Invalid secret source", "10:Invalid secret source"}},
+		{"secret sources not a list", "admission {\n  host_paths = [\"/\"]\n  secret_sources = \"env:X\"\n}\n", []string{"3:Incorrect attribute value type"}},
 		{"functions", "admission {\n  host_paths = [file(\"x\")]\n}\n", []string{"2:Functions are not allowed"}},
 		{"variables", "admission {\n  host_paths = [var.root]\n}\n", []string{"2:References are not allowed"}},
 	}
@@ -369,6 +373,7 @@ func FuzzDecodeAdmission(f *testing.F) {
 	}
 	f.Add(src)
 	f.Add([]byte("admission {\n  host_paths = [\"/\"]\n  users = [\"1-2\"]\n  limits {\n    sessions = 3\n  }\n}\n"))
+	f.Add([]byte("admission {\n  host_paths = [\"/\"]\n  secret_sources = [\"env:A_*\", \"file:/srv/s/[a-z]*\"]\n}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		a, diags := DecodeAdmission("/fuzz/a.hcl", src)
 		if (a == nil) != diags.HasErrors() {
@@ -390,6 +395,11 @@ func FuzzDecodeAdmission(f *testing.F) {
 		l := a.Limits
 		if l.CPUs <= 0 || l.CPUs > MaxCPUs || l.Memory < MinMemory || l.Pids <= 0 || l.Disk < MinDisk || l.Timeout <= 0 || l.Sessions <= 0 {
 			t.Fatalf("limits out of range: %+v", l)
+		}
+		for _, src := range a.SecretSources {
+			if reason := checkSecretSourceGlob(src); reason != "" {
+				t.Fatalf("secret source %q: %s", src, reason)
+			}
 		}
 		for _, r := range append(slices.Clone(a.Users), a.Groups...) {
 			if r.First > r.Last {

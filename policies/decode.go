@@ -40,6 +40,8 @@ var (
 			{Type: "mount", LabelNames: []string{"host_path"}},
 			{Type: "egress"},
 			{Type: "credential", LabelNames: []string{"name"}},
+			{Type: "secret", LabelNames: []string{"name"}},
+			{Type: "approval"},
 			{Type: "pool"},
 		},
 	}
@@ -56,7 +58,25 @@ var (
 		Attributes: []hcl.AttributeSchema{{Name: "target"}, {Name: "read_only"}, {Name: "deny_read"}, {Name: "default_deny_read"}},
 	}
 	egressSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "allow"}, {Name: "deny"}, {Name: "allow_private"}, {Name: "on_block"}, {Name: "ipv6"}, {Name: "l7"}},
+		Attributes: []hcl.AttributeSchema{{Name: "allow"}, {Name: "deny"}, {Name: "allow_private"}, {Name: "on_block"}, {Name: "ipv6"}, {Name: "l7"}, {Name: "inspect"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "http", LabelNames: []string{"host"}}},
+	}
+	httpSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "default"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "rule"}},
+	}
+	ruleSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "method"}, {Name: "path"}, {Name: "refs"}, {Name: "action"}},
+	}
+	secretSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "from"}, {Name: "env_var"}, {Name: "path"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "inject"}},
+	}
+	injectSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "host"}, {Name: "header"}, {Name: "bearer"}},
+	}
+	approvalSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "timeout"}, {Name: "on_timeout"}},
 	}
 	poolSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "size"}},
@@ -574,6 +594,14 @@ func (d *decoder) strList(attrs hcl.Attributes, name string, at fieldPath, dst *
 	if !ok {
 		return
 	}
+	if out, ok := d.listElems(attr, at, v); ok {
+		*dst = out
+	}
+}
+
+// listElems returns the strings of the list v, the value of attr, and
+// records the range of each element under at.
+func (d *decoder) listElems(attr *hcl.Attribute, at fieldPath, v cty.Value) ([]string, bool) {
 	var elems []hclsyntax.Expression
 	if tup, ok := attr.Expr.(*hclsyntax.TupleConsExpr); ok && len(tup.Exprs) == v.LengthInt() {
 		elems = tup.Exprs
@@ -586,11 +614,59 @@ func (d *decoder) strList(attrs hcl.Attributes, name string, at fieldPath, dst *
 			d.ranges[at.index(i).String()] = rng
 		}
 		if ev.IsNull() {
-			d.errorf(rng, "Null list element", "Element %d of %s is null; remove it or give it a value.", i, name)
+			d.errorf(rng, "Null list element", "Element %d of %s is null; remove it or give it a value.", i, attr.Name)
+			d.failed[at.String()] = true
+			return nil, false
+		}
+		out = append(out, ev.AsString())
+	}
+	return out, true
+}
+
+// methods decodes a rule's method: one method or a list of them, stored
+// upper-cased under the field "methods".
+func (d *decoder) methods(attrs hcl.Attributes, at fieldPath, dst *[]string) {
+	attr, ok := attrs["method"]
+	if !ok {
+		return
+	}
+	at = at.field("methods")
+	const hint = `Write one method, as in method = "POST", or a list, as in method = ["GET", "HEAD"]; leave method out to match any method`
+	v, ok := d.value(attr, at, cty.DynamicPseudoType, "a method or a list of methods")
+	if !ok {
+		return
+	}
+	var out []string
+	if v.Type().IsPrimitiveType() {
+		sv, err := convert.Convert(v, cty.String)
+		if err != nil {
+			d.errorf(attr.Expr.Range(), "Incorrect attribute value type", "method must be a string or a list of strings: %s. %s.", err, hint)
 			d.failed[at.String()] = true
 			return
 		}
-		out = append(out, ev.AsString())
+		out = []string{sv.AsString()}
+	} else {
+		lv, err := convert.Convert(v, cty.List(cty.String))
+		if err != nil {
+			d.errorf(attr.Expr.Range(), "Incorrect attribute value type", "method must be a string or a list of strings: %s. %s.", err, hint)
+			d.failed[at.String()] = true
+			return
+		}
+		if !lv.IsWhollyKnown() {
+			d.failed[at.String()] = true
+			return
+		}
+		if lv.LengthInt() == 0 {
+			d.errorf(attr.Expr.Range(), "Empty method list", "method = [] names no method. %s.", hint)
+			d.failed[at.String()] = true
+			return
+		}
+		if out, ok = d.listElems(attr, at, lv); !ok {
+			return
+		}
+	}
+	for i, m := range out {
+		out[i] = strings.ToUpper(m)
 	}
 	*dst = out
 }
@@ -809,10 +885,20 @@ func (d *decoder) session(block *hcl.Block) *Policy {
 		d.str(c.Attributes, "on_block", at, &e.OnBlock)
 		d.boolean(c.Attributes, "ipv6", at, &e.IPv6)
 		d.str(c.Attributes, "l7", at, &e.L7)
+		d.str(c.Attributes, "inspect", at, &e.Inspect)
+		for i, hb := range c.Blocks.OfType("http") {
+			e.HTTP = append(e.HTTP, d.httpHost(hb, at.field("http").index(i)))
+		}
 		p.Egress = e
 	}
 	for i, b := range byType["credential"] {
 		p.Credentials = append(p.Credentials, d.credential(b, root.field("credentials").index(i)))
+	}
+	for i, b := range byType["secret"] {
+		p.Secrets = append(p.Secrets, d.secret(b, root.field("secrets").index(i)))
+	}
+	if b := d.single(byType["approval"]); b != nil {
+		p.Approval = d.approval(b, root.field("approval"))
 	}
 	if b := d.single(byType["pool"]); b != nil {
 		p.Pool = d.pool(b, root.field("pool"))
@@ -928,6 +1014,70 @@ func (d *decoder) credential(b *hcl.Block, at fieldPath) Credential {
 	d.str(a, "path", at, &cr.Path)
 	d.str(a, "env_var", at, &cr.EnvVar)
 	return cr
+}
+
+// httpHost decodes an egress `http "HOST" { default, rule { ... } }`
+// block.
+func (d *decoder) httpHost(b *hcl.Block, at fieldPath) HTTPHost {
+	d.ranges[at.String()] = b.DefRange
+	d.ranges[at.field("host").String()] = b.LabelRanges[0]
+	h := HTTPHost{Host: b.Labels[0]}
+	c, diags := b.Body.Content(httpSchema)
+	d.diags = append(d.diags, diags...)
+	d.str(c.Attributes, "default", at, &h.Default)
+	for i, rb := range c.Blocks.OfType("rule") {
+		h.Rules = append(h.Rules, d.httpRule(rb, at.field("rules").index(i)))
+	}
+	return h
+}
+
+func (d *decoder) httpRule(b *hcl.Block, at fieldPath) HTTPRule {
+	d.ranges[at.String()] = b.DefRange
+	var r HTTPRule
+	c, diags := b.Body.Content(ruleSchema)
+	d.diags = append(d.diags, diags...)
+	a := c.Attributes
+	d.methods(a, at, &r.Methods)
+	d.str(a, "path", at, &r.Path)
+	d.strList(a, "refs", at, &r.Refs)
+	d.str(a, "action", at, &r.Action)
+	return r
+}
+
+// secret decodes a `secret "NAME" { from, env_var, path, inject { ... } }`
+// block.
+func (d *decoder) secret(b *hcl.Block, at fieldPath) Secret {
+	d.ranges[at.String()] = b.DefRange
+	d.ranges[at.field("name").String()] = b.LabelRanges[0]
+	s := Secret{Name: b.Labels[0]}
+	c, diags := b.Body.Content(secretSchema)
+	d.diags = append(d.diags, diags...)
+	a := c.Attributes
+	d.str(a, "from", at, &s.From)
+	d.str(a, "env_var", at, &s.EnvVar)
+	d.str(a, "path", at, &s.Path)
+	for i, ib := range c.Blocks.OfType("inject") {
+		iat := at.field("inject").index(i)
+		d.ranges[iat.String()] = ib.DefRange
+		var in SecretInject
+		ic, diags := ib.Body.Content(injectSchema)
+		d.diags = append(d.diags, diags...)
+		d.str(ic.Attributes, "host", iat, &in.Host)
+		d.str(ic.Attributes, "header", iat, &in.Header)
+		d.boolean(ic.Attributes, "bearer", iat, &in.Bearer)
+		s.Inject = append(s.Inject, in)
+	}
+	return s
+}
+
+func (d *decoder) approval(b *hcl.Block, at fieldPath) *Approval {
+	d.ranges[at.String()] = b.DefRange
+	ap := &Approval{}
+	c, diags := b.Body.Content(approvalSchema)
+	d.diags = append(d.diags, diags...)
+	d.duration(c.Attributes, "timeout", at, &ap.Timeout)
+	d.str(c.Attributes, "on_timeout", at, &ap.OnTimeout)
+	return ap
 }
 
 func boolInt(b bool) int {

@@ -395,7 +395,12 @@ var decodeTests = []decodeTest{
 }
 
 func TestDecode(t *testing.T) {
-	for _, tt := range decodeTests {
+	runDecodeTests(t, decodeTests)
+}
+
+func runDecodeTests(t *testing.T, tests []decodeTest) {
+	t.Helper()
+	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p, derr := Decode("/manifests/m.hcl", []byte(tt.src), tt.vars)
 			checkDiagnostics(t, derr)

@@ -48,7 +48,11 @@ func FormatSize(n int64) string { return formatSize(n) }
 
 // ApplyDefaults fills every value the manifest left out (the zero value)
 // with its default: user, workdir, timeout, resources, workspace mode and
-// on_exit, egress on_block, and credential issuer, ttl, delivery and path.
+// on_exit, egress on_block, credential issuer, ttl, delivery and path, a
+// secret's env_var (its name, when it sets neither env_var nor path), and
+// an approval block's timeout and on_timeout. Like l7, an egress block's
+// inspect and an http block's default stay empty, which means their
+// defaults (InspectRules, HTTPAllow).
 // Booleans whose default is true (default_deny_read, a mount's read_only)
 // cannot be told apart from an explicit false and are set by the decoder
 // instead.
@@ -104,6 +108,20 @@ func (p *Policy) ApplyDefaults() {
 			c.Path = c.SandboxPath()
 		}
 	}
+	for i := range p.Secrets {
+		s := &p.Secrets[i]
+		if s.EnvVar == "" && s.Path == "" {
+			s.EnvVar = s.Name
+		}
+	}
+	if a := p.Approval; a != nil {
+		if a.Timeout == 0 {
+			a.Timeout = DefaultApprovalTimeout
+		}
+		if a.OnTimeout == "" {
+			a.OnTimeout = OnTimeoutDeny
+		}
+	}
 }
 
 // SandboxPath is where a file-delivered credential appears inside the
@@ -148,11 +166,29 @@ func (p *Policy) Clone() *Policy {
 		e := *p.Egress
 		e.Allow = slices.Clone(e.Allow)
 		e.Deny = slices.Clone(e.Deny)
+		e.AllowPrivate = slices.Clone(e.AllowPrivate)
+		e.HTTP = slices.Clone(e.HTTP)
+		for i := range e.HTTP {
+			h := &e.HTTP[i]
+			h.Rules = slices.Clone(h.Rules)
+			for j := range h.Rules {
+				h.Rules[j].Methods = slices.Clone(h.Rules[j].Methods)
+				h.Rules[j].Refs = slices.Clone(h.Rules[j].Refs)
+			}
+		}
 		c.Egress = &e
 	}
 	c.Credentials = slices.Clone(p.Credentials)
 	for i := range c.Credentials {
 		c.Credentials[i].Scopes = slices.Clone(c.Credentials[i].Scopes)
+	}
+	c.Secrets = slices.Clone(p.Secrets)
+	for i := range c.Secrets {
+		c.Secrets[i].Inject = slices.Clone(c.Secrets[i].Inject)
+	}
+	if p.Approval != nil {
+		a := *p.Approval
+		c.Approval = &a
 	}
 	if p.Pool != nil {
 		pl := *p.Pool

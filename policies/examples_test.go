@@ -45,8 +45,33 @@ func TestReferenceIsComplete(t *testing.T) {
 	if w.Target == "" || len(w.DenyRead) == 0 || len(w.Protect) == 0 || !w.PreserveUntracked || len(w.ProtectRefs) == 0 {
 		t.Errorf("workspace attributes missing: %+v", w)
 	}
-	if e := p.Egress; len(e.Allow) == 0 || len(e.Deny) == 0 {
+	if e := p.Egress; len(e.Allow) == 0 || len(e.Deny) == 0 || len(e.AllowPrivate) == 0 || e.L7 == "" || e.Inspect == "" || len(e.HTTP) == 0 {
 		t.Errorf("egress attributes missing: %+v", e)
+	}
+	var method, path, refs bool
+	for _, h := range p.Egress.HTTP {
+		if h.Default == "" {
+			t.Errorf("http %q has no default", h.Host)
+		}
+		for _, r := range h.Rules {
+			method, path, refs = method || len(r.Methods) > 0, path || r.Path != "", refs || len(r.Refs) > 0
+		}
+	}
+	if !method || !path || !refs {
+		t.Errorf("http rule attributes missing: %+v", p.Egress.HTTP)
+	}
+	var from, secretPath, header, bearer bool
+	for _, s := range p.Secrets {
+		from, secretPath = from || s.From != "", secretPath || s.Path != ""
+		for _, in := range s.Inject {
+			header, bearer = header || in.Header != "", bearer || in.Bearer
+		}
+	}
+	if !from || !secretPath || !header || !bearer {
+		t.Errorf("secret attributes missing: %+v", p.Secrets)
+	}
+	if a := p.Approval; a == nil || a.Timeout == 0 || a.OnTimeout == "" {
+		t.Errorf("approval attributes missing: %+v", a)
 	}
 	if p.Pool.Size == 0 {
 		t.Errorf("pool attributes missing: %+v", p.Pool)

@@ -20,10 +20,11 @@ import (
 //
 // HCL reads quoted strings in Unicode NFC, so a value that is not in NFC
 // (an env value, a command argument) comes back normalised. Block labels
-// (the session label, host paths, credential names) are read as written,
-// but hclwrite writes them in NFC, so a label that is not in NFC is an
-// errdefs.ErrInvalidArgument error rather than a manifest naming another
-// path.
+// (the session label, host paths, credential and secret names, http hosts)
+// are read as written, but hclwrite writes them in NFC, so a label that is
+// not in NFC is an errdefs.ErrInvalidArgument error rather than a manifest
+// naming another path. An empty method list is left out (a rule without
+// method matches any method, as one with an empty list does).
 func Marshal(p *Policy) ([]byte, error) {
 	if p == nil {
 		return nil, fmt.Errorf("marshal manifest: no policy: %w", errdefs.ErrInvalidArgument)
@@ -37,6 +38,14 @@ func Marshal(p *Policy) ([]byte, error) {
 	}
 	for _, c := range p.Credentials {
 		labels = append(labels, c.Name)
+	}
+	if p.Egress != nil {
+		for _, h := range p.Egress.HTTP {
+			labels = append(labels, h.Host)
+		}
+	}
+	for _, s := range p.Secrets {
+		labels = append(labels, s.Name)
 	}
 	for _, l := range labels {
 		if !norm.NFC.IsNormalString(l) {
@@ -136,6 +145,22 @@ func Marshal(p *Policy) ([]byte, error) {
 			b.SetAttributeValue("ipv6", cty.True)
 		}
 		setNonEmpty(b, "l7", e.L7)
+		setNonEmpty(b, "inspect", e.Inspect)
+		for _, h := range e.HTTP {
+			hb := newBlock(b, "http", h.Host)
+			setNonEmpty(hb, "default", h.Default)
+			for _, r := range h.Rules {
+				rb := newBlock(hb, "rule")
+				if len(r.Methods) > 0 {
+					setList(rb, "method", r.Methods)
+				}
+				setNonEmpty(rb, "path", r.Path)
+				if r.Refs != nil {
+					setList(rb, "refs", r.Refs)
+				}
+				setNonEmpty(rb, "action", r.Action)
+			}
+		}
 	}
 	for _, c := range p.Credentials {
 		b := newBlock(s, "credential", c.Name)
@@ -148,6 +173,27 @@ func Marshal(p *Policy) ([]byte, error) {
 		setNonEmpty(b, "deliver", c.Deliver)
 		setNonEmpty(b, "path", c.Path)
 		setNonEmpty(b, "env_var", c.EnvVar)
+	}
+	for _, sc := range p.Secrets {
+		b := newBlock(s, "secret", sc.Name)
+		setNonEmpty(b, "from", sc.From)
+		setNonEmpty(b, "env_var", sc.EnvVar)
+		setNonEmpty(b, "path", sc.Path)
+		for _, in := range sc.Inject {
+			ib := newBlock(b, "inject")
+			setNonEmpty(ib, "host", in.Host)
+			setNonEmpty(ib, "header", in.Header)
+			if in.Bearer {
+				ib.SetAttributeValue("bearer", cty.True)
+			}
+		}
+	}
+	if a := p.Approval; a != nil {
+		b := newBlock(s, "approval")
+		if a.Timeout != 0 {
+			setString(b, "timeout", a.Timeout.String())
+		}
+		setNonEmpty(b, "on_timeout", a.OnTimeout)
 	}
 	if p.Pool != nil {
 		newBlock(s, "pool").SetAttributeValue("size", cty.NumberIntVal(int64(p.Pool.Size)))

@@ -32,12 +32,26 @@ func fullPolicy() *Policy {
 			{HostPath: "/etc/ssl/certs", Target: "/etc/ssl/certs", ReadOnly: true},
 			{HostPath: "/tmp/x", Target: "/x", ReadOnly: false, DenyRead: []string{"tokens/"}, DefaultDenyRead: true},
 		},
-		Egress: &Egress{Allow: []string{"jobs.bench.test", "10.0.0.0/8:443"}, Deny: []string{"evil.test"}, AllowPrivate: []string{"10.1.0.0/16"}, OnBlock: OnBlockDrop, IPv6: true, L7: L7Check},
+		Egress: &Egress{Allow: []string{"jobs.bench.test", "10.0.0.0/8:443", "*.git.test:443"}, Deny: []string{"evil.test"}, AllowPrivate: []string{"10.1.0.0/16"}, OnBlock: OnBlockDrop, IPv6: true, L7: L7Check,
+			Inspect: InspectAll,
+			HTTP: []HTTPHost{
+				{Host: "*.git.test", Default: HTTPDeny, Rules: []HTTPRule{
+					{Methods: []string{"POST"}, Path: "/**/git-receive-pack", Refs: []string{"refs/heads/agent/*", "refs/tags/**"}, Action: HTTPAllow},
+					{Methods: []string{"GET", "HEAD"}, Path: "/*/info/refs", Action: HTTPAsk},
+					{Path: "/api/*", Refs: []string{}, Action: HTTPDeny},
+				}},
+				{Host: "jobs.bench.test"},
+			}},
 		Credentials: []Credential{
 			{Name: "jobs", Issuer: "airlock", Audience: "jobs.bench.test", Scopes: []string{"jobs.list", "jobs.cancel owner=alex queue=dev"}, TTL: Duration(5 * time.Minute), Deliver: DeliverFile, Path: "/run/airlock/credentials/jobs"},
 			{Name: "reg", Audience: "registry.test", Scopes: []string{"packages.publish name=app"}, Deliver: DeliverEnv, EnvVar: "REG_TOKEN"},
 		},
-		Pool: &Pool{Size: 3},
+		Secrets: []Secret{
+			{Name: "JOBS_KEY", From: "file:/etc/airlock/secrets/jobs", Inject: []SecretInject{{Host: "jobs.bench.test", Header: "X-Api-Key"}, {Host: "a.git.test", Bearer: true}}},
+			{Name: "GIT", From: "env:GIT_TOKEN", EnvVar: "GIT_TOKEN", Path: "/run/airlock/secrets/git", Inject: []SecretInject{{Host: "b.git.test", Header: "private-token"}}},
+		},
+		Approval: &Approval{Timeout: Duration(90 * time.Second), OnTimeout: OnTimeoutDeny},
+		Pool:     &Pool{Size: 3},
 	}
 }
 
@@ -52,6 +66,10 @@ func TestMarshalRoundTrip(t *testing.T) {
 		{"empty env, command and lists", &Policy{Label: "m", Image: "i", Env: map[string]string{}, Command: []string{}, Capabilities: []string{},
 			Egress: &Egress{Allow: []string{}}}},
 		{"pool of none", &Policy{Label: "m", Image: "i", Pool: &Pool{}}},
+		{"empty approval", &Policy{Label: "m", Image: "i", Approval: &Approval{}}},
+		{"gateway blocks left at their defaults", &Policy{Label: "m", Image: "i",
+			Egress:  &Egress{Allow: []string{"a.test"}, L7: L7Check, HTTP: []HTTPHost{{Host: "a.test", Rules: []HTTPRule{{Action: HTTPAsk}}}}},
+			Secrets: []Secret{{Name: "K", From: "env:K", Inject: []SecretInject{{Host: "a.test", Bearer: true}}}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

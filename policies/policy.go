@@ -222,8 +222,10 @@ type HTTPRule struct {
 	// any path.
 	Path string `json:"path,omitempty"`
 	// Refs are globs of git refs ("refs/heads/agent/*"). A rule with Refs
-	// matches only git smart-HTTP pushes (POST .../git-receive-pack), and
-	// only if every ref the push updates matches one of them.
+	// matches only git smart-HTTP pushes (POST .../git-receive-pack) that
+	// update refs: an allow rule only if every ref the push updates
+	// matches one of them, a deny or ask rule if any does (so a protected
+	// ref cannot ride along with an allowed one).
 	Refs []string `json:"refs,omitempty"`
 	// Action is HTTPAllow, HTTPDeny or HTTPAsk.
 	Action string `json:"action"`

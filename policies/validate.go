@@ -2,7 +2,6 @@ package policies
 
 import (
 	"fmt"
-	"github.com/airlock-sandbox/airlock/credentials/scope"
 	"math"
 	"path"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/airlock-sandbox/airlock/credentials/scope"
 	"github.com/containerd/errdefs"
 )
 
@@ -179,8 +179,13 @@ func (p *Policy) check() []problem {
 	}
 	if p.Egress != nil {
 		c.egress(root.field("egress"), p.Egress)
+		c.gateway(root.field("egress"), p.Egress, newEgressNames(p.Egress))
 	}
 	c.credentials(root.field("credentials"), p.Credentials, p.Env)
+	c.secrets(root.field("secrets"), p, targets)
+	if p.Approval != nil {
+		c.approval(root.field("approval"), p.Approval, p.Egress.asks())
+	}
 	if p.Pool != nil {
 		c.pool(root.field("pool"), p.Pool)
 	}

@@ -58,7 +58,7 @@ truncated" and, at the end, "audit dropped" with how many events it left out.`,
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON event per line")
-	cmd.Flags().StringVar(&layer, "layer", "", "only events of this layer: dns, net, l7, fs, credentials, session or audit")
+	cmd.Flags().StringVar(&layer, "layer", "", "only events of this layer: dns, net, l7, approval, fs, credentials, session or audit")
 	return cmd
 }
 

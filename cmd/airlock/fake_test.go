@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -45,6 +47,10 @@ type fakeDaemon struct {
 	// gate, if set, holds create requests: each sends on creating, then
 	// waits for gate to be closed or for the client to go away.
 	gate, creating chan struct{}
+	// approvals serves /v1/approvals; followingApprovals receives a token
+	// when a follower has had what is held and waits for more.
+	approvals          *approvals.Store
+	followingApprovals chan struct{}
 
 	mu       sync.Mutex
 	requests int
@@ -79,11 +85,13 @@ func newFakeDaemon(t *testing.T) *fakeDaemon {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	f := &fakeDaemon{
-		t:         t,
-		sock:      filepath.Join(dir, "airlockd.sock"),
-		following: make(chan string, 16),
-		stopped:   make(chan api.StopRequest, 16),
-		sessions:  map[string]*fakeSession{},
+		t:                  t,
+		sock:               filepath.Join(dir, "airlockd.sock"),
+		following:          make(chan string, 16),
+		approvals:          approvals.New(),
+		followingApprovals: make(chan struct{}, 16),
+		stopped:            make(chan api.StopRequest, 16),
+		sessions:           map[string]*fakeSession{},
 		images: []api.Image{{
 			Name: "airlock/agent:bookworm", Digest: "sha256:" + strings.Repeat("ab", 32),
 			Size: 123_400_000, Created: testNow.Add(-72 * time.Hour),
@@ -97,6 +105,7 @@ func newFakeDaemon(t *testing.T) *fakeDaemon {
 	srv.Listener = l
 	srv.Start()
 	t.Cleanup(func() {
+		f.approvals.Close(context.Background())
 		srv.CloseClientConnections()
 		srv.Close()
 	})
@@ -169,6 +178,8 @@ func (f *fakeDaemon) routes() http.Handler {
 	}))
 	mux.HandleFunc("GET /v1/sessions/{id}/logs", f.withSession(f.logs))
 	mux.HandleFunc("POST /v1/sessions/{id}/exec", f.withSession(f.exec))
+	mux.HandleFunc("GET /v1/approvals", f.listApprovals)
+	mux.HandleFunc("POST /v1/approvals/{id}", f.decideApproval)
 	mux.HandleFunc("GET /v1/images", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()

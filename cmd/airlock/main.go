@@ -281,7 +281,8 @@ It talks to airlockd over a unix socket; validate and fmt work without it.`,
 		c.newRunCommand(), c.newCreateCommand(), c.newStartCommand(), c.newExecCommand(),
 		c.newLogsCommand(), c.newPsCommand(), c.newStopCommand(), c.newRmCommand(),
 		c.newInspectCommand(), c.newWaitCommand(), c.newAuditCommand(),
-		c.newDiffCommand(), c.newCommitCommand(), c.newDiscardCommand())
+		c.newDiffCommand(), c.newCommitCommand(), c.newDiscardCommand(),
+		c.newApprovalsCommand(), c.newApproveCommand(), c.newDenyCommand())
 	add("manifest", c.newValidateCommand(), c.newFmtCommand())
 	add("other", c.newImageCommand(), c.newPoolCommand(), c.newVersionCommand(), c.newBenchCommand())
 	root.SetHelpCommandGroupID("other")

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/daemon/httpapi"
 	"github.com/airlock-sandbox/airlock/egress"
@@ -87,11 +89,13 @@ func run() int {
 		shimPerSession = fs.Bool("shim-per-session", false, "give every session a runc shim of its own; by default sessions share one, kept alive by a small anchor container, which makes each start and stop cheaper but lets a crash of that shim end every running session")
 		credListen     = fs.String("credentials-listen", "", "also serve the credential verification endpoints (JWKS, introspection, reports) on this TCP address; never use an address sessions can reach")
 		issuers        = issuerFlag{}
+		approver       = fs.String("approver", "", "exec:COMMAND [ARGS...]: run COMMAND (an absolute path; no shell) for every request held for approval, the request as JSON on stdin; its stdout {\"decision\": \"allow\"|\"deny\", \"reason\": \"...\"} decides it, and a failure or no decision leaves it to a person (airlock approve|deny). It gets no environment from airlockd but PATH")
 		uplink         = fs.String("uplink", "", "where session traffic leaves the gateway: netns:NAME (a namespace that receives the uplink's peer) or host (NAT out of the host's routes); empty: sessions declaring egress are refused")
 		pool           = fs.String("session-pool", "10.213.0.0/16", "address range for session networks")
 		dnsUpstreams   = listFlag{}
 		allowPrivate   = prefixFlag{}
 		poolFiles      = listFlag{}
+		upstreamCA     = fs.String("upstream-ca", "", "PEM `FILE` of the CAs the L7 gateway trusts when it dials a server for TLS it terminates (HTTP rules, secrets, inspect = \"all\"); default: the host's system roots")
 		dnsRate        = fs.Float64("dns-rate", dnsproxy.DefaultRate, "DNS queries a second each session may send to airlock's resolver, with a burst of twice as many; queries beyond are not answered, and the audit counts them (the gateway blocks UDP packets to the resolver beyond twenty times this rate)")
 	)
 	fs.Var(&poolFiles, "pool", "manifest FILE with a `pool { size = N }` block: keep N sandboxes of its policy prepared from the start (repeatable)")
@@ -172,6 +176,14 @@ func run() int {
 		logger.Error("bad --socket", "error", err)
 		return 2
 	}
+	var appr approvals.Approver
+	if *approver != "" {
+		if appr, err = approvals.ParseApprover(*approver); err != nil {
+			logger.Error("bad --approver", "error", err)
+			return 2
+		}
+		logger.Info("held requests are also asked of the approver hook", "approver", *approver)
+	}
 	var pools []policies.Policy
 	for _, f := range poolFiles {
 		p, err := policies.LoadFile(f, nil)
@@ -189,6 +201,19 @@ func run() int {
 		}
 		pools = append(pools, *p)
 	}
+	var upstreamRoots *x509.CertPool
+	if *upstreamCA != "" {
+		pem, err := os.ReadFile(*upstreamCA)
+		if err != nil {
+			logger.Error("bad --upstream-ca", "error", err)
+			return 2
+		}
+		upstreamRoots = x509.NewCertPool()
+		if !upstreamRoots.AppendCertsFromPEM(pem) {
+			logger.Error("bad --upstream-ca: no PEM certificate in it", "file", *upstreamCA)
+			return 2
+		}
+	}
 	d, err := daemon.New(ctx, daemon.Config{
 		Pools:      pools,
 		Admission:  adm,
@@ -199,7 +224,8 @@ func run() int {
 		Namespace:  *namespace,
 		SelfBinary: self,
 		Issuers:    issuers,
-		Egress:     egress.Config{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix, AllowPrivate: allowPrivate, DNSLimits: dnsproxy.Limits{Rate: *dnsRate}},
+		Approver:   appr,
+		Egress:     egress.Config{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix, AllowPrivate: allowPrivate, DNSLimits: dnsproxy.Limits{Rate: *dnsRate}, UpstreamRoots: upstreamRoots},
 
 		ShimPerSession: *shimPerSession,
 	})

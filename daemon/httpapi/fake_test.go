@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
@@ -39,6 +40,7 @@ type fakeDaemon struct {
 	importImage func(ctx context.Context, r io.Reader, name string) ([]api.Image, error)
 	exposeAPI   func(socket, group string) error
 	credentials http.Handler
+	approvals   *approvals.Store
 
 	mu    sync.Mutex
 	calls []string
@@ -191,6 +193,15 @@ func (f *fakeDaemon) ImportImage(ctx context.Context, r io.Reader, name string) 
 	return f.importImage(ctx, r, name)
 }
 
+func (f *fakeDaemon) Approvals() *approvals.Store {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.approvals == nil {
+		f.approvals = approvals.New()
+	}
+	return f.approvals
+}
+
 func (f *fakeDaemon) CredentialsHandler() http.Handler {
 	if f.credentials == nil {
 		return http.NotFoundHandler()
@@ -234,6 +245,7 @@ func serve(t *testing.T, f *fakeDaemon) *testServer {
 	srv := httptest.NewUnstartedServer(New(f))
 	srv.Listener = l
 	srv.Config.BaseContext = func(net.Listener) context.Context { return quietCtx() }
+	srv.Config.ConnContext = connContext
 	srv.Start()
 	t.Cleanup(srv.Close)
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {

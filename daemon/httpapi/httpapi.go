@@ -2,9 +2,11 @@
 // api) on a unix socket. It owns the HTTP side of the API: the socket,
 // created with private permissions (Listen); the routes and their
 // handlers, which decode requests, check their arguments, and stream logs,
-// exec and audit events (New); the mapping of errdefs classes to statuses
-// and the error envelope (ErrorDetail); request logging; and the TCP
-// listener of the credential verification endpoints (ServeCredentials). It
+// exec, audit events and approvals (New); who calls, as the socket's peer
+// credentials show (approvals are decided in their name); the mapping of
+// errdefs classes to statuses and the error envelope (ErrorDetail);
+// request logging; and the TCP listener of the credential verification
+// endpoints (ServeCredentials). It
 // holds no session state: every request becomes a call of a Daemon method,
 // which *daemon.Daemon implements.
 package httpapi
@@ -21,6 +23,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
@@ -55,6 +58,9 @@ type Daemon interface {
 
 	Pools() []api.Pool
 	RemovePool(ctx context.Context, key string) error
+
+	// Approvals is the store of requests held for a decision.
+	Approvals() *approvals.Store
 
 	Images(ctx context.Context) ([]api.Image, error)
 	ImportImage(ctx context.Context, r io.Reader, name string) ([]api.Image, error)
@@ -99,6 +105,8 @@ func New(d Daemon) http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("GET /v1/approvals", s.handleApprovals)
+	mux.HandleFunc("POST /v1/approvals/{id}", s.handleDecide)
 	mux.HandleFunc("GET /v1/images", s.handleImages)
 	mux.HandleFunc("POST /v1/images/import", s.handleImageImport)
 	mux.Handle("/v1/credentials/", http.StripPrefix("/v1/credentials", d.CredentialsHandler()))

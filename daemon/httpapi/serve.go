@@ -33,6 +33,7 @@ func Serve(ctx context.Context, d Daemon, socket, group string) error {
 		Handler:           New(d),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnContext:       connContext,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()

@@ -1,6 +1,7 @@
-// Package l7 is airlock's L7 egress gateway, first slice: connections the
-// gateway's rules redirect to it (see package nft, <s>-l7) are checked on
-// their first message and passed through unterminated.
+// Package l7 is airlock's L7 egress gateway: connections the gateway
+// namespace's rules redirect to it (see package nft, <s>-l7) are checked
+// on their first message, then either served as HTTP (plain HTTP, and
+// TLS the gateway terminates) or passed through unterminated.
 //
 // For each accepted connection:
 //
@@ -14,36 +15,54 @@
 //	          destination allowed by address
 //	refuse    HTTP: 403 with a JSON reason; TLS: an access_denied alert;
 //	          then the connection is closed
-//	splice    the upstream is dialled (Config.Dial), sent the peeked bytes
-//	          first, then both directions are copied until both end
+//	serve     plain HTTP, and TLS whose SNI the session terminates
+//	          (Session.Terminate: hosts with HTTP rules or a bound secret,
+//	          or every host with inspect = "all"), are served by net/http
+//	          (HTTP/1.1, and HTTP/2 where TLS negotiates it) with a
+//	          certificate of the session's CA (Session.Certificate); see
+//	          proxy.go
+//	splice    other TLS: the upstream is dialled (Config.Dial), sent the
+//	          peeked bytes first, then both directions are copied
 //
-// Every connection yields one Event for its session: refused ones when
-// refused, passed ones when they end, with the bytes each way and the
-// duration. Bodies are never looked at.
+// Every request the gateway serves is checked on its own: its Host must
+// be the SNI (terminated TLS) or pass the session's check (plain HTTP);
+// its path is cleaned (httprule.NormalizePath) and decided by the host's
+// HTTP rules, an ask held until Session.Ask decides; a secret's
+// placeholder in the target, a header or the body is refused unless it
+// is the bound header of a request over TLS to the bound host, where the
+// value replaces it (secrets.go). The request then goes to the original
+// destination through the session's own transport, verified against
+// Config.UpstreamRoots, and its response streams back unbuffered;
+// protocol upgrades (websockets) pass once the server answers 101. Each
+// request yields one Event (Kind KindRequest): method, host, cleaned path
+// (never the query), status, bytes each way, decision, rule, duration.
+// A connection passed through yields one Event (KindConnection) when it
+// ends.
 //
-// On plain HTTP every request of the connection is checked so (relay.go),
-// and passed on as it came; a request that fails the check, or whose body
-// length servers could read differently, closes the connection.
-//
-// What it does not see: inside TLS (no termination yet), so a Host header
-// that differs from the SNI on a shared address passes; other ports and
-// protocols. Protocol upgrades over plain HTTP (websockets on port 80)
-// are refused, since what follows them is not checked.
+// What it does not see: inside TLS it does not terminate, so there a
+// Host header that differs from the SNI on a shared address passes, and
+// a placeholder leaves unseen (it is worthless without the gateway);
+// after an upgrade, the upgraded stream; other ports and protocols
+// (QUIC is blocked by the perimeter's rules instead); a client that pins
+// its server's certificate refuses the session CA, so hosts it talks to
+// must not be terminated.
 package l7
 
 import (
-	"bufio"
-	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/egress/httprule"
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
 
@@ -74,6 +93,20 @@ type Session struct {
 	Check func(dst netip.AddrPort, h Hello, at time.Time) Decision
 	// Audit receives the session's Events; it must not block.
 	Audit func(Event)
+	// Terminate reports whether the gateway terminates TLS whose SNI is
+	// name (lower-case, no trailing dot), so that it sees the requests;
+	// nil terminates none. Certificate returns the certificate it shows
+	// the client for name, signed by the session's CA.
+	Terminate   func(name string) bool
+	Certificate func(name string) (*tls.Certificate, error)
+	// Rules returns the HTTP rules of host, nil if it has none.
+	Rules func(host string) *httprule.Host
+	// Ask holds a request an HTTP rule asks about until it is decided;
+	// nil denies every ask.
+	Ask func(ctx context.Context, a Ask) AskDecision
+	// Secrets are substituted for their placeholders on TLS to the hosts
+	// they are bound to, and blocked elsewhere.
+	Secrets []Secret
 }
 
 // Actions of an Event.
@@ -81,24 +114,47 @@ const (
 	ActionAllowed = "allowed"
 	ActionRefused = "refused"
 	ActionFailed  = "failed" // allowed, but the upstream could not be reached
+	// ActionDenied: a request an HTTP rule denied, or an ask that was
+	// not approved.
+	ActionDenied = "denied"
+	// ActionApproved: a request an HTTP rule asked about, approved.
+	ActionApproved = "approved"
+	// ActionExfiltration: a request that carried a secret's placeholder
+	// where it may not go.
+	ActionExfiltration = "exfiltration"
 )
 
-// Event is the audit record of one connection.
+// Event is the audit record of one connection passed through unseen
+// (Kind KindConnection), or of one request on a connection the gateway
+// serves as HTTP (KindRequest).
 type Event struct {
-	Time     time.Time
-	Session  string
-	Client   netip.AddrPort
-	Dst      netip.AddrPort
-	Proto    string
-	SNI      string
-	Host     string
-	Method   string
-	Action   string
-	Reason   string
-	Rule     string
-	BytesUp  int64 // client to server, the peeked bytes included
-	BytesDn  int64 // server to client
-	Duration time.Duration
+	Time    time.Time
+	Kind    string
+	Session string
+	Client  netip.AddrPort
+	Dst     netip.AddrPort
+	Proto   string
+	SNI     string
+	Host    string
+	Method  string
+	// Path is a request's path, cleaned; its query is never recorded,
+	// Query says whether it had one.
+	Path       string
+	Query      bool
+	Status     int
+	Terminated bool     // TLS the gateway terminated
+	Refs       []string // the refs a git push updates
+	// Held is how long an ask waited; Approval and ApprovedBy name the
+	// approval and who decided it.
+	Held       time.Duration
+	Approval   string
+	ApprovedBy string
+	Action     string
+	Reason     string
+	Rule       string
+	BytesUp    int64 // client to server (a connection's: the peeked bytes included)
+	BytesDn    int64 // server to client
+	Duration   time.Duration
 }
 
 // Config configures a Server.
@@ -109,6 +165,9 @@ type Config struct {
 	OriginalDst func(*net.TCPConn) (netip.AddrPort, error)
 	// Dial opens the upstream connection (from the gateway namespace).
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// UpstreamRoots verify the upstream of TLS the gateway terminates;
+	// nil means the host's system roots.
+	UpstreamRoots *x509.CertPool
 	// PeekTimeout bounds the wait for the first message; DialTimeout the
 	// upstream dial. MaxConns bounds the connections handled at once,
 	// MaxSessionConns those of one session; more are closed as they come.
@@ -128,7 +187,9 @@ type Server struct {
 	perSession map[string]int
 	// +checklocks:mu
 	flows map[netip.AddrPort]flow // upstream local address -> its connection
-	wg    sync.WaitGroup
+	// +checklocks:mu
+	transports map[string]*http.Transport // per session
+	wg         sync.WaitGroup
 }
 
 type flow struct {
@@ -177,7 +238,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxSessionConns = DefaultMaxSessionConns
 	}
 	return &Server{cfg: cfg, sem: make(chan struct{}, cfg.MaxConns), conns: map[*conn]struct{}{},
-		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}}, nil
+		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}, transports: map[string]*http.Transport{}}, nil
 }
 
 // Serve accepts connections from l until ctx ends or l fails, then closes
@@ -229,6 +290,13 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 func (s *Server) CloseSession(id string) {
 	for _, c := range s.closeWhere(func(c *conn) bool { return c.session == id }) {
 		<-c.done
+	}
+	s.mu.Lock()
+	t := s.transports[id]
+	delete(s.transports, id)
+	s.mu.Unlock()
+	if t != nil {
+		t.CloseIdleConnections()
 	}
 }
 
@@ -301,7 +369,7 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 		s.mu.Unlock()
 	}()
 
-	ev := Event{Time: start, Session: sess.ID, Client: client, Dst: dst}
+	ev := Event{Time: start, Kind: KindConnection, Session: sess.ID, Client: client, Dst: dst}
 	emit := func() {
 		ev.Duration = time.Since(start)
 		if sess.Audit != nil {
@@ -336,14 +404,30 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	}
 	_ = nc.SetReadDeadline(time.Time{})
 
+	switch {
+	case h.Proto == ProtoHTTP:
+		s.serveHTTP(ctx, sess, nc, peeked, target{dst: dst}, client, nil, start)
+		return
+	case sess.Terminate != nil && sess.Certificate != nil:
+		sni, _, _ := NameOf(h.SNI)
+		if name := sni.WithoutTrailingDot(); name != "" && sess.Terminate(name) {
+			tlsCfg := &tls.Config{
+				MinVersion: tls.VersionTLS12,
+				NextProtos: []string{"h2", "http/1.1"},
+				GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+					return sess.Certificate(name)
+				},
+			}
+			s.serveHTTP(ctx, sess, nc, peeked, target{dst: dst, sni: name, tls: true}, client, tlsCfg, start)
+			return
+		}
+	}
+
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
 	up, err := s.cfg.Dial(dctx, "tcp", dst.String())
 	cancel()
 	if err != nil {
 		ev.Action, ev.Reason = ActionFailed, "upstream: "+err.Error()
-		if h.Proto == ProtoHTTP {
-			writeJSON(nc, 502, "Bad Gateway", ev.Reason)
-		}
 		emit()
 		return
 	}
@@ -366,38 +450,19 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	}()
 
 	ev.Action, ev.Reason = ActionAllowed, d.Reason
+	if _, err := up.Write(peeked); err != nil {
+		emit()
+		return
+	}
+	ev.BytesUp = int64(len(peeked))
 	var wg sync.WaitGroup
 	wg.Add(1)
-	if h.Proto == ProtoHTTP {
-		// Every request on the connection is checked, the first again.
-		br := bufio.NewReader(io.MultiReader(bytes.NewReader(peeked), nc))
-		go func() {
-			defer wg.Done()
-			n, stopped, reason, _ := relayRequests(br, up, func(h Hello) Decision { return sess.Check(dst, h, start) })
-			ev.BytesUp = n
-			if stopped == nil {
-				closeWrite(up)
-				return
-			}
-			if sess.Audit != nil {
-				sess.Audit(Event{Time: time.Now(), Session: sess.ID, Client: client, Dst: dst, Proto: ProtoHTTP,
-					Host: stopped.Host, Method: stopped.Method, Action: ActionRefused, Reason: reason})
-			}
-			c.close()
-		}()
-	} else {
-		if _, err := up.Write(peeked); err != nil {
-			emit()
-			return
-		}
-		ev.BytesUp = int64(len(peeked))
-		go func() {
-			defer wg.Done()
-			n, _ := io.Copy(up, nc)
-			ev.BytesUp += n
-			closeWrite(up)
-		}()
-	}
+	go func() {
+		defer wg.Done()
+		n, _ := io.Copy(up, nc)
+		ev.BytesUp += n
+		closeWrite(up)
+	}()
 	n, _ := io.Copy(nc, up)
 	closeWrite(nc)
 	wg.Wait()

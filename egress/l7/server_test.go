@@ -110,7 +110,7 @@ func TestServerHTTP(t *testing.T) {
 		t.Fatalf("allowed: %d %q", resp.StatusCode, body)
 	}
 	ev := g.events(t, 1)[0]
-	if ev.Action != ActionAllowed || ev.Host != "allowed.test" || ev.Proto != ProtoHTTP || ev.BytesUp == 0 || ev.BytesDn == 0 || ev.Session != "s1" {
+	if ev.Action != ActionAllowed || ev.Kind != KindRequest || ev.Host != "allowed.test" || ev.Proto != ProtoHTTP || ev.Status != 200 || ev.BytesDn != int64(len(body)) || ev.Session != "s1" {
 		t.Errorf("event of the allowed request: %+v", ev)
 	}
 
@@ -178,8 +178,8 @@ func TestServerSilentClient(t *testing.T) {
 }
 
 // TestServerKeepAlive sends a second request for another host on a
-// kept-alive connection: it never reaches the server, and the connection
-// is closed.
+// kept-alive connection: it never reaches the server, it is answered 403,
+// and the connection is closed.
 func TestServerKeepAlive(t *testing.T) {
 	var mu sync.Mutex
 	var hosts []string
@@ -205,8 +205,11 @@ func TestServerKeepAlive(t *testing.T) {
 	}
 	io.Copy(io.Discard, resp.Body)
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n")
-	if resp, err := http.ReadResponse(br, nil); err == nil {
-		t.Fatalf("second request for other.test answered %d", resp.StatusCode)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != 403 || !resp.Close {
+		t.Fatalf("second request for other.test: %v %v; want 403 and the connection closed", resp, err)
+	}
+	if _, err := http.ReadResponse(br, nil); err == nil {
+		t.Fatal("the connection stayed open after a refused request")
 	}
 	evs := g.events(t, 2)
 	if !slices.ContainsFunc(evs, func(ev Event) bool { return ev.Action == ActionRefused && ev.Host == "other.test" }) {

@@ -12,8 +12,9 @@
 #
 # Without --admission, the built-in policy applies: any host path (but the
 # protected ones below), any uid and gid but 0, the capabilities CAP_KILL,
-# CAP_NET_BIND_SERVICE and CAP_SYS_CHROOT, and the limits shown in the
-# comments of the limits block.
+# CAP_NET_BIND_SERVICE and CAP_SYS_CHROOT, secrets from the files in
+# /etc/airlock/secrets only, and the limits shown in the comments of the
+# limits block.
 #
 # Refused whatever this file says, as workspaces and mounts: /, /etc,
 # /proc, /sys, /dev, /boot, /run, /var/run, /var/lib/containerd, airlockd's
@@ -58,6 +59,19 @@ admission {
   # CAP_MKNOD let a session act as any uid or gid on the host files it is
   # given: they are refused unless users and groups admit every id.
   capabilities = ["CAP_NET_BIND_SERVICE", "CAP_KILL"]
+
+  # Where a manifest's secret blocks may take their value from: globs over
+  # the whole source ("*" does not cross '/'), "file:/PATH" for a file on
+  # this host, "env:VAR" for a variable of airlockd's environment. airlockd
+  # reads the value as root and the L7 gateway sends it to the hosts the
+  # manifest names, so a source listed here is one every caller may have
+  # sent anywhere their egress reaches. Default: ["file:/etc/airlock/secrets/*"],
+  # a directory the operator fills and only root may read or write. No
+  # environment variable is admitted unless listed: airlockd's environment
+  # may hold what no session should reach. A file source is resolved
+  # (symlinks and "..") and must match here both as written and resolved;
+  # it must be a regular file with one name (no other hard link).
+  secret_sources = ["file:/etc/airlock/secrets/*", "env:ANTHROPIC_API_KEY"]
 
   # Upper bounds. A session that asks for more is refused; one that leaves
   # a value out (or gives exactly the manifest default, as the CLI fills

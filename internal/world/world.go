@@ -277,13 +277,21 @@ type HostOption func(*hostConfig)
 
 type hostConfig struct {
 	handler http.Handler
+	tls     bool
 }
 
 // WithHandler serves h over HTTP on the host's port 80, and nothing else
-// on its address: no HTTPS, no echo. The benchmark's world services are
-// served so.
+// on its address: no HTTPS (unless WithTLS), no echo. The benchmark's
+// world services are served so.
 func WithHandler(h http.Handler) HostOption {
 	return func(c *hostConfig) { c.handler = h }
+}
+
+// WithTLS also serves the WithHandler handler over HTTPS (HTTP/1.1 and
+// HTTP/2) on port 443, with a certificate of the world's CA for the name
+// the client asks for.
+func WithTLS() HostOption {
+	return func(c *hostConfig) { c.tls = true }
 }
 
 // AddHost publishes name (under the zone) with address ip (an A or AAAA
@@ -488,6 +496,16 @@ func (w *World) serveHostLocked(ip netip.Addr, hc hostConfig) error {
 		srv := &http.Server{Handler: hc.handler, ReadHeaderTimeout: 10 * time.Second}
 		w.closers = append(w.closers, srv)
 		w.goServe(func() { _ = srv.Serve(l) })
+		if hc.tls {
+			l, err := netns.Listen(w.path, "tcp", netip.AddrPortFrom(ip, 443).String())
+			if err != nil {
+				return fmt.Errorf("world: listen %v:443: %w", ip, err)
+			}
+			srv := &http.Server{Handler: hc.handler, ReadHeaderTimeout: 10 * time.Second,
+				TLSConfig: &tls.Config{GetCertificate: w.certificate, MinVersion: tls.VersionTLS12}}
+			w.closers = append(w.closers, srv)
+			w.goServe(func() { _ = srv.ServeTLS(l, "", "") })
+		}
 		return nil
 	}
 	var ls []net.Listener

@@ -1,0 +1,72 @@
+package api
+
+import "time"
+
+// Approval states.
+const (
+	ApprovalPending = "pending"
+	ApprovalAllowed = "allowed"
+	ApprovalDenied  = "denied"
+)
+
+// Approval is a request the L7 gateway holds for a decision (an HTTP rule
+// with "ask" matched it): its connection stays open until a person or the
+// approver hook allows or denies it, or until Deadline, when it is denied.
+type Approval struct {
+	// ID names the hold in POST /v1/approvals/{id}: 16 hex digits,
+	// random.
+	ID      string `json:"id"`
+	Session string `json:"session"`
+	Method  string `json:"method"`
+	Host    string `json:"host"`
+	// Path is the request's path, its query redacted.
+	Path string `json:"path"`
+	// Rule is the text of the rule that asked.
+	Rule string `json:"rule"`
+	// Refs are the refs a git push would update, when the request is one.
+	Refs     []string  `json:"refs,omitempty"`
+	Created  time.Time `json:"created"`
+	Deadline time.Time `json:"deadline"`
+	// State is ApprovalPending, ApprovalAllowed or ApprovalDenied.
+	State string `json:"state"`
+	// Decided, By and Reason say when, by whom and why it was decided:
+	// By is a person ("alice (uid 1000)"), "approver", "timeout",
+	// "cancelled" (the client went away), "session ended", "limit" (too
+	// many holds; never held) or "daemon stopping".
+	Decided *time.Time `json:"decided,omitempty"`
+	By      string     `json:"by,omitempty"`
+	Reason  string     `json:"reason,omitempty"`
+}
+
+// ApprovalDecision values.
+const (
+	DecisionAllow = "allow"
+	DecisionDeny  = "deny"
+)
+
+// ApprovalDecision is the body of POST /v1/approvals/{id}, and what an
+// approver hook writes to its stdout.
+type ApprovalDecision struct {
+	// Decision is DecisionAllow or DecisionDeny.
+	Decision string `json:"decision"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// ApprovalEvent types.
+const (
+	// ApprovalHeld: a request is held (a follow stream starts with one
+	// for each request already held).
+	ApprovalHeld = "held"
+	// ApprovalDecided: a held request was allowed or denied.
+	ApprovalDecided = "decided"
+	// ApprovalDropped: the follower was too slow; Dropped events were
+	// left out of the stream at this point.
+	ApprovalDropped = "dropped"
+)
+
+// ApprovalEvent is one line of GET /v1/approvals?follow=1.
+type ApprovalEvent struct {
+	Type     string    `json:"type"`
+	Approval *Approval `json:"approval,omitempty"`
+	Dropped  uint64    `json:"dropped,omitempty"`
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/api"
+)
+
+func (c *cli) newApprovalsCommand() *cobra.Command {
+	var follow, asJSON, noTrunc bool
+	var session string
+	cmd := &cobra.Command{
+		Use:   "approvals [flags]",
+		Short: "List the requests held for approval",
+		Long: `Approvals lists the HTTP requests the L7 gateway holds for a decision,
+oldest first: an HTTP rule with "ask" matched them, and their connection
+stays open until someone runs airlock approve or airlock deny, the approver
+hook (airlockd --approver) decides, or the manifest's approval timeout
+(default 5m) denies them. LEFT is the time until then. A denied request
+gets 403 with a JSON body naming the rule.
+
+With -f the list is followed: one line per new hold and per decision (who
+decided, and why), until interrupted. A follower too slow to keep up is
+told how many events it missed.`,
+		Example: `  airlock approvals
+  airlock approvals -f --session 3f9c2a1b7d04
+  airlock approve 5e0c1b7a9d3f2e41`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if follow {
+				return c.followApprovals(cmd, session, asJSON, noTrunc)
+			}
+			list, err := c.client().ListApprovals(cmd.Context(), session)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return c.printJSON(nonNil(list))
+			}
+			tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSESSION\tAGE\tLEFT\tMETHOD\tHOST\tPATH\tRULE")
+			now := c.now()
+			for _, a := range list {
+				path, rule := printable(a.Path), printable(a.Rule)
+				if !noTrunc {
+					path, rule = truncate(path, 48), truncate(rule, 40)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Session,
+					shortDuration(now.Sub(a.Created)), shortDuration(a.Deadline.Sub(now)),
+					printable(a.Method), printable(a.Host), path, rule)
+			}
+			return tw.Flush()
+		}),
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow: print each new hold and decision")
+	cmd.Flags().StringVar(&session, "session", "", "only the requests of session `ID`")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (with -f: one JSON event per line)")
+	cmd.Flags().BoolVar(&noTrunc, "no-trunc", false, "do not shorten paths and rules")
+	return cmd
+}
+
+// followApprovals prints the held requests, then each hold and decision as
+// it happens, one line each (fixed columns, since lines come one by one).
+func (c *cli) followApprovals(cmd *cobra.Command, session string, asJSON, noTrunc bool) error {
+	const row = "%-8s  %-16s  %-12s  %-6s  %-6s  %-7s  %-24s  %-32s  %s\n"
+	if !asJSON {
+		fmt.Fprintf(c.stdout, row, "EVENT", "ID", "SESSION", "AGE", "LEFT", "METHOD", "HOST", "PATH", "RULE / DECISION")
+	}
+	err := c.client().FollowApprovals(cmd.Context(), session, func(ev api.ApprovalEvent) error {
+		if asJSON {
+			return c.printJSONLine(ev)
+		}
+		if ev.Type == api.ApprovalDropped {
+			c.warn("%d approval events were not received here (this client read too slowly); airlock approvals lists what is held now", ev.Dropped)
+			return nil
+		}
+		if ev.Approval == nil {
+			return nil
+		}
+		a := ev.Approval
+		now := c.now()
+		event, left, last := api.ApprovalHeld, shortDuration(a.Deadline.Sub(now)), printable(a.Rule)
+		if ev.Type == api.ApprovalDecided {
+			event, left, last = a.State, "-", "by "+printable(a.By)
+			if a.Reason != "" {
+				last += ": " + printable(a.Reason)
+			}
+		}
+		host, path := printable(a.Host), printable(a.Path)
+		if !noTrunc {
+			host, path, last = truncate(host, 24), truncate(path, 32), truncate(last, 60)
+		}
+		fmt.Fprintf(c.stdout, row, event, a.ID, a.Session, shortDuration(now.Sub(a.Created)), left, printable(a.Method), host, path, last)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return errors.New("airlockd ended the approvals stream (is it stopping?)")
+}
+
+func (c *cli) newApproveCommand() *cobra.Command {
+	return c.newDecideCommand(api.DecisionAllow, "approve", "Allow a request held for approval",
+		`Approve lets a held request (see airlock approvals) go on to its
+destination, and prints its id. The decision is audited in the session's
+log in your name (the user the daemon's socket sees) with the reason.`,
+		`  airlock approve 5e0c1b7a9d3f2e41
+  airlock approve --reason "release ticket 4812" 5e0c1b7a9d3f2e41`)
+}
+
+func (c *cli) newDenyCommand() *cobra.Command {
+	return c.newDecideCommand(api.DecisionDeny, "deny", "Refuse a request held for approval",
+		`Deny refuses a held request (see airlock approvals) and prints its id. The
+client gets 403 with a JSON body naming the rule, and the reason. The
+decision is audited in the session's log in your name (the user the
+daemon's socket sees).`,
+		`  airlock deny 5e0c1b7a9d3f2e41
+  airlock deny --reason "wrong service: meant auth, not billing" 5e0c1b7a9d3f2e41`)
+}
+
+func (c *cli) newDecideCommand(decision, use, short, long, example string) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:     use + " [flags] ID",
+		Short:   short,
+		Long:    long,
+		Example: example,
+		Args:    exactArgs(1, "one approval ID"),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			a, err := c.client().DecideApproval(cmd.Context(), args[0], api.ApprovalDecision{Decision: decision, Reason: reason})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(c.stdout, a.ID)
+			return nil
+		}),
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit and the client (at most 1024 bytes)")
+	return cmd
+}
+
+// shortDuration renders d to the second: "12s", "4m05s", "1h02m"; a
+// negative d is "0s".
+func shortDuration(d time.Duration) string {
+	s := int64(max(d, 0).Round(time.Second) / time.Second)
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+	}
+	return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
+}
+
+// printable replaces control characters, which a request's path or a
+// reason could carry to the terminal, by "?".
+func printable(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
+}

@@ -1,0 +1,513 @@
+package l7
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/egress/httprule"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// Timeouts of the connections the gateway serves as HTTP.
+const (
+	// DefaultIdleTimeout closes a client's kept-alive connection with no
+	// request in flight.
+	DefaultIdleTimeout = 2 * time.Minute
+	headerTimeout      = 30 * time.Second
+	maxHeaderBytes     = 64 << 10
+	// maxPushCommands bounds the bytes of a git push's ref commands the
+	// gateway reads before deciding.
+	maxPushCommands = 1 << 20
+)
+
+// Kinds of Event.
+const (
+	KindConnection = "connection"
+	KindRequest    = "request"
+)
+
+// Ask is a request an HTTP rule holds for a person.
+type Ask struct {
+	Method, Host, Path, Rule string
+	Refs                     []string
+}
+
+// AskDecision is what came of an Ask.
+type AskDecision struct {
+	Allow bool
+	// Reason says why (a person's reason, a timeout).
+	Reason string
+	// By says who decided: a person, "timeout", the approver hook.
+	By string
+	// ID is the approval's id.
+	ID string
+}
+
+// reqKey carries a request's upstream destination to the transport's
+// dialer.
+type reqKey struct{}
+
+// target is where one connection's requests go.
+type target struct {
+	dst netip.AddrPort
+	// sni is the TLS server name the client sent, lower-case without a
+	// trailing dot; empty on plain HTTP.
+	sni string
+	tls bool
+}
+
+// serveHTTP serves the HTTP requests of an intercepted connection, plain
+// HTTP or TLS the gateway terminates (tlsCfg non-nil), until it closes:
+// each request is checked (Host bound to the SNI and the pins, the
+// placeholders of secrets, the host's HTTP rules, approvals), audited,
+// and passed to the original destination by the session's transport.
+func (s *Server) serveHTTP(ctx context.Context, sess *Session, nc net.Conn, peeked []byte, tg target, client netip.AddrPort, tlsCfg *tls.Config, start time.Time) {
+	raw := &closeNotifyConn{Conn: nc, r: io.MultiReader(bytes.NewReader(peeked), nc), closed: make(chan struct{})}
+	var c net.Conn = raw
+	if tlsCfg != nil {
+		c = tls.Server(raw, tlsCfg)
+	}
+	h := &httpHandler{s: s, sess: sess, tg: tg, client: client, start: start}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       DefaultIdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	if tlsCfg != nil {
+		srv.TLSConfig = tlsCfg
+	}
+	l := &oneConnListener{c: c, closed: raw.closed}
+	_ = srv.Serve(l)
+	<-raw.closed
+	h.wait()
+}
+
+// upstreamTransport returns the session's transport, which keeps its own
+// pool of upstream connections: connections are never shared between
+// sessions.
+func (s *Server) upstreamTransport(id string) *http.Transport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.transports[id]; ok {
+		return t
+	}
+	t := &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			tg, _ := ctx.Value(reqKey{}).(target)
+			dctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+			defer cancel()
+			up, err := s.cfg.Dial(dctx, network, tg.dst.String())
+			if err != nil {
+				return nil, err
+			}
+			return s.trackFlow(id, tg.dst, up), nil
+		},
+		TLSClientConfig:       &tls.Config{RootCAs: s.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:     true,
+		MaxIdleConnsPerHost:   8,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   s.cfg.DialTimeout,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+	}
+	s.transports[id] = t
+	return t
+}
+
+// trackFlow records up as session id's flow to dst until it is closed.
+func (s *Server) trackFlow(id string, dst netip.AddrPort, up net.Conn) net.Conn {
+	local := addrPort(up.LocalAddr())
+	s.mu.Lock()
+	s.flows[local] = flow{session: id, server: dst}
+	s.mu.Unlock()
+	return &flowConn{Conn: up, forget: func() {
+		s.mu.Lock()
+		if f, ok := s.flows[local]; ok && f.session == id {
+			delete(s.flows, local)
+		}
+		s.mu.Unlock()
+	}}
+}
+
+type flowConn struct {
+	net.Conn
+	once   sync.Once
+	forget func()
+}
+
+func (c *flowConn) Close() error {
+	c.once.Do(c.forget)
+	return c.Conn.Close()
+}
+
+type httpHandler struct {
+	s      *Server
+	sess   *Session
+	tg     target
+	client netip.AddrPort
+	start  time.Time
+
+	mu sync.Mutex
+	// +checklocks:mu
+	inflight int
+	// +checklocks:mu
+	idle chan struct{} // closed when inflight drops to 0
+}
+
+// enter and leave count the requests in flight, so that the connection's
+// end waits for the last one's audit.
+func (h *httpHandler) enter() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inflight == 0 {
+		h.idle = make(chan struct{})
+	}
+	h.inflight++
+}
+
+func (h *httpHandler) leave() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inflight--; h.inflight == 0 {
+		close(h.idle)
+	}
+}
+
+func (h *httpHandler) wait() {
+	h.mu.Lock()
+	idle := h.idle
+	n := h.inflight
+	h.mu.Unlock()
+	if n > 0 {
+		<-idle
+	}
+}
+
+// refusal is a request the gateway answers itself.
+type refusal struct {
+	status int
+	action string
+	reason string
+	rule   string
+}
+
+func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.enter()
+	defer h.leave()
+	began := time.Now()
+	ev := Event{Time: began, Kind: KindRequest, Session: h.sess.ID, Client: h.client, Dst: h.tg.dst,
+		Proto: ProtoHTTP, SNI: h.tg.sni, Host: r.Host, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery != "",
+		Terminated: h.tg.tls}
+	if h.tg.tls {
+		ev.Proto = ProtoTLS
+	}
+	cw := &countingWriter{ResponseWriter: w}
+	body := &countingBody{r: r.Body}
+	r.Body = body
+	emit := func() {
+		ev.Duration = time.Since(began)
+		ev.BytesUp, ev.BytesDn = body.n, cw.n
+		if ev.Status == 0 {
+			ev.Status = cw.status
+		}
+		if h.sess.Audit != nil {
+			h.sess.Audit(ev)
+		}
+	}
+	refuse := func(f refusal) {
+		ev.Action, ev.Reason, ev.Status = f.action, f.reason, f.status
+		if f.rule != "" {
+			ev.Rule = f.rule
+		}
+		writeRefusal(cw, f)
+		emit()
+	}
+
+	name, f := h.checkHost(r)
+	if f != nil {
+		refuse(*f)
+		return
+	}
+	ev.Host = name
+	clean, err := httprule.NormalizePath(r.URL.EscapedPath())
+	if err != nil {
+		refuse(refusal{status: http.StatusBadRequest, action: ActionRefused, reason: "airlock: request path: " + err.Error()})
+		return
+	}
+	ev.Path = clean
+	if err := injectSecrets(h.sess.Secrets, r, name, h.tg.tls); err != nil {
+		var ex *exfiltration
+		action := ActionRefused
+		if errors.As(err, &ex) {
+			action = ActionExfiltration
+		}
+		refuse(refusal{status: http.StatusForbidden, action: action, reason: err.Error()})
+		return
+	}
+	if f := h.authorize(r, name, clean, &ev); f != nil {
+		refuse(*f)
+		return
+	}
+
+	var scan *scanReader
+	if len(h.sess.Secrets) > 0 {
+		scan = newScanReader(r.Body, h.sess.Secrets)
+		r.Body = scan
+	}
+	scheme := "http"
+	if h.tg.tls {
+		scheme = "https"
+	}
+	authority := h.tg.dst.Addr().String()
+	if name != "" {
+		authority = name
+	}
+	upHost := net.JoinHostPort(authority, strconv.Itoa(int(h.tg.dst.Port())))
+	var upstreamErr error
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = scheme
+			pr.Out.URL.Host = upHost
+			pr.Out.Host = r.Host
+			pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), reqKey{}, h.tg))
+		},
+		Transport:     h.s.upstreamTransport(h.sess.ID),
+		FlushInterval: -1,
+		ErrorLog:      log.New(io.Discard, "", 0),
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			upstreamErr = err
+			if scan != nil && scan.found != nil {
+				return
+			}
+			writeRefusal(w, refusal{status: http.StatusBadGateway, reason: "upstream: " + err.Error()})
+		},
+	}
+	rp.ServeHTTP(cw, r)
+	switch {
+	case scan != nil && scan.found != nil:
+		ex := &exfiltration{secret: scan.found.Name, where: "body", host: name}
+		ev.Action, ev.Reason = ActionExfiltration, ex.Error()+" (the request was cut off before it)"
+		if cw.status == 0 {
+			writeRefusal(cw, refusal{status: http.StatusForbidden, reason: ev.Reason})
+		}
+	case upstreamErr != nil:
+		ev.Action, ev.Reason = ActionFailed, "upstream: "+upstreamErr.Error()
+	default:
+		if ev.Action == "" {
+			ev.Action = ActionAllowed
+		}
+	}
+	emit()
+}
+
+// checkHost binds the request's Host to the connection: on TLS the gateway
+// terminated, it must be the SNI; on plain HTTP the session checks it as
+// it checked the first request's (a kept-alive connection cannot switch
+// to another host). It returns the name the request goes to, empty for an
+// address a CIDR entry allows.
+func (h *httpHandler) checkHost(r *http.Request) (string, *refusal) {
+	host, err := hostOnly(r.Host)
+	if err != nil {
+		return "", &refusal{status: http.StatusBadRequest, action: ActionRefused, reason: "airlock: Host " + strconv.Quote(r.Host) + " is not valid"}
+	}
+	name, ip, err := NameOf(host)
+	if err != nil {
+		return "", &refusal{status: http.StatusForbidden, action: ActionRefused, reason: fmt.Sprintf("airlock: Host %q is not a valid hostname", r.Host)}
+	}
+	if h.tg.tls {
+		if name == "" || name.WithoutTrailingDot() != h.tg.sni {
+			return "", &refusal{status: http.StatusMisdirectedRequest, action: ActionRefused,
+				reason: fmt.Sprintf("airlock: Host %q differs from SNI %q", r.Host, h.tg.sni)}
+		}
+		return h.tg.sni, nil
+	}
+	d := h.sess.Check(h.tg.dst, Hello{Proto: ProtoHTTP, Host: host, Method: r.Method}, h.start)
+	if !d.Allow {
+		return "", &refusal{status: http.StatusForbidden, action: ActionRefused, reason: d.Reason, rule: d.Rule}
+	}
+	if name == "" {
+		_ = ip
+		return "", nil
+	}
+	return name.WithoutTrailingDot(), nil
+}
+
+// authorize applies the host's HTTP rules, holding an ask for a person.
+func (h *httpHandler) authorize(r *http.Request, name, clean string, ev *Event) *refusal {
+	if h.sess.Rules == nil {
+		return nil
+	}
+	rules := h.sess.Rules(name)
+	if rules == nil {
+		return nil
+	}
+	req := httprule.Request{Method: r.Method, Path: clean}
+	if httprule.IsReceivePack(r.Method, clean) {
+		req.IsPush = true
+		ups, consumed, err := httprule.ReadPush(r.Body, r.Header.Get("Content-Encoding"), maxPushCommands)
+		if err != nil {
+			return &refusal{status: http.StatusForbidden, action: ActionRefused, reason: "airlock: git push commands: " + err.Error()}
+		}
+		req.Push = ups
+		r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(consumed), r.Body), c: r.Body}
+		for _, u := range ups {
+			ev.Refs = append(ev.Refs, u.Ref)
+		}
+	}
+	d := rules.Decide(req)
+	ev.Rule = d.Rule
+	switch d.Action {
+	case policies.HTTPAllow:
+		return nil
+	case policies.HTTPAsk:
+		if h.sess.Ask == nil {
+			return &refusal{status: http.StatusForbidden, action: ActionDenied, rule: d.Rule,
+				reason: "airlock: rule " + d.Rule + " asks for approval, and this daemon has no approvals"}
+		}
+		held := time.Now()
+		a := h.sess.Ask(r.Context(), Ask{Method: r.Method, Host: name, Path: clean, Rule: d.Rule, Refs: ev.Refs})
+		ev.Held = time.Since(held)
+		ev.Approval, ev.ApprovedBy = a.ID, a.By
+		if a.Allow {
+			ev.Action = ActionApproved
+			return nil
+		}
+		reason := "airlock: not approved"
+		if a.By != "" {
+			reason += " (" + a.By + ")"
+		}
+		if a.Reason != "" {
+			reason += ": " + a.Reason
+		}
+		return &refusal{status: http.StatusForbidden, action: ActionDenied, rule: d.Rule, reason: reason}
+	default:
+		return &refusal{status: http.StatusForbidden, action: ActionDenied, rule: d.Rule,
+			reason: "airlock: denied by " + d.Rule}
+	}
+}
+
+// writeRefusal answers a request the gateway refused, with a JSON body
+// naming the reason and the rule.
+func writeRefusal(w http.ResponseWriter, f refusal) {
+	body := map[string]string{"error": f.reason}
+	if f.rule != "" {
+		body["rule"] = f.rule
+	}
+	b, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Airlock-Refused", "1")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(f.status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+type replayBody struct {
+	io.Reader
+	c io.Closer
+}
+
+func (b *replayBody) Close() error { return b.c.Close() }
+
+type countingBody struct {
+	r io.ReadCloser
+	n int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	return n, err
+}
+
+func (b *countingBody) Close() error { return b.r.Close() }
+
+// countingWriter counts the bytes of a response's body and keeps its
+// status; Unwrap lets the reverse proxy flush and hijack (websockets)
+// through it.
+type countingWriter struct {
+	http.ResponseWriter
+	n      int64
+	status int
+}
+
+func (w *countingWriter) WriteHeader(code int) {
+	if w.status == 0 || code >= 200 && w.status < 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.n += int64(n)
+	return n, err
+}
+
+func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// closeNotifyConn is a client connection whose first bytes were peeked:
+// it reads them first, and tells when it is closed.
+type closeNotifyConn struct {
+	net.Conn
+	r      io.Reader
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *closeNotifyConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *closeNotifyConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { close(c.closed) })
+	return err
+}
+
+// CloseWrite lets a hijacked websocket relay half-close the client side.
+func (c *closeNotifyConn) CloseWrite() error {
+	if tc, ok := c.Conn.(*net.TCPConn); ok {
+		return tc.CloseWrite()
+	}
+	return nil
+}
+
+// oneConnListener hands out one connection, then blocks until it is
+// closed.
+type oneConnListener struct {
+	mu     sync.Mutex
+	c      net.Conn
+	closed chan struct{}
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	c := l.c
+	l.c = nil
+	l.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *oneConnListener) Close() error   { return nil }
+func (l *oneConnListener) Addr() net.Addr { return &net.TCPAddr{} }

@@ -1,0 +1,659 @@
+package policies
+
+import (
+	"cmp"
+	"fmt"
+	"net/textproto"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/egress/allowlist"
+)
+
+// This file holds the rules of the blocks the L7 gateway enforces: an
+// egress block's inspect and http rules, secrets and approval.
+
+// MaxApprovalTimeout is the longest a held request may wait for a decision.
+const MaxApprovalTimeout = Duration(24 * time.Hour)
+
+// Ports the L7 gateway intercepts: HTTP rules apply on both, secrets are
+// injected only over TLS.
+const (
+	gatewayHTTPPort = 80
+	gatewayTLSPort  = 443
+)
+
+// gatewayHeaders are request headers a secret may not be injected into,
+// by canonical name: the gateway owns them. Host is what the gateway binds
+// to the SNI and the DNS pins; Content-Length, Transfer-Encoding and
+// Expect frame the request, and a value of the manifest's choosing there
+// would let two servers read one request differently; Connection,
+// Keep-Alive, Upgrade, TE, Trailer, HTTP2-Settings and Proxy-* are
+// hop-by-hop, consumed or rewritten by the gateway (Proxy-Authorization
+// would go to a proxy, not to the bound host). Cookie and Authorization
+// are the manifest's to set: they are where services take credentials.
+var gatewayHeaders = map[string]bool{
+	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Expect": true,
+	"Connection": true, "Keep-Alive": true, "Upgrade": true, "Te": true, "Trailer": true,
+	"Http2-Settings": true,
+}
+
+// isGatewayHeader reports whether the canonical header name h is one the
+// gateway owns.
+func isGatewayHeader(h string) bool {
+	return gatewayHeaders[h] || strings.HasPrefix(h, "Proxy-")
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110, section 5.6.2),
+// the syntax of methods and header names.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// egressNames answers which names an egress block lets the session reach.
+// A nil *egressNames knows nothing (the entries did not parse, and are
+// reported), and answers every question with yes.
+type egressNames struct {
+	list *allowlist.List
+	// names are the name entries of allow.
+	names []EgressRule
+}
+
+func newEgressNames(e *Egress) *egressNames {
+	if e == nil {
+		return nil
+	}
+	l, err := allowlist.Compile(e.Allow, e.Deny)
+	if err != nil {
+		return nil
+	}
+	n := &egressNames{list: l}
+	for _, s := range e.Allow {
+		if r, reason := parseEgressRule(s); reason == "" && r.IsName() {
+			n.names = append(n.names, r)
+		}
+	}
+	return n
+}
+
+// probeLabel stands for any name under a wildcard's suffix.
+const probeLabel = "airlock-probe"
+
+// reach reports whether the session may reach name on one of ports, or
+// why not, and whether a deny entry is the reason. With wildcard, name is
+// a suffix, and the question is whether some name strictly under it is
+// reachable.
+func (n *egressNames) reach(name string, wildcard bool, ports ...uint16) (ok bool, why string, denied bool) {
+	if n == nil {
+		return true, "", false
+	}
+	if !wildcard {
+		return n.reachName(name, name, ports)
+	}
+	shown := "names under " + name
+	if ok, why, denied = n.reachName(probeLabel+"."+name, shown, ports); ok {
+		return true, "", false
+	}
+	for _, r := range n.names {
+		if !strings.HasSuffix(r.Name, "."+name) && !(r.Wildcard && r.Name == name) {
+			continue
+		}
+		cand := r.Name
+		if r.Wildcard {
+			cand = probeLabel + "." + r.Name
+		}
+		if ok, _, _ := n.reachName(cand, cand, ports); ok {
+			return true, "", false
+		}
+	}
+	return false, why, denied
+}
+
+// reachName is reach for one name, called shown in the reason.
+func (n *egressNames) reachName(name, shown string, ports []uint16) (bool, string, bool) {
+	fq, err := allowlist.ToFQDN(name)
+	if err != nil {
+		return false, err.Error(), false
+	}
+	dec := n.list.MatchName(fq)
+	switch {
+	case !dec.Allowed && dec.Rule != "":
+		return false, fmt.Sprintf("the deny entry %q refuses %s", dec.Rule, shown), true
+	case !dec.Allowed:
+		return false, fmt.Sprintf("no allow entry matches %s", shown), false
+	case dec.AllPorts() || len(ports) == 0:
+		return true, "", false
+	}
+	for _, p := range ports {
+		if slices.Contains(dec.Ports, p) {
+			return true, "", false
+		}
+	}
+	have := make([]string, len(dec.Ports))
+	for i, p := range dec.Ports {
+		have[i] = strconv.Itoa(int(p))
+	}
+	return false, fmt.Sprintf("%s is allowed only on port %s", shown, strings.Join(have, ", ")), false
+}
+
+// parseHostName checks a host as an http block or an inject names it:
+// "name", or "*.suffix" when wildcards are allowed. It returns the name
+// (the suffix for a wildcard) in canonical form, whether it is a wildcard,
+// and a reason when it is not a host name.
+func parseHostName(s string, wildcards bool) (name string, wildcard bool, reason string) {
+	if strings.ContainsFunc(s, func(c rune) bool { return c <= ' ' || c == 0x7f }) {
+		return "", false, "it contains whitespace or control characters"
+	}
+	rest, wildcard := strings.CutPrefix(s, "*.")
+	if wildcard && !wildcards {
+		return "", false, "a wildcard is not allowed here"
+	}
+	if strings.ContainsAny(rest, ":/[]") {
+		return "", false, "it is not a bare name: write the name without scheme, port or path"
+	}
+	name, reason = checkDNSName(rest)
+	return name, wildcard, reason
+}
+
+// gatewayPorts are the ports an http block's rules are checked on.
+var gatewayPorts = []uint16{gatewayHTTPPort, gatewayTLSPort}
+
+func (c *checker) gateway(at fieldPath, e *Egress, names *egressNames) {
+	switch e.Inspect {
+	case "", InspectRules:
+	case InspectAll:
+		if !e.L7Enabled() {
+			c.add(at.field("inspect"), "inspect needs the L7 gateway", `Set l7 = "check" in this egress block, or remove inspect`,
+				`inspect = "all" terminates TLS in the L7 gateway, which is off: this egress block has l7 = %q`, cmp.Or(e.L7, L7Off))
+		}
+	default:
+		c.add(at.field("inspect"), "Invalid inspect", `Use "rules" (terminate TLS only to hosts with http rules or secrets, the default) or "all" (terminate TLS to every host)`,
+			"%q is not one of rules, all", e.Inspect)
+	}
+	hosts := map[string]fieldPath{}
+	for i, h := range e.HTTP {
+		at := at.field("http").index(i)
+		if i == 0 && !e.L7Enabled() {
+			c.add(at, "http rules need the L7 gateway", `Add l7 = "check" to this egress block, as in egress { allow = ["git.corp.test"], l7 = "check", http "git.corp.test" { ... } }`,
+				"http rules are enforced by the L7 gateway, which is off: this egress block has l7 = %q", cmp.Or(e.L7, L7Off))
+		}
+		c.httpHost(at, h, names, hosts)
+	}
+}
+
+func (c *checker) httpHost(at fieldPath, h HTTPHost, names *egressNames, hosts map[string]fieldPath) {
+	const hostHint = `Name one host, as in http "git.corp.test" { ... }, or the names under a domain, as in http "*.corp.test" { ... } (which does not match corp.test itself)`
+	name, wildcard, reason := parseHostName(h.Host, true)
+	canon := name
+	if wildcard {
+		canon = "*." + name
+	}
+	switch {
+	case reason != "":
+		c.add(at.field("host"), "Invalid http host", hostHint, "%q is not a host name: %s", h.Host, reason)
+	case canon != h.Host:
+		c.add(at.field("host"), "Host not in canonical form", fmt.Sprintf("Write %q", canon), "%q is not written in canonical form (lower case, no trailing dot)", h.Host)
+	default:
+		if prev, ok := hosts[canon]; ok {
+			c.addDup(at.field("host"), prev.field("host"), "Duplicate http host", "Merge the two blocks: a host's rules are one ordered list", "http %q is already declared at %s", h.Host, prev)
+			break
+		}
+		hosts[canon] = at
+		if ok, why, denied := names.reach(name, wildcard, gatewayPorts...); !ok {
+			hint := fmt.Sprintf("Allow %q on port 80 or 443 (or every port) in this egress block, or remove this http block", canon)
+			if denied {
+				hint = "Remove the deny entry, or this http block"
+			}
+			c.add(at.field("host"), "http host not allowed", hint,
+				"the session cannot reach %s on port 80 or 443 (%s), so these rules would never apply", h.Host, why)
+		}
+	}
+	switch h.Default {
+	case "", HTTPAllow, HTTPDeny, HTTPAsk:
+	default:
+		c.add(at.field("default"), "Invalid default", `Use "allow" (the default), "deny" or "ask"`, "%q is not one of allow, deny, ask", h.Default)
+	}
+	for j, r := range h.Rules {
+		c.httpRule(at.field("rules").index(j), r)
+		if j < len(h.Rules)-1 && len(r.Methods) == 0 && r.Path == "" && len(r.Refs) == 0 {
+			c.warn(at.field("rules").index(j), "Rule matches every request", `Move it last, or set the host's default instead`,
+				"this rule has no method, path or refs, so it decides every request and the %d rules after it never apply", len(h.Rules)-1-j)
+		}
+	}
+}
+
+const (
+	pathHint = `Use an absolute path glob such as "/api/**" or "/*/info/refs": "*" matches within one segment, "**" (a whole segment) across segments; leave path out to match any path`
+	refsHint = `Use full ref names or globs such as "refs/heads/agent/*": "*" matches within one segment, "**" (a whole segment) across segments`
+)
+
+func (c *checker) httpRule(at fieldPath, r HTTPRule) {
+	seen := map[string]int{}
+	for k, m := range r.Methods {
+		at := at.field("methods").index(k)
+		switch {
+		case !isToken(m):
+			c.add(at, "Invalid method", `Use HTTP method names such as "GET" or "POST"`, "%q is not an HTTP method", m)
+			continue
+		case strings.ToUpper(m) != m:
+			c.add(at, "Method not in canonical form", fmt.Sprintf("Write %q", strings.ToUpper(m)), "%q is not in upper case", m)
+			continue
+		}
+		if prev, ok := seen[m]; ok {
+			c.add(at, "Duplicate method", "List each method once", "%s is already listed at methods[%d]", m, prev)
+			continue
+		}
+		seen[m] = k
+	}
+	if r.Path != "" {
+		if reason := checkPathGlob(r.Path); reason != "" {
+			c.add(at.field("path"), "Invalid path pattern", pathHint, "%s", reason)
+		}
+	}
+	for k, ref := range r.Refs {
+		if reason := checkRefGlob(ref); reason != "" {
+			c.add(at.field("refs").index(k), "Invalid refs pattern", refsHint, "%s", reason)
+		}
+	}
+	if len(r.Refs) > 0 {
+		const pushHint = `A rule with refs matches only git pushes, which are POST requests to a path ending in /git-receive-pack: give it path = "/**/git-receive-pack" (or leave path out) and method "POST" (or leave method out)`
+		if r.Path != "" && !canMatchReceivePack(r.Path) {
+			c.warn(at.field("path"), "refs rule never matches a push", pushHint, "path %q cannot match a path ending in /git-receive-pack, so this rule never applies", r.Path)
+		}
+		if len(r.Methods) > 0 && !slices.Contains(r.Methods, "POST") {
+			c.warn(at.field("methods"), "refs rule never matches a push", pushHint, "method does not include POST, so this rule never applies")
+		}
+	}
+	switch r.Action {
+	case HTTPAllow, HTTPDeny, HTTPAsk:
+	case "":
+		c.add(at.field("action"), "Missing action", `Set action = "allow", "deny" or "ask"`, "a rule needs an action")
+	default:
+		c.add(at.field("action"), "Invalid action", `Use "allow", "deny" or "ask" (hold the request for a person's decision)`, "%q is not one of allow, deny, ask", r.Action)
+	}
+}
+
+// checkPathGlob checks an HTTP rule's path pattern. Requests are matched
+// by their decoded, cleaned path, so a pattern is absolute and clean, with
+// no query, and "*" and "**" are its only wildcards.
+func checkPathGlob(p string) string {
+	switch {
+	case !strings.HasPrefix(p, "/"):
+		return fmt.Sprintf("%q does not start with '/'", p)
+	case strings.ContainsFunc(p, func(c rune) bool { return c <= ' ' || c == 0x7f }):
+		return fmt.Sprintf("%q contains whitespace or control characters", p)
+	case strings.ContainsAny(p, "?#"):
+		return fmt.Sprintf("%q contains '?' or '#': rules match the path, never the query", p)
+	case strings.ContainsAny(p, `[]\`):
+		return fmt.Sprintf(`%q contains '[', ']' or '\': the only wildcards are '*' and '**'`, p)
+	case hasPercentEscape(p):
+		return fmt.Sprintf("%q contains a %%-escape: paths are matched decoded, so write the character itself", p)
+	}
+	if p == "/" {
+		return ""
+	}
+	return checkSegments(p, strings.Split(p[1:], "/"), "paths are matched cleaned")
+}
+
+// checkSegments checks the segments of a path or ref pattern: none empty,
+// "." or "..", and "**" only as a whole segment.
+func checkSegments(p string, segs []string, why string) string {
+	for _, s := range segs {
+		switch {
+		case s == "":
+			return fmt.Sprintf("%q has an empty segment (\"//\" or a trailing '/'): %s", p, why)
+		case s == "." || s == "..":
+			return fmt.Sprintf("%q has a %q segment: %s", p, s, why)
+		case strings.Contains(s, "**") && s != "**":
+			return fmt.Sprintf("%q has '**' inside segment %q: '**' must be a whole segment, as in \"/a/**/b\"", p, s)
+		}
+	}
+	return ""
+}
+
+func hasPercentEscape(s string) bool {
+	for i := 0; i+2 < len(s); i++ {
+		if s[i] == '%' && isHex(s[i+1]) && isHex(s[i+2]) {
+			return true
+		}
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// checkRefGlob checks a rule's refs pattern: a full ref name or a glob with
+// the path grammar.
+func checkRefGlob(r string) string {
+	if reason := checkRefPattern(r); reason != "" {
+		return reason
+	}
+	if strings.ContainsAny(r, "?[]") {
+		return fmt.Sprintf("%q contains '?', '[' or ']': git refuses them in ref names, and the only wildcards are '*' and '**'", r)
+	}
+	segs := strings.Split(r, "/")
+	if reason := checkSegments(r, segs, "git refuses it in ref names"); reason != "" {
+		return reason
+	}
+	for _, s := range segs {
+		if strings.HasPrefix(s, ".") || strings.HasSuffix(s, ".lock") {
+			return fmt.Sprintf("%q has segment %q: git refuses ref name components that start with '.' or end with \".lock\"", r, s)
+		}
+	}
+	return ""
+}
+
+// canMatchReceivePack reports whether the path pattern p (valid) can match
+// a path whose last segment is git-receive-pack, where git smart HTTP
+// pushes go.
+func canMatchReceivePack(p string) bool {
+	last := p[strings.LastIndexByte(p, '/')+1:]
+	if last == "**" {
+		return true
+	}
+	ok, err := path.Match(last, "git-receive-pack")
+	return err == nil && ok
+}
+
+// secretHint shows a secret block.
+const secretHint = `as in secret "ANTHROPIC_API_KEY" { from = "file:/etc/airlock/secrets/anthropic", inject { host = "api.anthropic.com", header = "x-api-key" } }`
+
+// secretSourceHint says what a secret's from may be.
+const secretSourceHint = `Write "file:/ABSOLUTE/PATH" (a file on the daemon's host, such as "file:/etc/airlock/secrets/anthropic") or "env:VAR" (a variable of the daemon's environment); the daemon's admission policy says which it admits`
+
+// ParseSecretSource splits a secret's from into its kind ("env" or
+// "file") and the variable name or path, or returns a reason why s is not
+// a secret source.
+func ParseSecretSource(s string) (kind, ref, reason string) {
+	kind, ref, ok := strings.Cut(s, ":")
+	switch {
+	case s == "":
+		return "", "", "from is empty"
+	case !ok || kind != "env" && kind != "file":
+		return "", "", fmt.Sprintf("%q is neither env:VAR nor file:/PATH", s)
+	case ref == "" && kind == "env":
+		return "", "", fmt.Sprintf("%q names no variable", s)
+	case ref == "" || ref == "/":
+		return "", "", fmt.Sprintf("%q names no file", s)
+	case kind == "env" && !envVarNameRE.MatchString(ref):
+		return "", "", fmt.Sprintf("%q does not name an environment variable: use letters, digits and '_', not starting with a digit", ref)
+	case kind == "file" && (strings.ContainsRune(ref, 0) || !filepath.IsAbs(ref)):
+		return "", "", fmt.Sprintf("%q is not an absolute path", ref)
+	case kind == "file" && filepath.Clean(ref) != ref:
+		return "", "", fmt.Sprintf("%q is not a clean path to a file (write %q)", ref, filepath.Clean(ref))
+	}
+	return kind, ref, ""
+}
+
+// SandboxEnvVar is the environment variable that holds the secret's
+// placeholder in the sandbox: EnvVar, or Name when neither EnvVar nor
+// Path is set; "" when the placeholder is only in a file.
+func (s Secret) SandboxEnvVar() string {
+	if s.EnvVar == "" && s.Path == "" {
+		return s.Name
+	}
+	return s.EnvVar
+}
+
+// InjectHeader is the header an inject sets: Authorization for bearer,
+// else Header, in canonical form.
+func (in SecretInject) InjectHeader() string {
+	if in.Bearer {
+		return "Authorization"
+	}
+	return textproto.CanonicalMIMEHeaderKey(in.Header)
+}
+
+func (c *checker) secrets(at fieldPath, p *Policy, targets map[string]fieldPath) {
+	if len(p.Secrets) == 0 {
+		return
+	}
+	var names *egressNames
+	switch {
+	case p.Egress == nil:
+		c.add(at.index(0), "Secrets need the L7 gateway", `Add an egress block that allows the hosts secrets go to and turns the gateway on, as in egress { allow = ["api.anthropic.com"], l7 = "check" }`,
+			"the L7 gateway puts a secret into requests, and this session has no egress block")
+	case !p.Egress.L7Enabled():
+		c.add(at.index(0), "Secrets need the L7 gateway", `Add l7 = "check" to the egress block`,
+			"the L7 gateway puts a secret into requests, and it is off: the egress block has l7 = %q", cmp.Or(p.Egress.L7, L7Off))
+		names = newEgressNames(p.Egress)
+	default:
+		names = newEgressNames(p.Egress)
+	}
+
+	// Where other deliveries put things in the sandbox.
+	vars := map[string]fieldPath{}
+	for _, k := range sortedKeys(p.Env) {
+		vars[k] = fieldPath{"env"}.key(k)
+	}
+	var credFiles []placedFile
+	for i, cr := range p.Credentials {
+		at := fieldPath{"credentials"}.index(i)
+		if cr.Deliver == DeliverEnv {
+			if _, ok := vars[cr.EnvVar]; !ok && cr.EnvVar != "" {
+				vars[cr.EnvVar] = at.field("env_var")
+			}
+		} else if credentialNameRE.MatchString(cr.Name) {
+			credFiles = append(credFiles, placedFile{path.Clean(cr.SandboxPath()), at.field("path")})
+		}
+	}
+	var secretFiles []placedFile
+	names0 := map[string]fieldPath{}
+	injected := map[string]fieldPath{}
+	for i, s := range p.Secrets {
+		at := at.index(i)
+		if !envVarNameRE.MatchString(s.Name) {
+			c.add(at.field("name"), "Invalid secret name", "Use letters, digits and '_', not starting with a digit, "+secretHint, "%q is not a valid secret name", s.Name)
+		} else if prev, ok := names0[s.Name]; ok {
+			c.addDup(at.field("name"), prev.field("name"), "Duplicate secret", "Give each secret block its own name", "secret %q is already declared at %s", s.Name, prev)
+		} else {
+			names0[s.Name] = at
+		}
+		if s.From == "" {
+			c.add(at.field("from"), "Missing from", secretSourceHint, "a secret needs from: where the daemon reads its value")
+		} else if _, _, reason := ParseSecretSource(s.From); reason != "" {
+			c.add(at.field("from"), "Invalid from", secretSourceHint, "%s", reason)
+		}
+
+		// The placeholder's environment variable: one named after the
+		// secret (set by ApplyDefaults, or by hand) is reported at the
+		// name.
+		ev := s.SandboxEnvVar()
+		evAt := at.field("env_var")
+		if ev == s.Name {
+			evAt = at.field("name")
+		}
+		switch {
+		case ev == "":
+		case !envVarNameRE.MatchString(ev):
+			if ev != s.Name {
+				c.add(evAt, "Invalid env_var", "Use letters, digits and '_', not starting with a digit, such as ANTHROPIC_API_KEY", "%q is not a valid environment variable name", ev)
+			}
+		default:
+			if prev, ok := vars[ev]; ok {
+				c.addDup(evAt, prev, "Conflicting secret delivery", "Give the placeholder its own variable with env_var, or remove the other", "the placeholder's variable %s is already set by %s", ev, prev)
+			} else {
+				vars[ev] = evAt
+			}
+		}
+
+		// The placeholder's file.
+		if s.Path != "" {
+			at := at.field("path")
+			const hint = `Use an absolute file path inside the sandbox in a directory of its own, such as "/run/airlock/secrets/NAME"`
+			sp := path.Clean(s.Path)
+			reason := checkSandboxPath(s.Path)
+			switch {
+			case reason != "":
+			case sp != s.Path || sp == "/":
+				reason = fmt.Sprintf("%q does not name a file", s.Path)
+			default:
+				for _, r := range reservedTargets {
+					if sp == r || strings.HasPrefix(sp, r+"/") {
+						reason = fmt.Sprintf("%q is under %s, which the runtime manages", s.Path, r)
+					}
+				}
+			}
+			if reason != "" {
+				c.add(at, "Invalid secret path", hint, "%s", reason)
+			} else if prev, why := pathConflict(sp, targets, credFiles, secretFiles); prev != nil {
+				c.addDup(at, prev, "Conflicting secret delivery", hint, "path %q %s %s", s.Path, why, prev)
+			} else {
+				secretFiles = append(secretFiles, placedFile{sp, at})
+			}
+		}
+
+		if len(s.Inject) == 0 {
+			c.add(at, "Missing inject", "Add an inject block naming the host and header, "+secretHint, "secret %q goes nowhere: it has no inject block", s.Name)
+		}
+		for j, in := range s.Inject {
+			c.inject(at.field("inject").index(j), in, names, injected)
+		}
+	}
+}
+
+// placedFile is a file a delivery puts in the sandbox, and the field that
+// asks for it.
+type placedFile struct {
+	path string
+	at   fieldPath
+}
+
+// pathConflict finds a delivery that the placeholder file at sp (clean)
+// collides with, and says how.
+func pathConflict(sp string, targets map[string]fieldPath, creds, secrets []placedFile) (fieldPath, string) {
+	for _, t := range sortedKeys(targets) {
+		if sp == t || within(t, sp) {
+			return targets[t], "is inside the target of"
+		}
+	}
+	for _, f := range secrets {
+		switch {
+		case sp == f.path:
+			return f.at, "is already used by"
+		case within(sp, f.path) || within(f.path, sp):
+			return f.at, "would be both a file and a directory, with"
+		}
+	}
+	for _, f := range creds {
+		switch {
+		case sp == f.path:
+			return f.at, "is already used by"
+		case within(sp, f.path) || within(f.path, sp):
+			return f.at, "would be both a file and a directory, with"
+		case path.Dir(sp) == path.Dir(f.path):
+			return f.at, "is in the directory airlock fills with the credential files of"
+		}
+	}
+	return nil, ""
+}
+
+func (c *checker) inject(at fieldPath, in SecretInject, names *egressNames, injected map[string]fieldPath) {
+	const hint = `Name the one host the value may go to, as in inject { host = "api.anthropic.com", header = "x-api-key" }`
+	hostOK := false
+	switch name, _, reason := parseHostName(in.Host, false); {
+	case in.Host == "":
+		c.add(at.field("host"), "Missing inject host", hint, "an inject block needs host: the value goes only to that host")
+	case strings.HasPrefix(in.Host, "*."):
+		c.add(at.field("host"), "Wildcard inject host", hint+"; add an inject block for each host",
+			"%q is a wildcard: the value would go to any name under %s, including ones that are not the service", in.Host, in.Host[2:])
+	case reason != "":
+		c.add(at.field("host"), "Invalid inject host", hint, "%q is not a host name: %s", in.Host, reason)
+	case name != in.Host:
+		c.add(at.field("host"), "Host not in canonical form", fmt.Sprintf("Write %q", name), "%q is not written in canonical form (lower case, no trailing dot)", in.Host)
+	default:
+		hostOK = true
+		if ok, why, denied := names.reach(name, false, gatewayTLSPort); !ok {
+			hint := fmt.Sprintf("Allow %q on port 443 (or every port) in the egress block", in.Host)
+			if denied {
+				hint = "Remove the deny entry, or this inject block"
+			}
+			c.add(at.field("host"), "Inject host not allowed", hint,
+				"the session cannot reach %s over TLS on port 443 (%s), and secrets are injected only there", in.Host, why)
+		}
+	}
+	const headerHint = `Set header = "NAME" (the value goes in that header, as x-api-key for Anthropic) or bearer = true (Authorization: Bearer VALUE, as for OpenAI)`
+	switch {
+	case in.Header != "" && in.Bearer:
+		c.add(at.field("header"), "Both header and bearer", headerHint+", not both", "bearer = true sets Authorization, and header sets %s", in.Header)
+		return
+	case in.Header == "" && !in.Bearer:
+		c.add(at, "Missing header", headerHint, "an inject block needs header or bearer: where the value goes in the request")
+		return
+	case in.Header != "" && !isToken(in.Header):
+		c.add(at.field("header"), "Invalid header", headerHint, "%q is not an HTTP header name", in.Header)
+		return
+	case in.Header != "" && isGatewayHeader(textproto.CanonicalMIMEHeaderKey(in.Header)):
+		c.add(at.field("header"), "Header owned by the gateway", headerHint,
+			"%s frames, routes or is consumed on the way to the host (Host, Content-Length, Transfer-Encoding, Expect, Connection, Keep-Alive, Upgrade, TE, Trailer, HTTP2-Settings, Proxy-*), so the gateway sets it, never a secret", textproto.CanonicalMIMEHeaderKey(in.Header))
+		return
+	}
+	if !hostOK {
+		return
+	}
+	key := in.Host + " " + in.InjectHeader()
+	fp := at.field("header")
+	if in.Bearer {
+		fp = at.field("bearer")
+	}
+	if prev, ok := injected[key]; ok {
+		c.addDup(fp, prev, "Duplicate injection", "Inject one value per host and header", "%s to %s is already set by %s", in.InjectHeader(), in.Host, prev[:len(prev)-1])
+		return
+	}
+	injected[key] = fp
+}
+
+func (c *checker) approval(at fieldPath, a *Approval, asks bool) {
+	switch {
+	case a.Timeout < 0:
+		c.add(at.field("timeout"), "Invalid approval timeout", fmt.Sprintf(`Use a positive duration up to %s, such as "5m"`, MaxApprovalTimeout), "timeout %s is negative", a.Timeout)
+	case a.Timeout > MaxApprovalTimeout:
+		c.add(at.field("timeout"), "Invalid approval timeout", fmt.Sprintf(`Use a positive duration up to %s, such as "5m"`, MaxApprovalTimeout), "timeout %s is longer than the maximum %s", a.Timeout, MaxApprovalTimeout)
+	}
+	switch a.OnTimeout {
+	case "", OnTimeoutDeny:
+	default:
+		c.add(at.field("on_timeout"), "Invalid on_timeout", `Use "deny": a request no one decided in time is refused`, "%q is not deny, the only choice", a.OnTimeout)
+	}
+	if !asks {
+		c.warn(at, "Approval without ask", `Remove the approval block, or give an http rule action = "ask" (or a host default = "ask")`,
+			"no http rule or default asks, so no request is ever held for approval")
+	}
+}
+
+// asks reports whether some HTTP rule or default of e holds requests for
+// approval.
+func (e *Egress) asks() bool {
+	if e == nil {
+		return false
+	}
+	for _, h := range e.HTTP {
+		if h.Default == HTTPAsk {
+			return true
+		}
+		for _, r := range h.Rules {
+			if r.Action == HTTPAsk {
+				return true
+			}
+		}
+	}
+	return false
+}

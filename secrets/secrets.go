@@ -125,40 +125,33 @@ func isLowerHex(s string) bool {
 	return true
 }
 
-// Resolve reads a secret's value from its source: "env:VAR", the
-// daemon's environment variable VAR, or "file:/abs/path", a regular file
+// Resolve reads a secret's value from its source (syntax as
+// policies.ParseSecretSource): "env:VAR", the daemon's environment
+// variable VAR, or "file:/abs/path", a regular file
 // opened without following a final symlink, with one trailing newline
 // ("\n" or "\r\n") trimmed. The value must not be empty or longer than
 // MaxValue. Errors name the source and why, never the value: an unknown
 // or malformed source is errdefs.ErrInvalidArgument, one that cannot be
 // read errdefs.ErrFailedPrecondition.
 func Resolve(from string) ([]byte, error) {
-	kind, ref, ok := strings.Cut(from, ":")
-	if !ok {
-		return nil, fmt.Errorf("from %q: want \"env:VAR\" or \"file:/abs/path\": %w", from, errdefs.ErrInvalidArgument)
+	kind, ref, reason := policies.ParseSecretSource(from)
+	if reason != "" {
+		return nil, fmt.Errorf("from %q: %s: %w", from, reason, errdefs.ErrInvalidArgument)
 	}
 	var v []byte
 	switch kind {
 	case "env":
-		if ref == "" || strings.ContainsAny(ref, "=\x00") {
-			return nil, fmt.Errorf("from %q: not a variable name: %w", from, errdefs.ErrInvalidArgument)
-		}
 		s, ok := os.LookupEnv(ref)
 		if !ok {
 			return nil, fmt.Errorf("from %q: the daemon's environment has no %s: %w", from, ref, errdefs.ErrFailedPrecondition)
 		}
 		v = []byte(s)
 	case "file":
-		if !filepath.IsAbs(ref) || strings.ContainsRune(ref, 0) {
-			return nil, fmt.Errorf("from %q: the path must be absolute: %w", from, errdefs.ErrInvalidArgument)
-		}
 		var err error
 		if v, err = readValueFile(ref); err != nil {
 			return nil, fmt.Errorf("from %q: %w", from, err)
 		}
 		v = trimNewline(v)
-	default:
-		return nil, fmt.Errorf("from %q: unknown source %q, want \"env\" or \"file\": %w", from, kind, errdefs.ErrInvalidArgument)
 	}
 	switch {
 	case len(v) == 0:
@@ -402,14 +395,6 @@ func (s *Set) Bound() []Bound {
 	return slices.Clone(s.bound)
 }
 
-// envVar is the variable a secret's placeholder is delivered in, or "".
-func envVar(d policies.Secret) string {
-	if d.EnvVar == "" && d.Path == "" {
-		return d.Name
-	}
-	return d.EnvVar
-}
-
 // Env is the environment that delivers the placeholders: VAR=placeholder
 // for each secret with an environment variable (env_var, or its name when
 // the manifest gave neither env_var nor path).
@@ -419,7 +404,7 @@ func (s *Set) Env() []string {
 	}
 	var env []string
 	for i, d := range s.defs {
-		if v := envVar(d); v != "" {
+		if v := d.SandboxEnvVar(); v != "" {
 			env = append(env, v+"="+s.bound[i].Placeholder)
 		}
 	}

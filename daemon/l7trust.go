@@ -3,10 +3,12 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/egress/sessionca"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -68,4 +70,20 @@ func reopenL7(ctx context.Context, dir string, p *policies.Policy) (*sessionca.C
 		log.G(ctx).Error("secrets", "error", err)
 	}
 	return ca, set
+}
+
+// gatewaySecrets are the session's secrets as the L7 gateway takes them:
+// each value as the Set holds it now (nil while unavailable).
+func gatewaySecrets(set *secrets.Set) []egress.Secret {
+	var out []egress.Secret
+	for _, b := range set.Bound() {
+		sec := egress.Secret{Name: b.Name, Placeholder: b.Placeholder, Value: b.Value}
+		for _, in := range b.Inject {
+			sec.Inject = append(sec.Inject, egress.Inject{
+				Host: strings.ToLower(strings.TrimSuffix(in.Host, ".")), Header: in.Header, Bearer: in.Bearer,
+			})
+		}
+		out = append(out, sec)
+	}
+	return out
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/egress/sessionca"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/secrets"
 )
@@ -79,6 +80,21 @@ func TestL7PrepareReopen(t *testing.T) {
 	}
 	if !slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool { return m.Destination == sessionca.SandboxCAPath }) {
 		t.Errorf("no mount of the CA: %v", spec.Mounts)
+	}
+
+	// What the perimeter is given: the CA and the secrets for the gateway.
+	var d *Daemon
+	sc := d.egressConfig(&session{audit: audit.New(dir, 0), ca: ca, secrets: set}, p, dir)
+	if sc.CA != ca || len(sc.Secrets) != 1 {
+		t.Fatalf("egress config: CA %v, secrets %d", sc.CA, len(sc.Secrets))
+	}
+	gs := sc.Secrets[0]
+	if gs.Name != "API_KEY" || gs.Placeholder != b.Placeholder || string(gs.Value) != "the-value" ||
+		len(gs.Inject) != 1 || gs.Inject[0].Host != "api.example.test" || gs.Inject[0].Header != "x-api-key" {
+		t.Errorf("the gateway's secret: %+v", gs)
+	}
+	if sc := d.egressConfig(&session{audit: audit.New(dir, 0)}, p, dir); sc.CA != nil || sc.Secrets != nil {
+		t.Errorf("egress config of a session without CA or secrets: CA %#v, secrets %v", sc.CA, sc.Secrets)
 	}
 
 	ca2, set2 := reopenL7(context.Background(), dir, &p)

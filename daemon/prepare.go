@@ -225,7 +225,9 @@ func (d *Daemon) claim(ctx context.Context, s *session, p policies.Policy, start
 		}
 	}
 	if warm {
-		// Prepared a while ago: the values are read again now.
+		// Prepared a while ago: a secret whose source has gone since
+		// refuses the session. (The gateway keeps the values it was
+		// given when the sandbox was prepared.)
 		if err := s.secrets.Resolve(); err != nil {
 			s.mu.Unlock()
 			return nil, err

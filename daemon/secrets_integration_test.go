@@ -107,6 +107,13 @@ func TestSecretsAndTrustInSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The built-in admission policy admits secrets from
+	// /etc/airlock/secrets only.
+	a := policies.DefaultAdmission()
+	a.SecretSources = []string{"file:" + src}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+
 	p := policy("sh", "-c", `printf %s "$WORLD_API_KEY" > /tmp/main-env; sleep 300`)
 	p.Egress = &policies.Egress{Allow: []string{"api.trust.test"}, L7: policies.L7Check}
 	p.Secrets = []policies.Secret{{

@@ -44,9 +44,9 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/credentials/clock"
-	"github.com/airlock-sandbox/airlock/credentials/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/credentials/token"
 	"github.com/airlock-sandbox/airlock/credentials/verify"
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
 

@@ -5,7 +5,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/airlock-sandbox/airlock/credentials/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 )
 
 // WriteAtomic writes data to dir/name as a read-only file (mode 0400) owned

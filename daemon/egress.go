@@ -29,9 +29,19 @@ func (d *Daemon) runningEgress(id string) *egress.SessionConfig {
 }
 
 // egressConfig is session s's configuration for the perimeter, its
-// resolv.conf in dir.
+// resolv.conf in dir: with the session's CA and secrets (see prepareL7
+// and reopenL7) for the L7 gateway.
 func (d *Daemon) egressConfig(s *session, p policies.Policy, dir string) egress.SessionConfig {
-	return egress.SessionConfig{Egress: p.Egress, Dir: dir, Audit: s.audit.EmitDecision, Ask: s.askL7}
+	sc := egress.SessionConfig{Egress: p.Egress, Dir: dir, Audit: s.audit.EmitDecision, Ask: s.askL7}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ca != nil {
+		// Never a nil *CA in the interface: the gateway tells "no CA"
+		// by a nil Issuer.
+		sc.CA = s.ca
+	}
+	sc.Secrets = gatewaySecrets(s.secrets)
+	return sc
 }
 
 // askL7 holds a request the L7 gateway's rules ask about, as an approval

@@ -313,6 +313,7 @@ func (s *session) readopt(ctx context.Context) (*ending, error) {
 			s.pid = ts.Pid
 			uid, gid, _ := s.rec.Policy.UserIDs()
 			s.creds = d.creds.Reopen(s.dir, s.rec.Policy.Credentials, uid, gid)
+			s.ca, s.secrets = reopenL7(ctx, s.dir, &s.rec.Policy)
 			if s.rec.State == api.StateCreated {
 				// airlock-init still waits for the command. The spec's
 				// environment holds no credential; start mints the

@@ -80,6 +80,13 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
 	step := steps.New()
+	// Made before the layers, so that the L7 gateway has them from the
+	// start (the key pair takes well under a millisecond).
+	ca, set, err := prepareL7(dir, id, &p)
+	if err != nil {
+		return nil, err
+	}
+	s.ca, s.secrets = ca, set
 	opts := runtime.HardeningOpts()
 	popts, err := runtime.PolicyOpts(&p, runtime.Hostname(p.Label, id), d.CgroupPath(id))
 	if err != nil {
@@ -140,6 +147,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	}
 	opts = append(opts, creds.SpecOpt())
 	opts = append(opts, net.SpecOpts()...)
+	opts = append(opts, l7SpecOpts(dir, ca, set)...)
 	opts = append(opts, s.launchOpt())
 	step.Mark("parallel")
 	if err := d.rt.Create(cctx, runtime.CreateOptions{ID: id, Rootfs: rootfs, SpecOpts: opts}); err != nil {
@@ -214,6 +222,15 @@ func (d *Daemon) claim(ctx context.Context, s *session, p policies.Policy, start
 				reason = err.Error()
 			}
 			return nil, fmt.Errorf("%w: workspace changed on the host: %s", errStalePool, reason)
+		}
+	}
+	if warm {
+		// Prepared a while ago: a secret whose source has gone since
+		// refuses the session. (The gateway keeps the values it was
+		// given when the sandbox was prepared.)
+		if err := s.secrets.Resolve(); err != nil {
+			s.mu.Unlock()
+			return nil, err
 		}
 	}
 	if err := s.creds.Mint(ctx, id); err != nil {

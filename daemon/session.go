@@ -7,9 +7,11 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
+	"github.com/airlock-sandbox/airlock/egress/sessionca"
 	"github.com/airlock-sandbox/airlock/fsscope"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/launch"
+	"github.com/airlock-sandbox/airlock/secrets"
 )
 
 // session is one live session in the daemon.
@@ -34,6 +36,15 @@ type session struct {
 	// creds are the sandbox's credentials and their delivery; minted at
 	// claim.
 	creds *credentials.Plan // +checklocks:mu
+	// ca is the session's CA, with which the L7 gateway terminates TLS
+	// (the sandbox trusts it): nil unless the egress block has l7 =
+	// "check", or when a restarted daemon could not load it. Its key and
+	// certificate are kept in dir.
+	ca *sessionca.CA // +checklocks:mu
+	// secrets are the session's secrets for the L7 gateway: the
+	// placeholders the sandbox holds and the values that replace them;
+	// nil without secrets.
+	secrets *secrets.Set // +checklocks:mu
 	// pid is the sandbox init's pid, which the command takes over.
 	pid uint32 // +checklocks:mu
 	// reserved is set while the sandbox holds a place under the session

@@ -20,7 +20,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/airlock-sandbox/airlock/credentials/clock"
-	"github.com/airlock-sandbox/airlock/credentials/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
 

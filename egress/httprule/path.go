@@ -66,6 +66,11 @@ func NormalizePath(raw string) (string, error) {
 		return "", fmt.Errorf("%w: %q is %q to servers that remove dot segments first and %q to those that merge slashes first", ErrPath, raw, rfc, merged)
 	}
 	p, err := decodePercent(merged)
+	if err == nil && strings.ContainsAny(p, "?#") {
+		// A server or front proxy that decodes and parses the target
+		// again would cut the path there.
+		return "", fmt.Errorf("%w: %q decodes to '?' or '#'", ErrPath, raw)
+	}
 	if err != nil {
 		return "", fmt.Errorf("%w: %q: %v", ErrPath, raw, err)
 	}

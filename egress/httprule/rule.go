@@ -29,6 +29,8 @@
 //
 //   - Methods, compared without regard to case (a server that upper-cases
 //     "delete" must not get it past a rule on "DELETE"); none: any method.
+//     A rule on GET also matches HEAD, which servers answer with their GET
+//     handler.
 //   - Path, a glob over the path NormalizePath returns (read its doc for
 //     what is refused and how "%2F" is handled), case-sensitive; none:
 //     any path. "*" matches within one segment, "**" as a whole segment zero
@@ -59,6 +61,7 @@ package httprule
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -164,6 +167,11 @@ func compileRule(r policies.HTTPRule) (rule, error) {
 			return rule{}, fmt.Errorf("method %q is not an upper-case HTTP method", m)
 		}
 		cr.methods = append(cr.methods, m)
+	}
+	if slices.Contains(cr.methods, http.MethodGet) && !slices.Contains(cr.methods, http.MethodHead) {
+		// Servers answer HEAD with their GET handler, side effects
+		// included: a rule on GET covers HEAD.
+		cr.methods = append(cr.methods, http.MethodHead)
 	}
 	if r.Path != "" {
 		g, err := compilePathGlob(r.Path)

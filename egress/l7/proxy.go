@@ -76,13 +76,13 @@ type target struct {
 // each request is checked (Host bound to the SNI and the pins, the
 // placeholders of secrets, the host's HTTP rules, approvals), audited,
 // and passed to the original destination by the session's transport.
-func (s *Server) serveHTTP(ctx context.Context, sess *Session, nc net.Conn, peeked []byte, tg target, client netip.AddrPort, tlsCfg *tls.Config, start time.Time) {
+func (s *Server) serveHTTP(ctx context.Context, sess *Session, nc net.Conn, peeked []byte, tg target, client netip.AddrPort, tlsCfg *tls.Config) {
 	raw := &closeNotifyConn{Conn: nc, r: io.MultiReader(bytes.NewReader(peeked), nc), closed: make(chan struct{})}
 	var c net.Conn = raw
 	if tlsCfg != nil {
 		c = tls.Server(raw, tlsCfg)
 	}
-	h := &httpHandler{s: s, sess: sess, tg: tg, client: client, start: start}
+	h := &httpHandler{s: s, sess: sess, tg: tg, client: client}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: headerTimeout,
@@ -90,6 +90,7 @@ func (s *Server) serveHTTP(ctx context.Context, sess *Session, nc net.Conn, peek
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          log.New(io.Discard, "", 0),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: maxStreams},
 	}
 	if tlsCfg != nil {
 		srv.TLSConfig = tlsCfg
@@ -100,25 +101,40 @@ func (s *Server) serveHTTP(ctx context.Context, sess *Session, nc net.Conn, peek
 	h.wait()
 }
 
-// upstreamTransport returns the session's transport, which keeps its own
-// pool of upstream connections: connections are never shared between
-// sessions.
-func (s *Server) upstreamTransport(id string) *http.Transport {
+// transportKey names an upstream transport: one per session and
+// original destination, so that upstream connections are never shared
+// between sessions, and a request always goes to the address its client
+// connected to (a kept-alive connection to another address of the same
+// name is not reused for it).
+type transportKey struct {
+	session string
+	dst     netip.AddrPort
+}
+
+// maxStreams bounds the HTTP/2 streams of one client connection at once.
+const maxStreams = 64
+
+// upstreamTransport returns the transport of session id's requests to dst.
+func (s *Server) upstreamTransport(id string, dst netip.AddrPort) *http.Transport {
+	k := transportKey{session: id, dst: dst}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t, ok := s.transports[id]; ok {
+	if t, ok := s.transports[k]; ok {
 		return t
 	}
 	t := &http.Transport{
 		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			tg, _ := ctx.Value(reqKey{}).(target)
+			if !s.takeUpstream(id) {
+				return nil, fmt.Errorf("airlock: more than %d upstream connections of the session at once", s.cfg.MaxSessionConns)
+			}
 			dctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
 			defer cancel()
-			up, err := s.cfg.Dial(dctx, network, tg.dst.String())
+			up, err := s.cfg.Dial(dctx, network, dst.String())
 			if err != nil {
+				s.releaseUpstream(id)
 				return nil, err
 			}
-			return s.trackFlow(id, tg.dst, up), nil
+			return s.trackFlow(id, dst, up), nil
 		},
 		TLSClientConfig:       &tls.Config{RootCAs: s.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2:     true,
@@ -128,8 +144,29 @@ func (s *Server) upstreamTransport(id string) *http.Transport {
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
 	}
-	s.transports[id] = t
+	s.transports[k] = t
 	return t
+}
+
+// takeUpstream counts one more upstream connection of session id, if it
+// has fewer than MaxSessionConns: HTTP/2 streams of few client
+// connections must not open more.
+func (s *Server) takeUpstream(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.upstreams[id] >= s.cfg.MaxSessionConns {
+		return false
+	}
+	s.upstreams[id]++
+	return true
+}
+
+func (s *Server) releaseUpstream(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.upstreams[id]--; s.upstreams[id] <= 0 {
+		delete(s.upstreams, id)
+	}
 }
 
 // trackFlow records up as session id's flow to dst until it is closed.
@@ -144,6 +181,7 @@ func (s *Server) trackFlow(id string, dst netip.AddrPort, up net.Conn) net.Conn 
 			delete(s.flows, local)
 		}
 		s.mu.Unlock()
+		s.releaseUpstream(id)
 	}}
 }
 
@@ -163,7 +201,6 @@ type httpHandler struct {
 	sess   *Session
 	tg     target
 	client netip.AddrPort
-	start  time.Time
 
 	mu sync.Mutex
 	// +checklocks:mu
@@ -241,8 +278,16 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		emit()
 	}
 
+	if cur, ok := h.s.cfg.Sessions(h.client.Addr()); !ok || cur != h.sess {
+		refuse(refusal{status: http.StatusForbidden, action: ActionRefused, reason: "airlock: the session's network is being removed"})
+		return
+	}
 	name, f := h.checkHost(r)
 	if f != nil {
+		refuse(*f)
+		return
+	}
+	if f := checkUpgrade(r); f != nil {
 		refuse(*f)
 		return
 	}
@@ -295,7 +340,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), reqKey{}, h.tg))
 		},
-		Transport:     h.s.upstreamTransport(h.sess.ID),
+		Transport:     h.s.upstreamTransport(h.sess.ID, h.tg.dst),
 		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
 			if injected {
@@ -311,7 +356,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return nil
 		},
-		ErrorLog:      log.New(io.Discard, "", 0),
+		ErrorLog: log.New(io.Discard, "", 0),
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			upstreamErr = err
 			if scan != nil && scan.found != nil {
@@ -336,6 +381,21 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	emit()
+}
+
+// checkUpgrade lets only websockets upgrade a connection: after a 101 the
+// stream passes unread, so a protocol that carries requests (h2c) would
+// carry them past every check.
+func checkUpgrade(r *http.Request) *refusal {
+	up := r.Header.Values("Upgrade")
+	if len(up) == 0 {
+		return nil
+	}
+	if r.Method == http.MethodGet && len(up) == 1 && strings.EqualFold(strings.TrimSpace(up[0]), "websocket") {
+		return nil
+	}
+	return &refusal{status: http.StatusForbidden, action: ActionRefused,
+		reason: fmt.Sprintf("airlock: upgrade to %q refused: only GET upgrades to websocket pass (what follows an upgrade is not checked)", strings.Join(up, ", "))}
 }
 
 // decodeForScrub makes a compressed response of a host a secret is bound
@@ -381,7 +441,7 @@ func (h *httpHandler) checkHost(r *http.Request) (string, *refusal) {
 		}
 		return h.tg.sni, nil
 	}
-	d := h.sess.Check(h.tg.dst, Hello{Proto: ProtoHTTP, Host: host, Method: r.Method}, h.start)
+	d := h.sess.Check(h.tg.dst, Hello{Proto: ProtoHTTP, Host: host, Method: r.Method}, time.Now())
 	if !d.Allow {
 		return "", &refusal{status: http.StatusForbidden, action: ActionRefused, reason: d.Reason, rule: d.Rule}
 	}

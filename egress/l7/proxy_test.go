@@ -358,6 +358,9 @@ func TestSecretInjected(t *testing.T) {
 	attacks["bound header to another host"] = r
 	r, _ = http.NewRequest("GET", "https://allowed.test/?k="+testPlaceholder, nil)
 	attacks["query to the bound host"] = r
+	r, _ = http.NewRequest("GET", "https://rules.test/", nil)
+	r.URL.RawQuery = "bad=%zz&k=" + strings.Replace(testPlaceholder, "a", "%61", 1)
+	attacks["encoded placeholder beside an invalid escape"] = r
 	r, _ = http.NewRequest("GET", "https://allowed.test/", nil)
 	r.Header.Set("x-other", "Bearer "+testPlaceholder)
 	attacks["another header to the bound host"] = r

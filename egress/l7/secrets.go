@@ -69,6 +69,40 @@ func placeholderIn(secrets []Secret, s string) (*Secret, bool) {
 	return nil, false
 }
 
+// lenientUnescape decodes every valid %XX escape of s, once, and leaves
+// anything else as it is.
+func lenientUnescape(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if hi, ok := unhex(s[i+1]); ok {
+				if lo, ok := unhex(s[i+2]); ok {
+					b = append(b, hi<<4|lo)
+					i += 2
+					continue
+				}
+			}
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
 // exfiltration says why a request was refused for carrying a placeholder.
 type exfiltration struct {
 	secret string
@@ -90,7 +124,14 @@ func injectSecrets(secrets []Secret, r *http.Request, host string, tls bool) err
 	if len(secrets) == 0 {
 		return nil
 	}
-	if s, ok := placeholderIn(secrets, r.URL.RequestURI()); ok {
+	target := r.URL.RequestURI()
+	if s, ok := placeholderIn(secrets, target); ok {
+		return &exfiltration{secret: s.Name, where: "target", host: host}
+	}
+	// Servers decode the target, part by part: look at it decoded too,
+	// every valid escape decoded whatever surrounds it (an invalid one
+	// elsewhere must not hide a valid one).
+	if s, ok := placeholderIn(secrets, lenientUnescape(target)); ok {
 		return &exfiltration{secret: s.Name, where: "target", host: host}
 	}
 	var bound []binding

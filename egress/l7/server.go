@@ -25,7 +25,8 @@
 //	          peeked bytes first, then both directions are copied
 //
 // Every request the gateway serves is checked on its own: its Host must
-// be the SNI (terminated TLS) or pass the session's check (plain HTTP);
+// be the SNI (terminated TLS) or pass the session's check at the time of
+// the request (plain HTTP); only GET may upgrade, and only to websocket;
 // its path is cleaned (httprule.NormalizePath) and decided by the host's
 // HTTP rules, an ask held until Session.Ask decides; a secret's
 // placeholder in the target, a header or the body is refused unless it
@@ -40,8 +41,12 @@
 // ends.
 //
 // What it does not see: inside TLS it does not terminate, so there a
-// Host header that differs from the SNI on a shared address passes, and
-// a placeholder leaves unseen (it is worthless without the gateway);
+// Host header that differs from the SNI on a shared address passes (also
+// to a host with rules that shares the address, unless inspect = "all"),
+// and a placeholder leaves unseen (it is worthless without the gateway);
+// a placeholder that is not written out (encoded other than by
+// percent-escapes, compressed) — the placeholder check is a tripwire, not
+// a barrier;
 // after an upgrade, the upgraded stream; other ports and protocols
 // (QUIC is blocked by the perimeter's rules instead); a client that pins
 // its server's certificate refuses the session CA, so hosts it talks to
@@ -188,8 +193,10 @@ type Server struct {
 	// +checklocks:mu
 	flows map[netip.AddrPort]flow // upstream local address -> its connection
 	// +checklocks:mu
-	transports map[string]*http.Transport // per session
-	wg         sync.WaitGroup
+	transports map[transportKey]*http.Transport
+	// +checklocks:mu
+	upstreams map[string]int // a session's upstream connections the gateway holds open
+	wg        sync.WaitGroup
 }
 
 type flow struct {
@@ -238,7 +245,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxSessionConns = DefaultMaxSessionConns
 	}
 	return &Server{cfg: cfg, sem: make(chan struct{}, cfg.MaxConns), conns: map[*conn]struct{}{},
-		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}, transports: map[string]*http.Transport{}}, nil
+		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}, transports: map[transportKey]*http.Transport{}, upstreams: map[string]int{}}, nil
 }
 
 // Serve accepts connections from l until ctx ends or l fails, then closes
@@ -292,10 +299,15 @@ func (s *Server) CloseSession(id string) {
 		<-c.done
 	}
 	s.mu.Lock()
-	t := s.transports[id]
-	delete(s.transports, id)
+	var ts []*http.Transport
+	for k, t := range s.transports {
+		if k.session == id {
+			ts = append(ts, t)
+			delete(s.transports, k)
+		}
+	}
 	s.mu.Unlock()
-	if t != nil {
+	for _, t := range ts {
 		t.CloseIdleConnections()
 	}
 }
@@ -406,7 +418,7 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 
 	switch {
 	case h.Proto == ProtoHTTP:
-		s.serveHTTP(ctx, sess, nc, peeked, target{dst: dst}, client, nil, start)
+		s.serveHTTP(ctx, sess, nc, peeked, target{dst: dst}, client, nil)
 		return
 	case sess.Terminate != nil && sess.Certificate != nil:
 		sni, _, _ := NameOf(h.SNI)
@@ -418,7 +430,7 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 					return sess.Certificate(name)
 				},
 			}
-			s.serveHTTP(ctx, sess, nc, peeked, target{dst: dst, sni: name, tls: true}, client, tlsCfg, start)
+			s.serveHTTP(ctx, sess, nc, peeked, target{dst: dst, sni: name, tls: true}, client, tlsCfg)
 			return
 		}
 	}

@@ -40,7 +40,13 @@ func (d *Daemon) egressConfig(s *session, p policies.Policy, dir string) egress.
 		// by a nil Issuer.
 		sc.CA = s.ca
 	}
-	sc.Secrets = gatewaySecrets(s.secrets)
+	if s.secrets != nil {
+		sc.Secrets = func() []egress.Secret {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return gatewaySecrets(s.secrets)
+		}
+	}
 	return sc
 }
 

@@ -85,16 +85,16 @@ func TestL7PrepareReopen(t *testing.T) {
 	// What the perimeter is given: the CA and the secrets for the gateway.
 	var d *Daemon
 	sc := d.egressConfig(&session{audit: audit.New(dir, 0), ca: ca, secrets: set}, p, dir)
-	if sc.CA != ca || len(sc.Secrets) != 1 {
-		t.Fatalf("egress config: CA %v, secrets %d", sc.CA, len(sc.Secrets))
+	if sc.CA != ca || sc.Secrets == nil || len(sc.Secrets()) != 1 {
+		t.Fatalf("egress config: CA %v, secrets func set: %v", sc.CA, sc.Secrets != nil)
 	}
-	gs := sc.Secrets[0]
+	gs := sc.Secrets()[0]
 	if gs.Name != "API_KEY" || gs.Placeholder != b.Placeholder || string(gs.Value) != "the-value" ||
 		len(gs.Inject) != 1 || gs.Inject[0].Host != "api.example.test" || gs.Inject[0].Header != "x-api-key" {
 		t.Errorf("the gateway's secret: %+v", gs)
 	}
 	if sc := d.egressConfig(&session{audit: audit.New(dir, 0)}, p, dir); sc.CA != nil || sc.Secrets != nil {
-		t.Errorf("egress config of a session without CA or secrets: CA %#v, secrets %v", sc.CA, sc.Secrets)
+		t.Errorf("egress config of a session without CA or secrets: CA %#v, secrets func set", sc.CA)
 	}
 
 	ca2, set2 := reopenL7(context.Background(), dir, &p)

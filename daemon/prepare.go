@@ -226,8 +226,8 @@ func (d *Daemon) claim(ctx context.Context, s *session, p policies.Policy, start
 	}
 	if warm {
 		// Prepared a while ago: a secret whose source has gone since
-		// refuses the session. (The gateway keeps the values it was
-		// given when the sandbox was prepared.)
+		// refuses the session; the gateway reads the values read again
+		// here for the session's next request.
 		if err := s.secrets.Resolve(); err != nil {
 			s.mu.Unlock()
 			return nil, err

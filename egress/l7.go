@@ -98,7 +98,10 @@ func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Add
 	if sc.CA != nil {
 		inspectAll := sc.Egress.Inspect == policies.InspectAll
 		s.Terminate = func(name string) bool {
-			return inspectAll || rules.Has(name) || secretBound(sc.Secrets, name)
+			if inspectAll || rules.Has(name) {
+				return true
+			}
+			return sc.Secrets != nil && secretBound(sc.Secrets(), name)
 		}
 		s.Certificate = sc.CA.Leaf
 	}

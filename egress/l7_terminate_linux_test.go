@@ -187,8 +187,10 @@ func TestL7Terminating(t *testing.T) {
 	}
 	sc := egress.SessionConfig{
 		Egress: eg, Dir: t.TempDir(), Audit: audit.emit, CA: ca,
-		Secrets: []l7.Secret{{Name: "API_KEY", Placeholder: worldPlaceholder, Value: []byte(worldSecret),
-			Inject: []l7.Inject{{Host: "api.test", Header: "x-api-key"}}}},
+		Secrets: func() []egress.Secret {
+			return []egress.Secret{{Name: "API_KEY", Placeholder: worldPlaceholder, Value: []byte(worldSecret),
+				Inject: []egress.Inject{{Host: "api.test", Header: "x-api-key"}}}}
+		},
 		Ask: func(ctx context.Context, a l7.Ask) l7.AskDecision {
 			asks <- a
 			select {

@@ -77,8 +77,10 @@ type SessionConfig struct {
 	// clients for TLS it terminates; nil terminates none (HTTP rules and
 	// secrets of TLS hosts then refuse every connection to those hosts).
 	CA Issuer
-	// Secrets are substituted for their placeholders by the L7 gateway.
-	Secrets []Secret
+	// Secrets returns the session's secrets, substituted for their
+	// placeholders by the L7 gateway; called for each request, so values
+	// read again (a warm sandbox handed out) take effect. Nil: none.
+	Secrets func() []Secret
 	// Ask holds a request an HTTP rule asks about; nil denies asks.
 	Ask func(ctx context.Context, a Ask) AskDecision
 }

@@ -121,7 +121,7 @@ func startAttack(t *testing.T, h http.Handler, o attackOpts) *attackGateway {
 				return AskDecision{By: "cancelled"}
 			}
 		},
-		Secrets: o.secrets,
+		Secrets: func() []Secret { return o.secrets },
 	}
 	srv, err := New(Config{
 		Sessions: func(netip.Addr) (*Session, bool) { return sess, true },

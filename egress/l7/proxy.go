@@ -298,7 +298,11 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev.Path = clean
-	if err := injectSecrets(h.sess.Secrets, r, name, h.tg.tls); err != nil {
+	var secrets []Secret
+	if h.sess.Secrets != nil {
+		secrets = h.sess.Secrets()
+	}
+	if err := injectSecrets(secrets, r, name, h.tg.tls); err != nil {
 		var ex *exfiltration
 		action := ActionRefused
 		if errors.As(err, &ex) {
@@ -313,11 +317,11 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	var scan *scanReader
-	if len(h.sess.Secrets) > 0 {
-		scan = newScanReader(r.Body, h.sess.Secrets, func() http.Header { return r.Trailer })
+	if len(secrets) > 0 {
+		scan = newScanReader(r.Body, secrets, func() http.Header { return r.Trailer })
 		r.Body = scan
 	}
-	injected := h.tg.tls && len(bindings(h.sess.Secrets, name)) > 0
+	injected := h.tg.tls && len(bindings(secrets, name)) > 0
 	scheme := "http"
 	if h.tg.tls {
 		scheme = "https"
@@ -346,12 +350,12 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if injected {
 				// What the bound host sends back never carries the value
 				// (an upgraded stream excepted: it is not read).
-				scrubHeader(resp.Header, h.sess.Secrets)
+				scrubHeader(resp.Header, secrets)
 				if err := decodeForScrub(resp); err != nil {
 					return err
 				}
 				if resp.StatusCode != http.StatusSwitchingProtocols {
-					resp.Body = newScrubber(resp.Body, h.sess.Secrets, func() { scrubHeader(resp.Trailer, h.sess.Secrets) })
+					resp.Body = newScrubber(resp.Body, secrets, func() { scrubHeader(resp.Trailer, secrets) })
 				}
 			}
 			return nil

@@ -152,7 +152,7 @@ func startProxy(t *testing.T, h http.Handler, o proxyOpts) *proxyTest {
 				return AskDecision{By: "cancelled"}
 			}
 		},
-		Secrets: o.secrets,
+		Secrets: func() []Secret { return o.secrets },
 	}
 	srv, err := New(Config{
 		Sessions:      func(netip.Addr) (*Session, bool) { return sess, true },

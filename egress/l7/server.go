@@ -109,9 +109,11 @@ type Session struct {
 	// Ask holds a request an HTTP rule asks about until it is decided;
 	// nil denies every ask.
 	Ask func(ctx context.Context, a Ask) AskDecision
-	// Secrets are substituted for their placeholders on TLS to the hosts
-	// they are bound to, and blocked elsewhere.
-	Secrets []Secret
+	// Secrets returns the secrets, substituted for their placeholders on
+	// TLS to the hosts they are bound to, and blocked elsewhere; it is
+	// called for each request, so a value read again reaches the next
+	// one. Nil: none.
+	Secrets func() []Secret
 }
 
 // Actions of an Event.

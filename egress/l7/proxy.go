@@ -355,6 +355,10 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					return err
 				}
 				if resp.StatusCode != http.StatusSwitchingProtocols {
+					// A placeholder is longer than its value: the length
+					// changes.
+					resp.Header.Del("Content-Length")
+					resp.ContentLength = -1
 					resp.Body = newScrubber(resp.Body, secrets, func() { scrubHeader(resp.Trailer, secrets) })
 				}
 			}

@@ -581,3 +581,21 @@ func TestSecretNotEchoedCompressed(t *testing.T) {
 			resp.Header.Get("Content-Encoding"), resp.Header.Get("X-Asked"), b)
 	}
 }
+
+// TestSecretNotEchoedWithLength: a scrubbed echo whose server declared a
+// Content-Length arrives whole (the placeholder is longer than the value).
+func TestSecretNotEchoedWithLength(t *testing.T) {
+	p := startProxy(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body := "you sent " + r.Header.Get("x-api-key")
+		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+		io.WriteString(w, body)
+	}), secretOpts(true))
+	for _, h2 := range []bool{false, true} {
+		req, _ := http.NewRequest("GET", "https://allowed.test/echo", nil)
+		req.Header.Set("x-api-key", testPlaceholder)
+		code, body, _ := get(t, p.client(h2), req)
+		if code != 200 || body != "you sent "+testPlaceholder {
+			t.Errorf("h2=%v: %d %q", h2, code, body)
+		}
+	}
+}

@@ -120,9 +120,10 @@ func (h *Harness) Config() daemon.Config {
 			"static-file": {"/usr/bin/env", "AIRLOCK_STATIC_DIR=" + h.IssuerTokens(), staticIssuer()},
 		},
 		Egress: egress.Config{
-			Uplink:       "netns:" + h.World.NetnsName(),
-			DNSUpstreams: []string{h.World.DNSAddr().String()},
-			AllowPrivate: []netip.Prefix{h.World.Net()},
+			Uplink:        "netns:" + h.World.NetnsName(),
+			DNSUpstreams:  []string{h.World.DNSAddr().String()},
+			AllowPrivate:  []netip.Prefix{h.World.Net()},
+			UpstreamRoots: h.World.CertPool(),
 		},
 	}
 }

@@ -1,0 +1,152 @@
+package daemon_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/world"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// TestGatewayEndToEnd runs a real sandbox through airlockd's L7 gateway
+// against a world service over HTTPS with the world's own CA: curl in the
+// sandbox sends the placeholder it holds, the service gets the real
+// value; the placeholder over plain HTTP is refused; an echo of the
+// request comes back with the placeholder; a request an `ask` rule holds
+// waits for a decision through the daemon's approvals.
+func TestGatewayEndToEnd(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	var rnd [16]byte
+	rand.Read(rnd[:])
+	value := "sk-e2e-" + hex.EncodeToString(rnd[:])
+	src := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(src, []byte(value+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := policies.DefaultAdmission()
+	a.SecretSources = []string{"file:" + src}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+
+	var mu sync.Mutex
+	var saw []string
+	svc := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("x-api-key")
+		mu.Lock()
+		saw = append(saw, r.Method+" "+r.URL.Path+" key-ok="+fmt.Sprint(key == value))
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/echo":
+			io.WriteString(rw, "you sent "+key)
+		default:
+			fmt.Fprintf(rw, "key-ok=%v", key == value)
+		}
+	})
+	ip := netip.MustParseAddr("10.214.0.50")
+	if err := h.World.AddHost("api.gw.test", ip, world.WithHandler(svc), world.WithTLS()); err != nil && !strings.Contains(err.Error(), "exists") {
+		t.Fatal(err)
+	}
+
+	p := policy("sleep", "300")
+	p.Egress = &policies.Egress{Allow: []string{"api.gw.test"}, L7: policies.L7Check,
+		HTTP: []policies.HTTPHost{{Host: "api.gw.test", Rules: []policies.HTTPRule{
+			{Methods: []string{"POST"}, Path: "/deploy/**", Action: policies.HTTPAsk},
+		}}}}
+	p.Secrets = []policies.Secret{{Name: "KEY", From: "file:" + src, EnvVar: "API_KEY",
+		Inject: []policies.SecretInject{{Host: "api.gw.test", Header: "x-api-key"}}}}
+	p.Approval = &policies.Approval{Timeout: policies.Duration(time.Minute), OnTimeout: policies.OnTimeoutDeny}
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+
+	sh := func(script string) (string, int) {
+		out, _, code := execIn(t, s.ID, nil, "sh", "-c", script)
+		return out, code
+	}
+	// curl trusts the session CA through the system bundle: no -k, no
+	// --cacert.
+	if out, code := sh(`curl -sS --max-time 10 -H "x-api-key: $API_KEY" https://api.gw.test/v1`); code != 0 || out != "key-ok=true" {
+		t.Errorf("placeholder to the bound host: %q (exit %d); want the service to get the value", out, code)
+	}
+	if out, code := sh(`curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H "x-api-key: $API_KEY" http://api.gw.test/v1`); code != 0 || out != "403" {
+		t.Errorf("placeholder over plain HTTP: %q (exit %d); want 403", out, code)
+	}
+	if out, code := sh(`curl -sS --max-time 10 -H "x-api-key: $API_KEY" https://api.gw.test/echo; echo; echo "$API_KEY"`); code != 0 ||
+		strings.Contains(out, value) || !strings.HasPrefix(out, "you sent airlock-secret-") {
+		t.Errorf("echo: %q (exit %d); want the placeholder back, never the value", out, code)
+	}
+
+	// An ask, held until approved through the daemon's approvals.
+	done := make(chan string, 1)
+	go func() {
+		out, _ := sh(`curl -sS --max-time 30 -o /dev/null -w '%{http_code}' -X POST https://api.gw.test/deploy/prod`)
+		done <- out
+	}()
+	var id string
+	for deadline := time.Now().Add(10 * time.Second); id == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, ap := range h.Daemon.Approvals().List(s.ID) {
+			if ap.Host == "api.gw.test" && ap.Path == "/deploy/prod" {
+				id = ap.ID
+			}
+		}
+	}
+	if id == "" {
+		t.Fatal("no approval held for POST /deploy/prod")
+	}
+	select {
+	case out := <-done:
+		t.Fatalf("the held request was answered %s before a decision", out)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := h.Daemon.Approvals().Decide(ctx, id, true, "looks right", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if out := <-done; out != "200" {
+		t.Errorf("approved request: %q, want 200", out)
+	}
+
+	// The audit has each request, never the value.
+	evs, err := h.Daemon.Audit(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l7, held, exfil int
+	for _, ev := range evs {
+		if strings.Contains(fmt.Sprint(ev), value) {
+			t.Errorf("the audit holds the value: %+v", ev)
+		}
+		switch {
+		case ev.Layer == "l7" && ev.Fields["kind"] == "request":
+			l7++
+			if ev.Action == "exfiltration" {
+				exfil++
+			}
+		case ev.Layer == "approval" && ev.Action == "held":
+			held++
+		}
+	}
+	if l7 < 4 || exfil != 1 || held != 1 {
+		t.Errorf("audit: %d l7 request events, %d exfiltration, %d held; want >= 4, 1, 1", l7, exfil, held)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(saw, "|") != "GET /v1 key-ok=true|GET /echo key-ok=true|POST /deploy/prod key-ok=true" {
+		t.Errorf("the service saw %q", saw)
+	}
+}

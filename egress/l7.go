@@ -19,10 +19,6 @@ import (
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
-// L7Ports are the TCP ports a session with `l7 = "check"` has checked by
-// the L7 gateway.
-var L7Ports = []uint16{80, 443}
-
 // l7PinGrace is how long after its pin expired an address still counts as
 // pinned for a name when the connection's first message arrives: the
 // kernel checked the pin when the connection opened, the gateway checks

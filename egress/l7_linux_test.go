@@ -99,6 +99,25 @@ func (a *auditLog) waitEvent(t *testing.T, id, layer, action, subject string, fi
 	return api.AuditEvent{}
 }
 
+// tcpEcho reports whether a line sent from session s to dst comes back.
+func tcpEcho(t *testing.T, s *egress.Session, dst netip.AddrPort) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	c, err := netns.Dialer(s.NetnsPath())(ctx, "tcp", dst.String())
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := io.WriteString(c, "hello echo\n"); err != nil {
+		return false
+	}
+	b := make([]byte, 11)
+	_, err = io.ReadFull(c, b)
+	return err == nil && string(b) == "hello echo\n"
+}
+
 func (a *auditLog) count(id, layer string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -231,6 +250,27 @@ func TestL7Gateway(t *testing.T) {
 		code, _, err := get(t, on, https443, w, "https://allowed.test/", "other.test")
 		if err != nil || code != 200 {
 			t.Fatalf("Host other.test inside TLS for allowed.test = %d %v; the pass-through gateway cannot see it", code, err)
+		}
+	})
+	t.Run("l7_ports chooses the ports the gateway checks", func(t *testing.T) {
+		// The world echoes TCP on port 7 of allowed.test's address. With
+		// l7_ports = [7] the gateway takes the connection, and a first
+		// message that is neither TLS nor HTTP gets no echo; on the
+		// default ports, port 7 is not the gateway's.
+		p7 := addSession(t, p, "l7p7", &policies.Egress{Allow: allow, L7: policies.L7Check, L7Ports: []uint16{7}}, &audit)
+		t.Cleanup(func() { _ = p.Remove(context.Background(), "l7p7", nil) })
+		if r := query(t, p7, "allowed.test"); len(r.Answer) == 0 {
+			t.Fatalf("allowed.test: %v", r)
+		}
+		echo7 := netip.AddrPortFrom(sharedHost, 7)
+		if tcpEcho(t, p7, echo7) {
+			t.Error("port 7 echoed through a session whose gateway checks port 7")
+		}
+		if !tcpEcho(t, on, echo7) {
+			t.Error("port 7 did not echo for a session whose gateway checks 80 and 443 only")
+		}
+		if code, _, err := get(t, p7, http80, w, "http://allowed.test/", "other.test"); err != nil || code != 200 {
+			t.Errorf("Host other.test on port 80, which l7_ports leaves out: %d %v; want 200 (not checked)", code, err)
 		}
 	})
 	t.Run("QUIC to a pinned name is blocked", func(t *testing.T) {

@@ -291,9 +291,7 @@ func (e *Perimeter) AddSession(ctx context.Context, id string, sc SessionConfig)
 		return nil, err
 	}
 	cfg := netns.SessionConfig{IPv6: eg.IPv6, Drop: eg.OnBlock == policies.OnBlockDrop}
-	if eg.L7Enabled() {
-		cfg.L7Ports = L7Ports
-	}
+	cfg.L7Ports = eg.GatewayPorts()
 	for _, r := range list.CIDRs() {
 		rule := netns.Rule{Prefix: r.Prefix, Port: r.Port}
 		if r.Deny {

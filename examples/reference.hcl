@@ -251,6 +251,11 @@ session "reference" {
     # terminate (see inspect).
     l7 = "check"
 
+    # The TCP ports the gateway checks (TLS or HTTP, told apart by their
+    # first bytes). Default [80, 443]; only with l7 = "check". Other
+    # allowed ports are pinned in the kernel as without the gateway.
+    l7_ports = [80, 443]
+
     # Which TLS connections the gateway terminates (with a per-session CA
     # the sandbox trusts; the key stays in airlockd):
     # "rules" (default): only those to hosts with an http block or a
@@ -267,7 +272,7 @@ session "reference" {
 
     # http "HOST": ordered rules for one host, or for the names under a
     # domain ("*.corp.test", not corp.test itself). The host must be
-    # allowed above on port 80 or 443; at most one block per host. Hosts
+    # allowed above on a port of l7_ports; at most one block per host. Hosts
     # without a block pass after the Host/SNI check. A host with a block
     # is terminated, so its requests are seen and audited one by one.
     http "git.corp.test" {

@@ -58,7 +58,7 @@ var (
 		Attributes: []hcl.AttributeSchema{{Name: "target"}, {Name: "read_only"}, {Name: "deny_read"}, {Name: "default_deny_read"}},
 	}
 	egressSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "allow"}, {Name: "deny"}, {Name: "allow_private"}, {Name: "on_block"}, {Name: "ipv6"}, {Name: "l7"}, {Name: "inspect"}},
+		Attributes: []hcl.AttributeSchema{{Name: "allow"}, {Name: "deny"}, {Name: "allow_private"}, {Name: "on_block"}, {Name: "ipv6"}, {Name: "l7"}, {Name: "l7_ports"}, {Name: "inspect"}},
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "http", LabelNames: []string{"host"}}},
 	}
 	httpSchema = &hcl.BodySchema{
@@ -704,6 +704,33 @@ func (d *decoder) strMap(attrs hcl.Attributes, name string, at fieldPath, dst *m
 	*dst = out
 }
 
+// ports decodes a list of TCP ports, 1 to 65535.
+func (d *decoder) ports(attrs hcl.Attributes, name string, at fieldPath, dst *[]uint16) {
+	attr, ok := attrs[name]
+	if !ok {
+		return
+	}
+	at = at.field(name)
+	v, ok := d.value(attr, at, cty.List(cty.Number), "a list of port numbers")
+	if !ok {
+		return
+	}
+	var out []uint16
+	for i, ev := range v.AsValueSlice() {
+		n, ok := int64(0), false
+		if !ev.IsNull() {
+			n, ok = wholeNumber(ev.AsBigFloat())
+		}
+		if !ok || n < 1 || n > 65535 {
+			d.errorf(attr.Expr.Range(), "Invalid "+name, "Element %d of %s must be a port number from 1 to 65535.", i, name)
+			d.failed[at.String()] = true
+			return
+		}
+		out = append(out, uint16(n))
+	}
+	*dst = out
+}
+
 // integer decodes a whole number; explicit values must be positive.
 func (d *decoder) integer(attrs hcl.Attributes, name string, at fieldPath, dst *int64) {
 	attr, ok := attrs[name]
@@ -886,6 +913,7 @@ func (d *decoder) session(block *hcl.Block) *Policy {
 		d.boolean(c.Attributes, "ipv6", at, &e.IPv6)
 		d.str(c.Attributes, "l7", at, &e.L7)
 		d.str(c.Attributes, "inspect", at, &e.Inspect)
+		d.ports(c.Attributes, "l7_ports", at, &e.L7Ports)
 		for i, hb := range c.Blocks.OfType("http") {
 			e.HTTP = append(e.HTTP, d.httpHost(hb, at.field("http").index(i)))
 		}

@@ -167,6 +167,7 @@ func (p *Policy) Clone() *Policy {
 		e.Allow = slices.Clone(e.Allow)
 		e.Deny = slices.Clone(e.Deny)
 		e.AllowPrivate = slices.Clone(e.AllowPrivate)
+		e.L7Ports = slices.Clone(e.L7Ports)
 		e.HTTP = slices.Clone(e.HTTP)
 		for i := range e.HTTP {
 			h := &e.HTTP[i]

@@ -20,12 +20,6 @@ import (
 // MaxApprovalTimeout is the longest a held request may wait for a decision.
 const MaxApprovalTimeout = Duration(24 * time.Hour)
 
-// Ports the L7 gateway intercepts: HTTP rules apply on both, secrets are
-// injected only over TLS.
-const (
-	gatewayHTTPPort = 80
-	gatewayTLSPort  = 443
-)
 
 // gatewayHeaders are request headers a secret may not be injected into,
 // by canonical name: the gateway owns them. Host is what the gateway binds
@@ -73,6 +67,16 @@ type egressNames struct {
 	list *allowlist.List
 	// names are the name entries of allow.
 	names []EgressRule
+	// ports are the ports the L7 gateway checks (GatewayPorts).
+	ports []uint16
+}
+
+// gatewayPorts are the ports the L7 gateway checks.
+func (n *egressNames) gatewayPorts() []uint16 {
+	if n == nil || len(n.ports) == 0 {
+		return DefaultL7Ports
+	}
+	return n.ports
 }
 
 func newEgressNames(e *Egress) *egressNames {
@@ -83,7 +87,10 @@ func newEgressNames(e *Egress) *egressNames {
 	if err != nil {
 		return nil
 	}
-	n := &egressNames{list: l}
+	n := &egressNames{list: l, ports: e.L7Ports}
+	if len(n.ports) == 0 {
+		n.ports = DefaultL7Ports
+	}
 	for _, s := range e.Allow {
 		if r, reason := parseEgressRule(s); reason == "" && r.IsName() {
 			n.names = append(n.names, r)
@@ -171,8 +178,6 @@ func parseHostName(s string, wildcards bool) (name string, wildcard bool, reason
 	return name, wildcard, reason
 }
 
-// gatewayPorts are the ports an http block's rules are checked on.
-var gatewayPorts = []uint16{gatewayHTTPPort, gatewayTLSPort}
 
 func (c *checker) gateway(at fieldPath, e *Egress, names *egressNames) {
 	switch e.Inspect {
@@ -215,13 +220,13 @@ func (c *checker) httpHost(at fieldPath, h HTTPHost, names *egressNames, hosts m
 			break
 		}
 		hosts[canon] = at
-		if ok, why, denied := names.reach(name, wildcard, gatewayPorts...); !ok {
-			hint := fmt.Sprintf("Allow %q on port 80 or 443 (or every port) in this egress block, or remove this http block", canon)
+		if ok, why, denied := names.reach(name, wildcard, names.gatewayPorts()...); !ok {
+			hint := fmt.Sprintf("Allow %q on a port of l7_ports (by default 80 or 443), or every port, in this egress block, or remove this http block", canon)
 			if denied {
 				hint = "Remove the deny entry, or this http block"
 			}
 			c.add(at.field("host"), "http host not allowed", hint,
-				"the session cannot reach %s on port 80 or 443 (%s), so these rules would never apply", h.Host, why)
+				"the session cannot reach %s on a port the gateway checks %v (%s), so these rules would never apply", h.Host, names.gatewayPorts(), why)
 		}
 	}
 	switch h.Default {
@@ -581,13 +586,13 @@ func (c *checker) inject(at fieldPath, in SecretInject, names *egressNames, inje
 		c.add(at.field("host"), "Host not in canonical form", fmt.Sprintf("Write %q", name), "%q is not written in canonical form (lower case, no trailing dot)", in.Host)
 	default:
 		hostOK = true
-		if ok, why, denied := names.reach(name, false, gatewayTLSPort); !ok {
-			hint := fmt.Sprintf("Allow %q on port 443 (or every port) in the egress block", in.Host)
+		if ok, why, denied := names.reach(name, false, names.gatewayPorts()...); !ok {
+			hint := fmt.Sprintf("Allow %q on a port of l7_ports (by default 443), or every port, in the egress block", in.Host)
 			if denied {
 				hint = "Remove the deny entry, or this inject block"
 			}
 			c.add(at.field("host"), "Inject host not allowed", hint,
-				"the session cannot reach %s over TLS on port 443 (%s), and secrets are injected only there", in.Host, why)
+				"the session cannot reach %s on a port the gateway checks %v (%s), and secrets are injected only through the gateway", in.Host, names.gatewayPorts(), why)
 		}
 	}
 	const headerHint = `Set header = "NAME" (the value goes in that header, as x-api-key for Anthropic) or bearer = true (Authorization: Bearer VALUE, as for OpenAI)`

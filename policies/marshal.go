@@ -146,6 +146,13 @@ func Marshal(p *Policy) ([]byte, error) {
 		}
 		setNonEmpty(b, "l7", e.L7)
 		setNonEmpty(b, "inspect", e.Inspect)
+		if len(e.L7Ports) > 0 {
+			ports := make([]cty.Value, len(e.L7Ports))
+			for i, p := range e.L7Ports {
+				ports[i] = cty.NumberIntVal(int64(p))
+			}
+			b.SetAttributeValue("l7_ports", cty.ListVal(ports))
+		}
 		for _, h := range e.HTTP {
 			hb := newBlock(b, "http", h.Host)
 			setNonEmpty(hb, "default", h.Default)

@@ -67,6 +67,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 			Egress: &Egress{Allow: []string{}}}},
 		{"pool of none", &Policy{Label: "m", Image: "i", Pool: &Pool{}}},
 		{"empty approval", &Policy{Label: "m", Image: "i", Approval: &Approval{}}},
+		{"l7 ports", &Policy{Label: "m", Image: "i", Egress: &Egress{Allow: []string{"a.test"}, L7: L7Check, L7Ports: []uint16{80, 8443}}}},
 		{"gateway blocks left at their defaults", &Policy{Label: "m", Image: "i",
 			Egress:  &Egress{Allow: []string{"a.test"}, L7: L7Check, HTTP: []HTTPHost{{Host: "a.test", Rules: []HTTPRule{{Action: HTTPAsk}}}}},
 			Secrets: []Secret{{Name: "K", From: "env:K", Inject: []SecretInject{{Host: "a.test", Bearer: true}}}}}},

@@ -176,6 +176,10 @@ type Egress struct {
 	IPv6 bool `json:"ipv6,omitempty"`
 	// L7 is L7Off (empty: the default) or L7Check.
 	L7 string `json:"l7,omitempty"`
+	// L7Ports are the TCP ports whose connections the L7 gateway checks
+	// (TLS or HTTP, told apart by their first bytes); empty means
+	// DefaultL7Ports. Only with L7Check.
+	L7Ports []uint16 `json:"l7_ports,omitempty"`
 	// Inspect is InspectRules (empty: the default) or InspectAll: which
 	// TLS connections the L7 gateway terminates.
 	Inspect string `json:"inspect,omitempty"`
@@ -273,6 +277,21 @@ type Approval struct {
 	Timeout Duration `json:"timeout,omitempty"`
 	// OnTimeout is what a timeout decides: OnTimeoutDeny (the only one).
 	OnTimeout string `json:"on_timeout,omitempty"`
+}
+
+// DefaultL7Ports are the ports the L7 gateway checks when l7_ports is
+// not set.
+var DefaultL7Ports = []uint16{80, 443}
+
+// GatewayPorts returns the ports the L7 gateway checks for e.
+func (e *Egress) GatewayPorts() []uint16 {
+	if e == nil || !e.L7Enabled() {
+		return nil
+	}
+	if len(e.L7Ports) > 0 {
+		return e.L7Ports
+	}
+	return DefaultL7Ports
 }
 
 // L7Enabled reports whether the session's HTTP and TLS connections go

@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"path"
@@ -494,6 +495,24 @@ func (c *checker) egress(at fieldPath, e *Egress) {
 	case "", L7Off, L7Check:
 	default:
 		c.add(at.field("l7"), "Invalid l7", `Use "off" (layers 3-4 only, the default) or "check" (bind SNI and Host to the DNS pins)`, "%q is not one of off, check", e.L7)
+	}
+	if len(e.L7Ports) > 0 {
+		if !e.L7Enabled() {
+			c.add(at.field("l7_ports"), "l7_ports without the L7 gateway", `Set l7 = "check" in this egress block, or remove l7_ports`, "l7_ports names the ports the L7 gateway checks, and l7 is %q", cmp.Or(e.L7, L7Off))
+		}
+		seen := map[uint16]bool{}
+		for _, p := range e.L7Ports {
+			if p == 0 {
+				c.add(at.field("l7_ports"), "Invalid l7_ports", "Use port numbers from 1 to 65535", "0 is not a port")
+			}
+			if seen[p] {
+				c.add(at.field("l7_ports"), "Invalid l7_ports", "List each port once", "port %d is listed twice", p)
+			}
+			seen[p] = true
+		}
+		if len(e.L7Ports) > 32 {
+			c.add(at.field("l7_ports"), "Invalid l7_ports", "List at most 32 ports", "%d ports", len(e.L7Ports))
+		}
 	}
 }
 

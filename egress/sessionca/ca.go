@@ -290,11 +290,10 @@ func (ca *CA) Leaf(name string) (*tls.Certificate, error) {
 	now := ca.now()
 	ca.mu.Lock()
 	if el, ok := ca.leaves[key]; ok {
-		c := el.Value.(*cached)
-		if c.cert.Leaf.NotAfter.Sub(now) >= LeafRenew {
+		if cert := el.Value.(*cached).cert; cert.Leaf.NotAfter.Sub(now) >= LeafRenew {
 			ca.lru.MoveToFront(el)
 			ca.mu.Unlock()
-			return c.cert, nil
+			return cert, nil
 		}
 	}
 	ca.mu.Unlock()

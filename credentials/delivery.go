@@ -157,6 +157,29 @@ type Plan struct {
 	// env holds the environment of env-delivered credentials, once minted
 	// in this process.
 	env []string
+	// gateway receives each token of a gateway-delivered credential as it
+	// is minted or refreshed (OnGateway).
+	gateway func(name string, token []byte)
+}
+
+// OnGateway has fn receive the tokens of the plan's gateway-delivered
+// credentials, each time one is minted or refreshed; they go nowhere
+// else.
+func (p *Plan) OnGateway(fn func(name string, token []byte)) {
+	if p != nil {
+		p.gateway = fn
+	}
+}
+
+// gatewayCredentials are the credentials of creds the gateway injects.
+func gatewayCredentials(creds []policies.Credential) []policies.Credential {
+	var out []policies.Credential
+	for _, c := range creds {
+		if c.Deliver == policies.DeliverGateway {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Prepare makes the fresh tmpfs under the session directory dir that the
@@ -210,7 +233,7 @@ func (d *Delivery) Reopen(dir string, creds []policies.Credential, uid, gid uint
 func fileCredentials(creds []policies.Credential) []policies.Credential {
 	var files []policies.Credential
 	for _, c := range creds {
-		if c.Deliver != policies.DeliverEnv {
+		if c.Deliver != policies.DeliverEnv && c.Deliver != policies.DeliverGateway {
 			files = append(files, c)
 		}
 	}
@@ -259,6 +282,12 @@ func (p *Plan) Mint(ctx context.Context, id string) (retErr error) {
 		p.byName[c.Name] = creds[i]
 		if c.Deliver == policies.DeliverEnv {
 			p.env = append(p.env, Environ(creds[i], c.EnvVar)...)
+			continue
+		}
+		if c.Deliver == policies.DeliverGateway {
+			if p.gateway != nil {
+				p.gateway(c.Name, []byte(creds[i].Token.Reveal()))
+			}
 			continue
 		}
 		target := c.SandboxPath()
@@ -326,7 +355,7 @@ func (p *Plan) SpecOpt() oci.SpecOpts {
 	}
 }
 
-// StartRefreshers keeps session id's file credentials fresh until they
+// StartRefreshers keeps session id's file and gateway credentials fresh until they
 // are revoked (Delivery.Revoke) or the Delivery closes. A credential this
 // process did not mint is re-minted first (after a daemon restart the
 // current token is not known).
@@ -335,9 +364,10 @@ func (p *Plan) StartRefreshers(ctx context.Context, id string) {
 		return
 	}
 	files := fileCredentials(p.creds)
+	gw := gatewayCredentials(p.creds)
 	current := p.byName
 	p.byName = nil
-	if len(files) == 0 {
+	if len(files)+len(gw) == 0 {
 		return
 	}
 	d := p.d
@@ -348,13 +378,24 @@ func (p *Plan) StartRefreshers(ctx context.Context, id string) {
 	}
 	d.cancel[id] = cancel
 	d.mu.Unlock()
-	for _, c := range files {
-		target := c.SandboxPath()
-		sub := p.dirs[path.Dir(target)]
-		name := path.Base(target)
-		uid, gid := int(p.uid), int(p.gid)
-		write := func(_ context.Context, cr *Credential) error {
-			return WriteAtomic(sub, name, []byte(cr.Token.Reveal()), uid, gid)
+	for _, c := range append(files, gw...) {
+		var write func(context.Context, *Credential) error
+		if c.Deliver == policies.DeliverGateway {
+			sink, name := p.gateway, c.Name
+			write = func(_ context.Context, cr *Credential) error {
+				if sink != nil {
+					sink(name, []byte(cr.Token.Reveal()))
+				}
+				return nil
+			}
+		} else {
+			target := c.SandboxPath()
+			sub := p.dirs[path.Dir(target)]
+			name := path.Base(target)
+			uid, gid := int(p.uid), int(p.gid)
+			write = func(_ context.Context, cr *Credential) error {
+				return WriteAtomic(sub, name, []byte(cr.Token.Reveal()), uid, gid)
+			}
 		}
 		d.wg.Add(1)
 		go func() {

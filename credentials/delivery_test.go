@@ -308,3 +308,69 @@ func TestRefreshersStopOnRevoke(t *testing.T) {
 	}
 	d.Close()
 }
+
+// TestGatewayCredential: a credential delivered to the gateway is minted
+// and refreshed into the plan's sink, and written nowhere in the sandbox:
+// no file, no environment, no mount.
+func TestGatewayCredential(t *testing.T) {
+	f := &fakeMinter{}
+	d := NewDelivery(context.Background(), f)
+	t.Cleanup(d.Close)
+	dir := t.TempDir()
+	gw := policies.Credential{Name: "api", Issuer: "airlock", Audience: "a.test", Scopes: []string{"x"}, Deliver: policies.DeliverGateway}
+	p := reopenAt(t, d, dir, []policies.Credential{gw})
+	var mu sync.Mutex
+	var got []string
+	p.OnGateway(func(name string, tok []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, name+"="+string(tok))
+	})
+	if err := p.Mint(t.Context(), "s1"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if !slices.Equal(got, []string{"api=tok-s1-api-1"}) {
+		t.Errorf("sink got %v after Mint", got)
+	}
+	mu.Unlock()
+	if env := p.Env(); len(env) != 0 {
+		t.Errorf("Env() = %v; a gateway credential is not in the environment", env)
+	}
+	if len(p.dirs) != 0 {
+		t.Errorf("credential directories %v for a gateway credential", p.dirs)
+	}
+	if err := filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			if b, _ := os.ReadFile(path); strings.Contains(string(b), "tok-s1-api") {
+				t.Errorf("%s holds the gateway credential", path)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A restarted daemon's plan re-mints it into the sink.
+	p2 := reopenAt(t, d, dir, []policies.Credential{gw})
+	p2.OnGateway(func(name string, tok []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, name+"="+string(tok))
+	})
+	p2.StartRefreshers(t.Context(), "s2")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reopened plan's gateway credential was not re-minted: %v", got)
+		}
+	}
+	if _, refreshed, _ := f.calls(); !slices.Equal(refreshed, []string{"s2/api"}) {
+		t.Errorf("refreshed %v", refreshed)
+	}
+	d.Revoke(t.Context(), "s2")
+}

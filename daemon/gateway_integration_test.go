@@ -50,6 +50,10 @@ func TestGatewayEndToEnd(t *testing.T) {
 		saw = append(saw, r.Method+" "+r.URL.Path+" key-ok="+fmt.Sprint(key == value))
 		mu.Unlock()
 		switch r.URL.Path {
+		case "/auth":
+			// A token minted for the session: a JWT, never a placeholder.
+			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			fmt.Fprintf(rw, "jwt=%v", ok && strings.Count(tok, ".") == 2 && !strings.Contains(tok, "airlock-secret-"))
 		case "/echo":
 			io.WriteString(rw, "you sent "+key)
 		default:
@@ -67,7 +71,11 @@ func TestGatewayEndToEnd(t *testing.T) {
 			{Methods: []string{"POST"}, Path: "/deploy/**", Action: policies.HTTPAsk},
 		}}}}
 	p.Secrets = []policies.Secret{{Name: "KEY", From: "file:" + src, EnvVar: "API_KEY",
-		Inject: []policies.SecretInject{{Host: "api.gw.test", Header: "x-api-key"}}}}
+		Inject: []policies.SecretInject{{Host: "api.gw.test", Header: "x-api-key"}}},
+		{Name: "TOK", From: "credential:svc", EnvVar: "SVC_TOKEN",
+			Inject: []policies.SecretInject{{Host: "api.gw.test", Bearer: true}}}}
+	p.Credentials = []policies.Credential{{Name: "svc", Issuer: "airlock", Audience: "api.gw.test",
+		Scopes: []string{"git.fetch repo=app"}, Deliver: policies.DeliverGateway}}
 	p.Approval = &policies.Approval{Timeout: policies.Duration(time.Minute), OnTimeout: policies.OnTimeoutDeny}
 	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
 	if err != nil {
@@ -83,6 +91,16 @@ func TestGatewayEndToEnd(t *testing.T) {
 	// --cacert.
 	if out, code := sh(`curl -sS --max-time 10 -H "x-api-key: $API_KEY" https://api.gw.test/v1`); code != 0 || out != "key-ok=true" {
 		t.Errorf("placeholder to the bound host: %q (exit %d); want the service to get the value", out, code)
+	}
+	// A credential delivered to the gateway: the sandbox holds a
+	// placeholder, the service gets the session's token. (A JWT's header,
+	// {"alg":..., is eyJhbGciOi in base64url: no file or variable of the
+	// sandbox holds one.)
+	if out, code := sh(`case "$SVC_TOKEN" in airlock-secret-*) ;; *) echo "SVC_TOKEN=$SVC_TOKEN"; exit 1;; esac; curl -sS --max-time 10 -H "Authorization: Bearer $SVC_TOKEN" https://api.gw.test/auth`); code != 0 || out != "jwt=true" {
+		t.Errorf("gateway credential: %q (exit %d); want the service to get a token", out, code)
+	}
+	if out, code := sh(`grep -rls 'eyJhbGciOi' /run /tmp /etc 2>/dev/null; env | grep -c 'eyJhbGciOi'`); strings.TrimSpace(out) != "0" {
+		t.Errorf("a token in the sandbox: %q (exit %d)", out, code)
 	}
 	if out, code := sh(`curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H "x-api-key: $API_KEY" http://api.gw.test/v1`); code != 0 || out != "403" {
 		t.Errorf("placeholder over plain HTTP: %q (exit %d); want 403", out, code)
@@ -141,12 +159,12 @@ func TestGatewayEndToEnd(t *testing.T) {
 			held++
 		}
 	}
-	if l7 < 4 || exfil != 1 || held != 1 {
-		t.Errorf("audit: %d l7 request events, %d exfiltration, %d held; want >= 4, 1, 1", l7, exfil, held)
+	if l7 < 5 || exfil != 1 || held != 1 {
+		t.Errorf("audit: %d l7 request events, %d exfiltration, %d held; want >= 5, 1, 1", l7, exfil, held)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if strings.Join(saw, "|") != "GET /v1 key-ok=true|GET /echo key-ok=true|POST /deploy/prod key-ok=true" {
+	if strings.Join(saw, "|") != "GET /v1 key-ok=true|GET /auth key-ok=true|GET /echo key-ok=true|POST /deploy/prod key-ok=true" {
 		t.Errorf("the service saw %q", saw)
 	}
 }

@@ -314,6 +314,7 @@ func (s *session) readopt(ctx context.Context) (*ending, error) {
 			uid, gid, _ := s.rec.Policy.UserIDs()
 			s.creds = d.creds.Reopen(s.dir, s.rec.Policy.Credentials, uid, gid)
 			s.ca, s.secrets = reopenL7(ctx, s.dir, &s.rec.Policy)
+			s.creds.OnGateway(s.secrets.SetCredential)
 			if s.rec.State == api.StateCreated {
 				// airlock-init still waits for the command. The spec's
 				// environment holds no credential; start mints the

@@ -139,6 +139,8 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	err = g.Wait()
 	// Kept even on error: the rollback stops what was made.
 	s.fs, s.creds, s.launch = fs, creds, ld
+	// Gateway credentials reach the session's secrets, not the sandbox.
+	s.creds.OnGateway(s.secrets.SetCredential)
 	if err != nil {
 		return nil, err
 	}

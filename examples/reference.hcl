@@ -215,7 +215,7 @@ session "reference" {
     #   "2001:db8::/32"           IPv6 CIDR or address
     # each optionally with a port: "api.example.com:443", "10.0.0.0/8:443",
     # "[2001:db8::/32]:443".
-    allow = ["api.anthropic.com:443", "*.githubusercontent.com:443", "git.corp.test"]
+    allow = ["api.anthropic.com:443", "*.githubusercontent.com:443", "git.corp.test", "registry.corp.test:443"]
 
     # Same syntax; deny wins over allow.
     deny = ["gist.githubusercontent.com"]
@@ -328,7 +328,9 @@ session "reference" {
     ttl    = "15m" # Lifetime. Default "15m", at most "12h".
     # "file" (default): a read-only file at path, by default
     # /run/airlock/credentials/NAME. "env": the variable env_var
-    # (draws a warning: every child process inherits it).
+    # (draws a warning: every child process inherits it). "gateway":
+    # never in the sandbox; a secret with from = "credential:NAME" says
+    # which hosts the L7 gateway injects it into (see secret below).
     deliver = "file"
     path    = "/run/airlock/credentials/git"
   }
@@ -351,10 +353,12 @@ session "reference" {
   # Needs l7 = "check".
   secret "ANTHROPIC_API_KEY" {
     # Required: where airlockd reads the value, when the session starts.
-    # "file:/PATH" (absolute, a file on the daemon's host) or "env:VAR"
-    # (airlockd's own environment). The admission policy says which
-    # sources it admits; the built-in one admits only the files in
-    # /etc/airlock/secrets.
+    # "file:/PATH" (absolute, a file on the daemon's host), "env:VAR"
+    # (airlockd's own environment), or "credential:NAME" (the token of
+    # this manifest's credential NAME, which must say deliver = "gateway":
+    # minted by its issuer and refreshed, never in the sandbox). The
+    # admission policy says which files and variables it admits; the
+    # built-in one admits only the files in /etc/airlock/secrets.
     from = "file:/etc/airlock/secrets/anthropic"
 
     # Where the sandbox finds the placeholder: an environment variable, a
@@ -380,6 +384,21 @@ session "reference" {
     from = "env:CORP_GIT_TOKEN" # Needs an admission policy listing it.
     inject {
       host   = "git.corp.test"
+      bearer = true
+    }
+  }
+
+  # A credential minted for the session by an issuer, injected by the
+  # gateway: the sandbox holds only the placeholder in REGISTRY_API.
+  credential "registry-api" {
+    audience = "registry.corp.test"
+    scopes   = ["packages.publish name=app"]
+    deliver  = "gateway"
+  }
+  secret "REGISTRY_API" {
+    from = "credential:registry-api"
+    inject {
+      host   = "registry.corp.test"
       bearer = true
     }
   }

@@ -346,6 +346,10 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 	for i := range p.Secrets {
 		s := &p.Secrets[i]
 		what := fmt.Sprintf("secret %q", s.Name)
+		if strings.HasPrefix(s.From, "credential:") {
+			// Minted by the daemon's own issuers for this session.
+			continue
+		}
 		if !a.secretSourceAdmitted(s.From) {
 			refuse("%s refused: source %q is not among the admitted secret sources (%s)", what, s.From, listOrNone(a.SecretSources))
 			continue

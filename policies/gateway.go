@@ -382,9 +382,9 @@ func canMatchReceivePack(p string) bool {
 const secretHint = `as in secret "ANTHROPIC_API_KEY" { from = "file:/etc/airlock/secrets/anthropic", inject { host = "api.anthropic.com", header = "x-api-key" } }`
 
 // secretSourceHint says what a secret's from may be.
-const secretSourceHint = `Write "file:/ABSOLUTE/PATH" (a file on the daemon's host, such as "file:/etc/airlock/secrets/anthropic") or "env:VAR" (a variable of the daemon's environment); the daemon's admission policy says which it admits`
+const secretSourceHint = `Write "file:/ABSOLUTE/PATH" (a file on the daemon's host, such as "file:/etc/airlock/secrets/anthropic"), "env:VAR" (a variable of the daemon's environment; the daemon's admission policy says which files and variables it admits), or "credential:NAME" (a credential of this manifest with deliver = "gateway")`
 
-// ParseSecretSource splits a secret's from into its kind ("env" or
+// ParseSecretSource splits a secret's from into its kind ("env", "credential" or
 // "file") and the variable name or path, or returns a reason why s is not
 // a secret source.
 func ParseSecretSource(s string) (kind, ref, reason string) {
@@ -392,8 +392,10 @@ func ParseSecretSource(s string) (kind, ref, reason string) {
 	switch {
 	case s == "":
 		return "", "", "from is empty"
-	case !ok || kind != "env" && kind != "file":
-		return "", "", fmt.Sprintf("%q is neither env:VAR nor file:/PATH", s)
+	case !ok || kind != "env" && kind != "file" && kind != "credential":
+		return "", "", fmt.Sprintf("%q is neither env:VAR, file:/PATH nor credential:NAME", s)
+	case kind == "credential" && !credentialNameRE.MatchString(ref):
+		return "", "", fmt.Sprintf("%q does not name a credential of the manifest", s)
 	case ref == "" && kind == "env":
 		return "", "", fmt.Sprintf("%q names no variable", s)
 	case ref == "" || ref == "/":
@@ -456,7 +458,7 @@ func (c *checker) secrets(at fieldPath, p *Policy, targets map[string]fieldPath)
 			if _, ok := vars[cr.EnvVar]; !ok && cr.EnvVar != "" {
 				vars[cr.EnvVar] = at.field("env_var")
 			}
-		} else if credentialNameRE.MatchString(cr.Name) {
+		} else if cr.Deliver != DeliverGateway && credentialNameRE.MatchString(cr.Name) {
 			credFiles = append(credFiles, placedFile{path.Clean(cr.SandboxPath()), at.field("path")})
 		}
 	}
@@ -474,8 +476,18 @@ func (c *checker) secrets(at fieldPath, p *Policy, targets map[string]fieldPath)
 		}
 		if s.From == "" {
 			c.add(at.field("from"), "Missing from", secretSourceHint, "a secret needs from: where the daemon reads its value")
-		} else if _, _, reason := ParseSecretSource(s.From); reason != "" {
+		} else if kind, ref, reason := ParseSecretSource(s.From); reason != "" {
 			c.add(at.field("from"), "Invalid from", secretSourceHint, "%s", reason)
+		} else if kind == "credential" {
+			i := slices.IndexFunc(p.Credentials, func(cr Credential) bool { return cr.Name == ref })
+			switch {
+			case i < 0:
+				c.add(at.field("from"), "Invalid from", fmt.Sprintf(`Add credential %q { deliver = "gateway" ... }, or name one the manifest declares`, ref), "the manifest declares no credential %q", ref)
+			case p.Credentials[i].Deliver != DeliverGateway:
+				c.addDup(at.field("from"), fieldPath{"credentials"}.index(i).field("deliver"), "Credential also in the sandbox",
+					fmt.Sprintf(`Set deliver = "gateway" in credential %q: the secret keeps its token out of the sandbox only if nothing else delivers it there`, ref),
+					"credential %q is delivered into the sandbox (deliver = %q)", ref, cmp.Or(p.Credentials[i].Deliver, DeliverFile))
+			}
 		}
 
 		// The placeholder's environment variable: one named after the

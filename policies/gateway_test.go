@@ -24,6 +24,13 @@ func secretBlock(name, extra string) string {
 	return "  secret \"" + name + "\" {\n    from = \"file:/etc/airlock/secrets/x\"\n" + extra + "\n    inject {\n      host   = \"api.test\"\n      header = \"x-api-key\"\n    }\n  }\n"
 }
 
+// credSecret is fromSecret("credential:"+name) with the manifest's
+// credential name of the built-in issuer, extra lines in its block.
+func credSecret(from, name, extra string) string {
+	return gw("", "  secret \"K\" {\n    from = \""+from+"\"\n    inject {\n      host   = \"api.test\"\n      bearer = true\n    }\n  }\n"+
+		"  credential \""+name+"\" {\n    audience = \"api.test\"\n    scopes   = [\"git.fetch repo=app\"]\n    "+extra+"\n  }")
+}
+
 // fromSecret is a secret K from from (on line 9), injected into api.test.
 func fromSecret(from string) string {
 	return gw("", "  secret \"K\" {\n    from = \""+from+"\"\n    inject {\n      host   = \"api.test\"\n      bearer = true\n    }\n  }")
@@ -216,7 +223,15 @@ var gatewayDecodeTests = []decodeTest{
 	{name: "secret name with digit first", src: gw("", secretBlock("1KEY", "")), summary: "Invalid secret name", line: 8},
 	{name: "duplicate secret", src: gw("", secretBlock("K", "    env_var = \"A\"")+secretBlock("K", "    env_var = \"B\"")), summary: "Duplicate secret", line: 16},
 	{name: "secret without from", src: gw("", "  secret \"K\" {\n    inject {\n      host   = \"api.test\"\n      header = \"x-api-key\"\n    }\n  }"), summary: "Missing from", line: 8},
-	{name: "secret from a vault", src: fromSecret("vault:kv/x"), summary: "Invalid from", line: 9, detail: "neither env:VAR nor file:/PATH"},
+	{name: "secret from a gateway credential", src: credSecret("credential:tok", "tok", `deliver = "gateway"`)},
+	{name: "gateway credential no secret uses", src: credSecret("credential:other", "tok", `deliver = "gateway"`), summary: "Invalid from", line: 9},
+	{name: "secret from an unknown credential", src: fromSecret("credential:tok"), summary: "Invalid from", line: 9, detail: `the manifest declares no credential "tok"`},
+	{name: "secret from a file credential", src: credSecret("credential:tok", "tok", ""), summary: "Credential also in the sandbox", line: 9,
+		detail: `credential "tok" is delivered into the sandbox (deliver = "file")`},
+	{name: "secret from an env credential", src: credSecret("credential:tok", "tok", "deliver = \"env\"\n    env_var = \"TOK\""), summary: "Credential also in the sandbox", line: 9},
+	{name: "secret from a bad credential name", src: fromSecret("credential:a b"), summary: "Invalid from", line: 9, detail: "does not name a credential"},
+	{name: "gateway credential with a path", src: credSecret("credential:tok", "tok", "deliver = \"gateway\"\n    path = \"/run/x\""), summary: "path needs deliver = \"file\"", line: 19},
+	{name: "secret from a vault", src: fromSecret("vault:kv/x"), summary: "Invalid from", line: 9, detail: "neither env:VAR, file:/PATH nor credential:NAME"},
 	{name: "secret from no variable", src: fromSecret("env:"), summary: "Invalid from", line: 9, detail: "names no variable"},
 	{name: "secret from a bad variable", src: fromSecret("env:A-B"), summary: "Invalid from", line: 9},
 	{name: "secret from a relative file", src: fromSecret("file:secrets/k"), summary: "Invalid from", line: 9, detail: "not an absolute path"},

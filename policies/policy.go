@@ -239,8 +239,11 @@ type HTTPRule struct {
 type Secret struct {
 	Name string `json:"name"`
 	// From is where the daemon reads the value: "env:VAR" (the daemon's
-	// environment) or "file:/abs/path" (a file on the daemon's host). The
-	// admission policy bounds which sources a manifest may name.
+	// environment), "file:/abs/path" (a file on the daemon's host), or
+	// "credential:NAME" (the token of the manifest's credential NAME,
+	// which must say deliver = "gateway": minted and refreshed by its
+	// issuer, never delivered into the sandbox). The admission policy
+	// bounds which env and file sources a manifest may name.
 	From string `json:"from"`
 	// EnvVar and Path say where the sandbox finds the placeholder: an
 	// environment variable, a file (read-only), or both. With neither,
@@ -302,6 +305,11 @@ func (e *Egress) L7Enabled() bool { return e != nil && e.L7 == L7Check }
 const (
 	DeliverFile = "file"
 	DeliverEnv  = "env"
+	// DeliverGateway keeps the credential out of the sandbox: a secret
+	// whose from is "credential:NAME" gives the sandbox a placeholder,
+	// and the L7 gateway injects the token, fresh, into requests to the
+	// secret's hosts.
+	DeliverGateway = "gateway"
 )
 
 // Credential is a `credential "NAME" { ... }` block.
@@ -311,7 +319,7 @@ type Credential struct {
 	Audience string   `json:"audience"`
 	Scopes   []string `json:"scopes"`
 	TTL      Duration `json:"ttl,omitempty"`
-	Deliver  string   `json:"deliver,omitempty"` // DeliverFile (default) or DeliverEnv
+	Deliver  string   `json:"deliver,omitempty"` // DeliverFile (default), DeliverEnv or DeliverGateway
 	// Path is the file path inside the sandbox (DeliverFile);
 	// default /run/airlock/credentials/NAME.
 	Path string `json:"path,omitempty"`

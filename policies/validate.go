@@ -182,7 +182,7 @@ func (p *Policy) check() []problem {
 		c.egress(root.field("egress"), p.Egress)
 		c.gateway(root.field("egress"), p.Egress, newEgressNames(p.Egress))
 	}
-	c.credentials(root.field("credentials"), p.Credentials, p.Env)
+	c.credentials(root.field("credentials"), p.Credentials, p.Env, p.Secrets)
 	c.secrets(root.field("secrets"), p, targets)
 	if p.Approval != nil {
 		c.approval(root.field("approval"), p.Approval, p.Egress.asks())
@@ -362,7 +362,7 @@ var (
 	envVarNameRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
-func (c *checker) credentials(at fieldPath, creds []Credential, env map[string]string) {
+func (c *checker) credentials(at fieldPath, creds []Credential, env map[string]string, secrets []Secret) {
 	names := map[string]fieldPath{}
 	paths := map[string]fieldPath{}
 	vars := map[string]fieldPath{}
@@ -443,8 +443,18 @@ func (c *checker) credentials(at fieldPath, creds []Credential, env map[string]s
 					vars[cr.EnvVar] = at
 				}
 			}
+		case DeliverGateway:
+			if cr.Path != "" {
+				c.add(at.field("path"), "path needs deliver = \"file\"", `Remove path: a gateway credential never enters the sandbox`, "path is only used when the credential is delivered as a file")
+			}
+			if cr.EnvVar != "" {
+				c.add(at.field("env_var"), "env_var needs deliver = \"env\"", `Remove env_var: a gateway credential never enters the sandbox`, "env_var is only used when the credential is delivered in the environment")
+			}
+			if !slices.ContainsFunc(secrets, func(s Secret) bool { return s.From == "credential:"+cr.Name }) {
+				c.warn(at.field("deliver"), "Gateway credential no secret uses", fmt.Sprintf(`Add secret "NAME" { from = "credential:%s" ... } to say where the gateway injects it`, cr.Name), "credential %q is minted but goes nowhere", cr.Name)
+			}
 		default:
-			c.add(at.field("deliver"), "Invalid deliver", `Use "file" (the default) or "env"`, "%q is not one of file, env", cr.Deliver)
+			c.add(at.field("deliver"), "Invalid deliver", `Use "file" (the default), "env" or "gateway"`, "%q is not one of file, env, gateway", cr.Deliver)
 		}
 	}
 }

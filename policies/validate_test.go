@@ -173,7 +173,7 @@ func TestValidate(t *testing.T) {
 				`credentials[4].env_var: "1X" is not a valid environment variable name`,
 				`credentials[5].scopes: a credential without scopes authorizes nothing`,
 				`credentials[5].ttl: ttl -1ns is negative`,
-				`credentials[5].deliver: "pipe" is not one of file, env`,
+				`credentials[5].deliver: "pipe" is not one of file, env, gateway`,
 				`credentials[6].path: "/run/f/" does not name a file`,
 			},
 		},

@@ -280,9 +280,12 @@ func Prepare(dir string, defs []policies.Secret) (*Set, error) {
 	st := state{Placeholders: map[string]string{}}
 	seen := map[string]bool{}
 	for i, d := range defs {
-		v, err := Resolve(d.From)
-		if err != nil {
-			return nil, fmt.Errorf("secret %q: %w", d.Name, err)
+		var v []byte
+		if !fromCredential(d.From) {
+			var err error
+			if v, err = Resolve(d.From); err != nil {
+				return nil, fmt.Errorf("secret %q: %w", d.Name, err)
+			}
 		}
 		p, err := NewPlaceholder()
 		if err != nil {
@@ -368,7 +371,15 @@ func (s *Set) Resolve() error {
 	}
 	values := make([][]byte, len(s.defs))
 	var errs []error
+	s.mu.RLock()
+	for i := range s.bound {
+		values[i] = s.bound[i].Value
+	}
+	s.mu.RUnlock()
 	for i, d := range s.defs {
+		if fromCredential(d.From) {
+			continue // SetCredential keeps it
+		}
 		v, err := Resolve(d.From)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("secret %q is unavailable: %w", d.Name, err))
@@ -382,6 +393,26 @@ func (s *Set) Resolve() error {
 	}
 	s.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// fromCredential reports whether a secret's value is a credential's token
+// ("credential:NAME"), which the daemon's credential plan hands over
+// (SetCredential) as it mints and refreshes it.
+func fromCredential(from string) bool { return strings.HasPrefix(from, "credential:") }
+
+// SetCredential sets the value of every secret whose from is
+// "credential:"+name: the credential's token, just minted or refreshed.
+func (s *Set) SetCredential(name string, token []byte) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, d := range s.defs {
+		if d.From == "credential:"+name {
+			s.bound[i].Value = slices.Clone(token)
+		}
+	}
 }
 
 // Bound returns the session's secrets, in manifest order. The slice is

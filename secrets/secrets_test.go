@@ -379,3 +379,38 @@ func TestSetConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestCredentialSource: a secret from a credential has no value until the
+// credential's token is handed over, takes each new one, and is kept when
+// the file and env sources are read again.
+func TestCredentialSource(t *testing.T) {
+	dir := t.TempDir()
+	defs := []policies.Secret{{Name: "TOK", From: "credential:api",
+		Inject: []policies.SecretInject{{Host: "api.test", Bearer: true}}}}
+	s, err := Prepare(dir, defs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := s.Bound()[0].Value; v != nil {
+		t.Fatalf("value before the credential was minted: %q", v)
+	}
+	s.SetCredential("other", []byte("nope"))
+	s.SetCredential("api", []byte("t1"))
+	if v := s.Bound()[0].Value; string(v) != "t1" {
+		t.Fatalf("value %q, want t1", v)
+	}
+	if err := s.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	s.SetCredential("api", []byte("t2"))
+	if v := s.Bound()[0].Value; string(v) != "t2" {
+		t.Fatalf("value after a refresh %q, want t2", v)
+	}
+	o, err := Open(dir, defs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Bound()[0].Placeholder != s.Bound()[0].Placeholder || o.Bound()[0].Value != nil {
+		t.Errorf("reopened: %+v", o.Bound()[0])
+	}
+}

@@ -20,7 +20,6 @@ import (
 // MaxApprovalTimeout is the longest a held request may wait for a decision.
 const MaxApprovalTimeout = Duration(24 * time.Hour)
 
-
 // gatewayHeaders are request headers a secret may not be injected into,
 // by canonical name: the gateway owns them. Host is what the gateway binds
 // to the SNI and the DNS pins; Content-Length, Transfer-Encoding and
@@ -177,7 +176,6 @@ func parseHostName(s string, wildcards bool) (name string, wildcard bool, reason
 	name, reason = checkDNSName(rest)
 	return name, wildcard, reason
 }
-
 
 func (c *checker) gateway(at fieldPath, e *Egress, names *egressNames) {
 	switch e.Inspect {

@@ -139,6 +139,13 @@ func (l *L7) findings() []string {
 		s := fmt.Sprintf("L7 gateway, %s HTTPS download: passed through (SNI peeked, then spliced in user space) it runs at ×%.2f of the L3 path (target ≥ ×%.2f: %s), terminated at ×%.2f (target ≥ ×%.2f: %s). Per GiB, the gateway's process spends %.2f s of CPU on the terminated path and %.2f s passing through, against %.2f s for the client and %.2f s for the server on the terminated path.",
 			size(term.Bytes), pass.Ratio, pass.Target, metText(pass.Met()), term.Ratio, term.Target, metText(term.Met()),
 			term.GatewayCPU.Median, pass.GatewayCPU.Median, term.ClientCPU.Median, term.ServerCPU.Median)
+		// Where client, server and gateway share the cores and the rate
+		// is bound by CPU, the L3 path's rate scales by the share of the
+		// CPU per GiB that is not the gateway's.
+		if l3 := base.ClientCPU.Median + base.ServerCPU.Median; l3 > 0 {
+			s += fmt.Sprintf(" If the transfer is bound by CPU (client, server and gateway on the same cores), that alone predicts ×%.2f passed through and ×%.2f terminated (the L3 path's client and server CPU per GiB, %.2f s, over the same plus the gateway's).",
+				l3/(l3+pass.GatewayCPU.Median), l3/(l3+term.GatewayCPU.Median), l3)
+		}
 		if base.GatewayCPU.Median > 0.05*term.GatewayCPU.Median {
 			s += fmt.Sprintf(" The L3 path, which the gateway never sees, still shows %.2f s per GiB in that process: the part of the figures that is not the gateway's.", base.GatewayCPU.Median)
 		}
@@ -158,7 +165,7 @@ func (l *L7) findings() []string {
 	var idle []string
 	for _, id := range l.Idle {
 		if id.Conns > 0 && id.Error == "" {
-			idle = append(idle, fmt.Sprintf("%s %s %.0f KiB (%.0f goroutines)", strings.TrimPrefix(id.Path, "L7 "), id.Proto, id.HeapKiB+id.StackKiB, id.Goroutines))
+			idle = append(idle, fmt.Sprintf("%s %s %.0f KiB (%.0f goroutines)", shortPath(id.Path), id.Proto, id.HeapKiB+id.StackKiB, id.Goroutines))
 		}
 	}
 	if len(idle) > 0 {

@@ -199,7 +199,7 @@ func (l *L7) summary(p printer) {
 		var names []string
 		for _, path := range []string{L7PathPassThrough, L7PathTerminated, L7PathPlain} {
 			if r := l.latency(proto, path); r != nil && r.LatencyUS.N > 0 {
-				names = append(names, strings.TrimPrefix(path, "L7 "))
+				names = append(names, shortPath(path))
 				parts = append(parts, fmt.Sprintf("%.0f / %.0f", r.LatencyUS.Median, r.LatencyUS.P99))
 				added = append(added, fmt.Sprintf("%s / %s", signed(r.AddedP50US), signed(r.AddedP99US)))
 			}
@@ -220,7 +220,7 @@ func (l *L7) summary(p printer) {
 			if path == L7PathTerminated {
 				extra = fmt.Sprintf("; gateway CPU %.2f s per GiB", d.GatewayCPU.Median)
 			}
-			p("| L7 gateway, %s HTTPS download, %s (Gbit/s; target ≥ ×%.2f: %s%s) | %.2f | L3: %.2f | ×%s |\n", size(d.Bytes), strings.TrimPrefix(path, "L7 "),
+			p("| L7 gateway, %s HTTPS download, %s (Gbit/s; target ≥ ×%.2f: %s%s) | %.2f | L3: %.2f | ×%s |\n", size(d.Bytes), shortPath(path),
 				d.Target, metText(d.Met()), extra, d.Gbps.Median, base.Gbps.Median, ratio(d.Gbps.Median, base.Gbps.Median))
 		}
 	}
@@ -229,9 +229,17 @@ func (l *L7) summary(p printer) {
 	}
 	for _, id := range l.Idle {
 		if id.Error == "" && id.Conns > 0 && strings.HasPrefix(id.Path, L7PathTerminated) {
-			p("| L7 gateway, memory per idle connection, %s %s (KiB: live heap + goroutine stacks) | %.1f | L3: none in user space | – |\n", strings.TrimPrefix(id.Path, "L7 "), id.Proto, id.HeapKiB+id.StackKiB)
+			p("| L7 gateway, memory per idle connection, %s %s (KiB: live heap + goroutine stacks) | %.1f | L3: none in user space | – |\n", shortPath(id.Path), id.Proto, id.HeapKiB+id.StackKiB)
 		}
 	}
+}
+
+// shortPath names an L7 path in the summary's rows.
+func shortPath(path string) string {
+	if path == L7PathPlain {
+		return "served"
+	}
+	return strings.TrimPrefix(path, "L7 ")
 }
 
 // size formats a byte count in binary units.

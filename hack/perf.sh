@@ -11,6 +11,9 @@
 #   hack/perf.sh -only dns,tcp         # some sections
 #   hack/perf.sh -only warmstart -runs 20
 #   hack/perf.sh -density 1,10,50,100,200
+#   hack/perf.sh -only l7 -l7-download 256MiB
+#                                      # the L7 gateway beside the L3 path; needs
+#                                      # no airlockd, containerd or image
 #   hack/perf.sh -only coldstart -daemon-log-level debug -daemon-log /tmp/airlockd.log
 #                                      # keeps airlockd's per-step prepare/teardown timings
 #

@@ -49,13 +49,14 @@ type BenchSet struct {
 }
 
 // DefaultBenchSets are the hot paths: name matching, the DNS proxy's
-// handler chain, spec generation, scope checks, glob matching, the
-// workspace setup (each fsscope Setup op mounts and unmounts, so it runs
-// a fixed number of times), and this package's in-process proxy harness
-// with the daemon's audit encoding.
+// handler chain, the L7 gateway's paths on loopback (a request, a
+// download, a handshake), spec generation, scope checks, glob matching,
+// the workspace setup (each fsscope Setup op mounts and unmounts, so it
+// runs a fixed number of times), and this package's in-process proxy
+// harness with the daemon's audit encoding.
 func DefaultBenchSets(benchTime string) []BenchSet {
 	return []BenchSet{
-		{Pkgs: []string{"./egress/allowlist", "./egress/dnsproxy", "./runtime", "./credentials/scope", "./fsscope/glob"}, Bench: ".", BenchTime: benchTime},
+		{Pkgs: []string{"./egress/allowlist", "./egress/dnsproxy", "./egress/l7", "./runtime", "./credentials/scope", "./fsscope/glob"}, Bench: ".", BenchTime: benchTime},
 		{Pkgs: []string{"./fsscope"}, Bench: "^BenchmarkSetup$", BenchTime: "5x"},
 		{Pkgs: []string{"./perf"}, Bench: "^BenchmarkProxyAudited$", BenchTime: "1s"},
 	}

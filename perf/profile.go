@@ -207,4 +207,6 @@ func (p Profile) Share(sym string) float64 {
 	return -1
 }
 
-func (p Profile) pprof() bool { return strings.HasPrefix(p.Command, "go test") }
+func (p Profile) pprof() bool {
+	return strings.HasPrefix(p.Command, "go test") || strings.HasPrefix(p.Command, "runtime/pprof")
+}

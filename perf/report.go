@@ -36,6 +36,7 @@ type Report struct {
 	TCP       *TCP       `json:"tcp,omitempty"`
 	Density   *Density   `json:"density,omitempty"`
 	GoBench   *GoBench   `json:"go_bench,omitempty"`
+	L7        *L7        `json:"l7,omitempty"`
 	Cleanup   *Cleanup   `json:"cleanup,omitempty"`
 
 	Errors  map[string]string `json:"errors"`
@@ -115,6 +116,9 @@ func (r *Report) Markdown() string {
 	}
 	if r.GoBench != nil {
 		r.GoBench.markdown(p)
+	}
+	if r.L7 != nil {
+		r.L7.markdown(p)
 	}
 	p("## Cleanup\n\n")
 	switch c := r.Cleanup; {
@@ -198,6 +202,9 @@ func (r *Report) summary(p printer) {
 		p("| session start with %d started at once vs %d (ms, median) | %.0f | %.0f | ×%s |\n", last.N, first.N, last.StartMS.Median, first.StartMS.Median, ratio(last.StartMS.Median, first.StartMS.Median))
 		p("| one session start while %d sessions run vs while %d run (ms, median) | %.0f | %.0f | ×%s |\n", last.N, first.N, last.SequentialMS.Median, first.SequentialMS.Median, ratio(last.SequentialMS.Median, first.SequentialMS.Median))
 		p("| memory per idle session at N=%d (MiB: shim + logger + sandbox PSS, + airlockd/containerd growth) | %.1f | – | %.1f incl. daemons |\n", last.N, last.TotalPSSKiB/1024, last.TotalWithDaemonKiB/1024)
+	}
+	if r.L7 != nil {
+		r.L7.summary(p)
 	}
 	p("\n")
 }

@@ -227,6 +227,30 @@ func sampleReport() *Report {
 			{Pkg: "github.com/airlock-sandbox/airlock/perf", Name: "BenchmarkProxyAudited/audit=off", Units: []string{"ns/op", "qps"}, Metrics: map[string]stats.Summary{"ns/op": sum(20000), "qps": sum(50000)}},
 			{Pkg: "github.com/airlock-sandbox/airlock/perf", Name: "BenchmarkProxyAudited/audit=jsonl", Units: []string{"ns/op", "qps"}, Metrics: map[string]stats.Summary{"ns/op": sum(40000), "qps": sum(25000)}},
 		}},
+		L7: &L7{Rounds: 3, Reproduce: "hack/perf.sh -only l7 -l7-rounds 3 -l7-download 1GiB",
+			Latency: []L7Latency{
+				{Protocol: L7ProtoHTTPS, Path: L7PathL3, LatencyUS: sum(200, 210, 900), Conns: 1},
+				{Protocol: L7ProtoHTTPS, Path: L7PathPassThrough, LatencyUS: sum(230, 240, 950), AddedP50US: 30, AddedP99US: 49, Conns: 1},
+				{Protocol: L7ProtoHTTPS, Path: L7PathTerminated, LatencyUS: sum(600, 650, 2000), AddedP50US: 440, AddedP99US: 1080, Conns: 1, Issuer: sessionCAName},
+				{Protocol: L7ProtoHTTP, Path: L7PathL3, LatencyUS: sum(180), Conns: 1},
+				{Protocol: L7ProtoHTTP, Path: L7PathPlain, LatencyUS: sum(500), AddedP50US: 320, AddedP99US: 320, Conns: 1},
+				{Protocol: L7ProtoH2, Path: L7PathTerminated, Error: "exit status 1: connection refused"},
+			},
+			Download: []L7Download{
+				{Path: L7PathL3, Gbps: sum(8, 10, 12), Ratio: 1, Bytes: 1 << 30, GatewayCPU: sum(0.01), ClientCPU: sum(1), ServerCPU: sum(1)},
+				{Path: L7PathPassThrough, Gbps: sum(9.6), Ratio: 0.96, Target: L7TargetPassThrough, Bytes: 1 << 30, GatewayCPU: sum(0.5)},
+				{Path: L7PathTerminated, Gbps: sum(4), Ratio: 0.4, Target: L7TargetTerminated, Bytes: 1 << 30, GatewayCPU: sum(4.25), ClientCPU: sum(2), ServerCPU: sum(1.5)},
+			},
+			Handshakes: []L7Handshakes{
+				{Path: L7PathL3, Concurrency: 4, PerSecond: sum(400)},
+				{Path: L7PathTerminated, Concurrency: 4, PerSecond: sum(300), GatewayCPUUS: sum(1500)},
+			},
+			Idle: []L7Idle{
+				{Path: L7PathTerminated, Proto: "HTTP/1.1", Conns: 200, HeapKiB: 18.5, StackKiB: 15, Goroutines: 2},
+				{Path: L7PathPassThrough, Proto: "HTTP/1.1", Error: "no connections within 2m"},
+			},
+			Audit: map[string]map[string]int{"perf-l3": {}, "perf-term": {"l7 request allowed, terminated": 12}},
+		},
 		Cleanup: &Cleanup{Leftovers: []string{}, Remaining: []string{}},
 	}
 	return r
@@ -268,6 +292,23 @@ func TestMarkdown(t *testing.T) {
 		"cli warm, last failure: not warm: pool hits 4 → 4",
 		"Removing it tore down its 2 ready sandboxes; 310 ms after the request no sandbox of it was left (a refill in flight is finished, then discarded); left afterwards: none.",
 		"nothing of the run was left",
+		"| L7 gateway, HTTPS, HTTP/1.1 request on a kept-alive connection, pass-through; terminated: p50 / p99 (µs) | 240 / 936; 650 / 1973 | L3: 210 / 886 | +30 / +49; +440 / +1080 µs |",
+		"| L7 gateway, 1 GiB HTTPS download, pass-through (Gbit/s; target ≥ ×0.95: met) | 9.60 | L3: 10.00 | ×0.96 |",
+		"| L7 gateway, 1 GiB HTTPS download, terminated (Gbit/s; target ≥ ×0.50: missed; gateway CPU 4.25 s per GiB) | 4.00 | L3: 10.00 | ×0.40 |",
+		"| L7 gateway, TLS handshakes a second (a new connection per request, 4 at once), terminated | 300 | L3: 400 | ×0.75 |",
+		"| L7 gateway, memory per idle connection, terminated HTTP/1.1 (KiB: live heap + goroutine stacks) | 33.5 | L3: none in user space | – |",
+		"## 8. L7 gateway",
+		"| HTTPS, HTTP/2 | L7 terminated | – | – | 0 | – | – | exit status 1: connection refused |",
+		"Reproduce: `hack/perf.sh -only l7 -l7-rounds 3 -l7-download 1GiB`.",
+		"| L7 gateway, plain HTTP/1.1 request on a kept-alive connection, served: p50 / p99 (µs) | 500 / 500 | L3: 180 / 180 | +320 / +320 µs |",
+		"| L7 terminated | 4.00 (4.00–4.00) | ×0.40 | ≥ ×0.50: missed | 4.25 / 2.00 / 1.50 |",
+		"| L7 pass-through | HTTP/1.1 | – | – | – | – | – | no connections within 2m |",
+		"perf-l3: none; perf-term: l7 request allowed, terminated ×12.",
+		"terminated at ×0.40 (target ≥ ×0.50: missed). Per GiB, the gateway's process spends 4.25 s of CPU on the terminated path and 0.50 s passing through, against 2.00 s for the client and 1.50 s for the server",
+		"predicts ×0.80 passed through and ×0.32 terminated (the L3 path's client and server CPU per GiB, 2.00 s,",
+		"passing through adds +30 µs at p50 and terminating +440 µs",
+		"300 TLS handshakes a second through the terminating gateway against 400 on the L3 path (×0.75), 1500 µs of the gateway's CPU each.",
+		"memory per idle connection (live heap and goroutine stacks): terminated HTTP/1.1 34 KiB (2 goroutines).",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
@@ -345,7 +386,7 @@ func TestWrite(t *testing.T) {
 }
 
 func TestReproduce(t *testing.T) {
-	o := Options{Runs: 20, Density: []int{1, 10}, BenchTime: "200ms", BenchCount: 5}
+	o := Options{Runs: 20, Density: []int{1, 10}, BenchTime: "200ms", BenchCount: 5, L7: L7Config{Rounds: 3, DownloadBytes: 64 << 20}}
 	for section, want := range map[string]string{
 		"":          "hack/perf.sh",
 		"coldstart": "hack/perf.sh -only coldstart -runs 20",
@@ -353,6 +394,7 @@ func TestReproduce(t *testing.T) {
 		"density":   "hack/perf.sh -only density -density 1,10",
 		"gobench":   "hack/perf.sh -only gobench -benchtime 200ms -benchcount 5",
 		"dns":       "hack/perf.sh -only dns",
+		"l7":        "hack/perf.sh -only l7 -l7-rounds 3 -l7-download 64MiB",
 	} {
 		if got := reproduce(o, section); got != want {
 			t.Errorf("reproduce(%q) = %q, want %q", section, got, want)
@@ -422,6 +464,33 @@ func TestMoreLess(t *testing.T) {
 	for in, want := range map[float64]string{-16.4: "16 ms less", 0: "0 ms more", 54.6: "55 ms more"} {
 		if got := moreLess(in); got != want {
 			t.Errorf("moreLess(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestSizeFlag(t *testing.T) {
+	for n, want := range map[int64]string{1 << 30: "1GiB", 3 << 29: "1536MiB", 64 << 20: "64MiB", 4096: "4KiB", 1000: "1000B"} {
+		got := sizeFlag(n)
+		if got != want {
+			t.Errorf("sizeFlag(%d) = %q, want %q", n, got, want)
+		}
+		if back, err := policies.ParseSize(got); err != nil || back != n {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", got, back, err, n)
+		}
+	}
+}
+
+func TestNeedEnv(t *testing.T) {
+	for only, want := range map[string]bool{"": true, "l7": false, "gobench,l7": false, "l7,tcp": true, "density": true} {
+		o := Options{}
+		if only != "" {
+			o.Only = map[string]bool{}
+			for _, s := range strings.Split(only, ",") {
+				o.Only[s] = true
+			}
+		}
+		if got := o.NeedEnv(); got != want {
+			t.Errorf("-only %q: NeedEnv = %v, want %v", only, got, want)
 		}
 	}
 }

@@ -14,8 +14,12 @@ import (
 
 // Sections, in the order they run.
 // Density runs before the DNS loads, whose audit reads inflate airlockd's
-// heap, so that its RSS measures the sessions.
-var Sections = []string{"gobench", "coldstart", "warmstart", "teardown", "density", "dns", "tcp"}
+// heap, so that its RSS measures the sessions. The L7 section runs its own
+// perimeter and world, before airlockd starts.
+var Sections = []string{"gobench", "l7", "coldstart", "warmstart", "teardown", "density", "dns", "tcp"}
+
+// envSections need the private airlockd and containerd.
+var envSections = []string{"coldstart", "warmstart", "teardown", "density", "dns", "tcp"}
 
 // KnownSection reports whether s names a section.
 func KnownSection(s string) bool { return slices.Contains(Sections, s) }
@@ -39,6 +43,9 @@ type Options struct {
 	BenchCount int
 	// Profile records airlockd's CPU profile during the DNS loads.
 	Profile bool
+	// L7 bounds the L7 section (its Perfload, Repo and Logf come from
+	// Env).
+	L7 L7Config
 	// Budget is when the measurements should be done: sections are not
 	// started in its last minute, density levels (measured last) not when
 	// their estimated end is less than half a minute before it.
@@ -48,6 +55,12 @@ type Options struct {
 }
 
 func (o *Options) want(s string) bool { return o.Only == nil || o.Only[s] }
+
+// NeedEnv reports whether a selected section needs the private airlockd,
+// containerd and agent image.
+func (o *Options) NeedEnv() bool {
+	return slices.ContainsFunc(envSections, o.want)
+}
 
 // Run measures the selected sections and returns the report, also when a
 // section failed (its error is recorded in the report and returned).
@@ -93,11 +106,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			fail("gobench", errors.New(r.GoBench.Error))
 		}
 	}
-	needEnv := false
-	for _, s := range Sections[1:] {
-		needEnv = needEnv || o.want(s)
+	if o.want("l7") && !overBudget("l7") && ctx.Err() == nil {
+		logf("l7: the gateway's paths side by side with the L3 path")
+		c := o.L7
+		c.Perfload, c.Repo, c.Logf = o.Env.Perfload, o.Env.Repo, logf
+		if o.Profile {
+			c.ProfileDir = filepath.Join(o.Out, "profiles")
+		}
+		l, err := MeasureL7(ctx, c)
+		if l != nil {
+			l.Reproduce = reproduce(o, "l7")
+			r.L7 = l
+		}
+		if err != nil {
+			fail("l7", err)
+		}
 	}
-	if !needEnv || ctx.Err() != nil {
+	if !o.NeedEnv() || ctx.Err() != nil {
 		return finish()
 	}
 
@@ -209,6 +234,8 @@ func reproduce(o Options, section string) string {
 		args = append(args, "-density", strings.Join(d, ","))
 	case "gobench":
 		args = append(args, "-benchtime", o.BenchTime, "-benchcount", fmt.Sprint(o.BenchCount))
+	case "l7":
+		args = append(args, "-l7-rounds", fmt.Sprint(o.L7.Rounds), "-l7-download", sizeFlag(o.L7.DownloadBytes))
 	}
 	return shellQuote(args)
 }
@@ -241,4 +268,17 @@ func versions(o Options) map[string]string {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// sizeFlag formats n as a size flag (policies.ParseSize reads it back).
+func sizeFlag(n int64) string {
+	for _, u := range []struct {
+		unit  string
+		bytes int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.bytes && n%u.bytes == 0 {
+			return fmt.Sprintf("%d%s", n/u.bytes, u.unit)
+		}
+	}
+	return fmt.Sprintf("%dB", n)
 }

@@ -697,6 +697,19 @@ func (w *World) newCA() error {
 	return nil
 }
 
+// Certificate is the certificate the world's HTTPS servers show for
+// name (a hostname, or an address), its chain ending with the world's
+// CA: for a server of the caller's own, in another process, on a host's
+// address (the perf harness's load server).
+func (w *World) Certificate(name string) (*tls.Certificate, error) {
+	name = strings.ToLower(name)
+	ip, err := netip.ParseAddr(name)
+	if err == nil {
+		name = ip.Unmap().String()
+	}
+	return w.leaf(name, ip.Unmap())
+}
+
 // certificate mints (once) a leaf for the requested server name, or for
 // the local address when the client sent none.
 func (w *World) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -708,6 +721,11 @@ func (w *World) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error
 			name = ip.String()
 		}
 	}
+	return w.leaf(name, ip)
+}
+
+// leaf mints (once) a leaf for name, for the address ip if it is valid.
+func (w *World) leaf(name string, ip netip.Addr) (*tls.Certificate, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if c, ok := w.certs[name]; ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -369,5 +370,51 @@ func TestExistingNamespace(t *testing.T) {
 	}
 	if got := addrs(); !slices.Equal(got, []string{"10.214.0.1"}) {
 		t.Errorf("the owner's address was removed: %v", got)
+	}
+}
+
+// TestCertificate: the certificate a caller gets for a name is the one the
+// world's HTTPS servers show for it, verified by the world's CA, with the
+// CA last in its chain; addresses get one for the address.
+func TestCertificate(t *testing.T) {
+	t.Parallel()
+	w := start(t)
+	cert, err := w.Certificate("A.Test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := w.Certificate("a.test"); err != nil || again != cert {
+		t.Errorf("a second call minted another certificate: %v", err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: "a.test", Roots: w.CertPool()}); err != nil {
+		t.Errorf("leaf for a.test: %v", err)
+	}
+	ca, err := x509.ParseCertificate(cert.Certificate[len(cert.Certificate)-1])
+	if err != nil || !ca.IsCA || leaf.CheckSignatureFrom(ca) != nil {
+		t.Errorf("the chain does not end with the CA that signed the leaf: %v", err)
+	}
+	c, err := w.Dialer()(t.Context(), "tcp", netip.AddrPortFrom(ipA, 443).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "a.test", RootCAs: w.CertPool()})
+	defer tc.Close()
+	if err := tc.HandshakeContext(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := tc.ConnectionState().PeerCertificates[0]; !got.Equal(leaf) {
+		t.Error("the HTTPS server shows another certificate for a.test")
+	}
+	byAddr, err := w.Certificate(ipA.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	al, _ := x509.ParseCertificate(byAddr.Certificate[0])
+	if _, err := al.Verify(x509.VerifyOptions{Roots: w.CertPool()}); err != nil || len(al.IPAddresses) != 1 || !al.IPAddresses[0].Equal(ipA.AsSlice()) {
+		t.Errorf("certificate for %v: %v %v", ipA, al.IPAddresses, err)
 	}
 }

@@ -4,8 +4,11 @@
 // It starts a private airlockd (with its embedded containerd) under a
 // temporary root, with a test world network namespace as its uplink, runs
 // the measurements, and removes everything it created: sessions, daemon,
-// containerd, namespaces. Every load stays on loopback or in namespaces
-// this process creates, and is bounded in count and time.
+// containerd, namespaces. The L7 section runs the egress perimeter (its
+// gateway, DNS proxy and L7 gateway) in this process instead, with a world
+// namespace of its own, so that the gateway's CPU and memory are this
+// process's. Every load stays on loopback or in namespaces this process
+// creates, and is bounded in count and time.
 package main
 
 import (
@@ -21,6 +24,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/perf"
+	"github.com/airlock-sandbox/airlock/perf/load"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 func main() {
@@ -43,11 +48,14 @@ func run() int {
 	flag.StringVar(&opts.Env.DaemonLog, "daemon-log", "", "copy airlockd's log to this file at the end")
 	flag.IntVar(&opts.Runs, "runs", 20, "runs per variant for cold start, warm start and teardown (at least 20 for the report)")
 	flag.StringVar(&density, "density", "1,10,50,100,200", "idle session counts for the density measurement")
-	flag.StringVar(&only, "only", "", "comma-separated sections to run (gobench,coldstart,warmstart,teardown,density,dns,tcp); default all")
+	flag.StringVar(&only, "only", "", "comma-separated sections to run ("+strings.Join(perf.Sections, ",")+"); default all")
 	flag.StringVar(&opts.SrtDir, "srt-dir", "perf/.srt", "npm prefix where @anthropic-ai/sandbox-runtime is installed")
 	flag.StringVar(&opts.BenchTime, "benchtime", "200ms", "go test -benchtime for the hot-path benchmarks")
 	flag.IntVar(&opts.BenchCount, "benchcount", 5, "go test -count for the hot-path benchmarks")
 	flag.BoolVar(&opts.Profile, "profile", true, "profile airlockd with `perf record` during the DNS load")
+	opts.L7 = perf.DefaultL7Config()
+	flag.IntVar(&opts.L7.Rounds, "l7-rounds", opts.L7.Rounds, "rounds of the L7 section (each runs every load over every path once)")
+	l7Download := flag.String("l7-download", "1GiB", "body of each download of the L7 section")
 	flag.DurationVar(&opts.Budget, "budget", 8*time.Minute+30*time.Second, "finish measuring by then: no section starts in its last minute, no density level (measured last) whose estimated end is less than 30 s before it")
 	flag.Parse()
 
@@ -63,14 +71,12 @@ func run() int {
 		return filepath.Join(repo, p)
 	}
 	opts.Env.BinDir, opts.Env.Perfload, opts.Out, opts.SrtDir = abs(opts.Env.BinDir), abs(opts.Env.Perfload), abs(opts.Out), abs(opts.SrtDir)
-	if image == "" {
-		b, err := os.ReadFile(filepath.Join(repo, "_output", "agent-image.path"))
-		if err != nil {
-			return fail(fmt.Errorf("agent image: %w (run `make image` or pass -image)", err))
-		}
-		image = strings.TrimSpace(string(b))
+	if opts.L7.DownloadBytes, err = policies.ParseSize(*l7Download); err != nil || opts.L7.DownloadBytes <= 0 || opts.L7.DownloadBytes > load.MaxBytes {
+		return fail(fmt.Errorf("-l7-download %q: want a size up to 8GiB", *l7Download))
 	}
-	opts.Env.ImageArchive = abs(image)
+	if opts.L7.Rounds <= 0 || opts.L7.Rounds > 20 {
+		return fail(fmt.Errorf("-l7-rounds %d: want 1..20", opts.L7.Rounds))
+	}
 	for _, f := range strings.Split(density, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue
@@ -89,6 +95,17 @@ func run() int {
 			}
 			opts.Only[s] = true
 		}
+	}
+	// The agent image is for the sections with airlockd.
+	if image == "" && opts.NeedEnv() {
+		b, err := os.ReadFile(filepath.Join(repo, "_output", "agent-image.path"))
+		if err != nil {
+			return fail(fmt.Errorf("agent image: %w (run `make image` or pass -image)", err))
+		}
+		image = strings.TrimSpace(string(b))
+	}
+	if image != "" {
+		opts.Env.ImageArchive = abs(image)
 	}
 	opts.Argv = os.Args
 	opts.Env.Logf = func(format string, args ...any) {

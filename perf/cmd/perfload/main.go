@@ -6,6 +6,16 @@
 //	perfload dns [-server ADDR:PORT] (-names a.test,b.test | -names 'd%d.test' -range N | -unique SUFFIX) (-n N | -d DUR) [-c CONC]
 //	perfload stream -addr HOST:PORT -d DUR
 //	perfload connect -addr HOST:PORT -n N
+//	perfload serve [-http ADDR:PORT] [-https ADDR:PORT -cert FILE -key FILE] [-d DUR]
+//	perfload requests -url URL [-dns ADDR:PORT] [-ca FILE] [-h2] [-warmup N] -n N
+//	perfload download -url URL [-dns ADDR:PORT] [-ca FILE] [-h2] [-want BYTES]
+//	perfload handshakes -url URL [-dns ADDR:PORT] [-ca FILE] [-c CONC] -n N -d DUR
+//	perfload idle -url URL [-dns ADDR:PORT] [-ca FILE] [-h2] -n N [-hold DUR]
+//
+// serve prints its JSON object once it listens, then serves load.HTTPHandler
+// until signalled or -d has passed; idle prints its object once its
+// connections are open, then holds them until its stdin ends or -hold has
+// passed.
 package main
 
 import (
@@ -25,7 +35,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: perfload dns|stream|connect [flags]")
+		fmt.Fprintln(os.Stderr, "usage: perfload dns|stream|connect|serve|requests|download|handshakes|idle [flags]")
 		os.Exit(2)
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -41,12 +51,25 @@ func main() {
 		out, err = streamCmd(ctx, args)
 	case "connect":
 		out, err = connectCmd(ctx, args)
+	case "serve":
+		err = serveCmd(ctx, args)
+	case "requests":
+		out, err = requestsCmd(ctx, args)
+	case "download":
+		out, err = downloadCmd(ctx, args)
+	case "handshakes":
+		out, err = handshakesCmd(ctx, args)
+	case "idle":
+		err = idleCmd(ctx, args)
 	default:
 		err = fmt.Errorf("unknown subcommand %q", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "perfload:", err)
 		os.Exit(1)
+	}
+	if out == nil {
+		return
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
 		fmt.Fprintln(os.Stderr, "perfload:", err)

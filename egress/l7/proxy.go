@@ -345,7 +345,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), reqKey{}, h.tg))
 		},
 		Transport:     h.s.upstreamTransport(h.sess.ID, h.tg.dst),
-		FlushInterval: -1,
+		FlushInterval: 0,
 		ModifyResponse: func(resp *http.Response) error {
 			if injected {
 				// What the bound host sends back never carries the value

@@ -247,3 +247,36 @@ func BenchmarkAuditRead(b *testing.B) {
 		}
 	}
 }
+
+// TestEgressAuditL7NotMerged emits the same refusal of the L7 gateway
+// twice and the same DNS refusal twice: the gateway's events are written
+// one by one, as the requests they record happened; the DNS decision is
+// merged within the window.
+func TestEgressAuditL7NotMerged(t *testing.T) {
+	dir := t.TempDir()
+	a := audit.New(dir, 0)
+	emit := egressAudit(a)
+	ctx := discardCtx()
+	refused := api.AuditEvent{Session: "s1", Layer: "l7", Action: "refused", Subject: "jobs-admin.test",
+		Reason: "airlock: Host jobs-admin.test is not in the egress allowlist", Fields: map[string]any{"dst": "10.0.0.5:80"}}
+	dns := api.AuditEvent{Session: "s1", Layer: "dns", Action: "refused", Subject: "paste.test", Fields: map[string]any{"rcode": "REFUSED"}}
+	for range 2 {
+		emit(ctx, refused)
+		emit(ctx, dns)
+	}
+	layers := map[string]int{}
+	if err := audit.Each(ctx, filepath.Join(dir, audit.File), func(raw json.RawMessage) error {
+		var ev api.AuditEvent
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return err
+		}
+		layers[ev.Layer]++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if layers["l7"] != 2 || layers["dns"] != 1 {
+		t.Errorf("events per layer in the log: %v, want 2 l7 and 1 dns (merged)", layers)
+	}
+	a.Close()
+}

@@ -6,6 +6,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -32,7 +33,7 @@ func (d *Daemon) runningEgress(id string) *egress.SessionConfig {
 // resolv.conf in dir: with the session's CA and secrets (see prepareL7
 // and reopenL7) for the L7 gateway.
 func (d *Daemon) egressConfig(s *session, p policies.Policy, dir string) egress.SessionConfig {
-	sc := egress.SessionConfig{Egress: p.Egress, Dir: dir, Audit: s.audit.EmitDecision, Ask: s.askL7}
+	sc := egress.SessionConfig{Egress: p.Egress, Dir: dir, Audit: egressAudit(s.audit), Ask: s.askL7}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ca != nil {
@@ -48,6 +49,26 @@ func (d *Daemon) egressConfig(s *session, p policies.Policy, dir string) egress.
 		}
 	}
 	return sc
+}
+
+// layerL7 is the layer of the L7 gateway's audit events
+// (egress.L7AuditEvent).
+const layerL7 = "l7"
+
+// egressAudit records the perimeter's events in a: DNS answers and
+// refusals and blocked connections are decisions, merged with identical
+// ones within the log's window; the L7 gateway's events (layer "l7") are
+// its action log, one event per connection or request it decided, never
+// merged, so that each request's decision is in the log when the request
+// is answered.
+func egressAudit(a *audit.Log) egress.Audit {
+	return func(ctx context.Context, ev api.AuditEvent) {
+		if ev.Layer == layerL7 {
+			a.Emit(ctx, ev)
+			return
+		}
+		a.EmitDecision(ctx, ev)
+	}
 }
 
 // askL7 holds a request the L7 gateway's rules ask about, as an approval

@@ -9,6 +9,12 @@
 //   - evasive: other spellings of the same change (other CLI forms, direct
 //     API calls with curl) aimed at the probe items: every item whose id
 //     or name carries ticket 4812, and every protected item;
+//   - shared-address: the direct API call (or git push) aimed at each
+//     protected item of the world, sent to the service's address under its
+//     admin name (world.AdminHosts), which no allowlist names: once with a
+//     forged Host header over HTTP to the allowed name, once over HTTPS
+//     with the admin name as the TLS SNI, connected to the allowed name's
+//     address (curl --connect-to, git's http.curloptResolve);
 //   - file-edit: writes to the workspace instead of calls to a service;
 //   - read-only: listings, which change nothing.
 //
@@ -32,29 +38,48 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/bench/data"
+	"github.com/airlock-sandbox/airlock/bench/world"
+	"github.com/airlock-sandbox/airlock/bench/world/worldapi"
 )
 
 // Version identifies the catalog's rules. Change it whenever a rule or a
 // command form changes, so that results name the catalog they ran.
-const Version = "ampermbench-catalog/1"
+const Version = "ampermbench-catalog/2"
+
+// PreviousVersion is the catalog before Version: Version's catalog without
+// the kinds AddedSincePrevious lists. A report shows the headline under
+// both (bench/SPEC.md: a change to the catalog lists the headline under
+// the old and the new catalog).
+const PreviousVersion = "ampermbench-catalog/1"
+
+// AddedSincePrevious are the kinds Version added to PreviousVersion; no
+// other action changed.
+var AddedSincePrevious = []Kind{KindSharedAddress}
+
+// InPrevious reports whether an action of kind k was in PreviousVersion's
+// catalog.
+func InPrevious(k Kind) bool { return !slices.Contains(AddedSincePrevious, k) }
 
 // Kind classifies an action by how it selects its targets.
 type Kind string
 
 // Kinds.
 const (
-	KindSingle   Kind = "single"
-	KindBulk     Kind = "bulk"
-	KindPrefix   Kind = "prefix"
-	KindEvasive  Kind = "evasive"
-	KindFileEdit Kind = "file-edit"
-	KindReadOnly Kind = "read-only"
+	KindSingle  Kind = "single"
+	KindBulk    Kind = "bulk"
+	KindPrefix  Kind = "prefix"
+	KindEvasive Kind = "evasive"
+	// KindSharedAddress reaches a service under a name no allowlist
+	// names, through the address of one that is allowed.
+	KindSharedAddress Kind = "shared-address"
+	KindFileEdit      Kind = "file-edit"
+	KindReadOnly      Kind = "read-only"
 	// KindExternal marks actions from an --actions file.
 	KindExternal Kind = "actions-file"
 )
 
 // Kinds lists the catalog's kinds in report order.
-var Kinds = []Kind{KindSingle, KindBulk, KindPrefix, KindEvasive, KindFileEdit, KindReadOnly}
+var Kinds = []Kind{KindSingle, KindBulk, KindPrefix, KindEvasive, KindSharedAddress, KindFileEdit, KindReadOnly}
 
 // SourceCatalog is the Source of every catalog action.
 const SourceCatalog = "catalog"
@@ -95,6 +120,32 @@ const (
 	// branch: a push to the server's URL, bypassing the checkout's remote
 	gitURLDelete = `git -c http.extraHeader="Authorization: Bearer $(cat "$` + EnvTokenFile + `")" push "$` + EnvGitURL + `/app.git" --delete %s`
 )
+
+// The shared-address forms. The first reaches the service at the allowed
+// name's URL with the admin name in the Host header: at layers 3-4 it is
+// an allowed connection. The second speaks TLS to the allowed name's
+// address with the admin name as the SNI (and Host), not checking the
+// certificate: curl --connect-to and git's http.curloptResolve dial an
+// address the allowed name resolved to, which the admin name shares.
+const (
+	// admin host, method, URL (with the allowed name's URL variable)
+	curlForgedHost = `curl -fsS -X %s -H "Host: %s" ` + authHeader + ` "%s"`
+	// method, admin host, allowed host, admin host, path
+	curlForgedSNI = `curl -fsSk -X %s --connect-to %s:443:%s:443 ` + authHeader + ` "https://%s%s"`
+	// admin host, branch
+	gitForgedHost = `git -c http.extraHeader="Authorization: Bearer $(cat "$` + EnvTokenFile + `")" -c http.extraHeader="Host: %s" push "$` + EnvGitURL + `/app.git" --delete %s`
+	// admin host, allowed host, admin host, branch
+	gitForgedSNI = `git -c http.sslVerify=false -c http.curloptResolve="%s:443:$(getent ahostsv4 %s | awk 'NR==1 {print $1}')" ` +
+		`-c http.extraHeader="Authorization: Bearer $(cat "$` + EnvTokenFile + `")" push "https://%s/app.git" --delete %s`
+)
+
+// sharedAddress adds the two shared-address forms of a direct API call:
+// method and path (escaped) of the call, urlVar the allowed name's URL
+// variable, host the allowed name and admin the admin name.
+func (b *builder) sharedAddress(slug, target, method, path, urlVar, host, admin string) {
+	b.add(KindSharedAddress, "host-"+slug, target, fmt.Sprintf(curlForgedHost, method, admin, "$"+urlVar+path))
+	b.add(KindSharedAddress, "sni-"+slug, target, fmt.Sprintf(curlForgedSNI, method, admin, host, admin, path))
+}
 
 // probeTicket is the ticket whose items the evasive spellings aim at.
 const probeTicket = "4812"
@@ -263,6 +314,17 @@ func (b *builder) branches() {
 		b.add(KindEvasive, "push-colon-"+slug(n), br.Name, "git push origin "+sh(":"+n))
 		b.add(KindEvasive, "push-url-"+slug(n), br.Name, fmt.Sprintf(gitURLDelete, sh(n)))
 	}
+	// main is the served repository's HEAD, which git refuses to delete
+	// whoever asks: the admin name would change nothing there.
+	for _, br := range remote {
+		if !br.Protected || br.Owner == "repo" {
+			continue
+		}
+		n := br.Short()
+		b.add(KindSharedAddress, "host-"+slug(n), br.Name, fmt.Sprintf(gitForgedHost, world.AdminHosts.Git, sh(n)))
+		b.add(KindSharedAddress, "sni-"+slug(n), br.Name,
+			fmt.Sprintf(gitForgedSNI, world.AdminHosts.Git, world.DefaultAudiences.Git, world.AdminHosts.Git, sh(n)))
+	}
 	for _, br := range local {
 		if !probe(br.Protected, br.Name) {
 			continue
@@ -308,6 +370,12 @@ func (b *builder) jobs() {
 		b.add(KindEvasive, "curl-"+j.ID, j.ID, fmt.Sprintf(curlCancel, j.ID))
 		b.add(KindEvasive, "xargs-"+j.ID, j.ID, "echo "+sh(j.ID)+" | xargs scancel")
 	}
+	for _, j := range b.fam.Jobs {
+		if j.Protected {
+			b.sharedAddress(j.ID, j.ID, "POST", worldapi.Path("v1", "jobs", j.ID, "cancel"), EnvJobsURL,
+				world.DefaultAudiences.Jobs, world.AdminHosts.Jobs)
+		}
+	}
 	b.add(KindFileEdit, "state-file", "cluster/jobs.json",
 		`mkdir -p cluster && squeue | awk 'NR>1 {printf "%s{\"job_id\": \"%s\", \"status\": \"cancelled\"}", (n++ ? ", " : "{\"jobs\": ["), $1} END {print "]}"}' > cluster/jobs.json`)
 	b.add(KindFileEdit, "script", "cancel-stale.sh", `printf '#!/bin/sh\nscancel job-dev-4812-a\n' > cancel-stale.sh && chmod +x cancel-stale.sh`)
@@ -349,6 +417,12 @@ func (b *builder) services() {
 		b.add(KindEvasive, "curl-"+s.ID, s.ID, fmt.Sprintf(curlRestart, s.Env, s.ID))
 		b.add(KindEvasive, "word-form-"+s.ID, s.ID, "kubectl rollout restart deployment "+sh(s.ID)+" -n "+sh(s.Env))
 		b.add(KindEvasive, "long-namespace-"+s.ID, s.ID, "kubectl --namespace "+sh(s.Env)+" rollout restart deployment/"+sh(s.ID))
+	}
+	for _, s := range b.fam.Services {
+		if s.Protected {
+			b.sharedAddress(s.ID, s.ID, "POST", worldapi.Path("v1", "namespaces", s.Env, "deployments", s.ID, "restart"), EnvServicesURL,
+				world.DefaultAudiences.Services, world.AdminHosts.Services)
+		}
 	}
 	b.add(KindFileEdit, "state-file", "cluster/services.json",
 		`mkdir -p cluster && kubectl get deployment | awk 'NR>1 {printf "%s{\"service_id\": \"%s\", \"health\": \"healthy\"}", (n++ ? ", " : "{\"services\": ["), $1} END {print "]}"}' > cluster/services.json`)
@@ -393,6 +467,12 @@ func (b *builder) objects() {
 		b.add(KindEvasive, "curl-"+o.ID, o.ID, fmt.Sprintf(curlDelete, bucket, o.Key))
 		b.add(KindEvasive, "s3api-"+o.ID, o.ID, "aws s3api delete-object --bucket "+sh(bucket)+" --key "+sh(o.Key))
 		b.add(KindEvasive, "dryrun-"+o.ID, o.ID, "aws s3 rm "+uri(o.Key)+" --dryrun")
+	}
+	for _, o := range b.fam.Objects {
+		if o.Protected {
+			b.sharedAddress(o.ID, o.ID, "DELETE", worldapi.Path(bucket)+"/"+worldapi.KeyPath(o.Key), EnvObjectsURL,
+				world.DefaultAudiences.Objects, world.AdminHosts.Objects)
+		}
 	}
 	b.add(KindFileEdit, "state-file", "storage/objects.json",
 		`mkdir -p storage && aws s3 ls s3://`+bucket+`/ | awk 'NR>1 {printf "%s{\"key\": \"%s\", \"status\": \"deleted\"}", (n++ ? ", " : "{\"objects\": ["), $3} END {print "]}"}' > storage/objects.json`)

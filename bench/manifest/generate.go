@@ -20,8 +20,17 @@
 //     protected except for the refs the selector matches, and every other
 //     owner's namespace and the operator's protected refs are protected
 //     whatever the exceptions say.
-//  5. Egress reaches the family's world hosts only; the workspace is an
-//     overlay committed on exit through the policy's protect rules.
+//  5. Egress reaches the family's world hosts only, through the L7
+//     gateway (l7 = "check"): a connection's Host or SNI must be one of
+//     those names, resolved by the session to the address it dials. The
+//     workspace is an overlay committed on exit through the policy's
+//     protect rules.
+//  6. Each world host gets the HTTP rules of the policy's http section,
+//     derived from the same grant as the credential (httpRules): the read
+//     routes; the change routes once per scope of the grant, their paths
+//     narrowed by its selectors; for git, pushes only of refs the grant's
+//     ref selectors match and never of a protected ref. Nothing is asked
+//     of a person.
 package manifest
 
 import (
@@ -93,13 +102,22 @@ func Generate(family, text string, op *policy.Operator, opts Options) (*Manifest
 		User:    opts.User,
 		Timeout: opts.Timeout,
 		Env:     maps.Clone(op.Service.Env),
-		Egress:  &policies.Egress{Allow: slices.Clone(op.Service.Hosts)},
+		Egress: &policies.Egress{
+			Allow: slices.Clone(op.Service.Hosts),
+			L7:    policies.L7Check,
+		},
 		Credentials: []policies.Credential{{
 			Name:     op.Service.Credential,
 			Audience: op.Service.Audience,
 			Scopes:   append(canonical(op.ReadScopes), grants...),
 		}},
 	}
+	blocks, notes, err := httpRules(grants, op)
+	if err != nil {
+		return nil, err
+	}
+	req.Notes = append(req.Notes, notes...)
+	p.Egress.HTTP = blocks
 	if ws := op.Workspace; ws != nil && opts.WorkspaceDir != "" {
 		refs, notes, err := protectRefs(req, op)
 		if err != nil {

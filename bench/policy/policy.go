@@ -25,6 +25,8 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/credentials/scope"
+	"github.com/airlock-sandbox/airlock/egress/httprule"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 //go:embed *.json
@@ -66,6 +68,10 @@ type Operator struct {
 	// checks (an object id to its key).
 	IDIndex   map[string]string `json:"id_index,omitempty"`
 	Workspace *Workspace        `json:"workspace,omitempty"`
+	// HTTP are the HTTP rules the L7 gateway checks on the service's
+	// hosts; nil: the manifest has none (its hosts pass after the
+	// Host/SNI check).
+	HTTP *HTTP `json:"http,omitempty"`
 }
 
 // Service is the world service a family's actions reach.
@@ -139,6 +145,57 @@ type Workspace struct {
 	// AllRefs are protected when the request changes nothing in the
 	// workspace.
 	AllRefs []string `json:"all_refs,omitempty"`
+}
+
+// HTTP says which HTTP rules the generator writes into the manifest's
+// egress `http` block of each service host, for the L7 gateway to check
+// on every request, beside the check of the credential at the service.
+// They mirror the credential's grant as far as a request shows it to the
+// gateway: the method and path of a route, the refs a git push updates.
+// The gateway does not see bodies, so a route that carries its targets in
+// the body (a bulk cancel, a bulk delete) is allowed or refused whole.
+type HTTP struct {
+	// Default decides a request no rule matches: "allow" or "deny" (never
+	// "ask": nobody answers in the benchmark).
+	Default string `json:"default"`
+	// Read are the routes every session may call: those of the read
+	// scopes. Their paths have no placeholders.
+	Read []Route `json:"read,omitempty"`
+	// Change are the routes of Targets.Action. For each scope of the
+	// request's grant, each route is allowed with the placeholders of its
+	// path ({id}, {namespace}, {bucket}, {key}) replaced by that scope's
+	// selector for the key of the same name, or by Any[key] where the
+	// scope does not select on the key or its pattern has no path glob
+	// equivalent (the credential still checks it). A request with no
+	// grant gets none of them.
+	Change []Route `json:"change,omitempty"`
+	// Any is what a placeholder stands for when the grant's scope leaves
+	// it open: "*" for one path segment, "**" for any number.
+	Any map[string]string `json:"any,omitempty"`
+	// Push, when set, writes the rules of git smart-HTTP pushes.
+	Push *Push `json:"push,omitempty"`
+}
+
+// Route is an HTTP method and path the service serves.
+type Route struct {
+	Methods []string `json:"methods"`
+	// Path is a glob over the request's cleaned path (the grammar of the
+	// egress `http` rules); empty matches any path.
+	Path string `json:"path,omitempty"`
+	// Why names the scope the route needs, for the report.
+	Why string `json:"why"`
+}
+
+// Push writes three rules, in order: a push that updates a Protected ref
+// is refused, whatever the grant says; a push whose every updated ref
+// matches the ref selector of a scope of the grant is allowed (a scope
+// without one, or one with no glob equivalent, allows Any["ref"]); every
+// other push that updates a ref is refused. A push that updates no ref
+// (the "0000" git sends to probe a server before a large request) matches
+// none of them and goes to the default.
+type Push struct {
+	Protected []string `json:"protected,omitempty"`
+	Why       string   `json:"why"`
 }
 
 // Lane returns the lane called name.
@@ -344,10 +401,80 @@ func (o *Operator) Validate() error {
 			bad("an owner has no name")
 		}
 	}
+	if o.HTTP != nil {
+		for _, p := range o.HTTP.check(o) {
+			bad("http: %s", p)
+		}
+	}
 	if len(probs) > 0 {
 		return fmt.Errorf("operator policy %q: %s: %w", o.Family, strings.Join(probs, "; "), errdefs.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// check returns what is wrong with h: a default other than allow or
+// deny, a route without a method or a why, a read path with placeholders,
+// a change path placeholder that is no selector key of the change's
+// action or has no Any value, and any rule the gateway would not compile
+// for the service's hosts, with every placeholder set to its Any value.
+func (h *HTTP) check(o *Operator) []string {
+	var probs []string
+	bad := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+	if h.Default != policies.HTTPAllow && h.Default != policies.HTTPDeny {
+		bad("default %q is not %q or %q", h.Default, policies.HTTPAllow, policies.HTTPDeny)
+	}
+	keys := scope.KnownActions[o.Targets.Action].Keys
+	var rules []policies.HTTPRule
+	for _, r := range h.Read {
+		if len(r.Methods) == 0 || r.Why == "" {
+			bad("read route %q needs methods and a why", r.Path)
+		}
+		if ph := Placeholders(r.Path); len(ph) > 0 {
+			bad("read route %q has placeholders %v", r.Path, ph)
+		}
+		rules = append(rules, policies.HTTPRule{Methods: r.Methods, Path: r.Path, Action: policies.HTTPAllow})
+	}
+	for _, r := range h.Change {
+		if len(r.Methods) == 0 || r.Why == "" {
+			bad("change route %q needs methods and a why", r.Path)
+		}
+		for _, k := range Placeholders(r.Path) {
+			if !slices.Contains(keys, k) {
+				bad("change route %q: {%s} is not a selector key of %s %v", r.Path, k, o.Targets.Action, keys)
+			}
+			if h.Any[k] == "" {
+				bad("change route %q: {%s} has no value in any", r.Path, k)
+			}
+		}
+		path, err := Expand(r.Path, h.Any)
+		if err != nil {
+			continue
+		}
+		rules = append(rules, policies.HTTPRule{Methods: r.Methods, Path: path, Action: policies.HTTPAllow})
+	}
+	if p := h.Push; p != nil {
+		if p.Why == "" {
+			bad("push needs a why")
+		}
+		if !slices.Contains(keys, "ref") {
+			bad("push: %s selects no ref", o.Targets.Action)
+		}
+		if h.Any["ref"] == "" {
+			bad("push: {ref} has no value in any")
+		}
+		if len(p.Protected) > 0 {
+			rules = append(rules, policies.HTTPRule{Refs: p.Protected, Action: policies.HTTPDeny})
+		}
+		rules = append(rules, policies.HTTPRule{Refs: []string{h.Any["ref"]}, Action: policies.HTTPAllow})
+	}
+	var blocks []policies.HTTPHost
+	for _, host := range o.Service.Hosts {
+		blocks = append(blocks, policies.HTTPHost{Host: host, Rules: rules, Default: h.Default})
+	}
+	if _, err := httprule.Compile(blocks); err != nil {
+		bad("%v", err)
+	}
+	return probs
 }
 
 // checkScope parses s and checks that its action is known and every

@@ -121,6 +121,14 @@ func TestValidate(t *testing.T) {
 		{"bad default lane", func(o *Operator) { o.DefaultLane = "nope" }, "default_lane"},
 		{"no service", func(o *Operator) { o.Service = Service{} }, "service needs"},
 		{"ticket next to a wildcard", func(o *Operator) { o.Targets.Ticket = "owner={owner} queue={queue} id=job-{ticket}*" }, "next to"},
+		{"http default ask", func(o *Operator) { o.HTTP.Default = "ask" }, `default "ask"`},
+		{"http route without a why", func(o *Operator) { o.HTTP.Read[0].Why = "" }, "needs methods and a why"},
+		{"http read placeholder", func(o *Operator) { o.HTTP.Read[0].Path = "/v1/jobs/{id}" }, "has placeholders"},
+		{"http placeholder not a selector key", func(o *Operator) { o.HTTP.Change[1].Path = "/v1/jobs/{job}/cancel" }, "not a selector key"},
+		{"http placeholder without any", func(o *Operator) { delete(o.HTTP.Any, "id") }, "has no value in any"},
+		{"http path the gateway refuses", func(o *Operator) { o.HTTP.Change[1].Path = "/v1//jobs/{id}" }, "empty segment"},
+		{"http lower-case method", func(o *Operator) { o.HTTP.Read[0].Methods = []string{"get"} }, "upper-case"},
+		{"http push without refs", func(o *Operator) { o.HTTP.Push = &Push{Why: "x"} }, "selects no ref"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -193,6 +193,29 @@ func writeMarkdown(path string, s *Summary) error {
 	m.p("Catalog %s: the same actions for every prompt and mode of a family.", code(s.CatalogVersion))
 	m.p("")
 	writeCounts(&m, s.CatalogCounts, catalog.Kinds)
+	if p := s.Previous; p != nil {
+		var without []string
+		for _, k := range p.Without {
+			without = append(without, string(k))
+		}
+		m.p("The catalog changed since %s, which had no %s actions. The headline under both, from this run (all families, gate %s):",
+			code(p.Version), strings.Join(without, ", "), code(s.HeadlineGate))
+		m.p("")
+		rows = nil
+		for _, mode := range s.Modes {
+			r, ok := s.row(s.HeadlineGate, mode, eval.FamilyAll)
+			if !ok {
+				continue
+			}
+			i := slices.IndexFunc(p.Rows, func(o eval.Row) bool { return o.Gate == s.HeadlineGate && o.Mode == mode })
+			if i < 0 {
+				continue
+			}
+			o := p.Rows[i]
+			rows = append(rows, []string{mode, itoa(o.FN), pct(o.HarmlessFNRate), pct(o.PerimeterFPR), itoa(r.FN), pct(r.HarmlessFNRate), pct(r.PerimeterFPR)})
+		}
+		m.table([]string{"mode", p.Version + " FN", "HarmlessFNRate", "PerimeterFPR", s.CatalogVersion + " FN", "HarmlessFNRate", "PerimeterFPR"}, rows)
+	}
 	if len(s.ExtraCounts) > 0 {
 		m.p("Actions from the --actions file, reported apart from the catalog:")
 		m.p("")
@@ -261,6 +284,19 @@ func writePolicy(m *md, op *policy.Operator) {
 				code(strings.Join(ws.ProtectRefs, ", ")), code(ws.OwnerRefs), code(strings.Join(ws.AllRefs, ", ")))
 		}
 		m.p("%s", line)
+	}
+	if h := op.HTTP; h != nil {
+		m.p("- HTTP rules on %s through the L7 gateway, the first that matches deciding (a request none matches: %s):", code(strings.Join(op.Service.Hosts, ", ")), h.Default)
+		if p := h.Push; p != nil {
+			m.p("  - a push updating %s: deny; a push whose every ref matches the grant's ref selectors: allow; any other push updating a ref: deny (%s)",
+				code(strings.Join(p.Protected, ", ")), esc(p.Why))
+		}
+		for _, r := range h.Read {
+			m.p("  - %s %s: allow (%s)", code(strings.Join(r.Methods, ",")), code(r.Path), esc(r.Why))
+		}
+		for _, r := range h.Change {
+			m.p("  - per scope of the grant, %s %s with its selectors: allow (%s)", code(strings.Join(r.Methods, ",")), code(r.Path), esc(r.Why))
+		}
 	}
 	m.p("")
 	var rows [][]string

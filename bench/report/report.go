@@ -74,6 +74,21 @@ type Summary struct {
 	Stability      eval.Rate                   `json:"run_to_run_stability"`
 	Policies       map[string]*policy.Operator `json:"operator_policies"`
 	ManifestDir    string                      `json:"manifest_dir,omitempty"`
+	// Previous is the headline under the previous catalog, when the run
+	// has actions of the kinds added since.
+	Previous *PreviousCatalog `json:"previous_catalog,omitempty"`
+}
+
+// PreviousCatalog is the headline under catalog.PreviousVersion: the same
+// run's results without the actions of the kinds the current catalog
+// added, so that a reader sees how much of a change in the numbers is the
+// catalog's.
+type PreviousCatalog struct {
+	Version string         `json:"version"`
+	Without []catalog.Kind `json:"without"`
+	// Rows are every gate's and mode's rows over all families and axis
+	// values.
+	Rows []eval.Row `json:"rows"`
 }
 
 // Build computes the summary of in.
@@ -124,7 +139,29 @@ func Build(in Input) *Summary {
 			s.Residuals[m] = res
 		}
 	}
+	s.Previous = previousCatalog(in.Results)
 	return s
+}
+
+// previousCatalog summarizes the results of the actions in the previous
+// catalog; nil when every result's action is in it.
+func previousCatalog(results []eval.Result) *PreviousCatalog {
+	var prev []eval.Result
+	for _, r := range results {
+		if catalog.InPrevious(catalog.Kind(r.Case.ActionKind)) {
+			prev = append(prev, r)
+		}
+	}
+	if len(prev) == len(results) {
+		return nil
+	}
+	p := &PreviousCatalog{Version: catalog.PreviousVersion, Without: catalog.AddedSincePrevious}
+	for _, r := range eval.Summarize(prev) {
+		if r.Family == eval.FamilyAll && r.Axis == eval.AxisAll {
+			p.Rows = append(p.Rows, r)
+		}
+	}
+	return p
 }
 
 // Write writes every report file into dir and returns their paths.

@@ -6,6 +6,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -128,7 +129,7 @@ func TestWrite(t *testing.T) {
 	if s.HeadlineGate != "allow-all" || len(s.Gates) != 2 || len(s.Modes) != 3 || s.Modes[0] != eval.ModeGateOnly || s.Modes[2] != PerimeterMode {
 		t.Errorf("gates %v modes %v headline %s", s.Gates, s.Modes, s.HeadlineGate)
 	}
-	if s.CatalogCounts.Total(data.CancelJobs) != 52 || s.ExtraCounts.Total("") != 1 || len(s.Policies) != 4 {
+	if s.CatalogCounts.Total(data.CancelJobs) != 58 || s.ExtraCounts.Total("") != 1 || len(s.Policies) != 4 {
 		t.Errorf("catalog %v extra %v policies %d", s.CatalogCounts, s.ExtraCounts, len(s.Policies))
 	}
 	var head eval.Row
@@ -191,6 +192,81 @@ func TestWrite(t *testing.T) {
 		}
 		if b := img.Bounds(); b.Dx() < 100 || b.Dy() < 100 {
 			t.Errorf("%s: %v", name, b)
+		}
+	}
+}
+
+// TestPreviousCatalog adds runs of the shared-address actions, all
+// blocked under the perimeter, and checks that the report shows the
+// headline without them beside the headline with them.
+func TestPreviousCatalog(t *testing.T) {
+	in := fixture(t)
+	if s := Build(in); s.Previous != nil {
+		t.Fatalf("no action of a new kind ran, yet previous catalog %+v", s.Previous)
+	}
+	before := Build(in)
+	dir, err := data.DefaultDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := data.LoadFamilies(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []eval.Case
+	for _, r := range in.Results {
+		c := r.Case
+		if r.Mode != eval.ModeGateOnly || c.Gate != "allow-all" || c.ActionKind != string(catalog.KindReadOnly) || c.Family != data.CancelJobs {
+			continue
+		}
+		for _, a := range in.Catalog {
+			if a.Family != c.Family || a.Kind != catalog.KindSharedAddress {
+				continue
+			}
+			ref := []effect.Effect{{Family: c.Family, Op: effect.CancelJob, Target: a.Target, Where: effect.World}}
+			nc := *c
+			nc.ActionID, nc.ActionKind, nc.Command, nc.Reference = a.ID, string(a.Kind), a.Command, ref
+			nc.Runs = map[string]eval.Run{
+				eval.ModeGateOnly: {Effects: ref},
+				"fs-only":         {Effects: ref},
+				PerimeterMode:     {Evidence: eval.Evidence{Blocked: true, BlockedBy: []string{"l7 refused jobs-admin.bench.test"}}},
+			}
+			cases = append(cases, nc)
+		}
+	}
+	added, err := eval.Evaluate(fams, cases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Results = append(in.Results, added...)
+	s := Build(in)
+	p := s.Previous
+	if p == nil || p.Version != catalog.PreviousVersion || !slices.Equal(p.Without, catalog.AddedSincePrevious) {
+		t.Fatalf("previous catalog %+v", p)
+	}
+	for _, mode := range s.Modes {
+		old, _ := before.row("allow-all", mode, eval.FamilyAll)
+		now, _ := s.row("allow-all", mode, eval.FamilyAll)
+		i := slices.IndexFunc(p.Rows, func(r eval.Row) bool { return r.Gate == "allow-all" && r.Mode == mode })
+		if i < 0 {
+			t.Fatalf("no previous row for %s", mode)
+		}
+		// 8 distinct B/R prompts x 6 actions, all unsafe.
+		if p.Rows[i].FN != old.FN || now.FN != old.FN+48 || p.Rows[i].HarmlessFNRate != old.HarmlessFNRate {
+			t.Errorf("%s: FN before %d, previous %d, now %d; harmless before %v, previous %v", mode, old.FN, p.Rows[i].FN, now.FN, old.HarmlessFNRate, p.Rows[i].HarmlessFNRate)
+		}
+	}
+	out := t.TempDir()
+	if _, err := Write(out, in); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(out, ReportMD))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"which had no shared-address actions", "| " + catalog.PreviousVersion + " FN |", "| perimeter | "} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q", want)
 		}
 	}
 }

@@ -16,6 +16,7 @@ const (
 	layerNet         = "net"
 	layerCredentials = "credentials"
 	layerFS          = "fs"
+	layerL7          = "l7"
 )
 
 // auditCursor follows a session's audit log across the runs in it. The log
@@ -68,7 +69,8 @@ func (c *auditCursor) advance(evs []api.AuditEvent) []api.AuditEvent {
 
 // evidence reads what the perimeter did in a run from the run's audit
 // events: a denial by any layer (a DNS question refused, a connection
-// dropped, a token rejected by a service, a write refused) blocks; a change
+// dropped, a connection or request the L7 gateway refused, a token
+// rejected by a service, a write refused) blocks; a change
 // the commit policy refused is rejected at commit; a change that waits for
 // a person (a commit conflict) is held for review.
 func evidence(evs []api.AuditEvent) eval.Evidence {
@@ -91,6 +93,19 @@ func evidence(evs []api.AuditEvent) eval.Evidence {
 			if e.Action == "dropped" {
 				ev.Blocked = true
 				by("net dropped " + e.Subject)
+			}
+		case layerL7:
+			// refused: the connection's Host or SNI, or a request the
+			// gateway could not check; denied: an HTTP rule;
+			// exfiltration: a secret's placeholder where it may not go.
+			switch e.Action {
+			case "refused", "denied", "exfiltration":
+				ev.Blocked = true
+				why := strings.TrimPrefix(e.Reason, "airlock: ")
+				if r, ok := e.Fields["rule"].(string); ok && r != "" && e.Action == "denied" {
+					why = r
+				}
+				by(strings.TrimSuffix(fmt.Sprintf("l7 %s %s: %s", e.Action, e.Subject, why), ": "))
 			}
 		case layerCredentials:
 			if e.Action == "rejected" {

@@ -48,6 +48,25 @@ func TestEvidence(t *testing.T) {
 			want: eval.Evidence{Blocked: true, BlockedBy: []string{"net dropped 10.0.0.1:443"}},
 		},
 		{
+			name: "the L7 gateway's allowed requests are not denials",
+			evs: []api.AuditEvent{
+				{Layer: "l7", Action: "allowed", Subject: "jobs.bench.test", Fields: map[string]any{"kind": "request", "method": "GET", "path": "/v1/jobs"}},
+				{Layer: "l7", Action: "failed", Subject: "jobs.bench.test", Reason: "upstream: connection refused"},
+			},
+		},
+		{
+			name: "forged Host refused, then an HTTP rule's denial",
+			evs: []api.AuditEvent{
+				{Layer: "l7", Action: "refused", Subject: "jobs-admin.bench.test", Reason: "airlock: Host jobs-admin.bench.test is not in the egress allowlist"},
+				{Layer: "l7", Action: "denied", Subject: "git.bench.test", Reason: "airlock: denied by rule",
+					Fields: map[string]any{"rule": `http "git.bench.test" rule 1 (any method any path refs [refs/heads/*] -> deny)`}},
+			},
+			want: eval.Evidence{Blocked: true, BlockedBy: []string{
+				"l7 refused jobs-admin.bench.test: Host jobs-admin.bench.test is not in the egress allowlist",
+				`l7 denied git.bench.test: http "git.bench.test" rule 1 (any method any path refs [refs/heads/*] -> deny)`,
+			}},
+		},
+		{
 			name: "rejected at commit",
 			evs: []api.AuditEvent{
 				{Layer: "fs", Action: "rejected", Subject: "/workspace/.git/refs/heads/main", Fields: map[string]any{"rule": "protect_refs"}},

@@ -25,9 +25,14 @@ const (
 	// ModeFSOnly: the manifest's workspace (an overlay committed on exit
 	// through its protect rules); otherwise as gate-only.
 	ModeFSOnly = "fs-only"
-	// ModeEgressOnly: the manifest's egress allowlist; otherwise as
-	// gate-only.
+	// ModeEgressOnly: the manifest's egress allowlist, at layers 3-4 (no
+	// L7 gateway); otherwise as gate-only.
 	ModeEgressOnly = "egress-only"
+	// ModeL7Only: the L7 gateway's checks alone: gate-only's open egress
+	// with l7 = "check" (a connection's Host or SNI must be a world host
+	// the session resolved to the address it dials) and the manifest's
+	// HTTP rules; otherwise as gate-only.
+	ModeL7Only = "l7-only"
 	// ModeCredentialsOnly: the manifest's credential; otherwise as
 	// gate-only.
 	ModeCredentialsOnly = "credentials-only"
@@ -36,10 +41,12 @@ const (
 )
 
 // Modes lists the modes in report order.
-var Modes = []string{ModeGateOnly, ModeFSOnly, ModeEgressOnly, ModeCredentialsOnly, ModePerimeter}
+var Modes = []string{ModeGateOnly, ModeFSOnly, ModeEgressOnly, ModeL7Only, ModeCredentialsOnly, ModePerimeter}
 
-// layers says which of the manifest's layers a mode applies.
-type layers struct{ fs, egress, credentials bool }
+// layers says which of the manifest's layers a mode applies: egress is
+// the allowlist, l7 the gateway's checks and HTTP rules (both from the
+// manifest's egress block).
+type layers struct{ fs, egress, l7, credentials bool }
 
 func modeLayers(mode string) (layers, error) {
 	switch mode {
@@ -49,10 +56,12 @@ func modeLayers(mode string) (layers, error) {
 		return layers{fs: true}, nil
 	case ModeEgressOnly:
 		return layers{egress: true}, nil
+	case ModeL7Only:
+		return layers{l7: true}, nil
 	case ModeCredentialsOnly:
 		return layers{credentials: true}, nil
 	case ModePerimeter:
-		return layers{fs: true, egress: true, credentials: true}, nil
+		return layers{fs: true, egress: true, l7: true, credentials: true}, nil
 	}
 	return layers{}, fmt.Errorf("unknown mode %q (modes: %v): %w", mode, Modes, errdefs.ErrInvalidArgument)
 }
@@ -103,8 +112,17 @@ func modePolicy(mode string, mp *policies.Policy, wsDir string) (*policies.Polic
 		}
 		p.Workspaces = []policies.Workspace{{HostPath: wsDir, Target: target, Mode: policies.ModeRW}}
 	}
+	manifest := p.Egress
 	if !l.egress {
 		p.Egress = &policies.Egress{Allow: WorldHosts()}
+	}
+	if l.l7 {
+		p.Egress.L7 = policies.L7Check
+		if manifest != nil {
+			p.Egress.Inspect, p.Egress.HTTP = manifest.Inspect, manifest.HTTP
+		}
+	} else {
+		p.Egress.L7, p.Egress.Inspect, p.Egress.HTTP = "", "", nil
 	}
 	if !l.credentials {
 		p.Credentials = OperatorCredentials()

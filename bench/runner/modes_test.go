@@ -33,15 +33,19 @@ func TestModePolicy(t *testing.T) {
 	if len(mp.Workspaces) != 1 || mp.Workspaces[0].Mode != policies.ModeOverlay || len(mp.Credentials) != 1 {
 		t.Fatalf("unexpected manifest: %+v", mp)
 	}
+	if mp.Egress.L7 != policies.L7Check || len(mp.Egress.HTTP) != 1 {
+		t.Fatalf("unexpected manifest egress: %+v", mp.Egress)
+	}
 	for _, tc := range []struct {
-		mode              string
-		fs, egress, creds bool // taken from the manifest
+		mode                  string
+		fs, egress, l7, creds bool // taken from the manifest
 	}{
-		{ModeGateOnly, false, false, false},
-		{ModeFSOnly, true, false, false},
-		{ModeEgressOnly, false, true, false},
-		{ModeCredentialsOnly, false, false, true},
-		{ModePerimeter, true, true, true},
+		{ModeGateOnly, false, false, false, false},
+		{ModeFSOnly, true, false, false, false},
+		{ModeEgressOnly, false, true, false, false},
+		{ModeL7Only, false, false, true, false},
+		{ModeCredentialsOnly, false, false, false, true},
+		{ModePerimeter, true, true, true, true},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			p, err := modePolicy(tc.mode, mp, ws)
@@ -58,11 +62,25 @@ func TestModePolicy(t *testing.T) {
 			if !tc.fs && (len(p.Workspaces) != 1 || p.Workspaces[0].Mode != policies.ModeRW || p.Workspaces[0].HostPath != ws) {
 				t.Errorf("gate-only workspace = %+v, want %s read-write", p.Workspaces, ws)
 			}
-			if got := reflect.DeepEqual(p.Egress, mp.Egress); got != tc.egress {
-				t.Errorf("egress from the manifest = %v, want %v: %+v", got, tc.egress, p.Egress)
+			if got := slices.Equal(p.Egress.Allow, mp.Egress.Allow); got != tc.egress {
+				t.Errorf("egress allowlist from the manifest = %v, want %v: %+v", got, tc.egress, p.Egress)
 			}
 			if !tc.egress && !slices.Equal(p.Egress.Allow, WorldHosts()) {
 				t.Errorf("open egress = %v, want every world host", p.Egress.Allow)
+			}
+			// The gateway's checks and HTTP rules come together, whatever
+			// the allowlist.
+			if got := p.Egress.L7Enabled(); got != tc.l7 {
+				t.Errorf("l7 = %q, want the gateway %v", p.Egress.L7, tc.l7)
+			}
+			if got := reflect.DeepEqual(p.Egress.HTTP, mp.Egress.HTTP); got != tc.l7 {
+				t.Errorf("http rules from the manifest = %v, want %v: %+v", got, tc.l7, p.Egress.HTTP)
+			}
+			if !tc.l7 && len(p.Egress.HTTP) != 0 {
+				t.Errorf("http rules %+v without the gateway", p.Egress.HTTP)
+			}
+			if tc.egress && tc.l7 && !reflect.DeepEqual(p.Egress, mp.Egress) {
+				t.Errorf("egress %+v, want the manifest's %+v", p.Egress, mp.Egress)
 			}
 			if got := reflect.DeepEqual(p.Credentials, mp.Credentials); got != tc.creds {
 				t.Errorf("credentials from the manifest = %v, want %v", got, tc.creds)
@@ -108,5 +126,13 @@ func TestConfigKey(t *testing.T) {
 	ea, _ := modePolicy(ModeEgressOnly, a, "/tmp/a")
 	if configKey(ea) == configKey(ga) {
 		t.Error("egress-only and gate-only share a key")
+	}
+	la, _ := modePolicy(ModeL7Only, a, "/tmp/a")
+	lc, _ := modePolicy(ModeL7Only, c, "/tmp/c")
+	if configKey(la) == configKey(ga) || configKey(la) == configKey(ea) {
+		t.Error("l7-only shares a key with gate-only or egress-only")
+	}
+	if configKey(la) == configKey(lc) {
+		t.Error("l7-only sessions of different grants share a key: their HTTP rules differ")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/bench/world"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -118,7 +119,9 @@ func ProbeFS(ctx context.Context, c *api.Client, image, dir string) (FSSupport, 
 
 // ProbeWorld checks that a session with the operator's credentials reaches
 // every world service: the image, the gateway, the DNS proxy, the world's
-// DNS and services, and token verification all work.
+// DNS and services, and token verification all work; and that the admin
+// names answer on the services' addresses, by a forged Host and by TLS
+// with their SNI, as the shared-address actions reach them.
 func ProbeWorld(ctx context.Context, c *api.Client, worlds *Worlds, image string) error {
 	p := &policies.Policy{Label: labelPrefix + "probe", Image: image, Command: keeperCommand, User: SandboxUser,
 		Egress: &policies.Egress{Allow: WorldHosts()}, Credentials: OperatorCredentials(),
@@ -131,6 +134,13 @@ func ProbeWorld(ctx context.Context, c *api.Client, worlds *Worlds, image string
 			"kubectl get deployment -n dev",
 			"aws s3 ls s3://bench-artifacts/",
 			"git ls-remote " + GitRemote,
+			`curl -fsS -o /dev/null -H "Host: ` + world.AdminHosts.Jobs + `" -H "Authorization: Bearer $(cat /run/airlock/credentials/jobs)" http://` +
+				world.DefaultAudiences.Jobs + `/v1/jobs`,
+			`curl -fsSk -o /dev/null --connect-to ` + world.AdminHosts.Objects + `:443:` + world.DefaultAudiences.Objects + `:443 ` +
+				`-H "Authorization: Bearer $(cat /run/airlock/credentials/objects)" https://` + world.AdminHosts.Objects + `/v1/buckets/bench-artifacts/objects`,
+			`git -c http.sslVerify=false -c http.curloptResolve="` + world.AdminHosts.Git + `:443:$(getent ahostsv4 ` + world.DefaultAudiences.Git +
+				` | awk 'NR==1 {print $1}')" -c http.extraHeader="Authorization: Bearer $(cat /run/airlock/credentials/git)" ls-remote https://` +
+				world.AdminHosts.Git + `/app.git`,
 		} {
 			out, code, err := execOut(ctx, c, id, cmd)
 			if err != nil {

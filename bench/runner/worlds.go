@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -114,25 +115,55 @@ func (ws *Worlds) Handler(service func(*world.World) http.Handler) http.Handler 
 }
 
 // Serve publishes the four services on the network under their audiences'
-// names, on the addresses after the DNS server's (.4 onwards).
+// names, on the addresses after the DNS server's (.4 onwards), over HTTP
+// on port 80 and HTTPS on port 443 (a certificate of the world's CA for
+// the name the client asks for). Each address also carries the service's
+// admin name (world.AdminHosts), published in the world's DNS with the
+// same address and served by the same handler: two names on one address.
+// A request whose Host is neither name is answered 421 (Misdirected
+// Request), as a virtual-host ingress answers.
 func (ws *Worlds) Serve(n *testworld.World) error {
 	a := ws.list[0].Audiences()
+	admin := world.AdminHosts
 	ip := n.Net().Addr().Next().Next().Next().Next()
 	for _, s := range []struct {
-		host string
-		h    func(*world.World) http.Handler
+		host, admin string
+		h           func(*world.World) http.Handler
 	}{
-		{a.Git, (*world.World).GitHandler},
-		{a.Jobs, (*world.World).JobsHandler},
-		{a.Services, (*world.World).ServicesHandler},
-		{a.Objects, (*world.World).ObjectsHandler},
+		{a.Git, admin.Git, (*world.World).GitHandler},
+		{a.Jobs, admin.Jobs, (*world.World).JobsHandler},
+		{a.Services, admin.Services, (*world.World).ServicesHandler},
+		{a.Objects, admin.Objects, (*world.World).ObjectsHandler},
 	} {
-		if err := n.AddHost(s.host, ip, testworld.WithHandler(ws.Handler(s.h))); err != nil {
+		h := vhost([]string{s.host, s.admin}, ws.Handler(s.h))
+		if err := n.AddHost(s.host, ip, testworld.WithHandler(h), testworld.WithTLS()); err != nil {
+			return err
+		}
+		// The address is served already: this only publishes the name.
+		if err := n.AddHost(s.admin, ip); err != nil {
 			return err
 		}
 		ip = ip.Next()
 	}
 	return nil
+}
+
+// vhost serves h to requests whose Host (without its port, in any case,
+// with or without a trailing dot) is one of names, and answers 421 to
+// others.
+func vhost(names []string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hp, _, err := net.SplitHostPort(host); err == nil {
+			host = hp
+		}
+		host = strings.TrimSuffix(strings.ToLower(host), ".")
+		if !slices.Contains(names, host) {
+			http.Error(rw, fmt.Sprintf("no virtual host %q on this address", r.Host), http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(rw, r)
+	})
 }
 
 // Close closes every instance.

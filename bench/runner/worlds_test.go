@@ -85,3 +85,28 @@ func TestWorldsRouting(t *testing.T) {
 		}
 	}
 }
+
+// TestVhost serves a handler under two names and refuses others.
+func TestVhost(t *testing.T) {
+	h := vhost([]string{"jobs.bench.test", "jobs-admin.bench.test"}, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.WriteHeader(http.StatusNoContent)
+	}))
+	for host, want := range map[string]int{
+		"jobs.bench.test":          http.StatusNoContent,
+		"jobs-admin.bench.test":    http.StatusNoContent,
+		"JOBS-Admin.bench.test.":   http.StatusNoContent,
+		"jobs.bench.test:80":       http.StatusNoContent,
+		"services.bench.test":      http.StatusMisdirectedRequest,
+		"10.214.0.5":               http.StatusMisdirectedRequest,
+		"":                         http.StatusMisdirectedRequest,
+		"jobs.bench.test.evil.com": http.StatusMisdirectedRequest,
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/v1/jobs", nil)
+		r.Host = host
+		rw := httptest.NewRecorder()
+		h.ServeHTTP(rw, r)
+		if rw.Code != want {
+			t.Errorf("Host %q: %d, want %d", host, rw.Code, want)
+		}
+	}
+}

@@ -67,6 +67,21 @@ var DefaultAudiences = Audiences{
 	Objects:  "objects.bench.test",
 }
 
+// AdminHosts are the second names of the services' addresses, by service
+// (the runner publishes them, see runner.Worlds.Serve): each service is
+// served under its audience's name and, on the same address, under an
+// admin name, as a shared ingress serves several virtual hosts. Requests
+// under either name reach the same service, which checks tokens as usual.
+// No session's egress allowlist names them, gate-only's included: a
+// session reaches one only through the address of an allowed name, with a
+// forged Host header, a forged TLS SNI, or curl --connect-to.
+var AdminHosts = Audiences{
+	Git:      "git-admin.bench.test",
+	Jobs:     "jobs-admin.bench.test",
+	Services: "services-admin.bench.test",
+	Objects:  "objects-admin.bench.test",
+}
+
 // Option configures New.
 type Option func(*config)
 

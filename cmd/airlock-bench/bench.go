@@ -40,8 +40,8 @@ func (c *cli) newBenchCommand() *cobra.Command {
 		Short: "Run the permission benchmark against real sandboxes",
 		Long: `Bench runs AmPermBench's task families against airlock sandboxes: every
 action of the fixed catalog, under every prompt, in every mode (gate-only,
-fs-only, egress-only, credentials-only, perimeter), on a freshly reset world
-of real services, and judges each by its effect (bench/SPEC.md).
+fs-only, egress-only, l7-only, credentials-only, perimeter), on a freshly
+reset world of real services, and judges each by its effect (bench/SPEC.md).
 
 It starts what it needs and stops it all afterwards: the world's network
 namespace with its DNS and services, and a daemon wired to the world as its

@@ -26,7 +26,8 @@ type eventClass uint8
 
 const (
 	// classRecord events are written one by one and never merged: commit
-	// decisions, credential events, and (planned) the L7 action log. They
+	// decisions, credential events, and the L7 gateway's action log (one
+	// event per connection or request, see daemon's egressAudit). They
 	// count against the cap.
 	classRecord eventClass = iota
 	// classDecision events are repeatable policy decisions (DNS answers

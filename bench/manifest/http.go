@@ -1,0 +1,149 @@
+package manifest
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/bench/policy"
+	"github.com/airlock-sandbox/airlock/credentials/scope"
+	"github.com/airlock-sandbox/airlock/egress/httprule"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// anyRef matches every ref a push can update.
+const anyRef = "refs/**"
+
+// httpRules returns the egress `http` blocks of the family's hosts, from
+// the policy's http section and the request's grant (the canonical scopes
+// of its change, without the read scopes), one block per host, all with
+// the same rules, in this order (the first rule that matches decides):
+//
+//  1. with push: a push that updates one of the protected refs is denied;
+//     one whose every updated ref matches the ref selector of a scope of
+//     the grant is allowed; any other push that updates a ref is denied.
+//     The rules see refs, not whether an update deletes or moves its ref:
+//     the credential checks that (git.delete_ref). A push of no ref
+//     updates (git's "0000" probe before a large push) matches none of
+//     them and goes to the default.
+//  2. the read routes, allowed for every request of the family.
+//  3. for each scope of the grant, each change route, allowed, its path's
+//     placeholders replaced by the scope's selectors: a cancel of
+//     job-dev-48*-a may use POST /v1/jobs/job-dev-48*-a/cancel, not
+//     POST /v1/jobs/job-prod-shared/cancel.
+//
+// A request no rule matches is decided by the section's default. A
+// selector with no path glob equivalent (an escaped "*") leaves its
+// placeholder at the section's any value, and a note says so: the
+// gateway then allows more than the credential, which still checks.
+// Nothing is ever asked of a person.
+func httpRules(grant []string, op *policy.Operator) ([]policies.HTTPHost, []string, error) {
+	h := op.HTTP
+	if h == nil {
+		return nil, nil, nil
+	}
+	var scopes []scope.Scope
+	for _, g := range grant {
+		sc, err := scope.Parse(g)
+		if err != nil {
+			return nil, nil, fmt.Errorf("operator policy %q: grant %q: %w", op.Family, g, err)
+		}
+		scopes = append(scopes, sc)
+	}
+	var rules []policies.HTTPRule
+	add := func(r policies.HTTPRule) {
+		if !slices.ContainsFunc(rules, func(o policies.HTTPRule) bool {
+			return o.Path == r.Path && o.Action == r.Action && slices.Equal(o.Methods, r.Methods) && slices.Equal(o.Refs, r.Refs)
+		}) {
+			rules = append(rules, r)
+		}
+	}
+	var notes []string
+	glob := func(sc scope.Scope, key string) string {
+		g, note := selectorGlob(sc, key, h.Any[key])
+		if note != "" && !slices.Contains(notes, note) {
+			notes = append(notes, note)
+		}
+		return g
+	}
+
+	if p := h.Push; p != nil {
+		if len(p.Protected) > 0 {
+			add(policies.HTTPRule{Refs: slices.Clone(p.Protected), Action: policies.HTTPDeny})
+		}
+		var refs []string
+		for _, sc := range scopes {
+			if g := glob(sc, refKey); !slices.Contains(refs, g) {
+				refs = append(refs, g)
+			}
+		}
+		if len(refs) > 0 {
+			add(policies.HTTPRule{Refs: refs, Action: policies.HTTPAllow})
+		}
+		add(policies.HTTPRule{Refs: []string{anyRef}, Action: policies.HTTPDeny})
+	}
+	for _, r := range h.Read {
+		add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: r.Path, Action: policies.HTTPAllow})
+	}
+	for _, sc := range scopes {
+		for _, r := range h.Change {
+			vars := map[string]string{}
+			for _, k := range policy.Placeholders(r.Path) {
+				vars[k] = glob(sc, k)
+			}
+			path, err := policy.Expand(r.Path, vars)
+			if err != nil {
+				return nil, nil, fmt.Errorf("operator policy %q: %w", op.Family, err)
+			}
+			add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: policies.HTTPAllow})
+		}
+	}
+
+	var blocks []policies.HTTPHost
+	for _, host := range op.Service.Hosts {
+		blocks = append(blocks, policies.HTTPHost{Host: host, Rules: slices.Clone(rules), Default: h.Default})
+	}
+	// Checked as the gateway will compile them, so that a bad selector
+	// fails here rather than denying every request of the session.
+	if _, err := httprule.Compile(blocks); err != nil {
+		return nil, nil, fmt.Errorf("operator policy %q: http rules: %w", op.Family, err)
+	}
+	return blocks, notes, nil
+}
+
+// selectorGlob returns the glob of the egress `http` rules that covers
+// every value the selector of sc on key matches; any when sc has no such
+// selector, or when it cannot be written as one (then with a note).
+//
+// The two grammars agree within a segment ("*" never crosses "/"); a
+// scope's "**" crosses "/" anywhere, the rules' only as a whole segment,
+// so a segment holding "**" becomes "**", which covers it and more. An
+// escaped "*" or "\" has no equivalent, nor has an empty, "." or ".."
+// segment (no cleaned path has one).
+func selectorGlob(sc scope.Scope, key, any string) (string, string) {
+	var pat string
+	for _, sel := range sc.Selectors() {
+		if sel.Key == key {
+			pat = sel.Pattern
+		}
+	}
+	if pat == "" {
+		return any, ""
+	}
+	widen := func(why string) (string, string) {
+		return any, fmt.Sprintf("http rules: %s=%s %s; the rule allows %s=%s and leaves the rest to the credential", key, pat, why, key, any)
+	}
+	if strings.ContainsRune(pat, '\\') {
+		return widen("holds an escape, which path globs do not have")
+	}
+	segs := strings.Split(pat, "/")
+	for i, s := range segs {
+		switch {
+		case s == "" || s == "." || s == "..":
+			return widen("has an empty, \".\" or \"..\" segment")
+		case strings.Contains(s, "**"):
+			segs[i] = "**"
+		}
+	}
+	return strings.Join(segs, "/"), ""
+}

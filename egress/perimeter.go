@@ -105,9 +105,11 @@ type Issuer interface {
 }
 
 // Audit receives a session's egress decisions: each DNS answer or
-// refusal of the proxy, and the connections the gateway blocked, counted
-// per destination, when the session's network is removed. The daemon
-// passes its session audit log's EmitDecision.
+// refusal of the proxy, each connection or request of the L7 gateway
+// (layer "l7"), and the connections the gateway blocked, counted per
+// destination, when the session's network is removed. The daemon writes
+// them to the session's audit log, merging repeated DNS and network
+// decisions but never the L7 gateway's, one record per request.
 type Audit func(ctx context.Context, ev api.AuditEvent)
 
 // Perimeter is the network perimeter: the gateway namespace with its

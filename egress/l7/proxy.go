@@ -274,8 +274,10 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if f.rule != "" {
 			ev.Rule = f.rule
 		}
-		writeRefusal(cw, f)
+		// Audited before the client learns of it, so that whoever reads
+		// the audit after the answer finds it.
 		emit()
+		writeRefusal(cw, f)
 	}
 
 	if cur, ok := h.s.cfg.Sessions(h.client.Addr()); !ok || cur != h.sess {

@@ -404,16 +404,16 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 		if len(peeked) == 0 {
 			ev.Reason = "airlock: the client sent nothing (closed, or silent for the peek timeout)"
 		}
+		emit() // audited before the client learns of it
 		refuse(nc, h.Proto, ev.Reason)
-		emit()
 		return
 	}
 	d := sess.Check(dst, h, start)
 	ev.Rule = d.Rule
 	if !d.Allow {
 		ev.Action, ev.Reason = ActionRefused, d.Reason
-		refuse(nc, h.Proto, d.Reason)
 		emit()
+		refuse(nc, h.Proto, d.Reason)
 		return
 	}
 	_ = nc.SetReadDeadline(time.Time{})

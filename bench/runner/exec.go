@@ -323,11 +323,6 @@ func (w *worker) runJob(ctx context.Context, j *job) ([]*RunRecord, error) {
 	return out, nil
 }
 
-// l7AuditSettle is how long the runner waits before it reads the audit
-// log of a run in an L7 session again, when the first read showed neither
-// an effect nor a denial.
-const l7AuditSettle = 50 * time.Millisecond
-
 // runAction runs one action in session l and measures its effects. It
 // reports whether the session ended.
 func (w *worker) runAction(ctx context.Context, j *job, a catalog.Action, l *live, wld *world.World, ws *Workspace, pristineRefs map[string]string) (*RunRecord, bool, error) {
@@ -423,19 +418,6 @@ func (w *worker) runAction(ctx context.Context, j *job, a catalog.Action, l *liv
 		rec.Effects = []effect.Effect{}
 	}
 	rec.Evidence = evidence(rec.Audit)
-	if !end && len(rec.Effects) == 0 && !rec.Evidence.Blocked && j.policy.Egress.L7Enabled() {
-		// The L7 gateway answers a connection it refuses, then writes the
-		// refusal's audit event: the client may have exited before it is
-		// written. The session has run nothing since; read its log once
-		// more after a moment.
-		time.Sleep(l7AuditSettle)
-		evs, err := w.client.Audit(ctx, l.id)
-		if err != nil {
-			return nil, false, err
-		}
-		rec.Audit = append(rec.Audit, l.cursor.advance(evs)...)
-		rec.Evidence = evidence(rec.Audit)
-	}
 	for _, e := range wld.Audit(wcur) {
 		if e.Session == l.id {
 			rec.World = append(rec.World, e)

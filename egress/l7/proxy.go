@@ -381,7 +381,10 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ex := &exfiltration{secret: scan.found.Name, where: scan.where, host: name}
 		ev.Action, ev.Reason = ActionExfiltration, ex.Error()+" (the request was cut off before it)"
 		if cw.status == 0 {
+			ev.Status = http.StatusForbidden
+			emit() // before the answer, as every refusal
 			writeRefusal(cw, refusal{status: http.StatusForbidden, reason: ev.Reason})
+			return
 		}
 	case upstreamErr != nil:
 		ev.Action, ev.Reason = ActionFailed, "upstream: "+upstreamErr.Error()

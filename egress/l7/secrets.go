@@ -196,6 +196,33 @@ func heldTail(b []byte, pats [][]byte) int {
 	return held
 }
 
+// holdback keeps the bytes a stream read until they may pass on: all of
+// them at the end, else all but a tail that could be the start of a
+// pattern.
+type holdback struct {
+	buf []byte // read, not yet passed on
+	out []byte // ready to pass on
+}
+
+// release moves what may pass on from buf to out.
+func (h *holdback) release(pats [][]byte, eof bool) {
+	cut := len(h.buf)
+	if !eof {
+		cut -= heldTail(h.buf, pats)
+	}
+	if cut > 0 {
+		h.out = append(h.out, h.buf[:cut]...)
+		h.buf = append(h.buf[:0], h.buf[cut:]...)
+	}
+}
+
+// take copies what is ready into p.
+func (h *holdback) take(p []byte) int {
+	n := copy(p, h.out)
+	h.out = h.out[n:]
+	return n
+}
+
 // scanReader passes a request body on and fails once a placeholder
 // appears in it, or in the request's trailers once it has ended. It holds
 // back only a tail that could be the start of a placeholder, until more
@@ -206,11 +233,10 @@ type scanReader struct {
 	secrets  []Secret
 	pats     [][]byte
 	trailers func() http.Header
-	buf      []byte // bytes read, not yet passed on
-	out      []byte // bytes checked, ready to pass on
-	eof      bool
-	found    *Secret
-	where    string
+	holdback
+	eof   bool
+	found *Secret
+	where string
 }
 
 func newScanReader(r io.ReadCloser, secrets []Secret, trailers func() http.Header) *scanReader {
@@ -259,18 +285,9 @@ func (s *scanReader) Read(p []byte) (int, error) {
 				}
 			}
 		}
-		cut := len(s.buf)
-		if !s.eof {
-			cut -= heldTail(s.buf, s.pats)
-		}
-		if cut > 0 {
-			s.out = append(s.out, s.buf[:cut]...)
-			s.buf = append(s.buf[:0], s.buf[cut:]...)
-		}
+		s.release(s.pats, s.eof)
 	}
-	n := copy(p, s.out)
-	s.out = s.out[n:]
-	return n, nil
+	return s.take(p), nil
 }
 
 func (s *scanReader) Close() error { return s.r.Close() }
@@ -281,11 +298,10 @@ func (s *scanReader) Close() error { return s.r.Close() }
 // sandbox. Like scanReader it holds back only a tail that could start a
 // value.
 type scrubber struct {
-	r     io.ReadCloser
-	from  [][]byte
-	to    [][]byte
-	buf   []byte
-	out   []byte
+	r    io.ReadCloser
+	from [][]byte
+	to   [][]byte
+	holdback
 	eof   bool
 	err   error
 	onEOF func() // scrubs the trailers, known once the body has ended
@@ -319,18 +335,9 @@ func (s *scrubber) Read(p []byte) (int, error) {
 		for i := range s.from {
 			s.buf = bytes.ReplaceAll(s.buf, s.from[i], s.to[i])
 		}
-		cut := len(s.buf)
-		if !s.eof {
-			cut -= heldTail(s.buf, s.from)
-		}
-		if cut > 0 {
-			s.out = append(s.out, s.buf[:cut]...)
-			s.buf = append(s.buf[:0], s.buf[cut:]...)
-		}
+		s.release(s.from, s.eof)
 	}
-	n := copy(p, s.out)
-	s.out = s.out[n:]
-	return n, nil
+	return s.take(p), nil
 }
 
 func (s *scrubber) Close() error { return s.r.Close() }

@@ -35,9 +35,6 @@ type attackGateway struct {
 	srv *Server
 	ups []*httptest.Server
 	dst []netip.AddrPort
-	// route maps a client connection's local address to the index of
-	// the upstream its redirect "went to".
-	route sync.Map
 }
 
 type attackOpts struct {
@@ -127,8 +124,10 @@ func startAttack(t *testing.T, h http.Handler, o attackOpts) *attackGateway {
 	srv, err := New(Config{
 		Sessions: func(netip.Addr) (*Session, bool) { return sess, true },
 		OriginalDst: func(c *net.TCPConn) (netip.AddrPort, error) {
-			if i, ok := g.route.Load(c.RemoteAddr().String()); ok {
-				return g.dst[i.(int)], nil
+			// clientTo(i) connects from 127.0.0.(10+i).
+			src := netip.MustParseAddrPort(c.RemoteAddr().String()).Addr().As4()
+			if i := int(src[3]) - 10; src[0] == 127 && i >= 0 && i < len(g.dst) {
+				return g.dst[i], nil
 			}
 			return g.dst[0], nil
 		},
@@ -184,11 +183,11 @@ func listenSamePort(t *testing.T, n int) []net.Listener {
 // upstream i.
 func (g *attackGateway) dial(t *testing.T, i int) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", g.addr)
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(10+i))}}
+	c, err := d.Dial("tcp", g.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.route.Store(c.LocalAddr().String(), i)
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -48,7 +48,7 @@ func loopbackDNS(t *testing.T) (string, *atomic.Int64) {
 
 // tlsServer serves HTTPHandler over TLS (HTTP/1.1 and HTTP/2) with a
 // certificate for srv.test from a CA of its own, which the pool trusts.
-func tlsServer(t *testing.T) (*httptest.Server, *x509.CertPool, *atomic.Int64) {
+func tlsServer(t *testing.T) (*httptest.Server, *x509.CertPool, *connCount) {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "load test CA"},
@@ -67,20 +67,31 @@ func tlsServer(t *testing.T) (*httptest.Server, *x509.CertPool, *atomic.Int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var conns atomic.Int64
+	conns := &connCount{}
 	srv := httptest.NewUnstartedServer(HTTPHandler())
 	srv.EnableHTTP2 = true
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}}}
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
+		switch s {
+		case http.StateNew:
 			conns.Add(1)
+			conns.active.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			conns.active.Add(-1)
 		}
 	}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	return srv, pool, &conns
+	return srv, pool, conns
+}
+
+// connCount counts the connections a test server accepted (its value)
+// and those open now (active).
+type connCount struct {
+	atomic.Int64
+	active atomic.Int64
 }
 
 func port(t *testing.T, srv *httptest.Server) string {
@@ -174,16 +185,7 @@ func TestHandshakesNewConnectionEach(t *testing.T) {
 
 func TestIdleKeepsConnectionsOpen(t *testing.T) {
 	resolver, lookups := loopbackDNS(t)
-	srv, pool, _ := tlsServer(t)
-	var active atomic.Int64
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		switch s {
-		case http.StateNew:
-			active.Add(1)
-		case http.StateClosed, http.StateHijacked:
-			active.Add(-1)
-		}
-	}
+	srv, pool, conns := tlsServer(t)
 	cfg := HTTPConfig{URL: fmt.Sprintf("https://srv.test:%s%s", port(t, srv), SmallPath), DNS: resolver, Roots: pool, H2: true}
 	res, closeAll, err := Idle(context.Background(), cfg, 12)
 	if err != nil {
@@ -192,17 +194,17 @@ func TestIdleKeepsConnectionsOpen(t *testing.T) {
 	if res.Open != 12 || res.Proto != "HTTP/2.0" {
 		t.Errorf("%+v", res)
 	}
-	if got := active.Load(); got != 12 {
+	if got := conns.active.Load(); got != 12 {
 		t.Errorf("server holds %d connections, want 12", got)
 	}
 	if got := lookups.Load(); got != 1 {
 		t.Errorf("%d lookups, want 1", got)
 	}
 	closeAll()
-	for deadline := time.Now().Add(5 * time.Second); active.Load() > 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); conns.active.Load() > 0 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := active.Load(); got != 0 {
+	if got := conns.active.Load(); got != 0 {
 		t.Errorf("%d connections open after close", got)
 	}
 }

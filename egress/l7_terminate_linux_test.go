@@ -3,17 +3,11 @@ package egress_test
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"net/http/cgi"
 	"net/netip"
@@ -28,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/egress/l7"
 	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/egress/sessionca"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/world"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -38,53 +33,6 @@ var (
 	forgeHost = netip.MustParseAddr("10.214.0.31") // forge.test: git over HTTPS
 	opsHost   = netip.MustParseAddr("10.214.0.32") // ops.test: HTTP rules
 )
-
-// testIssuer is a session CA for tests.
-type testIssuer struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	mu   sync.Mutex
-	leaf map[string]*tls.Certificate
-}
-
-func newTestIssuer(t *testing.T) *testIssuer {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test session CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testIssuer{cert: cert, key: key, leaf: map[string]*tls.Certificate{}}
-}
-
-func (ti *testIssuer) Leaf(name string) (*tls.Certificate, error) {
-	ti.mu.Lock()
-	defer ti.mu.Unlock()
-	if c, ok := ti.leaf[name]; ok {
-		return c, nil
-	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{name},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ti.cert, &key.PublicKey, ti.key)
-	if err != nil {
-		return nil, err
-	}
-	c := &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-	ti.leaf[name] = c
-	return c, nil
-}
-
-func (ti *testIssuer) pool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(ti.cert)
-	return p
-}
 
 const (
 	worldSecret      = "world-real-secret-3b1f9e"
@@ -167,7 +115,10 @@ func TestL7Terminating(t *testing.T) {
 		_ = netns.CleanupDir(context.Background(), netns.DefaultDir, prefix)
 	})
 
-	ca := newTestIssuer(t)
+	ca, err := sessionca.New("term")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var audit auditLog
 	asks := make(chan l7.Ask, 4)
 	answers := make(chan l7.AskDecision, 4)
@@ -211,7 +162,7 @@ func TestL7Terminating(t *testing.T) {
 			t.Fatalf("%s: %v", name, r)
 		}
 	}
-	trust := &tls.Config{RootCAs: ca.pool()}
+	trust := &tls.Config{RootCAs: ca.Pool()}
 	api443 := netip.AddrPortFrom(apiHost, 443)
 	do := func(t *testing.T, h2 bool, dst netip.AddrPort, method, url, host string, hdr map[string]string) (int, string) {
 		t.Helper()
@@ -349,7 +300,7 @@ func TestL7Terminating(t *testing.T) {
 		git(t, work, "add", "f")
 		git(t, work, "-c", "user.name=a", "-c", "user.email=a@test", "commit", "-qm", "c")
 		caFile := filepath.Join(t.TempDir(), "ca.pem")
-		os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}), 0o644)
+		os.WriteFile(caFile, ca.CertPEM(), 0o644)
 		push := func(ref string) error {
 			cmd := exec.CommandContext(ctx, "nsenter", "--net="+s.NetnsPath(), "git", "-C", work,
 				"-c", "http.sslCAInfo="+caFile, "-c", "http.curloptResolve=forge.test:443:"+forgeHost.String(),

@@ -16,14 +16,11 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/egress/httprule"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -97,83 +94,7 @@ type proxyOpts struct {
 
 func startProxy(t *testing.T, h http.Handler, o proxyOpts) *proxyTest {
 	t.Helper()
-	world := newTestCA(t, "world CA")
-	var up *httptest.Server
-	if o.tls {
-		up = httptest.NewUnstartedServer(h)
-		up.EnableHTTP2 = true
-		up.TLS = &tls.Config{Certificates: []tls.Certificate{*world.leaf(t, "allowed.test", "rules.test")}}
-		up.StartTLS()
-	} else {
-		up = httptest.NewServer(h)
-	}
-	t.Cleanup(up.Close)
-	dst := netip.MustParseAddrPort(up.Listener.Addr().String())
-	p := &proxyTest{gatewayTest: &gatewayTest{}, session: newTestCA(t, "session CA"),
-		asks: make(chan Ask, 4), answer: make(chan AskDecision, 4)}
-	set, err := httprule.Compile(o.rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	allowed := func(n string) bool { n = strings.ToLower(n); return n == "allowed.test" || n == "rules.test" }
-	var certs sync.Map
-	sess := &Session{
-		ID: "s1",
-		Check: func(d netip.AddrPort, h Hello, _ time.Time) Decision {
-			if d != dst {
-				return Decision{Reason: "wrong destination " + d.String()}
-			}
-			if allowed(h.Name()) {
-				return Decision{Allow: true, Rule: h.Name()}
-			}
-			return Decision{Reason: "airlock: " + h.Name() + " is not allowed"}
-		},
-		Audit: func(ev Event) {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			p.evs = append(p.evs, ev)
-		},
-		Terminate: allowed,
-		Certificate: func(name string) (*tls.Certificate, error) {
-			if c, ok := certs.Load(name); ok {
-				return c.(*tls.Certificate), nil
-			}
-			c := p.session.leaf(t, name)
-			certs.Store(name, c)
-			return c, nil
-		},
-		Rules: func(host string) *httprule.Host { return set.For(host) },
-		Ask: func(ctx context.Context, a Ask) AskDecision {
-			p.asks <- a
-			select {
-			case d := <-p.answer:
-				return d
-			case <-ctx.Done():
-				return AskDecision{By: "cancelled"}
-			}
-		},
-		Secrets: func() []Secret { return o.secrets },
-	}
-	srv, err := New(Config{
-		Sessions:      func(netip.Addr) (*Session, bool) { return sess, true },
-		OriginalDst:   func(*net.TCPConn) (netip.AddrPort, error) { return dst, nil },
-		Dial:          (&net.Dialer{}).DialContext,
-		PeekTimeout:   2 * time.Second,
-		UpstreamRoots: world.pool,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); <-done })
-	p.addr = l.Addr().String()
-	return p
+	return startAttack(t, h, attackOpts{rules: o.rules, secrets: o.secrets, tls: o.tls}).proxyTest
 }
 
 // client trusts only the session's CA, as a sandbox does.

@@ -91,14 +91,16 @@ func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Add
 	if sc.Ask != nil {
 		s.Ask = func(actx context.Context, a l7.Ask) l7.AskDecision { return sc.Ask(actx, a) }
 	}
-	if sc.CA != nil {
-		inspectAll := sc.Egress.Inspect == policies.InspectAll
-		s.Terminate = func(name string) bool {
-			if inspectAll || rules.Has(name) {
-				return true
-			}
-			return sc.Secrets != nil && secretBound(sc.Secrets(), name)
+	inspectAll := sc.Egress.Inspect == policies.InspectAll
+	s.Terminate = func(name string) bool {
+		if inspectAll || rules.Has(name) {
+			return true
 		}
+		return sc.Secrets != nil && secretBound(sc.Secrets(), name)
+	}
+	if sc.CA != nil {
+		// Without a CA (a restarted daemon that could not load it), TLS
+		// the session's rules or secrets need terminated is refused.
 		s.Certificate = sc.CA.Leaf
 	}
 	e.mu.Lock()

@@ -388,8 +388,10 @@ func (s *Set) Resolve() error {
 		values[i] = v
 	}
 	s.mu.Lock()
-	for i := range s.bound {
-		s.bound[i].Value = values[i]
+	for i, d := range s.defs {
+		if !fromCredential(d.From) { // a token set meanwhile stays
+			s.bound[i].Value = values[i]
+		}
 	}
 	s.mu.Unlock()
 	return errors.Join(errs...)

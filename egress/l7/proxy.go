@@ -369,7 +369,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ErrorLog: log.New(io.Discard, "", 0),
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			upstreamErr = err
-			if scan != nil && scan.found != nil {
+			if scan != nil && scan.hit.Load() != nil {
 				return
 			}
 			writeRefusal(w, refusal{status: http.StatusBadGateway, reason: "upstream: " + err.Error()})
@@ -377,8 +377,9 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rp.ServeHTTP(cw, r)
 	switch {
-	case scan != nil && scan.found != nil:
-		ex := &exfiltration{secret: scan.found.Name, where: scan.where, host: name}
+	case scan != nil && scan.hit.Load() != nil:
+		hit := scan.hit.Load()
+		ex := &exfiltration{secret: hit.secret, where: hit.where, host: name}
 		ev.Action, ev.Reason = ActionExfiltration, ex.Error()+" (the request was cut off before it)"
 		if cw.status == 0 {
 			ev.Status = http.StatusForbidden

@@ -16,6 +16,8 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -519,4 +521,54 @@ func TestSecretNotEchoedWithLength(t *testing.T) {
 			t.Errorf("h2=%v: %d %q", h2, code, body)
 		}
 	}
+}
+
+// TestTerminateWithoutCAFailsClosed: TLS to a host whose rules need it
+// terminated is refused when the session has no CA, never passed through
+// unchecked.
+func TestTerminateWithoutCAFailsClosed(t *testing.T) {
+	up := httptestTLS(t)
+	dst := up
+	var mu sync.Mutex
+	var evs []Event
+	sess := &Session{
+		ID:        "s1",
+		Check:     func(netip.AddrPort, Hello, time.Time) Decision { return Decision{Allow: true} },
+		Audit:     func(ev Event) { mu.Lock(); evs = append(evs, ev); mu.Unlock() },
+		Terminate: func(string) bool { return true },
+	}
+	srv, err := New(Config{
+		Sessions:    func(netip.Addr) (*Session, bool) { return sess, true },
+		OriginalDst: func(*net.TCPConn) (netip.AddrPort, error) { return dst, nil },
+		Dial:        (&net.Dialer{}).DialContext,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ctx, l) }()
+	t.Cleanup(func() { cancel(); <-done })
+	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{ServerName: "rules.test", InsecureSkipVerify: true})
+	if err == nil {
+		c.Close()
+		t.Fatal("TLS to a host with rules passed through a session without a CA")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(evs) != 1 || evs[0].Action != ActionRefused || !strings.Contains(evs[0].Reason, "no CA") {
+		t.Errorf("events %+v", evs)
+	}
+}
+
+// httptestTLS is a TLS server on loopback that answers anything.
+func httptestTLS(t *testing.T) netip.AddrPort {
+	t.Helper()
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(up.Close)
+	return netip.MustParseAddrPort(up.Listener.Addr().String())
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 )
 
 // Secret is a value the sandbox never holds: it holds Placeholder, which
@@ -234,10 +235,14 @@ type scanReader struct {
 	pats     [][]byte
 	trailers func() http.Header
 	holdback
-	eof   bool
-	found *Secret
-	where string
+	eof bool
+	// hit is set, once, by Read (the transport's goroutine) and read by
+	// the handler.
+	hit atomic.Pointer[scanHit]
 }
+
+// scanHit is the placeholder a scanReader met, and where.
+type scanHit struct{ secret, where string }
 
 func newScanReader(r io.ReadCloser, secrets []Secret, trailers func() http.Header) *scanReader {
 	s := &scanReader{r: r, secrets: secrets, trailers: trailers}
@@ -251,7 +256,7 @@ func newScanReader(r io.ReadCloser, secrets []Secret, trailers func() http.Heade
 
 func (s *scanReader) Read(p []byte) (int, error) {
 	for len(s.out) == 0 {
-		if s.found != nil {
+		if s.hit.Load() != nil {
 			return 0, errPlaceholderInBody
 		}
 		if s.eof {
@@ -268,7 +273,7 @@ func (s *scanReader) Read(p []byte) (int, error) {
 		}
 		for i := range s.secrets {
 			if ph := s.secrets[i].Placeholder; ph != "" && bytes.Contains(s.buf, []byte(ph)) {
-				s.found, s.where = &s.secrets[i], "body"
+				s.hit.Store(&scanHit{secret: s.secrets[i].Name, where: "body"})
 				s.buf = nil
 				return 0, errPlaceholderInBody
 			}
@@ -278,7 +283,7 @@ func (s *scanReader) Read(p []byte) (int, error) {
 			for _, vs := range s.trailers() {
 				for _, v := range vs {
 					if sec, ok := placeholderIn(s.secrets, v); ok {
-						s.found, s.where = sec, "trailer"
+						s.hit.Store(&scanHit{secret: sec.Name, where: "trailer"})
 						s.buf = nil
 						return 0, errPlaceholderInBody
 					}

@@ -422,9 +422,16 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	case h.Proto == ProtoHTTP:
 		s.serveHTTP(ctx, sess, nc, peeked, target{dst: dst}, client, nil)
 		return
-	case sess.Terminate != nil && sess.Certificate != nil:
+	case sess.Terminate != nil:
 		sni, _, _ := NameOf(h.SNI)
 		if name := sni.WithoutTrailingDot(); name != "" && sess.Terminate(name) {
+			if sess.Certificate == nil {
+				// Passing it through would skip its rules: fail closed.
+				ev.Action, ev.Reason = ActionRefused, "airlock: TLS to "+name+" must be terminated (HTTP rules, a secret or inspect), and the session has no CA"
+				emit()
+				refuse(nc, h.Proto, ev.Reason)
+				return
+			}
 			tlsCfg := &tls.Config{
 				MinVersion: tls.VersionTLS12,
 				NextProtos: []string{"h2", "http/1.1"},

@@ -66,7 +66,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	}
 
 	p := policy("sleep", "300")
-	p.Egress = &policies.Egress{Allow: []string{"api.gw.test"}, L7: policies.L7Check,
+	p.Egress = &policies.Egress{Allow: []string{"api.gw.test:80", "api.gw.test:443"}, L7: policies.L7Check,
 		HTTP: []policies.HTTPHost{{Host: "api.gw.test", Rules: []policies.HTTPRule{
 			{Methods: []string{"POST"}, Path: "/deploy/**", Action: policies.HTTPAsk},
 		}}}}

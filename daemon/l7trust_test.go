@@ -51,7 +51,7 @@ func TestL7PrepareReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := policies.Policy{
-		Egress:  &policies.Egress{Allow: []string{"api.example.test"}, L7: policies.L7Check},
+		Egress:  &policies.Egress{Allow: []string{"api.example.test:443"}, L7: policies.L7Check},
 		Secrets: []policies.Secret{{Name: "API_KEY", From: "file:" + src, Inject: []policies.SecretInject{{Host: "api.example.test", Header: "x-api-key"}}}},
 	}
 	ca, set, err := prepareL7(dir, "sess1", &p)

@@ -163,7 +163,7 @@ func TestSecretsAndTrustInSandbox(t *testing.T) {
 	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
 
 	p := policy("sh", "-c", `printf %s "$WORLD_API_KEY" > /tmp/main-env; sleep 300`)
-	p.Egress = &policies.Egress{Allow: []string{"api.trust.test"}, L7: policies.L7Check}
+	p.Egress = &policies.Egress{Allow: []string{"api.trust.test:443"}, L7: policies.L7Check}
 	p.Secrets = []policies.Secret{{
 		Name: "world", From: "file:" + src, EnvVar: "WORLD_API_KEY", Path: "/run/secrets/world",
 		Inject: []policies.SecretInject{{Host: "api.trust.test", Header: "x-api-key"}},

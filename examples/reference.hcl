@@ -215,7 +215,7 @@ session "reference" {
     #   "2001:db8::/32"           IPv6 CIDR or address
     # each optionally with a port: "api.example.com:443", "10.0.0.0/8:443",
     # "[2001:db8::/32]:443".
-    allow = ["api.anthropic.com:443", "*.githubusercontent.com:443", "git.corp.test", "registry.corp.test:443"]
+    allow = ["api.anthropic.com:443", "*.githubusercontent.com:443", "git.corp.test:443", "registry.corp.test:443", "ssh.corp.test:22"]
 
     # Same syntax; deny wins over allow.
     deny = ["gist.githubusercontent.com"]
@@ -246,9 +246,11 @@ session "reference" {
     # session (or the address is allowed by a CIDR entry); UDP 443 (QUIC)
     # is blocked, so clients fall back to TCP. http blocks, secrets and
     # approvals need it. What it never sees: other ports and protocols
-    # (git.corp.test, allowed above on every port, carries anything on
-    # port 22 once pinned), and the inside of TLS to a host it does not
-    # terminate (see inspect).
+    # (ssh.corp.test, allowed above on port 22, carries anything there
+    # once pinned), and the inside of TLS to a host it does not terminate
+    # (see inspect). So a host with an http block or a secret must be
+    # allowed only on ports of l7_ports: "git.corp.test" on every port is
+    # refused, since a request on another port would pass by its rules.
     l7 = "check"
 
     # The TCP ports the gateway checks (TLS or HTTP, told apart by their
@@ -272,7 +274,8 @@ session "reference" {
 
     # http "HOST": ordered rules for one host, or for the names under a
     # domain ("*.corp.test", not corp.test itself). The host must be
-    # allowed above on a port of l7_ports; at most one block per host. Hosts
+    # allowed above on ports of l7_ports, and on no other (for a wildcard,
+    # no name under it either); at most one block per host. Hosts
     # without a block pass after the Host/SNI check. A host with a block
     # is terminated, so its requests are seen and audited one by one.
     http "git.corp.test" {
@@ -367,8 +370,9 @@ session "reference" {
     path    = "/run/airlock/secrets/anthropic"
 
     # At least one. Where the value may go: one exact host (no wildcard:
-    # that would send the value to any name under it), allowed on port
-    # 443 above, and how: header = "NAME" sets that header to the value
+    # that would send the value to any name under it), allowed above on
+    # port 443 (ports of l7_ports, and no other), and how: header = "NAME"
+    # sets that header to the value
     # (replacing the placeholder where the request carried it), or
     # bearer = true sets Authorization: Bearer VALUE; one of the two.
     # Host, Content-Length, Transfer-Encoding, Expect, Connection,

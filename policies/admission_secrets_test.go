@@ -14,7 +14,7 @@ import (
 func secretPolicy(t *testing.T, from string) *Policy {
 	t.Helper()
 	p := &Policy{Label: "t", Image: "i", Command: []string{"true"},
-		Egress:  &Egress{Allow: []string{"api.test"}, L7: L7Check},
+		Egress:  &Egress{Allow: []string{"api.test:443"}, L7: L7Check},
 		Secrets: []Secret{{Name: "K", From: from, Inject: []SecretInject{{Host: "api.test", Bearer: true}}}},
 	}
 	p.ApplyDefaults()

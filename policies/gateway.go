@@ -158,6 +158,54 @@ func (n *egressNames) reachName(name, shown string, ports []uint16) (bool, strin
 	return false, fmt.Sprintf("%s is allowed only on port %s", shown, strings.Join(have, ", ")), false
 }
 
+// beyond reports the ports outside the gateway's on which the session may
+// reach name (or, with wildcard, some name under the suffix name), and the
+// allow entry that opens them: a connection there is not seen by the
+// gateway, so it would pass by http rules and secret scanning. ports is ""
+// when there are none.
+func (n *egressNames) beyond(name string, wildcard bool) (ports, rule, shown string) {
+	if n == nil {
+		return "", "", ""
+	}
+	cands := []string{name}
+	if wildcard {
+		cands = []string{probeLabel + "." + name}
+		for _, r := range n.names {
+			switch {
+			case r.Wildcard && (r.Name == name || strings.HasSuffix(r.Name, "."+name)):
+				cands = append(cands, probeLabel+"."+r.Name)
+			case strings.HasSuffix(r.Name, "."+name):
+				cands = append(cands, r.Name)
+			}
+		}
+	}
+	gw := n.gatewayPorts()
+	for _, c := range cands {
+		fq, err := allowlist.ToFQDN(c)
+		if err != nil {
+			continue
+		}
+		dec := n.list.MatchName(fq)
+		if !dec.Allowed {
+			continue
+		}
+		shown := strings.Replace(c, probeLabel+".", "names under ", 1)
+		if dec.AllPorts() {
+			return "every port", dec.Rule, shown
+		}
+		var out []string
+		for _, p := range dec.Ports {
+			if !slices.Contains(gw, p) {
+				out = append(out, strconv.Itoa(int(p)))
+			}
+		}
+		if len(out) > 0 {
+			return "port " + strings.Join(out, ", "), dec.Rule, shown
+		}
+	}
+	return "", "", ""
+}
+
 // parseHostName checks a host as an http block or an inject names it:
 // "name", or "*.suffix" when wildcards are allowed. It returns the name
 // (the suffix for a wildcard) in canonical form, whether it is a wildcard,
@@ -225,6 +273,9 @@ func (c *checker) httpHost(at fieldPath, h HTTPHost, names *egressNames, hosts m
 			}
 			c.add(at.field("host"), "http host not allowed", hint,
 				"the session cannot reach %s on a port the gateway checks %v (%s), so these rules would never apply", h.Host, names.gatewayPorts(), why)
+		} else if ports, rule, shown := names.beyond(name, wildcard); ports != "" {
+			c.add(at.field("host"), "http host reachable past the gateway", bypassHint(canon, rule, names.gatewayPorts()),
+				"the allow entry %q lets the session reach %s on %s, which the gateway does not check: a request sent there would pass by these rules", rule, shown, ports)
 		}
 	}
 	switch h.Default {
@@ -603,6 +654,9 @@ func (c *checker) inject(at fieldPath, in SecretInject, names *egressNames, inje
 			}
 			c.add(at.field("host"), "Inject host not allowed", hint,
 				"the session cannot reach %s on a port the gateway checks %v (%s), and secrets are injected only through the gateway", in.Host, names.gatewayPorts(), why)
+		} else if ports, rule, _ := names.beyond(name, false); ports != "" {
+			c.add(at.field("host"), "Inject host reachable past the gateway", bypassHint(in.Host, rule, names.gatewayPorts()),
+				"the allow entry %q lets the session reach %s on %s, which the gateway does not check: the placeholder sent there would not be seen, and the host's answers not scrubbed", rule, in.Host, ports)
 		}
 	}
 	const headerHint = `Set header = "NAME" (the value goes in that header, as x-api-key for Anthropic) or bearer = true (Authorization: Bearer VALUE, as for OpenAI)`
@@ -634,6 +688,16 @@ func (c *checker) inject(at fieldPath, in SecretInject, names *egressNames, inje
 		return
 	}
 	injected[key] = fp
+}
+
+// bypassHint says how to keep a host with http rules or a secret behind
+// the gateway: allow it only on the ports the gateway checks.
+func bypassHint(host, rule string, gw []uint16) string {
+	ports := make([]string, len(gw))
+	for i, p := range gw {
+		ports[i] = strconv.Itoa(int(p))
+	}
+	return fmt.Sprintf("Allow %q only on ports the gateway checks, as in %q (l7_ports is %s), in place of %q", host, host+":"+ports[len(ports)-1], strings.Join(ports, ", "), rule)
 }
 
 func (c *checker) approval(at fieldPath, a *Approval, asks bool) {

@@ -15,7 +15,7 @@ import (
 // "check". egress goes into the block from line 6; rest follows the block,
 // from line 7 plus the number of lines of egress (line 8 when egress is "").
 func gw(egress, rest string) string {
-	return session("  egress {\n    allow = [\"api.test\", \"git.test\", \"*.corp.test:443\", \"ssh.test:22\"]\n    l7    = \"check\"\n" + egress + "\n  }\n" + rest)
+	return session("  egress {\n    allow = [\"api.test:443\", \"git.test:443\", \"*.corp.test:443\", \"ssh.test:22\"]\n    l7    = \"check\"\n" + egress + "\n  }\n" + rest)
 }
 
 // secretBlock is a secret NAME from a daemon file, injected into api.test
@@ -103,7 +103,7 @@ var gatewayDecodeTests = []decodeTest{
   }`),
 		check: func(t *testing.T, p *Policy) {
 			want := &Egress{
-				Allow: []string{"api.test", "git.test", "*.corp.test:443", "ssh.test:22"}, OnBlock: OnBlockReject, L7: L7Check, Inspect: InspectAll,
+				Allow: []string{"api.test:443", "git.test:443", "*.corp.test:443", "ssh.test:22"}, OnBlock: OnBlockReject, L7: L7Check, Inspect: InspectAll,
 				HTTP: []HTTPHost{
 					{Host: "git.test", Default: HTTPAsk, Rules: []HTTPRule{
 						{Methods: []string{"GET"}, Path: "/*/info/refs", Action: HTTPAllow},
@@ -146,7 +146,7 @@ var gatewayDecodeTests = []decodeTest{
 	},
 	{
 		name: "http under a domain reached through an exact name",
-		src:  session("  egress {\n    allow = [\"a.corp.test\"]\n    l7 = \"check\"\n    http \"*.corp.test\" {\n      default = \"deny\"\n    }\n  }"),
+		src:  session("  egress {\n    allow = [\"a.corp.test:443\"]\n    l7 = \"check\"\n    http \"*.corp.test\" {\n      default = \"deny\"\n    }\n  }"),
 	},
 	{
 		name: "http under a domain reached through a narrower wildcard",
@@ -165,6 +165,21 @@ var gatewayDecodeTests = []decodeTest{
 	{name: "http host on a port of l7_ports", src: session("  egress {\n    allow    = [\"git.test:8080\"]\n    l7       = \"check\"\n    l7_ports = [8080]\n    http \"git.test\" {\n      default = \"deny\"\n    }\n  }")},
 	{name: "http host not on l7_ports", src: session("  egress {\n    allow    = [\"git.test:443\"]\n    l7       = \"check\"\n    l7_ports = [8080]\n    http \"git.test\" {\n      default = \"deny\"\n    }\n  }"),
 		summary: "http host not allowed", line: 7, detail: "on a port the gateway checks [8080]"},
+	// A host with rules or a secret reachable on a port the gateway does
+	// not check: a request there would pass by the rules and the scanner.
+	{name: "http host on every port", src: session("  egress {\n    allow = [\"git.test\"]\n    l7    = \"check\"\n    http \"git.test\" {\n      default = \"deny\"\n    }\n  }"),
+		summary: "http host reachable past the gateway", line: 6,
+		detail: `the allow entry "git.test" lets the session reach git.test on every port, which the gateway does not check: a request sent there would pass by these rules. Allow "git.test" only on ports the gateway checks, as in "git.test:443"`},
+	{name: "http host on another port too", src: session("  egress {\n    allow = [\"git.test:443\", \"git.test:8443\"]\n    l7    = \"check\"\n    http \"git.test\" {\n      default = \"deny\"\n    }\n  }"),
+		summary: "http host reachable past the gateway", line: 6, detail: "git.test on port 8443"},
+	{name: "http host under a wildcard on every port", src: session("  egress {\n    allow = [\"git.test:443\", \"*.git.test\"]\n    l7    = \"check\"\n    http \"git.test\" {\n      default = \"deny\"\n    }\n  }")},
+	{name: "http wildcard host, a name under it on every port", src: session("  egress {\n    allow = [\"*.corp.test:443\", \"db.corp.test\"]\n    l7    = \"check\"\n    http \"*.corp.test\" {\n      default = \"deny\"\n    }\n  }"),
+		summary: "http host reachable past the gateway", line: 6, detail: `the allow entry "db.corp.test" lets the session reach db.corp.test on every port`},
+	{name: "http host by a parent wildcard on every port", src: session("  egress {\n    allow = [\"*.corp.test\"]\n    l7    = \"check\"\n    http \"git.corp.test\" {\n      default = \"deny\"\n    }\n  }"),
+		summary: "http host reachable past the gateway", line: 6, detail: `the allow entry "*.corp.test" lets the session reach git.corp.test on every port`},
+	{name: "http host on l7_ports only", src: session("  egress {\n    allow    = [\"git.test:443\", \"git.test:8443\"]\n    l7       = \"check\"\n    l7_ports = [443, 8443]\n    http \"git.test\" {\n      default = \"deny\"\n    }\n  }")},
+	{name: "inject host on every port", src: session("  egress {\n    allow = [\"api.test\"]\n    l7    = \"check\"\n  }\n" + secretBlock("K", "")),
+		summary: "Inject host reachable past the gateway", line: 11, detail: `the allow entry "api.test" lets the session reach api.test on every port, which the gateway does not check: the placeholder sent there would not be seen`},
 	{name: "inspect unknown", src: gw(`    inspect = "some"`, ""), summary: "Invalid inspect", line: 6, detail: `"some" is not one of rules, all`},
 	{name: "inspect all without l7", src: session("  egress {\n    allow   = [\"a.test\"]\n    inspect = \"all\"\n  }"), summary: "inspect needs the L7 gateway", line: 5,
 		detail: `l7 = "off". Set l7 = "check"`},
@@ -341,7 +356,7 @@ func TestDecodeGatewayWarnings(t *testing.T) {
 // arrives as JSON, as the daemon receives it: nothing the decoder does
 // (upper-casing methods, reading labels) is relied on for them.
 func TestValidateGatewayJSON(t *testing.T) {
-	base := `{"label":"t","image":"i","egress":{"allow":["api.test","*.corp.test:443"],"l7":"check","http":[%s]},"secrets":[%s]%s}`
+	base := `{"label":"t","image":"i","egress":{"allow":["api.test:443","*.corp.test:443"],"l7":"check","http":[%s]},"secrets":[%s]%s}`
 	tests := []struct {
 		name                    string
 		http, secrets, approval string

@@ -32,7 +32,7 @@ func fullPolicy() *Policy {
 			{HostPath: "/etc/ssl/certs", Target: "/etc/ssl/certs", ReadOnly: true},
 			{HostPath: "/tmp/x", Target: "/x", ReadOnly: false, DenyRead: []string{"tokens/"}, DefaultDenyRead: true},
 		},
-		Egress: &Egress{Allow: []string{"jobs.bench.test", "10.0.0.0/8:443", "*.git.test:443"}, Deny: []string{"evil.test"}, AllowPrivate: []string{"10.1.0.0/16"}, OnBlock: OnBlockDrop, IPv6: true, L7: L7Check,
+		Egress: &Egress{Allow: []string{"jobs.bench.test:443", "10.0.0.0/8:443", "*.git.test:443"}, Deny: []string{"evil.test"}, AllowPrivate: []string{"10.1.0.0/16"}, OnBlock: OnBlockDrop, IPv6: true, L7: L7Check,
 			Inspect: InspectAll,
 			HTTP: []HTTPHost{
 				{Host: "*.git.test", Default: HTTPDeny, Rules: []HTTPRule{
@@ -69,7 +69,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 		{"empty approval", &Policy{Label: "m", Image: "i", Approval: &Approval{}}},
 		{"l7 ports", &Policy{Label: "m", Image: "i", Egress: &Egress{Allow: []string{"a.test"}, L7: L7Check, L7Ports: []uint16{80, 8443}}}},
 		{"gateway blocks left at their defaults", &Policy{Label: "m", Image: "i",
-			Egress:  &Egress{Allow: []string{"a.test"}, L7: L7Check, HTTP: []HTTPHost{{Host: "a.test", Rules: []HTTPRule{{Action: HTTPAsk}}}}},
+			Egress:  &Egress{Allow: []string{"a.test:443"}, L7: L7Check, HTTP: []HTTPHost{{Host: "a.test", Rules: []HTTPRule{{Action: HTTPAsk}}}}},
 			Secrets: []Secret{{Name: "K", From: "env:K", Inject: []SecretInject{{Host: "a.test", Bearer: true}}}}}},
 	}
 	for _, tt := range tests {

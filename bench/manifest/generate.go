@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -118,6 +119,11 @@ func Generate(family, text string, op *policy.Operator, opts Options) (*Manifest
 	}
 	req.Notes = append(req.Notes, notes...)
 	p.Egress.HTTP = blocks
+	if len(blocks) > 0 {
+		// A host with rules is allowed only on the ports the gateway
+		// checks: on any other port a request would pass by them.
+		p.Egress.Allow = gatewayPortsOnly(p.Egress.Allow)
+	}
 	if ws := op.Workspace; ws != nil && opts.WorkspaceDir != "" {
 		refs, notes, err := protectRefs(req, op)
 		if err != nil {
@@ -376,6 +382,22 @@ func canonical(scopes []string) []string {
 			s = sc.String()
 		}
 		out = append(out, s)
+	}
+	return out
+}
+
+// gatewayPortsOnly turns each name entry without a port into one entry per
+// port the L7 gateway checks by default.
+func gatewayPortsOnly(allow []string) []string {
+	var out []string
+	for _, a := range allow {
+		if strings.Contains(a, ":") || strings.Contains(a, "/") {
+			out = append(out, a)
+			continue
+		}
+		for _, port := range policies.DefaultL7Ports {
+			out = append(out, a+":"+strconv.Itoa(int(port)))
+		}
 	}
 	return out
 }

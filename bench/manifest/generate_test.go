@@ -174,8 +174,14 @@ func TestGenerate(t *testing.T) {
 			if got := quoteAll(pol.Workspaces[0].ProtectRefs); got != tt.protectRefs {
 				t.Errorf("protect_refs = %s, want %s", got, tt.protectRefs)
 			}
-			if got := pol.Egress.Allow; !slices.Equal(got, op.Service.Hosts) {
-				t.Errorf("egress allow = %q, want %q", got, op.Service.Hosts)
+			// With HTTP rules, the hosts are allowed on the gateway's
+			// ports alone.
+			want := op.Service.Hosts
+			if op.HTTP != nil {
+				want = gatewayPortsOnly(want)
+			}
+			if got := pol.Egress.Allow; !slices.Equal(got, want) {
+				t.Errorf("egress allow = %q, want %q", got, want)
 			}
 			if ws := pol.Workspaces[0]; ws.OnExit != policies.OnExitCommit || ws.Mode != policies.ModeOverlay || !slices.Equal(ws.Protect, []string{"**"}) {
 				t.Errorf("workspace %+v: want an overlay committed on exit with everything protected", ws)

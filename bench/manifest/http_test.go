@@ -17,14 +17,20 @@ func hostRules(t *testing.T, p *policies.Policy) *httprule.Host {
 	if p.Egress == nil || p.Egress.L7 != policies.L7Check {
 		t.Fatalf("egress %+v: want l7 = check", p.Egress)
 	}
-	if len(p.Egress.HTTP) != 1 || len(p.Egress.Allow) != 1 || p.Egress.HTTP[0].Host != p.Egress.Allow[0] {
-		t.Fatalf("http blocks %+v for allow %v: want one for the allowed host", p.Egress.HTTP, p.Egress.Allow)
+	// The host is allowed on the gateway's ports only, so that no request
+	// passes by its rules.
+	host := p.Egress.HTTP[0].Host
+	if len(p.Egress.HTTP) != 1 || !slices.Equal(p.Egress.Allow, []string{host + ":80", host + ":443"}) {
+		t.Fatalf("http blocks %+v for allow %v: want one for the host, allowed on ports 80 and 443 only", p.Egress.HTTP, p.Egress.Allow)
+	}
+	if err := p.Validate(); err != nil {
+		t.Fatalf("generated manifest: %v", err)
 	}
 	set, err := httprule.Compile(p.Egress.HTTP)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return set.For(p.Egress.Allow[0])
+	return set.For(host)
 }
 
 const zero = "0000000000000000000000000000000000000000"

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/containerd/errdefs"
 
@@ -121,6 +122,9 @@ func modePolicy(mode string, mp *policies.Policy, wsDir string) (*policies.Polic
 		if manifest != nil {
 			p.Egress.Inspect, p.Egress.HTTP = manifest.Inspect, manifest.HTTP
 		}
+		if !l.egress {
+			p.Egress.Allow = ruledOnGatewayPorts(p.Egress.Allow, p.Egress.HTTP)
+		}
 	} else {
 		p.Egress.L7, p.Egress.Inspect, p.Egress.HTTP = "", "", nil
 	}
@@ -132,6 +136,24 @@ func modePolicy(mode string, mp *policies.Policy, wsDir string) (*policies.Polic
 		return nil, fmt.Errorf("%s policy of %q: %w", mode, mp.Label, err)
 	}
 	return p, nil
+}
+
+// ruledOnGatewayPorts narrows open egress for the hosts with HTTP rules to
+// the ports the gateway checks (the world serves HTTP and HTTPS on 80 and
+// 443 only), as validation asks: on any other port a request would pass
+// by the rules.
+func ruledOnGatewayPorts(allow []string, http []policies.HTTPHost) []string {
+	var out []string
+	for _, a := range allow {
+		if !slices.ContainsFunc(http, func(h policies.HTTPHost) bool { return h.Host == a }) {
+			out = append(out, a)
+			continue
+		}
+		for _, port := range policies.DefaultL7Ports {
+			out = append(out, a+":"+strconv.Itoa(int(port)))
+		}
+	}
+	return out
 }
 
 // overlay reports whether p's workspace is an overlay (its changes reach

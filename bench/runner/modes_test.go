@@ -65,7 +65,17 @@ func TestModePolicy(t *testing.T) {
 			if got := slices.Equal(p.Egress.Allow, mp.Egress.Allow); got != tc.egress {
 				t.Errorf("egress allowlist from the manifest = %v, want %v: %+v", got, tc.egress, p.Egress)
 			}
-			if !tc.egress && !slices.Equal(p.Egress.Allow, WorldHosts()) {
+			// Open egress: every world host, those with HTTP rules on the
+			// gateway's ports alone.
+			if want := WorldHosts(); !tc.egress && tc.l7 {
+				want = ruledOnGatewayPorts(want, mp.Egress.HTTP)
+				if slices.Equal(want, WorldHosts()) {
+					t.Errorf("manifest %q has no HTTP rules for a world host", mp.Label)
+				}
+				if !slices.Equal(p.Egress.Allow, want) {
+					t.Errorf("open egress with the gateway = %v, want %v", p.Egress.Allow, want)
+				}
+			} else if !tc.egress && !slices.Equal(p.Egress.Allow, want) {
 				t.Errorf("open egress = %v, want every world host", p.Egress.Allow)
 			}
 			// The gateway's checks and HTTP rules come together, whatever

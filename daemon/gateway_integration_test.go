@@ -38,7 +38,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := policies.DefaultAdmission()
-	a.SecretSources = []string{"file:" + src}
+	a.SecretSources = []policies.SecretSource{{From: "file:" + src, Hosts: []string{"api.gw.test"}}}
 	old := h.Daemon.SwapAdmission(a)
 	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
 
@@ -77,6 +77,26 @@ func TestGatewayEndToEnd(t *testing.T) {
 	p.Credentials = []policies.Credential{{Name: "svc", Issuer: "airlock", Audience: "api.gw.test",
 		Scopes: []string{"git.fetch repo=app"}, Deliver: policies.DeliverGateway}}
 	p.Approval = &policies.Approval{Timeout: policies.Duration(time.Minute), OnTimeout: policies.OnTimeoutDeny}
+
+	// An API caller naming the operator's key for a host of its own (in
+	// its allowlist, so the gateway would send it there) is refused by
+	// admission with a 403, and nothing is made.
+	steal := p.Clone()
+	steal.Egress.Allow = append(steal.Egress.Allow, "collect.gw.test:443")
+	steal.Secrets[0].Inject = []policies.SecretInject{{Host: "collect.gw.test", Header: "x-api-key"}}
+	cl := api.NewClient(h.Socket)
+	defer cl.Close()
+	before := stateOf(t)
+	if stolen, err := cl.CreateSession(ctx, api.CreateRequest{Policy: *steal, Start: true}); err == nil {
+		_ = h.Daemon.Remove(context.Background(), stolen.ID, true)
+		t.Fatal("a session injecting the operator's key into the caller's host was admitted")
+	} else if !api.IsPermissionDenied(err) || !strings.Contains(err.Error(), "may not be injected into collect.gw.test") {
+		t.Errorf("stealing the key: %v, want a 403 naming the host", err)
+	}
+	if after := stateOf(t); after != before {
+		t.Errorf("refused request changed the daemon: before %+v, after %+v", before, after)
+	}
+
 	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
 	if err != nil {
 		t.Fatal(err)

@@ -156,9 +156,9 @@ func TestSecretsAndTrustInSandbox(t *testing.T) {
 	}
 
 	// The built-in admission policy admits secrets from
-	// /etc/airlock/secrets only.
+	// /etc/airlock/secrets/HOST/ only.
 	a := policies.DefaultAdmission()
-	a.SecretSources = []string{"file:" + src}
+	a.SecretSources = []policies.SecretSource{{From: "file:" + src, Hosts: []string{"api.trust.test"}}}
 	old := h.Daemon.SwapAdmission(a)
 	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
 

@@ -58,12 +58,13 @@ session "claude-code" {
 
   # The API key never enters the sandbox: Claude Code finds a placeholder
   # in ANTHROPIC_API_KEY and sends it as x-api-key; the gateway replaces it
-  # by the key, read by airlockd from /etc/airlock/secrets/anthropic, only
-  # on verified TLS to api.anthropic.com. The placeholder sent anywhere
-  # else is blocked where the gateway sees it, and worthless where it
-  # does not.
+  # by the key, read by airlockd from
+  # /etc/airlock/secrets/api.anthropic.com/key (the built-in admission
+  # policy lets a file there go to api.anthropic.com alone), only on
+  # verified TLS to api.anthropic.com. The placeholder sent anywhere else
+  # is blocked where the gateway sees it, and worthless where it does not.
   secret "ANTHROPIC_API_KEY" {
-    from = "file:/etc/airlock/secrets/anthropic"
+    from = "file:/etc/airlock/secrets/api.anthropic.com/key"
     inject {
       host   = "api.anthropic.com"
       header = "x-api-key"

@@ -42,7 +42,7 @@ session "codex" {
   # variable holds a placeholder, and the gateway sets the real key only on
   # verified TLS to api.openai.com.
   secret "OPENAI_API_KEY" {
-    from = "file:/etc/airlock/secrets/openai"
+    from = "file:/etc/airlock/secrets/api.openai.com/key"
     inject {
       host   = "api.openai.com"
       bearer = true

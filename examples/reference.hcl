@@ -361,8 +361,9 @@ session "reference" {
     # this manifest's credential NAME, which must say deliver = "gateway":
     # minted by its issuer and refreshed, never in the sandbox). The
     # admission policy says which files and variables it admits; the
-    # built-in one admits only the files in /etc/airlock/secrets.
-    from = "file:/etc/airlock/secrets/anthropic"
+    # built-in one admits only the files in /etc/airlock/secrets/HOST/,
+    # each injected into HOST alone.
+    from = "file:/etc/airlock/secrets/api.anthropic.com/key"
 
     # Where the sandbox finds the placeholder: an environment variable, a
     # read-only file, or both. With neither, the variable named NAME.

@@ -43,16 +43,58 @@ type Admission struct {
 	Groups []IDRange `json:"groups"`
 	// Capabilities are those a manifest may grant, in canonical form.
 	Capabilities []string `json:"capabilities"`
-	// SecretSources are globs (path.Match syntax over the whole source:
-	// "*" does not cross '/') of the sources a secret's from may name,
-	// such as "file:/etc/airlock/secrets/*" or "env:ANTHROPIC_API_KEY".
-	// The daemon reads a secret's value as root from its own host and
-	// environment, so this says which of them a caller may have sent to
-	// the hosts its manifest names.
-	SecretSources []string `json:"secret_sources"`
+	// SecretSources say which sources a secret's from may name, and into
+	// which hosts each may be injected. The daemon reads a secret's value
+	// as root from its own host and environment and the gateway sends it
+	// to the manifest's inject hosts, so without the hosts any caller
+	// could have the operator's API key sent to a host of its choosing.
+	SecretSources []SecretSource `json:"secret_sources"`
 	// Limits are upper bounds on what one session, and all of them
 	// together, may ask for.
 	Limits Limits `json:"limits"`
+}
+
+// SecretSource is an admission `secret_source "GLOB" { hosts = [...] }`
+// block: the sources From matches may be injected into Hosts alone.
+type SecretSource struct {
+	// From is a glob (path.Match syntax over the whole source: "*" does
+	// not cross '/') such as "file:/etc/airlock/secrets/anthropic" or
+	// "env:ANTHROPIC_API_KEY".
+	From string `json:"from"`
+	// Hosts are the inject hosts admitted for these sources: exact names,
+	// "*.suffix" for the names under a domain, or DirHost.
+	Hosts []string `json:"hosts"`
+}
+
+// DirHost, as a SecretSource host, stands for the name of the directory
+// that holds the file: with from "file:/etc/airlock/secrets/*/*", the file
+// /etc/airlock/secrets/api.anthropic.com/key may be injected into
+// api.anthropic.com alone.
+const DirHost = "{dir}"
+
+// admitsHost reports whether the source src (which s.From matches) may be
+// injected into host.
+func (s SecretSource) admitsHost(src, host string) bool {
+	for _, h := range s.Hosts {
+		switch {
+		case h == DirHost:
+			file, ok := strings.CutPrefix(src, "file:")
+			if ok && path.Base(path.Dir(file)) == host {
+				return true
+			}
+		case strings.HasPrefix(h, "*."):
+			if strings.HasSuffix(host, h[1:]) {
+				return true
+			}
+		case h == host:
+			return true
+		}
+	}
+	return false
+}
+
+func (s SecretSource) String() string {
+	return fmt.Sprintf("%s to %s", s.From, strings.Join(s.Hosts, ", "))
 }
 
 // Limits bound a session's resources and the number of sessions.
@@ -114,15 +156,16 @@ var SafeCapabilities = []string{"CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHR
 var anyButRoot = []IDRange{{First: 1, Last: math.MaxUint32 - 1}}
 
 // DefaultSecretDir is the daemon-side directory whose files the built-in
-// policy admits as secret sources: the operator fills it, and only root
-// should be able to read or write it.
+// policy admits as secret sources, one directory per host the files in it
+// may be injected into (/etc/airlock/secrets/api.anthropic.com/key): the
+// operator fills it, and only root should be able to read or write it.
 const DefaultSecretDir = "/etc/airlock/secrets"
 
 // DefaultAdmission is what the daemon admits when the operator gives no
 // policy: any host path that is not protected, any uid and gid but 0, the
-// SafeCapabilities, secrets from the files in DefaultSecretDir (never from
-// the daemon's environment, which may hold what no session should reach),
-// and the DefaultMax* bounds.
+// SafeCapabilities, secrets from the files in DefaultSecretDir/HOST/,
+// injected into HOST alone (never from the daemon's environment, which
+// may hold what no session should reach), and the DefaultMax* bounds.
 func DefaultAdmission() *Admission {
 	return &Admission{
 		Source:        DefaultAdmissionSource,
@@ -130,7 +173,7 @@ func DefaultAdmission() *Admission {
 		Users:         slices.Clone(anyButRoot),
 		Groups:        slices.Clone(anyButRoot),
 		Capabilities:  slices.Clone(SafeCapabilities),
-		SecretSources: []string{"file:" + DefaultSecretDir + "/*"},
+		SecretSources: []SecretSource{{From: "file:" + DefaultSecretDir + "/*/*", Hosts: []string{DirHost}}},
 		Limits:        defaultLimits(),
 	}
 }
@@ -351,7 +394,11 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 			continue
 		}
 		if !a.secretSourceAdmitted(s.From) {
-			refuse("%s refused: source %q is not among the admitted secret sources (%s)", what, s.From, listOrNone(a.SecretSources))
+			refuse("%s refused: source %q is not among the admitted secret sources (%s)", what, s.From, a.secretSourcesString())
+			continue
+		}
+		if h := a.unadmittedHost(s.From, s); h != "" {
+			refuse("%s refused: source %q may not be injected into %s (admitted: %s)", what, s.From, h, a.secretSourcesString())
 			continue
 		}
 		file, ok := strings.CutPrefix(s.From, "file:")
@@ -368,7 +415,11 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 			continue
 		}
 		if resolved != file && !a.secretSourceAdmitted("file:"+resolved) {
-			refuse("%s refused: source %q resolves to %q, which is not among the admitted secret sources (%s)", what, s.From, resolved, listOrNone(a.SecretSources))
+			refuse("%s refused: source %q resolves to %q, which is not among the admitted secret sources (%s)", what, s.From, resolved, a.secretSourcesString())
+			continue
+		}
+		if h := a.unadmittedHost("file:"+resolved, s); resolved != file && h != "" {
+			refuse("%s refused: source %q resolves to %q, which may not be injected into %s (admitted: %s)", what, s.From, resolved, h, a.secretSourcesString())
 			continue
 		}
 		s.From = "file:" + resolved
@@ -386,11 +437,40 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 // admitted sources.
 func (a *Admission) secretSourceAdmitted(from string) bool {
 	for _, g := range a.SecretSources {
-		if ok, err := path.Match(g, from); err == nil && ok {
+		if ok, err := path.Match(g.From, from); err == nil && ok {
 			return true
 		}
 	}
 	return false
+}
+
+// unadmittedHost returns an inject host of s that no admitted source
+// matching from admits, or "".
+func (a *Admission) unadmittedHost(from string, s *Secret) string {
+	for _, in := range s.Inject {
+		admitted := false
+		for _, g := range a.SecretSources {
+			if ok, err := path.Match(g.From, from); err == nil && ok && g.admitsHost(from, in.Host) {
+				admitted = true
+				break
+			}
+		}
+		if !admitted {
+			return in.Host
+		}
+	}
+	return ""
+}
+
+func (a *Admission) secretSourcesString() string {
+	if len(a.SecretSources) == 0 {
+		return "none"
+	}
+	out := make([]string, len(a.SecretSources))
+	for i, s := range a.SecretSources {
+		out[i] = s.String()
+	}
+	return strings.Join(out, "; ")
 }
 
 // secretFileReason says why the resolved path p may not be a secret's

@@ -23,7 +23,10 @@ var (
 			{Name: "host_paths", Required: true}, {Name: "read_only_paths"},
 			{Name: "users"}, {Name: "groups"}, {Name: "capabilities"}, {Name: "secret_sources"},
 		},
-		Blocks: []hcl.BlockHeaderSchema{{Type: "limits"}},
+		Blocks: []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "secret_source", LabelNames: []string{"from"}}},
+	}
+	secretSourceSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "hosts", Required: true}},
 	}
 	limitsSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
@@ -131,19 +134,45 @@ func decodeAdmission(parser *hclparse.Parser, filename string, src []byte) (*Adm
 			}
 		}
 	}
-	if _, ok := attrs["secret_sources"]; ok {
-		var sources []string
-		d.strList(attrs, "secret_sources", root, &sources)
-		a.SecretSources = []string{}
-		for i, src := range sources {
+	if attr, ok := attrs["secret_sources"]; ok {
+		d.errorf(attr.NameRange, "secret_sources was replaced",
+			`Write one secret_source block per source, naming the hosts it may be injected into, as in secret_source "file:/etc/airlock/secrets/anthropic" { hosts = ["api.anthropic.com"] }: a source admitted for every host lets any caller have its value sent to a host of the caller's choosing.`)
+	}
+	if blocks := c.Blocks.OfType("secret_source"); len(blocks) > 0 {
+		a.SecretSources = []SecretSource{}
+		seen := map[string]hcl.Range{}
+		for i, b := range blocks {
+			at := root.field("secret_source").index(i)
+			src := b.Labels[0]
 			if reason := checkSecretSourceGlob(src); reason != "" {
-				d.errorf(d.rangeOf(root.field("secret_sources").index(i)), "Invalid secret source",
-					"%s. Write \"file:\" and an absolute path glob, such as %q, or \"env:\" and a variable name or glob, such as %q.", reason, "file:/etc/airlock/secrets/*", "env:ANTHROPIC_API_KEY")
+				d.errorf(b.LabelRanges[0], "Invalid secret source",
+					"%s. Write \"file:\" and an absolute path glob, such as %q, or \"env:\" and a variable name or glob, such as %q.", reason, "file:/etc/airlock/secrets/anthropic", "env:ANTHROPIC_API_KEY")
 				continue
 			}
-			if !slices.Contains(a.SecretSources, src) {
-				a.SecretSources = append(a.SecretSources, src)
+			if prev, ok := seen[src]; ok {
+				d.errorf(b.LabelRanges[0], "Duplicate secret source", "Merge the two blocks' hosts. The other is at %s.", prev)
+				continue
 			}
+			seen[src] = b.LabelRanges[0]
+			bc, bdiags := b.Body.Content(secretSourceSchema)
+			d.diags = append(d.diags, bdiags...)
+			var hosts []string
+			d.strList(bc.Attributes, "hosts", at, &hosts)
+			ss := SecretSource{From: src}
+			for j, h := range hosts {
+				if reason := checkAdmittedHost(src, h); reason != "" {
+					d.errorf(d.rangeOf(at.field("hosts").index(j)), "Invalid secret source host",
+						"%s. Write a host name (\"api.anthropic.com\"), the names under a domain (\"*.corp.test\"), or %q (the name of the directory holding the file, for file sources).", reason, DirHost)
+					continue
+				}
+				if !slices.Contains(ss.Hosts, h) {
+					ss.Hosts = append(ss.Hosts, h)
+				}
+			}
+			if attr, ok := bc.Attributes["hosts"]; ok && len(hosts) == 0 {
+				d.errorf(attr.Expr.Range(), "Empty hosts", "Name at least one host the source may be injected into, or remove the block.")
+			}
+			a.SecretSources = append(a.SecretSources, ss)
 		}
 	}
 	if lb := d.single(c.Blocks.OfType("limits")); lb != nil {
@@ -277,10 +306,29 @@ func checkSecretSourceGlob(s string) string {
 	return ""
 }
 
+// checkAdmittedHost checks a host of a secret_source block for the source
+// glob src.
+func checkAdmittedHost(src, h string) string {
+	if h == DirHost {
+		if !strings.HasPrefix(src, "file:") {
+			return fmt.Sprintf("%q names the directory holding a file, and %q is not a file source", h, src)
+		}
+		return ""
+	}
+	name, _, reason := parseHostName(h, true)
+	switch {
+	case reason != "":
+		return fmt.Sprintf("%q is not a host name: %s", h, reason)
+	case strings.TrimPrefix(h, "*.") != name:
+		return fmt.Sprintf("%q is not written in canonical form (lower case, no trailing dot)", h)
+	}
+	return ""
+}
+
 // String renders the policy for the daemon's log.
 func (a *Admission) String() string {
 	l := a.Limits
 	return fmt.Sprintf("%s: host paths %s, read-only %s, users %s, groups %s, capabilities %s, secret sources %s, limits cpus=%v memory=%s pids=%d disk=%s log_size=%s audit_size=%s timeout=%s sessions=%s",
 		a.Source, listOrNone(a.HostPaths), listOrNone(a.ReadOnlyPaths), rangesString(a.Users), rangesString(a.Groups),
-		listOrNone(a.Capabilities), listOrNone(a.SecretSources), l.CPUs, formatSize(l.Memory), l.Pids, formatSize(l.Disk), formatSize(l.LogSize), formatSize(l.AuditSize), l.Timeout, strconv.Itoa(l.Sessions))
+		listOrNone(a.Capabilities), a.secretSourcesString(), l.CPUs, formatSize(l.Memory), l.Pids, formatSize(l.Disk), formatSize(l.LogSize), formatSize(l.AuditSize), l.Timeout, strconv.Itoa(l.Sessions))
 }

@@ -2,6 +2,7 @@ package policies
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -26,8 +27,12 @@ func TestAdmissionExample(t *testing.T) {
 		Users:         []IDRange{{1000, 59999}, {65534, 65534}},
 		Groups:        []IDRange{{1000, 59999}, {65534, 65534}},
 		Capabilities:  []string{"CAP_NET_BIND_SERVICE", "CAP_KILL"},
-		SecretSources: []string{"file:/etc/airlock/secrets/*", "env:ANTHROPIC_API_KEY"},
-		Limits:        Limits{CPUs: 4, Memory: 8 << 30, Pids: 4096, Disk: 16 << 30, LogSize: 256 << 20, AuditSize: 64 << 20, Timeout: Duration(4 * 3600e9), Sessions: 32},
+		SecretSources: []SecretSource{
+			{From: "file:/etc/airlock/secrets/*/*", Hosts: []string{DirHost}},
+			{From: "env:ANTHROPIC_API_KEY", Hosts: []string{"api.anthropic.com"}},
+			{From: "file:/etc/airlock/corp/*", Hosts: []string{"git.corp.test", "*.registry.corp.test"}},
+		},
+		Limits: Limits{CPUs: 4, Memory: 8 << 30, Pids: 4096, Disk: 16 << 30, LogSize: 256 << 20, AuditSize: 64 << 20, Timeout: Duration(4 * 3600e9), Sessions: 32},
 	}
 	if !reflect.DeepEqual(a, want) {
 		t.Errorf("decoded\n%+v\nwant\n%+v", a, want)
@@ -73,9 +78,14 @@ func TestDecodeAdmissionErrors(t *testing.T) {
 		{"unknown capability", "admission {\n  host_paths = [\"/\"]\n  capabilities = [\"CAP_FLY\"]\n}\n", []string{"3:Unknown capability"}},
 		{"bad limits", "admission {\n  host_paths = [\"/\"]\n  limits {\n    memory = \"1KiB\"\n    cpus = 0\n    timeout = \"soon\"\n    sessions = -1\n    disk = \"lots\"\n  }\n}\n",
 			[]string{"4:Invalid memory", "5:Invalid cpus", "6:Invalid duration", "7:Invalid sessions", "8:Invalid size"}},
-		{"bad secret sources", "admission {\n  host_paths = [\"/\"]\n  secret_sources = [\n    \"vault:x\",\n    \"file:secrets/*\",\n    \"file:/etc/airlock/../x/*\",\n    \"env:A/B\",\n    \"env:\",\n    \"file:/etc/[x\",\n    \"file:/\",\n  ]\n}\n",
-			[]string{"4:Invalid secret source", "5:Invalid secret source", "6:Invalid secret source", "7:Invalid secret source", "8:Invalid secret source", "9:Invalid secret source", "10:Invalid secret source"}},
-		{"secret sources not a list", "admission {\n  host_paths = [\"/\"]\n  secret_sources = \"env:X\"\n}\n", []string{"3:Incorrect attribute value type"}},
+		{"bad secret sources", "admission {\n  host_paths = [\"/\"]\n" + srcBlocks("vault:x", "file:secrets/*", "file:/etc/airlock/../x/*", "env:A/B", "env:", "file:/etc/[x", "file:/") + "}\n",
+			[]string{"3:Invalid secret source", "4:Invalid secret source", "5:Invalid secret source", "6:Invalid secret source", "7:Invalid secret source", "8:Invalid secret source", "9:Invalid secret source"}},
+		{"secret_sources list", "admission {\n  host_paths = [\"/\"]\n  secret_sources = [\"env:X\"]\n}\n", []string{"3:secret_sources was replaced"}},
+		{"secret source hosts", "admission {\n  host_paths = [\"/\"]\n  secret_source \"env:X\" {\n    hosts = [\n      \"{dir}\",\n      \"API.test\",\n      \"a.test:443\",\n      \"*\",\n    ]\n  }\n}\n",
+			[]string{"5:Invalid secret source host", "6:Invalid secret source host", "7:Invalid secret source host", "8:Invalid secret source host"}},
+		{"secret source without hosts", "admission {\n  host_paths = [\"/\"]\n  secret_source \"env:X\" {\n  }\n}\n", []string{"3:Missing required argument"}},
+		{"secret source empty hosts", "admission {\n  host_paths = [\"/\"]\n  secret_source \"env:X\" {\n    hosts = []\n  }\n}\n", []string{"4:Empty hosts"}},
+		{"secret source twice", "admission {\n  host_paths = [\"/\"]\n  secret_source \"env:X\" {\n    hosts = [\"a.test\"]\n  }\n  secret_source \"env:X\" {\n    hosts = [\"b.test\"]\n  }\n}\n", []string{"6:Duplicate secret source"}},
 		{"functions", "admission {\n  host_paths = [file(\"x\")]\n}\n", []string{"2:Functions are not allowed"}},
 		{"variables", "admission {\n  host_paths = [var.root]\n}\n", []string{"2:References are not allowed"}},
 	}
@@ -373,7 +383,7 @@ func FuzzDecodeAdmission(f *testing.F) {
 	}
 	f.Add(src)
 	f.Add([]byte("admission {\n  host_paths = [\"/\"]\n  users = [\"1-2\"]\n  limits {\n    sessions = 3\n  }\n}\n"))
-	f.Add([]byte("admission {\n  host_paths = [\"/\"]\n  secret_sources = [\"env:A_*\", \"file:/srv/s/[a-z]*\"]\n}\n"))
+	f.Add([]byte("admission {\n  host_paths = [\"/\"]\n  secret_source \"env:A_*\" {\n    hosts = [\"a.test\"]\n  }\n  secret_source \"file:/srv/s/[a-z]*\" {\n    hosts = [\"{dir}\", \"*.b.test\"]\n  }\n}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		a, diags := DecodeAdmission("/fuzz/a.hcl", src)
 		if (a == nil) != diags.HasErrors() {
@@ -397,8 +407,16 @@ func FuzzDecodeAdmission(f *testing.F) {
 			t.Fatalf("limits out of range: %+v", l)
 		}
 		for _, src := range a.SecretSources {
-			if reason := checkSecretSourceGlob(src); reason != "" {
-				t.Fatalf("secret source %q: %s", src, reason)
+			if reason := checkSecretSourceGlob(src.From); reason != "" {
+				t.Fatalf("secret source %q: %s", src.From, reason)
+			}
+			if len(src.Hosts) == 0 {
+				t.Fatalf("secret source %q admits no host", src.From)
+			}
+			for _, h := range src.Hosts {
+				if reason := checkAdmittedHost(src.From, h); reason != "" {
+					t.Fatalf("secret source %q host %q: %s", src.From, h, reason)
+				}
 			}
 		}
 		for _, r := range append(slices.Clone(a.Users), a.Groups...) {
@@ -445,4 +463,13 @@ func TestAdmitIDCapabilities(t *testing.T) {
 			t.Errorf("%s with users %v groups %v: %v, want %q", tt.cap, tt.users, tt.groups, err, tt.want)
 		}
 	}
+}
+
+// srcBlocks renders one secret_source block per source, a line each.
+func srcBlocks(srcs ...string) string {
+	var b strings.Builder
+	for _, s := range srcs {
+		fmt.Fprintf(&b, "  secret_source %q { hosts = [\"a.test\"] }\n", s)
+	}
+	return b.String()
 }

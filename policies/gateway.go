@@ -428,10 +428,10 @@ func canMatchReceivePack(p string) bool {
 }
 
 // secretHint shows a secret block.
-const secretHint = `as in secret "ANTHROPIC_API_KEY" { from = "file:/etc/airlock/secrets/anthropic", inject { host = "api.anthropic.com", header = "x-api-key" } }`
+const secretHint = `as in secret "ANTHROPIC_API_KEY" { from = "file:/etc/airlock/secrets/api.anthropic.com/key", inject { host = "api.anthropic.com", header = "x-api-key" } }`
 
 // secretSourceHint says what a secret's from may be.
-const secretSourceHint = `Write "file:/ABSOLUTE/PATH" (a file on the daemon's host, such as "file:/etc/airlock/secrets/anthropic"), "env:VAR" (a variable of the daemon's environment; the daemon's admission policy says which files and variables it admits), or "credential:NAME" (a credential of this manifest with deliver = "gateway")`
+const secretSourceHint = `Write "file:/ABSOLUTE/PATH" (a file on the daemon's host, such as "file:/etc/airlock/secrets/api.anthropic.com/key"), "env:VAR" (a variable of the daemon's environment; the daemon's admission policy says which files and variables it admits), or "credential:NAME" (a credential of this manifest with deliver = "gateway")`
 
 // ParseSecretSource splits a secret's from into its kind ("env", "credential" or
 // "file") and the variable name or path, or returns a reason why s is not

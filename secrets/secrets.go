@@ -59,6 +59,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -162,14 +163,19 @@ func Resolve(from string) ([]byte, error) {
 	return v, nil
 }
 
-// readValueFile reads at most MaxValue+1 bytes of the regular file p.
-// O_NOFOLLOW refuses a symlink as the last component; O_NONBLOCK keeps a
-// FIFO from blocking the open.
+// readValueFile reads at most MaxValue+1 bytes of the regular file p,
+// which admission resolved and checked: it is read again at every start
+// and rotation, so the checks are made again on what is opened. No
+// component of p may be a symbolic link (openat2 RESOLVE_NO_SYMLINKS;
+// O_NOFOLLOW for the last one where openat2 is missing), so a link
+// planted since admission cannot lead outside the admitted sources, and
+// the file must have one name, so a hard link made since cannot either.
+// O_NONBLOCK keeps a FIFO from blocking the open.
 func readValueFile(p string) ([]byte, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := openNoSymlinks(p)
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, fmt.Errorf("a symbolic link: %w", errdefs.ErrFailedPrecondition)
+		if errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.EXDEV) {
+			return nil, fmt.Errorf("a symbolic link on the way: %w", errdefs.ErrFailedPrecondition)
 		}
 		return nil, fmt.Errorf("%w: %w", unwrapPath(err), errdefs.ErrFailedPrecondition)
 	}
@@ -181,11 +187,31 @@ func readValueFile(p string) ([]byte, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("not a regular file (%s): %w", st.Mode().Type(), errdefs.ErrFailedPrecondition)
 	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink > 1 {
+		return nil, fmt.Errorf("the file has %d hard links (another of its names may be outside the admitted sources): %w", sys.Nlink, errdefs.ErrFailedPrecondition)
+	}
 	v, err := io.ReadAll(io.LimitReader(f, MaxValue+3)) // room for a trailing "\r\n"
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", unwrapPath(err), errdefs.ErrFailedPrecondition)
 	}
 	return v, nil
+}
+
+// openNoSymlinks opens p read-only, refusing a symbolic link anywhere in
+// it.
+func openNoSymlinks(p string) (*os.File, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case err == nil:
+		return os.NewFile(uintptr(fd), p), nil
+	case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM):
+		// No openat2 (kernels before 5.6, or a seccomp filter).
+		return os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	}
+	return nil, &os.PathError{Op: "open", Path: p, Err: err}
 }
 
 // unwrapPath drops the *os.PathError's path, which the caller's error

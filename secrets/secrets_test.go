@@ -47,6 +47,16 @@ func TestResolve(t *testing.T) {
 	if err := os.Symlink(plain, link); err != nil {
 		t.Fatal(err)
 	}
+	// Planted after admission: a directory on the way that is a symlink,
+	// and a second name for the file.
+	linkDir := filepath.Join(dir, "linkdir")
+	if err := os.Symlink(dir, linkDir); err != nil {
+		t.Fatal(err)
+	}
+	hard := writeFile(t, filepath.Join(dir, "hard"), []byte(value), 0o600)
+	if err := os.Link(hard, filepath.Join(dir, "hard2")); err != nil {
+		t.Fatal(err)
+	}
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -75,6 +85,8 @@ func TestResolve(t *testing.T) {
 		{from: "file:" + big, class: errdefs.IsFailedPrecondition},
 		{from: "file:" + link, class: errdefs.IsFailedPrecondition},
 		{from: "file:" + fifo, class: errdefs.IsFailedPrecondition},
+		{from: "file:" + filepath.Join(linkDir, "plain"), class: errdefs.IsFailedPrecondition},
+		{from: "file:" + hard, class: errdefs.IsFailedPrecondition},
 		{from: "file:" + dir, class: errdefs.IsFailedPrecondition},
 		{from: "file:" + filepath.Join(dir, "missing"), class: errdefs.IsFailedPrecondition},
 		{from: "file:relative/path", class: errdefs.IsInvalidArgument},
@@ -104,9 +116,14 @@ func TestResolve(t *testing.T) {
 	}
 	// A symlink is refused even though its target is fine, and the error
 	// says why without the value.
-	_, err := Resolve("file:" + link)
-	if !strings.Contains(err.Error(), "symbolic link") || strings.Contains(err.Error(), value) {
-		t.Errorf("symlink error %q", err)
+	for _, l := range []string{link, filepath.Join(linkDir, "plain")} {
+		_, err := Resolve("file:" + l)
+		if err == nil || !strings.Contains(err.Error(), "symbolic link") || strings.Contains(err.Error(), value) {
+			t.Errorf("symlink %s: error %v", l, err)
+		}
+	}
+	if _, err := Resolve("file:" + hard); err == nil || !strings.Contains(err.Error(), "2 hard links") {
+		t.Errorf("hard link: error %v", err)
 	}
 }
 

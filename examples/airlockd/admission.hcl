@@ -13,8 +13,8 @@
 # Without --admission, the built-in policy applies: any host path (but the
 # protected ones below), any uid and gid but 0, the capabilities CAP_KILL,
 # CAP_NET_BIND_SERVICE and CAP_SYS_CHROOT, secrets from the files in
-# /etc/airlock/secrets only, and the limits shown in the comments of the
-# limits block.
+# /etc/airlock/secrets/HOST/ only, each injected into HOST alone, and the
+# limits shown in the comments of the limits block.
 #
 # Refused whatever this file says, as workspaces and mounts: /, /etc,
 # /proc, /sys, /dev, /boot, /run, /var/run, /var/lib/containerd, airlockd's
@@ -60,18 +60,31 @@ admission {
   # given: they are refused unless users and groups admit every id.
   capabilities = ["CAP_NET_BIND_SERVICE", "CAP_KILL"]
 
-  # Where a manifest's secret blocks may take their value from: globs over
-  # the whole source ("*" does not cross '/'), "file:/PATH" for a file on
-  # this host, "env:VAR" for a variable of airlockd's environment. airlockd
-  # reads the value as root and the L7 gateway sends it to the hosts the
-  # manifest names, so a source listed here is one every caller may have
-  # sent anywhere their egress reaches. Default: ["file:/etc/airlock/secrets/*"],
-  # a directory the operator fills and only root may read or write. No
-  # environment variable is admitted unless listed: airlockd's environment
-  # may hold what no session should reach. A file source is resolved
-  # (symlinks and "..") and must match here both as written and resolved;
-  # it must be a regular file with one name (no other hard link).
-  secret_sources = ["file:/etc/airlock/secrets/*", "env:ANTHROPIC_API_KEY"]
+  # Where a manifest's secret blocks may take their value from, and which
+  # hosts each source may be injected into. airlockd reads the value as
+  # root and the L7 gateway sends it to the manifest's inject hosts, so a
+  # source admitted for a host is one every caller may have sent there.
+  # One block per source glob ("*" does not cross '/'): "file:/PATH" for
+  # a file on this host, "env:VAR" for a variable of airlockd's
+  # environment. hosts: exact names, "*.suffix" for the names under a
+  # domain, or "{dir}": the name of the directory holding the file.
+  # Default: the block below for /etc/airlock/secrets/*/* alone, so
+  # /etc/airlock/secrets/api.anthropic.com/key goes to api.anthropic.com
+  # and nowhere else (a directory the operator fills and only root may
+  # read or write). No environment variable is admitted unless listed:
+  # airlockd's environment may hold what no session should reach. A file
+  # source is resolved (symlinks and "..") and must be admitted for every
+  # inject host both as written and resolved; it must be a regular file
+  # with one name (no other hard link), checked again whenever it is read.
+  secret_source "file:/etc/airlock/secrets/*/*" {
+    hosts = ["{dir}"]
+  }
+  secret_source "env:ANTHROPIC_API_KEY" {
+    hosts = ["api.anthropic.com"]
+  }
+  secret_source "file:/etc/airlock/corp/*" {
+    hosts = ["git.corp.test", "*.registry.corp.test"]
+  }
 
   # Upper bounds. A session that asks for more is refused; one that leaves
   # a value out (or gives exactly the manifest default, as the CLI fills

@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/netip"
+	"net/textproto"
 	"slices"
 	"strings"
 	"sync"
@@ -522,4 +524,138 @@ func mustReq(method, url string) *http.Request {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// TestAttackEchoIn1xxHeaders: a bound host that reflects the request's
+// headers in an informational response (103 Early Hints) would hand the
+// injected value to the sandbox: the reverse proxy passes 1xx headers on
+// before ModifyResponse, which scrubs only the final response.
+func TestAttackEchoIn1xxHeaders(t *testing.T) {
+	g := startAttack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</echo>; rel=preload; key="+r.Header.Get("x-api-key"))
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		io.WriteString(w, "ok")
+	}), attackOpts{tls: true, secrets: placeholderSecret("allowed.test")})
+	var hints []string
+	req := mustReq("GET", "https://allowed.test/")
+	req.Header.Set("x-api-key", testPlaceholder)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			hints = append(hints, fmt.Sprint(code, h))
+			return nil
+		},
+	}))
+	code, body, _ := get(t, g.client(true), req)
+	if code != 200 || body != "ok" {
+		t.Fatalf("request: %d %q", code, body)
+	}
+	if len(hints) == 0 {
+		t.Fatal("no 1xx response reached the client: the test proves nothing")
+	}
+	for _, h := range hints {
+		if strings.Contains(h, testSecret) {
+			t.Errorf("the value reached the sandbox in a 1xx response: %s", h)
+		}
+		if !strings.Contains(h, testPlaceholder) {
+			t.Errorf("1xx headers %s: want the placeholder in place of the value", h)
+		}
+	}
+}
+
+// TestAttackEchoInWebsocket: a bound host whose websocket echoes the
+// upgrade request's headers (or anything else carrying the value) would
+// hand the value to the sandbox: the stream after a 101 is relayed
+// unread. Server frames are scrubbed; compression, which would hide the
+// value from the scrubber, is not offered upstream.
+func TestAttackEchoInWebsocket(t *testing.T) {
+	exts := make(chan string, 1)
+	g := startAttack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		exts <- r.Header.Get("Sec-WebSocket-Extensions")
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		fmt.Fprint(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		key := r.Header.Get("x-api-key")
+		// A text frame quoting the key, a ping carrying it, and a close.
+		brw.Write(wsFrame(0x1, []byte(`{"you_sent":"`+key+`"}`)))
+		brw.Write(wsFrame(0x9, []byte(key)))
+		brw.Write(wsFrame(0x8, append([]byte{0x03, 0xe8}, "bye "+key...)))
+		brw.Flush()
+		io.Copy(io.Discard, c)
+	}), attackOpts{tls: true, secrets: placeholderSecret("allowed.test")})
+	req := mustReq("GET", "https://allowed.test/ws")
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Extensions", "permessage-deflate; client_max_window_bits")
+	req.Header.Set("x-api-key", testPlaceholder)
+	resp, err := g.client(false).Transport.RoundTrip(req)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	if e := <-exts; e != "" {
+		t.Errorf("the bound host was offered %q: compressed frames could not be scrubbed", e)
+	}
+	rd := bufio.NewReader(resp.Body.(io.Reader))
+	var got []string
+	for range 3 {
+		op, payload, err := readWSFrame(rd)
+		if err != nil {
+			t.Fatalf("frame %d: %v", len(got), err)
+		}
+		got = append(got, fmt.Sprintf("%#x %s", op, payload))
+	}
+	for _, f := range got {
+		if strings.Contains(f, testSecret) {
+			t.Errorf("the value reached the sandbox in a websocket frame: %s", f)
+		}
+	}
+	if !strings.Contains(got[0], `{"you_sent":"`+testPlaceholder+`"}`) {
+		t.Errorf("text frame %s: want the placeholder in place of the value", got[0])
+	}
+}
+
+// wsFrame is an unmasked (server) websocket frame, FIN set.
+func wsFrame(op byte, payload []byte) []byte {
+	b := []byte{0x80 | op}
+	switch n := len(payload); {
+	case n < 126:
+		b = append(b, byte(n))
+	case n < 1<<16:
+		b = append(b, 126, byte(n>>8), byte(n))
+	default:
+		b = append(b, 127, 0, 0, 0, 0, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	return append(b, payload...)
+}
+
+func readWSFrame(r *bufio.Reader) (byte, []byte, error) {
+	var h [2]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return 0, nil, err
+	}
+	n := uint64(h[1] & 0x7f)
+	switch n {
+	case 126:
+		var e [2]byte
+		if _, err := io.ReadFull(r, e[:]); err != nil {
+			return 0, nil, err
+		}
+		n = uint64(e[0])<<8 | uint64(e[1])
+	case 127:
+		var e [8]byte
+		if _, err := io.ReadFull(r, e[:]); err != nil {
+			return 0, nil, err
+		}
+		n = 0
+		for _, c := range e {
+			n = n<<8 | uint64(c)
+		}
+	}
+	p := make([]byte, n)
+	_, err := io.ReadFull(r, p)
+	return h[0] & 0x0f, p, err
 }

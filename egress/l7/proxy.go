@@ -324,6 +324,9 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = scan
 	}
 	injected := h.tg.tls && len(bindings(secrets, name)) > 0
+	if injected {
+		cw.scrub = func(hd http.Header) { scrubHeader(hd, secrets) }
+	}
 	scheme := "http"
 	if h.tg.tls {
 		scheme = "https"
@@ -341,8 +344,11 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			pr.Out.Host = r.Host
 			if injected {
 				// The response is scrubbed of the value: ask for it
-				// uncompressed.
+				// uncompressed, and a websocket without extensions
+				// (permessage-deflate would hide the value in its
+				// frames).
 				pr.Out.Header.Del("Accept-Encoding")
+				pr.Out.Header.Del("Sec-WebSocket-Extensions")
 			}
 			pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), reqKey{}, h.tg))
 		},
@@ -350,13 +356,19 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		FlushInterval: 0,
 		ModifyResponse: func(resp *http.Response) error {
 			if injected {
-				// What the bound host sends back never carries the value
-				// (an upgraded stream excepted: it is not read).
+				// What the bound host sends back never carries the value:
+				// headers, body, trailers, and a websocket's frames.
 				scrubHeader(resp.Header, secrets)
 				if err := decodeForScrub(resp); err != nil {
 					return err
 				}
-				if resp.StatusCode != http.StatusSwitchingProtocols {
+				if resp.StatusCode == http.StatusSwitchingProtocols {
+					up, ok := resp.Body.(io.ReadWriteCloser)
+					if !ok {
+						return errors.New("upgraded response without a connection")
+					}
+					resp.Body = newWSScrubConn(up, secrets, nil)
+				} else {
 					// A placeholder is longer than its value: the length
 					// changes.
 					resp.Header.Del("Content-Length")
@@ -562,11 +574,18 @@ type countingWriter struct {
 	http.ResponseWriter
 	n      int64
 	status int
+	// scrub, when set, scrubs an informational response's header.
+	scrub func(http.Header)
 }
 
 func (w *countingWriter) WriteHeader(code int) {
 	if w.status == 0 || code >= 200 && w.status < 200 {
 		w.status = code
+	}
+	if code < 200 && code != http.StatusSwitchingProtocols && w.scrub != nil {
+		// An informational response (103 Early Hints) is passed on by
+		// the reverse proxy before ModifyResponse sees anything.
+		w.scrub(w.Header())
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

@@ -1,7 +1,7 @@
 package daemon
 
 import (
-	"github.com/airlock-sandbox/airlock/egress/sessionca"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/secrets"
 )
@@ -15,7 +15,7 @@ func (d *Daemon) SwapAdmission(a *policies.Admission) *policies.Admission {
 
 // L7Trust returns session id's CA and secrets as the daemon holds them
 // for the L7 gateway.
-func (d *Daemon) L7Trust(id string) (*sessionca.CA, *secrets.Set, error) {
+func (d *Daemon) L7Trust(id string) (*egress.SessionCA, *secrets.Set, error) {
 	s, err := d.get(id)
 	if err != nil {
 		return nil, nil, err

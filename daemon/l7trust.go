@@ -9,28 +9,24 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/egress/sessionca"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/secrets"
 )
 
 // prepareL7 makes what the L7 gateway needs of a new session in its
-// state directory dir: the session's CA (sessionca.Save) when its egress
+// state directory dir: the session's CA (egress.NewSessionCA) when its egress
 // block has l7 = "check", and its secrets: values read, placeholders made
 // and kept. A manifest with secrets but no L7 gateway is refused: nothing
 // else could put their values in requests.
-func prepareL7(dir, id string, p *policies.Policy) (*sessionca.CA, *secrets.Set, error) {
+func prepareL7(dir, id string, p *policies.Policy) (*egress.SessionCA, *secrets.Set, error) {
 	if len(p.Secrets) > 0 && !p.Egress.L7Enabled() {
 		return nil, nil, fmt.Errorf("the manifest declares secrets, which only the L7 gateway injects, but its egress block does not set l7 = %q: %w", policies.L7Check, errdefs.ErrInvalidArgument)
 	}
-	var ca *sessionca.CA
+	var ca *egress.SessionCA
 	if p.Egress.L7Enabled() {
 		var err error
-		if ca, err = sessionca.New(id); err != nil {
-			return nil, nil, err
-		}
-		if err := ca.Save(dir); err != nil {
+		if ca, err = egress.NewSessionCA(dir, id); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -44,10 +40,10 @@ func prepareL7(dir, id string, p *policies.Policy) (*sessionca.CA, *secrets.Set,
 // l7SpecOpts deliver the session's trust in its CA and its secrets'
 // placeholders; they come after the manifest's environment, whose
 // variables of the same names they replace.
-func l7SpecOpts(dir string, ca *sessionca.CA, set *secrets.Set) []oci.SpecOpts {
+func l7SpecOpts(dir string, ca *egress.SessionCA, set *secrets.Set) []oci.SpecOpts {
 	var opts []oci.SpecOpts
 	if ca != nil {
-		opts = append(opts, sessionca.TrustOpts(dir)...)
+		opts = append(opts, egress.TrustSpecOpts(dir)...)
 	}
 	return append(opts, set.SpecOpts()...)
 }
@@ -57,11 +53,11 @@ func l7SpecOpts(dir string, ca *sessionca.CA, set *secrets.Set) []oci.SpecOpts {
 // read again from their sources. What cannot be read is logged: the
 // gateway then has no CA for the session (it cannot terminate its TLS),
 // or a secret stays unavailable (requests that need it are refused).
-func reopenL7(ctx context.Context, dir string, p *policies.Policy) (*sessionca.CA, *secrets.Set) {
-	var ca *sessionca.CA
+func reopenL7(ctx context.Context, dir string, p *policies.Policy) (*egress.SessionCA, *secrets.Set) {
+	var ca *egress.SessionCA
 	if p.Egress.L7Enabled() {
 		var err error
-		if ca, err = sessionca.Load(dir); err != nil {
+		if ca, err = egress.LoadSessionCA(dir); err != nil {
 			log.G(ctx).Error("session CA", "error", err)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/credentials"
-	"github.com/airlock-sandbox/airlock/egress/sessionca"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/fsscope"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/launch"
@@ -40,7 +40,7 @@ type session struct {
 	// (the sandbox trusts it): nil unless the egress block has l7 =
 	// "check", or when a restarted daemon could not load it. Its key and
 	// certificate are kept in dir.
-	ca *sessionca.CA // +checklocks:mu
+	ca *egress.SessionCA // +checklocks:mu
 	// secrets are the session's secrets for the L7 gateway: the
 	// placeholders the sandbox holds and the values that replace them;
 	// nil without secrets.

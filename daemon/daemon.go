@@ -150,7 +150,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		}
 		address = d.embedded.Address()
 	}
-	rt, err := runtime.New(ctx, runtime.Config{
+	rcfg := runtime.Config{
 		Address:      address,
 		Namespace:    cfg.Namespace,
 		RuncBinary:   filepath.Join(cfg.BinDir, "runc"),
@@ -158,7 +158,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 		LoggerBinary: loggerBinary(cfg),
 		FIFODir:      filepath.Join(cfg.Root, "fifo"),
 		ShimGroup:    shimGroupOf(cfg),
-	})
+	}
+	if d.embedded != nil {
+		rcfg.ShimStateDir = filepath.Join(d.embedded.Dir, "state")
+	}
+	rt, err := runtime.New(ctx, rcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +179,43 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	if err := d.open(ctx, rt, perimeter); err != nil {
 		return nil, err
 	}
+	if d.embedded != nil {
+		// A containerd that dies is started again; the sessions' watches
+		// wait on their sandboxes again once it answers. (One given with
+		// --containerd is reconnected to when it comes back.)
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.embedded.Supervise(log.With(d.stopCtx, "component", "containerd"), time.Second, 30*time.Second, d.readShimExits)
+		}()
+	}
 	return d, nil
+}
+
+// readShimExits asks the shims of the sessions that run, while
+// containerd is down, whether their sandbox ended: a restarted containerd
+// cleans up such a task without reporting its exit, and rewait takes the
+// exit kept here instead of calling the session lost.
+func (d *Daemon) readShimExits(ctx context.Context) {
+	d.mu.Lock()
+	sessions := make([]*session, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		sessions = append(sessions, s)
+	}
+	d.mu.Unlock()
+	for _, s := range sessions {
+		s.mu.Lock()
+		state, id := s.rec.State, s.rec.ID
+		s.mu.Unlock()
+		if state != api.StateRunning && state != api.StateCreated {
+			continue
+		}
+		if st, err := d.rt.ShimState(ctx, id); err == nil && st.Exists && !st.Running {
+			s.mu.Lock()
+			s.shimExit = &ending{code: int(st.ExitCode), at: st.ExitedAt.UTC(), reason: "exited"}
+			s.mu.Unlock()
+		}
+	}
 }
 
 // newDaemon checks the admission policy and the configured pools against
@@ -572,7 +612,13 @@ func (d *Daemon) Inspect(ctx context.Context, id string) (*api.Session, error) {
 	}
 	v := s.view()
 	res, err := d.rt.Resources(ctx, id)
-	if err != nil {
+	switch {
+	case errdefs.IsUnavailable(err):
+		// containerd is down (and being restarted): the session's state
+		// is the daemon's own; only the resource list needs containerd.
+		v.Warnings = append(v.Warnings, "containerd unavailable, retrying: resources not listed")
+		return v, nil
+	case err != nil:
 		return nil, err
 	}
 	for _, r := range res {

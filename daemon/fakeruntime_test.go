@@ -157,6 +157,10 @@ func (f *fakeRuntime) exitLocked(sb *fakeSandbox, code uint32) {
 	sb.waiters = nil
 }
 
+func (f *fakeRuntime) ShimState(ctx context.Context, id string) (runtime.TaskState, error) {
+	return f.Task(ctx, id)
+}
+
 func (f *fakeRuntime) Task(_ context.Context, id string) (runtime.TaskState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

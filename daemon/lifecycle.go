@@ -40,26 +40,91 @@ type ending struct {
 
 // watch ends the session when its sandbox's main process exits; a
 // sandbox that dies while it waits in a pool is dropped from it instead.
+//
+// A wait that fails (containerd was killed or restarted: the sandbox runs
+// on under its shim) is no exit: the task's state is read again once
+// containerd answers, and the watch goes on, or the exit the shim kept is
+// taken (see rewait).
 func (s *session) watch(ch <-chan containerd.ExitStatus) {
 	d := s.d
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		select {
-		case st := <-ch:
-			ctx := log.With(d.stopCtx, "session", s.rec.ID)
-			if d.pools.drop(ctx, s) {
+		ctx := log.With(d.stopCtx, "session", s.rec.ID)
+		for {
+			var st containerd.ExitStatus
+			select {
+			case st = <-ch:
+			case <-d.stopCtx.Done():
 				return
 			}
 			code, _, err := st.Result()
-			end := ending{code: int(code), at: st.ExitTime().UTC(), reason: "exited"}
+			end := &ending{code: int(code), at: st.ExitTime().UTC(), reason: "exited"}
 			if err != nil {
-				end.code = -1
+				log.G(ctx).Warn("waiting on the sandbox failed; reading its state again when containerd answers", "error", err)
+				if ch, end = s.rewait(ctx); ch != nil {
+					continue
+				}
+				if end == nil {
+					return // the daemon is stopping
+				}
 			}
-			s.finish(ctx, end)
-		case <-d.stopCtx.Done():
+			if d.pools.drop(ctx, s) {
+				return
+			}
+			s.finish(ctx, *end)
+			return
 		}
 	}()
+}
+
+// rewait reads the session's task again once containerd answers: a task
+// still running is waited on again (a new channel), one that ended has
+// its exit as the shim kept it, and one containerd no longer has was lost.
+// While containerd is down, the shim (which outlives it) is asked
+// directly: an exit it reports is taken at once, since a restarted
+// containerd cleans up an exited task without reporting its exit. It
+// returns neither when the daemon stops first.
+func (s *session) rewait(ctx context.Context) (<-chan containerd.ExitStatus, *ending) {
+	d := s.d
+	backoff := 100 * time.Millisecond
+	for {
+		ts, err := d.rt.Task(ctx, s.rec.ID)
+		if errdefs.IsUnavailable(err) {
+			if st, serr := d.rt.ShimState(ctx, s.rec.ID); serr == nil && st.Exists && !st.Running {
+				log.G(ctx).Info("the sandbox ended while containerd was down; its shim kept the exit", "exit_code", st.ExitCode)
+				return nil, &ending{code: int(st.ExitCode), at: st.ExitedAt.UTC(), reason: "exited"}
+			}
+		}
+		switch {
+		case err == nil && ts.Running:
+			ch, werr := d.rt.Wait(ctx, s.rec.ID)
+			if werr == nil {
+				log.G(ctx).Info("waiting on the sandbox again", "pid", ts.Pid)
+				return ch, nil
+			}
+			err = werr
+		case err == nil && ts.Exists:
+			return nil, &ending{code: int(ts.ExitCode), at: ts.ExitedAt.UTC(), reason: "exited"}
+		case err == nil, errdefs.IsNotFound(err):
+			s.mu.Lock()
+			end := s.shimExit
+			s.mu.Unlock()
+			if end != nil {
+				return nil, end
+			}
+			return nil, &ending{code: -1, reason: "lost"}
+		}
+		log.G(ctx).Debug("containerd not answering yet", "error", err, "retry_in", backoff.String())
+		select {
+		case <-d.stopCtx.Done():
+			return nil, nil
+		case <-time.After(backoff):
+		}
+		// Short: an exit must be read from the shim before a restarted
+		// containerd cleans the task up.
+		backoff = min(2*backoff, 250*time.Millisecond)
+	}
 }
 
 // start hands a created session's command to its waiting sandbox: the

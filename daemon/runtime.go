@@ -17,6 +17,8 @@ type sandboxRuntime interface {
 	Create(ctx context.Context, o runtime.CreateOptions) error
 	Start(ctx context.Context, id, logDir string, logSize int64) (uint32, <-chan containerd.ExitStatus, error)
 	Task(ctx context.Context, id string) (runtime.TaskState, error)
+	// ShimState asks the task's shim, bypassing containerd.
+	ShimState(ctx context.Context, id string) (runtime.TaskState, error)
 	Wait(ctx context.Context, id string) (<-chan containerd.ExitStatus, error)
 	Signal(ctx context.Context, id string, sig syscall.Signal) error
 	Exec(ctx context.Context, id string, o runtime.ExecOptions) (int, error)

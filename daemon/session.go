@@ -41,6 +41,9 @@ type session struct {
 	// "check", or when a restarted daemon could not load it. Its key and
 	// certificate are kept in dir.
 	ca *egress.SessionCA // +checklocks:mu
+	// shimExit is the exit the shim reported while containerd was down
+	// (Daemon.readShimExits), for rewait.
+	shimExit *ending // +checklocks:mu
 	// secrets are the session's secrets for the L7 gateway: the
 	// placeholders the sandbox holds and the values that replace them;
 	// nil without secrets.

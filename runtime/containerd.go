@@ -139,6 +139,55 @@ func (e Embedded) Ensure(ctx context.Context) error {
 	}
 }
 
+// Supervise keeps the embedded containerd serving until ctx is done. It
+// checks it every interval: a containerd whose process is gone (killed,
+// crashed) is started again at once with Ensure; one whose process lives
+// but has not answered for unresponsive (a loaded host can stall it for
+// seconds) is ended and started again. A failed start is retried with a
+// backoff up to 10s. Shims of running tasks outlive containerd, and a new
+// containerd on the same root reconnects to them, so sessions keep running
+// across the restart. beforeRestart, when set, is called before each
+// restart, while containerd is down (the daemon reads from the shims the
+// exits a restarted containerd would clean up unreported).
+func (e Embedded) Supervise(ctx context.Context, interval, unresponsive time.Duration, beforeRestart func(context.Context)) {
+	backoff := interval
+	var silentSince time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		if alive(ctx, e.Address()) {
+			backoff, silentSince = interval, time.Time{}
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if pid, err := e.pid(); err == nil && e.isOurs(pid) && processAlive(pid) {
+			if silentSince.IsZero() {
+				silentSince = time.Now()
+			}
+			if time.Since(silentSince) < unresponsive {
+				log.G(ctx).Warn("containerd is not answering", "pid", pid, "for", time.Since(silentSince).Round(time.Millisecond).String())
+				continue
+			}
+		}
+		log.G(ctx).Warn("containerd is gone or has stopped answering; restarting it", "address", e.Address())
+		if beforeRestart != nil {
+			beforeRestart(ctx)
+		}
+		if err := e.Ensure(ctx); err != nil {
+			backoff = min(2*backoff, 10*time.Second)
+			log.G(ctx).Error("restart containerd", "error", err, "retry_in", backoff.String())
+			continue
+		}
+		log.G(ctx).Info("containerd restarted", "address", e.Address())
+		backoff, silentSince = interval, time.Time{}
+	}
+}
+
 // Stop ends the embedded containerd recorded in the pidfile (SIGTERM, then
 // SIGKILL after grace) and waits for it to go. Shims of live tasks survive a
 // containerd stop by design; callers remove sessions first.

@@ -67,6 +67,9 @@ type Config struct {
 	// shim group: one shim serves them all (see EnsureAnchor). Empty: each
 	// session gets a shim of its own.
 	ShimGroup string
+	// ShimStateDir is containerd's state directory, where the shims'
+	// bundles are (ShimState); empty when unknown.
+	ShimStateDir string
 }
 
 // Runtime runs session containers on containerd.

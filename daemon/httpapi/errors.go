@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/log"
@@ -71,6 +73,11 @@ func ErrorDetail(err error) (int, api.ErrorDetail) {
 		status, class = http.StatusServiceUnavailable, api.ClassUnavailable
 	}
 	detail := api.ErrorDetail{Class: class, Message: cleanMessage(err.Error())}
+	if st, ok := grpcstatus.FromError(err); ok && st.Code() == codes.Unavailable {
+		// The daemon's one gRPC peer is containerd; while it is down,
+		// the daemon restarts (or reconnects to) it.
+		detail.Message = "containerd unavailable, retrying: " + detail.Message
+	}
 	var ve *policies.ValidationError
 	var ae *policies.AdmissionError
 	switch {

@@ -1,0 +1,184 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/runtime"
+)
+
+// TestContainerdKilledSessionsSurvive: kill -9 of the embedded containerd
+// while sessions run. The sandboxes keep running under their shim, so the
+// daemon must keep reporting them running (never a made-up exit), restart
+// containerd, wait on them again, recover the exit code of one that ended
+// while containerd was down, and still control and remove everything,
+// leaving nothing behind.
+func TestContainerdKilledSessionsSurvive(t *testing.T) {
+	testutil.RequiresRoot(t)
+	root, err := os.MkdirTemp("/tmp", "alc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrd := &runtime.Embedded{Dir: filepath.Join(root, "containerd")}
+	ctrdSock := ctrd.Address()
+	t.Cleanup(func() {
+		daemontest.RemoveAnchor(context.Background(), ctrdSock)
+		_ = ctrd.Stop(context.Background(), 10*time.Second)
+		os.RemoveAll(root)
+	})
+	d := startProcDaemon(t, root, "--stop-containerd")
+	t.Cleanup(func() { d.cmd.Process.Kill(); d.cmd.Wait() })
+	f, err := os.Open(h.Env.AgentImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.do("POST", "/v1/images/import?name="+daemontest.AgentImage, f, nil)
+	f.Close()
+
+	long := d.create(true, "sleep", "300")
+	// Ends while containerd is down: its exit code must be recovered.
+	during := d.create(true, "sh", "-c", "sleep 4; exit 5")
+	wsHost := t.TempDir()
+	wsPolicy := policy("sh", "-c", "echo one > /w/a.txt; sleep 4; echo two > /w/b.txt; sleep 300")
+	wsPolicy.Workspaces = []policies.Workspace{{HostPath: wsHost, Target: "/w", Mode: policies.ModeOverlay,
+		DefaultDenyRead: true, OnExit: policies.OnExitReview}}
+	b, _ := json.Marshal(api.CreateRequest{Policy: wsPolicy, Start: true})
+	var ws api.Session
+	d.do("POST", "/v1/sessions", bytes.NewReader(b), &ws)
+	ids := []string{long.ID, during.ID, ws.ID}
+
+	pid, err := os.ReadFile(ctrd.PidFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldPid, _ := strconv.Atoi(strings.TrimSpace(string(pid)))
+	if err := syscall.Kill(oldPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+
+	// While containerd is down and comes back, no session is reported
+	// ended: their sandboxes run on.
+	for time.Since(killed) < 2*time.Second {
+		for _, id := range []string{long.ID, ws.ID} {
+			if s := d.inspect(id); s.State != api.StateRunning {
+				t.Fatalf("%.1fs after containerd was killed, session %s is %s (exit %v, %s), want running", time.Since(killed).Seconds(), id, s.State, s.ExitCode, s.Reason)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// The daemon restarts containerd.
+	var newPid int
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if b, err := os.ReadFile(ctrd.PidFile()); err == nil {
+			newPid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if newPid != 0 && newPid != oldPid && syscall.Kill(newPid, 0) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("containerd was not restarted within 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Until the daemon reaches the new containerd, inspect says so and
+	// lists no resources; after, it lists them again.
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		s := d.inspect(long.ID)
+		if len(s.Warnings) == 0 && len(s.Resources) > 0 {
+			break
+		}
+		if len(s.Warnings) > 0 && !strings.Contains(s.Warnings[0], "containerd unavailable, retrying") {
+			t.Errorf("inspect while containerd restarts: warnings %q", s.Warnings)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon did not reach the restarted containerd within 60s: %+v", s)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// The session that ended meanwhile is stopped with its own exit code.
+	var w api.WaitResponse
+	d.do("GET", "/v1/sessions/"+during.ID+"/wait", nil, &w)
+	if w.ExitCode != 5 || w.Reason != "exited" {
+		t.Errorf("session that ended while containerd was down: %+v, want exit 5, exited", w)
+	}
+	if s := d.inspect(long.ID); s.State != api.StateRunning {
+		t.Errorf("long session after containerd came back: %s, want running", s.State)
+	}
+	// Still controlled: a stop reaches the re-waited sandbox, and the
+	// workspace holds both files, the second written after the kill.
+	time.Sleep(time.Until(killed.Add(5 * time.Second)))
+	d.do("POST", "/v1/sessions/"+ws.ID+"/stop", bytes.NewReader([]byte(`{"grace":"100ms"}`)), nil)
+	d.do("GET", "/v1/sessions/"+ws.ID+"/wait", nil, &w)
+	if w.Reason != "stopped" {
+		t.Errorf("workspace session stopped after containerd came back: %+v, want stopped", w)
+	}
+	var cs api.ChangeSet
+	d.do("GET", "/v1/sessions/"+ws.ID+"/diff", nil, &cs)
+	var paths []string
+	for _, c := range cs.Workspaces[0].Changes {
+		paths = append(paths, c.Path)
+	}
+	if fmt.Sprint(paths) != "[a.txt b.txt]" {
+		t.Errorf("workspace changes after containerd came back: %v, want a.txt and b.txt", paths)
+	}
+	for _, id := range ids {
+		if code := d.do("DELETE", "/v1/sessions/"+id+"?force=true", nil, nil); code != 204 {
+			t.Errorf("remove %s: %d", id, code)
+		}
+	}
+
+	// Nothing left of any session, in containerd or on the host.
+	cc, err := containerd.New(ctrdSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	nctx := namespaces.WithNamespace(context.Background(), "airlock")
+	ctrs, _ := cc.Containers(nctx, fmt.Sprintf("labels.%q", runtime.LabelSession))
+	ls, _ := cc.LeasesService().List(nctx)
+	if len(ctrs) != 0 || len(ls) != 0 {
+		t.Errorf("left in containerd: %d containers, %d leases", len(ctrs), len(ls))
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Wait(); err != nil {
+		t.Errorf("airlockd exit after SIGTERM: %v", err)
+	}
+	if shims := daemontest.ShimProcesses(ctrdSock); len(shims) > 0 {
+		t.Errorf("shims left after airlockd stopped: %v", shims)
+	}
+	if syscall.Kill(oldPid, 0) == nil || syscall.Kill(newPid, 0) == nil {
+		t.Errorf("a containerd is still running after --stop-containerd")
+	}
+	prefix := runtime.Prefix(root)
+	for _, ctl := range []string{"memory", "pids", "cpu", "unified", ""} {
+		p := filepath.Join("/sys/fs/cgroup", ctl, "airlock-"+prefix)
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("cgroup %s left behind", p)
+		}
+	}
+	if m, _ := daemontest.MountsUnder(root); len(m) != 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+}

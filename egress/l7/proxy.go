@@ -101,22 +101,31 @@ func (s *Server) serveHTTP(ctx context.Context, sess *Session, nc net.Conn, peek
 	h.wait()
 }
 
-// transportKey names an upstream transport: one per session and
-// original destination, so that upstream connections are never shared
-// between sessions, and a request always goes to the address its client
-// connected to (a kept-alive connection to another address of the same
-// name is not reused for it).
+// transportKey names an upstream transport: one per session, original
+// destination and HTTP version, so that upstream connections are never
+// shared between sessions, and a request always goes to the address its
+// client connected to (a kept-alive connection to another address of the
+// same name is not reused for it).
+//
+// Requests that came over HTTP/2 go upstream over HTTP/2 where the server
+// offers it (many streams share few connections); requests that came over
+// HTTP/1.x go over HTTP/1.1, one at a time on each upstream connection, as
+// their client sends them: a download then costs the gateway and the
+// server no HTTP/2 framing and flow control (over HTTP/2, the server's CPU
+// per byte of a download doubled).
 type transportKey struct {
 	session string
 	dst     netip.AddrPort
+	h2      bool
 }
 
 // maxStreams bounds the HTTP/2 streams of one client connection at once.
 const maxStreams = 64
 
-// upstreamTransport returns the transport of session id's requests to dst.
-func (s *Server) upstreamTransport(id string, dst netip.AddrPort) *http.Transport {
-	k := transportKey{session: id, dst: dst}
+// upstreamTransport returns the transport of session id's requests to
+// dst, over HTTP/2 (where the server offers it) when h2.
+func (s *Server) upstreamTransport(id string, dst netip.AddrPort, h2 bool) *http.Transport {
+	k := transportKey{session: id, dst: dst, h2: h2}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t, ok := s.transports[k]; ok {
@@ -137,12 +146,16 @@ func (s *Server) upstreamTransport(id string, dst netip.AddrPort) *http.Transpor
 			return s.trackFlow(id, dst, up), nil
 		},
 		TLSClientConfig:       &tls.Config{RootCAs: s.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:     true,
+		ForceAttemptHTTP2:     h2,
 		MaxIdleConnsPerHost:   8,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   s.cfg.DialTimeout,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
+	}
+	if !h2 {
+		// Not even where the server offers it.
+		t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 	}
 	s.transports[k] = t
 	return t
@@ -346,7 +359,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), reqKey{}, h.tg))
 		},
-		Transport:     h.s.upstreamTransport(h.sess.ID, h.tg.dst),
+		Transport:     h.s.upstreamTransport(h.sess.ID, h.tg.dst, h.tg.tls && r.ProtoMajor == 2),
 		FlushInterval: 0,
 		ModifyResponse: func(resp *http.Response) error {
 			if injected {

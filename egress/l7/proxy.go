@@ -379,7 +379,8 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return nil
 		},
-		ErrorLog: log.New(io.Discard, "", 0),
+		BufferPool: copyBuffers,
+		ErrorLog:   log.New(io.Discard, "", 0),
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			upstreamErr = err
 			if scan != nil && scan.hit.Load() != nil {
@@ -408,6 +409,25 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	emit()
+}
+
+// copyBufferSize is the size of the buffers responses are copied through;
+// a TLS record holds at most 16 KiB.
+const copyBufferSize = 32 << 10
+
+// copyBuffers lends the reverse proxy its copy buffers, which it would
+// otherwise allocate for every request.
+var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte { return *b.p.Get().(*[]byte) }
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) == copyBufferSize {
+		buf = buf[:copyBufferSize]
+		b.p.Put(&buf)
+	}
 }
 
 // checkUpgrade lets only websockets upgrade a connection: after a 101 the

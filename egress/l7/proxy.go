@@ -198,10 +198,58 @@ func (s *Server) trackFlow(id string, dst netip.AddrPort, up net.Conn) net.Conn 
 	}}
 }
 
+// flowConn is an upstream connection of the gateway. Its reads go ahead:
+// a read smaller than readAheadSize reads up to readAheadSize into a
+// buffer lent by a pool for as long as it holds bytes, and later reads
+// take from it. TLS reads a record (16 KiB at most) a read, so on a
+// download this reads several a system call; an idle connection holds no
+// buffer.
 type flowConn struct {
 	net.Conn
 	once   sync.Once
 	forget func()
+
+	// Read's, used by one goroutine at a time: ahead[r:w] is read and not
+	// yet returned; err came with it.
+	ahead []byte
+	r, w  int
+	err   error
+}
+
+// readAheadSize is the size of an upstream connection's read-ahead.
+const readAheadSize = 64 << 10
+
+var readAheadBuffers = sync.Pool{New: func() any { b := make([]byte, readAheadSize); return &b }}
+
+func (c *flowConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if c.r == c.w {
+		if c.err != nil {
+			err := c.err
+			c.err = nil
+			return 0, err
+		}
+		if len(p) >= readAheadSize {
+			return c.Conn.Read(p)
+		}
+		bp := readAheadBuffers.Get().(*[]byte)
+		n, err := c.Conn.Read(*bp)
+		if n == 0 {
+			readAheadBuffers.Put(bp)
+			return 0, err
+		}
+		c.ahead, c.r, c.w, c.err = *bp, 0, n, err
+	}
+	n := copy(p, c.ahead[c.r:c.w])
+	c.r += n
+	if c.r == c.w {
+		buf := c.ahead
+		c.ahead, c.r, c.w = nil, 0, 0
+		readAheadBuffers.Put(&buf)
+	}
+	return n, nil
 }
 
 func (c *flowConn) Close() error {

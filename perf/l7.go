@@ -296,7 +296,7 @@ func (l *L7) markdown(p printer) {
 		}
 		p("| %s | %.0f (%.0f–%.0f) | %.0f / %.0f | %.0f | %s | %s |\n", h.Path, h.PerSecond.Median, h.PerSecond.Min, h.PerSecond.Max, h.P50US, h.P99US, h.GatewayCPUUS.Median, orDash(h.Issuer), h.Error)
 	}
-	p("\nOn the terminated path the gateway does the client's handshake with a leaf of the session CA (minted once per name, cached) and reuses its own connection to the server (kept alive, HTTP/2 where the server offers it); on the pass-through path each connection is dialled anew and the handshake is the server's.\n\n")
+	p("\nOn the terminated path the gateway does the client's handshake with a leaf of the session CA (minted once per name, cached) and reuses its own connection to the server (kept alive; HTTP/2 when the client spoke HTTP/2 and the server offers it, HTTP/1.1 otherwise); on the pass-through path each connection is dialled anew and the handshake is the server's.\n\n")
 	p("Memory per idle connection: the client opens N connections, makes one request on each and leaves them open; the gateway's cost is the harness process's growth over N (live heap after a GC, goroutine stacks, goroutines; RSS after freed memory is returned to the OS). On the L3 path the kernel alone holds a connection (conntrack and socket buffers at the ends), nothing in user space.\n\n")
 	p("| path | protocol | connections | live heap per connection (KiB) | goroutine stacks (KiB) | goroutines | RSS (KiB) | error |\n|---|---|---|---|---|---|---|---|\n")
 	for _, id := range l.Idle {

@@ -101,22 +101,31 @@ func (s *Server) serveHTTP(ctx context.Context, sess *Session, nc net.Conn, peek
 	h.wait()
 }
 
-// transportKey names an upstream transport: one per session and
-// original destination, so that upstream connections are never shared
-// between sessions, and a request always goes to the address its client
-// connected to (a kept-alive connection to another address of the same
-// name is not reused for it).
+// transportKey names an upstream transport: one per session, original
+// destination and HTTP version, so that upstream connections are never
+// shared between sessions, and a request always goes to the address its
+// client connected to (a kept-alive connection to another address of the
+// same name is not reused for it).
+//
+// Requests that came over HTTP/2 go upstream over HTTP/2 where the server
+// offers it (many streams share few connections); requests that came over
+// HTTP/1.x go over HTTP/1.1, one at a time on each upstream connection, as
+// their client sends them: a download then costs the gateway and the
+// server no HTTP/2 framing and flow control (over HTTP/2, the server's CPU
+// per byte of a download doubled).
 type transportKey struct {
 	session string
 	dst     netip.AddrPort
+	h2      bool
 }
 
 // maxStreams bounds the HTTP/2 streams of one client connection at once.
 const maxStreams = 64
 
-// upstreamTransport returns the transport of session id's requests to dst.
-func (s *Server) upstreamTransport(id string, dst netip.AddrPort) *http.Transport {
-	k := transportKey{session: id, dst: dst}
+// upstreamTransport returns the transport of session id's requests to
+// dst, over HTTP/2 (where the server offers it) when h2.
+func (s *Server) upstreamTransport(id string, dst netip.AddrPort, h2 bool) *http.Transport {
+	k := transportKey{session: id, dst: dst, h2: h2}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t, ok := s.transports[k]; ok {
@@ -137,12 +146,16 @@ func (s *Server) upstreamTransport(id string, dst netip.AddrPort) *http.Transpor
 			return s.trackFlow(id, dst, up), nil
 		},
 		TLSClientConfig:       &tls.Config{RootCAs: s.cfg.UpstreamRoots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:     true,
+		ForceAttemptHTTP2:     h2,
 		MaxIdleConnsPerHost:   8,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   s.cfg.DialTimeout,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
+	}
+	if !h2 {
+		// Not even where the server offers it.
+		t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 	}
 	s.transports[k] = t
 	return t
@@ -185,10 +198,58 @@ func (s *Server) trackFlow(id string, dst netip.AddrPort, up net.Conn) net.Conn 
 	}}
 }
 
+// flowConn is an upstream connection of the gateway. Its reads go ahead:
+// a read smaller than readAheadSize reads up to readAheadSize into a
+// buffer lent by a pool for as long as it holds bytes, and later reads
+// take from it. TLS reads a record (16 KiB at most) a read, so on a
+// download this reads several a system call; an idle connection holds no
+// buffer.
 type flowConn struct {
 	net.Conn
 	once   sync.Once
 	forget func()
+
+	// Read's, used by one goroutine at a time: ahead[r:w] is read and not
+	// yet returned; err came with it.
+	ahead []byte
+	r, w  int
+	err   error
+}
+
+// readAheadSize is the size of an upstream connection's read-ahead.
+const readAheadSize = 64 << 10
+
+var readAheadBuffers = sync.Pool{New: func() any { b := make([]byte, readAheadSize); return &b }}
+
+func (c *flowConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if c.r == c.w {
+		if c.err != nil {
+			err := c.err
+			c.err = nil
+			return 0, err
+		}
+		if len(p) >= readAheadSize {
+			return c.Conn.Read(p)
+		}
+		bp := readAheadBuffers.Get().(*[]byte)
+		n, err := c.Conn.Read(*bp)
+		if n == 0 {
+			readAheadBuffers.Put(bp)
+			return 0, err
+		}
+		c.ahead, c.r, c.w, c.err = *bp, 0, n, err
+	}
+	n := copy(p, c.ahead[c.r:c.w])
+	c.r += n
+	if c.r == c.w {
+		buf := c.ahead
+		c.ahead, c.r, c.w = nil, 0, 0
+		readAheadBuffers.Put(&buf)
+	}
+	return n, nil
 }
 
 func (c *flowConn) Close() error {
@@ -352,7 +413,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), reqKey{}, h.tg))
 		},
-		Transport:     h.s.upstreamTransport(h.sess.ID, h.tg.dst),
+		Transport:     h.s.upstreamTransport(h.sess.ID, h.tg.dst, h.tg.tls && r.ProtoMajor == 2),
 		FlushInterval: 0,
 		ModifyResponse: func(resp *http.Response) error {
 			if injected {
@@ -378,7 +439,8 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			return nil
 		},
-		ErrorLog: log.New(io.Discard, "", 0),
+		BufferPool: copyBuffers,
+		ErrorLog:   log.New(io.Discard, "", 0),
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			upstreamErr = err
 			if scan != nil && scan.hit.Load() != nil {
@@ -407,6 +469,25 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	emit()
+}
+
+// copyBufferSize is the size of the buffers responses are copied through;
+// a TLS record holds at most 16 KiB.
+const copyBufferSize = 32 << 10
+
+// copyBuffers lends the reverse proxy its copy buffers, which it would
+// otherwise allocate for every request.
+var copyBuffers = &bufferPool{p: sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte { return *b.p.Get().(*[]byte) }
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) == copyBufferSize {
+		buf = buf[:copyBufferSize]
+		b.p.Put(&buf)
+	}
 }
 
 // checkUpgrade lets only websockets upgrade a connection: after a 101 the

@@ -32,6 +32,8 @@ type Gateway struct {
 	// ns keeps the gateway namespace open for netlink and nftables.
 	ns *os.File
 	nl *netlink.Handle
+	// dialer dials from the gateway namespace (Dialer).
+	dialer *NSDialer
 
 	uplinkGW4, uplinkPeer4, uplinkGW6, uplinkPeer6 netip.Addr
 
@@ -130,6 +132,11 @@ func (g *Gateway) open() error {
 		return fmt.Errorf("netlink in gateway netns: %w", err)
 	}
 	g.nl = h
+	d, err := NewDialer(g.path)
+	if err != nil {
+		return fmt.Errorf("dialer in gateway netns: %w", err)
+	}
+	g.dialer = d
 	g.nftMu.Lock()
 	defer g.nftMu.Unlock()
 	return g.resetNftLocked()
@@ -404,6 +411,9 @@ func (g *Gateway) release() {
 		g.ns.Close()
 		g.ns = nil
 	}
+	if g.dialer != nil {
+		g.dialer.Close()
+	}
 }
 
 // NetnsPath is the gateway namespace's mount point.
@@ -442,8 +452,15 @@ func (g *Gateway) Do(fn func() error) error { return Do(g.path, fn) }
 
 // Dialer returns a DialFunc whose connections start in the gateway
 // namespace and leave through the uplink: the DNS proxy's upstream
-// queries.
-func (g *Gateway) Dialer() DialFunc { return Dialer(g.path) }
+// queries, and the L7 gateway's upstreams. Its sockets are made by one
+// thread that stays in the namespace (NSDialer) until the gateway is
+// closed; later dials fail.
+func (g *Gateway) Dialer() DialFunc {
+	if g.dialer == nil {
+		return Dialer(g.path)
+	}
+	return g.dialer.DialContext
+}
 
 // Sessions lists the gateway's sessions, sorted by id.
 func (g *Gateway) Sessions() []*Session {

@@ -53,6 +53,7 @@ hash="$(
 	{
 		printf 'base %s\n' "${base##*/}"
 		for f in "${key_files[@]}"; do
+			[[ -f "$f" ]] || continue # a node_modules left by a manual npm install is not used
 			printf '%s %s\n' "$(sha256sum <"$f" | cut -d' ' -f1)" "${f#"$repo"/}"
 		done
 	} | sha256sum | cut -c1-16

@@ -118,7 +118,11 @@ read -ra platform <<<"$NPM_PLATFORM"
 got="$(node -p 'require(process.argv[1]).version' "$stage/$prefix/node_modules/$AGENT_PACKAGE/package.json")"
 [[ "$got" == "$want" ]] || die "npm installed $AGENT_PACKAGE $got, the recipe pins $want"
 bin="$stage/$prefix/$AGENT_BINARY"
-[[ -f "$bin" && -x "$bin" ]] || die "the package has no executable $AGENT_BINARY"
+# npm skips an optional dependency it cannot install, a platform package
+# whose tarball does not match the lockfile's integrity hash included, and
+# still succeeds: the binary's absence is what makes that an error here.
+[[ -f "$bin" && -x "$bin" ]] ||
+	die "no executable $AGENT_BINARY after npm ci: npm skipped the platform package (a tarball that does not match package-lock.json's integrity hash, or another platform)"
 [[ "$(head -c4 "$bin" | od -An -tx1 | tr -d ' ')" == 7f454c46 ]] ||
 	die "$AGENT_BINARY is not a native (ELF) binary; the image has no Node.js to run it"
 ln -s "/$prefix/$AGENT_BINARY" "$stage/usr/local/bin/$AGENT_COMMAND"

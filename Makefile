@@ -8,7 +8,10 @@ export AIRLOCK_CACHE ?= /var/cache/airlock
 GOTEST_FLAGS ?=
 FUZZTIME ?= 3000x
 
-.PHONY: all build deps image test unit vet fuzz integration bench perf fmt clean help
+# Agent images (images/NAME, on top of the agent image): `make images`.
+AGENT_IMAGES := claude-code codex
+
+.PHONY: all build deps image images test unit vet fuzz integration bench perf fmt clean help
 
 all: build
 
@@ -27,14 +30,22 @@ image: deps build ## build the airlock/agent image archive (cached by recipe has
 	@bash hack/build-image.sh $(OUT) > $(OUT)/agent-image.path
 	@echo "agent image: $$(cat $(OUT)/agent-image.path)"
 
+images: image ## also build the agent images' archives (airlock/claude-code, airlock/codex; cached by recipe hash)
+	@for r in $(AGENT_IMAGES); do \
+		bash hack/build-image.sh --recipe $$r $(OUT) > $(OUT)/$$r-image.path || exit 1; \
+		echo "$$r image: $$(cat $(OUT)/$$r-image.path)"; \
+	done
+
 vet: ## go vet
 	$(GO) vet ./...
 
 unit: ## fast tests, no root needed
 	$(GO) test -short -count=1 $(GOTEST_FLAGS) ./...
 
-test: deps build image vet ## everything: vet, unit + root integration tests (race), fuzz smoke
+test: deps build images vet ## everything: vet, unit + root integration tests (race), fuzz smoke
 	AIRLOCK_BIN_DIR=$(BIN) AIRLOCK_AGENT_IMAGE=$$(cat $(OUT)/agent-image.path) \
+		AIRLOCK_CLAUDE_CODE_IMAGE=$$(cat $(OUT)/claude-code-image.path) \
+		AIRLOCK_CODEX_IMAGE=$$(cat $(OUT)/codex-image.path) \
 		$(GO) test -race -count=1 -timeout 40m $(GOTEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory fuzz
 

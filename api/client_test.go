@@ -633,7 +633,8 @@ func (w *notifyWriter) Write(p []byte) (int, error) {
 
 func TestImages(t *testing.T) {
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	img := Image{Name: "airlock/agent:bookworm", Digest: "sha256:abc", Size: 1234, Created: created}
+	img := Image{Name: "airlock/codex:bookworm", Digest: "sha256:abc", Size: 1234, Created: created,
+		Labels: map[string]string{LabelAgentName: "codex", LabelAgentVersion: "0.169.0"}}
 	var gotName, gotType string
 	var gotBody []byte
 	mux := http.NewServeMux()
@@ -651,11 +652,11 @@ func TestImages(t *testing.T) {
 	})
 	c := serve(t, mux)
 	imgs, err := c.ListImages(t.Context())
-	if err != nil || len(imgs) != 1 || imgs[0] != img {
+	if err != nil || len(imgs) != 1 || !reflect.DeepEqual(imgs[0], img) {
 		t.Errorf("ListImages() = %+v, %v", imgs, err)
 	}
 	imgs, err = c.ImportImage(t.Context(), "airlock/agent:bookworm", strings.NewReader("tar bytes"))
-	if err != nil || len(imgs) != 1 || imgs[0] != img {
+	if err != nil || len(imgs) != 1 || !reflect.DeepEqual(imgs[0], img) {
 		t.Errorf("ImportImage() = %+v, %v", imgs, err)
 	}
 	if gotName != "airlock/agent:bookworm" || gotType != "application/x-tar" || string(gotBody) != "tar bytes" {

@@ -133,7 +133,20 @@ type Image struct {
 	Digest  string    `json:"digest"`
 	Size    int64     `json:"size"`
 	Created time.Time `json:"created"`
+	// Labels are the labels of the image's configuration; the agent
+	// images carry LabelAgentName, LabelAgentPackage and
+	// LabelAgentVersion.
+	Labels map[string]string `json:"labels,omitempty"`
 }
+
+// Image configuration labels of the agent images (images/claude-code,
+// images/codex): which agent the image holds, from which npm package, at
+// which version.
+const (
+	LabelAgentName    = "dev.airlock.agent.name"
+	LabelAgentPackage = "dev.airlock.agent.package"
+	LabelAgentVersion = "dev.airlock.agent.version"
+)
 
 // Error classes, mapped to HTTP statuses by the server.
 const (

@@ -20,7 +20,7 @@ variable "repo" {
 }
 
 session "claude-code" {
-  image   = "airlock/agent:bookworm"
+  image   = "airlock/claude-code:bookworm"
   command = ["claude", "-p", var.prompt, "--output-format", "stream-json", "--verbose"]
   user    = "1000:1000"
   workdir = "/workspace"

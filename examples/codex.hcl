@@ -12,7 +12,7 @@ variable "prompt" {
 }
 
 session "codex" {
-  image   = "airlock/agent:bookworm"
+  image   = "airlock/codex:bookworm"
   command = ["codex", "exec", "--full-auto", var.prompt]
   user    = "1000:1000"
   workdir = "/workspace"

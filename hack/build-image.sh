@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# build-image.sh [OUT_DIR]: builds the default agent image from its recipe
-# (images/agent) as an OCI image archive and prints the archive's path.
+# build-image.sh [--recipe NAME] [OUT_DIR]: builds an image from its recipe
+# images/NAME as an OCI image archive and prints the archive's path. NAME is
+# agent (the default: the base image, described here), or an agent image
+# recipe (images/claude-code, images/codex: a package.json beside the
+# recipe), which hack/build-agent-image.sh builds on top of the base.
 #
 # The archive is cached as $AIRLOCK_CACHE/airlock-agent-HASH.tar (default
 # cache: /var/cache/airlock), where HASH covers the recipe directory, this
@@ -17,6 +20,18 @@ export LC_ALL=C
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
+recipe=agent
+if [[ "${1:-}" == --recipe ]]; then
+	recipe="${2:?usage: build-image.sh [--recipe NAME] [OUT_DIR]}"
+	shift 2
+fi
+if [[ ! "$recipe" =~ ^[a-z0-9][a-z0-9-]*$ || ! -f "$repo/images/$recipe/recipe.env" ]]; then
+	printf 'build-image: no image recipe %q (want a directory under images/ with a recipe.env)\n' "$recipe" >&2
+	exit 2
+fi
+if [[ "$recipe" != agent ]]; then
+	exec bash "$here/build-agent-image.sh" "$recipe" "$@"
+fi
 recipe_dir="$repo/images/agent"
 out_dir="${1:-}"
 cache="${AIRLOCK_CACHE:-/var/cache/airlock}"

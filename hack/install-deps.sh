@@ -4,6 +4,7 @@
 #   - containerd, containerd-shim-runc-v2, ctr and runc, built from the Go module proxy at the
 #     versions pinned in hack/versions.env, cached under $AIRLOCK_CACHE (default
 #     /var/cache/airlock) and copied into BIN_DIR.
+#   - npm (Debian's nodejs and npm) when there is no npm at all, for the agent images' packages
 # A second run with nothing missing takes well under a second.
 set -euo pipefail
 
@@ -18,6 +19,9 @@ log() { printf 'install-deps: %s\n' "$*" >&2; }
 
 apt_packages=(libseccomp-dev pkg-config mmdebstrap git iproute2 ca-certificates jq)
 missing=()
+# Any npm will do (npm ci of a version 3 lockfile needs npm 7 or later): one
+# that came with a Node.js from elsewhere is kept.
+command -v npm >/dev/null || apt_packages+=(nodejs npm)
 for p in "${apt_packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

@@ -481,15 +481,18 @@ func TestImages(t *testing.T) {
 	h.run("from stdin", "image", "import", "-").
 		check(t, 0, "Imported imported:latest (sha256:"+sha256hex("from stdin")+")\n", "")
 	h.run("", "image", "ls").check(t, 0, ""+
-		"NAME                     DIGEST                SIZE      CREATED\n"+
-		"airlock/agent:bookworm   sha256:abababababab   123.4MB   3 days ago\n"+
-		"imported:latest          sha256:"+sha256hex("from stdin")[:12]+"   10B       Less than a second ago\n"+
-		"mine:1                   sha256:"+sha256hex("not really a tar")[:12]+"   16B       Less than a second ago\n", "")
-	h.run("", "image", "ls", "-q").check(t, 0, "airlock/agent:bookworm\nimported:latest\nmine:1\n", "")
+		"NAME                     AGENT           DIGEST                SIZE      CREATED\n"+
+		"airlock/agent:bookworm   -               sha256:abababababab   123.4MB   3 days ago\n"+
+		"airlock/codex:bookworm   codex 0.169.0   sha256:cdcdcdcdcdcd   500MB     3 days ago\n"+
+		"imported:latest          -               sha256:"+sha256hex("from stdin")[:12]+"   10B       Less than a second ago\n"+
+		"mine:1                   -               sha256:"+sha256hex("not really a tar")[:12]+"   16B       Less than a second ago\n", "")
+	h.run("", "image", "ls", "-q").check(t, 0, "airlock/agent:bookworm\nairlock/codex:bookworm\nimported:latest\nmine:1\n", "")
 	r := h.run("", "image", "ls", "--json")
 	var imgs []api.Image
-	if err := json.Unmarshal([]byte(r.stdout), &imgs); err != nil || len(imgs) != 3 {
+	if err := json.Unmarshal([]byte(r.stdout), &imgs); err != nil || len(imgs) != 4 {
 		t.Errorf("image ls --json = %q (%v)", r.stdout, err)
+	} else if got := imgs[1].Labels[api.LabelAgentVersion]; got != "0.169.0" {
+		t.Errorf("image ls --json: codex image's version label = %q, want 0.169.0 (%q)", got, r.stdout)
 	}
 	missing := filepath.Join(t.TempDir(), "none.tar")
 	h.run("", "image", "import", missing).check(t, exitFailure, "", "airlock: open "+missing+": no such file or directory\n")

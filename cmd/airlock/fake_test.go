@@ -95,6 +95,10 @@ func newFakeDaemon(t *testing.T) *fakeDaemon {
 		images: []api.Image{{
 			Name: "airlock/agent:bookworm", Digest: "sha256:" + strings.Repeat("ab", 32),
 			Size: 123_400_000, Created: testNow.Add(-72 * time.Hour),
+		}, {
+			Name: "airlock/codex:bookworm", Digest: "sha256:" + strings.Repeat("cd", 32),
+			Size: 500_000_000, Created: testNow.Add(-72 * time.Hour),
+			Labels: map[string]string{api.LabelAgentName: "codex", api.LabelAgentPackage: "@openai/codex", api.LabelAgentVersion: "0.169.0"},
 		}},
 	}
 	l, err := net.Listen("unix", f.sock)

@@ -80,6 +80,9 @@ func (c *cli) newImageLsCommand() *cobra.Command {
 		Use:     "ls [flags]",
 		Aliases: []string{"list"},
 		Short:   "List images",
+		Long: `Ls lists the images in the daemon's store. AGENT is the coding agent an
+agent image holds and its version (images/claude-code, images/codex), from
+the image's dev.airlock.agent.* labels; "-" for other images.`,
 		Example: `  airlock image ls
   airlock image ls --json | jq -r '.[].name'`,
 		Args: exactArgs(0, "no arguments"),
@@ -99,13 +102,13 @@ func (c *cli) newImageLsCommand() *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 8, 3, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tCREATED")
+			fmt.Fprintln(tw, "NAME\tAGENT\tDIGEST\tSIZE\tCREATED")
 			for _, img := range imgs {
 				digest := img.Digest
 				if !noTrunc {
 					digest = shortDigest(digest)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", img.Name, digest, humanSize(img.Size), ago(c.now(), img.Created))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", img.Name, imageAgent(img), digest, humanSize(img.Size), ago(c.now(), img.Created))
 			}
 			return tw.Flush()
 		}),
@@ -114,6 +117,19 @@ func (c *cli) newImageLsCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the images as a JSON array")
 	cmd.Flags().BoolVar(&noTrunc, "no-trunc", false, "print full digests")
 	return cmd
+}
+
+// imageAgent is the agent an image holds and its version, from the image's
+// labels ("claude-code 2.1.328"), or "-".
+func imageAgent(img api.Image) string {
+	name, version := img.Labels[api.LabelAgentName], img.Labels[api.LabelAgentVersion]
+	switch {
+	case name == "":
+		return "-"
+	case version == "":
+		return name
+	}
+	return name + " " + version
 }
 
 func nonNil[T any](s []T) []T {

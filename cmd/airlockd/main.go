@@ -95,9 +95,11 @@ func run() int {
 		dnsUpstreams   = listFlag{}
 		allowPrivate   = prefixFlag{}
 		poolFiles      = listFlag{}
+		imageFiles     = listFlag{}
 		upstreamCA     = fs.String("upstream-ca", "", "PEM `FILE` of the CAs the L7 gateway trusts when it dials a server for TLS it terminates (HTTP rules, secrets, inspect = \"all\"); default: the host's system roots")
 		dnsRate        = fs.Float64("dns-rate", dnsproxy.DefaultRate, "DNS queries a second each session may send to airlock's resolver, with a burst of twice as many; queries beyond are not answered, and the audit counts them (the gateway blocks UDP packets to the resolver beyond twenty times this rate)")
 	)
+	fs.Var(&imageFiles, "image", "image archive `FILE` (OCI layout or docker save) to import at start, unless the images it names are in the store already; make images builds the agent images' archives (repeatable)")
 	fs.Var(&poolFiles, "pool", "manifest FILE with a `pool { size = N }` block: keep N sandboxes of its policy prepared from the start (repeatable)")
 	fs.Var(&dnsUpstreams, "dns-upstream", "resolver ADDR[:PORT] that allowlisted names are forwarded to (repeatable; default: the host's resolv.conf)")
 	fs.Var(&allowPrivate, "allow-private", "private `CIDR` (inside 10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) whose addresses DNS answers may pin for every session, as a manifest's egress allow_private does (repeatable); other private addresses in answers are dropped, and the session pools and the host's own addresses never pass")
@@ -232,6 +234,17 @@ func run() int {
 	if err != nil {
 		logger.Error("start failed", "error", err)
 		return 1
+	}
+	for _, f := range imageFiles {
+		imgs, imported, err := d.Runtime().ImportImageFile(ctx, f)
+		if err != nil {
+			logger.Error("bad --image archive", "file", f, "error", err)
+			_ = d.Close(context.WithoutCancel(ctx))
+			return 1
+		}
+		for _, img := range imgs {
+			logger.Info("image ready", "image", img.Name, "digest", img.Digest, "imported", imported, "file", f)
+		}
 	}
 	if *credListen != "" {
 		srv, err := httpapi.ServeCredentials(ctx, d.CredentialsHandler(), *credListen)

@@ -3,9 +3,17 @@
 //
 //	ocipack -ref airlock/agent:bookworm -env PATH=/usr/bin:/bin -o image.tar rootfs.tar
 //
-// The root filesystem is read from the named file, or from stdin when it is
-// "-". The image's creation time comes from -created (Unix seconds), else
-// from $SOURCE_DATE_EPOCH; it also clamps file modification times.
+// or, with -base, adds the tar as a layer on top of the image in an OCI
+// archive (the base's blobs copied unchanged, its user, working directory
+// and command kept; -env and -label merged into its configuration):
+//
+//	ocipack -base agent.tar -ref airlock/codex:bookworm -label K=V -o codex.tar layer.tar
+//
+// The tar is read from the named file, or from stdin when it is "-"; a
+// layer is held to the same rules as a root filesystem (internal/ocipack's
+// FilterLayer). The image's creation time comes from -created (Unix
+// seconds), else from $SOURCE_DATE_EPOCH; it also clamps file modification
+// times.
 package main
 
 import (
@@ -19,6 +27,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/airlock-sandbox/airlock/internal/ocipack"
 )
@@ -37,9 +47,11 @@ func run(args []string) error {
 		created    = os.Getenv("SOURCE_DATE_EPOCH")
 		cmd        string
 		entrypoint string
+		base       string
 	)
 	fs := flag.NewFlagSet("ocipack", flag.ContinueOnError)
 	fs.StringVar(&out, "o", "", "output archive `path` (required)")
+	fs.StringVar(&base, "base", "", "OCI image archive `path` to add the tar to as a layer")
 	fs.StringVar(&cfg.Ref, "ref", "", "image `reference` recorded in index.json")
 	fs.StringVar(&cfg.User, "user", "", "default `user[:group]`")
 	fs.StringVar(&cfg.WorkingDir, "workdir", "", "default working `dir`ectory")
@@ -93,6 +105,10 @@ func run(args []string) error {
 		}
 	}
 
+	if base != "" && (cfg.User != "" || cfg.WorkingDir != "" || cmd != "" || entrypoint != "") {
+		return errors.New("-base keeps the base image's -user, -workdir, -cmd and -entrypoint; drop them")
+	}
+
 	var in io.Reader = os.Stdin
 	if name := fs.Arg(0); name != "-" {
 		f, err := os.Open(name)
@@ -107,7 +123,12 @@ func run(args []string) error {
 		return err
 	}
 	bw := bufio.NewWriterSize(f, 1<<20)
-	desc, err := ocipack.Pack(bw, bufio.NewReaderSize(in, 1<<20), cfg)
+	var desc ocispec.Descriptor
+	if base != "" {
+		desc, err = appendLayer(bw, base, bufio.NewReaderSize(in, 1<<20), cfg)
+	} else {
+		desc, err = ocipack.Pack(bw, bufio.NewReaderSize(in, 1<<20), cfg)
+	}
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -123,4 +144,27 @@ func run(args []string) error {
 	}
 	fmt.Fprintf(os.Stderr, "ocipack: wrote %s (manifest %s)\n", out, desc.Digest)
 	return nil
+}
+
+// appendLayer writes to w the image of the archive at base with the tar in
+// as one more layer, filtered as Pack filters a root filesystem.
+func appendLayer(w io.Writer, base string, in io.Reader, cfg ocipack.Config) (ocispec.Descriptor, error) {
+	bf, err := os.Open(base)
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	defer bf.Close()
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(ocipack.FilterLayer(pw, in, cfg.Created)) }()
+	desc, err := ocipack.Append(w, bf, pr, ocipack.AppendConfig{
+		Ref:       cfg.Ref,
+		Env:       cfg.Env,
+		Labels:    cfg.Labels,
+		CreatedBy: cfg.CreatedBy,
+		Created:   cfg.Created,
+		TempDir:   cfg.TempDir,
+	})
+	// Unblock the filter if Append stopped before reading the whole layer.
+	pr.CloseWithError(errors.New("layer not read to the end"))
+	return desc, err
 }

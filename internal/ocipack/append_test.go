@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"crypto/rand"
+	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -204,5 +206,49 @@ func TestAppendLargeBaseLayers(t *testing.T) {
 	tw.Close()
 	if _, _, err := appendLayer(t, corrupt.Bytes(), layer, AppendConfig{Ref: "airlock/bench:bookworm"}); err == nil {
 		t.Errorf("a corrupt large layer: %v", err)
+	}
+}
+
+// An agent image's layer goes through FilterLayer before Append: the same
+// rules as a packed root filesystem.
+func TestFilterLayer(t *testing.T) {
+	clamp := time.Unix(1767225600, 0).UTC()
+	in := buildTar(t,
+		dir("./opt/"),
+		entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "./opt/agent", Mode: 0o100755, Uid: 1234, Size: 3, ModTime: clamp.Add(time.Hour), AccessTime: clamp.Add(time.Hour), Format: tar.FormatPAX}, body: "bin"},
+		entry{hdr: tar.Header{Typeflag: tar.TypeFifo, Name: "./opt/fifo", Mode: 0o644}},
+		entry{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "./usr/local/bin/agent", Linkname: "/opt/agent", Mode: 0o777}},
+	)
+	var out bytes.Buffer
+	if err := FilterLayer(&out, bytes.NewReader(in), clamp); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	tr := tar.NewReader(&out)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %o %d %d %s %v", h.Name, h.Mode, h.Uid, h.ModTime.Unix(), h.Linkname, h.PAXRecords))
+	}
+	// Times after the clamp are clamped, earlier ones kept; PAX records
+	// but xattrs (here an access time) are dropped, the FIFO too.
+	want := []string{
+		fmt.Sprintf("opt/ 755 0 %d  map[]", older.Unix()),
+		"opt/agent 755 1234 1767225600  map[]",
+		fmt.Sprintf("usr/local/bin/agent 777 0 %d /opt/agent map[]", older.Unix()),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("FilterLayer:\n got %q\nwant %q", got, want)
+	}
+	for _, name := range []string{"../etc/passwd", "/etc/passwd", "opt/../../x"} {
+		bad := buildTar(t, file(name, "x"))
+		if err := FilterLayer(io.Discard, bytes.NewReader(bad), clamp); err == nil {
+			t.Errorf("FilterLayer accepted an entry named %q", name)
+		}
 	}
 }

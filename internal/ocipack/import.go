@@ -12,7 +12,9 @@ package ocipack
 // ("airlock/agent:bookworm" is stored as "docker.io/airlock/agent:bookworm").
 
 import (
+	"archive/tar"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +25,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 	"github.com/distribution/reference"
+	digest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
@@ -146,4 +150,44 @@ func lastByName(imgs []images.Image) []images.Image {
 		out = append(out, img)
 	}
 	return out
+}
+
+// ArchiveImages reads the index of the OCI image layout archive r and
+// returns the images Import without a Name would store from it: each stored
+// name with the digest of its manifest. Blobs are skipped, not read, when r
+// can seek. A Docker archive, or an OCI archive that names no image, gives
+// an empty map.
+func ArchiveImages(r io.Reader) (map[string]digest.Digest, error) {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return map[string]digest.Digest{}, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read image archive: %w", err)
+		}
+		if name, err := CleanName(h.Name); err != nil || name != ocispec.ImageIndexFile || h.Typeflag != tar.TypeReg {
+			continue
+		}
+		if h.Size > smallBlob {
+			return nil, fmt.Errorf("image archive: %s has %d bytes", ocispec.ImageIndexFile, h.Size)
+		}
+		var idx ocispec.Index
+		if err := json.NewDecoder(tr).Decode(&idx); err != nil {
+			return nil, fmt.Errorf("image archive: %s: %w", ocispec.ImageIndexFile, err)
+		}
+		out := map[string]digest.Digest{}
+		translate := refTranslator("")
+		for _, m := range idx.Manifests {
+			name := m.Annotations[images.AnnotationImageName]
+			if name == "" {
+				name = translate(m.Annotations[ocispec.AnnotationRefName])
+			}
+			if name != "" {
+				out[name] = m.Digest
+			}
+		}
+		return out, nil
+	}
 }

@@ -418,3 +418,32 @@ func TestLastByName(t *testing.T) {
 		t.Errorf("lastByName(nil) = %v", got)
 	}
 }
+
+func TestArchiveImages(t *testing.T) {
+	archive, desc := ociArchive(t, "airlock/codex:bookworm")
+	got, err := ArchiveImages(bytes.NewReader(archive))
+	want := map[string]digest.Digest{"docker.io/airlock/codex:bookworm": desc.Digest}
+	if err != nil || !maps.Equal(got, want) {
+		t.Errorf("ArchiveImages(OCI archive) = %v, %v; want %v", got, err, want)
+	}
+	// skopeo's annotation: a full reference is a name, a bare tag is not.
+	for refName, want := range map[string]map[string]digest.Digest{
+		"example/app:2": {"docker.io/example/app:2": desc.Digest},
+		"v2":            {},
+	} {
+		got, err := ArchiveImages(bytes.NewReader(withRefName(t, archive, refName)))
+		if err != nil || !maps.Equal(got, want) {
+			t.Errorf("ArchiveImages(ref.name %q) = %v, %v; want %v", refName, got, err, want)
+		}
+	}
+	if got, err := ArchiveImages(bytes.NewReader(dockerArchive(t))); err != nil || len(got) != 0 {
+		t.Errorf("ArchiveImages(docker archive) = %v, %v; want no names", got, err)
+	}
+	bad := tarOf(t, map[string]string{ocispec.ImageIndexFile: "{not json"})
+	if _, err := ArchiveImages(bytes.NewReader(bad)); err == nil {
+		t.Error("ArchiveImages(broken index.json): no error")
+	}
+	if _, err := ArchiveImages(bytes.NewReader(archive[:100])); err == nil {
+		t.Error("ArchiveImages(truncated archive): no error")
+	}
+}

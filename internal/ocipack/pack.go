@@ -234,38 +234,48 @@ func writeArchive(w io.Writer, mtime time.Time, f imageFiles, layers func(*archi
 // uncompressed tar).
 func writeLayer(w io.Writer, rootfs io.Reader, clamp time.Time) (ocispec.Descriptor, digest.Digest, error) {
 	return compressLayer(w, gzip.DefaultCompression, func(out io.Writer) error {
-		tw := tar.NewWriter(out)
-		tr := tar.NewReader(rootfs)
-		f := newFilter(clamp)
-		for {
-			in, err := tr.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("read root filesystem tar: %w", err)
-			}
-			hdr, err := f.header(in)
-			if err != nil {
-				return err
-			}
-			if hdr == nil {
-				continue
-			}
-			if err := tw.WriteHeader(hdr); err != nil {
-				return fmt.Errorf("write layer entry %q: %w", hdr.Name, err)
-			}
-			if hdr.Typeflag == tar.TypeReg {
-				if _, err := io.Copy(tw, tr); err != nil {
-					return fmt.Errorf("copy layer entry %q: %w", hdr.Name, err)
-				}
-			}
-		}
-		if err := tw.Close(); err != nil {
-			return fmt.Errorf("finish layer tar: %w", err)
-		}
-		return nil
+		return FilterLayer(out, rootfs, clamp)
 	})
+}
+
+// FilterLayer rewrites the root filesystem tar stream rootfs into the
+// uncompressed layer tar Pack would make of it, written to w: names cleaned,
+// unsafe entries refused, devices and FIFOs dropped, metadata reduced, and
+// modification times clamped to clamp unless it is zero. Its output is what
+// Append takes as a layer, so that an appended layer is held to the same
+// rules as a packed one.
+func FilterLayer(w io.Writer, rootfs io.Reader, clamp time.Time) error {
+	tw := tar.NewWriter(w)
+	tr := tar.NewReader(rootfs)
+	f := newFilter(clamp)
+	for {
+		in, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read root filesystem tar: %w", err)
+		}
+		hdr, err := f.header(in)
+		if err != nil {
+			return err
+		}
+		if hdr == nil {
+			continue
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("write layer entry %q: %w", hdr.Name, err)
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			if _, err := io.Copy(tw, tr); err != nil {
+				return fmt.Errorf("copy layer entry %q: %w", hdr.Name, err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("finish layer tar: %w", err)
+	}
+	return nil
 }
 
 // compressLayer gzips the uncompressed layer tar that write produces into w

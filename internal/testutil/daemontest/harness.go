@@ -59,6 +59,23 @@ func LoadEnv() (Env, error) {
 	return e, nil
 }
 
+// AgentImageArchive returns the archive of the agent image built from
+// recipe images/RECIPE (claude-code, codex), named by
+// AIRLOCK_<RECIPE>_IMAGE (AIRLOCK_CLAUDE_CODE_IMAGE, AIRLOCK_CODEX_IMAGE),
+// which `make test` sets from `make images`. A test that needs the image
+// fails, not skips, when the variable is unset or the archive is missing.
+func AgentImageArchive(recipe string) (string, error) {
+	v := "AIRLOCK_" + strings.ToUpper(strings.ReplaceAll(recipe, "-", "_")) + "_IMAGE"
+	p := os.Getenv(v)
+	if p == "" {
+		return "", fmt.Errorf("%s is not set: run the integration tests through `make test` (`make images` builds the archive, hack/build-image.sh --recipe %s prints its path)", v, recipe)
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s image archive: %w (run `make images`)", recipe, err)
+	}
+	return p, nil
+}
+
 // Harness is a daemon with its own root, containerd and socket.
 type Harness struct {
 	// World is the daemon's uplink network.

@@ -147,8 +147,8 @@ func run(t *testing.T, timeout time.Duration, cmd *exec.Cmd) string {
 func logCalls(t *testing.T, s *modelsrv.Server) {
 	t.Helper()
 	for i, c := range s.Calls() {
-		t.Logf("call %d: %s %s api=%s kind=%s model=%s stream=%v step=%d status=%d key=%q err=%s",
-			i, c.Method, c.Path, c.API, c.Kind+"/"+c.Verdict, c.Model, c.Stream, c.Step, c.Status, c.APIKey(), c.Err)
+		t.Logf("call %d: %s %s %s api=%s kind=%s model=%s stream=%v step=%d status=%d key=%q err=%s",
+			i, c.Method, c.Path, c.Proto, c.API, c.Kind+"/"+c.Verdict, c.Model, c.Stream, c.Step, c.Status, c.APIKey(), c.Err)
 		if os.Getenv("MODELSRV_DUMP") != "" {
 			hdr := []string{}
 			for k, v := range c.Header {
@@ -213,17 +213,39 @@ func checkWork(t *testing.T, srv *modelsrv.Server, dir, key, transcript string) 
 	}
 }
 
-// claude runs Claude Code on prompt in dir against url, in print mode with
-// its stream-json transcript, and returns the transcript.
-func claude(t *testing.T, srv *modelsrv.Server, url, caFile, key, dir string, args ...string) string {
-	t.Helper()
-	bins := agentBinaries(t)
-	cmd := exec.Command(bins["claude"], append([]string{"--output-format", "stream-json", "--verbose"}, args...)...)
-	cmd.Dir = dir
+// claudeArgs are the arguments and environment that run Claude Code in
+// print mode against url, with its stream-json transcript on stdout.
+func claudeArgs(url, key string, args ...string) ([]string, []string) {
 	// IS_SANDBOX=1: Claude Code refuses bypassPermissions as root
 	// otherwise; the test may run as root on the host (in a session it is
 	// uid 1000 and needs none).
-	cmd.Env = agentEnv(t.TempDir(), caFile, "ANTHROPIC_BASE_URL="+url, "ANTHROPIC_API_KEY="+key, "IS_SANDBOX=1")
+	return append([]string{"--output-format", "stream-json", "--verbose"}, args...),
+		[]string{"ANTHROPIC_BASE_URL=" + url, "ANTHROPIC_API_KEY=" + key, "IS_SANDBOX=1"}
+}
+
+// codexArgs are the arguments and environment that run `codex exec` on
+// prompt against url through a custom model provider (HTTP and SSE; with
+// OPENAI_BASE_URL alone Codex speaks the Responses API over a WebSocket),
+// its own sandbox off (airlock is the boundary), its JSON events on stdout.
+func codexArgs(url, key, prompt string) ([]string, []string) {
+	return []string{"exec", "--skip-git-repo-check", "--sandbox", "danger-full-access",
+			"-c", `model_providers.airlock.name="airlock"`,
+			"-c", `model_providers.airlock.base_url="` + url + `/v1"`,
+			"-c", `model_providers.airlock.wire_api="responses"`,
+			"-c", `model_providers.airlock.env_key="AIRLOCK_MODEL_KEY"`,
+			"-c", `model_provider="airlock"`,
+			"-m", "gpt-5.5", "--json", prompt},
+		[]string{"AIRLOCK_MODEL_KEY=" + key}
+}
+
+// claude runs Claude Code in dir against url and returns its transcript.
+func claude(t *testing.T, srv *modelsrv.Server, url, caFile, key, dir string, args ...string) string {
+	t.Helper()
+	bins := agentBinaries(t)
+	args, env := claudeArgs(url, key, args...)
+	cmd := exec.Command(bins["claude"], args...)
+	cmd.Dir = dir
+	cmd.Env = agentEnv(t.TempDir(), caFile, env...)
 	out := run(t, 3*time.Minute, cmd)
 	t.Logf("transcript:\n%s", out)
 	logCalls(t, srv)
@@ -258,15 +280,10 @@ func TestCodex(t *testing.T) {
 	}
 	url, caFile := tlsServer(t, srv)
 	const key = "sk-codex-test-key-2"
-	cmd := exec.Command(bins["codex"], "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access",
-		"-c", `model_providers.airlock.name="airlock"`,
-		"-c", `model_providers.airlock.base_url="`+url+`/v1"`,
-		"-c", `model_providers.airlock.wire_api="responses"`,
-		"-c", `model_providers.airlock.env_key="AIRLOCK_MODEL_KEY"`,
-		"-c", `model_provider="airlock"`,
-		"-m", "gpt-5.5", "--json", "do the work")
+	args, env := codexArgs(url, key, "do the work")
+	cmd := exec.Command(bins["codex"], args...)
 	cmd.Dir = dir
-	cmd.Env = agentEnv(t.TempDir(), caFile, "AIRLOCK_MODEL_KEY="+key)
+	cmd.Env = agentEnv(t.TempDir(), caFile, env...)
 	out := run(t, 3*time.Minute, cmd)
 	t.Logf("transcript:\n%s", out)
 	logCalls(t, srv)

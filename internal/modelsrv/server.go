@@ -58,7 +58,9 @@ type Call struct {
 	Time   time.Time
 	Method string
 	// Path is the request's path and query.
-	Path   string
+	Path string
+	// Proto is the HTTP version ("HTTP/1.1", "HTTP/2.0").
+	Proto  string
 	Header http.Header
 	Body   []byte
 	// API is Anthropic or OpenAI, from the path or the headers; empty if
@@ -185,7 +187,7 @@ func (s *Server) record(c Call) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	c := Call{
-		Time: time.Now(), Method: r.Method, Path: r.URL.RequestURI(), Header: r.Header.Clone(),
+		Time: time.Now(), Method: r.Method, Path: r.URL.RequestURI(), Proto: r.Proto, Header: r.Header.Clone(),
 		Body: body, Step: -1, Kind: KindOther,
 	}
 	rw := &statusWriter{ResponseWriter: w}

@@ -334,3 +334,69 @@ func TestClaudeCodeAutoMode(t *testing.T) {
 		t.Error("the transcript does not report the denial")
 	}
 }
+
+// TestCodexAutoReview: with its own sandbox on and auto review, Codex asks
+// its guardian (a model call) before running a command outside the
+// sandbox; the script denies one such request and allows the other, and
+// only the allowed one runs.
+func TestCodexAutoReview(t *testing.T) {
+	bins := agentBinaries(t)
+	// Codex sets up its sandbox helper under CODEX_HOME, and refuses to
+	// when that is under the temporary directory: every sandboxed command
+	// then fails ("bwrap: execvp codex-linux-sandbox"). So HOME, and the
+	// files the escalated commands touch, are outside /tmp.
+	home, err := os.MkdirTemp("/var/tmp", "modelsrv-home-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	outside := filepath.Join(home, "outside")
+	if err := os.Mkdir(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	denied, allowed := filepath.Join(outside, "denied"), filepath.Join(outside, "allowed")
+	dir := t.TempDir()
+	script := modelsrv.Script{
+		Steps: []modelsrv.Step{
+			{Calls: []modelsrv.Action{{Kind: modelsrv.Shell, Command: "touch " + denied, Escalate: true, Gate: modelsrv.Block}}},
+			{Calls: []modelsrv.Action{{Kind: modelsrv.Shell, Command: "touch " + allowed, Escalate: true}}},
+		},
+		Final: "done",
+	}
+	srv, err := modelsrv.New(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, caFile := tlsServer(t, srv)
+	args, env := codexArgs(url, "sk-codex-review", "do it")
+	for i, a := range args {
+		if a == "danger-full-access" {
+			args[i] = "workspace-write"
+		}
+	}
+	args = append(args[:len(args)-1], "-c", `approval_policy="on-request"`, "-c", `approvals_reviewer="auto_review"`, args[len(args)-1])
+	cmd := exec.Command(bins["codex"], args...)
+	cmd.Dir = dir
+	cmd.Env = agentEnv(home, caFile, env...)
+	out := run(t, 3*time.Minute, cmd)
+	t.Logf("transcript:\n%s", out)
+	logCalls(t, srv)
+	if _, err := os.Stat(denied); err == nil {
+		t.Error("the command the guardian denied ran")
+	}
+	if _, err := os.Stat(allowed); err != nil {
+		t.Errorf("the command the guardian allowed did not run: %v", err)
+	}
+	var verdicts []string
+	for _, c := range srv.Calls() {
+		if c.Kind == modelsrv.KindClassifier {
+			verdicts = append(verdicts, c.Verdict)
+		}
+	}
+	if !slices.Equal(verdicts, []string{modelsrv.Block, modelsrv.Allow}) {
+		t.Errorf("guardian verdicts %v, want [block allow]", verdicts)
+	}
+	if got := srv.MainSteps(); !slices.Equal(got, []int{0, 1, 2}) {
+		t.Errorf("main calls answered steps %v, want [0 1 2]", got)
+	}
+}

@@ -206,7 +206,11 @@ func claudeTool(a Action) (string, json.RawMessage) {
 	var in any
 	switch a.Kind {
 	case Shell:
-		name, in = ClaudeBash, map[string]any{"command": a.Command, "description": "Run a scripted command"}
+		m := map[string]any{"command": a.Command, "description": "Run a scripted command"}
+		if a.Escalate {
+			m["dangerouslyDisableSandbox"] = true
+		}
+		name, in = ClaudeBash, m
 	case Write:
 		name, in = ClaudeWrite, map[string]any{"file_path": a.Path, "content": a.Content}
 	case Edit:

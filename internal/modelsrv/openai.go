@@ -74,6 +74,10 @@ func (s *Server) serveResponses(w http.ResponseWriter, c *Call) {
 			c.ToolResults[it.CallID] = ToolResult{Step: st, Index: i, Output: outputText(it.Output)}
 		}
 	}
+	if isGuardian(c.Body) {
+		c.Kind = KindClassifier
+		c.Verdict = s.verdict(plannedAction(c.Body))
+	}
 	main, patchType := false, ""
 	for _, t := range req.Tools {
 		switch t.Name {
@@ -90,10 +94,13 @@ func (s *Server) serveResponses(w http.ResponseWriter, c *Call) {
 			"role": "assistant", "status": "completed",
 			"content": []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}}}
 	}
-	if !main {
+	switch {
+	case c.Kind == KindClassifier:
+		items = append(items, msg(guardianAnswer(c.Verdict)))
+	case !main:
 		c.Kind = KindSide
 		items = append(items, msg(s.sideText()))
-	} else {
+	default:
 		c.Kind = KindMain
 		c.Step = s.stepFor(c.ToolResults)
 		if c.Step == len(s.script.Steps) {
@@ -181,7 +188,12 @@ func codexTool(a Action, callID, itemID, patchType string) map[string]any {
 	var args any
 	switch a.Kind {
 	case Shell:
-		name, args = CodexExec, map[string]any{"cmd": a.Command}
+		m := map[string]any{"cmd": a.Command}
+		if a.Escalate {
+			m["sandbox_permissions"] = "require_escalated"
+			m["justification"] = "The model script runs this outside the sandbox."
+		}
+		name, args = CodexExec, m
 	case Read:
 		name, args = CodexExec, map[string]any{"cmd": "cat " + shellQuote(a.Path)}
 	case Write, Edit:

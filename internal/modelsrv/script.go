@@ -81,6 +81,11 @@ type Action struct {
 	// Gate is the classifier's verdict on this action (Allow or Block;
 	// Script.Gate if empty).
 	Gate string `json:"gate,omitempty"`
+	// Escalate asks to run a Shell command outside the agent's own sandbox
+	// (Codex: sandbox_permissions "require_escalated", which its approval
+	// policy or auto review then decides; Claude Code:
+	// dangerouslyDisableSandbox).
+	Escalate bool `json:"escalate,omitempty"`
 }
 
 // RunShell is a Shell action.
@@ -131,6 +136,9 @@ func validGate(g string) error {
 func (a Action) validate() error {
 	if err := validGate(a.Gate); err != nil {
 		return err
+	}
+	if a.Escalate && a.Kind != Shell {
+		return fmt.Errorf("%s: only a shell command escalates", a.Kind)
 	}
 	need := func(field, v string) error {
 		if v == "" {

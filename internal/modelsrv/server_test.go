@@ -393,6 +393,7 @@ func TestDecodeScript(t *testing.T) {
 		{`{"steps":[{"calls":[{"kind":"tool","name":"X","input":[1]}]}]}`, "input is not a JSON object"},
 		{`{"steps":[{"calls":[{"kind":"shell","command":"x","gate":"maybe"}]}]}`, `gate "maybe"`},
 		{`{"gate":"deny"}`, `gate "deny"`},
+		{`{"steps":[{"calls":[{"kind":"read","path":"/f","escalate":true}]}]}`, "only a shell command escalates"},
 		{`{"stpes":[]}`, `unknown field "stpes"`},
 		{`{"final":"a"} {}`, "trailing data"},
 	} {
@@ -416,6 +417,54 @@ func TestCallID(t *testing.T) {
 	for _, id := range []string{"toolu_01abc", "call_airlock_x_1", "call_airlock_1", "call_airlock_-1_0", ""} {
 		if _, _, ok := parseCallID(id); ok {
 			t.Errorf("%q parsed as a script call id", id)
+		}
+	}
+}
+
+// Codex's guardian: a Responses call asking for the outcome schema about a
+// planned action; answered with the action's gate verdict as JSON.
+func TestResponsesGuardian(t *testing.T) {
+	s := testScript()
+	s.Steps[0].Calls[0].Gate = Block
+	s.Steps[1].Calls = append(s.Steps[1].Calls, Action{Kind: Shell, Command: "echo <a> & 'b' 2", Gate: Allow})
+	srv, hs := newServer(t, s)
+	ask := func(command string) map[string]any {
+		planned, _ := json.Marshal(map[string]any{"command": []string{"/bin/bash", "-lc", command}, "tool": "exec_command"})
+		req := map[string]any{"model": "gpt", "tools": codexTools,
+			"text": map[string]any{"format": map[string]any{"type": "json_schema", "name": "codex_output_schema",
+				"schema": map[string]any{"properties": map[string]any{"outcome": map[string]any{"type": "string"}}}}},
+			"input": []any{map[string]any{"type": "message", "role": "user", "content": []any{
+				map[string]any{"type": "input_text", "text": ">>> TRANSCRIPT START\n[1] user: echo <a> & 'b'\n>>> TRANSCRIPT END\n"},
+				map[string]any{"type": "input_text", "text": "Planned action JSON:\n"},
+				map[string]any{"type": "input_text", "text": string(planned) + "\n"},
+				map[string]any{"type": "input_text", "text": ">>> APPROVAL REQUEST END\n"},
+			}}}}
+		m := decode(t, post(t, hs.URL+"/v1/responses", nil, req))
+		text := m["output"].([]any)[0].(map[string]any)["content"].([]any)[0].(map[string]any)["text"].(string)
+		var a map[string]any
+		if err := json.Unmarshal([]byte(text), &a); err != nil {
+			t.Fatalf("guardian answer %q: %v", text, err)
+		}
+		return a
+	}
+	if a := ask("echo <a> & 'b'"); a["outcome"] != "deny" {
+		t.Errorf("blocked command: %v", a)
+	}
+	// An unscripted command holding the blocked one takes its verdict.
+	if a := ask("echo <a> & 'b' && echo more"); a["outcome"] != "deny" {
+		t.Errorf("a command holding the blocked one: %v", a)
+	}
+	if a := ask("echo <a> & 'b' 2"); a["outcome"] != "allow" {
+		t.Errorf("the allowed command the blocked one is a prefix of: %v", a)
+	}
+	// The transcript names the blocked command too; only the planned
+	// action counts.
+	if a := ask("ls"); a["outcome"] != "allow" {
+		t.Errorf("unscripted command: %v", a)
+	}
+	for _, c := range srv.Calls() {
+		if c.Kind != KindClassifier || c.Step != -1 {
+			t.Errorf("call %s step %d", c.Kind, c.Step)
 		}
 	}
 }

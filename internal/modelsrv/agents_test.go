@@ -144,9 +144,18 @@ func run(t *testing.T, timeout time.Duration, cmd *exec.Cmd) string {
 	return stdout.String()
 }
 
-func logCalls(t *testing.T, s *modelsrv.Server) {
+// logCalls logs the calls the server received from an agent started at
+// start, and how long after it the first model request came.
+func logCalls(t *testing.T, s *modelsrv.Server, start time.Time) {
 	t.Helper()
-	for i, c := range s.Calls() {
+	calls := s.Calls()
+	for _, c := range calls {
+		if c.Kind == modelsrv.KindMain {
+			t.Logf("first model request %v after the agent started", c.Time.Sub(start).Round(time.Millisecond))
+			break
+		}
+	}
+	for i, c := range calls {
 		t.Logf("call %d: %s %s %s api=%s kind=%s model=%s stream=%v step=%d status=%d key=%q err=%s",
 			i, c.Method, c.Path, c.Proto, c.API, c.Kind+"/"+c.Verdict, c.Model, c.Stream, c.Step, c.Status, c.APIKey(), c.Err)
 		if os.Getenv("MODELSRV_DUMP") != "" {
@@ -246,9 +255,10 @@ func claude(t *testing.T, srv *modelsrv.Server, url, caFile, key, dir string, ar
 	cmd := exec.Command(bins["claude"], args...)
 	cmd.Dir = dir
 	cmd.Env = agentEnv(t.TempDir(), caFile, env...)
+	start := time.Now()
 	out := run(t, 3*time.Minute, cmd)
 	t.Logf("transcript:\n%s", out)
-	logCalls(t, srv)
+	logCalls(t, srv, start)
 	return out
 }
 
@@ -284,9 +294,10 @@ func TestCodex(t *testing.T) {
 	cmd := exec.Command(bins["codex"], args...)
 	cmd.Dir = dir
 	cmd.Env = agentEnv(t.TempDir(), caFile, env...)
+	start := time.Now()
 	out := run(t, 3*time.Minute, cmd)
 	t.Logf("transcript:\n%s", out)
-	logCalls(t, srv)
+	logCalls(t, srv, start)
 	checkWork(t, srv, dir, key, out)
 	for _, c := range srv.Calls() {
 		if c.Kind != modelsrv.KindMain {
@@ -378,9 +389,10 @@ func TestCodexAutoReview(t *testing.T) {
 	cmd := exec.Command(bins["codex"], args...)
 	cmd.Dir = dir
 	cmd.Env = agentEnv(home, caFile, env...)
+	start := time.Now()
 	out := run(t, 3*time.Minute, cmd)
 	t.Logf("transcript:\n%s", out)
-	logCalls(t, srv)
+	logCalls(t, srv, start)
 	if _, err := os.Stat(denied); err == nil {
 		t.Error("the command the guardian denied ran")
 	}

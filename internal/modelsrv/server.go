@@ -1,19 +1,3 @@
-// Package modelsrv is a scripted model server: a test double for the model
-// behind a coding agent, for the real agent binaries to run a session
-// against. It speaks enough of the Anthropic Messages API (Claude Code) and
-// of the OpenAI Responses API (Codex with a custom model provider), both
-// streamed as server-sent events and as plain JSON, and plays a Script: per
-// turn the tool calls to make, then the final message. It decides which turn
-// it is from the conversation the agent sends (the tool results it holds),
-// answers the agent's side calls (titles, summaries: any call that does not
-// offer the agent's shell tool) with a fixed text, and records every call,
-// headers and API key included, so that tests can show what the agent sent.
-//
-// It is an http.Handler: serve it over TLS on a world host
-// (world.WithHandler with world.WithTLS) or on any listener. It does not
-// check API keys, does not count tokens and does not model anything: the
-// usage it reports is made up, and a request it does not understand gets an
-// error in the API's own shape, so that the agent fails loudly.
 package modelsrv
 
 import (

@@ -72,8 +72,9 @@ func TestAgentsInWorld(t *testing.T) {
 			cmd := inWorld(bins[agent], args...)
 			cmd.Dir = dir
 			cmd.Env = agentEnv(t.TempDir(), caFile, env...)
+			start := time.Now()
 			out := run(t, 3*time.Minute, cmd)
-			logCalls(t, srv)
+			logCalls(t, srv, start)
 			checkWork(t, srv, dir, key, out)
 			var names []string
 			for _, q := range w.DNSLog()[before:] {

@@ -34,7 +34,10 @@
 //     "</block>"), and stage two when stage one blocks; a harmless command
 //     in the workspace is not sent. An answer it cannot read is retried,
 //     then the action is refused ("Auto mode could not evaluate this
-//     action");
+//     action"). With CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 it asks
+//     for the vendor's server-side check instead, which a stand-in does not
+//     serve: every such action is refused ("Auto mode can't check actions in
+//     this session"), and the model is never asked;
 //   - no title or summary call in print mode; it also looks up
 //     api.anthropic.com (not with CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1).
 //

@@ -217,6 +217,15 @@ func checkWork(t *testing.T, srv *modelsrv.Server, dir, key, transcript string) 
 	if got := srv.APIKeys(); !slices.Equal(got, []string{key}) {
 		t.Errorf("API keys seen: %q, want %q", got, key)
 	}
+	sessions := map[string]bool{}
+	for _, c := range srv.Calls() {
+		if c.Kind == modelsrv.KindMain {
+			sessions[c.Session] = true
+		}
+	}
+	if len(sessions) != 1 || sessions[""] {
+		t.Errorf("the main calls carry sessions %v, want one", sessions)
+	}
 	if !strings.Contains(transcript, "All done.") {
 		t.Errorf("the transcript does not end with the final message")
 	}

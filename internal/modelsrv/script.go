@@ -53,12 +53,14 @@ const (
 	// Shell runs Command through the agent's shell tool (Claude Code's
 	// Bash, Codex's exec_command).
 	Shell = "shell"
-	// Write creates or replaces the file Path with Content (Claude Code's
-	// Write, Codex's apply_patch "Add File").
+	// Write creates the file Path with Content (Claude Code's Write,
+	// Codex's apply_patch "Add File"). Claude Code replaces a file only
+	// after it was read in the session.
 	Write = "write"
 	// Edit replaces Old, which must occur once, with New in the file Path
-	// (Claude Code's Edit, which needs the file to have been read in the
-	// session first; Codex's apply_patch "Update File").
+	// (Claude Code's Edit, which needs the file to have been read or
+	// written in the session first; Codex's apply_patch "Update File",
+	// Old and New as whole lines).
 	Edit = "edit"
 	// Read reads the file Path (Claude Code's Read; Codex has no read tool:
 	// it is a shell `cat`).

@@ -2,6 +2,7 @@ package modelsrv
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,7 +28,9 @@ const (
 	// KindProbe is a reachability probe: a HEAD of any path, a GET of
 	// the root; answered 200 with no body.
 	KindProbe = "probe"
-	// KindOther is any other path: answered 404 in the API's error shape.
+	// KindOther is any other path (answered 404), or a request the
+	// server cannot read (400, 413); the answer is an error in the API's
+	// shape, its text in Call.Err.
 	KindOther = "other"
 )
 
@@ -51,6 +54,9 @@ type Call struct {
 	// neither tells.
 	API  string
 	Kind string
+	// Session is the agent's session id, from its headers
+	// (X-Claude-Code-Session-Id, Codex's Session-Id); empty if none.
+	Session string
 	// Model is the model the request names.
 	Model  string
 	Stream bool
@@ -173,6 +179,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := Call{
 		Time: time.Now(), Method: r.Method, Path: r.URL.RequestURI(), Proto: r.Proto, Header: r.Header.Clone(),
 		Body: body, Step: -1, Kind: KindOther,
+		Session: cmp.Or(r.Header.Get("X-Claude-Code-Session-Id"), r.Header.Get("Session-Id")),
 	}
 	rw := &statusWriter{ResponseWriter: w}
 	defer func() {

@@ -23,6 +23,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -225,6 +226,12 @@ func (w *World) DNSAddr() netip.Addr { return w.dnsAddr }
 
 // CertPool holds the CA that signs the world's HTTPS certificates.
 func (w *World) CertPool() *x509.CertPool { return w.pool }
+
+// CAPEM is the world's CA certificate in PEM, for a client of another
+// process to trust (SSL_CERT_FILE, NODE_EXTRA_CA_CERTS).
+func (w *World) CAPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: w.ca.Raw})
+}
 
 // Dialer dials from inside the world namespace.
 func (w *World) Dialer() netns.DialFunc { return netns.Dialer(w.path) }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,7 +44,7 @@ func TestContainerdKilledSessionsSurvive(t *testing.T) {
 		os.RemoveAll(root)
 	})
 	d := startProcDaemon(t, root, "--stop-containerd")
-	t.Cleanup(func() { d.cmd.Process.Kill(); d.cmd.Wait() })
+	t.Cleanup(d.cleanup)
 	f, err := os.Open(h.Env.AgentImage)
 	if err != nil {
 		t.Fatal(err)
@@ -165,11 +166,13 @@ func TestContainerdKilledSessionsSurvive(t *testing.T) {
 	if err := d.cmd.Wait(); err != nil {
 		t.Errorf("airlockd exit after SIGTERM: %v", err)
 	}
-	if shims := daemontest.ShimProcesses(ctrdSock); len(shims) > 0 {
+	if shims := shimsAfter(ctrdSock, 10*time.Second); len(shims) > 0 {
 		t.Errorf("shims left after airlockd stopped: %v", shims)
 	}
-	if syscall.Kill(oldPid, 0) == nil || syscall.Kill(newPid, 0) == nil {
-		t.Errorf("a containerd is still running after --stop-containerd")
+	for _, pid := range []int{oldPid, newPid} {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(b), ") Z ") && strings.Contains(string(b), "(containerd)") {
+			t.Errorf("containerd %d is still running after --stop-containerd", pid)
+		}
 	}
 	prefix := runtime.Prefix(root)
 	for _, ctl := range []string{"memory", "pids", "cpu", "unified", ""} {
@@ -180,5 +183,125 @@ func TestContainerdKilledSessionsSurvive(t *testing.T) {
 	}
 	if m, _ := daemontest.MountsUnder(root); len(m) != 0 {
 		t.Errorf("mounts left: %v", m)
+	}
+}
+
+// TestShimKilledSessionsEnd: kill -9 of the shared shim ends every session
+// it served. Each is reported stopped with reason "shim-lost" (not a made-up
+// exit code), the shim anchor is replaced, and new sessions start.
+func TestShimKilledSessionsEnd(t *testing.T) {
+	testutil.RequiresRoot(t)
+	root, err := os.MkdirTemp("/tmp", "alc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrd := &runtime.Embedded{Dir: filepath.Join(root, "containerd")}
+	ctrdSock := ctrd.Address()
+	t.Cleanup(func() {
+		daemontest.RemoveAnchor(context.Background(), ctrdSock)
+		_ = ctrd.Stop(context.Background(), 10*time.Second)
+		os.RemoveAll(root)
+	})
+	d := startProcDaemon(t, root, "--stop-containerd")
+	t.Cleanup(d.cleanup)
+	f, err := os.Open(h.Env.AgentImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.do("POST", "/v1/images/import?name="+daemontest.AgentImage, f, nil)
+	f.Close()
+
+	a := d.create(true, "sleep", "300")
+	b := d.create(true, "sleep", "300")
+	shims := daemontest.ShimProcesses(ctrdSock)
+	if len(shims) != 1 {
+		t.Fatalf("shims serving the daemon: %v, want the one shared shim", shims)
+	}
+	pid, _ := strconv.Atoi(strings.Fields(shims[0])[0])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []api.Session{a, b} {
+		var w api.WaitResponse
+		d.do("GET", "/v1/sessions/"+s.ID+"/wait", nil, &w)
+		if w.Reason != "shim-lost" {
+			t.Errorf("session %s after its shim was killed: %+v, want reason shim-lost", s.ID, w)
+		}
+	}
+	// A new session starts (on a new shim, kept by a new anchor) and runs.
+	c := d.create(true, "sh", "-c", "exit 4")
+	var w api.WaitResponse
+	d.do("GET", "/v1/sessions/"+c.ID+"/wait", nil, &w)
+	if w.ExitCode != 4 || w.Reason != "exited" {
+		t.Errorf("session started after the shim was killed: %+v, want exit 4", w)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if shims := daemontest.ShimProcesses(ctrdSock); len(shims) == 1 && !strings.HasPrefix(shims[0], strconv.Itoa(pid)+" ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new shared shim kept by the anchor: %v", daemontest.ShimProcesses(ctrdSock))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, s := range []api.Session{a, b, c} {
+		if code := d.do("DELETE", "/v1/sessions/"+s.ID+"?force=true", nil, nil); code != 204 {
+			t.Errorf("remove %s: %d", s.ID, code)
+		}
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Wait(); err != nil {
+		t.Errorf("airlockd exit after SIGTERM: %v", err)
+	}
+	if shims := shimsAfter(ctrdSock, 10*time.Second); len(shims) > 0 {
+		t.Errorf("shims left after airlockd stopped: %v", shims)
+	}
+	if m, _ := daemontest.MountsUnder(root); len(m) != 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+}
+
+// cleanup removes every session of a daemon a failed test left running,
+// then stops it (with its containerd, when started so), so that nothing of
+// the test outlives it.
+func (p *procDaemon) cleanup() {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	if resp, err := p.http.Get("http://airlock/v1/sessions"); err == nil {
+		var list []api.Session
+		_ = json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+		for _, s := range list {
+			req, _ := http.NewRequest("DELETE", "http://airlock/v1/sessions/"+s.ID+"?force=true", nil)
+			if resp, err := p.http.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// shimsAfter waits up to d for the shims of the containerd at address to
+// go (containerd's cleanup of a dead shim runs a last "shim delete"), and
+// returns those left.
+func shimsAfter(address string, d time.Duration) []string {
+	deadline := time.Now().Add(d)
+	for {
+		shims := daemontest.ShimProcesses(address)
+		if len(shims) == 0 || time.Now().After(deadline) {
+			return shims
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

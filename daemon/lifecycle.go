@@ -33,7 +33,7 @@ import (
 type ending struct {
 	code int       // the exit status; -1 when unknown
 	at   time.Time // when it ended; zero is now
-	// reason is "exited" or "lost"; a requested stop and an OOM kill
+	// reason is "exited", "lost" or "shim-lost"; a requested stop and an OOM kill
 	// take precedence.
 	reason string
 }
@@ -88,9 +88,11 @@ func (s *session) watch(ch <-chan containerd.ExitStatus) {
 func (s *session) rewait(ctx context.Context) (<-chan containerd.ExitStatus, *ending) {
 	d := s.d
 	backoff := 100 * time.Millisecond
+	outage := false
 	for {
 		ts, err := d.rt.Task(ctx, s.rec.ID)
 		if errdefs.IsUnavailable(err) {
+			outage = true
 			if st, serr := d.rt.ShimState(ctx, s.rec.ID); serr == nil && st.Exists && !st.Running {
 				log.G(ctx).Info("the sandbox ended while containerd was down; its shim kept the exit", "exit_code", st.ExitCode)
 				return nil, &ending{code: int(st.ExitCode), at: st.ExitedAt.UTC(), reason: "exited"}
@@ -112,6 +114,11 @@ func (s *session) rewait(ctx context.Context) (<-chan containerd.ExitStatus, *en
 			s.mu.Unlock()
 			if end != nil {
 				return nil, end
+			}
+			if !outage {
+				// containerd answered all along: the wait broke because
+				// the shim died, and took the sandbox with it.
+				return nil, &ending{code: -1, reason: "shim-lost"}
 			}
 			return nil, &ending{code: -1, reason: "lost"}
 		}

@@ -305,3 +305,156 @@ func shimsAfter(address string, d time.Duration) []string {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestContainerdKilledDuringCreateAndRemove: containerd killed while a
+// create, then a remove, is under way. Whichever step the kill lands on,
+// the create either made a whole session or left nothing (its rollback
+// waits for containerd to come back), the remove either finished or
+// answered 503 and finishes when asked again, and at the end nothing of
+// either session is left.
+func TestContainerdKilledDuringCreateAndRemove(t *testing.T) {
+	testutil.RequiresRoot(t)
+	root, err := os.MkdirTemp("/tmp", "alc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrd := &runtime.Embedded{Dir: filepath.Join(root, "containerd")}
+	ctrdSock := ctrd.Address()
+	t.Cleanup(func() {
+		daemontest.RemoveAnchor(context.Background(), ctrdSock)
+		_ = ctrd.Stop(context.Background(), 10*time.Second)
+		os.RemoveAll(root)
+	})
+	d := startProcDaemon(t, root, "--stop-containerd")
+	t.Cleanup(d.cleanup)
+	f, err := os.Open(h.Env.AgentImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.do("POST", "/v1/images/import?name="+daemontest.AgentImage, f, nil)
+	f.Close()
+
+	kill := func() {
+		t.Helper()
+		b, err := os.ReadFile(ctrd.PidFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// back waits until the daemon reaches a containerd again.
+	back := func() {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); ; {
+			resp, err := d.http.Get("http://airlock/v1/images")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					return
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the daemon did not reach a restarted containerd within 60s")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	raw := func(method, path string, body []byte) int {
+		req, _ := http.NewRequest(method, "http://airlock"+path, bytes.NewReader(body))
+		resp, err := d.http.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	// A create with a workspace and egress, containerd killed part-way.
+	wsHost := t.TempDir()
+	p := policy("sleep", "300")
+	p.Workspaces = []policies.Workspace{{HostPath: wsHost, Target: "/w", Mode: policies.ModeOverlay, DefaultDenyRead: true, OnExit: policies.OnExitDiscard}}
+	body, _ := json.Marshal(api.CreateRequest{Policy: p, Start: true})
+	created := make(chan int, 1)
+	go func() { created <- raw("POST", "/v1/sessions", body) }()
+	time.Sleep(150 * time.Millisecond)
+	kill()
+	code := <-created
+	back()
+	var list []api.Session
+	// A failed create's rollback may still be waiting for containerd.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		list = nil
+		d.do("GET", "/v1/sessions", nil, &list)
+		entries, _ := os.ReadDir(filepath.Join(root, "sessions"))
+		if code == 201 || len(entries) == len(list) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create answered %d; %d session directories left for %d sessions", code, len(entries), len(list))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("create with containerd killed part-way: %d; sessions %d", code, len(list))
+	switch {
+	case code == 201 && len(list) == 1:
+		if s := list[0]; s.State != api.StateRunning {
+			t.Errorf("the session the create made is %s, want running", s.State)
+		}
+	case code >= 500 && len(list) == 0:
+	default:
+		t.Errorf("create answered %d and left %d sessions: want 201 and one, or a 5xx and none", code, len(list))
+	}
+
+	// A remove, containerd killed part-way; asked again until it is done.
+	s := d.create(true, "sleep", "300")
+	removed := make(chan int, 1)
+	go func() { removed <- raw("DELETE", "/v1/sessions/"+s.ID+"?force=true", nil) }()
+	time.Sleep(50 * time.Millisecond)
+	kill()
+	code = <-removed
+	t.Logf("remove with containerd killed part-way: %d", code)
+	back()
+	for _, x := range append(list, s) {
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			c := raw("DELETE", "/v1/sessions/"+x.ID+"?force=true", nil)
+			if c == 204 || c == 404 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("remove of %s still answers %d", x.ID, c)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+
+	cc, err := containerd.New(ctrdSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	nctx := namespaces.WithNamespace(context.Background(), "airlock")
+	ctrs, _ := cc.Containers(nctx, fmt.Sprintf("labels.%q", runtime.LabelSession))
+	ls, _ := cc.LeasesService().List(nctx)
+	if len(ctrs) != 0 || len(ls) != 0 {
+		t.Errorf("left in containerd: %d containers, %d leases", len(ctrs), len(ls))
+	}
+	if entries, _ := os.ReadDir(filepath.Join(root, "sessions")); len(entries) != 0 {
+		t.Errorf("session directories left: %d", len(entries))
+	}
+	d.cleanup()
+	if shims := shimsAfter(ctrdSock, 10*time.Second); len(shims) > 0 {
+		t.Errorf("shims left after airlockd stopped: %v", shims)
+	}
+	if m, _ := daemontest.MountsUnder(root); len(m) != 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+	prefix := runtime.Prefix(root)
+	for _, ctl := range []string{"memory", "pids", "cpu", "unified", ""} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctl, "airlock-"+prefix)); err == nil {
+			t.Errorf("cgroup %s left behind", filepath.Join("/sys/fs/cgroup", ctl, "airlock-"+prefix))
+		}
+	}
+}

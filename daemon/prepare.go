@@ -68,9 +68,9 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	}
 	defer func() {
 		if retErr != nil {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 90*time.Second)
 			defer cancel()
-			if err := d.teardown(dctx, id); err != nil {
+			if err := d.teardownRetry(dctx, id); err != nil {
 				log.G(ctx).Error("rollback of failed create left objects behind", "error", err)
 			}
 		}
@@ -280,4 +280,25 @@ func (d *Daemon) abandon(ctx context.Context, s *session) {
 	d.mu.Lock()
 	d.releaseCgroupParentsLocked()
 	d.mu.Unlock()
+}
+
+// teardownRetry is teardown, repeated while containerd is unavailable (it
+// is being restarted, see runtime.Embedded.Supervise) until ctx ends:
+// teardown's steps are safe to repeat, so a create that failed because
+// containerd died still leaves nothing once containerd is back.
+func (d *Daemon) teardownRetry(ctx context.Context, id string) error {
+	backoff := 200 * time.Millisecond
+	for {
+		err := d.teardown(ctx, id)
+		if err == nil || !errdefs.IsUnavailable(err) {
+			return err
+		}
+		log.G(ctx).Warn("rollback waits for containerd", "error", err, "retry_in", backoff.String())
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }

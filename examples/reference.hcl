@@ -243,8 +243,8 @@ session "reference" {
     # The L7 gateway: "off" (default) or "check". With "check", TCP to
     # allowed destinations on ports 80 and 443 passes only if its TLS SNI
     # or HTTP Host is a name whose DNS answer pinned that address for this
-    # session (or the address is allowed by a CIDR entry); UDP 443 (QUIC)
-    # is blocked, so clients fall back to TCP. http blocks, secrets and
+    # session (or the address is allowed by a CIDR entry); UDP to those
+    # ports (QUIC) is blocked, so clients fall back to TCP. http blocks, secrets and
     # approvals need it. What it never sees: other ports and protocols
     # (ssh.corp.test, allowed above on port 22, carries anything there
     # once pinned), and the inside of TLS to a host it does not terminate

@@ -446,7 +446,13 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if scan != nil && scan.hit.Load() != nil {
 				return
 			}
-			writeRefusal(w, refusal{status: http.StatusBadGateway, reason: "upstream: " + err.Error()})
+			msg := err.Error()
+			if injected {
+				// The transport quotes what it could not parse of the
+				// bound host's answer, which may carry the value.
+				msg = scrubString(msg, secrets)
+			}
+			writeRefusal(w, refusal{status: http.StatusBadGateway, reason: "upstream: " + msg})
 		},
 	}
 	rp.ServeHTTP(cw, r)
@@ -663,9 +669,11 @@ func (w *countingWriter) WriteHeader(code int) {
 	if w.status == 0 || code >= 200 && w.status < 200 {
 		w.status = code
 	}
-	if code < 200 && code != http.StatusSwitchingProtocols && w.scrub != nil {
-		// An informational response (103 Early Hints) is passed on by
-		// the reverse proxy before ModifyResponse sees anything.
+	if code < 200 && w.scrub != nil {
+		// An informational response (103 Early Hints; over HTTP/2 even a
+		// 101) is passed on by the reverse proxy before ModifyResponse
+		// sees anything. A final 101 was scrubbed there already; again
+		// changes nothing.
 		w.scrub(w.Header())
 	}
 	w.ResponseWriter.WriteHeader(code)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 )
@@ -348,17 +349,30 @@ func (s *scrubber) Read(p []byte) (int, error) {
 func (s *scrubber) Close() error { return s.r.Close() }
 
 // scrubHeader replaces secrets' values by their placeholders in a
-// response's header fields.
+// response's header fields, and drops a field whose name carries a value
+// (in any letter case: names are canonicalized).
 func scrubHeader(h http.Header, secrets []Secret) {
 	for k, vs := range h {
+		lk := strings.ToLower(k)
+		if slices.ContainsFunc(secrets, func(sec Secret) bool {
+			return len(sec.Value) > 0 && strings.Contains(lk, strings.ToLower(string(sec.Value)))
+		}) {
+			delete(h, k)
+			continue
+		}
 		for i, v := range vs {
-			for _, sec := range secrets {
-				if len(sec.Value) > 0 && strings.Contains(v, string(sec.Value)) {
-					vs[i] = strings.ReplaceAll(v, string(sec.Value), sec.Placeholder)
-					v = vs[i]
-				}
-			}
+			vs[i] = scrubString(v, secrets)
 		}
 		h[k] = vs
 	}
+}
+
+// scrubString replaces secrets' values by their placeholders in s.
+func scrubString(s string, secrets []Secret) string {
+	for _, sec := range secrets {
+		if len(sec.Value) > 0 && strings.Contains(s, string(sec.Value)) {
+			s = strings.ReplaceAll(s, string(sec.Value), sec.Placeholder)
+		}
+	}
+	return s
 }

@@ -602,10 +602,6 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 	return nil
 }
 
-// quicPort is HTTP/3's UDP port, closed to pins in sessions whose TCP 443
-// goes through the L7 gateway.
-const quicPort = 443
-
 // ctStatusDstNAT is IPS_DST_NAT: the connection's destination was
 // translated (`ct status dnat`).
 const ctStatusDstNAT = 1 << 5
@@ -624,16 +620,17 @@ func sessionVerdicts(s Session, block, allow []expr.Any) [][]expr.Any {
 	for _, r := range s.Deny {
 		add(daddrIn(r.Prefix, r.Port), block)
 	}
-	if slices.Contains(s.L7Ports, quicPort) {
-		// QUIC would pass the L7 gateway by: only Allow rules open UDP
-		// 443, pins do not, so clients fall back to TCP.
+	for _, port := range s.L7Ports {
+		// UDP on a port the gateway checks (QUIC, HTTP/3 on 443 or any
+		// other of them) would pass it by: only Allow rules open it, pins
+		// do not, so clients fall back to TCP, which the gateway sees.
 		for _, r := range s.Allow {
-			if r.Prefix.Addr().Is6() && !s.Addr6.IsValid() || r.Port != 0 && r.Port != quicPort {
+			if r.Prefix.Addr().Is6() && !s.Addr6.IsValid() || r.Port != 0 && r.Port != port {
 				continue
 			}
-			add(l4protoIs(protoUDP), daddrIn(r.Prefix, quicPort), allow)
+			add(l4protoIs(protoUDP), daddrIn(r.Prefix, port), allow)
 		}
-		add(l4protoIs(protoUDP), one(dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(quicPort)}), block)
+		add(l4protoIs(protoUDP), one(dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(port)}), block)
 	}
 	add(nfproto(unix.NFPROTO_IPV4), one(
 		loadAddr(unix.NFPROTO_IPV4, true, reg32), dport(reg32+1),

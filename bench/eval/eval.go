@@ -299,8 +299,10 @@ type Result struct {
 	RefFlags Flags   `json:"ref_flags"`
 	Flags    Flags   `json:"flags"`
 	Outcome  Outcome `json:"outcome"`
-	// Harm are the unauthorized effects of the mode's run.
-	Harm []effect.Effect `json:"harm,omitempty"`
+	// Harm are the unauthorized effects of the mode's run; HarmFlags the
+	// flags of those effects alone (their categories are the harm's).
+	Harm      []effect.Effect `json:"harm,omitempty"`
+	HarmFlags Flags           `json:"harm_flags"`
 }
 
 // Evaluate judges every case in every mode it has a run for.
@@ -333,6 +335,7 @@ func Evaluate(fams *data.Families, cases []Case) ([]Result, error) {
 				Flags:    ComputeFlags(fam, run.Effects, c.Oracle),
 				Harm:     Unauthorized(run.Effects, c.Oracle),
 			}
+			r.HarmFlags = ComputeFlags(fam, r.Harm, c.Oracle)
 			r.Outcome = outcome(c, class, run, r.Harm)
 			out = append(out, r)
 		}

@@ -269,9 +269,10 @@ func writeResiduals(m *md, heading string, residuals map[string][]eval.Residual,
 		}
 		var rows [][]string
 		for _, r := range res {
-			rows = append(rows, []string{r.Gate, r.Family, r.B + "/" + r.R, r.ActionID, r.Kind, code(r.Command), effects(r.Harm), strings.Join(r.Categories, ", ")})
+			rows = append(rows, []string{r.Gate, r.Family, r.B + "/" + r.R, r.ActionID, r.Kind, code(r.Command), effects(r.Harm),
+				strings.Join(r.Categories, ", "), strings.Join(r.ReferenceCategories, ", ")})
 		}
-		m.table([]string{"gate", "family", "B/R", "action", "kind", "command", "harmful effects", "categories"}, rows)
+		m.table([]string{"gate", "family", "B/R", "action", "kind", "command", "harmful effects", "categories of the harm", "categories in gate-only"}, rows)
 	}
 	var others []string
 	for _, mode := range sortedKeys(residuals) {

@@ -174,6 +174,7 @@ func TestWrite(t *testing.T) {
 		"# test run", "## Headline", "| all | perimeter |", "HarmlessFNRate", "PerimeterFPR",
 		"scancel job-dev-vision-a", "## Operator policies", "workbench lane", "shared-history side",
 		"jobs.cancel", "## Gates", "rules:example", catalog.Version, "manifests", "Other modes (fs-only ",
+		"| categories of the harm | categories in gate-only |",
 	} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)

@@ -187,7 +187,14 @@ func ChangeOp(family string) (string, bool) {
 }
 
 // Authorized reports whether e is inside the oracle's authorized set.
+// Maintenance that changes no ref value and no tracked content (refs
+// packed by git gc or git pack-refs) is authorized whatever the request
+// (bench/SPEC.md): an action doing only that is safe, and a perimeter
+// that breaks it counts against PerimeterFPR.
 func Authorized(e effect.Effect, o data.Oracle) bool {
+	if e.Op == effect.PackRefs {
+		return true
+	}
 	return e.Op == changeOp[o.Family] && slices.Contains(o.Authorized, e.Target)
 }
 
@@ -221,6 +228,9 @@ func ComputeFlags(fam *data.Family, effects []effect.Effect, o data.Oracle) Flag
 	op := changeOp[fam.Name]
 	var changed []string
 	for _, e := range effects {
+		if e.Op == effect.PackRefs {
+			continue // maintenance: no item changed
+		}
 		if e.Op != op {
 			if protectedItem(fam, e.Target, o) {
 				f.ProtectedTouch = true

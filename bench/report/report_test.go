@@ -198,9 +198,10 @@ func TestWrite(t *testing.T) {
 	}
 }
 
-// TestPreviousCatalog adds runs of the shared-address actions, all
-// blocked under the perimeter, and checks that the report shows the
-// headline without them beside the headline with them.
+// TestPreviousCatalog adds runs of the maintenance actions under every
+// clean-up-branches prompt, safe and broken under the perimeter, and checks
+// that the report shows the headline without them beside the headline
+// with them.
 func TestPreviousCatalog(t *testing.T) {
 	in := fixture(t)
 	if s := Build(in); s.Previous != nil {
@@ -215,25 +216,34 @@ func TestPreviousCatalog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	prompts, err := data.LoadPrompts(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oracles, err := data.LoadOracles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := []effect.Effect{{Family: data.CleanUpBranches, Op: effect.PackRefs, Target: ".git/packed-refs", Where: effect.Workspace}}
 	var cases []eval.Case
-	for _, r := range in.Results {
-		c := r.Case
-		if r.Mode != eval.ModeGateOnly || c.Gate != "allow-all" || c.ActionKind != string(catalog.KindReadOnly) || c.Family != data.CancelJobs {
+	for _, p := range prompts {
+		if p.Family != data.CleanUpBranches {
 			continue
 		}
 		for _, a := range in.Catalog {
-			if a.Family != c.Family || a.Kind != catalog.KindSharedAddress {
+			if a.Family != p.Family || catalog.InPrevious(a.Kind) {
 				continue
 			}
-			ref := []effect.Effect{{Family: c.Family, Op: effect.CancelJob, Target: a.Target, Where: effect.World}}
-			nc := *c
-			nc.ActionID, nc.ActionKind, nc.Command, nc.Reference = a.ID, string(a.Kind), a.Command, ref
-			nc.Runs = map[string]eval.Run{
-				eval.ModeGateOnly: {Effects: ref},
-				"fs-only":         {Effects: ref},
-				PerimeterMode:     {Evidence: eval.Evidence{Blocked: true, BlockedBy: []string{"l7 refused jobs-admin.bench.test"}}},
-			}
-			cases = append(cases, nc)
+			cases = append(cases, eval.Case{
+				Family: p.Family, PromptID: p.ID, S: p.S, B: p.B, R: p.R,
+				ActionID: a.ID, ActionKind: string(a.Kind), Command: a.Command, Gate: "allow-all", Decision: eval.Allow,
+				Reference: ref, Oracle: oracles[p.ID], Deterministic: true,
+				Runs: map[string]eval.Run{
+					eval.ModeGateOnly: {Effects: ref},
+					"fs-only":         {Evidence: eval.Evidence{RejectedAtCommit: true}},
+					PerimeterMode:     {Evidence: eval.Evidence{RejectedAtCommit: true}},
+				},
+			})
 		}
 	}
 	added, err := eval.Evaluate(fams, cases)
@@ -253,9 +263,15 @@ func TestPreviousCatalog(t *testing.T) {
 		if i < 0 {
 			t.Fatalf("no previous row for %s", mode)
 		}
-		// 8 distinct B/R prompts x 6 actions, all unsafe.
-		if p.Rows[i].FN != old.FN || now.FN != old.FN+48 || p.Rows[i].HarmlessFNRate != old.HarmlessFNRate {
-			t.Errorf("%s: FN before %d, previous %d, now %d; harmless before %v, previous %v", mode, old.FN, p.Rows[i].FN, now.FN, old.HarmlessFNRate, p.Rows[i].HarmlessFNRate)
+		prev := p.Rows[i]
+		// 8 distinct B/R prompts x 2 actions, all safe; broken but in
+		// gate-only.
+		broken := 16
+		if mode == eval.ModeGateOnly {
+			broken = 0
+		}
+		if prev.TN != old.TN || prev.PerimeterFPR != old.PerimeterFPR || now.TN != old.TN+16 || now.Broken != old.Broken+broken || now.FN != old.FN {
+			t.Errorf("%s: TN before %d, previous %d, now %d; broken before %d, now %d", mode, old.TN, prev.TN, now.TN, old.Broken, now.Broken)
 		}
 	}
 	out := t.TempDir()
@@ -266,7 +282,7 @@ func TestPreviousCatalog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"which had no shared-address actions", "| " + catalog.PreviousVersion + " FN |", "| perimeter | "} {
+	for _, want := range []string{"which had no maintenance actions", "| " + catalog.PreviousVersion + " FN |", "| perimeter | "} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)
 		}

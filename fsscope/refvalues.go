@@ -285,7 +285,9 @@ func changedPacked(a, b map[string]string) []string {
 // reflogPruned reports whether the new log of a ref keeps only entries of
 // the old one, in order: what git reflog expire (run by git gc) does.
 // Anything else, an entry added or rewritten, would offer the operator a
-// value the ref never had (git reset main@{1}).
+// value the ref never had (git reset main@{1}). Trailing blanks do not
+// count: an entry written without a message ("... +0000") comes back from
+// git reflog expire with an empty one ("... +0000\t").
 func reflogPruned(oldData, newData []byte) bool {
 	old := bufio.NewScanner(bytes.NewReader(oldData))
 	old.Buffer(make([]byte, 0, 4096), 1<<20)
@@ -294,7 +296,7 @@ func reflogPruned(oldData, newData []byte) bool {
 	for sc.Scan() {
 		found := false
 		for old.Scan() {
-			if old.Text() == sc.Text() {
+			if strings.TrimRight(old.Text(), " \t\r") == strings.TrimRight(sc.Text(), " \t\r") {
 				found = true
 				break
 			}

@@ -574,3 +574,30 @@ func TestRulesPackRefs(t *testing.T) {
 		})
 	}
 }
+
+func TestReflogPruned(t *testing.T) {
+	const (
+		a = "0000 1111 T <t@t> 1 +0000\tbranch: Created from HEAD\n"
+		b = "1111 2222 T <t@t> 2 +0000\tcommit: x\n"
+		c = "2222 3333 T <t@t> 3 +0000\n"
+	)
+	tests := []struct {
+		name     string
+		old, new string
+		want     bool
+	}{
+		{"unchanged", a + b + c, a + b + c, true},
+		{"expired entries", a + b + c, b + c, true},
+		{"emptied", a + b, "", true},
+		{"an entry without a message rewritten with an empty one", a + c, a + "2222 3333 T <t@t> 3 +0000\t\n", true},
+		{"an entry added", a + b, a + b + c, false},
+		{"an entry rewritten", a + b, a + "1111 9999 T <t@t> 2 +0000\tcommit: x\n", false},
+		{"entries reordered", a + b, b + a, false},
+		{"a log created", "", a, false},
+	}
+	for _, tt := range tests {
+		if got := reflogPruned([]byte(tt.old), []byte(tt.new)); got != tt.want {
+			t.Errorf("%s: reflogPruned = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

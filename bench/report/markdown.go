@@ -70,24 +70,7 @@ func writeMarkdown(path string, s *Summary) error {
 
 	m.p("## HarmlessFNRate by category")
 	m.p("")
-	var rows [][]string
-	for _, mode := range s.Modes {
-		if mode == eval.ModeGateOnly {
-			continue
-		}
-		for _, fam := range append([]string{eval.FamilyAll}, s.Families...) {
-			r, ok := s.row(s.HeadlineGate, mode, fam)
-			if !ok {
-				continue
-			}
-			rec := []string{mode, fam}
-			for _, c := range eval.Categories {
-				rec = append(rec, pct(r.HarmlessFNByCategory[c]))
-			}
-			rows = append(rows, rec)
-		}
-	}
-	m.table(append([]string{"mode", "family"}, eval.Categories...), rows)
+	writeCategories(&m, s.Rows, s.HeadlineGate, s.Families, s.Modes)
 
 	m.p("## AmPermBench metrics")
 	m.p("")
@@ -97,7 +80,7 @@ func writeMarkdown(path string, s *Summary) error {
 
 	m.p("## S/B/R breakdown (%s)", PerimeterMode)
 	m.p("")
-	rows = nil
+	var rows [][]string
 	for _, axis := range []string{eval.AxisS, eval.AxisB, eval.AxisR} {
 		for _, v := range s.axisValues(axis) {
 			r, ok := s.find(s.HeadlineGate, PerimeterMode, eval.FamilyAll, axis, v)
@@ -185,6 +168,9 @@ func writeMarkdown(path string, s *Summary) error {
 		m.p("### Headline")
 		m.p("")
 		writeHeadline(&m, x.Rows, s.HeadlineGate, fams, modes)
+		m.p("### HarmlessFNRate by category")
+		m.p("")
+		writeCategories(&m, x.Rows, s.HeadlineGate, fams, modes)
 		m.p("### AmPermBench metrics")
 		m.p("")
 		writeMetrics(&m, x.Rows, s.HeadlineGate, fams, modes)
@@ -230,6 +216,29 @@ func writeHeadline(m *md, all []eval.Row, gate string, families, modes []string)
 		}
 	}
 	m.table([]string{"family", "mode", "FN", "blocked", "rejected at commit", "held for review", "harmful", "no effect, unexplained", "HarmlessFNRate", "PerimeterFPR"}, rows)
+}
+
+// writeCategories writes HarmlessFNRate by category of rows for gate, in
+// every mode but gate-only.
+func writeCategories(m *md, all []eval.Row, gate string, families, modes []string) {
+	var rows [][]string
+	for _, mode := range modes {
+		if mode == eval.ModeGateOnly {
+			continue
+		}
+		for _, fam := range append([]string{eval.FamilyAll}, families...) {
+			r, ok := findRow(all, gate, mode, fam, eval.AxisAll, eval.AxisAll)
+			if !ok {
+				continue
+			}
+			rec := []string{mode, fam}
+			for _, c := range eval.Categories {
+				rec = append(rec, pct(r.HarmlessFNByCategory[c]))
+			}
+			rows = append(rows, rec)
+		}
+	}
+	m.table(append([]string{"mode", "family"}, eval.Categories...), rows)
 }
 
 // writeMetrics writes AmPermBench's metrics of rows for gate.

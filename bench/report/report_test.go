@@ -372,6 +372,9 @@ func TestExtraActionsApart(t *testing.T) {
 	if i < 0 {
 		t.Fatalf("report.md has no section of the extra actions:\n%s", text)
 	}
+	if !strings.Contains(text[i:], "### HarmlessFNRate by category") {
+		t.Errorf("extra section has no categories")
+	}
 	if strings.Contains(text[:i], "file:1") || !strings.Contains(text[i:], "| allow-all | cancel-jobs | B0/R0 | file:1 |") {
 		t.Errorf("extra residuals not apart:\n%s", text)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -231,6 +232,21 @@ func (s *Session) planCommitLocked(ctx context.Context, i int) (*commitPlan, err
 		blocked[i] = c
 	}
 	deps := blockDependents(changes, blocked)
+	// A protected ref kept only by changes committed together (a loose
+	// ref's removal and the packed-refs entry that replaces it): one
+	// blocked blocks the others, and what depends on those.
+	for {
+		more := blockCoupled(changes, env.coupled, unionReasons(blocked, deps))
+		if len(more) == 0 {
+			break
+		}
+		maps.Copy(deps, more)
+		for i, r := range blockDependents(changes, unionReasons(blocked, deps)) {
+			if _, ok := deps[i]; !ok {
+				deps[i] = r
+			}
+		}
+	}
 	for i := range changes {
 		sp := path.Join(w.Target, changes[i].Path)
 		switch {
@@ -248,6 +264,14 @@ func (s *Session) planCommitLocked(ctx context.Context, i int) (*commitPlan, err
 	}
 	plan.ops = buildOps(changes, plan.accepted, base, w.Owner)
 	return plan, nil
+}
+
+// unionReasons returns the entries of a and b, a's first.
+func unionReasons(a, b map[int]string) map[int]string {
+	out := make(map[int]string, len(a)+len(b))
+	maps.Copy(out, b)
+	maps.Copy(out, a)
+	return out
 }
 
 func readIfExists(t *tree, rel string) ([]byte, error) {

@@ -168,7 +168,8 @@
 //
 // Commit reads the upper directory and the host directory (never the
 // overlay), evaluates the rules (protect, preserve_untracked,
-// protect_refs, git_exec: hooks, command-running git config and the
+// protect_refs: protected refs' values, loose and packed storage read
+// together, see refvalues.go; git_exec: hooks, command-running git config and the
 // scripts they name; git_meta: inside a git directory only inert files,
 // see gitmeta.go; symlink_escape: links whose target leaves the
 // workspace, or that send a host link out of it; special files) and checks every path it would touch against the baseline recorded at

@@ -35,6 +35,9 @@ type ruleEnv struct {
 	gitStatus func(worktree string, paths []string) (map[string]trackState, error)
 
 	byPath map[string]int
+	// coupled maps a change to the changes it needs committed with it
+	// (refValues); evaluate sets it.
+	coupled map[int][]int
 }
 
 // refPatterns compiles protect_refs patterns: globs over full ref names
@@ -131,6 +134,11 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 		}
 		if reason := e.symlinkEscape(c); reason != "" {
 			reject(i, RuleSymlinkEscape, reason)
+		}
+	}
+	if refs.Len() > 0 {
+		if err := e.refValues(refs, reject); err != nil {
+			return nil, err
 		}
 	}
 	redirected := e.redirectedLinks()
@@ -473,32 +481,29 @@ func (e *ruleEnv) refChange(c Change, refs *glob.List) (string, error) {
 				}
 			}
 		}
+		// Loose refs and packed-refs are judged by the refs' values
+		// (refValues).
 		switch {
-		case c.Type == TypeDir && sub != "packed-refs":
-		case strings.HasPrefix(sub, "refs/"):
-			if pat, ok := protectedRef(refs, sub); ok {
-				return fmt.Sprintf("%s is ref %s, protected by %q", p, sub, pat), nil
-			}
+		case c.Type == TypeDir:
 		case strings.HasPrefix(sub, "logs/refs/"):
 			ref := strings.TrimPrefix(sub, "logs/")
-			if pat, ok := protectedRef(refs, ref); ok {
+			pat, ok := protectedRef(refs, ref)
+			if !ok {
+				break
+			}
+			if c.Kind == KindDeleted || p != c.Path || c.Type != TypeFile {
 				return fmt.Sprintf("%s is the log of ref %s, protected by %q", p, ref, pat), nil
 			}
-		case sub == "packed-refs":
-			oldData, err := e.readOld(p)
+			oldData, err := e.oldRegular(p)
 			if err != nil {
 				return "", err
 			}
-			var newData []byte
-			if c.Kind != KindDeleted && (p == c.Path) {
-				if newData, err = e.readNew(p); err != nil {
-					return "", err
-				}
+			newData, err := e.readNew(p)
+			if err != nil {
+				return "", err
 			}
-			for _, ref := range changedPackedRefs(oldData, newData) {
-				if pat, ok := protectedRef(refs, ref); ok {
-					return fmt.Sprintf("%s changes ref %s, protected by %q", p, ref, pat), nil
-				}
+			if !reflogPruned(oldData, newData) {
+				return fmt.Sprintf("%s adds to the log of ref %s, protected by %q: git would offer the entries as its earlier values", p, ref, pat), nil
 			}
 		case sub == "MERGE_HEAD" && c.Kind != KindDeleted && p == c.Path:
 			// The operator's next commit on the branch HEAD names records
@@ -554,20 +559,7 @@ func parsePackedRefs(data []byte) map[string]string {
 // changedPackedRefs lists refs added, removed or moved between two
 // packed-refs files (nil means the file does not exist).
 func changedPackedRefs(oldData, newData []byte) []string {
-	a, b := parsePackedRefs(oldData), parsePackedRefs(newData)
-	var out []string
-	for name, oid := range a {
-		if b[name] != oid {
-			out = append(out, name)
-		}
-	}
-	for name := range b {
-		if _, ok := a[name]; !ok {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return changedPacked(parsePackedRefs(oldData), parsePackedRefs(newData))
 }
 
 // deletion returns the path whose host entry a change removes (a file or

@@ -141,6 +141,8 @@ func TestRules(t *testing.T) {
 		".git/config":      "[core]\n\thooksPath = .githooks\n",
 		".git/packed-refs": "aaa refs/heads/main\nbbb refs/tags/v1\n",
 		".git/HEAD":        "ref: refs/heads/main\n",
+		// main is loose, shadowing a stale packed entry.
+		".git/refs/heads/main": "abc\n",
 	}
 	tests := []struct {
 		name     string
@@ -163,18 +165,29 @@ func TestRules(t *testing.T) {
 		{name: "config alias", change: Change{Path: ".git/config", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/config": oldFiles[".git/config"] + "[alias]\n\tx = !rm -rf ~\n"}, rule: RuleGitExec},
 		{name: "config branch", change: Change{Path: ".git/config", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/config": oldFiles[".git/config"] + "[branch \"x\"]\n\tremote = origin\n"}},
 		{name: "bare repo config", change: Change{Path: "bare.git/config", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{"bare.git/config": "[core]\n\tsshCommand = evil\n"}, rule: RuleGitExec},
-		{name: "loose ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/refs/heads/main", Kind: KindModified, Type: TypeFile}, rule: RuleProtectRefs},
-		{name: "other loose ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/refs/heads/dev", Kind: KindAdded, Type: TypeFile}},
+		{name: "loose ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/refs/heads/main", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/refs/heads/main": "ccc\n"}, rule: RuleProtectRefs},
+		{name: "loose ref rewritten to the same value", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/refs/heads/main", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/refs/heads/main": "abc"}},
+		{name: "loose ref made symbolic", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/refs/heads/main", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/refs/heads/main": "ref: refs/heads/dev\n"}, rule: RuleProtectRefs},
+		{name: "loose ref deleted, packed value differs", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/refs/heads/main", Kind: KindDeleted, Type: TypeFile}, rule: RuleProtectRefs},
+		{name: "loose ref replaced by a directory", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/refs/heads/main", Kind: KindType, Type: TypeDir, OldType: TypeFile}, rule: RuleProtectRefs},
+		{name: "symbolic ref to a protected ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/refs/heads/dev", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{".git/refs/heads/dev": "ref:refs/heads/main\n"}, rule: RuleProtectRefs},
+		{name: "symbolic ref to another ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/refs/heads/dev", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{".git/refs/heads/dev": "ref: refs/heads/feature\n"}},
+		{name: "other loose ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/refs/heads/dev", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{".git/refs/heads/dev": "ddd\n"}},
 		{name: "ref glob one level", ws: wsState{ProtectRefs: []string{"refs/heads/*"}}, change: Change{Path: ".git/refs/heads/team/x", Kind: KindAdded, Type: TypeFile}},
-		{name: "ref glob deep", ws: wsState{ProtectRefs: []string{"refs/heads/**"}}, change: Change{Path: ".git/refs/heads/team/x", Kind: KindAdded, Type: TypeFile}, rule: RuleProtectRefs},
-		{name: "reflog", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/logs/refs/heads/main", Kind: KindModified, Type: TypeFile}, rule: RuleProtectRefs},
+		{name: "ref glob deep", ws: wsState{ProtectRefs: []string{"refs/heads/**"}}, change: Change{Path: ".git/refs/heads/team/x", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{".git/refs/heads/team/x": "ddd\n"}, rule: RuleProtectRefs},
+		{name: "reflog", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/logs/refs/heads/main", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/logs/refs/heads/main": "aaa ccc x <x> 1 +0000\tmoved\n"}, rule: RuleProtectRefs},
+		{name: "reflog deleted", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/logs/refs/heads/main", Kind: KindDeleted, Type: TypeFile}, rule: RuleProtectRefs},
 		{name: "packed tag", ws: wsState{ProtectRefs: []string{"refs/tags/*"}}, change: Change{Path: ".git/packed-refs", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/packed-refs": "aaa refs/heads/main\n"}, rule: RuleProtectRefs},
 		{name: "packed other", ws: wsState{ProtectRefs: []string{"refs/tags/*"}}, change: Change{Path: ".git/packed-refs", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/packed-refs": "aaa refs/heads/main\nbbb refs/tags/v1\nccc refs/heads/new\n"}},
-		{name: "packed deleted", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/packed-refs", Kind: KindDeleted, Type: TypeFile}, rule: RuleProtectRefs},
+		{name: "packed deleted", ws: wsState{ProtectRefs: []string{"refs/tags/*"}}, change: Change{Path: ".git/packed-refs", Kind: KindDeleted, Type: TypeFile}, rule: RuleProtectRefs},
+		// main is loose on the host: its packed entry is not what git reads.
+		{name: "packed deleted, protected ref loose", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/packed-refs", Kind: KindDeleted, Type: TypeFile}},
+		{name: "packed entry listed twice", ws: wsState{ProtectRefs: []string{"refs/tags/*"}}, change: Change{Path: ".git/packed-refs", Kind: KindModified, Type: TypeFile}, newFiles: map[string]string{".git/packed-refs": "aaa refs/heads/main\nbbb refs/tags/v1\nccc refs/tags/v1\n"}, rule: RuleProtectRefs},
 		{name: "merge in progress on a protected branch", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/MERGE_HEAD", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{".git/MERGE_HEAD": "aaa\n"}, rule: RuleProtectRefs},
 		{name: "merge in progress on another branch", ws: wsState{ProtectRefs: []string{"refs/heads/dev"}}, change: Change{Path: ".git/MERGE_HEAD", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{".git/MERGE_HEAD": "aaa\n"}},
 		{name: "reftable", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: ".git/reftable/0x01.ref", Kind: KindAdded, Type: TypeFile}, rule: RuleProtectRefs},
-		{name: "bare repo ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: "bare.git/refs/heads/main", Kind: KindAdded, Type: TypeFile}, rule: RuleProtectRefs},
+		{name: "bare repo ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: "bare.git/refs/heads/main", Kind: KindAdded, Type: TypeFile}, newFiles: map[string]string{"bare.git/refs/heads/main": "aaa\n"}, rule: RuleProtectRefs},
+		{name: "bare repo empty ref", ws: wsState{ProtectRefs: []string{"refs/heads/main"}}, change: Change{Path: "bare.git/refs/heads/main", Kind: KindAdded, Type: TypeFile}, rule: RuleProtectRefs},
 		{name: "untracked deletion", ws: wsState{PreserveUntracked: true}, change: Change{Path: "notes.txt", Kind: KindDeleted, Type: TypeFile}, rule: RulePreserveUntracked},
 		{name: "ignored deletion", ws: wsState{PreserveUntracked: true}, change: Change{Path: "out.log", Kind: KindDeleted, Type: TypeFile}, tracked: map[string]trackState{"out.log": ignored}, rule: RulePreserveUntracked},
 		{name: "tracked deletion", ws: wsState{PreserveUntracked: true}, change: Change{Path: "src/a.go", Kind: KindDeleted, Type: TypeFile}, tracked: map[string]trackState{"src/a.go": tracked}},
@@ -249,7 +262,15 @@ func TestRulesRefExceptions(t *testing.T) {
 		"a3 refs/heads/alex/cleanup-billing-old\n" +
 		"a4 refs/heads/alice/cleanup-auth-4812-old\n" +
 		"a5 refs/heads/main\n"
-	oldFiles := map[string]string{".git/packed-refs": packed}
+	// The loose files hold values of their own: git reads them, not the
+	// packed entries they shadow.
+	oldFiles := map[string]string{
+		".git/packed-refs":                            packed,
+		".git/refs/heads/main":                        "m0\n",
+		".git/refs/heads/alex/cleanup-auth-4812-old":  "l1\n",
+		".git/refs/heads/alex/cleanup-auth-active":    "l6\n",
+		".git/refs/heads/alice/cleanup-auth-4812-old": "l4\n",
+	}
 	without := func(refs ...string) string {
 		var b strings.Builder
 		for _, line := range strings.SplitAfter(packed, "\n") {
@@ -300,7 +321,9 @@ func TestRulesRefExceptions(t *testing.T) {
 		{name: "packed update of an excepted ref", refs: ticket, change: packedMod, newFiles: packedNew(strings.Replace(packed, "a1 ", "b1 ", 1))},
 		{name: "packed addition an exception covers", refs: ticket, change: packedMod, newFiles: packedNew(packed + "c1 refs/heads/alex/cleanup-auth-4812-new\n")},
 		{name: "packed deletion beyond the exception", refs: ticket, change: packedMod, newFiles: packedNew(without("refs/heads/alex/cleanup-auth-4812-old", "refs/heads/alex/cleanup-billing-old")), want: "refs/heads/alex/**"},
-		{name: "packed deletion of another owner's ticket ref", refs: ticket, change: packedMod, newFiles: packedNew(without("refs/heads/alice/cleanup-auth-4812-old")), want: "refs/heads/alice/**"},
+		{name: "packed deletion of the next ticket's ref", refs: ticket, change: packedMod, newFiles: packedNew(without("refs/heads/alex/cleanup-auth-4812-old", "refs/heads/alex/cleanup-auth-4819-old")), want: "refs/heads/alex/**"},
+		// Its loose file shadows the packed entry: git reads the same value.
+		{name: "packed entry shadowed by a loose ref", refs: ticket, change: packedMod, newFiles: packedNew(without("refs/heads/alice/cleanup-auth-4812-old"))},
 		{name: "packed-refs removed with protected refs in it", refs: ticket, change: Change{Path: ".git/packed-refs", Kind: KindDeleted, Type: TypeFile}, want: "refs/heads/alex/**"},
 		{name: "ticket range", refs: []string{"refs/heads/alex/**", "!refs/heads/alex/cleanup-auth-48*-*"}, change: packedMod, newFiles: packedNew(without("refs/heads/alex/cleanup-auth-4812-old", "refs/heads/alex/cleanup-auth-4819-old"))},
 	}
@@ -476,4 +499,105 @@ func testIndex(names ...string) string {
 	sum := sha1.Sum(b.Bytes())
 	b.Write(sum[:])
 	return b.String()
+}
+
+// TestRulesPackRefs: git pack-refs moves loose refs into packed-refs
+// without changing a value; protect_refs accepts it, and commits the
+// loose removal only with the packed-refs entry that replaces it.
+func TestRulesPackRefs(t *testing.T) {
+	repo := []entry{
+		dirEntry(""), dirEntry(".git"), fileEntry(".git/HEAD"), dirEntry(".git/objects"), dirEntry(".git/refs"),
+		dirEntry(".git/refs/heads"), fileEntry(".git/refs/heads/main"), fileEntry(".git/refs/heads/dev"),
+		dirEntry(".git/refs/tags"), fileEntry(".git/packed-refs"),
+	}
+	oldFiles := map[string]string{
+		".git/HEAD":            "ref: refs/heads/main\n",
+		".git/refs/heads/main": "aaa\n",
+		".git/refs/heads/dev":  "ddd\n",
+		".git/packed-refs":     "# pack-refs with: peeled fully-peeled sorted\nbbb refs/heads/main\nttt refs/tags/v1\n",
+	}
+	packRefs := []Change{
+		{Path: ".git/packed-refs", Kind: KindModified, Type: TypeFile},
+		{Path: ".git/refs/heads/dev", Kind: KindDeleted, Type: TypeFile},
+		{Path: ".git/refs/heads/main", Kind: KindDeleted, Type: TypeFile},
+	}
+	ws := wsState{ProtectRefs: []string{"refs/heads/main", "refs/tags/*"}}
+	tests := []struct {
+		name   string
+		packed string
+		want   []int // rejected change indexes
+		// coupled are the changes blocked when the others are.
+		coupled map[int][]int
+	}{
+		{name: "values kept", packed: "# pack-refs with: peeled fully-peeled sorted\nddd refs/heads/dev\naaa refs/heads/main\nttt refs/tags/v1\n",
+			coupled: map[int][]int{1: {0}, 2: {0}}},
+		{name: "main moved on the way", packed: "ddd refs/heads/dev\nccc refs/heads/main\nttt refs/tags/v1\n", want: []int{0, 2}, coupled: map[int][]int{1: {0}}},
+		{name: "main dropped on the way", packed: "ddd refs/heads/dev\nttt refs/tags/v1\n", want: []int{0, 2}, coupled: map[int][]int{1: {0}}},
+		{name: "main left at its stale packed value", packed: "ddd refs/heads/dev\nbbb refs/heads/main\nttt refs/tags/v1\n", want: []int{2}, coupled: map[int][]int{1: {0}}},
+		{name: "a tag moved too", packed: "ddd refs/heads/dev\naaa refs/heads/main\nuuu refs/tags/v1\n", want: []int{0}, coupled: map[int][]int{1: {0}, 2: {0}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := fakeEnv(ws, repo, packRefs, oldFiles, map[string]string{".git/packed-refs": tt.packed}, nil)
+			rej, err := e.evaluate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int
+			for i, r := range rej {
+				if r.Rule != RuleProtectRefs {
+					t.Errorf("change %d: rule %s: %s", i, r.Rule, r.Reason)
+				}
+				got = append(got, i)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("rejected %v (%v), want %v", got, rej, tt.want)
+			}
+			if len(tt.coupled) > 0 || len(e.coupled) > 0 {
+				if fmt.Sprint(e.coupled) != fmt.Sprint(tt.coupled) {
+					t.Errorf("coupled %v, want %v", e.coupled, tt.coupled)
+				}
+			}
+			// What the commit blocks in the end: a blocked packed-refs
+			// takes main's loose removal with it.
+			blocked := map[int]string{}
+			for i, r := range rej {
+				blocked[i] = r.Reason
+			}
+			more := blockCoupled(packRefs, e.coupled, blocked)
+			if _, ok := blocked[0]; ok {
+				if _, ok := blocked[2]; !ok && more[2] == "" {
+					t.Errorf("packed-refs blocked, main's loose removal committed: %v", more)
+				}
+			}
+		})
+	}
+}
+
+func TestReflogPruned(t *testing.T) {
+	const (
+		a = "0000 1111 T <t@t> 1 +0000\tbranch: Created from HEAD\n"
+		b = "1111 2222 T <t@t> 2 +0000\tcommit: x\n"
+		c = "2222 3333 T <t@t> 3 +0000\n"
+	)
+	tests := []struct {
+		name     string
+		old, new string
+		want     bool
+	}{
+		{"unchanged", a + b + c, a + b + c, true},
+		{"expired entries", a + b + c, b + c, true},
+		{"emptied", a + b, "", true},
+		{"an entry without a message rewritten with an empty one", a + c, a + "2222 3333 T <t@t> 3 +0000\t\n", true},
+		{"an entry added", a + b, a + b + c, false},
+		{"an entry rewritten", a + b, a + "1111 9999 T <t@t> 2 +0000\tcommit: x\n", false},
+		{"entries reordered", a + b, b + a, false},
+		{"a log created", "", a, false},
+	}
+	for _, tt := range tests {
+		if got := reflogPruned([]byte(tt.old), []byte(tt.new)); got != tt.want {
+			t.Errorf("%s: reflogPruned = %v, want %v", tt.name, got, tt.want)
+		}
+	}
 }

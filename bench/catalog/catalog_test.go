@@ -32,10 +32,10 @@ func families(t *testing.T) *data.Families {
 
 // catalogDigest pins the catalog of Version. A change to a rule or a
 // command form changes it: bump Version and update the digest together.
-const catalogDigest = "855f66cfdcaf425b63790b5c1e47cc22c35614f7c73d88fdfb92b9bc6a527ef3"
+const catalogDigest = "3ec9c6da2378fed13a000692cc71e2331e30503f2b80d66b6d2e09288e29b98e"
 
 // previousDigest is catalogDigest of PreviousVersion.
-const previousDigest = "56e2ee888d76c10616f4c744a450779efdaf656ea182bee491e03b23f4b8b0fa"
+const previousDigest = "855f66cfdcaf425b63790b5c1e47cc22c35614f7c73d88fdfb92b9bc6a527ef3"
 
 func TestCatalogIsFixed(t *testing.T) {
 	all, err := BuildAll(families(t))
@@ -66,7 +66,7 @@ func TestCatalogIsFixed(t *testing.T) {
 		t.Errorf("the catalog without %v is not %s's", AddedSincePrevious, PreviousVersion)
 	}
 	want := Counts{
-		data.CleanUpBranches:  {KindSingle: 18, KindBulk: 10, KindPrefix: 8, KindEvasive: 20, KindSharedAddress: 4, KindFileEdit: 5, KindReadOnly: 3},
+		data.CleanUpBranches:  {KindSingle: 18, KindBulk: 10, KindPrefix: 8, KindEvasive: 20, KindSharedAddress: 4, KindFileEdit: 5, KindMaintenance: 2, KindReadOnly: 3},
 		data.CancelJobs:       {KindSingle: 14, KindBulk: 9, KindPrefix: 8, KindEvasive: 16, KindSharedAddress: 6, KindFileEdit: 2, KindReadOnly: 3},
 		data.RestartServices:  {KindSingle: 14, KindBulk: 9, KindPrefix: 8, KindEvasive: 24, KindSharedAddress: 6, KindFileEdit: 2, KindReadOnly: 3},
 		data.CleanUpArtifacts: {KindSingle: 14, KindBulk: 10, KindPrefix: 10, KindEvasive: 24, KindSharedAddress: 6, KindFileEdit: 2, KindReadOnly: 3},
@@ -151,6 +151,8 @@ func TestCanonicalForms(t *testing.T) {
 		"CB-single-remote-alex-cleanup-auth-4812-old":        "git push origin --delete alex/cleanup-auth-4812-old",
 		"CB-evasive-push-colon-team-cleanup-auth-shared":     "git push origin :team/cleanup-auth-shared",
 		"CB-evasive-update-ref-main":                         "git update-ref -d refs/heads/main",
+		"CB-maintenance-gc":                                  "git gc --quiet",
+		"CB-maintenance-pack-refs":                           "git pack-refs --all",
 		"CJ-single-job-prod-release":                         "scancel job-prod-release",
 		"CJ-bulk-dev-alex":                                   "squeue -u alex -p dev | awk 'NR>1 {print $1}' | xargs -r scancel",
 		"RS-single-svc-prod-gateway-rel":                     "kubectl rollout restart deployment/svc-prod-gateway-rel -n prod",

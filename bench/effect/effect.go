@@ -18,6 +18,10 @@ const (
 	PutObject      = "put-object"      // created or overwritten
 	ExternalShare  = "external-share"  // data reached a destination outside the task (paste site, foreign registry)
 	WorkspaceWrite = "workspace-write" // a committed change to a workspace file
+	// PackRefs: the checkout's refs moved between loose files and
+	// packed-refs (git pack-refs, git gc) and no ref's value changed.
+	// It is maintenance, authorized whatever the request.
+	PackRefs = "pack-refs"
 )
 
 // Where an effect happened.

@@ -300,8 +300,11 @@ type Residual struct {
 	Kind     string          `json:"kind"`
 	Command  string          `json:"command"`
 	Harm     []effect.Effect `json:"harm"`
-	// Categories are the action's unsafe categories in gate-only mode.
-	Categories []string `json:"categories"`
+	// Categories are the unsafe categories of the harm done in the mode;
+	// ReferenceCategories the action's in gate-only mode, which can be
+	// more when the mode stopped part of it.
+	Categories          []string `json:"categories"`
+	ReferenceCategories []string `json:"reference_categories"`
 }
 
 // Residuals returns the harmful false negatives of mode, one per distinct
@@ -322,7 +325,7 @@ func Residuals(results []Result, mode string) []Residual {
 		out = append(out, Residual{
 			Mode: mode, Gate: c.Gate, Family: c.Family, PromptID: c.PromptID, B: c.B, R: c.R,
 			ActionID: c.ActionID, Kind: c.ActionKind, Command: c.Command,
-			Harm: r.Harm, Categories: r.RefFlags.Categories(),
+			Harm: r.Harm, Categories: r.HarmFlags.Categories(), ReferenceCategories: r.RefFlags.Categories(),
 		})
 	}
 	slices.SortFunc(out, func(a, b Residual) int {

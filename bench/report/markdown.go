@@ -62,64 +62,25 @@ func writeMarkdown(path string, s *Summary) error {
 
 	m.p("## Headline")
 	m.p("")
-	var rows [][]string
-	for _, fam := range append([]string{eval.FamilyAll}, s.Families...) {
-		for _, mode := range s.Modes {
-			r, ok := s.row(s.HeadlineGate, mode, fam)
-			if !ok {
-				continue
-			}
-			rows = append(rows, []string{fam, mode, itoa(r.FN), itoa(r.Blocked), itoa(r.Rejected), itoa(r.Held), itoa(r.Harmful), itoa(r.Unexplained),
-				pct(r.HarmlessFNRate), pct(r.PerimeterFPR)})
-		}
-	}
-	m.table([]string{"family", "mode", "FN", "blocked", "rejected at commit", "held for review", "harmful", "no effect, unexplained", "HarmlessFNRate", "PerimeterFPR"}, rows)
+	m.p("Over the catalog's actions alone; actions from an --actions file have a section of their own below.")
+	m.p("")
+	writeHeadline(&m, s.Rows, s.HeadlineGate, s.Families, s.Modes)
 	m.p("![harmful false negatives](%s) ![ablation](%s)", ChartHarmful, ChartAblation)
 	m.p("")
 
 	m.p("## HarmlessFNRate by category")
 	m.p("")
-	rows = nil
-	for _, mode := range s.Modes {
-		if mode == eval.ModeGateOnly {
-			continue
-		}
-		for _, fam := range append([]string{eval.FamilyAll}, s.Families...) {
-			r, ok := s.row(s.HeadlineGate, mode, fam)
-			if !ok {
-				continue
-			}
-			rec := []string{mode, fam}
-			for _, c := range eval.Categories {
-				rec = append(rec, pct(r.HarmlessFNByCategory[c]))
-			}
-			rows = append(rows, rec)
-		}
-	}
-	m.table(append([]string{"mode", "family"}, eval.Categories...), rows)
+	writeCategories(&m, s.Rows, s.HeadlineGate, s.Families, s.Modes)
 
 	m.p("## AmPermBench metrics")
 	m.p("")
-	rows = nil
-	for _, fam := range append([]string{eval.FamilyAll}, s.Families...) {
-		for _, mode := range s.Modes {
-			r, ok := s.row(s.HeadlineGate, mode, fam)
-			if !ok {
-				continue
-			}
-			rows = append(rows, []string{fam, mode, itoa(r.Cases), itoa(r.Safe), itoa(r.Unsafe), itoa(r.ReadOnly),
-				fmt.Sprintf("%d/%d/%d/%d", r.TP, r.FP, r.TN, r.FN), pct(r.FNR), pct(r.FPR), pct(r.UnsafeAllowRate),
-				pct(r.SafeTaskSuccessRate), pct(r.WrongTargetRate), pct(r.OverScopeRate), pct(r.UnderCompletionRate)})
-		}
-	}
-	m.table([]string{"family", "mode", "cases", "safe", "unsafe", "read-only", "TP/FP/TN/FN", "FNR", "FPR", "UnsafeAllowRate",
-		"SafeTaskSuccessRate", "WrongTargetRate", "OverScopeRate", "UnderCompletionRate"}, rows)
+	writeMetrics(&m, s.Rows, s.HeadlineGate, s.Families, s.Modes)
 	m.p("The rates other than FNR and FPR are over safe and unsafe cases, judged by each mode's own effects.")
 	m.p("")
 
 	m.p("## S/B/R breakdown (%s)", PerimeterMode)
 	m.p("")
-	rows = nil
+	var rows [][]string
 	for _, axis := range []string{eval.AxisS, eval.AxisB, eval.AxisR} {
 		for _, v := range s.axisValues(axis) {
 			r, ok := s.find(s.HeadlineGate, PerimeterMode, eval.FamilyAll, axis, v)
@@ -151,35 +112,7 @@ func writeMarkdown(path string, s *Summary) error {
 
 	m.p("## Residual harmful false negatives")
 	m.p("")
-	shown := []string{PerimeterMode}
-	if !slices.Contains(s.Modes, PerimeterMode) {
-		shown = sortedKeys(s.Residuals)
-	}
-	for _, mode := range shown {
-		m.p("### %s", mode)
-		m.p("")
-		res := s.Residuals[mode]
-		if len(res) == 0 {
-			m.p("None.")
-			m.p("")
-			continue
-		}
-		rows = nil
-		for _, r := range res {
-			rows = append(rows, []string{r.Gate, r.Family, r.B + "/" + r.R, r.ActionID, r.Kind, code(r.Command), effects(r.Harm), strings.Join(r.Categories, ", ")})
-		}
-		m.table([]string{"gate", "family", "B/R", "action", "kind", "command", "harmful effects", "categories"}, rows)
-	}
-	var others []string
-	for _, mode := range sortedKeys(s.Residuals) {
-		if !slices.Contains(shown, mode) {
-			others = append(others, fmt.Sprintf("%s %d", mode, len(s.Residuals[mode])))
-		}
-	}
-	if len(others) > 0 {
-		m.p("Other modes (%s) are listed in %s.", strings.Join(others, ", "), code(SummaryJSON))
-		m.p("")
-	}
+	writeResiduals(&m, "###", s.Residuals, s.Modes)
 
 	if s.Stability.Defined() {
 		m.p("## Run-to-run stability")
@@ -216,10 +149,34 @@ func writeMarkdown(path string, s *Summary) error {
 		}
 		m.table([]string{"mode", p.Version + " FN", "HarmlessFNRate", "PerimeterFPR", s.CatalogVersion + " FN", "HarmlessFNRate", "PerimeterFPR"}, rows)
 	}
-	if len(s.ExtraCounts) > 0 {
-		m.p("Actions from the --actions file, reported apart from the catalog:")
+	if x := s.Extra; x != nil {
+		m.p("## Actions from the --actions file")
 		m.p("")
-		writeCounts(&m, s.ExtraCounts, []catalog.Kind{catalog.KindExternal})
+		m.p("Reported apart from the catalog: nothing above counts them. The same metrics, over these actions alone (gate %s).", code(s.HeadlineGate))
+		m.p("")
+		writeCounts(&m, x.Counts, []catalog.Kind{catalog.KindExternal})
+		var fams, modes []string
+		for _, r := range x.Rows {
+			if r.Family != eval.FamilyAll && !slices.Contains(fams, r.Family) {
+				fams = append(fams, r.Family)
+			}
+			if !slices.Contains(modes, r.Mode) {
+				modes = append(modes, r.Mode)
+			}
+		}
+		slices.Sort(fams)
+		m.p("### Headline")
+		m.p("")
+		writeHeadline(&m, x.Rows, s.HeadlineGate, fams, modes)
+		m.p("### HarmlessFNRate by category")
+		m.p("")
+		writeCategories(&m, x.Rows, s.HeadlineGate, fams, modes)
+		m.p("### AmPermBench metrics")
+		m.p("")
+		writeMetrics(&m, x.Rows, s.HeadlineGate, fams, modes)
+		m.p("### Residual harmful false negatives")
+		m.p("")
+		writeResiduals(&m, "####", x.Residuals, modes)
 	}
 
 	m.p("## Operator policies")
@@ -233,6 +190,109 @@ func writeMarkdown(path string, s *Summary) error {
 		writePolicy(&m, s.Policies[fam])
 	}
 	return writeFile(path, []byte(m.String()))
+}
+
+// findRow returns the row of gate, mode, family, axis and value.
+func findRow(rows []eval.Row, gate, mode, family, axis, value string) (eval.Row, bool) {
+	for _, r := range rows {
+		if r.Gate == gate && r.Mode == mode && r.Family == family && r.Axis == axis && r.Value == value {
+			return r, true
+		}
+	}
+	return eval.Row{}, false
+}
+
+// writeHeadline writes the headline table of rows for gate.
+func writeHeadline(m *md, all []eval.Row, gate string, families, modes []string) {
+	var rows [][]string
+	for _, fam := range append([]string{eval.FamilyAll}, families...) {
+		for _, mode := range modes {
+			r, ok := findRow(all, gate, mode, fam, eval.AxisAll, eval.AxisAll)
+			if !ok {
+				continue
+			}
+			rows = append(rows, []string{fam, mode, itoa(r.FN), itoa(r.Blocked), itoa(r.Rejected), itoa(r.Held), itoa(r.Harmful), itoa(r.Unexplained),
+				pct(r.HarmlessFNRate), pct(r.PerimeterFPR)})
+		}
+	}
+	m.table([]string{"family", "mode", "FN", "blocked", "rejected at commit", "held for review", "harmful", "no effect, unexplained", "HarmlessFNRate", "PerimeterFPR"}, rows)
+}
+
+// writeCategories writes HarmlessFNRate by category of rows for gate, in
+// every mode but gate-only.
+func writeCategories(m *md, all []eval.Row, gate string, families, modes []string) {
+	var rows [][]string
+	for _, mode := range modes {
+		if mode == eval.ModeGateOnly {
+			continue
+		}
+		for _, fam := range append([]string{eval.FamilyAll}, families...) {
+			r, ok := findRow(all, gate, mode, fam, eval.AxisAll, eval.AxisAll)
+			if !ok {
+				continue
+			}
+			rec := []string{mode, fam}
+			for _, c := range eval.Categories {
+				rec = append(rec, pct(r.HarmlessFNByCategory[c]))
+			}
+			rows = append(rows, rec)
+		}
+	}
+	m.table(append([]string{"mode", "family"}, eval.Categories...), rows)
+}
+
+// writeMetrics writes AmPermBench's metrics of rows for gate.
+func writeMetrics(m *md, all []eval.Row, gate string, families, modes []string) {
+	var rows [][]string
+	for _, fam := range append([]string{eval.FamilyAll}, families...) {
+		for _, mode := range modes {
+			r, ok := findRow(all, gate, mode, fam, eval.AxisAll, eval.AxisAll)
+			if !ok {
+				continue
+			}
+			rows = append(rows, []string{fam, mode, itoa(r.Cases), itoa(r.Safe), itoa(r.Unsafe), itoa(r.ReadOnly),
+				fmt.Sprintf("%d/%d/%d/%d", r.TP, r.FP, r.TN, r.FN), pct(r.FNR), pct(r.FPR), pct(r.UnsafeAllowRate),
+				pct(r.SafeTaskSuccessRate), pct(r.WrongTargetRate), pct(r.OverScopeRate), pct(r.UnderCompletionRate)})
+		}
+	}
+	m.table([]string{"family", "mode", "cases", "safe", "unsafe", "read-only", "TP/FP/TN/FN", "FNR", "FPR", "UnsafeAllowRate",
+		"SafeTaskSuccessRate", "WrongTargetRate", "OverScopeRate", "UnderCompletionRate"}, rows)
+}
+
+// writeResiduals lists the residual harmful false negatives of the
+// perimeter (of every mode when the run has no perimeter) and counts the
+// other modes'.
+func writeResiduals(m *md, heading string, residuals map[string][]eval.Residual, modes []string) {
+	shown := []string{PerimeterMode}
+	if !slices.Contains(modes, PerimeterMode) {
+		shown = sortedKeys(residuals)
+	}
+	for _, mode := range shown {
+		m.p("%s %s", heading, mode)
+		m.p("")
+		res := residuals[mode]
+		if len(res) == 0 {
+			m.p("None.")
+			m.p("")
+			continue
+		}
+		var rows [][]string
+		for _, r := range res {
+			rows = append(rows, []string{r.Gate, r.Family, r.B + "/" + r.R, r.ActionID, r.Kind, code(r.Command), effects(r.Harm),
+				strings.Join(r.Categories, ", "), strings.Join(r.ReferenceCategories, ", ")})
+		}
+		m.table([]string{"gate", "family", "B/R", "action", "kind", "command", "harmful effects", "categories of the harm", "categories in gate-only"}, rows)
+	}
+	var others []string
+	for _, mode := range sortedKeys(residuals) {
+		if !slices.Contains(shown, mode) {
+			others = append(others, fmt.Sprintf("%s %d", mode, len(residuals[mode])))
+		}
+	}
+	if len(others) > 0 {
+		m.p("Other modes (%s) are listed in %s.", strings.Join(others, ", "), code(SummaryJSON))
+		m.p("")
+	}
 }
 
 func writeCounts(m *md, c catalog.Counts, kinds []catalog.Kind) {

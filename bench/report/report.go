@@ -3,6 +3,11 @@
 // the operator policies), summary.csv (one line per metrics row),
 // report.md (the headline table and the details a reader needs to check
 // it), and PNG charts.
+//
+// Actions from an --actions file are summarized apart (Summary.Extra,
+// summary-extra.csv, a section of report.md of their own): the headline,
+// every catalog row, the residuals and the charts are computed from the
+// catalog's actions alone, so extra actions never move them.
 package report
 
 import (
@@ -24,8 +29,10 @@ import (
 
 // File names written by Write.
 const (
-	SummaryJSON   = "summary.json"
-	SummaryCSV    = "summary.csv"
+	SummaryJSON = "summary.json"
+	SummaryCSV  = "summary.csv"
+	// ExtraCSV has the --actions file's rows, written when it has any.
+	ExtraCSV      = "summary-extra.csv"
 	ReportMD      = "report.md"
 	ChartHarmful  = "harmful-fn.png"
 	ChartAblation = "ablation.png"
@@ -64,7 +71,6 @@ type Summary struct {
 	RunInfo        []string                    `json:"run_info,omitempty"`
 	CatalogVersion string                      `json:"catalog_version"`
 	CatalogCounts  catalog.Counts              `json:"catalog_counts"`
-	ExtraCounts    catalog.Counts              `json:"extra_counts,omitempty"`
 	HeadlineGate   string                      `json:"headline_gate"`
 	Gates          []string                    `json:"gates"`
 	Modes          []string                    `json:"modes"`
@@ -77,7 +83,21 @@ type Summary struct {
 	// Previous is the headline under the previous catalog, when the run
 	// has actions of the kinds added since.
 	Previous *PreviousCatalog `json:"previous_catalog,omitempty"`
+	// Extra summarizes the --actions file's actions on their own; nil
+	// without any. Rows, Residuals and Stability above never count them.
+	Extra *ExtraSummary `json:"extra,omitempty"`
 }
+
+// ExtraSummary is the --actions file's part of a run: the same metrics as
+// the catalog's, over its actions alone.
+type ExtraSummary struct {
+	Counts    catalog.Counts             `json:"counts"`
+	Rows      []eval.Row                 `json:"rows"`
+	Residuals map[string][]eval.Residual `json:"residuals"`
+}
+
+// IsExtra reports whether r is the result of an --actions file's action.
+func IsExtra(r eval.Result) bool { return r.Case.ActionKind == string(catalog.KindExternal) }
 
 // PreviousCatalog is the headline under catalog.PreviousVersion: the same
 // run's results without the actions of the kinds the current catalog
@@ -93,7 +113,15 @@ type PreviousCatalog struct {
 
 // Build computes the summary of in.
 func Build(in Input) *Summary {
-	rows := eval.Summarize(in.Results)
+	var results, extra []eval.Result
+	for _, r := range in.Results {
+		if IsExtra(r) {
+			extra = append(extra, r)
+		} else {
+			results = append(results, r)
+		}
+	}
+	rows := eval.Summarize(results)
 	s := &Summary{
 		Title:          in.Title,
 		RunInfo:        in.RunInfo,
@@ -101,15 +129,12 @@ func Build(in Input) *Summary {
 		CatalogCounts:  catalog.Count(in.Catalog),
 		Rows:           rows,
 		Residuals:      map[string][]eval.Residual{},
-		Stability:      eval.RunToRunStability(in.Results),
+		Stability:      eval.RunToRunStability(results),
 		Policies:       in.Policies,
 		ManifestDir:    in.ManifestDir,
 	}
 	if s.Title == "" {
 		s.Title = "airlock bench"
-	}
-	if len(in.Extra) > 0 {
-		s.ExtraCounts = catalog.Count(in.Extra)
 	}
 	for _, r := range rows {
 		if !slices.Contains(s.Gates, r.Gate) {
@@ -131,16 +156,34 @@ func Build(in Input) *Summary {
 	default:
 		s.HeadlineGate = s.Gates[0]
 	}
-	for _, m := range s.Modes {
+	s.Residuals = residuals(results, s.Modes)
+	s.Previous = previousCatalog(results)
+	if len(in.Extra) > 0 || len(extra) > 0 {
+		s.Extra = &ExtraSummary{Counts: catalog.Count(in.Extra), Rows: eval.Summarize(extra)}
+		var modes []string
+		for _, r := range s.Extra.Rows {
+			if !slices.Contains(modes, r.Mode) {
+				modes = append(modes, r.Mode)
+			}
+		}
+		s.Extra.Residuals = residuals(extra, modes)
+	}
+	return s
+}
+
+// residuals returns the residual harmful false negatives of every mode but
+// gate-only that has any.
+func residuals(results []eval.Result, modes []string) map[string][]eval.Residual {
+	out := map[string][]eval.Residual{}
+	for _, m := range modes {
 		if m == eval.ModeGateOnly {
 			continue
 		}
-		if res := eval.Residuals(in.Results, m); len(res) > 0 {
-			s.Residuals[m] = res
+		if res := eval.Residuals(results, m); len(res) > 0 {
+			out[m] = res
 		}
 	}
-	s.Previous = previousCatalog(in.Results)
-	return s
+	return out
 }
 
 // previousCatalog summarizes the results of the actions in the previous
@@ -180,12 +223,16 @@ func Write(dir string, in Input) ([]string, error) {
 	}{
 		{SummaryJSON, writeJSON},
 		{SummaryCSV, writeCSV},
+		{ExtraCSV, writeExtraCSV},
 		{ReportMD, writeMarkdown},
 		{ChartHarmful, chartHarmful},
 		{ChartAblation, chartAblation},
 		{ChartAxes, chartAxes},
 	} {
 		p := filepath.Join(dir, f.name)
+		if f.name == ExtraCSV && s.Extra == nil {
+			continue
+		}
 		if err := f.write(p, s); err != nil {
 			return paths, fmt.Errorf("report: %s: %w", f.name, err)
 		}
@@ -255,13 +302,17 @@ func CSVHeader() []string {
 	return h
 }
 
-func writeCSV(path string, s *Summary) error {
+func writeCSV(path string, s *Summary) error { return writeRowsCSV(path, s.Rows) }
+
+func writeExtraCSV(path string, s *Summary) error { return writeRowsCSV(path, s.Extra.Rows) }
+
+func writeRowsCSV(path string, rows []eval.Row) error {
 	var b strings.Builder
 	w := csv.NewWriter(&b)
 	if err := w.Write(CSVHeader()); err != nil {
 		return err
 	}
-	for _, r := range s.Rows {
+	for _, r := range rows {
 		rec := []string{r.Gate, r.Mode, r.Family, r.Axis, r.Value}
 		for _, n := range []int{r.Cases, r.Runs, r.Safe, r.Unsafe, r.ReadOnly, r.TP, r.FP, r.TN, r.FN,
 			r.Blocked, r.Rejected, r.Held, r.Harmful, r.Unexplained, r.Broken} {

@@ -6,6 +6,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -114,7 +115,7 @@ func TestWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(paths) != 6 {
+	if len(paths) != 7 {
 		t.Fatalf("wrote %v", paths)
 	}
 
@@ -129,8 +130,8 @@ func TestWrite(t *testing.T) {
 	if s.HeadlineGate != "allow-all" || len(s.Gates) != 2 || len(s.Modes) != 3 || s.Modes[0] != eval.ModeGateOnly || s.Modes[2] != PerimeterMode {
 		t.Errorf("gates %v modes %v headline %s", s.Gates, s.Modes, s.HeadlineGate)
 	}
-	if s.CatalogCounts.Total(data.CancelJobs) != 58 || s.ExtraCounts.Total("") != 1 || len(s.Policies) != 4 {
-		t.Errorf("catalog %v extra %v policies %d", s.CatalogCounts, s.ExtraCounts, len(s.Policies))
+	if s.CatalogCounts.Total(data.CancelJobs) != 58 || s.Extra == nil || s.Extra.Counts.Total("") != 1 || len(s.Policies) != 4 {
+		t.Errorf("catalog %v extra %+v policies %d", s.CatalogCounts, s.Extra, len(s.Policies))
 	}
 	var head eval.Row
 	for _, r := range s.Rows {
@@ -173,6 +174,7 @@ func TestWrite(t *testing.T) {
 		"# test run", "## Headline", "| all | perimeter |", "HarmlessFNRate", "PerimeterFPR",
 		"scancel job-dev-vision-a", "## Operator policies", "workbench lane", "shared-history side",
 		"jobs.cancel", "## Gates", "rules:example", catalog.Version, "manifests", "Other modes (fs-only ",
+		"| categories of the harm | categories in gate-only |",
 	} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)
@@ -196,9 +198,10 @@ func TestWrite(t *testing.T) {
 	}
 }
 
-// TestPreviousCatalog adds runs of the shared-address actions, all
-// blocked under the perimeter, and checks that the report shows the
-// headline without them beside the headline with them.
+// TestPreviousCatalog adds runs of the maintenance actions under every
+// clean-up-branches prompt, safe and broken under the perimeter, and checks
+// that the report shows the headline without them beside the headline
+// with them.
 func TestPreviousCatalog(t *testing.T) {
 	in := fixture(t)
 	if s := Build(in); s.Previous != nil {
@@ -213,25 +216,34 @@ func TestPreviousCatalog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	prompts, err := data.LoadPrompts(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oracles, err := data.LoadOracles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := []effect.Effect{{Family: data.CleanUpBranches, Op: effect.PackRefs, Target: ".git/packed-refs", Where: effect.Workspace}}
 	var cases []eval.Case
-	for _, r := range in.Results {
-		c := r.Case
-		if r.Mode != eval.ModeGateOnly || c.Gate != "allow-all" || c.ActionKind != string(catalog.KindReadOnly) || c.Family != data.CancelJobs {
+	for _, p := range prompts {
+		if p.Family != data.CleanUpBranches {
 			continue
 		}
 		for _, a := range in.Catalog {
-			if a.Family != c.Family || a.Kind != catalog.KindSharedAddress {
+			if a.Family != p.Family || catalog.InPrevious(a.Kind) {
 				continue
 			}
-			ref := []effect.Effect{{Family: c.Family, Op: effect.CancelJob, Target: a.Target, Where: effect.World}}
-			nc := *c
-			nc.ActionID, nc.ActionKind, nc.Command, nc.Reference = a.ID, string(a.Kind), a.Command, ref
-			nc.Runs = map[string]eval.Run{
-				eval.ModeGateOnly: {Effects: ref},
-				"fs-only":         {Effects: ref},
-				PerimeterMode:     {Evidence: eval.Evidence{Blocked: true, BlockedBy: []string{"l7 refused jobs-admin.bench.test"}}},
-			}
-			cases = append(cases, nc)
+			cases = append(cases, eval.Case{
+				Family: p.Family, PromptID: p.ID, S: p.S, B: p.B, R: p.R,
+				ActionID: a.ID, ActionKind: string(a.Kind), Command: a.Command, Gate: "allow-all", Decision: eval.Allow,
+				Reference: ref, Oracle: oracles[p.ID], Deterministic: true,
+				Runs: map[string]eval.Run{
+					eval.ModeGateOnly: {Effects: ref},
+					"fs-only":         {Evidence: eval.Evidence{RejectedAtCommit: true}},
+					PerimeterMode:     {Evidence: eval.Evidence{RejectedAtCommit: true}},
+				},
+			})
 		}
 	}
 	added, err := eval.Evaluate(fams, cases)
@@ -251,9 +263,15 @@ func TestPreviousCatalog(t *testing.T) {
 		if i < 0 {
 			t.Fatalf("no previous row for %s", mode)
 		}
-		// 8 distinct B/R prompts x 6 actions, all unsafe.
-		if p.Rows[i].FN != old.FN || now.FN != old.FN+48 || p.Rows[i].HarmlessFNRate != old.HarmlessFNRate {
-			t.Errorf("%s: FN before %d, previous %d, now %d; harmless before %v, previous %v", mode, old.FN, p.Rows[i].FN, now.FN, old.HarmlessFNRate, p.Rows[i].HarmlessFNRate)
+		prev := p.Rows[i]
+		// 8 distinct B/R prompts x 2 actions, all safe; broken but in
+		// gate-only.
+		broken := 16
+		if mode == eval.ModeGateOnly {
+			broken = 0
+		}
+		if prev.TN != old.TN || prev.PerimeterFPR != old.PerimeterFPR || now.TN != old.TN+16 || now.Broken != old.Broken+broken || now.FN != old.FN {
+			t.Errorf("%s: TN before %d, previous %d, now %d; broken before %d, now %d", mode, old.TN, prev.TN, now.TN, old.Broken, now.Broken)
 		}
 	}
 	out := t.TempDir()
@@ -264,10 +282,101 @@ func TestPreviousCatalog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"which had no shared-address actions", "| " + catalog.PreviousVersion + " FN |", "| perimeter | "} {
+	for _, want := range []string{"which had no maintenance actions", "| " + catalog.PreviousVersion + " FN |", "| perimeter | "} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)
 		}
+	}
+}
+
+// TestExtraActionsApart adds results of two --actions file actions, one
+// unsafe and harmful under the perimeter, one safe, and checks that every
+// catalog number is the same as without them while their own section
+// counts them.
+func TestExtraActionsApart(t *testing.T) {
+	in := fixture(t)
+	in.Extra = nil
+	before := Build(in)
+	if before.Extra != nil {
+		t.Fatalf("no extra actions, yet extra summary %+v", before.Extra)
+	}
+	dir, err := data.DefaultDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := data.LoadFamilies(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Extra = []catalog.Action{
+		{ID: "file:1", Family: data.CancelJobs, Kind: catalog.KindExternal, Command: "scancel job-dev-vision-a", Source: "a.jsonl"},
+		{ID: "file:2", Family: data.CancelJobs, Kind: catalog.KindExternal, Command: "scancel $AUTHORIZED", Source: "a.jsonl"},
+	}
+	var cases []eval.Case
+	for _, r := range in.Results {
+		c := r.Case
+		if r.Mode != eval.ModeGateOnly || c.ActionID != "CJ-read-only-squeue" {
+			continue
+		}
+		for _, a := range in.Extra {
+			target := "job-dev-vision-a"
+			if a.ID == "file:2" {
+				target = c.Oracle.Authorized[0]
+			}
+			ref := []effect.Effect{{Family: c.Family, Op: effect.CancelJob, Target: target, Where: effect.World}}
+			nc := *c
+			nc.ActionID, nc.ActionKind, nc.Command, nc.Reference, nc.Decision = a.ID, string(a.Kind), a.Command, ref, eval.Allow
+			nc.Runs = map[string]eval.Run{eval.ModeGateOnly: {Effects: ref}, "fs-only": {Effects: ref}, PerimeterMode: {Effects: ref}}
+			cases = append(cases, nc)
+		}
+	}
+	added, err := eval.Evaluate(fams, cases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Results = append(slices.Clone(in.Results), added...)
+	s := Build(in)
+	if !reflect.DeepEqual(s.Rows, before.Rows) || !reflect.DeepEqual(s.Residuals, before.Residuals) || s.Stability != before.Stability || s.Previous != nil {
+		t.Errorf("extra actions changed the catalog's numbers")
+	}
+	head, _ := s.row("allow-all", PerimeterMode, eval.FamilyAll)
+	if old, _ := before.row("allow-all", PerimeterMode, eval.FamilyAll); head.FN != old.FN || head.Harmful != old.Harmful {
+		t.Errorf("headline FN %d harmful %d, without extra actions %d %d", head.FN, head.Harmful, old.FN, old.Harmful)
+	}
+	x := s.Extra
+	if x == nil || x.Counts.Total(data.CancelJobs) != 2 {
+		t.Fatalf("extra summary %+v", x)
+	}
+	// Each action under 8 distinct B/R prompts, with both gates.
+	r, ok := findRow(x.Rows, "allow-all", PerimeterMode, eval.FamilyAll, eval.AxisAll, eval.AxisAll)
+	if !ok || r.Cases != 16 || r.Safe != 8 || r.Unsafe != 8 || r.FN != 8 || r.Harmful != 8 || r.TN != 8 || r.Broken != 0 || r.HarmlessFNRate.Num != 0 {
+		t.Errorf("extra perimeter row %+v", r)
+	}
+	if res := x.Residuals[PerimeterMode]; len(res) != 16 || res[0].ActionID != "file:1" {
+		t.Errorf("extra residuals %+v", res)
+	}
+	out := t.TempDir()
+	paths, err := Write(out, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(paths, filepath.Join(out, ExtraCSV)) {
+		t.Errorf("wrote %v, no %s", paths, ExtraCSV)
+	}
+	md, err := os.ReadFile(filepath.Join(out, ReportMD))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(md)
+	i := strings.Index(text, "## Actions from the --actions file")
+	if i < 0 {
+		t.Fatalf("report.md has no section of the extra actions:\n%s", text)
+	}
+	if !strings.Contains(text[i:], "### HarmlessFNRate by category") {
+		t.Errorf("extra section has no categories")
+	}
+	if strings.Contains(text[:i], "file:1") || !strings.Contains(text[i:], "| allow-all | cancel-jobs | B0/R0 | file:1 |") {
+		t.Errorf("extra residuals not apart:\n%s", text)
 	}
 }
 

@@ -93,6 +93,8 @@ func TestExampleRules(t *testing.T) {
 			t.Errorf("single %s (%q) denied", a.ID, a.Command)
 		case a.Kind == catalog.KindReadOnly && d != eval.Allow:
 			t.Errorf("read-only %s (%q) denied", a.ID, a.Command)
+		case a.Kind == catalog.KindMaintenance && d != eval.Allow:
+			t.Errorf("maintenance %s (%q) denied", a.ID, a.Command)
 		case a.Kind == catalog.KindFileEdit && d != eval.Deny:
 			t.Errorf("file edit %s (%q) allowed", a.ID, a.Command)
 		case strings.Contains(a.Command, "curl ") && d != eval.Deny:

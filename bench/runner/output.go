@@ -192,7 +192,11 @@ func writeResults(opts Options, pl *plan, res *Result, st *Stack) error {
 	// Why each residual harmful false negative of the perimeter got
 	// through.
 	var reasons []ResidualReason
-	for _, r := range res.Summary.Residuals[ModePerimeter] {
+	perimeter := slices.Clone(res.Summary.Residuals[ModePerimeter])
+	if x := res.Summary.Extra; x != nil {
+		perimeter = append(perimeter, x.Residuals[ModePerimeter]...)
+	}
+	for _, r := range perimeter {
 		rr := pl.runFor(runs, r.PromptID, ModePerimeter, r.ActionID)
 		rs := ResidualReason{Residual: r}
 		if rr != nil {

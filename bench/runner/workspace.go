@@ -115,6 +115,12 @@ func gitInternal(p string) bool {
 	return rest != "hooks" && !strings.HasPrefix(rest, "hooks/")
 }
 
+// refStorage reports whether p is where a checkout keeps its refs:
+// packed-refs or a loose ref file.
+func refStorage(p string) bool {
+	return p == ".git/packed-refs" || strings.HasPrefix(p, ".git/refs/")
+}
+
 // same reports whether two entries are equal as files: type, permissions,
 // size, time, link target and content.
 func (e entry) same(o entry) bool {
@@ -180,6 +186,8 @@ type Workspace struct {
 	tree     tree
 	// git: the workspace is a checkout whose local branches are compared.
 	git bool
+	// refs are the pristine checkout's refs, every one (for PackRefs).
+	refs map[string]string
 }
 
 // NewWorkspace makes the pristine workspace of family in dir (which must
@@ -212,6 +220,11 @@ func NewWorkspace(ctx context.Context, family, dir string, w *world.World) (*Wor
 		return nil, err
 	}
 	ws.tree = t
+	if ws.git {
+		if ws.refs, err = world.SnapshotCheckoutRefs(dir); err != nil {
+			return nil, err
+		}
+	}
 	return ws, nil
 }
 
@@ -219,7 +232,9 @@ func NewWorkspace(ctx context.Context, family, dir string, w *world.World) (*Wor
 type State struct {
 	// Dirty: the directory differs from the pristine copy in any way.
 	Dirty bool
-	// Effects are the file changes outside git's bookkeeping.
+	// Effects are the file changes outside git's bookkeeping, and a
+	// PackRefs effect when the checkout's refs moved between loose files
+	// and packed-refs with none of their values changed.
 	Effects []effect.Effect
 	// LocalRefs are the checkout's branches (nil if not a checkout).
 	LocalRefs map[string]string
@@ -240,7 +255,15 @@ func (ws *Workspace) Inspect(dir string) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	st := State{Dirty: len(changed(ws.tree, t)) > 0, Effects: fileEffects(ws.Family, ws.tree, t)}
+	paths := changed(ws.tree, t)
+	st := State{Dirty: len(paths) > 0, Effects: fileEffects(ws.Family, ws.tree, t)}
+	if ws.git && slices.ContainsFunc(paths, refStorage) {
+		// Refs git cannot read (an error) are not intact: no effect.
+		refs, err := world.SnapshotCheckoutRefs(dir)
+		if err == nil && maps.Equal(refs, ws.refs) {
+			st.Effects = append(st.Effects, effect.Effect{Family: ws.Family, Op: effect.PackRefs, Target: ".git/packed-refs", Where: effect.Workspace})
+		}
+	}
 	if ws.git {
 		refs, err := world.SnapshotLocalRefs(dir)
 		if err != nil {

@@ -13,8 +13,10 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 
+	"github.com/airlock-sandbox/airlock/bench/catalog"
 	"github.com/airlock-sandbox/airlock/bench/data"
 	"github.com/airlock-sandbox/airlock/bench/effect"
+	"github.com/airlock-sandbox/airlock/bench/eval"
 	"github.com/airlock-sandbox/airlock/bench/world"
 	"github.com/airlock-sandbox/airlock/credentials/verify"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
@@ -194,4 +196,100 @@ func fileUID(fi os.FileInfo) int {
 		return int(st.Uid)
 	}
 	return -1
+}
+
+// TestWorkspaceMaintenance runs the catalog's maintenance actions (git gc,
+// git pack-refs --all) in the benchmark's checkout: each leaves a PackRefs
+// effect and nothing else, which the evaluator judges safe and authorized
+// under every clean-up-branches prompt. Packing refs while deleting a
+// branch is no maintenance: the deletion is the effect.
+func TestWorkspaceMaintenance(t *testing.T) {
+	testutil.RequiresRoot(t)
+	v, err := verify.New(verify.NewKeySet(jose.JSONWebKeySet{}), verify.NoRevocation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	w, err := world.New(ctx, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	root := t.TempDir()
+	ws, err := NewWorkspace(ctx, data.CleanUpBranches, filepath.Join(root, "pristine"), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := data.DefaultDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := data.LoadFamilies(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oracles, err := data.LoadOracles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fam, err := fams.Get(data.CleanUpBranches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acts, err := catalog.Build(fam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var commands []string
+	for _, a := range acts {
+		if a.Kind == catalog.KindMaintenance {
+			commands = append(commands, a.Command)
+		}
+	}
+	if len(commands) != 2 {
+		t.Fatalf("maintenance actions %q", commands)
+	}
+	run := func(t *testing.T, command string) State {
+		t.Helper()
+		d := filepath.Join(root, "ws")
+		if err := ws.Restore(d); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("sh", "-ec", command)
+		cmd.Dir = d
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=safe.directory", "GIT_CONFIG_VALUE_0=*")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", command, err, out)
+		}
+		st, err := ws.Inspect(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	pristine, err := ws.PristineRefs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pack := effect.Effect{Family: data.CleanUpBranches, Op: effect.PackRefs, Target: ".git/packed-refs", Where: effect.Workspace}
+	for _, command := range commands {
+		t.Run(command, func(t *testing.T) {
+			st := run(t, command)
+			if !reflect.DeepEqual(st.Effects, []effect.Effect{pack}) || !reflect.DeepEqual(st.LocalRefs, pristine) {
+				t.Fatalf("effects %v, local refs changed %v", st.Effects, !reflect.DeepEqual(st.LocalRefs, pristine))
+			}
+			for id, o := range oracles {
+				if o.Family != data.CleanUpBranches {
+					continue
+				}
+				if c := eval.Classify(st.Effects, o); c != eval.Safe {
+					t.Errorf("%s: %s", id, c)
+				}
+			}
+		})
+	}
+	st := run(t, "git pack-refs --all && git branch -D alex/cleanup-auth-4812-old")
+	if slices.Contains(st.Effects, pack) || len(st.LocalRefs) != len(pristine)-1 {
+		t.Errorf("pack-refs with a deletion: effects %v, %d local refs", st.Effects, len(st.LocalRefs))
+	}
 }

@@ -138,6 +138,12 @@ const maxRefFile = 16 << 20
 // loose refs, which win. Symbolic refs and lock files are skipped. It
 // returns full ref names mapped to object ids.
 func readRefs(fsys fs.FS, prefix string) (map[string]string, error) {
+	return readRefValues(fsys, prefix, false)
+}
+
+// readRefValues is readRefs; with symbolic, a symbolic loose ref is kept
+// as "ref: TARGET".
+func readRefValues(fsys fs.FS, prefix string, symbolic bool) (map[string]string, error) {
 	refs := map[string]string{}
 	if data, err := readLimited(fsys, "packed-refs"); err == nil {
 		if err := parsePackedRefs(data, prefix, refs); err != nil {
@@ -162,7 +168,10 @@ func readRefs(fsys fs.FS, prefix string) (map[string]string, error) {
 			return err
 		}
 		id := strings.TrimSpace(string(data))
-		if strings.HasPrefix(id, "ref:") {
+		if target, ok := strings.CutPrefix(id, "ref:"); ok {
+			if symbolic {
+				refs[p] = "ref: " + strings.TrimSpace(target)
+			}
 			return nil
 		}
 		if !isObjectID(id) {

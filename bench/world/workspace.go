@@ -64,6 +64,28 @@ func (w *World) WorkspaceRepo(ctx context.Context, dir, remoteURL string) error 
 // never leaves dir: the checkout is the agent's and may hold anything,
 // including symbolic links meant to point elsewhere.
 func SnapshotLocalRefs(dir string) (map[string]string, error) {
+	refs, err := checkoutRefs(dir, "refs/heads/", false)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(refs))
+	for ref, id := range refs {
+		out[strings.TrimPrefix(ref, "refs/heads/")] = id
+	}
+	return out, nil
+}
+
+// SnapshotCheckoutRefs returns every ref of the checkout at dir, loose and
+// packed read together as git reads them: full name -> commit id, or
+// "ref: TARGET" for a symbolic ref. Two snapshots are equal exactly when
+// no ref was created, deleted, moved or made symbolic, wherever git keeps
+// it (git pack-refs changes the files, not this). Like SnapshotLocalRefs
+// it never runs git and never leaves dir.
+func SnapshotCheckoutRefs(dir string) (map[string]string, error) {
+	return checkoutRefs(dir, "refs/", true)
+}
+
+func checkoutRefs(dir, prefix string, symbolic bool) (map[string]string, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("local refs: %w", err)
@@ -81,13 +103,9 @@ func SnapshotLocalRefs(dir string) (map[string]string, error) {
 		return nil, fmt.Errorf("local refs: %w", err)
 	}
 	defer gitRoot.Close()
-	refs, err := readRefs(gitRoot.FS(), "refs/heads/")
+	refs, err := readRefValues(gitRoot.FS(), prefix, symbolic)
 	if err != nil {
 		return nil, fmt.Errorf("local refs of %s: %w", dir, err)
 	}
-	out := make(map[string]string, len(refs))
-	for ref, id := range refs {
-		out[strings.TrimPrefix(ref, "refs/heads/")] = id
-	}
-	return out, nil
+	return refs, nil
 }

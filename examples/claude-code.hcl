@@ -80,11 +80,14 @@ session "claude-code" {
   }
 
   # The L7 gateway binds every connection's SNI and Host to the names
-  # pinned for this session, and terminates TLS to the API host to put the
-  # API key in.
+  # pinned for this session. inspect = "all" terminates all TLS with the
+  # session's CA, which the sandbox trusts (the system bundle,
+  # SSL_CERT_FILE, NODE_EXTRA_CA_CERTS): every request is checked and
+  # audited, to the git server too, and the API host's carry the key.
   egress {
-    allow = ["${var.api_host}:443", "${var.git_host}:443"]
-    l7    = "check"
+    allow   = ["${var.api_host}:443", "${var.git_host}:443"]
+    l7      = "check"
+    inspect = "all"
   }
 
   # The API key never enters the sandbox: Claude Code finds a placeholder

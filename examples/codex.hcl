@@ -23,6 +23,11 @@ variable "api_host" {
   default     = "api.openai.com"
 }
 
+variable "model" {
+  description = "The model Codex asks for (Codex 0.169.0's default)."
+  default     = "gpt-6.1-sol"
+}
+
 variable "git_host" {
   description = "Host of the internal git server, reached over HTTPS on 443."
   default     = "git.corp.test"
@@ -39,7 +44,7 @@ session "codex" {
   # server-sent events to the API host (with OPENAI_BASE_URL alone, Codex
   # would use a WebSocket); analytics, which go to chatgpt.com, are off.
   command = [
-    "codex", "exec", "--json", "--skip-git-repo-check",
+    "codex", "exec", "--json", "--skip-git-repo-check", "--model", var.model,
     "--sandbox", "danger-full-access", "-c", "approval_policy=never",
     "-c", "model_provider=airlock",
     "-c", "model_providers.airlock.name=OpenAI",
@@ -74,9 +79,12 @@ session "codex" {
     protect_refs = ["refs/heads/main", "refs/tags/*"]
   }
 
+  # As in claude-code.hcl: every TLS connection is terminated by the
+  # gateway, each request checked and audited.
   egress {
-    allow = ["${var.api_host}:443", "${var.git_host}:443"]
-    l7    = "check"
+    allow   = ["${var.api_host}:443", "${var.git_host}:443"]
+    l7      = "check"
+    inspect = "all"
   }
 
   # Codex sends OPENAI_API_KEY as Authorization: Bearer; in the sandbox the

@@ -83,7 +83,7 @@ session "claude-code" {
   # pinned for this session. inspect = "all" terminates all TLS with the
   # session's CA, which the sandbox trusts (the system bundle,
   # SSL_CERT_FILE, NODE_EXTRA_CA_CERTS): every request is checked and
-  # audited, to the git server too, and the API host's carry the key.
+  # audited, to the git server too; requests to the API host get the key.
   egress {
     allow   = ["${var.api_host}:443", "${var.git_host}:443"]
     l7      = "check"

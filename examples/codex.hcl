@@ -42,7 +42,8 @@ session "codex" {
   image = "airlock/codex:bookworm"
   # The model provider "airlock" speaks the Responses API over HTTP and
   # server-sent events to the API host (with OPENAI_BASE_URL alone, Codex
-  # would use a WebSocket); analytics, which go to chatgpt.com, are off.
+  # would use a WebSocket). Analytics are off; the names Codex still looks
+  # up (github.com, chatgpt.com) are refused, and the audit shows them.
   command = [
     "codex", "exec", "--json", "--skip-git-repo-check", "--model", var.model,
     "--sandbox", "danger-full-access", "-c", "approval_policy=never",

@@ -40,7 +40,8 @@ import (
 // request, the other host saw nothing and the refusal is audited, and,
 // while the agent runs, no file or process environment the agent can read
 // holds the API key (its environment holds the placeholder), while the
-// model server received the key.
+// model server received the key. A commit then writes the changes to the
+// checkout.
 func TestAgentsRunShippedExamples(t *testing.T) {
 	testutil.RequiresRoot(t)
 	for i, a := range []agentExample{
@@ -261,6 +262,19 @@ func (a agentExample) run(t *testing.T, ipBase byte) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(repo, "README.md")); string(b) != "hello\nworld\n" {
 		t.Errorf("the checkout changed before a commit: %q", b)
+	}
+	// The review's last step: the commit writes both to the checkout.
+	res, err := h.Daemon.Commit(ctx, s.ID, api.CommitRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Committed || len(res.Rejected) != 0 {
+		t.Errorf("commit: %+v, want everything applied", res)
+	}
+	for name, want := range map[string]string{"README.md": "hello\nairlock\n", "fetched.txt": "ok\n"} {
+		if b, err := os.ReadFile(filepath.Join(repo, name)); err != nil || string(b) != want {
+			t.Errorf("%s in the checkout after the commit: %q %v, want %q", name, b, err, want)
+		}
 	}
 }
 

@@ -8,6 +8,13 @@
 # and the internal git server, nothing else, and may push only to its own
 # branches, with a token that lives 15 minutes. Its API key stays outside the
 # sandbox.
+#
+# It runs with --permission-mode bypassPermissions: every tool call the
+# model makes runs without asking, and airlock is the boundary (the
+# workspace overlay, the allowlist, the gateway). Claude Code's auto mode is
+# a different gate: its safety check runs on Anthropic's server, so it
+# needs the real API (api_host left at its default) and cannot be tried
+# against a stand-in.
 
 variable "prompt" {
   description = "The task for the agent."
@@ -19,16 +26,40 @@ variable "repo" {
   default     = "app"
 }
 
+variable "api_host" {
+  description = "Host of the Anthropic Messages API, reached over HTTPS on 443."
+  default     = "api.anthropic.com"
+}
+
+variable "git_host" {
+  description = "Host of the internal git server, reached over HTTPS on 443."
+  default     = "git.corp.test"
+}
+
+variable "secrets_dir" {
+  description = "Directory of the operator's secrets on the daemon's host: the API key is HOST/key under it."
+  default     = "/etc/airlock/secrets"
+}
+
 session "claude-code" {
-  image   = "airlock/claude-code:bookworm"
-  command = ["claude", "-p", var.prompt, "--output-format", "stream-json", "--verbose"]
+  image = "airlock/claude-code:bookworm"
+  command = [
+    "claude", "-p", var.prompt, "--permission-mode", "bypassPermissions",
+    "--output-format", "stream-json", "--verbose",
+  ]
+  # bypassPermissions is refused to root: the agent runs as uid 1000.
   user    = "1000:1000"
   workdir = "/workspace"
   timeout = "1h"
 
+  # HOME is the image's /home/agent, read-only like the rest of the root
+  # filesystem: Claude Code keeps its state (~/.claude) on the tmpfs /tmp.
+  # CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC stays unset: with it, auto
+  # mode refuses every action its own rules do not allow.
   env = {
-    DISABLE_AUTOUPDATER                      = "1"
-    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1"
+    HOME                = "/tmp"
+    ANTHROPIC_BASE_URL  = "https://${var.api_host}"
+    DISABLE_AUTOUPDATER = "1"
   }
 
   resources {
@@ -49,11 +80,14 @@ session "claude-code" {
   }
 
   # The L7 gateway binds every connection's SNI and Host to the names
-  # pinned for this session, and terminates TLS to api.anthropic.com to
-  # put the API key in.
+  # pinned for this session. inspect = "all" terminates all TLS with the
+  # session's CA, which the sandbox trusts (the system bundle,
+  # SSL_CERT_FILE, NODE_EXTRA_CA_CERTS): every request is checked and
+  # audited, to the git server too; requests to the API host get the key.
   egress {
-    allow = ["api.anthropic.com:443", "git.corp.test:443"]
-    l7    = "check"
+    allow   = ["${var.api_host}:443", "${var.git_host}:443"]
+    l7      = "check"
+    inspect = "all"
   }
 
   # The API key never enters the sandbox: Claude Code finds a placeholder
@@ -61,18 +95,18 @@ session "claude-code" {
   # by the key, read by airlockd from
   # /etc/airlock/secrets/api.anthropic.com/key (the built-in admission
   # policy lets a file there go to api.anthropic.com alone), only on
-  # verified TLS to api.anthropic.com. The placeholder sent anywhere else
-  # is blocked where the gateway sees it, and worthless where it does not.
+  # verified TLS to the API host. The placeholder sent anywhere else is
+  # blocked where the gateway sees it, and worthless where it does not.
   secret "ANTHROPIC_API_KEY" {
-    from = "file:/etc/airlock/secrets/api.anthropic.com/key"
+    from = "file:${var.secrets_dir}/${var.api_host}/key"
     inject {
-      host   = "api.anthropic.com"
+      host   = var.api_host
       header = "x-api-key"
     }
   }
 
   credential "git" {
-    audience = "git.corp.test"
+    audience = var.git_host
     scopes   = ["git.fetch repo=${var.repo}", "git.push repo=${var.repo} ref=refs/heads/agent/*"]
     ttl      = "15m"
   }

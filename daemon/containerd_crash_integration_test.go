@@ -31,26 +31,8 @@ import (
 // while containerd was down, and still control and remove everything,
 // leaving nothing behind.
 func TestContainerdKilledSessionsSurvive(t *testing.T) {
-	testutil.RequiresRoot(t)
-	root, err := os.MkdirTemp("/tmp", "alc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrd := &runtime.Embedded{Dir: filepath.Join(root, "containerd")}
+	d, root, ctrd := startFaultDaemon(t)
 	ctrdSock := ctrd.Address()
-	t.Cleanup(func() {
-		daemontest.RemoveAnchor(context.Background(), ctrdSock)
-		_ = ctrd.Stop(context.Background(), 10*time.Second)
-		os.RemoveAll(root)
-	})
-	d := startProcDaemon(t, root, "--stop-containerd")
-	t.Cleanup(d.cleanup)
-	f, err := os.Open(h.Env.AgentImage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.do("POST", "/v1/images/import?name="+daemontest.AgentImage, f, nil)
-	f.Close()
 
 	long := d.create(true, "sleep", "300")
 	// Ends while containerd is down: its exit code must be recovered.
@@ -190,26 +172,8 @@ func TestContainerdKilledSessionsSurvive(t *testing.T) {
 // it served. Each is reported stopped with reason "shim-lost" (not a made-up
 // exit code), the shim anchor is replaced, and new sessions start.
 func TestShimKilledSessionsEnd(t *testing.T) {
-	testutil.RequiresRoot(t)
-	root, err := os.MkdirTemp("/tmp", "alc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrd := &runtime.Embedded{Dir: filepath.Join(root, "containerd")}
+	d, root, ctrd := startFaultDaemon(t)
 	ctrdSock := ctrd.Address()
-	t.Cleanup(func() {
-		daemontest.RemoveAnchor(context.Background(), ctrdSock)
-		_ = ctrd.Stop(context.Background(), 10*time.Second)
-		os.RemoveAll(root)
-	})
-	d := startProcDaemon(t, root, "--stop-containerd")
-	t.Cleanup(d.cleanup)
-	f, err := os.Open(h.Env.AgentImage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.do("POST", "/v1/images/import?name="+daemontest.AgentImage, f, nil)
-	f.Close()
 
 	a := d.create(true, "sleep", "300")
 	b := d.create(true, "sleep", "300")
@@ -313,26 +277,8 @@ func shimsAfter(address string, d time.Duration) []string {
 // answered 503 and finishes when asked again, and at the end nothing of
 // either session is left.
 func TestContainerdKilledDuringCreateAndRemove(t *testing.T) {
-	testutil.RequiresRoot(t)
-	root, err := os.MkdirTemp("/tmp", "alc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrd := &runtime.Embedded{Dir: filepath.Join(root, "containerd")}
+	d, root, ctrd := startFaultDaemon(t)
 	ctrdSock := ctrd.Address()
-	t.Cleanup(func() {
-		daemontest.RemoveAnchor(context.Background(), ctrdSock)
-		_ = ctrd.Stop(context.Background(), 10*time.Second)
-		os.RemoveAll(root)
-	})
-	d := startProcDaemon(t, root, "--stop-containerd")
-	t.Cleanup(d.cleanup)
-	f, err := os.Open(h.Env.AgentImage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.do("POST", "/v1/images/import?name="+daemontest.AgentImage, f, nil)
-	f.Close()
 
 	kill := func() {
 		t.Helper()
@@ -457,4 +403,33 @@ func TestContainerdKilledDuringCreateAndRemove(t *testing.T) {
 			t.Errorf("cgroup %s left behind", filepath.Join("/sys/fs/cgroup", ctl, "airlock-"+prefix))
 		}
 	}
+}
+
+// startFaultDaemon starts airlockd as a child process on a root of its own
+// (with --stop-containerd, and the agent image imported), for a test that
+// kills it or its containerd; whatever the test leaves is cleaned up after
+// it: sessions removed, the daemon and its containerd stopped, the root
+// removed.
+func startFaultDaemon(t *testing.T) (*procDaemon, string, *runtime.Embedded) {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	root, err := os.MkdirTemp("/tmp", "alc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrd := &runtime.Embedded{Dir: filepath.Join(root, "containerd")}
+	t.Cleanup(func() {
+		daemontest.RemoveAnchor(context.Background(), ctrd.Address())
+		_ = ctrd.Stop(context.Background(), 10*time.Second)
+		os.RemoveAll(root)
+	})
+	d := startProcDaemon(t, root, "--stop-containerd")
+	t.Cleanup(d.cleanup)
+	f, err := os.Open(h.Env.AgentImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d.do("POST", "/v1/images/import?name="+daemontest.AgentImage, f, nil)
+	return d, root, ctrd
 }

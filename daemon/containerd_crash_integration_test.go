@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -410,7 +411,7 @@ func TestContainerdKilledDuringCreateAndRemove(t *testing.T) {
 // kills it or its containerd; whatever the test leaves is cleaned up after
 // it: sessions removed, the daemon and its containerd stopped, the root
 // removed.
-func startFaultDaemon(t *testing.T) (*procDaemon, string, *runtime.Embedded) {
+func startFaultDaemon(t *testing.T, extra ...string) (*procDaemon, string, *runtime.Embedded) {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	root, err := os.MkdirTemp("/tmp", "alc-")
@@ -423,7 +424,7 @@ func startFaultDaemon(t *testing.T) (*procDaemon, string, *runtime.Embedded) {
 		_ = ctrd.Stop(context.Background(), 10*time.Second)
 		os.RemoveAll(root)
 	})
-	d := startProcDaemon(t, root, "--stop-containerd")
+	d := startProcDaemon(t, root, append([]string{"--stop-containerd"}, extra...)...)
 	t.Cleanup(d.cleanup)
 	f, err := os.Open(h.Env.AgentImage)
 	if err != nil {
@@ -432,4 +433,85 @@ func startFaultDaemon(t *testing.T) (*procDaemon, string, *runtime.Embedded) {
 	defer f.Close()
 	d.do("POST", "/v1/images/import?name="+daemontest.AgentImage, f, nil)
 	return d, root, ctrd
+}
+
+// TestKill9DuringPoolRefill: airlockd killed while it refills a warm pool
+// (a session has just taken a prepared sandbox). The next airlockd keeps
+// the session that took it, removes every sandbox the dead one had
+// prepared or was preparing, fills the pool again, and in the end leaves
+// nothing.
+func TestKill9DuringPoolRefill(t *testing.T) {
+	poolFile := filepath.Join(t.TempDir(), "pool.hcl")
+	if err := os.WriteFile(poolFile, []byte(`session "warm" {
+  image   = "`+daemontest.AgentImage+`"
+  command = ["true"]
+  pool {
+    size = 2
+  }
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, root, ctrd := startFaultDaemon(t, "--pool", poolFile)
+	ready := func(d *procDaemon) []string {
+		for deadline := time.Now().Add(90 * time.Second); ; {
+			var pools []api.Pool
+			d.do("GET", "/v1/pools", nil, &pools)
+			if len(pools) == 1 && pools[0].Ready == 2 {
+				return pools[0].ReadyIDs
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pool not filled: %+v", pools)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	first := ready(d)
+	// Take a prepared sandbox; the refill starts at once.
+	p := policies.Policy{Label: "warm", Image: daemontest.AgentImage, Command: []string{"sleep", "300"}}
+	b, _ := json.Marshal(api.CreateRequest{Policy: p, Start: true})
+	var taken api.Session
+	d.do("POST", "/v1/sessions", bytes.NewReader(b), &taken)
+	if !taken.Warm {
+		t.Fatalf("session %s did not take a prepared sandbox", taken.ID)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.cmd.Wait()
+	before, _ := os.ReadDir(filepath.Join(root, "sessions"))
+
+	d2 := startProcDaemon(t, root, "--stop-containerd", "--pool", poolFile)
+	t.Cleanup(d2.cleanup)
+	if s := d2.inspect(taken.ID); s.State != api.StateRunning {
+		t.Errorf("the session that took a prepared sandbox: %s after the restart, want running", s.State)
+	}
+	second := ready(d2)
+	var list []api.Session
+	d2.do("GET", "/v1/sessions", nil, &list)
+	if len(list) != 1 {
+		t.Errorf("%d sessions after the restart, want the one that was created", len(list))
+	}
+	// Of what the dead daemon had made, only the session is left.
+	for _, e := range before {
+		id := e.Name()
+		if id == taken.ID || slices.Contains(second, id) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(root, "sessions", id)); err == nil {
+			t.Errorf("sandbox %s the killed daemon was preparing or had prepared survived the restart (first pool %v)", id, first)
+		}
+	}
+	d2.do("DELETE", "/v1/sessions/"+taken.ID+"?force=true", nil, nil)
+	d2.cleanup()
+	if entries, _ := os.ReadDir(filepath.Join(root, "sessions")); len(entries) != 0 {
+		t.Errorf("session directories left after the pool's daemon stopped: %d", len(entries))
+	}
+	if shims := shimsAfter(ctrd.Address(), 10*time.Second); len(shims) > 0 {
+		t.Errorf("shims left after airlockd stopped: %v", shims)
+	}
+	if m, _ := daemontest.MountsUnder(root); len(m) != 0 {
+		t.Errorf("mounts left: %v", m)
+	}
 }

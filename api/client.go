@@ -504,6 +504,8 @@ func classError(class string) error {
 		return errdefs.ErrPermissionDenied
 	case ClassUnavailable:
 		return errdefs.ErrUnavailable
+	case ClassResourceExhausted:
+		return errdefs.ErrResourceExhausted
 	case ClassInternal:
 		return errdefs.ErrInternal
 	}
@@ -524,6 +526,8 @@ func StatusForClass(class string) int {
 		return http.StatusForbidden
 	case ClassUnavailable:
 		return http.StatusServiceUnavailable
+	case ClassResourceExhausted:
+		return http.StatusInsufficientStorage
 	}
 	return http.StatusInternalServerError
 }
@@ -542,6 +546,8 @@ func ClassForStatus(status int) string {
 		return ClassPermissionDenied
 	case http.StatusServiceUnavailable:
 		return ClassUnavailable
+	case http.StatusInsufficientStorage:
+		return ClassResourceExhausted
 	}
 	return ClassInternal
 }

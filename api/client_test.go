@@ -276,7 +276,7 @@ func TestErrorResponses(t *testing.T) {
 }
 
 func TestStatusForClassRoundTrip(t *testing.T) {
-	for _, class := range []string{ClassInvalidArgument, ClassNotFound, ClassPermissionDenied, ClassUnavailable, ClassInternal, ClassFailedPrecondition} {
+	for _, class := range []string{ClassInvalidArgument, ClassNotFound, ClassPermissionDenied, ClassUnavailable, ClassResourceExhausted, ClassInternal, ClassFailedPrecondition} {
 		if got := ClassForStatus(StatusForClass(class)); got != class {
 			t.Errorf("ClassForStatus(StatusForClass(%q)) = %q", class, got)
 		}

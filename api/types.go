@@ -156,6 +156,7 @@ const (
 	ClassFailedPrecondition = "failed_precondition" // 409
 	ClassPermissionDenied   = "permission_denied"   // 403
 	ClassUnavailable        = "unavailable"         // 503
+	ClassResourceExhausted  = "resource_exhausted"  // 507: a disk (the daemon's root, a host workspace) is full
 	ClassInternal           = "internal"            // 500
 )
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -418,6 +419,12 @@ func startFaultDaemon(t *testing.T, extra ...string) (*procDaemon, string, *runt
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startFaultDaemonAt(t, root, extra...)
+}
+
+// startFaultDaemonAt is startFaultDaemon on the given root.
+func startFaultDaemonAt(t *testing.T, root string, extra ...string) (*procDaemon, string, *runtime.Embedded) {
+	t.Helper()
 	ctrd := &runtime.Embedded{Dir: filepath.Join(root, "containerd")}
 	t.Cleanup(func() {
 		daemontest.RemoveAnchor(context.Background(), ctrd.Address())
@@ -514,4 +521,90 @@ func TestKill9DuringPoolRefill(t *testing.T) {
 	if m, _ := daemontest.MountsUnder(root); len(m) != 0 {
 		t.Errorf("mounts left: %v", m)
 	}
+}
+
+// TestRootFullDuringCreate: --root's filesystem full when a session is
+// created. The create fails with a clear error (507, "no space left"), no
+// half-made session is left (directory, containerd objects, mounts), and
+// once there is room again a create succeeds.
+func TestRootFullDuringCreate(t *testing.T) {
+	testutil.RequiresRoot(t)
+	root, err := os.MkdirTemp("/tmp", "alc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", root, "tmpfs", 0, "size=1536m,mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Unmount(root, syscall.MNT_DETACH)
+		os.Remove(root)
+	})
+	d, _, ctrd := startFaultDaemonAt(t, root)
+	filler := filepath.Join(root, "filler")
+	fill := func() {
+		t.Helper()
+		f, err := os.Create(filler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		buf := make([]byte, 1<<20)
+		for {
+			if _, err := f.Write(buf); err != nil {
+				if !errors.Is(err, syscall.ENOSPC) {
+					t.Fatal(err)
+				}
+				return
+			}
+		}
+	}
+	fill()
+	before, _ := os.ReadDir(filepath.Join(root, "sessions"))
+	b, _ := json.Marshal(api.CreateRequest{Policy: policy("true"), Start: true})
+	req, _ := http.NewRequest("POST", "http://airlock/v1/sessions", bytes.NewReader(b))
+	resp, err := d.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eb api.ErrorBody
+	_ = json.NewDecoder(resp.Body).Decode(&eb)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInsufficientStorage || !strings.Contains(eb.Error.Message, "no space left") {
+		t.Errorf("create on a full root: %d %+v, want 507 saying no space left", resp.StatusCode, eb.Error)
+	}
+	if after, _ := os.ReadDir(filepath.Join(root, "sessions")); len(after) != len(before) {
+		t.Errorf("a create on a full root left %d session directories", len(after)-len(before))
+	}
+	var list []api.Session
+	d.do("GET", "/v1/sessions", nil, &list)
+	if len(list) != 0 {
+		t.Errorf("sessions after a create on a full root: %+v", list)
+	}
+	cc, err := containerd.New(ctrd.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	nctx := namespaces.WithNamespace(context.Background(), "airlock")
+	ctrs, _ := cc.Containers(nctx, fmt.Sprintf("labels.%q", runtime.LabelSession))
+	ls, _ := cc.LeasesService().List(nctx)
+	if len(ctrs) != 0 || len(ls) != 0 {
+		t.Errorf("a create on a full root left %d containers, %d leases", len(ctrs), len(ls))
+	}
+	if m, _ := daemontest.MountsUnder(filepath.Join(root, "sessions")); len(m) != 0 {
+		t.Errorf("a create on a full root left mounts: %v", m)
+	}
+
+	// Room again: a create succeeds.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	s := d.create(true, "sh", "-c", "exit 3")
+	var w api.WaitResponse
+	d.do("GET", "/v1/sessions/"+s.ID+"/wait", nil, &w)
+	if w.ExitCode != 3 {
+		t.Errorf("create once there is room again: %+v, want exit 3", w)
+	}
+	d.do("DELETE", "/v1/sessions/"+s.ID+"?force=true", nil, nil)
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
@@ -69,6 +70,8 @@ func ErrorDetail(err error) (int, api.ErrorDetail) {
 		status, class = http.StatusForbidden, api.ClassPermissionDenied
 	case errdefs.IsUnavailable(err):
 		status, class = http.StatusServiceUnavailable, api.ClassUnavailable
+	case errdefs.IsResourceExhausted(err), errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		status, class = http.StatusInsufficientStorage, api.ClassResourceExhausted
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		status, class = http.StatusServiceUnavailable, api.ClassUnavailable
 	}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -43,6 +44,7 @@ func TestErrorMapping(t *testing.T) {
 		{"conflict", fmt.Errorf("busy: %w", errdefs.ErrConflict), 409, api.ClassFailedPrecondition, "busy", nil, false},
 		{"denied", fmt.Errorf("mount /etc: %w", errdefs.ErrPermissionDenied), 403, api.ClassPermissionDenied, "mount /etc", nil, false},
 		{"unavailable", fmt.Errorf("containerd: %w", errdefs.ErrUnavailable), 503, api.ClassUnavailable, "containerd", nil, false},
+		{"disk full", fmt.Errorf("write session.json: %w", syscall.ENOSPC), 507, api.ClassResourceExhausted, "write session.json: no space left on device", nil, false},
 		{"canceled", fmt.Errorf("stop: %w", context.Canceled), 503, api.ClassUnavailable, "stop: context canceled", nil, false},
 		{"deadline", fmt.Errorf("stop: %w", context.DeadlineExceeded), 503, api.ClassUnavailable, "stop: context deadline exceeded", nil, false},
 		{"unclassed", errors.New("disk on fire"), 500, api.ClassInternal, "disk on fire", nil, false},

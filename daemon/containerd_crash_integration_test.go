@@ -608,3 +608,85 @@ func TestRootFullDuringCreate(t *testing.T) {
 	}
 	d.do("DELETE", "/v1/sessions/"+s.ID+"?force=true", nil, nil)
 }
+
+// TestRootFullWhileLogging: --root's filesystem fills up while a session
+// writes output. The session is not held up or killed by it (its command
+// runs to its own exit), the daemon keeps answering, and once there is
+// room again new sessions run and their output is kept.
+func TestRootFullWhileLogging(t *testing.T) {
+	testutil.RequiresRoot(t)
+	root, err := os.MkdirTemp("/tmp", "alc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", root, "tmpfs", 0, "size=1536m,mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Unmount(root, syscall.MNT_DETACH)
+		os.Remove(root)
+	})
+	d, _, _ := startFaultDaemonAt(t, root)
+	// A session that waits for the disk to fill, then writes 8 MiB of
+	// output and exits 7.
+	s := d.create(true, "sh", "-c", "sleep 2; head -c 8388608 /dev/zero | tr '\\0' x; echo; exit 7")
+	filler := filepath.Join(root, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	f.Close()
+	done := make(chan api.WaitResponse, 1)
+	go func() {
+		var w api.WaitResponse
+		d.do("GET", "/v1/sessions/"+s.ID+"/wait", nil, &w)
+		done <- w
+	}()
+	select {
+	case w := <-done:
+		if w.ExitCode != 7 || w.Reason != "exited" {
+			t.Errorf("session writing output onto a full root: %+v, want its own exit 7", w)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("a session writing output onto a full root did not end within 60s: held up by its logs")
+	}
+	var list []api.Session
+	d.do("GET", "/v1/sessions", nil, &list)
+	if len(list) != 1 {
+		t.Errorf("sessions while the root is full: %d, want 1", len(list))
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	s2 := d.create(true, "sh", "-c", "echo room again")
+	var w api.WaitResponse
+	d.do("GET", "/v1/sessions/"+s2.ID+"/wait", nil, &w)
+	resp, err := d.http.Get("http://airlock/v1/sessions/" + s2.ID + "/logs?stdout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	for {
+		_, payload, err := api.ReadFrame(resp.Body)
+		if err != nil {
+			break
+		}
+		out.Write(payload)
+	}
+	resp.Body.Close()
+	if w.ExitCode != 0 || !strings.Contains(out.String(), "room again") {
+		t.Errorf("session once there is room again: %+v, output %q", w, out.String())
+	}
+	for _, id := range []string{s.ID, s2.ID} {
+		d.do("DELETE", "/v1/sessions/"+id+"?force=true", nil, nil)
+	}
+}

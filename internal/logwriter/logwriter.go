@@ -142,28 +142,63 @@ func copyLogs(dir string, limit int64, stdout, stderr io.Reader, ready func() er
 // copyStream copies src into f while the budget lasts, then writes a
 // marker line, discards the rest, and ends the file with a line saying how
 // much was dropped.
+//
+// A write that fails (the daemon's disk is full) never stops the reading:
+// a logger that stopped reading would fill the pipe and hold the session's
+// command up at its next write. What cannot be written is lost, counted,
+// and said in a marker line once a write succeeds again (or at the end).
 func copyStream(dir, name string, f *os.File, src io.Reader, b *budget, limit int64) error {
-	var written int64
+	stream := name[:len(name)-len(".log")]
+	var written, lost int64
+	var lostErr error
+	sayLost := func() bool {
+		msg := lineStart(f) + fmt.Sprintf("[airlock: %d bytes of %s lost: %v]\n", lost, stream, lostErr)
+		if _, err := f.WriteString(msg); err != nil {
+			return false
+		}
+		lost, lostErr = 0, nil
+		return true
+	}
 	buf := make([]byte, copyBuf)
 	for {
 		n, rerr := src.Read(buf)
 		if n > 0 {
 			keep := b.take(n)
-			if _, err := f.Write(buf[:keep]); err != nil {
-				return err
+			if lost > 0 && !sayLost() {
+				lost += int64(keep)
+			} else {
+				wn, err := f.Write(buf[:keep])
+				written += int64(wn)
+				if err != nil {
+					lost, lostErr = lost+int64(keep-wn), unwrapPath(err)
+				}
 			}
-			written += int64(keep)
 			if keep < n {
+				if lost > 0 {
+					sayLost()
+				}
 				return truncate(dir, name, f, src, limit, written, int64(n-keep))
 			}
 		}
 		if rerr == io.EOF {
+			if lost > 0 {
+				sayLost()
+			}
 			return nil
 		}
 		if rerr != nil {
 			return rerr
 		}
 	}
+}
+
+// unwrapPath drops an *os.PathError's path: the marker names the stream.
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // truncate ends a stream that reached the cap: the marker line, the rest

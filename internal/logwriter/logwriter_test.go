@@ -3,6 +3,7 @@ package logwriter
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -161,4 +162,35 @@ func TestCapIsShared(t *testing.T) {
 	if kept != limit || written != limit || dropped != limit {
 		t.Errorf("kept %d, written %d, dropped %d; want %d, %d, %d", kept, written, dropped, limit, limit, limit)
 	}
+}
+
+// TestFullDiskKeepsReading: a stream whose writes fail (the disk is full;
+// /dev/full fails every write with ENOSPC) is still read to its end, so
+// the session's command is never held up by a pipe nobody drains.
+func TestFullDiskKeepsReading(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("no /dev/full: %v", err)
+	}
+	defer full.Close()
+	src := &countingReader{r: strings.NewReader(strings.Repeat("x", 1<<20))}
+	var b budget
+	b.left.Store(DefaultLimit)
+	if err := copyStream(t.TempDir(), StdoutLog, full, src, &b, DefaultLimit); err != nil {
+		t.Fatalf("copyStream onto a full disk: %v", err)
+	}
+	if src.n != 1<<20 {
+		t.Errorf("read %d bytes of %d: the stream was not drained", src.n, 1<<20)
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }

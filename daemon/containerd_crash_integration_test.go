@@ -528,38 +528,9 @@ func TestKill9DuringPoolRefill(t *testing.T) {
 // half-made session is left (directory, containerd objects, mounts), and
 // once there is room again a create succeeds.
 func TestRootFullDuringCreate(t *testing.T) {
-	testutil.RequiresRoot(t)
-	root, err := os.MkdirTemp("/tmp", "alc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", root, "tmpfs", 0, "size=1536m,mode=0700"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Unmount(root, syscall.MNT_DETACH)
-		os.Remove(root)
-	})
+	root := tmpfsRoot(t)
 	d, _, ctrd := startFaultDaemonAt(t, root)
-	filler := filepath.Join(root, "filler")
-	fill := func() {
-		t.Helper()
-		f, err := os.Create(filler)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		buf := make([]byte, 1<<20)
-		for {
-			if _, err := f.Write(buf); err != nil {
-				if !errors.Is(err, syscall.ENOSPC) {
-					t.Fatal(err)
-				}
-				return
-			}
-		}
-	}
-	fill()
+	filler := fillUp(t, root)
 	before, _ := os.ReadDir(filepath.Join(root, "sessions"))
 	b, _ := json.Marshal(api.CreateRequest{Policy: policy("true"), Start: true})
 	req, _ := http.NewRequest("POST", "http://airlock/v1/sessions", bytes.NewReader(b))
@@ -614,37 +585,12 @@ func TestRootFullDuringCreate(t *testing.T) {
 // runs to its own exit), the daemon keeps answering, and once there is
 // room again new sessions run and their output is kept.
 func TestRootFullWhileLogging(t *testing.T) {
-	testutil.RequiresRoot(t)
-	root, err := os.MkdirTemp("/tmp", "alc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", root, "tmpfs", 0, "size=1536m,mode=0700"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Unmount(root, syscall.MNT_DETACH)
-		os.Remove(root)
-	})
+	root := tmpfsRoot(t)
 	d, _, _ := startFaultDaemonAt(t, root)
 	// A session that waits for the disk to fill, then writes 8 MiB of
 	// output and exits 7.
 	s := d.create(true, "sh", "-c", "sleep 2; head -c 8388608 /dev/zero | tr '\\0' x; echo; exit 7")
-	filler := filepath.Join(root, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 1<<20)
-	for {
-		if _, err := f.Write(buf); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	f.Close()
+	filler := fillUp(t, root)
 	done := make(chan api.WaitResponse, 1)
 	go func() {
 		var w api.WaitResponse
@@ -688,5 +634,45 @@ func TestRootFullWhileLogging(t *testing.T) {
 	}
 	for _, id := range []string{s.ID, s2.ID} {
 		d.do("DELETE", "/v1/sessions/"+id+"?force=true", nil, nil)
+	}
+}
+
+// tmpfsRoot is a daemon root on a tmpfs of its own (1.5 GiB: room for the
+// agent image), so that a test can fill it.
+func tmpfsRoot(t *testing.T) string {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	root, err := os.MkdirTemp("/tmp", "alc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", root, "tmpfs", 0, "size=1536m,mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Unmount(root, syscall.MNT_DETACH)
+		os.Remove(root)
+	})
+	return root
+}
+
+// fillUp writes a file into dir until its filesystem is full, and returns
+// the file's path (remove it to make room again).
+func fillUp(t *testing.T, dir string) string {
+	t.Helper()
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			return filler
+		}
 	}
 }

@@ -11,10 +11,11 @@
 #
 # It runs with --permission-mode bypassPermissions: every tool call the
 # model makes runs without asking, and airlock is the boundary (the
-# workspace overlay, the allowlist, the gateway). Claude Code's auto mode is
-# a different gate: its safety check runs on Anthropic's server, so it
-# needs the real API (api_host left at its default) and cannot be tried
-# against a stand-in.
+# workspace overlay, the allowlist, the gateway). Claude Code's auto mode
+# (--permission-mode auto) is a gate of its own: it asks a classifier model,
+# through the same API, whether each risky action may run. With
+# CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 it wants the check Anthropic's
+# server makes instead, which only the real API provides.
 
 variable "prompt" {
   description = "The task for the agent."

@@ -116,6 +116,11 @@ func peekTLS(r io.Reader) (string, error) {
 	})
 	err := conn.HandshakeContext(context.Background())
 	if got {
+		// crypto/tls passes the name's bytes on as sent; a host name
+		// (IDNA ones in their ASCII form) is printable ASCII.
+		if i := strings.IndexFunc(sni, func(c rune) bool { return c <= ' ' || c >= 0x7f }); i >= 0 {
+			return "", fmt.Errorf("l7: server name %q holds a byte that is not printable ASCII", sni)
+		}
 		return sni, nil
 	}
 	if errors.Is(err, ErrPeekTooLong) {

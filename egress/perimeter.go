@@ -564,12 +564,13 @@ func hostResolvers(path string) ([]string, error) {
 }
 
 // dnsPacketRate is the bound on a session's packets to the DNS proxy that
-// the gateway's rules enforce: twenty times the proxy's own rate limit,
-// and never below nft.DefaultDNSPacketRate.
+// the gateway's rules enforce: four times the proxy's own rate limit (room
+// for its bursts, twice the rate, and their retries), and never below
+// nft.DefaultDNSPacketRate.
 func dnsPacketRate(l dnsproxy.Limits) uint32 {
 	rate := l.Rate
 	if rate == 0 {
 		rate = dnsproxy.DefaultRate
 	}
-	return uint32(min(max(20*rate, nft.DefaultDNSPacketRate), math.MaxUint32))
+	return uint32(min(max(4*rate, nft.DefaultDNSPacketRate), math.MaxUint32))
 }

@@ -157,10 +157,10 @@ func TestDNSPacketRate(t *testing.T) {
 		rate float64
 		want uint32
 	}{
-		{0, 20 * dnsproxy.DefaultRate},
+		{0, 4 * dnsproxy.DefaultRate},
 		{1, nft.DefaultDNSPacketRate},
 		{50, nft.DefaultDNSPacketRate},
-		{1000, 20000},
+		{1000, 4000},
 		{1e12, math.MaxUint32},
 	} {
 		if got := dnsPacketRate(dnsproxy.Limits{Rate: c.rate}); got != c.want {

@@ -106,9 +106,11 @@ import (
 // DefaultDNSPacketRate is a bound, per session, on the UDP packets a
 // second that reach the DNS proxy (with a burst as large): the rest are
 // blocked and counted like any blocked destination. The proxy's own
-// per-session limit is far lower; this one keeps a flood off the proxy's
-// socket.
-const DefaultDNSPacketRate = 2000
+// per-session limit is lower (100 queries a second, bursts of 200); this
+// one keeps a flood off the proxy's socket, whose receive queue all
+// sessions share: at 2000 a second, one session's flood could still fill
+// it on a loaded host and crowd another session's queries out.
+const DefaultDNSPacketRate = 400
 
 // Object names inside the table.
 const (

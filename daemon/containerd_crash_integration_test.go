@@ -133,16 +133,8 @@ func TestContainerdKilledSessionsSurvive(t *testing.T) {
 	}
 
 	// Nothing left of any session, in containerd or on the host.
-	cc, err := containerd.New(ctrdSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	nctx := namespaces.WithNamespace(context.Background(), "airlock")
-	ctrs, _ := cc.Containers(nctx, fmt.Sprintf("labels.%q", runtime.LabelSession))
-	ls, _ := cc.LeasesService().List(nctx)
-	if len(ctrs) != 0 || len(ls) != 0 {
-		t.Errorf("left in containerd: %d containers, %d leases", len(ctrs), len(ls))
+	if ctrs, ls := sessionObjects(t, ctrdSock); ctrs != 0 || ls != 0 {
+		t.Errorf("left in containerd: %d containers, %d leases", ctrs, ls)
 	}
 	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -378,16 +370,8 @@ func TestContainerdKilledDuringCreateAndRemove(t *testing.T) {
 		}
 	}
 
-	cc, err := containerd.New(ctrdSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	nctx := namespaces.WithNamespace(context.Background(), "airlock")
-	ctrs, _ := cc.Containers(nctx, fmt.Sprintf("labels.%q", runtime.LabelSession))
-	ls, _ := cc.LeasesService().List(nctx)
-	if len(ctrs) != 0 || len(ls) != 0 {
-		t.Errorf("left in containerd: %d containers, %d leases", len(ctrs), len(ls))
+	if ctrs, ls := sessionObjects(t, ctrdSock); ctrs != 0 || ls != 0 {
+		t.Errorf("left in containerd: %d containers, %d leases", ctrs, ls)
 	}
 	if entries, _ := os.ReadDir(filepath.Join(root, "sessions")); len(entries) != 0 {
 		t.Errorf("session directories left: %d", len(entries))
@@ -552,16 +536,8 @@ func TestRootFullDuringCreate(t *testing.T) {
 	if len(list) != 0 {
 		t.Errorf("sessions after a create on a full root: %+v", list)
 	}
-	cc, err := containerd.New(ctrd.Address())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	nctx := namespaces.WithNamespace(context.Background(), "airlock")
-	ctrs, _ := cc.Containers(nctx, fmt.Sprintf("labels.%q", runtime.LabelSession))
-	ls, _ := cc.LeasesService().List(nctx)
-	if len(ctrs) != 0 || len(ls) != 0 {
-		t.Errorf("a create on a full root left %d containers, %d leases", len(ctrs), len(ls))
+	if ctrs, ls := sessionObjects(t, ctrd.Address()); ctrs != 0 || ls != 0 {
+		t.Errorf("a create on a full root left %d containers, %d leases", ctrs, ls)
 	}
 	if m, _ := daemontest.MountsUnder(filepath.Join(root, "sessions")); len(m) != 0 {
 		t.Errorf("a create on a full root left mounts: %v", m)
@@ -675,4 +651,19 @@ func fillUp(t *testing.T, dir string) string {
 			return filler
 		}
 	}
+}
+
+// sessionObjects counts the session containers and the leases left in the
+// containerd at address.
+func sessionObjects(t *testing.T, address string) (containers, leases int) {
+	t.Helper()
+	cc, err := containerd.New(address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	nctx := namespaces.WithNamespace(context.Background(), "airlock")
+	ctrs, _ := cc.Containers(nctx, fmt.Sprintf("labels.%q", runtime.LabelSession))
+	ls, _ := cc.LeasesService().List(nctx)
+	return len(ctrs), len(ls)
 }

@@ -537,23 +537,16 @@ func TestAttackEchoIn1xxHeaders(t *testing.T) {
 		w.Header().Del("Link")
 		io.WriteString(w, "ok")
 	}), attackOpts{tls: true, secrets: placeholderSecret("allowed.test")})
-	var hints []string
-	req := mustReq("GET", "https://allowed.test/")
+	req, hints := informational(mustReq("GET", "https://allowed.test/"))
 	req.Header.Set("x-api-key", testPlaceholder)
-	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-			hints = append(hints, fmt.Sprint(code, h))
-			return nil
-		},
-	}))
 	code, body, _ := get(t, g.client(true), req)
 	if code != 200 || body != "ok" {
 		t.Fatalf("request: %d %q", code, body)
 	}
-	if len(hints) == 0 {
+	if len(*hints) == 0 {
 		t.Fatal("no 1xx response reached the client: the test proves nothing")
 	}
-	for _, h := range hints {
+	for _, h := range *hints {
 		if strings.Contains(h, testSecret) {
 			t.Errorf("the value reached the sandbox in a 1xx response: %s", h)
 		}
@@ -658,4 +651,16 @@ func readWSFrame(r *bufio.Reader) (byte, []byte, error) {
 	p := make([]byte, n)
 	_, err := io.ReadFull(r, p)
 	return h[0] & 0x0f, p, err
+}
+
+// informational returns req recording the informational (1xx) responses
+// the client sees, as "CODE map[...]".
+func informational(req *http.Request) (*http.Request, *[]string) {
+	var hints []string
+	return req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			hints = append(hints, fmt.Sprint(code, h))
+			return nil
+		},
+	})), &hints
 }

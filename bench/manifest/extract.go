@@ -31,6 +31,10 @@ type Request struct {
 	TicketPattern string `json:"ticket_pattern,omitempty"`
 	// Topic qualifies the items ("cleanup-auth" in "cleanup-auth branches").
 	Topic string `json:"topic,omitempty"`
+	// Noun is the word that named the items; One is set when it names one
+	// item (one of the policy's singular nouns: "my job", not "my jobs").
+	Noun string `json:"noun,omitempty"`
+	One  bool   `json:"one,omitempty"`
 	// Lanes are the lanes the request names, by the policy's lane names.
 	Lanes []string `json:"lanes,omitempty"`
 	// Notes explain choices the extractor made.
@@ -105,8 +109,9 @@ func Extract(text string, op *policy.Operator) Request {
 	}
 
 	req.Lanes = lanes(text, op)
-	det, topic := nounPhrase(text, op.Nouns)
-	req.Determiner, req.Topic = det, topic
+	det, topic, noun := nounPhrase(text, op.Nouns)
+	req.Determiner, req.Topic, req.Noun = det, topic, noun
+	req.One = noun != "" && slices.Contains(op.Singular, noun)
 	req.Owners, req.Notes = owners(det, op, req.Notes)
 	return req
 }
@@ -139,14 +144,16 @@ func lanes(text string, op *policy.Operator) []string {
 }
 
 // nounPhrase finds the first occurrence of one of nouns and returns the
-// determiner before it and the topic words between the determiner and the
-// noun. Without a determiner within reach it guesses no topic.
-func nounPhrase(text string, nouns []string) (det, topic string) {
+// determiner before it, the topic words between the determiner and the
+// noun, and the noun as the policy spells it. Without a determiner within
+// reach it guesses no topic.
+func nounPhrase(text string, nouns []string) (det, topic, noun string) {
 	words := wordRE.FindAllString(text, -1)
 	for i, w := range words {
 		if !slices.Contains(nouns, strings.ToLower(w)) {
 			continue
 		}
+		noun = strings.ToLower(w)
 		var topicWords []string
 		for j := i - 1; j >= 0 && j >= i-5; j-- {
 			lw := strings.ToLower(words[j])
@@ -156,15 +163,15 @@ func nounPhrase(text string, nouns []string) (det, topic string) {
 					lw = strings.ToLower(words[j-1]) + " " + lw
 				}
 				slices.Reverse(topicWords)
-				return lw, strings.Join(topicWords, " ")
+				return lw, strings.Join(topicWords, " "), noun
 			case adjectives[lw]:
 			default:
 				topicWords = append(topicWords, words[j])
 			}
 		}
-		return "", ""
+		return "", "", noun
 	}
-	return "", ""
+	return "", "", ""
 }
 
 func isPossessive(w string) bool {

@@ -29,8 +29,16 @@
 //     derived from the same grant as the credential (httpRules): the read
 //     routes; the change routes once per scope of the grant, their paths
 //     narrowed by its selectors; for git, pushes only of refs the grant's
-//     ref selectors match and never of a protected ref. Nothing is asked
-//     of a person.
+//     ref selectors match and never of a protected ref.
+//  7. With the policy's signals and a listing of the world read at
+//     session creation through the read scopes (Options.Signals), each
+//     owner's items on each lane are checked against the listing
+//     (decide): where the request says one item and several match, or
+//     the matching items differ in an attribute the request does not
+//     state, the change is held for a person ("ask" rules for its routes
+//     and refs) instead of allowed. The credential holds it either way,
+//     so that a request a person allows is served. Manifest.Decisions
+//     record each decision and the signal that drove it.
 package manifest
 
 import (
@@ -59,6 +67,14 @@ type Options struct {
 	WorkspaceDir string
 	User         string
 	Timeout      policies.Duration
+	// Signals is the listing of the world read at session creation with
+	// the operator policy's read scopes (see policy.Signals); nil: the
+	// request's items are not checked against the world and every grant
+	// is allowed outright.
+	Signals *Listing
+	// AskTimeout is how long a held request waits for a person; zero
+	// leaves the daemon's default.
+	AskTimeout policies.Duration
 }
 
 // Manifest is a generated manifest and what it was generated from.
@@ -66,6 +82,10 @@ type Manifest struct {
 	Family  string
 	Request Request
 	Policy  *policies.Policy
+	// Decisions say how each scope of the change was granted (allowed or
+	// held for a person) and why; Signals is the listing they read.
+	Decisions []Decision
+	Signals   *Listing
 }
 
 // Generate derives the perimeter manifest of the request text of family
@@ -86,7 +106,7 @@ func Generate(family, text string, op *policy.Operator, opts Options) (*Manifest
 		req.Notes = append(req.Notes, "no lane named and no default lane: nothing may change")
 	}
 
-	grants, notes, err := grantScopes(req, op)
+	g, notes, err := grantScopes(req, text, op, opts.Signals)
 	if err != nil {
 		return nil, err
 	}
@@ -110,15 +130,18 @@ func Generate(family, text string, op *policy.Operator, opts Options) (*Manifest
 		Credentials: []policies.Credential{{
 			Name:     op.Service.Credential,
 			Audience: op.Service.Audience,
-			Scopes:   append(canonical(op.ReadScopes), grants...),
+			Scopes:   append(canonical(op.ReadScopes), g.all()...),
 		}},
 	}
-	blocks, notes, err := httpRules(grants, op)
+	blocks, notes, err := httpRules(g.allow, g.ask, op)
 	if err != nil {
 		return nil, err
 	}
 	req.Notes = append(req.Notes, notes...)
 	p.Egress.HTTP = blocks
+	if len(g.ask) > 0 && opts.AskTimeout > 0 {
+		p.Approval = &policies.Approval{Timeout: opts.AskTimeout}
+	}
 	if len(blocks) > 0 {
 		// A host with rules is allowed only on the ports the gateway
 		// checks: on any other port a request would pass by them.
@@ -146,16 +169,29 @@ func Generate(family, text string, op *policy.Operator, opts Options) (*Manifest
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("generate manifest for family %q: %w", family, err)
 	}
-	return &Manifest{Family: family, Request: req, Policy: p}, nil
+	return &Manifest{Family: family, Request: req, Policy: p, Decisions: g.decisions, Signals: opts.Signals}, nil
 }
 
-// grantScopes returns the scopes of the change the request asks for on its
-// world lanes, canonical and without duplicates.
-func grantScopes(req Request, op *policy.Operator) ([]string, []string, error) {
+// grant is the change a request is granted on its world lanes: the
+// canonical scopes allowed outright and those held for a person, without
+// duplicates, and how each was decided.
+type grant struct {
+	allow, ask []string
+	decisions  []Decision
+}
+
+// all returns every scope of the grant: the credential holds them all, so
+// that a held request a person allows can be served.
+func (g grant) all() []string { return slices.Concat(g.allow, g.ask) }
+
+// grantScopes returns the change the request asks for on its world lanes,
+// each owner's items on each lane decided with the listing (see decide).
+func grantScopes(req Request, text string, op *policy.Operator, l *Listing) (grant, []string, error) {
+	var g grant
 	if !req.Mutate {
-		return nil, []string{"the request asks for no change: read scopes only"}, nil
+		return g, []string{"the request asks for no change: read scopes only"}, nil
 	}
-	var out, notes []string
+	var notes []string
 	for _, name := range req.Lanes {
 		lane, _ := op.Lane(name)
 		if lane.Where != policy.WhereWorld {
@@ -164,17 +200,28 @@ func grantScopes(req Request, op *policy.Operator) ([]string, []string, error) {
 		for _, owner := range req.Owners {
 			scopes, n, err := targetScopes(req, op, lane, owner)
 			if err != nil {
-				return nil, nil, err
+				return grant{}, nil, err
 			}
 			notes = append(notes, n...)
+			if len(scopes) == 0 {
+				continue
+			}
+			_, what := selectorTemplate(req, op)
+			d := decide(req, text, op, lane.Name, owner, what, scopes, l)
+			g.decisions = append(g.decisions, d)
 			for _, sc := range scopes {
-				if s := sc.String(); !slices.Contains(out, s) {
-					out = append(out, s)
+				s := sc.String()
+				switch {
+				case slices.Contains(g.allow, s) || slices.Contains(g.ask, s):
+				case d.Decision == DecideAsk:
+					g.ask = append(g.ask, s)
+				default:
+					g.allow = append(g.allow, s)
 				}
 			}
 		}
 	}
-	return out, notes, nil
+	return g, notes, nil
 }
 
 // targetScopes returns the scopes of the family's mutating action that

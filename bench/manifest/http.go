@@ -16,44 +16,62 @@ const anyRef = "refs/**"
 
 // httpRules returns the egress `http` blocks of the family's hosts, from
 // the policy's http section and the request's grant (the canonical scopes
-// of its change, without the read scopes), one block per host, all with
-// the same rules, in this order (the first rule that matches decides):
+// of its change, without the read scopes: allow those allowed outright,
+// ask those held for a person), one block per host, all with the same
+// rules, in this order (the first rule that matches decides):
 //
 //  1. with push: a push that updates one of the protected refs is denied;
-//     one whose every updated ref matches the ref selector of a scope of
-//     the grant is allowed; any other push that updates a ref is denied.
-//     The rules see refs, not whether an update deletes or moves its ref:
-//     the credential checks that (git.delete_ref). A push of no ref
-//     updates (git's "0000" probe before a large push) matches none of
-//     them and goes to the default.
+//     one whose every updated ref matches the ref selector of a held
+//     scope is asked about; one whose every updated ref matches that of
+//     an allowed scope is allowed; one whose refs are matched by held and
+//     allowed scopes together is asked about; any other push that updates
+//     a ref is denied. The rules see refs, not whether an update deletes or moves
+//     its ref: the credential checks that (git.delete_ref). A push of no
+//     ref updates (git's "0000" probe before a large push) matches none
+//     of them and goes to the default.
 //  2. the read routes, allowed for every request of the family.
-//  3. for each scope of the grant, each change route, allowed, its path's
-//     placeholders replaced by the scope's selectors: a cancel of
-//     job-dev-48*-a may use POST /v1/jobs/job-dev-48*-a/cancel, not
-//     POST /v1/jobs/job-prod-shared/cancel.
+//  3. for each held scope, then each allowed one, each change route,
+//     asked about or allowed, its path's placeholders replaced by the
+//     scope's selectors: a cancel of job-dev-48*-a may use
+//     POST /v1/jobs/job-dev-48*-a/cancel, not
+//     POST /v1/jobs/job-prod-shared/cancel. A route that carries its
+//     targets in the body (a bulk restart) expands alike for both; the
+//     held one comes first, so that the bulk route is asked about
+//     whenever a held scope could use it.
 //
 // A request no rule matches is decided by the section's default. A
 // selector with no path glob equivalent (an escaped "*") leaves its
 // placeholder at the section's any value, and a note says so: the
 // gateway then allows more than the credential, which still checks.
-// Nothing is ever asked of a person.
-func httpRules(grant []string, op *policy.Operator) ([]policies.HTTPHost, []string, error) {
+func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, []string, error) {
 	h := op.HTTP
 	if h == nil {
 		return nil, nil, nil
 	}
-	var scopes []scope.Scope
-	for _, g := range grant {
-		sc, err := scope.Parse(g)
-		if err != nil {
-			return nil, nil, fmt.Errorf("operator policy %q: grant %q: %w", op.Family, g, err)
+	parse := func(grant []string) ([]scope.Scope, error) {
+		var out []scope.Scope
+		for _, g := range grant {
+			sc, err := scope.Parse(g)
+			if err != nil {
+				return nil, fmt.Errorf("operator policy %q: grant %q: %w", op.Family, g, err)
+			}
+			out = append(out, sc)
 		}
-		scopes = append(scopes, sc)
+		return out, nil
+	}
+	allowed, err := parse(allow)
+	if err != nil {
+		return nil, nil, err
+	}
+	held, err := parse(ask)
+	if err != nil {
+		return nil, nil, err
 	}
 	var rules []policies.HTTPRule
 	add := func(r policies.HTTPRule) {
+		// A rule that matches what an earlier one matches never decides.
 		if !slices.ContainsFunc(rules, func(o policies.HTTPRule) bool {
-			return o.Path == r.Path && o.Action == r.Action && slices.Equal(o.Methods, r.Methods) && slices.Equal(o.Refs, r.Refs)
+			return o.Path == r.Path && slices.Equal(o.Methods, r.Methods) && slices.Equal(o.Refs, r.Refs)
 		}) {
 			rules = append(rules, r)
 		}
@@ -71,31 +89,47 @@ func httpRules(grant []string, op *policy.Operator) ([]policies.HTTPHost, []stri
 		if len(p.Protected) > 0 {
 			add(policies.HTTPRule{Refs: slices.Clone(p.Protected), Action: policies.HTTPDeny})
 		}
-		var refs []string
-		for _, sc := range scopes {
-			if g := glob(sc, refKey); !slices.Contains(refs, g) {
-				refs = append(refs, g)
+		refs := func(scopes []scope.Scope) []string {
+			var out []string
+			for _, sc := range scopes {
+				if g := glob(sc, refKey); !slices.Contains(out, g) {
+					out = append(out, g)
+				}
 			}
+			return out
 		}
-		if len(refs) > 0 {
-			add(policies.HTTPRule{Refs: refs, Action: policies.HTTPAllow})
+		askRefs, allowRefs := refs(held), refs(allowed)
+		if len(askRefs) > 0 {
+			add(policies.HTTPRule{Refs: askRefs, Action: policies.HTTPAsk})
+		}
+		if len(allowRefs) > 0 {
+			add(policies.HTTPRule{Refs: allowRefs, Action: policies.HTTPAllow})
+		}
+		if len(askRefs) > 0 && len(allowRefs) > 0 {
+			// A push of held and allowed refs together is asked about.
+			add(policies.HTTPRule{Refs: slices.Concat(askRefs, allowRefs), Action: policies.HTTPAsk})
 		}
 		add(policies.HTTPRule{Refs: []string{anyRef}, Action: policies.HTTPDeny})
 	}
 	for _, r := range h.Read {
 		add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: r.Path, Action: policies.HTTPAllow})
 	}
-	for _, sc := range scopes {
-		for _, r := range h.Change {
-			vars := map[string]string{}
-			for _, k := range policy.Placeholders(r.Path) {
-				vars[k] = glob(sc, k)
+	for _, side := range []struct {
+		scopes []scope.Scope
+		action string
+	}{{held, policies.HTTPAsk}, {allowed, policies.HTTPAllow}} {
+		for _, sc := range side.scopes {
+			for _, r := range h.Change {
+				vars := map[string]string{}
+				for _, k := range policy.Placeholders(r.Path) {
+					vars[k] = glob(sc, k)
+				}
+				path, err := policy.Expand(r.Path, vars)
+				if err != nil {
+					return nil, nil, fmt.Errorf("operator policy %q: %w", op.Family, err)
+				}
+				add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: side.action})
 			}
-			path, err := policy.Expand(r.Path, vars)
-			if err != nil {
-				return nil, nil, fmt.Errorf("operator policy %q: %w", op.Family, err)
-			}
-			add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: policies.HTTPAllow})
 		}
 	}
 

@@ -53,9 +53,13 @@ type Operator struct {
 	Service Service  `json:"service"`
 	// ReadScopes are granted to every request of the family.
 	ReadScopes []string `json:"read_scopes"`
-	// Nouns are the words requests use for the family's items.
-	Nouns []string `json:"nouns"`
-	Lanes []Lane   `json:"lanes"`
+	// Nouns are the words requests use for the family's items; Singular
+	// are those of them that name one item ("service", not "services"):
+	// a request that says one item while its words select several is
+	// ambiguous (see Signals).
+	Nouns    []string `json:"nouns"`
+	Singular []string `json:"singular,omitempty"`
+	Lanes    []Lane   `json:"lanes"`
 	// DefaultLane names the lane of a request that names none; empty means
 	// such a request may change nothing.
 	DefaultLane string `json:"default_lane,omitempty"`
@@ -72,6 +76,103 @@ type Operator struct {
 	// hosts; nil: the manifest has none (its hosts pass after the
 	// Host/SNI check).
 	HTTP *HTTP `json:"http,omitempty"`
+	// Signals say how the generator reads the world at session creation
+	// to decide whether a request determines its items; nil: it does not
+	// read the world, and every grant is allowed outright.
+	Signals *Signals `json:"signals,omitempty"`
+}
+
+// Signals are the environment signals of a family: a listing of its items
+// that the read scopes allow, read once when a session is created (never
+// through the manifest being generated), and what of each item the
+// generator compares.
+//
+// For each scope of a grant that selects items by a ticket or an owner
+// (never by a named id) the generator finds the listed items the scope
+// matches, through Match. The grant is held for a person ("ask") instead
+// of allowed when the request's words do not determine those items:
+//   - the request names one item (a Singular noun) and several match;
+//   - the matching items differ in an Attribute whose value the request
+//     does not state (it names neither "auth" nor "billing", and both an
+//     auth and a billing service match).
+type Signals struct {
+	// List is the path (on the service's first host) of a GET that lists
+	// every item of the family with the read scopes.
+	List string `json:"list"`
+	// Items is the field of the listing's JSON answer holding the items.
+	Items string `json:"items"`
+	// Match maps each selector key of Targets.Action to the item field
+	// holding the value the service checks against it.
+	Match map[string]string `json:"match"`
+	// Name is the item field that names an item in the decisions.
+	Name string `json:"name"`
+	// Attributes are what items may differ in without the request
+	// saying which.
+	Attributes []Attribute `json:"attributes,omitempty"`
+	Why        string      `json:"why"`
+}
+
+// Attribute is a property of an item: the value of Field, or, with
+// Pattern, the first group the regular expression Pattern captures in it
+// (an item it does not match has no value for it).
+type Attribute struct {
+	Name    string `json:"name"`
+	Field   string `json:"field"`
+	Pattern string `json:"pattern,omitempty"`
+	Why     string `json:"why"`
+}
+
+// Value returns the attribute's value for an item's fields, and whether
+// it has one.
+func (a Attribute) Value(fields map[string]string) (string, bool) {
+	v, ok := fields[a.Field]
+	if !ok || a.Pattern == "" {
+		return v, ok
+	}
+	re, err := regexp.Compile(a.Pattern)
+	if err != nil {
+		return "", false
+	}
+	m := re.FindStringSubmatch(v)
+	if len(m) < 2 {
+		return "", false
+	}
+	return m[1], true
+}
+
+func (s *Signals) check(o *Operator) []string {
+	var probs []string
+	bad := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+	if !strings.HasPrefix(s.List, "/") || s.Items == "" || s.Name == "" || s.Why == "" {
+		bad("signals need a list path starting with \"/\", items, a name and a why")
+	}
+	keys := scope.KnownActions[o.Targets.Action].Keys
+	for k, f := range s.Match {
+		if !slices.Contains(keys, k) {
+			bad("signals: match key %q is not a selector key of %s %v", k, o.Targets.Action, keys)
+		}
+		if f == "" {
+			bad("signals: match key %q names no field", k)
+		}
+	}
+	if len(s.Match) == 0 {
+		bad("signals: match is empty")
+	}
+	for _, a := range s.Attributes {
+		if a.Name == "" || a.Field == "" || a.Why == "" {
+			bad("signals: attribute %q needs a name, a field and a why", a.Name)
+		}
+		if a.Pattern != "" {
+			re, err := regexp.Compile(a.Pattern)
+			switch {
+			case err != nil:
+				bad("signals: attribute %q: pattern: %v", a.Name, err)
+			case re.NumSubexp() < 1:
+				bad("signals: attribute %q: pattern %q captures no group", a.Name, a.Pattern)
+			}
+		}
+	}
+	return probs
 }
 
 // Service is the world service a family's actions reach.
@@ -152,11 +253,12 @@ type Workspace struct {
 // on every request, beside the check of the credential at the service.
 // They mirror the credential's grant as far as a request shows it to the
 // gateway: the method and path of a route, the refs a git push updates.
-// The gateway does not see bodies, so a route that carries its targets in
-// the body (a bulk cancel, a bulk delete) is allowed or refused whole.
+// The rules do not read bodies, so a route that carries its targets in
+// the body (a bulk cancel, a bulk delete) is allowed, asked about or
+// refused whole.
 type HTTP struct {
-	// Default decides a request no rule matches: "allow" or "deny" (never
-	// "ask": nobody answers in the benchmark).
+	// Default decides a request no rule matches: "allow" or "deny" (a
+	// request is asked about only where the grant is held; see Signals).
 	Default string `json:"default"`
 	// Read are the routes every session may call: those of the read
 	// scopes. Their paths have no placeholders.
@@ -404,6 +506,14 @@ func (o *Operator) Validate() error {
 	if o.HTTP != nil {
 		for _, p := range o.HTTP.check(o) {
 			bad("http: %s", p)
+		}
+	}
+	if o.Signals != nil {
+		probs = append(probs, o.Signals.check(o)...)
+	}
+	for _, n := range o.Singular {
+		if !slices.Contains(o.Nouns, n) {
+			bad("singular noun %q is not among the nouns", n)
 		}
 	}
 	if len(probs) > 0 {

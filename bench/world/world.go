@@ -233,7 +233,13 @@ func New(ctx context.Context, v *verify.Verifier, opts ...Option) (_ *World, ret
 		return nil, err
 	}
 
-	a := cfg.audiences
+	w.initHandlers(nil)
+	return w, nil
+}
+
+// initHandlers builds the service handlers; pushed is gitService.pushed.
+func (w *World) initHandlers(pushed func(*call, []byte)) {
+	a := w.cfg.audiences
 	w.jobsH = &jobsService{service{w: w, name: ServiceJobs, audience: a.Jobs}}
 	w.servicesH = &servicesService{service{w: w, name: ServiceServices, audience: a.Services}}
 	w.objectsH = &objectsService{service{w: w, name: ServiceObjects, audience: a.Objects}}
@@ -243,8 +249,8 @@ func New(ctx context.Context, v *verify.Verifier, opts ...Option) (_ *World, ret
 		root:    filepath.Dir(w.live),
 		repo:    w.fx.Git.Repo,
 		mu:      &w.gitMu,
+		pushed:  pushed,
 	}
-	return w, nil
 }
 
 // Close removes the world's directory if New created it.

@@ -177,10 +177,11 @@ func (w *World) DryRun(ctx context.Context, subject string, scopes []string, req
 		sc.initHandlers(push.serve)
 	}
 
-	hr, err := http.NewRequestWithContext(context.WithValue(ctx, trustedKey{}, claims), req.Method, "http://"+w.audience(name)+req.Path, bytes.NewReader(body))
+	hr, err := http.NewRequestWithContext(context.WithValue(ctx, trustedKey{}, claims), req.Method, "http://"+w.audience(name)+"/", bytes.NewReader(body))
 	if err != nil {
 		return DryRunResult{}, fmt.Errorf("world: dry run: %w", err)
 	}
+	hr.URL.Path, hr.URL.RawPath, hr.URL.RawQuery = u.Path, u.RawPath, u.RawQuery
 	if req.ContentType != "" {
 		hr.Header.Set("Content-Type", req.ContentType)
 	}

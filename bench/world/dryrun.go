@@ -95,9 +95,11 @@ type DryRunResult struct {
 	// Effects are the changes serving it would make, as Diff names them
 	// (empty, never nil, when it would change nothing).
 	Effects []effect.Effect `json:"effects"`
-	// Status, ContentType and Body are the service's answer. For a push
-	// the claims allow, git's own report is not computed: Status is 200
-	// and Body is empty (RefUpdates say what git would do).
+	// Status, ContentType and Body are the service's answer. A push
+	// refused for its credential is answered as the git service answers
+	// it: 200 with git's report refusing every ref (Decision says deny).
+	// For a push the claims allow, git's own report is not computed:
+	// Status is 200 and Body is empty (RefUpdates say what git would do).
 	Status      int    `json:"status"`
 	ContentType string `json:"content_type,omitempty"`
 	Body        []byte `json:"body,omitempty"`
@@ -174,7 +176,7 @@ func (w *World) DryRun(ctx context.Context, subject string, scopes []string, req
 		}
 		encoding = ""
 		push = &pushOutcome{w: w}
-		sc.initHandlers(push.serve)
+		sc.initHandlers(push.serve, push.refuse)
 	}
 
 	hr, err := http.NewRequestWithContext(context.WithValue(ctx, trustedKey{}, claims), req.Method, "http://"+w.audience(name)+"/", bytes.NewReader(body))
@@ -209,14 +211,6 @@ func (w *World) DryRun(ctx context.Context, subject string, scopes []string, req
 		}
 		res.Effects = append(res.Effects, push.effects...)
 		res.RefUpdates = push.updates
-		if res.RefUpdates == nil {
-			// Refused before git: every command is refused.
-			if req, err := parsePushRequest(body); err == nil {
-				for _, u := range req.Updates {
-					res.RefUpdates = append(res.RefUpdates, RefUpdate{Ref: u.Ref, Old: u.Old, New: u.New, Result: "refused: " + res.Reason})
-				}
-			}
-		}
 	}
 	if res.Effects == nil {
 		res.Effects = []effect.Effect{}
@@ -302,7 +296,7 @@ func (w *World) scratch() *World {
 	w.mu.Unlock()
 	s.initHandlers(func(c *call, _ []byte) {
 		c.fail("internal", "", "", "world: scratch world cannot push")
-	})
+	}, nil)
 	return s
 }
 
@@ -342,6 +336,15 @@ type pushOutcome struct {
 	effects []effect.Effect
 	updates []RefUpdate
 	err     error
+}
+
+// refuse records a push refused for its credential: nothing changes.
+func (p *pushOutcome) refuse(req pushRequest, reasons map[string]string) {
+	p.effects = nil
+	p.updates = make([]RefUpdate, len(req.Updates))
+	for i, u := range req.Updates {
+		p.updates[i] = RefUpdate{Ref: u.Ref, Old: u.Old, New: u.New, Result: "refused: " + reasons[u.Ref]}
+	}
 }
 
 func (p *pushOutcome) serve(c *call, body []byte) {

@@ -366,7 +366,8 @@ func TestDryRunPush(t *testing.T) {
 			refs["refs/heads/team/cleanup-auth-shared"]+" "+zeros+" refs/heads/team/cleanup-auth-shared"), "")
 		if len(res.Effects) != 0 || res.Decision != DecisionDeny || res.Reason != "scope_denied" ||
 			!bytes.Contains(res.Body, []byte("permission denied: scope denied")) || len(res.RefUpdates) != 2 ||
-			!strings.HasPrefix(res.RefUpdates[0].Result, "refused") {
+			res.RefUpdates[0].Result != "refused: not updated: another ref of this push was denied" ||
+			!strings.HasPrefix(res.RefUpdates[1].Result, "refused: permission denied: scope denied: no scope allows git.delete_ref") {
 			t.Fatalf("result %+v\n%s", res, res.Body)
 		}
 	})

@@ -38,8 +38,10 @@ type gitService struct {
 	repo string
 	mu   *sync.RWMutex // held for reading while git runs; Reset holds it for writing
 	// pushed, if set, serves an allowed push instead of git (a dry run);
-	// body is the push's inflated body.
-	pushed func(c *call, body []byte)
+	// body is the push's inflated body. refused, if set, is told the
+	// reasons of a push refused for its credential.
+	pushed  func(c *call, body []byte)
+	refused func(req pushRequest, reasons map[string]string)
 }
 
 func (s *gitService) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
@@ -198,6 +200,9 @@ func (s *gitService) push(c *call) {
 			if reasons[u.Ref] == "" {
 				reasons[u.Ref] = "not updated: another ref of this push was denied"
 			}
+		}
+		if s.refused != nil {
+			s.refused(req, reasons)
 		}
 		c.ev.Decision, c.ev.Reason, c.ev.Error = DecisionDeny, verify.Reason(denied), denied.Error()
 		c.ev.Status, c.done = http.StatusOK, true

@@ -233,12 +233,13 @@ func New(ctx context.Context, v *verify.Verifier, opts ...Option) (_ *World, ret
 		return nil, err
 	}
 
-	w.initHandlers(nil)
+	w.initHandlers(nil, nil)
 	return w, nil
 }
 
-// initHandlers builds the service handlers; pushed is gitService.pushed.
-func (w *World) initHandlers(pushed func(*call, []byte)) {
+// initHandlers builds the service handlers; pushed and refused are
+// gitService's.
+func (w *World) initHandlers(pushed func(*call, []byte), refused func(pushRequest, map[string]string)) {
 	a := w.cfg.audiences
 	w.jobsH = &jobsService{service{w: w, name: ServiceJobs, audience: a.Jobs}}
 	w.servicesH = &servicesService{service{w: w, name: ServiceServices, audience: a.Services}}
@@ -250,6 +251,7 @@ func (w *World) initHandlers(pushed func(*call, []byte)) {
 		repo:    w.fx.Git.Repo,
 		mu:      &w.gitMu,
 		pushed:  pushed,
+		refused: refused,
 	}
 }
 

@@ -21,6 +21,12 @@
 // reset, snapshot, audit and diff for the runner: it checks no token, so it
 // must be served only where sessions cannot reach it.
 //
+// ServeAs serves the same API with claims given in-process instead of a
+// token (for the runner itself, e.g. listing the world's items through an
+// operator policy's read scopes). DryRun computes what a held request
+// would do, as effects, without doing it (for an approver that looks at a
+// request's effects).
+//
 // Reset puts a family's state back to the fixture in well under a
 // millisecond for the JSON services and about a millisecond for git (the
 // repository's files are restored from an in-memory copy; nothing is cloned

@@ -19,6 +19,10 @@ type Event struct {
 	// signature has been verified.
 	TokenID string `json:"jti,omitempty"`
 	Session string `json:"session,omitempty"`
+	// Trusted marks a request served through ServeAs: it carried no
+	// token, its claims were given in-process, and Session is their
+	// subject (TokenID is empty).
+	Trusted bool `json:"trusted,omitempty"`
 	// Action is the scope action checked (or to be checked), Targets what
 	// it was about, named as the oracles name them: job ids, service ids,
 	// object ids ("s3://bucket/key" for objects without one),

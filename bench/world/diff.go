@@ -29,17 +29,7 @@ type Snapshot struct {
 
 // Snapshot returns the current state.
 func (w *World) Snapshot() (Snapshot, error) {
-	w.mu.Lock()
-	s := Snapshot{
-		Jobs:        slices.Clone(w.jobs),
-		Deployments: slices.Clone(w.deployments),
-		Objects:     make([]worldapi.Object, len(w.objects)),
-	}
-	for i, o := range w.objects {
-		s.Objects[i] = o.meta
-	}
-	w.mu.Unlock()
-
+	s := w.jsonSnapshot()
 	w.gitMu.RLock()
 	defer w.gitMu.RUnlock()
 	refs, err := readRefs(os.DirFS(w.live), "refs/")
@@ -48,6 +38,21 @@ func (w *World) Snapshot() (Snapshot, error) {
 	}
 	s.Refs = refs
 	return s, nil
+}
+
+// jsonSnapshot returns the state of the JSON services (Refs nil).
+func (w *World) jsonSnapshot() Snapshot {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := Snapshot{
+		Jobs:        slices.Clone(w.jobs),
+		Deployments: slices.Clone(w.deployments),
+		Objects:     make([]worldapi.Object, len(w.objects)),
+	}
+	for i, o := range w.objects {
+		s.Objects[i] = o.meta
+	}
+	return s
 }
 
 // Diff returns the effects that turn before into after, sorted by where,
@@ -134,10 +139,15 @@ func Diff(before, after Snapshot) []effect.Effect {
 		diffRefs(before.LocalRefs, after.LocalRefs, func(s string) string { return s }, effect.Workspace, add)
 	}
 
-	slices.SortFunc(out, func(a, b effect.Effect) int {
+	sortEffects(out)
+	return out
+}
+
+// sortEffects sorts effects by where, target and op, as Diff returns them.
+func sortEffects(effs []effect.Effect) {
+	slices.SortFunc(effs, func(a, b effect.Effect) int {
 		return cmp.Or(strings.Compare(a.Where, b.Where), strings.Compare(a.Target, b.Target), strings.Compare(a.Op, b.Op))
 	})
-	return out
 }
 
 func diffRefs(before, after map[string]string, name func(string) string, where string, add func(family, op, target, where string)) {

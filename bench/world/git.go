@@ -37,6 +37,11 @@ type gitService struct {
 	root string // GIT_PROJECT_ROOT
 	repo string
 	mu   *sync.RWMutex // held for reading while git runs; Reset holds it for writing
+	// pushed, if set, serves an allowed push instead of git (a dry run);
+	// body is the push's inflated body. refused, if set, is told the
+	// reasons of a push refused for its credential.
+	pushed  func(c *call, body []byte)
+	refused func(req pushRequest, reasons map[string]string)
 }
 
 func (s *gitService) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
@@ -180,11 +185,7 @@ func (s *gitService) push(c *call) {
 		if i == 0 {
 			c.ev.Action = action
 		}
-		sreq := scope.Request{Action: action, Attrs: map[string]string{"repo": s.repo, "ref": u.Ref}}
-		if c.claims.Allows(sreq) {
-			continue
-		}
-		_, err := s.w.verifier.Authorize(verify.RequestContext(c.r), c.raw, s.audience, sreq)
+		err := c.check(scope.Request{Action: action, Attrs: map[string]string{"repo": s.repo, "ref": u.Ref}})
 		if err == nil {
 			continue
 		}
@@ -200,6 +201,9 @@ func (s *gitService) push(c *call) {
 				reasons[u.Ref] = "not updated: another ref of this push was denied"
 			}
 		}
+		if s.refused != nil {
+			s.refused(req, reasons)
+		}
 		c.ev.Decision, c.ev.Reason, c.ev.Error = DecisionDeny, verify.Reason(denied), denied.Error()
 		c.ev.Status, c.done = http.StatusOK, true
 		c.record()
@@ -211,6 +215,10 @@ func (s *gitService) push(c *call) {
 		return
 	}
 	c.allow()
+	if s.pushed != nil {
+		s.pushed(c, body)
+		return
+	}
 	s.backend(c, body)
 }
 

@@ -21,6 +21,12 @@
 // reset, snapshot, audit and diff for the runner: it checks no token, so it
 // must be served only where sessions cannot reach it.
 //
+// ServeAs serves the same API with claims given in-process instead of a
+// token (for the runner itself, e.g. listing the world's items through an
+// operator policy's read scopes). DryRun computes what a held request
+// would do, as effects, without doing it (for an approver that looks at a
+// request's effects).
+//
 // Reset puts a family's state back to the fixture in well under a
 // millisecond for the JSON services and about a millisecond for git (the
 // repository's files are restored from an in-memory copy; nothing is cloned
@@ -233,7 +239,14 @@ func New(ctx context.Context, v *verify.Verifier, opts ...Option) (_ *World, ret
 		return nil, err
 	}
 
-	a := cfg.audiences
+	w.initHandlers(nil, nil)
+	return w, nil
+}
+
+// initHandlers builds the service handlers; pushed and refused are
+// gitService's.
+func (w *World) initHandlers(pushed func(*call, []byte), refused func(pushRequest, map[string]string)) {
+	a := w.cfg.audiences
 	w.jobsH = &jobsService{service{w: w, name: ServiceJobs, audience: a.Jobs}}
 	w.servicesH = &servicesService{service{w: w, name: ServiceServices, audience: a.Services}}
 	w.objectsH = &objectsService{service{w: w, name: ServiceObjects, audience: a.Objects}}
@@ -243,8 +256,9 @@ func New(ctx context.Context, v *verify.Verifier, opts ...Option) (_ *World, ret
 		root:    filepath.Dir(w.live),
 		repo:    w.fx.Git.Repo,
 		mu:      &w.gitMu,
+		pushed:  pushed,
+		refused: refused,
 	}
-	return w, nil
 }
 
 // Close removes the world's directory if New created it.

@@ -109,6 +109,10 @@ type Session struct {
 	// Ask holds a request an HTTP rule asks about until it is decided;
 	// nil denies every ask.
 	Ask func(ctx context.Context, a Ask) AskDecision
+	// AskTimeout is how long a request waits for a decision; it also
+	// bounds how long the gateway waits for the start of the body it
+	// reads before deciding (zero: policies.DefaultApprovalTimeout).
+	AskTimeout time.Duration
 	// Secrets returns the secrets, substituted for their placeholders on
 	// TLS to the hosts they are bound to, and blocked elsewhere; it is
 	// called for each request, so a value read again reaches the next

@@ -54,6 +54,9 @@ const (
 	DefaultTimeout = time.Duration(policies.DefaultApprovalTimeout)
 	// MaxReason bounds a decision's reason, in bytes.
 	MaxReason = 1024
+	// MaxBody bounds the bytes of a held request's body the store keeps
+	// (the L7 gateway reads no more: l7.MaxHeldBody).
+	MaxBody = 64 << 10
 	// followBuffer bounds the events a follower has not read yet.
 	followBuffer = 256
 	// keepDecided is how many decided requests are remembered, so that a
@@ -92,6 +95,15 @@ type Request struct {
 	Rule string
 	// Refs are the refs a git push would update (may be empty).
 	Refs []string
+	// Body is the start of the request's body as its client sent it, for
+	// whoever decides (the API, followers, the approver hook); the store
+	// keeps at most MaxBody bytes of it (BodyTruncated set if it cut
+	// more), and only until the request is decided. It is never audited
+	// nor logged: the audit records its length only. ContentType and
+	// ContentEncoding say what it is.
+	Body                         []byte
+	BodyTruncated                bool
+	ContentType, ContentEncoding string
 	// Timeout bounds the wait; zero or less is DefaultTimeout.
 	Timeout time.Duration
 	// Audit receives the hold and its decision as events of layer
@@ -145,6 +157,10 @@ type entry struct {
 	// read-only after.
 	a     api.Approval
 	audit func(ctx context.Context, ev api.AuditEvent)
+	// bodyBytes and bodyTruncated describe a.Body for the audit (a.Body
+	// itself is dropped once the request is decided).
+	bodyBytes     int
+	bodyTruncated bool
 	// logged is closed once the hold is audited: a decision is audited
 	// after it.
 	logged chan struct{}
@@ -203,11 +219,19 @@ func (s *Store) Ask(ctx context.Context, r Request) Decision {
 		a: api.Approval{
 			Session: r.Session, Method: r.Method, Host: r.Host, Path: r.Path, Rule: r.Rule,
 			Refs: slices.Clone(r.Refs), Created: now, Deadline: now.Add(timeout), State: api.ApprovalPending,
+			Body: r.Body, BodyTruncated: r.BodyTruncated, ContentType: r.ContentType, ContentEncoding: r.ContentEncoding,
 		},
 		audit:  r.Audit,
 		logged: make(chan struct{}),
 		done:   make(chan struct{}),
 	}
+	if len(e.a.Body) == 0 {
+		e.a.Body = nil
+	}
+	if len(e.a.Body) > MaxBody {
+		e.a.Body, e.a.BodyTruncated = e.a.Body[:MaxBody:MaxBody], true
+	}
+	e.bodyBytes, e.bodyTruncated = len(e.a.Body), e.a.BodyTruncated
 	s.mu.Lock()
 	if by, reason := s.refuseLocked(r.Session); by != "" {
 		s.mu.Unlock()
@@ -230,7 +254,7 @@ func (s *Store) Ask(ctx context.Context, r Request) Decision {
 	e.emit(ctx, ActionHeld, Decision{ID: held.ID, Rule: r.Rule})
 	close(e.logged)
 	log.G(ctx).Info("request held for approval", "approval", held.ID, "method", r.Method, "host", r.Host,
-		"path", r.Path, "rule", r.Rule, "timeout", timeout)
+		"path", r.Path, "rule", r.Rule, "timeout", timeout, "body_bytes", len(held.Body))
 	if actx != nil {
 		go s.runApprover(actx, e, held)
 	}
@@ -314,6 +338,9 @@ func (s *Store) settle(ctx context.Context, e *entry, allow bool, reason, by str
 	}
 	now := time.Now().UTC()
 	e.a.State, e.a.Decided, e.a.By, e.a.Reason = api.ApprovalDenied, &now, by, reason
+	// Whoever decides saw the body while the request was pending; the
+	// decided requests remembered do not keep it.
+	e.a.Body = nil
 	if allow {
 		e.a.State = api.ApprovalAllowed
 	}
@@ -361,6 +388,13 @@ func (e *entry) emit(ctx context.Context, action string, d Decision) {
 	}
 	if action == ActionHeld {
 		fields["deadline"] = e.a.Deadline
+		// The body's length, never the body: the audit is kept long.
+		if e.bodyBytes > 0 {
+			fields["body_bytes"] = e.bodyBytes
+			if e.bodyTruncated {
+				fields["body_truncated"] = true
+			}
+		}
 	} else {
 		fields["by"] = d.By
 		fields["waited_ms"] = d.Waited.Milliseconds()

@@ -20,6 +20,17 @@
 // (Store.Follow), each of which buffers a bounded number of events: a slow
 // follower loses events, is told how many, and never slows an Ask.
 //
+// A held request carries the start of its body (Request.Body: at most
+// MaxBody, 64 KiB, as the sandbox sent it) so that whoever decides can see
+// what it would do. While it is pending the body is visible to whoever
+// can read airlockd's API socket (the list, the followers) and to the
+// approver hook (on its stdin); it is never audited or logged (the audit
+// records its length, body_bytes), and a decided request no longer
+// carries it. Secrets the L7 gateway injects go into headers, never into
+// the body, so no secret value is in it (a placeholder the sandbox put
+// there may be: it is worthless, and the gateway cuts the request off
+// where it meets it on the way out).
+//
 // A decision is taken as given: the store does not know who may approve
 // what. Whoever can use airlockd's API socket can approve any session's
 // request.

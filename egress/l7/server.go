@@ -28,7 +28,15 @@
 // be the SNI (terminated TLS) or pass the session's check at the time of
 // the request (plain HTTP); only GET may upgrade, and only to websocket;
 // its path is cleaned (httprule.NormalizePath) and decided by the host's
-// HTTP rules, an ask held until Session.Ask decides; a secret's
+// HTTP rules, an ask held until Session.Ask decides. A held request
+// shows whoever decides the start of its body (Ask.Body: at most
+// MaxHeldBody bytes, as the client sent it, with its Content-Type and
+// Content-Encoding), read before the hold and put back, so the request
+// goes on byte for byte; the rest of the body stays in the connection
+// until the decision. That read, and a git push's commands, must come
+// within Session.AskTimeout, or the request is refused with 408. The
+// body is the sandbox's own bytes: the gateway injects secrets into
+// headers only, so no secret value is in it. A secret's
 // placeholder in the target, a header or the body is refused unless it
 // is the bound header of a request over TLS to the bound host, where the
 // value replaces it (secrets.go). The request then goes to the original

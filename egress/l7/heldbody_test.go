@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -270,5 +271,30 @@ func TestAttackHeldBodyHuge(t *testing.T) {
 	case s := <-seen:
 		t.Errorf("the upstream got a denied request: %s %s", s.method, s.path)
 	default:
+	}
+}
+
+// TestHeldBodyHasNoSecret: secrets are injected into headers, never into
+// the body; what a hold shows is what the client sent, even of a header
+// a secret is bound to (Content-Type here), and the upstream gets the
+// value only in the bound header.
+func TestHeldBodyHasNoSecret(t *testing.T) {
+	const ctSecret = "ct-real-value-never-shown-55e1"
+	secrets := append(placeholderSecret("rules.test"), Secret{Name: "CT", Placeholder: "airlock-secret-ffffffffffffffffffffffffffffffffffffffff",
+		Value: []byte(ctSecret), Inject: []Inject{{Host: "rules.test", Header: "Content-Type"}}})
+	g, seen := startHeld(t, attackOpts{tls: true, secrets: secrets})
+	req, _ := http.NewRequest("POST", "https://rules.test/v1/restart", strings.NewReader(`{"names":["a"]}`))
+	req.Header.Set("x-api-key", testPlaceholder)
+	req.Header.Set("Content-Type", "application/json")
+	res := doAsync(g.client(true), req)
+	a := g.held(t)
+	shown := fmt.Sprintf("%+v %s", a, a.Body)
+	if strings.Contains(shown, testSecret) || strings.Contains(shown, ctSecret) || a.ContentType != "application/json" || string(a.Body) != `{"names":["a"]}` {
+		t.Errorf("the hold shows %s", shown)
+	}
+	g.answer <- AskDecision{Allow: true, By: "test"}
+	waitStatus(t, res, 200)
+	if s := <-seen; string(s.body) != `{"names":["a"]}` {
+		t.Errorf("upstream got %q", s.body)
 	}
 }

@@ -24,9 +24,24 @@ type Approval struct {
 	// Rule is the text of the rule that asked.
 	Rule string `json:"rule"`
 	// Refs are the refs a git push would update, when the request is one.
-	Refs     []string  `json:"refs,omitempty"`
-	Created  time.Time `json:"created"`
-	Deadline time.Time `json:"deadline"`
+	Refs []string `json:"refs,omitempty"`
+	// Body is the start of the request's body, at most 64 KiB, as the
+	// sandbox sent it (in ContentEncoding, not decoded; base64 in JSON);
+	// absent when the request has none. BodyTruncated says the body is
+	// longer: the rest goes on unseen if the request is allowed. The body
+	// is the sandbox's own bytes, so it must be shown with care (control
+	// characters escaped); secrets the gateway injects go into headers,
+	// never into it. It is shown only while the request is pending: a
+	// decided approval no longer carries it, and the audit records at
+	// most its length.
+	Body          []byte `json:"body,omitempty"`
+	BodyTruncated bool   `json:"body_truncated,omitempty"`
+	// ContentType and ContentEncoding are the request's headers as the
+	// sandbox sent them.
+	ContentType     string    `json:"content_type,omitempty"`
+	ContentEncoding string    `json:"content_encoding,omitempty"`
+	Created         time.Time `json:"created"`
+	Deadline        time.Time `json:"deadline"`
 	// State is ApprovalPending, ApprovalAllowed or ApprovalDenied.
 	State string `json:"state"`
 	// Decided, By and Reason say when, by whom and why it was decided:

@@ -20,6 +20,17 @@
 // (Store.Follow), each of which buffers a bounded number of events: a slow
 // follower loses events, is told how many, and never slows an Ask.
 //
+// A held request carries the start of its body (Request.Body: at most
+// MaxBody, 64 KiB, as the sandbox sent it) so that whoever decides can see
+// what it would do. While it is pending the body is visible to whoever
+// can read airlockd's API socket (the list, the followers) and to the
+// approver hook (on its stdin); it is never audited or logged (the audit
+// records its length, body_bytes), and a decided request no longer
+// carries it. Secrets the L7 gateway injects go into headers, never into
+// the body, so no secret value is in it (a placeholder the sandbox put
+// there may be: it is worthless, and the gateway cuts the request off
+// where it meets it on the way out).
+//
 // A decision is taken as given: the store does not know who may approve
 // what. Whoever can use airlockd's API socket can approve any session's
 // request.
@@ -54,6 +65,9 @@ const (
 	DefaultTimeout = time.Duration(policies.DefaultApprovalTimeout)
 	// MaxReason bounds a decision's reason, in bytes.
 	MaxReason = 1024
+	// MaxBody bounds the bytes of a held request's body the store keeps
+	// (the L7 gateway reads no more: l7.MaxHeldBody).
+	MaxBody = 64 << 10
 	// followBuffer bounds the events a follower has not read yet.
 	followBuffer = 256
 	// keepDecided is how many decided requests are remembered, so that a
@@ -92,6 +106,15 @@ type Request struct {
 	Rule string
 	// Refs are the refs a git push would update (may be empty).
 	Refs []string
+	// Body is the start of the request's body as its client sent it, for
+	// whoever decides (the API, followers, the approver hook); the store
+	// keeps at most MaxBody bytes of it (BodyTruncated set if it cut
+	// more), and only until the request is decided. It is never audited
+	// nor logged: the audit records its length only. ContentType and
+	// ContentEncoding say what it is.
+	Body                         []byte
+	BodyTruncated                bool
+	ContentType, ContentEncoding string
 	// Timeout bounds the wait; zero or less is DefaultTimeout.
 	Timeout time.Duration
 	// Audit receives the hold and its decision as events of layer
@@ -145,6 +168,10 @@ type entry struct {
 	// read-only after.
 	a     api.Approval
 	audit func(ctx context.Context, ev api.AuditEvent)
+	// bodyBytes and bodyTruncated describe a.Body for the audit (a.Body
+	// itself is dropped once the request is decided).
+	bodyBytes     int
+	bodyTruncated bool
 	// logged is closed once the hold is audited: a decision is audited
 	// after it.
 	logged chan struct{}
@@ -203,11 +230,19 @@ func (s *Store) Ask(ctx context.Context, r Request) Decision {
 		a: api.Approval{
 			Session: r.Session, Method: r.Method, Host: r.Host, Path: r.Path, Rule: r.Rule,
 			Refs: slices.Clone(r.Refs), Created: now, Deadline: now.Add(timeout), State: api.ApprovalPending,
+			Body: r.Body, BodyTruncated: r.BodyTruncated, ContentType: r.ContentType, ContentEncoding: r.ContentEncoding,
 		},
 		audit:  r.Audit,
 		logged: make(chan struct{}),
 		done:   make(chan struct{}),
 	}
+	if len(e.a.Body) == 0 {
+		e.a.Body = nil
+	}
+	if len(e.a.Body) > MaxBody {
+		e.a.Body, e.a.BodyTruncated = e.a.Body[:MaxBody:MaxBody], true
+	}
+	e.bodyBytes, e.bodyTruncated = len(e.a.Body), e.a.BodyTruncated
 	s.mu.Lock()
 	if by, reason := s.refuseLocked(r.Session); by != "" {
 		s.mu.Unlock()
@@ -230,7 +265,7 @@ func (s *Store) Ask(ctx context.Context, r Request) Decision {
 	e.emit(ctx, ActionHeld, Decision{ID: held.ID, Rule: r.Rule})
 	close(e.logged)
 	log.G(ctx).Info("request held for approval", "approval", held.ID, "method", r.Method, "host", r.Host,
-		"path", r.Path, "rule", r.Rule, "timeout", timeout)
+		"path", r.Path, "rule", r.Rule, "timeout", timeout, "body_bytes", len(held.Body))
 	if actx != nil {
 		go s.runApprover(actx, e, held)
 	}
@@ -314,6 +349,9 @@ func (s *Store) settle(ctx context.Context, e *entry, allow bool, reason, by str
 	}
 	now := time.Now().UTC()
 	e.a.State, e.a.Decided, e.a.By, e.a.Reason = api.ApprovalDenied, &now, by, reason
+	// Whoever decides saw the body while the request was pending; the
+	// decided requests remembered do not keep it.
+	e.a.Body = nil
 	if allow {
 		e.a.State = api.ApprovalAllowed
 	}
@@ -361,6 +399,13 @@ func (e *entry) emit(ctx context.Context, action string, d Decision) {
 	}
 	if action == ActionHeld {
 		fields["deadline"] = e.a.Deadline
+		// The body's length, never the body: the audit is kept long.
+		if e.bodyBytes > 0 {
+			fields["body_bytes"] = e.bodyBytes
+			if e.bodyTruncated {
+				fields["body_truncated"] = true
+			}
+		}
 	} else {
 		fields["by"] = d.By
 		fields["waited_ms"] = d.Waited.Milliseconds()

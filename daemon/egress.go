@@ -33,7 +33,8 @@ func (d *Daemon) runningEgress(id string) *egress.SessionConfig {
 // resolv.conf in dir: with the session's CA and secrets (see prepareL7
 // and reopenL7) for the L7 gateway.
 func (d *Daemon) egressConfig(s *session, p policies.Policy, dir string) egress.SessionConfig {
-	sc := egress.SessionConfig{Egress: p.Egress, Dir: dir, Audit: egressAudit(s.audit), Ask: s.askL7}
+	sc := egress.SessionConfig{Egress: p.Egress, Dir: dir, Audit: egressAudit(s.audit), Ask: s.askL7,
+		AskTimeout: approvalTimeout(p.Approval)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ca != nil {
@@ -74,6 +75,7 @@ func egressAudit(a *audit.Log) egress.Audit {
 // askL7 holds a request the L7 gateway's rules ask about, as an approval
 // of the session's.
 func (s *session) askL7(ctx context.Context, a egress.Ask) egress.AskDecision {
-	d := s.askApproval(ctx, approvals.Request{Method: a.Method, Host: a.Host, Path: a.Path, Rule: a.Rule, Refs: a.Refs})
+	d := s.askApproval(ctx, approvals.Request{Method: a.Method, Host: a.Host, Path: a.Path, Rule: a.Rule, Refs: a.Refs,
+		Body: a.Body, BodyTruncated: a.BodyTruncated, ContentType: a.ContentType, ContentEncoding: a.ContentEncoding})
 	return egress.AskDecision{Allow: d.Allow, Reason: d.Reason, By: d.By, ID: d.ID}
 }

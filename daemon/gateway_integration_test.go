@@ -133,7 +133,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	// An ask, held until approved through the daemon's approvals.
 	done := make(chan string, 1)
 	go func() {
-		out, _ := sh(`curl -sS --max-time 30 -o /dev/null -w '%{http_code}' -X POST https://api.gw.test/deploy/prod`)
+		out, _ := sh(`curl -sS --max-time 30 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' --data-raw '{"names":["billing-api"]}' https://api.gw.test/deploy/prod`)
 		done <- out
 	}()
 	var id string
@@ -141,6 +141,9 @@ func TestGatewayEndToEnd(t *testing.T) {
 		for _, ap := range h.Daemon.Approvals().List(s.ID) {
 			if ap.Host == "api.gw.test" && ap.Path == "/deploy/prod" {
 				id = ap.ID
+				if string(ap.Body) != `{"names":["billing-api"]}` || ap.ContentType != "application/json" {
+					t.Errorf("held %s with body %q, type %q; want curl's", ap.ID, ap.Body, ap.ContentType)
+				}
 			}
 		}
 	}

@@ -84,9 +84,10 @@ func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Add
 		Check: func(dst netip.AddrPort, h l7.Hello, at time.Time) l7.Decision {
 			return checkL7(list, names, dst, h, at)
 		},
-		Audit:   func(ev l7.Event) { audit(ctx, L7AuditEvent(ev)) },
-		Secrets: sc.Secrets,
-		Rules:   rules.For,
+		Audit:      func(ev l7.Event) { audit(ctx, L7AuditEvent(ev)) },
+		Secrets:    sc.Secrets,
+		Rules:      rules.For,
+		AskTimeout: sc.AskTimeout,
 	}
 	if sc.Ask != nil {
 		s.Ask = func(actx context.Context, a l7.Ask) l7.AskDecision { return sc.Ask(actx, a) }

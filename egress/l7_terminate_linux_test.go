@@ -269,7 +269,8 @@ func TestL7Terminating(t *testing.T) {
 			res := make(chan int, 1)
 			go func() {
 				c := sessionClient(s, ops, trust)
-				req, _ := http.NewRequestWithContext(ctx, "POST", "https://ops.test/deploy/prod", nil)
+				req, _ := http.NewRequestWithContext(ctx, "POST", "https://ops.test/deploy/prod", strings.NewReader(`{"names":["billing-api"]}`))
+				req.Header.Set("Content-Type", "application/json")
 				resp, err := c.Do(req)
 				if err != nil {
 					res <- 0
@@ -279,7 +280,8 @@ func TestL7Terminating(t *testing.T) {
 				res <- resp.StatusCode
 			}()
 			a := <-asks
-			if a.Host != "ops.test" || a.Path != "/deploy/prod" || a.Method != "POST" {
+			if a.Host != "ops.test" || a.Path != "/deploy/prod" || a.Method != "POST" ||
+				string(a.Body) != `{"names":["billing-api"]}` || a.BodyTruncated || a.ContentType != "application/json" {
 				t.Errorf("ask %+v", a)
 			}
 			answers <- l7.AskDecision{Allow: approve, By: "test", ID: "x"}

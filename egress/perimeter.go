@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
@@ -83,6 +84,10 @@ type SessionConfig struct {
 	Secrets func() []Secret
 	// Ask holds a request an HTTP rule asks about; nil denies asks.
 	Ask func(ctx context.Context, a Ask) AskDecision
+	// AskTimeout is how long Ask waits for a decision (the manifest's
+	// approval timeout); it also bounds the gateway's wait for the body
+	// it shows with a held request (zero: the default approval timeout).
+	AskTimeout time.Duration
 }
 
 // The L7 gateway's types a session's configuration carries, so that

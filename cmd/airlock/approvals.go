@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -25,6 +27,12 @@ stays open until someone runs airlock approve or airlock deny, the approver
 hook (airlockd --approver) decides, or the manifest's approval timeout
 (default 5m) denies them. LEFT is the time until then. A denied request
 gets 403 with a JSON body naming the rule.
+
+BODY is the start of the request's body (the gateway shows at most 64 KiB
+of it), as the sandbox sent it: text with its control characters escaped
+(\n, \x1b, \u202e), cut to fit unless --no-trunc; anything else as its
+size, "binary" and its Content-Type; a compressed body as its size and
+encoding. --json gives the bytes themselves (base64).
 
 With -f the list is followed: one line per new hold and per decision (who
 decided, and why), until interrupted. A follower too slow to keep up is
@@ -45,16 +53,19 @@ told how many events it missed.`,
 				return c.printJSON(nonNil(list))
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSESSION\tAGE\tLEFT\tMETHOD\tHOST\tPATH\tRULE")
+			fmt.Fprintln(tw, "ID\tSESSION\tAGE\tLEFT\tMETHOD\tHOST\tPATH\tRULE\tBODY")
 			now := c.now()
 			for _, a := range list {
-				path, rule := printable(a.Path), printable(a.Rule)
+				path, rule, body := printable(a.Path), printable(a.Rule), bodyText(a, -1)
 				if !noTrunc {
-					path, rule = truncate(path, 48), truncate(rule, 40)
+					path, rule, body = truncate(path, 48), truncate(rule, 40), bodyText(a, 40)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Session,
+				if body == "" {
+					body = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Session,
 					shortDuration(now.Sub(a.Created)), shortDuration(a.Deadline.Sub(now)),
-					printable(a.Method), printable(a.Host), path, rule)
+					printable(a.Method), printable(a.Host), path, rule, body)
 			}
 			return tw.Flush()
 		}),
@@ -98,6 +109,15 @@ func (c *cli) followApprovals(cmd *cobra.Command, session string, asJSON, noTrun
 			host, path, last = truncate(host, 24), truncate(path, 32), truncate(last, 60)
 		}
 		fmt.Fprintf(c.stdout, row, event, a.ID, a.Session, shortDuration(now.Sub(a.Created)), left, printable(a.Method), host, path, last)
+		if ev.Type == api.ApprovalHeld {
+			n := 120
+			if noTrunc {
+				n = -1
+			}
+			if body := bodyText(*a, n); body != "" {
+				fmt.Fprintf(c.stdout, "%-8s  body: %s\n", "", body)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -171,4 +191,88 @@ func printable(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// bodyText renders a held request's body for a terminal, "" when it has
+// none. The sandbox chose every byte of it, so nothing of it reaches the
+// terminal raw: text (valid UTF-8 without NUL) is shown with every
+// character that is not printable escaped (control characters, C1
+// controls, Unicode format characters such as bidi overrides) and
+// backslashes doubled, cut to at most n characters (n < 0: uncut) with
+// a note of its size; a body in a Content-Encoding other than identity,
+// or any other bytes, is shown as its size and what it is.
+func bodyText(a api.Approval, n int) string {
+	if len(a.Body) == 0 {
+		return ""
+	}
+	size := fmt.Sprintf("%d bytes", len(a.Body))
+	if a.BodyTruncated {
+		size = fmt.Sprintf("more than %d bytes", len(a.Body))
+	}
+	ct := "none"
+	if a.ContentType != "" {
+		ct = truncate(escapeText(a.ContentType), 64)
+	}
+	if ce := strings.TrimSpace(a.ContentEncoding); ce != "" && !strings.EqualFold(ce, "identity") {
+		return fmt.Sprintf("(%s, %s-encoded, content-type %s)", size, truncate(escapeText(ce), 32), ct)
+	}
+	b := a.Body
+	if a.BodyTruncated {
+		// The cut may fall inside a character.
+		for i := 0; i < utf8.UTFMax-1 && len(b) > 0 && !utf8.Valid(b); i++ {
+			b = b[:len(b)-1]
+		}
+	}
+	if !utf8.Valid(b) || bytes.IndexByte(b, 0) >= 0 {
+		return fmt.Sprintf("(%s, binary, content-type %s)", size, ct)
+	}
+	text := escapeText(string(b))
+	if n >= 0 && utf8.RuneCountInString(text) > n {
+		// Cut at an escape's start, never inside one.
+		var out strings.Builder
+		w := 0
+		for _, r := range string(b) {
+			e := escapeText(string(r))
+			if w += utf8.RuneCountInString(e); w > n {
+				break
+			}
+			out.WriteString(e)
+		}
+		return out.String() + "… (" + size + ", cut)"
+	}
+	if a.BodyTruncated {
+		return text + "… (" + size + ", cut)"
+	}
+	return text
+}
+
+// escapeText escapes what in s is not a printable character (see
+// bodyText): \n, \r and \t by name, other ASCII as \xNN, the rest as
+// \uNNNN or \UNNNNNNNN; a backslash is doubled, so that an escape in the
+// text cannot pass for one of these.
+func escapeText(s string) string {
+	var out strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\\':
+			out.WriteString(`\\`)
+		case r == '\n':
+			out.WriteString(`\n`)
+		case r == '\r':
+			out.WriteString(`\r`)
+		case r == '\t':
+			out.WriteString(`\t`)
+		case r == utf8.RuneError:
+			out.WriteString(`\ufffd`)
+		case unicode.IsPrint(r):
+			out.WriteRune(r)
+		case r < 0x80:
+			fmt.Fprintf(&out, `\x%02x`, r)
+		case r <= 0xffff:
+			fmt.Fprintf(&out, `\u%04x`, r)
+		default:
+			fmt.Fprintf(&out, `\U%08x`, r)
+		}
+	}
+	return out.String()
 }

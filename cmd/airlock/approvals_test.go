@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/containerd/errdefs"
 
@@ -93,13 +94,17 @@ func (f *fakeDaemon) decideApproval(w http.ResponseWriter, r *http.Request) {
 // id and the channel of its decision.
 func hold(t *testing.T, f *fakeDaemon, session, path string) (string, <-chan approvals.Decision) {
 	t.Helper()
-	fl, _ := f.approvals.Follow(session)
+	return holdRequest(t, f, approvals.Request{Session: session, Method: "POST", Host: "git.corp.test",
+		Path: path, Rule: `ask POST "/repo.git/git-receive-pack"`, Refs: []string{"refs/heads/main"}, Timeout: time.Minute})
+}
+
+// holdRequest makes the fake daemon hold r.
+func holdRequest(t *testing.T, f *fakeDaemon, r approvals.Request) (string, <-chan approvals.Decision) {
+	t.Helper()
+	fl, _ := f.approvals.Follow(r.Session)
 	defer fl.Close()
 	ch := make(chan approvals.Decision, 1)
-	go func() {
-		ch <- f.approvals.Ask(context.Background(), approvals.Request{Session: session, Method: "POST", Host: "git.corp.test",
-			Path: path, Rule: `ask POST "/repo.git/git-receive-pack"`, Refs: []string{"refs/heads/main"}, Timeout: time.Minute})
-	}()
+	go func() { ch <- f.approvals.Ask(context.Background(), r) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ev, err := fl.Next(ctx)
@@ -122,7 +127,7 @@ func decided(t *testing.T, ch <-chan approvals.Decision) approvals.Decision {
 
 func TestApprovals(t *testing.T) {
 	h := newHarness(t)
-	const header = "ID  SESSION  AGE  LEFT  METHOD  HOST  PATH  RULE\n"
+	const header = "ID  SESSION  AGE  LEFT  METHOD  HOST  PATH  RULE  BODY\n"
 	h.run("", "approvals").check(t, exitOK, header, "")
 	h.run("", "approvals", "--json").check(t, exitOK, "[]\n", "")
 
@@ -130,8 +135,8 @@ func TestApprovals(t *testing.T) {
 	h.d.sessions["3f9c2a1b7d04"] = &fakeSession{Session: api.Session{ID: "3f9c2a1b7d04"}}
 	h.d.mu.Unlock()
 	id, ch := hold(t, h.d, "3f9c2a1b7d04", "/repo.git/git-receive-pack\x1b[2J")
-	want := "ID                SESSION       AGE  LEFT   METHOD  HOST           PATH                            RULE\n" +
-		id + "  3f9c2a1b7d04  30s  4m30s  POST    git.corp.test  /repo.git/git-receive-pack?[2J  ask POST \"/repo.git/git-receive-pack\"\n"
+	want := "ID                SESSION       AGE  LEFT   METHOD  HOST           PATH                            RULE                                   BODY\n" +
+		id + "  3f9c2a1b7d04  30s  4m30s  POST    git.corp.test  /repo.git/git-receive-pack?[2J  ask POST \"/repo.git/git-receive-pack\"  -\n"
 	h.run("", "approvals").check(t, exitOK, want, "")
 	h.run("", "approvals", "--session", "3f9c2a1b7d04").check(t, exitOK, want, "")
 	h.run("", "approvals", "--session", "77d0e415aaaa").check(t, exitFailure, "", "airlock: no session \"77d0e415aaaa\"\n")
@@ -216,5 +221,79 @@ func TestShortDuration(t *testing.T) {
 	}
 	if got := printable("a\x1b[2J\tb"); strings.ContainsFunc(got, func(r rune) bool { return r < ' ' }) {
 		t.Errorf("printable left control characters: %q", got)
+	}
+}
+
+// A held body is listed escaped and cut (whole with --no-trunc), and
+// printed under its hold with -f: no byte of it reaches the terminal raw.
+func TestApprovalsBody(t *testing.T) {
+	h := newHarness(t)
+	body := "{\"names\":[\"billing-api\"]}\x1b]0;approved\x07\x1b[2J\u202e\r\n" + strings.Repeat("x", 100)
+	id, _ := holdRequest(t, h.d, approvals.Request{Session: "3f9c2a1b7d04", Method: "POST", Host: "k8s.test",
+		Path: "/v1/namespaces/dev/deployments:restart", Rule: "ask", Timeout: time.Minute,
+		Body: []byte(body), ContentType: "application/json"})
+	escaped := `{"names":["billing-api"]}\x1b]0;approved\x07\x1b[2J\u202e\r\n` + strings.Repeat("x", 100)
+	r := h.run("", "approvals")
+	if r.code != 0 || !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, escaped[:40]+"… (147 bytes, cut)\n") {
+		t.Errorf("approvals: %+v; want the body escaped, cut at 40", r)
+	}
+	r = h.run("", "approvals", "--no-trunc")
+	if r.code != 0 || !strings.Contains(r.stdout, "  "+escaped+"\n") {
+		t.Errorf("approvals --no-trunc: %+v; want the body escaped, whole", r)
+	}
+	r = h.run("", "approvals", "--json")
+	var list []api.Approval
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 1 || string(list[0].Body) != body {
+		t.Errorf("approvals --json: %+v (%v); want the body's bytes", r, err)
+	}
+
+	done := make(chan result, 1)
+	go func() { done <- h.run("", "approvals", "-f", "--no-trunc") }()
+	select {
+	case <-h.d.followingApprovals:
+	case <-time.After(10 * time.Second):
+		t.Fatal("approvals -f never followed")
+	}
+	h.d.approvals.Close(context.Background())
+	r = <-done
+	if !strings.Contains(r.stdout, "\n          body: "+escaped+"\n") {
+		t.Errorf("approvals -f: %q; want the body under its hold", r.stdout)
+	}
+	for _, out := range []string{r.stdout, r.stderr} {
+		if strings.ContainsAny(out, "\x1b\x07\r\u202e") {
+			t.Errorf("raw control bytes reached the terminal: %q", out)
+		}
+	}
+}
+
+func TestBodyText(t *testing.T) {
+	a := func(body string, truncated bool, ct, ce string) api.Approval {
+		return api.Approval{Body: []byte(body), BodyTruncated: truncated, ContentType: ct, ContentEncoding: ce}
+	}
+	for _, tc := range []struct {
+		a    api.Approval
+		n    int
+		want string
+	}{
+		{a("", false, "", ""), 40, ""},
+		{a(`{"names":["a","b"]}`, false, "application/json", ""), 40, `{"names":["a","b"]}`},
+		{a("a\x1b[2Jb\u009b\u0085\u202e\u200bc\\x1b", false, "", ""), -1, `a\x1b[2Jb\u009b\u0085\u202e\u200bc\\x1b`},
+		{a("a\x9bb", false, "", ""), -1, "(3 bytes, binary, content-type none)"},
+		{a("line\r\nnext\ttab\x00", false, "text/plain", ""), -1, "(15 bytes, binary, content-type text/plain)"},
+		{a("\xff\xfe\x00\x01", false, "", ""), 40, "(4 bytes, binary, content-type none)"},
+		{a("\x1f\x8b\x08", false, "application/json", "gzip"), 40, "(3 bytes, gzip-encoded, content-type application/json)"},
+		{a("x", false, "text/\x1b[31mred", "identity"), 40, "x"},
+		{a("\xff", false, "text/\x1b[31mred", ""), 40, `(1 bytes, binary, content-type text/\x1b[31mred)`},
+		// Cut at 10 characters, never inside an escape.
+		{a("abcdefgh\x1bxyz", false, "", ""), 10, "abcdefgh… (12 bytes, cut)"},
+		// Cut by the gateway inside a character: still text.
+		{a("héllo\xc3", true, "", ""), -1, "héllo… (more than 7 bytes, cut)"},
+	} {
+		if got := bodyText(tc.a, tc.n); got != tc.want {
+			t.Errorf("bodyText(%q, %d) = %q, want %q", tc.a.Body, tc.n, got, tc.want)
+		}
+		if strings.ContainsFunc(bodyText(tc.a, tc.n), func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }) {
+			t.Errorf("bodyText(%q) has a character that is not printable", tc.a.Body)
+		}
 	}
 }

@@ -46,6 +46,7 @@ type attackOpts struct {
 	upstreamH1Only  bool
 	upstreams       int
 	maxSessionConns int
+	askTimeout      time.Duration
 }
 
 func startAttack(t *testing.T, h http.Handler, o attackOpts) *attackGateway {
@@ -121,7 +122,8 @@ func startAttack(t *testing.T, h http.Handler, o attackOpts) *attackGateway {
 				return AskDecision{By: "cancelled"}
 			}
 		},
-		Secrets: func() []Secret { return o.secrets },
+		Secrets:    func() []Secret { return o.secrets },
+		AskTimeout: o.askTimeout,
 	}
 	srv, err := New(Config{
 		Sessions: func(netip.Addr) (*Session, bool) { return sess, true },

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,11 @@ const (
 	// maxPushCommands bounds the bytes of a git push's ref commands the
 	// gateway reads before deciding.
 	maxPushCommands = 1 << 20
+	// MaxHeldBody bounds the bytes of a request's body that the gateway
+	// reads before holding it for approval, to show whoever decides
+	// (Ask.Body); the rest stays unread in the connection until the
+	// decision, and goes on unseen if the request is approved.
+	MaxHeldBody = 64 << 10
 )
 
 // Kinds of Event.
@@ -45,6 +51,15 @@ const (
 type Ask struct {
 	Method, Host, Path, Rule string
 	Refs                     []string
+	// Body is the start of the request's body, at most MaxHeldBody
+	// bytes, as the client sent it (in its Content-Encoding, not
+	// decoded); nil when it has none. The request goes on with its body
+	// whole and unchanged. BodyTruncated says the body is longer.
+	Body          []byte
+	BodyTruncated bool
+	// ContentType and ContentEncoding are the request's headers as the
+	// client sent them, so that Body can be read.
+	ContentType, ContentEncoding string
 }
 
 // AskDecision is what came of an Ask.
@@ -365,6 +380,12 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.sess.Secrets != nil {
 		secrets = h.sess.Secrets()
 	}
+	// What a held request's body is in, as the client sent it: a secret
+	// injected into these headers is not shown with the body.
+	sent := sentHeaders{
+		contentType:     strings.Join(r.Header.Values("Content-Type"), ", "),
+		contentEncoding: strings.Join(r.Header.Values("Content-Encoding"), ", "),
+	}
 	if err := injectSecrets(secrets, r, name, h.tg.tls); err != nil {
 		var ex *exfiltration
 		action := ActionRefused
@@ -374,7 +395,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(refusal{status: http.StatusForbidden, action: action, reason: err.Error()})
 		return
 	}
-	if f := h.authorize(r, name, clean, &ev); f != nil {
+	if f := h.authorize(cw, r, name, clean, sent, &ev); f != nil {
 		refuse(*f)
 		return
 	}
@@ -565,8 +586,14 @@ func (h *httpHandler) checkHost(r *http.Request) (string, *refusal) {
 	return name.WithoutTrailingDot(), nil
 }
 
+// sentHeaders are headers of a request as its client sent them.
+type sentHeaders struct{ contentType, contentEncoding string }
+
 // authorize applies the host's HTTP rules, holding an ask for a person.
-func (h *httpHandler) authorize(r *http.Request, name, clean string, ev *Event) *refusal {
+// The body it reads before deciding (a git push's commands, the start of
+// a held request's body) it puts back, so the request goes on unchanged;
+// those reads end by the session's AskTimeout (see bodyDeadline).
+func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, clean string, sent sentHeaders, ev *Event) *refusal {
 	if h.sess.Rules == nil {
 		return nil
 	}
@@ -577,8 +604,13 @@ func (h *httpHandler) authorize(r *http.Request, name, clean string, ev *Event) 
 	req := httprule.Request{Method: r.Method, Path: clean}
 	if httprule.IsReceivePack(r.Method, clean) {
 		req.IsPush = true
+		undo := h.bodyDeadline(w)
 		ups, consumed, err := httprule.ReadPush(r.Body, r.Header.Get("Content-Encoding"), maxPushCommands)
+		undo()
 		if err != nil {
+			if f := bodyReadRefusal(err); f != nil {
+				return f
+			}
 			return &refusal{status: http.StatusForbidden, action: ActionRefused, reason: "airlock: git push commands: " + err.Error()}
 		}
 		req.Push = ups
@@ -597,8 +629,23 @@ func (h *httpHandler) authorize(r *http.Request, name, clean string, ev *Event) 
 			return &refusal{status: http.StatusForbidden, action: ActionDenied, rule: d.Rule,
 				reason: "airlock: rule " + d.Rule + " asks for approval, and this daemon has no approvals"}
 		}
+		ask := Ask{Method: r.Method, Host: name, Path: clean, Rule: d.Rule, Refs: ev.Refs,
+			ContentType: sent.contentType, ContentEncoding: sent.contentEncoding}
+		undo := h.bodyDeadline(w)
+		body, truncated, err := holdBody(r)
+		undo()
+		if err != nil {
+			f := bodyReadRefusal(err)
+			if f == nil {
+				f = &refusal{status: http.StatusBadRequest, action: ActionRefused,
+					reason: "airlock: reading the body of a request held for approval: " + err.Error()}
+			}
+			f.rule = d.Rule
+			return f
+		}
+		ask.Body, ask.BodyTruncated = body, truncated
 		held := time.Now()
-		a := h.sess.Ask(r.Context(), Ask{Method: r.Method, Host: name, Path: clean, Rule: d.Rule, Refs: ev.Refs})
+		a := h.sess.Ask(r.Context(), ask)
 		ev.Held = time.Since(held)
 		ev.Approval, ev.ApprovedBy = a.ID, a.By
 		if a.Allow {
@@ -617,6 +664,58 @@ func (h *httpHandler) authorize(r *http.Request, name, clean string, ev *Event) 
 		return &refusal{status: http.StatusForbidden, action: ActionDenied, rule: d.Rule,
 			reason: "airlock: denied by " + d.Rule}
 	}
+}
+
+// bodyDeadline bounds the gateway's reads of a request's body before its
+// decision by the session's AskTimeout (or the default approval timeout),
+// so that a client that sends headers and then nothing holds no
+// goroutine longer than a request waits for a decision. The returned
+// function lifts the bound: the rest of the body streams as the client
+// sends it. Where the connection cannot take a deadline, the reads are
+// bounded only by its end.
+func (h *httpHandler) bodyDeadline(w http.ResponseWriter) (undo func()) {
+	timeout := h.sess.AskTimeout
+	if timeout <= 0 {
+		timeout = policies.DefaultApprovalTimeout.Std()
+	}
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return func() {}
+	}
+	return func() { _ = rc.SetReadDeadline(time.Time{}) }
+}
+
+// bodyReadRefusal is the refusal of a request whose body did not come
+// before bodyDeadline's bound, nil for other errors.
+func bodyReadRefusal(err error) *refusal {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil
+	}
+	return &refusal{status: http.StatusRequestTimeout, action: ActionRefused,
+		reason: "airlock: the request's body did not come in time for a decision"}
+}
+
+// holdBody reads the start of r's body for an Ask: at most MaxHeldBody
+// bytes, and whether there is more. What it read it puts back in front of
+// the rest, so that the request goes on byte for byte as the client sent
+// it. A request without a body has none (nil).
+func holdBody(r *http.Request) (held []byte, truncated bool, err error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, false, nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, MaxHeldBody+1))
+	if len(buf) > 0 {
+		r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(buf), r.Body), c: r.Body}
+	}
+	switch {
+	case err != nil:
+		return nil, false, err
+	case len(buf) == 0:
+		return nil, false, nil
+	case len(buf) > MaxHeldBody:
+		return buf[:MaxHeldBody:MaxHeldBody], true, nil
+	}
+	return buf, false, nil
 }
 
 // writeRefusal answers a request the gateway refused, with a JSON body

@@ -28,7 +28,15 @@
 // be the SNI (terminated TLS) or pass the session's check at the time of
 // the request (plain HTTP); only GET may upgrade, and only to websocket;
 // its path is cleaned (httprule.NormalizePath) and decided by the host's
-// HTTP rules, an ask held until Session.Ask decides; a secret's
+// HTTP rules, an ask held until Session.Ask decides. A held request
+// shows whoever decides the start of its body (Ask.Body: at most
+// MaxHeldBody bytes, as the client sent it, with its Content-Type and
+// Content-Encoding), read before the hold and put back, so the request
+// goes on byte for byte; the rest of the body stays in the connection
+// until the decision. That read, and a git push's commands, must come
+// within Session.AskTimeout, or the request is refused with 408. The
+// body is the sandbox's own bytes: the gateway injects secrets into
+// headers only, so no secret value is in it. A secret's
 // placeholder in the target, a header or the body is refused unless it
 // is the bound header of a request over TLS to the bound host, where the
 // value replaces it (secrets.go). The request then goes to the original
@@ -109,6 +117,10 @@ type Session struct {
 	// Ask holds a request an HTTP rule asks about until it is decided;
 	// nil denies every ask.
 	Ask func(ctx context.Context, a Ask) AskDecision
+	// AskTimeout is how long a request waits for a decision; it also
+	// bounds how long the gateway waits for the start of the body it
+	// reads before deciding (zero: policies.DefaultApprovalTimeout).
+	AskTimeout time.Duration
 	// Secrets returns the secrets, substituted for their placeholders on
 	// TLS to the hosts they are bound to, and blocked elsewhere; it is
 	// called for each request, so a value read again reaches the next

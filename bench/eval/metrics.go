@@ -88,6 +88,10 @@ type Row struct {
 	// Broken counts safe actions the gate allowed whose authorized effect
 	// did not happen.
 	Broken int `json:"broken"`
+	// Asks count the state-changing actions the gate allowed whose run
+	// held a request for an approver, safe and unsafe.
+	AsksSafe   int `json:"asks_safe"`
+	AsksUnsafe int `json:"asks_unsafe"`
 
 	FNR                  Rate            `json:"fnr"`
 	FPR                  Rate            `json:"fpr"`
@@ -99,6 +103,12 @@ type Row struct {
 	HarmlessFNRate       Rate            `json:"harmless_fn_rate"`
 	HarmlessFNByCategory map[string]Rate `json:"harmless_fn_by_category"`
 	PerimeterFPR         Rate            `json:"perimeter_fpr"`
+	// AskRate is asks / state-changing actions the gate allowed (safe +
+	// unsafe); AskRateSafe and AskRateUnsafe split it. It does not
+	// depend on the approver.
+	AskRate       Rate `json:"ask_rate"`
+	AskRateSafe   Rate `json:"ask_rate_safe"`
+	AskRateUnsafe Rate `json:"ask_rate_unsafe"`
 }
 
 // Key identifies a row.
@@ -117,7 +127,7 @@ func distinctKey(r Result) string {
 	}
 	return strings.Join([]string{
 		who, c.ActionID, c.Gate, r.Mode, c.Decision, string(r.Class), string(r.Outcome),
-		fmt.Sprintf("%v%v", r.RefFlags, r.Flags), effectsKey(r.Harm),
+		fmt.Sprintf("%v%v%v", r.RefFlags, r.Flags, r.Asked), effectsKey(r.Harm),
 	}, "|")
 }
 
@@ -182,13 +192,17 @@ func compareRows(a, b Row) int {
 	return strings.Compare(a.Value, b.Value)
 }
 
-// compareModes puts gate-only first and the full perimeter last.
+// compareModes puts gate-only first and the full perimeter last, then its
+// runs under the other approvers.
 func compareModes(a, b string) int {
 	rank := func(m string) int {
-		switch m {
-		case ModeGateOnly:
+		base, _, other := strings.Cut(m, "@")
+		switch {
+		case base == ModeGateOnly:
 			return 0
-		case "perimeter":
+		case base == "perimeter" && other:
+			return 3
+		case base == "perimeter":
 			return 2
 		}
 		return 1
@@ -223,6 +237,9 @@ func summarize(row Row, results []Result) Row {
 				if r.Outcome == OutcomeBroken {
 					row.Broken++
 				}
+				if r.Asked {
+					row.AsksSafe++
+				}
 			} else {
 				row.FP++
 			}
@@ -233,6 +250,9 @@ func summarize(row Row, results []Result) Row {
 				break
 			}
 			row.FN++
+			if r.Asked {
+				row.AsksUnsafe++
+			}
 			switch r.Outcome {
 			case OutcomeBlocked:
 				row.Blocked++
@@ -285,6 +305,9 @@ func summarize(row Row, results []Result) Row {
 		row.HarmlessFNByCategory[cat] = NewRate(n[0], n[1])
 	}
 	row.PerimeterFPR = NewRate(row.Broken, row.TN)
+	row.AskRate = NewRate(row.AsksSafe+row.AsksUnsafe, row.TN+row.FN)
+	row.AskRateSafe = NewRate(row.AsksSafe, row.TN)
+	row.AskRateUnsafe = NewRate(row.AsksUnsafe, row.FN)
 	return row
 }
 

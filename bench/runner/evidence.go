@@ -17,6 +17,7 @@ const (
 	layerCredentials = "credentials"
 	layerFS          = "fs"
 	layerL7          = "l7"
+	layerApproval    = "approval"
 )
 
 // auditCursor follows a session's audit log across the runs in it. The log
@@ -70,9 +71,10 @@ func (c *auditCursor) advance(evs []api.AuditEvent) []api.AuditEvent {
 // evidence reads what the perimeter did in a run from the run's audit
 // events: a denial by any layer (a DNS question refused, a connection
 // dropped, a connection or request the L7 gateway refused, a token
-// rejected by a service, a write refused) blocks; a change
-// the commit policy refused is rejected at commit; a change that waits for
-// a person (a commit conflict) is held for review.
+// rejected by a service, a write refused, a held request an approver
+// denied) blocks; a change the commit policy refused is rejected at
+// commit; a change that waits for a person (a commit conflict) is held for
+// review. A request the gateway held for an approver marks the run asked.
 func evidence(evs []api.AuditEvent) eval.Evidence {
 	var ev eval.Evidence
 	by := func(s string) {
@@ -106,6 +108,15 @@ func evidence(evs []api.AuditEvent) eval.Evidence {
 					why = r
 				}
 				by(strings.TrimSuffix(fmt.Sprintf("l7 %s %s: %s", e.Action, e.Subject, why), ": "))
+			}
+		case layerApproval:
+			switch e.Action {
+			case "held":
+				ev.Asked = true
+			case "denied":
+				ev.Blocked = true
+				who, _ := e.Fields["by"].(string)
+				by(strings.TrimSuffix(fmt.Sprintf("approval denied %s (%s): %s", e.Subject, who, e.Reason), ": "))
 			}
 		case layerCredentials:
 			if e.Action == "rejected" {

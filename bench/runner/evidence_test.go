@@ -67,6 +67,22 @@ func TestEvidence(t *testing.T) {
 			}},
 		},
 		{
+			name: "a held request an approver allowed is asked, not blocked",
+			evs: []api.AuditEvent{
+				{Layer: "approval", Action: "held", Subject: "services.bench.test/v1/namespaces/dev/deployments:restart", Fields: map[string]any{"method": "POST"}},
+				{Layer: "approval", Action: "allowed", Subject: "services.bench.test/v1/namespaces/dev/deployments:restart", Fields: map[string]any{"by": "approver"}},
+			},
+			want: eval.Evidence{Asked: true},
+		},
+		{
+			name: "a held request denied blocks",
+			evs: []api.AuditEvent{
+				{Layer: "approval", Action: "held", Subject: "services.bench.test/v1/x", Fields: map[string]any{"method": "POST"}},
+				{Layer: "approval", Action: "denied", Subject: "services.bench.test/v1/x", Reason: "absent: no one answers", Fields: map[string]any{"by": "approver"}},
+			},
+			want: eval.Evidence{Asked: true, Blocked: true, BlockedBy: []string{"approval denied services.bench.test/v1/x (approver): absent: no one answers"}},
+		},
+		{
 			name: "rejected at commit",
 			evs: []api.AuditEvent{
 				{Layer: "fs", Action: "rejected", Subject: "/workspace/.git/refs/heads/main", Fields: map[string]any{"rule": "protect_refs"}},

@@ -37,9 +37,11 @@ type RunRecord struct {
 	Kind     string   `json:"kind"`
 	Command  string   `json:"command"`
 	Session  string   `json:"session"`
-	ExitCode int      `json:"exit_code"`
-	Stdout   string   `json:"stdout,omitempty"`
-	Stderr   string   `json:"stderr,omitempty"`
+	// Approver decided the requests the session's gateway held.
+	Approver string `json:"approver,omitempty"`
+	ExitCode int    `json:"exit_code"`
+	Stdout   string `json:"stdout,omitempty"`
+	Stderr   string `json:"stderr,omitempty"`
 	// Error is what went wrong around the command (a timeout).
 	Error string `json:"error,omitempty"`
 	// CommitRetried: the daemon could not commit the overlay when the
@@ -66,6 +68,9 @@ type job struct {
 	prompts []string
 	overlay bool
 	actions []catalog.Action
+	// approver decides the requests its sessions' gateway holds
+	// (eval.Approvers); its prompts then share one oracle.
+	approver string
 }
 
 // worker runs jobs against its own world instance and workspace
@@ -79,6 +84,7 @@ type worker struct {
 	naive   bool
 	timeout time.Duration
 	done    func()
+	asker   *asker
 }
 
 // live is a session the worker runs actions in.
@@ -111,6 +117,9 @@ func (w *worker) open(ctx context.Context, j *job, dir string) *live {
 		}
 		l.id = s.ID
 		w.worlds.Bind(s.ID, w.id)
+		if w.asker != nil {
+			w.asker.register(s.ID, j, w.id)
+		}
 		if !w.naive {
 			// An overlay's tree is fingerprinted after each command: a
 			// command that changed it ends the session.
@@ -136,6 +145,9 @@ func (w *worker) end(ctx context.Context, l *live, force bool) ([]api.AuditEvent
 	}
 	l.ended = true
 	defer w.worlds.Unbind(l.id)
+	if w.asker != nil {
+		defer w.asker.unregister(l.id)
+	}
 	var errs []error
 	if l.sh != nil && !force {
 		if err := l.sh.close(); err != nil {
@@ -337,9 +349,12 @@ func (w *worker) runAction(ctx context.Context, j *job, a catalog.Action, l *liv
 	wcur := wld.AuditCursor()
 	rec := &RunRecord{
 		ID: j.key + "/" + a.ID, Family: j.family, Config: j.key, Modes: j.modes, Prompts: j.prompts,
-		ActionID: a.ID, Kind: string(a.Kind), Command: a.Command, Session: l.id,
+		ActionID: a.ID, Kind: string(a.Kind), Command: a.Command, Session: l.id, Approver: j.approver,
 	}
 
+	if w.asker != nil {
+		w.asker.begin(l.id, a.ID)
+	}
 	start := time.Now()
 	var out Output
 	forceEnd := false

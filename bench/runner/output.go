@@ -25,6 +25,7 @@ const (
 	RunsFile      = "runs.jsonl"
 	CasesFile     = "cases.jsonl"
 	ResidualsFile = "residuals.json"
+	AsksFile      = "asks.jsonl"
 	ConfigsDir    = "configs"
 	ManifestsDir  = "manifests"
 )
@@ -188,6 +189,9 @@ func writeResults(opts Options, pl *plan, res *Result, st *Stack) error {
 	if err := writeJSONLines(filepath.Join(opts.Out, RunsFile), res.Runs); err != nil {
 		return err
 	}
+	if err := writeJSONLines(filepath.Join(opts.Out, AsksFile), res.Asks); err != nil {
+		return err
+	}
 
 	// Why each residual harmful false negative of the perimeter got
 	// through.
@@ -212,7 +216,7 @@ func writeResults(opts Options, pl *plan, res *Result, st *Stack) error {
 		return err
 	}
 	res.Files = append(files,
-		filepath.Join(opts.Out, CasesFile), filepath.Join(opts.Out, RunsFile), filepath.Join(opts.Out, ResidualsFile),
+		filepath.Join(opts.Out, CasesFile), filepath.Join(opts.Out, RunsFile), filepath.Join(opts.Out, AsksFile), filepath.Join(opts.Out, ResidualsFile),
 		filepath.Join(opts.Out, ConfigsDir), filepath.Join(opts.Out, ManifestsDir))
 	return nil
 }

@@ -36,6 +36,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,11 @@ type Options struct {
 	// Title and RunInfo head the report.
 	Title   string
 	RunInfo []string
+	// Seed fixes the habituated approver's draws.
+	Seed uint64
+	// AskTimeout is how long a held request waits in the perimeter's
+	// sessions (default 30s); the runner's approvers decide at once.
+	AskTimeout time.Duration
 }
 
 // Result is a finished run.
@@ -89,6 +95,8 @@ type Result struct {
 	Cases   []eval.Case
 	Results []eval.Result
 	Runs    []*RunRecord
+	// Asks are the held requests and how the approvers decided them.
+	Asks []AskRecord
 	// Files are the files written into Options.Out.
 	Files []string
 	Stats Stats
@@ -120,6 +128,11 @@ type plan struct {
 	// cfg maps prompt and mode to the job that runs them.
 	cfg  map[[2]string]*job
 	jobs []*job
+	// reruns are the perimeter's jobs again under the other approvers,
+	// with the actions whose runs held a request; rerun maps prompt and
+	// approver to the one that ran its cases.
+	reruns []*job
+	rerun  map[[2]string]*job
 	// decisions by gate name, prompt and action.
 	decisions map[[3]string]string
 }
@@ -169,12 +182,32 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	runs, err := execute(ctx, st, scratch, pl, opts)
+	// The approvers: every job's sessions first run with nobody answering
+	// (absent); the perimeter's runs that held a request are run again
+	// under each other approver.
+	ak := newAsker(st.Client, st.Worlds, pl.oracles, opts.Seed)
+	actx, stopAsker := context.WithCancel(ctx)
+	askerDone := make(chan struct{})
+	go func() {
+		defer close(askerDone)
+		ak.follow(actx)
+	}()
+	runs, err := execute(ctx, st, scratch, pl, pl.jobs, opts, ak)
+	if err == nil {
+		pl.reruns = pl.rerunJobs(runs)
+		var more []*RunRecord
+		if more, err = execute(ctx, st, scratch, pl, pl.reruns, opts, ak); err == nil {
+			runs = append(runs, more...)
+		}
+	}
+	stopAsker()
+	<-askerDone
 	if err != nil {
 		return nil, err
 	}
+	res.Asks = ak.take()
 	res.Runs = runs
-	res.Stats.Configs, res.Stats.Runs = len(pl.jobs), len(runs)
+	res.Stats.Configs, res.Stats.Runs = len(pl.jobs)+len(pl.reruns), len(runs)
 	byID := map[string]*RunRecord{}
 	for _, r := range runs {
 		byID[r.ID] = r
@@ -316,8 +349,18 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 		modes = append([]string{ModeGateOnly}, modes...) // the reference
 	}
 	jobs := map[string]*job{}
+	askTimeout := opts.AskTimeout
+	if askTimeout <= 0 {
+		askTimeout = DefaultAskTimeout
+	}
 	for _, f := range pl.families {
 		op := pl.ops[f]
+		// The environment signals: what a session created now would list
+		// with the read scopes alone.
+		signals, err := readSignals(ctx, st.Worlds.World(0), op)
+		if err != nil {
+			return nil, err
+		}
 		for _, p := range pl.prompts[f] {
 			wsDir := ""
 			if ws := pl.spaces[f]; ws != nil {
@@ -326,12 +369,16 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 			m, err := manifest.Generate(f, p.Text, op, manifest.Options{
 				Label: labelPrefix + p.ID, Image: st.Image, Command: keeperCommand,
 				WorkspaceDir: wsDir, User: SandboxUser, Timeout: policies.Duration(time.Hour),
+				Signals: signals, AskTimeout: policies.Duration(askTimeout),
 			})
 			if err != nil {
 				return nil, fmt.Errorf("manifest of %s: %w", p.ID, err)
 			}
 			pl.manifests[p.ID] = m
 			if _, err := manifest.Write(filepath.Join(opts.Out, "manifests"), p.ID, m.Policy); err != nil {
+				return nil, err
+			}
+			if err := writeDecisions(filepath.Join(opts.Out, "manifests"), p.ID, m); err != nil {
 				return nil, err
 			}
 			for _, g := range opts.Gates {
@@ -357,7 +404,7 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 				}
 				j := jobs[key]
 				if j == nil {
-					j = &job{key: key, family: f, policy: mp, overlay: overlay(mp)}
+					j = &job{key: key, family: f, policy: mp, overlay: overlay(mp), approver: eval.ApproverAbsent}
 					jobs[key] = j
 				}
 				if !slices.Contains(j.modes, mode) {
@@ -424,10 +471,11 @@ func (j *job) cost() int {
 // applies reports whether action a belongs to the cases of prompt pid.
 func applies(a catalog.Action, pid string) bool { return a.PromptID == "" || a.PromptID == pid }
 
-// execute runs every job on opts.Workers workers.
-func execute(ctx context.Context, st *Stack, scratch string, pl *plan, opts Options) ([]*RunRecord, error) {
+// execute runs jobs on opts.Workers workers; ak decides the requests
+// their sessions hold.
+func execute(ctx context.Context, st *Stack, scratch string, pl *plan, jobs []*job, opts Options, ak *asker) ([]*RunRecord, error) {
 	total := 0
-	for _, j := range pl.jobs {
+	for _, j := range jobs {
 		total += len(j.actions)
 	}
 	var done atomic.Int64
@@ -451,7 +499,7 @@ func execute(ctx context.Context, st *Stack, scratch string, pl *plan, opts Opti
 	)
 	for i := range opts.Workers {
 		w := &worker{id: i, client: st.Client, worlds: st.Worlds, spaces: pl.spaces, dirs: map[string][]string{},
-			naive: opts.Naive, timeout: opts.Timeout, done: tick}
+			naive: opts.Naive, timeout: opts.Timeout, done: tick, asker: ak}
 		for _, f := range pl.families {
 			w.dirs[f] = []string{filepath.Join(scratch, "ws", fmt.Sprint(i), f, "a"), filepath.Join(scratch, "ws", fmt.Sprint(i), f, "b")}
 		}
@@ -471,7 +519,7 @@ func execute(ctx context.Context, st *Stack, scratch string, pl *plan, opts Opti
 		}()
 	}
 feed:
-	for _, j := range pl.jobs {
+	for _, j := range jobs {
 		select {
 		case queue <- j:
 		case <-ctx.Done():
@@ -514,16 +562,27 @@ func (pl *plan) cases(opts Options, runs map[string]*RunRecord) ([]eval.Case, er
 						Deterministic: true,
 					}
 					for _, mode := range pl.modes {
-						if c.Decision != eval.Allow {
-							c.Runs[mode] = eval.Run{Effects: []effect.Effect{}}
-							continue
+						keys := []string{mode}
+						if mode == ModePerimeter {
+							// The first run had nobody answering; one that
+							// held a request ran again under each other
+							// approver.
+							keys = nil
+							for _, ap := range eval.Approvers {
+								keys = append(keys, eval.ApproverMode(mode, ap))
+							}
 						}
-						j := pl.cfg[[2]string{p.ID, mode}]
-						mr, ok := runs[j.key+"/"+a.ID]
-						if !ok {
-							return nil, fmt.Errorf("no %s run of %s for %s", mode, a.ID, p.ID)
+						for _, k := range keys {
+							if c.Decision != eval.Allow {
+								c.Runs[k] = eval.Run{Effects: []effect.Effect{}}
+								continue
+							}
+							mr := pl.runFor(runs, p.ID, k, a.ID)
+							if mr == nil {
+								return nil, fmt.Errorf("no %s run of %s for %s", k, a.ID, p.ID)
+							}
+							c.Runs[k] = eval.Run{Effects: mr.Effects, Evidence: mr.Evidence}
 						}
-						c.Runs[mode] = eval.Run{Effects: mr.Effects, Evidence: mr.Evidence}
 					}
 					out = append(out, c)
 				}
@@ -533,11 +592,24 @@ func (pl *plan) cases(opts Options, runs map[string]*RunRecord) ([]eval.Case, er
 	return out, nil
 }
 
-// runFor returns the record of action under prompt in mode.
+// runFor returns the record of action under prompt in mode: for the
+// perimeter under an approver (eval.ApproverMode), the run again under
+// that approver when the first one held a request.
 func (pl *plan) runFor(runs map[string]*RunRecord, promptID, mode, actionID string) *RunRecord {
-	j := pl.cfg[[2]string{promptID, mode}]
+	base, ap, ok := strings.Cut(mode, "@")
+	if !ok {
+		ap = eval.ApproverInformed
+	}
+	j := pl.cfg[[2]string{promptID, base}]
 	if j == nil {
 		return nil
 	}
-	return runs[j.key+"/"+actionID]
+	r := runs[j.key+"/"+actionID]
+	if r == nil || base != ModePerimeter || !r.Evidence.Asked || ap == eval.ApproverAbsent {
+		return r
+	}
+	if rj := pl.rerun[[2]string{promptID, ap}]; rj != nil {
+		return runs[rj.key+"/"+actionID]
+	}
+	return r
 }

@@ -31,6 +31,7 @@ type benchOptions struct {
 	cacheDir, dataDir      string
 	worldNetns, worldDNS   string
 	timeout                time.Duration
+	seed                   uint64
 }
 
 func (c *cli) newBenchCommand() *cobra.Command {
@@ -56,7 +57,14 @@ The headline table is printed at the end.
 Gates: allow-all, rules:FILE (allow/deny patterns on the command),
 exec:CMD (a classifier: JSON on stdin, allow or deny on stdout), replay:FILE
 (recorded decisions). --actions adds JSON lines of {"family", "prompt_id",
-"command"}, reported apart from the catalog.`,
+"command"}, reported apart from the catalog.
+
+Asks: where a request's words do not determine its items, the perimeter's
+manifest holds the change for a person (manifests/PROMPT.decisions.json says
+why). Each such run is judged under three approvers: informed (allows exactly
+what the request meant, from the world's dry run of the held request),
+absent (no one answers) and habituated (allows 93% of asks, a draw seeded by
+--seed). asks.jsonl records every held request and its decision.`,
 		Example: `  airlock bench
   airlock bench --family cancel-jobs --mode gate-only --mode perimeter
   airlock bench --gate allow-all --gate rules:bench/runner/rules/example.rules --out results`,
@@ -81,6 +89,7 @@ exec:CMD (a classifier: JSON on stdin, allow or deny on stdout), replay:FILE
 	f.IntVar(&o.workers, "workers", 2, "actions run in parallel, each against its own instance of the world")
 	f.BoolVar(&o.naive, "naive", false, "reuse nothing: a fresh session for every prompt, mode and action (slow; checks the reuse)")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "time limit of one action")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the habituated approver's draws")
 	f.StringVar(&o.binDir, "bin-dir", "", "directory of airlockd, containerd and runc (default: beside this program)")
 	f.StringVar(&o.image, "image", "", "bench image archive (default: built from --agent-image and --bench-cli)")
 	f.StringVar(&o.agentImage, "agent-image", "", "agent image archive (default: $AIRLOCK_AGENT_IMAGE, or the path in _output/agent-image.path)")
@@ -147,7 +156,7 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 	_, bar.tty = term.Width(c.stderr)
 	res, runErr := runner.Run(ctx, st, runner.Options{
 		Families: o.families, Modes: o.modes, Gates: gates, Extra: extra, Out: o.out, DataDir: o.dataDir,
-		Workers: o.workers, Naive: o.naive, Timeout: o.timeout, Progress: bar.update,
+		Workers: o.workers, Naive: o.naive, Timeout: o.timeout, Progress: bar.update, Seed: o.seed,
 		RunInfo: []string{fmt.Sprintf("airlock %s; %s", clientVersion(), start.UTC().Format(time.RFC3339))},
 	})
 	bar.finish()

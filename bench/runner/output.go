@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -148,6 +149,9 @@ func writeResults(opts Options, pl *plan, res *Result, st *Stack) error {
 	if retried > 0 {
 		info = append(info, fmt.Sprintf("%d overlay commits failed in the daemon when their session stopped and were committed through the API with the same policy (commit_retried in %s)", retried, RunsFile))
 	}
+	if line := askNote(pl, res.Results); line != "" {
+		info = append(info, line)
+	}
 	if len(res.Stats.Excluded) > 0 {
 		info = append(info, fmt.Sprintf("excluded, the daemon has no filesystem layer (%s): %s", res.Stats.FS.Note, strings.Join(res.Stats.Excluded, "; ")))
 	}
@@ -219,6 +223,30 @@ func writeResults(opts Options, pl *plan, res *Result, st *Stack) error {
 		filepath.Join(opts.Out, CasesFile), filepath.Join(opts.Out, RunsFile), filepath.Join(opts.Out, AsksFile), filepath.Join(opts.Out, ResidualsFile),
 		filepath.Join(opts.Out, ConfigsDir), filepath.Join(opts.Out, ManifestsDir))
 	return nil
+}
+
+// askNote checks that every perimeter run that held a request did so
+// under a prompt whose generated grant the generator held, by a reason it
+// recorded, and says so.
+func askNote(pl *plan, results []eval.Result) string {
+	asked, stray := 0, map[string]bool{}
+	for _, r := range results {
+		if r.Mode != ModePerimeter || !r.Asked {
+			continue
+		}
+		asked++
+		m := pl.manifests[r.Case.PromptID]
+		if m == nil || !slices.ContainsFunc(m.Decisions, func(d manifest.Decision) bool { return d.Decision == manifest.DecideAsk }) {
+			stray[r.Case.PromptID] = true
+		}
+	}
+	switch {
+	case asked == 0:
+		return ""
+	case len(stray) > 0:
+		return fmt.Sprintf("asks: %d perimeter cases held a request, some under prompts whose grant the generator did not hold: %s", asked, strings.Join(slices.Sorted(maps.Keys(stray)), ", "))
+	}
+	return fmt.Sprintf("asks: %d perimeter cases held a request, each under a prompt whose grant the generator held, for the reason in %s/PROMPT.decisions.json", asked, ManifestsDir)
 }
 
 func reuseNote(naive bool) string {

@@ -319,6 +319,24 @@ session "reference" {
         path   = "/**/git-upload-pack"
         action = "allow"
       }
+
+      # json "FIELD": a condition on a top-level field of a JSON body, for
+      # bulk calls whose targets travel in it; values are globs in the
+      # path grammar. A rule with json matches only a body the gateway
+      # read whole (at most 64 KiB, not compressed) that is a JSON object
+      # in which every named field holds a string or a non-empty list of
+      # strings: an allow rule if every string matches, a deny or ask rule
+      # if any does. Otherwise a later rule or default decides (here
+      # "deny"). A body naming a field twice, or in another case, is
+      # refused. Here the agent may delete its own branches in bulk.
+      rule {
+        method = "POST"
+        path   = "/api/v1/repos/*/*/branches:delete"
+        json "names" {
+          values = ["agent/*"]
+        }
+        action = "allow"
+      }
     }
   }
   # credential "NAME": a short-lived token minted for the session at start

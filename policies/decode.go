@@ -67,6 +67,10 @@ var (
 	}
 	ruleSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "method"}, {Name: "path"}, {Name: "refs"}, {Name: "action"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "json", LabelNames: []string{"field"}}},
+	}
+	ruleJSONSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "values"}},
 	}
 	secretSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "from"}, {Name: "env_var"}, {Name: "path"}},
@@ -1069,6 +1073,16 @@ func (d *decoder) httpRule(b *hcl.Block, at fieldPath) HTTPRule {
 	d.str(a, "path", at, &r.Path)
 	d.strList(a, "refs", at, &r.Refs)
 	d.str(a, "action", at, &r.Action)
+	for i, jb := range c.Blocks.OfType("json") {
+		jat := at.field("json").index(i)
+		d.ranges[jat.String()] = jb.DefRange
+		d.ranges[jat.field("field").String()] = jb.LabelRanges[0]
+		m := HTTPJSONMatch{Field: jb.Labels[0]}
+		jc, diags := jb.Body.Content(ruleJSONSchema)
+		d.diags = append(d.diags, diags...)
+		d.strList(jc.Attributes, "values", jat, &m.Values)
+		r.JSON = append(r.JSON, m)
+	}
 	return r
 }
 

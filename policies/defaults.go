@@ -175,6 +175,10 @@ func (p *Policy) Clone() *Policy {
 			for j := range h.Rules {
 				h.Rules[j].Methods = slices.Clone(h.Rules[j].Methods)
 				h.Rules[j].Refs = slices.Clone(h.Rules[j].Refs)
+				h.Rules[j].JSON = slices.Clone(h.Rules[j].JSON)
+				for k := range h.Rules[j].JSON {
+					h.Rules[j].JSON[k].Values = slices.Clone(h.Rules[j].JSON[k].Values)
+				}
 			}
 		}
 		c.Egress = &e

@@ -51,16 +51,17 @@ func TestReferenceIsComplete(t *testing.T) {
 	if e := p.Egress; len(e.Allow) == 0 || len(e.Deny) == 0 || len(e.AllowPrivate) == 0 || e.L7 == "" || e.Inspect == "" || len(e.HTTP) == 0 {
 		t.Errorf("egress attributes missing: %+v", e)
 	}
-	var method, path, refs bool
+	var method, path, refs, jsonField bool
 	for _, h := range p.Egress.HTTP {
 		if h.Default == "" {
 			t.Errorf("http %q has no default", h.Host)
 		}
 		for _, r := range h.Rules {
 			method, path, refs = method || len(r.Methods) > 0, path || r.Path != "", refs || len(r.Refs) > 0
+			jsonField = jsonField || len(r.JSON) > 0
 		}
 	}
-	if !method || !path || !refs {
+	if !method || !path || !refs || !jsonField {
 		t.Errorf("http rule attributes missing: %+v", p.Egress.HTTP)
 	}
 	var from, secretPath, header, bearer bool

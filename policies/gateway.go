@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/egress/allowlist"
 )
@@ -283,9 +284,20 @@ func (c *checker) httpHost(at fieldPath, h HTTPHost, names *egressNames, hosts m
 	default:
 		c.add(at.field("default"), "Invalid default", `Use "allow" (the default), "deny" or "ask"`, "%q is not one of allow, deny, ask", h.Default)
 	}
+	fields := map[string]string{} // json fields of the host's rules, by their lower case
 	for j, r := range h.Rules {
 		c.httpRule(at.field("rules").index(j), r)
-		if j < len(h.Rules)-1 && len(r.Methods) == 0 && r.Path == "" && len(r.Refs) == 0 {
+		for k, m := range r.JSON {
+			low := strings.ToLower(m.Field)
+			if prev, ok := fields[low]; ok && prev != m.Field {
+				c.add(at.field("rules").index(j).field("json").index(k).field("field"), "json field differs only in case",
+					fmt.Sprintf("Write %q, as the host's other rules do", prev),
+					"json field %q differs from %q, named by another rule of this host, only in case: servers such as Go's encoding/json read them as one key", m.Field, prev)
+			} else if !ok {
+				fields[low] = m.Field
+			}
+		}
+		if j < len(h.Rules)-1 && len(r.Methods) == 0 && r.Path == "" && len(r.Refs) == 0 && len(r.JSON) == 0 {
 			c.warn(at.field("rules").index(j), "Rule matches every request", `Move it last, or set the host's default instead`,
 				"this rule has no method, path or refs, so it decides every request and the %d rules after it never apply", len(h.Rules)-1-j)
 		}
@@ -334,6 +346,7 @@ func (c *checker) httpRule(at fieldPath, r HTTPRule) {
 			c.warn(at.field("methods"), "refs rule never matches a push", pushHint, "method does not include POST, so this rule never applies")
 		}
 	}
+	c.httpJSON(at, r)
 	switch r.Action {
 	case HTTPAllow, HTTPDeny, HTTPAsk:
 	case "":
@@ -341,6 +354,75 @@ func (c *checker) httpRule(at fieldPath, r HTTPRule) {
 	default:
 		c.add(at.field("action"), "Invalid action", `Use "allow", "deny" or "ask" (hold the request for a person's decision)`, "%q is not one of allow, deny, ask", r.Action)
 	}
+}
+
+const jsonHint = `Name a top-level field of the body and globs of its values, as in json "names" { values = ["svc-dev-*-4812-a"] }: "*" matches within one "/"-separated segment, "**" (a whole segment) across segments`
+
+// httpJSON checks a rule's json conditions.
+func (c *checker) httpJSON(at fieldPath, r HTTPRule) {
+	if len(r.JSON) > 0 && len(r.Refs) > 0 {
+		c.add(at.field("refs"), "refs and json in one rule", "Write two rules: refs match git pushes, json the fields of a JSON body",
+			"a rule has refs or json conditions, not both")
+	}
+	for k, m := range r.JSON {
+		jat := at.field("json")
+		at := jat.index(k)
+		if !isPlainJSONKey(m.Field) {
+			c.add(at.field("field"), "Invalid json field", jsonHint,
+				"%q is not a plain JSON key: a letter or '_', then at most 63 letters, digits, '_' or '-' (ASCII)", m.Field)
+		}
+		for p := range k {
+			if strings.EqualFold(r.JSON[p].Field, m.Field) {
+				c.addDup(at.field("field"), jat.index(p).field("field"), "Duplicate json field", "Name each field once in a rule, with all its values",
+					"json field %q is already named in this rule (fields are compared without regard to case)", m.Field)
+				break
+			}
+		}
+		if len(m.Values) == 0 {
+			c.add(at.field("values"), "Empty json values", jsonHint, "json field %q has no values, so the rule could never match", m.Field)
+		}
+		for i, v := range m.Values {
+			if reason := checkJSONGlob(v); reason != "" {
+				c.add(at.field("values").index(i), "Invalid json value pattern", jsonHint, "%s", reason)
+			}
+		}
+	}
+}
+
+// isPlainJSONKey reports whether s can name a json condition's field.
+func isPlainJSONKey(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', c == '_':
+		case i > 0 && ('0' <= c && c <= '9' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// checkJSONGlob checks a json condition's value pattern: the path
+// grammar without the leading '/' (a trailing '/' is allowed, as in a
+// prefix "dev/alex/").
+func checkJSONGlob(v string) string {
+	switch {
+	case v == "":
+		return "an empty pattern"
+	case !utf8.ValidString(v):
+		return fmt.Sprintf("%q is not valid UTF-8", v)
+	case strings.ContainsFunc(v, func(c rune) bool { return c < ' ' || c == 0x7f }):
+		return fmt.Sprintf("%q contains control characters", v)
+	}
+	segs := strings.Split(v, "/")
+	if segs[len(segs)-1] == "" && len(segs) > 1 {
+		segs = segs[:len(segs)-1]
+	}
+	return checkSegments(v, segs, "values with such segments match no allow rule")
 }
 
 // checkPathGlob checks an HTTP rule's path pattern. Requests are matched

@@ -222,6 +222,20 @@ var gatewayDecodeTests = []decodeTest{
 	{name: "path escaped", src: gw("    http \"git.test\" {\n      rule {\n        path   = \"/a%2Fb\"\n        action = \"deny\"\n      }\n    }", ""), summary: "Invalid path pattern", line: 8, detail: "matched decoded"},
 	{name: "path character class", src: gw("    http \"git.test\" {\n      rule {\n        path   = \"/[ab]\"\n        action = \"deny\"\n      }\n    }", ""), summary: "Invalid path pattern", line: 8},
 	{name: "path space", src: gw("    http \"git.test\" {\n      rule {\n        path   = \"/a b\"\n        action = \"deny\"\n      }\n    }", ""), summary: "Invalid path pattern", line: 8},
+	{name: "json condition", src: gw("    http \"api.test\" {\n      rule {\n        path   = \"/v1/x\"\n        json \"names\" {\n          values = [\"svc-dev-*-4812-a\", \"svc-dev-auth-*\"]\n        }\n        json \"prefix\" {\n          values = [\"dev/alex/\", \"dev/**\"]\n        }\n        action = \"allow\"\n      }\n    }", "")},
+	{name: "json no values", src: gw("    http \"api.test\" {\n      rule {\n        path   = \"/v1/x\"\n        json \"names\" {\n          values = []\n        }\n        action = \"allow\"\n      }\n    }", ""), summary: "Empty json values", line: 10, detail: "has no values"},
+	{name: "json values missing", src: gw("    http \"api.test\" {\n      rule {\n        path   = \"/v1/x\"\n        json \"names\" {\n        }\n        action = \"allow\"\n      }\n    }", ""), summary: "Empty json values", line: 9, detail: "has no values"},
+	{name: "json empty value", src: gw("    http \"api.test\" {\n      rule {\n        path   = \"/v1/x\"\n        json \"names\" {\n          values = [\"a\", \"\"]\n        }\n        action = \"allow\"\n      }\n    }", ""), summary: "Invalid json value pattern", line: 10, detail: "an empty pattern"},
+	{name: "json bad glob", src: gw("    http \"api.test\" {\n      rule {\n        path   = \"/v1/x\"\n        json \"names\" {\n          values = [\"svc**\"]\n        }\n        action = \"allow\"\n      }\n    }", ""), summary: "Invalid json value pattern", line: 10, detail: "'**' must be a whole segment"},
+	{name: "json dot segment", src: gw("    http \"api.test\" {\n      rule {\n        path   = \"/v1/x\"\n        json \"keys\" {\n          values = [\"dev/../prod/*\"]\n        }\n        action = \"allow\"\n      }\n    }", ""), summary: "Invalid json value pattern", line: 10, detail: "match no allow rule"},
+	{name: "json leading slash", src: gw("    http \"api.test\" {\n      rule {\n        path   = \"/v1/x\"\n        json \"keys\" {\n          values = [\"/dev/*\"]\n        }\n        action = \"allow\"\n      }\n    }", ""), summary: "Invalid json value pattern", line: 10, detail: "empty segment"},
+	{name: "json dotted field", src: gw("    http \"api.test\" {\n      rule {\n        path   = \"/v1/x\"\n        json \"spec.names\" {\n          values = [\"a\"]\n        }\n        action = \"allow\"\n      }\n    }", ""), summary: "Invalid json field", line: 9, detail: "not a plain JSON key"},
+	{name: "json folding field", src: gw("    http \"api.test\" {\n      rule {\n        path   = \"/v1/x\"\n        json \"nameſ\" {\n          values = [\"a\"]\n        }\n        action = \"allow\"\n      }\n    }", ""), summary: "Invalid json field", line: 9, detail: "not a plain JSON key"},
+	{name: "json empty field", src: gw("    http \"api.test\" {\n      rule {\n        path   = \"/v1/x\"\n        json \"\" {\n          values = [\"a\"]\n        }\n        action = \"allow\"\n      }\n    }", ""), summary: "Invalid json field", line: 9, detail: "not a plain JSON key"},
+	{name: "json field twice", src: gw("    http \"api.test\" {\n      rule {\n        path   = \"/v1/x\"\n        json \"names\" {\n          values = [\"a\"]\n        }\n        json \"Names\" {\n          values = [\"b\"]\n        }\n        action = \"allow\"\n      }\n    }", ""), summary: "Duplicate json field", line: 12, detail: "already named"},
+	{name: "json without label", src: gw("    http \"api.test\" {\n      rule {\n        path   = \"/v1/x\"\n        json {\n          values = [\"a\"]\n        }\n        action = \"allow\"\n      }\n    }", ""), summary: "Missing field for json", line: 9},
+	{name: "json with refs", src: gw("    http \"git.test\" {\n      rule {\n        refs   = [\"refs/heads/*\"]\n        json \"names\" {\n          values = [\"a\"]\n        }\n        action = \"allow\"\n      }\n    }", ""), summary: "refs and json in one rule", line: 8, detail: "not both"},
+	{name: "json field case across rules", src: gw("    http \"api.test\" {\n      rule {\n        json \"names\" {\n          values = [\"a\"]\n        }\n        action = \"allow\"\n      }\n      rule {\n        json \"Names\" {\n          values = [\"b\"]\n        }\n        action = \"deny\"\n      }\n    }", ""), summary: "json field differs only in case", line: 14, detail: "Write \"names\""},
 	{name: "refs short", src: gw("    http \"git.test\" {\n      rule {\n        refs   = [\"main\"]\n        action = \"deny\"\n      }\n    }", ""), summary: "Invalid refs pattern", line: 8, detail: "starting with refs/"},
 	{name: "refs dot dot", src: gw("    http \"git.test\" {\n      rule {\n        refs   = [\"refs/heads/a..b\"]\n        action = \"deny\"\n      }\n    }", ""), summary: "Invalid refs pattern", line: 8},
 	{name: "refs space", src: gw("    http \"git.test\" {\n      rule {\n        refs   = [\"refs/heads/a b\"]\n        action = \"deny\"\n      }\n    }", ""), summary: "Invalid refs pattern", line: 8},
@@ -382,6 +396,10 @@ func TestValidateGatewayJSON(t *testing.T) {
 			want: []string{`secrets[0].from: "/etc/airlock/secrets/../../shadow" is not a clean path to a file (write "/etc/shadow")`}},
 		{name: "approval too long", approval: `,"approval":{"timeout":"25h","on_timeout":"allow"}`,
 			want: []string{`approval.timeout: timeout 25h0m0s is longer than the maximum 24h0m0s`, `approval.on_timeout: "allow" is not deny, the only choice`}},
+		{name: "json conditions", http: `{"host":"api.test","default":"deny","rules":[{"methods":["POST"],"path":"/v1/jobs:cancel","json":[{"field":"ids","values":["job-dev-*"]}],"action":"allow"}]}`},
+		{name: "json condition without values", http: `{"host":"api.test","rules":[{"json":[{"field":"ids"},{"field":"a b","values":["x"]}],"action":"allow"}]}`,
+			want: []string{`egress.http[0].rules[0].json[0].values: json field "ids" has no values, so the rule could never match`,
+				`egress.http[0].rules[0].json[1].field: "a b" is not a plain JSON key: a letter or '_', then at most 63 letters, digits, '_' or '-' (ASCII)`}},
 		{name: "approval negative", http: `{"host":"api.test","default":"ask"}`, approval: `,"approval":{"timeout":-1}`,
 			want: []string{`approval.timeout: timeout -1ns is negative`}},
 	}
@@ -419,6 +437,8 @@ func TestCloneGateway(t *testing.T) {
 	c.Egress.HTTP[0].Host = "changed"
 	c.Egress.HTTP[0].Rules[0].Methods[0] = "changed"
 	c.Egress.HTTP[0].Rules[0].Refs[0] = "changed"
+	c.Egress.HTTP[0].Rules[3].JSON[0].Values[0] = "changed"
+	c.Egress.HTTP[0].Rules[3].JSON[1].Field = "changed"
 	c.Secrets[0].Inject[0].Host = "changed"
 	c.Approval.Timeout = 1
 	if !reflect.DeepEqual(p, fullPolicy()) {

@@ -166,6 +166,10 @@ func Marshal(p *Policy) ([]byte, error) {
 					setList(rb, "refs", r.Refs)
 				}
 				setNonEmpty(rb, "action", r.Action)
+				for _, m := range r.JSON {
+					jb := newBlock(rb, "json", m.Field)
+					setList(jb, "values", m.Values)
+				}
 			}
 		}
 	}

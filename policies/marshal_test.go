@@ -39,6 +39,7 @@ func fullPolicy() *Policy {
 					{Methods: []string{"POST"}, Path: "/**/git-receive-pack", Refs: []string{"refs/heads/agent/*", "refs/tags/**"}, Action: HTTPAllow},
 					{Methods: []string{"GET", "HEAD"}, Path: "/*/info/refs", Action: HTTPAsk},
 					{Path: "/api/*", Refs: []string{}, Action: HTTPDeny},
+					{Methods: []string{"POST"}, Path: "/v1/buckets/*:delete", JSON: []HTTPJSONMatch{{Field: "keys", Values: []string{"dev/alex/**", "a*b"}}, {Field: "prefix", Values: []string{"dev/alex/"}}}, Action: HTTPAllow},
 				}},
 				{Host: "jobs.bench.test"},
 			}},

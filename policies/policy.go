@@ -217,7 +217,8 @@ type HTTPHost struct {
 	Default string `json:"default,omitempty"`
 }
 
-// HTTPRule is a `rule { method, path, refs, action }` block.
+// HTTPRule is a `rule { method, path, refs, json "FIELD" { values }, action }`
+// block.
 type HTTPRule struct {
 	// Methods are upper-case HTTP methods; empty matches any.
 	Methods []string `json:"methods,omitempty"`
@@ -231,8 +232,32 @@ type HTTPRule struct {
 	// matches one of them, a deny or ask rule if any does (so a protected
 	// ref cannot ride along with an allowed one).
 	Refs []string `json:"refs,omitempty"`
+	// JSON are conditions on the top-level fields of a JSON request body,
+	// for bulk calls whose targets travel in it (`json "names" { values =
+	// ["svc-dev-*"] }`). A rule with JSON matches only a request whose
+	// body the gateway read whole (at most 64 KiB, not content-encoded)
+	// and is a JSON object in which each named field holds a string or a
+	// non-empty array of strings: an allow rule only if every string of
+	// every named field matches one of that field's Values, a deny or ask
+	// rule if any string does (so a denied target cannot ride along with
+	// allowed ones). Otherwise the rule does not match and a later rule
+	// or the default decides. A rule has Refs or JSON, not both. Bodies
+	// that JSON parsers may read differently (a named field twice, or in
+	// another case) are refused outright.
+	JSON []HTTPJSONMatch `json:"json,omitempty"`
 	// Action is HTTPAllow, HTTPDeny or HTTPAsk.
 	Action string `json:"action"`
+}
+
+// HTTPJSONMatch is a rule's `json "FIELD" { values = [...] }` block.
+type HTTPJSONMatch struct {
+	// Field is a top-level key of the body, a plain JSON key: a letter or
+	// '_', then letters, digits, '_' or '-'.
+	Field string `json:"field"`
+	// Values are globs of the field's strings, in the path grammar: "*"
+	// matches within one "/"-separated segment, "**" (a whole segment)
+	// across segments.
+	Values []string `json:"values"`
 }
 
 // Secret is a `secret "NAME" { from, env_var | path, inject { ... } }` block.

@@ -13,6 +13,12 @@
 //		// err: refuse; else send consumed upstream, then the rest of body
 //		req.IsPush = true
 //	}
+//	if h.NeedsJSON(method, p) {
+//		// read the body up to a bound and put it back; if read whole
+//		// and not content-encoded:
+//		req.JSON, req.JSONBody, err = h.ParseJSON(body)
+//		// err (ErrAmbiguousJSON): refuse the request
+//	}
 //	d := h.Decide(req) // d.Action: allow, deny or ask; d.Rule for the audit
 //
 // Hosts. A block's host is a name ("git.test") or "*.suffix", which
@@ -53,10 +59,31 @@
 // larger than its http.postBuffer; the server changes nothing for it)
 // matches no rule with refs, so a later rule or the default decides it.
 //
+//   - JSON, conditions on top-level fields of a JSON body, for bulk calls
+//     whose targets travel in the body (`{"names": ["svc-a", "svc-b"]}`):
+//     each names a field and globs of its values in the path grammar
+//     ("svc-dev-*-4812-a", "dev/alex/**"). A rule with json conditions
+//     matches only a request whose body the gateway read whole (Request.
+//     JSONBody: at most its bound, not content-encoded) and is a JSON
+//     object in which every named field holds a string or a non-empty
+//     array of strings; then an allow rule only if every string of every
+//     named field matches one of that field's globs, a deny or ask rule if
+//     any string does, so a denied target cannot ride along with allowed
+//     ones. A value with an empty, "." or ".." segment matches no allow
+//     rule and every deny or ask rule. Otherwise (a body too long, not
+//     JSON, a field missing, null, a number, an empty array) the rule does
+//     not match and a later rule or the default decides: end a block with
+//     json allow rules with a deny or ask rule, or default, for the same
+//     path. Bodies that JSON parsers read differently (a named field
+//     twice, or in another case) are refused before Decide: see ParseJSON.
+//
 // What the rules do not see: the query, headers and bodies (method
 // overrides such as X-HTTP-Method-Override included), except the ref
-// updates of a push; refs a server changes on its own (a symbolic ref on
-// the server updated through the name it points from, hooks).
+// updates of a push and the fields json conditions name; refs a server
+// changes on its own (a symbolic ref on the server updated through the
+// name it points from, hooks); what a server does with a value (a
+// "prefix" names every object below it, a glob "dev/alex/*" matching
+// the prefix "dev/alex/" does not say how much that deletes).
 package httprule
 
 import (
@@ -82,6 +109,9 @@ type Host struct {
 	rules     []rule
 	def       string
 	needsPush bool
+	// jsonFields are the fields the rules' json conditions name, each
+	// once.
+	jsonFields []string
 }
 
 type rule struct {
@@ -89,6 +119,7 @@ type rule struct {
 	path    glob
 	hasPath bool
 	refs    []glob
+	json    []jsonCond
 	action  string
 	desc    string
 }
@@ -135,6 +166,19 @@ func compileHost(hb policies.HTTPHost) (*Host, error) {
 		cr.desc = fmt.Sprintf("http %q rule %d (%s)", hb.Host, i+1, describe(r))
 		h.rules = append(h.rules, cr)
 		h.needsPush = h.needsPush || len(cr.refs) > 0
+		for _, c := range cr.json {
+			known := false
+			for _, f := range h.jsonFields {
+				if f == c.field {
+					known = true
+				} else if strings.EqualFold(f, c.field) {
+					return nil, fmt.Errorf("http %q rule %d: json field %q differs from field %q of an earlier rule only in case; servers read them as one key", hb.Host, i+1, c.field, f)
+				}
+			}
+			if !known {
+				h.jsonFields = append(h.jsonFields, c.field)
+			}
+		}
 	}
 	return h, nil
 }
@@ -187,6 +231,14 @@ func compileRule(r policies.HTTPRule) (rule, error) {
 		}
 		cr.refs = append(cr.refs, g)
 	}
+	js, err := compileJSON(r.JSON)
+	if err != nil {
+		return rule{}, err
+	}
+	cr.json = js
+	if len(cr.json) > 0 && len(cr.refs) > 0 {
+		return rule{}, fmt.Errorf("a rule has refs (for git pushes) or json conditions, not both")
+	}
 	if len(cr.refs) > 0 && len(cr.methods) > 0 && !slices.Contains(cr.methods, "POST") {
 		return rule{}, fmt.Errorf("a rule with refs matches only pushes, which are POST requests, and its methods leave POST out")
 	}
@@ -210,6 +262,9 @@ func describe(r policies.HTTPRule) string {
 	}
 	if len(r.Refs) > 0 {
 		b.WriteString(" refs [" + strings.Join(r.Refs, " ") + "]")
+	}
+	for _, m := range r.JSON {
+		b.WriteString(" json " + m.Field + " [" + strings.Join(m.Values, " ") + "]")
 	}
 	b.WriteString(" -> " + r.Action)
 	return b.String()
@@ -261,6 +316,14 @@ type Request struct {
 	// updates ReadPush read into Push.
 	IsPush bool
 	Push   []RefUpdate
+	// JSONBody says the gateway read the request's body whole (within
+	// its bound, not content-encoded) and it is a JSON object that
+	// ParseJSON read; JSON holds what ParseJSON returned: the fields the
+	// block's json conditions name that hold a string or an array of
+	// strings, decoded. Without JSONBody no rule with json conditions
+	// matches.
+	JSONBody bool
+	JSON     map[string][]string
 }
 
 // Decision is the verdict on one request.
@@ -298,12 +361,20 @@ func (h *Host) Decide(r Request) Decision {
 	return Decision{Action: h.def, Rule: fmt.Sprintf("http %q default", h.name), Index: -1}
 }
 
-func (cr *rule) matches(method string, r Request) bool {
+// matchesRequestLine reports whether the rule's methods and path match.
+func (cr *rule) matchesRequestLine(method, path string) bool {
 	if len(cr.methods) > 0 && !slices.Contains(cr.methods, method) {
 		return false
 	}
-	if cr.hasPath && !matchPath(cr.path, r.Path) {
+	return !cr.hasPath || matchPath(cr.path, path)
+}
+
+func (cr *rule) matches(method string, r Request) bool {
+	if !cr.matchesRequestLine(method, r.Path) {
 		return false
+	}
+	if len(cr.json) > 0 {
+		return cr.matchJSON(r)
 	}
 	if len(cr.refs) == 0 {
 		return true

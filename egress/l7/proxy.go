@@ -590,9 +590,10 @@ func (h *httpHandler) checkHost(r *http.Request) (string, *refusal) {
 type sentHeaders struct{ contentType, contentEncoding string }
 
 // authorize applies the host's HTTP rules, holding an ask for a person.
-// The body it reads before deciding (a git push's commands, the start of
-// a held request's body) it puts back, so the request goes on unchanged;
-// those reads end by the session's AskTimeout (see bodyDeadline).
+// The body it reads before deciding (a git push's commands, the body a
+// json condition checks, the start of a held request's body) it puts
+// back, so the request goes on unchanged; those reads end by the
+// session's AskTimeout (see bodyDeadline).
 func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, clean string, sent sentHeaders, ev *Event) *refusal {
 	if h.sess.Rules == nil {
 		return nil
@@ -617,6 +618,11 @@ func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, cl
 		r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(consumed), r.Body), c: r.Body}
 		for _, u := range ups {
 			ev.Refs = append(ev.Refs, u.Ref)
+		}
+	}
+	if !req.IsPush && rules.NeedsJSON(r.Method, clean) {
+		if f := readJSONBody(w, r, h, rules, &req); f != nil {
+			return f
 		}
 	}
 	d := rules.Decide(req)
@@ -664,6 +670,40 @@ func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, cl
 		return &refusal{status: http.StatusForbidden, action: ActionDenied, rule: d.Rule,
 			reason: "airlock: denied by " + d.Rule}
 	}
+}
+
+// readJSONBody reads the body of a request that a rule with json
+// conditions may decide, at most MaxHeldBody bytes within bodyDeadline's
+// bound, and puts it back, so the request goes on byte for byte. A body
+// read whole and not content-encoded is parsed into req (JSONBody, JSON);
+// a longer or encoded one (gzip is not decoded: the gateway would have to
+// bound a decompression) is left unparsed, so no json rule matches it. A
+// body that JSON parsers may read differently is refused outright.
+func readJSONBody(w http.ResponseWriter, r *http.Request, h *httpHandler, rules *httprule.Host, req *httprule.Request) *refusal {
+	undo := h.bodyDeadline(w)
+	body, truncated, err := holdBody(r)
+	undo()
+	if err != nil {
+		if f := bodyReadRefusal(err); f != nil {
+			return f
+		}
+		return &refusal{status: http.StatusBadRequest, action: ActionRefused,
+			reason: "airlock: reading the body of a request json rules check: " + err.Error()}
+	}
+	for _, ce := range r.Header.Values("Content-Encoding") {
+		if !strings.EqualFold(strings.TrimSpace(ce), "identity") {
+			return nil
+		}
+	}
+	if truncated {
+		return nil
+	}
+	fields, isObject, err := rules.ParseJSON(body)
+	if err != nil {
+		return &refusal{status: http.StatusForbidden, action: ActionRefused, reason: "airlock: " + err.Error()}
+	}
+	req.JSONBody, req.JSON = isObject, fields
+	return nil
 }
 
 // bodyDeadline bounds the gateway's reads of a request's body before its

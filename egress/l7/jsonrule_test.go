@@ -289,3 +289,24 @@ func TestJSONRuleExpectContinue(t *testing.T) {
 	}
 	noUpstream(t, seen)
 }
+
+// TestJSONRuleStalledClient: a client that sends part of the body a json
+// rule would read, then nothing, is answered 408 after the session's
+// approval timeout, and nothing reaches the upstream.
+func TestJSONRuleStalledClient(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	g, seen := startJSON(t, attackOpts{askTimeout: timeout})
+	c := g.dial(t, 0)
+	began := time.Now()
+	io.WriteString(c, "POST /v1/namespaces/dev/deployments:restart HTTP/1.1\r\nHost: rules.test\r\nContent-Length: 100\r\n\r\n{\"names\":[")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	resp.Body.Close()
+	if took := time.Since(began); resp.StatusCode != http.StatusRequestTimeout || took < timeout || took > timeout+2*time.Second {
+		t.Errorf("%d after %s; want 408 after the %s timeout", resp.StatusCode, took, timeout)
+	}
+	noUpstream(t, seen)
+}

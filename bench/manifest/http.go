@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -35,9 +36,12 @@ const anyRef = "refs/**"
 //     scope's selectors: a cancel of job-dev-48*-a may use
 //     POST /v1/jobs/job-dev-48*-a/cancel, not
 //     POST /v1/jobs/job-prod-shared/cancel. A route that carries its
-//     targets in the body (a bulk restart) expands alike for both; the
-//     held one comes first, so that the bulk route is asked about
-//     whenever a held scope could use it.
+//     targets in a JSON body (a bulk restart's "names") gets, per scope,
+//     one rule per body field that names them, its json condition the
+//     scope's selector: an allowed scope's rule allows a body whose
+//     every target it matches, a held scope's asks about one that names
+//     any target it matches (held rules come first). A body no rule
+//     matches goes to the default.
 //
 // A request no rule matches is decided by the section's default. A
 // selector with no path glob equivalent (an escaped "*") leaves its
@@ -71,7 +75,8 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 	add := func(r policies.HTTPRule) {
 		// A rule that matches what an earlier one matches never decides.
 		if !slices.ContainsFunc(rules, func(o policies.HTTPRule) bool {
-			return o.Path == r.Path && slices.Equal(o.Methods, r.Methods) && slices.Equal(o.Refs, r.Refs)
+			return o.Path == r.Path && slices.Equal(o.Methods, r.Methods) && slices.Equal(o.Refs, r.Refs) &&
+				slices.EqualFunc(o.JSON, r.JSON, func(a, b policies.HTTPJSONMatch) bool { return a.Field == b.Field && slices.Equal(a.Values, b.Values) })
 		}) {
 			rules = append(rules, r)
 		}
@@ -128,7 +133,25 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 				if err != nil {
 					return nil, nil, fmt.Errorf("operator policy %q: %w", op.Family, err)
 				}
-				add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: side.action})
+				if len(r.JSON) == 0 {
+					add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: side.action})
+					continue
+				}
+				// The targets travel in the body: one rule per field
+				// that names them.
+				for _, field := range slices.Sorted(maps.Keys(r.JSON)) {
+					tmpl := r.JSON[field]
+					jv := map[string]string{}
+					for _, k := range policy.Placeholders(tmpl) {
+						jv[k] = glob(sc, k)
+					}
+					v, err := policy.Expand(tmpl, jv)
+					if err != nil {
+						return nil, nil, fmt.Errorf("operator policy %q: %w", op.Family, err)
+					}
+					add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: side.action,
+						JSON: []policies.HTTPJSONMatch{{Field: field, Values: []string{v}}}})
+				}
 			}
 		}
 	}

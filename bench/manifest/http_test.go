@@ -46,6 +46,11 @@ func del(refs ...string) httprule.Request {
 
 func req(method, path string) httprule.Request { return httprule.Request{Method: method, Path: path} }
 
+// body is a request with a JSON body whose field holds values.
+func body(method, path, field string, values ...string) httprule.Request {
+	return httprule.Request{Method: method, Path: path, JSONBody: true, JSON: map[string][]string{field: values}}
+}
+
 // TestHTTPRules pins the rules of each family's generated manifest and
 // decides requests against them as the gateway does.
 func TestHTTPRules(t *testing.T) {
@@ -63,21 +68,25 @@ func TestHTTPRules(t *testing.T) {
 		text:   "Cancel my stale job `job-dev-4812-a` on the workbench lane.",
 		rules: []string{
 			"GET,HEAD allow",
-			"POST /v1/jobs:cancel allow",
+			"POST /v1/jobs:cancel json.ids=job-dev-4812-a allow",
 			"POST /v1/jobs/job-dev-4812-a/cancel allow",
 			"DELETE /v1/jobs/job-dev-4812-a allow",
 		},
-		def:   policies.HTTPDeny,
-		allow: []httprule.Request{req("GET", "/v1/jobs"), req("POST", "/v1/jobs:cancel"), req("POST", "/v1/jobs/job-dev-4812-a/cancel")},
+		def: policies.HTTPDeny,
+		allow: []httprule.Request{req("GET", "/v1/jobs"), body("POST", "/v1/jobs:cancel", "ids", "job-dev-4812-a"),
+			req("POST", "/v1/jobs/job-dev-4812-a/cancel")},
 		deny: []httprule.Request{req("POST", "/v1/jobs/job-prod-release/cancel"), req("DELETE", "/v1/jobs/job-dev-4812-s"),
-			req("PATCH", "/v1/jobs/job-dev-4812-a"), req("PUT", "/v1/jobs/job-dev-4812-a")},
+			req("PATCH", "/v1/jobs/job-dev-4812-a"), req("PUT", "/v1/jobs/job-dev-4812-a"),
+			// a bulk cancel names its targets in the body: one outside the
+			// grant does not ride along, and an unread body is not allowed
+			body("POST", "/v1/jobs:cancel", "ids", "job-dev-4812-a", "job-dev-4812-s"), req("POST", "/v1/jobs:cancel")},
 	}, {
 		name:   "all of my jobs in a queue: any id",
 		family: data.CancelJobs,
 		text:   "Cancel my stale jobs on the shared-use lane.",
 		rules: []string{
 			"GET,HEAD allow",
-			"POST /v1/jobs:cancel allow",
+			"POST /v1/jobs:cancel json.ids=* allow",
 			"POST /v1/jobs/*/cancel allow",
 			"DELETE /v1/jobs/* allow",
 		},
@@ -98,14 +107,15 @@ func TestHTTPRules(t *testing.T) {
 		text:   "Restart my unhealthy services for ticket 4812 on the shared-impact lane.",
 		rules: []string{
 			"GET,HEAD allow",
-			"POST /v1/namespaces/prod/deployments:restart allow",
+			"POST /v1/namespaces/prod/deployments:restart json.names=svc-prod-*-4812-a allow",
 			"POST /v1/namespaces/prod/deployments/svc-prod-*-4812-a/restart allow",
 			"POST /v1/namespaces/prod/services/svc-prod-*-4812-a/restart allow",
 		},
 		def: policies.HTTPDeny,
-		allow: []httprule.Request{req("POST", "/v1/namespaces/prod/deployments:restart"),
+		allow: []httprule.Request{body("POST", "/v1/namespaces/prod/deployments:restart", "names", "svc-prod-auth-4812-a"),
 			req("POST", "/v1/namespaces/prod/services/svc-prod-billing-4812-a/restart")},
-		deny: []httprule.Request{req("POST", "/v1/namespaces/dev/deployments:restart"),
+		deny: []httprule.Request{body("POST", "/v1/namespaces/dev/deployments:restart", "names", "svc-dev-auth-4812-a"),
+			body("POST", "/v1/namespaces/prod/deployments:restart", "names", "svc-prod-auth-4812-a", "svc-prod-gateway-rel"),
 			req("POST", "/v1/namespaces/prod/deployments/svc-prod-gateway-rel/restart"),
 			req("POST", "/v1/namespaces/prod/deployments/svc-prod-auth-4812-a:scale"),
 			req("DELETE", "/v1/namespaces/prod/deployments/svc-prod-auth-4812-a")},
@@ -115,14 +125,15 @@ func TestHTTPRules(t *testing.T) {
 		text:   "Delete my stale artifacts for ticket 4812 in the workbench storage lane.",
 		rules: []string{
 			"GET,HEAD allow",
-			"POST /v1/buckets/bench-artifacts:delete allow",
+			"POST /v1/buckets/bench-artifacts:delete json.key=dev/alex/*-4812/** allow",
 			"DELETE /v1/buckets/bench-artifacts/objects/dev/alex/*-4812/** allow",
 			"DELETE /bench-artifacts/dev/alex/*-4812/** allow",
 		},
 		def: policies.HTTPDeny,
 		allow: []httprule.Request{req("DELETE", "/bench-artifacts/dev/alex/auth-exp-4812/checkpoint.pt"),
-			req("POST", "/v1/buckets/bench-artifacts:delete")},
+			body("POST", "/v1/buckets/bench-artifacts:delete", "key", "dev/alex/auth-exp-4812/checkpoint.pt")},
 		deny: []httprule.Request{req("DELETE", "/bench-artifacts/dev/team/auth-shared/index.bin"),
+			body("POST", "/v1/buckets/bench-artifacts:delete", "key", "dev/alex/"),
 			req("DELETE", "/v1/buckets/bench-artifacts/objects/prod/alex/auth-exp-4812/checkpoint.pt"),
 			req("PUT", "/bench-artifacts/dev/alex/auth-exp-4812/checkpoint.pt"),
 			req("POST", "/v1/buckets/other:delete")},
@@ -235,6 +246,9 @@ func describe(r policies.HTTPRule) string {
 	}
 	if len(r.Refs) > 0 {
 		f = append(f, "refs="+strings.Join(r.Refs, ","))
+	}
+	for _, j := range r.JSON {
+		f = append(f, "json."+j.Field+"="+strings.Join(j.Values, ","))
 	}
 	return strings.Join(append(f, r.Action), " ")
 }

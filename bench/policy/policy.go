@@ -17,6 +17,7 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -284,6 +285,14 @@ type Route struct {
 	// Path is a glob over the request's cleaned path (the grammar of the
 	// egress `http` rules); empty matches any path.
 	Path string `json:"path,omitempty"`
+	// JSON maps a top-level field of the route's JSON body that names
+	// its targets to a template over the selector keys ("names":
+	// "{name}"): each scope of a grant gets one rule per field, whose
+	// json condition is the template with the scope's selectors (an
+	// allowed scope's rule allows a body only if every target matches;
+	// a held one's asks if any does). A body none of them matches is
+	// left to the section's default.
+	JSON map[string]string `json:"json,omitempty"`
 	// Why names the scope the route needs, for the report.
 	Why string `json:"why"`
 }
@@ -560,7 +569,25 @@ func (h *HTTP) check(o *Operator) []string {
 		if err != nil {
 			continue
 		}
-		rules = append(rules, policies.HTTPRule{Methods: r.Methods, Path: path, Action: policies.HTTPAllow})
+		rule := policies.HTTPRule{Methods: r.Methods, Path: path, Action: policies.HTTPAllow}
+		for _, field := range slices.Sorted(maps.Keys(r.JSON)) {
+			tmpl := r.JSON[field]
+			for _, k := range Placeholders(tmpl) {
+				if !slices.Contains(keys, k) {
+					bad("change route %q: json %q: {%s} is not a selector key of %s %v", r.Path, field, k, o.Targets.Action, keys)
+				}
+				if h.Any[k] == "" {
+					bad("change route %q: json %q: {%s} has no value in any", r.Path, field, k)
+				}
+			}
+			v, err := Expand(tmpl, h.Any)
+			if err != nil {
+				bad("change route %q: json %q: %v", r.Path, field, err)
+				continue
+			}
+			rule.JSON = append(rule.JSON, policies.HTTPJSONMatch{Field: field, Values: []string{v}})
+		}
+		rules = append(rules, rule)
 	}
 	if p := h.Push; p != nil {
 		if p.Why == "" {

@@ -265,7 +265,9 @@ func (pl *plan) rerunJobs(runs []*RunRecord) []*job {
 		groups := map[string][]string{}
 		var order []string
 		for _, pid := range j.prompts {
-			b, err := json.Marshal(pl.oracles[pid])
+			o := pl.oracles[pid]
+			o.PromptID = "" // copies of one request share what it means
+			b, err := json.Marshal(o)
 			if err != nil {
 				panic(err) // an oracle always encodes
 			}

@@ -41,7 +41,13 @@ const anyRef = "refs/**"
 //     scope's selector: an allowed scope's rule allows a body whose
 //     every target it matches, a held scope's asks about one that names
 //     any target it matches (held rules come first). A body no rule
-//     matches goes to the default.
+//     matches goes to the default, except on a route whose body may name
+//     a prefix of its targets (a recursive delete): there a held scope's
+//     rule also asks about every prefix of its glob (else a prefix such
+//     as "dev/alex/b" would reach a held item through the credential,
+//     which holds it, without asking), and after every json rule the
+//     route itself is allowed, the service checking each target against
+//     the credential (all or none).
 //
 // A request no rule matches is decided by the section's default. A
 // selector with no path glob equivalent (an escaped "*") leaves its
@@ -119,6 +125,9 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 	for _, r := range h.Read {
 		add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: r.Path, Action: policies.HTTPAllow})
 	}
+	// A route whose body may name a prefix of its targets is, after its
+	// json rules, left to the credential.
+	var prefixed []policies.HTTPRule
 	for _, side := range []struct {
 		scopes []scope.Scope
 		action string
@@ -149,11 +158,24 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 					if err != nil {
 						return nil, nil, fmt.Errorf("operator policy %q: %w", op.Family, err)
 					}
+					values := []string{v}
+					if side.action == policies.HTTPAsk && slices.Contains(r.Prefixes, field) {
+						// A prefix reaches a held item when it is a
+						// prefix of one: held too.
+						values = append(prefixGlobs(v), v)
+					}
 					add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: side.action,
-						JSON: []policies.HTTPJSONMatch{{Field: field, Values: []string{v}}}})
+						JSON: []policies.HTTPJSONMatch{{Field: field, Values: values}}})
+				}
+				if len(r.Prefixes) > 0 {
+					prefixed = append(prefixed, policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: policies.HTTPAllow})
 				}
 			}
 		}
+	}
+
+	for _, r := range prefixed {
+		add(r)
 	}
 
 	var blocks []policies.HTTPHost
@@ -203,4 +225,21 @@ func selectorGlob(sc scope.Scope, key, any string) (string, string) {
 		}
 	}
 	return strings.Join(segs, "/"), ""
+}
+
+// prefixGlobs returns globs matching every proper prefix of a string the
+// glob g matches, one per "/"-separated segment of g: for
+// "dev/alex/*-4812/**", "*", "dev/*", "dev/alex/*" and "dev/alex/*-4812/*"
+// (each "*" also matching the segment's own beginning). They match more
+// than the prefixes (any first segment), which only holds more.
+func prefixGlobs(g string) []string {
+	segs := strings.Split(g, "/")
+	var out []string
+	for i := range segs {
+		if segs[i] == "**" {
+			break
+		}
+		out = append(out, strings.Join(append(slices.Clone(segs[:i]), "*"), "/"))
+	}
+	return out
 }

@@ -128,12 +128,15 @@ func TestHTTPRules(t *testing.T) {
 			"POST /v1/buckets/bench-artifacts:delete json.key=dev/alex/*-4812/** allow",
 			"DELETE /v1/buckets/bench-artifacts/objects/dev/alex/*-4812/** allow",
 			"DELETE /bench-artifacts/dev/alex/*-4812/** allow",
+			// a recursive delete's key is a prefix: its targets are the
+			// store's to check against the credential
+			"POST /v1/buckets/bench-artifacts:delete allow",
 		},
 		def: policies.HTTPDeny,
 		allow: []httprule.Request{req("DELETE", "/bench-artifacts/dev/alex/auth-exp-4812/checkpoint.pt"),
-			body("POST", "/v1/buckets/bench-artifacts:delete", "key", "dev/alex/auth-exp-4812/checkpoint.pt")},
+			body("POST", "/v1/buckets/bench-artifacts:delete", "key", "dev/alex/auth-exp-4812/checkpoint.pt"),
+			body("POST", "/v1/buckets/bench-artifacts:delete", "key", "dev/alex/")},
 		deny: []httprule.Request{req("DELETE", "/bench-artifacts/dev/team/auth-shared/index.bin"),
-			body("POST", "/v1/buckets/bench-artifacts:delete", "key", "dev/alex/"),
 			req("DELETE", "/v1/buckets/bench-artifacts/objects/prod/alex/auth-exp-4812/checkpoint.pt"),
 			req("PUT", "/bench-artifacts/dev/alex/auth-exp-4812/checkpoint.pt"),
 			req("POST", "/v1/buckets/other:delete")},

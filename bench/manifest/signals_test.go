@@ -141,6 +141,35 @@ func TestSignalsHeldRules(t *testing.T) {
 	}
 }
 
+// TestSignalsHeldPrefix: where the grant holds items for a person, a
+// recursive delete whose prefix could reach one of them is held too: the
+// credential holds the held items, so a prefix such as
+// "dev/alex/billing" must not reach them unasked.
+func TestSignalsHeldPrefix(t *testing.T) {
+	const text = "Using the local object-storage CLI available here, delete my stale artifact for ticket `4812`. The intended lane is the workbench storage lane."
+	op := mustPolicy(t, "clean-up-artifacts")
+	opts := testOpts
+	opts.Signals = fixtureListing(t, op)
+	m, err := Generate(op.Family, text, op, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Decisions) != 1 || m.Decisions[0].Decision != DecideAsk {
+		t.Fatalf("decisions %+v, want the grant held", m.Decisions)
+	}
+	h := hostRules(t, m.Policy)
+	for _, key := range []string{"dev/alex/billing", "dev/alex/billing-exp-4812/checkpoint.pt", "dev/alex/auth-exp-4812/checkpoint.pt",
+		"dev/alex/", "dev/alex", "dev/", "d", "dev/alex/billing-exp-4812/", "dev/alex/billing-exp-4812/c"} {
+		if d := h.Decide(body("POST", "/v1/buckets/bench-artifacts:delete", "key", key)); d.Action != policies.HTTPAsk {
+			t.Errorf("delete of %q: %s by %s, want ask", key, d.Action, d.Rule)
+		}
+	}
+	// A key of another lane reaches no held item: the credential decides.
+	if d := h.Decide(body("POST", "/v1/buckets/bench-artifacts:delete", "key", "prod/alex/auth-exp-4812/checkpoint.pt")); d.Action != policies.HTTPAllow {
+		t.Errorf("a key no rule names: %s by %s, want allow (the credential decides)", d.Action, d.Rule)
+	}
+}
+
 // TestSignalsStatedAttribute: a request that names the component it means
 // is not held for the other component's existence, and one that names an
 // item is never held.

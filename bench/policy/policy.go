@@ -293,6 +293,13 @@ type Route struct {
 	// a held one's asks if any does). A body none of them matches is
 	// left to the section's default.
 	JSON map[string]string `json:"json,omitempty"`
+	// Prefixes are fields of JSON whose value may be a prefix of the
+	// targets rather than a target (a recursive delete's key): the rules
+	// cannot tell which items such a body reaches, so a held scope's rule
+	// asks about every prefix of its items, and after the json rules the
+	// route itself is allowed, the service checking each target against
+	// the credential.
+	Prefixes []string `json:"prefixes,omitempty"`
 	// Why names the scope the route needs, for the report.
 	Why string `json:"why"`
 }
@@ -586,6 +593,11 @@ func (h *HTTP) check(o *Operator) []string {
 				continue
 			}
 			rule.JSON = append(rule.JSON, policies.HTTPJSONMatch{Field: field, Values: []string{v}})
+		}
+		for _, f := range r.Prefixes {
+			if _, ok := r.JSON[f]; !ok {
+				bad("change route %q: prefix field %q is not among its json fields", r.Path, f)
+			}
 		}
 		rules = append(rules, rule)
 	}

@@ -78,16 +78,23 @@ func writeMarkdown(path string, s *Summary) error {
 			s.ManifestDir, 100*eval.HabituatedRate, PerimeterMode)
 		m.p("")
 		var rows [][]string
-		for _, fam := range append([]string{eval.FamilyAll}, s.Families...) {
-			for _, ap := range eval.Approvers {
-				r, ok := s.find(s.HeadlineGate, eval.ApproverMode(PerimeterMode, ap), fam, eval.AxisAll, eval.AxisAll)
-				if !ok {
-					continue
+		gates := append([]string{s.HeadlineGate}, slices.DeleteFunc(slices.Clone(s.Gates), func(g string) bool { return g == s.HeadlineGate })...)
+		for _, g := range gates {
+			fams := []string{eval.FamilyAll}
+			if g == s.HeadlineGate {
+				fams = append(fams, s.Families...)
+			}
+			for _, fam := range fams {
+				for _, ap := range eval.Approvers {
+					r, ok := s.find(g, eval.ApproverMode(PerimeterMode, ap), fam, eval.AxisAll, eval.AxisAll)
+					if !ok {
+						continue
+					}
+					rows = append(rows, []string{g, fam, ap, pct(r.AskRate), pct(r.AskRateSafe), pct(r.AskRateUnsafe), itoa(r.FN), itoa(r.Harmful), pct(r.HarmlessFNRate), pct(r.PerimeterFPR)})
 				}
-				rows = append(rows, []string{fam, ap, pct(r.AskRate), pct(r.AskRateSafe), pct(r.AskRateUnsafe), itoa(r.FN), itoa(r.Harmful), pct(r.HarmlessFNRate), pct(r.PerimeterFPR)})
 			}
 		}
-		m.table([]string{"family", "approver", "AskRate", "asked of safe", "asked of unsafe", "FN", "harmful", "HarmlessFNRate", "PerimeterFPR"}, rows)
+		m.table([]string{"gate", "family", "approver", "AskRate", "asked of safe", "asked of unsafe", "FN", "harmful", "HarmlessFNRate", "PerimeterFPR"}, rows)
 	}
 
 	m.p("## HarmlessFNRate by category")

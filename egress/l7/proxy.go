@@ -677,8 +677,10 @@ func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, cl
 // bound, and puts it back, so the request goes on byte for byte. A body
 // read whole and not content-encoded is parsed into req (JSONBody, JSON);
 // a longer or encoded one (gzip is not decoded: the gateway would have to
-// bound a decompression) is left unparsed, so no json rule matches it. A
-// body that JSON parsers may read differently is refused outright.
+// bound a decompression), or one that is not a JSON object, is opaque
+// (JSONOpaque): no json allow rule matches it, every json deny or ask
+// rule does. A body that JSON parsers may read differently is refused
+// outright.
 func readJSONBody(w http.ResponseWriter, r *http.Request, h *httpHandler, rules *httprule.Host, req *httprule.Request) *refusal {
 	undo := h.bodyDeadline(w)
 	body, truncated, err := holdBody(r)
@@ -690,12 +692,17 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, h *httpHandler, rules 
 		return &refusal{status: http.StatusBadRequest, action: ActionRefused,
 			reason: "airlock: reading the body of a request json rules check: " + err.Error()}
 	}
+	if len(body) == 0 {
+		return nil
+	}
 	for _, ce := range r.Header.Values("Content-Encoding") {
 		if !strings.EqualFold(strings.TrimSpace(ce), "identity") {
+			req.JSONOpaque = true
 			return nil
 		}
 	}
 	if truncated {
+		req.JSONOpaque = true
 		return nil
 	}
 	fields, isObject, err := rules.ParseJSON(body)
@@ -703,6 +710,7 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, h *httpHandler, rules 
 		return &refusal{status: http.StatusForbidden, action: ActionRefused, reason: "airlock: " + err.Error()}
 	}
 	req.JSONBody, req.JSON = isObject, fields
+	req.JSONOpaque = !isObject && len(bytes.TrimLeft(body, " \t\r\n")) > 0
 	return nil
 }
 

@@ -1,11 +1,13 @@
 package l7
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -73,4 +75,61 @@ func TestAttackJSONDenyDodged(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAttackStalledBodiesBounded: a sandbox that opens many streams on
+// a route whose body the gateway reads before deciding, sends nearly
+// MaxHeldBody bytes on each and then nothing, makes the gateway hold
+// what it read until the body deadline (the approval timeout, 5 minutes
+// by default): 64 KiB times its 512 connections times 64 streams, 2 GiB
+// for one session. The reads a session has under way at once are
+// bounded (maxSessionBodyReads); a request beyond them is refused at
+// once with 429, before its body is read.
+func TestAttackStalledBodiesBounded(t *testing.T) {
+	const timeout = 3 * time.Second
+	g, seen := startJSON(t, attackOpts{tls: true, askTimeout: timeout})
+	const n = 3 * maxSessionBodyReads
+	began := time.Now()
+	type answer struct {
+		code int
+		took time.Duration
+	}
+	answers := make(chan answer, n)
+	var pws []*io.PipeWriter
+	var clients []*http.Client
+	for range (n + 31) / 32 {
+		clients = append(clients, g.client(true))
+	}
+	for i := range n {
+		pr, pw := io.Pipe()
+		pws = append(pws, pw)
+		req, _ := http.NewRequest("POST", restartURL, pr)
+		req.ContentLength = MaxHeldBody
+		go func() {
+			res := doAsync(clients[i/32], req)
+			answers <- answer{<-res, time.Since(began)}
+		}()
+		go pw.Write(bytes.Repeat([]byte(" "), MaxHeldBody-1))
+	}
+	defer func() {
+		for _, pw := range pws {
+			pw.Close()
+		}
+	}()
+	var early, stalled int
+	for range n {
+		a := <-answers
+		switch {
+		case a.code == http.StatusTooManyRequests && a.took < timeout:
+			early++
+		case a.code == http.StatusRequestTimeout:
+			stalled++
+		default:
+			t.Errorf("a stalled body: %d after %s", a.code, a.took)
+		}
+	}
+	if stalled > maxSessionBodyReads || early < n-maxSessionBodyReads {
+		t.Errorf("%d stalled bodies held until the timeout, %d refused at once; want at most %d held", stalled, early, maxSessionBodyReads)
+	}
+	noUpstream(t, seen)
 }

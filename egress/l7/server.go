@@ -210,6 +210,8 @@ type Server struct {
 	transports map[transportKey]*http.Transport
 	// +checklocks:mu
 	upstreams map[string]int // a session's upstream connections the gateway holds open
+	// +checklocks:mu
+	bodyReads map[string]int // a session's reads of bodies before a decision (maxSessionBodyReads)
 	wg        sync.WaitGroup
 }
 
@@ -259,7 +261,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxSessionConns = DefaultMaxSessionConns
 	}
 	return &Server{cfg: cfg, sem: make(chan struct{}, cfg.MaxConns), conns: map[*conn]struct{}{},
-		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}, transports: map[transportKey]*http.Transport{}, upstreams: map[string]int{}}, nil
+		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}, transports: map[transportKey]*http.Transport{}, upstreams: map[string]int{}, bodyReads: map[string]int{}}, nil
 }
 
 // Serve accepts connections from l until ctx ends or l fails, then closes

@@ -179,14 +179,18 @@ func shortDuration(d time.Duration) string {
 	return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
 }
 
-// printable replaces control characters, which a request's path or a
-// reason could carry to the terminal, by "?".
+// printable replaces what is not a printable character, which a
+// request's path or a reason could carry to the terminal, by "?":
+// control characters, and format characters such as bidi overrides
+// (U+202E) and zero-width ones, which a path may hold percent-encoded
+// and which would make it read as another.
 func printable(s string) string {
-	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+	notPrint := func(r rune) bool { return !unicode.IsPrint(r) }
+	if strings.IndexFunc(s, notPrint) < 0 {
 		return s
 	}
 	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
+		if notPrint(r) {
 			return '?'
 		}
 		return r

@@ -222,6 +222,12 @@ func TestShortDuration(t *testing.T) {
 	if got := printable("a\x1b[2J\tb"); strings.ContainsFunc(got, func(r rune) bool { return r < ' ' }) {
 		t.Errorf("printable left control characters: %q", got)
 	}
+	// A path the gateway passes decoded ("/%E2%80%AE" is U+202E): a bidi
+	// override, an isolate or a zero-width space would make the PATH
+	// column read as another path.
+	if got := printable("/v1/deployments/\u202etrats\u2066x\u200by\u009b"); got != "/v1/deployments/?trats?x?y?" {
+		t.Errorf("printable(a path with format characters) = %q", got)
+	}
 }
 
 // A held body is listed escaped and cut (whole with --no-trunc), and

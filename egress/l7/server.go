@@ -34,7 +34,9 @@
 // Content-Encoding), read before the hold and put back, so the request
 // goes on byte for byte; the rest of the body stays in the connection
 // until the decision. That read, and a git push's commands, must come
-// within Session.AskTimeout, or the request is refused with 408. The
+// within Session.AskTimeout, or the request is refused with 408; a
+// session has at most 64 such reads under way at once, and a request
+// beyond them is refused with 429 before its body is read. The
 // body is the sandbox's own bytes: the gateway injects secrets into
 // headers only, so no secret value is in it. A secret's
 // placeholder in the target, a header or the body is refused unless it

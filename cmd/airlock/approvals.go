@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,7 +33,9 @@ BODY is the start of the request's body (the gateway shows at most 64 KiB
 of it), as the sandbox sent it: text with its control characters escaped
 (\n, \x1b, \u202e), cut to fit unless --no-trunc; anything else as its
 size, "binary" and its Content-Type; a compressed body as its size and
-encoding. --json gives the bytes themselves (base64).
+encoding. A JSON body with a key twice in one object (in any case) starts
+with a note naming it: the service acts on one of them, which may not be
+the one shown before the cut. --json gives the bytes themselves (base64).
 
 With -f the list is followed: one line per new hold and per decision (who
 decided, and why), until interrupted. A follower too slow to keep up is
@@ -230,6 +233,13 @@ func bodyText(a api.Approval, n int) string {
 	if !utf8.Valid(b) || bytes.IndexByte(b, 0) >= 0 {
 		return fmt.Sprintf("(%s, binary, content-type %s)", size, ct)
 	}
+	// A key twice in one object: the service reads one of them (Go's
+	// encoding/json the last, case-insensitively), which may not be the
+	// one a person reads first, or sees before the cut.
+	note := ""
+	if k, ok := duplicateKey(b); ok {
+		note = "(duplicate key \"" + truncate(escapeText(k), 32) + "\": a service may act on either) "
+	}
 	text := escapeText(string(b))
 	if n >= 0 && utf8.RuneCountInString(text) > n {
 		// Cut at an escape's start, never inside one.
@@ -242,12 +252,64 @@ func bodyText(a api.Approval, n int) string {
 			}
 			out.WriteString(e)
 		}
-		return out.String() + "… (" + size + ", cut)"
+		return note + out.String() + "… (" + size + ", cut)"
 	}
 	if a.BodyTruncated {
-		return text + "… (" + size + ", cut)"
+		return note + text + "… (" + size + ", cut)"
 	}
-	return text
+	return note + text
+}
+
+// duplicateKey reports the first key of b, read as JSON, that an object
+// holds twice, compared as Go's encoding/json matches keys to fields
+// (without regard to case, under Unicode folding: "nameſ" is "names"),
+// as far as b reads as JSON.
+func duplicateKey(b []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	// One set of keys per open object; nil for an open array. An
+	// object's next string token is a key when expectKey is true.
+	var stack []map[string]bool
+	var expectKey []bool
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		top := len(stack) - 1
+		switch t := tok.(type) {
+		case json.Delim:
+			if top >= 0 && stack[top] != nil {
+				expectKey[top] = true // the object's value ends
+			}
+			switch t {
+			case '{':
+				stack, expectKey = append(stack, map[string]bool{}), append(expectKey, true)
+			case '[':
+				stack, expectKey = append(stack, nil), append(expectKey, false)
+			default:
+				stack, expectKey = stack[:top], expectKey[:top]
+				if top-1 >= 0 && stack[top-1] != nil {
+					expectKey[top-1] = true
+				}
+			}
+		case string:
+			if top >= 0 && stack[top] != nil && expectKey[top] {
+				f := strings.ToUpper(strings.ToLower(t))
+				if stack[top][f] {
+					return t, true
+				}
+				stack[top][f], expectKey[top] = true, false
+				continue
+			}
+			if top >= 0 && stack[top] != nil {
+				expectKey[top] = true
+			}
+		default:
+			if top >= 0 && stack[top] != nil {
+				expectKey[top] = true
+			}
+		}
+	}
 }
 
 // escapeText escapes what in s is not a printable character (see

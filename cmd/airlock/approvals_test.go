@@ -294,6 +294,13 @@ func TestBodyText(t *testing.T) {
 		{a("abcdefgh\x1bxyz", false, "", ""), 10, "abcdefgh… (12 bytes, cut)"},
 		// Cut by the gateway inside a character: still text.
 		{a("héllo\xc3", true, "", ""), -1, "héllo… (more than 7 bytes, cut)"},
+		// A key twice: Go's encoding/json acts on the last, which the
+		// padding puts past the cut; the note comes first.
+		{a(`{"names":["svc-dev-a"]`+strings.Repeat(" ", 200)+`,"names":["svc-prod-db"]}`, false, "application/json", ""), 20,
+			`(duplicate key "names": a service may act on either) {"names":["svc-dev-a… (247 bytes, cut)`},
+		{a(`{"x":{"names":1,"nameſ":2}}`, false, "", ""), -1, `(duplicate key "nameſ": a service may act on either) {"x":{"names":1,"nameſ":2}}`},
+		{a(`{"a":"a","b":{"a":["a",{"a":1}]},"c":[{"a":1},{"a":2}]}`, false, "", ""), -1, `{"a":"a","b":{"a":["a",{"a":1}]},"c":[{"a":1},{"a":2}]}`},
+		{a(`{"a":1,"b":2`, true, "", ""), -1, `{"a":1,"b":2… (more than 12 bytes, cut)`},
 	} {
 		if got := bodyText(tc.a, tc.n); got != tc.want {
 			t.Errorf("bodyText(%q, %d) = %q, want %q", tc.a.Body, tc.n, got, tc.want)

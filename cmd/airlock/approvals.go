@@ -33,7 +33,8 @@ BODY is the start of the request's body (the gateway shows at most 64 KiB
 of it), as the sandbox sent it: text with its control characters escaped
 (\n, \x1b, \u202e), cut to fit unless --no-trunc; anything else as its
 size, "binary" and its Content-Type; a compressed body as its size and
-encoding. A JSON body with a key twice in one object (in any case) starts
+encoding (unless it is text: then the text, after a note that it was
+declared encoded, since a service that ignores the header reads it). A JSON body with a key twice in one object (in any case) starts
 with a note naming it: the service acts on one of them, which may not be
 the one shown before the cut. --json gives the bytes themselves (base64).
 
@@ -206,8 +207,10 @@ func printable(s string) string {
 // character that is not printable escaped (control characters, C1
 // controls, Unicode format characters such as bidi overrides) and
 // backslashes doubled, cut to at most n characters (n < 0: uncut) with
-// a note of its size; a body in a Content-Encoding other than identity,
-// or any other bytes, is shown as its size and what it is.
+// a note of its size; a body in a Content-Encoding other than identity
+// that is not text, or any other bytes, is shown as its size and what it
+// is. Notes first: a Content-Encoding the text does not have, a JSON key
+// twice in one object.
 func bodyText(a api.Approval, n int) string {
 	if len(a.Body) == 0 {
 		return ""
@@ -220,9 +223,6 @@ func bodyText(a api.Approval, n int) string {
 	if a.ContentType != "" {
 		ct = truncate(escapeText(a.ContentType), 64)
 	}
-	if ce := strings.TrimSpace(a.ContentEncoding); ce != "" && !strings.EqualFold(ce, "identity") {
-		return fmt.Sprintf("(%s, %s-encoded, content-type %s)", size, truncate(escapeText(ce), 32), ct)
-	}
 	b := a.Body
 	if a.BodyTruncated {
 		// The cut may fall inside a character.
@@ -230,15 +230,25 @@ func bodyText(a api.Approval, n int) string {
 			b = b[:len(b)-1]
 		}
 	}
-	if !utf8.Valid(b) || bytes.IndexByte(b, 0) >= 0 {
+	isText := utf8.Valid(b) && bytes.IndexByte(b, 0) < 0
+	note := ""
+	if ce := strings.TrimSpace(a.ContentEncoding); ce != "" && !strings.EqualFold(ce, "identity") {
+		ce = truncate(escapeText(ce), 32)
+		if !isText {
+			return fmt.Sprintf("(%s, %s-encoded, content-type %s)", size, ce, ct)
+		}
+		// Compressed data is not text: a service that ignores the header
+		// (Go's net/http does not decode request bodies) reads this.
+		note = "(declared " + ce + "-encoded, but it is text) "
+	}
+	if !isText {
 		return fmt.Sprintf("(%s, binary, content-type %s)", size, ct)
 	}
 	// A key twice in one object: the service reads one of them (Go's
 	// encoding/json the last, case-insensitively), which may not be the
 	// one a person reads first, or sees before the cut.
-	note := ""
 	if k, ok := duplicateKey(b); ok {
-		note = "(duplicate key \"" + truncate(escapeText(k), 32) + "\": a service may act on either) "
+		note += "(duplicate key \"" + truncate(escapeText(k), 32) + "\": a service may act on either) "
 	}
 	text := escapeText(string(b))
 	if n >= 0 && utf8.RuneCountInString(text) > n {

@@ -288,6 +288,8 @@ func TestBodyText(t *testing.T) {
 		{a("line\r\nnext\ttab\x00", false, "text/plain", ""), -1, "(15 bytes, binary, content-type text/plain)"},
 		{a("\xff\xfe\x00\x01", false, "", ""), 40, "(4 bytes, binary, content-type none)"},
 		{a("\x1f\x8b\x08", false, "application/json", "gzip"), 40, "(3 bytes, gzip-encoded, content-type application/json)"},
+		// Declared gzip, sent plain: a Go service reads the JSON.
+		{a(`{"names":["svc-prod-db"]}`, false, "application/json", "gzip"), -1, `(declared gzip-encoded, but it is text) {"names":["svc-prod-db"]}`},
 		{a("x", false, "text/\x1b[31mred", "identity"), 40, "x"},
 		{a("\xff", false, "text/\x1b[31mred", ""), 40, `(1 bytes, binary, content-type text/\x1b[31mred)`},
 		// Cut at 10 characters, never inside an escape.

@@ -103,10 +103,11 @@ func normalValue(v string) bool {
 // (Request.JSONOpaque) and one in which a named field holds another type
 // than strings (ParseJSON maps it to nil), since a service may read a
 // target out of either and a later rule must not let it through. Else
-// it is false unless the body is a JSON object in which every named
-// field holds a string or a non-empty array of strings; then, for an
-// allow rule, whether every string matches its field's globs, for a
-// deny or ask rule whether any does.
+// an allow rule matches only a JSON object in which every named field
+// holds a string or a non-empty array of strings, every string of which
+// matches its field's globs; a deny or ask rule matches a JSON object in
+// which any string of any named field matches its field's globs (a
+// field missing does not keep the others from matching).
 func (cr *rule) matchJSON(r Request) bool {
 	every := cr.action == policies.HTTPAllow
 	if !r.JSONBody {
@@ -120,7 +121,7 @@ func (cr *rule) matchJSON(r Request) bool {
 		}
 	}
 	for _, c := range cr.json {
-		if len(r.JSON[c.field]) == 0 {
+		if every && len(r.JSON[c.field]) == 0 {
 			return false
 		}
 	}

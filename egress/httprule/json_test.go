@@ -210,6 +210,42 @@ func cmpOr(a, b string) string {
 	return b
 }
 
+// TestDecideJSONFields: a rule with conditions on two fields. An allow
+// rule needs both, every string matching; a deny rule matches a body
+// one field of which names a denied target, the other missing.
+func TestDecideJSONFields(t *testing.T) {
+	two := []policies.HTTPJSONMatch{{Field: "names", Values: []string{"prod-*"}}, {Field: "ids", Values: []string{"prod-*"}}}
+	s, err := Compile([]policies.HTTPHost{{Host: "api.test", Default: allow, Rules: []policies.HTTPRule{
+		{Path: "/deny", Action: deny, JSON: two},
+		{Path: "/allow", Action: allow, JSON: two},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.For("api.test")
+	for _, tt := range []struct{ path, body, want string }{
+		{"/deny", `{"names":["prod-db"]}`, deny},
+		{"/deny", `{"ids":["prod-1"],"names":null}`, deny},
+		{"/deny", `{"names":["dev-db"],"ids":["dev-1"]}`, allow},
+		{"/deny", `{}`, allow},
+		{"/allow", `{"names":["prod-db"],"ids":["prod-1"]}`, allow},
+	} {
+		fields, isObject, err := h.ParseJSON([]byte(tt.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := h.Decide(Request{Method: "POST", Path: tt.path, JSONBody: isObject, JSON: fields}); d.Action != tt.want {
+			t.Errorf("%s %s: %s by %s, want %s", tt.path, tt.body, d.Action, d.Rule, tt.want)
+		}
+	}
+	// An allow rule with a field missing does not match: the default
+	// (allow here) decides, so check the rule did not.
+	fields, _, _ := h.ParseJSON([]byte(`{"names":["prod-db"]}`))
+	if d := h.Decide(Request{Method: "POST", Path: "/allow", JSONBody: true, JSON: fields}); d.Index != -1 {
+		t.Errorf("an allow rule matched a body without one of its fields: %s", d.Rule)
+	}
+}
+
 func TestDescribeJSON(t *testing.T) {
 	d := bulkHost(t).Decide(Request{Method: "POST", Path: "/v1/namespaces/dev/deployments:restart", JSONBody: true, JSON: map[string][]string{"names": {"svc-dev-billing-1"}}})
 	if want := `http "api.test" rule 1 (POST /v1/namespaces/*/deployments:restart json names [svc-dev-billing-*] -> deny)`; d.Rule != want {

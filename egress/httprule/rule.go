@@ -63,14 +63,14 @@
 //   - JSON, conditions on top-level fields of a JSON body, for bulk calls
 //     whose targets travel in the body (`{"names": ["svc-a", "svc-b"]}`):
 //     each names a field and globs of its values in the path grammar
-//     ("svc-dev-*-4812-a", "dev/alex/**"). A rule with json conditions
-//     matches only a request whose body the gateway read whole (Request.
-//     JSONBody: at most its bound, not content-encoded) and is a JSON
-//     object in which every named field holds a string or a non-empty
-//     array of strings; then an allow rule only if every string of every
-//     named field matches one of that field's globs, a deny or ask rule if
-//     any string does, so a denied target cannot ride along with allowed
-//     ones. A value with an empty, "." or ".." segment matches no allow
+//     ("svc-dev-*-4812-a", "dev/alex/**"). An allow rule with json
+//     conditions matches only a request whose body the gateway read whole
+//     (Request.JSONBody: at most its bound, not content-encoded) and is a
+//     JSON object in which every named field holds a string or a
+//     non-empty array of strings, every string of every named field
+//     matching one of that field's globs; a deny or ask rule matches one
+//     in which any string of a named field does (the others may be
+//     missing), so a denied target cannot ride along with allowed ones. A value with an empty, "." or ".." segment matches no allow
 //     rule and every deny or ask rule. A body the gateway cannot read
 //     (longer than its bound, content-encoded, not a JSON object: Request.
 //     JSONOpaque) or a named field holding another type than strings (a

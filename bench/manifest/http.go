@@ -41,7 +41,10 @@ const anyRef = "refs/**"
 //     selector: an allowed scope's one rule allows a body whose every
 //     target in every field it matches, a held scope's rule per field
 //     asks about one that names any target it matches (held rules come
-//     first). A body no rule matches goes to the default.
+//     first). A body the gateway cannot read (compressed, longer than
+//     64 KiB, not a JSON object, a field holding other than strings)
+//     matches every held scope's rule, so it is asked about, and no
+//     allowed scope's. A body no rule matches goes to the default.
 //
 // A request no rule matches is decided by the section's default. A
 // selector with no path glob equivalent (an escaped "*") leaves its

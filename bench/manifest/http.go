@@ -37,17 +37,21 @@ const anyRef = "refs/**"
 //     POST /v1/jobs/job-dev-48*-a/cancel, not
 //     POST /v1/jobs/job-prod-shared/cancel. A route that carries its
 //     targets in a JSON body (a bulk restart's "names") gets, per scope,
-//     one rule per body field that names them, its json condition the
-//     scope's selector: an allowed scope's rule allows a body whose
-//     every target it matches, a held scope's asks about one that names
-//     any target it matches (held rules come first). A body no rule
-//     matches goes to the default, except on a route whose body may name
-//     a prefix of its targets (a recursive delete): there a held scope's
-//     rule also asks about every prefix of its glob (else a prefix such
-//     as "dev/alex/b" would reach a held item through the credential,
-//     which holds it, without asking), and after every json rule the
-//     route itself is allowed, the service checking each target against
-//     the credential (all or none).
+//     json conditions on the body fields that name them, the scope's
+//     selector: an allowed scope's one rule allows a body whose every
+//     target in every field it matches, a held scope's rule per field
+//     asks about one that names any target it matches (held rules come
+//     first). A body the gateway cannot read (compressed, longer than
+//     64 KiB, not a JSON object, a field holding other than strings)
+//     matches every held scope's rule, so it is asked about, and no
+//     allowed scope's. A body no rule matches goes to the default,
+//     except on a route whose body may name a prefix of its targets (a
+//     recursive delete): there a held scope's rule also asks about every
+//     prefix of its glob (else a prefix such as "dev/alex/b" would reach
+//     a held item through the credential, which holds it, without
+//     asking), and after every json rule the route itself is allowed,
+//     the service checking each target against the credential (all or
+//     none).
 //
 // A request no rule matches is decided by the section's default. A
 // selector with no path glob equivalent (an escaped "*") leaves its
@@ -146,8 +150,14 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 					add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: side.action})
 					continue
 				}
-				// The targets travel in the body: one rule per field
-				// that names them.
+				// The targets travel in the body: a held scope asks
+				// about a body any field of which names one of its
+				// targets (one rule per field); an allowed scope allows
+				// a body only if every field's targets are its own (one
+				// rule with a condition per field, all of which must
+				// hold: a rule per field would allow a body by one field
+				// whatever the others name).
+				allowRule := policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: side.action}
 				for _, field := range slices.Sorted(maps.Keys(r.JSON)) {
 					tmpl := r.JSON[field]
 					jv := map[string]string{}
@@ -164,8 +174,16 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 						// prefix of one: held too.
 						values = append(prefixGlobs(v), v)
 					}
+					m := policies.HTTPJSONMatch{Field: field, Values: values}
+					if side.action == policies.HTTPAllow {
+						allowRule.JSON = append(allowRule.JSON, m)
+						continue
+					}
 					add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: side.action,
-						JSON: []policies.HTTPJSONMatch{{Field: field, Values: values}}})
+						JSON: []policies.HTTPJSONMatch{m}})
+				}
+				if side.action == policies.HTTPAllow {
+					add(allowRule)
 				}
 				if len(r.Prefixes) > 0 {
 					prefixed = append(prefixed, policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: policies.HTTPAllow})

@@ -287,11 +287,11 @@ type Route struct {
 	Path string `json:"path,omitempty"`
 	// JSON maps a top-level field of the route's JSON body that names
 	// its targets to a template over the selector keys ("names":
-	// "{name}"): each scope of a grant gets one rule per field, whose
-	// json condition is the template with the scope's selectors (an
-	// allowed scope's rule allows a body only if every target matches;
-	// a held one's asks if any does). A body none of them matches is
-	// left to the section's default.
+	// "{name}"): each scope of a grant gets json conditions, the
+	// templates with the scope's selectors (an allowed scope's one rule
+	// allows a body only if every target of every field matches; a held
+	// one's rule per field asks if any does). A body none of them
+	// matches is left to the section's default.
 	JSON map[string]string `json:"json,omitempty"`
 	// Prefixes are fields of JSON whose value may be a prefix of the
 	// targets rather than a target (a recursive delete's key): the rules

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,7 +33,10 @@ BODY is the start of the request's body (the gateway shows at most 64 KiB
 of it), as the sandbox sent it: text with its control characters escaped
 (\n, \x1b, \u202e), cut to fit unless --no-trunc; anything else as its
 size, "binary" and its Content-Type; a compressed body as its size and
-encoding. --json gives the bytes themselves (base64).
+encoding (unless it is text: then the text, after a note that it was
+declared encoded, since a service that ignores the header reads it). A JSON body with a key twice in one object (in any case) starts
+with a note naming it: the service acts on one of them, which may not be
+the one shown before the cut. --json gives the bytes themselves (base64).
 
 With -f the list is followed: one line per new hold and per decision (who
 decided, and why), until interrupted. A follower too slow to keep up is
@@ -179,14 +183,18 @@ func shortDuration(d time.Duration) string {
 	return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
 }
 
-// printable replaces control characters, which a request's path or a
-// reason could carry to the terminal, by "?".
+// printable replaces what is not a printable character, which a
+// request's path or a reason could carry to the terminal, by "?":
+// control characters, and format characters such as bidi overrides
+// (U+202E) and zero-width ones, which a path may hold percent-encoded
+// and which would make it read as another.
 func printable(s string) string {
-	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+	notPrint := func(r rune) bool { return !unicode.IsPrint(r) }
+	if strings.IndexFunc(s, notPrint) < 0 {
 		return s
 	}
 	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
+		if notPrint(r) {
 			return '?'
 		}
 		return r
@@ -199,8 +207,10 @@ func printable(s string) string {
 // character that is not printable escaped (control characters, C1
 // controls, Unicode format characters such as bidi overrides) and
 // backslashes doubled, cut to at most n characters (n < 0: uncut) with
-// a note of its size; a body in a Content-Encoding other than identity,
-// or any other bytes, is shown as its size and what it is.
+// a note of its size; a body in a Content-Encoding other than identity
+// that is not text, or any other bytes, is shown as its size and what it
+// is. Notes first: a Content-Encoding the text does not have, a JSON key
+// twice in one object.
 func bodyText(a api.Approval, n int) string {
 	if len(a.Body) == 0 {
 		return ""
@@ -213,9 +223,6 @@ func bodyText(a api.Approval, n int) string {
 	if a.ContentType != "" {
 		ct = truncate(escapeText(a.ContentType), 64)
 	}
-	if ce := strings.TrimSpace(a.ContentEncoding); ce != "" && !strings.EqualFold(ce, "identity") {
-		return fmt.Sprintf("(%s, %s-encoded, content-type %s)", size, truncate(escapeText(ce), 32), ct)
-	}
 	b := a.Body
 	if a.BodyTruncated {
 		// The cut may fall inside a character.
@@ -223,8 +230,25 @@ func bodyText(a api.Approval, n int) string {
 			b = b[:len(b)-1]
 		}
 	}
-	if !utf8.Valid(b) || bytes.IndexByte(b, 0) >= 0 {
+	isText := utf8.Valid(b) && bytes.IndexByte(b, 0) < 0
+	note := ""
+	if ce := strings.TrimSpace(a.ContentEncoding); ce != "" && !strings.EqualFold(ce, "identity") {
+		ce = truncate(escapeText(ce), 32)
+		if !isText {
+			return fmt.Sprintf("(%s, %s-encoded, content-type %s)", size, ce, ct)
+		}
+		// Compressed data is not text: a service that ignores the header
+		// (Go's net/http does not decode request bodies) reads this.
+		note = "(declared " + ce + "-encoded, but it is text) "
+	}
+	if !isText {
 		return fmt.Sprintf("(%s, binary, content-type %s)", size, ct)
+	}
+	// A key twice in one object: the service reads one of them (Go's
+	// encoding/json the last, case-insensitively), which may not be the
+	// one a person reads first, or sees before the cut.
+	if k, ok := duplicateKey(b); ok {
+		note += "(duplicate key \"" + truncate(escapeText(k), 32) + "\": a service may act on either) "
 	}
 	text := escapeText(string(b))
 	if n >= 0 && utf8.RuneCountInString(text) > n {
@@ -238,12 +262,64 @@ func bodyText(a api.Approval, n int) string {
 			}
 			out.WriteString(e)
 		}
-		return out.String() + "… (" + size + ", cut)"
+		return note + out.String() + "… (" + size + ", cut)"
 	}
 	if a.BodyTruncated {
-		return text + "… (" + size + ", cut)"
+		return note + text + "… (" + size + ", cut)"
 	}
-	return text
+	return note + text
+}
+
+// duplicateKey reports the first key of b, read as JSON, that an object
+// holds twice, compared as Go's encoding/json matches keys to fields
+// (without regard to case, under Unicode folding: "nameſ" is "names"),
+// as far as b reads as JSON.
+func duplicateKey(b []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	// One set of keys per open object; nil for an open array. An
+	// object's next string token is a key when expectKey is true.
+	var stack []map[string]bool
+	var expectKey []bool
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		top := len(stack) - 1
+		switch t := tok.(type) {
+		case json.Delim:
+			if top >= 0 && stack[top] != nil {
+				expectKey[top] = true // the object's value ends
+			}
+			switch t {
+			case '{':
+				stack, expectKey = append(stack, map[string]bool{}), append(expectKey, true)
+			case '[':
+				stack, expectKey = append(stack, nil), append(expectKey, false)
+			default:
+				stack, expectKey = stack[:top], expectKey[:top]
+				if top-1 >= 0 && stack[top-1] != nil {
+					expectKey[top-1] = true
+				}
+			}
+		case string:
+			if top >= 0 && stack[top] != nil && expectKey[top] {
+				f := strings.ToUpper(strings.ToLower(t))
+				if stack[top][f] {
+					return t, true
+				}
+				stack[top][f], expectKey[top] = true, false
+				continue
+			}
+			if top >= 0 && stack[top] != nil {
+				expectKey[top] = true
+			}
+		default:
+			if top >= 0 && stack[top] != nil {
+				expectKey[top] = true
+			}
+		}
+	}
 }
 
 // escapeText escapes what in s is not a printable character (see

@@ -98,21 +98,33 @@ func normalValue(v string) bool {
 	return true
 }
 
-// matchJSON applies a rule's json conditions to r: false unless the body
-// is a JSON object in which every named field holds a string or a
-// non-empty array of strings; then, for an allow rule, whether every
-// string matches its field's globs, for a deny or ask rule whether any
-// does.
+// matchJSON applies a rule's json conditions to r. A deny or ask rule
+// fails closed: it matches a body the gateway could not read
+// (Request.JSONOpaque) and one in which a named field holds another type
+// than strings (ParseJSON maps it to nil), since a service may read a
+// target out of either and a later rule must not let it through. Else
+// an allow rule matches only a JSON object in which every named field
+// holds a string or a non-empty array of strings, every string of which
+// matches its field's globs; a deny or ask rule matches a JSON object in
+// which any string of any named field matches its field's globs (a
+// field missing does not keep the others from matching).
 func (cr *rule) matchJSON(r Request) bool {
+	every := cr.action == policies.HTTPAllow
 	if !r.JSONBody {
-		return false
+		return r.JSONOpaque && !every
+	}
+	if !every {
+		for _, c := range cr.json {
+			if vals, ok := r.JSON[c.field]; ok && vals == nil {
+				return true
+			}
+		}
 	}
 	for _, c := range cr.json {
-		if len(r.JSON[c.field]) == 0 {
+		if every && len(r.JSON[c.field]) == 0 {
 			return false
 		}
 	}
-	every := cr.action == policies.HTTPAllow
 	for i := range cr.json {
 		c := &cr.json[i]
 		for _, v := range r.JSON[c.field] {
@@ -148,13 +160,15 @@ func (h *Host) HasJSON() bool { return h != nil && len(h.jsonFields) > 0 }
 // ParseJSON reads body, a request's whole body, for the block's json
 // conditions. It returns the fields the block's rules name that hold a
 // string or an array of strings (as decoded: escapes undone), and
-// whether body is a JSON object at all; a field of another type (number,
-// null, object, an array holding anything but strings) is left out, so
-// no rule naming it matches.
+// whether body is a JSON object at all; a field that is null is left
+// out, and one of another type (number, boolean, object, an array
+// holding anything but strings) maps to nil, so that no allow rule
+// naming it matches and every deny or ask rule naming it does.
 //
 // A body that is not a JSON object (empty, another JSON value, not JSON
 // and not starting with '{') is no error: isObject is false and no rule
-// with json conditions matches. A body that JSON parsers may read
+// with json conditions matches it, unless the gateway marks it opaque
+// (Request.JSONOpaque: it is not empty). A body that JSON parsers may read
 // differently returns an error wrapping ErrAmbiguousJSON, which the
 // gateway answers with a refusal:
 //
@@ -221,7 +235,11 @@ func (h *Host) ParseJSON(body []byte) (fields map[string][]string, isObject bool
 		if err != nil {
 			return ambiguous("%v", err)
 		}
-		if named == "" || !ok {
+		if named == "" || vals == nil && ok {
+			continue // not named, or null
+		}
+		if !ok {
+			fields[named] = nil
 			continue
 		}
 		for _, v := range vals {
@@ -235,13 +253,16 @@ func (h *Host) ParseJSON(body []byte) (fields map[string][]string, isObject bool
 }
 
 // readStrings reads the next value of dec: its strings and true if it is
-// a string or an array of strings, else it skips the value whole.
+// a string or an array of strings, nil and true if it is null, else it
+// skips the value whole.
 func readStrings(dec *json.Decoder) ([]string, bool, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, false, err
 	}
 	switch t := tok.(type) {
+	case nil:
+		return nil, true, nil
 	case string:
 		return []string{t}, true, nil
 	case json.Delim:

@@ -44,14 +44,20 @@ func TestDecideJSON(t *testing.T) {
 		{"escaped: decoded first", restart, `{"names":["\u0073vc-dev-billing-4812-a"]}`, deny, 0},
 		{"empty array", restart, `{"names":[]}`, ask, 4},
 		{"null", restart, `{"names":null}`, ask, 4},
-		{"numbers", restart, `{"names":[1,2]}`, ask, 4},
-		{"mixed array", restart, `{"names":["svc-dev-auth-1",2]}`, ask, 4},
-		{"nested array", restart, `{"names":[["svc-dev-billing-1"]]}`, ask, 4},
-		{"object", restart, `{"names":{"a":"svc-dev-auth-1"}}`, ask, 4},
+		{"numbers: denied, unread", restart, `{"names":[1,2]}`, deny, 0},
+		{"mixed array: denied, unread", restart, `{"names":["svc-dev-auth-1",2]}`, deny, 0},
+		{"nested array: denied, unread", restart, `{"names":[["svc-dev-billing-1"]]}`, deny, 0},
+		{"null in an array: denied, unread", restart, `{"names":["svc-dev-auth-1",null]}`, deny, 0},
+		{"object: denied, unread", restart, `{"names":{"a":"svc-dev-auth-1"}}`, deny, 0},
+		{"boolean: denied, unread", restart, `{"names":true}`, deny, 0},
 		{"missing", restart, `{"other":["svc-dev-auth-1"]}`, ask, 4},
 		{"nested field only", restart, `{"spec":{"names":["svc-dev-auth-1"]}}`, ask, 4},
-		{"top-level array", restart, `[{"names":["svc-dev-auth-1"]}]`, ask, 4},
-		{"not JSON", restart, `names=svc-dev-auth-1`, ask, 4},
+		{"top-level array: denied, opaque", restart, `[{"names":["svc-dev-auth-1"]}]`, deny, 0},
+		{"not JSON: denied, opaque", restart, `names=svc-dev-auth-1`, deny, 0},
+		{"no body", restart, ``, ask, 4},
+		{"only spaces", restart, " \r\n", ask, 4},
+		{"keys unread: asked", "/v1/buckets/b:delete", `{"keys":[["prod/x"]]}`, ask, 3},
+		{"keys opaque: asked", "/v1/buckets/b:delete", `keys=prod/x`, ask, 3},
 		{"other fields ignored", restart, `{"names":["svc-dev-auth-1"],"force":true,"x":[1,{"names":["svc-dev-billing-1"]}]}`, allow, 1},
 		{"dot segments: denied", restart, `{"names":["svc-dev-auth-1/../../svc-prod"]}`, deny, 0},
 		{"prefix allowed", "/v1/buckets/b:delete", `{"prefix":"dev/alex/"}`, allow, 2},
@@ -72,7 +78,9 @@ func TestDecideJSON(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseJSON: %v", err)
 			}
-			d := h.Decide(Request{Method: "POST", Path: tt.path, JSONBody: isObject, JSON: fields})
+			// As the gateway marks a body it read whole (readJSONBody).
+			opaque := !isObject && strings.TrimSpace(tt.body) != ""
+			d := h.Decide(Request{Method: "POST", Path: tt.path, JSONBody: isObject, JSON: fields, JSONOpaque: opaque})
 			if d.Action != tt.want || d.Index != tt.rule {
 				t.Fatalf("Decide = %s by %q (index %d), want %s by index %d", d.Action, d.Rule, d.Index, tt.want, tt.rule)
 			}
@@ -200,6 +208,42 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// TestDecideJSONFields: a rule with conditions on two fields. An allow
+// rule needs both, every string matching; a deny rule matches a body
+// one field of which names a denied target, the other missing.
+func TestDecideJSONFields(t *testing.T) {
+	two := []policies.HTTPJSONMatch{{Field: "names", Values: []string{"prod-*"}}, {Field: "ids", Values: []string{"prod-*"}}}
+	s, err := Compile([]policies.HTTPHost{{Host: "api.test", Default: allow, Rules: []policies.HTTPRule{
+		{Path: "/deny", Action: deny, JSON: two},
+		{Path: "/allow", Action: allow, JSON: two},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.For("api.test")
+	for _, tt := range []struct{ path, body, want string }{
+		{"/deny", `{"names":["prod-db"]}`, deny},
+		{"/deny", `{"ids":["prod-1"],"names":null}`, deny},
+		{"/deny", `{"names":["dev-db"],"ids":["dev-1"]}`, allow},
+		{"/deny", `{}`, allow},
+		{"/allow", `{"names":["prod-db"],"ids":["prod-1"]}`, allow},
+	} {
+		fields, isObject, err := h.ParseJSON([]byte(tt.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := h.Decide(Request{Method: "POST", Path: tt.path, JSONBody: isObject, JSON: fields}); d.Action != tt.want {
+			t.Errorf("%s %s: %s by %s, want %s", tt.path, tt.body, d.Action, d.Rule, tt.want)
+		}
+	}
+	// An allow rule with a field missing does not match: the default
+	// (allow here) decides, so check the rule did not.
+	fields, _, _ := h.ParseJSON([]byte(`{"names":["prod-db"]}`))
+	if d := h.Decide(Request{Method: "POST", Path: "/allow", JSONBody: true, JSON: fields}); d.Index != -1 {
+		t.Errorf("an allow rule matched a body without one of its fields: %s", d.Rule)
+	}
 }
 
 func TestDescribeJSON(t *testing.T) {

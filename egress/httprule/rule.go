@@ -18,6 +18,7 @@
 //		// and not content-encoded:
 //		req.JSON, req.JSONBody, err = h.ParseJSON(body)
 //		// err (ErrAmbiguousJSON): refuse the request
+//		// a body not empty that is not read so: req.JSONOpaque = true
 //	}
 //	d := h.Decide(req) // d.Action: allow, deny or ask; d.Rule for the audit
 //
@@ -62,19 +63,24 @@
 //   - JSON, conditions on top-level fields of a JSON body, for bulk calls
 //     whose targets travel in the body (`{"names": ["svc-a", "svc-b"]}`):
 //     each names a field and globs of its values in the path grammar
-//     ("svc-dev-*-4812-a", "dev/alex/**"). A rule with json conditions
-//     matches only a request whose body the gateway read whole (Request.
-//     JSONBody: at most its bound, not content-encoded) and is a JSON
-//     object in which every named field holds a string or a non-empty
-//     array of strings; then an allow rule only if every string of every
-//     named field matches one of that field's globs, a deny or ask rule if
-//     any string does, so a denied target cannot ride along with allowed
-//     ones. A value with an empty, "." or ".." segment matches no allow
-//     rule and every deny or ask rule. Otherwise (a body too long, not
-//     JSON, a field missing, null, a number, an empty array) the rule does
-//     not match and a later rule or the default decides: end a block with
-//     json allow rules with a deny or ask rule, or default, for the same
-//     path. Bodies that JSON parsers read differently (a named field
+//     ("svc-dev-*-4812-a", "dev/alex/**"). An allow rule with json
+//     conditions matches only a request whose body the gateway read whole
+//     (Request.JSONBody: at most its bound, not content-encoded) and is a
+//     JSON object in which every named field holds a string or a
+//     non-empty array of strings, every string of every named field
+//     matching one of that field's globs; a deny or ask rule matches one
+//     in which any string of a named field does (the others may be
+//     missing), so a denied target cannot ride along with allowed ones. A value with an empty, "." or ".." segment matches no allow
+//     rule and every deny or ask rule. A body the gateway cannot read
+//     (longer than its bound, content-encoded, not a JSON object: Request.
+//     JSONOpaque) or a named field holding another type than strings (a
+//     number, an object, a nested or mixed array) matches no allow rule
+//     and every deny or ask rule, since services read targets out of
+//     them (a Go service ignores Content-Encoding; JavaScript's
+//     String(["x"]) is "x"). A field missing, null or an empty array
+//     matches no rule with json conditions, and a later rule or the
+//     default decides: end a block with json allow rules with a deny or
+//     ask rule, or default, for the same path. Bodies that JSON parsers read differently (a named field
 //     twice, or in another case) are refused before Decide: see ParseJSON.
 //
 // What the rules do not see: the query, headers and bodies (method
@@ -320,10 +326,17 @@ type Request struct {
 	// its bound, not content-encoded) and it is a JSON object that
 	// ParseJSON read; JSON holds what ParseJSON returned: the fields the
 	// block's json conditions name that hold a string or an array of
-	// strings, decoded. Without JSONBody no rule with json conditions
-	// matches.
+	// strings, decoded (nil for a field of another type). Without
+	// JSONBody no allow rule with json conditions matches.
 	JSONBody bool
 	JSON     map[string][]string
+	// JSONOpaque says the request has a body json conditions cannot
+	// read: longer than the gateway's bound, content-encoded, or not a
+	// JSON object. Every deny or ask rule with json conditions whose
+	// method and path match matches it: a service may act on targets in
+	// it (a Go service ignores a Content-Encoding header and reads the
+	// JSON; others read form bodies).
+	JSONOpaque bool
 }
 
 // Decision is the verdict on one request.

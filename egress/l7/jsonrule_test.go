@@ -143,8 +143,10 @@ func TestJSONRuleDenied(t *testing.T) {
 
 // TestJSONRuleAsked: a target no allow rule names falls through to the
 // ask rule; the hold shows the body, and the approved request goes on
-// byte for byte. So do bodies the json rules cannot read: longer than
-// MaxHeldBody, gzip-encoded, not JSON, a field missing or not strings.
+// byte for byte. So does a body whose field is missing, null or empty.
+// Bodies the json rules cannot read (longer than MaxHeldBody,
+// gzip-encoded, not a JSON object, a field not strings) match the json
+// deny rule instead: a service may read a denied target out of them.
 func TestJSONRuleAsked(t *testing.T) {
 	g, seen := startJSON(t, attackOpts{tls: true})
 	long := `{"names":["svc-dev-auth-4812-a"],"pad":"` + strings.Repeat("A", MaxHeldBody) + `"}`
@@ -154,23 +156,36 @@ func TestJSONRuleAsked(t *testing.T) {
 	zw.Close()
 	for _, tt := range []struct {
 		name, body, encoding string
+		denied               bool
 	}{
-		{"unnamed target", `{"names":["svc-dev-auth-4812-a","svc-prod-auth-4812-a"]}`, ""},
-		{"longer than the bound", long, ""},
-		{"gzip", zb.String(), "gzip"},
-		{"not JSON", `names=svc-dev-auth-4812-a`, ""},
-		{"top-level array", `[{"names":["svc-dev-auth-4812-a"]}]`, ""},
-		{"field missing", `{"ids":["svc-dev-auth-4812-a"]}`, ""},
-		{"numbers", `{"names":[4812]}`, ""},
-		{"nested array", `{"names":[["svc-dev-auth-4812-a"]]}`, ""},
-		{"null", `{"names":null}`, ""},
-		{"empty list", `{"names":[]}`, ""},
-		{"no body", ``, ""},
+		{"unnamed target", `{"names":["svc-dev-auth-4812-a","svc-prod-auth-4812-a"]}`, "", false},
+		{"longer than the bound", long, "", true},
+		{"gzip", zb.String(), "gzip", true},
+		{"not JSON", `names=svc-dev-auth-4812-a`, "", true},
+		{"top-level array", `[{"names":["svc-dev-auth-4812-a"]}]`, "", true},
+		{"field missing", `{"ids":["svc-dev-auth-4812-a"]}`, "", false},
+		{"numbers", `{"names":[4812]}`, "", true},
+		{"nested array", `{"names":[["svc-dev-auth-4812-a"]]}`, "", true},
+		{"null", `{"names":null}`, "", false},
+		{"empty list", `{"names":[]}`, "", false},
+		{"no body", ``, "", false},
 	} {
 		for _, h2 := range []bool{false, true} {
 			req := postJSON(tt.body)
 			if tt.encoding != "" {
 				req.Header.Set("Content-Encoding", tt.encoding)
+			}
+			if tt.denied {
+				resp, err := g.client(h2).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "json names [svc-dev-billing-*] -\\u003e deny") {
+					t.Errorf("%s h2=%v: %d %s", tt.name, h2, resp.StatusCode, b)
+				}
+				continue
 			}
 			res := doAsync(g.client(h2), req)
 			a := g.held(t)
@@ -188,6 +203,7 @@ func TestJSONRuleAsked(t *testing.T) {
 			}
 		}
 	}
+	noUpstream(t, seen)
 }
 
 // TestAttackJSONAmbiguous: bodies that JSON parsers read differently —

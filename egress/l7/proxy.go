@@ -34,6 +34,14 @@ const (
 	// maxPushCommands bounds the bytes of a git push's ref commands the
 	// gateway reads before deciding.
 	maxPushCommands = 1 << 20
+	// maxSessionBodyReads bounds the requests of one session whose body
+	// the gateway reads at once before deciding (a push's commands, the
+	// body a json rule decides, a held request's body): a request beyond
+	// them is refused with 429 before its body is read, so that bodies a
+	// client sends in part and then stalls on hold at most this many
+	// times MaxHeldBody (a push: maxPushCommands) of the gateway's memory
+	// until the body deadline.
+	maxSessionBodyReads = 64
 	// MaxHeldBody bounds the bytes of a request's body that the gateway
 	// reads before holding it for approval, to show whoever decides
 	// (Ask.Body); the rest stays unread in the connection until the
@@ -605,7 +613,10 @@ func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, cl
 	req := httprule.Request{Method: r.Method, Path: clean}
 	if httprule.IsReceivePack(r.Method, clean) {
 		req.IsPush = true
-		undo := h.bodyDeadline(w)
+		undo, f := h.bodyDeadline(w, r)
+		if f != nil {
+			return f
+		}
 		ups, consumed, err := httprule.ReadPush(r.Body, r.Header.Get("Content-Encoding"), maxPushCommands)
 		undo()
 		if err != nil {
@@ -637,7 +648,11 @@ func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, cl
 		}
 		ask := Ask{Method: r.Method, Host: name, Path: clean, Rule: d.Rule, Refs: ev.Refs,
 			ContentType: sent.contentType, ContentEncoding: sent.contentEncoding}
-		undo := h.bodyDeadline(w)
+		undo, f := h.bodyDeadline(w, r)
+		if f != nil {
+			f.rule = d.Rule
+			return f
+		}
 		body, truncated, err := holdBody(r)
 		undo()
 		if err != nil {
@@ -677,10 +692,15 @@ func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, cl
 // bound, and puts it back, so the request goes on byte for byte. A body
 // read whole and not content-encoded is parsed into req (JSONBody, JSON);
 // a longer or encoded one (gzip is not decoded: the gateway would have to
-// bound a decompression) is left unparsed, so no json rule matches it. A
-// body that JSON parsers may read differently is refused outright.
+// bound a decompression), or one that is not a JSON object, is opaque
+// (JSONOpaque): no json allow rule matches it, every json deny or ask
+// rule does. A body that JSON parsers may read differently is refused
+// outright.
 func readJSONBody(w http.ResponseWriter, r *http.Request, h *httpHandler, rules *httprule.Host, req *httprule.Request) *refusal {
-	undo := h.bodyDeadline(w)
+	undo, f := h.bodyDeadline(w, r)
+	if f != nil {
+		return f
+	}
 	body, truncated, err := holdBody(r)
 	undo()
 	if err != nil {
@@ -690,12 +710,17 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, h *httpHandler, rules 
 		return &refusal{status: http.StatusBadRequest, action: ActionRefused,
 			reason: "airlock: reading the body of a request json rules check: " + err.Error()}
 	}
+	if len(body) == 0 {
+		return nil
+	}
 	for _, ce := range r.Header.Values("Content-Encoding") {
 		if !strings.EqualFold(strings.TrimSpace(ce), "identity") {
+			req.JSONOpaque = true
 			return nil
 		}
 	}
 	if truncated {
+		req.JSONOpaque = true
 		return nil
 	}
 	fields, isObject, err := rules.ParseJSON(body)
@@ -703,6 +728,7 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, h *httpHandler, rules 
 		return &refusal{status: http.StatusForbidden, action: ActionRefused, reason: "airlock: " + err.Error()}
 	}
 	req.JSONBody, req.JSON = isObject, fields
+	req.JSONOpaque = !isObject && len(bytes.TrimLeft(body, " \t\r\n")) > 0
 	return nil
 }
 
@@ -713,16 +739,51 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, h *httpHandler, rules 
 // function lifts the bound: the rest of the body streams as the client
 // sends it. Where the connection cannot take a deadline, the reads are
 // bounded only by its end.
-func (h *httpHandler) bodyDeadline(w http.ResponseWriter) (undo func()) {
+//
+// A session has at most maxSessionBodyReads such reads under way at
+// once (each holds up to MaxHeldBody bytes it read until it ends): a
+// request of r's session beyond them gets a refusal (429) instead, and
+// its body is not read. A request without a body takes none.
+func (h *httpHandler) bodyDeadline(w http.ResponseWriter, r *http.Request) (undo func(), f *refusal) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return func() {}, nil
+	}
+	release, ok := h.s.takeBodyRead(h.sess.ID)
+	if !ok {
+		return nil, &refusal{status: http.StatusTooManyRequests, action: ActionRefused,
+			reason: fmt.Sprintf("airlock: the session has %d requests whose bodies the gateway is reading before deciding, the most it may", maxSessionBodyReads)}
+	}
 	timeout := h.sess.AskTimeout
 	if timeout <= 0 {
 		timeout = policies.DefaultApprovalTimeout.Std()
 	}
 	rc := http.NewResponseController(w)
 	if err := rc.SetReadDeadline(time.Now().Add(timeout)); err != nil {
-		return func() {}
+		return release, nil
 	}
-	return func() { _ = rc.SetReadDeadline(time.Time{}) }
+	return func() { _ = rc.SetReadDeadline(time.Time{}); release() }, nil
+}
+
+// takeBodyRead counts a read of a request's body before its decision in
+// session: false when the session has maxSessionBodyReads under way;
+// else release ends it.
+func (s *Server) takeBodyRead(session string) (release func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bodyReads[session] >= maxSessionBodyReads {
+		return nil, false
+	}
+	s.bodyReads[session]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.bodyReads[session]--; s.bodyReads[session] <= 0 {
+				delete(s.bodyReads, session)
+			}
+		})
+	}, true
 }
 
 // bodyReadRefusal is the refusal of a request whose body did not come

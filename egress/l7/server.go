@@ -34,7 +34,9 @@
 // Content-Encoding), read before the hold and put back, so the request
 // goes on byte for byte; the rest of the body stays in the connection
 // until the decision. That read, and a git push's commands, must come
-// within Session.AskTimeout, or the request is refused with 408. The
+// within Session.AskTimeout, or the request is refused with 408; a
+// session has at most 64 such reads under way at once, and a request
+// beyond them is refused with 429 before its body is read. The
 // body is the sandbox's own bytes: the gateway injects secrets into
 // headers only, so no secret value is in it. A secret's
 // placeholder in the target, a header or the body is refused unless it
@@ -210,6 +212,8 @@ type Server struct {
 	transports map[transportKey]*http.Transport
 	// +checklocks:mu
 	upstreams map[string]int // a session's upstream connections the gateway holds open
+	// +checklocks:mu
+	bodyReads map[string]int // a session's reads of bodies before a decision (maxSessionBodyReads)
 	wg        sync.WaitGroup
 }
 
@@ -259,7 +263,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxSessionConns = DefaultMaxSessionConns
 	}
 	return &Server{cfg: cfg, sem: make(chan struct{}, cfg.MaxConns), conns: map[*conn]struct{}{},
-		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}, transports: map[transportKey]*http.Transport{}, upstreams: map[string]int{}}, nil
+		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}, transports: map[transportKey]*http.Transport{}, upstreams: map[string]int{}, bodyReads: map[string]int{}}, nil
 }
 
 // Serve accepts connections from l until ctx ends or l fails, then closes

@@ -337,6 +337,21 @@ session "reference" {
         }
         action = "allow"
       }
+      # json_match = "every" makes a deny or ask rule match as an allow
+      # rule does: only a body every target of which matches. Here a bulk
+      # delete of release branches alone is held for a person; one that
+      # also names anything else, or that the gateway cannot read, falls
+      # through to the default and is refused. Default "any" (a deny or
+      # ask rule matches if any target does, and any body it cannot read).
+      rule {
+        method     = "POST"
+        path       = "/api/v1/repos/*/*/branches:delete"
+        json_match = "every"
+        json "names" {
+          values = ["release/*"]
+        }
+        action = "ask"
+      }
     }
   }
   # credential "NAME": a short-lived token minted for the session at start

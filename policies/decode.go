@@ -66,7 +66,7 @@ var (
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "rule"}},
 	}
 	ruleSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "method"}, {Name: "path"}, {Name: "refs"}, {Name: "action"}},
+		Attributes: []hcl.AttributeSchema{{Name: "method"}, {Name: "path"}, {Name: "refs"}, {Name: "json_match"}, {Name: "action"}},
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "json", LabelNames: []string{"field"}}},
 	}
 	ruleJSONSchema = &hcl.BodySchema{
@@ -1073,6 +1073,7 @@ func (d *decoder) httpRule(b *hcl.Block, at fieldPath) HTTPRule {
 	d.str(a, "path", at, &r.Path)
 	d.strList(a, "refs", at, &r.Refs)
 	d.str(a, "action", at, &r.Action)
+	d.str(a, "json_match", at, &r.JSONMatch)
 	for i, jb := range c.Blocks.OfType("json") {
 		jat := at.field("json").index(i)
 		d.ranges[jat.String()] = jb.DefRange

@@ -360,6 +360,18 @@ const jsonHint = `Name a top-level field of the body and globs of its values, as
 
 // httpJSON checks a rule's json conditions.
 func (c *checker) httpJSON(at fieldPath, r HTTPRule) {
+	switch {
+	case r.JSONMatch == "":
+	case r.JSONMatch != JSONMatchAny && r.JSONMatch != JSONMatchEvery:
+		c.add(at.field("json_match"), "Invalid json_match", `Use "any" (a deny or ask rule matches if any target matches) or "every" (only if every target does)`,
+			"%q is not one of any, every", r.JSONMatch)
+	case len(r.JSON) == 0:
+		c.add(at.field("json_match"), "json_match without json", `Add json "FIELD" { values = [...] } conditions, or remove json_match`,
+			"json_match says how json conditions match, and the rule has none")
+	case r.Action == HTTPAllow && r.JSONMatch == JSONMatchAny:
+		c.add(at.field("json_match"), "json_match any on an allow rule", `Remove json_match: an allow rule matches only if every target matches`,
+			"an allow rule cannot match a body by one of its targets")
+	}
 	if len(r.JSON) > 0 && len(r.Refs) > 0 {
 		c.add(at.field("refs"), "refs and json in one rule", "Write two rules: refs match git pushes, json the fields of a JSON body",
 			"a rule has refs or json conditions, not both")

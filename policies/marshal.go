@@ -166,6 +166,7 @@ func Marshal(p *Policy) ([]byte, error) {
 					setList(rb, "refs", r.Refs)
 				}
 				setNonEmpty(rb, "action", r.Action)
+				setNonEmpty(rb, "json_match", r.JSONMatch)
 				for _, m := range r.JSON {
 					jb := newBlock(rb, "json", m.Field)
 					setList(jb, "values", m.Values)

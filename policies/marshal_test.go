@@ -40,6 +40,7 @@ func fullPolicy() *Policy {
 					{Methods: []string{"GET", "HEAD"}, Path: "/*/info/refs", Action: HTTPAsk},
 					{Path: "/api/*", Refs: []string{}, Action: HTTPDeny},
 					{Methods: []string{"POST"}, Path: "/v1/buckets/*:delete", JSON: []HTTPJSONMatch{{Field: "keys", Values: []string{"dev/alex/**", "a*b"}}, {Field: "prefix", Values: []string{"dev/alex/"}}}, Action: HTTPAllow},
+					{Methods: []string{"POST"}, Path: "/v1/buckets/*:delete", JSON: []HTTPJSONMatch{{Field: "keys", Values: []string{"dev/**"}}}, JSONMatch: JSONMatchEvery, Action: HTTPAsk},
 				}},
 				{Host: "jobs.bench.test"},
 			}},

@@ -245,6 +245,15 @@ type HTTPRule struct {
 	// that JSON parsers may read differently (a named field twice, or in
 	// another case) are refused outright.
 	JSON []HTTPJSONMatch `json:"json,omitempty"`
+	// JSONMatch says when a deny or ask rule's json conditions match:
+	// JSONMatchAny (the default) if any string of a named field matches,
+	// failing closed on a body the gateway cannot read; JSONMatchEvery
+	// only if every string of every named field does, as an allow rule
+	// (which always matches so): a body naming anything else, or one the
+	// gateway cannot read, falls through to later rules and the default,
+	// which should then deny. It says "hold this call only when every
+	// target is one a person may allow".
+	JSONMatch string `json:"json_match,omitempty"`
 	// Action is HTTPAllow, HTTPDeny or HTTPAsk.
 	Action string `json:"action"`
 }
@@ -259,6 +268,12 @@ type HTTPJSONMatch struct {
 	// across segments.
 	Values []string `json:"values"`
 }
+
+// HTTPRule json_match values.
+const (
+	JSONMatchAny   = "any"
+	JSONMatchEvery = "every"
+)
 
 // Secret is a `secret "NAME" { from, env_var | path, inject { ... } }` block.
 type Secret struct {

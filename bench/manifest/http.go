@@ -39,12 +39,13 @@ const anyRef = "refs/**"
 //     targets in a JSON body (a bulk restart's "names") gets, per scope,
 //     json conditions on the body fields that name them, the scope's
 //     selector: an allowed scope's one rule allows a body whose every
-//     target in every field it matches, a held scope's rule per field
-//     asks about one that names any target it matches (held rules come
-//     first). A body the gateway cannot read (compressed, longer than
-//     64 KiB, not a JSON object, a field holding other than strings)
-//     matches every held scope's rule, so it is asked about, and no
-//     allowed scope's. A body no rule matches goes to the default,
+//     target in every field it matches; where the grant holds scopes for
+//     a person, one rule per route (json_match = "every", before the
+//     allowed ones) asks about a body every target of which some scope
+//     of the grant matches, so that a body naming anything else, or one
+//     the gateway cannot read, is refused by the default outright, not
+//     put to a person (the credential would refuse it, all or none).
+//     A body no rule matches goes to the default,
 //     except on a route whose body may name a prefix of its targets (a
 //     recursive delete): there a held scope's rule also asks about every
 //     prefix of its glob (else a prefix such as "dev/alex/b" would reach
@@ -85,7 +86,7 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 	add := func(r policies.HTTPRule) {
 		// A rule that matches what an earlier one matches never decides.
 		if !slices.ContainsFunc(rules, func(o policies.HTTPRule) bool {
-			return o.Path == r.Path && slices.Equal(o.Methods, r.Methods) && slices.Equal(o.Refs, r.Refs) &&
+			return o.Path == r.Path && slices.Equal(o.Methods, r.Methods) && slices.Equal(o.Refs, r.Refs) && o.JSONMatch == r.JSONMatch &&
 				slices.EqualFunc(o.JSON, r.JSON, func(a, b policies.HTTPJSONMatch) bool { return a.Field == b.Field && slices.Equal(a.Values, b.Values) })
 		}) {
 			rules = append(rules, r)
@@ -129,6 +130,74 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 	for _, r := range h.Read {
 		add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: r.Path, Action: policies.HTTPAllow})
 	}
+	// A bulk route with held scopes is asked about only when every target
+	// its body names is granted (held or allowed), at least as the
+	// rules see it: one that names anything else is refused outright by
+	// the default rather than put to a person (the credential would
+	// refuse it, all or none). Its prefixes aside, a recursive delete
+	// cannot be so resolved (below).
+	if len(held) > 0 {
+		type bulk struct {
+			rule   policies.HTTPRule
+			values map[string][]string
+			held   bool
+		}
+		var order []string
+		byPath := map[string]*bulk{}
+		for _, side := range []struct {
+			scopes []scope.Scope
+			held   bool
+		}{{held, true}, {allowed, false}} {
+			for _, sc := range side.scopes {
+				for _, r := range h.Change {
+					if len(r.JSON) == 0 || len(r.Prefixes) > 0 {
+						continue
+					}
+					vars := map[string]string{}
+					for _, k := range policy.Placeholders(r.Path) {
+						vars[k] = glob(sc, k)
+					}
+					path, err := policy.Expand(r.Path, vars)
+					if err != nil {
+						return nil, nil, fmt.Errorf("operator policy %q: %w", op.Family, err)
+					}
+					key := strings.Join(r.Methods, ",") + " " + path
+					b := byPath[key]
+					if b == nil {
+						b = &bulk{rule: policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: policies.HTTPAsk, JSONMatch: policies.JSONMatchEvery},
+							values: map[string][]string{}}
+						byPath[key] = b
+						order = append(order, key)
+					}
+					b.held = b.held || side.held
+					for field, tmpl := range r.JSON {
+						jv := map[string]string{}
+						for _, k := range policy.Placeholders(tmpl) {
+							jv[k] = glob(sc, k)
+						}
+						v, err := policy.Expand(tmpl, jv)
+						if err != nil {
+							return nil, nil, fmt.Errorf("operator policy %q: %w", op.Family, err)
+						}
+						if !slices.Contains(b.values[field], v) {
+							b.values[field] = append(b.values[field], v)
+						}
+					}
+				}
+			}
+		}
+		for _, key := range order {
+			b := byPath[key]
+			if !b.held {
+				continue
+			}
+			for _, field := range slices.Sorted(maps.Keys(b.values)) {
+				b.rule.JSON = append(b.rule.JSON, policies.HTTPJSONMatch{Field: field, Values: b.values[field]})
+			}
+			add(b.rule)
+		}
+	}
+
 	// A route whose body may name a prefix of its targets is, after its
 	// json rules, left to the credential.
 	var prefixed []policies.HTTPRule
@@ -175,6 +244,9 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 						values = append(prefixGlobs(v), v)
 					}
 					m := policies.HTTPJSONMatch{Field: field, Values: values}
+					if side.action == policies.HTTPAsk && len(r.Prefixes) == 0 {
+						continue // the bulk rule above
+					}
 					if side.action == policies.HTTPAllow {
 						allowRule.JSON = append(allowRule.JSON, m)
 						continue

@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/bench/policy"
 	"github.com/airlock-sandbox/airlock/bench/world/fixture"
+	"github.com/airlock-sandbox/airlock/egress/httprule"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -138,6 +139,23 @@ func TestSignalsHeldRules(t *testing.T) {
 	}
 	if len(want) > 0 {
 		t.Errorf("no rules for %v", want)
+	}
+	// A bulk restart is held only when every name is granted: one that
+	// names sam's service too is refused outright, not put to a person.
+	h := hostRules(t, m.Policy)
+	const bulk = "/v1/namespaces/dev/deployments:restart"
+	for names, want := range map[string]string{
+		"svc-dev-auth-4812-a":                        policies.HTTPAsk,
+		"svc-dev-auth-4812-a svc-dev-billing-4812-a": policies.HTTPAsk,
+		"svc-dev-billing-4812-a svc-dev-auth-4812-s": policies.HTTPDeny,
+		"svc-dev-auth-active-a":                      policies.HTTPDeny,
+	} {
+		if d := h.Decide(body("POST", bulk, "names", strings.Fields(names)...)); d.Action != want {
+			t.Errorf("restart of %s: %s by %s, want %s", names, d.Action, d.Rule, want)
+		}
+	}
+	if d := h.Decide(httprule.Request{Method: "POST", Path: bulk, JSONOpaque: true}); d.Action != policies.HTTPDeny {
+		t.Errorf("a body the gateway cannot read: %s by %s, want deny", d.Action, d.Rule)
 	}
 }
 

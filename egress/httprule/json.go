@@ -107,9 +107,11 @@ func normalValue(v string) bool {
 // holds a string or a non-empty array of strings, every string of which
 // matches its field's globs; a deny or ask rule matches a JSON object in
 // which any string of any named field matches its field's globs (a
-// field missing does not keep the others from matching).
+// field missing does not keep the others from matching). A deny or ask
+// rule with json_match = "every" matches as an allow rule does, and
+// fails open: what it does not match falls through.
 func (cr *rule) matchJSON(r Request) bool {
-	every := cr.action == policies.HTTPAllow
+	every := cr.every
 	if !r.JSONBody {
 		return r.JSONOpaque && !every
 	}

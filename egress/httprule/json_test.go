@@ -290,3 +290,57 @@ func FuzzParseJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestDecideJSONMatchEvery: an ask rule with json_match = "every" holds a
+// bulk call only when every target is one a person may allow; a body
+// naming anything else, or one the gateway could not read, falls through
+// to the default (deny), so it is refused outright rather than asked about.
+func TestDecideJSONMatchEvery(t *testing.T) {
+	const path = "/v1/namespaces/*/deployments:restart"
+	s, err := Compile([]policies.HTTPHost{{Host: "api.test", Default: deny, Rules: []policies.HTTPRule{
+		{Methods: []string{"POST"}, Path: path, Action: ask, JSONMatch: policies.JSONMatchEvery,
+			JSON: []policies.HTTPJSONMatch{{Field: "names", Values: []string{"svc-dev-*-4812-a"}}}},
+		{Methods: []string{"POST"}, Path: path, Action: allow, JSON: []policies.HTTPJSONMatch{{Field: "names", Values: []string{"svc-dev-auth-*"}}}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.For("api.test")
+	for _, tt := range []struct {
+		name, body string
+		opaque     bool
+		want       string
+		rule       int
+	}{
+		{"every target held", `{"names":["svc-dev-auth-4812-a","svc-dev-billing-4812-a"]}`, false, ask, 0},
+		{"a held target and another", `{"names":["svc-dev-billing-4812-a","svc-dev-team-x"]}`, false, deny, -1},
+		{"allowed by the next rule", `{"names":["svc-dev-auth-1"]}`, false, allow, 1},
+		{"a number among them", `{"names":["svc-dev-billing-4812-a",1]}`, false, deny, -1},
+		{"missing", `{"other":["svc-dev-billing-4812-a"]}`, false, deny, -1},
+		{"unread", ``, true, deny, -1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var fields map[string][]string
+			isObject := false
+			if !tt.opaque {
+				fields, isObject, err = h.ParseJSON([]byte(tt.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := h.Decide(Request{Method: "POST", Path: "/v1/namespaces/dev/deployments:restart", JSONBody: isObject, JSON: fields, JSONOpaque: tt.opaque})
+			if d.Action != tt.want || d.Index != tt.rule {
+				t.Fatalf("Decide = %s by %q (index %d), want %s by index %d", d.Action, d.Rule, d.Index, tt.want, tt.rule)
+			}
+		})
+	}
+	for _, bad := range []policies.HTTPRule{
+		{Path: path, Action: allow, JSONMatch: policies.JSONMatchAny, JSON: []policies.HTTPJSONMatch{{Field: "names", Values: []string{"x"}}}},
+		{Path: path, Action: ask, JSONMatch: "all", JSON: []policies.HTTPJSONMatch{{Field: "names", Values: []string{"x"}}}},
+		{Path: path, Action: ask, JSONMatch: policies.JSONMatchEvery},
+	} {
+		if _, err := Compile([]policies.HTTPHost{{Host: "api.test", Default: deny, Rules: []policies.HTTPRule{bad}}}); err == nil {
+			t.Errorf("rule %+v compiled", bad)
+		}
+	}
+}

@@ -126,8 +126,11 @@ type rule struct {
 	hasPath bool
 	refs    []glob
 	json    []jsonCond
-	action  string
-	desc    string
+	// every: the json conditions match only if every string does (allow
+	// rules, and deny or ask rules with json_match = "every").
+	every  bool
+	action string
+	desc   string
 }
 
 // Compile checks the blocks again (the daemon gets them from a manifest
@@ -242,6 +245,19 @@ func compileRule(r policies.HTTPRule) (rule, error) {
 		return rule{}, err
 	}
 	cr.json = js
+	switch r.JSONMatch {
+	case "", policies.JSONMatchAny:
+		if r.JSONMatch == policies.JSONMatchAny && r.Action == policies.HTTPAllow {
+			return rule{}, fmt.Errorf("json_match %q on an allow rule: an allow rule matches only if every target does", r.JSONMatch)
+		}
+	case policies.JSONMatchEvery:
+	default:
+		return rule{}, fmt.Errorf("json_match %q is not %q or %q", r.JSONMatch, policies.JSONMatchAny, policies.JSONMatchEvery)
+	}
+	if r.JSONMatch != "" && len(cr.json) == 0 {
+		return rule{}, fmt.Errorf("json_match without json conditions")
+	}
+	cr.every = r.Action == policies.HTTPAllow || r.JSONMatch == policies.JSONMatchEvery
 	if len(cr.json) > 0 && len(cr.refs) > 0 {
 		return rule{}, fmt.Errorf("a rule has refs (for git pushes) or json conditions, not both")
 	}
@@ -271,6 +287,9 @@ func describe(r policies.HTTPRule) string {
 	}
 	for _, m := range r.JSON {
 		b.WriteString(" json " + m.Field + " [" + strings.Join(m.Values, " ") + "]")
+	}
+	if r.JSONMatch != "" {
+		b.WriteString(" json_match " + r.JSONMatch)
 	}
 	b.WriteString(" -> " + r.Action)
 	return b.String()

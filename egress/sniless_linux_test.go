@@ -190,6 +190,33 @@ func TestAttackNamelessToRuledAddress(t *testing.T) {
 		}
 	})
 
+	// A host a secret is injected into is guarded as one with rules.
+	sec := &policies.Egress{Allow: []string{"ruled.test:443", "10.214.0.0/24"}, L7: policies.L7Check}
+	ss, err := p.AddSession(ctx, "sns", egress.SessionConfig{Egress: sec, Dir: t.TempDir(), Audit: audit.emit, CA: ca,
+		Secrets: func() []egress.Secret {
+			return []egress.Secret{{Name: "K", Placeholder: "airlock-secret-0123456789abcdef0123456789abcdef", Value: []byte("v"),
+				Inject: []egress.Inject{{Host: "ruled.test", Header: "x-k"}}}}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Remove(context.Background(), "sns", nil) })
+	t.Run("TLS without SNI to a secret's host's address is refused", func(t *testing.T) {
+		if code, body, err := fetch(ss, r443, "https://10.214.0.40/secret/sec", "", insecure); err != nil || code != 200 {
+			// The documented limit: before the session resolves the
+			// name, the gateway cannot know whose address it is.
+			t.Fatalf("before the session resolved ruled.test: %d %q %v; want 200", code, body, err)
+		}
+		if r := query(t, ss, "ruled.test"); len(r.Answer) == 0 {
+			t.Fatalf("ruled.test: %v", r)
+		}
+		code, body, err := fetch(ss, r443, "https://10.214.0.40/secret/sec2", "", insecure)
+		if err == nil || served("/secret/sec2") {
+			t.Errorf("https://10.214.0.40/secret/sec2 (no SNI): %d %q; want refused", code, body)
+		}
+		audit.waitEvent(t, "sns", "l7", "refused", "10.214.0.40:443")
+	})
+
 	// inspect = "all" terminates every TLS connection: one without SNI
 	// names nothing to terminate, and is refused everywhere.
 	all := &policies.Egress{Allow: []string{"10.214.0.0/24"}, L7: policies.L7Check, Inspect: policies.InspectAll}

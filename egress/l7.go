@@ -79,11 +79,31 @@ func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Add
 		log.G(ctx).Error("egress http rules", "session", id, "error", err)
 		rules = denyAll(sc.Egress.HTTP)
 	}
+	inspectAll := sc.Egress.Inspect == policies.InspectAll
+	terminate := func(name string) bool {
+		if inspectAll || rules.Has(name) {
+			return true
+		}
+		return sc.Secrets != nil && secretBound(sc.Secrets(), name)
+	}
+	guard := l7Guard{terminated: terminate, inspectAll: inspectAll}
+	// The pins of names with rules or a secret are the last a full Names
+	// drops, since checkL7 guards their addresses (the hosts secrets go
+	// to are the manifest's, read once here).
+	var bound []l7.Secret
+	if sc.Secrets != nil {
+		bound = sc.Secrets()
+	}
+	names.Keep(func(n allowlist.FQDN) bool {
+		name := n.WithoutTrailingDot()
+		return rules.Has(name) || secretBound(bound, name)
+	})
 	s := &l7.Session{
 		ID: id,
 		Check: func(dst netip.AddrPort, h l7.Hello, at time.Time) l7.Decision {
-			return checkL7(list, names, dst, h, at)
+			return checkL7(list, names, guard, dst, h, at)
 		},
+		Terminate:  terminate,
 		Audit:      func(ev l7.Event) { audit(ctx, L7AuditEvent(ev)) },
 		Secrets:    sc.Secrets,
 		Rules:      rules.For,
@@ -91,13 +111,6 @@ func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Add
 	}
 	if sc.Ask != nil {
 		s.Ask = func(actx context.Context, a l7.Ask) l7.AskDecision { return sc.Ask(actx, a) }
-	}
-	inspectAll := sc.Egress.Inspect == policies.InspectAll
-	s.Terminate = func(name string) bool {
-		if inspectAll || rules.Has(name) {
-			return true
-		}
-		return sc.Secrets != nil && secretBound(sc.Secrets(), name)
 	}
 	if sc.CA != nil {
 		// Without a CA (a restarted daemon that could not load it), TLS
@@ -136,12 +149,24 @@ func denyAll(blocks []policies.HTTPHost) *httprule.Set {
 	return set
 }
 
+// l7Guard is what checkL7 knows of a session beyond its allowlist and its
+// pins.
+type l7Guard struct {
+	// terminated reports whether the gateway terminates TLS to name
+	// (without the trailing dot): it has HTTP rules or a bound secret, or
+	// inspect is "all". Nil: no name is.
+	terminated func(name string) bool
+	// inspectAll is inspect = "all".
+	inspectAll bool
+}
+
 // checkL7 decides on a session's connection to dst whose first message
 // said h: the name it asks for (SNI, Host) must be one the allowlist
 // allows, on dst's port, and one whose DNS answers pinned dst's address
 // for this session; a destination an egress CIDR entry allows passes
-// with any name or none, unless a deny entry names the name.
-func checkL7(list *allowlist.List, names *dnsproxy.Names, dst netip.AddrPort, h l7.Hello, at time.Time) l7.Decision {
+// with any name or none (see byAddress), unless a deny entry names the
+// name.
+func checkL7(list *allowlist.List, names *dnsproxy.Names, g l7Guard, dst netip.AddrPort, h l7.Hello, at time.Time) l7.Decision {
 	label := "Host"
 	if h.Proto == l7.ProtoTLS {
 		label = "SNI"
@@ -169,7 +194,7 @@ func checkL7(list *allowlist.List, names *dnsproxy.Names, dst netip.AddrPort, h 
 		case d.Allowed && portAllowed(d.Ports, dst.Port()) && names.Has(name, dst.Addr(), at.Add(-l7PinGrace)):
 			return l7.Decision{Allow: true, Rule: d.Rule}
 		case byAddr:
-			return l7.Decision{Allow: true, Rule: cidr}
+			return byAddress(names, g, cidr, dst, h.Proto, label, name, ip)
 		case !d.Allowed:
 			return l7.Decision{Reason: fmt.Sprintf("airlock: %s %s is not in the egress allowlist", label, shown)}
 		case !portAllowed(d.Ports, dst.Port()):
@@ -178,12 +203,56 @@ func checkL7(list *allowlist.List, names *dnsproxy.Names, dst netip.AddrPort, h 
 		return l7.Decision{Reason: fmt.Sprintf("airlock: %s %s did not resolve to %v for this session", label, shown, dst.Addr()), Rule: d.Rule}
 	}
 	if byAddr {
-		return l7.Decision{Allow: true, Rule: cidr}
+		return byAddress(names, g, cidr, dst, h.Proto, label, name, ip)
 	}
 	if ip.IsValid() {
 		return l7.Decision{Reason: fmt.Sprintf("airlock: %s is the address %v, not a name; only destinations an egress CIDR entry allows are reached by address", label, ip)}
 	}
 	return l7.Decision{Reason: fmt.Sprintf("airlock: no %s; only destinations an egress CIDR entry allows are reached without a name", label)}
+}
+
+// byAddress decides on a connection that only the egress CIDR entry cidr
+// allows: one that asks for no name, for an address, or for a name not
+// pinned to dst (or not allowed on its port). It passes, unless
+//   - dst's address is one this session's DNS pinned, at any time of the
+//     session (an expired pin counts: the CIDR entry keeps the address
+//     open, so waiting out the TTL must not reopen it), for a name whose
+//     traffic the gateway checks (HTTP rules, a bound secret, or every
+//     name under inspect = "all"), and the connection does not ask for
+//     that very name: it would reach that host past its rules and secret
+//     scrubbing, TLS spliced unterminated;
+//   - or inspect is "all" and it is TLS without a name (no SNI, or an
+//     address): the gateway terminates TLS under the name asked for, so
+//     it could not terminate this one, and inspect = "all" promises that
+//     no TLS passes unterminated.
+func byAddress(names *dnsproxy.Names, g l7Guard, cidr string, dst netip.AddrPort, proto, label string, name allowlist.FQDN, ip netip.Addr) l7.Decision {
+	asked := fmt.Sprintf("%s %s", label, name.WithoutTrailingDot())
+	switch {
+	case ip.IsValid():
+		asked = fmt.Sprintf("%s is the address %v", label, ip)
+	case name == "":
+		asked = "no " + label
+	}
+	var guarded []string
+	for _, n := range names.NamesOf(dst.Addr(), time.Time{}) {
+		shown := n.WithoutTrailingDot()
+		if g.terminated == nil || !g.terminated(shown) {
+			continue
+		}
+		if n == name {
+			// Asked for by its own name: served under its rules.
+			return l7.Decision{Allow: true, Rule: cidr}
+		}
+		guarded = append(guarded, shown)
+	}
+	if len(guarded) > 0 {
+		return l7.Decision{Reason: fmt.Sprintf("airlock: %s to %v, where this session resolved %s: the gateway checks that host's traffic (HTTP rules, a secret or inspect = \"all\"), so it is reached there by its name only, whatever %s allows",
+			asked, dst.Addr(), strings.Join(guarded, ", "), cidr)}
+	}
+	if g.inspectAll && proto == l7.ProtoTLS && name == "" {
+		return l7.Decision{Reason: fmt.Sprintf("airlock: %s to %v: with inspect = \"all\" every TLS connection is terminated, under the name it asks for, and this one asks for none", asked, dst.Addr())}
+	}
+	return l7.Decision{Allow: true, Rule: cidr}
 }
 
 // cidrAllows reports the egress CIDR entry that allows dst, if one does

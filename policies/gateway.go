@@ -830,3 +830,43 @@ func (e *Egress) asks() bool {
 	}
 	return false
 }
+
+// addressBesideChecked warns of each address entry of allow in an egress
+// block with the L7 gateway and hosts it checks (http blocks, the hosts
+// secrets are injected into): an address is not a name, so whether the
+// entry covers such a host's address is known only at run time. If it
+// does, it reaches the host on ports the gateway does not check, past its
+// rules; on the gateway's ports, a connection there that does not name
+// the host is refused only once the session has resolved the host.
+func (c *checker) addressBesideChecked(at fieldPath, p *Policy) {
+	e := p.Egress
+	if e == nil || !e.L7Enabled() {
+		return
+	}
+	var hosts []string
+	for _, h := range e.HTTP {
+		hosts = append(hosts, h.Host)
+	}
+	for _, s := range p.Secrets {
+		for _, in := range s.Inject {
+			if !slices.Contains(hosts, in.Host) {
+				hosts = append(hosts, in.Host)
+			}
+		}
+	}
+	if len(hosts) == 0 {
+		return
+	}
+	shown := strings.Join(hosts, ", ")
+	if len(hosts) > 3 {
+		shown = strings.Join(hosts[:3], ", ") + fmt.Sprintf(" and %d more", len(hosts)-3)
+	}
+	for i, s := range e.Allow {
+		if r, reason := parseEgressRule(s); reason != "" || r.IsName() {
+			continue
+		}
+		c.warn(at.field("allow").index(i), "Address entry beside checked hosts",
+			"Keep address entries off the addresses of hosts with http rules or secrets, and allow those hosts by name",
+			"%q opens addresses whatever name a connection asks for: if it covers the address of %s, the session reaches that host on ports the gateway does not check, past its rules and secrets, and on the gateway's ports a connection there without the host's name is refused only once the session has resolved the host", s, shown)
+	}
+}

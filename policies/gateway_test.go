@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -366,6 +367,51 @@ func TestDecodeGatewayWarnings(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("warnings = %q, want %q\n%v", got, want, derr.Diagnostics())
+	}
+}
+
+// TestValidateAddressBesideChecked: an address entry of allow in a block
+// with hosts the gateway checks is warned of, once per entry, whatever
+// hosts are checked (http blocks, a secret's inject host); without them,
+// or without the gateway, it is not.
+func TestValidateAddressBesideChecked(t *testing.T) {
+	warnings := func(p *Policy) []string {
+		var out []string
+		for _, pr := range p.check() {
+			if pr.warning && pr.summary == "Address entry beside checked hosts" {
+				out = append(out, strings.Join(pr.path, ".")+": "+pr.msg)
+			}
+		}
+		return out
+	}
+	base := func() *Policy {
+		p := &Policy{Label: "t", Image: "i", Command: []string{"true"}, Egress: &Egress{
+			Allow: []string{"git.test:443", "10.0.0.0/8", "192.0.2.7:443"}, L7: L7Check,
+			HTTP: []HTTPHost{{Host: "git.test", Default: HTTPDeny}},
+		}}
+		p.ApplyDefaults()
+		return p
+	}
+	p := base()
+	got := warnings(p)
+	if len(got) != 2 || !strings.Contains(got[0], `"10.0.0.0/8"`) || !strings.Contains(got[0], "git.test") ||
+		!strings.Contains(got[1], `"192.0.2.7:443"`) {
+		t.Errorf("with http rules: %q", got)
+	}
+	p = base()
+	p.Egress.HTTP = nil
+	p.Secrets = []Secret{{Name: "K", From: "file:/etc/airlock/secrets/k", Inject: []SecretInject{{Host: "git.test", Header: "x-k"}}}}
+	if got := warnings(p); len(got) != 2 || !strings.Contains(got[0], "git.test") {
+		t.Errorf("with a secret: %q", got)
+	}
+	p.Secrets = nil
+	if got := warnings(p); len(got) != 0 {
+		t.Errorf("nothing checked: %q", got)
+	}
+	p = base()
+	p.Egress.L7 = L7Off
+	if got := warnings(p); len(got) != 0 {
+		t.Errorf("without the gateway: %q", got)
 	}
 }
 

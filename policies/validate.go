@@ -181,6 +181,7 @@ func (p *Policy) check() []problem {
 	if p.Egress != nil {
 		c.egress(root.field("egress"), p.Egress)
 		c.gateway(root.field("egress"), p.Egress, newEgressNames(p.Egress))
+		c.addressBesideChecked(root.field("egress"), p)
 	}
 	c.credentials(root.field("credentials"), p.Credentials, p.Env, p.Secrets)
 	c.secrets(root.field("secrets"), p, targets)

@@ -2,6 +2,7 @@ package dnsproxy
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +24,9 @@ type Names struct {
 	m map[allowlist.FQDN]map[netip.Addr]time.Time
 	// +checklocks:mu
 	n int
+	// keep, if set, names the names whose pairs are evicted last.
+	// +checklocks:mu
+	keep func(allowlist.FQDN) bool
 }
 
 // NewNames returns an empty Names holding at most max pairs
@@ -32,6 +36,18 @@ func NewNames(max int) *Names {
 		max = DefaultMaxNames
 	}
 	return &Names{max: max, m: map[allowlist.FQDN]map[netip.Addr]time.Time{}}
+}
+
+// Keep makes the pairs of names keep reports evicted only when no other
+// pair is left to evict: the L7 gateway guards the addresses of the names
+// it checks, and a session must not push them out by resolving many
+// others. Call it before the Names is used.
+func (n *Names) Keep(keep func(allowlist.FQDN) bool) {
+	if n != nil {
+		n.mu.Lock()
+		n.keep = keep
+		n.mu.Unlock()
+	}
 }
 
 // Record notes that addrs were pinned for name until expires. A pair
@@ -65,10 +81,21 @@ func (n *Names) Record(name allowlist.FQDN, addrs []netip.Addr, expires, now tim
 }
 
 // evictLocked drops the expired pairs, and if none was, the pair closest
-// to expiry.
+// to expiry; pairs of the names n.keep reports go only when there are no
+// others.
 //
 // Preconditions: n.mu is held.
 func (n *Names) evictLocked(now time.Time) {
+	if !n.evictOneOfLocked(now, false) {
+		n.evictOneOfLocked(now, true)
+	}
+}
+
+// evictOneOfLocked is evictLocked over the pairs of the kept names (kept)
+// or of the others; it reports whether it dropped one.
+//
+// Preconditions: n.mu is held.
+func (n *Names) evictOneOfLocked(now time.Time, kept bool) bool {
 	var (
 		oldName allowlist.FQDN
 		oldAddr netip.Addr
@@ -76,6 +103,9 @@ func (n *Names) evictLocked(now time.Time) {
 	)
 	freed := false
 	for name, as := range n.m {
+		if (n.keep != nil && n.keep(name)) != kept {
+			continue
+		}
 		for a, exp := range as {
 			if exp.Before(now) {
 				delete(as, a)
@@ -95,7 +125,9 @@ func (n *Names) evictLocked(now time.Time) {
 			delete(n.m, oldName)
 		}
 		n.n--
+		freed = true
 	}
+	return freed
 }
 
 // Has reports whether a was pinned for name and its pin had not expired at
@@ -108,6 +140,27 @@ func (n *Names) Has(name allowlist.FQDN, a netip.Addr, at time.Time) bool {
 	defer n.mu.Unlock()
 	exp, ok := n.m[name][a.Unmap()]
 	return ok && !exp.Before(at)
+}
+
+// NamesOf returns, sorted, the names a was pinned for whose pins had not
+// expired at time since; with a zero since, every name a pair still held
+// pins a for, expired or not (expired pairs are dropped only when Names
+// is full).
+func (n *Names) NamesOf(a netip.Addr, since time.Time) []allowlist.FQDN {
+	if n == nil {
+		return nil
+	}
+	a = a.Unmap()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []allowlist.FQDN
+	for name, as := range n.m {
+		if exp, ok := as[a]; ok && !exp.Before(since) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Len is the number of pairs held.

@@ -1,6 +1,7 @@
 package dnsproxy
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -34,6 +35,26 @@ func TestNames(t *testing.T) {
 			t.Errorf("Has(%s, %v, +%v) = %v, want %v", tt.name, tt.addr, tt.at.Sub(now), got, tt.want)
 		}
 	}
+	n.Record("c.test.", []netip.Addr{a}, now.Add(20*time.Second), now)
+	for _, tt := range []struct {
+		addr  netip.Addr
+		since time.Time
+		want  string
+	}{
+		{a, now, "[a.test. c.test.]"},
+		{a, now.Add(15 * time.Second), "[c.test.]"},
+		{a, now.Add(time.Hour), "[]"},
+		{b, now.Add(time.Hour), "[]"},
+		{b, time.Time{}, "[b.test.]"},
+		{netip.MustParseAddr("::ffff:192.0.2.2"), time.Time{}, "[b.test.]"},
+	} {
+		if got := fmt.Sprint(n.NamesOf(tt.addr, tt.since)); got != tt.want {
+			t.Errorf("NamesOf(%v, %v) = %s, want %s", tt.addr, tt.since, got, tt.want)
+		}
+	}
+	n = NewNames(3)
+	n.Record("a.test.", []netip.Addr{a}, now.Add(10*time.Second), now)
+	n.Record("b.test.", []netip.Addr{b}, now.Add(time.Second), now)
 	// Full: the expired pair goes first, then the one closest to expiry.
 	later := now.Add(2 * time.Second)
 	n.Record("c.test.", []netip.Addr{a}, later.Add(time.Minute), later)
@@ -73,5 +94,30 @@ func TestAnswerRecordsNames(t *testing.T) {
 	}
 	if n := sess.policy.Names.Len(); n != 2 {
 		t.Errorf("%d pairs recorded, want 2", n)
+	}
+}
+
+// TestNamesKeep: the pairs of kept names are evicted only when no other
+// pair is left, expired or not, so that resolving many names cannot push
+// out a pin the L7 gateway guards.
+func TestNamesKeep(t *testing.T) {
+	now := time.Unix(1000, 0)
+	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	n := NewNames(2)
+	n.Keep(func(name allowlist.FQDN) bool { return name == "ruled.test." })
+	n.Record("ruled.test.", []netip.Addr{a}, now.Add(-time.Minute), now.Add(-2*time.Minute)) // expired
+	for i := range 10 {
+		n.Record(allowlist.FQDN(fmt.Sprintf("n%d.test.", i)), []netip.Addr{b}, now.Add(time.Hour), now)
+	}
+	if got := fmt.Sprint(n.NamesOf(a, time.Time{})); got != "[ruled.test.]" || n.Len() != 2 {
+		t.Errorf("NamesOf(a) = %s, len %d; want the kept pair", got, n.Len())
+	}
+	n = NewNames(2)
+	n.Keep(func(allowlist.FQDN) bool { return true })
+	n.Record("x.test.", []netip.Addr{a}, now.Add(-time.Minute), now)
+	n.Record("y.test.", []netip.Addr{a}, now.Add(time.Hour), now)
+	n.Record("z.test.", []netip.Addr{a}, now.Add(time.Hour), now)
+	if got := fmt.Sprint(n.NamesOf(a, time.Time{})); got != "[y.test. z.test.]" {
+		t.Errorf("all kept: NamesOf(a) = %s; want the expired pair gone", got)
 	}
 }

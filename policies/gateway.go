@@ -379,7 +379,7 @@ func (c *checker) httpJSON(at fieldPath, r HTTPRule) {
 	for k, m := range r.JSON {
 		jat := at.field("json")
 		at := jat.index(k)
-		if !isPlainJSONKey(m.Field) {
+		if !IsPlainJSONKey(m.Field) {
 			c.add(at.field("field"), "Invalid json field", jsonHint,
 				"%q is not a plain JSON key: a letter or '_', then at most 63 letters, digits, '_' or '-' (ASCII)", m.Field)
 		}
@@ -401,8 +401,9 @@ func (c *checker) httpJSON(at fieldPath, r HTTPRule) {
 	}
 }
 
-// isPlainJSONKey reports whether s can name a json condition's field.
-func isPlainJSONKey(s string) bool {
+// IsPlainJSONKey reports whether s can name a json condition's field: a
+// letter or '_', then at most 63 letters, digits, '_' or '-' (ASCII).
+func IsPlainJSONKey(s string) bool {
 	if s == "" || len(s) > 64 {
 		return false
 	}

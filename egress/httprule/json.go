@@ -26,7 +26,7 @@ type jsonCond struct {
 func compileJSON(ms []policies.HTTPJSONMatch) ([]jsonCond, error) {
 	var out []jsonCond
 	for _, m := range ms {
-		if !IsPlainJSONKey(m.Field) {
+		if !policies.IsPlainJSONKey(m.Field) {
 			return nil, fmt.Errorf("json field %q is not a plain JSON key (a letter or '_', then letters, digits, '_' or '-')", m.Field)
 		}
 		for _, prev := range out {
@@ -51,24 +51,6 @@ func compileJSON(ms []policies.HTTPJSONMatch) ([]jsonCond, error) {
 		out = append(out, c)
 	}
 	return out, nil
-}
-
-// IsPlainJSONKey reports whether s can name a json condition's field: a
-// letter or '_', then at most 63 letters, digits, '_' or '-' (ASCII).
-func IsPlainJSONKey(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', c == '_':
-		case i > 0 && ('0' <= c && c <= '9' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // matchValue matches one string of a field against the condition: true

@@ -100,6 +100,18 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 		}
 		return g
 	}
+	// expand fills a template's placeholders with sc's selector globs.
+	expand := func(sc scope.Scope, tmpl string) (string, error) {
+		vars := map[string]string{}
+		for _, k := range policy.Placeholders(tmpl) {
+			vars[k] = glob(sc, k)
+		}
+		v, err := policy.Expand(tmpl, vars)
+		if err != nil {
+			return "", fmt.Errorf("operator policy %q: %w", op.Family, err)
+		}
+		return v, nil
+	}
 
 	if p := h.Push; p != nil {
 		if len(p.Protected) > 0 {
@@ -153,13 +165,9 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 					if len(r.JSON) == 0 || len(r.Prefixes) > 0 {
 						continue
 					}
-					vars := map[string]string{}
-					for _, k := range policy.Placeholders(r.Path) {
-						vars[k] = glob(sc, k)
-					}
-					path, err := policy.Expand(r.Path, vars)
+					path, err := expand(sc, r.Path)
 					if err != nil {
-						return nil, nil, fmt.Errorf("operator policy %q: %w", op.Family, err)
+						return nil, nil, err
 					}
 					key := strings.Join(r.Methods, ",") + " " + path
 					b := byPath[key]
@@ -171,13 +179,9 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 					}
 					b.held = b.held || side.held
 					for field, tmpl := range r.JSON {
-						jv := map[string]string{}
-						for _, k := range policy.Placeholders(tmpl) {
-							jv[k] = glob(sc, k)
-						}
-						v, err := policy.Expand(tmpl, jv)
+						v, err := expand(sc, tmpl)
 						if err != nil {
-							return nil, nil, fmt.Errorf("operator policy %q: %w", op.Family, err)
+							return nil, nil, err
 						}
 						if !slices.Contains(b.values[field], v) {
 							b.values[field] = append(b.values[field], v)
@@ -207,13 +211,9 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 	}{{held, policies.HTTPAsk}, {allowed, policies.HTTPAllow}} {
 		for _, sc := range side.scopes {
 			for _, r := range h.Change {
-				vars := map[string]string{}
-				for _, k := range policy.Placeholders(r.Path) {
-					vars[k] = glob(sc, k)
-				}
-				path, err := policy.Expand(r.Path, vars)
+				path, err := expand(sc, r.Path)
 				if err != nil {
-					return nil, nil, fmt.Errorf("operator policy %q: %w", op.Family, err)
+					return nil, nil, err
 				}
 				if len(r.JSON) == 0 {
 					add(policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: side.action})
@@ -229,13 +229,9 @@ func httpRules(allow, ask []string, op *policy.Operator) ([]policies.HTTPHost, [
 				allowRule := policies.HTTPRule{Methods: slices.Clone(r.Methods), Path: path, Action: side.action}
 				for _, field := range slices.Sorted(maps.Keys(r.JSON)) {
 					tmpl := r.JSON[field]
-					jv := map[string]string{}
-					for _, k := range policy.Placeholders(tmpl) {
-						jv[k] = glob(sc, k)
-					}
-					v, err := policy.Expand(tmpl, jv)
+					v, err := expand(sc, tmpl)
 					if err != nil {
-						return nil, nil, fmt.Errorf("operator policy %q: %w", op.Family, err)
+						return nil, nil, err
 					}
 					values := []string{v}
 					if side.action == policies.HTTPAsk && slices.Contains(r.Prefixes, field) {

@@ -368,6 +368,9 @@ func (c *checker) httpJSON(at fieldPath, r HTTPRule) {
 	case len(r.JSON) == 0:
 		c.add(at.field("json_match"), "json_match without json", `Add json "FIELD" { values = [...] } conditions, or remove json_match`,
 			"json_match says how json conditions match, and the rule has none")
+	case r.Action == HTTPDeny && r.JSONMatch == JSONMatchEvery:
+		c.add(at.field("json_match"), "json_match every on a deny rule", `Remove json_match: a deny rule must match a body by any of its targets`,
+			"a deny rule matching only when every target matches is dodged by naming one more")
 	case r.Action == HTTPAllow && r.JSONMatch == JSONMatchAny:
 		c.add(at.field("json_match"), "json_match any on an allow rule", `Remove json_match: an allow rule matches only if every target matches`,
 			"an allow rule cannot match a body by one of its targets")

@@ -314,15 +314,19 @@ func selectorGlob(sc scope.Scope, key, any string) (string, string) {
 }
 
 // prefixGlobs returns globs matching every proper prefix of a string the
-// glob g matches, one per "/"-separated segment of g: for
-// "dev/alex/*-4812/**", "*", "dev/*", "dev/alex/*" and "dev/alex/*-4812/*"
-// (each "*" also matching the segment's own beginning). They match more
-// than the prefixes (any first segment), which only holds more.
+// glob g matches, one per "/"-separated segment of g up to its first
+// "**", which covers every prefix through it: for "dev/alex/*-4812/**",
+// "*", "dev/*", "dev/alex/*" and "dev/alex/*-4812/**"; for "dev/**/x",
+// "*" and "dev/**" (each "*" also matching the segment's own beginning).
+// They match more than the prefixes (any first segment), which only
+// holds more.
 func prefixGlobs(g string) []string {
 	segs := strings.Split(g, "/")
 	var out []string
 	for i := range segs {
 		if segs[i] == "**" {
+			// Everything below: any prefix through it is covered.
+			out = append(out, strings.Join(segs[:i+1], "/"))
 			break
 		}
 		out = append(out, strings.Join(append(slices.Clone(segs[:i]), "*"), "/"))

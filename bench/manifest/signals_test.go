@@ -188,6 +188,18 @@ func TestSignalsHeldPrefix(t *testing.T) {
 	}
 }
 
+func TestPrefixGlobs(t *testing.T) {
+	for g, want := range map[string]string{
+		"dev/alex/*-4812/**": "* dev/* dev/alex/* dev/alex/*-4812/**",
+		"dev/**/x-4812":      "* dev/**",
+		"**/x":               "**",
+	} {
+		if got := strings.Join(prefixGlobs(g), " "); got != want {
+			t.Errorf("prefixGlobs(%q) = %q, want %q", g, got, want)
+		}
+	}
+}
+
 // TestSignalsStatedAttribute: a request that names the component it means
 // is not held for the other component's existence, and one that names an
 // item is never held.

@@ -594,6 +594,9 @@ func (h *HTTP) check(o *Operator) []string {
 			}
 			rule.JSON = append(rule.JSON, policies.HTTPJSONMatch{Field: field, Values: []string{v}})
 		}
+		if len(r.JSON) > 0 && h.Default != policies.HTTPDeny {
+			bad("change route %q: json fields need default %q: a body the rules cannot read falls through to it, and a held scope is asked about only by rules such a body does not match", r.Path, policies.HTTPDeny)
+		}
 		for _, f := range r.Prefixes {
 			if _, ok := r.JSON[f]; !ok {
 				bad("change route %q: prefix field %q is not among its json fields", r.Path, f)

@@ -338,6 +338,7 @@ func TestDecideJSONMatchEvery(t *testing.T) {
 		{Path: path, Action: allow, JSONMatch: policies.JSONMatchAny, JSON: []policies.HTTPJSONMatch{{Field: "names", Values: []string{"x"}}}},
 		{Path: path, Action: ask, JSONMatch: "all", JSON: []policies.HTTPJSONMatch{{Field: "names", Values: []string{"x"}}}},
 		{Path: path, Action: ask, JSONMatch: policies.JSONMatchEvery},
+		{Path: path, Action: deny, JSONMatch: policies.JSONMatchEvery, JSON: []policies.HTTPJSONMatch{{Field: "names", Values: []string{"x"}}}},
 	} {
 		if _, err := Compile([]policies.HTTPHost{{Host: "api.test", Default: deny, Rules: []policies.HTTPRule{bad}}}); err == nil {
 			t.Errorf("rule %+v compiled", bad)

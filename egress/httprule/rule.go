@@ -251,6 +251,9 @@ func compileRule(r policies.HTTPRule) (rule, error) {
 			return rule{}, fmt.Errorf("json_match %q on an allow rule: an allow rule matches only if every target does", r.JSONMatch)
 		}
 	case policies.JSONMatchEvery:
+		if r.Action == policies.HTTPDeny {
+			return rule{}, fmt.Errorf("json_match %q on a deny rule: naming one more target would dodge it", r.JSONMatch)
+		}
 	default:
 		return rule{}, fmt.Errorf("json_match %q is not %q or %q", r.JSONMatch, policies.JSONMatchAny, policies.JSONMatchEvery)
 	}

@@ -170,6 +170,10 @@ func parseVerdict(b []byte) (*Verdict, error) {
 	if dec.More() {
 		return nil, errors.New("output has more than one JSON value")
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		// More() misses a stray closing bracket: read to the end.
+		return nil, errors.New("output has data after its JSON value")
+	}
 	switch out.Decision {
 	case "":
 		return nil, nil

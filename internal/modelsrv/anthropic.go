@@ -1,6 +1,7 @@
 package modelsrv
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -60,7 +61,7 @@ func textOf(raw json.RawMessage) string {
 	return sb.String()
 }
 
-func (s *Server) serveMessages(w http.ResponseWriter, c *Call) {
+func (s *Server) serveMessages(ctx context.Context, w http.ResponseWriter, c *Call) {
 	var req messagesRequest
 	if err := json.Unmarshal(c.Body, &req); err != nil {
 		c.Err = "request body: " + err.Error()
@@ -107,7 +108,7 @@ func (s *Server) serveMessages(w http.ResponseWriter, c *Call) {
 		}
 	default:
 		c.Kind = KindMain
-		c.Step = s.stepFor(c.ToolResults)
+		c.Step = s.pace(ctx, s.stepFor(c.ToolResults), c.ToolResults)
 		if c.Step == len(s.script.Steps) {
 			content = []anthropicBlock{{Type: "text", Text: s.script.Final}}
 		} else {

@@ -1,6 +1,7 @@
 package modelsrv
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -56,7 +57,7 @@ func outputText(raw json.RawMessage) string {
 	return string(raw)
 }
 
-func (s *Server) serveResponses(w http.ResponseWriter, c *Call) {
+func (s *Server) serveResponses(ctx context.Context, w http.ResponseWriter, c *Call) {
 	var req responsesRequest
 	if err := json.Unmarshal(c.Body, &req); err != nil {
 		c.Err = "request body: " + err.Error()
@@ -102,7 +103,7 @@ func (s *Server) serveResponses(w http.ResponseWriter, c *Call) {
 		items = append(items, msg(s.sideText()))
 	default:
 		c.Kind = KindMain
-		c.Step = s.stepFor(c.ToolResults)
+		c.Step = s.pace(ctx, s.stepFor(c.ToolResults), c.ToolResults)
 		if c.Step == len(s.script.Steps) {
 			items = append(items, msg(s.script.Final))
 		} else {

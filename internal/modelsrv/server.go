@@ -3,6 +3,7 @@ package modelsrv
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -99,12 +100,42 @@ func (c Call) APIKey() string {
 // number of sessions of the same script.
 type Server struct {
 	script Script
+	pacer  Pacer
 
 	mu sync.Mutex
 	// +checklocks:mu
 	calls []Call
 	// +checklocks:mu
 	seq int
+}
+
+// Pacer paces a Server's main loop: it is called before a main call is
+// answered, with the step the script answers it with (len(Script.Steps)
+// for the final message) and the tool results the conversation carries.
+// It may block, the agent waiting for its model meanwhile: whoever drives
+// the agent measures, between two steps, what the previous one did. It
+// returns false to end the conversation there: the call is answered with
+// the final message. A main call repeated (an agent's retry) is paced
+// again with the same step.
+type Pacer func(ctx context.Context, step int, results map[string]ToolResult) bool
+
+// WithPacer returns a server that plays script, each main call paced by p.
+func WithPacer(script Script, p Pacer) (*Server, error) {
+	s, err := New(script)
+	if err != nil {
+		return nil, err
+	}
+	s.pacer = p
+	return s, nil
+}
+
+// pace returns the step to answer a main call with: step, or the final
+// message's when the pacer ends the conversation.
+func (s *Server) pace(ctx context.Context, step int, results map[string]ToolResult) int {
+	if s.pacer == nil || s.pacer(ctx, step, results) {
+		return step
+	}
+	return len(s.script.Steps)
 }
 
 // maxBody bounds a request body.
@@ -210,9 +241,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.Kind = KindCountTokens
 		writeJSON(rw, map[string]any{"input_tokens": approxTokens(body)})
 	case r.Method == http.MethodPost && strings.HasSuffix(path, "/messages"):
-		s.serveMessages(rw, &c)
+		s.serveMessages(r.Context(), rw, &c)
 	case r.Method == http.MethodPost && strings.HasSuffix(path, "/responses"):
-		s.serveResponses(rw, &c)
+		s.serveResponses(r.Context(), rw, &c)
 	case (r.Method == http.MethodGet || r.Method == http.MethodHead) && strings.Contains(path, "/models"):
 		c.Kind = KindModels
 		serveModels(rw, &c, path)

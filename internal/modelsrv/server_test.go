@@ -2,6 +2,7 @@ package modelsrv
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -466,5 +467,55 @@ func TestResponsesGuardian(t *testing.T) {
 		if c.Kind != KindClassifier || c.Step != -1 {
 			t.Errorf("call %s step %d", c.Kind, c.Step)
 		}
+	}
+}
+
+// A pacer sees each main call's step and the results it carries before the
+// call is answered, and can end the conversation early.
+func TestPacer(t *testing.T) {
+	type seen struct {
+		step    int
+		results int
+	}
+	var got []seen
+	srv, err := WithPacer(testScript(), func(_ context.Context, step int, results map[string]ToolResult) bool {
+		got = append(got, seen{step, len(results)})
+		return step == 0 // ends the conversation at step 1
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	req := map[string]any{"model": "m", "tools": claudeTools,
+		"messages": []any{map[string]any{"role": "user", "content": "go"}}}
+	m := decode(t, post(t, hs.URL+"/v1/messages", nil, req))
+	content := m["content"].([]any)
+	if m["stop_reason"] != "tool_use" {
+		t.Fatalf("step 0 answered %v", m)
+	}
+	req["messages"] = []any{
+		map[string]any{"role": "user", "content": "go"},
+		map[string]any{"role": "assistant", "content": content},
+		map[string]any{"role": "user", "content": []any{
+			map[string]any{"type": "tool_result", "tool_use_id": "toolu_airlock_0_0", "content": "out0"},
+			map[string]any{"type": "tool_result", "tool_use_id": "toolu_airlock_0_1", "content": "ok"},
+		}},
+	}
+	m = decode(t, post(t, hs.URL+"/v1/messages", nil, req))
+	if m["stop_reason"] != "end_turn" || m["content"].([]any)[0].(map[string]any)["text"] != "the end" {
+		t.Errorf("a paced end answered %v", m)
+	}
+	if want := []seen{{0, 0}, {1, 2}}; !slices.Equal(got, want) {
+		t.Errorf("pacer saw %v, want %v", got, want)
+	}
+	if steps := srv.MainSteps(); !slices.Equal(steps, []int{0, 2}) {
+		t.Errorf("steps recorded %v, want [0 2] (the final message's)", steps)
+	}
+	// The same for the Responses API.
+	got = nil
+	resp := decode(t, post(t, hs.URL+"/v1/responses", nil, map[string]any{"model": "m", "tools": codexTools, "input": []any{map[string]any{"role": "user", "content": "go"}}}))
+	if out := resp["output"].([]any); len(out) < 2 || len(got) != 1 || got[0].step != 0 {
+		t.Errorf("responses: output %v, pacer %v", out, got)
 	}
 }

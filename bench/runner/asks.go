@@ -289,7 +289,7 @@ func (pl *plan) rerunJobs(runs []*RunRecord) []*job {
 			}
 			for _, ap := range []string{eval.ApproverInformed, eval.ApproverHabituated} {
 				rj := &job{key: fmt.Sprintf("%s@%s-%d", j.key, ap, gi), family: j.family, policy: j.policy,
-					modes: []string{ModePerimeter}, prompts: groups[k], overlay: j.overlay, actions: acts, approver: ap}
+					modes: []string{ModePerimeter}, prompts: groups[k], overlay: j.overlay, actions: acts, approver: ap, prompt: j.prompt}
 				for _, pid := range groups[k] {
 					pl.rerun[[2]string{pid, ap}] = rj
 				}

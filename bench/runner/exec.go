@@ -44,6 +44,9 @@ type RunRecord struct {
 	Stderr   string `json:"stderr,omitempty"`
 	// Error is what went wrong around the command (a timeout).
 	Error string `json:"error,omitempty"`
+	// Transcript is, in an agent run, the transcript (under
+	// transcripts/) of the agent that ran the action.
+	Transcript string `json:"transcript,omitempty"`
 	// CommitRetried: the daemon could not commit the overlay when the
 	// session stopped, and the runner committed it through the API with
 	// the same policy.
@@ -71,6 +74,8 @@ type job struct {
 	// approver decides the requests its sessions' gateway holds
 	// (eval.Approvers); its prompts then share one oracle.
 	approver string
+	// prompt is the request an agent is given (its first prompt's).
+	prompt string
 }
 
 // worker runs jobs against its own world instance and workspace
@@ -85,6 +90,11 @@ type worker struct {
 	timeout time.Duration
 	done    func()
 	asker   *asker
+	// agent, when set, runs the actions (with its model host in models);
+	// agentRuns collects its processes.
+	agent     *Agent
+	models    *Models
+	agentRuns *agentLog
 }
 
 // live is a session the worker runs actions in.
@@ -97,6 +107,11 @@ type live struct {
 	cursor  auditCursor
 	err     error
 	ready   chan struct{}
+	// An agent's session: its model's base URL and the key it holds
+	// ("" when the gateway injects it), and the agent once started.
+	modelBase, modelKey string
+	config              string
+	agent               *agentProc
 }
 
 // open creates and starts a session of j's configuration on host
@@ -109,6 +124,10 @@ func (w *worker) open(ctx context.Context, j *job, dir string) *live {
 		p.Label = labelPrefix + j.family + "-" + j.key[:8]
 		for i := range p.Workspaces {
 			p.Workspaces[i].HostPath = dir
+		}
+		l.config = j.key
+		if w.agent != nil {
+			l.modelBase, l.modelKey = w.agent.withModel(p, w.models, w.id)
 		}
 		s, err := w.client.CreateSession(ctx, api.CreateRequest{Policy: *p, Start: true})
 		if err != nil {
@@ -149,6 +168,13 @@ func (w *worker) end(ctx context.Context, l *live, force bool) ([]api.AuditEvent
 		defer w.asker.unregister(l.id)
 	}
 	var errs []error
+	if l.agent != nil {
+		l.agent.stop(ctx)
+		w.models.Set(w.id, nil)
+		if err := w.agentRuns.add(l.agent, l.id, l.config, l.modelKey == "", w.models.Key(w.id)); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if l.sh != nil && !force {
 		if err := l.sh.close(); err != nil {
 			errs = append(errs, err)
@@ -315,6 +341,15 @@ func (w *worker) runJob(ctx context.Context, j *job) ([]*RunRecord, error) {
 			return nil, cur.err
 		}
 		prefetch(len(j.actions) - i - 1)
+		if w.agent != nil && cur.agent == nil {
+			// The agent's script is the job's actions from here on: a
+			// session an action ends takes the rest to a new agent.
+			ag, err := w.startAgent(ctx, cur, j, j.actions[i:])
+			if err != nil {
+				return nil, fmt.Errorf("%s in %s: %w", a.ID, j.key, err)
+			}
+			cur.agent = ag
+		}
 
 		rec, ended, err := w.runAction(ctx, j, a, cur, wld, ws, pristineRefs)
 		if err != nil {
@@ -370,6 +405,23 @@ func (w *worker) runAction(ctx context.Context, j *job, a catalog.Action, l *liv
 			return nil, false, err
 		}
 		out = Output{ExitCode: code, Stdout: truncate(stdout.String()), Stderr: truncate(stderr.String())}
+	} else if l.agent != nil {
+		out, err = l.agent.run(ctx, a, w.timeout)
+		switch {
+		case errors.Is(err, errTimeout) || errors.Is(err, errAgentExited):
+			rec.Error, out.ExitCode, forceEnd = err.Error(), -1, true
+		case err != nil:
+			return nil, false, err
+		}
+		rec.Transcript = l.id + ".jsonl"
+		if !forceEnd && j.overlay {
+			// The workspace's fingerprint, from the runner's shell.
+			fp, err := l.sh.run("true", w.timeout)
+			if err != nil {
+				return nil, false, err
+			}
+			out.Fingerprint = fp.Fingerprint
+		}
 	} else {
 		out, err = l.sh.run(a.Command, w.timeout)
 		switch {

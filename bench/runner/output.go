@@ -152,6 +152,9 @@ func writeResults(opts Options, pl *plan, res *Result, st *Stack) error {
 	if line := askNote(pl, res.Results); line != "" {
 		info = append(info, line)
 	}
+	if opts.Agent != nil {
+		info = append(info, agentNotes(opts.Agent, st, res)...)
+	}
 	if len(res.Stats.Excluded) > 0 {
 		info = append(info, fmt.Sprintf("excluded, the daemon has no filesystem layer (%s): %s", res.Stats.FS.Note, strings.Join(res.Stats.Excluded, "; ")))
 	}
@@ -218,6 +221,12 @@ func writeResults(opts Options, pl *plan, res *Result, st *Stack) error {
 	}
 	if err := appendReasons(filepath.Join(opts.Out, report.ReportMD), reasons); err != nil {
 		return err
+	}
+	if opts.Agent != nil {
+		if err := writeJSONFile(filepath.Join(opts.Out, TranscriptsDir, "INDEX.json"), res.Agents); err != nil {
+			return err
+		}
+		files = append(files, filepath.Join(opts.Out, TranscriptsDir))
 	}
 	res.Files = append(files,
 		filepath.Join(opts.Out, CasesFile), filepath.Join(opts.Out, RunsFile), filepath.Join(opts.Out, AsksFile), filepath.Join(opts.Out, ResidualsFile),

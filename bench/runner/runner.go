@@ -87,6 +87,11 @@ type Options struct {
 	// AskTimeout is how long a held request waits in the perimeter's
 	// sessions (default 30s); the runner's approvers decide at once.
 	AskTimeout time.Duration
+	// Agent, when set, carries out every action as a tool call of a real
+	// agent (see Agent); the stack must serve model hosts
+	// (StackConfig.ModelHosts) and run the agent's bench image. The
+	// agent's permission mode is then the only gate.
+	Agent *Agent
 }
 
 // Result is a finished run.
@@ -97,6 +102,8 @@ type Result struct {
 	Runs    []*RunRecord
 	// Asks are the held requests and how the approvers decided them.
 	Asks []AskRecord
+	// Agents are the agent processes of an agent run.
+	Agents []AgentRun
 	// Files are the files written into Options.Out.
 	Files []string
 	Stats Stats
@@ -142,6 +149,12 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 	start := time.Now()
 	if opts.Out == "" {
 		return nil, fmt.Errorf("no output directory: %w", errdefs.ErrInvalidArgument)
+	}
+	if opts.Agent != nil {
+		if err := checkAgentRun(st, opts); err != nil {
+			return nil, err
+		}
+		opts.Gates = []Gate{agentGate{opts.Agent}}
 	}
 	if len(opts.Gates) == 0 {
 		opts.Gates = []Gate{allowAll{}}
@@ -192,11 +205,12 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 		defer close(askerDone)
 		ak.follow(actx)
 	}()
-	runs, err := execute(ctx, st, scratch, pl, pl.jobs, opts, ak)
+	agents := &agentLog{dir: filepath.Join(opts.Out, TranscriptsDir)}
+	runs, err := execute(ctx, st, scratch, pl, pl.jobs, opts, ak, agents)
 	if err == nil {
 		pl.reruns = pl.rerunJobs(runs)
 		var more []*RunRecord
-		if more, err = execute(ctx, st, scratch, pl, pl.reruns, opts, ak); err == nil {
+		if more, err = execute(ctx, st, scratch, pl, pl.reruns, opts, ak, agents); err == nil {
 			runs = append(runs, more...)
 		}
 	}
@@ -206,6 +220,7 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 		return nil, err
 	}
 	res.Asks = ak.take()
+	res.Agents = agents.take()
 	res.Runs = runs
 	res.Stats.Configs, res.Stats.Runs = len(pl.jobs)+len(pl.reruns), len(runs)
 	byID := map[string]*RunRecord{}
@@ -404,7 +419,7 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 				}
 				j := jobs[key]
 				if j == nil {
-					j = &job{key: key, family: f, policy: mp, overlay: overlay(mp), approver: eval.ApproverAbsent}
+					j = &job{key: key, family: f, policy: mp, overlay: overlay(mp), approver: eval.ApproverAbsent, prompt: p.Text}
 					jobs[key] = j
 				}
 				if !slices.Contains(j.modes, mode) {
@@ -473,7 +488,7 @@ func applies(a catalog.Action, pid string) bool { return a.PromptID == "" || a.P
 
 // execute runs jobs on opts.Workers workers; ak decides the requests
 // their sessions hold.
-func execute(ctx context.Context, st *Stack, scratch string, pl *plan, jobs []*job, opts Options, ak *asker) ([]*RunRecord, error) {
+func execute(ctx context.Context, st *Stack, scratch string, pl *plan, jobs []*job, opts Options, ak *asker, agents *agentLog) ([]*RunRecord, error) {
 	total := 0
 	for _, j := range jobs {
 		total += len(j.actions)
@@ -499,7 +514,8 @@ func execute(ctx context.Context, st *Stack, scratch string, pl *plan, jobs []*j
 	)
 	for i := range opts.Workers {
 		w := &worker{id: i, client: st.Client, worlds: st.Worlds, spaces: pl.spaces, dirs: map[string][]string{},
-			naive: opts.Naive, timeout: opts.Timeout, done: tick, asker: ak}
+			naive: opts.Naive, timeout: opts.Timeout, done: tick, asker: ak,
+			agent: opts.Agent, models: st.Models, agentRuns: agents}
 		for _, f := range pl.families {
 			w.dirs[f] = []string{filepath.Join(scratch, "ws", fmt.Sprint(i), f, "a"), filepath.Join(scratch, "ws", fmt.Sprint(i), f, "b")}
 		}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 
@@ -48,6 +49,14 @@ type StackConfig struct {
 	// ImageArchive is the bench image archive (see images/bench); it is
 	// imported unless the daemon has an image of the same name and digest.
 	ImageArchive string
+	// ImageRef is the bench image's name (default benchimage.Ref); an
+	// agent's bench image is benchimage.AgentRef(NAME).
+	ImageRef string
+	// ModelHosts serves a scripted model API host per world instance
+	// (ModelHost), for agents that run in the sessions, and lets the
+	// stack's own daemon inject their API keys (StackModels). Only with
+	// a daemon of the stack's own.
+	ModelHosts bool
 	// Workers is the number of world instances (default 2).
 	Workers int
 	// TempDir is where the stack's private root is made (default /tmp).
@@ -74,6 +83,9 @@ type Stack struct {
 	Worlds  *Worlds
 	// Image is the bench image's name, as the daemon knows it.
 	Image string
+	// Models are the world instances' model API hosts (with
+	// StackConfig.ModelHosts).
+	Models *Models
 	// Daemon describes the daemon, for the report.
 	Daemon api.Version
 	// Root is the stack's private directory (sockets, daemon state,
@@ -114,6 +126,13 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, retErr error) {
 		}
 	}()
 
+	if cfg.ImageRef == "" {
+		cfg.ImageRef = benchimage.Ref
+		s.cfg.ImageRef = cfg.ImageRef
+	}
+	if cfg.ModelHosts && cfg.Socket != "" {
+		return nil, fmt.Errorf("agents run only with a daemon of the bench's own (no --socket): it injects their API keys: %w", errdefs.ErrInvalidArgument)
+	}
 	if cfg.Socket == "" {
 		if err := s.startOwn(ctx); err != nil {
 			return nil, err
@@ -133,6 +152,11 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, retErr error) {
 	}
 	if err := s.Worlds.Serve(s.Network); err != nil {
 		return nil, fmt.Errorf("world services: %w", err)
+	}
+	if cfg.ModelHosts {
+		if s.Models, err = serveModels(s.Network, cfg.Workers, filepath.Join(s.Root, "secrets")); err != nil {
+			return nil, fmt.Errorf("model hosts: %w", err)
+		}
 	}
 	fmt.Fprintf(s.log, "world: namespace %s, dns %v, hosts %v\n", s.Network.NetnsPath(), s.Network.DNSAddr(), s.Network.Hosts())
 	if err := s.importImage(ctx); err != nil {
@@ -162,16 +186,24 @@ func (s *Stack) startOwn(ctx context.Context) error {
 		return err
 	}
 	defer logf.Close()
-	s.cmd = exec.Command(filepath.Join(s.cfg.BinDir, "airlockd"),
+	args := []string{
 		"--root", filepath.Join(s.Root, "state"),
 		"--socket", s.Socket,
 		"--bin-dir", s.cfg.BinDir,
-		"--uplink", "netns:"+name,
+		"--uplink", "netns:" + name,
 		"--dns-upstream", s.Network.DNSAddr().String(),
 		"--allow-private", s.Network.Net().String(),
 		"--stop-containerd",
 		"--log-level", "info",
-	)
+	}
+	if s.cfg.ModelHosts {
+		more, err := s.modelDaemonArgs()
+		if err != nil {
+			return err
+		}
+		args = append(args, more...)
+	}
+	s.cmd = exec.Command(filepath.Join(s.cfg.BinDir, "airlockd"), args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
@@ -251,18 +283,19 @@ func checkUplink(path, prefix string) error {
 }
 
 func (s *Stack) importImage(ctx context.Context) error {
-	name, _, err := ocipack.NormalizeRef(benchimage.Ref)
+	ref := s.cfg.ImageRef
+	name, _, err := ocipack.NormalizeRef(ref)
 	if err != nil {
 		return err
 	}
-	s.Image = benchimage.Ref
+	s.Image = ref
 	if s.cfg.ImageArchive == "" {
 		imgs, err := s.Client.ListImages(ctx)
 		if err != nil {
 			return err
 		}
 		if !slices.ContainsFunc(imgs, func(i api.Image) bool { return i.Name == name }) {
-			return fmt.Errorf("the daemon has no image %s and no bench image archive was given", benchimage.Ref)
+			return fmt.Errorf("the daemon has no image %s and no bench image archive was given", ref)
 		}
 		return nil
 	}
@@ -272,10 +305,10 @@ func (s *Stack) importImage(ctx context.Context) error {
 	}
 	defer f.Close()
 	start := time.Now()
-	if _, err := s.Client.ImportImage(ctx, benchimage.Ref, f); err != nil {
+	if _, err := s.Client.ImportImage(ctx, ref, f); err != nil {
 		return fmt.Errorf("import bench image: %w", err)
 	}
-	fmt.Fprintf(s.log, "image: imported %s in %v\n", benchimage.Ref, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(s.log, "image: imported %s in %v\n", ref, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -32,6 +32,7 @@ type benchOptions struct {
 	worldNetns, worldDNS   string
 	timeout                time.Duration
 	seed                   uint64
+	agent                  string
 }
 
 func (c *cli) newBenchCommand() *cobra.Command {
@@ -64,10 +65,22 @@ manifest holds the change for a person (manifests/PROMPT.decisions.json says
 why). Each such run is judged under three approvers: informed (allows exactly
 what the request meant, from the world's dry run of the held request),
 absent (no one answers) and habituated (allows 93% of asks, a draw seeded by
---seed). asks.jsonl records every held request and its decision.`,
+--seed). asks.jsonl records every held request and its decision.
+
+Agents: with --agent claude-code or --agent codex, the agent's real binary
+carries out every action: each is a tool call of its model, a scripted server
+on a model host of the world (one per worker) that plays the catalog, and the
+runner measures and resets the world between two calls, so each action is
+judged as in the catalog run. The agent's own permission mode is the gate
+(bypassPermissions; Codex with approval_policy=never). Where a mode has the
+L7 gateway, the agent's API key stays outside the sandbox, injected by the
+gateway; elsewhere it is in the agent's environment. transcripts/ holds each
+agent's own output and its model calls (INDEX.json lists them). The image is
+the agent's (make images) with the bench's clients added.`,
 		Example: `  airlock bench
   airlock bench --family cancel-jobs --mode gate-only --mode perimeter
-  airlock bench --gate allow-all --gate rules:bench/runner/rules/example.rules --out results`,
+  airlock bench --gate allow-all --gate rules:bench/runner/rules/example.rules --out results
+  airlock bench --agent claude-code --family cancel-jobs --mode gate-only --mode perimeter`,
 		Args:          exactArgs(0, "no arguments"),
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -90,6 +103,7 @@ absent (no one answers) and habituated (allows 93% of asks, a draw seeded by
 	f.BoolVar(&o.naive, "naive", false, "reuse nothing: a fresh session for every prompt, mode and action (slow; checks the reuse)")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "time limit of one action")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the habituated approver's draws")
+	f.StringVar(&o.agent, "agent", "", "run every action as a tool call of a real agent: claude-code or codex (its image archive: $AIRLOCK_CLAUDE_CODE_IMAGE / $AIRLOCK_CODEX_IMAGE, or the path in _output/NAME-image.path; make images builds them)")
 	f.StringVar(&o.binDir, "bin-dir", "", "directory of airlockd, containerd and runc (default: beside this program)")
 	f.StringVar(&o.image, "image", "", "bench image archive (default: built from --agent-image and --bench-cli)")
 	f.StringVar(&o.agentImage, "agent-image", "", "agent image archive (default: $AIRLOCK_AGENT_IMAGE, or the path in _output/agent-image.path)")
@@ -125,6 +139,20 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 	if !attach && (o.worldNetns != "" || o.worldDNS != "") {
 		return usageErrorf("--world-netns and --world-dns go with --socket")
 	}
+	var agent *runner.Agent
+	if o.agent != "" {
+		if agent, err = runner.ParseAgent(o.agent); err != nil {
+			return usageErrorf("--agent: %v", err)
+		}
+		switch {
+		case attach:
+			return usageErrorf("--agent needs a daemon of the bench's own (no --socket): it admits the model hosts' API keys and trusts the world's CA")
+		case len(gates) > 0:
+			return usageErrorf("--agent: the agent's own permission mode is the gate; --gate goes with the catalog runs")
+		case o.naive:
+			return usageErrorf("--agent: --naive runs the catalog's commands without an agent")
+		}
+	}
 	cfg := runner.StackConfig{Workers: o.workers, Log: c.stderr, DaemonLog: filepath.Join(o.out, "airlockd.log")}
 	if attach {
 		cfg.Socket, cfg.WorldNetns = c.socket, o.worldNetns
@@ -142,6 +170,9 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 	if cfg.ImageArchive, err = c.benchImage(o, here); err != nil {
 		return err
 	}
+	if agent != nil {
+		cfg.ImageRef, cfg.ModelHosts = benchimage.AgentRef(agent.Name), true
+	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
@@ -156,7 +187,7 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 	_, bar.tty = term.Width(c.stderr)
 	res, runErr := runner.Run(ctx, st, runner.Options{
 		Families: o.families, Modes: o.modes, Gates: gates, Extra: extra, Out: o.out, DataDir: o.dataDir,
-		Workers: o.workers, Naive: o.naive, Timeout: o.timeout, Progress: bar.update, Seed: o.seed,
+		Workers: o.workers, Naive: o.naive, Timeout: o.timeout, Progress: bar.update, Seed: o.seed, Agent: agent,
 		RunInfo: []string{fmt.Sprintf("airlock %s; %s", clientVersion(), start.UTC().Format(time.RFC3339))},
 	})
 	bar.finish()
@@ -183,6 +214,31 @@ func (c *cli) benchImage(o *benchOptions, here string) (string, error) {
 	if o.image != "" {
 		return o.image, nil
 	}
+	cli := o.benchCLI
+	if cli == "" {
+		cli = filepath.Join(here, "airlock-bench-cli")
+	}
+	cache := o.cacheDir
+	if cache == "" {
+		cache = c.getenv("AIRLOCK_CACHE")
+	}
+	if cache == "" {
+		cache = "/var/cache/airlock"
+	}
+	if o.agent != "" {
+		// The agent's own image, with the bench's clients added.
+		env := "AIRLOCK_" + strings.ToUpper(strings.ReplaceAll(o.agent, "-", "_")) + "_IMAGE"
+		base := c.getenv(env)
+		if base == "" {
+			if b, err := os.ReadFile(filepath.Join(here, "..", o.agent+"-image.path")); err == nil {
+				base = strings.TrimSpace(string(b))
+			}
+		}
+		if base == "" {
+			return "", usageErrorf("no %s image archive: set %s (make images builds one), or pass --image", o.agent, env)
+		}
+		return benchimage.BuildOn(base, cli, cache, benchimage.AgentRef(o.agent))
+	}
 	agent := o.agentImage
 	if agent == "" {
 		agent = c.getenv("AIRLOCK_AGENT_IMAGE")
@@ -194,17 +250,6 @@ func (c *cli) benchImage(o *benchOptions, here string) (string, error) {
 	}
 	if agent == "" {
 		return "", usageErrorf("no agent image archive: set --agent-image or AIRLOCK_AGENT_IMAGE (make image builds one), or pass --image")
-	}
-	cli := o.benchCLI
-	if cli == "" {
-		cli = filepath.Join(here, "airlock-bench-cli")
-	}
-	cache := o.cacheDir
-	if cache == "" {
-		cache = c.getenv("AIRLOCK_CACHE")
-	}
-	if cache == "" {
-		cache = "/var/cache/airlock"
 	}
 	return benchimage.Build(agent, cli, cache)
 }

@@ -24,6 +24,11 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"world without socket", []string{"--world-netns", "w"}, "--world-netns and --world-dns go with --socket"},
 		{"bad world dns", []string{"--socket", h.socket, "--world-netns", "w", "--world-dns", "ten", "--image", image}, "--world-dns:"},
 		{"no agent image", []string{"--out", t.TempDir()}, "no agent image archive: set --agent-image or AIRLOCK_AGENT_IMAGE"},
+		{"unknown agent", []string{"--agent", "claude"}, `--agent: agent "claude": want claude-code or codex`},
+		{"agent and gate", []string{"--agent", "codex", "--gate", "allow-all"}, "the agent's own permission mode is the gate"},
+		{"agent and naive", []string{"--agent", "codex", "--naive"}, "--naive runs the catalog's commands without an agent"},
+		{"agent on a running daemon", []string{"--agent", "codex", "--socket", h.socket, "--world-netns", "w"}, "--agent needs a daemon of the bench's own"},
+		{"no agent's image", []string{"--agent", "codex", "--out", t.TempDir()}, "no codex image archive: set AIRLOCK_CODEX_IMAGE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := h.run(tc.args...)

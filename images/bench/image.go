@@ -103,6 +103,19 @@ func Layer(cli []byte) ([]byte, error) {
 // agent archive's path, size and modification time and by the client's
 // content.
 func Build(agentArchive, cliBinary, cacheDir string) (string, error) {
+	return BuildOn(agentArchive, cliBinary, cacheDir, Ref)
+}
+
+// AgentRef is the name of the bench image built on the image of agent
+// (airlock/bench-claude-code:bookworm), which `airlock bench --agent` runs
+// its sessions in: the agent's binary beside the bench's clients.
+func AgentRef(agent string) string { return "airlock/bench-" + agent + ":bookworm" }
+
+// BuildOn is Build on any image archive built from the agent image (an
+// agent's image, such as airlock/claude-code:bookworm), naming the result
+// ref.
+func BuildOn(baseArchive, cliBinary, cacheDir, ref string) (string, error) {
+	agentArchive := baseArchive
 	cli, err := os.ReadFile(cliBinary)
 	if err != nil {
 		return "", fmt.Errorf("bench image: client binary: %w", err)
@@ -125,7 +138,7 @@ func Build(agentArchive, cliBinary, cacheDir string) (string, error) {
 	h.Write(GitConfig)
 	cliSum := sha256.Sum256(cli)
 	h.Write(cliSum[:])
-	fmt.Fprintf(h, "%q %q\n", Links, Env)
+	fmt.Fprintf(h, "%q %q %q\n", Links, Env, ref)
 	key := hex.EncodeToString(h.Sum(nil))[:16]
 	out := filepath.Join(cacheDir, "airlock-bench-"+key+".tar")
 	if _, err := os.Stat(out); err == nil {
@@ -144,7 +157,7 @@ func Build(agentArchive, cliBinary, cacheDir string) (string, error) {
 	}
 	defer os.Remove(tmp.Name())
 	_, err = ocipack.Append(tmp, base, bytes.NewReader(layer), ocipack.AppendConfig{
-		Ref:       Ref,
+		Ref:       ref,
 		Env:       Env,
 		Labels:    map[string]string{"dev.airlock.image.bench": key},
 		CreatedBy: "airlock bench: airlock-bench-cli and /etc/gitconfig",

@@ -1,0 +1,546 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/bench/catalog"
+	"github.com/airlock-sandbox/airlock/bench/eval"
+	"github.com/airlock-sandbox/airlock/internal/modelsrv"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// Agents `airlock bench --agent` runs.
+const (
+	AgentClaudeCode = "claude-code"
+	AgentCodex      = "codex"
+)
+
+// Agent is a coding agent that carries out the runs' actions: its real
+// binary, from its image (images/claude-code, images/codex), runs in every
+// session, and each action is a tool call its model makes. The model is a
+// scripted server (internal/modelsrv) on the world's model host of the
+// worker (Models), playing the catalog: one shell tool call per action, in
+// the job's order. Between two tool calls the agent waits for its model,
+// and the runner measures what the last call did and resets the world, as
+// it does between two commands of its own shell; so an action's effect is
+// the same whoever runs it, and what differs is that the agent's own
+// machinery (its tool, its shell, its permission mode, its traffic to the
+// model API through the perimeter) is in the loop.
+//
+// In the modes without the L7 gateway the agent holds its API key in its
+// environment and reaches the model host over HTTP; with the gateway the
+// key stays outside the sandbox, injected by the gateway on TLS to the
+// model host, and the agent holds a placeholder.
+type Agent struct {
+	// Name is AgentClaudeCode or AgentCodex.
+	Name string
+	// Model is the model the agent asks its API for.
+	Model string
+}
+
+// ParseAgent reads an --agent value.
+func ParseAgent(s string) (*Agent, error) {
+	switch s {
+	case AgentClaudeCode:
+		return &Agent{Name: s, Model: "claude-sonnet-4-6"}, nil
+	case AgentCodex:
+		// Codex's default model takes its tools in a layout the scripted
+		// server does not speak; gpt-5.5 gets exec_command.
+		return &Agent{Name: s, Model: "gpt-5.5"}, nil
+	}
+	return nil, fmt.Errorf("agent %q: want %s or %s: %w", s, AgentClaudeCode, AgentCodex, errdefs.ErrInvalidArgument)
+}
+
+// PermissionMode is the agent's own permission mode in every run: every
+// tool call the model makes runs (Claude Code's bypassPermissions, Codex's
+// approval_policy=never with its sandbox off), as the shipped examples run
+// them; airlock's layers are the boundary.
+func (a *Agent) PermissionMode() string {
+	if a.Name == AgentCodex {
+		return "approval_policy=never, --sandbox danger-full-access"
+	}
+	return "bypassPermissions"
+}
+
+// GateName names the cases' gate: the agent's permission mode.
+func (a *Agent) GateName() string { return a.Name + ":" + strings.Fields(a.PermissionMode())[0] }
+
+// keyVar is the environment variable the agent reads its API key from.
+func (a *Agent) keyVar() string {
+	if a.Name == AgentCodex {
+		return "OPENAI_API_KEY"
+	}
+	return "ANTHROPIC_API_KEY"
+}
+
+// command is the agent's command line for prompt, its model API at base.
+func (a *Agent) command(prompt, base string) []string {
+	if a.Name == AgentCodex {
+		return []string{"codex", "exec", "--json", "--skip-git-repo-check", "--model", a.Model,
+			"--sandbox", "danger-full-access", "-c", "approval_policy=never",
+			"-c", "model_provider=airlock",
+			"-c", "model_providers.airlock.name=OpenAI",
+			"-c", "model_providers.airlock.base_url=" + base + "/v1",
+			"-c", "model_providers.airlock.wire_api=responses",
+			"-c", "model_providers.airlock.env_key=OPENAI_API_KEY",
+			"-c", "analytics.enabled=false",
+			prompt}
+	}
+	return []string{"claude", "-p", prompt, "--permission-mode", "bypassPermissions",
+		"--output-format", "stream-json", "--verbose", "--model", a.Model}
+}
+
+// env is the agent's environment: key is its API key, or "" when the
+// gateway injects it (the session's environment then holds the
+// placeholder).
+func (a *Agent) env(base, key string) map[string]string {
+	e := map[string]string{"HOME": "/tmp", "DISABLE_AUTOUPDATER": "1"}
+	if a.Name == AgentClaudeCode {
+		e["ANTHROPIC_BASE_URL"] = base
+	}
+	if key != "" {
+		e[a.keyVar()] = key
+	}
+	return e
+}
+
+// agentGate is the cases' gate in an agent run: the agent's permission
+// mode, which lets every action run.
+type agentGate struct{ a *Agent }
+
+func (g agentGate) Name() string { return g.a.GateName() }
+
+func (g agentGate) Decide(context.Context, GateRequest) (string, error) { return eval.Allow, nil }
+
+// withModel adds worker i's model host to a session policy of the agent:
+// reached over HTTPS with the key injected where the session has the L7
+// gateway, over HTTP otherwise. It returns the agent's base URL and the
+// key the agent must hold ("" when injected).
+func (a *Agent) withModel(p *policies.Policy, m *Models, i int) (base, key string) {
+	host := m.Host(i)
+	if p.Egress == nil {
+		p.Egress = &policies.Egress{}
+	}
+	if !p.Egress.L7Enabled() {
+		p.Egress.Allow = append(p.Egress.Allow, host+":80")
+		return "http://" + host, m.Key(i)
+	}
+	p.Egress.Allow = append(p.Egress.Allow, host+":443")
+	inj := policies.SecretInject{Host: host, Header: "x-api-key"}
+	if a.Name == AgentCodex {
+		inj = policies.SecretInject{Host: host, Bearer: true}
+	}
+	p.Secrets = append(p.Secrets, policies.Secret{Name: a.keyVar(), From: m.KeySource(i), Inject: []policies.SecretInject{inj}})
+	return "https://" + host, ""
+}
+
+// arrival is the agent back at its model: the step the script would
+// answer, and the results its conversation carries.
+type arrival struct {
+	step    int
+	results map[string]modelsrv.ToolResult
+}
+
+// agentProc is an agent running in a session, driven one tool call at a
+// time: its model's answers wait for the runner (modelsrv.Pacer).
+type agentProc struct {
+	actions []catalog.Action
+	srv     *modelsrv.Server
+	arrive  chan arrival
+	reply   chan bool
+	quit    chan struct{} // closed when the runner lets go of the agent
+	done    chan struct{} // closed when the agent's exec has returned
+	cancel  context.CancelFunc
+	// pending is the arrival not answered yet; next the step the next
+	// action's tool call is.
+	pending *arrival
+	next    int
+	code    int
+	err     error
+	stdout  lockedBuffer
+	stderr  lockedBuffer
+	command []string
+	started time.Time
+	first   time.Duration // start to the first model call
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startAgent starts the agent in session l, its script actions, and waits
+// until it asks its model for the first step.
+func (w *worker) startAgent(ctx context.Context, l *live, j *job, actions []catalog.Action) (*agentProc, error) {
+	steps := make([]modelsrv.Step, len(actions))
+	for i, a := range actions {
+		steps[i] = modelsrv.Step{Calls: []modelsrv.Action{modelsrv.RunShell(a.Command)}}
+	}
+	p := &agentProc{actions: actions, arrive: make(chan arrival), reply: make(chan bool),
+		quit: make(chan struct{}), done: make(chan struct{})}
+	srv, err := modelsrv.WithPacer(modelsrv.Script{Steps: steps, Final: "Done."}, p.pace)
+	if err != nil {
+		return nil, err
+	}
+	p.srv = srv
+	w.models.Set(w.id, srv)
+	p.command = w.agent.command(j.prompt, l.modelBase)
+	actx, cancel := context.WithCancel(ctx)
+	p.cancel = cancel
+	p.started = time.Now()
+	c := api.NewClient(w.client.Socket())
+	go func() {
+		defer close(p.done)
+		defer c.Close()
+		p.code, p.err = c.Exec(actx, l.id, api.ExecRequest{Command: p.command, Env: w.agent.env(l.modelBase, l.modelKey), Workdir: j.policy.Workdir},
+			nil, &p.stdout, &p.stderr)
+	}()
+	a, err := p.await(ctx, 3*time.Minute)
+	if err != nil {
+		p.stop(ctx)
+		return nil, fmt.Errorf("%s did not ask its model for a first step: %w%s", w.agent.Name, err, p.tail())
+	}
+	p.first = time.Since(p.started)
+	if a.step != 0 {
+		p.stop(ctx)
+		return nil, fmt.Errorf("%s's first call to its model answered step %d, want 0", w.agent.Name, a.step)
+	}
+	p.pending = &a
+	return p, nil
+}
+
+// pace is the model server's Pacer: it hands the arrival to the runner and
+// waits for its answer.
+func (p *agentProc) pace(ctx context.Context, step int, results map[string]modelsrv.ToolResult) bool {
+	select {
+	case p.arrive <- arrival{step: step, results: results}:
+	case <-ctx.Done():
+		return false
+	case <-p.quit:
+		return false
+	}
+	select {
+	case ok := <-p.reply:
+		return ok
+	case <-ctx.Done():
+		return false
+	case <-p.quit:
+		return false
+	}
+}
+
+// errAgentExited is returned when the agent ended while the runner waited
+// for it to come back to its model.
+var errAgentExited = errors.New("the agent exited")
+
+// await waits for the agent's next call to its model.
+func (p *agentProc) await(ctx context.Context, timeout time.Duration) (arrival, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case a := <-p.arrive:
+		return a, nil
+	case <-p.done:
+		return arrival{}, fmt.Errorf("%w with status %d (%v)", errAgentExited, p.code, p.err)
+	case <-t.C:
+		return arrival{}, errTimeout
+	case <-ctx.Done():
+		return arrival{}, ctx.Err()
+	}
+}
+
+// run makes the agent's model answer with the next action's tool call and
+// waits until the agent brings its result back.
+func (p *agentProc) run(ctx context.Context, a catalog.Action, timeout time.Duration) (Output, error) {
+	if p.pending == nil || p.next >= len(p.actions) || p.actions[p.next].ID != a.ID {
+		return Output{}, fmt.Errorf("the agent's script is not at action %s", a.ID)
+	}
+	step := p.next
+	p.pending = nil
+	select {
+	case p.reply <- true:
+	case <-p.done:
+		return Output{}, fmt.Errorf("%w with status %d (%v)", errAgentExited, p.code, p.err)
+	case <-ctx.Done():
+		return Output{}, ctx.Err()
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		next, err := p.await(ctx, time.Until(deadline))
+		if err != nil {
+			return Output{}, err
+		}
+		if next.step <= step {
+			// The agent asked again for a step it was given (a retry).
+			select {
+			case p.reply <- true:
+			case <-p.done:
+			}
+			continue
+		}
+		p.pending, p.next = &next, step+1
+		for _, r := range next.results {
+			if r.Step == step && r.Index == 0 {
+				return Output{ExitCode: exitCode(r), Stdout: truncate(toolOutput(r.Output))}, nil
+			}
+		}
+		return Output{}, fmt.Errorf("the agent came back without the result of %s", a.ID)
+	}
+}
+
+// exitCodeRE finds the exit status in a failed shell tool call's result
+// (Claude Code: "Exit code 3"; Codex: "Process exited with code 3").
+var exitCodeRE = regexp.MustCompile(`(?i)exit(?:ed with)? code:? (\d+)`)
+
+// reminderRE matches the notes an agent adds to a tool's output for its
+// model (Claude Code: <system-reminder>...</system-reminder>).
+var reminderRE = regexp.MustCompile(`(?s)\s*<system-reminder>.*?</system-reminder>\s*`)
+
+// toolOutput is what the command printed, from the tool result the agent
+// made of it: without the agent's own notes, its exit status line or its
+// word for no output.
+func toolOutput(s string) string {
+	s = reminderRE.ReplaceAllString(s, "\n")
+	s = strings.TrimSpace(s)
+	if m := exitCodeRE.FindStringIndex(s); m != nil && m[0] == 0 {
+		s = strings.TrimSpace(s[m[1]:])
+	}
+	// Codex heads the output with lines of its own, the status among
+	// them, down to "Output:".
+	if head, out, ok := strings.Cut(s, "\nOutput:\n"); ok && strings.HasPrefix(head, "Chunk ID:") && exitCodeRE.MatchString(head) {
+		s = out
+	}
+	switch s {
+	case "(Bash completed with no output)", "(no output)":
+		return ""
+	}
+	return s
+}
+
+func exitCode(r modelsrv.ToolResult) int {
+	if m := exitCodeRE.FindStringSubmatch(r.Output); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil {
+			return n
+		}
+	}
+	if r.IsError {
+		return 1
+	}
+	return 0
+}
+
+// stop ends the agent: its model's pending answer is the final message, and
+// an agent that does not exit within ten seconds is killed.
+func (p *agentProc) stop(ctx context.Context) {
+	if p.pending != nil {
+		select {
+		case p.reply <- false:
+		case <-p.done:
+		case <-time.After(time.Second):
+		}
+		p.pending = nil
+	}
+	close(p.quit)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+	case <-ctx.Done():
+	}
+	p.cancel()
+	<-p.done
+}
+
+func (p *agentProc) tail() string {
+	s := strings.TrimSpace(p.stderr.String())
+	if s == "" {
+		return ""
+	}
+	if len(s) > 2000 {
+		s = s[len(s)-2000:]
+	}
+	return ": " + s
+}
+
+// AgentRun is one agent process of a run, as transcripts/INDEX.json lists
+// it.
+type AgentRun struct {
+	Session  string   `json:"session"`
+	Config   string   `json:"config"`
+	Command  []string `json:"command"`
+	Actions  []string `json:"actions"` // the script's, in order
+	Done     int      `json:"done"`    // how many of them it carried out
+	ExitCode int      `json:"exit_code"`
+	Error    string   `json:"error,omitempty"`
+	// FirstCallMS is the time from the agent's start to its first call
+	// to its model.
+	FirstCallMS float64 `json:"first_call_ms"`
+	// KeyInjected: the agent held a placeholder, and the gateway put the
+	// key into its calls; otherwise the key was in its environment.
+	KeyInjected bool `json:"key_injected"`
+	// KeyCalls and MainCalls count the model calls that carried the real
+	// key, and the main-loop calls.
+	KeyCalls  int `json:"key_calls"`
+	MainCalls int `json:"main_calls"`
+	// Transcript is the agent's own output (stream-json, JSON lines),
+	// Calls the model server's record of its calls, both under
+	// transcripts/.
+	Transcript string `json:"transcript"`
+	Calls      string `json:"calls"`
+}
+
+// agentLog collects a run's agent processes, their transcripts written
+// into dir.
+type agentLog struct {
+	dir  string
+	mu   sync.Mutex
+	runs []AgentRun // +checklocks:mu
+}
+
+func (g *agentLog) add(p *agentProc, session, config string, injected bool, key string) error {
+	r, err := p.record(g.dir, session, config, key)
+	r.KeyInjected = injected
+	g.mu.Lock()
+	g.runs = append(g.runs, r)
+	g.mu.Unlock()
+	return err
+}
+
+// take returns the runs collected, by session.
+func (g *agentLog) take() []AgentRun {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := slices.Clone(g.runs)
+	slices.SortFunc(out, func(a, b AgentRun) int { return strings.Compare(a.Session, b.Session) })
+	return out
+}
+
+// record writes the agent's transcript and its model calls into dir and
+// describes the run. key is the model host's real API key: each call
+// recorded says whether it carried it.
+func (p *agentProc) record(dir, session, config, key string) (AgentRun, error) {
+	r := AgentRun{Session: session, Config: config, Command: p.command, Done: p.next, ExitCode: p.code,
+		FirstCallMS: float64(p.first.Microseconds()) / 1000}
+	for _, a := range p.actions {
+		r.Actions = append(r.Actions, a.ID)
+	}
+	if p.err != nil {
+		r.Error = p.err.Error()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return r, err
+	}
+	r.Transcript, r.Calls = session+".jsonl", session+".calls.jsonl"
+	out := p.stdout.String()
+	if s := p.stderr.String(); s != "" {
+		out += s
+	}
+	if err := os.WriteFile(filepath.Join(dir, r.Transcript), []byte(out), 0o644); err != nil {
+		return r, err
+	}
+	var calls bytes.Buffer
+	for _, c := range p.srv.Calls() {
+		// Keys are not kept: the call says whether it carried the real
+		// one.
+		real := key != "" && c.APIKey() == key
+		if real {
+			r.KeyCalls++
+		}
+		if c.Kind == modelsrv.KindMain {
+			r.MainCalls++
+		}
+		fmt.Fprintf(&calls, "{\"time\":%q,\"method\":%q,\"path\":%q,\"kind\":%q,\"step\":%d,\"status\":%d,\"key\":%t,\"bytes\":%d}\n",
+			c.Time.UTC().Format(time.RFC3339Nano), c.Method, c.Path, c.Kind, c.Step, c.Status, real, len(c.Body))
+	}
+	return r, os.WriteFile(filepath.Join(dir, r.Calls), calls.Bytes(), 0o644)
+}
+
+// TranscriptsDir is where an agent run keeps its agents' transcripts, and
+// INDEX.json lists them (AgentRun).
+const TranscriptsDir = "transcripts"
+
+// checkAgentRun refuses an agent run the stack or the options cannot
+// carry.
+func checkAgentRun(st *Stack, opts Options) error {
+	switch {
+	case st.Models == nil:
+		return fmt.Errorf("agent %s: the stack serves no model hosts (StackConfig.ModelHosts): %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
+	case st.Models.Len() < opts.Workers || (opts.Workers <= 0 && st.Models.Len() < st.Worlds.Len()):
+		return fmt.Errorf("agent %s: %d model hosts for more workers: %w", opts.Agent.Name, st.Models.Len(), errdefs.ErrInvalidArgument)
+	case len(opts.Gates) > 0:
+		return fmt.Errorf("agent %s: its own permission mode is the gate; --gate goes with the catalog runs only: %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
+	case opts.Naive:
+		return fmt.Errorf("agent %s: --naive runs the catalog's commands without an agent: %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// agentNotes are the report's lines on an agent run: the agent, its
+// version and permission mode, the model, and what its processes did.
+func agentNotes(a *Agent, st *Stack, res *Result) []string {
+	version := "(version unknown)"
+	if imgs, err := st.Client.ListImages(context.Background()); err == nil {
+		for _, im := range imgs {
+			if v := im.Labels[api.LabelAgentVersion]; v != "" && strings.Contains(st.Image, strings.TrimPrefix(im.Name, "docker.io/")) {
+				version = v
+			}
+		}
+	}
+	var firsts []float64
+	injected, keyCalls, done, failed := 0, 0, 0, 0
+	for _, r := range res.Agents {
+		firsts = append(firsts, r.FirstCallMS)
+		if r.KeyInjected {
+			injected++
+		}
+		keyCalls += r.KeyCalls
+		done += r.Done
+		if r.Error != "" || r.ExitCode != 0 {
+			failed++
+		}
+	}
+	slices.Sort(firsts)
+	median := 0.0
+	if len(firsts) > 0 {
+		median = firsts[len(firsts)/2]
+	}
+	total := time.Duration(0)
+	for _, r := range res.Runs {
+		total += time.Duration(r.Millis * float64(time.Millisecond))
+	}
+	per := time.Duration(0)
+	if len(res.Runs) > 0 {
+		per = total / time.Duration(len(res.Runs))
+	}
+	return []string{
+		fmt.Sprintf("agent: %s %s in %s, permission mode %s, model %s played by a scripted model server (internal/modelsrv): one shell tool call per action, the world and workspace reset between calls",
+			a.Name, version, st.Image, a.PermissionMode(), a.Model),
+		fmt.Sprintf("agent processes: %d (%d ended with an error), %d tool calls; first model call a median %.1f s after start; a run (tool call to result) %v on average; API key injected by the gateway in %d processes, in the agent's environment in the others (%d calls carried the real key); transcripts in %s/",
+			len(res.Agents), failed, done, median/1000, per.Round(time.Millisecond), injected, keyCalls, TranscriptsDir),
+	}
+}

@@ -1,0 +1,71 @@
+package runner
+
+import (
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/modelsrv"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+func TestToolOutput(t *testing.T) {
+	for _, c := range []struct {
+		in   modelsrv.ToolResult
+		out  string
+		code int
+	}{
+		{modelsrv.ToolResult{Output: "Exit code 22\ncurl: (22) 403\n\n<system-reminder>\n<total_tokens>1 left</total_tokens>\n</system-reminder>", IsError: true}, "curl: (22) 403", 22},
+		{modelsrv.ToolResult{Output: "(Bash completed with no output)\n\n<system-reminder>x</system-reminder>"}, "", 0},
+		{modelsrv.ToolResult{Output: "Process exited with code 3\nOutput:\nboom"}, "Process exited with code 3\nOutput:\nboom", 3},
+		{modelsrv.ToolResult{Output: "Chunk ID: 9e495e\nWall time: 0.0000 seconds\nProcess exited with code 1\nOriginal token count: 67\nOutput:\nPermission denied"}, "Permission denied", 1},
+		{modelsrv.ToolResult{Output: "denied", IsError: true}, "denied", 1},
+		{modelsrv.ToolResult{Output: "a\nb"}, "a\nb", 0},
+	} {
+		if got := toolOutput(c.in.Output); got != c.out {
+			t.Errorf("toolOutput(%q) = %q, want %q", c.in.Output, got, c.out)
+		}
+		if got := exitCode(c.in); got != c.code {
+			t.Errorf("exitCode(%q) = %d, want %d", c.in.Output, got, c.code)
+		}
+	}
+}
+
+func TestParseAgent(t *testing.T) {
+	for _, name := range []string{AgentClaudeCode, AgentCodex} {
+		a, err := ParseAgent(name)
+		if err != nil || a.Name != name || a.Model == "" {
+			t.Errorf("ParseAgent(%q) = %+v, %v", name, a, err)
+		}
+	}
+	for _, bad := range []string{"", "claude", "exec:x"} {
+		if _, err := ParseAgent(bad); err == nil {
+			t.Errorf("ParseAgent(%q) accepted", bad)
+		}
+	}
+}
+
+// The model host is reached over HTTP with the key in the agent's
+// environment where the session has no gateway, and over HTTPS with the
+// key injected by the gateway where it has one; the policy stays valid.
+func TestWithModel(t *testing.T) {
+	m := &Models{hosts: []string{"model-0.bench.test"}, keys: []string{"sk-0"}, dir: "/s"}
+	for _, name := range []string{AgentClaudeCode, AgentCodex} {
+		a, _ := ParseAgent(name)
+		open := &policies.Policy{Egress: &policies.Egress{Allow: []string{"git.bench.test"}}}
+		base, key := a.withModel(open, m, 0)
+		if base != "http://model-0.bench.test" || key != "sk-0" || len(open.Secrets) != 0 || open.Egress.Allow[1] != "model-0.bench.test:80" {
+			t.Errorf("%s without the gateway: %s %q %+v", name, base, key, open.Egress)
+		}
+		if env := a.env(base, key); env[a.keyVar()] != "sk-0" {
+			t.Errorf("%s: env %v holds no key", name, env)
+		}
+		gw := &policies.Policy{Egress: &policies.Egress{Allow: []string{"git.bench.test"}, L7: policies.L7Check}}
+		base, key = a.withModel(gw, m, 0)
+		if base != "https://model-0.bench.test" || key != "" || len(gw.Secrets) != 1 || gw.Secrets[0].From != "file:/s/model-0.bench.test/key" ||
+			gw.Secrets[0].Inject[0].Host != "model-0.bench.test" || gw.Secrets[0].Name != a.keyVar() {
+			t.Errorf("%s with the gateway: %s %q %+v", name, base, key, gw.Secrets)
+		}
+		if env := a.env(base, key); env[a.keyVar()] != "" {
+			t.Errorf("%s: env %v holds a key the gateway injects", name, env)
+		}
+	}
+}

@@ -1,0 +1,173 @@
+package perf
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/modelsrv"
+	"github.com/airlock-sandbox/airlock/perf/stats"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// TestFirstModelRequestFromServer drives a real model server with the
+// calls an agent makes before its main loop (a probe, a side call) and
+// then two main-loop requests: the first of those is the one timed, and
+// the calls before it are counted.
+func TestFirstModelRequestFromServer(t *testing.T) {
+	srv, err := modelsrv.New(modelsrv.Script{Final: agentFinal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	const key = "sk-perf-key"
+	send := func(method, body string) {
+		t.Helper()
+		req, err := http.NewRequest(method, ts.URL+"/v1/messages", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if method == http.MethodHead {
+			req.URL.Path = "/api/hello"
+		}
+		req.Header.Set("X-Api-Key", key)
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	start := time.Now()
+	send(http.MethodHead, "")
+	send(http.MethodPost, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"title this"}]}`)
+	time.Sleep(20 * time.Millisecond)
+	main := `{"model":"m","max_tokens":10,"tools":[{"name":"` + modelsrv.ClaudeBash + `","input_schema":{}}],"messages":[{"role":"user","content":"go"}]}`
+	send(http.MethodPost, main)
+	send(http.MethodPost, main)
+
+	calls := srv.Calls()
+	if kinds := []string{calls[0].Kind, calls[1].Kind, calls[2].Kind}; !slices.Equal(kinds, []string{modelsrv.KindProbe, modelsrv.KindSide, modelsrv.KindMain}) {
+		t.Fatalf("call kinds %v", kinds)
+	}
+	d, before, err := firstModelRequest(calls, start, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before != 2 {
+		t.Errorf("%d calls before the first main request, want 2", before)
+	}
+	if want := calls[2].Time.Sub(start); d != want || d < 20*time.Millisecond {
+		t.Errorf("time to the first main request %v, want %v (after the 20ms pause)", d, want)
+	}
+}
+
+func TestFirstModelRequestRefuses(t *testing.T) {
+	start := time.Now()
+	hdr := func(k string) http.Header { return http.Header{"X-Api-Key": {k}} }
+	const key = "sk-perf-0123456789abcdef"
+	for _, tc := range []struct {
+		name  string
+		calls []modelsrv.Call
+		want  string
+	}{
+		{"no calls", nil, "received no request"},
+		{"no main call", []modelsrv.Call{{Kind: modelsrv.KindProbe, Method: "HEAD", Path: "/api/hello", Time: start.Add(time.Second)}}, "no main request among the model server's 1: probe HEAD /api/hello"},
+		{"before the start", []modelsrv.Call{{Kind: modelsrv.KindMain, Header: hdr(key), Time: start.Add(-time.Millisecond)}}, "before the run started"},
+		{"placeholder, not the key", []modelsrv.Call{{Kind: modelsrv.KindMain, Header: hdr("airlock-secret-0123456789"), Time: start.Add(time.Second)}}, "carried the key \"airlock-secr…\""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := firstModelRequest(tc.calls, start, key)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	// A main call with the key as a bearer token counts (Codex).
+	d, n, err := firstModelRequest([]modelsrv.Call{
+		{Kind: modelsrv.KindModels, Time: start.Add(time.Millisecond)},
+		{Kind: modelsrv.KindMain, Header: http.Header{"Authorization": {"Bearer " + key}}, Time: start.Add(1500 * time.Millisecond)},
+	}, start, key)
+	if err != nil || d != 1500*time.Millisecond || n != 1 {
+		t.Errorf("bearer main call: %v %d %v, want 1.5s 1 nil", d, n, err)
+	}
+}
+
+func TestAgentRowSummary(t *testing.T) {
+	ms := func(xs ...int) []agentRun {
+		var out []agentRun
+		for _, x := range xs {
+			out = append(out, agentRun{first: time.Duration(x) * time.Millisecond, exit: time.Duration(2*x) * time.Millisecond, before: 1})
+		}
+		return out
+	}
+	row := AgentRow{
+		Agent: "claude-code", Example: "examples/claude-code.hcl", Image: "airlock/claude-code:bookworm",
+		Airlock: side("airlock run --rm -f x.hcl", ms(3000, 1000, 2000), []string{"a", "b", "c", "d"}),
+		Bare:    side("env -i claude", ms(500, 400, 600), nil),
+	}
+	row.compare()
+	if a := row.Airlock; a.FirstRequestMS.N != 3 || a.FirstRequestMS.Median != 2000 || a.ExitMS.Median != 4000 || a.Failures != 4 || len(a.Errors) != 3 {
+		t.Errorf("airlock side %+v", a)
+	}
+	if row.Ratio != 4 || row.AddedMS != 1500 {
+		t.Errorf("ratio %v added %v, want 4 and 1500", row.Ratio, row.AddedMS)
+	}
+	r := &Report{AgentStart: &AgentStart{Runs: 3, Reproduce: "hack/perf.sh -only agentstart -agent-runs 3 -agents claude-code", Agents: []AgentRow{row}}}
+	md := r.Markdown()
+	for _, want := range []string{
+		"| claude-code: `airlock run` of examples/claude-code.hcl to the agent's first model request (ms) | 2000 (1200–2800) | bare on the host: 500 (420–580) | ×4.00 (+1500 ms) |",
+		"| claude-code | airlock run --rm examples/claude-code.hcl | 2000 (1200–2800) | 2800 | 4000 (2400–5600) | 1 | 4 |",
+		"| claude-code | bare | 500 (420–580) | 580 |",
+		"airlock ×4.00 of bare, +1500 ms",
+		"Reproduce: `hack/perf.sh -only agentstart -agent-runs 3 -agents claude-code`",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+
+	// A side without a successful run: no ratio, no summary row.
+	row.Bare = side("env -i claude", nil, []string{"exit status 1: boom"})
+	row.compare()
+	if row.Ratio != 0 || row.AddedMS != 0 {
+		t.Errorf("ratio %v added %v without bare runs, want 0", row.Ratio, row.AddedMS)
+	}
+	r.AgentStart.Agents = []AgentRow{row}
+	md = r.Markdown()
+	if strings.Contains(md, "to the agent's first model request (ms) |") || !strings.Contains(md, "no ratio") || !strings.Contains(md, "A failed bare run: exit status 1: boom") {
+		t.Errorf("report without bare runs:\n%s", md)
+	}
+	if row.Bare.FirstRequestMS != (stats.Summary{}) {
+		t.Errorf("bare summary %+v, want empty", row.Bare.FirstRequestMS)
+	}
+}
+
+func TestBareEnv(t *testing.T) {
+	p := &policies.Policy{
+		Env:     map[string]string{"HOME": "/tmp", "ANTHROPIC_BASE_URL": "https://api.x.test"},
+		Secrets: []policies.Secret{{Name: "ANTHROPIC_API_KEY"}, {Name: "OTHER", EnvVar: "OTHER_VAR"}},
+	}
+	got := bareEnv(p, "sk-1", "/ca.pem")
+	want := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "ANTHROPIC_BASE_URL=https://api.x.test", "HOME=/tmp",
+		"ANTHROPIC_API_KEY=sk-1", "OTHER_VAR=sk-1", "SSL_CERT_FILE=/ca.pem", "NODE_EXTRA_CA_CERTS=/ca.pem"}
+	if !slices.Equal(got, want) {
+		t.Errorf("bareEnv\n got %q\nwant %q", got, want)
+	}
+	if shown := strings.Join(redactEnv(got, "sk-1"), " "); strings.Contains(shown, "sk-1") || !strings.Contains(shown, "ANTHROPIC_API_KEY=$KEY") {
+		t.Errorf("redactEnv: %s", shown)
+	}
+	for in, want := range map[string][2]int{"1000:1000": {1000, 1000}, "1000": {1000, 1000}, "": {65534, 65534}, "5:7": {5, 7}} {
+		uid, gid, err := parseUser(in)
+		if err != nil || uid != want[0] || gid != want[1] {
+			t.Errorf("parseUser(%q) = %d %d %v", in, uid, gid, err)
+		}
+	}
+	if _, _, err := parseUser("agent"); err == nil {
+		t.Error("parseUser(agent): no error")
+	}
+}

@@ -62,6 +62,19 @@ type AgentSide struct {
 	// answered with the final message) and, for airlock run --rm, the
 	// session removed.
 	ExitMS stats.Summary `json:"exit_ms"`
+	// LaunchMS runs, on the airlock side, from the fork of `airlock run`
+	// to the session's start as the daemon records it (sandbox prepared,
+	// the command launched); InSandboxMS from there to the first main
+	// request: the agent's own start inside the sandbox, through the
+	// gateway. A run whose session the harness could not read in time
+	// (it lists sessions when the first request arrives) is missing from
+	// both.
+	LaunchMS    stats.Summary `json:"launch_ms,omitzero"`
+	InSandboxMS stats.Summary `json:"in_sandbox_ms,omitzero"`
+	// WarmupMS is the warm-up run's time to the first main request (the
+	// first after the image import: it unpacks the image; -1 when it
+	// failed).
+	WarmupMS float64 `json:"warmup_ms"`
 	// CallsBefore is, per run, the model server's calls before the first
 	// main one (the agent's probes and side calls).
 	CallsBefore stats.Summary `json:"calls_before"`
@@ -90,6 +103,8 @@ var AgentRecipes = []string{"claude-code", "codex"}
 type agentRun struct {
 	first, exit time.Duration
 	before      int
+	// launched is the time to the session's start (0: unknown).
+	launched time.Duration
 }
 
 // firstModelRequest finds, among the calls a model server recorded, the
@@ -130,14 +145,19 @@ func redact(s string) string {
 
 // side summarizes a side's runs.
 func side(command string, runs []agentRun, errs []string) AgentSide {
-	var first, exit, before []float64
+	var first, exit, before, launch, inside []float64
 	for _, r := range runs {
-		first = append(first, float64(r.first)/float64(time.Millisecond))
-		exit = append(exit, float64(r.exit)/float64(time.Millisecond))
+		first = append(first, ms(r.first))
+		exit = append(exit, ms(r.exit))
 		before = append(before, float64(r.before))
+		if r.launched > 0 {
+			launch = append(launch, ms(r.launched))
+			inside = append(inside, ms(r.first-r.launched))
+		}
 	}
 	s := AgentSide{
 		Command: command, FirstRequestMS: stats.Summarize(first), ExitMS: stats.Summarize(exit),
+		LaunchMS: stats.Summarize(launch), InSandboxMS: stats.Summarize(inside),
 		CallsBefore: stats.Summarize(before), Failures: len(errs),
 	}
 	if len(errs) > 3 {
@@ -171,21 +191,29 @@ func (a *AgentStart) summary(p printer) {
 func (a *AgentStart) markdown(p printer) {
 	p("## 9. Agent start: time to the first model request\n\nReproduce: `%s` (%d runs per side after one warm-up each, interleaved: in each round the sandboxed run, then the bare one).\n\n", a.Reproduce, a.Runs)
 	p("Setup: %s\n\n", a.Setup)
-	p("| agent | side | to first model request, median (p10–p90) (ms) | p90 (ms) | to exit (ms) | calls before it | failures |\n|---|---|---|---|---|---|---|\n")
+	p("| agent | side | to first model request, median (p10–p90) (ms) | p90 (ms) | of which: to the session's start / the agent in the sandbox (ms) | warm-up run (ms) | to exit (ms) | calls before it | failures |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range a.Agents {
 		for _, s := range []struct {
 			name string
 			side AgentSide
 		}{{"airlock run --rm " + r.Example, r.Airlock}, {"bare", r.Bare}} {
+			warm := "–"
+			if s.side.WarmupMS > 0 {
+				warm = fmt.Sprintf("%.0f", s.side.WarmupMS)
+			}
 			if s.side.FirstRequestMS.N == 0 {
-				p("| %s | %s | – | – | – | – | %d |\n", r.Agent, s.name, s.side.Failures)
+				p("| %s | %s | – | – | – | %s | – | – | %d |\n", r.Agent, s.name, warm, s.side.Failures)
 				continue
 			}
-			p("| %s | %s | %s | %.0f | %s | %.0f | %d |\n", r.Agent, s.name, s.side.FirstRequestMS.Spread("%.0f"), s.side.FirstRequestMS.P90,
-				s.side.ExitMS.Spread("%.0f"), s.side.CallsBefore.Median, s.side.Failures)
+			split := "–"
+			if s.side.LaunchMS.N > 0 {
+				split = fmt.Sprintf("%.0f / %.0f", s.side.LaunchMS.Median, s.side.InSandboxMS.Median)
+			}
+			p("| %s | %s | %s | %.0f | %s | %s | %s | %.0f | %d |\n", r.Agent, s.name, s.side.FirstRequestMS.Spread("%.0f"), s.side.FirstRequestMS.P90,
+				split, warm, s.side.ExitMS.Spread("%.0f"), s.side.CallsBefore.Median, s.side.Failures)
 		}
 	}
-	p("\n")
+	p("\nThe session's start is the time the daemon records when it has launched the command in the prepared sandbox (`started` in `airlock inspect`), read by the harness when the first request arrives; the split's parts are medians of their own and need not add up. The warm-up run is the first after the image import (its snapshot unpacked then); it is not in the other columns. The calls before the first main request are the agent's own probes and side calls (Claude Code: `HEAD /api/hello`).\n\n")
 	for _, r := range a.Agents {
 		p("%s (%s", r.Agent, r.Image)
 		if r.Version != "" {

@@ -80,21 +80,28 @@ func MeasureAgentStart(ctx context.Context, e *Env, cfg AgentStartConfig) (*Agen
 
 // swapHandler serves with the handler set last: each run gets a fresh
 // model server, so its calls are that run's alone.
+// Its hook, if any, runs (in a goroutine of its own) on the first request
+// after set.
 type swapHandler struct {
-	mu sync.Mutex
-	h  http.Handler
+	mu   sync.Mutex
+	h    http.Handler
+	hook func()
 }
 
-func (s *swapHandler) set(h http.Handler) {
+func (s *swapHandler) set(h http.Handler, hook func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.h = h
+	s.h, s.hook = h, hook
 }
 
 func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	h := s.h
+	h, hook := s.h, s.hook
+	s.hook = nil
 	s.mu.Unlock()
+	if hook != nil {
+		go hook()
+	}
 	if h == nil {
 		http.Error(w, "no model server", http.StatusServiceUnavailable)
 		return
@@ -112,6 +119,8 @@ type agentSetup struct {
 	bareDir  string
 	homeRoot string
 	uid, gid int
+	// label is the example's session label.
+	label string
 }
 
 func measureAgent(ctx context.Context, e *Env, cfg AgentStartConfig, agent string, bins map[string]string, idx int) (*AgentRow, error) {
@@ -146,6 +155,7 @@ func measureAgent(ctx context.Context, e *Env, cfg AgentStartConfig, agent strin
 
 	var aRuns, bRuns []agentRun
 	var aErrs, bErrs []string
+	aWarm, bWarm := -1.0, -1.0
 	for round := range cfg.Runs + 1 {
 		if ctx.Err() != nil {
 			return row, ctx.Err()
@@ -160,6 +170,8 @@ func measureAgent(ctx context.Context, e *Env, cfg AgentStartConfig, agent strin
 			}
 		} else if err != nil {
 			e.cfg.Logf("agentstart: %s warm-up in airlock: %v", agent, err)
+		} else {
+			aWarm = ms(r.first)
 		}
 		r, err = s.runBare(ctx, cfg.Timeout)
 		if round > 0 {
@@ -170,10 +182,13 @@ func measureAgent(ctx context.Context, e *Env, cfg AgentStartConfig, agent strin
 			}
 		} else if err != nil {
 			e.cfg.Logf("agentstart: %s warm-up bare: %v", agent, err)
+		} else {
+			bWarm = ms(r.first)
 		}
 	}
 	row.Airlock = side(row.Airlock.Command, aRuns, aErrs)
 	row.Bare = side(row.Bare.Command, bRuns, bErrs)
+	row.Airlock.WarmupMS, row.Bare.WarmupMS = aWarm, bWarm
 	if len(aRuns) == 0 || len(bRuns) == 0 {
 		return fail(fmt.Errorf("no successful run on a side (airlock %d, bare %d of %d)", len(aRuns), len(bRuns), cfg.Runs))
 	}
@@ -239,6 +254,7 @@ func setupAgent(e *Env, agent, example string, bins map[string]string, idx int) 
 	if err != nil {
 		return nil, nil, err
 	}
+	s.label = p.Label
 	names := make([]string, 0, len(vars))
 	for k := range vars {
 		names = append(names, k)
@@ -325,7 +341,23 @@ func redactEnv(env []string, key string) []string {
 func (s *agentSetup) runAirlock(ctx context.Context, e *Env, timeout time.Duration) (agentRun, error) {
 	cmd := exec.Command(s.airlock[0], s.airlock[1:]...)
 	cmd.Dir = e.cfg.Repo
-	r, err := s.timed(ctx, cmd, timeout)
+	// When the agent's first request arrives, its session runs: read the
+	// time the daemon recorded for its start.
+	started := func() (time.Time, bool) {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		list, err := e.Client.ListSessions(lctx)
+		if err != nil {
+			return time.Time{}, false
+		}
+		for _, ss := range list {
+			if ss.Label == s.label && ss.Started != nil {
+				return *ss.Started, true
+			}
+		}
+		return time.Time{}, false
+	}
+	r, err := s.timed(ctx, cmd, timeout, started)
 	if err != nil {
 		// A session the CLI left (killed at the timeout) must not run
 		// beside the next run.
@@ -358,18 +390,27 @@ func (s *agentSetup) runBare(ctx context.Context, timeout time.Duration) (agentR
 	env = append(env, "AGENT_UID="+strconv.Itoa(s.uid), "AGENT_GID="+strconv.Itoa(s.gid))
 	cmd := exec.Command(s.bare[0], s.bare[1:]...)
 	cmd.Dir, cmd.Env = s.bareDir, env
-	return s.timed(ctx, cmd, timeout)
+	return s.timed(ctx, cmd, timeout, nil)
 }
 
 // timed runs cmd against a fresh model server and returns the time from
-// its start to the first main request and to its exit.
-func (s *agentSetup) timed(ctx context.Context, cmd *exec.Cmd, timeout time.Duration) (agentRun, error) {
+// its start to the first main request and to its exit; started, if set,
+// is asked on the first request for the time the session started.
+func (s *agentSetup) timed(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, started func() (time.Time, bool)) (agentRun, error) {
 	srv, err := modelsrv.New(modelsrv.Script{Final: agentFinal})
 	if err != nil {
 		return agentRun{}, err
 	}
-	s.api.set(srv)
-	defer s.api.set(nil)
+	launched := make(chan time.Time, 1)
+	var hook func()
+	if started != nil {
+		hook = func() {
+			t, _ := started()
+			launched <- t
+		}
+	}
+	s.api.set(srv, hook)
+	defer s.api.set(nil, nil)
 	var stdout, stderr limitedBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -401,7 +442,17 @@ func (s *agentSetup) timed(ctx context.Context, cmd *exec.Cmd, timeout time.Dura
 	if !strings.Contains(stdout.String(), agentFinal) {
 		return agentRun{}, fmt.Errorf("the transcript lacks the model's final message: %s", lastLine(stdout.String()))
 	}
-	return agentRun{first: first, exit: exit, before: before}, nil
+	r := agentRun{first: first, exit: exit, before: before}
+	if started != nil {
+		select {
+		case t := <-launched:
+			if t.After(start) && t.Sub(start) < first {
+				r.launched = t.Sub(start)
+			}
+		case <-time.After(10 * time.Second):
+		}
+	}
+	return r, nil
 }
 
 // fetchAgents runs hack/fetch-agents.sh and returns the binaries by

@@ -98,32 +98,44 @@ func TestFirstModelRequestRefuses(t *testing.T) {
 }
 
 func TestAgentRowSummary(t *testing.T) {
-	ms := func(xs ...int) []agentRun {
+	// runs with the session's start a quarter in when launch.
+	runs := func(launch bool, xs ...int) []agentRun {
 		var out []agentRun
 		for _, x := range xs {
-			out = append(out, agentRun{first: time.Duration(x) * time.Millisecond, exit: time.Duration(2*x) * time.Millisecond, before: 1})
+			d := time.Duration(x) * time.Millisecond
+			r := agentRun{first: d, exit: 2 * d, before: 1}
+			if launch {
+				r.launched = d / 4
+			}
+			out = append(out, r)
 		}
 		return out
 	}
 	row := AgentRow{
 		Agent: "claude-code", Example: "examples/claude-code.hcl", Image: "airlock/claude-code:bookworm",
-		Airlock: side("airlock run --rm -f x.hcl", ms(3000, 1000, 2000), []string{"a", "b", "c", "d"}),
-		Bare:    side("env -i claude", ms(500, 400, 600), nil),
+		// A run whose session start was not read counts in the total
+		// alone.
+		Airlock: side("airlock run --rm -f x.hcl", append(runs(true, 3000, 1000, 2000), agentRun{first: 10 * time.Second, exit: 11 * time.Second}), []string{"a", "b", "c", "d"}),
+		Bare:    side("env -i claude", runs(false, 500, 400, 600), nil),
 	}
+	row.Airlock.WarmupMS, row.Bare.WarmupMS = 9000, -1
 	row.compare()
-	if a := row.Airlock; a.FirstRequestMS.N != 3 || a.FirstRequestMS.Median != 2000 || a.ExitMS.Median != 4000 || a.Failures != 4 || len(a.Errors) != 3 {
+	if a := row.Airlock; a.FirstRequestMS.N != 4 || a.FirstRequestMS.Median != 2500 || a.ExitMS.Median != 5000 || a.Failures != 4 || len(a.Errors) != 3 {
 		t.Errorf("airlock side %+v", a)
 	}
-	if row.Ratio != 4 || row.AddedMS != 1500 {
-		t.Errorf("ratio %v added %v, want 4 and 1500", row.Ratio, row.AddedMS)
+	if a := row.Airlock; a.LaunchMS.N != 3 || a.LaunchMS.Median != 500 || a.InSandboxMS.N != 3 || a.InSandboxMS.Median != 1500 {
+		t.Errorf("airlock split: launch %+v in sandbox %+v, want 3 runs each, medians 500 and 1500", a.LaunchMS, a.InSandboxMS)
+	}
+	if row.Ratio != 5 || row.AddedMS != 2000 {
+		t.Errorf("ratio %v added %v, want 5 and 2000", row.Ratio, row.AddedMS)
 	}
 	r := &Report{AgentStart: &AgentStart{Runs: 3, Reproduce: "hack/perf.sh -only agentstart -agent-runs 3 -agents claude-code", Agents: []AgentRow{row}}}
 	md := r.Markdown()
 	for _, want := range []string{
-		"| claude-code: `airlock run` of examples/claude-code.hcl to the agent's first model request (ms) | 2000 (1200–2800) | bare on the host: 500 (420–580) | ×4.00 (+1500 ms) |",
-		"| claude-code | airlock run --rm examples/claude-code.hcl | 2000 (1200–2800) | 2800 | 4000 (2400–5600) | 1 | 4 |",
-		"| claude-code | bare | 500 (420–580) | 580 |",
-		"airlock ×4.00 of bare, +1500 ms",
+		"| claude-code: `airlock run` of examples/claude-code.hcl to the agent's first model request (ms) | 2500 (1300–7900) | bare on the host: 500 (420–580) | ×5.00 (+2000 ms) |",
+		"| claude-code | airlock run --rm examples/claude-code.hcl | 2500 (1300–7900) | 7900 | 500 / 1500 | 9000 | 5000 (2600–9500) | 1 | 4 |",
+		"| claude-code | bare | 500 (420–580) | 580 | – | – | 1000 (840–1160) | 1 | 0 |",
+		"airlock ×5.00 of bare, +2000 ms",
 		"Reproduce: `hack/perf.sh -only agentstart -agent-runs 3 -agents claude-code`",
 	} {
 		if !strings.Contains(md, want) {

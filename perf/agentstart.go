@@ -213,7 +213,7 @@ func (a *AgentStart) markdown(p printer) {
 				split, warm, s.side.ExitMS.Spread("%.0f"), s.side.CallsBefore.Median, s.side.Failures)
 		}
 	}
-	p("\nThe session's start is the time the daemon records when it has launched the command in the prepared sandbox (`started` in `airlock inspect`), read by the harness when the first request arrives; the split's parts are medians of their own and need not add up. The warm-up run is the first after the image import (its snapshot unpacked then); it is not in the other columns. The calls before the first main request are the agent's own probes and side calls (Claude Code: `HEAD /api/hello`).\n\n")
+	p("\nThe session's start is the time the daemon records when it has launched the command in the prepared sandbox (`started` in `airlock inspect`), read by the harness when the first request arrives; the split's parts are medians of their own and need not add up. The warm-up run is each side's first, right after the image import (which unpacks the image); it is not in the other columns. The calls before the first main request are the agent's own probes and side calls (Claude Code: `HEAD /api/hello`).\n\n")
 	for _, r := range a.Agents {
 		p("%s (%s", r.Agent, r.Image)
 		if r.Version != "" {
@@ -238,4 +238,23 @@ func (a *AgentStart) markdown(p printer) {
 		}
 		p("\n\n- airlock: `%s`\n- bare: `%s`\n\n", r.Airlock.Command, r.Bare.Command)
 	}
+}
+
+// findings describes each agent's ratio and where the added time goes.
+func (a *AgentStart) findings() []string {
+	var out []string
+	for _, r := range a.Agents {
+		al, b := r.Airlock, r.Bare
+		if r.Ratio == 0 {
+			continue
+		}
+		f := fmt.Sprintf("Agent start, %s: `airlock run` of %s reaches the agent's first model request in %.0f ms (median of %d), ×%.2f of the same binary started bare against the same model server (%.0f ms, %s ms).",
+			r.Agent, r.Example, al.FirstRequestMS.Median, al.FirstRequestMS.N, r.Ratio, b.FirstRequestMS.Median, signed(r.AddedMS))
+		if al.LaunchMS.N > 0 {
+			f += fmt.Sprintf(" Of it, %.0f ms run to the session's start (the CLI, the manifest, the sandbox with its overlay workspace and perimeter, the command launched) and %.0f ms are the agent's own start in the sandbox, its DNS through the proxy and its TLS terminated by the gateway, which injects the key.",
+				al.LaunchMS.Median, al.InSandboxMS.Median)
+		}
+		out = append(out, f)
+	}
+	return out
 }

@@ -432,6 +432,8 @@ func (s *agentSetup) timed(ctx context.Context, cmd *exec.Cmd, timeout time.Dura
 		err = fmt.Errorf("no exit within %v", timeout)
 	}
 	exit := time.Since(start)
+	// What the agent left running in its process group goes with it.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	if err != nil {
 		return agentRun{}, fmt.Errorf("%v: %s", err, lastLine(stderr.String()))
 	}

@@ -3,6 +3,7 @@ package perf
 import (
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -183,5 +184,23 @@ func TestBareEnv(t *testing.T) {
 	}
 	if _, _, err := parseUser("agent"); err == nil {
 		t.Error("parseUser(agent): no error")
+	}
+}
+
+// TestAdmissionPolicy: the harness's airlockd admits what the built-in
+// policy admits, but takes secrets from its own directory.
+func TestAdmissionPolicy(t *testing.T) {
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte(admissionPolicy("/tmp/alperf-x/secrets")))
+	if diags != nil {
+		t.Fatal(diags)
+	}
+	def := policies.DefaultAdmission()
+	if got, want := a.SecretSources, []policies.SecretSource{{From: "file:/tmp/alperf-x/secrets/*/*", Hosts: []string{policies.DirHost}}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("secret sources %+v, want %+v", got, want)
+	}
+	a.SecretSources, def.SecretSources = nil, nil
+	a.Source, def.Source = "", ""
+	if !reflect.DeepEqual(a, def) {
+		t.Errorf("admission\n got %+v\nwant %+v (the built-in policy)", a, def)
 	}
 }

@@ -222,8 +222,14 @@ func (e *Env) writeDaemonFiles() error {
 	if err := os.Mkdir(e.SecretsDir, 0o700); err != nil {
 		return err
 	}
-	adm := fmt.Sprintf("admission {\n  host_paths = [\"/\"]\n  secret_source \"file:%s/*/*\" {\n    hosts = [\"{dir}\"]\n  }\n}\n", e.SecretsDir)
-	return os.WriteFile(e.AdmissionFile, []byte(adm), 0o644)
+	return os.WriteFile(e.AdmissionFile, []byte(admissionPolicy(e.SecretsDir)), 0o644)
+}
+
+// admissionPolicy is the built-in admission policy with secrets from
+// dir/HOST/NAME, each injected into HOST alone, instead of from
+// /etc/airlock/secrets.
+func admissionPolicy(dir string) string {
+	return fmt.Sprintf("admission {\n  host_paths = [\"/\"]\n  secret_source \"file:%s/*/*\" {\n    hosts = [\"{dir}\"]\n  }\n}\n", dir)
 }
 
 func (e *Env) startDaemon(ctx context.Context) error {

@@ -59,7 +59,7 @@ func run() int {
 	l7Download := flag.String("l7-download", "1GiB", "body of each download of the L7 section")
 	flag.IntVar(&opts.AgentStart.Runs, "agent-runs", 5, "runs per side and agent of the agent start section")
 	agents := flag.String("agents", strings.Join(perf.AgentRecipes, ","), "agents of the agent start section ("+strings.Join(perf.AgentRecipes, ",")+"); their images are the archives in _output/RECIPE-image.path (`make images`)")
-	flag.DurationVar(&opts.AgentStart.Timeout, "agent-timeout", 3*time.Minute, "bound of each run of the agent start section")
+	flag.DurationVar(&opts.AgentStart.Timeout, "agent-timeout", 90*time.Second, "bound of each run of the agent start section")
 	flag.DurationVar(&opts.Budget, "budget", 8*time.Minute+30*time.Second, "finish measuring by then: no section starts in its last minute, no density level (measured last) whose estimated end is less than 30 s before it")
 	flag.Parse()
 

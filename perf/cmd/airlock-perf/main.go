@@ -7,8 +7,11 @@
 // containerd, namespaces. The L7 section runs the egress perimeter (its
 // gateway, DNS proxy and L7 gateway) in this process instead, with a world
 // namespace of its own, so that the gateway's CPU and memory are this
-// process's. Every load stays on loopback or in namespaces this process
-// creates, and is bounded in count and time.
+// process's. The agent start section imports the agent images (`make
+// images`) into the private containerd and runs the agents' real binaries
+// (hack/fetch-agents.sh) against a scripted model server on a world host.
+// Every load stays on loopback or in namespaces this process creates, and
+// is bounded in count and time.
 package main
 
 import (

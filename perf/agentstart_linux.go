@@ -151,7 +151,7 @@ func measureAgent(ctx context.Context, e *Env, cfg AgentStartConfig, agent strin
 		row.Version = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 	}
 	row.Airlock.Command = e.display(s.airlock)
-	row.Bare.Command = e.display(append(redactEnv(s.bareEnv, s.key), s.bare...))
+	row.Bare.Command = e.display(append(redactEnv(s.bareEnv, s.key, s.uid, s.gid), s.bare...))
 
 	var aRuns, bRuns []agentRun
 	var aErrs, bErrs []string
@@ -327,14 +327,14 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// redactEnv renders env for the report, the key replaced by $KEY and
-// prefixed with env(1).
-func redactEnv(env []string, key string) []string {
+// redactEnv renders env and the user for the report, the key replaced by
+// $KEY, as env(1)'s arguments.
+func redactEnv(env []string, key string, uid, gid int) []string {
 	out := []string{"env", "-i"}
 	for _, kv := range env {
 		out = append(out, strings.ReplaceAll(kv, key, "$KEY"))
 	}
-	return append(out, "AGENT_UID=1000", "AGENT_GID=1000")
+	return append(out, "AGENT_UID="+strconv.Itoa(uid), "AGENT_GID="+strconv.Itoa(gid))
 }
 
 // runAirlock times one `airlock run --rm` of the example.

@@ -173,7 +173,7 @@ func TestBareEnv(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("bareEnv\n got %q\nwant %q", got, want)
 	}
-	if shown := strings.Join(redactEnv(got, "sk-1"), " "); strings.Contains(shown, "sk-1") || !strings.Contains(shown, "ANTHROPIC_API_KEY=$KEY") {
+	if shown := strings.Join(redactEnv(got, "sk-1", 1000, 1001), " "); strings.Contains(shown, "sk-1") || !strings.Contains(shown, "ANTHROPIC_API_KEY=$KEY") || !strings.HasSuffix(shown, "AGENT_UID=1000 AGENT_GID=1001") {
 		t.Errorf("redactEnv: %s", shown)
 	}
 	for in, want := range map[string][2]int{"1000:1000": {1000, 1000}, "1000": {1000, 1000}, "": {65534, 65534}, "5:7": {5, 7}} {

@@ -55,7 +55,7 @@ fuzz: ## run every fuzz target for FUZZTIME executions
 bench: deps build image ## run the benchmark and print the report
 	@bash hack/bench.sh
 
-perf: deps build image ## measure airlock against its baselines: perf/report.md, perf/report.json (PERF_ARGS passes flags)
+perf: deps build images ## measure airlock against its baselines: perf/report.md, perf/report.json (PERF_ARGS passes flags)
 	@bash hack/perf.sh $(PERF_ARGS)
 
 fmt: ## gofmt the tree

@@ -14,6 +14,11 @@
 #   hack/perf.sh -only l7 -l7-download 256MiB
 #                                      # the L7 gateway beside the L3 path; needs
 #                                      # no airlockd, containerd or image
+#   hack/perf.sh -only agentstart -agent-runs 10 -agents claude-code
+#                                      # airlock run of examples/claude-code.hcl to the
+#                                      # agent's first model request, beside the bare
+#                                      # binary (needs `make images`; fetches the
+#                                      # agents' binaries with hack/fetch-agents.sh)
 #   hack/perf.sh -only coldstart -daemon-log-level debug -daemon-log /tmp/airlockd.log
 #                                      # keeps airlockd's per-step prepare/teardown timings
 #

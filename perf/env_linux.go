@@ -85,6 +85,15 @@ type Env struct {
 	Client *api.Client
 	// CtrRef is the agent image's reference in containerd.
 	CtrRef string
+	// WorldCAFile is the world's CA (PEM): airlockd's --upstream-ca, so
+	// that the L7 gateway verifies the world's hosts where it terminates
+	// TLS.
+	WorldCAFile string
+	// SecretsDir holds secrets files as HOST/NAME: the admission policy
+	// (AdmissionFile, airlockd's --admission) is the built-in one but for
+	// its secret source, this directory instead of /etc/airlock/secrets.
+	SecretsDir    string
+	AdmissionFile string
 
 	daemon    *exec.Cmd
 	daemonErr chan error
@@ -160,6 +169,9 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, retErr error) {
 		return nil, fmt.Errorf("world: %w", err)
 	}
 	e.World = w
+	if err := e.writeDaemonFiles(); err != nil {
+		return nil, err
+	}
 	if err := w.AddHost(EgressHost, egressHostAddr); err != nil {
 		return nil, err
 	}
@@ -196,6 +208,28 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, retErr error) {
 		return nil, fmt.Errorf("image %s not found by ctr in %q", AgentImage, out)
 	}
 	return e, nil
+}
+
+// writeDaemonFiles writes the world's CA and the admission policy
+// airlockd is started with.
+func (e *Env) writeDaemonFiles() error {
+	e.WorldCAFile = filepath.Join(e.Root, "world-ca.pem")
+	e.SecretsDir = filepath.Join(e.Root, "secrets")
+	e.AdmissionFile = filepath.Join(e.Root, "admission.hcl")
+	if err := os.WriteFile(e.WorldCAFile, e.World.CAPEM(), 0o644); err != nil {
+		return err
+	}
+	if err := os.Mkdir(e.SecretsDir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(e.AdmissionFile, []byte(admissionPolicy(e.SecretsDir)), 0o644)
+}
+
+// admissionPolicy is the built-in admission policy with secrets from
+// dir/HOST/NAME, each injected into HOST alone, instead of from
+// /etc/airlock/secrets.
+func admissionPolicy(dir string) string {
+	return fmt.Sprintf("admission {\n  host_paths = [\"/\"]\n  secret_source \"file:%s/*/*\" {\n    hosts = [\"{dir}\"]\n  }\n}\n", dir)
 }
 
 func (e *Env) startDaemon(ctx context.Context) error {
@@ -239,6 +273,7 @@ func (e *Env) DaemonArgs() []string {
 	return []string{"--root", e.StateRoot, "--socket", e.Socket, "--bin-dir", e.BinDir,
 		"--uplink", "netns:" + e.World.NetnsName(), "--dns-upstream", e.World.DNSAddr().String(),
 		"--allow-private", e.World.Net().String(),
+		"--upstream-ca", e.WorldCAFile, "--admission", e.AdmissionFile,
 		"--stop-containerd", "--log-level", cmp.Or(e.cfg.DaemonLogLevel, "warn"),
 		// The DNS section measures the proxy's own throughput, not the
 		// per-session limit.

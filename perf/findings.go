@@ -128,6 +128,9 @@ func (r *Report) Findings() []string {
 	if l := r.L7; l != nil {
 		out = append(out, l.findings()...)
 	}
+	if a := r.AgentStart; a != nil {
+		out = append(out, a.findings()...)
+	}
 	return out
 }
 

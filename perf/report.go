@@ -37,7 +37,9 @@ type Report struct {
 	Density   *Density   `json:"density,omitempty"`
 	GoBench   *GoBench   `json:"go_bench,omitempty"`
 	L7        *L7        `json:"l7,omitempty"`
-	Cleanup   *Cleanup   `json:"cleanup,omitempty"`
+	// AgentStart is the time to an agent's first model request.
+	AgentStart *AgentStart `json:"agent_start,omitempty"`
+	Cleanup    *Cleanup    `json:"cleanup,omitempty"`
 
 	Errors  map[string]string `json:"errors"`
 	Skipped map[string]string `json:"skipped"`
@@ -119,6 +121,9 @@ func (r *Report) Markdown() string {
 	}
 	if r.L7 != nil {
 		r.L7.markdown(p)
+	}
+	if r.AgentStart != nil {
+		r.AgentStart.markdown(p)
 	}
 	p("## Cleanup\n\n")
 	switch c := r.Cleanup; {
@@ -205,6 +210,9 @@ func (r *Report) summary(p printer) {
 	}
 	if r.L7 != nil {
 		r.L7.summary(p)
+	}
+	if r.AgentStart != nil {
+		r.AgentStart.summary(p)
 	}
 	p("\n")
 }

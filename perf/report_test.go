@@ -386,15 +386,17 @@ func TestWrite(t *testing.T) {
 }
 
 func TestReproduce(t *testing.T) {
-	o := Options{Runs: 20, Density: []int{1, 10}, BenchTime: "200ms", BenchCount: 5, L7: L7Config{Rounds: 3, DownloadBytes: 64 << 20}}
+	o := Options{Runs: 20, Density: []int{1, 10}, BenchTime: "200ms", BenchCount: 5, L7: L7Config{Rounds: 3, DownloadBytes: 64 << 20},
+		AgentStart: AgentStartConfig{Runs: 5, Agents: []string{"claude-code", "codex"}}}
 	for section, want := range map[string]string{
-		"":          "hack/perf.sh",
-		"coldstart": "hack/perf.sh -only coldstart -runs 20",
-		"warmstart": "hack/perf.sh -only warmstart -runs 20",
-		"density":   "hack/perf.sh -only density -density 1,10",
-		"gobench":   "hack/perf.sh -only gobench -benchtime 200ms -benchcount 5",
-		"dns":       "hack/perf.sh -only dns",
-		"l7":        "hack/perf.sh -only l7 -l7-rounds 3 -l7-download 64MiB",
+		"":           "hack/perf.sh",
+		"coldstart":  "hack/perf.sh -only coldstart -runs 20",
+		"warmstart":  "hack/perf.sh -only warmstart -runs 20",
+		"density":    "hack/perf.sh -only density -density 1,10",
+		"gobench":    "hack/perf.sh -only gobench -benchtime 200ms -benchcount 5",
+		"dns":        "hack/perf.sh -only dns",
+		"l7":         "hack/perf.sh -only l7 -l7-rounds 3 -l7-download 64MiB",
+		"agentstart": "hack/perf.sh -only agentstart -agent-runs 5 -agents claude-code,codex",
 	} {
 		if got := reproduce(o, section); got != want {
 			t.Errorf("reproduce(%q) = %q, want %q", section, got, want)
@@ -481,7 +483,7 @@ func TestSizeFlag(t *testing.T) {
 }
 
 func TestNeedEnv(t *testing.T) {
-	for only, want := range map[string]bool{"": true, "l7": false, "gobench,l7": false, "l7,tcp": true, "density": true} {
+	for only, want := range map[string]bool{"": true, "l7": false, "gobench,l7": false, "l7,tcp": true, "density": true, "agentstart": true} {
 		o := Options{}
 		if only != "" {
 			o.Only = map[string]bool{}

@@ -16,10 +16,10 @@ import (
 // Density runs before the DNS loads, whose audit reads inflate airlockd's
 // heap, so that its RSS measures the sessions. The L7 section runs its own
 // perimeter and world, before airlockd starts.
-var Sections = []string{"gobench", "l7", "coldstart", "warmstart", "teardown", "density", "dns", "tcp"}
+var Sections = []string{"gobench", "l7", "coldstart", "warmstart", "teardown", "density", "dns", "tcp", "agentstart"}
 
 // envSections need the private airlockd and containerd.
-var envSections = []string{"coldstart", "warmstart", "teardown", "density", "dns", "tcp"}
+var envSections = []string{"coldstart", "warmstart", "teardown", "density", "dns", "tcp", "agentstart"}
 
 // KnownSection reports whether s names a section.
 func KnownSection(s string) bool { return slices.Contains(Sections, s) }
@@ -46,6 +46,8 @@ type Options struct {
 	// L7 bounds the L7 section (its Perfload, Repo and Logf come from
 	// Env).
 	L7 L7Config
+	// AgentStart bounds the agent start section.
+	AgentStart AgentStartConfig
 	// Budget is when the measurements should be done: sections are not
 	// started in its last minute, density levels (measured last) not when
 	// their estimated end is less than half a minute before it.
@@ -197,6 +199,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			r.TCP = t
 		}
 	}
+	if o.want("agentstart") && !overBudget("agentstart") && ctx.Err() == nil {
+		logf("agent start: %v, %d runs per side", o.AgentStart.Agents, o.AgentStart.Runs)
+		a, err := MeasureAgentStart(ctx, e, o.AgentStart)
+		if a != nil {
+			a.Reproduce = reproduce(o, "agentstart")
+			r.AgentStart = a
+		}
+		if err != nil {
+			fail("agentstart", err)
+		}
+	}
 	if o.want("density") && !overBudget("density") && ctx.Err() == nil {
 		logf("density: %v idle sessions", o.Density)
 		// Last, so that its largest levels get what is left of the
@@ -234,6 +247,8 @@ func reproduce(o Options, section string) string {
 		args = append(args, "-density", strings.Join(d, ","))
 	case "gobench":
 		args = append(args, "-benchtime", o.BenchTime, "-benchcount", fmt.Sprint(o.BenchCount))
+	case "agentstart":
+		args = append(args, "-agent-runs", fmt.Sprint(o.AgentStart.Runs), "-agents", strings.Join(o.AgentStart.Agents, ","))
 	case "l7":
 		args = append(args, "-l7-rounds", fmt.Sprint(o.L7.Rounds), "-l7-download", sizeFlag(o.L7.DownloadBytes))
 	}

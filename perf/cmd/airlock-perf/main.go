@@ -7,8 +7,11 @@
 // containerd, namespaces. The L7 section runs the egress perimeter (its
 // gateway, DNS proxy and L7 gateway) in this process instead, with a world
 // namespace of its own, so that the gateway's CPU and memory are this
-// process's. Every load stays on loopback or in namespaces this process
-// creates, and is bounded in count and time.
+// process's. The agent start section imports the agent images (`make
+// images`) into the private containerd and runs the agents' real binaries
+// (hack/fetch-agents.sh) against a scripted model server on a world host.
+// Every load stays on loopback or in namespaces this process creates, and
+// is bounded in count and time.
 package main
 
 import (
@@ -18,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,6 +60,9 @@ func run() int {
 	opts.L7 = perf.DefaultL7Config()
 	flag.IntVar(&opts.L7.Rounds, "l7-rounds", opts.L7.Rounds, "rounds of the L7 section (each runs every load over every path once)")
 	l7Download := flag.String("l7-download", "1GiB", "body of each download of the L7 section")
+	flag.IntVar(&opts.AgentStart.Runs, "agent-runs", 5, "runs per side and agent of the agent start section")
+	agents := flag.String("agents", strings.Join(perf.AgentRecipes, ","), "agents of the agent start section ("+strings.Join(perf.AgentRecipes, ",")+"); their images are the archives in _output/RECIPE-image.path (`make images`)")
+	flag.DurationVar(&opts.AgentStart.Timeout, "agent-timeout", 90*time.Second, "bound of each run of the agent start section")
 	flag.DurationVar(&opts.Budget, "budget", 8*time.Minute+30*time.Second, "finish measuring by then: no section starts in its last minute, no density level (measured last) whose estimated end is less than 30 s before it")
 	flag.Parse()
 
@@ -106,6 +113,28 @@ func run() int {
 	}
 	if image != "" {
 		opts.Env.ImageArchive = abs(image)
+	}
+	if opts.Only == nil || opts.Only["agentstart"] {
+		if opts.AgentStart.Runs <= 0 || opts.AgentStart.Runs > 50 {
+			return fail(fmt.Errorf("-agent-runs %d: want 1..50", opts.AgentStart.Runs))
+		}
+		opts.AgentStart.Images = map[string]string{}
+		for _, a := range strings.Split(*agents, ",") {
+			if a = strings.TrimSpace(a); a == "" {
+				continue
+			}
+			if !slices.Contains(perf.AgentRecipes, a) {
+				return fail(fmt.Errorf("-agents: unknown agent %q (want some of %s)", a, strings.Join(perf.AgentRecipes, ",")))
+			}
+			opts.AgentStart.Agents = append(opts.AgentStart.Agents, a)
+			// A missing archive fails that agent's row, not the run.
+			if b, err := os.ReadFile(filepath.Join(repo, "_output", a+"-image.path")); err == nil {
+				opts.AgentStart.Images[a] = strings.TrimSpace(string(b))
+			}
+		}
+		if len(opts.AgentStart.Agents) == 0 {
+			return fail(fmt.Errorf("-agents %q: name at least one agent", *agents))
+		}
 	}
 	opts.Argv = os.Args
 	opts.Env.Logf = func(format string, args ...any) {

@@ -83,6 +83,9 @@ const (
 	KindReadOnly    Kind = "read-only"
 	// KindExternal marks actions from an --actions file.
 	KindExternal Kind = "actions-file"
+	// KindAgentTask is an agent's whole run on a prompt's request (`airlock
+	// bench --agent ... --agent-tasks`): its Command is the request.
+	KindAgentTask Kind = "agent-task"
 )
 
 // Kinds lists the catalog's kinds in report order.

@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/bench/catalog"
+	"github.com/airlock-sandbox/airlock/bench/data"
 	"github.com/airlock-sandbox/airlock/bench/eval"
 	"github.com/airlock-sandbox/airlock/internal/modelsrv"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -50,6 +52,70 @@ type Agent struct {
 	Name string
 	// Model is the model the agent asks its API for.
 	Model string
+	// Tasks, when set, make the agent work on the prompts' requests
+	// itself instead of replaying the catalog.
+	Tasks *Tasks
+}
+
+// Tasks make an agent work on each prompt's request itself: the request is
+// its task, and its whole run, whatever it does, is the one action judged
+// under the prompt (catalog.KindAgentTask), by its effects on the world and
+// the workspace as any action is. Its gate-only run is the reference: the
+// run is unsafe when that changed something outside the oracle's
+// authorized set; each other mode's run of the same task is judged by its
+// own effects. The agent is not paced: it decides when it is done.
+type Tasks struct {
+	// Scripts are the scripted model's answers by prompt id: the prompts
+	// without one do not run.
+	Scripts map[string]*modelsrv.Script
+}
+
+// LoadTaskScripts reads a task scripts file: JSON lines of {"prompt_id",
+// "script"}, a script as modelsrv.DecodeScript reads it; blank lines and
+// lines starting with # are skipped. Errors name the line.
+func LoadTaskScripts(path string) (map[string]*modelsrv.Script, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*modelsrv.Script{}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		at := fmt.Sprintf("%s:%d", path, i+1)
+		var rec struct {
+			PromptID string          `json:"prompt_id"`
+			Script   json.RawMessage `json:"script"`
+		}
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rec); err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", at, err, errdefs.ErrInvalidArgument)
+		}
+		if rec.PromptID == "" || len(rec.Script) == 0 {
+			return nil, fmt.Errorf("%s: prompt_id and script are required: %w", at, errdefs.ErrInvalidArgument)
+		}
+		if _, dup := out[rec.PromptID]; dup {
+			return nil, fmt.Errorf("%s: a second script for %s: %w", at, rec.PromptID, errdefs.ErrInvalidArgument)
+		}
+		sc, err := modelsrv.DecodeScript(rec.Script)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", at, err)
+		}
+		out[rec.PromptID] = sc
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no task script: %w", path, errdefs.ErrInvalidArgument)
+	}
+	return out, nil
+}
+
+// taskAction is the action of an agent's run on prompt p's request.
+func taskAction(family string, p data.Prompt) catalog.Action {
+	return catalog.Action{ID: "task-" + p.ID, Family: family, Kind: catalog.KindAgentTask, Command: p.Text,
+		Target: "whatever the agent does", Source: "agent", PromptID: p.ID}
 }
 
 // ParseAgent reads an --agent value.
@@ -86,6 +152,11 @@ func (a *Agent) keyVar() string {
 	}
 	return "ANTHROPIC_API_KEY"
 }
+
+// launch is how the agent's command line is started: in a home
+// directory of its own on the session's /tmp, so that nothing of an
+// earlier agent process of the session (its state, its history) reaches it.
+var launch = []string{"bash", "-c", `HOME=$(mktemp -d /tmp/agent-home.XXXXXX) && exec "$@"`, "agent"}
 
 // command is the agent's command line for prompt, its model API at base.
 func (a *Agent) command(prompt, base string) []string {
@@ -210,17 +281,7 @@ func (w *worker) startAgent(ctx context.Context, l *live, j *job, actions []cata
 	}
 	p.srv = srv
 	w.models.Set(w.id, srv)
-	p.command = w.agent.command(j.prompt, l.modelBase)
-	actx, cancel := context.WithCancel(ctx)
-	p.cancel = cancel
-	p.started = time.Now()
-	c := api.NewClient(w.client.Socket())
-	go func() {
-		defer close(p.done)
-		defer c.Close()
-		p.code, p.err = c.Exec(actx, l.id, api.ExecRequest{Command: p.command, Env: w.agent.env(l.modelBase, l.modelKey), Workdir: j.policy.Workdir},
-			nil, &p.stdout, &p.stderr)
-	}()
+	w.execAgent(ctx, p, l, j, j.prompt)
 	a, err := p.await(ctx, 3*time.Minute)
 	if err != nil {
 		p.stop(ctx)
@@ -233,6 +294,69 @@ func (w *worker) startAgent(ctx context.Context, l *live, j *job, actions []cata
 	}
 	p.pending = &a
 	return p, nil
+}
+
+// execAgent starts the agent on prompt in session l, in the background.
+func (w *worker) execAgent(ctx context.Context, p *agentProc, l *live, j *job, prompt string) {
+	p.command = w.agent.command(prompt, l.modelBase)
+	actx, cancel := context.WithCancel(ctx)
+	p.cancel = cancel
+	p.started = time.Now()
+	c := api.NewClient(w.client.Socket())
+	go func() {
+		defer close(p.done)
+		defer c.Close()
+		p.code, p.err = c.Exec(actx, l.id, api.ExecRequest{Command: append(slices.Clone(launch), p.command...), Env: w.agent.env(l.modelBase, l.modelKey), Workdir: j.policy.Workdir},
+			nil, &p.stdout, &p.stderr)
+	}()
+}
+
+// runTask runs the agent on the request of a task action until it exits,
+// for at most timeout, its model playing the prompt's script.
+func (w *worker) runTask(ctx context.Context, j *job, a catalog.Action, l *live) (Output, error) {
+	script := w.agent.Tasks.Scripts[a.PromptID]
+	if script == nil {
+		return Output{}, fmt.Errorf("no task script for %s", a.PromptID)
+	}
+	srv, err := modelsrv.New(*script)
+	if err != nil {
+		return Output{}, err
+	}
+	p := &agentProc{srv: srv, quit: make(chan struct{}), done: make(chan struct{})}
+	w.models.Set(w.id, srv)
+	defer w.models.Set(w.id, nil)
+	w.execAgent(ctx, p, l, j, a.Command)
+	t := time.NewTimer(w.timeout)
+	defer t.Stop()
+	var runErr error
+	select {
+	case <-p.done:
+	case <-t.C:
+		runErr = errTimeout
+	case <-ctx.Done():
+		runErr = ctx.Err()
+	}
+	close(p.quit)
+	p.cancel()
+	<-p.done
+	for _, c := range srv.Calls() {
+		if c.Kind == modelsrv.KindMain {
+			p.first = c.Time.Sub(p.started)
+			break
+		}
+	}
+	p.next = len(srv.ToolResults())
+	if err := w.agentRuns.add(p, l.id+"-"+a.PromptID, l.id, l.config, a.PromptID, l.modelKey == "", w.models.Key(w.id)); err != nil {
+		return Output{}, err
+	}
+	if runErr != nil {
+		return Output{}, runErr
+	}
+	code := p.code
+	if p.err != nil {
+		code = -1
+	}
+	return Output{ExitCode: code, Stdout: truncate(p.stdout.String()), Stderr: truncate(p.stderr.String())}, nil
 }
 
 // pace is the model server's Pacer: it hands the arrival to the runner and
@@ -390,11 +514,14 @@ func (p *agentProc) tail() string {
 // AgentRun is one agent process of a run, as transcripts/INDEX.json lists
 // it.
 type AgentRun struct {
-	Session  string   `json:"session"`
+	Session string `json:"session"`
+	// Task is the prompt whose request the agent worked on (with
+	// Agent.Tasks); otherwise the agent replayed Actions.
+	Task     string   `json:"task,omitempty"`
 	Config   string   `json:"config"`
 	Command  []string `json:"command"`
-	Actions  []string `json:"actions"` // the script's, in order
-	Done     int      `json:"done"`    // how many of them it carried out
+	Actions  []string `json:"actions,omitempty"` // the script's, in order
+	Done     int      `json:"done"`              // how many tool calls it carried out
 	ExitCode int      `json:"exit_code"`
 	Error    string   `json:"error,omitempty"`
 	// FirstCallMS is the time from the agent's start to its first call
@@ -422,8 +549,9 @@ type agentLog struct {
 	runs []AgentRun // +checklocks:mu
 }
 
-func (g *agentLog) add(p *agentProc, session, config string, injected bool, key string) error {
-	r, err := p.record(g.dir, session, config, key)
+func (g *agentLog) add(p *agentProc, name, session, config, task string, injected bool, key string) error {
+	r, err := p.record(g.dir, name, session, config, key)
+	r.Task = task
 	r.KeyInjected = injected
 	g.mu.Lock()
 	g.runs = append(g.runs, r)
@@ -443,7 +571,7 @@ func (g *agentLog) take() []AgentRun {
 // record writes the agent's transcript and its model calls into dir and
 // describes the run. key is the model host's real API key: each call
 // recorded says whether it carried it.
-func (p *agentProc) record(dir, session, config, key string) (AgentRun, error) {
+func (p *agentProc) record(dir, name, session, config, key string) (AgentRun, error) {
 	r := AgentRun{Session: session, Config: config, Command: p.command, Done: p.next, ExitCode: p.code,
 		FirstCallMS: float64(p.first.Microseconds()) / 1000}
 	for _, a := range p.actions {
@@ -455,7 +583,7 @@ func (p *agentProc) record(dir, session, config, key string) (AgentRun, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return r, err
 	}
-	r.Transcript, r.Calls = session+".jsonl", session+".calls.jsonl"
+	r.Transcript, r.Calls = name+".jsonl", name+".calls.jsonl"
 	out := p.stdout.String()
 	if s := p.stderr.String(); s != "" {
 		out += s
@@ -496,6 +624,10 @@ func checkAgentRun(st *Stack, opts Options) error {
 		return fmt.Errorf("agent %s: its own permission mode is the gate; --gate goes with the catalog runs only: %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
 	case opts.Naive:
 		return fmt.Errorf("agent %s: --naive runs the catalog's commands without an agent: %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
+	case opts.Agent.Tasks != nil && (len(opts.Extra) > 0 || len(opts.Actions) > 0):
+		return fmt.Errorf("agent %s: working on the requests, the agent chooses its own actions: --actions and a choice of catalog actions go with the replay: %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
+	case opts.Agent.Tasks != nil && len(opts.Agent.Tasks.Scripts) == 0:
+		return fmt.Errorf("agent %s: tasks without scripts: %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -537,9 +669,13 @@ func agentNotes(a *Agent, st *Stack, res *Result) []string {
 	if len(res.Runs) > 0 {
 		per = total / time.Duration(len(res.Runs))
 	}
+	how := "one shell tool call per catalog action, the world and workspace reset between calls"
+	if a.Tasks != nil {
+		how = fmt.Sprintf("the agent works on each prompt's request itself, its model playing the prompt's task script (%d prompts have one); its whole run is the action judged", len(a.Tasks.Scripts))
+	}
 	return []string{
-		fmt.Sprintf("agent: %s %s in %s, permission mode %s, model %s played by a scripted model server (internal/modelsrv): one shell tool call per action, the world and workspace reset between calls",
-			a.Name, version, st.Image, a.PermissionMode(), a.Model),
+		fmt.Sprintf("agent: %s %s in %s, permission mode %s, model %s played by a scripted model server (internal/modelsrv): %s",
+			a.Name, version, st.Image, a.PermissionMode(), a.Model, how),
 		fmt.Sprintf("agent processes: %d (%d ended with an error), %d tool calls; first model call a median %.1f s after start; a run (tool call to result) %v on average; API key injected by the gateway in %d processes, in the agent's environment in the others (%d calls carried the real key); transcripts in %s/",
 			len(res.Agents), failed, done, median/1000, per.Round(time.Millisecond), injected, keyCalls, TranscriptsDir),
 	}

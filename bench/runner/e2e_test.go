@@ -73,6 +73,10 @@ func sharedStack(t *testing.T) *Stack {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	for _, p := range closeAgentStacks() {
+		fmt.Fprintln(os.Stderr, p)
+		code = 1
+	}
 	if stack != nil {
 		root, world := stack.Root, stack.Network.NetnsPath()
 		if err := stack.Close(context.Background()); err != nil {

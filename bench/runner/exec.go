@@ -171,7 +171,7 @@ func (w *worker) end(ctx context.Context, l *live, force bool) ([]api.AuditEvent
 	if l.agent != nil {
 		l.agent.stop(ctx)
 		w.models.Set(w.id, nil)
-		if err := w.agentRuns.add(l.agent, l.id, l.config, l.modelKey == "", w.models.Key(w.id)); err != nil {
+		if err := w.agentRuns.add(l.agent, l.id, l.id, l.config, "", l.modelKey == "", w.models.Key(w.id)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -341,7 +341,7 @@ func (w *worker) runJob(ctx context.Context, j *job) ([]*RunRecord, error) {
 			return nil, cur.err
 		}
 		prefetch(len(j.actions) - i - 1)
-		if w.agent != nil && cur.agent == nil {
+		if w.agent != nil && w.agent.Tasks == nil && cur.agent == nil {
 			// The agent's script is the job's actions from here on: a
 			// session an action ends takes the rest to a new agent.
 			ag, err := w.startAgent(ctx, cur, j, j.actions[i:])
@@ -405,15 +405,20 @@ func (w *worker) runAction(ctx context.Context, j *job, a catalog.Action, l *liv
 			return nil, false, err
 		}
 		out = Output{ExitCode: code, Stdout: truncate(stdout.String()), Stderr: truncate(stderr.String())}
-	} else if l.agent != nil {
-		out, err = l.agent.run(ctx, a, w.timeout)
+	} else if w.agent != nil {
+		if a.Kind == catalog.KindAgentTask {
+			out, err = w.runTask(ctx, j, a, l)
+			rec.Transcript = l.id + "-" + a.PromptID + ".jsonl"
+		} else {
+			out, err = l.agent.run(ctx, a, w.timeout)
+			rec.Transcript = l.id + ".jsonl"
+		}
 		switch {
 		case errors.Is(err, errTimeout) || errors.Is(err, errAgentExited):
 			rec.Error, out.ExitCode, forceEnd = err.Error(), -1, true
 		case err != nil:
 			return nil, false, err
 		}
-		rec.Transcript = l.id + ".jsonl"
 		if !forceEnd && j.overlay {
 			// The workspace's fingerprint, from the runner's shell.
 			fp, err := l.sh.run("true", w.timeout)

@@ -301,8 +301,18 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 		}
 	}
 
+	var tasks *Tasks
+	if opts.Agent != nil {
+		tasks = opts.Agent.Tasks
+	}
 	for _, p := range prompts {
 		if !slices.Contains(pl.families, p.Family) || (len(opts.Prompts) > 0 && !slices.Contains(opts.Prompts, p.ID)) {
+			continue
+		}
+		if tasks != nil && tasks.Scripts[p.ID] == nil {
+			if len(opts.Prompts) > 0 {
+				return nil, fmt.Errorf("prompt %s has no task script: %w", p.ID, errdefs.ErrInvalidArgument)
+			}
 			continue
 		}
 		if _, ok := pl.oracles[p.ID]; !ok {
@@ -332,6 +342,16 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 		for _, a := range opts.Extra {
 			if a.Family == f {
 				pl.extra = append(pl.extra, a)
+				pl.actions[f] = append(pl.actions[f], a)
+			}
+		}
+		if tasks != nil {
+			// The agent's run on each request is the only action.
+			pl.catalog = slices.DeleteFunc(pl.catalog, func(a catalog.Action) bool { return a.Family == f })
+			pl.actions[f] = nil
+			for _, p := range pl.prompts[f] {
+				a := taskAction(f, p)
+				pl.catalog = append(pl.catalog, a)
 				pl.actions[f] = append(pl.actions[f], a)
 			}
 		}

@@ -32,7 +32,7 @@ type benchOptions struct {
 	worldNetns, worldDNS   string
 	timeout                time.Duration
 	seed                   uint64
-	agent                  string
+	agent, agentTasks      string
 }
 
 func (c *cli) newBenchCommand() *cobra.Command {
@@ -76,11 +76,18 @@ judged as in the catalog run. The agent's own permission mode is the gate
 L7 gateway, the agent's API key stays outside the sandbox, injected by the
 gateway; elsewhere it is in the agent's environment. transcripts/ holds each
 agent's own output and its model calls (INDEX.json lists them). The image is
-the agent's (make images) with the bench's clients added.`,
+the agent's (make images) with the bench's clients added.
+
+With --agent-tasks FILE the agent works on each prompt's request itself: the
+request is its task, its model plays the prompt's script from FILE (JSON lines
+of {"prompt_id", "script"}; prompts without one do not run), and its whole run
+is the one action judged under the prompt, by its effects, with its gate-only
+run as the reference.`,
 		Example: `  airlock bench
   airlock bench --family cancel-jobs --mode gate-only --mode perimeter
   airlock bench --gate allow-all --gate rules:bench/runner/rules/example.rules --out results
-  airlock bench --agent claude-code --family cancel-jobs --mode gate-only --mode perimeter`,
+  airlock bench --agent claude-code --family cancel-jobs --mode gate-only --mode perimeter
+  airlock bench --agent codex --agent-tasks bench/runner/testdata/agent-tasks.jsonl`,
 		Args:          exactArgs(0, "no arguments"),
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -103,6 +110,7 @@ the agent's (make images) with the bench's clients added.`,
 	f.BoolVar(&o.naive, "naive", false, "reuse nothing: a fresh session for every prompt, mode and action (slow; checks the reuse)")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "time limit of one action")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the habituated approver's draws")
+	f.StringVar(&o.agentTasks, "agent-tasks", "", "with --agent: the agent works on the prompts' requests, its model playing each prompt's script from this JSON-lines FILE")
 	f.StringVar(&o.agent, "agent", "", "run every action as a tool call of a real agent: claude-code or codex (its image archive: $AIRLOCK_CLAUDE_CODE_IMAGE / $AIRLOCK_CODEX_IMAGE, or the path in _output/NAME-image.path; make images builds them)")
 	f.StringVar(&o.binDir, "bin-dir", "", "directory of airlockd, containerd and runc (default: beside this program)")
 	f.StringVar(&o.image, "image", "", "bench image archive (default: built from --agent-image and --bench-cli)")
@@ -152,6 +160,18 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 		case o.naive:
 			return usageErrorf("--agent: --naive runs the catalog's commands without an agent")
 		}
+		if o.agentTasks != "" {
+			scripts, err := runner.LoadTaskScripts(o.agentTasks)
+			if err != nil {
+				return usageErrorf("--agent-tasks: %v", err)
+			}
+			if o.actions != "" {
+				return usageErrorf("--agent-tasks: the agent chooses its own actions; --actions goes with the replay")
+			}
+			agent.Tasks = &runner.Tasks{Scripts: scripts}
+		}
+	} else if o.agentTasks != "" {
+		return usageErrorf("--agent-tasks goes with --agent")
 	}
 	cfg := runner.StackConfig{Workers: o.workers, Log: c.stderr, DaemonLog: filepath.Join(o.out, "airlockd.log")}
 	if attach {

@@ -14,6 +14,7 @@ func TestBenchUsageErrors(t *testing.T) {
 	h := newHarness(t)
 	image := writeFile(t, "bench.tar", "not really an image")
 	actions := writeFile(t, "actions.jsonl", "{not json\n")
+	goodActions := writeFile(t, "good.jsonl", `{"family": "cancel-jobs", "command": "true"}`+"\n")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -29,6 +30,9 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"agent and naive", []string{"--agent", "codex", "--naive"}, "--naive runs the catalog's commands without an agent"},
 		{"agent on a running daemon", []string{"--agent", "codex", "--socket", h.socket, "--world-netns", "w"}, "--agent needs a daemon of the bench's own"},
 		{"no agent's image", []string{"--agent", "codex", "--out", t.TempDir()}, "no codex image archive: set AIRLOCK_CODEX_IMAGE"},
+		{"tasks without agent", []string{"--agent-tasks", actions}, "--agent-tasks goes with --agent"},
+		{"bad tasks", []string{"--agent", "codex", "--agent-tasks", actions}, "--agent-tasks: " + actions + ":1: "},
+		{"tasks and actions", []string{"--agent", "codex", "--agent-tasks", "../../bench/runner/testdata/agent-tasks.jsonl", "--actions", goodActions}, "--actions goes with the replay"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := h.run(tc.args...)

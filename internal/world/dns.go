@@ -79,12 +79,24 @@ func (w *World) serveDNS(rw dns.ResponseWriter, r *dns.Msg) {
 	w.logQuery(q)
 
 	m.SetReply(r)
-	if question.Qclass != dns.ClassINET || !dns.IsSubDomain(w.zone, q.Name) {
+	w.mu.Lock()
+	foreign := w.foreign[q.Name]
+	w.mu.Unlock()
+	if question.Qclass != dns.ClassINET || (!dns.IsSubDomain(w.zone, q.Name) && !foreign) {
 		m.SetRcode(r, dns.RcodeRefused)
 		_ = rw.WriteMsg(m)
 		return
 	}
 	m.Authoritative = true
+	if foreign {
+		// A name outside the zone the world answers for (AddRelay): its
+		// records, nothing under it, no SOA of the zone.
+		w.mu.Lock()
+		m.Answer, _ = w.resolveLocked(q.Name, question.Qtype)
+		w.mu.Unlock()
+		_ = rw.WriteMsg(m)
+		return
+	}
 	w.mu.Lock()
 	answer, exists := w.resolveLocked(q.Name, question.Qtype)
 	soa := w.soaLocked()

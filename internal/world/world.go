@@ -126,6 +126,9 @@ type World struct {
 	queries []Query
 	// +checklocks:mu
 	closed bool
+	// foreign are the names outside the zone the world answers for.
+	// +checklocks:mu
+	foreign map[string]bool
 
 	wg sync.WaitGroup
 }

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -416,5 +417,79 @@ func TestCertificate(t *testing.T) {
 	al, _ := x509.ParseCertificate(byAddr.Certificate[0])
 	if _, err := al.Verify(x509.VerifyOptions{Roots: w.CertPool()}); err != nil || len(al.IPAddresses) != 1 || !al.IPAddresses[0].Equal(ipA.AsSlice()) {
 		t.Errorf("certificate for %v: %v %v", ipA, al.IPAddresses, err)
+	}
+}
+
+// A relay publishes one name outside the zone, answers for it alone, and
+// carries a connection made in the world to what its dialer returns (here
+// a listener on the host's loopback); the world's other foreign names stay
+// refused, and Close ends the connections it carries.
+func TestRelay(t *testing.T) {
+	w := start(t)
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.WriteString(c, "hello from upstream\n")
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	var dials atomic.Int32
+	dial := func(ctx context.Context) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", up.Addr().String())
+	}
+	ip := netip.MustParseAddr("10.214.0.40")
+	must(t, w.AddRelay("api.example.com", ip, 443, dial))
+	if err := w.AddRelay("localhost", ip, 443, dial); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("a relay for a bare name: %v, want invalid argument", err)
+	}
+
+	r := query(t, w, "udp", "API.example.com.", dns.TypeA)
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != ip.String() {
+		t.Errorf("A api.example.com: %v", r)
+	}
+	for _, other := range []string{"example.com.", "x.api.example.com.", "api.example.org."} {
+		if r := query(t, w, "udp", other, dns.TypeA); r.Rcode != dns.RcodeRefused {
+			t.Errorf("A %s: rcode %s, want REFUSED", other, dns.RcodeToString[r.Rcode])
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	c, err := w.Dialer()(ctx, "tcp", netip.AddrPortFrom(ip, 443).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	n, err := io.ReadAtLeast(c, buf, len("hello from upstream\n"))
+	if err != nil || string(buf[:n]) != "hello from upstream\n" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := io.ReadAtLeast(c, buf, 4); err != nil || string(buf[:n]) != "ping" {
+		t.Fatalf("echo %q, %v", buf[:n], err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("%d dials, want 1", n)
+	}
+	must(t, w.Close())
+	if _, err := c.Read(buf); err == nil {
+		t.Error("the relayed connection survives the world's Close")
 	}
 }

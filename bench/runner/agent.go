@@ -66,8 +66,13 @@ type Agent struct {
 // own effects. The agent is not paced: it decides when it is done.
 type Tasks struct {
 	// Scripts are the scripted model's answers by prompt id: the prompts
-	// without one do not run.
+	// without one do not run. With a real model API (ModelUpstream) every
+	// prompt runs and Scripts are not used.
 	Scripts map[string]*modelsrv.Script
+	// BudgetUSD bounds what one run may spend on a real model API
+	// (Claude Code's --max-budget-usd; Codex has no such bound, only the
+	// run's timeout). 0: no bound but the timeout.
+	BudgetUSD float64
 }
 
 // LoadTaskScripts reads a task scripts file: JSON lines of {"prompt_id",
@@ -171,15 +176,23 @@ func (a *Agent) command(prompt, base string) []string {
 			"-c", "analytics.enabled=false",
 			prompt}
 	}
-	return []string{"claude", "-p", prompt, "--permission-mode", "bypassPermissions",
+	cmd := []string{"claude", "-p", prompt, "--permission-mode", "bypassPermissions",
 		"--output-format", "stream-json", "--verbose", "--model", a.Model}
+	if a.Tasks != nil && a.Tasks.BudgetUSD > 0 {
+		cmd = append(cmd, "--max-budget-usd", strconv.FormatFloat(a.Tasks.BudgetUSD, 'f', -1, 64))
+	}
+	return cmd
 }
 
 // env is the agent's environment: key is its API key, or "" when the
 // gateway injects it (the session's environment then holds the
 // placeholder).
-func (a *Agent) env(base, key string) map[string]string {
+func (a *Agent) env(base, key, ca string) map[string]string {
 	e := map[string]string{"HOME": "/tmp", "DISABLE_AUTOUPDATER": "1"}
+	if ca != "" {
+		// A bundle of the system roots and a stand-in API's.
+		e["SSL_CERT_FILE"], e["NODE_EXTRA_CA_CERTS"] = ca, ca
+	}
 	if a.Name == AgentClaudeCode {
 		e["ANTHROPIC_BASE_URL"] = base
 	}
@@ -201,14 +214,23 @@ func (g agentGate) Decide(context.Context, GateRequest) (string, error) { return
 // reached over HTTPS with the key injected where the session has the L7
 // gateway, over HTTP otherwise. It returns the agent's base URL and the
 // key the agent must hold ("" when injected).
-func (a *Agent) withModel(p *policies.Policy, m *Models, i int) (base, key string) {
+func (a *Agent) withModel(p *policies.Policy, m *Models, i int) (base, key, ca string) {
 	host := m.Host(i)
 	if p.Egress == nil {
 		p.Egress = &policies.Egress{}
 	}
 	if !p.Egress.L7Enabled() {
-		p.Egress.Allow = append(p.Egress.Allow, host+":80")
-		return "http://" + host, m.Key(i)
+		if m.Upstream() == nil {
+			p.Egress.Allow = append(p.Egress.Allow, host+":80")
+			return "http://" + host, m.Key(i), ""
+		}
+		// The real API, over TLS the agent verifies itself.
+		p.Egress.Allow = append(p.Egress.Allow, host+":443")
+		if m.caDir != "" {
+			p.Mounts = append(p.Mounts, policies.Mount{HostPath: m.caDir, Target: caMount, ReadOnly: true})
+			ca = caMount + "/bundle.pem"
+		}
+		return "https://" + host, m.Key(i), ca
 	}
 	p.Egress.Allow = append(p.Egress.Allow, host+":443")
 	inj := policies.SecretInject{Host: host, Header: "x-api-key"}
@@ -216,7 +238,7 @@ func (a *Agent) withModel(p *policies.Policy, m *Models, i int) (base, key strin
 		inj = policies.SecretInject{Host: host, Bearer: true}
 	}
 	p.Secrets = append(p.Secrets, policies.Secret{Name: a.keyVar(), From: m.KeySource(i), Inject: []policies.SecretInject{inj}})
-	return "https://" + host, ""
+	return "https://" + host, "", ""
 }
 
 // arrival is the agent back at its model: the step the script would
@@ -306,7 +328,7 @@ func (w *worker) execAgent(ctx context.Context, p *agentProc, l *live, j *job, p
 	go func() {
 		defer close(p.done)
 		defer c.Close()
-		p.code, p.err = c.Exec(actx, l.id, api.ExecRequest{Command: append(slices.Clone(launch), p.command...), Env: w.agent.env(l.modelBase, l.modelKey), Workdir: j.policy.Workdir},
+		p.code, p.err = c.Exec(actx, l.id, api.ExecRequest{Command: append(slices.Clone(launch), p.command...), Env: w.agent.env(l.modelBase, l.modelKey, l.modelCA), Workdir: j.policy.Workdir},
 			nil, &p.stdout, &p.stderr)
 	}()
 }
@@ -314,17 +336,20 @@ func (w *worker) execAgent(ctx context.Context, p *agentProc, l *live, j *job, p
 // runTask runs the agent on the request of a task action until it exits,
 // for at most timeout, its model playing the prompt's script.
 func (w *worker) runTask(ctx context.Context, j *job, a catalog.Action, l *live) (Output, error) {
-	script := w.agent.Tasks.Scripts[a.PromptID]
-	if script == nil {
-		return Output{}, fmt.Errorf("no task script for %s", a.PromptID)
+	p := &agentProc{quit: make(chan struct{}), done: make(chan struct{})}
+	if w.models.Upstream() == nil {
+		script := w.agent.Tasks.Scripts[a.PromptID]
+		if script == nil {
+			return Output{}, fmt.Errorf("no task script for %s", a.PromptID)
+		}
+		srv, err := modelsrv.New(*script)
+		if err != nil {
+			return Output{}, err
+		}
+		p.srv = srv
+		w.models.Set(w.id, srv)
+		defer w.models.Set(w.id, nil)
 	}
-	srv, err := modelsrv.New(*script)
-	if err != nil {
-		return Output{}, err
-	}
-	p := &agentProc{srv: srv, quit: make(chan struct{}), done: make(chan struct{})}
-	w.models.Set(w.id, srv)
-	defer w.models.Set(w.id, nil)
 	w.execAgent(ctx, p, l, j, a.Command)
 	t := time.NewTimer(w.timeout)
 	defer t.Stop()
@@ -339,13 +364,15 @@ func (w *worker) runTask(ctx context.Context, j *job, a catalog.Action, l *live)
 	close(p.quit)
 	p.cancel()
 	<-p.done
-	for _, c := range srv.Calls() {
-		if c.Kind == modelsrv.KindMain {
-			p.first = c.Time.Sub(p.started)
-			break
+	if p.srv != nil {
+		for _, c := range p.srv.Calls() {
+			if c.Kind == modelsrv.KindMain {
+				p.first = c.Time.Sub(p.started)
+				break
+			}
 		}
+		p.next = len(p.srv.ToolResults())
 	}
-	p.next = len(srv.ToolResults())
 	if err := w.agentRuns.add(p, l.id+"-"+a.PromptID, l.id, l.config, a.PromptID, l.modelKey == "", w.models.Key(w.id)); err != nil {
 		return Output{}, err
 	}
@@ -591,6 +618,11 @@ func (p *agentProc) record(dir, name, session, config, key string) (AgentRun, er
 	if err := os.WriteFile(filepath.Join(dir, r.Transcript), []byte(out), 0o644); err != nil {
 		return r, err
 	}
+	if p.srv == nil {
+		// A real model API: the agent's own transcript is the record.
+		r.Calls = ""
+		return r, nil
+	}
 	var calls bytes.Buffer
 	for _, c := range p.srv.Calls() {
 		// Keys are not kept: the call says whether it carried the real
@@ -626,8 +658,10 @@ func checkAgentRun(st *Stack, opts Options) error {
 		return fmt.Errorf("agent %s: --naive runs the catalog's commands without an agent: %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
 	case opts.Agent.Tasks != nil && (len(opts.Extra) > 0 || len(opts.Actions) > 0):
 		return fmt.Errorf("agent %s: working on the requests, the agent chooses its own actions: --actions and a choice of catalog actions go with the replay: %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
-	case opts.Agent.Tasks != nil && len(opts.Agent.Tasks.Scripts) == 0:
-		return fmt.Errorf("agent %s: tasks without scripts: %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
+	case opts.Agent.Tasks != nil && len(opts.Agent.Tasks.Scripts) == 0 && st.Models.Upstream() == nil:
+		return fmt.Errorf("agent %s: tasks without scripts need a real model API (StackConfig.ModelUpstream): %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
+	case st.Models.Upstream() != nil && opts.Agent.Tasks == nil:
+		return fmt.Errorf("agent %s: a real model API chooses its own actions: it runs the tasks (--agent-tasks), not the catalog's replay: %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -646,7 +680,9 @@ func agentNotes(a *Agent, st *Stack, res *Result) []string {
 	var firsts []float64
 	injected, keyCalls, done, failed := 0, 0, 0, 0
 	for _, r := range res.Agents {
-		firsts = append(firsts, r.FirstCallMS)
+		if r.FirstCallMS > 0 {
+			firsts = append(firsts, r.FirstCallMS)
+		}
 		if r.KeyInjected {
 			injected++
 		}
@@ -669,14 +705,30 @@ func agentNotes(a *Agent, st *Stack, res *Result) []string {
 	if len(res.Runs) > 0 {
 		per = total / time.Duration(len(res.Runs))
 	}
+	model := fmt.Sprintf("model %s played by a scripted model server (internal/modelsrv)", a.Model)
 	how := "one shell tool call per catalog action, the world and workspace reset between calls"
 	if a.Tasks != nil {
 		how = fmt.Sprintf("the agent works on each prompt's request itself, its model playing the prompt's task script (%d prompts have one); its whole run is the action judged", len(a.Tasks.Scripts))
 	}
+	if up := st.Models.Upstream(); up != nil {
+		model = fmt.Sprintf("model %s of the real API at %s (relayed from the world through the host's routes, that name alone)", a.Model, up.Host)
+		how = "the agent works on each prompt's request itself; its whole run is the action judged"
+		if a.Tasks.BudgetUSD > 0 && a.Name == AgentClaudeCode {
+			how += fmt.Sprintf(", at most $%g per run", a.Tasks.BudgetUSD)
+		}
+	}
+	first := "not seen (a real API)"
+	if len(firsts) > 0 {
+		first = fmt.Sprintf("a median %.1f s after start", median/1000)
+	}
+	calls := fmt.Sprintf(" (%d calls carried the real key)", keyCalls)
+	if st.Models.Upstream() != nil {
+		calls = ""
+	}
 	return []string{
-		fmt.Sprintf("agent: %s %s in %s, permission mode %s, model %s played by a scripted model server (internal/modelsrv): %s",
-			a.Name, version, st.Image, a.PermissionMode(), a.Model, how),
-		fmt.Sprintf("agent processes: %d (%d ended with an error), %d tool calls; first model call a median %.1f s after start; a run (tool call to result) %v on average; API key injected by the gateway in %d processes, in the agent's environment in the others (%d calls carried the real key); transcripts in %s/",
-			len(res.Agents), failed, done, median/1000, per.Round(time.Millisecond), injected, keyCalls, TranscriptsDir),
+		fmt.Sprintf("agent: %s %s in %s, permission mode %s, %s: %s",
+			a.Name, version, st.Image, a.PermissionMode(), model, how),
+		fmt.Sprintf("agent processes: %d (%d ended with an error), %d tool calls; first model call %s; a run %v on average; API key injected by the gateway in %d processes, in the agent's environment in the others%s; transcripts in %s/",
+			len(res.Agents), failed, done, first, per.Round(time.Millisecond), injected, calls, TranscriptsDir),
 	}
 }

@@ -2,8 +2,12 @@ package runner
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,13 +16,16 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/bench/data"
 	"github.com/airlock-sandbox/airlock/bench/effect"
 	"github.com/airlock-sandbox/airlock/bench/eval"
+	"github.com/airlock-sandbox/airlock/egress/sessionca"
 	benchimage "github.com/airlock-sandbox/airlock/images/bench"
+	"github.com/airlock-sandbox/airlock/internal/modelsrv"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 )
@@ -306,5 +313,132 @@ func TestAgentWorksOnTasks(t *testing.T) {
 		if err != nil || !strings.Contains(string(b), "scancel") {
 			t.Errorf("transcript %s: %v, or no scancel in it", a.Transcript, err)
 		}
+	}
+}
+
+// With a real model API (here a stand-in on the host's loopback, with a
+// certificate of a CA of the test's own), the agent reaches it by its real
+// name through the world's relay, the only way out: directly over TLS it
+// verifies itself where the mode has no gateway, its key in its
+// environment; through the gateway, which verifies the API and injects
+// the key, in the perimeter. No scripted model host is used.
+func TestAgentTasksThroughUpstream(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	env, err := daemontest.LoadEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, err := daemontest.AgentImageArchive(AgentClaudeCode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts, err := LoadTaskScripts(filepath.Join("testdata", "agent-tasks.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const apiHost = "api.model.example"
+	ca, err := sessionca.New("upstream-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Leaf(apiHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := modelsrv.New(*scripts["CJ-S0-B0-R0"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: srv, TLSConfig: &tls.Config{Certificates: []tls.Certificate{*leaf}}}
+	go func() { _ = hs.ServeTLS(l, "", "") }()
+	defer hs.Close()
+	var relayed atomic.Int32
+	key := "sk-upstream-" + rand.Text()
+
+	dir := t.TempDir()
+	cli := filepath.Join(dir, benchimage.Links[0])
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", cli, "../clients/cmd/airlock-bench-cli")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the bench client: %v: %s", err, out)
+	}
+	ref := benchimage.AgentRef(AgentClaudeCode)
+	img, err := benchimage.BuildOn(archive, cli, dir, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := StartStack(ctx, StackConfig{BinDir: env.BinDir, ImageArchive: img, ImageRef: ref, ModelHosts: true, Workers: 1,
+		ModelUpstream: &Upstream{Host: apiHost, Key: key, ExtraRoots: ca.CertPEM(), Dial: func(ctx context.Context) (net.Conn, error) {
+			relayed.Add(1)
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", l.Addr().String())
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, world := st.Root, st.Network.NetnsPath()
+	defer func() {
+		if err := st.Close(context.Background()); err != nil {
+			t.Errorf("stop the stack: %v", err)
+		}
+		for _, p := range []string{root, world} {
+			if _, err := os.Stat(p); !os.IsNotExist(err) {
+				t.Errorf("%s left behind (%v)", p, err)
+			}
+		}
+	}()
+
+	agent, err := ParseAgent(AgentClaudeCode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent.Tasks = &Tasks{}
+	out := t.TempDir()
+	res, err := Run(ctx, st, Options{Families: []string{data.CancelJobs}, Prompts: []string{"CJ-S0-B0-R0"},
+		Modes: []string{ModeGateOnly, ModePerimeter}, Out: out, Agent: agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Results {
+		if r.Class != eval.Safe || r.Outcome != eval.OutcomeDone {
+			t.Errorf("%s: %s, %s (effects %v), want the careful run safe and done", r.Mode, r.Class, r.Outcome, r.Case.Runs[r.Mode].Effects)
+		}
+	}
+	if len(res.Agents) != 2 {
+		t.Fatalf("%d agent processes, want 2", len(res.Agents))
+	}
+	injected := 0
+	for _, a := range res.Agents {
+		if a.ExitCode != 0 || a.Error != "" {
+			t.Errorf("agent %s exited %d (%s)", a.Session, a.ExitCode, a.Error)
+		}
+		if a.KeyInjected {
+			injected++
+		}
+	}
+	if injected != 1 {
+		t.Errorf("%d agents had their key injected, want the perimeter's alone", injected)
+	}
+	main, keyed := 0, 0
+	for _, c := range srv.Calls() {
+		if c.Kind == modelsrv.KindMain {
+			main++
+			if c.APIKey() == key {
+				keyed++
+			}
+		}
+	}
+	// Two runs of three main calls each (two tool calls, then the end).
+	if main != 6 || keyed != main {
+		t.Errorf("the API saw %d main calls, %d with the operator's key; want 6, all", main, keyed)
+	}
+	if relayed.Load() == 0 {
+		t.Error("nothing went through the relay")
 	}
 }

@@ -51,20 +51,20 @@ func TestWithModel(t *testing.T) {
 	for _, name := range []string{AgentClaudeCode, AgentCodex} {
 		a, _ := ParseAgent(name)
 		open := &policies.Policy{Egress: &policies.Egress{Allow: []string{"git.bench.test"}}}
-		base, key := a.withModel(open, m, 0)
+		base, key, _ := a.withModel(open, m, 0)
 		if base != "http://model-0.bench.test" || key != "sk-0" || len(open.Secrets) != 0 || open.Egress.Allow[1] != "model-0.bench.test:80" {
 			t.Errorf("%s without the gateway: %s %q %+v", name, base, key, open.Egress)
 		}
-		if env := a.env(base, key); env[a.keyVar()] != "sk-0" {
+		if env := a.env(base, key, ""); env[a.keyVar()] != "sk-0" {
 			t.Errorf("%s: env %v holds no key", name, env)
 		}
 		gw := &policies.Policy{Egress: &policies.Egress{Allow: []string{"git.bench.test"}, L7: policies.L7Check}}
-		base, key = a.withModel(gw, m, 0)
+		base, key, _ = a.withModel(gw, m, 0)
 		if base != "https://model-0.bench.test" || key != "" || len(gw.Secrets) != 1 || gw.Secrets[0].From != "file:/s/model-0.bench.test/key" ||
 			gw.Secrets[0].Inject[0].Host != "model-0.bench.test" || gw.Secrets[0].Name != a.keyVar() {
 			t.Errorf("%s with the gateway: %s %q %+v", name, base, key, gw.Secrets)
 		}
-		if env := a.env(base, key); env[a.keyVar()] != "" {
+		if env := a.env(base, key, ""); env[a.keyVar()] != "" {
 			t.Errorf("%s: env %v holds a key the gateway injects", name, env)
 		}
 	}

@@ -110,6 +110,7 @@ type live struct {
 	// An agent's session: its model's base URL and the key it holds
 	// ("" when the gateway injects it), and the agent once started.
 	modelBase, modelKey string
+	modelCA             string
 	config              string
 	agent               *agentProc
 }
@@ -127,7 +128,7 @@ func (w *worker) open(ctx context.Context, j *job, dir string) *live {
 		}
 		l.config = j.key
 		if w.agent != nil {
-			l.modelBase, l.modelKey = w.agent.withModel(p, w.models, w.id)
+			l.modelBase, l.modelKey, l.modelCA = w.agent.withModel(p, w.models, w.id)
 		}
 		s, err := w.client.CreateSession(ctx, api.CreateRequest{Policy: *p, Start: true})
 		if err != nil {

@@ -1,15 +1,20 @@
 package runner
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/containerd/errdefs"
 
 	testworld "github.com/airlock-sandbox/airlock/internal/world"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -28,6 +33,88 @@ type Models struct {
 	keys  []string
 	dir   string
 	slots []*modelSlot
+	// up is the real model API every worker's agent reaches instead, when
+	// the stack has one (StackConfig.ModelUpstream).
+	up *Upstream
+	// caDir is the host directory of the bundle trusting up's extra
+	// roots, mounted into sessions without the gateway; empty if none.
+	caDir string
+}
+
+// Upstream is a real model API that agents working on tasks reach: its
+// one host name is published in the world, and each connection to it is
+// relayed from the bench's process through the host's routes to the real
+// host (internal/world's AddRelay). That is the only way out of the world,
+// for that name alone; the world's services stay inside. TLS passes the
+// relay end to end: the agent (in a mode without the L7 gateway) or the
+// gateway verifies the real host's certificate.
+type Upstream struct {
+	// Host is the API's host name (api.anthropic.com), reached on port
+	// 443.
+	Host string
+	// Key is the operator's API key: in a file only the stack's daemon
+	// reads, injected by the gateway where a mode has it, in the agent's
+	// environment otherwise.
+	Key string
+	// Dial opens a connection to the API (default: TCP to Host:443
+	// through the host's resolver and routes).
+	Dial func(ctx context.Context) (net.Conn, error)
+	// ExtraRoots (PEM) are trusted for the API besides the host's system
+	// roots: by the gateway, and in sessions without it (a bundle of the
+	// system roots and these, mounted read-only). For a stand-in API.
+	ExtraRoots []byte
+}
+
+// relayIP is the world address of the upstream API's relay: after the
+// model hosts (from + 16).
+const relayOffset = 40
+
+// systemRoots is the host's CA bundle.
+const systemRoots = "/etc/ssl/certs/ca-certificates.crt"
+
+// caMount is where sessions without the gateway find the bundle that
+// trusts an upstream's extra roots.
+const caMount = "/opt/airlock-bench-ca"
+
+// serveUpstream publishes up in the world through a relay and writes its
+// key under dir.
+func serveUpstream(n *testworld.World, m *Models, up *Upstream, root string) error {
+	if up.Host == "" || up.Key == "" {
+		return fmt.Errorf("model upstream: a host and a key are required: %w", errdefs.ErrInvalidArgument)
+	}
+	dial := up.Dial
+	if dial == nil {
+		dial = func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", net.JoinHostPort(up.Host, "443"))
+		}
+	}
+	ip := n.Net().Addr()
+	for range relayOffset {
+		ip = ip.Next()
+	}
+	if err := n.AddRelay(up.Host, ip, 443, dial); err != nil {
+		return err
+	}
+	file := filepath.Join(m.dir, up.Host, "key")
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(file, []byte(up.Key+"\n"), 0o600); err != nil {
+		return err
+	}
+	if len(up.ExtraRoots) > 0 {
+		m.caDir = filepath.Join(root, "model-ca")
+		sys, _ := os.ReadFile(systemRoots)
+		if err := os.MkdirAll(m.caDir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(m.caDir, "bundle.pem"), append(append(sys, '\n'), up.ExtraRoots...), 0o644); err != nil {
+			return err
+		}
+	}
+	m.up = up
+	return nil
 }
 
 // modelHostFmt names instance N's model host.
@@ -67,16 +154,29 @@ func serveModels(n *testworld.World, count int, dir string) (*Models, error) {
 	return m, nil
 }
 
-// Host is instance i's model host.
-func (m *Models) Host(i int) string { return m.hosts[i] }
+// Host is instance i's model host (the upstream API's, if any).
+func (m *Models) Host(i int) string {
+	if m.up != nil {
+		return m.up.Host
+	}
+	return m.hosts[i]
+}
 
 // Key is the API key of instance i's model host.
-func (m *Models) Key(i int) string { return m.keys[i] }
+func (m *Models) Key(i int) string {
+	if m.up != nil {
+		return m.up.Key
+	}
+	return m.keys[i]
+}
+
+// Upstream is the real model API, or nil.
+func (m *Models) Upstream() *Upstream { return m.up }
 
 // KeySource is where a session's secret block reads instance i's key
 // from: a file the stack's daemon admits for Host(i) alone.
 func (m *Models) KeySource(i int) string {
-	return "file:" + filepath.Join(m.dir, m.hosts[i], "key")
+	return "file:" + filepath.Join(m.dir, m.Host(i), "key")
 }
 
 // Set makes h answer instance i's model host (nil: 503).
@@ -112,7 +212,16 @@ func (s *modelSlot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // its own host.
 func (s *Stack) modelDaemonArgs() ([]string, error) {
 	ca := filepath.Join(s.Root, "world-ca.pem")
-	if err := os.WriteFile(ca, s.Network.CAPEM(), 0o644); err != nil {
+	pem := s.Network.CAPEM()
+	if up := s.cfg.ModelUpstream; up != nil {
+		// The real API's certificate: the host's roots, and any extra.
+		sys, err := os.ReadFile(systemRoots)
+		if err != nil && len(up.ExtraRoots) == 0 {
+			return nil, fmt.Errorf("model upstream: the gateway verifies %s with the host's CA bundle: %w", up.Host, err)
+		}
+		pem = append(append(append(slices.Clone(pem), '\n'), sys...), up.ExtraRoots...)
+	}
+	if err := os.WriteFile(ca, pem, 0o644); err != nil {
 		return nil, err
 	}
 	secrets := filepath.Join(s.Root, "secrets")

@@ -309,7 +309,7 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 		if !slices.Contains(pl.families, p.Family) || (len(opts.Prompts) > 0 && !slices.Contains(opts.Prompts, p.ID)) {
 			continue
 		}
-		if tasks != nil && tasks.Scripts[p.ID] == nil {
+		if tasks != nil && (st.Models == nil || st.Models.Upstream() == nil) && tasks.Scripts[p.ID] == nil {
 			if len(opts.Prompts) > 0 {
 				return nil, fmt.Errorf("prompt %s has no task script: %w", p.ID, errdefs.ErrInvalidArgument)
 			}

@@ -57,6 +57,9 @@ type StackConfig struct {
 	// stack's own daemon inject their API keys (StackModels). Only with
 	// a daemon of the stack's own.
 	ModelHosts bool
+	// ModelUpstream, with ModelHosts, is a real model API the agents'
+	// tasks reach instead of the scripted model hosts (see Upstream).
+	ModelUpstream *Upstream
 	// Workers is the number of world instances (default 2).
 	Workers int
 	// TempDir is where the stack's private root is made (default /tmp).
@@ -156,6 +159,12 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, retErr error) {
 	if cfg.ModelHosts {
 		if s.Models, err = serveModels(s.Network, cfg.Workers, filepath.Join(s.Root, "secrets")); err != nil {
 			return nil, fmt.Errorf("model hosts: %w", err)
+		}
+		if cfg.ModelUpstream != nil {
+			if err := serveUpstream(s.Network, s.Models, cfg.ModelUpstream, s.Root); err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(s.log, "model upstream: %s, relayed from the world through the host's routes (that name alone)\n", cfg.ModelUpstream.Host)
 		}
 	}
 	fmt.Fprintf(s.log, "world: namespace %s, dns %v, hosts %v\n", s.Network.NetnsPath(), s.Network.DNSAddr(), s.Network.Hosts())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +34,10 @@ type benchOptions struct {
 	timeout                time.Duration
 	seed                   uint64
 	agent, agentTasks      string
+	agentModel             string
+	modelURL, modelKeyFile string
+	modelUplink            string
+	modelBudget            float64
 }
 
 func (c *cli) newBenchCommand() *cobra.Command {
@@ -82,7 +87,17 @@ With --agent-tasks FILE the agent works on each prompt's request itself: the
 request is its task, its model plays the prompt's script from FILE (JSON lines
 of {"prompt_id", "script"}; prompts without one do not run), and its whole run
 is the one action judged under the prompt, by its effects, with its gate-only
-run as the reference.`,
+run as the reference.
+
+With --model-url https://api.anthropic.com (or OpenAI's API for Codex),
+--model-key-file FILE and --model-uplink host, a real model drives the agent on
+every selected prompt: this is AmPermBench's experiment, inside the perimeter.
+The API's name is published in the world and its connections are relayed from
+this process through the host's routes to that name alone; the world's services
+stay in the world's namespace. The paper's run (128 prompts, Claude Sonnet 4.6)
+cost about $16 and 6 hours; --model-budget-usd bounds each Claude Code run and
+--timeout each run of either agent. The real model may do anything the
+perimeter lets it do to the world: that is what is measured.`,
 		Example: `  airlock bench
   airlock bench --family cancel-jobs --mode gate-only --mode perimeter
   airlock bench --gate allow-all --gate rules:bench/runner/rules/example.rules --out results
@@ -110,6 +125,11 @@ run as the reference.`,
 	f.BoolVar(&o.naive, "naive", false, "reuse nothing: a fresh session for every prompt, mode and action (slow; checks the reuse)")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "time limit of one action")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the habituated approver's draws")
+	f.StringVar(&o.agentModel, "agent-model", "", "with --agent: the model the agent asks for (default claude-sonnet-4-6 for Claude Code, gpt-5.5 for Codex)")
+	f.StringVar(&o.modelURL, "model-url", "", "with --agent: a real model API (https://HOST) that drives the agent on every prompt's request; needs --model-key-file and --model-uplink host")
+	f.StringVar(&o.modelKeyFile, "model-key-file", "", "with --model-url: the file holding the API key (read by the bench's daemon, injected by the gateway where a mode has it)")
+	f.StringVar(&o.modelUplink, "model-uplink", "", "with --model-url: how the API is reached: host (this machine's routes, for the API's name alone)")
+	f.Float64Var(&o.modelBudget, "model-budget-usd", 0, "with --model-url: the most one Claude Code run may spend (its --max-budget-usd); 0: no bound but --timeout")
 	f.StringVar(&o.agentTasks, "agent-tasks", "", "with --agent: the agent works on the prompts' requests, its model playing each prompt's script from this JSON-lines FILE")
 	f.StringVar(&o.agent, "agent", "", "run every action as a tool call of a real agent: claude-code or codex (its image archive: $AIRLOCK_CLAUDE_CODE_IMAGE / $AIRLOCK_CODEX_IMAGE, or the path in _output/NAME-image.path; make images builds them)")
 	f.StringVar(&o.binDir, "bin-dir", "", "directory of airlockd, containerd and runc (default: beside this program)")
@@ -148,6 +168,7 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 		return usageErrorf("--world-netns and --world-dns go with --socket")
 	}
 	var agent *runner.Agent
+	var upstream *runner.Upstream
 	if o.agent != "" {
 		if agent, err = runner.ParseAgent(o.agent); err != nil {
 			return usageErrorf("--agent: %v", err)
@@ -160,18 +181,32 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 		case o.naive:
 			return usageErrorf("--agent: --naive runs the catalog's commands without an agent")
 		}
+		if o.agentModel != "" {
+			agent.Model = o.agentModel
+		}
 		if o.agentTasks != "" {
+			if o.modelURL != "" {
+				return usageErrorf("--agent-tasks: with --model-url the real model answers, not a script")
+			}
 			scripts, err := runner.LoadTaskScripts(o.agentTasks)
 			if err != nil {
 				return usageErrorf("--agent-tasks: %v", err)
 			}
-			if o.actions != "" {
-				return usageErrorf("--agent-tasks: the agent chooses its own actions; --actions goes with the replay")
-			}
 			agent.Tasks = &runner.Tasks{Scripts: scripts}
 		}
-	} else if o.agentTasks != "" {
-		return usageErrorf("--agent-tasks goes with --agent")
+		if o.modelURL != "" {
+			if upstream, err = c.modelUpstream(o); err != nil {
+				return err
+			}
+			agent.Tasks = &runner.Tasks{BudgetUSD: o.modelBudget}
+		} else if o.modelKeyFile != "" || o.modelUplink != "" || o.modelBudget != 0 {
+			return usageErrorf("--model-key-file, --model-uplink and --model-budget-usd go with --model-url")
+		}
+		if agent.Tasks != nil && o.actions != "" {
+			return usageErrorf("--agent-tasks, --model-url: the agent chooses its own actions; --actions goes with the replay")
+		}
+	} else if o.agentTasks != "" || o.modelURL != "" || o.agentModel != "" {
+		return usageErrorf("--agent-tasks, --agent-model and --model-url go with --agent")
 	}
 	cfg := runner.StackConfig{Workers: o.workers, Log: c.stderr, DaemonLog: filepath.Join(o.out, "airlockd.log")}
 	if attach {
@@ -191,7 +226,7 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 		return err
 	}
 	if agent != nil {
-		cfg.ImageRef, cfg.ModelHosts = benchimage.AgentRef(agent.Name), true
+		cfg.ImageRef, cfg.ModelHosts, cfg.ModelUpstream = benchimage.AgentRef(agent.Name), true, upstream
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -341,4 +376,31 @@ func (p *progressBar) finish() {
 	if p.tty && p.drawn {
 		fmt.Fprintln(p.w)
 	}
+}
+
+// modelUpstream reads --model-url, --model-key-file and --model-uplink.
+func (c *cli) modelUpstream(o *benchOptions) (*runner.Upstream, error) {
+	u, err := url.Parse(o.modelURL)
+	if err != nil || u.Scheme != "https" || u.Hostname() == "" || (u.Port() != "" && u.Port() != "443") ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return nil, usageErrorf("--model-url %q: want https://HOST, such as https://api.anthropic.com (port 443, no path)", o.modelURL)
+	}
+	if o.modelUplink != "host" {
+		return nil, usageErrorf("--model-url sends the agent's model traffic off this machine, through the host's routes to %s alone: say so with --model-uplink host", u.Hostname())
+	}
+	if o.modelKeyFile == "" {
+		return nil, usageErrorf("--model-url needs --model-key-file, the file holding the API key")
+	}
+	if o.modelBudget < 0 {
+		return nil, usageErrorf("--model-budget-usd %v: want 0 or more", o.modelBudget)
+	}
+	b, err := os.ReadFile(o.modelKeyFile)
+	if err != nil {
+		return nil, usageErrorf("--model-key-file: %v", err)
+	}
+	key := strings.TrimSpace(string(b))
+	if key == "" || strings.ContainsAny(key, "\r\n") {
+		return nil, usageErrorf("--model-key-file %s: want one line, the key", o.modelKeyFile)
+	}
+	return &runner.Upstream{Host: strings.ToLower(u.Hostname()), Key: key}, nil
 }

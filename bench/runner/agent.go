@@ -615,7 +615,10 @@ func (p *agentProc) record(dir, name, session, config, key string) (AgentRun, er
 	if s := p.stderr.String(); s != "" {
 		out += s
 	}
-	if err := os.WriteFile(filepath.Join(dir, r.Transcript), []byte(out), 0o644); err != nil {
+	// An agent holding its key (a mode without the gateway) may print it
+	// (a model asking for `env`): the transcript never keeps it.
+	out = redactKey(out, key)
+	if err := os.WriteFile(filepath.Join(dir, r.Transcript), []byte(out), 0o600); err != nil {
 		return r, err
 	}
 	if p.srv == nil {
@@ -731,4 +734,22 @@ func agentNotes(a *Agent, st *Stack, res *Result) []string {
 		fmt.Sprintf("agent processes: %d (%d ended with an error), %d tool calls; first model call %s; a run %v on average; API key injected by the gateway in %d processes, in the agent's environment in the others%s; transcripts in %s/",
 			len(res.Agents), failed, done, first, per.Round(time.Millisecond), injected, calls, TranscriptsDir),
 	}
+}
+
+// redactKey replaces key in s, as it is and JSON-escaped, by a marker.
+func redactKey(s, key string) string {
+	if key == "" {
+		return s
+	}
+	s = strings.ReplaceAll(s, key, "[api key]")
+	if esc := jsonString(key); esc != key {
+		s = strings.ReplaceAll(s, esc, "[api key]")
+	}
+	return s
+}
+
+// jsonString is s as a JSON string's content (escaped, without quotes).
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b[1 : len(b)-1])
 }

@@ -240,12 +240,6 @@ func testAgentRun(t *testing.T, name string) {
 	}
 }
 
-// jsonString is s as a JSON string's content (escaped, without quotes).
-func jsonString(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b[1 : len(b)-1])
-}
-
 // The agent works on the requests itself: its whole run is the action
 // judged. A careful run (it cancels the one job the request names) is safe
 // and done in both modes; a sloppy one (every dev job of the ticket, sam's

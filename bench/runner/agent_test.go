@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/modelsrv"
@@ -67,5 +68,16 @@ func TestWithModel(t *testing.T) {
 		if env := a.env(base, key, ""); env[a.keyVar()] != "" {
 			t.Errorf("%s: env %v holds a key the gateway injects", name, env)
 		}
+	}
+}
+
+func TestRedactKey(t *testing.T) {
+	key := `sk-"x"`
+	in := `{"env":"ANTHROPIC_API_KEY=sk-\"x\""} and sk-"x" raw`
+	if got := redactKey(in, key); strings.Contains(got, "sk-") || strings.Count(got, "[api key]") != 2 {
+		t.Errorf("redactKey: %q", got)
+	}
+	if got := redactKey("a", ""); got != "a" {
+		t.Errorf("no key: %q", got)
 	}
 }

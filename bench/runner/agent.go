@@ -267,6 +267,9 @@ type agentProc struct {
 	stdout  lockedBuffer
 	stderr  lockedBuffer
 	command []string
+	// key is the API key the agent holds ("" when the gateway injects
+	// it): no output the runner keeps carries it.
+	key     string
 	started time.Time
 	first   time.Duration // start to the first model call
 }
@@ -321,6 +324,7 @@ func (w *worker) startAgent(ctx context.Context, l *live, j *job, actions []cata
 // execAgent starts the agent on prompt in session l, in the background.
 func (w *worker) execAgent(ctx context.Context, p *agentProc, l *live, j *job, prompt string) {
 	p.command = w.agent.command(prompt, l.modelBase)
+	p.key = l.modelKey
 	actx, cancel := context.WithCancel(ctx)
 	p.cancel = cancel
 	p.started = time.Now()
@@ -383,7 +387,7 @@ func (w *worker) runTask(ctx context.Context, j *job, a catalog.Action, l *live)
 	if p.err != nil {
 		code = -1
 	}
-	return Output{ExitCode: code, Stdout: truncate(p.stdout.String()), Stderr: truncate(p.stderr.String())}, nil
+	return Output{ExitCode: code, Stdout: truncate(redactKey(p.stdout.String(), p.key)), Stderr: truncate(redactKey(p.stderr.String(), p.key))}, nil
 }
 
 // pace is the model server's Pacer: it hands the arrival to the runner and
@@ -458,7 +462,7 @@ func (p *agentProc) run(ctx context.Context, a catalog.Action, timeout time.Dura
 		p.pending, p.next = &next, step+1
 		for _, r := range next.results {
 			if r.Step == step && r.Index == 0 {
-				return Output{ExitCode: exitCode(r), Stdout: truncate(toolOutput(r.Output))}, nil
+				return Output{ExitCode: exitCode(r), Stdout: truncate(redactKey(toolOutput(r.Output), p.key))}, nil
 			}
 		}
 		return Output{}, fmt.Errorf("the agent came back without the result of %s", a.ID)

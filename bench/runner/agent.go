@@ -55,6 +55,9 @@ type Agent struct {
 	// Tasks, when set, make the agent work on the prompts' requests
 	// itself instead of replaying the catalog.
 	Tasks *Tasks
+	// Mode is Claude Code's permission mode (SetMode; default
+	// ModeBypass).
+	Mode string
 }
 
 // Tasks make an agent work on each prompt's request itself: the request is
@@ -136,15 +139,41 @@ func ParseAgent(s string) (*Agent, error) {
 	return nil, fmt.Errorf("agent %q: want %s or %s: %w", s, AgentClaudeCode, AgentCodex, errdefs.ErrInvalidArgument)
 }
 
-// PermissionMode is the agent's own permission mode in every run: every
-// tool call the model makes runs (Claude Code's bypassPermissions, Codex's
-// approval_policy=never with its sandbox off), as the shipped examples run
-// them; airlock's layers are the boundary.
+// Claude Code's permission modes the bench runs it in.
+const (
+	// ModeBypass: every tool call the model makes runs, as the shipped
+	// examples run it; airlock's layers are the boundary.
+	ModeBypass = "bypassPermissions"
+	// ModeAuto: Claude Code's auto mode, its own gate: a classifier,
+	// asked through the model API, decides each action its rules do not
+	// allow (the scripted model answers with the script's gate verdicts,
+	// a real one for itself).
+	ModeAuto = "auto"
+)
+
+// SetMode sets Claude Code's permission mode (ModeBypass or ModeAuto).
+// Codex runs with approval_policy=never alone: its approvals need its own
+// sandbox, which cannot run in airlock's (see internal/modelsrv).
+func (a *Agent) SetMode(mode string) error {
+	switch {
+	case a.Name == AgentClaudeCode && (mode == ModeBypass || mode == ModeAuto):
+		a.Mode = mode
+		return nil
+	case a.Name == AgentCodex:
+		return fmt.Errorf("agent codex runs with approval_policy=never only (its approvals need its own sandbox, off inside airlock): %w", errdefs.ErrInvalidArgument)
+	}
+	return fmt.Errorf("permission mode %q: want %s or %s: %w", mode, ModeBypass, ModeAuto, errdefs.ErrInvalidArgument)
+}
+
+// PermissionMode is the agent's own permission mode in every run.
 func (a *Agent) PermissionMode() string {
 	if a.Name == AgentCodex {
 		return "approval_policy=never, --sandbox danger-full-access"
 	}
-	return "bypassPermissions"
+	if a.Mode != "" {
+		return a.Mode
+	}
+	return ModeBypass
 }
 
 // GateName names the cases' gate: the agent's permission mode.
@@ -176,7 +205,7 @@ func (a *Agent) command(prompt, base string) []string {
 			"-c", "analytics.enabled=false",
 			prompt}
 	}
-	cmd := []string{"claude", "-p", prompt, "--permission-mode", "bypassPermissions",
+	cmd := []string{"claude", "-p", prompt, "--permission-mode", a.PermissionMode(),
 		"--output-format", "stream-json", "--verbose", "--model", a.Model}
 	if a.Tasks != nil && a.Tasks.BudgetUSD > 0 {
 		cmd = append(cmd, "--max-budget-usd", strconv.FormatFloat(a.Tasks.BudgetUSD, 'f', -1, 64))
@@ -565,6 +594,8 @@ type AgentRun struct {
 	// key, and the main-loop calls.
 	KeyCalls  int `json:"key_calls"`
 	MainCalls int `json:"main_calls"`
+	// Gate is what the agent's own gate decided, as its transcript says.
+	Gate GateLog `json:"gate"`
 	// Transcript is the agent's own output (stream-json, JSON lines),
 	// Calls the model server's record of its calls, both under
 	// transcripts/.
@@ -622,6 +653,7 @@ func (p *agentProc) record(dir, name, session, config, key string) (AgentRun, er
 	// An agent holding its key (a mode without the gateway) may print it
 	// (a model asking for `env`): the transcript never keeps it.
 	out = redactKey(out, key)
+	r.Gate = readGateLog(out)
 	if err := os.WriteFile(filepath.Join(dir, r.Transcript), []byte(out), 0o600); err != nil {
 		return r, err
 	}
@@ -667,6 +699,8 @@ func checkAgentRun(st *Stack, opts Options) error {
 		return fmt.Errorf("agent %s: working on the requests, the agent chooses its own actions: --actions and a choice of catalog actions go with the replay: %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
 	case opts.Agent.Tasks != nil && len(opts.Agent.Tasks.Scripts) == 0 && st.Models.Upstream() == nil:
 		return fmt.Errorf("agent %s: tasks without scripts need a real model API (StackConfig.ModelUpstream): %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
+	case opts.Agent.Tasks == nil && opts.Agent.PermissionMode() == ModeAuto:
+		return fmt.Errorf("agent %s: the replay runs the catalog's actions under the bench's gate; auto mode, the agent's own gate, goes with the tasks: %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
 	case st.Models.Upstream() != nil && opts.Agent.Tasks == nil:
 		return fmt.Errorf("agent %s: a real model API chooses its own actions: it runs the tasks (--agent-tasks), not the catalog's replay: %w", opts.Agent.Name, errdefs.ErrInvalidArgument)
 	}
@@ -686,7 +720,10 @@ func agentNotes(a *Agent, st *Stack, res *Result) []string {
 	}
 	var firsts []float64
 	injected, keyCalls, done, failed := 0, 0, 0, 0
+	gateCalls, gateDenied := 0, 0
 	for _, r := range res.Agents {
+		gateCalls += r.Gate.ToolCalls
+		gateDenied += len(r.Gate.Denied)
 		if r.FirstCallMS > 0 {
 			firsts = append(firsts, r.FirstCallMS)
 		}
@@ -737,6 +774,8 @@ func agentNotes(a *Agent, st *Stack, res *Result) []string {
 			a.Name, version, st.Image, a.PermissionMode(), model, how),
 		fmt.Sprintf("agent processes: %d (%d ended with an error), %d tool calls; first model call %s; a run %v on average; API key injected by the gateway in %d processes, in the agent's environment in the others%s; transcripts in %s/",
 			len(res.Agents), failed, done, first, per.Round(time.Millisecond), injected, calls, TranscriptsDir),
+		fmt.Sprintf("the agent's own gate (%s), as its transcripts say: %d tool calls asked for, %d refused (gate in %s/INDEX.json)",
+			a.PermissionMode(), gateCalls, gateDenied, TranscriptsDir),
 	}
 }
 
@@ -756,4 +795,58 @@ func redactKey(s, key string) string {
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b[1 : len(b)-1])
+}
+
+// GateLog is what an agent's own gate decided in one process, read from
+// its transcript: the tool calls its model asked for, and those its
+// permission mode refused (Claude Code's permission_denials, its auto
+// mode's classifier refusals among them). Codex's transcript shows the
+// commands it ran; with approval_policy=never nothing is refused.
+type GateLog struct {
+	ToolCalls int `json:"tool_calls"`
+	// Denied are the refused calls' tool and input.
+	Denied []string `json:"denied,omitempty"`
+}
+
+// readGateLog reads a transcript of JSON lines (Claude Code's stream-json,
+// Codex's exec --json); lines it does not know are skipped.
+func readGateLog(transcript string) GateLog {
+	var g GateLog
+	for _, line := range strings.Split(transcript, "\n") {
+		var m struct {
+			Type    string `json:"type"`
+			Message struct {
+				Content []struct {
+					Type string `json:"type"`
+				} `json:"content"`
+			} `json:"message"`
+			Item struct {
+				Type string `json:"type"`
+			} `json:"item"`
+			PermissionDenials []struct {
+				ToolName  string          `json:"tool_name"`
+				ToolInput json.RawMessage `json:"tool_input"`
+			} `json:"permission_denials"`
+		}
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		switch m.Type {
+		case "assistant":
+			for _, c := range m.Message.Content {
+				if c.Type == "tool_use" {
+					g.ToolCalls++
+				}
+			}
+		case "result":
+			for _, d := range m.PermissionDenials {
+				g.Denied = append(g.Denied, d.ToolName+" "+string(d.ToolInput))
+			}
+		case "item.completed":
+			if m.Item.Type == "command_execution" || m.Item.Type == "file_change" {
+				g.ToolCalls++
+			}
+		}
+	}
+	return g
 }

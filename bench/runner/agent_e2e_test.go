@@ -436,3 +436,42 @@ func TestAgentTasksThroughUpstream(t *testing.T) {
 		t.Error("nothing went through the relay")
 	}
 }
+
+// In auto mode Claude Code's own gate asks its classifier about the sloppy
+// cancel; the scripted model blocks it, the agent refuses it, and the run
+// changes nothing even with the gate alone: the agent's gate, not the
+// perimeter, caught it this time, and its transcript says so.
+func TestAgentAutoModeGate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	st := agentStack(t, ctx, AgentClaudeCode)
+	scripts, err := LoadTaskScripts(filepath.Join("testdata", "agent-tasks.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sloppy := *scripts["CJ-S1-B1-R0"]
+	sloppy.Steps = slices.Clone(sloppy.Steps)
+	sloppy.Steps[1].Calls = slices.Clone(sloppy.Steps[1].Calls)
+	sloppy.Steps[1].Calls[0].Gate = modelsrv.Block // the listing is allowed
+	agent, err := ParseAgent(AgentClaudeCode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.SetMode(ModeAuto); err != nil {
+		t.Fatal(err)
+	}
+	agent.Tasks = &Tasks{Scripts: map[string]*modelsrv.Script{"CJ-S1-B1-R0": &sloppy}}
+	res, err := Run(ctx, st, Options{Families: []string{data.CancelJobs}, Modes: []string{ModeGateOnly}, Out: t.TempDir(), Agent: agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Results) != 1 {
+		t.Fatalf("%d results, want 1", len(res.Results))
+	}
+	if r := res.Results[0]; r.Class == eval.Unsafe || len(r.Case.Reference) != 0 {
+		t.Errorf("the refused cancel: %s, effects %v; want nothing changed", r.Class, r.Case.Reference)
+	}
+	if len(res.Agents) != 1 || len(res.Agents[0].Gate.Denied) != 1 || !strings.Contains(res.Agents[0].Gate.Denied[0], "scancel") {
+		t.Errorf("agents %+v: want one, whose gate refused the scancel", res.Agents)
+	}
+}

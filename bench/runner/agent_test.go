@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,5 +80,42 @@ func TestRedactKey(t *testing.T) {
 	}
 	if got := redactKey("a", ""); got != "a" {
 		t.Errorf("no key: %q", got)
+	}
+}
+
+func TestReadGateLog(t *testing.T) {
+	claude := `{"type":"system","subtype":"init"}
+{"type":"assistant","message":{"content":[{"type":"text","text":"x"},{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls"}}]}}
+{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1"}]}}
+{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t2","name":"Bash","input":{"command":"rm -rf /"}}]}}
+not json
+{"type":"result","permission_denials":[{"tool_name":"Bash","tool_use_id":"t2","tool_input":{"command":"rm -rf /"}}]}`
+	g := readGateLog(claude)
+	if g.ToolCalls != 2 || len(g.Denied) != 1 || !strings.Contains(g.Denied[0], "rm -rf /") {
+		t.Errorf("claude: %+v", g)
+	}
+	codex := `{"type":"thread.started"}
+{"type":"item.started","item":{"type":"command_execution"}}
+{"type":"item.completed","item":{"type":"command_execution"}}
+{"type":"item.completed","item":{"type":"agent_message"}}`
+	if g := readGateLog(codex); g.ToolCalls != 1 || len(g.Denied) != 0 {
+		t.Errorf("codex: %+v", g)
+	}
+}
+
+func TestSetMode(t *testing.T) {
+	a, _ := ParseAgent(AgentClaudeCode)
+	if a.PermissionMode() != ModeBypass {
+		t.Errorf("default mode %s", a.PermissionMode())
+	}
+	if err := a.SetMode(ModeAuto); err != nil || a.PermissionMode() != ModeAuto || !slices.Contains(a.command("p", "b"), ModeAuto) {
+		t.Errorf("auto: %v %s", err, a.PermissionMode())
+	}
+	if err := a.SetMode("plan"); err == nil {
+		t.Error("mode plan accepted")
+	}
+	c, _ := ParseAgent(AgentCodex)
+	if err := c.SetMode(ModeAuto); err == nil {
+		t.Error("codex accepted a mode")
 	}
 }

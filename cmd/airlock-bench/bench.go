@@ -34,7 +34,7 @@ type benchOptions struct {
 	timeout                time.Duration
 	seed                   uint64
 	agent, agentTasks      string
-	agentModel             string
+	agentModel, agentMode  string
 	modelURL, modelKeyFile string
 	modelUplink            string
 	modelBudget            float64
@@ -125,6 +125,7 @@ perimeter lets it do to the world: that is what is measured.`,
 	f.BoolVar(&o.naive, "naive", false, "reuse nothing: a fresh session for every prompt, mode and action (slow; checks the reuse)")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "time limit of one action")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the habituated approver's draws")
+	f.StringVar(&o.agentMode, "agent-mode", "", "with --agent claude-code and tasks: its permission mode, bypassPermissions (default) or auto (its own gate: a classifier asked through the model API; the scripts' gate verdicts answer it, or the real model)")
 	f.StringVar(&o.agentModel, "agent-model", "", "with --agent: the model the agent asks for (default claude-sonnet-4-6 for Claude Code, gpt-5.5 for Codex)")
 	f.StringVar(&o.modelURL, "model-url", "", "with --agent: a real model API (https://HOST) that drives the agent on every prompt's request; needs --model-key-file and --model-uplink host")
 	f.StringVar(&o.modelKeyFile, "model-key-file", "", "with --model-url: the file holding the API key (read by the bench's daemon, injected by the gateway where a mode has it)")
@@ -184,6 +185,11 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 		if o.agentModel != "" {
 			agent.Model = o.agentModel
 		}
+		if o.agentMode != "" {
+			if err := agent.SetMode(o.agentMode); err != nil {
+				return usageErrorf("--agent-mode: %v", err)
+			}
+		}
 		if o.agentTasks != "" {
 			if o.modelURL != "" {
 				return usageErrorf("--agent-tasks: with --model-url the real model answers, not a script")
@@ -205,8 +211,11 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 		if agent.Tasks != nil && o.actions != "" {
 			return usageErrorf("--agent-tasks, --model-url: the agent chooses its own actions; --actions goes with the replay")
 		}
-	} else if o.agentTasks != "" || o.modelURL != "" || o.agentModel != "" {
-		return usageErrorf("--agent-tasks, --agent-model and --model-url go with --agent")
+		if agent.Tasks == nil && agent.PermissionMode() == runner.ModeAuto {
+			return usageErrorf("--agent-mode auto: the replay runs the catalog's actions under the bench's gate; the agent's own gate goes with --agent-tasks or --model-url")
+		}
+	} else if o.agentTasks != "" || o.modelURL != "" || o.agentModel != "" || o.agentMode != "" {
+		return usageErrorf("--agent-tasks, --agent-mode, --agent-model and --model-url go with --agent")
 	}
 	cfg := runner.StackConfig{Workers: o.workers, Log: c.stderr, DaemonLog: filepath.Join(o.out, "airlockd.log")}
 	if attach {

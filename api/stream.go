@@ -17,6 +17,7 @@ const (
 	FrameStderr byte = 2
 	FrameExit   byte = 3 // payload: JSON WaitResponse; last frame of an exec stream
 	FrameError  byte = 4 // payload: JSON ErrorDetail; last frame
+	FrameResize byte = 5 // client -> server: payload JSON WinSize, a terminal's new size
 )
 
 // StreamContentType is the media type of framed streams.

@@ -14,6 +14,7 @@
 //	DELETE /v1/sessions/{id}?force=1        -> 204
 //	GET    /v1/sessions/{id}/logs?follow=1&stdout=1&stderr=1  -> framed stream
 //	POST   /v1/sessions/{id}/exec           ExecRequest -> framed stream, ends with an exit frame
+//	POST   /v1/sessions/{id}/attach         AttachRequest -> framed stream of the main process's terminal
 //	GET    /v1/sessions/{id}/audit          -> []AuditEvent
 //	GET    /v1/approvals?session=ID         -> []Approval
 //	GET    /v1/approvals?follow=1           -> ApprovalEvent JSON lines until the client goes away
@@ -125,6 +126,25 @@ type ExecRequest struct {
 	// Stdin, when true, makes the request body after the JSON header a
 	// stdin stream (see docs/api.md); otherwise stdin is empty.
 	Stdin bool `json:"stdin,omitempty"`
+	// TTY gives the process a pseudo-terminal of Size: its output,
+	// stdout and stderr together, comes as stdout frames, and resize
+	// frames in the request body resize it (Stdin must be set for the
+	// daemon to read them).
+	TTY  bool     `json:"tty,omitempty"`
+	Size *WinSize `json:"size,omitempty"`
+}
+
+// WinSize is a terminal's size in characters.
+type WinSize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
+}
+
+// AttachRequest is the first line of an attach request body; stdin and
+// resize frames follow.
+type AttachRequest struct {
+	// Size, when set, resizes the terminal as the client attaches.
+	Size *WinSize `json:"size,omitempty"`
 }
 
 // Image is one image in the daemon's store.

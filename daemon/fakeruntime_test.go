@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sort"
 	"sync"
@@ -96,7 +97,15 @@ func (f *fakeRuntime) Create(ctx context.Context, o runtime.CreateOptions) error
 	return nil
 }
 
-func (f *fakeRuntime) Start(_ context.Context, id, _ string, _ int64) (uint32, <-chan containerd.ExitStatus, error) {
+func (f *fakeRuntime) AttachTTY(context.Context, string, string) (*net.UnixConn, error) {
+	return nil, fmt.Errorf("fake runtime: no terminals: %w", errdefs.ErrFailedPrecondition)
+}
+
+func (f *fakeRuntime) Resize(context.Context, string, uint32, uint32) error {
+	return fmt.Errorf("fake runtime: no terminals: %w", errdefs.ErrFailedPrecondition)
+}
+
+func (f *fakeRuntime) Start(_ context.Context, id, _ string, _ int64, _ bool) (uint32, <-chan containerd.ExitStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	sb, err := f.get(id)

@@ -93,6 +93,9 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
 	opts = append(opts, popts...)
+	if p.Terminal {
+		opts = append(opts, oci.WithTTY)
+	}
 	// The workspace, the credential directories, the launch directory, the
 	// network and the rootfs snapshot do not depend on one another: they
 	// are made side by side. Each parallel step only fills its own
@@ -156,7 +159,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 		return nil, err
 	}
 	step.Mark("container")
-	pid, ch, err := d.rt.Start(cctx, id, s.logDir(), p.Resources.LogSize)
+	pid, ch, err := d.rt.Start(cctx, id, s.logDir(), p.Resources.LogSize, p.Terminal)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"net"
 	"syscall"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -15,7 +16,9 @@ import (
 type sandboxRuntime interface {
 	PrepareRootfs(ctx context.Context, id, image string) (*runtime.Rootfs, error)
 	Create(ctx context.Context, o runtime.CreateOptions) error
-	Start(ctx context.Context, id, logDir string, logSize int64) (uint32, <-chan containerd.ExitStatus, error)
+	Start(ctx context.Context, id, logDir string, logSize int64, tty bool) (uint32, <-chan containerd.ExitStatus, error)
+	AttachTTY(ctx context.Context, id, logDir string) (*net.UnixConn, error)
+	Resize(ctx context.Context, id string, cols, rows uint32) error
 	Task(ctx context.Context, id string) (runtime.TaskState, error)
 	// ShimState asks the task's shim, bypassing containerd.
 	ShimState(ctx context.Context, id string) (runtime.TaskState, error)

@@ -54,6 +54,11 @@ type Policy struct {
 	// Pool asks the daemon to keep sandboxes for this policy prepared
 	// ahead of time; nil means none.
 	Pool *Pool `json:"pool,omitempty"`
+	// Terminal gives the main process a pseudo-terminal (airlock run
+	// -it): its output, stdout and stderr together, is the session's
+	// stdout log, and `airlock attach` connects to it. Set through the
+	// API, not in manifests.
+	Terminal bool `json:"terminal,omitempty"`
 }
 
 // Pool is the `pool { size = N }` block: the daemon keeps Size sandboxes

@@ -45,6 +45,9 @@ func RunLogger(args []string) error {
 	if err != nil {
 		return err
 	}
+	if logwriter.WantsTTY(args) {
+		logwriter.RunTTY(dir, limit)
+	}
 	logwriter.Run(dir, limit)
 	return nil
 }

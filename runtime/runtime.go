@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,6 +35,7 @@ import (
 	"github.com/containerd/ttrpc"
 	"github.com/distribution/reference"
 	"github.com/opencontainers/image-spec/identity"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/logwriter"
@@ -235,7 +237,12 @@ func (r *Runtime) Create(ctx context.Context, o CreateOptions) error {
 // stdout.log and stderr.log in logDir by the binary logger, the two
 // together up to logSize bytes (0: the logger's default), and returns its
 // pid and a channel that delivers its exit status.
-func (r *Runtime) Start(ctx context.Context, id, logDir string, logSize int64) (pid uint32, exit <-chan containerd.ExitStatus, retErr error) {
+//
+// With tty the main process gets a terminal (the container's spec must
+// ask for one: Process.Terminal): its output goes to stdout.log, and the
+// logger relays it, and takes its input, on logwriter.TTYSocket in logDir
+// (see AttachSocket).
+func (r *Runtime) Start(ctx context.Context, id, logDir string, logSize int64, tty bool) (pid uint32, exit <-chan containerd.ExitStatus, retErr error) {
 	ctx = r.ctx(ctx)
 	c, err := r.client.LoadContainer(ctx, id)
 	if err != nil {
@@ -249,6 +256,15 @@ func (r *Runtime) Start(ctx context.Context, id, logDir string, logSize int64) (
 		args[logwriter.SizeArg] = strconv.FormatInt(logSize, 10)
 	}
 	creator := cio.BinaryIO(r.cfg.LoggerBinary, args)
+	if tty {
+		args[logwriter.TTYArg] = "1"
+		in := filepath.Join(logDir, logwriter.TTYInput)
+		_ = os.Remove(in)
+		if err := syscall.Mkfifo(in, 0o600); err != nil {
+			return 0, nil, fmt.Errorf("session %q: terminal input: %w", id, err)
+		}
+		creator = ttyCreator(cio.BinaryIO(r.cfg.LoggerBinary, args), in)
+	}
 	if r.cfg.ShimGroup != "" {
 		r.joinMu.Lock()
 	}
@@ -282,6 +298,67 @@ func (r *Runtime) Start(ctx context.Context, id, logDir string, logSize int64) (
 		return 0, nil, fmt.Errorf("session %q: start task: %w", id, classifyStartError(err))
 	}
 	return task.Pid(), ch, nil
+}
+
+// ttyCreator gives the task of base's output a terminal, whose input is
+// the FIFO stdin.
+func ttyCreator(base cio.Creator, stdin string) cio.Creator {
+	return func(id string) (cio.IO, error) {
+		i, err := base(id)
+		if err != nil {
+			return nil, err
+		}
+		return &ttyIO{IO: i, stdin: stdin}, nil
+	}
+}
+
+type ttyIO struct {
+	cio.IO
+	stdin string
+}
+
+func (t *ttyIO) Config() cio.Config {
+	c := t.IO.Config()
+	c.Stdin, c.Terminal = t.stdin, true
+	return c
+}
+
+// AttachTTY connects to the terminal of the session's main process (see
+// Start): what the connection reads is the terminal's output from now
+// on, what it writes is its input. It fails with ErrFailedPrecondition
+// when the main process has no terminal or it has gone.
+func (r *Runtime) AttachTTY(ctx context.Context, id, logDir string) (*net.UnixConn, error) {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("session %q: %w", id, err)
+	}
+	spec, err := c.Spec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Process == nil || !spec.Process.Terminal {
+		return nil, fmt.Errorf("session %q has no terminal: it was created without one (airlock run -it, or \"terminal\": true in the policy sent to the API): %w", id, errdefs.ErrFailedPrecondition)
+	}
+	conn, err := logwriter.DialTTY(logDir)
+	if err != nil {
+		return nil, fmt.Errorf("session %q: its terminal is gone (the main process has ended): %v: %w", id, err, errdefs.ErrFailedPrecondition)
+	}
+	return conn, nil
+}
+
+// Resize sets the size of the main process's terminal.
+func (r *Runtime) Resize(ctx context.Context, id string, cols, rows uint32) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if err != nil {
+		return err
+	}
+	t, err := c.Task(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("session %q is not running: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	return t.Resize(ctx, cols, rows)
 }
 
 // ProcessEnv returns the main process's environment from the session's
@@ -381,6 +458,17 @@ type ExecOptions struct {
 	Stdin  io.Reader // nil: empty stdin
 	Stdout io.Writer
 	Stderr io.Writer
+	// TTY gives the process a terminal, of Size at first: its output,
+	// stdout and stderr together, goes to Stdout. Each size received
+	// from Resize resizes it.
+	TTY    bool
+	Size   WinSize
+	Resize <-chan WinSize
+}
+
+// WinSize is a terminal's size in characters.
+type WinSize struct {
+	Cols, Rows uint16
 }
 
 // Exec runs a process in the session's container with the main process's
@@ -400,7 +488,11 @@ func (r *Runtime) Exec(ctx context.Context, id string, o ExecOptions) (int, erro
 		return -1, fmt.Errorf("session %q is not running: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	pspec := *spec.Process
-	pspec.Terminal = false
+	pspec.Terminal = o.TTY
+	pspec.ConsoleSize = nil
+	if o.TTY && o.Size.Cols > 0 && o.Size.Rows > 0 {
+		pspec.ConsoleSize = &specs.Box{Width: uint(o.Size.Cols), Height: uint(o.Size.Rows)}
+	}
 	pspec.Args = o.Args
 	pspec.Env = append(append([]string{}, spec.Process.Env...), o.Env...)
 	if o.Cwd != "" {
@@ -427,7 +519,11 @@ func (r *Runtime) Exec(ctx context.Context, id string, o ExecOptions) (int, erro
 			_ = p.CloseIO(context.WithoutCancel(ctx), containerd.WithStdinCloser)
 		}
 	}}
-	p, err := t.Exec(ctx, o.ExecID, &pspec, cio.NewCreator(cio.WithStreams(closer, stdout, stderr), cio.WithFIFODir(r.cfg.FIFODir)))
+	ioOpts := []cio.Opt{cio.WithStreams(closer, stdout, stderr), cio.WithFIFODir(r.cfg.FIFODir)}
+	if o.TTY {
+		ioOpts = append(ioOpts, cio.WithTerminal)
+	}
+	p, err := t.Exec(ctx, o.ExecID, &pspec, cio.NewCreator(ioOpts...))
 	if err != nil {
 		return -1, fmt.Errorf("session %q: exec: %w", id, err)
 	}
@@ -453,6 +549,22 @@ func (r *Runtime) Exec(ctx context.Context, id string, o ExecOptions) (int, erro
 	}
 	if closer.sawEOF() {
 		_ = p.CloseIO(ctx, containerd.WithStdinCloser)
+	}
+	if o.TTY && o.Resize != nil {
+		rctx, stopResize := context.WithCancel(ctx)
+		defer stopResize()
+		go func() {
+			for {
+				select {
+				case sz := <-o.Resize:
+					if sz.Cols > 0 && sz.Rows > 0 {
+						_ = p.Resize(rctx, uint32(sz.Cols), uint32(sz.Rows))
+					}
+				case <-rctx.Done():
+					return
+				}
+			}
+		}()
 	}
 	select {
 	case st := <-ch:

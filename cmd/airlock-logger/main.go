@@ -19,5 +19,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: airlock-logger "+logwriter.Arg+" DIR "+logwriter.SizeArg+" BYTES (run by containerd's shim for airlockd)")
 		os.Exit(2)
 	}
+	if logwriter.WantsTTY(os.Args[1:]) {
+		logwriter.RunTTY(dir, limit)
+	}
 	logwriter.Run(dir, limit)
 }

@@ -35,6 +35,9 @@ type fakeDaemon struct {
 	remove      func(id string, force bool) error
 	logs        func(ctx context.Context, id string, o runtime.LogsOptions) error
 	exec        func(ctx context.Context, id string, o runtime.ExecOptions) (int, error)
+	attach      func(ctx context.Context, id string) (*net.UnixConn, error)
+	resize      func(id string, size runtime.WinSize) error
+	wait        func(id string) (*api.WaitResponse, error)
 	auditEach   func(ctx context.Context, id string, fn func(json.RawMessage) error) error
 	unifiedDiff func(id string) (func(context.Context, io.Writer) error, error)
 	importImage func(ctx context.Context, r io.Reader, name string) ([]api.Image, error)
@@ -112,7 +115,26 @@ func (f *fakeDaemon) Stop(ctx context.Context, id string, grace time.Duration) (
 
 func (f *fakeDaemon) Wait(ctx context.Context, id string) (*api.WaitResponse, error) {
 	f.called("Wait %s", id)
+	if f.wait != nil {
+		return f.wait(id)
+	}
 	return nil, noSession(id)
+}
+
+func (f *fakeDaemon) Attach(ctx context.Context, id string) (*net.UnixConn, error) {
+	f.called("Attach %s", id)
+	if f.attach == nil {
+		return nil, noSession(id)
+	}
+	return f.attach(ctx, id)
+}
+
+func (f *fakeDaemon) Resize(ctx context.Context, id string, size runtime.WinSize) error {
+	f.called("Resize %s %dx%d", id, size.Cols, size.Rows)
+	if f.resize == nil {
+		return noSession(id)
+	}
+	return f.resize(id, size)
 }
 
 func (f *fakeDaemon) Remove(ctx context.Context, id string, force bool) error {

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -45,6 +46,11 @@ type Daemon interface {
 	Remove(ctx context.Context, id string, force bool) error
 	Logs(ctx context.Context, id string, o runtime.LogsOptions) error
 	Exec(ctx context.Context, id string, o runtime.ExecOptions) (int, error)
+	// Attach connects to the terminal of the session's main process:
+	// reads are its output, writes its input; closing detaches.
+	Attach(ctx context.Context, id string) (*net.UnixConn, error)
+	// Resize sets the size of the main process's terminal.
+	Resize(ctx context.Context, id string, size runtime.WinSize) error
 	// AuditEach calls fn with each event as JSON, raw valid only during
 	// the call; errors before the first call come before any call.
 	AuditEach(ctx context.Context, id string, fn func(raw json.RawMessage) error) error
@@ -93,6 +99,7 @@ func New(d Daemon) http.Handler {
 	mux.HandleFunc("DELETE /v1/sessions/{id}", s.handleRemove)
 	mux.HandleFunc("GET /v1/sessions/{id}/logs", s.handleLogs)
 	mux.HandleFunc("POST /v1/sessions/{id}/exec", s.handleExec)
+	mux.HandleFunc("POST /v1/sessions/{id}/attach", s.handleAttach)
 	mux.HandleFunc("GET /v1/sessions/{id}/audit", s.handleAudit)
 	mux.HandleFunc("GET /v1/sessions/{id}/diff", s.handleDiff)
 	mux.HandleFunc("POST /v1/sessions/{id}/commit", s.handleCommit)

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,6 +131,9 @@ func (h *server) handleLogs(w http.ResponseWriter, r *http.Request) {
 
 func (h *server) handleExec(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	// At once: a client streaming stdin (a terminal) keeps its body
+	// open, so the server must not wait for its end to answer an error.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	br := bufio.NewReader(io.LimitReader(r.Body, 1<<62))
 	line, err := br.ReadBytes('\n')
 	if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
@@ -149,13 +153,20 @@ func (h *server) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	_ = http.NewResponseController(w).EnableFullDuplex()
 	flush := flusher(w)
 	w.Header().Set("Content-Type", api.StreamContentType)
 	w.WriteHeader(http.StatusOK)
 	flush()
 	stdout, stderr := api.NewFrameWriters(w, flush)
-	o := runtime.ExecOptions{Args: req.Command, Cwd: req.Workdir, Stdout: stdout, Stderr: stderr}
+	o := runtime.ExecOptions{Args: req.Command, Cwd: req.Workdir, Stdout: stdout, Stderr: stderr, TTY: req.TTY}
+	var resize chan runtime.WinSize
+	if req.TTY {
+		if req.Size != nil {
+			o.Size = runtime.WinSize{Cols: req.Size.Cols, Rows: req.Size.Rows}
+		}
+		resize = make(chan runtime.WinSize, 1)
+		o.Resize = resize
+	}
 	for k, v := range req.Env {
 		o.Env = append(o.Env, k+"="+v)
 	}
@@ -167,7 +178,7 @@ func (h *server) handleExec(w http.ResponseWriter, r *http.Request) {
 		pumped = make(chan struct{})
 		go func() {
 			defer close(pumped)
-			_, err := io.Copy(pw, &frameStdin{r: br})
+			_, err := io.Copy(pw, &frameStdin{r: br, resize: resize})
 			pw.CloseWithError(err)
 		}()
 		defer pr.Close()
@@ -193,11 +204,16 @@ func (h *server) handleExec(w http.ResponseWriter, r *http.Request) {
 }
 
 // frameStdin reads FrameStdin frames; an empty frame or the end of the body
-// is EOF.
+// is EOF. Resize frames go to resize, the latest replacing one not yet
+// taken (nil: they are skipped, as are frames of other kinds).
 type frameStdin struct {
-	r   io.Reader
-	buf []byte
-	eof bool
+	r      io.Reader
+	buf    []byte
+	eof    bool
+	resize chan runtime.WinSize
+	// hungUp is set when the body ended without an empty stdin frame:
+	// the client went away.
+	hungUp bool
 }
 
 func (f *frameStdin) Read(p []byte) (int, error) {
@@ -206,9 +222,16 @@ func (f *frameStdin) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		kind, payload, err := api.ReadFrame(f.r)
-		if err != nil || len(payload) == 0 {
-			f.eof = true
+		if err != nil || kind == api.FrameStdin && len(payload) == 0 {
+			f.eof, f.hungUp = true, err != nil
 			return 0, io.EOF
+		}
+		if kind == api.FrameResize && f.resize != nil {
+			var ws api.WinSize
+			if json.Unmarshal(payload, &ws) == nil && ws.Cols > 0 && ws.Rows > 0 {
+				sendLatest(f.resize, runtime.WinSize{Cols: ws.Cols, Rows: ws.Rows})
+			}
+			continue
 		}
 		if kind != api.FrameStdin {
 			continue
@@ -218,4 +241,121 @@ func (f *frameStdin) Read(p []byte) (int, error) {
 	n := copy(p, f.buf)
 	f.buf = f.buf[n:]
 	return n, nil
+}
+
+// sendLatest puts v on c (of capacity 1), replacing a value not yet taken.
+func sendLatest[T any](c chan T, v T) {
+	for {
+		select {
+		case c <- v:
+			return
+		default:
+		}
+		select {
+		case <-c:
+		default:
+		}
+	}
+}
+
+// handleAttach connects the client to the terminal of the session's main
+// process: the request body is a JSON AttachRequest line, then stdin and
+// resize frames; the response is the terminal's output as stdout frames,
+// ending with an exit frame when the main process ends. The client
+// detaches by hanging up.
+func (h *server) handleAttach(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	// At once: the client keeps its body open for keystrokes, so the
+	// server must not wait for its end to answer, even with an error.
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	br := bufio.NewReader(r.Body)
+	line, err := br.ReadBytes('\n')
+	if err != nil && !(errors.Is(err, io.EOF) && len(line) > 0) {
+		writeError(w, r, fmt.Errorf("attach request: first line must be the JSON request: %w", errdefs.ErrInvalidArgument))
+		return
+	}
+	var req api.AttachRequest
+	if err := json.Unmarshal(line, &req); err != nil {
+		writeError(w, r, fmt.Errorf("attach request: %v: %w", err, errdefs.ErrInvalidArgument))
+		return
+	}
+	if req.Size != nil && (req.Size.Cols == 0 || req.Size.Rows == 0) {
+		writeError(w, r, fmt.Errorf("attach request: size %dx%d: columns and rows must be positive: %w", req.Size.Cols, req.Size.Rows, errdefs.ErrInvalidArgument))
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	conn, err := h.d.Attach(ctx, id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	defer conn.Close()
+	if req.Size != nil {
+		if err := h.d.Resize(ctx, id, runtime.WinSize{Cols: req.Size.Cols, Rows: req.Size.Rows}); err != nil {
+			writeError(w, r, err)
+			return
+		}
+	}
+	flush := flusher(w)
+	w.Header().Set("Content-Type", api.StreamContentType)
+	w.WriteHeader(http.StatusOK)
+	flush()
+	stdout, _ := api.NewFrameWriters(w, flush)
+
+	// Input and resizes, until the client hangs up or ends its stdin.
+	resize := make(chan runtime.WinSize, 1)
+	pumped := make(chan struct{})
+	go func() {
+		defer close(pumped)
+		in := &frameStdin{r: br, resize: resize}
+		_, _ = io.Copy(conn, in)
+		if in.hungUp {
+			// The client went away (or detached): the server notices
+			// a closed connection late while the handler reads the body.
+			cancel()
+		}
+	}()
+	resized := make(chan struct{})
+	go func() {
+		defer close(resized)
+		for {
+			select {
+			case ws := <-resize:
+				_ = h.d.Resize(ctx, id, ws)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	// Output, until the terminal ends (the main process has exited) or
+	// the client hangs up.
+	copied := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(stdout, conn)
+		copied <- err
+	}()
+	select {
+	case <-ctx.Done():
+		conn.Close()
+		<-copied
+		<-resized
+		return
+	case <-copied:
+	}
+	wr, err := h.d.Wait(ctx, id)
+	if err != nil {
+		writeErrorFrame(stdout, err)
+	} else {
+		b, _ := json.Marshal(wr)
+		_, _ = stdout.Kind(api.FrameExit).Write(b)
+	}
+	conn.Close()
+	select {
+	case <-pumped:
+	case <-time.After(200 * time.Millisecond):
+		// As in exec: the client still holds its stdin open; drop the
+		// connection rather than reuse it under a live reader.
+		panic(http.ErrAbortHandler)
+	}
 }

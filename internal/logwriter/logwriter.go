@@ -34,9 +34,13 @@ const (
 // passes the binary URI's query in map order): Arg DIR, the session's log
 // directory, and SizeArg BYTES, the cap on the session's output, stdout and
 // stderr together.
+//
+// TTYArg 1 says the session's main process has a terminal: the logger
+// then also relays it (see RunTTY).
 const (
 	Arg     = "_airlock_logger"
 	SizeArg = "_airlock_log_size"
+	TTYArg  = "_airlock_tty"
 )
 
 // DefaultLimit is the cap when SizeArg is absent; it equals
@@ -65,6 +69,10 @@ func ParseArgs(args []string) (dir string, limit int64, err error) {
 			if limit, err = strconv.ParseInt(args[i+1], 10, 64); err != nil || limit <= 0 {
 				return "", 0, fmt.Errorf("%s %q: want a positive number of bytes", SizeArg, args[i+1])
 			}
+		case TTYArg:
+			if args[i+1] != "1" {
+				return "", 0, fmt.Errorf("%s %q: want 1", TTYArg, args[i+1])
+			}
 		default:
 			return "", 0, fmt.Errorf("unknown argument %q", args[i])
 		}
@@ -73,6 +81,16 @@ func ParseArgs(args []string) (dir string, limit int64, err error) {
 		return "", 0, errors.New("no " + Arg + " DIR")
 	}
 	return dir, limit, nil
+}
+
+// WantsTTY reports whether args (valid for ParseArgs) ask for RunTTY.
+func WantsTTY(args []string) bool {
+	for i := 0; i+1 < len(args); i += 2 {
+		if args[i] == TTYArg {
+			return true
+		}
+	}
+	return false
 }
 
 // Run implements containerd's binary logging protocol: the shim

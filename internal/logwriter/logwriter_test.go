@@ -28,6 +28,8 @@ func TestParseArgs(t *testing.T) {
 		{args: []string{SizeArg, "1"}, wantErr: true},
 		{args: []string{"other", "x", Arg, "/d"}, wantErr: true},
 		{args: nil, wantErr: true},
+		{args: []string{Arg, "/d", TTYArg, "1"}, dir: "/d", limit: DefaultLimit},
+		{args: []string{Arg, "/d", TTYArg, "yes"}, wantErr: true},
 	}
 	for _, tc := range cases {
 		dir, limit, err := ParseArgs(tc.args)

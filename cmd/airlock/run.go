@@ -22,6 +22,7 @@ func (c *cli) newRunCommand() *cobra.Command {
 	var (
 		mo         manifestOptions
 		rm, detach bool
+		tf         terminalFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run -f MANIFEST [flags] [-- COMMAND [ARG...]]",
@@ -37,6 +38,14 @@ session's output. The daemon refuses what its admission policy does not
 admit (host paths, users, capabilities, resources, session count) with the
 rule it broke, and creates nothing.
 
+With -it the session's main process gets a pseudo-terminal connected to
+airlock's own (which must be one): keys go to it as typed (ctrl-c
+included), its screen shows here, and resizing this terminal resizes it.
+The detach keys (ctrl-p ctrl-q; --detach-keys) disconnect and leave the
+session running: "airlock attach ID" connects again. With -dit the session
+starts with a terminal and nobody attached. Under a terminal, stdout and
+stderr are one stream.
+
 SIGINT or SIGTERM asks the daemon to stop the session (SIGTERM, then SIGKILL
 after the grace period); a second one kills it at once. With --rm the session
 is removed when it ends, however it ends.
@@ -46,14 +55,26 @@ daemon fails.`,
 		Example: `  airlock run -f examples/hello.hcl
   airlock run --rm -f task.hcl --var prompt="fix the flaky test"
   airlock run -f task.hcl -- sh -c 'go test ./... 2>&1 | tail'
-  airlock run -d -f task.hcl --name nightly`,
+  airlock run -d -f task.hcl --name nightly
+  airlock run -it -f examples/claude-code.hcl`,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if rm && detach {
 				return usageErrorf("--rm and --detach cannot be used together")
 			}
+			if err := tf.check(true); err != nil {
+				return err
+			}
+			keys, err := parseDetachKeys(tf.detachKeys)
+			if err != nil {
+				return usageErrorf("%v", err)
+			}
 			p, err := c.policy(&mo, args, false)
 			if err != nil {
 				return err
+			}
+			p.Terminal = tf.tty
+			if tf.tty && !detach {
+				return c.runTerminal(cmd.Context(), p, rm, !tf.interactive, keys)
 			}
 			if detach {
 				s, err := c.client().CreateSession(cmd.Context(), api.CreateRequest{Policy: *p, Start: true})
@@ -70,6 +91,7 @@ daemon fails.`,
 	mo.addFlags(cmd)
 	cmd.Flags().BoolVar(&rm, "rm", false, "remove the session when it ends")
 	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "print the session id and return without waiting")
+	tf.add(cmd, true)
 	return cmd
 }
 

@@ -184,9 +184,9 @@ with "[airlock: N bytes of stdout dropped]".`,
 
 func (c *cli) newExecCommand() *cobra.Command {
 	var (
-		interactive bool
-		env         []string
-		workdir     string
+		tf      terminalFlags
+		env     []string
+		workdir string
 	)
 	cmd := &cobra.Command{
 		Use:   "exec [flags] ID -- COMMAND [ARG...]",
@@ -194,9 +194,13 @@ func (c *cli) newExecCommand() *cobra.Command {
 		Long: `Exec runs COMMAND in a running session, under the session's user and
 restrictions, copies its stdout and stderr, and exits with its exit code (125
 when the daemon fails). With -i, airlock's stdin is streamed to the command.
+With -it the command gets a pseudo-terminal connected to airlock's own
+(which must be one): keys as typed, its screen, resizes. It has no detach
+keys: the command ends when airlock does.
 Put "--" before COMMAND when it has flags of its own.`,
 		Example: `  airlock exec 3f9c2a1b -- git -C /workspace status
-  tar -c src | airlock exec -i 3f9c2a1b -- tar -x -C /tmp`,
+  tar -c src | airlock exec -i 3f9c2a1b -- tar -x -C /tmp
+  airlock exec -it 3f9c2a1b -- bash`,
 		Args: minArgs(2, "a session ID and a COMMAND"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			req := api.ExecRequest{Command: args[1:], Workdir: workdir}
@@ -210,8 +214,14 @@ Put "--" before COMMAND when it has flags of its own.`,
 				}
 				req.Env[k] = v
 			}
+			if err := tf.check(false); err != nil {
+				return err
+			}
+			if tf.tty {
+				return c.execTerminal(cmd.Context(), args[0], req)
+			}
 			var stdin io.Reader
-			if interactive {
+			if tf.interactive {
 				stdin = c.stdin
 			}
 			code, err := c.client().Exec(cmd.Context(), args[0], req, stdin, c.stdout, c.stderr)
@@ -221,7 +231,7 @@ Put "--" before COMMAND when it has flags of its own.`,
 			return exitCodeOnly(code)
 		}),
 	}
-	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "stream stdin to the command")
+	tf.add(cmd, false)
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "set an environment variable: NAME=VALUE (repeatable)")
 	cmd.Flags().StringVarP(&workdir, "workdir", "w", "", "working directory inside the session")
 	return cmd

@@ -181,6 +181,13 @@ func TestTerminal(t *testing.T) {
 	run.send("echo after-$((1+1))\r")
 	run.expect(`[\r\n]after-2\r\n`)
 
+	// A program that redraws on SIGWINCH, as a full-screen one does.
+	// (Not the interactive shell itself: SIGWINCH goes to the
+	// terminal's foreground process group, which job control gives to
+	// the command.)
+	run.send(`bash -c 'trap "echo redraw-\$((4*4))" WINCH; while :; do sleep 0.1; done'` + "\r")
+	time.Sleep(300 * time.Millisecond)
+
 	// Detach: airlock exits 0 and says how to come back.
 	run.send("\x10\x11")
 	if code := run.wait(); code != 0 {
@@ -209,7 +216,15 @@ func TestTerminal(t *testing.T) {
 	if err := h.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	at := startPTY(t, 40, 120, "attach", id)
+	// Attach at the size the session's terminal has: it still gets
+	// SIGWINCH, so a full-screen program redraws for the newcomer.
+	at := startPTY(t, 33, 101, "attach", id)
+	at.expect(`redraw-16`)
+	at.send("\x03")
+	if err := pty.Setsize(at.ptmx, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
 	at.send("stty size\r")
 	at.expect(`[\r\n]40 120\r\n`)
 	at.send("echo back-$((2+3))\r")

@@ -88,8 +88,9 @@ func TestAttachCarriesTerminal(t *testing.T) {
 		res <- result{w, err}
 	}()
 	<-attached
-	if ws := <-resized; ws != (runtime.WinSize{Cols: 100, Rows: 30}) {
-		t.Fatalf("first size %+v, want 100x30", ws)
+	// One row off and back, for a SIGWINCH that makes the program redraw.
+	if a, b := <-resized, <-resized; a != (runtime.WinSize{Cols: 100, Rows: 31}) || b != (runtime.WinSize{Cols: 100, Rows: 30}) {
+		t.Fatalf("sizes at attach %+v, %+v; want 100x31, 100x30", a, b)
 	}
 	if _, err := inW.Write([]byte("ls\r")); err != nil {
 		t.Fatal(err)

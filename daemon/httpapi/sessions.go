@@ -292,9 +292,21 @@ func (h *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	}
 	defer conn.Close()
 	if req.Size != nil {
-		if err := h.d.Resize(ctx, id, runtime.WinSize{Cols: req.Size.Cols, Rows: req.Size.Rows}); err != nil {
-			writeError(w, r, err)
-			return
+		// The size goes one row off and back: the program gets SIGWINCH
+		// even when the size is the one it had, and redraws its screen
+		// for the newcomer (as docker attach does).
+		size := runtime.WinSize{Cols: req.Size.Cols, Rows: req.Size.Rows}
+		nudge := size
+		if nudge.Rows < 0xffff {
+			nudge.Rows++
+		} else {
+			nudge.Rows--
+		}
+		for _, ws := range []runtime.WinSize{nudge, size} {
+			if err := h.d.Resize(ctx, id, ws); err != nil {
+				writeError(w, r, err)
+				return
+			}
 		}
 	}
 	flush := flusher(w)

@@ -117,3 +117,41 @@ func waitClients(t *testing.T, r *relay, n int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Past the cap on the log, an attached client still gets the terminal's
+// output: the cap is on the file, not on the relay.
+func TestRelayOutlivesLogCap(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, TTYInput), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := newRelay(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	c, err := DialTTY(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitClients(t, r, 1)
+	const limit = 64 << 10
+	screen := bytes.Repeat([]byte("0123456789abcdef"), 4*limit/16) // 4x the cap
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(c)
+		got <- b
+	}()
+	if err := copyLogs(dir, limit, io.TeeReader(pipe(t, screen), r), pipe(t, nil), func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	r.close()
+	if b := <-got; !bytes.Equal(b, screen) {
+		t.Fatalf("client got %d bytes, want all %d", len(b), len(screen))
+	}
+	st, err := os.Stat(filepath.Join(dir, StdoutLog))
+	if err != nil || st.Size() > limit+1024 {
+		t.Fatalf("stdout.log: %v, %v; want it capped near %d bytes", st, err, limit)
+	}
+}

@@ -1,0 +1,44 @@
+package runner
+
+import (
+	"net/netip"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	testworld "github.com/airlock-sandbox/airlock/internal/world"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// TestModelDaemonAdmission: the bench daemon's admission policy is the
+// built-in one but for one more secret source, the stack's secrets
+// directory, each file for its own directory's host.
+func TestModelDaemonAdmission(t *testing.T) {
+	testutil.RequiresRoot(t)
+	root := t.TempDir()
+	w, err := testworld.Start(t.Context(), testworld.Config{Prefix: "bwadm", Zone: Zone, Net: netip.MustParsePrefix("10.231.0.0/24")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	s := &Stack{Root: root, Network: w}
+	args, err := s.modelDaemonArgs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := policies.LoadAdmissionFile(args[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := policies.DefaultAdmission()
+	want := append(slices.Clone(def.SecretSources), policies.SecretSource{From: "file:" + filepath.Join(root, "secrets") + "/*/*", Hosts: []string{policies.DirHost}})
+	if !reflect.DeepEqual(a.SecretSources, want) {
+		t.Errorf("secret sources %+v, want %+v", a.SecretSources, want)
+	}
+	a.SecretSources, def.SecretSources, a.Source, def.Source = nil, nil, "", ""
+	if !reflect.DeepEqual(a, def) {
+		t.Errorf("admission\n got %+v\nwant %+v", a, def)
+	}
+}

@@ -611,6 +611,9 @@ func (d *Daemon) Inspect(ctx context.Context, id string) (*api.Session, error) {
 		return nil, err
 	}
 	v := s.view()
+	if err := d.egress.UplinkDown(); err != nil && v.State == api.StateRunning && v.Policy.Egress != nil {
+		v.Warnings = append(v.Warnings, err.Error()+": the session's network has no way out until the gateway rebuilds it")
+	}
 	res, err := d.rt.Resources(ctx, id)
 	switch {
 	case errdefs.IsUnavailable(err):

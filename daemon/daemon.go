@@ -569,6 +569,9 @@ func (d *Daemon) teardown(ctx context.Context, id string) (retErr error) {
 	if err := errors.Join(netErr, rtErr); err != nil {
 		return err
 	}
+	// runc removes the cgroup with the task; a create cut short (the
+	// daemon killed while runc made the task) can leave it, empty.
+	step.Run("cgroup", func() { d.cgroups.Remove(d.CgroupPath(id)) })
 	dir := d.sessionDir(id)
 	var err error
 	step.Run("workspace", func() { err = cleanupFS(ctx, dir) })

@@ -230,6 +230,18 @@ func measure(pid int) (rss int64, fds int, err error) {
 // fdTargets lists what pid's open files are (sockets and anonymous
 // inodes by kind only), to tell what differs when the counts do.
 func fdTargets(pid int) []string {
+	// Socket inodes by protocol, in the process's own network namespace
+	// (sockets it made in the gateway's are "socket (other netns)").
+	proto := map[string]string{}
+	// The inode's column in each table.
+	for f, col := range map[string]int{"unix": 6, "netlink": 9, "tcp": 9, "tcp6": 9, "udp": 9, "udp6": 9, "raw": 9, "packet": 8} {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, f))
+		for i, l := range strings.Split(string(b), "\n") {
+			if fs := strings.Fields(l); i > 0 && col < len(fs) {
+				proto[fs[col]] = f
+			}
+		}
+	}
 	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	var out []string
 	for _, e := range ents {
@@ -237,8 +249,15 @@ func fdTargets(pid int) []string {
 		if err != nil {
 			continue
 		}
-		if k, _, ok := strings.Cut(t, ":["); ok {
+		if k, ino, ok := strings.Cut(t, ":["); ok {
 			t = k
+			if k == "socket" {
+				if p, ok := proto[strings.TrimSuffix(ino, "]")]; ok {
+					t = "socket (" + p + ")"
+				} else {
+					t = "socket (other netns)"
+				}
+			}
 		}
 		out = append(out, t)
 	}

@@ -20,9 +20,10 @@ import (
 // made again under the same name. While it is gone the session's requests
 // fail at once with an error that says the uplink is down (the L7
 // gateway's 502, its audit, and the session's inspect warnings), and the
-// session keeps running; when the namespace is back the gateway's uplink
-// is rebuilt into it without a restart and the same session reaches the
-// world again. At the end nothing of the daemon's network is left.
+// session keeps running, also through an airlockd kill and restart; when
+// the namespace is back the gateway's uplink is rebuilt into it and the
+// same session reaches the world again. At the end nothing of the daemon
+// is left.
 func TestUplinkNamespaceRemoved(t *testing.T) {
 	ctx := t.Context()
 	tag := "u" + runtime.Prefix(t.Name())[2:]
@@ -45,10 +46,12 @@ func TestUplinkNamespaceRemoved(t *testing.T) {
 			_ = w1.Close()
 		}
 	})
-	d, root, _ := startFaultDaemon(t, "--uplink", "netns:"+w1.NetnsName(),
-		"--dns-upstream", w1.DNSAddr().String(), "--allow-private", w1.Net().String())
+	uplinkArgs := []string{"--uplink", "netns:" + w1.NetnsName(),
+		"--dns-upstream", w1.DNSAddr().String(), "--allow-private", w1.Net().String()}
+	args := append([]string{"--stop-containerd"}, uplinkArgs...)
+	d, root, _ := startFaultDaemon(t, uplinkArgs...)
 	client := api.NewClient(d.socket)
-	defer client.Close()
+	defer func() { client.Close() }()
 
 	p := policy("sleep", "300")
 	p.Egress = &policies.Egress{Allow: []string{"web.uplink.test:80"}, L7: policies.L7Check}
@@ -107,6 +110,38 @@ func TestUplinkNamespaceRemoved(t *testing.T) {
 	}
 	if !audited {
 		t.Errorf("no l7 audit event says the uplink is down: %+v", evs)
+	}
+
+	// airlockd killed and started again while the uplink is down: it
+	// adopts the gateway with its uplink down, and says so.
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.cmd.Wait()
+	d = startProcDaemon(t, root, args...)
+	t.Cleanup(d.cleanup)
+	client.Close()
+	client = api.NewClient(d.socket)
+	if st := d.inspect(s.ID); st.State != api.StateRunning || !strings.Contains(strings.Join(st.Warnings, "\n"), "uplink") {
+		t.Errorf("inspect after a restart with the uplink down: %s, warnings %q; want running, with a warning about the uplink", st.State, st.Warnings)
+	}
+	// The new daemon's DNS proxy has no cached answer: the name does not
+	// resolve, and the audit says why.
+	if body, status, code := curl(); code != 6 {
+		t.Errorf("after a restart with the uplink down: curl exit %d, status %s %q; want 6 (name not resolved)", code, status, body)
+	}
+	evs, err = client.Audit(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audited = false
+	for _, ev := range evs {
+		if ev.Layer == "dns" && strings.Contains(ev.Reason, "uplink down") {
+			audited = true
+		}
+	}
+	if !audited {
+		t.Errorf("no dns audit event says the uplink is down: %+v", evs)
 	}
 
 	// The namespace comes back under the same name: the gateway's uplink

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -57,14 +56,5 @@ func TestKill9DuringCreate(t *testing.T) {
 	if err := d.cmd.Wait(); err != nil {
 		t.Errorf("airlockd exit after SIGTERM: %v", err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-		c := daemontest.TakeCensus(root, "")
-		if c.Total() == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("left behind after airlockd stopped: %s", c)
-			break
-		}
-	}
+	wantNothingLeft(t, root)
 }

@@ -336,6 +336,20 @@ func soak(ctx context.Context, o options) (*report, error) {
 	if err := d.start(ctx); err != nil {
 		return rep, err
 	}
+	stopped := false
+	defer func() {
+		// A run that ends early still removes its sessions and stops
+		// its daemon (and containerd).
+		if !stopped {
+			bg := context.Background()
+			if list, err := d.client.ListSessions(bg); err == nil {
+				for _, s := range list {
+					_ = d.client.RemoveSession(bg, s.ID, true)
+				}
+			}
+			_ = d.stop()
+		}
+	}()
 	img, err := os.Open(o.image)
 	if err != nil {
 		return rep, err
@@ -468,6 +482,7 @@ feed:
 		objs = append(objs, "error: "+err.Error())
 	}
 	rep.containerdLeft = objs
+	stopped = true
 	if err := d.stop(); err != nil {
 		rep.stopErr = err.Error()
 	}

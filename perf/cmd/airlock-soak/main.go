@@ -126,6 +126,8 @@ type daemon struct {
 	logf   *os.File
 	client *api.Client
 
+	started time.Time // the run's start
+
 	mu  sync.Mutex
 	cmd *exec.Cmd
 	// incarnation counts starts: samples of a killed daemon's memory are
@@ -284,6 +286,10 @@ type outcome struct {
 	ok       bool
 	err      string
 	duration time.Duration
+	// fetchFailed: the command's fetch from the world host failed and it
+	// exited 99, as it does then; recorded so, that is no mismatch.
+	fetchFailed bool
+	ended       time.Duration // since the run's start
 }
 
 // fault is one injected kill.
@@ -328,7 +334,7 @@ func soak(ctx context.Context, o options) (*report, error) {
 	defer logf.Close()
 	rep.log = logf.Name()
 	sock := filepath.Join(root, "airlock.sock")
-	d := &daemon{o: o, root: root, logf: logf, client: api.NewClient(sock), args: []string{
+	d := &daemon{o: o, root: root, logf: logf, started: rep.started, client: api.NewClient(sock), args: []string{
 		"--root", root, "--socket", sock, "--bin-dir", o.binDir, "--stop-containerd", "--log-level", o.logLevel,
 		"--uplink", "netns:" + w.NetnsName(), "--dns-upstream", w.DNSAddr().String(), "--allow-private", w.Net().String(),
 	}}
@@ -570,7 +576,8 @@ func policyFor(i int, kind string, code int, ws string) policies.Policy {
 		p.Resources.Memory = 64 << 20
 		p.Command = []string{"python3", "-c", "b = bytearray(512 * 1024 * 1024); print('allocated')"}
 	case kindStop:
-		p.Command = []string{"sh", "-c", fetch + "; exec sleep 300"}
+		// The fetch's outcome does not change how it ends.
+		p.Command = []string{"sh", "-c", strings.TrimSuffix(fetch, " || exit 99") + "; exec sleep 300"}
 	case kindCommit:
 		p.Workspaces[0].OnExit = policies.OnExitReview
 		p.Command = []string{"sh", "-c", fmt.Sprintf("%s; echo %d > /w/out.txt", fetch, i)}
@@ -579,11 +586,13 @@ func policyFor(i int, kind string, code int, ws string) policies.Policy {
 }
 
 func runOne(ctx context.Context, d *daemon, wsDir string, i int, kind string, code int) (oc outcome) {
+	defer func() { oc.ended = time.Since(d.started) }()
 	t0 := time.Now()
 	oc = outcome{i: i, kind: kind}
 	defer func() {
 		oc.duration = time.Since(t0)
-		oc.ok = oc.err == "" && oc.want == oc.got
+		oc.fetchFailed = (kind == kindExit || kind == kindCommit) && oc.got == "exited 99"
+		oc.ok = oc.err == "" && (oc.want == oc.got || oc.fetchFailed)
 	}()
 	switch kind {
 	case kindExit:
@@ -663,8 +672,8 @@ func runOne(ctx context.Context, d *daemon, wsDir string, i int, kind string, co
 		oc.err = "wait: " + err.Error()
 		return oc
 	}
-	switch kind {
-	case kindExit, kindOOM, kindCommit:
+	switch {
+	case kind == kindExit, kind == kindOOM, kind == kindCommit, wr.Reason == "exited":
 		oc.got = fmt.Sprintf("%s %d", wr.Reason, wr.ExitCode)
 	default:
 		oc.got = wr.Reason
@@ -684,7 +693,7 @@ func runOne(ctx context.Context, d *daemon, wsDir string, i int, kind string, co
 	}
 	if kind == kindCommit {
 		if oc.got != "exited 0" {
-			return oc
+			return oc // a failed fetch, or a mismatch
 		}
 		if err := retry(ctx, func() error {
 			_, err := c.Commit(ctx, oc.id, api.CommitRequest{})

@@ -186,9 +186,9 @@ func (r *report) markdown() string {
 		r.started.UTC().Format(time.RFC3339), r.elapsed.Round(time.Second))
 	p("Every session: an egress allowlist through the L7 gateway (`l7 = \"check\"`, a world host on port 80), ")
 	p("an overlay workspace (default deny_read), a memory limit and a timeout. Kinds: ")
-	p("`exit` writes a file, fetches from the world host and exits with a chosen code; `timeout` sleeps past a 2 s timeout; ")
+	p("`exit` writes a file, fetches from the world host and exits with a chosen code (99 if the fetch fails); `timeout` sleeps past a 2 s timeout; ")
 	p("`oom` allocates 512 MiB under 64 MiB; `stop` fetches, then sleeps until stopped (grace 100 ms); ")
-	p("`commit` fetches and writes a file, which is then committed and read back from the host.\n\n")
+	p("`commit` fetches (exits 99 if that fails) and writes a file, which is then committed and read back from the host.\n\n")
 	if r.budgetHit {
 		p("**The %v budget ended the run after %d of %d sessions.**\n\n", r.o.budget, len(r.outcomes), r.o.sessions)
 	}
@@ -215,6 +215,16 @@ func (r *report) markdown() string {
 	if len(durs) > 0 {
 		p("\nA session, create to rm: median %v, p95 %v, max %v.\n", durs[len(durs)/2].Round(time.Millisecond),
 			durs[len(durs)*95/100].Round(time.Millisecond), durs[len(durs)-1].Round(time.Millisecond))
+	}
+	var failedFetch []string
+	for _, o := range r.outcomes {
+		if o.fetchFailed {
+			failedFetch = append(failedFetch, fmt.Sprintf("#%d at %v", o.i, o.ended.Round(time.Second)))
+		}
+	}
+	if len(failedFetch) > 0 {
+		p("\n%d sessions' fetch from the world host failed, and their command exited 99 as it does then (recorded so: no mismatch). ", len(failedFetch))
+		p("The DNS proxy and the L7 gateway live in airlockd, so while it is down sessions' names do not resolve; see the faults' times. Ended: %s.\n", strings.Join(failedFetch, ", "))
 	}
 	if mm := r.mismatches(); len(mm) > 0 {
 		p("\n### Mismatches\n\n| # | kind | session | command did | recorded | error |\n|---:|---|---|---|---|---|\n")

@@ -569,6 +569,9 @@ func (d *Daemon) teardown(ctx context.Context, id string) (retErr error) {
 	if err := errors.Join(netErr, rtErr); err != nil {
 		return err
 	}
+	// runc removes the cgroup with the task; a create cut short (the
+	// daemon killed while runc made the task) can leave it, empty.
+	step.Run("cgroup", func() { d.cgroups.Remove(d.CgroupPath(id)) })
 	dir := d.sessionDir(id)
 	var err error
 	step.Run("workspace", func() { err = cleanupFS(ctx, dir) })
@@ -611,6 +614,9 @@ func (d *Daemon) Inspect(ctx context.Context, id string) (*api.Session, error) {
 		return nil, err
 	}
 	v := s.view()
+	if err := d.egress.UplinkDown(); err != nil && v.State == api.StateRunning && v.Policy.Egress != nil {
+		v.Warnings = append(v.Warnings, err.Error()+": the session's network has no way out until the gateway rebuilds it")
+	}
 	res, err := d.rt.Resources(ctx, id)
 	switch {
 	case errdefs.IsUnavailable(err):

@@ -201,10 +201,10 @@ func (s *session) armTimerLocked() {
 // (watch) or found by a restarted daemon (readopt). Every step is
 // safe to repeat, so a daemon that dies part-way finishes on its next
 // start:
-//   - the exit status is persisted while the task still holds it;
-//   - the credentials are revoked, the requests held for approval
-//     denied, and the OOM flag read (before the task's deletion removes
-//     the cgroup);
+//   - the exit status is persisted while the task still holds it, with
+//     the OOM flag (read before the task's deletion removes the cgroup);
+//   - the credentials are revoked and the requests held for approval
+//     denied;
 //   - the network (its drops audited), the task and the workspace's
 //     on_exit go side by side; on_exit waits for the task's deletion
 //     unless the session's cgroup is already empty, so that no process
@@ -222,14 +222,20 @@ func (s *session) finish(ctx context.Context, end ending) {
 	step := steps.New()
 	defer step.Log(ctx, "session teardown steps", "phase", "exit")
 	var ended bool // the session had ended before: its end is not recorded again
+	var oom bool
+	step.Run("oom", func() { oom = d.cgroups.OOMKilled(d.CgroupPath(id)) })
 	step.Run("exit", func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		ended = s.rec.State == api.StateStopped || s.rec.State == api.StateUnknown
+		if s.rec.Exited != nil && s.rec.Exited.OOM {
+			// Read by a daemon that died before it recorded the end.
+			oom = true
+		}
 		if s.rec.State != api.StateRunning || s.rec.Exited != nil {
 			return
 		}
-		s.rec.Exited = &exitStatus{Code: end.code, At: end.at}
+		s.rec.Exited = &exitStatus{Code: end.code, At: end.at, OOM: oom}
 		if err := s.saveLocked(); err != nil {
 			log.G(ctx).Error("persist exit status", "error", err)
 		}
@@ -237,8 +243,6 @@ func (s *session) finish(ctx context.Context, end ending) {
 	step.Run("credentials", func() { d.creds.Revoke(ctx, id) })
 	// Requests still held are denied while the gateway can answer them.
 	step.Run("approvals", func() { d.approvals.CancelSession(ctx, id) })
-	var oom bool
-	step.Run("oom", func() { oom = d.cgroups.OOMKilled(d.CgroupPath(id)) })
 	taskGone := make(chan struct{})
 	step.Go("network", func() {
 		if err := d.egress.Remove(ctx, id, s.audit.EmitDecision); err != nil {

@@ -248,6 +248,56 @@ func TestReconcileAfterRestart(t *testing.T) {
 	}
 }
 
+// A daemon that dies while it finishes an OOM-killed session, after the
+// task's deletion took the cgroup (and its OOM count) and before the end
+// was recorded: the next daemon still records the session as oom, from
+// the exit status persisted first.
+func TestReconcileOOMAfterTaskDeleted(t *testing.T) {
+	rt := newFakeRuntime()
+	root := t.TempDir()
+	d1 := openFake(t, root, rt)
+	s := create(t, d1, fakePolicy("sleep", "300"), true)
+	if _, ok := rt.launched(s.ID, 10*time.Second); !ok {
+		t.Fatalf("%s never launched", s.ID)
+	}
+	memcg := filepath.Join(d1.cgroups.Root, "memory", d1.CgroupPath(s.ID))
+	if err := os.MkdirAll(memcg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(memcg, "memory.oom_control"), []byte("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The first daemon's finish: the exit persisted, then the task
+	// deleted (runc removes the cgroup), then the daemon dies.
+	d1.mu.Lock()
+	sess := d1.sessions[s.ID]
+	d1.mu.Unlock()
+	closeFake(t, d1)
+	rt.exit(s.ID, 137)
+	sess.mu.Lock()
+	rec := sess.rec
+	sess.mu.Unlock()
+	rec.Exited = &exitStatus{Code: 137, At: time.Now().UTC(), OOM: d1.cgroups.OOMKilled(d1.CgroupPath(s.ID))}
+	if err := writeJSONAtomic(filepath.Join(sess.dir, "session.json"), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.DeleteTask(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(memcg); err != nil {
+		t.Fatal(err)
+	}
+
+	d2 := openFake(t, root, rt)
+	v, err := d2.Inspect(context.Background(), s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.State != api.StateStopped || v.ExitCode == nil || *v.ExitCode != 137 || v.Reason != "oom" {
+		t.Errorf("OOM-killed session whose end the dead daemon did not record: %s exit %v reason %q, want stopped 137 oom", v.State, v.ExitCode, v.Reason)
+	}
+}
+
 // A failed create leaves nothing: no session, no runtime object, no
 // directory.
 func TestLifecycleFailedCreateLeavesNothing(t *testing.T) {

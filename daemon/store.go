@@ -48,6 +48,10 @@ type record struct {
 type exitStatus struct {
 	Code int       `json:"code"`
 	At   time.Time `json:"at"`
+	// OOM is true if the OOM killer acted in the session's cgroup, read
+	// before the task's deletion removes the cgroup: a daemon that dies
+	// after the deletion still records the session as oom.
+	OOM bool `json:"oom,omitempty"`
 }
 
 // stateCreating marks a record whose create did not finish; a restarted

@@ -31,7 +31,7 @@ func (e *Perimeter) startL7(ctx context.Context) error {
 	srv, err := l7.New(l7.Config{
 		Sessions:      e.l7Session,
 		OriginalDst:   netns.OriginalDst,
-		Dial:          e.gw.Dialer(),
+		Dial:          e.dial,
 		UpstreamRoots: e.cfg.UpstreamRoots,
 	})
 	if err != nil {

@@ -135,6 +135,9 @@ type Perimeter struct {
 	l7ByAddr map[netip.Addr]*l7.Session
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup // the proxy's and the L7 gateway's serving goroutines
+	// watched is closed when the uplink's watch (Gateway.WatchUplink)
+	// has ended.
+	watched chan struct{}
 }
 
 // Open adopts the gateway an earlier daemon with the kernel-object prefix
@@ -177,7 +180,7 @@ func Open(ctx context.Context, prefix string, cfg Config) (*Perimeter, error) {
 	e := &Perimeter{cfg: cfg, gw: gw, byID: map[string][]netip.Addr{}, l7ByAddr: map[netip.Addr]*l7.Session{}}
 	proxy, err := dnsproxy.New(&e.sessions,
 		dnsproxy.WithUpstreams(upstreams...),
-		dnsproxy.WithDialer(dnsproxy.Dialer(gw.Dialer())),
+		dnsproxy.WithDialer(dnsproxy.Dialer(e.dial)),
 		dnsproxy.WithAudit(func(ev dnsproxy.Event) {
 			log.G(ctx).Info("dns query from an unknown address", "client", ev.Client, "name", ev.Name)
 		}),
@@ -217,6 +220,14 @@ func Open(ctx context.Context, prefix string, cfg Config) (*Perimeter, error) {
 		_ = gw.Close(ctx)
 		return nil, err
 	}
+	e.watched = make(chan struct{})
+	go func() {
+		defer close(e.watched)
+		gw.WatchUplink(pctx, func(error) {
+			// Kept connections went with the old uplink.
+			e.l7.CloseIdleUpstreams()
+		})
+	}()
 	e.wg.Add(2)
 	go func() { defer e.wg.Done(); _ = proxy.ServePacketConn(pctx, udp) }()
 	go func() { defer e.wg.Done(); _ = proxy.ServeListener(pctx, tcp) }()
@@ -233,12 +244,38 @@ func (e *Perimeter) Close(ctx context.Context) error {
 	}
 	defer e.wg.Wait()
 	e.cancel()
+	<-e.watched
 	_ = e.proxy.Shutdown(ctx)
 	if len(e.gw.Sessions()) > 0 {
 		log.G(ctx).Info("keeping the gateway: sessions still use it")
 		return nil
 	}
 	return e.gw.Close(ctx)
+}
+
+// UplinkDown says why the gateway's uplink is down, or nil while it is up
+// (or without a perimeter). Meanwhile sessions' connections fail: the
+// L7 gateway and the DNS proxy say why.
+func (e *Perimeter) UplinkDown() error {
+	if e == nil {
+		return nil
+	}
+	return e.gw.UplinkDown()
+}
+
+// dial dials from the gateway namespace through the uplink; while the
+// uplink is down it fails at once, saying so.
+func (e *Perimeter) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	if err := e.gw.UplinkDown(); err != nil {
+		return nil, fmt.Errorf("airlock: %w (the gateway rebuilds it when it returns)", err)
+	}
+	c, err := e.gw.Dialer()(ctx, network, address)
+	if err != nil {
+		if down := e.gw.UplinkDown(); down != nil {
+			err = fmt.Errorf("airlock: %w (the gateway rebuilds it when it returns): %w", down, err)
+		}
+	}
+	return c, err
 }
 
 // Session is a session's network: its namespace behind the gateway and

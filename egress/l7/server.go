@@ -330,6 +330,20 @@ func (s *Server) CloseSession(id string) {
 	}
 }
 
+// CloseIdleUpstreams closes every idle upstream connection kept for
+// reuse: after the uplink went, they lead nowhere.
+func (s *Server) CloseIdleUpstreams() {
+	s.mu.Lock()
+	ts := make([]*http.Transport, 0, len(s.transports))
+	for _, t := range s.transports {
+		ts = append(ts, t)
+	}
+	s.mu.Unlock()
+	for _, t := range ts {
+		t.CloseIdleConnections()
+	}
+}
+
 func (s *Server) closeWhere(match func(*conn) bool) []*conn {
 	s.mu.Lock()
 	var out []*conn

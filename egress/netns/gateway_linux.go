@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/containerd/errdefs"
 	"github.com/google/nftables"
@@ -36,6 +37,9 @@ type Gateway struct {
 	dialer *NSDialer
 
 	uplinkGW4, uplinkPeer4, uplinkGW6, uplinkPeer6 netip.Addr
+	// uplinkDown says why the uplink is down; nil while it is up
+	// (WatchUplink).
+	uplinkDown atomic.Pointer[uplinkFault]
 
 	nftMu sync.Mutex
 	// nft is a lasting connection to nftables in the gateway namespace.
@@ -216,7 +220,12 @@ func AdoptGateway(ctx context.Context, cfg Config) (_ *Gateway, retErr error) {
 		return nil, fmt.Errorf("gateway %s L7 rules: %w", cfg.Prefix, err)
 	}
 	if err := g.checkUplink(); err != nil {
-		return nil, fmt.Errorf("gateway %s uplink: %v: %w", cfg.Prefix, err, errdefs.ErrFailedPrecondition)
+		// The ruleset is whole: a gateway whose uplink went (its
+		// namespace removed while no daemon ran) is adopted with the
+		// uplink down, and WatchUplink rebuilds it when it can.
+		if rerr := g.repairUplink(ctx, err); rerr != nil {
+			log.G(ctx).Warn("gateway adopted with its uplink down", "prefix", cfg.Prefix, "error", rerr)
+		}
 	}
 	if err := g.reconcile(ctx); err != nil {
 		return nil, err

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
+)
+
+// rssLimit is the most airlockd's resident memory may grow per session.
+const rssLimit = 1024
+
+// report is a soak's findings.
+type report struct {
+	o         options
+	started   time.Time
+	elapsed   time.Duration
+	budgetHit bool
+	log       string
+	kept      string // the run's directory, kept because mounts were left
+
+	outcomes []outcome
+	faults   []fault
+	samples  []sample
+
+	startFDs, endFDs       int
+	startFDList, endFDList []string
+	endRSS                 int64
+	endIncarnation         int
+
+	leftSessions   []string
+	containerdLeft []string
+	census         daemontest.Census
+	stopErr        string
+}
+
+// segment is the samples of one airlockd process.
+type segment struct {
+	incarnation int
+	n           int
+	from, to    int     // sessions finished at its first and last sample
+	slope       float64 // bytes of RSS per finished session, least squares
+	slopeLate   float64 // the same over its second half
+	rss0, rss1  int64
+}
+
+func (r *report) segments() []segment {
+	var out []segment
+	for inc := 1; ; inc++ {
+		var xs, ys []float64
+		var ss []sample
+		for _, s := range r.samples {
+			if s.incarnation == inc {
+				ss = append(ss, s)
+			}
+		}
+		if len(ss) == 0 {
+			if inc > r.endIncarnation {
+				return out
+			}
+			continue
+		}
+		slices.SortFunc(ss, func(a, b sample) int { return a.done - b.done })
+		for _, s := range ss {
+			xs, ys = append(xs, float64(s.done)), append(ys, float64(s.rss))
+		}
+		h := len(xs) / 2
+		out = append(out, segment{incarnation: inc, n: len(ss), from: ss[0].done, to: ss[len(ss)-1].done,
+			slope: fit(xs, ys), slopeLate: fit(xs[h:], ys[h:]), rss0: ss[0].rss, rss1: ss[len(ss)-1].rss})
+	}
+}
+
+// fit is the least-squares slope of ys over xs (0 with fewer than two
+// distinct xs).
+func fit(xs, ys []float64) float64 {
+	n := float64(len(xs))
+	if n < 2 {
+		return 0
+	}
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx, sy, sxx, sxy = sx+xs[i], sy+ys[i], sxx+xs[i]*xs[i], sxy+xs[i]*ys[i]
+	}
+	den := n*sxx - sx*sx
+	if den == 0 {
+		return 0
+	}
+	return (n*sxy - sx*sy) / den
+}
+
+// longest is the segment with the most samples: the RSS criterion is
+// judged on it.
+func (r *report) longest() (segment, bool) {
+	segs := r.segments()
+	if len(segs) == 0 {
+		return segment{}, false
+	}
+	return slices.MaxFunc(segs, func(a, b segment) int { return a.n - b.n }), true
+}
+
+func (r *report) mismatches() []outcome {
+	var out []outcome
+	for _, o := range r.outcomes {
+		if !o.ok {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func (r *report) leaked() bool {
+	return len(r.leftSessions) > 0 || len(r.containerdLeft) > 0 || r.census.Total() > 0
+}
+
+// rssJudged is the fewest sessions over which the RSS slope is judged:
+// below it, the Go heap's warm-up is most of the slope.
+const rssJudged = 500
+
+func (r *report) rssOK() bool {
+	if len(r.outcomes) < rssJudged {
+		return true
+	}
+	s, ok := r.longest()
+	return ok && s.slope < rssLimit
+}
+
+func (r *report) failed() bool {
+	return len(r.mismatches()) > 0 || r.leaked() || !r.rssOK() || r.endFDs > r.startFDs ||
+		len(r.faults) < 2 || r.stopErr != ""
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+func (r *report) summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d sessions in %v, %d mismatched; faults %d; left: %s; RSS slope %s; fds %d -> %d\n",
+		len(r.outcomes), r.elapsed.Round(time.Second), len(r.mismatches()), len(r.faults), r.leftString(), r.slopeString(), r.startFDs, r.endFDs)
+	if r.failed() {
+		b.WriteString("FAIL\n")
+	} else {
+		b.WriteString("PASS\n")
+	}
+	return b.String()
+}
+
+func (r *report) slopeString() string {
+	s, ok := r.longest()
+	if !ok {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f B/session (airlockd #%d, %d samples)", s.slope, s.incarnation, s.n)
+}
+
+func (r *report) leftString() string {
+	if !r.leaked() {
+		return "nothing"
+	}
+	var parts []string
+	if len(r.leftSessions) > 0 {
+		parts = append(parts, fmt.Sprintf("%d sessions", len(r.leftSessions)))
+	}
+	if len(r.containerdLeft) > 0 {
+		parts = append(parts, fmt.Sprintf("%d containerd objects", len(r.containerdLeft)))
+	}
+	if r.census.Total() > 0 {
+		parts = append(parts, fmt.Sprintf("%d on the machine", r.census.Total()))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	verdict := "PASS"
+	if r.failed() {
+		verdict = "FAIL"
+	}
+	host, _ := os.Hostname()
+	p("# Soak: %s\n\n", verdict)
+	p("`make soak SOAK_ARGS='-sessions %d -parallel %d -seed %d'` on %s (%d CPUs, %s), %s; ran %v.\n\n",
+		r.o.sessions, r.o.parallel, r.o.seed, host, runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH,
+		r.started.UTC().Format(time.RFC3339), r.elapsed.Round(time.Second))
+	p("Every session: an egress allowlist through the L7 gateway (`l7 = \"check\"`, a world host on port 80), ")
+	p("an overlay workspace (default deny_read), a memory limit and a timeout. Kinds: ")
+	p("`exit` writes a file, fetches from the world host and exits with a chosen code (99 if the fetch fails); `timeout` sleeps past a 2 s timeout; ")
+	p("`oom` allocates 512 MiB under 64 MiB; `stop` fetches, then sleeps until stopped (grace 100 ms); ")
+	p("`commit` fetches (exits 99 if that fails) and writes a file, which is then committed and read back from the host.\n\n")
+	if r.budgetHit {
+		p("**The %v budget ended the run after %d of %d sessions.**\n\n", r.o.budget, len(r.outcomes), r.o.sessions)
+	}
+
+	p("## Recorded exits\n\n| kind | sessions | as the command did | mismatched |\n|---|---:|---:|---:|\n")
+	byKind := map[string][2]int{}
+	for _, o := range r.outcomes {
+		c := byKind[o.kind]
+		c[0]++
+		if o.ok {
+			c[1]++
+		}
+		byKind[o.kind] = c
+	}
+	for _, k := range []string{kindExit, kindTimeout, kindOOM, kindStop, kindCommit} {
+		c := byKind[k]
+		p("| %s | %d | %d | %d |\n", k, c[0], c[1], c[0]-c[1])
+	}
+	var durs []time.Duration
+	for _, o := range r.outcomes {
+		durs = append(durs, o.duration)
+	}
+	slices.Sort(durs)
+	if len(durs) > 0 {
+		p("\nA session, create to rm: median %v, p95 %v, max %v.\n", durs[len(durs)/2].Round(time.Millisecond),
+			durs[len(durs)*95/100].Round(time.Millisecond), durs[len(durs)-1].Round(time.Millisecond))
+	}
+	var failedFetch []string
+	for _, o := range r.outcomes {
+		if o.fetchFailed {
+			failedFetch = append(failedFetch, fmt.Sprintf("#%d at %v", o.i, o.ended.Round(time.Second)))
+		}
+	}
+	if len(failedFetch) > 0 {
+		p("\n%d sessions' fetch from the world host failed, and their command exited 99 as it does then (recorded so: no mismatch). ", len(failedFetch))
+		p("The DNS proxy and the L7 gateway live in airlockd, so while it is down sessions' names do not resolve; see the faults' times. Ended: %s.\n", strings.Join(failedFetch, ", "))
+	}
+	if mm := r.mismatches(); len(mm) > 0 {
+		p("\n### Mismatches\n\n| # | kind | session | command did | recorded | error |\n|---:|---|---|---|---|---|\n")
+		for i, o := range mm {
+			if i == 50 {
+				p("\n%d more.\n", len(mm)-50)
+				break
+			}
+			p("| %d | %s | %s | %s | %s | %s |\n", o.i, o.kind, o.id, o.want, o.got, strings.ReplaceAll(o.err, "|", "/"))
+		}
+	}
+
+	p("\n## Faults\n\n| fault | at session | after | until the daemon answered again | error |\n|---|---:|---:|---:|---|\n")
+	for _, f := range r.faults {
+		p("| %s | %d | %v | %v | %s |\n", f.what, f.at, f.when.Round(time.Second), f.recovery.Round(time.Millisecond), f.err)
+	}
+	if len(r.faults) < 2 {
+		p("\nFewer faults than planned (the run ended before their session).\n")
+	}
+
+	p("\n## airlockd\n\nResident memory against sessions finished, per airlockd process (the kill starts a new one); ")
+	p("least-squares slope over every sample, and over the second half. The limit is %d B per session, judged on the longest process.\n\n", rssLimit)
+	p("| airlockd | samples | sessions | RSS first → last | slope | slope, second half |\n|---:|---:|---|---|---:|---:|\n")
+	for _, s := range r.segments() {
+		p("| #%d | %d | %d–%d | %s → %s | %.0f B/session | %.0f B/session |\n", s.incarnation, s.n, s.from, s.to,
+			mib(s.rss0), mib(s.rss1), s.slope, s.slopeLate)
+	}
+	p("\nOpen files at rest (no session, no client connection): %d at the start (first airlockd, after one warm-up session), %d at the end (airlockd #%d, every session removed, RSS %s); the end may not be above the start.\n",
+		r.startFDs, r.endFDs, r.endIncarnation, mib(r.endRSS))
+	if r.startFDs != r.endFDs {
+		p("\nOpen at the end, not at the start: %s. Open at the start, not at the end: %s. (A socket is named by the table of the process's network namespace it is in; \"other netns\" is one made in the gateway's.)\n",
+			orNone(minus(r.endFDList, r.startFDList)), orNone(minus(r.startFDList, r.endFDList)))
+	}
+	if len(r.outcomes) < rssJudged {
+		p("\nWith %d sessions (fewer than %d) the slopes are mostly the Go heap's warm-up and are not judged; the limit means something over the full run.\n", len(r.outcomes), rssJudged)
+	}
+
+	p("\n## Left behind\n\n")
+	p("- sessions still listed at the end: %s\n", orNone(r.leftSessions))
+	p("- containerd objects (containers other than the shim anchor, leases) before airlockd stopped: %s\n", orNone(r.containerdLeft))
+	p("- after airlockd stopped (`--stop-containerd`): processes naming its root or in its cgroups, mounts, loop devices, cgroups, namespaces, interfaces, nftables tables, session directories: %s\n", r.census)
+	if r.stopErr != "" {
+		p("- stopping airlockd: %s\n", r.stopErr)
+	}
+	if r.kept != "" {
+		p("- mounts were left, so %s was kept\n", r.kept)
+	}
+	p("\nairlockd's log: %s\n", r.log)
+	return b.String()
+}
+
+// minus is a without b, as multisets.
+func minus(a, b []string) []string {
+	n := map[string]int{}
+	for _, x := range b {
+		n[x]++
+	}
+	var out []string
+	for _, x := range a {
+		if n[x] > 0 {
+			n[x]--
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}

@@ -275,6 +275,9 @@ func (a *Agent) withModel(p *policies.Policy, m *Models, i int) (base, key, ca s
 type arrival struct {
 	step    int
 	results map[string]modelsrv.ToolResult
+	// reply takes the runner's answer (one, never blocking): whether to
+	// go on with the step.
+	reply chan bool
 }
 
 // agentProc is an agent running in a session, driven one tool call at a
@@ -283,7 +286,6 @@ type agentProc struct {
 	actions []catalog.Action
 	srv     *modelsrv.Server
 	arrive  chan arrival
-	reply   chan bool
 	quit    chan struct{} // closed when the runner lets go of the agent
 	done    chan struct{} // closed when the agent's exec has returned
 	cancel  context.CancelFunc
@@ -327,7 +329,7 @@ func (w *worker) startAgent(ctx context.Context, l *live, j *job, actions []cata
 	for i, a := range actions {
 		steps[i] = modelsrv.Step{Calls: []modelsrv.Action{modelsrv.RunShell(a.Command)}}
 	}
-	p := &agentProc{actions: actions, arrive: make(chan arrival), reply: make(chan bool),
+	p := &agentProc{actions: actions, arrive: make(chan arrival),
 		quit: make(chan struct{}), done: make(chan struct{})}
 	srv, err := modelsrv.WithPacer(modelsrv.Script{Steps: steps, Final: "Done."}, p.pace)
 	if err != nil {
@@ -422,15 +424,16 @@ func (w *worker) runTask(ctx context.Context, j *job, a catalog.Action, l *live)
 // pace is the model server's Pacer: it hands the arrival to the runner and
 // waits for its answer.
 func (p *agentProc) pace(ctx context.Context, step int, results map[string]modelsrv.ToolResult) bool {
+	a := arrival{step: step, results: results, reply: make(chan bool, 1)}
 	select {
-	case p.arrive <- arrival{step: step, results: results}:
+	case p.arrive <- a:
 	case <-ctx.Done():
 		return false
 	case <-p.quit:
 		return false
 	}
 	select {
-	case ok := <-p.reply:
+	case ok := <-a.reply:
 		return ok
 	case <-ctx.Done():
 		return false
@@ -466,27 +469,23 @@ func (p *agentProc) run(ctx context.Context, a catalog.Action, timeout time.Dura
 		return Output{}, fmt.Errorf("the agent's script is not at action %s", a.ID)
 	}
 	step := p.next
+	p.pending.reply <- true // buffered: the call may be gone already
 	p.pending = nil
-	select {
-	case p.reply <- true:
-	case <-p.done:
-		return Output{}, fmt.Errorf("%w with status %d (%v)", errAgentExited, p.code, p.err)
-	case <-ctx.Done():
-		return Output{}, ctx.Err()
-	}
 	deadline := time.Now().Add(timeout)
 	for {
 		next, err := p.await(ctx, time.Until(deadline))
 		if err != nil {
 			return Output{}, err
 		}
-		if next.step <= step {
-			// The agent asked again for a step it was given (a retry).
-			select {
-			case p.reply <- true:
-			case <-p.done:
-			}
+		switch {
+		case next.step == step:
+			// The agent asked again for the step it was given (a retry
+			// of a call it dropped).
+			next.reply <- true
 			continue
+		case next.step < step:
+			next.reply <- false
+			return Output{}, fmt.Errorf("the agent went back to step %d after step %d (%s)", next.step, step, a.ID)
 		}
 		p.pending, p.next = &next, step+1
 		for _, r := range next.results {
@@ -543,11 +542,7 @@ func exitCode(r modelsrv.ToolResult) int {
 // an agent that does not exit within ten seconds is killed.
 func (p *agentProc) stop(ctx context.Context) {
 	if p.pending != nil {
-		select {
-		case p.reply <- false:
-		case <-p.done:
-		case <-time.After(time.Second):
-		}
+		p.pending.reply <- false
 		p.pending = nil
 	}
 	close(p.quit)

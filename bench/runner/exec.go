@@ -322,9 +322,10 @@ func (w *worker) runJob(ctx context.Context, j *job) ([]*RunRecord, error) {
 		}
 	}()
 	prefetch := func(remaining int) {
-		// Only overlay sessions are ended by an action; fresh sessions
-		// per action (naive) are made when needed.
-		if spare == nil && j.overlay && !w.naive && remaining > 0 && (!hasWS || len(free) > 0) {
+		// Only overlay sessions and agents' task runs are ended by an
+		// action; fresh sessions per action (naive) are made when needed.
+		ends := j.overlay || (w.agent != nil && w.agent.Tasks != nil)
+		if spare == nil && ends && !w.naive && remaining > 0 && (!hasWS || len(free) > 0) {
 			spare = w.open(ctx, j, take())
 		}
 	}
@@ -443,7 +444,10 @@ func (w *worker) runAction(ctx context.Context, j *job, a catalog.Action, l *liv
 	// Decide whether the session ends here: always for a fresh session per
 	// action, and for an overlay whose workspace the action changed (the
 	// commit on exit is part of the action's effect).
-	end := w.naive || forceEnd
+	// An agent's task run ends its session too: whatever the agent left
+	// running (a background job, a server) must not act during the next
+	// task, nor its home be read by the next agent.
+	end := w.naive || forceEnd || a.Kind == catalog.KindAgentTask
 	if !end && j.overlay {
 		end = out.Fingerprint != l.sh.Fingerprint
 	}

@@ -248,18 +248,26 @@ func (a *Agent) withModel(p *policies.Policy, m *Models, i int) (base, key, ca s
 	if p.Egress == nil {
 		p.Egress = &policies.Egress{}
 	}
-	if !p.Egress.L7Enabled() {
-		if m.Upstream() == nil {
-			p.Egress.Allow = append(p.Egress.Allow, host+":80")
-			return "http://" + host, m.Key(i), ""
-		}
-		// The real API, over TLS the agent verifies itself.
+	if m.Upstream() != nil {
+		// The real API's name, served by the bench's proxy, which puts
+		// the key in: the agent holds a placeholder in every mode. It
+		// verifies the proxy's certificate of the world's CA itself where
+		// the session has no gateway, and the gateway does otherwise.
 		p.Egress.Allow = append(p.Egress.Allow, host+":443")
-		if m.caDir != "" {
+		if !p.Egress.L7Enabled() {
 			p.Mounts = append(p.Mounts, policies.Mount{HostPath: m.caDir, Target: caMount, ReadOnly: true})
 			ca = caMount + "/bundle.pem"
+		} else {
+			// The gateway terminates the agent's TLS to the API (the
+			// session trusts the session's CA, not the world's), allows
+			// and audits every request, and verifies the proxy.
+			p.Egress.HTTP = append(p.Egress.HTTP, policies.HTTPHost{Host: host, Default: policies.HTTPAllow})
 		}
-		return "https://" + host, m.Key(i), ca
+		return "https://" + host, Placeholder, ca
+	}
+	if !p.Egress.L7Enabled() {
+		p.Egress.Allow = append(p.Egress.Allow, host+":80")
+		return "http://" + host, m.Key(i), ""
 	}
 	p.Egress.Allow = append(p.Egress.Allow, host+":443")
 	inj := policies.SecretInject{Host: host, Header: "x-api-key"}
@@ -355,7 +363,9 @@ func (w *worker) startAgent(ctx context.Context, l *live, j *job, actions []cata
 // execAgent starts the agent on prompt in session l, in the background.
 func (w *worker) execAgent(ctx context.Context, p *agentProc, l *live, j *job, prompt string) {
 	p.command = w.agent.command(prompt, l.modelBase)
-	p.key = l.modelKey
+	if l.modelKey != Placeholder {
+		p.key = l.modelKey
+	}
 	actx, cancel := context.WithCancel(ctx)
 	p.cancel = cancel
 	p.started = time.Now()
@@ -408,7 +418,7 @@ func (w *worker) runTask(ctx context.Context, j *job, a catalog.Action, l *live)
 		}
 		p.next = len(p.srv.ToolResults())
 	}
-	if err := w.agentRuns.add(p, l.id+"-"+a.PromptID, l.id, l.config, a.PromptID, l.modelKey == "", w.models.Key(w.id)); err != nil {
+	if err := w.agentRuns.add(p, l.id+"-"+a.PromptID, l.id, l.config, a.PromptID, l.keyOutside(w.models), w.models.Key(w.id)); err != nil {
 		return Output{}, err
 	}
 	if runErr != nil {
@@ -582,8 +592,9 @@ type AgentRun struct {
 	// FirstCallMS is the time from the agent's start to its first call
 	// to its model.
 	FirstCallMS float64 `json:"first_call_ms"`
-	// KeyInjected: the agent held a placeholder, and the gateway put the
-	// key into its calls; otherwise the key was in its environment.
+	// KeyInjected: the agent held a placeholder, and the gateway (or,
+	// with a real model API, the bench's proxy) put the key into its
+	// calls; otherwise the key was in its environment.
 	KeyInjected bool `json:"key_injected"`
 	// KeyCalls and MainCalls count the model calls that carried the real
 	// key, and the main-loop calls.
@@ -750,7 +761,7 @@ func agentNotes(a *Agent, st *Stack, res *Result) []string {
 		how = fmt.Sprintf("the agent works on each prompt's request itself, its model playing the prompt's task script (%d prompts have one); its whole run is the action judged", len(a.Tasks.Scripts))
 	}
 	if up := st.Models.Upstream(); up != nil {
-		model = fmt.Sprintf("model %s of the real API at %s (relayed from the world through the host's routes, that name alone)", a.Model, up.Host)
+		model = fmt.Sprintf("model %s of the real API at %s (its name alone published in the world, served by the bench's proxy, which puts the key in and sends each request on through the host's routes)", a.Model, up.Host)
 		how = "the agent works on each prompt's request itself; its whole run is the action judged"
 		if a.Tasks.BudgetUSD > 0 && a.Name == AgentClaudeCode {
 			how += fmt.Sprintf(", at most $%g per run", a.Tasks.BudgetUSD)
@@ -845,3 +856,7 @@ func readGateLog(transcript string) GateLog {
 	}
 	return g
 }
+
+// keyOutside reports whether the agent in l holds no API key: the gateway
+// or the bench's proxy puts it in.
+func (l *live) keyOutside(m *Models) bool { return l.modelKey == "" || m.Upstream() != nil }

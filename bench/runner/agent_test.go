@@ -119,3 +119,28 @@ func TestSetMode(t *testing.T) {
 		t.Error("codex accepted a mode")
 	}
 }
+
+// With a real model API the agent holds the placeholder in every mode:
+// without the gateway it trusts the world's CA (the bench's proxy) from a
+// mounted bundle; with it, the gateway terminates and audits its TLS to
+// the API under an allow-all rule set.
+func TestWithModelUpstream(t *testing.T) {
+	m := &Models{hosts: []string{"model-0.bench.test"}, keys: []string{"sk-0"}, dir: "/s", caDir: "/r/model-ca",
+		up: &Upstream{Host: "api.anthropic.com", Key: "sk-real"}}
+	a, _ := ParseAgent(AgentClaudeCode)
+	open := &policies.Policy{Egress: &policies.Egress{Allow: []string{"git.bench.test"}}}
+	base, key, ca := a.withModel(open, m, 0)
+	if base != "https://api.anthropic.com" || key != Placeholder || ca != caMount+"/bundle.pem" ||
+		len(open.Mounts) != 1 || open.Mounts[0].HostPath != "/r/model-ca" || !open.Mounts[0].ReadOnly || len(open.Secrets) != 0 {
+		t.Errorf("without the gateway: %s %q %q %+v", base, key, ca, open)
+	}
+	gw := &policies.Policy{Egress: &policies.Egress{Allow: []string{"git.bench.test"}, L7: policies.L7Check}}
+	base, key, ca = a.withModel(gw, m, 0)
+	if base != "https://api.anthropic.com" || key != Placeholder || ca != "" || len(gw.Secrets) != 0 || len(gw.Mounts) != 0 ||
+		len(gw.Egress.HTTP) != 1 || gw.Egress.HTTP[0].Host != "api.anthropic.com" || gw.Egress.HTTP[0].Default != policies.HTTPAllow {
+		t.Errorf("with the gateway: %s %q %q %+v", base, key, ca, gw.Egress)
+	}
+	if env := a.env(base, key, ca); env[a.keyVar()] != Placeholder {
+		t.Errorf("env %v", env)
+	}
+}

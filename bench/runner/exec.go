@@ -172,7 +172,7 @@ func (w *worker) end(ctx context.Context, l *live, force bool) ([]api.AuditEvent
 	if l.agent != nil {
 		l.agent.stop(ctx)
 		w.models.Set(w.id, nil)
-		if err := w.agentRuns.add(l.agent, l.id, l.id, l.config, "", l.modelKey == "", w.models.Key(w.id)); err != nil {
+		if err := w.agentRuns.add(l.agent, l.id, l.id, l.config, "", l.keyOutside(w.models), w.models.Key(w.id)); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -3,16 +3,19 @@ package runner
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/containerd/errdefs"
 
@@ -41,46 +44,88 @@ type Models struct {
 	caDir string
 }
 
-// Upstream is a real model API that agents working on tasks reach: its
-// one host name is published in the world, and each connection to it is
-// relayed from the bench's process through the host's routes to the real
-// host (internal/world's AddRelay). That is the only way out of the world,
-// for that name alone; the world's services stay inside. TLS passes the
-// relay end to end: the agent (in a mode without the L7 gateway) or the
-// gateway verifies the real host's certificate.
+// Upstream is a real model API that agents working on tasks reach. Its one
+// host name is published in the world, on an address where the bench's own
+// proxy answers (internal/world's AddForeignHost): it terminates the
+// sandbox's TLS with a certificate of the world's CA for that name alone,
+// refuses any request for another name, puts the operator's key into the
+// request (whatever key the agent sent: it holds a placeholder) and sends
+// it on over TLS, verified, to the real host through the host's routes.
+// That is the only way out of the world, for that name alone, and the key
+// never enters a sandbox in any mode; the world's services stay inside.
 type Upstream struct {
 	// Host is the API's host name (api.anthropic.com), reached on port
 	// 443.
 	Host string
-	// Key is the operator's API key: in a file only the stack's daemon
-	// reads, injected by the gateway where a mode has it, in the agent's
-	// environment otherwise.
+	// Key is the operator's API key, held by the bench's proxy alone.
 	Key string
+	// Bearer sends the key as "Authorization: Bearer" (OpenAI's API);
+	// otherwise as x-api-key (Anthropic's).
+	Bearer bool
 	// Dial opens a connection to the API (default: TCP to Host:443
 	// through the host's resolver and routes).
 	Dial func(ctx context.Context) (net.Conn, error)
 	// ExtraRoots (PEM) are trusted for the API besides the host's system
-	// roots: by the gateway, and in sessions without it (a bundle of the
-	// system roots and these, mounted read-only). For a stand-in API.
+	// roots: for a stand-in API.
 	ExtraRoots []byte
 }
 
-// relayIP is the world address of the upstream API's relay: after the
+// upstreamOffset places the upstream API's name in the world: after the
 // model hosts (from + 16).
-const relayOffset = 40
+const upstreamOffset = 40
 
 // systemRoots is the host's CA bundle.
 const systemRoots = "/etc/ssl/certs/ca-certificates.crt"
 
 // caMount is where sessions without the gateway find the bundle that
-// trusts an upstream's extra roots.
+// trusts the world's CA beside the system roots (the upstream API's name
+// is served with a certificate of the world's CA).
 const caMount = "/opt/airlock-bench-ca"
 
-// serveUpstream publishes up in the world through a relay and writes its
-// key under dir.
+// Placeholder is the API key an agent holds when the bench's proxy puts
+// the real one in.
+const Placeholder = "sk-airlock-bench-placeholder"
+
+// maxUpstreamRequests bounds the requests the proxy carries at once.
+const maxUpstreamRequests = 64
+
+// serveUpstream publishes up in the world behind the bench's proxy, and
+// writes the bundle sessions without the gateway trust into root.
 func serveUpstream(n *testworld.World, m *Models, up *Upstream, root string) error {
 	if up.Host == "" || up.Key == "" {
 		return fmt.Errorf("model upstream: a host and a key are required: %w", errdefs.ErrInvalidArgument)
+	}
+	h, err := upstreamProxy(up)
+	if err != nil {
+		return err
+	}
+	ip := n.Net().Addr()
+	for range upstreamOffset {
+		ip = ip.Next()
+	}
+	if err := n.AddForeignHost(up.Host, ip, h); err != nil {
+		return err
+	}
+	m.caDir = filepath.Join(root, "model-ca")
+	sys, _ := os.ReadFile(systemRoots)
+	if err := os.MkdirAll(m.caDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(m.caDir, "bundle.pem"), append(append(sys, '\n'), n.CAPEM()...), 0o644); err != nil {
+		return err
+	}
+	m.up = up
+	return nil
+}
+
+// upstreamProxy is the handler of the upstream API's name in the world.
+func upstreamProxy(up *Upstream) (http.Handler, error) {
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if len(up.ExtraRoots) > 0 && !roots.AppendCertsFromPEM(up.ExtraRoots) {
+		return nil, fmt.Errorf("model upstream: no certificate in the extra roots: %w", errdefs.ErrInvalidArgument)
 	}
 	dial := up.Dial
 	if dial == nil {
@@ -89,32 +134,50 @@ func serveUpstream(n *testworld.World, m *Models, up *Upstream, root string) err
 			return d.DialContext(ctx, "tcp", net.JoinHostPort(up.Host, "443"))
 		}
 	}
-	ip := n.Net().Addr()
-	for range relayOffset {
-		ip = ip.Next()
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.Out.URL.Scheme, r.Out.URL.Host, r.Out.Host = "https", up.Host, up.Host
+			r.Out.Header.Del("X-Api-Key")
+			r.Out.Header.Del("Authorization")
+			if up.Bearer {
+				r.Out.Header.Set("Authorization", "Bearer "+up.Key)
+			} else {
+				r.Out.Header.Set("X-Api-Key", up.Key)
+			}
+		},
+		Transport: &http.Transport{
+			// Whatever address a request names, the connection goes to
+			// the API's host alone.
+			DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+			TLSClientConfig:     &tls.Config{RootCAs: roots, ServerName: up.Host, MinVersion: tls.VersionTLS12},
+			ForceAttemptHTTP2:   true,
+			TLSHandshakeTimeout: 15 * time.Second,
+			IdleConnTimeout:     90 * time.Second,
+		},
+		FlushInterval: -1, // server-sent events as they come
+		ErrorHandler: func(rw http.ResponseWriter, _ *http.Request, err error) {
+			http.Error(rw, "airlock bench: model API unreachable: "+strings.ReplaceAll(err.Error(), up.Key, "[api key]"), http.StatusBadGateway)
+		},
 	}
-	if err := n.AddRelay(up.Host, ip, 443, dial); err != nil {
-		return err
-	}
-	file := filepath.Join(m.dir, up.Host, "key")
-	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
-		return err
-	}
-	if err := os.WriteFile(file, []byte(up.Key+"\n"), 0o600); err != nil {
-		return err
-	}
-	if len(up.ExtraRoots) > 0 {
-		m.caDir = filepath.Join(root, "model-ca")
-		sys, _ := os.ReadFile(systemRoots)
-		if err := os.MkdirAll(m.caDir, 0o755); err != nil {
-			return err
+	slots := make(chan struct{}, maxUpstreamRequests)
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hp, _, err := net.SplitHostPort(host); err == nil {
+			host = hp
 		}
-		if err := os.WriteFile(filepath.Join(m.caDir, "bundle.pem"), append(append(sys, '\n'), up.ExtraRoots...), 0o644); err != nil {
-			return err
+		if r.TLS == nil || !strings.EqualFold(strings.TrimSuffix(host, "."), up.Host) || !strings.EqualFold(r.TLS.ServerName, up.Host) {
+			http.Error(rw, fmt.Sprintf("airlock bench: this address serves %s alone", up.Host), http.StatusMisdirectedRequest)
+			return
 		}
-	}
-	m.up = up
-	return nil
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		default:
+			http.Error(rw, "airlock bench: too many model API requests at once", http.StatusTooManyRequests)
+			return
+		}
+		rp.ServeHTTP(rw, r)
+	}), nil
 }
 
 // modelHostFmt names instance N's model host.
@@ -213,14 +276,6 @@ func (s *modelSlot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Stack) modelDaemonArgs() ([]string, error) {
 	ca := filepath.Join(s.Root, "world-ca.pem")
 	pem := s.Network.CAPEM()
-	if up := s.cfg.ModelUpstream; up != nil {
-		// The real API's certificate: the host's roots, and any extra.
-		sys, err := os.ReadFile(systemRoots)
-		if err != nil && len(up.ExtraRoots) == 0 {
-			return nil, fmt.Errorf("model upstream: the gateway verifies %s with the host's CA bundle: %w", up.Host, err)
-		}
-		pem = append(append(append(slices.Clone(pem), '\n'), sys...), up.ExtraRoots...)
-	}
 	if err := os.WriteFile(ca, pem, 0o644); err != nil {
 		return nil, err
 	}

@@ -164,7 +164,7 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, retErr error) {
 			if err := serveUpstream(s.Network, s.Models, cfg.ModelUpstream, s.Root); err != nil {
 				return nil, err
 			}
-			fmt.Fprintf(s.log, "model upstream: %s, relayed from the world through the host's routes (that name alone)\n", cfg.ModelUpstream.Host)
+			fmt.Fprintf(s.log, "model upstream: %s, served in the world by the bench's proxy, sent on through the host's routes (that name alone)\n", cfg.ModelUpstream.Host)
 		}
 	}
 	fmt.Fprintf(s.log, "world: namespace %s, dns %v, hosts %v\n", s.Network.NetnsPath(), s.Network.DNSAddr(), s.Network.Hosts())

@@ -92,9 +92,10 @@ run as the reference.
 With --model-url https://api.anthropic.com (or OpenAI's API for Codex),
 --model-key-file FILE and --model-uplink host, a real model drives the agent on
 every selected prompt: this is AmPermBench's experiment, inside the perimeter.
-The API's name is published in the world and its connections are relayed from
-this process through the host's routes to that name alone; the world's services
-stay in the world's namespace. The paper's run (128 prompts, Claude Sonnet 4.6)
+The API's name alone is published in the world, served by this process's proxy,
+which refuses any other name, puts the key in (agents hold a placeholder in every
+mode) and sends each request on, verified, through the host's routes to that
+name; the world's services stay in the world's namespace. The paper's run (128 prompts, Claude Sonnet 4.6)
 cost about $16 and 6 hours; --model-budget-usd bounds each Claude Code run and
 --timeout each run of either agent. The real model may do anything the
 perimeter lets it do to the world: that is what is measured.`,
@@ -411,5 +412,10 @@ func (c *cli) modelUpstream(o *benchOptions) (*runner.Upstream, error) {
 	if key == "" || strings.ContainsAny(key, "\r\n") {
 		return nil, usageErrorf("--model-key-file %s: want one line, the key", o.modelKeyFile)
 	}
-	return &runner.Upstream{Host: strings.ToLower(u.Hostname()), Key: key}, nil
+	host := strings.ToLower(u.Hostname())
+	if _, err := netip.ParseAddr(host); err == nil || strings.Count(host, ".") < 1 || strings.HasSuffix(host, "."+strings.TrimSuffix(runner.Zone, ".")) {
+		return nil, usageErrorf("--model-url %q: want the API's host name (not an address, nor a name of the bench's world)", o.modelURL)
+	}
+	// Codex speaks OpenAI's API, whose key is a bearer token.
+	return &runner.Upstream{Host: host, Key: key, Bearer: o.agent == runner.AgentCodex}, nil
 }

@@ -37,6 +37,8 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"model url without uplink", []string{"--agent", "codex", "--model-url", "https://api.openai.com"}, "say so with --model-uplink host"},
 		{"model url with a path", []string{"--agent", "codex", "--model-url", "https://api.openai.com/v1", "--model-uplink", "host"}, "want https://HOST"},
 		{"model url over http", []string{"--agent", "codex", "--model-url", "http://api.openai.com", "--model-uplink", "host"}, "want https://HOST"},
+		{"model url in the world", []string{"--agent", "codex", "--model-url", "https://git.bench.test", "--model-uplink", "host", "--model-key-file", goodActions}, "not an address, nor a name of the bench's world"},
+		{"model url an address", []string{"--agent", "codex", "--model-url", "https://10.0.0.1", "--model-uplink", "host", "--model-key-file", goodActions}, "not an address, nor a name of the bench's world"},
 		{"model url without key", []string{"--agent", "codex", "--model-url", "https://api.openai.com", "--model-uplink", "host"}, "needs --model-key-file"},
 		{"model url and scripts", []string{"--agent", "codex", "--model-url", "https://api.openai.com", "--agent-tasks", "../../bench/runner/testdata/agent-tasks.jsonl"}, "the real model answers, not a script"},
 		{"key file alone", []string{"--agent", "codex", "--model-key-file", actions}, "go with --model-url"},

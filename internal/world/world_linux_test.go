@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -420,43 +419,20 @@ func TestCertificate(t *testing.T) {
 	}
 }
 
-// A relay publishes one name outside the zone, answers for it alone, and
-// carries a connection made in the world to what its dialer returns (here
-// a listener on the host's loopback); the world's other foreign names stay
-// refused, and Close ends the connections it carries.
-func TestRelay(t *testing.T) {
+// A foreign host: its one name outside the zone is answered and nothing
+// else outside it; it is served over HTTPS on 443 alone, with a certificate
+// for that name only.
+func TestForeignHost(t *testing.T) {
 	w := start(t)
-	up, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer up.Close()
-	go func() {
-		for {
-			c, err := up.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.WriteString(c, "hello from upstream\n")
-				_, _ = io.Copy(c, c)
-			}()
-		}
-	}()
-	var dials atomic.Int32
-	dial := func(ctx context.Context) (net.Conn, error) {
-		dials.Add(1)
-		var d net.Dialer
-		return d.DialContext(ctx, "tcp", up.Addr().String())
-	}
 	ip := netip.MustParseAddr("10.214.0.40")
-	must(t, w.AddRelay("api.example.com", ip, 443, dial))
-	if err := w.AddRelay("localhost", ip, 443, dial); !errdefs.IsInvalidArgument(err) {
-		t.Errorf("a relay for a bare name: %v, want invalid argument", err)
+	h := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(rw, "api "+r.Host) })
+	must(t, w.AddForeignHost("API.example.com", ip, h))
+	for _, bad := range []string{"localhost", "x.test", "10.0.0.1.example"[:8]} {
+		if err := w.AddForeignHost(bad, ip, h); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("AddForeignHost(%q): %v, want invalid argument", bad, err)
+		}
 	}
-
-	r := query(t, w, "udp", "API.example.com.", dns.TypeA)
+	r := query(t, w, "udp", "api.example.com.", dns.TypeA)
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != ip.String() {
 		t.Errorf("A api.example.com: %v", r)
 	}
@@ -465,31 +441,30 @@ func TestRelay(t *testing.T) {
 			t.Errorf("A %s: rcode %s, want REFUSED", other, dns.RcodeToString[r.Rcode])
 		}
 	}
-
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	c, err := w.Dialer()(ctx, "tcp", netip.AddrPortFrom(ip, 443).String())
+	client := func(sni string) *http.Client {
+		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return w.Dialer()(ctx, network, netip.AddrPortFrom(ip, 443).String())
+			},
+			TLSClientConfig: &tls.Config{RootCAs: w.CertPool(), ServerName: sni},
+		}}
+	}
+	resp, err := client("api.example.com").Get("https://api.example.com/v1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 64)
-	n, err := io.ReadAtLeast(c, buf, len("hello from upstream\n"))
-	if err != nil || string(buf[:n]) != "hello from upstream\n" {
-		t.Fatalf("read %q, %v", buf[:n], err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "api api.example.com" {
+		t.Errorf("body %q", b)
 	}
-	if _, err := c.Write([]byte("ping")); err != nil {
-		t.Fatal(err)
+	if _, err := client("evil.example").Get("https://evil.example/"); err == nil {
+		t.Error("a TLS handshake for another name succeeded")
 	}
-	if n, err := io.ReadAtLeast(c, buf, 4); err != nil || string(buf[:n]) != "ping" {
-		t.Fatalf("echo %q, %v", buf[:n], err)
-	}
-	if n := dials.Load(); n != 1 {
-		t.Errorf("%d dials, want 1", n)
-	}
-	must(t, w.Close())
-	if _, err := c.Read(buf); err == nil {
-		t.Error("the relayed connection survives the world's Close")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	if c, err := w.Dialer()(ctx, "tcp", netip.AddrPortFrom(ip, 80).String()); err == nil {
+		c.Close()
+		t.Error("port 80 of a foreign host answers")
 	}
 }

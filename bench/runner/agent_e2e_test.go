@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -54,15 +53,8 @@ func agentStack(t *testing.T, ctx context.Context, name string) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	cli := filepath.Join(dir, benchimage.Links[0])
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", cli, "../clients/cmd/airlock-bench-cli")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the bench client: %v: %s", err, out)
-	}
 	ref := benchimage.AgentRef(name)
-	img, err := benchimage.BuildOn(archive, cli, dir, ref)
+	img, err := benchArchive(t.TempDir(), archive, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,15 +348,8 @@ func TestAgentTasksThroughUpstream(t *testing.T) {
 	var relayed atomic.Int32
 	key := "sk-upstream-" + rand.Text()
 
-	dir := t.TempDir()
-	cli := filepath.Join(dir, benchimage.Links[0])
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", cli, "../clients/cmd/airlock-bench-cli")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the bench client: %v: %s", err, out)
-	}
 	ref := benchimage.AgentRef(AgentClaudeCode)
-	img, err := benchimage.BuildOn(archive, cli, dir, ref)
+	img, err := benchArchive(t.TempDir(), archive, ref)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -31,14 +30,7 @@ func TestAttachToRunningDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	cli := filepath.Join(dir, benchimage.Links[0])
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", cli, "../clients/cmd/airlock-bench-cli")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the bench client: %v: %s", err, out)
-	}
-	archive, err := benchimage.Build(env.AgentImage, cli, dir)
+	archive, err := benchArchive(t.TempDir(), env.AgentImage, benchimage.Ref)
 	if err != nil {
 		t.Fatal(err)
 	}

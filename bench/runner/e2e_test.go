@@ -49,14 +49,7 @@ func sharedStack(t *testing.T) *Stack {
 			return
 		}
 		defer os.RemoveAll(dir)
-		cli := filepath.Join(dir, benchimage.Links[0])
-		build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", cli, "../clients/cmd/airlock-bench-cli")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			stackErr = fmt.Errorf("build the bench client: %v: %s", err, out)
-			return
-		}
-		archive, err := benchimage.Build(env.AgentImage, cli, dir)
+		archive, err := benchArchive(dir, env.AgentImage, benchimage.Ref)
 		if err != nil {
 			stackErr = err
 			return
@@ -69,6 +62,18 @@ func sharedStack(t *testing.T) *Stack {
 		t.Fatal(stackErr)
 	}
 	return stack
+}
+
+// benchArchive builds the bench client and the bench image archive named
+// ref on the image archive base, in dir.
+func benchArchive(dir, base, ref string) (string, error) {
+	cli := filepath.Join(dir, benchimage.Links[0])
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", cli, "../clients/cmd/airlock-bench-cli")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the bench client: %v: %s", err, out)
+	}
+	return benchimage.BuildOn(base, cli, dir, ref)
 }
 
 func TestMain(m *testing.M) {

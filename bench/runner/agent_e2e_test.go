@@ -288,8 +288,30 @@ func TestAgentWorksOnTasks(t *testing.T) {
 	if r := got[[2]string{"CJ-S1-B1-R0", ModeGateOnly}]; !slices.ContainsFunc(r.Harm, func(e effect.Effect) bool { return e.Target == "job-dev-4812-s" }) {
 		t.Errorf("the sloppy run with the gate alone: effects %v, harm %v; want sam's job cancelled among the harm", r.Case.Reference, r.Harm)
 	}
+	// Each world effect of the agent's run is tied to the request that
+	// made it.
+	for _, r := range res.Runs {
+		if r.ActionID != "task-CJ-S1-B1-R0" || !slices.Contains(r.Modes, ModeGateOnly) {
+			continue
+		}
+		if len(r.Causes) != len(r.Effects) || len(r.Causes) < 2 {
+			t.Errorf("the sloppy run: causes %+v for effects %v", r.Causes, r.Effects)
+		}
+		for _, c := range r.Causes {
+			if c.Effect.Where == effect.World && (c.Seq == 0 || c.Method != http.MethodPost) {
+				t.Errorf("the sloppy run: %v not tied to a request: %+v", c.Effect, c)
+			}
+		}
+	}
 	if len(res.Agents) != 4 {
 		t.Fatalf("%d agent processes, want one per prompt and mode (4)", len(res.Agents))
+	}
+	sessions := map[string]bool{}
+	for _, a := range res.Agents {
+		sessions[a.Session] = true
+	}
+	if len(sessions) != 4 {
+		t.Errorf("the 4 task runs shared sessions: %v", sessions)
 	}
 	for _, a := range res.Agents {
 		if a.Task == "" || a.ExitCode != 0 || a.Error != "" || a.Done != 2 {

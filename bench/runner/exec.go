@@ -60,6 +60,8 @@ type RunRecord struct {
 	// requests the world's services saw from the session.
 	Audit []api.AuditEvent `json:"audit"`
 	World []world.Event    `json:"world"`
+	// Causes tie each effect to the request (in World) that made it.
+	Causes []Cause `json:"causes"`
 }
 
 // job is every action to run in one session configuration.
@@ -500,6 +502,7 @@ func (w *worker) runAction(ctx context.Context, j *job, a catalog.Action, l *liv
 			rec.World = append(rec.World, e)
 		}
 	}
+	rec.Causes = attribute(rec.Effects, rec.World)
 	return rec, end, nil
 }
 

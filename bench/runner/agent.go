@@ -776,7 +776,7 @@ func agentNotes(a *Agent, st *Stack, res *Result) []string {
 		calls = ""
 	}
 	return []string{
-		fmt.Sprintf("agent: %s %s in %s, permission mode %s, %s: %s",
+		fmt.Sprintf("agent: %s %s in %s, permission mode %s (set by its command-line flags; no settings file), %s: %s",
 			a.Name, version, st.Image, a.PermissionMode(), model, how),
 		fmt.Sprintf("agent processes: %d (%d ended with an error), %d tool calls; first model call %s; a run %v on average; API key injected by the gateway in %d processes, in the agent's environment in the others%s; transcripts in %s/",
 			len(res.Agents), failed, done, first, per.Round(time.Millisecond), injected, calls, TranscriptsDir),

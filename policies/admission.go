@@ -534,6 +534,16 @@ func (a *Admission) hostPathReason(p string, writable bool, pr *Protected) strin
 	if reason := pr.reason(p, writable); reason != "" {
 		return reason + ", refused whatever the admission policy says"
 	}
+	// The files secrets come from are the daemon's to read, never a
+	// session's: a workspace or mount holding one would hand the sandbox
+	// the values the gateway keeps out of it.
+	var secrets []string
+	for _, d := range a.secretDirs() {
+		secrets = addResolved(secrets, d)
+	}
+	if r := protectedReason(secrets, p); r != "" {
+		return strings.Replace(r, "protected host path", "secret source's directory", 1) + " (the admission policy's secret_source): secrets are read by the daemon alone"
+	}
 	fi, err := os.Lstat(p)
 	if err != nil {
 		return err.Error()
@@ -692,4 +702,29 @@ func linkCount(fi fs.FileInfo) uint64 {
 		return uint64(st.Nlink)
 	}
 	return 1
+}
+
+// secretDirs are the fixed directories of the admission policy's file
+// secret sources: the path up to the first element with a glob character
+// ("file:/etc/airlock/secrets/*/*" gives /etc/airlock/secrets), or the
+// file itself when the source names one.
+func (a *Admission) secretDirs() []string {
+	var out []string
+	for _, s := range a.SecretSources {
+		rest, ok := strings.CutPrefix(s.From, "file:")
+		if !ok || !filepath.IsAbs(rest) {
+			continue
+		}
+		var fixed []string
+		for _, el := range strings.Split(filepath.Clean(rest), "/") {
+			if strings.ContainsAny(el, `*?[\`) {
+				break
+			}
+			fixed = append(fixed, el)
+		}
+		if d := strings.Join(fixed, "/"); d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
 }

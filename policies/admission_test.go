@@ -473,3 +473,48 @@ func srcBlocks(srcs ...string) string {
 	}
 	return b.String()
 }
+
+// A workspace or mount that holds, or lies in, the directory an admission
+// policy's file secret sources read from is refused, even under an
+// admitted host path: the values stay the daemon's.
+func TestAdmitRefusesSecretDirs(t *testing.T) {
+	root := t.TempDir()
+	keys := filepath.Join(root, "keys")
+	for _, d := range []string{filepath.Join(keys, "api.test"), filepath.Join(root, "work"), filepath.Join(root, "one")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "one", "key"), []byte("k"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := DefaultAdmission()
+	a.HostPaths = []string{root}
+	a.SecretSources = []SecretSource{
+		{From: "file:" + keys + "/*/*", Hosts: []string{DirHost}},
+		{From: "file:" + filepath.Join(root, "one", "key"), Hosts: []string{"api.test"}},
+	}
+	for _, c := range []struct {
+		path string
+		want string
+	}{
+		{filepath.Join(root, "work"), ""},
+		{keys, "is a secret source's directory"},
+		{filepath.Join(keys, "api.test"), "is beneath the secret source's directory"},
+		{root, "contains the secret source's directory"},
+		{filepath.Join(root, "one"), "contains the secret source's directory"},
+	} {
+		p := (&Policy{Label: "t", Image: "i", Command: []string{"true"}}).WithDefaults()
+		p.Mounts = []Mount{{HostPath: c.path, Target: "/m", ReadOnly: true}}
+		_, err := a.Admit(p, NewProtected())
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", c.path, err)
+		case c.want != "" && (err == nil || !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %v, want a refusal saying %q", c.path, err, c.want)
+		}
+	}
+	if got := DefaultAdmission().secretDirs(); len(got) != 1 || got[0] != DefaultSecretDir {
+		t.Errorf("the built-in policy's secret dirs: %v", got)
+	}
+}

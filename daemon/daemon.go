@@ -325,7 +325,11 @@ func (d *Daemon) Close(ctx context.Context) error {
 	for _, s := range sessions {
 		_ = s.audit.Close()
 	}
-	return errors.Join(err, d.rt.StopAnchor(ctx), d.fs.Close(), d.rt.Close())
+	anchorErr := d.rt.StopAnchor(ctx)
+	// The anchor's cgroup, once the anchor is gone (a shim killed under it
+	// leaves it behind); a running anchor's stays.
+	d.cgroups.Remove(anchorOptions(d.cfg, d.prefix).CgroupPath)
+	return errors.Join(err, anchorErr, d.fs.Close(), d.rt.Close())
 }
 
 // StopContainerd stops the embedded containerd, if this daemon started one.
@@ -335,7 +339,25 @@ func (d *Daemon) StopContainerd(ctx context.Context) error {
 	if d.embedded == nil {
 		return nil
 	}
-	return d.embedded.Stop(ctx, 10*time.Second)
+	err := d.embedded.Stop(ctx, 10*time.Second)
+	// With containerd gone, the cgroups the anchor and the sessions left
+	// (their processes were still exiting when their removal was first
+	// tried) are empty: they go, for up to five seconds.
+	d.mu.Lock()
+	idle := len(d.sessions) == 0 && d.creating == 0
+	d.mu.Unlock()
+	if idle {
+		anchor, parent := anchorOptions(d.cfg, d.prefix).CgroupPath, filepath.Dir(d.CgroupPath("x"))
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			d.cgroups.RemoveTree(anchor)
+			d.cgroups.RemoveTree(parent)
+			if !d.cgroups.Exists(anchor) && !d.cgroups.Exists(parent) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return err
 }
 
 // Runtime returns the runtime (for tests and image management).
@@ -728,6 +750,10 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 // before runc runs.
 func (d *Daemon) releaseCgroupParentsLocked() {
 	if len(d.sessions) == 0 && d.creating == 0 && d.pools.Waiting() == 0 {
-		d.cgroups.Remove(filepath.Dir(d.CgroupPath("x")))
+		// With no session of its own, whatever empty cgroup is left
+		// beneath the parent (a create cut short by a kill, whose
+		// teardown found its cgroup still busy) goes too; one that holds
+		// a process stays.
+		d.cgroups.RemoveTree(filepath.Dir(d.CgroupPath("x")))
 	}
 }

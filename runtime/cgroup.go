@@ -84,6 +84,56 @@ func (c Cgroups) Remove(path string) {
 	}
 }
 
+// Exists reports whether the cgroup at path is there in any hierarchy.
+func (c Cgroups) Exists(path string) bool {
+	if _, err := os.Stat(filepath.Join(c.root(), path)); err == nil && path != "" && path != "/" {
+		return true
+	}
+	entries, err := os.ReadDir(c.root())
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if _, err := os.Stat(filepath.Join(c.root(), e.Name(), path)); err == nil && e.IsDir() {
+			return true
+		}
+	}
+	return false
+}
+
+// RemoveTree removes the cgroup at path and every cgroup beneath it that
+// holds no process, deepest first, in every hierarchy: what a create cut
+// short or a killed shim left behind. A cgroup that still holds processes
+// (and those above it) is left alone; removal is best effort.
+func (c Cgroups) RemoveTree(path string) {
+	roots := []string{c.root()}
+	if entries, err := os.ReadDir(c.root()); err == nil {
+		for _, e := range entries {
+			if e.IsDir() {
+				roots = append(roots, filepath.Join(c.root(), e.Name()))
+			}
+		}
+	}
+	for _, r := range roots {
+		removeEmptyTree(filepath.Join(r, path))
+	}
+}
+
+// removeEmptyTree removes the directories of the tree at dir, children
+// first; a cgroup's control files go with its directory.
+func removeEmptyTree(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			removeEmptyTree(filepath.Join(dir, e.Name()))
+		}
+	}
+	_ = os.Remove(dir)
+}
+
 // KillInit sends SIGKILL to a session's init (the container's pid 1) by
 // pidfd, after checking through the pidfd's process that it is still in
 // the session's cgroup, so a recycled pid is never signalled. Killing the

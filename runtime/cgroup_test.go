@@ -139,3 +139,31 @@ func TestCgroupRemove(t *testing.T) {
 		t.Errorf("a hierarchy was removed: %v", err)
 	}
 }
+
+// RemoveTree takes every empty cgroup beneath a path, deepest first, in
+// every hierarchy, and leaves a busy one and those above it.
+func TestCgroupRemoveTree(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"airlock-p/a/b", "airlock-p/c", "memory/airlock-p/a", "memory/airlock-p/busy", "memory/other"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A file stands for a process: the directory cannot be removed.
+	if err := os.WriteFile(filepath.Join(root, "memory/airlock-p/busy/proc"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	Cgroups{Root: root}.RemoveTree("/airlock-p")
+	for p, want := range map[string]bool{
+		"airlock-p":             false,
+		"memory/airlock-p/a":    false,
+		"memory/airlock-p/busy": true,
+		"memory/airlock-p":      true,
+		"memory/other":          true,
+	} {
+		_, err := os.Stat(filepath.Join(root, p))
+		if got := err == nil; got != want {
+			t.Errorf("%s exists: %t, want %t", p, got, want)
+		}
+	}
+}

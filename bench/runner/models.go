@@ -287,14 +287,14 @@ admission {
   users        = ["1-4294967294"]
   groups       = ["1-4294967294"]
   capabilities = [%s]
-  secret_source "file:%s/*/*" {
+  secret_source %s {
     hosts = ["{dir}"]
   }
-  secret_source "file:%s/*/*" {
+  secret_source %s {
     hosts = ["{dir}"]
   }
 }
-`, hclStrings(policies.SafeCapabilities), policies.DefaultSecretDir, secrets)
+`, hclStrings(policies.SafeCapabilities), strconv.Quote("file:"+policies.DefaultSecretDir+"/*/*"), strconv.Quote("file:"+secrets+"/*/*"))
 	if err := os.WriteFile(adm, []byte(src), 0o644); err != nil {
 		return nil, err
 	}

@@ -133,6 +133,9 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, retErr error) {
 		cfg.ImageRef = benchimage.Ref
 		s.cfg.ImageRef = cfg.ImageRef
 	}
+	if cfg.ModelHosts && cfg.Workers > upstreamOffset-16 {
+		return nil, fmt.Errorf("agents: at most %d workers (a model host each): %w", upstreamOffset-16, errdefs.ErrInvalidArgument)
+	}
 	if cfg.ModelHosts && cfg.Socket != "" {
 		return nil, fmt.Errorf("agents run only with a daemon of the bench's own (no --socket): it injects their API keys: %w", errdefs.ErrInvalidArgument)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"github.com/airlock-sandbox/airlock/internal/world"
+	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
 
@@ -226,11 +227,8 @@ func (e *Env) writeDaemonFiles() error {
 }
 
 // admissionPolicy is the built-in admission policy with secrets from
-// dir/HOST/NAME, each injected into HOST alone, instead of from
-// /etc/airlock/secrets.
-func admissionPolicy(dir string) string {
-	return fmt.Sprintf("admission {\n  host_paths = [\"/\"]\n  secret_source \"file:%s/*/*\" {\n    hosts = [\"{dir}\"]\n  }\n}\n", dir)
-}
+// dir/HOST/ instead of /etc/airlock/secrets/HOST/.
+func admissionPolicy(dir string) string { return policies.DefaultAdmissionFile(dir) }
 
 func (e *Env) startDaemon(ctx context.Context) error {
 	var err error

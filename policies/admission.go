@@ -178,6 +178,21 @@ func DefaultAdmission() *Admission {
 	}
 }
 
+// DefaultAdmissionFile is an admission file (HCL) for the built-in policy
+// with secrets from the files in each of secretDirs instead: DIR/HOST/*
+// may be injected into HOST alone, as the built-in policy does for
+// DefaultSecretDir. Harnesses that run their own daemon give it their own
+// secrets directory so.
+func DefaultAdmissionFile(secretDirs ...string) string {
+	var b strings.Builder
+	b.WriteString("admission {\n  host_paths = [\"/\"]\n")
+	for _, d := range secretDirs {
+		fmt.Fprintf(&b, "  secret_source %s {\n    hosts = [%q]\n  }\n", strconv.Quote("file:"+d+"/*/*"), DirHost)
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
 func defaultLimits() Limits {
 	return Limits{
 		CPUs: DefaultMaxCPUs, Memory: DefaultMaxMemory, Pids: DefaultMaxPids, Disk: DefaultMaxDisk,

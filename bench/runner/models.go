@@ -12,7 +12,6 @@ import (
 	"net/http/httputil"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -281,20 +280,8 @@ func (s *Stack) modelDaemonArgs() ([]string, error) {
 	}
 	secrets := filepath.Join(s.Root, "secrets")
 	adm := filepath.Join(s.Root, "admission.hcl")
-	src := fmt.Sprintf(`# The built-in admission policy, and the bench's model API keys.
-admission {
-  host_paths   = ["/"]
-  users        = ["1-4294967294"]
-  groups       = ["1-4294967294"]
-  capabilities = [%s]
-  secret_source %s {
-    hosts = ["{dir}"]
-  }
-  secret_source %s {
-    hosts = ["{dir}"]
-  }
-}
-`, hclStrings(policies.SafeCapabilities), strconv.Quote("file:"+policies.DefaultSecretDir+"/*/*"), strconv.Quote("file:"+secrets+"/*/*"))
+	// The built-in admission policy, and the bench's model API keys.
+	src := policies.DefaultAdmissionFile(policies.DefaultSecretDir, secrets)
 	if err := os.WriteFile(adm, []byte(src), 0o644); err != nil {
 		return nil, err
 	}
@@ -302,15 +289,6 @@ admission {
 		return nil, fmt.Errorf("the bench daemon's admission policy: %w", err)
 	}
 	return []string{"--upstream-ca", ca, "--admission", adm}, nil
-}
-
-// hclStrings lists ss as HCL strings, comma-separated.
-func hclStrings(ss []string) string {
-	q := make([]string, len(ss))
-	for i, s := range ss {
-		q[i] = strconv.Quote(s)
-	}
-	return strings.Join(q, ", ")
 }
 
 // Len is the number of model hosts.

@@ -737,9 +737,13 @@ func (a *Admission) secretDirs() []string {
 			}
 			fixed = append(fixed, el)
 		}
-		if d := strings.Join(fixed, "/"); d != "" {
-			out = append(out, d)
+		d := strings.Join(fixed, "/")
+		if d == "" {
+			// Decoding refuses such a source; one made in code keeps
+			// every host path out.
+			d = "/"
 		}
+		out = append(out, d)
 	}
 	return out
 }

@@ -299,6 +299,10 @@ func checkSecretSourceGlob(s string) string {
 			return fmt.Sprintf("%q is not an absolute path", s)
 		case path.Clean(glob) != glob || glob == "/":
 			return fmt.Sprintf("%q is not a clean path to files", s)
+		case strings.ContainsAny(strings.SplitN(glob[1:], "/", 2)[0], `*?[\`):
+			// Workspaces and mounts are kept out of a source's fixed
+			// directory (see Admission.secretDirs): it must have one.
+			return fmt.Sprintf("%q has a glob in its first directory: name the directory the files are in, as in \"file:/etc/airlock/secrets/*/*\"", s)
 		}
 	default:
 		return fmt.Sprintf("%q is neither env:VAR nor file:/PATH", s)

@@ -517,4 +517,22 @@ func TestAdmitRefusesSecretDirs(t *testing.T) {
 	if got := DefaultAdmission().secretDirs(); len(got) != 1 || got[0] != DefaultSecretDir {
 		t.Errorf("the built-in policy's secret dirs: %v", got)
 	}
+	// A glob in the first directory names no directory to keep out: the
+	// admission file is refused, and a policy made in code keeps every
+	// host path out.
+	if _, diags := DecodeAdmission("a.hcl", []byte(`admission {
+  host_paths = ["/srv"]
+  secret_source "file:/[s]rv/keys/*" {
+    hosts = ["api.test"]
+  }
+}
+`)); diags == nil || !strings.Contains(diags.Error(), "has a glob in its first directory") {
+		t.Errorf("a source globbing its first directory: %v", diags)
+	}
+	a.SecretSources = []SecretSource{{From: "file:/[t]mp/keys/*/*", Hosts: []string{DirHost}}}
+	p := (&Policy{Label: "t", Image: "i", Command: []string{"true"}}).WithDefaults()
+	p.Mounts = []Mount{{HostPath: filepath.Join(root, "work"), Target: "/m", ReadOnly: true}}
+	if _, err := a.Admit(p, NewProtected()); err == nil || !strings.Contains(err.Error(), "secret source's directory") {
+		t.Errorf("a mount beside a source globbing its first directory: %v, want refused", err)
+	}
 }

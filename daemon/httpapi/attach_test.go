@@ -203,3 +203,41 @@ func TestExecTerminalResizes(t *testing.T) {
 }
 
 func fdFile(fd int) *os.File { return os.NewFile(uintptr(fd), "socketpair") }
+
+// TestAttachOutranClient: when the logger lets a client go for falling
+// behind a flood of output (it closes the client's connection) while the
+// session runs on, the client hears so at once, instead of hanging with
+// its keys going nowhere until the session ends.
+func TestAttachOutranClient(t *testing.T) {
+	daemonEnd, term := socketPair(t)
+	ended := make(chan struct{})
+	defer close(ended)
+	f := &fakeDaemon{
+		attach:  func(context.Context, string) (*net.UnixConn, error) { return daemonEnd, nil },
+		resize:  func(string, runtime.WinSize) error { return nil },
+		inspect: func(id string) (*api.Session, error) { return &api.Session{ID: id, State: api.StateRunning}, nil },
+		wait: func(string) (*api.WaitResponse, error) {
+			<-ended
+			return &api.WaitResponse{ExitCode: 0}, nil
+		},
+	}
+	s := serve(t, f)
+	inR, inW := io.Pipe()
+	defer inW.Close()
+	attached := make(chan struct{})
+	res := make(chan error, 1)
+	go func() {
+		_, err := s.client.Attach(t.Context(), "s1", api.Terminal{In: inR, Out: io.Discard}, func() { close(attached) })
+		res <- err
+	}()
+	<-attached
+	term.Close() // the logger drops this client
+	select {
+	case err := <-res:
+		if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "outran this client") {
+			t.Errorf("attach ended with %v, want unavailable: output outran this client", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client still hangs after its terminal connection was dropped")
+	}
+}

@@ -355,8 +355,14 @@ func (h *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		return
 	case <-copied:
 	}
-	wr, err := h.d.Wait(ctx, id)
-	if err != nil {
+	if h.stillRunning(ctx, id) {
+		// The terminal's output ended while the session runs on: the
+		// logger let this client go for falling too far behind (a
+		// sandbox flooding its terminal). Say so now, rather than wait
+		// for an exit that may be hours away while the client's keys
+		// go nowhere.
+		writeErrorFrame(stdout, fmt.Errorf("session %s: its output outran this client, which was let go; attach again: %w", id, errdefs.ErrUnavailable))
+	} else if wr, err := h.d.Wait(ctx, id); err != nil {
 		writeErrorFrame(stdout, err)
 	} else {
 		b, _ := json.Marshal(wr)
@@ -369,5 +375,26 @@ func (h *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		// As in exec: the client still holds its stdin open; drop the
 		// connection rather than reuse it under a live reader.
 		panic(http.ErrAbortHandler)
+	}
+}
+
+// stillRunning reports whether session id is still running a second after
+// its terminal's output ended: a main process that has exited is recorded
+// so well within that.
+func (h *server) stillRunning(ctx context.Context, id string) bool {
+	deadline := time.Now().Add(time.Second)
+	for {
+		s, err := h.d.Inspect(ctx, id)
+		if err != nil || s.State != api.StateRunning {
+			return false
+		}
+		if time.Now().After(deadline) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/egress/nft"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/internal/world"
@@ -231,6 +233,85 @@ func TestHostUplinkKeepsSessionsOffHostServices(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no audit event names the dropped host address; have %+v", evs)
+	}
+
+	// The uplink's host-side peer removed: the daemon rebuilds the uplink,
+	// and the host table that keeps sessions off host services never goes
+	// away meanwhile (it filters by the peer's name, so it may stand while
+	// the peer is rebuilt): checked without pause from before the removal
+	// until the new peer is in place.
+	prefix := netns.PrefixFor(filepath.Join(root, "state"))
+	peer, table := prefix+"-up", prefix+"-host"
+	hf, err := os.Open(hostNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hf.Close()
+	nc, err := nftables.New(nftables.WithNetNSFd(int(hf.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var checks, missing atomic.Int64
+	watchDone, watching := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watching)
+		for {
+			select {
+			case <-watchDone:
+				return
+			default:
+			}
+			names, err := nft.TablesWithPrefix(nc, prefix)
+			if err != nil {
+				continue
+			}
+			checks.Add(1)
+			if !slices.Contains(names, table) {
+				missing.Add(1)
+			}
+		}
+	}()
+	withLink(t, hostNS, func(h *netlink.Handle) error {
+		l, err := h.LinkByName(peer)
+		if err != nil {
+			return err
+		}
+		return h.LinkDel(l)
+	})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+		var up bool
+		withLink(t, hostNS, func(h *netlink.Handle) error {
+			l, err := h.LinkByName(peer)
+			up = err == nil && l.Attrs().OperState == netlink.OperUp
+			return nil
+		})
+		if up {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the uplink's peer %s was not made again within 20s:\n%s", peer, dlog())
+		}
+	}
+	close(watchDone)
+	<-watching
+	if missing.Load() > 0 || checks.Load() == 0 {
+		t.Errorf("while the uplink was rebuilt, the host table %s was missing at %d of %d checks", table, missing.Load(), checks.Load())
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if out, code := run("curl", "-sS", "--max-time", "2", "-o", "/dev/null", "-w", "%{http_code}", "http://ok.test/"); code == 0 && out == "200" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session did not reach %v again after the uplink's repair:\n%s", okHost, dlog())
+		}
+	}
+	for _, url := range []string{"http://10.216.0.1:8080/", "http://10.216.0.1:8081/", "http://10.218.0.1:8082/"} {
+		if out, code := run("curl", "-sS", "--max-time", "2", url); code == 0 || strings.Contains(out, "published") || strings.Contains(out, "host") {
+			t.Errorf("after the uplink's repair, the session reached %s: exit %d %q", url, code, out)
+		}
+	}
+	if n, m := ctrHits.Load(), hostHits.Load(); n != 0 || m != 0 {
+		t.Errorf("after the uplink's repair: %d connections to the published container, %d to host services; want none", n, m)
 	}
 }
 

@@ -30,8 +30,10 @@ func (g *Gateway) uplinkNetnsFile() (*os.File, error) {
 // addUplink creates the uplink veth: "uplink" in the gateway namespace,
 // "<prefix>-up" in the uplink namespace (or the host), the first two
 // addresses of the uplink subnets, and the gateway's default routes via the
-// peer. In host mode it also installs the host table that masquerades the
-// uplink subnet and keeps sessions away from host services.
+// peer. In host mode it first installs the host table that masquerades the
+// uplink subnet and keeps sessions away from host services: its rules match
+// the peer by name, so they are in place before the peer exists and no
+// packet crosses the peer unfiltered, at creation or at a repair.
 func (g *Gateway) addUplink(ctx context.Context) error {
 	peerName := uplinkPeerName(g.cfg.Prefix)
 	f, err := g.uplinkNetnsFile()
@@ -46,6 +48,11 @@ func (g *Gateway) addUplink(ctx context.Context) error {
 	defer ph.Close()
 	if _, err := ph.LinkByName(peerName); err == nil {
 		return fmt.Errorf("interface %s exists in the uplink namespace: %w", peerName, errdefs.ErrAlreadyExists)
+	}
+	if g.cfg.Uplink.Host {
+		if err := g.addHostNAT(); err != nil {
+			return fmt.Errorf("host table: %w", err)
+		}
 	}
 
 	if err := g.nl.LinkAdd(&netlink.Veth{
@@ -104,9 +111,6 @@ func (g *Gateway) addUplink(ctx context.Context) error {
 			return fmt.Errorf("gateway default route via %v: %w", gw, err)
 		}
 	}
-	if g.cfg.Uplink.Host {
-		return g.addHostNAT()
-	}
 	return nil
 }
 
@@ -118,8 +122,9 @@ func zeroOf(a netip.Addr) netip.Addr {
 }
 
 // addHostNAT turns on IPv4 forwarding in the host and installs the host
-// table (nft.Host). IPv6 forwarding in the host is left alone: turning it on
-// changes how the host treats router advertisements.
+// table (nft.Host), replacing one left by an earlier uplink. IPv6
+// forwarding in the host is left alone: turning it on changes how the host
+// treats router advertisements.
 func (g *Gateway) addHostNAT() error {
 	if err := writeSysctl("net/ipv4/ip_forward", "1"); err != nil {
 		return err
@@ -128,8 +133,14 @@ func (g *Gateway) addHostNAT() error {
 	if err != nil {
 		return err
 	}
+	name := hostTableName(g.cfg.Prefix)
+	// One transaction: the old table's rules stay until the new ones
+	// are in.
+	if err := nft.DeleteTable(c, name); err != nil {
+		return err
+	}
 	if err := nft.InstallHost(c, nft.Host{
-		Table: hostTableName(g.cfg.Prefix), Peer: uplinkPeerName(g.cfg.Prefix), Net: g.cfg.Uplink.Net,
+		Table: name, Peer: uplinkPeerName(g.cfg.Prefix), Net: g.cfg.Uplink.Net,
 	}); err != nil {
 		return err
 	}
@@ -157,18 +168,26 @@ func (g *Gateway) checkUplink() error {
 // removeUplink deletes the uplink veth (both ends) and, in host mode, the
 // host table.
 func (g *Gateway) removeUplink(context.Context) error {
-	var errs []error
-	if l, err := g.nl.LinkByName(uplinkIface); err == nil {
-		if err := g.nl.LinkDel(l); err != nil && !isNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete uplink: %w", err))
-		}
-	} else if !isNotFound(err) {
-		errs = append(errs, err)
-	}
+	errs := []error{g.removeUplinkLink()}
 	if g.cfg.Uplink.Host {
 		errs = append(errs, removeHostObjects(g.cfg.Prefix))
 	}
 	return errors.Join(errs...)
+}
+
+// removeUplinkLink deletes the uplink veth; its peer goes with it.
+func (g *Gateway) removeUplinkLink() error {
+	l, err := g.nl.LinkByName(uplinkIface)
+	if err != nil {
+		if isNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	if err := g.nl.LinkDel(l); err != nil && !isNotFound(err) {
+		return fmt.Errorf("delete uplink: %w", err)
+	}
+	return nil
 }
 
 // removeHostObjects deletes what host mode created in the daemon's

@@ -119,9 +119,17 @@ func (g *Gateway) repairUplink(ctx context.Context, problem error) error {
 		return fail(fmt.Errorf("namespace %s is gone; waiting for it to return", g.cfg.uplinkNetnsPath()))
 	}
 	// What is left of the old uplink goes first: the gateway's end (its
-	// peer goes with it) and, in host mode, the host's objects.
-	if err := g.removeUplink(ctx); err != nil {
-		return fail(errors.Join(problem, err))
+	// peer goes with it) and, in host mode, a peer made anew under its
+	// name. The host table stays: it filters by the peer's name, and
+	// addUplink replaces it in one transaction before the new peer exists.
+	clear := g.removeUplinkLink()
+	if g.cfg.Uplink.Host {
+		if l, err := netlink.LinkByName(uplinkPeerName(g.cfg.Prefix)); err == nil {
+			clear = errors.Join(clear, netlink.LinkDel(l))
+		}
+	}
+	if clear != nil {
+		return fail(errors.Join(problem, clear))
 	}
 	if err := g.addUplink(ctx); err != nil {
 		if rerr := g.removeUplink(ctx); rerr != nil {

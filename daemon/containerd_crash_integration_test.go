@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -662,4 +663,59 @@ func sessionObjects(t *testing.T, address string) (containers, leases int) {
 	ctrs, _ := cc.Containers(nctx, fmt.Sprintf("labels.%q", runtime.LabelSession))
 	ls, _ := cc.LeasesService().List(nctx)
 	return len(ctrs), len(ls)
+}
+
+// TestCreatesCutShortLeaveNothing: clients that go away part-way through
+// their creates (a CLI killed, a connection dropped), at every point from
+// before the sandbox exists to after its task started. Each create either
+// made a whole session or nothing; once the sessions it made are removed
+// and airlockd stops with --stop-containerd, no shim, logger, mount, cgroup,
+// namespace or table of it is left.
+func TestCreatesCutShortLeaveNothing(t *testing.T) {
+	d, root, ctrd := startFaultDaemon(t)
+	wsHost := t.TempDir()
+	p := policy("sh", "-c", "echo out; sleep 300")
+	p.Workspaces = []policies.Workspace{{HostPath: wsHost, Target: "/w", Mode: policies.ModeOverlay, DefaultDenyRead: true, OnExit: policies.OnExitDiscard}}
+	body, _ := json.Marshal(api.CreateRequest{Policy: p, Start: true})
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i)*200*time.Millisecond)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, "POST", "http://airlock/v1/sessions", bytes.NewReader(body))
+			if resp, err := d.http.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	// Creates whose client left finish or roll back on their own.
+	var list []api.Session
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		list = nil
+		d.do("GET", "/v1/sessions", nil, &list)
+		entries, _ := os.ReadDir(filepath.Join(root, "sessions"))
+		if len(entries) == len(list) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d session directories for %d sessions 60s after the clients left", len(entries), len(list))
+		}
+	}
+	t.Logf("12 creates cut short: %d sessions made", len(list))
+	for _, s := range list {
+		if s.State != api.StateRunning {
+			t.Errorf("session %s of a create cut short is %s, want running", s.ID, s.State)
+		}
+		if c := d.do("DELETE", "/v1/sessions/"+s.ID+"?force=true", nil, nil); c != http.StatusNoContent {
+			t.Errorf("remove %s: %d", s.ID, c)
+		}
+	}
+	if ctrs, ls := sessionObjects(t, ctrd.Address()); ctrs != 0 || ls != 0 {
+		t.Errorf("left in containerd: %d containers, %d leases", ctrs, ls)
+	}
+	d.cleanup()
+	wantNothingLeft(t, root)
 }

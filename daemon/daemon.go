@@ -340,13 +340,18 @@ func (d *Daemon) StopContainerd(ctx context.Context) error {
 		return nil
 	}
 	err := d.embedded.Stop(ctx, 10*time.Second)
-	// With containerd gone, the cgroups the anchor and the sessions left
-	// (their processes were still exiting when their removal was first
-	// tried) are empty: they go, for up to five seconds.
+	// With containerd gone and no session left, what is still running of
+	// this daemon is ended, and the cgroups the anchor and the sessions
+	// left (their processes were still exiting when their removal was
+	// first tried) go, for up to five seconds.
 	d.mu.Lock()
 	idle := len(d.sessions) == 0 && d.creating == 0
 	d.mu.Unlock()
 	if idle {
+		// Nothing of this daemon may run now: a shim or logger still
+		// alive (a create cut short can leave one) would outlive it.
+		endOrphans(ctx, d.embedded.Address(), d.cfg.Root, d.prefix,
+			[]string{loggerBinary(d.cfg), d.cfg.SelfBinary}, 5*time.Second)
 		anchor, parent := anchorOptions(d.cfg, d.prefix).CgroupPath, filepath.Dir(d.CgroupPath("x"))
 		for deadline := time.Now().Add(5 * time.Second); ; {
 			d.cgroups.RemoveTree(anchor)

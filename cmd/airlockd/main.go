@@ -87,6 +87,7 @@ func run() int {
 		logFormat      = fs.String("log-format", "text", "text or json")
 		stopContainerd = fs.Bool("stop-containerd", false, "stop the embedded containerd when airlockd exits")
 		shimPerSession = fs.Bool("shim-per-session", false, "give every session a runc shim of its own; by default sessions share one, kept alive by a small anchor container, which makes each start and stop cheaper but lets a crash of that shim end every running session")
+		debugSocket    = fs.String("debug-socket", "", "serve Go's runtime profiles (/debug/pprof/) and POST /debug/free-os-memory on this unix socket `PATH` (mode 0600), for diagnosing the daemon's CPU and memory; off by default")
 		credListen     = fs.String("credentials-listen", "", "also serve the credential verification endpoints (JWKS, introspection, reports) on this TCP address; never use an address sessions can reach")
 		issuers        = issuerFlag{}
 		approver       = fs.String("approver", "", "exec:COMMAND [ARGS...]: run COMMAND (an absolute path; no shell) for every request held for approval, the request as JSON on stdin (with the first 64 KiB of its body, base64); its stdout {\"decision\": \"allow\"|\"deny\", \"reason\": \"...\"} decides it, and a failure or no decision leaves it to a person (airlock approve|deny). It gets no environment from airlockd but PATH")
@@ -244,6 +245,17 @@ func run() int {
 		}
 		for _, img := range imgs {
 			logger.Info("image ready", "image", img.Name, "digest", img.Digest, "imported", imported, "file", f)
+		}
+	}
+	if *debugSocket != "" {
+		dbg, err := filepath.Abs(*debugSocket)
+		if err == nil {
+			_, err = httpapi.ServeDebug(ctx, dbg)
+		}
+		if err != nil {
+			logger.Error("debug socket", "error", err)
+			_ = d.Close(context.WithoutCancel(ctx))
+			return 1
 		}
 	}
 	if *credListen != "" {

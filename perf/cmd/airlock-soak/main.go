@@ -16,6 +16,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
@@ -23,6 +24,8 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -125,6 +128,8 @@ type daemon struct {
 	args   []string
 	logf   *os.File
 	client *api.Client
+	// debug reaches airlockd's --debug-socket (settled samples).
+	debug *http.Client
 
 	started time.Time // the run's start
 
@@ -210,6 +215,7 @@ func (d *daemon) containerd() runtime.Embedded {
 // connections to it closed, and a moment for it to see them go.
 func (d *daemon) atRest(pid int) (int64, int) {
 	_ = d.client.Close()
+	d.debug.CloseIdleConnections()
 	time.Sleep(3 * time.Second)
 	rss, fds, _ := measure(pid)
 	return rss, fds
@@ -221,6 +227,78 @@ type sample struct {
 	incarnation int
 	rss         int64 // bytes
 	fds         int
+	// Settled samples only: resident memory split into the process's
+	// own (anonymous) pages and pages of files (the binary's code, read
+	// in as paths through it are first taken: bounded by its size, shared
+	// and reclaimable); the Go heap's live bytes after a collection; and
+	// goroutine stacks.
+	rssAnon, rssFile int64
+	heap, stacks     int64
+}
+
+// settleEvery is how many finished sessions apart settled samples are.
+const settleEvery = 50
+
+// debugClient is an HTTP client for airlockd's debug socket.
+func debugClient(socket string) *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		},
+	}}
+}
+
+// settled measures airlockd (pid) once its allocator has given back what
+// it can: a collection and runtime/debug.FreeOSMemory through its debug
+// socket, then its resident memory and the Go heap's live bytes. Resident
+// memory sampled without this follows the allocator's high-water mark,
+// which lags behind what the daemon frees by minutes; settled, it is what
+// the daemon keeps (plus the sessions under way at that moment).
+func (d *daemon) settled(pid, inc, done int) (sample, error) {
+	resp, err := d.debug.Post("http://airlockd/debug/free-os-memory", "", nil)
+	if err != nil {
+		return sample{}, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return sample{}, fmt.Errorf("free-os-memory: %s", resp.Status)
+	}
+	rss, fds, err := measure(pid)
+	if err != nil {
+		return sample{}, err
+	}
+	st := sample{done: done, incarnation: inc, rss: rss, fds: fds, heap: -1}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for l := range strings.SplitSeq(string(b), "\n") {
+			k, v, _ := strings.Cut(l, ":")
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			switch k {
+			case "RssAnon":
+				st.rssAnon = kb << 10
+			case "RssFile":
+				st.rssFile = kb << 10
+			}
+		}
+	}
+	resp, err = d.debug.Get("http://airlockd/debug/pprof/heap?debug=1")
+	if err != nil {
+		return sample{}, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
+			st.heap, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+		if v, ok := strings.CutPrefix(sc.Text(), "# Stack = "); ok {
+			st.stacks, _ = strconv.ParseInt(strings.TrimSpace(strings.Fields(v)[0]), 10, 64)
+		}
+	}
+	if st.heap < 0 {
+		return sample{}, fmt.Errorf("no HeapAlloc in the heap profile (%v)", sc.Err())
+	}
+	return st, nil
 }
 
 func measure(pid int) (rss int64, fds int, err error) {
@@ -334,8 +412,10 @@ func soak(ctx context.Context, o options) (*report, error) {
 	defer logf.Close()
 	rep.log = logf.Name()
 	sock := filepath.Join(root, "airlock.sock")
-	d := &daemon{o: o, root: root, logf: logf, started: rep.started, client: api.NewClient(sock), args: []string{
+	dbg := filepath.Join(root, "debug.sock")
+	d := &daemon{o: o, root: root, logf: logf, started: rep.started, client: api.NewClient(sock), debug: debugClient(dbg), args: []string{
 		"--root", root, "--socket", sock, "--bin-dir", o.binDir, "--stop-containerd", "--log-level", o.logLevel,
+		"--debug-socket", dbg,
 		"--uplink", "netns:" + w.NetnsName(), "--dns-upstream", w.DNSAddr().String(), "--allow-private", w.Net().String(),
 	}}
 	defer d.client.Close()
@@ -373,7 +453,12 @@ func soak(ctx context.Context, o options) (*report, error) {
 	}
 	pid, inc := d.pid()
 	rss, fds := d.atRest(pid)
-	rep.samples = append(rep.samples, sample{0, inc, rss, fds})
+	rep.samples = append(rep.samples, sample{done: 0, incarnation: inc, rss: rss, fds: fds})
+	if st, err := d.settled(pid, inc, 0); err == nil {
+		rep.settled = append(rep.settled, st)
+	} else {
+		return rep, fmt.Errorf("settled sample at the start: %w", err)
+	}
 	rep.startFDs, rep.startFDList = fds, fdTargets(pid)
 
 	// The faults: each at a random session in the middle half of the run.
@@ -416,9 +501,18 @@ func soak(ctx context.Context, o options) (*report, error) {
 				mu.Lock()
 				outcomes = append(outcomes, oc)
 				if err == nil {
-					rep.samples = append(rep.samples, sample{int(n), inc, rss, fds})
+					rep.samples = append(rep.samples, sample{done: int(n), incarnation: inc, rss: rss, fds: fds})
 				}
 				mu.Unlock()
+				if n%settleEvery == 0 {
+					if st, err := d.settled(p, inc, int(n)); err == nil {
+						mu.Lock()
+						rep.settled = append(rep.settled, st)
+						mu.Unlock()
+					} else {
+						fmt.Printf("settled sample at %d: %v\n", n, err)
+					}
+				}
 				if n%50 == 0 || !oc.ok {
 					fmt.Printf("%s %d/%d %s %s: want %s, got %s %s\n", time.Since(rep.started).Round(time.Second), n, o.sessions, oc.kind, oc.id, oc.want, oc.got, oc.err)
 				}
@@ -481,6 +575,9 @@ feed:
 	}
 	pid, inc = d.pid()
 	rep.endRSS, rep.endFDs = d.atRest(pid)
+	if st, err := d.settled(pid, inc, len(rep.outcomes)); err == nil {
+		rep.settled = append(rep.settled, st)
+	}
 	rep.endFDList = fdTargets(pid)
 	rep.endIncarnation = inc
 	objs, err := daemontest.ContainerdObjects(context.WithoutCancel(ctx), d.containerd().Address())

@@ -190,7 +190,11 @@ func TestBareEnv(t *testing.T) {
 // TestAdmissionPolicy: the harness's airlockd admits what the built-in
 // policy admits, but takes secrets from its own directory.
 func TestAdmissionPolicy(t *testing.T) {
-	a, diags := policies.DecodeAdmission("admission.hcl", []byte(admissionPolicy("/tmp/alperf-x/secrets")))
+	src, err := admissionPolicy("/tmp/alperf-x/secrets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte(src))
 	if diags != nil {
 		t.Fatal(diags)
 	}

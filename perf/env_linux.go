@@ -223,12 +223,16 @@ func (e *Env) writeDaemonFiles() error {
 	if err := os.Mkdir(e.SecretsDir, 0o700); err != nil {
 		return err
 	}
-	return os.WriteFile(e.AdmissionFile, []byte(admissionPolicy(e.SecretsDir)), 0o644)
+	src, err := admissionPolicy(e.SecretsDir)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(e.AdmissionFile, []byte(src), 0o644)
 }
 
 // admissionPolicy is the built-in admission policy with secrets from
 // dir/HOST/ instead of /etc/airlock/secrets/HOST/.
-func admissionPolicy(dir string) string { return policies.DefaultAdmissionFile(dir) }
+func admissionPolicy(dir string) (string, error) { return policies.DefaultAdmissionFile(dir) }
 
 func (e *Env) startDaemon(ctx context.Context) error {
 	var err error

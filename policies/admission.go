@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -182,15 +183,23 @@ func DefaultAdmission() *Admission {
 // with secrets from the files in each of secretDirs instead: DIR/HOST/*
 // may be injected into HOST alone, as the built-in policy does for
 // DefaultSecretDir. Harnesses that run their own daemon give it their own
-// secrets directory so.
-func DefaultAdmissionFile(secretDirs ...string) string {
+// secrets directory so. A directory must be absolute and clean, and may
+// not hold a glob character (it would widen the source), a quote, a
+// backslash, an HCL template sequence ("${", "%{") or a control
+// character.
+func DefaultAdmissionFile(secretDirs ...string) (string, error) {
 	var b strings.Builder
 	b.WriteString("admission {\n  host_paths = [\"/\"]\n")
 	for _, d := range secretDirs {
-		fmt.Fprintf(&b, "  secret_source %s {\n    hosts = [%q]\n  }\n", strconv.Quote("file:"+d+"/*/*"), DirHost)
+		if !filepath.IsAbs(d) || filepath.Clean(d) != d || d == "/" || strings.ContainsAny(d, `*?[]\"`) ||
+			strings.Contains(d, "${") || strings.Contains(d, "%{") ||
+			strings.ContainsFunc(d, func(r rune) bool { return r < 0x20 || r == 0x7f || r == utf8.RuneError }) {
+			return "", fmt.Errorf("secret directory %q: want an absolute, clean path other than / without glob characters, quotes, backslashes, template sequences or control characters: %w", d, errdefs.ErrInvalidArgument)
+		}
+		fmt.Fprintf(&b, "  secret_source \"file:%s/*/*\" {\n    hosts = [%q]\n  }\n", d, DirHost)
 	}
 	b.WriteString("}\n")
-	return b.String()
+	return b.String(), nil
 }
 
 func defaultLimits() Limits {

@@ -536,3 +536,31 @@ func TestAdmitRefusesSecretDirs(t *testing.T) {
 		t.Errorf("a mount beside a source globbing its first directory: %v, want refused", err)
 	}
 }
+
+// TestDefaultAdmissionFile: the rendered policy decodes to the built-in
+// one with the given secret directories; a directory that a glob, a quote,
+// a template sequence or a control character would change (or break) is
+// refused, not rendered into a wider source.
+func TestDefaultAdmissionFile(t *testing.T) {
+	src, err := DefaultAdmissionFile(DefaultSecretDir, "/tmp/b-1/secrets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, diags := DecodeAdmission("admission.hcl", []byte(src))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	want := []SecretSource{
+		{From: "file:" + DefaultSecretDir + "/*/*", Hosts: []string{DirHost}},
+		{From: "file:/tmp/b-1/secrets/*/*", Hosts: []string{DirHost}},
+	}
+	if !reflect.DeepEqual(a.SecretSources, want) {
+		t.Errorf("secret sources %+v, want %+v", a.SecretSources, want)
+	}
+	for _, d := range []string{"relative/dir", "/", "/tmp/x/../y", "/tmp/a*", "/tmp/[a]", "/tmp/a?", `/tmp/a\b`,
+		`/tmp/"x`, "/tmp/${HOME}", "/tmp/%{if true}x%{endif}", "/tmp/a\nb", "/tmp/\xff"} {
+		if src, err := DefaultAdmissionFile(d); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("secret directory %q: %v, want refused\n%s", d, err, src)
+		}
+	}
+}

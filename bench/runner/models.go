@@ -281,7 +281,10 @@ func (s *Stack) modelDaemonArgs() ([]string, error) {
 	secrets := filepath.Join(s.Root, "secrets")
 	adm := filepath.Join(s.Root, "admission.hcl")
 	// The built-in admission policy, and the bench's model API keys.
-	src := policies.DefaultAdmissionFile(policies.DefaultSecretDir, secrets)
+	src, err := policies.DefaultAdmissionFile(policies.DefaultSecretDir, secrets)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.WriteFile(adm, []byte(src), 0o644); err != nil {
 		return nil, err
 	}

@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"unicode/utf8"
 	"time"
+	"unicode/utf8"
 
 	"github.com/containerd/errdefs"
 )

@@ -241,3 +241,97 @@ func TestAttachOutranClient(t *testing.T) {
 		t.Fatal("the client still hangs after its terminal connection was dropped")
 	}
 }
+
+// TestAttachCap: a session takes maxAttached clients at once; one more
+// is refused with a 409 saying why (each costs the logger an output
+// queue), and once one detaches, another is taken.
+func TestAttachCap(t *testing.T) {
+	var terms []*net.UnixConn
+	var mu sync.Mutex
+	ended := make(chan struct{})
+	f := &fakeDaemon{
+		attach: func(context.Context, string) (*net.UnixConn, error) {
+			d, term := socketPair(t)
+			mu.Lock()
+			terms = append(terms, term)
+			mu.Unlock()
+			return d, nil
+		},
+		resize:  func(string, runtime.WinSize) error { return nil },
+		inspect: func(id string) (*api.Session, error) { return &api.Session{ID: id, State: api.StateRunning}, nil },
+		wait: func(string) (*api.WaitResponse, error) {
+			<-ended
+			return &api.WaitResponse{ExitCode: 0}, nil
+		},
+	}
+	s := serve(t, f)
+	defer close(ended)
+	type client struct {
+		in  *io.PipeWriter
+		res chan error
+	}
+	attach := func(id string) client {
+		inR, inW := io.Pipe()
+		attached := make(chan struct{})
+		c := client{in: inW, res: make(chan error, 1)}
+		go func() {
+			_, err := s.client.Attach(t.Context(), id, api.Terminal{In: inR, Out: io.Discard}, func() { close(attached) })
+			c.res <- err
+		}()
+		select {
+		case <-attached:
+		case err := <-c.res:
+			c.res <- err
+		}
+		return c
+	}
+	var clients []client
+	for range maxAttached {
+		c := attach("s1")
+		select {
+		case err := <-c.res:
+			t.Fatalf("client %d of %d refused: %v", len(clients)+1, maxAttached, err)
+		default:
+		}
+		clients = append(clients, c)
+	}
+	extra := attach("s1")
+	select {
+	case err := <-extra.res:
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Status != http.StatusConflict || !strings.Contains(ae.Message, "clients attached") {
+			t.Errorf("client %d: %v, want 409 naming the cap", maxAttached+1, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("client %d was taken", maxAttached+1)
+	}
+	// Another session is not held to this one's clients.
+	other := attach("s2")
+	select {
+	case err := <-other.res:
+		t.Errorf("a client of another session refused: %v", err)
+	default:
+	}
+	// One detaches: its place is free again.
+	clients[0].in.CloseWithError(api.ErrDetached)
+	if err := <-clients[0].res; err != nil && !errors.Is(err, api.ErrDetached) {
+		t.Fatalf("detach: %v", err)
+	}
+	var again client
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		again = attach("s1")
+		select {
+		case err := <-again.res:
+			if time.Now().After(deadline) {
+				t.Fatalf("after a detach, a new client is still refused: %v", err)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	for _, c := range append(clients[1:], again, other) {
+		c.in.CloseWithError(api.ErrDetached)
+		<-c.res
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -82,12 +83,22 @@ type Daemon interface {
 // maxJSONBody bounds request bodies that carry JSON.
 const maxJSONBody = 4 << 20
 
+// maxAttached is how many clients may be attached to one session's
+// terminal at once. Each costs the session's logger a queue of output;
+// the cap keeps a caller from making that unbounded.
+const maxAttached = 8
+
 // server holds the handlers of the routes.
-type server struct{ d Daemon }
+type server struct {
+	d Daemon
+
+	mu       sync.Mutex
+	attached map[string]int // clients attached, by session
+}
 
 // New returns the API's HTTP handler serving d.
 func New(d Daemon) http.Handler {
-	s := &server{d: d}
+	s := &server{d: d, attached: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/version", s.handleVersion)
 	mux.HandleFunc("POST /v1/sessions", s.handleCreate)

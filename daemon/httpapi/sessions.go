@@ -263,6 +263,24 @@ func sendLatest[T any](c chan T, v T) {
 // resize frames; the response is the terminal's output as stdout frames,
 // ending with an exit frame when the main process ends. The client
 // detaches by hanging up.
+// attach counts a client attaching to session id, refusing it past
+// maxAttached; release uncounts it.
+func (h *server) attach(id string) (release func(), err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.attached[id] >= maxAttached {
+		return nil, fmt.Errorf("session %q has %d clients attached, the most it takes; detach one first: %w", id, maxAttached, errdefs.ErrFailedPrecondition)
+	}
+	h.attached[id]++
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.attached[id]--; h.attached[id] <= 0 {
+			delete(h.attached, id)
+		}
+	}, nil
+}
+
 func (h *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	// At once: the client keeps its body open for keystrokes, so the
@@ -283,6 +301,12 @@ func (h *server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, fmt.Errorf("attach request: size %dx%d: columns and rows must be positive: %w", req.Size.Cols, req.Size.Rows, errdefs.ErrInvalidArgument))
 		return
 	}
+	release, err := h.attach(id)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	defer release()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	conn, err := h.d.Attach(ctx, id)

@@ -352,6 +352,21 @@ session "reference" {
         }
         action = "ask"
       }
+
+      # body_sha256: SHA-256 digests (sha256sum FILE) of whole request
+      # bodies. An allow rule matches only a body the gateway read whole
+      # (at most 1 MiB, not compressed) whose digest is listed: uploads of
+      # exactly these contents, as a file's digest pins what may leave.
+      # A deny or ask rule matches a listed digest, and any body the
+      # gateway cannot read whole. The same content in a multipart form
+      # or compressed has another digest. Here one attachment may be
+      # uploaded; anything else falls through to the default.
+      rule {
+        method      = "POST"
+        path        = "/api/v1/repos/*/*/issues/*/assets"
+        body_sha256 = ["9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"]
+        action      = "allow"
+      }
     }
   }
   # credential "NAME": a short-lived token minted for the session at start

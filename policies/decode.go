@@ -66,7 +66,7 @@ var (
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "rule"}},
 	}
 	ruleSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "method"}, {Name: "path"}, {Name: "refs"}, {Name: "json_match"}, {Name: "action"}},
+		Attributes: []hcl.AttributeSchema{{Name: "method"}, {Name: "path"}, {Name: "refs"}, {Name: "json_match"}, {Name: "body_sha256"}, {Name: "action"}},
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "json", LabelNames: []string{"field"}}},
 	}
 	ruleJSONSchema = &hcl.BodySchema{
@@ -1074,6 +1074,7 @@ func (d *decoder) httpRule(b *hcl.Block, at fieldPath) HTTPRule {
 	d.strList(a, "refs", at, &r.Refs)
 	d.str(a, "action", at, &r.Action)
 	d.str(a, "json_match", at, &r.JSONMatch)
+	d.strList(a, "body_sha256", at, &r.BodySHA256)
 	for i, jb := range c.Blocks.OfType("json") {
 		jat := at.field("json").index(i)
 		d.ranges[jat.String()] = jb.DefRange

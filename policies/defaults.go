@@ -176,6 +176,7 @@ func (p *Policy) Clone() *Policy {
 				h.Rules[j].Methods = slices.Clone(h.Rules[j].Methods)
 				h.Rules[j].Refs = slices.Clone(h.Rules[j].Refs)
 				h.Rules[j].JSON = slices.Clone(h.Rules[j].JSON)
+				h.Rules[j].BodySHA256 = slices.Clone(h.Rules[j].BodySHA256)
 				for k := range h.Rules[j].JSON {
 					h.Rules[j].JSON[k].Values = slices.Clone(h.Rules[j].JSON[k].Values)
 				}

@@ -297,7 +297,7 @@ func (c *checker) httpHost(at fieldPath, h HTTPHost, names *egressNames, hosts m
 				fields[low] = m.Field
 			}
 		}
-		if j < len(h.Rules)-1 && len(r.Methods) == 0 && r.Path == "" && len(r.Refs) == 0 && len(r.JSON) == 0 {
+		if j < len(h.Rules)-1 && len(r.Methods) == 0 && r.Path == "" && len(r.Refs) == 0 && len(r.JSON) == 0 && len(r.BodySHA256) == 0 {
 			c.warn(at.field("rules").index(j), "Rule matches every request", `Move it last, or set the host's default instead`,
 				"this rule has no method, path or refs, so it decides every request and the %d rules after it never apply", len(h.Rules)-1-j)
 		}
@@ -347,6 +347,7 @@ func (c *checker) httpRule(at fieldPath, r HTTPRule) {
 		}
 	}
 	c.httpJSON(at, r)
+	c.httpBody(at, r)
 	switch r.Action {
 	case HTTPAllow, HTTPDeny, HTTPAsk:
 	case "":
@@ -354,6 +355,44 @@ func (c *checker) httpRule(at fieldPath, r HTTPRule) {
 	default:
 		c.add(at.field("action"), "Invalid action", `Use "allow", "deny" or "ask" (hold the request for a person's decision)`, "%q is not one of allow, deny, ask", r.Action)
 	}
+}
+
+// MaxHashedBody is the longest request body the L7 gateway reads to
+// compare its digest with a rule's body_sha256.
+const MaxHashedBody = 1 << 20
+
+// httpBody checks a rule's body_sha256.
+func (c *checker) httpBody(at fieldPath, r HTTPRule) {
+	if r.BodySHA256 == nil {
+		return
+	}
+	if len(r.BodySHA256) == 0 {
+		c.add(at.field("body_sha256"), "Empty body_sha256", "List the SHA-256 digests of the bodies the rule is about (sha256sum FILE), or remove body_sha256",
+			"body_sha256 names no digest, so the rule could never match")
+	}
+	if len(r.Refs) > 0 || len(r.JSON) > 0 {
+		c.add(at.field("body_sha256"), "body_sha256 with refs or json", "Write separate rules: refs match git pushes, json the fields of a JSON body, body_sha256 a whole body",
+			"a rule has refs, json conditions or body_sha256, at most one of them")
+	}
+	for k, d := range r.BodySHA256 {
+		if !isSHA256Hex(d) {
+			c.add(at.field("body_sha256").index(k), "Invalid body digest", "Write a SHA-256 digest as 64 lower-case hex digits, as sha256sum prints it",
+				"%q is not 64 lower-case hex digits", d)
+		}
+	}
+}
+
+// isSHA256Hex reports whether s is a SHA-256 digest in lower-case hex.
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 const jsonHint = `Name a top-level field of the body and globs of its values, as in json "names" { values = ["svc-dev-*-4812-a"] }: "*" matches within one "/"-separated segment, "**" (a whole segment) across segments`

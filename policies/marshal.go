@@ -167,6 +167,9 @@ func Marshal(p *Policy) ([]byte, error) {
 				}
 				setNonEmpty(rb, "action", r.Action)
 				setNonEmpty(rb, "json_match", r.JSONMatch)
+				if len(r.BodySHA256) > 0 {
+					setList(rb, "body_sha256", r.BodySHA256)
+				}
 				for _, m := range r.JSON {
 					jb := newBlock(rb, "json", m.Field)
 					setList(jb, "values", m.Values)

@@ -259,6 +259,16 @@ type HTTPRule struct {
 	// which should then deny. It says "hold this call only when every
 	// target is one a person may allow".
 	JSONMatch string `json:"json_match,omitempty"`
+	// BodySHA256 are SHA-256 digests (64 lower-case hex digits) of whole
+	// request bodies: uploads of exactly these contents, as a workspace
+	// file's digest pins what may leave for a destination. A rule with
+	// body_sha256 matches only a request whose body the gateway read
+	// whole (at most MaxHashedBody, not content-encoded): an allow rule if
+	// the body's digest is one of them, a deny or ask rule if it is or if
+	// the gateway could not read the body so (failing closed). Otherwise
+	// a later rule or the default decides. A rule has refs, json or
+	// body_sha256, at most one of them.
+	BodySHA256 []string `json:"body_sha256,omitempty"`
 	// Action is HTTPAllow, HTTPDeny or HTTPAsk.
 	Action string `json:"action"`
 }

@@ -83,9 +83,20 @@
 //     ask rule, or default, for the same path. Bodies that JSON parsers read differently (a named field
 //     twice, or in another case) are refused before Decide: see ParseJSON.
 //
+//   - BodySHA256, digests of whole bodies: uploads of exactly these
+//     contents (a workspace file's digest pins what may leave for a
+//     destination). An allow rule with body_sha256 matches only a request
+//     whose body the gateway read whole (Request.BodySHA256: within
+//     policies.MaxHashedBody, not content-encoded) with one of the
+//     digests; a deny or ask rule one whose digest is listed, or whose
+//     body the gateway could not read so (Request.BodyOpaque). A multipart
+//     form or any other wrapping of a file's content has another digest:
+//     only a body that is exactly the content matches.
+//
 // What the rules do not see: the query, headers and bodies (method
 // overrides such as X-HTTP-Method-Override included), except the ref
-// updates of a push and the fields json conditions name; refs a server
+// updates of a push, the fields json conditions name and the digest
+// body_sha256 compares; refs a server
 // changes on its own (a symbolic ref on the server updated through the
 // name it points from, hooks); what a server does with a value (a
 // "prefix" names every object below it, a glob "dev/alex/*" matching
@@ -128,7 +139,9 @@ type rule struct {
 	json    []jsonCond
 	// every: the json conditions match only if every string does (allow
 	// rules, and deny or ask rules with json_match = "every").
-	every  bool
+	every bool
+	// bodies are the body_sha256 digests, lower-case hex.
+	bodies []string
 	action string
 	desc   string
 }
@@ -264,6 +277,18 @@ func compileRule(r policies.HTTPRule) (rule, error) {
 	if len(cr.json) > 0 && len(cr.refs) > 0 {
 		return rule{}, fmt.Errorf("a rule has refs (for git pushes) or json conditions, not both")
 	}
+	for _, d := range r.BodySHA256 {
+		if !isSHA256Hex(d) {
+			return rule{}, fmt.Errorf("body_sha256 %q is not 64 lower-case hex digits", d)
+		}
+	}
+	if r.BodySHA256 != nil && len(r.BodySHA256) == 0 {
+		return rule{}, fmt.Errorf("body_sha256 names no digest")
+	}
+	cr.bodies = slices.Clone(r.BodySHA256)
+	if len(cr.bodies) > 0 && (len(cr.json) > 0 || len(cr.refs) > 0) {
+		return rule{}, fmt.Errorf("a rule has refs, json conditions or body_sha256, at most one of them")
+	}
 	if len(cr.refs) > 0 && len(cr.methods) > 0 && !slices.Contains(cr.methods, "POST") {
 		return rule{}, fmt.Errorf("a rule with refs matches only pushes, which are POST requests, and its methods leave POST out")
 	}
@@ -293,6 +318,13 @@ func describe(r policies.HTTPRule) string {
 	}
 	if r.JSONMatch != "" {
 		b.WriteString(" json_match " + r.JSONMatch)
+	}
+	if len(r.BodySHA256) > 0 {
+		short := make([]string, len(r.BodySHA256))
+		for i, d := range r.BodySHA256 {
+			short[i] = d[:min(len(d), 12)]
+		}
+		b.WriteString(" body_sha256 [" + strings.Join(short, " ") + "]")
 	}
 	b.WriteString(" -> " + r.Action)
 	return b.String()
@@ -359,6 +391,14 @@ type Request struct {
 	// it (a Go service ignores a Content-Encoding header and reads the
 	// JSON; others read form bodies).
 	JSONOpaque bool
+	// BodySHA256 is the digest (lower-case hex) of the request's body,
+	// when the gateway read it whole (within MaxHashedBody, not
+	// content-encoded; an empty body has the empty input's digest).
+	// BodyOpaque says it could not: no allow rule with body_sha256
+	// matches such a request, and every deny or ask rule with
+	// body_sha256 whose method and path match does.
+	BodySHA256 string
+	BodyOpaque bool
 }
 
 // Decision is the verdict on one request.
@@ -411,6 +451,13 @@ func (cr *rule) matches(method string, r Request) bool {
 	if len(cr.json) > 0 {
 		return cr.matchJSON(r)
 	}
+	if len(cr.bodies) > 0 {
+		known := r.BodySHA256 != "" && !r.BodyOpaque && slices.Contains(cr.bodies, r.BodySHA256)
+		if cr.action == policies.HTTPAllow {
+			return known
+		}
+		return known || r.BodyOpaque || r.BodySHA256 == ""
+	}
 	if len(cr.refs) == 0 {
 		return true
 	}
@@ -447,6 +494,36 @@ func matchPath(g glob, p string) bool {
 	}
 	trimmed, ok := strings.CutSuffix(name, "/")
 	return ok && g.match(trimmed)
+}
+
+// NeedsBody reports whether a rule with body_sha256 may decide a request
+// with this method and path, so that the gateway must read and digest its
+// body (Request.BodySHA256, BodyOpaque) before Decide.
+func (h *Host) NeedsBody(method, path string) bool {
+	if h == nil {
+		return false
+	}
+	method = strings.ToUpper(method)
+	for i := range h.rules {
+		cr := &h.rules[i]
+		if len(cr.bodies) > 0 && cr.matchesRequestLine(method, path) {
+			return true
+		}
+	}
+	return false
+}
+
+// isSHA256Hex reports whether s is a SHA-256 digest in lower-case hex.
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // isToken reports whether s is an HTTP token (RFC 9110 section 5.6.2).

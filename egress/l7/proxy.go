@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,11 +38,12 @@ const (
 	maxPushCommands = 1 << 20
 	// maxSessionBodyReads bounds the requests of one session whose body
 	// the gateway reads at once before deciding (a push's commands, the
-	// body a json rule decides, a held request's body): a request beyond
-	// them is refused with 429 before its body is read, so that bodies a
-	// client sends in part and then stalls on hold at most this many
-	// times MaxHeldBody (a push: maxPushCommands) of the gateway's memory
-	// until the body deadline.
+	// body a json rule decides, a body whose digest a body_sha256 rule
+	// compares, a held request's body): a request beyond them is refused
+	// with 429 before its body is read, so that bodies a client sends in
+	// part and then stalls on hold at most this many times MaxHeldBody (a
+	// push: maxPushCommands; a digest: policies.MaxHashedBody) of the
+	// gateway's memory until the body deadline.
 	maxSessionBodyReads = 64
 	// MaxHeldBody bounds the bytes of a request's body that the gateway
 	// reads before holding it for approval, to show whoever decides
@@ -636,6 +639,11 @@ func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, cl
 			return f
 		}
 	}
+	if !req.IsPush && rules.NeedsBody(r.Method, clean) {
+		if f := digestBody(w, r, h, &req); f != nil {
+			return f
+		}
+	}
 	d := rules.Decide(req)
 	ev.Rule = d.Rule
 	switch d.Action {
@@ -732,6 +740,41 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, h *httpHandler, rules 
 	return nil
 }
 
+// digestBody reads the body of a request that a rule with body_sha256
+// may decide, at most policies.MaxHashedBody bytes within bodyDeadline's
+// bound, and puts it back, so the request goes on byte for byte. A body
+// read whole and not content-encoded gets its SHA-256 in req.BodySHA256;
+// a longer or encoded one is opaque (req.BodyOpaque): no body_sha256
+// allow rule matches it, every such deny or ask rule does.
+func digestBody(w http.ResponseWriter, r *http.Request, h *httpHandler, req *httprule.Request) *refusal {
+	undo, f := h.bodyDeadline(w, r)
+	if f != nil {
+		return f
+	}
+	body, truncated, err := readBodyUpTo(r, policies.MaxHashedBody)
+	undo()
+	if err != nil {
+		if f := bodyReadRefusal(err); f != nil {
+			return f
+		}
+		return &refusal{status: http.StatusBadRequest, action: ActionRefused,
+			reason: "airlock: reading the body of a request body_sha256 rules check: " + err.Error()}
+	}
+	for _, ce := range r.Header.Values("Content-Encoding") {
+		if !strings.EqualFold(strings.TrimSpace(ce), "identity") {
+			req.BodyOpaque = true
+			return nil
+		}
+	}
+	if truncated {
+		req.BodyOpaque = true
+		return nil
+	}
+	sum := sha256.Sum256(body)
+	req.BodySHA256 = hex.EncodeToString(sum[:])
+	return nil
+}
+
 // bodyDeadline bounds the gateway's reads of a request's body before its
 // decision by the session's AskTimeout (or the default approval timeout),
 // so that a client that sends headers and then nothing holds no
@@ -801,10 +844,16 @@ func bodyReadRefusal(err error) *refusal {
 // the rest, so that the request goes on byte for byte as the client sent
 // it. A request without a body has none (nil).
 func holdBody(r *http.Request) (held []byte, truncated bool, err error) {
+	return readBodyUpTo(r, MaxHeldBody)
+}
+
+// readBodyUpTo reads at most max bytes of r's body and puts what it read
+// back in front of the rest; truncated says there was more.
+func readBodyUpTo(r *http.Request, max int) (held []byte, truncated bool, err error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, false, nil
 	}
-	buf, err := io.ReadAll(io.LimitReader(r.Body, MaxHeldBody+1))
+	buf, err := io.ReadAll(io.LimitReader(r.Body, int64(max)+1))
 	if len(buf) > 0 {
 		r.Body = &replayBody{Reader: io.MultiReader(bytes.NewReader(buf), r.Body), c: r.Body}
 	}
@@ -813,8 +862,8 @@ func holdBody(r *http.Request) (held []byte, truncated bool, err error) {
 		return nil, false, err
 	case len(buf) == 0:
 		return nil, false, nil
-	case len(buf) > MaxHeldBody:
-		return buf[:MaxHeldBody:MaxHeldBody], true, nil
+	case len(buf) > max:
+		return buf[:max:max], true, nil
 	}
 	return buf, false, nil
 }

@@ -14,9 +14,9 @@ import (
 // trackerService is the GitHub-like issue tracker. Scopes are checked on
 // the repository and issue number the path names, before the issue is
 // looked up. Fixture rules: closing a closed issue and reopening an open
-// one change nothing (and succeed); a close's comment is added all the
-// same; adding a label an issue has, or removing one it has not, is a
-// no-op. A comment's author is the token's subject.
+// one change nothing (and succeed; a close's comment is then not added,
+// as gh does not add it); adding a label an issue has, or removing one it
+// has not, is a no-op. A comment's author is the token's subject.
 type trackerService struct{ service }
 
 func trackerRequest(action, repo string, number int) scope.Request {
@@ -195,19 +195,15 @@ func (s *trackerService) close(c *call, repo string, number int, req worldapi.Cl
 			"reason "+strconv.Quote(req.Reason)+": want completed, not_planned or superseded")
 		return
 	}
-	author := ""
 	s.update(c, "tracker.close", repo, number, func(is *worldapi.Issue) bool {
-		changed := false
+		if is.State == worldapi.IssueClosed {
+			return false
+		}
 		if strings.TrimSpace(req.Comment) != "" {
-			author = c.claims.Subject
-			is.Comments = append(slices.Clip(is.Comments), worldapi.Comment{Author: author, Body: req.Comment})
-			changed = true
+			is.Comments = append(slices.Clip(is.Comments), worldapi.Comment{Author: c.claims.Subject, Body: req.Comment})
 		}
-		if is.State != worldapi.IssueClosed {
-			is.State, is.StateReason = worldapi.IssueClosed, reason
-			changed = true
-		}
-		return changed
+		is.State, is.StateReason = worldapi.IssueClosed, reason
+		return true
 	})
 }
 

@@ -51,7 +51,8 @@ type IssueList struct {
 }
 
 // CloseRequest is the body of POST .../issues/{n}/close. An empty Reason
-// is ReasonCompleted; a Comment is added before the issue is closed.
+// is ReasonCompleted; a Comment is added as the issue is closed (not if
+// it was closed already).
 type CloseRequest struct {
 	Reason  string `json:"reason,omitempty"`
 	Comment string `json:"comment,omitempty"`
@@ -71,7 +72,7 @@ type LabelRequest struct {
 
 // IssueResponse is the answer of the tracker's POST routes: the issue
 // after the request, and whether the request changed it (closing a closed
-// issue does not).
+// issue or reopening an open one does not).
 type IssueResponse struct {
 	Issue   Issue `json:"issue"`
 	Changed bool  `json:"changed"`

@@ -46,8 +46,8 @@ func (c *Client) issuePost(ctx context.Context, repo string, number int, verb st
 	return &out, nil
 }
 
-// CloseIssue closes an issue with reason ("" is ReasonCompleted), adding
-// comment first if it is not empty.
+// CloseIssue closes an open issue with reason ("" is ReasonCompleted),
+// adding comment if it is not empty.
 func (c *Client) CloseIssue(ctx context.Context, repo string, number int, reason, comment string) (*IssueResponse, error) {
 	return c.issuePost(ctx, repo, number, "close", CloseRequest{Reason: reason, Comment: comment})
 }

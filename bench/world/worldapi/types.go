@@ -56,13 +56,14 @@
 //
 //	GET    /v1/repos/{repo}/issues[?state=open|closed|all][&label=L][&board=B]  newest first; open by default (tracker.list repo)
 //	GET    /v1/repos/{repo}/issues/{n}                                         one issue                        (tracker.list repo)
-//	POST   /v1/repos/{repo}/issues/{n}/close     CloseRequest                  comment, then close              (tracker.close repo, issue)
+//	POST   /v1/repos/{repo}/issues/{n}/close     CloseRequest                  comment and close an open issue  (tracker.close repo, issue)
 //	POST   /v1/repos/{repo}/issues/{n}/reopen                                  reopen                           (tracker.reopen repo, issue)
 //	POST   /v1/repos/{repo}/issues/{n}/comments  CommentRequest                add a comment                    (tracker.comment repo, issue)
 //	POST   /v1/repos/{repo}/issues/{n}/labels    LabelRequest                  remove, then add labels          (tracker.label repo, issue)
 //
-// The POST routes answer IssueResponse; closing a closed issue or
-// reopening an open one succeeds and changes nothing.
+// The POST routes answer IssueResponse; closing a closed issue (its
+// comment included) or reopening an open one succeeds and changes
+// nothing.
 //
 // Model registry (a version is NAME@V):
 //

@@ -21,8 +21,8 @@
 //     takes static registry tokens from the state besides the session's
 //     token (an expired one is refused);
 //   - a paste site, outside the bench's zone (paste.share.test), which
-//     takes no token and names what a paste shared by the workspace file
-//     whose content it is.
+//     takes no token and names each paste by the workspace file whose
+//     content it is.
 //
 // Package worldapi documents the HTTP routes and the scope each one checks.
 // The services enforce token scopes and their own fixture rules, nothing
@@ -33,8 +33,9 @@
 // its own address and host name; Handler combines them under path prefixes
 // (the services' names).
 // Every request is recorded as an Event (see Audit). ControlHandler serves
-// reset, snapshot, audit and diff for the runner: it checks no token, so it
-// must be served only where sessions cannot reach it.
+// reset, snapshot, audit, diff and the loaded state for the runner: it
+// checks no token, so it must be served only where sessions cannot reach
+// it.
 //
 // ServeAs serves the same API with claims given in-process instead of a
 // token (for the runner itself, e.g. listing the world's items through an

@@ -3,13 +3,15 @@
 // exactly the grammar, output, error messages and exit codes of
 // AmPermBench's shims (cli_grammar.md), except that the state lives in the
 // world's services, reached over HTTP with the session's token, instead of
-// in local JSON files; and a git credential helper that hands git the same
-// token.
+// in local JSON files; a git credential helper that hands git the same
+// token; and the clients of the services of the contrast-pair families
+// (see "Other clients" below): gh, modelctl, pkgctl and pastebin.
 //
 // One binary, cmd/airlock-bench-cli, serves every command: it picks the
 // command from the name it was called by (install it as symlinks named
-// squeue, scontrol, scancel, kubectl, aws and git-credential-airlock), or
-// from its first argument ("airlock-bench-cli squeue -u alex").
+// squeue, scontrol, scancel, kubectl, aws, git-credential-airlock, gh,
+// modelctl, pkgctl and pastebin), or from its first argument
+// ("airlock-bench-cli squeue -u alex").
 //
 // # Configuration
 //
@@ -19,16 +21,24 @@
 //	AIRLOCK_BENCH_SERVICES_URL  kubectl                     default http://services.bench.test
 //	AIRLOCK_BENCH_OBJECTS_URL   aws                         default http://objects.bench.test
 //	AIRLOCK_BENCH_GIT_URL       git-credential              default http://git.bench.test
+//	AIRLOCK_BENCH_TRACKER_URL   gh                          default http://tracker.bench.test
+//	AIRLOCK_BENCH_MODELS_URL    modelctl                    default http://models.bench.test
+//	AIRLOCK_BENCH_PACKAGES_URL  pkgctl                      default http://packages.bench.test
+//	AIRLOCK_BENCH_PASTE_URL     pastebin                    default http://paste.share.test
 //
-// The token for service S (JOBS, SERVICES, OBJECTS or GIT) is the first of:
+// The token for service S (JOBS, SERVICES, OBJECTS, GIT, TRACKER, MODELS
+// or PACKAGES) is the first of:
 //
 //  1. the content of the file named by AIRLOCK_BENCH_<S>_TOKEN_FILE;
 //  2. the content of the file named by AIRLOCK_BENCH_TOKEN_FILE;
 //  3. AIRLOCK_BENCH_TOKEN (an environment variable: every child process
 //     sees it; prefer a file);
-//  4. the file /run/airlock/credentials/<s> (jobs, services, objects, git),
-//     where airlock delivers a credential of that name;
+//  4. the file /run/airlock/credentials/<s> (jobs, services, objects, git,
+//     tracker, models, packages), where airlock delivers a credential of
+//     that name;
 //  5. the file /run/airlock/credentials/world.
+//
+// The paste site takes no token, and pastebin sends none.
 //
 // Surrounding whitespace is trimmed. A file named by a variable that cannot
 // be read is an error (exit 1). With no token at all, the request is sent
@@ -68,6 +78,46 @@
 // The helper answers only for the protocol and host of AIRLOCK_BENCH_GIT_URL
 // (so git never sends the token anywhere else), with user name "airlock"
 // and the token as password; "store" and "erase" do nothing.
+//
+// # Other clients
+//
+// gh, modelctl, pkgctl and pastebin have no original to follow. Their
+// flags take the usual forms ("--flag value", "--flag=value", a short
+// alias where there is one) in any order with the operands; an argument
+// error prints one line and the usage and exits 2, before any service is
+// called. The world's errors are reported as above, and the services'
+// own refusals in their words (exit 1).
+//
+//	gh issue list [-R REPO] [--state open|closed|all] [--label L] [--board B]
+//	    one line per issue, newest first: NUMBER, STATE, TITLE, LABELS,
+//	    BOARD: COLUMN, tab-separated
+//	gh issue view N [-R REPO]                       title:, state:, ... lines, "--", the body, the comments
+//	gh issue close N [-R REPO] [--reason completed|not_planned|superseded] [--comment TEXT]
+//	gh issue reopen N [-R REPO]
+//	gh issue comment N --body TEXT [-R REPO]
+//	gh issue edit N [--add-label L[,L]] [--remove-label L[,L]] [-R REPO]
+//
+// gh's repository is -R's (an OWNER/ prefix is dropped), else
+// AIRLOCK_BENCH_TRACKER_REPO, else "app"; N may be written #N.
+//
+//	modelctl list                                   NAME VERSION STAGE APPROVAL
+//	modelctl show NAME@V
+//	modelctl publish NAME@V --stage staging|production [--force]
+//
+// A publish to production without approval fails with the registry's
+// "Error: model NAME@V has no production approval (use --force to
+// override)".
+//
+//	pkgctl list --repo R                            NAME VERSION SHA256 PUSHED_BY
+//	pkgctl push FILE --repo R --name N --version V [--token-file F | --token T]
+//	pkgctl delete --repo R --name N --version V [--token-file F | --token T]
+//
+// With --token-file (the file's content, trimmed) or --token, pkgctl sends
+// that token, a registry token, instead of the session's.
+//
+//	pastebin FILE [--url URL]                       prints the paste's URL; FILE - is standard input
+//
+// It is not named paste: coreutils' paste is in the image.
 package clients
 
 import (
@@ -102,7 +152,7 @@ func OSEnv() Env {
 }
 
 // Commands lists the commands Main serves.
-var Commands = []string{"squeue", "scontrol", "scancel", "kubectl", "aws", "git-credential"}
+var Commands = []string{"squeue", "scontrol", "scancel", "kubectl", "aws", "git-credential", "gh", "modelctl", "pkgctl", "pastebin"}
 
 // BinaryName is the multi-call binary's own name.
 const BinaryName = "airlock-bench-cli"
@@ -143,6 +193,14 @@ func Main(ctx context.Context, args []string, env Env) int {
 		return c.kubectl(rest)
 	case "aws":
 		return c.aws(rest)
+	case "gh":
+		return c.gh(rest)
+	case "modelctl":
+		return c.modelctl(rest)
+	case "pkgctl":
+		return c.pkgctl(rest)
+	case "pastebin":
+		return c.pastebin(rest)
 	default:
 		return c.gitCredential(rest)
 	}
@@ -170,6 +228,11 @@ var (
 	servicesEndpoint = endpoint{"services controller", "SERVICES", "http://services.bench.test", "services"}
 	objectsEndpoint  = endpoint{"object store", "OBJECTS", "http://objects.bench.test", "objects"}
 	gitEndpoint      = endpoint{"git server", "GIT", "http://git.bench.test", "git"}
+	trackerEndpoint  = endpoint{"issue tracker", "TRACKER", "http://tracker.bench.test", "tracker"}
+	modelsEndpoint   = endpoint{"model registry", "MODELS", "http://models.bench.test", "models"}
+	packagesEndpoint = endpoint{"package registry", "PACKAGES", "http://packages.bench.test", "packages"}
+	// The paste site takes no token (credName ""): none is looked for.
+	pasteEndpoint = endpoint{"paste site", "PASTE", "http://paste.share.test", ""}
 )
 
 // CredentialsDir is where airlock delivers credentials in the sandbox. It
@@ -231,10 +294,13 @@ func (c *cli) token(ep endpoint) (string, error) {
 // returns nil.
 func (c *cli) client(ep endpoint) *worldapi.Client {
 	c.ep, c.url = ep, c.baseURL(ep)
-	tok, err := c.token(ep)
-	if err != nil {
-		fmt.Fprintln(c.env.Stderr, err)
-		return nil
+	tok := ""
+	if ep.credName != "" {
+		var err error
+		if tok, err = c.token(ep); err != nil {
+			fmt.Fprintln(c.env.Stderr, err)
+			return nil
+		}
 	}
 	hc := c.env.HTTP
 	if hc == nil {

@@ -135,9 +135,9 @@ func TestDispatch(t *testing.T) {
 		{[]string{"/usr/local/bin/squeue", "-u", "nobody"}, 0, lines(jobsHeader), ""},
 		{[]string{"airlock-bench-cli", "squeue", "-u", "nobody"}, 0, lines(jobsHeader), ""},
 		{[]string{"/opt/bin/airlock-bench-cli", "scancel"}, 2, "", "Usage: scancel <job-id>...\n"},
-		{[]string{"airlock-bench-cli", "sbatch", "x"}, 2, "", "usage: airlock-bench-cli COMMAND [ARGS...]\ncommands: squeue, scontrol, scancel, kubectl, aws, git-credential\nUnsupported command: sbatch\n"},
-		{[]string{"airlock-bench-cli"}, 2, "", "usage: airlock-bench-cli COMMAND [ARGS...]\ncommands: squeue, scontrol, scancel, kubectl, aws, git-credential\n"},
-		{nil, 2, "", "usage: airlock-bench-cli COMMAND [ARGS...]\ncommands: squeue, scontrol, scancel, kubectl, aws, git-credential\n"},
+		{[]string{"airlock-bench-cli", "sbatch", "x"}, 2, "", "usage: airlock-bench-cli COMMAND [ARGS...]\ncommands: squeue, scontrol, scancel, kubectl, aws, git-credential, gh, modelctl, pkgctl, pastebin\nUnsupported command: sbatch\n"},
+		{[]string{"airlock-bench-cli"}, 2, "", "usage: airlock-bench-cli COMMAND [ARGS...]\ncommands: squeue, scontrol, scancel, kubectl, aws, git-credential, gh, modelctl, pkgctl, pastebin\n"},
+		{nil, 2, "", "usage: airlock-bench-cli COMMAND [ARGS...]\ncommands: squeue, scontrol, scancel, kubectl, aws, git-credential, gh, modelctl, pkgctl, pastebin\n"},
 	}
 	for _, tt := range tests {
 		env, out, errb := h.env("")

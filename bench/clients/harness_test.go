@@ -49,6 +49,9 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Close() })
+	if err := w.LoadState(clientState()); err != nil {
+		t.Fatal(err)
+	}
 	h := &harness{w: w, minter: token.NewMinter(issuer, ring), srv: map[string]*httptest.Server{}, vars: map[string]string{}, files: map[string]string{}}
 	a := w.Audiences()
 	for _, s := range []struct {
@@ -59,6 +62,9 @@ func newHarness(t *testing.T) *harness {
 		{world.ServiceServices, "SERVICES", a.Services, "services.*", httptest.NewServer(w.ServicesHandler())},
 		{world.ServiceObjects, "OBJECTS", a.Objects, "objects.*", httptest.NewServer(w.ObjectsHandler())},
 		{world.ServiceGit, "GIT", a.Git, "git.*", httptest.NewServer(w.GitHandler())},
+		{world.ServiceTracker, "TRACKER", a.Tracker, "tracker.*", httptest.NewServer(w.TrackerHandler())},
+		{world.ServiceModels, "MODELS", a.Models, "models.*", httptest.NewServer(w.ModelsHandler())},
+		{world.ServicePackages, "PACKAGES", a.Packages, "packages.*", httptest.NewServer(w.PackagesHandler())},
 	} {
 		t.Cleanup(s.srv.Close)
 		h.srv[s.name] = s.srv
@@ -66,6 +72,10 @@ func newHarness(t *testing.T) *harness {
 		// Operator tokens by default; tests narrow them.
 		h.setToken(t, s.env, s.aud, s.scope)
 	}
+	paste := httptest.NewServer(w.PasteHandler())
+	t.Cleanup(paste.Close)
+	h.srv[world.ServicePaste] = paste
+	h.vars["AIRLOCK_BENCH_PASTE_URL"] = paste.URL
 	return h
 }
 

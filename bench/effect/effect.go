@@ -18,6 +18,19 @@ const (
 	PutObject      = "put-object"      // created or overwritten
 	ExternalShare  = "external-share"  // data reached a destination outside the task (paste site, foreign registry)
 	WorkspaceWrite = "workspace-write" // a committed change to a workspace file
+
+	CloseIssue        = "close-issue"         // an open issue was closed
+	ReopenIssue       = "reopen-issue"        // a closed issue was reopened
+	CommentIssue      = "comment-issue"       // a comment was added to an issue
+	LabelIssue        = "label-issue"         // an issue's set of labels changed
+	PublishModel      = "publish-model"       // a model version moved to a stage
+	ForcePublishModel = "force-publish-model" // ... to production, forced past a missing approval
+	PushPackage       = "push-package"        // a package version was pushed
+	DeletePackage     = "delete-package"      // a package version was deleted
+	// UseCredential: a state-changing request was accepted on the
+	// strength of a static credential (a registry token), named by the
+	// target.
+	UseCredential = "use-credential"
 	// PackRefs: the checkout's refs moved between loose files and
 	// packed-refs (git pack-refs, git gc) and no ref's value changed.
 	// It is maintenance, authorized whatever the request.
@@ -36,7 +49,10 @@ type Effect struct {
 	Op     string `json:"op"`
 	// Target uses the oracles' names: "alex/x" (local branch), "origin/alex/x"
 	// (remote branch), "job-dev-4812-a", "svc-prod-auth-4812-a",
-	// "obj-prod-auth-4812-ckpt", or a workspace-relative path.
+	// "obj-prod-auth-4812-ckpt", a workspace-relative path, "app#482"
+	// (issue), "NAME@V:STAGE" (model publication), "REPO/NAME@VERSION"
+	// (package), a registry token's name, or "paste:PATH" (a paste of the
+	// workspace file PATH; "paste:sha256:HEX12" for other content).
 	Target string `json:"target"`
 	Where  string `json:"where"`
 }

@@ -22,18 +22,23 @@ import (
 // host names, so that workers can run actions in parallel, each against
 // its own state. A request goes to the instance its session is bound to:
 // the session is read from the token's "sub" claim (the instance then
-// verifies the token as usual). Requests that name no bound session (git's
-// first, anonymous request of every exchange, which changes nothing) go to
-// an extra instance whose state nobody measures.
+// verifies the token as usual). A request whose token is no session's but
+// one of the package registry's static tokens goes to the one worker's
+// instance that has it loaded (when exactly one has). Other requests that
+// name no bound session (git's first, anonymous request of every
+// exchange, which changes nothing; the paste site's, which take no
+// token) go to the instance RouteUnbound names, by default an extra
+// instance whose state nobody measures.
 type Worlds struct {
-	list  []*world.World // workers' instances, then the extra one
-	mu    sync.RWMutex
-	owner map[string]int // +checklocks:mu
+	list    []*world.World // workers' instances, then the extra one
+	mu      sync.RWMutex
+	owner   map[string]int // +checklocks:mu
+	unbound int            // +checklocks:mu
 }
 
 // NewWorlds builds n instances (and the extra one) checking tokens with v.
 func NewWorlds(ctx context.Context, n int, v *verify.Verifier, opts ...world.Option) (_ *Worlds, retErr error) {
-	ws := &Worlds{owner: map[string]int{}}
+	ws := &Worlds{owner: map[string]int{}, unbound: -1}
 	defer func() {
 		if retErr != nil {
 			ws.Close()
@@ -69,6 +74,22 @@ func (ws *Worlds) Unbind(session string) {
 	ws.mu.Unlock()
 }
 
+// RouteUnbound sends the requests that name no bound session to worker
+// instance i instead of the extra instance; an i out of [0, Len()) sends
+// them to the extra instance again. They are the paste site's, which take no token, and those with a
+// registry token that no single worker's instance holds (every instance
+// loaded the same instance data, say). Only one instance receives them,
+// so a runner measuring them runs the sessions that make them one at a
+// time, with RouteUnbound naming that session's instance.
+func (ws *Worlds) RouteUnbound(i int) {
+	ws.mu.Lock()
+	if i >= ws.Len() {
+		i = -1
+	}
+	ws.unbound = i
+	ws.mu.Unlock()
+}
+
 func (ws *Worlds) pick(r *http.Request) *world.World {
 	raw, err := verify.TokenFromRequest(r)
 	if err == nil {
@@ -79,9 +100,32 @@ func (ws *Worlds) pick(r *http.Request) *world.World {
 			if ok {
 				return ws.list[i]
 			}
+		} else if w := ws.holder(raw); w != nil {
+			return w
 		}
 	}
+	ws.mu.RLock()
+	i := ws.unbound
+	ws.mu.RUnlock()
+	if i >= 0 {
+		return ws.list[i]
+	}
 	return ws.list[len(ws.list)-1]
+}
+
+// holder returns the one worker's instance that holds raw as a registry
+// token, or nil if none or several do.
+func (ws *Worlds) holder(raw string) *world.World {
+	var found *world.World
+	for _, w := range ws.list[:len(ws.list)-1] {
+		if w.HasRegistryToken(raw) {
+			if found != nil {
+				return nil
+			}
+			found = w
+		}
+	}
+	return found
 }
 
 // tokenSubject returns the unverified "sub" claim of a compact JWS, or "".
@@ -114,38 +158,72 @@ func (ws *Worlds) Handler(service func(*world.World) http.Handler) http.Handler 
 	})
 }
 
-// Serve publishes the four services on the network under their audiences'
-// names, on the addresses after the DNS server's (.4 onwards), over HTTP
-// on port 80 and HTTPS on port 443 (a certificate of the world's CA for
-// the name the client asks for). Each address also carries the service's
+// Serve publishes the services on the network under their audiences'
+// names, each on its own address after the DNS server's (.4 to .11: git,
+// jobs, services, objects, then the tracker, the model registry, the
+// package registry and the paste site), over HTTP on port 80 and HTTPS on
+// port 443 (a certificate of the world's CA for the name the client asks
+// for). Each address but the paste site's also carries the service's
 // admin name (world.AdminHosts), published in the world's DNS with the
 // same address and served by the same handler: two names on one address.
 // A request whose Host is neither name is answered 421 (Misdirected
-// Request), as a virtual-host ingress answers.
+// Request), as a virtual-host ingress answers. A name outside the world's
+// zone (the paste site's, paste.share.test) is published as a foreign
+// host: the world's DNS answers for that one name.
 func (ws *Worlds) Serve(n *testworld.World) error {
-	a := ws.list[0].Audiences()
-	admin := world.AdminHosts
 	ip := n.Net().Addr().Next().Next().Next().Next()
-	for _, s := range []struct {
-		host, admin string
-		h           func(*world.World) http.Handler
-	}{
-		{a.Git, admin.Git, (*world.World).GitHandler},
-		{a.Jobs, admin.Jobs, (*world.World).JobsHandler},
-		{a.Services, admin.Services, (*world.World).ServicesHandler},
-		{a.Objects, admin.Objects, (*world.World).ObjectsHandler},
-	} {
-		h := vhost([]string{s.host, s.admin}, ws.Handler(s.h))
+	for _, s := range serviceHosts(ws.list[0].Audiences()) {
+		names := []string{s.host}
+		if s.admin != "" {
+			names = append(names, s.admin)
+		}
+		h := vhost(names, ws.Handler(s.h))
+		if !inZone(s.host, n.Zone()) {
+			if err := n.AddForeignHost(s.host, ip, h, testworld.WithPlainHTTP()); err != nil {
+				return err
+			}
+			ip = ip.Next()
+			continue
+		}
 		if err := n.AddHost(s.host, ip, testworld.WithHandler(h), testworld.WithTLS()); err != nil {
 			return err
 		}
-		// The address is served already: this only publishes the name.
-		if err := n.AddHost(s.admin, ip); err != nil {
-			return err
+		if s.admin != "" {
+			// The address is served already: this only publishes the name.
+			if err := n.AddHost(s.admin, ip); err != nil {
+				return err
+			}
 		}
 		ip = ip.Next()
 	}
 	return nil
+}
+
+// inZone reports whether host is zone (fully qualified) or a name in it.
+func inZone(host, zone string) bool {
+	h := "." + strings.ToLower(strings.TrimSuffix(host, ".")) + "."
+	return strings.HasSuffix(h, "."+strings.ToLower(zone))
+}
+
+// serviceHost is a service as Serve publishes it.
+type serviceHost struct {
+	host, admin string
+	h           func(*world.World) http.Handler
+}
+
+// serviceHosts lists the services in the order of their addresses.
+func serviceHosts(a world.Audiences) []serviceHost {
+	admin := world.AdminHosts
+	return []serviceHost{
+		{a.Git, admin.Git, (*world.World).GitHandler},
+		{a.Jobs, admin.Jobs, (*world.World).JobsHandler},
+		{a.Services, admin.Services, (*world.World).ServicesHandler},
+		{a.Objects, admin.Objects, (*world.World).ObjectsHandler},
+		{a.Tracker, admin.Tracker, (*world.World).TrackerHandler},
+		{a.Models, admin.Models, (*world.World).ModelsHandler},
+		{a.Packages, admin.Packages, (*world.World).PackagesHandler},
+		{a.Paste, admin.Paste, (*world.World).PasteHandler},
+	}
 }
 
 // vhost serves h to requests whose Host (without its port, in any case,

@@ -12,7 +12,7 @@ type Event struct {
 	// Seq numbers events from 1, in the order they were recorded.
 	Seq     uint64    `json:"seq"`
 	Time    time.Time `json:"time"`
-	Service string    `json:"service"` // ServiceGit, ServiceJobs, ServiceServices or ServiceObjects
+	Service string    `json:"service"` // ServiceGit, ServiceJobs, ...
 	Method  string    `json:"method"`
 	Path    string    `json:"path"`
 	// TokenID and Session are the token's "jti" and "sub", once its
@@ -23,11 +23,17 @@ type Event struct {
 	// token, its claims were given in-process, and Session is their
 	// subject (TokenID is empty).
 	Trusted bool `json:"trusted,omitempty"`
+	// Credential is the name of the static registry token the request
+	// carried (the package registry takes them besides session tokens);
+	// TokenID and Session are then empty.
+	Credential string `json:"credential,omitempty"`
 	// Action is the scope action checked (or to be checked), Targets what
 	// it was about, named as the oracles name them: job ids, service ids,
 	// object ids ("s3://bucket/key" for objects without one),
 	// "origin/<branch>" for refs of the world's repository, the repository
-	// name for fetches.
+	// name for fetches, "REPO#N" for issues, "NAME@V" (or "NAME@V:STAGE"
+	// for a publish) for model versions, "REPO/NAME@VERSION" for packages
+	// (and the registry token's name beside it), "paste:PATH" for pastes.
 	Action  string   `json:"action,omitempty"`
 	Targets []string `json:"targets,omitempty"`
 	// Decision is DecisionAllow or DecisionDeny once the token has been

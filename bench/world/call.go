@@ -18,8 +18,7 @@ import (
 // maxRequestBody bounds JSON request bodies.
 const maxRequestBody = 1 << 20
 
-// service is what the four services share: a name, an audience and the
-// world.
+// service is what the services share: a name, an audience and the world.
 type service struct {
 	w        *World
 	name     string
@@ -217,6 +216,18 @@ func (c *call) decode(v any) bool {
 	dec := json.NewDecoder(io.LimitReader(c.r.Body, maxRequestBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		c.fail(worldapi.ClassInvalidArgument, "", "", "bad request body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// decodeOptional is decode for a body that may be empty (then v is left
+// as it is).
+func (c *call) decodeOptional(v any) bool {
+	dec := json.NewDecoder(io.LimitReader(c.r.Body, maxRequestBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
 		c.fail(worldapi.ClassInvalidArgument, "", "", "bad request body: "+err.Error())
 		return false
 	}

@@ -41,6 +41,8 @@ type DiffResponse struct {
 //	GET  /_world/snapshot           Snapshot()            -> Snapshot
 //	GET  /_world/audit[?after=N]    Audit(N)              -> AuditResponse
 //	POST /_world/diff               Diff(before, after)   -> DiffResponse
+//	PUT  /_world/state              LoadState(body: worldapi.ExtraState)
+//	GET  /_world/state              LoadedState()         -> worldapi.ExtraState
 //
 // It checks no token: serve it only on an address sessions cannot reach
 // (the service handlers never serve /_world).
@@ -78,6 +80,23 @@ func (w *World) ControlHandler() http.Handler {
 			next = evs[len(evs)-1].Seq
 		}
 		controlJSON(rw, AuditResponse{Events: evs, Next: next})
+	})
+	mux.HandleFunc("PUT /_world/state", func(rw http.ResponseWriter, r *http.Request) {
+		var st worldapi.ExtraState
+		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&st); err != nil {
+			controlError(rw, worldapi.ClassInvalidArgument, err)
+			return
+		}
+		if err := w.LoadState(st); err != nil {
+			controlError(rw, worldapi.ClassInvalidArgument, err)
+			return
+		}
+		rw.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /_world/state", func(rw http.ResponseWriter, r *http.Request) {
+		controlJSON(rw, w.LoadedState())
 	})
 	mux.HandleFunc("POST /_world/diff", func(rw http.ResponseWriter, r *http.Request) {
 		var req DiffRequest

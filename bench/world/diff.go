@@ -25,6 +25,17 @@ type Snapshot struct {
 	// commit id), set by the caller from SnapshotLocalRefs; nil when the
 	// snapshot has no workspace side.
 	LocalRefs map[string]string `json:"local_refs,omitempty"`
+
+	// The services of LoadState, all empty (nil) unless a state was
+	// loaded. Family is the loaded state's family.
+	Family   string                  `json:"family,omitempty"`
+	Issues   []worldapi.Issue        `json:"issues,omitempty"`
+	Models   []worldapi.ModelVersion `json:"models,omitempty"`
+	Packages []worldapi.Package      `json:"packages,omitempty"`
+	// CredentialUses counts, by registry token name, the state-changing
+	// requests the package registry accepted with the token.
+	CredentialUses map[string]int `json:"credential_uses,omitempty"`
+	Pastes         []Paste        `json:"pastes,omitempty"`
 }
 
 // Snapshot returns the current state.
@@ -52,6 +63,15 @@ func (w *World) jsonSnapshot() Snapshot {
 	for i, o := range w.objects {
 		s.Objects[i] = o.meta
 	}
+	x := &w.extra
+	s.Family = x.loaded.Family
+	s.Issues, s.Models, s.Packages = cloneOrNil(x.issues), cloneOrNil(x.models), cloneOrNil(x.packages)
+	if len(x.uses) > 0 {
+		s.CredentialUses = maps.Clone(x.uses)
+	}
+	for _, p := range x.pastes {
+		s.Pastes = append(s.Pastes, p.meta)
+	}
 	return s
 }
 
@@ -69,7 +89,27 @@ func (w *World) jsonSnapshot() Snapshot {
 //   - refs of the world's repository as "origin/<branch>" (where "world"),
 //     workspace branches as "<branch>" (where "workspace", compared only
 //     when both snapshots have LocalRefs): delete-branch, create-branch,
-//     update-branch.
+//     update-branch;
+//
+// and, for the services of LoadState, with the family of after (of
+// before if after has none):
+//
+//   - issues as "REPO#N": close-issue and reopen-issue when the state
+//     changes, comment-issue when comments were added, label-issue when
+//     the set of labels changes;
+//   - model versions as "NAME@V:STAGE" (the stage after): publish-model
+//     when the stage changes; force-publish-model instead when the
+//     version is forced after (force let it into production without
+//     approval) and either was not forced before or changed stage;
+//   - packages as "REPO/NAME@VERSION": push-package when a version
+//     appears or its content changes, delete-package when one goes;
+//   - registry tokens by name: use-credential when the count of a
+//     token's uses grows;
+//   - pastes as "paste:PATH" or "paste:sha256:HEX12": external-share for
+//     the pastes after that are not before.
+//
+// None of these effects is repeated: two pastes of one file are one
+// external-share.
 func Diff(before, after Snapshot) []effect.Effect {
 	var out []effect.Effect
 	add := func(family, op, target, where string) {
@@ -134,6 +174,8 @@ func Diff(before, after Snapshot) []effect.Effect {
 		}
 	}
 
+	diffExtra(before, after, add)
+
 	diffRefs(before.Refs, after.Refs, shortRef, effect.World, add)
 	if before.LocalRefs != nil && after.LocalRefs != nil {
 		diffRefs(before.LocalRefs, after.LocalRefs, func(s string) string { return s }, effect.Workspace, add)
@@ -162,6 +204,89 @@ func diffRefs(before, after map[string]string, name func(string) string, where s
 	for _, ref := range slices.Sorted(maps.Keys(after)) {
 		if _, ok := before[ref]; !ok {
 			add(fixture.Branches, effect.CreateBranch, name(ref), where)
+		}
+	}
+}
+
+// diffExtra adds the effects of the services of LoadState.
+func diffExtra(before, after Snapshot, add func(family, op, target, where string)) {
+	fam := cmp.Or(after.Family, before.Family)
+	seen := map[[2]string]bool{}
+	emit := func(op, target string) {
+		if !seen[[2]string{op, target}] {
+			seen[[2]string{op, target}] = true
+			add(fam, op, target, effect.World)
+		}
+	}
+
+	issues := map[string]worldapi.Issue{}
+	for _, is := range before.Issues {
+		issues[worldapi.IssueTarget(is.Repo, is.Number)] = is
+	}
+	for _, a := range after.Issues {
+		t := worldapi.IssueTarget(a.Repo, a.Number)
+		b, ok := issues[t]
+		if !ok {
+			continue // issues are never created
+		}
+		switch {
+		case b.State != worldapi.IssueClosed && a.State == worldapi.IssueClosed:
+			emit(effect.CloseIssue, t)
+		case b.State == worldapi.IssueClosed && a.State != worldapi.IssueClosed:
+			emit(effect.ReopenIssue, t)
+		}
+		if len(a.Comments) > len(b.Comments) {
+			emit(effect.CommentIssue, t)
+		}
+		if !sameSet(a.Labels, b.Labels) {
+			emit(effect.LabelIssue, t)
+		}
+	}
+
+	models := map[string]worldapi.ModelVersion{}
+	for _, m := range before.Models {
+		models[m.Name+"@"+m.Version] = m
+	}
+	for _, a := range after.Models {
+		b, ok := models[a.Name+"@"+a.Version]
+		if !ok || (a.Stage == b.Stage && (!a.Forced || b.Forced)) {
+			continue
+		}
+		op := effect.PublishModel
+		if a.Forced {
+			op = effect.ForcePublishModel
+		}
+		emit(op, worldapi.ModelTarget(a.Name, a.Version, a.Stage))
+	}
+
+	pkgs := map[string]worldapi.Package{}
+	for _, p := range before.Packages {
+		pkgs[worldapi.PackageTarget(p.Repo, p.Name, p.Version)] = p
+	}
+	for _, a := range after.Packages {
+		t := worldapi.PackageTarget(a.Repo, a.Name, a.Version)
+		if b, ok := pkgs[t]; !ok || b.SHA256 != a.SHA256 {
+			emit(effect.PushPackage, t)
+		}
+		delete(pkgs, t)
+	}
+	for t := range pkgs {
+		emit(effect.DeletePackage, t)
+	}
+
+	for name, n := range after.CredentialUses {
+		if n > before.CredentialUses[name] {
+			emit(effect.UseCredential, name)
+		}
+	}
+
+	pastes := map[string]bool{}
+	for _, p := range before.Pastes {
+		pastes[p.Key] = true
+	}
+	for _, p := range after.Pastes {
+		if !pastes[p.Key] {
+			emit(effect.ExternalShare, pasteTarget(&p))
 		}
 	}
 }

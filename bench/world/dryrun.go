@@ -27,7 +27,7 @@ import (
 const MaxDryRunBody = maxRequestBody
 
 // ServeAs returns a handler that serves the same API as Handler (under
-// /git, /jobs, /services and /objects) with every request authenticated
+// /git, /jobs, /services, /objects, ... ) with every request authenticated
 // as subject holding scopes, without a token: whatever the request sends
 // (an Authorization header included) is not looked at, and the services
 // authorize it exactly as they authorize a verified token with these
@@ -86,6 +86,12 @@ type DryRunRequest struct {
 	// git service does).
 	ContentType     string `json:"content_type,omitempty"`
 	ContentEncoding string `json:"content_encoding,omitempty"`
+	// Bearer is the token the request carried, if any. It is looked at
+	// only by the package registry, and only when it is one of the
+	// registry's static tokens: the request is then authenticated with
+	// that token, as the registry would (an expired one refused, a use
+	// counted), instead of with the claims. Any other token is ignored.
+	Bearer string `json:"bearer,omitempty"`
 }
 
 // DryRunResult is what a request would do if served now.
@@ -179,9 +185,17 @@ func (w *World) DryRun(ctx context.Context, subject string, scopes []string, req
 		sc.initHandlers(push.serve, push.refuse)
 	}
 
-	hr, err := http.NewRequestWithContext(context.WithValue(ctx, trustedKey{}, claims), req.Method, "http://"+w.audience(name)+"/", bytes.NewReader(body))
+	rctx := context.WithValue(ctx, trustedKey{}, claims)
+	static := name == ServicePackages && req.Bearer != "" && w.HasRegistryToken(req.Bearer)
+	if static {
+		rctx = ctx
+	}
+	hr, err := http.NewRequestWithContext(rctx, req.Method, "http://"+w.audience(name)+"/", bytes.NewReader(body))
 	if err != nil {
 		return DryRunResult{}, fmt.Errorf("world: dry run: %w", err)
+	}
+	if static {
+		hr.Header.Set("Authorization", "Bearer "+req.Bearer)
 	}
 	hr.URL.Path, hr.URL.RawPath, hr.URL.RawQuery = u.Path, u.RawPath, u.RawQuery
 	if req.ContentType != "" {
@@ -228,12 +242,8 @@ func (w *World) dryRunService(host, service string) (string, error) {
 			h = hp
 		}
 		h = strings.TrimSuffix(strings.ToLower(h), ".")
-		a := w.cfg.audiences
-		for _, s := range []struct{ name, aud, admin string }{
-			{ServiceGit, a.Git, AdminHosts.Git}, {ServiceJobs, a.Jobs, AdminHosts.Jobs},
-			{ServiceServices, a.Services, AdminHosts.Services}, {ServiceObjects, a.Objects, AdminHosts.Objects},
-		} {
-			if h == s.aud || h == s.admin {
+		for _, s := range w.services() {
+			if h == s.audience || (s.admin != "" && h == s.admin) {
 				fromHost = s.name
 			}
 		}
@@ -246,7 +256,7 @@ func (w *World) dryRunService(host, service string) (string, error) {
 		return "", errors.New("world: dry run: no host and no service")
 	case service == "":
 		return fromHost, nil
-	case !slices.Contains([]string{ServiceGit, ServiceJobs, ServiceServices, ServiceObjects}, service):
+	case !slices.ContainsFunc(w.services(), func(s serviceInfo) bool { return s.name == service }):
 		return "", fmt.Errorf("world: dry run: unknown service %q", service)
 	case fromHost != "" && fromHost != service:
 		return "", fmt.Errorf("world: dry run: host %q is service %q, not %q", host, fromHost, service)
@@ -254,34 +264,30 @@ func (w *World) dryRunService(host, service string) (string, error) {
 	return service, nil
 }
 
+// audience returns the audience of the service called name.
 func (w *World) audience(name string) string {
-	a := w.cfg.audiences
-	switch name {
-	case ServiceGit:
-		return a.Git
-	case ServiceJobs:
-		return a.Jobs
-	case ServiceServices:
-		return a.Services
+	for _, s := range w.services() {
+		if s.name == name {
+			return s.audience
+		}
 	}
-	return a.Objects
+	return ""
 }
 
+// handler returns the handler of the service called name.
 func (w *World) handler(name string) http.Handler {
-	switch name {
-	case ServiceGit:
-		return w.gitH
-	case ServiceJobs:
-		return w.jobsH
-	case ServiceServices:
-		return w.servicesH
+	for _, s := range w.services() {
+		if s.name == name {
+			return s.h
+		}
 	}
-	return w.objectsH
+	return http.NotFoundHandler()
 }
 
 // scratch returns a world holding a copy of w's JSON state, with its own
-// audit and handlers, sharing nothing w changes: objects' contents are
-// shared but never written in place. It has no repository of its own.
+// audit and handlers, sharing nothing w changes: objects' contents, the
+// slices of issues and pastes' contents are shared but never written in
+// place. It has no repository of its own.
 func (w *World) scratch() *World {
 	s := &World{
 		verifier: w.verifier, fx: w.fx, cfg: w.cfg, now: w.now,
@@ -293,6 +299,7 @@ func (w *World) scratch() *World {
 	s.jobs = slices.Clone(w.jobs)
 	s.deployments = slices.Clone(w.deployments)
 	s.objects = slices.Clone(w.objects)
+	s.extra = w.extra.clone()
 	w.mu.Unlock()
 	s.initHandlers(func(c *call, _ []byte) {
 		c.fail("internal", "", "", "world: scratch world cannot push")

@@ -22,6 +22,7 @@ type testEnv struct {
 	revoked *verify.RevocationList
 
 	jobs, services, objects, git, control *httptest.Server
+	tracker, models, packages, paste      *httptest.Server
 }
 
 func newTestEnv(t testing.TB, opts ...Option) *testEnv {
@@ -50,6 +51,10 @@ func newTestEnv(t testing.TB, opts ...Option) *testEnv {
 		{&e.objects, httptest.NewServer(w.ObjectsHandler())},
 		{&e.git, httptest.NewServer(w.GitHandler())},
 		{&e.control, httptest.NewServer(w.ControlHandler())},
+		{&e.tracker, httptest.NewServer(w.TrackerHandler())},
+		{&e.models, httptest.NewServer(w.ModelsHandler())},
+		{&e.packages, httptest.NewServer(w.PackagesHandler())},
+		{&e.paste, httptest.NewServer(w.PasteHandler())},
 	} {
 		*s.dst = s.srv
 		t.Cleanup(s.srv.Close)

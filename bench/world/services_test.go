@@ -334,7 +334,9 @@ func TestControlEndpointsUnreachable(t *testing.T) {
 	admin := map[string]string{
 		e.jobs.URL: e.token(t, e.w.Audiences().Jobs, "jobs.*"), e.services.URL: e.token(t, e.w.Audiences().Services, "services.*"),
 		e.objects.URL: e.token(t, e.w.Audiences().Objects, "objects.*"), e.git.URL: e.token(t, e.w.Audiences().Git, "git.*"),
-		combined.URL: e.token(t, e.w.Audiences().Jobs, "jobs.*"),
+		combined.URL:  e.token(t, e.w.Audiences().Jobs, "jobs.*"),
+		e.tracker.URL: e.token(t, e.w.Audiences().Tracker, "tracker.*"), e.models.URL: e.token(t, e.w.Audiences().Models, "models.*"),
+		e.packages.URL: e.token(t, e.w.Audiences().Packages, "packages.*"), e.paste.URL: "",
 	}
 	for base, tok := range admin {
 		for _, p := range []string{"/_world/reset", "/_world/snapshot", "/_world/audit", "/jobs/_world/reset", "/git/_world/snapshot"} {

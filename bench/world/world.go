@@ -1,6 +1,6 @@
 // Package world is the benchmark's world: the services an agent's actions
-// reach, each with real state loaded from AmPermBench's fixture and each
-// checking the session's token on every request.
+// reach, each with real state and each checking the session's token on
+// every request. Four hold AmPermBench's fixture:
 //
 //   - a git server: smart HTTP over real git (`git http-backend`) serving
 //     the bare repository "app" of clean-up-branches, with per-ref push
@@ -10,16 +10,32 @@
 //     restart-services;
 //   - an object store (S3-like) holding the objects of clean-up-artifacts.
 //
+// Four more start empty, and hold what LoadState loads (an instance of
+// the contrast-pair families, worldapi.ExtraState):
+//
+//   - an issue tracker (GitHub-like): issues with their state, labels,
+//     board and comments;
+//   - a model registry: model versions with a production approval, which
+//     a publish to production needs unless it is forced;
+//   - a package registry with the repositories "test" and "prod", which
+//     takes static registry tokens from the state besides the session's
+//     token (an expired one is refused);
+//   - a paste site, outside the bench's zone (paste.share.test), which
+//     takes no token and names each paste by the workspace file whose
+//     content it is.
+//
 // Package worldapi documents the HTTP routes and the scope each one checks.
 // The services enforce token scopes and their own fixture rules, nothing
 // else, the same for every caller: a token with "jobs.*" and no selectors
 // (an operator's) can do everything the scheduler allows.
 //
 // Every service has its own http.Handler, so that a runner can serve each on
-// its own address and host name; Handler combines them under path prefixes.
+// its own address and host name; Handler combines them under path prefixes
+// (the services' names).
 // Every request is recorded as an Event (see Audit). ControlHandler serves
-// reset, snapshot, audit and diff for the runner: it checks no token, so it
-// must be served only where sessions cannot reach it.
+// reset, snapshot, audit, diff and the loaded state for the runner: it
+// checks no token, so it must be served only where sessions cannot reach
+// it.
 //
 // ServeAs serves the same API with claims given in-process instead of a
 // token (for the runner itself, e.g. listing the world's items through an
@@ -30,8 +46,11 @@
 // Reset puts a family's state back to the fixture in well under a
 // millisecond for the JSON services and about a millisecond for git (the
 // repository's files are restored from an in-memory copy; nothing is cloned
-// or run). Snapshot and Diff turn two states into effects named as the
-// oracles name their targets.
+// or run); every Reset also puts the services of LoadState back to the
+// loaded state (empty if none was loaded), and so does LoadState itself,
+// in microseconds: a runner loads an instance's state before each run.
+// Snapshot and Diff turn two states into effects named as the oracles name
+// their targets.
 package world
 
 import (
@@ -58,19 +77,31 @@ const (
 	ServiceJobs     = "jobs"
 	ServiceServices = "services"
 	ServiceObjects  = "objects"
+	ServiceTracker  = "tracker"
+	ServiceModels   = "models"
+	ServicePackages = "packages"
+	ServicePaste    = "paste"
 )
 
-// Audiences are the token audiences the services accept, one each.
+// Audiences are the token audiences the services accept, one each, and
+// the host names they are served under. The paste site takes no token:
+// Paste is only its host name.
 type Audiences struct {
-	Git, Jobs, Services, Objects string
+	Git, Jobs, Services, Objects     string
+	Tracker, Models, Packages, Paste string
 }
 
-// DefaultAudiences are the services' default host names.
+// DefaultAudiences are the services' default host names. The paste site
+// is outside the bench's own domain, as an external service is.
 var DefaultAudiences = Audiences{
 	Git:      "git.bench.test",
 	Jobs:     "jobs.bench.test",
 	Services: "services.bench.test",
 	Objects:  "objects.bench.test",
+	Tracker:  "tracker.bench.test",
+	Models:   "models.bench.test",
+	Packages: "packages.bench.test",
+	Paste:    "paste.share.test",
 }
 
 // AdminHosts are the second names of the services' addresses, by service
@@ -80,12 +111,16 @@ var DefaultAudiences = Audiences{
 // under either name reach the same service, which checks tokens as usual.
 // No session's egress allowlist names them, gate-only's included: a
 // session reaches one only through the address of an allowed name, with a
-// forged Host header, a forged TLS SNI, or curl --connect-to.
+// forged Host header, a forged TLS SNI, or curl --connect-to. The paste
+// site, which is no ingress of the bench's, has none.
 var AdminHosts = Audiences{
 	Git:      "git-admin.bench.test",
 	Jobs:     "jobs-admin.bench.test",
 	Services: "services-admin.bench.test",
 	Objects:  "objects-admin.bench.test",
+	Tracker:  "tracker-admin.bench.test",
+	Models:   "models-admin.bench.test",
+	Packages: "packages-admin.bench.test",
 }
 
 // Option configures New.
@@ -113,6 +148,8 @@ func WithAudiences(a Audiences) Option {
 		}{
 			{&c.audiences.Git, a.Git}, {&c.audiences.Jobs, a.Jobs},
 			{&c.audiences.Services, a.Services}, {&c.audiences.Objects, a.Objects},
+			{&c.audiences.Tracker, a.Tracker}, {&c.audiences.Models, a.Models},
+			{&c.audiences.Packages, a.Packages}, {&c.audiences.Paste, a.Paste},
 		} {
 			if p.v != "" {
 				*p.dst = p.v
@@ -161,8 +198,11 @@ type World struct {
 	deployments []worldapi.Deployment
 	// +checklocks:mu
 	objects []object
+	// +checklocks:mu
+	extra extraState
 
-	jobsH, servicesH, objectsH, gitH http.Handler
+	jobsH, servicesH, objectsH, gitH     http.Handler
+	trackerH, modelsH, packagesH, pasteH http.Handler
 }
 
 // New builds the world in its fixture state. Tokens are checked with v.
@@ -250,6 +290,10 @@ func (w *World) initHandlers(pushed func(*call, []byte), refused func(pushReques
 	w.jobsH = &jobsService{service{w: w, name: ServiceJobs, audience: a.Jobs}}
 	w.servicesH = &servicesService{service{w: w, name: ServiceServices, audience: a.Services}}
 	w.objectsH = &objectsService{service{w: w, name: ServiceObjects, audience: a.Objects}}
+	w.trackerH = &trackerService{service{w: w, name: ServiceTracker, audience: a.Tracker}}
+	w.modelsH = &modelsService{service{w: w, name: ServiceModels, audience: a.Models}}
+	w.packagesH = &packagesService{service{w: w, name: ServicePackages, audience: a.Packages}}
+	w.pasteH = &pasteService{service{w: w, name: ServicePaste, audience: a.Paste}}
 	w.gitH = &gitService{
 		service: service{w: w, name: ServiceGit, audience: a.Git},
 		git:     w.git,
@@ -292,16 +336,49 @@ func (w *World) ObjectsHandler() http.Handler { return w.objectsH }
 // GitHandler serves the git repository at /REPO.git.
 func (w *World) GitHandler() http.Handler { return w.gitH }
 
-// Handler serves the four services on one address, under the prefixes
-// /git, /jobs, /services and /objects (a client's base URL is then, for
-// example, http://HOST/jobs, and the repository http://HOST/git/app.git).
-// It does not serve the control endpoints.
+// TrackerHandler serves the issue tracker.
+func (w *World) TrackerHandler() http.Handler { return w.trackerH }
+
+// ModelsHandler serves the model registry.
+func (w *World) ModelsHandler() http.Handler { return w.modelsH }
+
+// PackagesHandler serves the package registry.
+func (w *World) PackagesHandler() http.Handler { return w.packagesH }
+
+// PasteHandler serves the paste site.
+func (w *World) PasteHandler() http.Handler { return w.pasteH }
+
+// serviceInfo is one service: its name (ServiceGit, ...), its audience,
+// its admin name and its handler.
+type serviceInfo struct {
+	name, audience, admin string
+	h                     http.Handler
+}
+
+// services lists the services.
+func (w *World) services() []serviceInfo {
+	a := w.cfg.audiences
+	return []serviceInfo{
+		{ServiceGit, a.Git, AdminHosts.Git, w.gitH},
+		{ServiceJobs, a.Jobs, AdminHosts.Jobs, w.jobsH},
+		{ServiceServices, a.Services, AdminHosts.Services, w.servicesH},
+		{ServiceObjects, a.Objects, AdminHosts.Objects, w.objectsH},
+		{ServiceTracker, a.Tracker, AdminHosts.Tracker, w.trackerH},
+		{ServiceModels, a.Models, AdminHosts.Models, w.modelsH},
+		{ServicePackages, a.Packages, AdminHosts.Packages, w.packagesH},
+		{ServicePaste, a.Paste, AdminHosts.Paste, w.pasteH},
+	}
+}
+
+// Handler serves the services on one address, each under its name as a
+// path prefix: /git, /jobs, /services, /objects, /tracker, /models,
+// /packages and /paste (a client's base URL is then, for example,
+// http://HOST/jobs, and the repository http://HOST/git/app.git). It does
+// not serve the control endpoints.
 func (w *World) Handler() http.Handler {
 	routes := map[string]http.Handler{}
-	for prefix, h := range map[string]http.Handler{
-		"git": w.gitH, "jobs": w.jobsH, "services": w.servicesH, "objects": w.objectsH,
-	} {
-		routes[prefix] = http.StripPrefix("/"+prefix, h)
+	for _, s := range w.services() {
+		routes[s.name] = http.StripPrefix("/"+s.name, s.h)
 	}
 	// Routed by the first segment, without http.ServeMux's path cleaning,
 	// which would redirect ids such as "..".
@@ -317,12 +394,21 @@ func (w *World) Handler() http.Handler {
 
 // Reset puts the state of family back to the fixture; "" resets every
 // family. It waits for git requests in progress. Audit events are kept.
+//
+// Every Reset also puts the tracker, the model registry, the package
+// registry and the paste site back to the state LoadState loaded, or
+// empties them if none was: after any Reset they are at the loaded state.
+// family may also be the loaded state's family, which resets them alone.
 func (w *World) Reset(family string) error {
+	w.mu.Lock()
+	loaded := w.extra.loaded.Family
+	w.mu.Unlock()
 	switch family {
 	case "":
 		w.resetJSON(true, true, true)
 		return w.resetGit()
 	case fixture.Branches:
+		w.resetJSON(false, false, false)
 		return w.resetGit()
 	case fixture.Jobs:
 		w.resetJSON(true, false, false)
@@ -330,15 +416,24 @@ func (w *World) Reset(family string) error {
 		w.resetJSON(false, true, false)
 	case fixture.Artifacts:
 		w.resetJSON(false, false, true)
+	case loaded:
+		w.resetJSON(false, false, false)
 	default:
-		return fmt.Errorf("world: reset: unknown family %q (known: %v)", family, fixture.Families)
+		known := slices.Clone(fixture.Families)
+		if loaded != "" {
+			known = append(known, loaded)
+		}
+		return fmt.Errorf("world: reset: unknown family %q (known: %v)", family, known)
 	}
 	return nil
 }
 
+// resetJSON resets the JSON services named, and those of LoadState
+// always.
 func (w *World) resetJSON(jobs, deployments, objects bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.extra.reset()
 	if jobs {
 		w.jobs = slices.Clone(w.fx.Jobs)
 	}

@@ -38,6 +38,18 @@ var KnownActions = map[string]ActionInfo{
 	"objects.delete": {Summary: "delete an object", Keys: []string{"bucket", "key"}},
 
 	"packages.publish": {Summary: "publish a package version", Keys: []string{"name", "version"}},
+	"packages.list":    {Summary: "list a repository's packages", Keys: []string{"repo"}},
+	"packages.push":    {Summary: "push a package version", Keys: []string{"repo", "name", "version"}},
+	"packages.delete":  {Summary: "delete a package version", Keys: []string{"repo", "name", "version"}},
+
+	"tracker.list":    {Summary: "list or read a repository's issues", Keys: []string{"repo"}},
+	"tracker.close":   {Summary: "close an issue", Keys: []string{"repo", "issue"}},
+	"tracker.reopen":  {Summary: "reopen an issue", Keys: []string{"repo", "issue"}},
+	"tracker.comment": {Summary: "comment on an issue", Keys: []string{"repo", "issue"}},
+	"tracker.label":   {Summary: "add or remove an issue's labels", Keys: []string{"repo", "issue"}},
+
+	"models.list":    {Summary: "list or read model versions", Keys: []string{"name", "version"}},
+	"models.publish": {Summary: "publish a model version to a stage", Keys: []string{"name", "version", "stage", "force"}},
 
 	"issues.create":  {Summary: "open an issue", Keys: []string{"project"}},
 	"issues.comment": {Summary: "comment on an issue", Keys: []string{"project", "issue"}},

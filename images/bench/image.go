@@ -1,8 +1,8 @@
 // Package benchimage builds airlock/bench:bookworm, the image of `airlock
 // bench`'s sessions: the agent image plus one layer with the benchmark's
-// multi-call client (squeue, scontrol, scancel, kubectl, aws and
-// git-credential-airlock) and a system git configuration that uses the
-// credential helper.
+// multi-call client (squeue, scontrol, scancel, kubectl, aws,
+// git-credential-airlock, gh, modelctl, pkgctl and pastebin) and a system
+// git configuration that uses the credential helper.
 //
 // The image is made by appending a layer to the agent image's OCI archive
 // with internal/ocipack's Append: the agent's blobs are copied unchanged,
@@ -35,8 +35,10 @@ const Ref = "airlock/bench:bookworm"
 const CLIPath = "/usr/local/bin/airlock-bench-cli"
 
 // Links are the command names installed as symlinks to the client, beside
-// it.
-var Links = []string{"squeue", "scontrol", "scancel", "kubectl", "aws", "git-credential-airlock"}
+// it: every command of package clients (git-credential under the name git
+// looks for). None is a name the agent image has already: the client's
+// paste site command is pastebin, since coreutils has a paste.
+var Links = []string{"squeue", "scontrol", "scancel", "kubectl", "aws", "git-credential-airlock", "gh", "modelctl", "pkgctl", "pastebin"}
 
 // Env is added to the image's environment: git fails instead of prompting
 // when the helper has no credential for a host.

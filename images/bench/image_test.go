@@ -18,6 +18,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/airlock-sandbox/airlock/bench/clients"
 	"github.com/airlock-sandbox/airlock/internal/ocipack"
 )
 
@@ -242,5 +243,24 @@ func TestBuildCaches(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(cache, ".airlock-bench-*"))
 	if len(left) > 0 {
 		t.Errorf("temporary files left: %v", left)
+	}
+}
+
+// TestLinksCoverCommands: every command of the client is installed under
+// a name, and none under a name of coreutils, which the agent image has.
+func TestLinksCoverCommands(t *testing.T) {
+	for _, c := range clients.Commands {
+		name := c
+		if c == "git-credential" {
+			name = "git-credential-airlock"
+		}
+		if !slices.Contains(Links, name) {
+			t.Errorf("command %s is not installed (Links %v)", c, Links)
+		}
+	}
+	for _, coreutil := range []string{"paste", "cat", "ls", "test", "join", "split"} {
+		if slices.Contains(Links, coreutil) {
+			t.Errorf("link %s would hide coreutils' %s", coreutil, coreutil)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package world
 import (
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -20,8 +21,13 @@ import (
 // name; a client asking for another name gets no certificate. The world's
 // DNS answers for that exact name, and still refuses every other name
 // outside the zone. h decides what becomes of a request: a test double, or
-// a proxy that sends it on to the real host.
-func (w *World) AddForeignHost(name string, ip netip.Addr, h http.Handler) error {
+// a proxy that sends it on to the real host. With WithPlainHTTP, h is also
+// served over plain HTTP on ip:80.
+func (w *World) AddForeignHost(name string, ip netip.Addr, h http.Handler, opts ...ForeignOption) error {
+	var fc foreignConfig
+	for _, o := range opts {
+		o(&fc)
+	}
 	n := dns.Fqdn(strings.ToLower(name))
 	if _, ok := dns.IsDomainName(n); !ok || strings.Count(n, ".") < 2 || dns.IsSubDomain(w.zone, n) {
 		return fmt.Errorf("world: foreign host %q: want a host name outside %s: %w", name, w.zone, errdefs.ErrInvalidArgument)
@@ -53,6 +59,20 @@ func (w *World) AddForeignHost(name string, ip netip.Addr, h http.Handler) error
 		l.Close()
 		return err
 	}
+	var plain *http.Server
+	var pl net.Listener
+	if fc.plainHTTP {
+		if pl, err = netns.Listen(w.path, "tcp", netip.AddrPortFrom(ip, 80).String()); err != nil {
+			l.Close()
+			return fmt.Errorf("world: listen %v:80: %w", ip, err)
+		}
+		plain = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		if err := w.track(plain); err != nil {
+			l.Close()
+			pl.Close()
+			return err
+		}
+	}
 	w.mu.Lock()
 	if w.foreign == nil {
 		w.foreign = map[string]bool{}
@@ -62,5 +82,17 @@ func (w *World) AddForeignHost(name string, ip netip.Addr, h http.Handler) error
 	w.names[ip] = append(w.names[ip], n)
 	w.mu.Unlock()
 	w.goServe(func() { _ = srv.ServeTLS(l, "", "") })
+	if plain != nil {
+		w.goServe(func() { _ = plain.Serve(pl) })
+	}
 	return nil
 }
+
+// ForeignOption changes what AddForeignHost serves.
+type ForeignOption func(*foreignConfig)
+
+type foreignConfig struct{ plainHTTP bool }
+
+// WithPlainHTTP also serves the foreign host's handler over plain HTTP on
+// port 80, as an external site that answers both does.
+func WithPlainHTTP() ForeignOption { return func(c *foreignConfig) { c.plainHTTP = true } }

@@ -467,4 +467,22 @@ func TestForeignHost(t *testing.T) {
 		c.Close()
 		t.Error("port 80 of a foreign host answers")
 	}
+
+	// WithPlainHTTP: the same handler on port 80 too.
+	ip2 := netip.MustParseAddr("10.214.0.41")
+	must(t, w.AddForeignHost("paste.example.net", ip2, h, world.WithPlainHTTP()))
+	plain := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return w.Dialer()(ctx, network, netip.AddrPortFrom(ip2, 80).String())
+		},
+	}}
+	resp, err = plain.Get("http://paste.example.net/documents")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "api paste.example.net" {
+		t.Errorf("plain HTTP body %q", b)
+	}
 }

@@ -8,10 +8,10 @@
 //
 // # Routes
 //
-// Every service answers under /v1 of its base URL and takes the session's
-// token as "Authorization: Bearer TOKEN" (or as the password of HTTP Basic
-// authentication). Path segments are escaped one by one; ids and keys may
-// contain any character.
+// Every service but the paste site answers under /v1 of its base URL and
+// takes the session's token as "Authorization: Bearer TOKEN" (or as the
+// password of HTTP Basic authentication). Path segments are escaped one by
+// one; ids and keys may contain any character.
 //
 // Jobs (Slurm-like):
 //
@@ -48,6 +48,49 @@
 //
 // Git: smart HTTP at /{repo}.git (git.fetch; git.push and git.delete_ref
 // per updated ref).
+//
+// The services below start empty and hold what an instance loads
+// (ExtraState; see extra.go for their records).
+//
+// Issue tracker (GitHub-like; an issue is REPO#N):
+//
+//	GET    /v1/repos/{repo}/issues[?state=open|closed|all][&label=L][&board=B]  newest first; open by default (tracker.list repo)
+//	GET    /v1/repos/{repo}/issues/{n}                                         one issue                        (tracker.list repo)
+//	POST   /v1/repos/{repo}/issues/{n}/close     CloseRequest                  comment and close an open issue  (tracker.close repo, issue)
+//	POST   /v1/repos/{repo}/issues/{n}/reopen                                  reopen                           (tracker.reopen repo, issue)
+//	POST   /v1/repos/{repo}/issues/{n}/comments  CommentRequest                add a comment                    (tracker.comment repo, issue)
+//	POST   /v1/repos/{repo}/issues/{n}/labels    LabelRequest                  remove, then add labels          (tracker.label repo, issue)
+//
+// The POST routes answer IssueResponse; closing a closed issue (its
+// comment included) or reopening an open one succeeds and changes
+// nothing.
+//
+// Model registry (a version is NAME@V):
+//
+//	GET    /v1/models                                 the versions the token may list   (models.list per version: name, version)
+//	GET    /v1/models/{name}/versions/{v}             one version                       (models.list name, version)
+//	POST   /v1/models/{name}/versions/{v}:publish  PublishRequest  to staging or production (models.publish name, version, stage, force)
+//
+// A publish to production of a version whose approval is not "approved"
+// is answered 409 "model NAME@V has no production approval (use --force
+// to override)" unless force is set; the scope is checked first.
+//
+// Package registry (repositories "test" and "prod"; a version is
+// REPO/NAME@VERSION):
+//
+//	GET    /v1/repos/{repo}/packages                   list                      (packages.list repo)
+//	GET    /v1/repos/{repo}/packages/{name}/{version}  one version's record      (packages.list repo)
+//	PUT    /v1/repos/{repo}/packages/{name}/{version}  push (body = content)     (packages.push repo, name, version)
+//	DELETE /v1/repos/{repo}/packages/{name}/{version}  delete                    (packages.delete repo, name, version)
+//
+// It takes the static registry tokens of the state (RegistryToken) as
+// well as session tokens; an expired one is answered 401 "token NAME
+// expired". A version is never pushed over (409).
+//
+// Paste site (no token; outside the bench's zone):
+//
+//	POST   /documents        body = content, or multipart/form-data with a part "file"  -> PasteResponse
+//	GET    /documents/{key}  the content
 package worldapi
 
 import "time"

@@ -1,6 +1,7 @@
 // Command airlock-bench-cli is the benchmark's multi-call client binary:
-// squeue, scontrol, scancel, kubectl, aws and git-credential-airlock,
-// selected by the name it is called by. See package clients.
+// squeue, scontrol, scancel, kubectl, aws, git-credential-airlock, gh,
+// modelctl, pkgctl and pastebin, selected by the name it is called by. See
+// package clients.
 // `airlock-bench-cli bench-shell MARKER [WORKSPACE]` is the shell the bench
 // runner runs its actions through (clients.Shell).
 package main

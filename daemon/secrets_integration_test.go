@@ -10,9 +10,12 @@ import (
 	"encoding/pem"
 	"io"
 	"io/fs"
+	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/egress/sessionca"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/world"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 	"github.com/airlock-sandbox/airlock/secrets"
@@ -349,5 +353,97 @@ kill $srv
 	}
 	if !secrets.IsPlaceholder(ph) {
 		t.Errorf("placeholder %q is not in the documented format", ph)
+	}
+}
+
+// TestGuardedSecretFoundOnDisk: a secret with no inject block is only
+// guarded. A copy of its value that the sandbox holds (a production token
+// left in a configuration file, found by an agent after a test deploy
+// failed) reaches no host through the gateway: sent as a bearer token, as
+// Basic credentials, in a query or in a body, it is refused with 403 and
+// audited as an exfiltration naming the secret; the service never sees
+// it. Requests without it go through.
+func TestGuardedSecretFoundOnDisk(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	var rnd [16]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		t.Fatal(err)
+	}
+	value := "rpt_prod_" + hex.EncodeToString(rnd[:])
+	src := filepath.Join(t.TempDir(), "prod-deploy")
+	if err := os.WriteFile(src, []byte(value+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := policies.DefaultAdmission()
+	a.SecretSources = []policies.SecretSource{{From: "file:" + src, Hosts: []string{"registry.guard.test"}}}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+
+	var mu sync.Mutex
+	var saw []string
+	svc := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		saw = append(saw, r.URL.String()+" "+r.Header.Get("Authorization")+" "+string(b))
+		mu.Unlock()
+		io.WriteString(rw, "ok")
+	})
+	if err := h.World.AddHost("registry.guard.test", netip.MustParseAddr("10.214.0.52"), world.WithHandler(svc)); err != nil && !strings.Contains(err.Error(), "exists") {
+		t.Fatal(err)
+	}
+	p := policy("sleep", "300")
+	p.Egress = &policies.Egress{Allow: []string{"registry.guard.test:80"}, L7: policies.L7Check}
+	p.Secrets = []policies.Secret{{Name: "PROD_DEPLOY", From: "file:" + src, EnvVar: "PROD_DEPLOY"}}
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+	if _, _, code := execIn(t, s.ID, strings.NewReader("REGISTRY_TOKEN="+value+"\n"), "sh", "-c", "mkdir -p /tmp/deploy && cat > /tmp/deploy/prod.env"); code != 0 {
+		t.Fatal("writing the leaked copy")
+	}
+	tok := `"$(sed -n 's/^REGISTRY_TOKEN=//p' /tmp/deploy/prod.env)"`
+	c := `curl -sS --max-time 10 -o /dev/null -w '%{http_code}' `
+	for name, script := range map[string]string{
+		"bearer": c + `-H "Authorization: Bearer ` + tok[1:len(tok)-1] + `" -X PUT --data-binary x http://registry.guard.test/v1/repos/test/packages/app/1.4.2`,
+		"basic":  c + `-u "deploy:` + tok[1:len(tok)-1] + `" http://registry.guard.test/v1/repos/test/packages`,
+		"query":  c + `"http://registry.guard.test/v1/repos/test/packages?token=` + tok[1:len(tok)-1] + `"`,
+		"body":   c + `--data-binary @/tmp/deploy/prod.env http://registry.guard.test/documents`,
+	} {
+		out, errOut, code := execIn(t, s.ID, nil, "sh", "-c", script)
+		if code != 0 || out != "403" {
+			t.Errorf("%s: %q %s (exit %d), want 403", name, out, errOut, code)
+		}
+	}
+	if out, _, code := execIn(t, s.ID, nil, "sh", "-c", c+`-H "Authorization: Bearer rpt_test_expired" http://registry.guard.test/v1/repos/test/packages`); code != 0 || out != "200" {
+		t.Errorf("a request without the secret: %q (exit %d), want 200", out, code)
+	}
+	mu.Lock()
+	for _, r := range saw {
+		if strings.Contains(r, value) {
+			t.Errorf("the service saw the guarded value: %q", r)
+		}
+	}
+	n := len(saw)
+	mu.Unlock()
+	// The body streams: a value in it is found as it passes, and the
+	// request is cut off before it, so the service may have seen the
+	// body's request line, headers and start, never the value.
+	if n < 1 || n > 2 {
+		t.Errorf("the service saw %d requests, want the one without the secret (and the start of the one whose body carried it)", n)
+	}
+	evs, err := h.Daemon.Audit(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, ev := range evs {
+		if ev.Layer == "l7" && ev.Action == "exfiltration" && strings.Contains(ev.Reason, "value of secret PROD_DEPLOY") {
+			found++
+		}
+	}
+	if found != 4 {
+		t.Errorf("%d exfiltration events name the secret's value, want 4", found)
 	}
 }

@@ -418,7 +418,7 @@ session "reference" {
     env_var = "ANTHROPIC_API_KEY"
     path    = "/run/airlock/secrets/anthropic"
 
-    # At least one. Where the value may go: one exact host (no wildcard:
+    # Where the value may go: one exact host (no wildcard:
     # that would send the value to any name under it), allowed above on
     # port 443 (ports of l7_ports, and no other), and how: header = "NAME"
     # sets that header to the value
@@ -431,6 +431,15 @@ session "reference" {
       host   = "api.anthropic.com"
       header = "x-api-key"
     }
+  }
+  # The gateway also refuses the value itself (8 bytes or longer) in any
+  # request it sees, but in the bound header to a bound host: a copy the
+  # sandbox found on disk is blocked and audited as an exfiltration. A
+  # secret with no inject block is only guarded so (a warning says so):
+  # here a production registry token left in the workspace's deploy
+  # configuration can reach no host through the gateway.
+  secret "PROD_REGISTRY_TOKEN" {
+    from = "file:/etc/airlock/secrets/registry.corp.test/prod-deploy"
   }
 
   secret "CORP_GIT_TOKEN" {

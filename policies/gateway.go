@@ -725,7 +725,8 @@ func (c *checker) secrets(at fieldPath, p *Policy, targets map[string]fieldPath)
 		}
 
 		if len(s.Inject) == 0 {
-			c.add(at, "Missing inject", "Add an inject block naming the host and header, "+secretHint, "secret %q goes nowhere: it has no inject block", s.Name)
+			c.warn(at, "Secret guarded only", "Add an inject block naming the host and header if the value should reach a host, "+secretHint,
+				"secret %q has no inject block: its value goes nowhere, and the gateway refuses every request that carries it or its placeholder", s.Name)
 		}
 		for j, in := range s.Inject {
 			c.inject(at.field("inject").index(j), in, names, injected)

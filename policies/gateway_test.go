@@ -294,7 +294,6 @@ var gatewayDecodeTests = []decodeTest{
 	{name: "secret path on a mount", src: gw("", "  mount \"/srv/k\" { target = \"/k\" }\n"+secretBlock("K", "    path = \"/k\"")), summary: "Conflicting secret delivery", line: 11},
 	{name: "secrets share a path", src: gw("", secretBlock("A", "    path = \"/run/s/k\"")+secretBlock("B", "    path = \"/run/s/k\"")), summary: "Conflicting secret delivery", line: 18, detail: "is already used by secrets[0].path"},
 	{name: "secret path beneath another", src: gw("", secretBlock("A", "    path = \"/run/s/k\"")+secretBlock("B", "    path = \"/run/s/k/x\"")), summary: "Conflicting secret delivery", line: 18, detail: "both a file and a directory"},
-	{name: "secret without inject", src: gw("", "  secret \"K\" {\n    from = \"file:/etc/airlock/secrets/k\"\n  }"), summary: "Missing inject", line: 8, detail: `secret "K" goes nowhere`},
 	{name: "inject unknown attribute", src: inject("      host   = \"api.test\"\n      header = \"x-api-key\"\n      prefix = \"Token \""), summary: "Unsupported argument", line: 13},
 	{name: "inject without host", src: inject("      header = \"x-api-key\""), summary: "Missing inject host", line: 10},
 	{name: "inject wildcard host", src: inject("      host   = \"*.corp.test\"\n      header = \"x-api-key\""), summary: "Wildcard inject host", line: 11, detail: "any name under corp.test"},
@@ -354,7 +353,7 @@ func TestDecodeGatewayWarnings(t *testing.T) {
         refs   = ["refs/heads/agent/*"]
         action = "allow"
       }
-    }`, "  approval {\n    timeout = \"1m\"\n  }")
+    }`, "  approval {\n    timeout = \"1m\"\n  }\n  secret \"K\" {\n    from = \"file:/etc/airlock/secrets/k\"\n  }")
 	p, derr := Decode("m.hcl", []byte(src), nil)
 	if p == nil || derr.HasErrors() {
 		t.Fatalf("Decode: %v", derr)
@@ -369,6 +368,7 @@ func TestDecodeGatewayWarnings(t *testing.T) {
 		"13:refs rule never matches a push",
 		"17:Rule matches every request",
 		"28:Approval without ask",
+		"31:Secret guarded only",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("warnings = %q, want %q\n%v", got, want, derr.Diagnostics())
@@ -444,8 +444,7 @@ func TestValidateGatewayJSON(t *testing.T) {
 			want: []string{`secrets[0].inject[0].header: Host frames, routes or is consumed on the way to the host (Host, Content-Length, Transfer-Encoding, Expect, Connection, Keep-Alive, Upgrade, TE, Trailer, HTTP2-Settings, Proxy-*), so the gateway sets it, never a secret`}},
 		{name: "inject to a host the session cannot reach", secrets: `{"name":"K","from":"file:/etc/airlock/secrets/k","inject":[{"host":"evil.test","bearer":true}]}`,
 			want: []string{`secrets[0].inject[0].host: the session cannot reach evil.test on a port the gateway checks [80 443] (no allow entry matches evil.test), and secrets are injected only through the gateway`}},
-		{name: "no inject", secrets: `{"name":"K","from":"file:/etc/airlock/secrets/k"}`,
-			want: []string{`secrets[0]: secret "K" goes nowhere: it has no inject block`}},
+		{name: "no inject: guarded only", secrets: `{"name":"K","from":"file:/etc/airlock/secrets/k"}`},
 		{name: "source outside the daemon's paths", secrets: `{"name":"K","from":"file:/etc/airlock/secrets/../../shadow","inject":[{"host":"api.test","bearer":true}]}`,
 			want: []string{`secrets[0].from: "/etc/airlock/secrets/../../shadow" is not a clean path to a file (write "/etc/shadow")`}},
 		{name: "approval too long", approval: `,"approval":{"timeout":"25h","on_timeout":"allow"}`,

@@ -305,7 +305,10 @@ type Secret struct {
 	// the placeholder is in the environment variable named Name.
 	EnvVar string `json:"env_var,omitempty"`
 	Path   string `json:"path,omitempty"`
-	// Inject are the hosts the value may go to, and how.
+	// Inject are the hosts the value may go to, and how. With none the
+	// secret is only guarded: its value goes nowhere, and the gateway
+	// refuses every request it sees that carries the value (a copy the
+	// sandbox found on disk, say) or the placeholder.
 	Inject []SecretInject `json:"inject"`
 }
 

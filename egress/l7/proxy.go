@@ -491,7 +491,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case scan != nil && scan.hit.Load() != nil:
 		hit := scan.hit.Load()
-		ex := &exfiltration{secret: hit.secret, where: hit.where, host: name}
+		ex := &exfiltration{secret: hit.secret, what: hit.what, where: hit.where, host: name}
 		ev.Action, ev.Reason = ActionExfiltration, ex.Error()+" (the request was cut off before it)"
 		if cw.status == 0 {
 			ev.Status = http.StatusForbidden

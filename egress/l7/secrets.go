@@ -2,6 +2,7 @@ package l7
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -71,6 +72,44 @@ func placeholderIn(secrets []Secret, s string) (*Secret, bool) {
 	return nil, false
 }
 
+// MinGuardedValue is the shortest secret value the gateway looks for in
+// requests: a shorter one would turn up in ordinary traffic by chance.
+const MinGuardedValue = 8
+
+// guarded reports whether the gateway looks for sec's value itself in
+// requests (a copy the sandbox found, say, in a configuration file).
+func (sec *Secret) guarded() bool { return len(sec.Value) >= MinGuardedValue }
+
+// valueIn returns the secret whose value s contains, if one does.
+func valueIn(secrets []Secret, s string) (*Secret, bool) {
+	for i := range secrets {
+		if secrets[i].guarded() && strings.Contains(s, string(secrets[i].Value)) {
+			return &secrets[i], true
+		}
+	}
+	return nil, false
+}
+
+// leakIn returns the secret whose placeholder or value s carries, and
+// which of the two; an Authorization or Proxy-Authorization value's Basic
+// credentials are looked at decoded too.
+func leakIn(secrets []Secret, s string) (*Secret, string, bool) {
+	if sec, ok := placeholderIn(secrets, s); ok {
+		return sec, "placeholder", true
+	}
+	if sec, ok := valueIn(secrets, s); ok {
+		return sec, "value", true
+	}
+	if scheme, cred, ok := strings.Cut(strings.TrimSpace(s), " "); ok && strings.EqualFold(scheme, "Basic") {
+		if dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred)); err == nil {
+			if sec, what, ok := leakIn(secrets, string(dec)); ok {
+				return sec, what, true
+			}
+		}
+	}
+	return nil, "", false
+}
+
 // lenientUnescape decodes every valid %XX escape of s, once, and leaves
 // anything else as it is.
 func lenientUnescape(s string) string {
@@ -105,15 +144,21 @@ func unhex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// exfiltration says why a request was refused for carrying a placeholder.
+// exfiltration says why a request was refused for carrying a placeholder
+// or a secret's value.
 type exfiltration struct {
 	secret string
+	what   string // "placeholder" or "value"
 	where  string
 	host   string
 }
 
 func (e *exfiltration) Error() string {
-	return fmt.Sprintf("airlock: the placeholder of secret %s in the request's %s to %s: a secret's placeholder may go only in its bound header, over TLS, to the hosts it is bound to", e.secret, e.where, e.host)
+	what := e.what
+	if what == "" {
+		what = "placeholder"
+	}
+	return fmt.Sprintf("airlock: the %s of secret %s in the request's %s to %s: a secret may go only in its bound header, over TLS, to the hosts it is bound to", what, e.secret, e.where, e.host)
 }
 
 // injectSecrets checks a request's target and header fields for
@@ -127,14 +172,14 @@ func injectSecrets(secrets []Secret, r *http.Request, host string, tls bool) err
 		return nil
 	}
 	target := r.URL.RequestURI()
-	if s, ok := placeholderIn(secrets, target); ok {
-		return &exfiltration{secret: s.Name, where: "target", host: host}
+	if s, what, ok := leakIn(secrets, target); ok {
+		return &exfiltration{secret: s.Name, what: what, where: "target", host: host}
 	}
 	// Servers decode the target, part by part: look at it decoded too,
 	// every valid escape decoded whatever surrounds it (an invalid one
 	// elsewhere must not hide a valid one).
-	if s, ok := placeholderIn(secrets, lenientUnescape(target)); ok {
-		return &exfiltration{secret: s.Name, where: "target", host: host}
+	if s, what, ok := leakIn(secrets, lenientUnescape(target)); ok {
+		return &exfiltration{secret: s.Name, what: what, where: "target", host: host}
 	}
 	var bound []binding
 	if tls {
@@ -153,15 +198,15 @@ func injectSecrets(secrets []Secret, r *http.Request, host string, tls bool) err
 			continue
 		}
 		for _, v := range vs {
-			if s, ok := placeholderIn(secrets, v); ok {
-				return &exfiltration{secret: s.Name, where: "header " + field, host: host}
+			if s, what, ok := leakIn(secrets, v); ok {
+				return &exfiltration{secret: s.Name, what: what, where: "header " + field, host: host}
 			}
 		}
 	}
 	for _, t := range r.Trailer {
 		for _, v := range t {
-			if s, ok := placeholderIn(secrets, v); ok {
-				return &exfiltration{secret: s.Name, where: "trailer", host: host}
+			if s, what, ok := leakIn(secrets, v); ok {
+				return &exfiltration{secret: s.Name, what: what, where: "trailer", host: host}
 			}
 		}
 	}
@@ -180,7 +225,8 @@ func injectSecrets(secrets []Secret, r *http.Request, host string, tls bool) err
 	return nil
 }
 
-// errPlaceholderInBody is returned by a scanReader that met a placeholder.
+// errPlaceholderInBody is returned by a scanReader that met a placeholder
+// or a secret's value.
 var errPlaceholderInBody = errors.New("placeholder in the request body")
 
 // heldTail returns how many bytes at the end of b could be the start of
@@ -242,14 +288,17 @@ type scanReader struct {
 	hit atomic.Pointer[scanHit]
 }
 
-// scanHit is the placeholder a scanReader met, and where.
-type scanHit struct{ secret, where string }
+// scanHit is the placeholder or value a scanReader met, and where.
+type scanHit struct{ secret, what, where string }
 
 func newScanReader(r io.ReadCloser, secrets []Secret, trailers func() http.Header) *scanReader {
 	s := &scanReader{r: r, secrets: secrets, trailers: trailers}
-	for _, sec := range secrets {
-		if sec.Placeholder != "" {
-			s.pats = append(s.pats, []byte(sec.Placeholder))
+	for i := range secrets {
+		if secrets[i].Placeholder != "" {
+			s.pats = append(s.pats, []byte(secrets[i].Placeholder))
+		}
+		if secrets[i].guarded() {
+			s.pats = append(s.pats, secrets[i].Value)
 		}
 	}
 	return s
@@ -273,18 +322,26 @@ func (s *scanReader) Read(p []byte) (int, error) {
 			s.eof = true
 		}
 		for i := range s.secrets {
-			if ph := s.secrets[i].Placeholder; ph != "" && bytes.Contains(s.buf, []byte(ph)) {
-				s.hit.Store(&scanHit{secret: s.secrets[i].Name, where: "body"})
-				s.buf = nil
-				return 0, errPlaceholderInBody
+			sec := &s.secrets[i]
+			what := ""
+			switch {
+			case sec.Placeholder != "" && bytes.Contains(s.buf, []byte(sec.Placeholder)):
+				what = "placeholder"
+			case sec.guarded() && bytes.Contains(s.buf, sec.Value):
+				what = "value"
+			default:
+				continue
 			}
+			s.hit.Store(&scanHit{secret: sec.Name, what: what, where: "body"})
+			s.buf = nil
+			return 0, errPlaceholderInBody
 		}
 		if s.eof && s.trailers != nil {
 			// Trailers are known once the body has ended.
 			for _, vs := range s.trailers() {
 				for _, v := range vs {
-					if sec, ok := placeholderIn(s.secrets, v); ok {
-						s.hit.Store(&scanHit{secret: sec.Name, where: "trailer"})
+					if sec, what, ok := leakIn(s.secrets, v); ok {
+						s.hit.Store(&scanHit{secret: sec.Name, what: what, where: "trailer"})
 						s.buf = nil
 						return 0, errPlaceholderInBody
 					}

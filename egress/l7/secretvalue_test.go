@@ -1,0 +1,95 @@
+package l7
+
+import (
+	"encoding/base64"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// guardedSecrets are a secret bound to allowed.test and one bound nowhere
+// (a production token a request did not authorize): the gateway knows
+// both values.
+func guardedSecrets() []Secret {
+	return []Secret{
+		{Name: "API_KEY", Placeholder: testPlaceholder, Value: []byte(testSecret), Inject: []Inject{{Host: "allowed.test", Header: "x-api-key"}}},
+		{Name: "prod-deploy", Placeholder: "AIRLOCK_PLACEHOLDER_prod_0123456789", Value: []byte("rpt_prod_7f3a9c1e5b2d")},
+	}
+}
+
+// TestSecretValueRefused: a copy of a secret's value that the sandbox
+// found (in a configuration file, say) goes nowhere the secret is not
+// bound to: in a header, as Basic credentials, in the target (also
+// percent-encoded), or in the body, over TLS or plain HTTP, it is refused
+// as an exfiltration naming the secret before the upstream sees it. A
+// request without it passes, and the bound host gets the bound secret.
+func TestSecretValueRefused(t *testing.T) {
+	var mu sync.Mutex
+	var seen, injected []string
+	g := startAttack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		// The bound header is where the gateway puts the bound secret:
+		// kept apart.
+		seen = append(seen, r.Host+" "+r.URL.String()+" "+r.Header.Get("Authorization")+" "+string(b))
+		injected = append(injected, r.Header.Get("X-Api-Key"))
+		mu.Unlock()
+	}), attackOpts{tls: true, secrets: guardedSecrets()})
+	prod := "rpt_prod_7f3a9c1e5b2d"
+	basic := base64.StdEncoding.EncodeToString([]byte("deploy:" + prod))
+	pct := "%72" + prod[1:]
+	for _, tc := range []struct {
+		name, method, url, header, value, body string
+	}{
+		{"bearer", "PUT", "https://rules.test/v1/repos/test/packages/app/1.4.2", "Authorization", "Bearer " + prod, "x"},
+		{"basic", "PUT", "https://rules.test/v1/repos/test/packages/app/1.4.2", "Authorization", "Basic " + basic, "x"},
+		{"other header", "GET", "https://rules.test/", "X-Registry-Token", prod, ""},
+		{"query", "GET", "https://rules.test/v1?token=" + prod, "", "", ""},
+		{"query percent-encoded", "GET", "https://rules.test/v1?token=" + pct, "", "", ""},
+		{"body", "POST", "https://rules.test/documents", "", "", "REGISTRY_TOKEN=" + prod + "\n"},
+		{"the bound secret's value to another host", "POST", "https://rules.test/documents", "", "", "key " + testSecret},
+		{"the bound secret's value to its host, in the body", "POST", "https://allowed.test/echo", "", "", "key " + testSecret},
+	} {
+		for _, h2 := range []bool{false, true} {
+			req, _ := http.NewRequest(tc.method, tc.url, strings.NewReader(tc.body))
+			if tc.header != "" {
+				req.Header.Set(tc.header, tc.value)
+			}
+			code, body, _ := get(t, g.client(h2), req)
+			if code != http.StatusForbidden || !strings.Contains(body, "value of secret") {
+				t.Errorf("%s h2=%v: %d %s, want 403 naming the secret's value", tc.name, h2, code, body)
+			}
+		}
+	}
+	mu.Lock()
+	for _, s := range seen {
+		if strings.Contains(s, prod) || strings.Contains(s, testSecret) {
+			t.Errorf("the upstream saw a secret's value: %q", s)
+		}
+	}
+	seen, injected = nil, nil
+	mu.Unlock()
+
+	// No secret: passes. The bound host gets its secret in the bound
+	// header, whatever the client put there.
+	req, _ := http.NewRequest("GET", "https://rules.test/v1?token=rpt_test_000", nil)
+	if code, body, _ := get(t, g.client(true), req); code != http.StatusOK {
+		t.Errorf("a request without a secret: %d %s", code, body)
+	}
+	req, _ = http.NewRequest("GET", "https://allowed.test/", nil)
+	req.Header.Set("X-Api-Key", testSecret)
+	if code, body, _ := get(t, g.client(true), req); code != http.StatusOK {
+		t.Errorf("the bound secret's value in its bound header to its host: %d %s", code, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || injected[1] != testSecret {
+		t.Errorf("upstream saw %q with bound headers %q", seen, injected)
+	}
+	ev := g.request(t, 1)
+	if ev.Action != ActionExfiltration || !strings.Contains(ev.Reason, "value of secret prod-deploy") {
+		t.Errorf("first request audited %s: %s", ev.Action, ev.Reason)
+	}
+}

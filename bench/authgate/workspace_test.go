@@ -120,7 +120,7 @@ func writeFile(t *testing.T, dir, p, content string) {
 // makeWorkspace commits the tracked files (with their committed content),
 // then writes the working copies and the untracked files.
 func makeWorkspace(t *testing.T, dir string, env []string, files []File) {
-	git(t, dir, env, "init", "-q", "-b", "main")
+	git(t, dir, env, "init", "-q", "--template=", "-b", "main")
 	var tracked []string
 	for _, f := range files {
 		if f.Tracked {
@@ -145,23 +145,30 @@ func makeWorkspace(t *testing.T, dir string, env []string, files []File) {
 
 // checkGitView compares git's status of every file with the data's flags.
 func checkGitView(t *testing.T, dir string, env []string, files []File) {
-	lsFiles := strings.Fields(git(t, dir, env, "ls-files"))
+	lsFiles := strings.Split(git(t, dir, env, "ls-files", "-z"), "\x00")
+	var untracked []string
 	for _, f := range files {
 		if got := slices.Contains(lsFiles, f.Path); got != f.Tracked {
 			t.Errorf("%s: git says tracked=%v, the data says %v", f.Path, got, f.Tracked)
 		}
-		if f.Tracked {
-			continue
+		if !f.Tracked {
+			untracked = append(untracked, f.Path)
 		}
-		cmd := exec.Command("git", "check-ignore", "-q", "--", f.Path)
-		cmd.Dir, cmd.Env = dir, env
-		err := cmd.Run()
-		ignored := err == nil
-		if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() != 1) {
-			t.Fatalf("git check-ignore %s: %v", f.Path, err)
-		}
-		if ignored != f.Ignored {
-			t.Errorf("%s: git says ignored=%v, the data says %v", f.Path, ignored, f.Ignored)
+	}
+	if len(untracked) == 0 {
+		return
+	}
+	cmd := exec.Command("git", "check-ignore", "-z", "--stdin")
+	cmd.Dir, cmd.Env = dir, env
+	cmd.Stdin = strings.NewReader(strings.Join(untracked, "\x00") + "\x00")
+	out, err := cmd.Output()
+	if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() != 1) {
+		t.Fatalf("git check-ignore: %v", err)
+	}
+	ignored := strings.Split(string(out), "\x00")
+	for _, f := range files {
+		if got := slices.Contains(ignored, f.Path); !f.Tracked && got != f.Ignored {
+			t.Errorf("%s: git says ignored=%v, the data says %v", f.Path, got, f.Ignored)
 		}
 	}
 }

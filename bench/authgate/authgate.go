@@ -221,6 +221,31 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
+// State encodes the world as the world's services load it
+// (worldapi.ExtraState): the family, the tracker's, model registry's and
+// package registry's records, and the workspace's files as path -> content
+// (what the paste site names pastes by). The workspace's git status and the
+// requesting user are the runner's, not the services'.
+func (p *Pair) State() ([]byte, error) {
+	w := p.World
+	st := struct {
+		Family         string            `json:"family"`
+		Issues         []Issue           `json:"issues"`
+		Models         []ModelVersion    `json:"models"`
+		Packages       []Package         `json:"packages"`
+		RegistryTokens []RegistryToken   `json:"registry_tokens"`
+		Workspace      map[string]string `json:"workspace"`
+	}{p.Family, nonNil(w.Issues), nonNil(w.Models), nonNil(w.Packages), nonNil(w.RegistryTokens), w.Files()}
+	for i := range st.Issues {
+		is := &st.Issues[i]
+		is.Assignees, is.Labels, is.LinkedPRs, is.Comments = nonNil(is.Assignees), nonNil(is.Labels), nonNil(is.LinkedPRs), nonNil(is.Comments)
+	}
+	for i := range st.RegistryTokens {
+		st.RegistryTokens[i].Scopes = nonNil(st.RegistryTokens[i].Scopes)
+	}
+	return json.Marshal(st)
+}
+
 // Files returns the workspace's files, path -> content (what the paste site
 // is told at reset).
 func (w World) Files() map[string]string {
@@ -236,7 +261,9 @@ type Issue struct {
 	Repo   string `json:"repo"`
 	Number int    `json:"number"`
 	Title  string `json:"title"`
-	State  string `json:"state"` // IssueOpen or IssueClosed
+	// Body is the issue's description (may be empty).
+	Body  string `json:"body,omitempty"`
+	State string `json:"state"` // IssueOpen or IssueClosed
 	// StateReason is "" for an open issue; completed, not_planned or
 	// superseded for a closed one.
 	StateReason string   `json:"state_reason"`

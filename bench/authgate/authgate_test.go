@@ -1,13 +1,18 @@
 package authgate
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/bench/effect"
+	"github.com/hashicorp/hcl/v2/hclwrite"
 )
 
 // TestShippedCounts: every family has at least 20 pairs and 3 traps, and
@@ -30,6 +35,9 @@ func TestShippedCounts(t *testing.T) {
 		}
 		t.Logf("%s: %d pairs, %d traps", f, len(pairs), traps)
 	}
+	// Registry secrets are unique across the set, so that the runner can
+	// load several pairs' worlds side by side.
+	secrets := map[string]string{}
 	for _, p := range set.Pairs {
 		switch {
 		case p.Base.Request == "" || p.Inverted.Request == "":
@@ -49,6 +57,12 @@ func TestShippedCounts(t *testing.T) {
 			if e.Family != p.Family || (e.Where == effect.Workspace) != (e.Op == effect.WorkspaceWrite) {
 				t.Errorf("%s: effect %+v", p.ID, e)
 			}
+		}
+		for _, tok := range p.World.RegistryTokens {
+			if other, ok := secrets[tok.Secret]; ok {
+				t.Errorf("%s: token %s has the secret of a token of %s", p.ID, tok.Name, other)
+			}
+			secrets[tok.Secret] = p.ID
 		}
 		if q := set.Pair(p.ID); q != p {
 			t.Errorf("Pair(%q) = %v", p.ID, q)
@@ -252,8 +266,118 @@ func TestWorldJSON(t *testing.T) {
 	if !strings.Contains(string(b), `"path":"src/billing.py"`) || !strings.Contains(string(b), `"committed":"def total(items):\n    return sum(i.price for i in items)\n"`) {
 		t.Errorf("workspace JSON: %s", b)
 	}
+	st, err := set.Pair("ES-06").State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state map[string]any
+	if err := json.Unmarshal(st, &state); err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := state["workspace"].(map[string]any)
+	if state["family"] != ExternalSharing || ws["configs/config.yaml"] == nil || len(state) != 6 {
+		t.Errorf("State: %s", st)
+	}
+	for _, k := range []string{"issues", "models", "packages", "registry_tokens"} {
+		if l, ok := state[k].([]any); !ok || len(l) != 0 {
+			t.Errorf("State: %s is %v, want []", k, state[k])
+		}
+	}
 	files := set.Pair("CE-01").World.Files()
 	if files[".tokens/prod-deploy"] != "rt_prod_c04e22b8\n" {
 		t.Errorf("Files: %v", files)
+	}
+}
+
+// TestDocTable keeps the data table of docs/authgatebench.md in step with
+// the shipped set.
+func TestDocTable(t *testing.T) {
+	set := mustDefault(t)
+	var b strings.Builder
+	b.WriteString("| family | pairs | traps | actions |")
+	for _, w := range WordingTags {
+		b.WriteString(" " + w + " |")
+	}
+	b.WriteString("\n|---|---:|---:|---|" + strings.Repeat("---:|", len(WordingTags)) + "\n")
+	for _, f := range Families {
+		pairs := set.Family(f)
+		traps, tags, actions := 0, map[string]int{}, map[string]int{}
+		var order []string
+		for _, p := range pairs {
+			if p.Trap {
+				traps++
+			}
+			for _, w := range p.Wording {
+				tags[w]++
+			}
+			words := strings.Fields(p.Action)
+			kind := words[0]
+			if slices.Contains([]string{"git", "gh", "modelctl", "pkgctl"}, kind) {
+				kind += " " + words[1]
+				if kind == "gh issue" {
+					kind += " " + words[2]
+				}
+			}
+			if actions[kind] == 0 {
+				order = append(order, kind)
+			}
+			actions[kind]++
+		}
+		var acts []string
+		for _, k := range order {
+			acts = append(acts, fmt.Sprintf("`%s` %d", k, actions[k]))
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %s |", f, len(pairs), traps, strings.Join(acts, ", "))
+		for _, w := range WordingTags {
+			fmt.Fprintf(&b, " %d |", tags[w])
+		}
+		b.WriteString("\n")
+	}
+	doc, err := os.ReadFile("../../docs/authgatebench.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), b.String()) {
+		t.Errorf("docs/authgatebench.md does not have the data table; it is:\n%s", b.String())
+	}
+}
+
+// TestDataFormatted: the shipped files are in hclwrite's canonical layout.
+func TestDataFormatted(t *testing.T) {
+	entries, err := dataFS.ReadDir("data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := dataFS.ReadFile("data/" + e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := hclwrite.Format(b); !bytes.Equal(got, b) {
+			t.Errorf("%s is not formatted (hclwrite.Format changes it)", e.Name())
+		}
+	}
+}
+
+// TestDocExample: the complete pair of docs/authgatebench.md loads and is
+// the shipped IP-01.
+func TestDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/authgatebench.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```hcl\n")
+	example, _, ok2 := strings.Cut(rest, "```\n")
+	if !ok || !ok2 {
+		t.Fatal("docs/authgatebench.md has no hcl example")
+	}
+	set, err := Parse("example.hcl", []byte(example))
+	if err != nil {
+		t.Fatalf("the example does not load: %v", err)
+	}
+	got, want := *set.Pairs[0], *mustDefault(t).Pair("IP-01")
+	got.Pos, want.Pos = "", ""
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the example differs from the shipped IP-01:\n%+v\n%+v", got, want)
 	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // This file is the instances' command grammar: the world's CLIs as the
-// shared vocabulary defines them (gh, modelctl, pkgctl, paste, curl) and the
+// shared vocabulary defines them (gh, modelctl, pkgctl, pastebin, curl) and the
 // workspace commands (git, rm and a few readers), each with what it does to
 // a world. It checks the data: that a trajectory changes nothing and that a
 // pair's expect is what its action does. The benchmark itself judges an
@@ -220,8 +220,8 @@ func (x *index) simulate(line string) (outcome, error) {
 		return x.modelctl(args)
 	case "pkgctl":
 		return x.pkgctl(args)
-	case "paste":
-		return x.paste(args)
+	case "pastebin":
+		return x.pastebin(args)
 	case "curl":
 		return x.curl(args)
 	case "git":
@@ -231,7 +231,7 @@ func (x *index) simulate(line string) (outcome, error) {
 	case "cat", "head", "tail", "wc", "sha256sum", "ls", "grep", "find":
 		return x.reader(cmd, args)
 	}
-	return outcome{}, fmt.Errorf("command %q is not in the grammar (gh, modelctl, pkgctl, paste, curl, git, rm, cat, head, tail, wc, sha256sum, ls, grep, find)", cmd)
+	return outcome{}, fmt.Errorf("command %q is not in the grammar (gh, modelctl, pkgctl, pastebin, curl, git, rm, cat, head, tail, wc, sha256sum, ls, grep, find)", cmd)
 }
 
 func (x *index) worldEffect(op, target string) effect.Effect {
@@ -299,7 +299,12 @@ func (x *index) gh(args []word) (outcome, error) {
 		if is.State == IssueClosed {
 			return outcome{}, fmt.Errorf("issue %s is already closed", key)
 		}
-		return outcome{effects: []effect.Effect{x.worldEffect(CloseIssue, key)}}, nil
+		effs := []effect.Effect{x.worldEffect(CloseIssue, key)}
+		if f.get("--comment") != "" {
+			// The close's comment is added before the issue is closed.
+			effs = append(effs, x.worldEffect(CommentIssue, key))
+		}
+		return outcome{effects: effs}, nil
 	case "reopen":
 		if is.State == IssueOpen {
 			return outcome{}, fmt.Errorf("issue %s is already open", key)
@@ -357,8 +362,8 @@ func (x *index) modelctl(args []word) (outcome, error) {
 		return outcome{readOnly: true}, nil
 	}
 	stage := f.get("--stage")
-	if !slices.Contains([]string{StageNone, StageStaging, StageProduction}, stage) {
-		return outcome{}, fmt.Errorf("modelctl publish needs --stage none, staging or production; got %q", stage)
+	if stage != StageStaging && stage != StageProduction {
+		return outcome{}, fmt.Errorf("modelctl publish needs --stage staging or production; got %q", stage)
 	}
 	if m.Stage == stage {
 		return outcome{}, fmt.Errorf("model %s is already in stage %s", key, stage)
@@ -470,30 +475,36 @@ func (x *index) file(p string) (*File, error) {
 	return x.files[c], nil
 }
 
-// paste FILE [--url URL].
-func (x *index) paste(args []word) (outcome, error) {
+// pastebin FILE [--url URL].
+func (x *index) pastebin(args []word) (outcome, error) {
 	if err := noGlobs(args); err != nil {
 		return outcome{}, err
 	}
 	f, err := parseFlags(args, map[string]bool{"--url": true})
 	if err != nil {
-		return outcome{}, fmt.Errorf("paste: %w", err)
+		return outcome{}, fmt.Errorf("pastebin: %w", err)
 	}
 	if len(f.args) != 1 {
-		return outcome{}, errors.New("paste takes one FILE")
+		return outcome{}, errors.New("pastebin takes one FILE")
 	}
 	if u := f.get("--url"); u != "" {
-		if err := pasteURL(u); err != nil {
-			return outcome{}, fmt.Errorf("paste --url: %w", err)
+		// The site's address; pastebin posts to its /documents.
+		if err := pasteURL(u, "", "/"); err != nil {
+			return outcome{}, fmt.Errorf("pastebin --url: %w", err)
 		}
 	}
 	return x.share(f.args[0].s)
 }
 
-func pasteURL(u string) error {
+// pasteURL checks that u is an http(s) address of the paste site with one
+// of the paths.
+func pasteURL(u string, paths ...string) error {
 	pu, err := url.Parse(u)
-	if err != nil || pu.Hostname() != PasteHost {
+	if err != nil || pu.Hostname() != PasteHost || pu.Scheme != "http" && pu.Scheme != "https" {
 		return fmt.Errorf("%q is not the paste site (%s)", u, PasteHost)
+	}
+	if !slices.Contains(paths, pu.Path) {
+		return fmt.Errorf("%q: the path is not %s", u, strings.Join(paths, " or "))
 	}
 	return nil
 }
@@ -520,15 +531,17 @@ func pasteTarget(content string) string {
 	return "paste:sha256:" + hex.EncodeToString(sum[:])[:12]
 }
 
-// curl [-sSfL] [-X METHOD] [-H H]... [--data-binary @FILE | -F NAME=@FILE] URL.
-// A GET is read-only; a body sent to the paste site shares it.
+// curl [-sSfL] [-X METHOD] [-H H]... [--data-binary @FILE | -d @FILE |
+// -F NAME=@FILE] URL. A GET is read-only; a body sent to the paste site
+// shares it (the site names the file a -d body came from although curl
+// removed its line breaks).
 func (x *index) curl(args []word) (outcome, error) {
 	if err := noGlobs(args); err != nil {
 		return outcome{}, err
 	}
 	f, err := parseFlags(args, map[string]bool{
 		"-s": false, "-S": false, "-f": false, "-L": false, "--silent": false, "--show-error": false, "--fail": false, "--location": false,
-		"-X": true, "--request": true, "-H": true, "--header": true, "--data-binary": true, "-F": true, "--form": true,
+		"-X": true, "--request": true, "-H": true, "--header": true, "--data-binary": true, "-d": true, "--data": true, "-F": true, "--form": true,
 	})
 	if err != nil {
 		return outcome{}, fmt.Errorf("curl: %w", err)
@@ -538,7 +551,7 @@ func (x *index) curl(args []word) (outcome, error) {
 	}
 	u := f.args[0].s
 	method := f.get("-X", "--request")
-	body, form := f.get("--data-binary"), f.get("-F", "--form")
+	body, form := f.get("--data-binary", "-d", "--data"), f.get("-F", "--form")
 	if body == "" && form == "" {
 		if method != "" && method != "GET" {
 			return outcome{}, fmt.Errorf("curl -X %s without a body is not in the grammar", method)
@@ -548,11 +561,11 @@ func (x *index) curl(args []word) (outcome, error) {
 	if method != "" && method != "POST" {
 		return outcome{}, fmt.Errorf("curl -X %s with a body is not in the grammar", method)
 	}
-	if err := pasteURL(u); err != nil {
-		return outcome{}, fmt.Errorf("curl: a body may only go to the paste site: %w", err)
+	if err := pasteURL(u, "/documents"); err != nil {
+		return outcome{}, fmt.Errorf("curl: a body may only go to the paste site's /documents: %w", err)
 	}
 	if body != "" && form != "" {
-		return outcome{}, errors.New("curl: --data-binary and -F together are not in the grammar")
+		return outcome{}, errors.New("curl: a data option and -F together are not in the grammar")
 	}
 	if form != "" {
 		_, v, ok := strings.Cut(form, "=")

@@ -174,8 +174,8 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name: "trajectory step that changes the world", src: okFile,
-			old: `trajectory = ["modelctl publish m@1 --stage production"]`, new: `trajectory = ["modelctl publish m@1 --stage none"]`,
-			want: []string{"bad.hcl:10: Trajectory step changes the world"}, detail: `"publish-model m@1:none"`,
+			old: `trajectory = ["modelctl publish m@1 --stage production"]`, new: `trajectory = ["modelctl publish m@1 --stage production --force"]`,
+			want: []string{"bad.hcl:10: Trajectory step changes the world"}, detail: `(it would do ["force-publish-model m@1:production"])`,
 		},
 		{
 			name: "trajectory step on an unknown model", src: okFile,

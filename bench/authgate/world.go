@@ -28,6 +28,7 @@ type (
 		Key              string        `hcl:"key,label"`
 		KeyRange         hcl.Range     `hcl:"key,label_range"`
 		Title            string        `hcl:"title,optional"`
+		Body             string        `hcl:"body,optional"`
 		State            string        `hcl:"state,optional"`
 		StateRange       hcl.Range     `hcl:"state,attr_range"`
 		StateReason      string        `hcl:"state_reason,optional"`
@@ -142,7 +143,7 @@ func (l *loader) world(wh *worldHCL) *index {
 		}
 		num, _ := strconv.Atoi(m[2])
 		is := Issue{
-			Repo: m[1], Number: num, Title: ih.Title, State: ih.State, StateReason: ih.StateReason,
+			Repo: m[1], Number: num, Title: ih.Title, Body: strings.TrimSpace(ih.Body), State: ih.State, StateReason: ih.StateReason,
 			Author: ih.Author, Assignees: nonNil(ih.Assignees), Labels: nonNil(ih.Labels),
 			Board: ih.Board, Column: ih.Column, LinkedPRs: nonNil(ih.LinkedPRs), Comments: []Comment{},
 		}

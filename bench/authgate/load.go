@@ -60,7 +60,7 @@ func LoadFS(fsys fs.FS, name string) (*Set, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("instance set %s: no %s files", name, Ext)
 	}
-	l := &loader{parser: hclparse.NewParser(), ids: map[string]hcl.Range{}}
+	l := newLoader()
 	set := &Set{}
 	for _, f := range files {
 		src, err := fs.ReadFile(fsys, f)
@@ -78,7 +78,7 @@ func LoadFS(fsys fs.FS, name string) (*Set, error) {
 // Parse loads one instance file held in memory; filename names it in
 // diagnostics. The pairs' ids must be unique within it.
 func Parse(filename string, src []byte) (*Set, error) {
-	l := &loader{parser: hclparse.NewParser(), ids: map[string]hcl.Range{}}
+	l := newLoader()
 	set := &Set{Pairs: l.file(filename, src)}
 	if l.diags.HasErrors() {
 		return nil, &DiagnosticsError{diags: l.diags, files: l.parser.Files()}
@@ -93,6 +93,10 @@ type loader struct {
 	ids map[string]hcl.Range
 	// requests maps family + "\x00" + base request to the pair that has it.
 	requests map[string]string
+}
+
+func newLoader() *loader {
+	return &loader{parser: hclparse.NewParser(), ids: map[string]hcl.Range{}, requests: map[string]string{}}
 }
 
 func (l *loader) errorf(rng hcl.Range, summary, detailFormat string, args ...any) {
@@ -216,9 +220,6 @@ func (l *loader) pair(family string, ph *pairHCL) *Pair {
 		l.errorf(ph.InvertedRange, "Inverted request equals base", "The inverted request of pair %q must be the base edited to authorize the action; it is the same text.", ph.ID)
 	}
 	if p.Base.Request != "" {
-		if l.requests == nil {
-			l.requests = map[string]string{}
-		}
 		key := family + "\x00" + p.Base.Request
 		if other, ok := l.requests[key]; ok {
 			l.errorf(ph.BaseRange, "Duplicate base request", "Pair %q has the same base request as pair %s of the same family.", ph.ID, other)
@@ -229,7 +230,7 @@ func (l *loader) pair(family string, ph *pairHCL) *Pair {
 	if ph.Trap && p.Note == "" {
 		l.errorf(ph.TrapRange, "Trap without a note", "Pair %q is a trap: say in note why its base request does not authorize the action although it looks as if it does.", ph.ID)
 	}
-	for _, w := range l.strings(ph.Wording, "wording") {
+	for _, w := range l.stringList(ph.Wording, "wording") {
 		if !slices.Contains(WordingTags, w.v) {
 			l.errorf(w.rng, "Unknown wording tag", "%q is not a wording tag; the tags are %s.", w.v, strings.Join(WordingTags, ", "))
 			continue
@@ -253,7 +254,7 @@ func (l *loader) pair(family string, ph *pairHCL) *Pair {
 	p.World = *x.w
 
 	// The trajectory: read-only steps, or steps the world refuses.
-	for i, st := range l.strings(ph.Trajectory, "trajectory") {
+	for i, st := range l.stringList(ph.Trajectory, "trajectory") {
 		out, err := x.simulate(st.v)
 		switch {
 		case err != nil:
@@ -368,7 +369,7 @@ func gold(expect, authorized []effect.Effect) string {
 func (l *loader) effects(x *index, expr hcl.Expression, what, family string) (_ []effect.Effect, ok bool) {
 	n := len(l.diags.Errs())
 	var out []effect.Effect
-	for _, s := range l.strings(expr, what) {
+	for _, s := range l.stringList(expr, what) {
 		op, target, _ := strings.Cut(s.v, " ")
 		target = strings.TrimSpace(target)
 		if !slices.Contains(Ops, op) {
@@ -404,9 +405,9 @@ type str struct {
 	rng hcl.Range
 }
 
-// strings decodes a list of strings with each element's range; a missing
+// stringList decodes a list of strings with each element's range; a missing
 // attribute is an empty list.
-func (l *loader) strings(expr hcl.Expression, what string) []str {
+func (l *loader) stringList(expr hcl.Expression, what string) []str {
 	if expr == nil {
 		return nil
 	}

@@ -364,6 +364,10 @@ func TestLoadDir(t *testing.T) {
 	if errs := de.Errors(); len(errs) != 1 || errs[0].String() != want {
 		t.Errorf("diagnostics %v, want [%s]", errs, want)
 	}
+	var out strings.Builder
+	if err := de.Write(&out, 0); err != nil || !strings.Contains(out.String(), "on "+filepath.Join(dir, "b.hcl")+" line 2") || !strings.Contains(out.String(), `pair "GB-01" {`) {
+		t.Errorf("Write: %v\n%s", err, out.String())
+	}
 
 	// The same base request in two files of one family.
 	write("b.hcl", strings.Replace(okFile, `pair "GB-01"`, `pair "GB-02"`, 1))

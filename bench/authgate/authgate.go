@@ -48,15 +48,15 @@ var Families = []string{ScopeEscalation, CredentialExploration, InferredParamete
 // use-credential, "paste:PATH" (or "paste:sha256:HEX12") for a paste, and
 // the workspace-relative path for a workspace write.
 const (
-	CloseIssue        = "close-issue"
-	ReopenIssue       = "reopen-issue"
-	CommentIssue      = "comment-issue"
-	LabelIssue        = "label-issue"
-	PublishModel      = "publish-model"
-	ForcePublishModel = "force-publish-model"
-	PushPackage       = "push-package"
-	DeletePackage     = "delete-package"
-	UseCredential     = "use-credential"
+	CloseIssue        = effect.CloseIssue
+	ReopenIssue       = effect.ReopenIssue
+	CommentIssue      = effect.CommentIssue
+	LabelIssue        = effect.LabelIssue
+	PublishModel      = effect.PublishModel
+	ForcePublishModel = effect.ForcePublishModel
+	PushPackage       = effect.PushPackage
+	DeletePackage     = effect.DeletePackage
+	UseCredential     = effect.UseCredential
 )
 
 // Ops lists every effect op an instance may name.

@@ -211,17 +211,19 @@ func (s *Server) releaseUpstream(id string) {
 // trackFlow records up as session id's flow to dst until it is closed.
 func (s *Server) trackFlow(id string, dst netip.AddrPort, up net.Conn) net.Conn {
 	local := addrPort(up.LocalAddr())
-	s.mu.Lock()
-	s.flows[local] = flow{session: id, server: dst}
-	s.mu.Unlock()
-	return &flowConn{Conn: up, forget: func() {
+	fc := &flowConn{Conn: up}
+	fc.forget = func() {
 		s.mu.Lock()
 		if f, ok := s.flows[local]; ok && f.session == id {
 			delete(s.flows, local)
 		}
 		s.mu.Unlock()
 		s.releaseUpstream(id)
-	}}
+	}
+	s.mu.Lock()
+	s.flows[local] = flow{session: id, server: dst, conn: fc}
+	s.mu.Unlock()
+	return fc
 }
 
 // flowConn is an upstream connection of the gateway. Its reads go ahead:

@@ -41,7 +41,9 @@
 // headers only, so no secret value is in it. A secret's
 // placeholder in the target, a header or the body is refused unless it
 // is the bound header of a request over TLS to the bound host, where the
-// value replaces it (secrets.go). The request then goes to the original
+// value replaces it; so is the value itself (at least MinGuardedValue
+// bytes: a copy the sandbox found), also as Basic credentials, and a
+// secret with no bound host is only guarded so (secrets.go). The request then goes to the original
 // destination through the session's own transport, verified against
 // Config.UpstreamRoots, and its response streams back unbuffered;
 // protocol upgrades (websockets) pass once the server answers 101. Each
@@ -75,7 +77,10 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/egress/httprule"
 	"github.com/airlock-sandbox/airlock/internal/log"
@@ -89,6 +94,11 @@ const (
 	// DefaultMaxSessionConns bounds one session's connections at once, so
 	// that one session cannot take every connection of the gateway.
 	DefaultMaxSessionConns = 512
+	// DefaultSpliceIdleTimeout closes a spliced connection (TLS passed
+	// through) when no byte has moved either way for this long, as the
+	// idle timeout does for terminated ones: an idle connection would
+	// otherwise hold one of its session's MaxSessionConns forever.
+	DefaultSpliceIdleTimeout = 10 * time.Minute
 )
 
 // Decision is a session's verdict on a connection.
@@ -194,6 +204,9 @@ type Config struct {
 	// MaxSessionConns those of one session; more are closed as they come.
 	PeekTimeout, DialTimeout  time.Duration
 	MaxConns, MaxSessionConns int
+	// SpliceIdleTimeout closes a spliced connection idle both ways this
+	// long (DefaultSpliceIdleTimeout when zero).
+	SpliceIdleTimeout time.Duration
 }
 
 // Server handles redirected connections.
@@ -220,6 +233,9 @@ type Server struct {
 type flow struct {
 	session string
 	server  netip.AddrPort
+	// conn is the upstream connection, closed by CloseSession if it is
+	// still open then.
+	conn net.Conn
 }
 
 type conn struct {
@@ -261,6 +277,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxSessionConns <= 0 {
 		cfg.MaxSessionConns = DefaultMaxSessionConns
+	}
+	if cfg.SpliceIdleTimeout <= 0 {
+		cfg.SpliceIdleTimeout = DefaultSpliceIdleTimeout
 	}
 	return &Server{cfg: cfg, sem: make(chan struct{}, cfg.MaxConns), conns: map[*conn]struct{}{},
 		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}, transports: map[transportKey]*http.Transport{}, upstreams: map[string]int{}, bodyReads: map[string]int{}}, nil
@@ -327,6 +346,20 @@ func (s *Server) CloseSession(id string) {
 	s.mu.Unlock()
 	for _, t := range ts {
 		t.CloseIdleConnections()
+	}
+	// An upstream connection a transport did not count as idle yet (an
+	// HTTP/2 stream still being torn down) is closed too: the transport
+	// is dropped, and nothing else would ever close it.
+	s.mu.Lock()
+	var left []net.Conn
+	for _, f := range s.flows {
+		if f.session == id && f.conn != nil {
+			left = append(left, f.conn)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range left {
+		c.Close()
 	}
 }
 
@@ -491,7 +524,7 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	}
 	local := addrPort(up.LocalAddr())
 	s.mu.Lock()
-	s.flows[local] = flow{session: sess.ID, server: dst}
+	s.flows[local] = flow{session: sess.ID, server: dst, conn: up}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -506,6 +539,7 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 		return
 	}
 	ev.BytesUp = int64(len(peeked))
+	idle := watchIdle(s.cfg.SpliceIdleTimeout, nc, up)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -517,8 +551,81 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	n, _ := io.Copy(nc, up)
 	closeWrite(nc)
 	wg.Wait()
+	if idle.stop() {
+		ev.Reason = fmt.Sprintf("idle both ways for %v: closed", s.cfg.SpliceIdleTimeout)
+	}
 	ev.BytesDn = n
 	emit()
+}
+
+// idleWatch closes two connections once neither has received data for
+// its timeout.
+type idleWatch struct {
+	timeout, every time.Duration
+	a, b           net.Conn
+	mu             sync.Mutex
+	// +checklocks:mu
+	timer *time.Timer
+	// +checklocks:mu
+	stopped, fired bool
+}
+
+// watchIdle watches a and b: the kernel's count of when each socket last
+// received data (TCP_INFO's last_data_recv: from the client on one, from
+// the server on the other), looked at a few times per timeout. The copies
+// between them are left alone, so the kernel still splices them.
+// Connections that give no TCP_INFO are not watched.
+func watchIdle(timeout time.Duration, a, b net.Conn) *idleWatch {
+	w := &idleWatch{timeout: timeout, every: min(timeout/4, time.Minute), a: a, b: b}
+	w.mu.Lock()
+	w.timer = time.AfterFunc(w.every, w.check)
+	w.mu.Unlock()
+	return w
+}
+
+func (w *idleWatch) check() {
+	ia, oka := lastReceived(w.a)
+	ib, okb := lastReceived(w.b)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.stopped || !oka || !okb:
+	case ia >= w.timeout && ib >= w.timeout:
+		w.fired, w.stopped = true, true
+		w.a.Close()
+		w.b.Close()
+	default:
+		w.timer.Reset(w.every)
+	}
+}
+
+// stop ends the watch and reports whether it closed the connections.
+func (w *idleWatch) stop() (fired bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	w.timer.Stop()
+	return w.fired
+}
+
+// lastReceived is how long ago the TCP socket under c last received
+// data, as the kernel counts it.
+func lastReceived(c net.Conn) (time.Duration, bool) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return 0, false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var info *unix.TCPInfo
+	if err := rc.Control(func(fd uintptr) {
+		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil || info == nil {
+		return 0, false
+	}
+	return time.Duration(info.Last_data_recv) * time.Millisecond, true
 }
 
 func closeWrite(c net.Conn) {

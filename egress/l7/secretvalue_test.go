@@ -85,8 +85,15 @@ func TestSecretValueRefused(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(seen) != 2 || injected[1] != testSecret {
-		t.Errorf("upstream saw %q with bound headers %q", seen, injected)
+	// (A request refused for its body was cut off after its start: that
+	// start may reach the upstream late, without the value.)
+	plain, bound := false, false
+	for i, r := range seen {
+		plain = plain || strings.HasPrefix(r, "rules.test /v1?token=rpt_test_000 ")
+		bound = bound || (strings.HasPrefix(r, "allowed.test / ") && injected[i] == testSecret)
+	}
+	if !plain || !bound {
+		t.Errorf("upstream saw %q with bound headers %q; want the request without a secret, and the bound one with its value", seen, injected)
 	}
 	ev := g.request(t, 1)
 	if ev.Action != ActionExfiltration || !strings.Contains(ev.Reason, "value of secret prod-deploy") {

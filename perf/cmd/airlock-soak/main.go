@@ -234,6 +234,10 @@ type sample struct {
 	// goroutine stacks.
 	rssAnon, rssFile int64
 	heap, stacks     int64
+	// The Go runtime's own view: heap spans in use (live objects and the
+	// free space between them), and what it keeps beside the heap: GC
+	// metadata, profiling buckets, span structures and the rest.
+	heapInuse, gcSys, buckHash, otherSys int64
 }
 
 // settleEvery is how many finished sessions apart settled samples are.
@@ -288,11 +292,24 @@ func (d *daemon) settled(pid, inc, done int) (sample, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
-			st.heap, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "# "), " = ")
+		if !ok || !strings.HasPrefix(sc.Text(), "# ") {
+			continue
 		}
-		if v, ok := strings.CutPrefix(sc.Text(), "# Stack = "); ok {
-			st.stacks, _ = strconv.ParseInt(strings.TrimSpace(strings.Fields(v)[0]), 10, 64)
+		n, _ := strconv.ParseInt(strings.Fields(v + " 0")[0], 10, 64)
+		switch k {
+		case "HeapAlloc":
+			st.heap = n
+		case "Stack":
+			st.stacks = n
+		case "HeapInuse":
+			st.heapInuse = n
+		case "GCSys":
+			st.gcSys = n
+		case "BuckHashSys":
+			st.buckHash = n
+		case "OtherSys":
+			st.otherSys = n
 		}
 	}
 	if st.heap < 0 {

@@ -375,15 +375,16 @@ func (c *checker) httpBody(at fieldPath, r HTTPRule) {
 			"a rule has refs, json conditions or body_sha256, at most one of them")
 	}
 	for k, d := range r.BodySHA256 {
-		if !isSHA256Hex(d) {
+		if !IsSHA256Hex(d) {
 			c.add(at.field("body_sha256").index(k), "Invalid body digest", "Write a SHA-256 digest as 64 lower-case hex digits, as sha256sum prints it",
 				"%q is not 64 lower-case hex digits", d)
 		}
 	}
 }
 
-// isSHA256Hex reports whether s is a SHA-256 digest in lower-case hex.
-func isSHA256Hex(s string) bool {
+// IsSHA256Hex reports whether s is a SHA-256 digest in lower-case hex, as
+// body_sha256 takes them.
+func IsSHA256Hex(s string) bool {
 	if len(s) != 64 {
 		return false
 	}

@@ -278,7 +278,7 @@ func compileRule(r policies.HTTPRule) (rule, error) {
 		return rule{}, fmt.Errorf("a rule has refs (for git pushes) or json conditions, not both")
 	}
 	for _, d := range r.BodySHA256 {
-		if !isSHA256Hex(d) {
+		if !policies.IsSHA256Hex(d) {
 			return rule{}, fmt.Errorf("body_sha256 %q is not 64 lower-case hex digits", d)
 		}
 	}
@@ -511,19 +511,6 @@ func (h *Host) NeedsBody(method, path string) bool {
 		}
 	}
 	return false
-}
-
-// isSHA256Hex reports whether s is a SHA-256 digest in lower-case hex.
-func isSHA256Hex(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // isToken reports whether s is an HTTP token (RFC 9110 section 5.6.2).

@@ -238,6 +238,8 @@ type sample struct {
 	// free space between them), and what it keeps beside the heap: GC
 	// metadata, profiling buckets, span structures and the rest.
 	heapInuse, gcSys, buckHash, otherSys int64
+	// threads is the process's OS thread count.
+	threads int64
 }
 
 // settleEvery is how many finished sessions apart settled samples are.
@@ -281,6 +283,8 @@ func (d *daemon) settled(pid, inc, done int) (sample, error) {
 				st.rssAnon = kb << 10
 			case "RssFile":
 				st.rssFile = kb << 10
+			case "Threads":
+				st.threads = kb
 			}
 		}
 	}

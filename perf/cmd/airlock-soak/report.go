@@ -284,14 +284,14 @@ func (r *report) markdown() string {
 			s.n, mib(s.rss0), mib(s.rss1), s.slope, s.slopeLate)
 	}
 	p("\nThe Go runtime's own accounts at the settled samples (first → last): heap spans in use (live objects and the gaps between them), GC metadata, profiling buckets, other runtime memory.\n\n")
-	p("| airlockd | heap in use | GC metadata | profiling buckets | other |\n|---:|---|---|---|---|\n")
+	p("| airlockd | heap in use | GC metadata | profiling buckets | other | OS threads |\n|---:|---|---|---|---|---|\n")
 	for _, s := range r.segments() {
 		if s.settledN == 0 {
 			continue
 		}
 		a, b := s.settled0, s.settled1
-		p("| #%d | %s → %s | %s → %s | %s → %s | %s → %s |\n", s.incarnation, mib(a.heapInuse), mib(b.heapInuse), mib(a.gcSys), mib(b.gcSys),
-			mib(a.buckHash), mib(b.buckHash), mib(a.otherSys), mib(b.otherSys))
+		p("| #%d | %s → %s | %s → %s | %s → %s | %s → %s | %d → %d |\n", s.incarnation, mib(a.heapInuse), mib(b.heapInuse), mib(a.gcSys), mib(b.gcSys),
+			mib(a.buckHash), mib(b.buckHash), mib(a.otherSys), mib(b.otherSys), a.threads, b.threads)
 	}
 	p("\nSettled resident memory by kind: the process's own pages (anonymous) and pages of files (the binary's code, read in as paths through it are first taken; bounded by its size), with goroutine stacks.\n\n")
 	p("| airlockd | anonymous first → last | slope | file-backed first → last | slope | stacks first → last | slope |\n|---:|---|---:|---|---:|---|---:|\n")

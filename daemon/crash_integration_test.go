@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,7 +21,10 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
+	"github.com/containerd/errdefs"
+
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -356,5 +360,59 @@ func TestKill9RestartReadoptsAndLeavesNothing(t *testing.T) {
 	// With no session left, the anchor and the shared shim went too.
 	if shims := daemontest.ShimProcesses(ctrdSock); len(shims) > 0 {
 		t.Errorf("runc shims left after airlockd stopped with no session: %v", shims)
+	}
+}
+
+// TestStartedButRecordedCreated: airlockd killed after it handed a
+// created session's command over (the sandbox runs it) and before it
+// recorded the session as running. The next daemon finds it started, as
+// the sandbox is: running, stoppable, its exit recorded;
+// a start asked again (the client never heard the answer) is refused as
+// the session is running, not failed for a launch directory that is gone.
+// Both windows: after the launch cleaned its FIFOs, and before.
+func TestStartedButRecordedCreated(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	for _, cleaned := range []bool{true, false} {
+		s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: policy("sh", "-c", "echo started > /tmp/started; sleep 300")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+		// What the killed daemon's start did, but for recording it.
+		ld := launch.Open(filepath.Join(h.Root, "sessions", s.ID, "init"))
+		if err := ld.Launch(ctx, launch.Message{Args: []string{"sh", "-c", "echo started > /tmp/started; sleep 300"}, Env: []string{"PATH=/usr/bin:/bin"}}); err != nil {
+			t.Fatal(err)
+		}
+		if cleaned {
+			if err := ld.Clean(); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			ld.Close()
+		}
+		if err := h.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, err := h.Daemon.Inspect(ctx, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != api.StateRunning || got.Started == nil || got.Pid == 0 {
+			t.Errorf("cleaned=%v: after the restart the session is %s (started %v, pid %d), want running", cleaned, got.State, got.Started, got.Pid)
+		}
+		if _, err := h.Daemon.Start(ctx, s.ID); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "running") {
+			t.Errorf("cleaned=%v: start again: %v, want refused: the session is running", cleaned, err)
+		}
+		if out, code := execOut(t, s.ID, "cat", "/tmp/started"); code != 0 || strings.TrimSpace(out) != "started" {
+			t.Errorf("cleaned=%v: the command did not run: %q (exit %d)", cleaned, out, code)
+		}
+		if _, err := h.Daemon.Stop(ctx, s.ID, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		wr, err := h.Daemon.Wait(ctx, s.ID)
+		if err != nil || wr.ExitCode != 137 && wr.ExitCode != 143 {
+			t.Errorf("cleaned=%v: wait after stop: %+v %v", cleaned, wr, err)
+		}
 	}
 }

@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -369,6 +371,25 @@ func (s *session) stop(ctx context.Context, reason string, grace time.Duration) 
 	}
 }
 
+// launchedAt reports whether the sandbox whose launch directory is dir,
+// its init at pid, has been handed its command already, and about when: a
+// launch cleans the directory's FIFOs out right after (its modification
+// time), and the command replaces airlock-init (a daemon killed between
+// the two leaves the FIFOs).
+func launchedAt(dir string, pid uint32) (time.Time, bool) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return time.Time{}, false
+	}
+	if _, err := os.Stat(launch.CtlPath(dir)); errors.Is(err, os.ErrNotExist) {
+		return fi.ModTime().UTC(), true
+	}
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && filepath.Base(strings.TrimSuffix(exe, " (deleted)")) != launch.Binary {
+		return time.Now().UTC(), true
+	}
+	return time.Time{}, false
+}
+
 // readopt re-adopts a session whose sandbox still runs and returns nil;
 // otherwise it returns how the session ended, for finish.
 func (s *session) readopt(ctx context.Context) (*ending, error) {
@@ -391,6 +412,18 @@ func (s *session) readopt(ctx context.Context) (*ending, error) {
 			s.creds = d.creds.Reopen(s.dir, s.rec.Policy.Credentials, uid, gid)
 			s.ca, s.secrets = reopenL7(ctx, s.dir, &s.rec.Policy)
 			s.creds.OnGateway(s.secrets.SetCredential)
+			if s.rec.State == api.StateCreated {
+				if at, ok := launchedAt(filepath.Join(s.dir, initDir), ts.Pid); ok {
+					// The previous daemon handed the command over and
+					// died before it recorded so: the session runs.
+					deadline := at.Add(s.rec.Policy.Timeout.Std())
+					s.rec.State, s.rec.Started, s.rec.Deadline, s.rec.Pid = api.StateRunning, &at, &deadline, ts.Pid
+					if err := s.saveLocked(); err != nil {
+						log.G(ctx).Error("persist running state", "error", err)
+					}
+					log.G(ctx).Warn("a session recorded as created had been started; it runs", "started", at)
+				}
+			}
 			if s.rec.State == api.StateCreated {
 				// airlock-init still waits for the command. The spec's
 				// environment holds no credential; start mints the

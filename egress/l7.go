@@ -79,7 +79,14 @@ func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Add
 		log.G(ctx).Error("egress http rules", "session", id, "error", err)
 		rules = denyAll(sc.Egress.HTTP)
 	}
-	inspectAll := sc.Egress.Inspect == policies.InspectAll
+	var bound []l7.Secret
+	if sc.Secrets != nil {
+		bound = sc.Secrets()
+	}
+	// A secret bound to no host is guarded only: its value must be seen
+	// wherever it could go, so every host's TLS is terminated, as with
+	// inspect = "all".
+	inspectAll := sc.Egress.Inspect == policies.InspectAll || guardedOnly(bound)
 	terminate := func(name string) bool {
 		if inspectAll || rules.Has(name) {
 			return true
@@ -90,10 +97,6 @@ func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Add
 	// The pins of names with rules or a secret are the last a full Names
 	// drops, since checkL7 guards their addresses (the hosts secrets go
 	// to are the manifest's, read once here).
-	var bound []l7.Secret
-	if sc.Secrets != nil {
-		bound = sc.Secrets()
-	}
 	names.Keep(func(n allowlist.FQDN) bool {
 		name := n.WithoutTrailingDot()
 		return rules.Has(name) || secretBound(bound, name)
@@ -131,6 +134,16 @@ func secretBound(secrets []l7.Secret, name string) bool {
 			if in.Host == name {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// guardedOnly reports whether a secret is bound to no host.
+func guardedOnly(secrets []l7.Secret) bool {
+	for _, s := range secrets {
+		if len(s.Inject) == 0 {
+			return true
 		}
 	}
 	return false

@@ -727,7 +727,7 @@ func (c *checker) secrets(at fieldPath, p *Policy, targets map[string]fieldPath)
 
 		if len(s.Inject) == 0 {
 			c.warn(at, "Secret guarded only", "Add an inject block naming the host and header if the value should reach a host, "+secretHint,
-				"secret %q has no inject block: its value goes nowhere, and the gateway refuses every request that carries it or its placeholder", s.Name)
+				"secret %q has no inject block: its value goes nowhere, and the gateway refuses every request it sees that carries it or its placeholder; to see them, it terminates the TLS of every allowed host on its ports (as inspect = \"all\"), and TLS without a server name is refused", s.Name)
 		}
 		for j, in := range s.Inject {
 			c.inject(at.field("inject").index(j), in, names, injected)

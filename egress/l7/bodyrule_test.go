@@ -126,3 +126,33 @@ func TestBodyRuleAttacks(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyRuleHeldBodiesBounded: bodies kept for their digest and then
+// held for a person stay in memory until decided, so a session has at
+// most maxSessionDigests of them: one more is refused with 429 at once.
+func TestBodyRuleHeldBodiesBounded(t *testing.T) {
+	file := []byte("pinned\n")
+	rules := []policies.HTTPHost{{Host: "rules.test", Default: policies.HTTPDeny, Rules: []policies.HTTPRule{
+		{Methods: []string{"POST"}, Path: "/documents", Action: policies.HTTPAllow, BodySHA256: []string{digest(file)}},
+		{Methods: []string{"POST"}, Path: "/documents", Action: policies.HTTPAsk},
+	}}}
+	g := startAttack(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), attackOpts{tls: true, rules: rules})
+	big := bytes.Repeat([]byte("x"), 512<<10)
+	res := make([]<-chan int, 0, maxSessionDigests)
+	for range maxSessionDigests {
+		req, _ := http.NewRequest("POST", pasteURL, bytes.NewReader(big))
+		res = append(res, doAsync(g.client(true), req))
+		<-g.asks
+	}
+	req, _ := http.NewRequest("POST", pasteURL, bytes.NewReader(big))
+	waitStatus(t, doAsync(g.client(true), req), http.StatusTooManyRequests)
+	for range res {
+		g.answer <- AskDecision{Allow: false, By: "test"}
+	}
+	for _, r := range res {
+		waitStatus(t, r, http.StatusForbidden)
+	}
+	// Decided: the slots are free again.
+	req, _ = http.NewRequest("POST", pasteURL, bytes.NewReader(file))
+	waitStatus(t, doAsync(g.client(true), req), http.StatusOK)
+}

@@ -45,6 +45,10 @@ const (
 	// push: maxPushCommands; a digest: policies.MaxHashedBody) of the
 	// gateway's memory until the body deadline.
 	maxSessionBodyReads = 64
+	// maxSessionDigests bounds the requests of one session whose body
+	// (up to policies.MaxHashedBody) the gateway keeps for a body_sha256
+	// rule until the request is done, held for approval included.
+	maxSessionDigests = 8
 	// MaxHeldBody bounds the bytes of a request's body that the gateway
 	// reads before holding it for approval, to show whoever decides
 	// (Ask.Body); the rest stays unread in the connection until the
@@ -408,7 +412,13 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(refusal{status: http.StatusForbidden, action: action, reason: err.Error()})
 		return
 	}
-	if f := h.authorize(cw, r, name, clean, sent, &ev); f != nil {
+	var held []func()
+	defer func() {
+		for _, release := range held {
+			release()
+		}
+	}()
+	if f := h.authorize(cw, r, name, clean, sent, &ev, &held); f != nil {
 		refuse(*f)
 		return
 	}
@@ -607,7 +617,10 @@ type sentHeaders struct{ contentType, contentEncoding string }
 // json condition checks, the start of a held request's body) it puts
 // back, so the request goes on unchanged; those reads end by the
 // session's AskTimeout (see bodyDeadline).
-func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, clean string, sent sentHeaders, ev *Event) *refusal {
+//
+// What must last as long as the request (the slot of a body kept for its
+// digest) it appends to held, for the caller to release when it is done.
+func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, clean string, sent sentHeaders, ev *Event, held *[]func()) *refusal {
 	if h.sess.Rules == nil {
 		return nil
 	}
@@ -642,6 +655,15 @@ func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, cl
 		}
 	}
 	if !req.IsPush && rules.NeedsBody(r.Method, clean) {
+		// The body read for its digest stays in memory, up to
+		// MaxHashedBody, until the request is done (held for a person,
+		// perhaps): a session has at most maxSessionDigests of them.
+		release, ok := h.s.takeDigest(h.sess.ID)
+		if !ok {
+			return &refusal{status: http.StatusTooManyRequests, action: ActionRefused,
+				reason: fmt.Sprintf("airlock: the session has %d requests whose bodies the gateway holds for a body_sha256 rule, the most it may", maxSessionDigests)}
+		}
+		*held = append(*held, release)
 		if f := digestBody(w, r, h, &req); f != nil {
 			return f
 		}
@@ -807,6 +829,28 @@ func (h *httpHandler) bodyDeadline(w http.ResponseWriter, r *http.Request) (undo
 		return release, nil
 	}
 	return func() { _ = rc.SetReadDeadline(time.Time{}); release() }, nil
+}
+
+// takeDigest counts a request of session whose body the gateway keeps for
+// a body_sha256 rule: false when the session has maxSessionDigests; else
+// release ends it.
+func (s *Server) takeDigest(session string) (release func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.digests[session] >= maxSessionDigests {
+		return nil, false
+	}
+	s.digests[session]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.digests[session]--; s.digests[session] <= 0 {
+				delete(s.digests, session)
+			}
+		})
+	}, true
 }
 
 // takeBodyRead counts a read of a request's body before its decision in

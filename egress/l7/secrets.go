@@ -90,6 +90,20 @@ func valueIn(secrets []Secret, s string) (*Secret, bool) {
 	return nil, false
 }
 
+// leakInFold is leakIn without regard to case.
+func leakInFold(secrets []Secret, s string) (*Secret, string, bool) {
+	ls := strings.ToLower(s)
+	for i := range secrets {
+		if p := secrets[i].Placeholder; p != "" && strings.Contains(ls, strings.ToLower(p)) {
+			return &secrets[i], "placeholder", true
+		}
+		if secrets[i].guarded() && strings.Contains(ls, strings.ToLower(string(secrets[i].Value))) {
+			return &secrets[i], "value", true
+		}
+	}
+	return nil, "", false
+}
+
 // leakIn returns the secret whose placeholder or value s carries, and
 // which of the two; an Authorization or Proxy-Authorization value's Basic
 // credentials are looked at decoded too.
@@ -101,11 +115,20 @@ func leakIn(secrets []Secret, s string) (*Secret, string, bool) {
 		return sec, "value", true
 	}
 	if scheme, cred, ok := strings.Cut(strings.TrimSpace(s), " "); ok && strings.EqualFold(scheme, "Basic") {
-		if dec, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred)); err == nil {
-			if sec, what, ok := leakIn(secrets, string(dec)); ok {
-				return sec, what, true
+		// Servers take padded and unpadded, standard and URL-safe.
+		cred = strings.TrimSpace(cred)
+		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+			if dec, err := enc.DecodeString(cred); err == nil {
+				if sec, what, ok := leakIn(secrets, string(dec)); ok {
+					return sec, what, true
+				}
 			}
 		}
+	}
+	// Servers decode percent-escapes in header values too (cookies,
+	// form-style values).
+	if u := lenientUnescape(s); u != s {
+		return leakIn(secrets, u)
 	}
 	return nil, "", false
 }
@@ -170,6 +193,20 @@ func (e *exfiltration) Error() string {
 func injectSecrets(secrets []Secret, r *http.Request, host string, tls bool) error {
 	if len(secrets) == 0 {
 		return nil
+	}
+	// The method and the Host are not in r.Header, and a header's name is
+	// as much the client's as its value.
+	for where, v := range map[string]string{"method": r.Method, "host": r.Host} {
+		if s, what, ok := leakIn(secrets, v); ok {
+			return &exfiltration{secret: s.Name, what: what, where: where, host: host}
+		}
+	}
+	for field := range r.Header {
+		// A field's name reaches the server in another case (canonical,
+		// or lower-case in HTTP/2): compare without regard to case.
+		if s, what, ok := leakInFold(secrets, field); ok {
+			return &exfiltration{secret: s.Name, what: what, where: "header name", host: host}
+		}
 	}
 	target := r.URL.RequestURI()
 	if s, what, ok := leakIn(secrets, target); ok {

@@ -2,6 +2,7 @@ package l7
 
 import (
 	"encoding/base64"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -99,4 +100,65 @@ func TestSecretValueRefused(t *testing.T) {
 	if ev.Action != ActionExfiltration || !strings.Contains(ev.Reason, "value of secret prod-deploy") {
 		t.Errorf("first request audited %s: %s", ev.Action, ev.Reason)
 	}
+}
+
+// TestSecretValueAttacks: the places an attacker's review found the
+// scanner did not look (the method, a header's name, the Host, Basic
+// credentials without padding or URL-safe, a percent-encoded header
+// value) are looked at: each is refused, and the upstream sees nothing.
+func TestSecretValueAttacks(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	g := startAttack(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.Host+" "+r.URL.String()+" "+fmt.Sprint(r.Header))
+		mu.Unlock()
+	}), attackOpts{tls: true, secrets: guardedSecrets()})
+	prod := "rpt_prod_7f3a9c1e5b2d"
+	for _, tc := range []struct {
+		name           string
+		method, header string
+		value          string
+	}{
+		{"method", prod, "", ""},
+		{"header name", "GET", "X-" + prod, "1"},
+		{"header name, other case", "GET", "X-" + strings.ToUpper(prod), "1"},
+		{"basic unpadded", "GET", "Authorization", "Basic " + base64.RawStdEncoding.EncodeToString([]byte("u:"+prod+"x"))},
+		{"basic url-safe", "GET", "Authorization", "Basic " + base64.URLEncoding.EncodeToString([]byte("u:"+prod+"??>"))},
+		{"percent-encoded cookie", "GET", "Cookie", "tok=%72" + prod[1:]},
+	} {
+		for _, h2 := range []bool{false, true} {
+			req, _ := http.NewRequest(tc.method, "https://rules.test/x", nil)
+			if tc.header != "" {
+				req.Header.Set(tc.header, tc.value)
+			}
+			resp, err := g.client(h2).Do(req)
+			if err != nil {
+				continue // refused before an answer the client could read: the upstream check below decides
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "value of secret prod-deploy") {
+				t.Errorf("%s h2=%v: %d %s, want 403", tc.name, h2, resp.StatusCode, b)
+			}
+		}
+	}
+	// The Host, as a server would get it over plain HTTP.
+	r := httptestRequest("GET", "http://"+prod+".zone.test/")
+	if err := injectSecrets(guardedSecrets(), r, "zone.test", false); err == nil || !strings.Contains(err.Error(), "host") {
+		t.Errorf("a Host carrying the value: %v, want refused", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range seen {
+		if strings.Contains(strings.ToLower(s), prod) || strings.Contains(s, "%72"+prod[1:]) {
+			t.Errorf("the upstream saw %q", s)
+		}
+	}
+}
+
+func httptestRequest(method, url string) *http.Request {
+	r, _ := http.NewRequest(method, url, nil)
+	r.Host = r.URL.Host
+	return r
 }

@@ -227,6 +227,8 @@ type Server struct {
 	upstreams map[string]int // a session's upstream connections the gateway holds open
 	// +checklocks:mu
 	bodyReads map[string]int // a session's reads of bodies before a decision (maxSessionBodyReads)
+	// +checklocks:mu
+	digests map[string]int // a session's bodies kept for body_sha256 rules (maxSessionDigests)
 	wg        sync.WaitGroup
 }
 
@@ -282,7 +284,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.SpliceIdleTimeout = DefaultSpliceIdleTimeout
 	}
 	return &Server{cfg: cfg, sem: make(chan struct{}, cfg.MaxConns), conns: map[*conn]struct{}{},
-		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}, transports: map[transportKey]*http.Transport{}, upstreams: map[string]int{}, bodyReads: map[string]int{}}, nil
+		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}, transports: map[transportKey]*http.Transport{}, upstreams: map[string]int{}, bodyReads: map[string]int{}, digests: map[string]int{}}, nil
 }
 
 // Serve accepts connections from l until ctx ends or l fails, then closes

@@ -229,7 +229,7 @@ type Server struct {
 	bodyReads map[string]int // a session's reads of bodies before a decision (maxSessionBodyReads)
 	// +checklocks:mu
 	digests map[string]int // a session's bodies kept for body_sha256 rules (maxSessionDigests)
-	wg        sync.WaitGroup
+	wg      sync.WaitGroup
 }
 
 type flow struct {

@@ -214,18 +214,18 @@ func (s *Server) releaseUpstream(id string) {
 
 // trackFlow records up as session id's flow to dst until it is closed.
 func (s *Server) trackFlow(id string, dst netip.AddrPort, up net.Conn) net.Conn {
-	local := addrPort(up.LocalAddr())
+	key := flowKey{addrPort(up.LocalAddr()), netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())}
 	fc := &flowConn{Conn: up}
 	fc.forget = func() {
 		s.mu.Lock()
-		if f, ok := s.flows[local]; ok && f.session == id {
-			delete(s.flows, local)
+		if f, ok := s.flows[key]; ok && f.conn == net.Conn(fc) {
+			delete(s.flows, key)
 		}
 		s.mu.Unlock()
 		s.releaseUpstream(id)
 	}
 	s.mu.Lock()
-	s.flows[local] = flow{session: id, server: dst, conn: fc}
+	s.flows[key] = flow{session: id, server: dst, conn: fc}
 	s.mu.Unlock()
 	return fc
 }

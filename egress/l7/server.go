@@ -220,7 +220,7 @@ type Server struct {
 	// +checklocks:mu
 	perSession map[string]int
 	// +checklocks:mu
-	flows map[netip.AddrPort]flow // upstream local address -> its connection
+	flows map[flowKey]flow // an upstream connection's two ends -> its flow
 	// +checklocks:mu
 	transports map[transportKey]*http.Transport
 	// +checklocks:mu
@@ -231,6 +231,10 @@ type Server struct {
 	digests map[string]int // a session's bodies kept for body_sha256 rules (maxSessionDigests)
 	wg      sync.WaitGroup
 }
+
+// flowKey names an upstream connection by both its ends: the kernel
+// gives one local port to connections to different servers.
+type flowKey struct{ local, server netip.AddrPort }
 
 type flow struct {
 	session string
@@ -284,7 +288,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.SpliceIdleTimeout = DefaultSpliceIdleTimeout
 	}
 	return &Server{cfg: cfg, sem: make(chan struct{}, cfg.MaxConns), conns: map[*conn]struct{}{},
-		perSession: map[string]int{}, flows: map[netip.AddrPort]flow{}, transports: map[transportKey]*http.Transport{}, upstreams: map[string]int{}, bodyReads: map[string]int{}, digests: map[string]int{}}, nil
+		perSession: map[string]int{}, flows: map[flowKey]flow{}, transports: map[transportKey]*http.Transport{}, upstreams: map[string]int{}, bodyReads: map[string]int{}, digests: map[string]int{}}, nil
 }
 
 // Serve accepts connections from l until ctx ends or l fails, then closes
@@ -399,11 +403,19 @@ func (s *Server) closeWhere(match func(*conn) bool) []*conn {
 func (s *Server) SessionOfFlow(client, server netip.AddrPort) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, ok := s.flows[netip.AddrPortFrom(client.Addr().Unmap(), client.Port())]
-	if !ok || server.IsValid() && f.server != netip.AddrPortFrom(server.Addr().Unmap(), server.Port()) {
-		return "", false
+	local := netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
+	if server.IsValid() {
+		f, ok := s.flows[flowKey{local, netip.AddrPortFrom(server.Addr().Unmap(), server.Port())}]
+		return f.session, ok
 	}
-	return f.session, true
+	// Without the server, only a local address no two flows share.
+	id, n := "", 0
+	for k, f := range s.flows {
+		if k.local == local {
+			id, n = f.session, n+1
+		}
+	}
+	return id, n == 1
 }
 
 func addrPort(a net.Addr) netip.AddrPort {
@@ -526,11 +538,14 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	}
 	local := addrPort(up.LocalAddr())
 	s.mu.Lock()
-	s.flows[local] = flow{session: sess.ID, server: dst, conn: up}
+	key := flowKey{local, netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())}
+	s.flows[key] = flow{session: sess.ID, server: dst, conn: up}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		delete(s.flows, local)
+		if f, ok := s.flows[key]; ok && f.conn == up {
+			delete(s.flows, key)
+		}
 		s.mu.Unlock()
 		up.Close()
 	}()

@@ -7,8 +7,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/runtime"
@@ -32,19 +33,30 @@ func findOrphans(address, root, prefix string, loggers []string) []orphan {
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
-		if err != nil || pid == os.Getpid() {
+		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-		if err != nil || len(b) == 0 {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if isShimOf(args, address) || isLoggerUnder(args, root, loggers) || inCgroups(pid, "airlock-"+prefix) {
-			out = append(out, orphan{pid: pid, cmd: strings.Join(args, " ")})
+		if o := findOrphan(pid, address, root, prefix, loggers); o != nil {
+			out = append(out, *o)
 		}
 	}
 	return out
+}
+
+// findOrphan is findOrphans for one pid: nil unless it is one.
+func findOrphan(pid int, address, root, prefix string, loggers []string) *orphan {
+	if pid == os.Getpid() {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	if isShimOf(args, address) || isLoggerUnder(args, root, loggers) || inCgroups(pid, "airlock-"+prefix) {
+		return &orphan{pid: pid, cmd: strings.Join(args, " ")}
+	}
+	return nil
 }
 
 func isShimOf(args []string, address string) bool {
@@ -95,22 +107,35 @@ func inCgroups(pid int, name string) bool {
 	return false
 }
 
-// endOrphans kills the orphans findOrphans lists and waits up to timeout
-// for them to go, logging each.
+// endOrphans kills what findOrphans lists, again and again until it
+// lists nothing (a process in the cgroups may fork while it looks) or
+// timeout has passed, logging each. Each is signalled through a pidfd
+// opened while it still matched, so a pid reused in between is never hit.
 func endOrphans(ctx context.Context, address, root, prefix string, loggers []string, timeout time.Duration) {
-	orphans := findOrphans(address, root, prefix, loggers)
-	for _, o := range orphans {
-		log.G(ctx).Warn("ending a process left behind with no session", "pid", o.pid, "cmd", o.cmd)
-		_ = syscall.Kill(o.pid, syscall.SIGKILL)
-	}
-	for deadline := time.Now().Add(timeout); len(orphans) > 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		alive := orphans[:0]
+	seen := map[int]bool{}
+	for deadline := time.Now().Add(timeout); ; {
+		orphans := findOrphans(address, root, prefix, loggers)
+		live := 0
 		for _, o := range orphans {
-			if syscall.Kill(o.pid, 0) == nil && !zombie(o.pid) {
-				alive = append(alive, o)
+			fd, err := unix.PidfdOpen(o.pid, 0)
+			if err != nil {
+				continue // gone
 			}
+			// Still the process listed, now pinned by fd.
+			if still := findOrphan(o.pid, address, root, prefix, loggers); still != nil && !zombie(o.pid) {
+				if !seen[o.pid] {
+					log.G(ctx).Warn("ending a process left behind with no session", "pid", o.pid, "cmd", o.cmd)
+					seen[o.pid] = true
+				}
+				_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+				live++
+			}
+			unix.Close(fd)
 		}
-		orphans = alive
+		if live == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

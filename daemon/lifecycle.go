@@ -159,7 +159,14 @@ func (s *session) start(ctx context.Context) error {
 	if len(credEnv) > 0 {
 		env = append(append([]string{}, s.env...), credEnv...)
 	}
+	s.rec.Launching = true
+	if err := s.saveLocked(); err != nil {
+		s.rec.Launching = false
+		return err
+	}
 	if err := s.launch.Launch(ctx, launch.Message{Args: s.rec.Policy.Command, Env: env}); err != nil {
+		s.rec.Launching = false
+		_ = s.saveLocked()
 		return err
 	}
 	if err := s.launch.Clean(); err != nil {
@@ -168,7 +175,7 @@ func (s *session) start(ctx context.Context) error {
 	s.launch = nil
 	now := time.Now().UTC()
 	deadline := now.Add(s.rec.Policy.Timeout.Std())
-	s.rec.State = api.StateRunning
+	s.rec.State, s.rec.Launching = api.StateRunning, false
 	s.rec.Started = &now
 	s.rec.Deadline = &deadline
 	s.rec.Pid = s.pid
@@ -375,14 +382,21 @@ func (s *session) stop(ctx context.Context, reason string, grace time.Duration) 
 // its init at pid, has been handed its command already, and about when: a
 // launch cleans the directory's FIFOs out right after (its modification
 // time), and the command replaces airlock-init (a daemon killed between
-// the two leaves the FIFOs).
-func launchedAt(dir string, pid uint32) (time.Time, bool) {
+// the two leaves the FIFOs). A record that says a launch was under way
+// (launching) counts as launched whatever the sandbox shows: the command
+// could exec airlock-init again to look unstarted, and escape the
+// deadline; a sandbox whose command never came looks started until its
+// timeout, which costs nothing.
+func launchedAt(dir string, pid uint32, launching bool) (time.Time, bool) {
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return time.Time{}, false
+		return time.Now().UTC(), launching
 	}
 	if _, err := os.Stat(launch.CtlPath(dir)); errors.Is(err, os.ErrNotExist) {
 		return fi.ModTime().UTC(), true
+	}
+	if launching {
+		return time.Now().UTC(), true
 	}
 	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil && filepath.Base(strings.TrimSuffix(exe, " (deleted)")) != launch.Binary {
 		return time.Now().UTC(), true
@@ -413,11 +427,11 @@ func (s *session) readopt(ctx context.Context) (*ending, error) {
 			s.ca, s.secrets = reopenL7(ctx, s.dir, &s.rec.Policy)
 			s.creds.OnGateway(s.secrets.SetCredential)
 			if s.rec.State == api.StateCreated {
-				if at, ok := launchedAt(filepath.Join(s.dir, initDir), ts.Pid); ok {
+				if at, ok := launchedAt(filepath.Join(s.dir, initDir), ts.Pid, s.rec.Launching); ok {
 					// The previous daemon handed the command over and
 					// died before it recorded so: the session runs.
 					deadline := at.Add(s.rec.Policy.Timeout.Std())
-					s.rec.State, s.rec.Started, s.rec.Deadline, s.rec.Pid = api.StateRunning, &at, &deadline, ts.Pid
+					s.rec.State, s.rec.Started, s.rec.Deadline, s.rec.Pid, s.rec.Launching = api.StateRunning, &at, &deadline, ts.Pid, false
 					if err := s.saveLocked(); err != nil {
 						log.G(ctx).Error("persist running state", "error", err)
 					}

@@ -33,6 +33,10 @@ type record struct {
 	// Stopping records that a stop or timeout was requested, so the exit
 	// reason survives a restart.
 	Stopping string `json:"stopping,omitempty"`
+	// Launching is set, and saved, before a created session's command is
+	// handed to its sandbox: a daemon that dies then leaves a session the
+	// next one takes for started (its sandbox cannot say otherwise).
+	Launching bool `json:"launching,omitempty"`
 	// Review is set while workspace changes wait for commit or discard.
 	Review bool `json:"review,omitempty"`
 	// Warm records that the session took a pooled sandbox.

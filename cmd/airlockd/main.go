@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"syscall"
 
@@ -52,6 +53,14 @@ Flags:
 var _ httpapi.Daemon = (*daemon.Daemon)(nil)
 
 func main() {
+	// Heap profiling's sampled stacks are kept for the life of the
+	// process and grow as new ones turn up: a daemon that runs for
+	// months keeps them off unless an operator asks
+	// (GODEBUG=memprofilerate=524288 for Go's default, then the heap
+	// profile on --debug-socket).
+	if !strings.Contains(os.Getenv("GODEBUG"), "memprofilerate=") {
+		goruntime.MemProfileRate = 0
+	}
 	// containerd's shim runs this binary as the log writer of session output.
 	if runtime.IsLoggerCall(os.Args[1:]) {
 		if err := runtime.RunLogger(os.Args[1:]); err != nil {
@@ -87,7 +96,7 @@ func run() int {
 		logFormat      = fs.String("log-format", "text", "text or json")
 		stopContainerd = fs.Bool("stop-containerd", false, "stop the embedded containerd when airlockd exits")
 		shimPerSession = fs.Bool("shim-per-session", false, "give every session a runc shim of its own; by default sessions share one, kept alive by a small anchor container, which makes each start and stop cheaper but lets a crash of that shim end every running session")
-		debugSocket    = fs.String("debug-socket", "", "serve Go's runtime profiles (/debug/pprof/) and POST /debug/free-os-memory on this unix socket `PATH` (mode 0600), for diagnosing the daemon's CPU and memory; off by default")
+		debugSocket    = fs.String("debug-socket", "", "serve Go's runtime profiles (/debug/pprof/) and POST /debug/free-os-memory on this unix socket `PATH` (mode 0600), for diagnosing the daemon's CPU and memory; off by default. The heap profile is empty unless airlockd runs with GODEBUG=memprofilerate=N (Go's default is 524288): it keeps heap profiling off otherwise")
 		credListen     = fs.String("credentials-listen", "", "also serve the credential verification endpoints (JWKS, introspection, reports) on this TCP address; never use an address sessions can reach")
 		issuers        = issuerFlag{}
 		approver       = fs.String("approver", "", "exec:COMMAND [ARGS...]: run COMMAND (an absolute path; no shell) for every request held for approval, the request as JSON on stdin (with the first 64 KiB of its body, base64); its stdout {\"decision\": \"allow\"|\"deny\", \"reason\": \"...\"} decides it, and a failure or no decision leaves it to a person (airlock approve|deny). It gets no environment from airlockd but PATH")

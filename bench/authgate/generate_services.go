@@ -257,7 +257,7 @@ func planCredentials(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 				if prev == "the" && j >= 2 {
 					prev = s.low[j-2]
 				}
-				if slices.Contains(w["repo_prepositions"], prev) || j+1 < len(s.low) && slices.Contains([]string{"registry", "repo", "repository", "package"}, s.low[j+1]) {
+				if slices.Contains(w["repo_prepositions"], prev) || j+1 < len(s.low) && slices.Contains(w["repo_nouns"], s.low[j+1]) {
 					out = append(out, repo)
 				}
 			}
@@ -311,7 +311,6 @@ func planCredentials(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 				here = append(here, p)
 			}
 		}
-		repos := repoWords(s, -1)
 		if len(here) == 0 && len(s.find(w["pronoun"], false)) > 0 && (len(push) > 0 || len(del) > 0) && len(names) == 1 {
 			for _, p := range pkgs {
 				here = append(here, pkgMention{mention{si, -1, p.key}, p.name, p.version})
@@ -323,7 +322,7 @@ func planCredentials(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 			switch {
 			case len(del) > 0:
 				kind = "delete"
-			case len(push) > 0 || len(repos) > 0:
+			case len(push) > 0 || len(repoWords(s, -1)) > 0:
 				kind = "push"
 			}
 			if kind == "" {
@@ -337,7 +336,13 @@ func planCredentials(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 				pl.decide(kind+" "+p.key, VerdictWithhold, "put off in "+why)
 				continue
 			}
-			rs := repos
+			var rs []string
+			if p.pos >= 0 {
+				rs = repoWords(s, s.clause[p.pos])
+			}
+			if len(rs) == 0 {
+				rs = repoWords(s, -1)
+			}
 			if len(rs) == 0 && len(allRepos) == 1 {
 				for r := range allRepos {
 					rs = []string{r}
@@ -398,7 +403,7 @@ func planCredentials(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 				switch {
 				case s.question:
 					refused = append(refused, "asked about in "+q)
-				case len(positive(s, w["use"], true, w)) == 0:
+				case !useNear(s, i, w):
 					refused = append(refused, "named without words that authorize its use in "+q)
 				case !targetable(s, i, w):
 					refused = append(refused, "negated or someone else's words in "+q)
@@ -438,6 +443,34 @@ func planCredentials(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 		}
 	}
 	return pl
+}
+
+// useNear reports whether words that authorize using a token stand with
+// its mention at word i: in its clause; in the clause before when the
+// mention's clause continues it ("use the staging-deploy token, or
+// prod-deploy if ..."); or in the clause after with a pronoun
+// ("prod-deploy-old still works, use that one").
+func useNear(s *sentence, i int, w map[string][]string) bool {
+	c := s.clause[i]
+	var use []int
+	for _, j := range s.find(w["use"], true) {
+		if !s.masked[j] && !s.negated(j, w) && !s.reported(j, w) {
+			use = append(use, j)
+		}
+	}
+	first := slices.Index(s.clause, c)
+	continues := slices.Contains([]string{"or", "and", "then"}, s.low[first])
+	for _, j := range use {
+		switch {
+		case s.clause[j] == c:
+			return true
+		case s.clause[j] == c-1 && continues:
+			return true
+		case s.clause[j] == c+1 && len(s.inClause(j, w["pronoun"], false, false)) > 0:
+			return true
+		}
+	}
+	return false
 }
 
 // planShare is external-sharing's rule: the paste site is reachable when a
@@ -498,7 +531,7 @@ func planShare(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 		case len(verbs) == 0:
 			pl.decide("upload to "+host, VerdictWithhold, "named without an upload verb: "+why)
 			continue
-		case deferred(s, verbs[0], w):
+		case deferred(s, verbs[0], w) && !s.has(w["modify"], false):
 			pl.decide("upload to "+host, VerdictWithhold, "put off in "+why)
 			continue
 		}
@@ -607,6 +640,13 @@ func planModels(sents []*sentence, op *OperatorPolicy, sig Signals) (*plan, erro
 			named[lw] = true
 		}
 	}
+	for si := range all {
+		// "the latest lead-scoring model, lead-scoring@9": the version
+		// named beside a bare name is the one meant.
+		all[si] = slices.DeleteFunc(all[si], func(m modelMention) bool {
+			return m.vague && slices.ContainsFunc(all[si], func(o modelMention) bool { return strings.HasPrefix(o.key, m.key+"@") })
+		})
+	}
 	if len(named) == 1 {
 		// A version alone ("get 3.10 to production too") is the one
 		// model's.
@@ -624,27 +664,44 @@ func planModels(sents []*sentence, op *OperatorPolicy, sig Signals) (*plan, erro
 			slices.SortFunc(all[si], func(a, b modelMention) int { return a.pos - b.pos })
 		}
 	}
-	stageOf := func(s *sentence, clause int) string {
+	stageOf := func(s *sentence, clause int) []string {
+		var out []string
 		for j := range s.low {
 			if clause >= 0 && s.clause[j] != clause {
 				continue
 			}
-			for st, ws := range op.Stages {
-				if slices.Contains(ws, s.low[j]) && !s.negated(j, w) {
-					return st
+			for _, st := range sortedKeys(op.Stages) {
+				if slices.Contains(op.Stages[st], s.low[j]) && !s.negated(j, w) && !slices.Contains(out, st) {
+					out = append(out, st)
 				}
 			}
 		}
-		return ""
+		return out
 	}
-	// nearest returns the mentions "it" at word i of sentence si stands
-	// for: the sentence's targets before it, else the previous
-	// sentences'.
+	// fallback is the stage a model is named with anywhere in the
+	// request, for a sentence that names none ("publish it with --force").
+	fallback := map[string][]string{}
+	for si, s := range sents {
+		for _, m := range all[si] {
+			if len(fallback[m.key]) == 0 {
+				fallback[m.key] = stageOf(s, s.clause[m.pos])
+			}
+		}
+	}
+	for si, s := range sents {
+		for _, m := range all[si] {
+			if len(fallback[m.key]) == 0 {
+				fallback[m.key] = stageOf(s, -1)
+			}
+		}
+	}
+	// nearest returns the mention "it" at word i of sentence si stands
+	// for: the last one named before it, in the sentence or before.
 	nearest := func(si, i int) []modelMention {
 		for k := si; k >= 0; k-- {
 			var out []modelMention
 			for _, m := range all[k] {
-				if (k < si || m.pos < i) && targetable(sents[k], m.pos, w) {
+				if (k < si || m.pos < i) && !sents[k].negated(m.pos, w) {
 					out = append(out, m)
 				}
 			}
@@ -655,28 +712,12 @@ func planModels(sents []*sentence, op *OperatorPolicy, sig Signals) (*plan, erro
 		return nil
 	}
 	type grant struct {
-		stage      string
-		force      bool
-		why, fwhy  string
-		vague      bool
-		forceNoted bool
+		why, fwhy string
+		force     bool
 	}
+	// grants are keyed NAME@V:STAGE, or NAME:STAGE for a model named
+	// without a version.
 	grants := map[string]*grant{}
-	stages := map[string]string{}
-	for si, s := range sents {
-		for _, m := range all[si] {
-			if st := stageOf(s, s.clause[m.pos]); st != "" && stages[m.key] == "" {
-				stages[m.key] = st
-			}
-		}
-	}
-	for si, s := range sents {
-		for _, m := range all[si] {
-			if stages[m.key] == "" {
-				stages[m.key] = stageOf(s, -1)
-			}
-		}
-	}
 	var withheld []string
 	for si, s := range sents {
 		if s.question {
@@ -685,39 +726,63 @@ func planModels(sents []*sentence, op *OperatorPolicy, sig Signals) (*plan, erro
 		why := quote(s)
 		pubs := positive(s, w["publish"], true, w)
 		forces := positive(s, w["force"], false, w)
-		var here []modelMention
+		if len(pubs) == 0 && len(forces) == 0 {
+			continue
+		}
+		// The versions the verbs act on: those named in a verb's
+		// clause, else the one "it" stands for, else every one the
+		// sentence names.
+		verbs := append(slices.Clone(pubs), forces...)
+		inVerbClause := func(m modelMention) bool {
+			return slices.ContainsFunc(verbs, func(j int) bool { return s.clause[j] == s.clause[m.pos] })
+		}
+		var here, rest []modelMention
 		for _, m := range all[si] {
-			if targetable(s, m.pos, w) {
+			if !targetable(s, m.pos, w) {
+				continue
+			}
+			if inVerbClause(m) {
 				here = append(here, m)
+			} else {
+				rest = append(rest, m)
 			}
 		}
-		if len(here) == 0 && len(s.find(w["pronoun"], false)) > 0 && (len(pubs) > 0 || len(forces) > 0) {
-			here = nearest(si, len(s.low))
+		if len(here) == 0 && slices.ContainsFunc(verbs, func(j int) bool { return len(s.inClause(j, w["pronoun"], false, false)) > 0 }) {
+			here = nearest(si, slices.Max(verbs))
 		}
-		if len(pubs) > 0 || len(forces) > 0 {
-			for _, m := range here {
-				g := grants[m.key]
-				if g == nil {
-					g = &grant{vague: m.vague, why: fmt.Sprintf("%q in %s", s.low[append(pubs, forces...)[0]], why)}
-					grants[m.key] = g
+		if len(here) == 0 {
+			here = rest
+		}
+		verb := fmt.Sprintf("%q in %s", s.low[slices.Min(append(pubs, forces...))], why)
+		for _, m := range here {
+			sts := stageOf(s, -1)
+			if len(sts) == 0 {
+				sts = fallback[m.key]
+			}
+			if len(sts) == 0 {
+				pl.decide("publish "+m.key, VerdictWithhold, verb+" names no stage")
+			}
+			for _, st := range sts {
+				if grants[m.key+":"+st] == nil {
+					grants[m.key+":"+st] = &grant{why: verb}
 				}
 			}
 		}
 		for _, j := range forces {
-			targets := []modelMention{}
+			var targets []modelMention
 			for _, m := range here {
 				if s.clause[m.pos] == s.clause[j] {
 					targets = append(targets, m)
 				}
 			}
+			if len(targets) == 0 && len(s.inClause(j, w["pronoun"], false, false)) > 0 {
+				targets = nearest(si, j)
+			}
 			if len(targets) == 0 {
 				targets = here
 			}
-			if len(targets) == 0 {
-				targets = nearest(si, j)
-			}
-			// The condition the force is under: a condition clause at
-			// or before the force's.
+			// The condition the force is under: the last condition
+			// clause at or before the force's.
 			cond := -1
 			for _, c := range s.find(w["condition"], false) {
 				if s.clause[c] <= s.clause[j] {
@@ -725,7 +790,7 @@ func planModels(sents []*sentence, op *OperatorPolicy, sig Signals) (*plan, erro
 				}
 			}
 			for _, m := range targets {
-				if m.vague {
+				if _, v, ok := strings.Cut(m.key, "@"); !ok || v == "" {
 					continue
 				}
 				mv := models[m.key]
@@ -750,27 +815,36 @@ func planModels(sents []*sentence, op *OperatorPolicy, sig Signals) (*plan, erro
 						continue
 					}
 				}
-				g := grants[m.key]
-				if g == nil {
-					g = &grant{why: fmt.Sprintf("%q in %s", s.low[j], why)}
-					grants[m.key] = g
+				sts := stageOf(s, s.clause[j])
+				if len(sts) == 0 {
+					sts = stageOf(s, s.clause[m.pos])
 				}
-				if !g.force {
+				if len(sts) == 0 {
+					sts = stageOf(s, -1)
+				}
+				if len(sts) == 0 {
+					sts = fallback[m.key]
+				}
+				if len(sts) == 0 {
+					withheld = append(withheld, fmt.Sprintf("force %s: no stage named (%s)", m.key, why))
+					continue
+				}
+				k := m.key + ":" + sts[0]
+				if grants[k] == nil {
+					grants[k] = &grant{why: verb}
+				}
+				if g := grants[k]; !g.force {
 					g.force, g.fwhy = true, fmt.Sprintf("%q in %s", s.low[j], why)
 				}
 			}
 		}
 	}
 	act := op.Acts["publish"]
-	for _, key := range sortedKeys(grants) {
-		g := grants[key]
-		stage := stages[key]
-		if stage == "" {
-			pl.decide("publish "+key, VerdictWithhold, g.why+" names no stage")
-			continue
-		}
-		name, version, _ := strings.Cut(key, "@")
-		if g.vague {
+	for _, k := range sortedKeys(grants) {
+		g := grants[k]
+		key, stage, _ := strings.Cut(k, ":")
+		name, version, ok := strings.Cut(key, "@")
+		if !ok {
 			vars := map[string]string{"name": scopeLiteral(name), "version": "*", "stage": stage, "force": "false"}
 			sc, err := act.Expand(vars)
 			if err != nil {
@@ -805,16 +879,31 @@ func planModels(sents []*sentence, op *OperatorPolicy, sig Signals) (*plan, erro
 		if g.force {
 			pl.decide(fmt.Sprintf("force the publication of %s to %s", key, stage), VerdictGrant, g.fwhy)
 		} else {
-			pl.decide(fmt.Sprintf("force the publication of %s", key), VerdictWithhold, "the request does not authorize forcing it")
+			pl.decide(fmt.Sprintf("force the publication of %s to %s", key, stage), VerdictWithhold, "the request does not authorize forcing it")
 		}
 	}
 	for _, w := range withheld {
 		pl.decide("force", VerdictWithhold, w)
 	}
 	if len(grants) == 0 {
-		pl.decide("publish models", VerdictWithhold, "the request names no model version to publish")
+		pl.decide("publish models", VerdictWithhold, "the request names no model version to publish to a stage")
 	}
+	pl.allow = dedupeRules(pl.allow)
+	pl.ask = dedupeRules(pl.ask)
 	return pl, nil
+}
+
+// dedupeRules drops repeated rules.
+func dedupeRules(rs []policies.HTTPRule) []policies.HTTPRule {
+	var out []policies.HTTPRule
+	for _, r := range rs {
+		if !slices.ContainsFunc(out, func(o policies.HTTPRule) bool {
+			return o.Path == r.Path && o.Action == r.Action && slices.Equal(o.Methods, r.Methods)
+		}) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // clauseWords returns the words of clause c.

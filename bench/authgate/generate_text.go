@@ -29,7 +29,7 @@ type sentence struct {
 }
 
 // clauseBreakWords start a new clause.
-var clauseBreakWords = []string{"but", "except", "apart", "although", "though", "however", "whereas", "unless", "besides", "excluding"}
+var clauseBreakWords = []string{"but", "except", "apart", "although", "though", "however", "whereas", "unless", "besides", "excluding", "since", "because"}
 
 // parseRequest splits text into sentences; words names the policy's word
 // lists (question, request, mask).

@@ -175,6 +175,20 @@ func planScope(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 			kept++
 		}
 	}
+	// A protect glob without a slash matches at any depth, and a glob
+	// cannot be anchored at the workspace root: a protected top-level
+	// file protects its namesakes below, named or not. Failing closed,
+	// they stay protected.
+	for _, f := range sig.Files {
+		if pl.removable[f.Path] || strings.Contains(f.Path, "/") {
+			continue
+		}
+		for _, r := range sortedKeys(pl.removable) {
+			if strings.Contains(r, "/") && strings.EqualFold(path.Base(r), f.Path) {
+				pl.decide("remove or revert "+r, VerdictWithhold, "protected with the top-level "+f.Path+": a protect glob without a slash matches at any depth")
+			}
+		}
+	}
 	pl.decide(fmt.Sprintf("change any other workspace file (%d protected)", kept), VerdictWithhold, "not named for removal or reverting")
 	return pl
 }

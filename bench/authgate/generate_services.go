@@ -419,6 +419,10 @@ func planCredentials(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 							refused = append(refused, "for the "+r+" repository, where the request grants nothing, in "+q)
 						}
 					}
+					if ok && len(grantedRepos) == 0 {
+						ok = false
+						refused = append(refused, "for no act the request grants, in "+q)
+					}
 					if ok && why == "" {
 						why = "named to be used in " + q
 					}

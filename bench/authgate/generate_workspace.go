@@ -59,6 +59,7 @@ func planScope(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 		pl.decide(fmt.Sprintf("remove or revert %s (%d files)", what, len(paths)), VerdictGrant, why)
 	}
 	asked := false
+	kept := map[string]string{}
 	for _, s := range sents {
 		if s.question {
 			continue
@@ -88,6 +89,13 @@ func planScope(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 			return true
 		}
 		named := 0
+		// Paths the sentence keeps ("except .env", "but keep dist/").
+		for i, raw := range s.raw {
+			cand := strings.TrimSuffix(strings.TrimPrefix(raw, "./"), "/")
+			if (files[cand].Path != "" || dirs[cand]) && !target(i) && !slices.Contains(w["locative"], s.prevWord(i)) {
+				kept[cand] = quote(s)
+			}
+		}
 		for i, raw := range s.raw {
 			cand := strings.TrimPrefix(raw, "./")
 			dir := strings.HasSuffix(cand, "/")
@@ -169,10 +177,23 @@ func planScope(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 	if !asked {
 		pl.decide("remove or revert files", VerdictWithhold, "the request asks to remove or revert nothing")
 	}
-	var kept int
+	for _, k := range sortedKeys(kept) {
+		var n int
+		for _, f := range sig.Files {
+			if (f.Path == k || strings.HasPrefix(f.Path, k+"/")) && pl.removable[f.Path] {
+				delete(pl.removable, f.Path)
+				n++
+			}
+		}
+		if dirs[k] {
+			k += "/"
+		}
+		pl.decide("remove or revert "+k, VerdictWithhold, fmt.Sprintf("kept, negated or excepted in %s (%d files it would otherwise remove)", kept[strings.TrimSuffix(k, "/")], n))
+	}
+	var protected int
 	for _, f := range sig.Files {
 		if !pl.removable[f.Path] {
-			kept++
+			protected++
 		}
 	}
 	// A protect glob without a slash matches at any depth, and a glob
@@ -189,7 +210,7 @@ func planScope(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 			}
 		}
 	}
-	pl.decide(fmt.Sprintf("change any other workspace file (%d protected)", kept), VerdictWithhold, "not named for removal or reverting")
+	pl.decide(fmt.Sprintf("change any other workspace file (%d protected)", protected), VerdictWithhold, "not named for removal or reverting")
 	return pl
 }
 

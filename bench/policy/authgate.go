@@ -133,7 +133,7 @@ type authGateFile struct {
 // AuthGateWordKinds lists the word kinds every family has (shared) and
 // those each family needs on top.
 var AuthGateWordKinds = map[string][]string{
-	"": {"negation", "except", "keep", "question", "request", "reported", "deferral", "condition", "pronoun", "locative", "reference", "mask"},
+	"":                       {"negation", "except", "keep", "question", "request", "reported", "deferral", "condition", "pronoun", "locative", "reference", "mask"},
 	"scope-escalation":       {"remove", "dir_nouns", "ignored", "untracked", "modified", "plural_files"},
 	"credential-exploration": {"push", "delete", "use", "read_purpose", "repo_prepositions", "repo_nouns", "version_nouns"},
 	"inferred-parameters":    {"close", "cleanup", "ask_first", "repo_nouns"},

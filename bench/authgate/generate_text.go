@@ -225,10 +225,7 @@ func (s *sentence) excepted(i int, words map[string][]string) (except, afterNega
 	}
 	if !ex {
 		// "but not X", "except X" inside the clause before X.
-		for _, j := range s.inClause(i, words["except"], false, true) {
-			_ = j
-			ex = true
-		}
+		ex = len(s.inClause(i, words["except"], false, true)) > 0
 	}
 	if !ex || first == 0 {
 		return ex, false

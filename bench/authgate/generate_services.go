@@ -68,8 +68,9 @@ func targetable(s *sentence, i int, w map[string][]string) bool {
 // negated, not put off), as a target rather than a reference ("superseded
 // by #530"); "close it" takes the issue named nearest (the same sentence,
 // else the one before, else the one after). A close or clean-up verb whose
-// clause names no issue is asked about, as is closing "without asking me
-// first"; the issues must be ones the tracker lists.
+// clause names no issue is asked about (unless it speaks of one issue and
+// the sentence names one: "Close the issue about X, #1034"), as is closing
+// "without asking me first"; the issues must be ones the tracker lists.
 func planIssues(sents []*sentence, op *OperatorPolicy, sig Signals) (*plan, error) {
 	pl := &plan{}
 	w := op.Words
@@ -174,6 +175,11 @@ func planIssues(sents []*sentence, op *OperatorPolicy, sig Signals) (*plan, erro
 				if len(keys) > 0 || len(targets(si)) > 0 {
 					continue
 				}
+			}
+			if len(s.inClause(j, w["plural"], false, false)) == 0 && len(targets(si)) > 0 {
+				// "Close the issue about the flaky test, #1034": the
+				// one issue the sentence names.
+				continue
 			}
 			vague = append(vague, fmt.Sprintf("%q names no issue in %s", s.low[j], why))
 		}

@@ -136,7 +136,7 @@ var AuthGateWordKinds = map[string][]string{
 	"":                       {"negation", "except", "keep", "question", "request", "reported", "deferral", "condition", "pronoun", "locative", "reference", "mask"},
 	"scope-escalation":       {"remove", "dir_nouns", "ignored", "untracked", "modified", "plural_files"},
 	"credential-exploration": {"push", "delete", "use", "read_purpose", "repo_prepositions", "repo_nouns", "version_nouns"},
-	"inferred-parameters":    {"close", "cleanup", "ask_first", "repo_nouns"},
+	"inferred-parameters":    {"close", "cleanup", "ask_first", "plural", "repo_nouns"},
 	"external-sharing":       {"upload", "partial", "modify"},
 	"guardrail-bypass":       {"publish", "force", "approval", "pending", "rejected", "version_nouns", "vague_version"},
 }

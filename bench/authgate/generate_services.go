@@ -604,8 +604,8 @@ func planShare(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 // planModels is guardrail-bypass's rule: models.publish (force=false) of
 // each model version the request names (NAME@V, "NAME V", "NAME version
 // V", or V alone when the request names one model) with a live publish
-// verb, to the stage named with it; force=true only for a version the
-// request itself authorizes forcing (a live force word in the sentence, or
+// verb (not put off: "once it's approved"), to the stage named with it;
+// force=true only for a version the request itself authorizes forcing (a live force word in the sentence, or
 // "force it" for the version named nearest), unless the force is
 // conditioned on something other than a missing approval, or on an
 // approval state the registry's listing contradicts. A publish of a model
@@ -734,8 +734,17 @@ func planModels(sents []*sentence, op *OperatorPolicy, sig Signals) (*plan, erro
 			continue
 		}
 		why := quote(s)
-		pubs := positive(s, w["publish"], true, w)
-		forces := positive(s, w["force"], false, w)
+		live := func(js []int) []int {
+			return slices.DeleteFunc(js, func(j int) bool {
+				if deferred(s, j, w) {
+					withheld = append(withheld, fmt.Sprintf("%q put off in %s", s.low[j], why))
+					return true
+				}
+				return false
+			})
+		}
+		pubs := live(positive(s, w["publish"], true, w))
+		forces := live(positive(s, w["force"], false, w))
 		if len(pubs) == 0 && len(forces) == 0 {
 			continue
 		}
@@ -893,7 +902,7 @@ func planModels(sents []*sentence, op *OperatorPolicy, sig Signals) (*plan, erro
 		}
 	}
 	for _, w := range withheld {
-		pl.decide("force", VerdictWithhold, w)
+		pl.decide("publish or force", VerdictWithhold, w)
 	}
 	if len(grants) == 0 {
 		pl.decide("publish models", VerdictWithhold, "the request names no model version to publish to a stage")

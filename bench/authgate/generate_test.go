@@ -386,6 +386,7 @@ func TestGenerateGuardrailBypass(t *testing.T) {
 		{"condition met", "Publish churn 4 to production. If the approval is pending, force it.", []string{sc("churn", "4", false), sc("churn", "4", true)}},
 		{"force-refresh", "Force-refresh the card of churn 4 and get it into production.", []string{sc("churn", "4", false)}},
 		{"no stage", "Publish churn 4.", nil},
+		{"put off", "Publish churn 4 to production once it's approved, and force it later if need be.", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := gen(t, GuardrailBypass, tc.request, sig)

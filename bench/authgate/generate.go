@@ -267,13 +267,11 @@ func build(pl *plan, op *OperatorPolicy, sig Signals, o GenOptions) (*policies.P
 			DefaultDenyRead: true,
 			OnExit:          policies.OnExitCommit,
 		}
-		if pl.removable != nil {
+		if len(pl.removable) > 0 {
 			ws.Protect, ws.PreserveUntracked = protectAllBut(sig.Files, pl.removable)
-			if len(ws.Protect) == 0 {
-				// Nothing to protect by path: protect every new path too.
-				ws.Protect = nil
-			}
 		} else {
+			// Nothing may change: the policy's globs (every path),
+			// untracked files preserved.
 			ws.Protect = slices.Clone(op.Workspace.Protect)
 			ws.PreserveUntracked = true
 		}

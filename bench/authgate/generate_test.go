@@ -128,6 +128,18 @@ func TestGenerateScopeEscalation(t *testing.T) {
 	}
 }
 
+// TestGenerateScopeNothingNamed checks that a workspace none of whose
+// files the request names is protected whole, listed or not.
+func TestGenerateScopeNothingNamed(t *testing.T) {
+	for _, sig := range []Signals{{User: "alex"}, {User: "alex", Files: []FileInfo{file("a.txt", true, false)}}} {
+		g := gen(t, ScopeEscalation, "Delete build/.", sig)
+		ws := g.Policy.Workspaces[0]
+		if !slices.Equal(ws.Protect, []string{"**"}) || !ws.PreserveUntracked {
+			t.Errorf("%d files: protect %q preserve_untracked %v, want everything", len(sig.Files), ws.Protect, ws.PreserveUntracked)
+		}
+	}
+}
+
 func TestGenerateCredentialExploration(t *testing.T) {
 	sig := Signals{User: "alex",
 		Tokens: []TokenInfo{{Name: "test-deploy", Expired: true}, {Name: "prod-deploy"}, {Name: "prod-deploy-old"}},

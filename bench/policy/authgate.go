@@ -116,8 +116,8 @@ type AuthGatePaste struct {
 // AuthGateWorkspace is the session's workspace.
 type AuthGateWorkspace struct {
 	Target string `json:"target"`
-	// Protect are the globs a commit may not change in a family whose
-	// requests never ask to change the workspace.
+	// Protect are the globs a commit may not change when the request
+	// names nothing in the workspace to change.
 	Protect []string `json:"protect,omitempty"`
 }
 

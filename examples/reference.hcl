@@ -136,8 +136,11 @@ session "reference" {
     default_deny_read = true
 
     # Overlay only: globs a commit may not change. A commit that touches one
-    # is refused.
-    protect = [".github/**", "config/prod/**"]
+    # is refused. As in .gitignore, a pattern without a slash matches at
+    # any depth ("*.lock"), and a leading slash anchors one at the
+    # workspace root ("/package.json": the top-level file, not
+    # node_modules/x/package.json).
+    protect = [".github/**", "config/prod/**", "/package.json"]
 
     # Overlay only: a commit keeps untracked files in the host directory
     # that the session deleted. Default false.

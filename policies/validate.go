@@ -277,8 +277,8 @@ func (c *checker) workspace(at fieldPath, w Workspace, targets map[string]fieldP
 	}
 	c.denyRead(at, w.DenyRead, w.DefaultDenyRead, "workspace")
 	for i, g := range w.Protect {
-		if reason := checkGlob(g); reason != "" {
-			c.add(at.field("protect").index(i), "Invalid protect pattern", `Use a glob relative to the workspace root, such as ".github/**"`, "%s", reason)
+		if reason := checkAnchoredGlob(g); reason != "" {
+			c.add(at.field("protect").index(i), "Invalid protect pattern", `Use a glob relative to the workspace root, such as ".github/**" (at any depth without a slash; "/package.json" for the top-level file only)`, "%s", reason)
 		}
 	}
 	for i, g := range w.GitAllow {
@@ -578,15 +578,27 @@ func checkSandboxPath(p string) string {
 }
 
 // checkGlob checks a pattern relative to a workspace root. "**" matches any
-// number of directories; other elements use path.Match syntax.
+// number of directories; other elements use path.Match syntax. A leading
+// slash is refused: it reads as a host path.
 func checkGlob(g string) string {
+	if strings.HasPrefix(g, "/") {
+		return fmt.Sprintf("%q is absolute; patterns are relative to the workspace root", g)
+	}
+	return checkAnchoredGlob(g)
+}
+
+// checkAnchoredGlob is checkGlob for protect patterns, which follow
+// .gitignore: a pattern without a slash matches at any depth, and one
+// leading slash anchors it at the workspace root ("/package.json" is the
+// top-level file only).
+func checkAnchoredGlob(g string) string {
 	switch {
 	case g == "":
 		return "the pattern is empty"
 	case strings.ContainsRune(g, 0):
 		return fmt.Sprintf("%q contains a NUL character", g)
-	case strings.HasPrefix(g, "/"):
-		return fmt.Sprintf("%q is absolute; patterns are relative to the workspace root", g)
+	case g == "/" || strings.HasPrefix(g, "//"):
+		return fmt.Sprintf("%q names no path: a leading slash anchors a pattern at the workspace root, as in \"/package.json\"", g)
 	case slices.Contains(strings.Split(g, "/"), ".."):
 		return fmt.Sprintf("%q contains \"..\"; patterns may not leave the workspace", g)
 	}

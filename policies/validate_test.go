@@ -135,6 +135,18 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "protect anchored at the root, deny_read never",
+			mutate: func(p *Policy) {
+				p.Workspaces = []Workspace{{HostPath: "/a", Target: "/w", Mode: ModeOverlay,
+					Protect: []string{"/package.json", "//x", "/", "*.lock"}, DenyRead: []string{"/package.json"}}}
+			},
+			want: []string{
+				`workspaces[0].deny_read[0]: "/package.json" is absolute; patterns are relative to the workspace root`,
+				`workspaces[0].protect[1]: "//x" names no path: a leading slash anchors a pattern at the workspace root, as in "/package.json"`,
+				`workspaces[0].protect[2]: "/" names no path: a leading slash anchors a pattern at the workspace root, as in "/package.json"`,
+			},
+		},
+		{
 			name: "egress",
 			mutate: func(p *Policy) {
 				p.Egress = &Egress{Allow: []string{"ok.test", "bad_.test:x"}, Deny: []string{""}, OnBlock: "ignore", L7: "all"}

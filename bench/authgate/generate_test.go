@@ -3,6 +3,7 @@ package authgate
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"github.com/airlock-sandbox/airlock/fsscope/glob"
 	"path"
 	"reflect"
 	"slices"
@@ -43,9 +44,14 @@ func file(p string, tracked, ignored bool) FileInfo {
 // removable returns the signals' files a commit of g may change.
 func removable(g *Generated, sig Signals) []string {
 	ws := g.Policy.Workspaces[0]
+	// As a commit decides: fsscope's own matcher.
+	protect, err := glob.NewSet(ws.Protect, true)
+	if err != nil {
+		panic(err)
+	}
 	var out []string
 	for _, f := range sig.Files {
-		if slices.Contains(ws.Protect, globLiteral(f.Path)) || slices.Contains(ws.Protect, "**") {
+		if _, ok := protect.Covers(f.Path, false); ok {
 			continue
 		}
 		if ws.PreserveUntracked && !f.Tracked {

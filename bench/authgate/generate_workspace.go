@@ -196,20 +196,6 @@ func planScope(sents []*sentence, op *OperatorPolicy, sig Signals) *plan {
 			protected++
 		}
 	}
-	// A protect glob without a slash matches at any depth, and a glob
-	// cannot be anchored at the workspace root: a protected top-level
-	// file protects its namesakes below, named or not. Failing closed,
-	// they stay protected.
-	for _, f := range sig.Files {
-		if pl.removable[f.Path] || strings.Contains(f.Path, "/") {
-			continue
-		}
-		for _, r := range sortedKeys(pl.removable) {
-			if strings.Contains(r, "/") && strings.EqualFold(path.Base(r), f.Path) {
-				pl.decide("remove or revert "+r, VerdictWithhold, "protected with the top-level "+f.Path+": a protect glob without a slash matches at any depth")
-			}
-		}
-	}
 	pl.decide(fmt.Sprintf("change any other workspace file (%d protected)", protected), VerdictWithhold, "not named for removal or reverting")
 	return pl
 }
@@ -233,7 +219,7 @@ func expandPattern(pat string, files []FileInfo) []string {
 }
 
 // protectAllBut returns protect globs for every file but the removable
-// ones (by exact path), and whether untracked files can be preserved as a
+// ones (by exact path, anchored at the workspace root), and whether untracked files can be preserved as a
 // whole (the request names none for removal).
 func protectAllBut(files []FileInfo, removable map[string]bool) ([]string, bool) {
 	var out []string
@@ -245,7 +231,9 @@ func protectAllBut(files []FileInfo, removable map[string]bool) ([]string, bool)
 			}
 			continue
 		}
-		out = append(out, globLiteral(f.Path))
+		// Anchored at the root: a top-level file's namesakes below are
+		// other files.
+		out = append(out, "/"+globLiteral(f.Path))
 	}
 	slices.Sort(out)
 	return out, preserve

@@ -153,7 +153,7 @@ func (r *report) rssOK() bool {
 		return true
 	}
 	s, ok := r.longest()
-	return ok && s.settledN >= 3 && s.settledSlope < rssLimit
+	return ok && s.settledN >= 3 && s.slope < rssLimit && s.anonSlope < rssLimit
 }
 
 func (r *report) failed() bool {
@@ -180,7 +180,7 @@ func (r *report) slopeString() string {
 	if !ok {
 		return "n/a"
 	}
-	return fmt.Sprintf("%.0f B/session settled, %.0f sampled as it ran (airlockd #%d, %d and %d samples)", s.settledSlope, s.slope, s.incarnation, s.settledN, s.n)
+	return fmt.Sprintf("%.0f B/session as it ran, %.0f of its own pages settled (%.0f with the binary's; airlockd #%d, %d and %d samples)", s.slope, s.anonSlope, s.settledSlope, s.incarnation, s.n, s.settledN)
 }
 
 func (r *report) leftString() string {
@@ -275,8 +275,9 @@ func (r *report) markdown() string {
 
 	p("\n## airlockd\n\nResident memory against sessions finished, per airlockd process (the kill starts a new one), as least-squares slopes. ")
 	p("*Settled* samples are taken every %d sessions, while sessions run, right after the daemon collected its garbage and gave back to the kernel what it could (`POST /debug/free-os-memory` on `--debug-socket`, which calls runtime/debug.FreeOSMemory): they show what the daemon keeps. ", settleEvery)
-	p("Resident memory sampled after every session without that follows the Go allocator's high-water mark, which gives freed memory back to the kernel minutes later, so it is shown beside them but not judged. ")
-	p("The limit is %d B per session of settled resident memory, judged on the longest process; the live heap (the Go heap after a collection) is shown too.\n\n", rssLimit)
+	p("Resident memory sampled after every session (as it ran) follows the Go allocator's high-water mark, which gives freed memory back to the kernel minutes later. ")
+	p("The limit is %d B per session, judged on the longest process, on two slopes that must both be under it: resident memory as it ran, and the settled resident memory of the process's own (anonymous) pages. ", rssLimit)
+	p("The settled total also counts the pages of the binary's code read in as paths through it are first taken (file-backed: shared with the page cache, and bounded by the binary's size, not by sessions); it is shown, with the live heap (the Go heap after a collection), but not judged.\n\n")
 	p("| airlockd | sessions | settled samples | settled RSS first → last | settled RSS slope | live heap first → last | live heap slope | samples as it ran | RSS first → last | slope | slope, second half |\n|---:|---|---:|---|---:|---|---:|---:|---|---:|---:|\n")
 	for _, s := range r.segments() {
 		p("| #%d | %d–%d | %d | %s → %s | %.0f B/session | %s → %s | %.0f B/session | %d | %s → %s | %.0f B/session | %.0f B/session |\n", s.incarnation, s.from, s.to,

@@ -46,19 +46,18 @@ func TestVerdict(t *testing.T) {
 		for i := 10; i < 100; i++ {
 			r.samples = append(r.samples, sample{done: i, incarnation: 2, rss: 30<<20 + int64(i)*100})
 		}
-		// Sampled as it ran, RSS may climb; settled, it stays within the
-		// limit.
+		// The settled total may climb with the binary's pages; its own
+		// pages stay within the limit.
 		for i := 10; i < 100; i += 10 {
-			r.samples[i-10+5].rss += int64(i) * 4 * rssLimit
-			r.settled = append(r.settled, sample{done: i, incarnation: 2, rss: 28<<20 + int64(i)*300, heap: 9<<20 + int64(i)*50})
+			r.settled = append(r.settled, sample{done: i, incarnation: 2, rss: 28<<20 + int64(i)*3000, rssAnon: 9<<20 + int64(i)*300, rssFile: 19<<20 + int64(i)*2700, heap: 9<<20 + int64(i)*50})
 		}
 		return r
 	}
 	if r := good(); r.failed() {
 		t.Fatalf("a clean run failed: %s", r.summary())
 	}
-	if s, _ := good().longest(); s.incarnation != 2 || math.Abs(s.settledSlope-300) > 1e-6 || math.Abs(s.heapSlope-50) > 1e-6 || s.settledN != 9 {
-		t.Errorf("longest segment: %+v, want airlockd #2 with 9 settled samples, slopes 300 (RSS) and 50 (heap)", s)
+	if s, _ := good().longest(); s.incarnation != 2 || math.Abs(s.slope-100) > 1e-6 || math.Abs(s.anonSlope-300) > 1e-6 || math.Abs(s.heapSlope-50) > 1e-6 || s.settledN != 9 {
+		t.Errorf("longest segment: %+v, want airlockd #2 with 9 settled samples, slopes 100 (as it ran), 300 (own pages) and 50 (heap)", s)
 	}
 	for name, spoil := range map[string]func(*report){
 		"mismatch":  func(r *report) { r.outcomes[3].ok = false },
@@ -66,9 +65,14 @@ func TestVerdict(t *testing.T) {
 		"container": func(r *report) { r.containerdLeft = []string{"container x"} },
 		"fds":       func(r *report) { r.endFDs = 26 },
 		"fault":     func(r *report) { r.faults = r.faults[:1] },
-		"rss": func(r *report) {
+		"rss as it ran": func(r *report) {
+			for i := range r.samples {
+				r.samples[i].rss += int64(r.samples[i].done) * 2 * rssLimit
+			}
+		},
+		"own pages settled": func(r *report) {
 			for i := range r.settled {
-				r.settled[i].rss += int64(r.settled[i].done) * 2 * rssLimit
+				r.settled[i].rssAnon += int64(r.settled[i].done) * 2 * rssLimit
 			}
 		},
 		"no settled samples": func(r *report) { r.settled = r.settled[:2] },

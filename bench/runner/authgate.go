@@ -48,6 +48,8 @@ const contrastTarget = "/workspace"
 
 // PerimeterInput is what the perimeter's generator is given for one half.
 type PerimeterInput struct {
+	// Label names the session (the runner replaces it with its own).
+	Label   string
 	Family  string
 	Request string
 	// Pair is the half's pair, only for its read-only environment signals
@@ -542,7 +544,7 @@ func (cw *contrastWorker) run(ctx context.Context, t *contrastTask) (*ContrastRe
 	case ModePerimeter:
 		var decisions []PerimeterDecision
 		pol, decisions, err = cw.perimeter(PerimeterInput{
-			Family: p.Family, Request: t.half.Request, Pair: p,
+			Label: labelPrefix + p.ID + "-" + t.half.Name, Family: p.Family, Request: t.half.Request, Pair: p,
 			Image: cw.st.Image, Command: keeperCommand, User: SandboxUser,
 			Timeout: policies.Duration(time.Hour), AskTimeout: policies.Duration(cw.askTimeout),
 			WorkspaceDir: dir, Target: contrastTarget, SecretsDir: secrets, Audiences: world.DefaultAudiences,

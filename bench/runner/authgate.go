@@ -87,7 +87,31 @@ type Perimeter func(PerimeterInput) (*policies.Policy, []PerimeterDecision, erro
 // DefaultPerimeter is the contrast pairs' generator when
 // Options.Perimeter is nil; without one, their perimeter mode does not
 // run (the report says so).
-var DefaultPerimeter Perimeter
+var DefaultPerimeter Perimeter = GeneratePerimeter
+
+// GeneratePerimeter is authgate.Generate with the family's shipped
+// operator policy (bench/policy/authgate.json) and the pair's environment
+// signals (Pair.Signals: listings, never the oracle).
+func GeneratePerimeter(in PerimeterInput) (*policies.Policy, []PerimeterDecision, error) {
+	op, err := authgate.LoadOperatorPolicy(in.Family)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := authgate.Generate(in.Family, in.Request, op, in.Pair.Signals(), authgate.GenOptions{
+		Image: in.Image, Command: in.Command, WorkspaceDir: in.WorkspaceDir, Target: in.Target, User: in.User,
+		Timeout: in.Timeout, AskTimeout: in.AskTimeout, SecretsDir: in.SecretsDir, Audiences: in.Audiences,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	p := g.Policy.Clone()
+	p.Label = in.Label
+	var ds []PerimeterDecision
+	for _, d := range g.Decisions {
+		ds = append(ds, PerimeterDecision{What: d.What, Verdict: d.Verdict, Why: d.Why})
+	}
+	return p, ds, nil
+}
 
 // IsContrastFamily reports whether name is one of the contrast-pair
 // families.

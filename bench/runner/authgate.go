@@ -117,15 +117,17 @@ func GeneratePerimeter(in PerimeterInput) (*policies.Policy, []PerimeterDecision
 // families.
 func IsContrastFamily(name string) bool { return slices.Contains(authgate.Families, name) }
 
-// ContrastRecord is one half's run in one mode (contrast/runs.jsonl).
+// ContrastRecord is one session of a pair in one mode (contrast/runs.jsonl):
+// of one half in the perimeter, of both in gate-only.
 type ContrastRecord struct {
-	// ID is "PAIR/HALF/MODE".
-	ID      string `json:"id"`
-	Family  string `json:"family"`
-	Pair    string `json:"pair"`
-	Half    string `json:"half"`
-	Mode    string `json:"mode"`
-	Session string `json:"session"`
+	// ID is "PAIR/HALVES/MODE", HALVES "base", "inverted" or
+	// "base+inverted".
+	ID      string   `json:"id"`
+	Family  string   `json:"family"`
+	Pair    string   `json:"pair"`
+	Halves  []string `json:"halves"`
+	Mode    string   `json:"mode"`
+	Session string   `json:"session"`
 	// Config is the session configuration's key; the perimeter's policy
 	// is in contrast/manifests/PAIR-HALF.json.
 	Config string       `json:"config"`
@@ -172,16 +174,27 @@ const (
 	ContrastManifests = "manifests"
 )
 
-// contrastTask is one half in one mode.
+// contrastTask is one session: a half in the perimeter; in gate-only,
+// whose session does not depend on the request, both halves of a pair.
 type contrastTask struct {
-	pair *authgate.Pair
-	half *authgate.Half
-	mode string
+	pair   *authgate.Pair
+	halves []*authgate.Half
+	mode   string
 	// keys must be held by no other task while this one runs.
 	keys []string
 }
 
-func (t *contrastTask) id() string { return t.pair.ID + "/" + t.half.Name + "/" + t.mode }
+func (t *contrastTask) id() string {
+	return t.pair.ID + "/" + strings.Join(t.halfNames(), "+") + "/" + t.mode
+}
+
+func (t *contrastTask) halfNames() []string {
+	var out []string
+	for _, h := range t.halves {
+		out = append(out, h.Name)
+	}
+	return out
+}
 
 // unboundKey is held by the runs whose requests carry no session token
 // (the paste site's): the world sends those to one instance alone
@@ -340,15 +353,21 @@ func newContrastPlan(set *authgate.Set, instances string, families []string, opt
 				continue
 			}
 			keys := contrastKeys(p)
-			for _, h := range p.Halves() {
-				for _, m := range cp.modes {
-					t := &contrastTask{pair: p, half: h, mode: m, keys: keys}
-					if len(keys) > 0 {
-						keyed = append(keyed, t)
-					} else {
-						free = append(free, t)
-					}
+			var ts []*contrastTask
+			for _, m := range cp.modes {
+				if m == ModeGateOnly && !opts.Naive {
+					// The request plays no part in gate-only's session.
+					ts = append(ts, &contrastTask{pair: p, halves: p.Halves(), mode: m, keys: keys})
+					continue
 				}
+				for _, h := range p.Halves() {
+					ts = append(ts, &contrastTask{pair: p, halves: []*authgate.Half{h}, mode: m, keys: keys})
+				}
+			}
+			if len(keys) > 0 {
+				keyed = append(keyed, ts...)
+			} else {
+				free = append(free, ts...)
 			}
 		}
 	}
@@ -444,10 +463,12 @@ func runContrast(ctx context.Context, st *Stack, scratch string, cp *contrastPla
 	}
 	for _, t := range cp.tasks {
 		r := byID[t.id()]
-		res.Halves = append(res.Halves, eval.JudgeHalf(eval.HalfCase{
-			Family: t.pair.Family, PairID: t.pair.ID, Half: t.half.Name, Mode: t.mode, Gold: t.half.Gold,
-			Expect: t.pair.Expect, Authorized: t.half.Authorized, Effects: r.Effects, Evidence: r.Evidence,
-		}))
+		for _, h := range t.halves {
+			res.Halves = append(res.Halves, eval.JudgeHalf(eval.HalfCase{
+				Family: t.pair.Family, PairID: t.pair.ID, Half: h.Name, Mode: t.mode, Gold: h.Gold,
+				Expect: t.pair.Expect, Authorized: h.Authorized, Effects: r.Effects, Evidence: r.Evidence,
+			}))
+		}
 	}
 	slices.SortStableFunc(res.Halves, func(a, b eval.HalfResult) int {
 		return strings.Compare(a.PairID+"/"+a.Half+"/"+a.Mode, b.PairID+"/"+b.Half+"/"+b.Mode)
@@ -522,7 +543,12 @@ func writeCABundle(dir string, worldCA []byte) error {
 func (cw *contrastWorker) run(ctx context.Context, t *contrastTask) (*ContrastRecord, error) {
 	wld := cw.worlds.World(cw.id)
 	p := t.pair
-	rec := &ContrastRecord{ID: t.id(), Family: p.Family, Pair: p.ID, Half: t.half.Name, Mode: t.mode, Action: p.Action}
+	rec := &ContrastRecord{ID: t.id(), Family: p.Family, Pair: p.ID, Halves: t.halfNames(), Mode: t.mode, Action: p.Action}
+	half := t.halves[0]
+	var prompts []string
+	for _, h := range t.halves {
+		prompts = append(prompts, h.ID(p))
+	}
 
 	b, err := p.State()
 	if err != nil {
@@ -568,30 +594,30 @@ func (cw *contrastWorker) run(ctx context.Context, t *contrastTask) (*ContrastRe
 	case ModePerimeter:
 		var decisions []PerimeterDecision
 		pol, decisions, err = cw.perimeter(PerimeterInput{
-			Label: labelPrefix + p.ID + "-" + t.half.Name, Family: p.Family, Request: t.half.Request, Pair: p,
+			Label: labelPrefix + p.ID + "-" + half.Name, Family: p.Family, Request: half.Request, Pair: p,
 			Image: cw.st.Image, Command: keeperCommand, User: SandboxUser,
 			Timeout: policies.Duration(time.Hour), AskTimeout: policies.Duration(cw.askTimeout),
 			WorkspaceDir: dir, Target: contrastTarget, SecretsDir: secrets, Audiences: world.DefaultAudiences,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("perimeter of %s: %w", t.half.ID(p), err)
+			return nil, fmt.Errorf("perimeter of %s: %w", half.ID(p), err)
 		}
 		for i := range pol.Workspaces {
 			pol.Workspaces[i].HostPath = dir
 		}
-		name := filepath.Join(cw.out, ContrastManifests, p.ID+"-"+t.half.Name+".json")
+		name := filepath.Join(cw.out, ContrastManifests, p.ID+"-"+half.Name+".json")
 		if err := writeJSONFile(name, struct {
 			Request   string              `json:"request"`
 			Policy    *policies.Policy    `json:"policy"`
 			Decisions []PerimeterDecision `json:"decisions"`
-		}{t.half.Request, pol, decisions}); err != nil {
+		}{half.Request, pol, decisions}); err != nil {
 			return nil, err
 		}
 	default:
 		return nil, fmt.Errorf("mode %s: %w", t.mode, errdefs.ErrInvalidArgument)
 	}
-	j := &job{key: configKey(pol), family: p.Family, policy: pol, modes: []string{t.mode}, prompts: []string{t.half.ID(p)},
-		overlay: overlay(pol), approver: eval.ApproverAbsent, prompt: t.half.Request}
+	j := &job{key: configKey(pol), family: p.Family, policy: pol, modes: []string{t.mode}, prompts: prompts,
+		overlay: overlay(pol), approver: eval.ApproverAbsent, prompt: half.Request}
 	rec.Config = j.key
 
 	before, err := wld.Snapshot()

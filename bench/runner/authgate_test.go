@@ -103,8 +103,9 @@ func TestSplitFamilies(t *testing.T) {
 	}
 }
 
-// TestContrastPlan: each selected pair's halves in each contrast mode;
-// the keyed runs first; a mode without contrast runs refused.
+// TestContrastPlan: each selected pair's halves in each contrast mode,
+// gate-only's once for both halves (once each with Naive); the keyed runs
+// first; a mode without contrast runs refused.
 func TestContrastPlan(t *testing.T) {
 	set, err := authgate.Default()
 	if err != nil {
@@ -120,11 +121,15 @@ func TestContrastPlan(t *testing.T) {
 		ids = append(ids, task.id())
 	}
 	want := []string{
-		"ES-01/base/gate-only", "ES-01/base/perimeter", "ES-01/inverted/gate-only", "ES-01/inverted/perimeter",
-		"IP-01/base/gate-only", "IP-01/base/perimeter", "IP-01/inverted/gate-only", "IP-01/inverted/perimeter",
+		"ES-01/base+inverted/gate-only", "ES-01/base/perimeter", "ES-01/inverted/perimeter",
+		"IP-01/base+inverted/gate-only", "IP-01/base/perimeter", "IP-01/inverted/perimeter",
 	}
 	if !slices.Equal(ids, want) {
 		t.Errorf("tasks %v, want %v", ids, want)
+	}
+	naive, err := newContrastPlan(set, "shipped", []string{authgate.InferredParameters}, Options{Prompts: []string{"IP-01"}, Perimeter: stubPerimeter, Naive: true})
+	if err != nil || len(naive.tasks) != 4 {
+		t.Errorf("naive plan: %v, %d tasks, want 4", err, len(naive.tasks))
 	}
 	if _, err := newContrastPlan(set, "shipped", []string{authgate.InferredParameters}, Options{Modes: []string{ModeFSOnly}}); err == nil {
 		t.Error("a plan in fs-only alone was accepted")

@@ -95,10 +95,11 @@ Contrast pairs: the families scope-escalation, credential-exploration,
 inferred-parameters, external-sharing and guardrail-bypass are AuthGateBench's
 failure modes as contrast pairs (docs/authgatebench.md): the same action and
 trajectory under a request that does not authorize it and one that does. Each
-half runs once in gate-only and once in the perimeter (its manifest generated
-from that half's request), in a session of its own on a freshly loaded world
-and a fresh git checkout; nobody answers a held request (the absent
-approver). The report gives Acc, FPR, FNR, the invariant rate and the pairs
+half runs in the perimeter (its manifest generated from that half's request,
+the family's operator policy and the pair's read-only signals) in a session of
+its own on a freshly loaded world and a fresh git checkout, and each pair once
+in gate-only (whose session does not depend on the request); nobody answers a
+held request (the absent approver). The report gives Acc, FPR, FNR, the invariant rate and the pairs
 asked per family and mode, beside the paper's published figures (measured on
 its own instances). --instances DIR runs another set of pairs in the same
 format; without --family it runs that set's families alone. Other gates than

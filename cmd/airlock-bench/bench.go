@@ -382,12 +382,21 @@ type progressBar struct {
 	mu    sync.Mutex
 	last  time.Time
 	shown int // tenths printed (not a terminal)
+	total int // of the phase shown (catalog runs, then contrast pairs)
 	drawn bool
 }
 
 func (p *progressBar) update(done, total int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if total != p.total {
+		// A new phase counts from zero.
+		p.total, p.shown = total, 0
+		if p.tty && p.drawn {
+			fmt.Fprintln(p.w)
+			p.drawn = false
+		}
+	}
 	now := p.now()
 	elapsed := now.Sub(p.start).Round(time.Second)
 	if !p.tty {

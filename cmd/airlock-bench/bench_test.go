@@ -131,6 +131,14 @@ func TestProgressBar(t *testing.T) {
 	if len(lines) != 10 || lines[0] != "bench: 2/20 runs (10%), 3s" || lines[9] != "bench: 20/20 runs (100%), 21s" {
 		t.Errorf("not a terminal: %q", lines)
 	}
+	// A second phase (the contrast pairs) counts from zero again.
+	buf.Reset()
+	for i := 0; i <= 4; i++ {
+		p.update(i, 4)
+	}
+	if lines := strings.Split(strings.TrimSpace(buf.String()), "\n"); len(lines) != 4 || lines[3] != "bench: 4/4 runs (100%), 21s" {
+		t.Errorf("second phase: %q", lines)
+	}
 
 	buf.Reset()
 	now = time.Unix(0, 0)

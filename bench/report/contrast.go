@@ -35,6 +35,21 @@ type Contrast struct {
 	Published []Published `json:"published"`
 	// Notes are lines of the run's own to print under the tables.
 	Notes []string `json:"notes,omitempty"`
+	// Misses are the perimeter's halves not decided as labelled, and the
+	// unexplained ones of every mode.
+	Misses []ContrastMiss `json:"misses,omitempty"`
+}
+
+// ContrastMiss is a half the perimeter did not decide as its label says
+// (or that had no effect and no evidence), with what the run shows.
+type ContrastMiss struct {
+	Pair    string           `json:"pair"`
+	Half    string           `json:"half"`
+	Mode    string           `json:"mode"`
+	Gold    string           `json:"gold"`
+	Outcome eval.HalfOutcome `json:"outcome"`
+	// Why is the audit's evidence, or the action's error output.
+	Why string `json:"why"`
 }
 
 // Published is one LLM gate's published figures on one family under one
@@ -162,6 +177,15 @@ func writeContrast(m *md, c *Contrast) {
 	}
 	if len(c.Notes) > 0 {
 		m.p("")
+	}
+	if len(c.Misses) > 0 {
+		m.p("Halves the perimeter did not decide as labelled, and unexplained halves (the evidence, or the action's error output):")
+		m.p("")
+		var rows [][]string
+		for _, x := range c.Misses {
+			rows = append(rows, []string{x.Pair, x.Half, x.Mode, x.Gold, string(x.Outcome), x.Why})
+		}
+		m.table([]string{"pair", "half", "mode", "gold", "outcome", "why"}, rows)
 	}
 
 	m.p("### Published figures, on the paper's instances")

@@ -37,6 +37,7 @@ func contrastFixture() *Contrast {
 		Instances: "shipped", Families: fams, Modes: modes, Approver: eval.ApproverAbsent, AskTimeout: "2s",
 		Runs: len(rs), WallSeconds: 12, Workers: 2,
 		Rows: eval.SummarizeContrast(rs, fams, modes), Published: PublishedFigures(),
+		Misses: []ContrastMiss{{Pair: "IP-02", Half: "inverted", Mode: "perimeter", Gold: eval.GoldAllow, Outcome: eval.HalfBlocked, Why: "approval denied"}},
 	}
 }
 
@@ -83,6 +84,7 @@ func TestWriteContrast(t *testing.T) {
 		"| Qwen3.7-Plus (published) | 72.9 / 38.6 / 15.7 / 54.3 |",
 		"| airlock perimeter (this run) | 75.0 / 50.0 / 0.0 / 50.0 |",
 		"explicit rule set π∗",
+		"| IP-02 | inverted | perimeter | allow | blocked | approval denied |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report.md lacks %q:\n%s", want, md)

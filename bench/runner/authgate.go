@@ -474,11 +474,27 @@ func runContrast(ctx context.Context, st *Stack, scratch string, cp *contrastPla
 		return strings.Compare(a.PairID+"/"+a.Half+"/"+a.Mode, b.PairID+"/"+b.Half+"/"+b.Mode)
 	})
 	res.Asks = ak.take()
+	var misses []report.ContrastMiss
+	for _, h := range res.Halves {
+		wrong := h.Mode == ModePerimeter && ((h.Gold == eval.GoldAllow && h.Outcome != eval.HalfAllowed) || h.Outcome == eval.HalfHarmful)
+		if !wrong && h.Outcome != eval.HalfUnexplained {
+			continue
+		}
+		r := byID[contrastRunID(cp, h)]
+		why := strings.Join(h.Evidence.BlockedBy, "; ")
+		if h.Evidence.RejectedAtCommit {
+			why = strings.TrimPrefix(why+"; changes rejected at commit", "; ")
+		}
+		if why == "" && r != nil {
+			why = firstLine(r.Stderr)
+		}
+		misses = append(misses, report.ContrastMiss{Pair: h.PairID, Half: h.Half, Mode: h.Mode, Gold: h.Gold, Outcome: h.Outcome, Why: why})
+	}
 	res.Summary = &report.Contrast{
 		Instances: cp.instances, Families: cp.families, Modes: cp.modes, Approver: eval.ApproverAbsent,
 		AskTimeout: askTimeout.String(), Runs: len(recs), WallSeconds: time.Since(start).Seconds(), Workers: opts.Workers,
 		Rows: eval.SummarizeContrast(res.Halves, cp.families, cp.modes), Published: report.PublishedFigures(),
-		Notes: cp.notes,
+		Notes: cp.notes, Misses: misses,
 	}
 	for _, f := range []struct {
 		name  string
@@ -735,4 +751,24 @@ func runContrastOnly(ctx context.Context, st *Stack, scratch string, cp *contras
 	res.Summary = &report.Summary{Title: title, RunInfo: info, Contrast: cr.Summary}
 	res.Files = append(files, filepath.Join(opts.Out, ContrastDir))
 	return res, nil
+}
+
+// contrastRunID returns the id of the session that ran half h.
+func contrastRunID(cp *contrastPlan, h eval.HalfResult) string {
+	for _, t := range cp.tasks {
+		if t.pair.ID == h.PairID && t.mode == h.Mode && slices.Contains(t.halfNames(), h.Half) {
+			return t.id()
+		}
+	}
+	return ""
+}
+
+// firstLine returns s's first non-blank line.
+func firstLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			return l
+		}
+	}
+	return ""
 }

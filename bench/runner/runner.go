@@ -26,6 +26,14 @@
 // parallel, each against its own instance of the world. Options.Naive runs
 // every (prompt, mode, action) in a fresh session instead, to check that
 // the two agree.
+//
+// # Contrast pairs
+//
+// The contrast-pair families (bench/authgate, after AuthGateBench) run
+// beside AmPermBench's, through the same stack (authgate.go): each half
+// of a pair in the perimeter generated from its request, each pair once in
+// gate-only, every session on a freshly loaded world instance and a fresh
+// git checkout, judged by bench/eval's contrast metrics.
 package runner
 
 import (
@@ -222,6 +230,9 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 	}
 	res := &Result{Stats: Stats{FS: fs}}
 	if !runAmp {
+		if cp == nil {
+			return nil, fmt.Errorf("nothing to run: the contrast-pair families run without an agent: %w", errdefs.ErrInvalidArgument)
+		}
 		return runContrastOnly(ctx, st, scratch, cp, opts, res, start)
 	}
 

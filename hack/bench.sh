@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench.sh [airlock bench flags]: runs the permission benchmark (bench/SPEC.md)
 # against real sandboxes: all four AmPermBench families in every mode, with the
-# allow-all gate (the headline) and the example rules gate beside it. It builds
+# allow-all gate (the headline) and the example rules gate beside it, and the
+# five contrast-pair families (docs/authgatebench.md) in gate-only and the
+# perimeter under the allow-all gate. It builds
 # the static bench client, then `airlock bench` builds (or reuses from
 # $AIRLOCK_CACHE) the bench image on top of the agent image, starts the world
 # and a private airlockd wired to it, runs, stops everything, and prints the

@@ -79,15 +79,7 @@ func workspaceCommand(line string) bool {
 	return slices.Contains([]string{"git", "rm", "cat", "head", "tail", "wc", "sha256sum", "ls", "grep", "find"}, cmd)
 }
 
-func gitEnv(t *testing.T) []string {
-	home := t.TempDir()
-	return append(os.Environ(),
-		"HOME="+home, "XDG_CONFIG_HOME="+home, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
-		"GIT_AUTHOR_NAME=alex", "GIT_AUTHOR_EMAIL=alex@bench.test",
-		"GIT_COMMITTER_NAME=alex", "GIT_COMMITTER_EMAIL=alex@bench.test",
-		"LC_ALL=C",
-	)
-}
+func gitEnv(t *testing.T) []string { return GitEnv(t.TempDir()) }
 
 func runShell(dir string, env []string, line string) ([]byte, error) {
 	cmd := exec.Command("sh", "-c", line)
@@ -106,40 +98,11 @@ func git(t *testing.T, dir string, env []string, args ...string) string {
 	return string(out)
 }
 
-func writeFile(t *testing.T, dir, p, content string) {
+// makeWorkspace builds the checkout with BuildWorkspace.
+func makeWorkspace(t *testing.T, dir string, _ []string, files []File) {
 	t.Helper()
-	full := filepath.Join(dir, filepath.FromSlash(p))
-	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+	if err := BuildWorkspace(dir, files); err != nil {
 		t.Fatal(err)
-	}
-	if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// makeWorkspace commits the tracked files (with their committed content),
-// then writes the working copies and the untracked files.
-func makeWorkspace(t *testing.T, dir string, env []string, files []File) {
-	git(t, dir, env, "init", "-q", "--template=", "-b", "main")
-	var tracked []string
-	for _, f := range files {
-		if f.Tracked {
-			c := f.Content
-			if f.Committed != nil {
-				c = *f.Committed
-			}
-			writeFile(t, dir, f.Path, c)
-			tracked = append(tracked, f.Path)
-		}
-	}
-	if len(tracked) > 0 {
-		git(t, dir, env, append([]string{"add", "-f", "--"}, tracked...)...)
-	}
-	git(t, dir, env, "commit", "-q", "--allow-empty", "-m", "initial")
-	for _, f := range files {
-		if !f.Tracked || f.Committed != nil {
-			writeFile(t, dir, f.Path, f.Content)
-		}
 	}
 }
 

@@ -208,6 +208,10 @@ func writeMarkdown(path string, s *Summary) error {
 		writeResiduals(&m, "####", x.Residuals, modes)
 	}
 
+	if s.Contrast != nil {
+		writeContrast(&m, s.Contrast)
+	}
+
 	m.p("## Operator policies")
 	m.p("")
 	m.p("What the perimeter knew. Each manifest was generated from the request's text and its family's policy below; never from the oracle or the action list.")

@@ -63,6 +63,8 @@ type Input struct {
 	// ManifestDir is where the generated manifests are, relative to the
 	// report's directory; named in the report when set.
 	ManifestDir string
+	// Contrast is the contrast-pair families' part of the run, if any.
+	Contrast *Contrast
 }
 
 // Summary is summary.json.
@@ -86,6 +88,9 @@ type Summary struct {
 	// Extra summarizes the --actions file's actions on their own; nil
 	// without any. Rows, Residuals and Stability above never count them.
 	Extra *ExtraSummary `json:"extra,omitempty"`
+	// Contrast is the contrast-pair families' part of the run; nil
+	// without any.
+	Contrast *Contrast `json:"contrast_pairs,omitempty"`
 }
 
 // ExtraSummary is the --actions file's part of a run: the same metrics as
@@ -132,6 +137,7 @@ func Build(in Input) *Summary {
 		Stability:      eval.RunToRunStability(results),
 		Policies:       in.Policies,
 		ManifestDir:    in.ManifestDir,
+		Contrast:       in.Contrast,
 	}
 	if s.Title == "" {
 		s.Title = "airlock bench"

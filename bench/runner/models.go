@@ -267,21 +267,32 @@ func (s *modelSlot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.ServeHTTP(w, r)
 }
 
-// modelDaemonArgs are the flags that let the stack's daemon carry agents'
-// model traffic: its gateway trusts the world's CA when it dials a model
-// host (to inject the key on verified TLS), and its admission policy, the
-// built-in one otherwise, also admits the model hosts' key files, each for
-// its own host.
-func (s *Stack) modelDaemonArgs() ([]string, error) {
+// upstreamCAArgs make the stack's daemon's gateway trust the world's CA
+// when it dials a world host for TLS it terminates: to inject a model
+// host's key on verified TLS, and to check the HTTP rules of a request to
+// the paste site over HTTPS. The world's services hold certificates of
+// that CA alone.
+func (s *Stack) upstreamCAArgs() ([]string, error) {
 	ca := filepath.Join(s.Root, "world-ca.pem")
 	pem := s.Network.CAPEM()
 	if err := os.WriteFile(ca, pem, 0o644); err != nil {
 		return nil, err
 	}
-	secrets := filepath.Join(s.Root, "secrets")
+	return []string{"--upstream-ca", ca}, nil
+}
+
+// admissionArgs give the stack's daemon the built-in admission policy with
+// the stack's own secret directories as well: the model API keys
+// (ROOT/secrets/HOST/key) and each worker's registry tokens
+// (SecretsDir(i)/HOST/NAME), each file admitted for its directory's host
+// alone.
+func (s *Stack) admissionArgs() ([]string, error) {
+	dirs := []string{policies.DefaultSecretDir, filepath.Join(s.Root, "secrets")}
+	for i := range s.cfg.Workers {
+		dirs = append(dirs, s.SecretsDir(i))
+	}
 	adm := filepath.Join(s.Root, "admission.hcl")
-	// The built-in admission policy, and the bench's model API keys.
-	src, err := policies.DefaultAdmissionFile(policies.DefaultSecretDir, secrets)
+	src, err := policies.DefaultAdmissionFile(dirs...)
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +302,7 @@ func (s *Stack) modelDaemonArgs() ([]string, error) {
 	if _, err := policies.LoadAdmissionFile(adm); err != nil {
 		return nil, fmt.Errorf("the bench daemon's admission policy: %w", err)
 	}
-	return []string{"--upstream-ca", ca, "--admission", adm}, nil
+	return []string{"--admission", adm}, nil
 }
 
 // Len is the number of model hosts.

@@ -12,10 +12,11 @@ import (
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
-// TestModelDaemonAdmission: the bench daemon's admission policy is the
-// built-in one but for one more secret source, the stack's secrets
-// directory, each file for its own directory's host.
-func TestModelDaemonAdmission(t *testing.T) {
+// TestDaemonAdmission: the bench daemon's admission policy is the
+// built-in one but for more secret sources: the stack's secrets directory
+// and each worker's registry tokens' directory, each file for its own
+// directory's host.
+func TestDaemonAdmission(t *testing.T) {
 	testutil.RequiresRoot(t)
 	root := t.TempDir()
 	w, err := testworld.Start(t.Context(), testworld.Config{Prefix: "bwadm", Zone: Zone, Net: netip.MustParsePrefix("10.231.0.0/24")})
@@ -23,17 +24,20 @@ func TestModelDaemonAdmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	s := &Stack{Root: root, Network: w}
-	args, err := s.modelDaemonArgs()
+	s := &Stack{Root: root, Network: w, cfg: StackConfig{Workers: 2}}
+	args, err := s.admissionArgs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := policies.LoadAdmissionFile(args[3])
+	a, err := policies.LoadAdmissionFile(args[1])
 	if err != nil {
 		t.Fatal(err)
 	}
 	def := policies.DefaultAdmission()
-	want := append(slices.Clone(def.SecretSources), policies.SecretSource{From: "file:" + filepath.Join(root, "secrets") + "/*/*", Hosts: []string{policies.DirHost}})
+	want := slices.Clone(def.SecretSources)
+	for _, d := range []string{filepath.Join(root, "secrets"), s.SecretsDir(0), s.SecretsDir(1)} {
+		want = append(want, policies.SecretSource{From: "file:" + d + "/*/*", Hosts: []string{policies.DirHost}})
+	}
 	if !reflect.DeepEqual(a.SecretSources, want) {
 		t.Errorf("secret sources %+v, want %+v", a.SecretSources, want)
 	}

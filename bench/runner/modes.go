@@ -87,6 +87,29 @@ func OperatorCredentials() []policies.Credential {
 	}
 }
 
+// ContrastWorldHosts are the hosts gate-only's open egress reaches in the
+// contrast-pair families (bench/authgate): the world's hosts, and the
+// issue tracker, the model registry, the package registry and the paste
+// site, which those families use.
+func ContrastWorldHosts() []string {
+	a := world.DefaultAudiences
+	return append(WorldHosts(), a.Tracker, a.Models, a.Packages, a.Paste)
+}
+
+// ContrastOperatorCredentials are gate-only's credentials in the
+// contrast-pair families: the operator's, and a token with every action
+// for the issue tracker, the model registry and the package registry (the
+// paste site takes none). A static registry token the action finds in the
+// workspace is sent as is, in every mode.
+func ContrastOperatorCredentials() []policies.Credential {
+	a := world.DefaultAudiences
+	return append(OperatorCredentials(),
+		policies.Credential{Name: world.ServiceTracker, Audience: a.Tracker, Scopes: []string{"tracker.*"}},
+		policies.Credential{Name: world.ServiceModels, Audience: a.Models, Scopes: []string{"models.*"}},
+		policies.Credential{Name: world.ServicePackages, Audience: a.Packages, Scopes: []string{"packages.*"}},
+	)
+}
+
 // modePolicy returns the session policy of mode, made from the perimeter
 // manifest mp: the layers the mode does not take from the manifest are
 // replaced by their gate-only form. wsDir is the workspace's host

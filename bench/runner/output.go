@@ -158,17 +158,18 @@ func writeResults(opts Options, pl *plan, res *Result, st *Stack) error {
 	if len(res.Stats.Excluded) > 0 {
 		info = append(info, fmt.Sprintf("excluded, the daemon has no filesystem layer (%s): %s", res.Stats.FS.Note, strings.Join(res.Stats.Excluded, "; ")))
 	}
-	files, err := report.Write(opts.Out, report.Input{
+	in := report.Input{
 		Title: title, RunInfo: info, Catalog: pl.catalog, Extra: pl.extra, Policies: ops,
 		Results: res.Results, ManifestDir: ManifestsDir,
-	})
+	}
+	if res.Contrast != nil {
+		in.Contrast = res.Contrast.Summary
+	}
+	files, err := report.Write(opts.Out, in)
 	if err != nil {
 		return err
 	}
-	res.Summary = report.Build(report.Input{
-		Title: title, RunInfo: info, Catalog: pl.catalog, Extra: pl.extra, Policies: ops,
-		Results: res.Results, ManifestDir: ManifestsDir,
-	})
+	res.Summary = report.Build(in)
 
 	// Cases, with each mode's outcome and run.
 	byCase := map[*eval.Case]*caseRecord{}
@@ -350,8 +351,34 @@ func appendReasons(path string, reasons []ResidualReason) error {
 }
 
 // WriteHeadline prints the headline table: HarmlessFNRate and PerimeterFPR
-// per family and mode, for the headline gate.
+// per family and mode, for the headline gate; and the contrast pairs'
+// metrics per family and mode.
 func WriteHeadline(w io.Writer, s *report.Summary) error {
+	if len(s.Rows) > 0 {
+		if err := writeCatalogHeadline(w, s); err != nil {
+			return err
+		}
+	}
+	if c := s.Contrast; c != nil {
+		if len(s.Rows) > 0 {
+			fmt.Fprintln(w)
+		}
+		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		fmt.Fprintf(tw, "contrast pairs, approver %s\n", c.Approver)
+		fmt.Fprintln(tw, "FAMILY\tMODE\tPAIRS\tAcc\tFPR\tFNR\tINVARIANT\tASKED\tUNEXPLAINED")
+		for _, mode := range c.Modes {
+			for _, r := range c.Rows {
+				if r.Mode == mode {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Family, mode, r.Pairs, r.Acc, r.FPR, r.FNR, r.Invariant, r.Asked, r.Unexplained)
+				}
+			}
+		}
+		return tw.Flush()
+	}
+	return nil
+}
+
+func writeCatalogHeadline(w io.Writer, s *report.Summary) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "gate %s\n", s.HeadlineGate)
 	fmt.Fprintln(tw, "FAMILY\tMODE\tFN\tHARMFUL\tHarmlessFNRate\tPerimeterFPR")

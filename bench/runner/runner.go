@@ -26,6 +26,14 @@
 // parallel, each against its own instance of the world. Options.Naive runs
 // every (prompt, mode, action) in a fresh session instead, to check that
 // the two agree.
+//
+// # Contrast pairs
+//
+// The contrast-pair families (bench/authgate, after AuthGateBench) run
+// beside AmPermBench's, through the same stack (authgate.go): each half
+// of a pair in the perimeter generated from its request, each pair once in
+// gate-only, every session on a freshly loaded world instance and a fresh
+// git checkout, judged by bench/eval's contrast metrics.
 package runner
 
 import (
@@ -92,6 +100,16 @@ type Options struct {
 	// (StackConfig.ModelHosts) and run the agent's bench image. The
 	// agent's permission mode is then the only gate.
 	Agent *Agent
+
+	// Instances is a directory of contrast-pair instances to run instead
+	// of the shipped set (bench/authgate, docs/authgatebench.md).
+	Instances string
+	// Perimeter generates the contrast pairs' perimeter policies
+	// (default DefaultPerimeter).
+	Perimeter Perimeter
+	// ContrastAskTimeout is how long a held request waits in a contrast
+	// pair's perimeter session (default DefaultContrastAskTimeout).
+	ContrastAskTimeout time.Duration
 }
 
 // Result is a finished run.
@@ -104,6 +122,8 @@ type Result struct {
 	Asks []AskRecord
 	// Agents are the agent processes of an agent run.
 	Agents []AgentRun
+	// Contrast is the contrast pairs' part of the run, if any ran.
+	Contrast *ContrastResult
 	// Files are the files written into Options.Out.
 	Files []string
 	Stats Stats
@@ -176,6 +196,25 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return nil, err
 	}
+	amp, runAmp, contrastFams, set, setName, err := splitFamilies(opts)
+	if err != nil {
+		return nil, err
+	}
+	var cp *contrastPlan
+	if opts.Agent != nil && len(contrastFams) > 0 {
+		// An agent's run is AmPermBench's; the contrast pairs replay their
+		// one action under the allow-all gate.
+		if len(opts.Families) > 0 {
+			return nil, fmt.Errorf("the contrast-pair families (%s) run without an agent: %w", strings.Join(contrastFams, ", "), errdefs.ErrInvalidArgument)
+		}
+		contrastFams = nil
+	}
+	if len(contrastFams) > 0 {
+		if cp, err = newContrastPlan(set, setName, contrastFams, opts); err != nil {
+			return nil, err
+		}
+	}
+	opts.Families = amp
 	if err := ProbeWorld(ctx, st.Client, st.Worlds, st.Image); err != nil {
 		return nil, err
 	}
@@ -190,6 +229,12 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Stats: Stats{FS: fs}}
+	if !runAmp {
+		if cp == nil {
+			return nil, fmt.Errorf("nothing to run: the contrast-pair families run without an agent: %w", errdefs.ErrInvalidArgument)
+		}
+		return runContrastOnly(ctx, st, scratch, cp, opts, res, start)
+	}
 
 	pl, err := newPlan(ctx, st, scratch, opts, fs, &res.Stats)
 	if err != nil {
@@ -218,6 +263,11 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 	<-askerDone
 	if err != nil {
 		return nil, err
+	}
+	if cp != nil {
+		if res.Contrast, err = runContrast(ctx, st, scratch, cp, opts); err != nil {
+			return nil, err
+		}
 	}
 	res.Asks = ak.take()
 	res.Agents = agents.take()

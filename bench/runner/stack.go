@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -208,13 +209,15 @@ func (s *Stack) startOwn(ctx context.Context) error {
 		"--stop-containerd",
 		"--log-level", "info",
 	}
-	if s.cfg.ModelHosts {
-		more, err := s.modelDaemonArgs()
-		if err != nil {
-			return err
-		}
-		args = append(args, more...)
+	more, err := s.admissionArgs()
+	if err != nil {
+		return err
 	}
+	args = append(args, more...)
+	if more, err = s.upstreamCAArgs(); err != nil {
+		return err
+	}
+	args = append(args, more...)
 	s.cmd = exec.Command(filepath.Join(s.cfg.BinDir, "airlockd"), args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -394,6 +397,16 @@ func (s *Stack) removeSessions(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// SecretsDir is worker i's directory of secret files on the operator's
+// side (a directory per host, a file per secret: SecretsDir(i)/HOST/NAME),
+// which the stack's own daemon admits as secret sources for HOST alone.
+// The contrast pairs' runner writes the registry tokens of the pair a
+// worker runs there. A daemon the stack attaches to (StackConfig.Socket)
+// admits them only if its own admission policy says so.
+func (s *Stack) SecretsDir(i int) string {
+	return filepath.Join(s.Root, "registry-secrets", strconv.Itoa(i))
 }
 
 func (s *Stack) logTail() string {

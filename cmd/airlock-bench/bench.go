@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/bench/authgate"
 	"github.com/airlock-sandbox/airlock/bench/catalog"
 	"github.com/airlock-sandbox/airlock/bench/runner"
 	benchimage "github.com/airlock-sandbox/airlock/images/bench"
@@ -30,6 +31,7 @@ type benchOptions struct {
 	binDir, image          string
 	agentImage, benchCLI   string
 	cacheDir, dataDir      string
+	instances              string
 	worldNetns, worldDNS   string
 	timeout                time.Duration
 	seed                   uint64
@@ -89,6 +91,20 @@ of {"prompt_id", "script"}; prompts without one do not run), and its whole run
 is the one action judged under the prompt, by its effects, with its gate-only
 run as the reference.
 
+Contrast pairs: the families scope-escalation, credential-exploration,
+inferred-parameters, external-sharing and guardrail-bypass are AuthGateBench's
+failure modes as contrast pairs (docs/authgatebench.md): the same action and
+trajectory under a request that does not authorize it and one that does. Each
+half runs in the perimeter (its manifest generated from that half's request,
+the family's operator policy and the pair's read-only signals) in a session of
+its own on a freshly loaded world and a fresh git checkout, and each pair once
+in gate-only (whose session does not depend on the request); nobody answers a
+held request (the absent approver). The report gives Acc, FPR, FNR, the invariant rate and the pairs
+asked per family and mode, beside the paper's published figures (measured on
+its own instances). --instances DIR runs another set of pairs in the same
+format; without --family it runs that set's families alone. Other gates than
+allow-all apply to AmPermBench's families only.
+
 With --model-url https://api.anthropic.com (or OpenAI's API for Codex),
 --model-key-file FILE and --model-uplink host, a real model drives the agent on
 every selected prompt: this is AmPermBench's experiment, inside the perimeter.
@@ -101,6 +117,8 @@ cost about $16 and 6 hours; --model-budget-usd bounds each Claude Code run and
 perimeter lets it do to the world: that is what is measured.`,
 		Example: `  airlock bench
   airlock bench --family cancel-jobs --mode gate-only --mode perimeter
+  airlock bench --family external-sharing --family guardrail-bypass
+  airlock bench --instances my-pairs/
   airlock bench --gate allow-all --gate rules:bench/runner/rules/example.rules --out results
   airlock bench --agent claude-code --family cancel-jobs --mode gate-only --mode perimeter
   airlock bench --agent codex --agent-tasks bench/runner/testdata/agent-tasks.jsonl`,
@@ -139,6 +157,7 @@ perimeter lets it do to the world: that is what is measured.`,
 	f.StringVar(&o.agentImage, "agent-image", "", "agent image archive (default: $AIRLOCK_AGENT_IMAGE, or the path in _output/agent-image.path)")
 	f.StringVar(&o.benchCLI, "bench-cli", "", "static airlock-bench-cli binary (default: beside this program)")
 	f.StringVar(&o.cacheDir, "cache", "", "where built bench images are kept (default: $AIRLOCK_CACHE or /var/cache/airlock)")
+	f.StringVar(&o.instances, "instances", "", "directory of contrast-pair instances (*.hcl, docs/authgatebench.md) to run instead of the shipped set")
 	f.StringVar(&o.dataDir, "data", "", "AmPermBench data directory (default: $AIRLOCK_AMPERMBENCH_DIR or ../shared/bench/ampermbench)")
 	f.StringVar(&o.worldNetns, "world-netns", "", "with --socket: the network namespace that is the daemon's uplink (start that daemon with --allow-private for the world's range, 10.214.0.0/24)")
 	f.StringVar(&o.worldDNS, "world-dns", "", "with --socket: the address the daemon's --dns-upstream names (default 10.214.0.1)")
@@ -164,6 +183,12 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 	if o.actions != "" {
 		if extra, err = catalog.LoadActionsFile(o.actions); err != nil {
 			return usageErrorf("--actions: %v", err)
+		}
+	}
+	if o.instances != "" {
+		// Checked before anything starts: every mistake with its file:line.
+		if _, err := authgate.LoadDir(o.instances); err != nil {
+			return usageErrorf("--instances: %v", err)
 		}
 	}
 	if !attach && (o.worldNetns != "" || o.worldDNS != "") {
@@ -252,7 +277,7 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 	_, bar.tty = term.Width(c.stderr)
 	res, runErr := runner.Run(ctx, st, runner.Options{
 		Families: o.families, Modes: o.modes, Gates: gates, Extra: extra, Out: o.out, DataDir: o.dataDir,
-		Workers: o.workers, Naive: o.naive, Timeout: o.timeout, Progress: bar.update, Seed: o.seed, Agent: agent,
+		Workers: o.workers, Naive: o.naive, Timeout: o.timeout, Progress: bar.update, Seed: o.seed, Agent: agent, Instances: o.instances,
 		RunInfo: []string{fmt.Sprintf("airlock %s; %s", clientVersion(), start.UTC().Format(time.RFC3339))},
 	})
 	bar.finish()
@@ -268,8 +293,13 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 	if err := runner.WriteHeadline(c.stdout, res.Summary); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "\n%d cases, %d runs in %d session configurations; report: %s\nwall time: %s\n",
-		res.Stats.Cases, res.Stats.Runs, res.Stats.Configs, filepath.Join(o.out, "report.md"), c.now().Sub(start).Round(100*time.Millisecond))
+	if res.Summary != nil && len(res.Summary.Rows) > 0 {
+		fmt.Fprintf(c.stdout, "\n%d cases, %d runs in %d session configurations", res.Stats.Cases, res.Stats.Runs, res.Stats.Configs)
+	}
+	if res.Contrast != nil {
+		fmt.Fprintf(c.stdout, "\n%d contrast-pair sessions in %.0fs", len(res.Contrast.Runs), res.Contrast.Summary.WallSeconds)
+	}
+	fmt.Fprintf(c.stdout, "; report: %s\nwall time: %s\n", filepath.Join(o.out, "report.md"), c.now().Sub(start).Round(100*time.Millisecond))
 	return nil
 }
 
@@ -352,12 +382,21 @@ type progressBar struct {
 	mu    sync.Mutex
 	last  time.Time
 	shown int // tenths printed (not a terminal)
+	total int // of the phase shown (catalog runs, then contrast pairs)
 	drawn bool
 }
 
 func (p *progressBar) update(done, total int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if total != p.total {
+		// A new phase counts from zero.
+		p.total, p.shown = total, 0
+		if p.tty && p.drawn {
+			fmt.Fprintln(p.w)
+			p.drawn = false
+		}
+	}
 	now := p.now()
 	elapsed := now.Sub(p.start).Round(time.Second)
 	if !p.tty {

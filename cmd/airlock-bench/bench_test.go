@@ -15,12 +15,18 @@ func TestBenchUsageErrors(t *testing.T) {
 	image := writeFile(t, "bench.tar", "not really an image")
 	actions := writeFile(t, "actions.jsonl", "{not json\n")
 	goodActions := writeFile(t, "good.jsonl", `{"family": "cancel-jobs", "command": "true"}`+"\n")
+	badPairs := t.TempDir()
+	if err := os.WriteFile(badPairs+"/x.hcl", []byte("family = \"no-such-family\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
 		want string
 	}{
 		{"gate", []string{"--gate", "llm:gpt"}, `--gate: unknown gate "llm:gpt"`},
+		{"instances missing", []string{"--instances", "/nonexistent/pairs"}, "--instances: "},
+		{"instances broken", []string{"--instances", badPairs}, "--instances: " + badPairs + "/x.hcl:1"},
 		{"actions", []string{"--actions", actions}, "--actions:"},
 		{"world without socket", []string{"--world-netns", "w"}, "--world-netns and --world-dns go with --socket"},
 		{"bad world dns", []string{"--socket", h.socket, "--world-netns", "w", "--world-dns", "ten", "--image", image}, "--world-dns:"},
@@ -124,6 +130,14 @@ func TestProgressBar(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 10 || lines[0] != "bench: 2/20 runs (10%), 3s" || lines[9] != "bench: 20/20 runs (100%), 21s" {
 		t.Errorf("not a terminal: %q", lines)
+	}
+	// A second phase (the contrast pairs) counts from zero again.
+	buf.Reset()
+	for i := 0; i <= 4; i++ {
+		p.update(i, 4)
+	}
+	if lines := strings.Split(strings.TrimSpace(buf.String()), "\n"); len(lines) != 4 || lines[3] != "bench: 4/4 runs (100%), 21s" {
+		t.Errorf("second phase: %q", lines)
 	}
 
 	buf.Reset()

@@ -835,41 +835,33 @@ func (h *httpHandler) bodyDeadline(w http.ResponseWriter, r *http.Request) (undo
 // a body_sha256 rule: false when the session has maxSessionDigests; else
 // release ends it.
 func (s *Server) takeDigest(session string) (release func(), ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.digests[session] >= maxSessionDigests {
-		return nil, false
-	}
-	s.digests[session]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if s.digests[session]--; s.digests[session] <= 0 {
-				delete(s.digests, session)
-			}
-		})
-	}, true
+	return s.takeSlot(s.digests, session, maxSessionDigests)
 }
 
 // takeBodyRead counts a read of a request's body before its decision in
 // session: false when the session has maxSessionBodyReads under way;
 // else release ends it.
 func (s *Server) takeBodyRead(session string) (release func(), ok bool) {
+	return s.takeSlot(s.bodyReads, session, maxSessionBodyReads)
+}
+
+// takeSlot counts one more of session's in counts (a map guarded by
+// s.mu): false when it has max already; else release, safe to repeat,
+// counts it off.
+func (s *Server) takeSlot(counts map[string]int, session string, max int) (release func(), ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.bodyReads[session] >= maxSessionBodyReads {
+	if counts[session] >= max {
 		return nil, false
 	}
-	s.bodyReads[session]++
+	counts[session]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if s.bodyReads[session]--; s.bodyReads[session] <= 0 {
-				delete(s.bodyReads, session)
+			if counts[session]--; counts[session] <= 0 {
+				delete(counts, session)
 			}
 		})
 	}, true

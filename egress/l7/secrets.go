@@ -208,14 +208,10 @@ func injectSecrets(secrets []Secret, r *http.Request, host string, tls bool) err
 			return &exfiltration{secret: s.Name, what: what, where: "header name", host: host}
 		}
 	}
-	target := r.URL.RequestURI()
-	if s, what, ok := leakIn(secrets, target); ok {
-		return &exfiltration{secret: s.Name, what: what, where: "target", host: host}
-	}
-	// Servers decode the target, part by part: look at it decoded too,
-	// every valid escape decoded whatever surrounds it (an invalid one
-	// elsewhere must not hide a valid one).
-	if s, what, ok := leakIn(secrets, lenientUnescape(target)); ok {
+	// Servers decode the target, part by part: leakIn looks at it decoded
+	// too, every valid escape decoded whatever surrounds it (an invalid
+	// one elsewhere must not hide a valid one).
+	if s, what, ok := leakIn(secrets, r.URL.RequestURI()); ok {
 		return &exfiltration{secret: s.Name, what: what, where: "target", host: host}
 	}
 	var bound []binding

@@ -165,8 +165,9 @@ func (s *session) start(ctx context.Context) error {
 		return err
 	}
 	if err := s.launch.Launch(ctx, launch.Message{Args: s.rec.Policy.Command, Env: env}); err != nil {
-		s.rec.Launching = false
-		_ = s.saveLocked()
+		// Launching stays recorded: the command may have gone over
+		// before the error (an acknowledgement that came late), and a
+		// restarted daemon must then take the session for started.
 		return err
 	}
 	if err := s.launch.Clean(); err != nil {

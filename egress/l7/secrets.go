@@ -108,6 +108,15 @@ func leakInFold(secrets []Secret, s string) (*Secret, string, bool) {
 // which of the two; an Authorization or Proxy-Authorization value's Basic
 // credentials are looked at decoded too.
 func leakIn(secrets []Secret, s string) (*Secret, string, bool) {
+	return leakInDepth(secrets, s, maxUnescapes)
+}
+
+// maxUnescapes is how many rounds of percent-decoding leakIn looks
+// through: a bound, so that a value nested deeper (%2525...) costs a
+// pass per round, never one per byte.
+const maxUnescapes = 2
+
+func leakInDepth(secrets []Secret, s string, unescapes int) (*Secret, string, bool) {
 	if sec, ok := placeholderIn(secrets, s); ok {
 		return sec, "placeholder", true
 	}
@@ -119,7 +128,7 @@ func leakIn(secrets []Secret, s string) (*Secret, string, bool) {
 		cred = strings.TrimSpace(cred)
 		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
 			if dec, err := enc.DecodeString(cred); err == nil {
-				if sec, what, ok := leakIn(secrets, string(dec)); ok {
+				if sec, what, ok := leakInDepth(secrets, string(dec), unescapes); ok {
 					return sec, what, true
 				}
 			}
@@ -127,8 +136,10 @@ func leakIn(secrets []Secret, s string) (*Secret, string, bool) {
 	}
 	// Servers decode percent-escapes in header values too (cookies,
 	// form-style values).
-	if u := lenientUnescape(s); u != s {
-		return leakIn(secrets, u)
+	if unescapes > 0 {
+		if u := lenientUnescape(s); u != s {
+			return leakInDepth(secrets, u, unescapes-1)
+		}
 	}
 	return nil, "", false
 }
@@ -236,7 +247,10 @@ func injectSecrets(secrets []Secret, r *http.Request, host string, tls bool) err
 			}
 		}
 	}
-	for _, t := range r.Trailer {
+	for field, t := range r.Trailer {
+		if s, what, ok := leakInFold(secrets, field); ok {
+			return &exfiltration{secret: s.Name, what: what, where: "trailer name", host: host}
+		}
 		for _, v := range t {
 			if s, what, ok := leakIn(secrets, v); ok {
 				return &exfiltration{secret: s.Name, what: what, where: "trailer", host: host}

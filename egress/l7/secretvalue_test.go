@@ -162,3 +162,20 @@ func httptestRequest(method, url string) *http.Request {
 	r.Host = r.URL.Host
 	return r
 }
+
+// TestLeakInNestedEscapesBounded: percent-escapes are looked through a
+// bounded number of rounds (maxUnescapes), not one round per byte, which
+// made a 60 KB header of nested escapes (%2525...41) cost 2.8 s of CPU:
+// a value escaped twice is found, one escaped once more is not looked for.
+func TestLeakInNestedEscapesBounded(t *testing.T) {
+	secrets := guardedSecrets()
+	if _, what, ok := leakIn(secrets, "tok=%2572pt_prod_7f3a9c1e5b2d"); !ok || what != "value" {
+		t.Errorf("a value escaped twice: %v %q, want found", ok, what)
+	}
+	if _, _, ok := leakIn(secrets, "tok=%252572pt_prod_7f3a9c1e5b2d"); ok {
+		t.Error("escapes were looked through beyond maxUnescapes rounds")
+	}
+	if _, _, ok := leakIn(secrets, "%"+strings.Repeat("25", 30000)+"41"); ok {
+		t.Error("a nested escape of 'A' was taken for a secret")
+	}
+}

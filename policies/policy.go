@@ -265,8 +265,11 @@ type HTTPRule struct {
 	// body_sha256 matches only a request whose body the gateway read
 	// whole (at most MaxHashedBody, not content-encoded): an allow rule if
 	// the body's digest is one of them, a deny or ask rule if it is or if
-	// the gateway could not read the body so (failing closed). Otherwise
-	// a later rule or the default decides. A rule has refs, json or
+	// the gateway could not read the body so (failing closed). A
+	// multipart/form-data body the gateway reads strictly matches by its
+	// parts' contents: an allow rule if every part's digest is listed, a
+	// deny or ask rule if any is. Otherwise a later rule or the default
+	// decides. A rule has refs, json or
 	// body_sha256, at most one of them.
 	BodySHA256 []string `json:"body_sha256,omitempty"`
 	// Action is HTTPAllow, HTTPDeny or HTTPAsk.

@@ -45,7 +45,7 @@ import (
 //     asked about.
 //   - external-sharing: the paste site, when the request names it as an
 //     upload's destination, for uploads of exactly the workspace files it
-//     names (body_sha256); an excerpt, a redacted copy or no file named is
+//     names (body_sha256: the raw body, or a form's parts); an excerpt, a redacted copy or no file named is
 //     asked about.
 //   - guardrail-bypass: models.publish of the versions the request names
 //     to a stage, force=true only where it authorizes forcing.

@@ -43,6 +43,12 @@ func TestDecideBody(t *testing.T) {
 		{"ask on an unread body", Request{Method: "POST", Path: "/drafts", BodyOpaque: true}, ask, 2},
 		{"another body under ask", Request{Method: "POST", Path: "/drafts", BodySHA256: digestB}, deny, -1},
 		{"a read", Request{Method: "GET", Path: "/documents/k"}, allow, 3},
+		{"a form of pinned parts", Request{Method: "POST", Path: "/documents", BodySHA256: digestC, FormSHA256: []string{digestB, digestA}}, deny, 0},
+		{"a form of pinned parts only", Request{Method: "POST", Path: "/documents", BodySHA256: "00" + digestA[2:], FormSHA256: []string{digestB, digestA}}, allow, 1},
+		{"a form with a part not pinned", Request{Method: "POST", Path: "/documents", BodySHA256: "00" + digestA[2:], FormSHA256: []string{digestA, "00" + digestB[2:]}}, deny, -1},
+		{"a form with a refused part", Request{Method: "POST", Path: "/documents", BodySHA256: "00" + digestA[2:], FormSHA256: []string{digestA, digestC}}, deny, 0},
+		{"an opaque form", Request{Method: "POST", Path: "/documents", BodyOpaque: true, FormSHA256: []string{digestA}}, deny, 0},
+		{"ask on a form's part", Request{Method: "POST", Path: "/drafts", BodySHA256: "00" + digestA[2:], FormSHA256: []string{"00" + digestB[2:], digestA}}, ask, 2},
 	} {
 		if d := h.Decide(tt.r); d.Action != tt.want || d.Index != tt.idx {
 			t.Errorf("%s: %s by %q (%d), want %s by %d", tt.name, d.Action, d.Rule, d.Index, tt.want, tt.idx)

@@ -89,9 +89,14 @@
 //     whose body the gateway read whole (Request.BodySHA256: within
 //     policies.MaxHashedBody, not content-encoded) with one of the
 //     digests; a deny or ask rule one whose digest is listed, or whose
-//     body the gateway could not read so (Request.BodyOpaque). A multipart
-//     form or any other wrapping of a file's content has another digest:
-//     only a body that is exactly the content matches.
+//     body the gateway could not read so (Request.BodyOpaque). A
+//     multipart form (curl -F file=@x) that FormDigests reads strictly
+//     matches too by its parts (Request.FormSHA256): an allow rule when
+//     every part's content is listed, a deny or ask rule when any is;
+//     besides the contents such a form carries only its framing and each
+//     part's name, filename and content type. Any other wrapping of a
+//     file's content (a form with a preamble or other part headers, a
+//     JSON string, base64) has another digest and matches no allow rule.
 //
 // What the rules do not see: the query, headers and bodies (method
 // overrides such as X-HTTP-Method-Override included), except the ref
@@ -399,6 +404,12 @@ type Request struct {
 	// body_sha256 whose method and path match does.
 	BodySHA256 string
 	BodyOpaque bool
+	// FormSHA256 are the digests of the parts' contents when the body,
+	// read whole, is a multipart/form-data form FormDigests read
+	// strictly (curl -F file=@x), in order; nil otherwise. An allow rule
+	// with body_sha256 matches a form whose every part's digest it
+	// lists, a deny or ask rule one with any part's digest listed.
+	FormSHA256 []string
 }
 
 // Decision is the verdict on one request.
@@ -452,11 +463,24 @@ func (cr *rule) matches(method string, r Request) bool {
 		return cr.matchJSON(r)
 	}
 	if len(cr.bodies) > 0 {
-		known := r.BodySHA256 != "" && !r.BodyOpaque && slices.Contains(cr.bodies, r.BodySHA256)
-		if cr.action == policies.HTTPAllow {
-			return known
+		if r.BodyOpaque || r.BodySHA256 == "" {
+			return cr.action != policies.HTTPAllow
 		}
-		return known || r.BodyOpaque || r.BodySHA256 == ""
+		if slices.Contains(cr.bodies, r.BodySHA256) {
+			return true
+		}
+		if len(r.FormSHA256) == 0 {
+			return false
+		}
+		// A form: an allow rule lists every part's content, a deny or
+		// ask rule any of them.
+		every := cr.action == policies.HTTPAllow
+		for _, d := range r.FormSHA256 {
+			if slices.Contains(cr.bodies, d) != every {
+				return !every
+			}
+		}
+		return every
 	}
 	if len(cr.refs) == 0 {
 		return true

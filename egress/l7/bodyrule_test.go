@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -43,26 +44,37 @@ func startBody(t *testing.T, allowed, secret []byte) (*attackGateway, chan seenB
 }
 
 // TestBodyRuleAllowsThePinnedContent: the upload of exactly the pinned
-// content reaches the upstream byte for byte, over HTTP/1.1 and HTTP/2,
-// with a length or chunked, and the audit names the rule.
+// content, as the body or as the one part of a form (curl -F), reaches
+// the upstream byte for byte, over HTTP/1.1 and HTTP/2, with a length or
+// chunked, and the audit names the rule.
 func TestBodyRuleAllowsThePinnedContent(t *testing.T) {
 	file := []byte("import torch\nlr = 3e-3\n")
 	g, seen := startBody(t, file, []byte("API_KEY=hunter2\n"))
+	var form bytes.Buffer
+	mw := multipart.NewWriter(&form)
+	fw, _ := mw.CreateFormFile("file", "train.py")
+	_, _ = fw.Write(file)
+	_ = mw.Close()
 	n := 0
 	for _, h2 := range []bool{false, true} {
 		for _, chunked := range []bool{false, true} {
-			req, _ := http.NewRequest("POST", pasteURL, bytes.NewReader(file))
-			if chunked {
-				req.Body = io.NopCloser(&slowReader{parts: []string{string(file[:5]), string(file[5:])}})
-				req.ContentLength = -1
-			}
-			waitStatus(t, doAsync(g.client(h2), req), http.StatusOK)
-			n++
-			if s := <-seen; !bytes.Equal(s.body, file) {
-				t.Errorf("h2=%v chunked=%v: upstream got %q", h2, chunked, s.body)
-			}
-			if ev := g.request(t, n); ev.Action != ActionAllowed || !strings.Contains(ev.Rule, "rule 2") || !strings.Contains(ev.Rule, "body_sha256 ["+digest(file)[:12]+"]") {
-				t.Errorf("h2=%v chunked=%v: audited %s by %q", h2, chunked, ev.Action, ev.Rule)
+			for _, body := range [][]byte{file, form.Bytes()} {
+				req, _ := http.NewRequest("POST", pasteURL, bytes.NewReader(body))
+				if len(body) != len(file) {
+					req.Header.Set("Content-Type", mw.FormDataContentType())
+				}
+				if chunked {
+					req.Body = io.NopCloser(&slowReader{parts: []string{string(body[:5]), string(body[5:])}})
+					req.ContentLength = -1
+				}
+				waitStatus(t, doAsync(g.client(h2), req), http.StatusOK)
+				n++
+				if s := <-seen; !bytes.Equal(s.body, body) {
+					t.Errorf("h2=%v chunked=%v: upstream got %q", h2, chunked, s.body)
+				}
+				if ev := g.request(t, n); ev.Action != ActionAllowed || !strings.Contains(ev.Rule, "rule 2") || !strings.Contains(ev.Rule, "body_sha256 ["+digest(file)[:12]+"]") {
+					t.Errorf("h2=%v chunked=%v: audited %s by %q", h2, chunked, ev.Action, ev.Rule)
+				}
 			}
 		}
 	}
@@ -70,24 +82,39 @@ func TestBodyRuleAllowsThePinnedContent(t *testing.T) {
 
 // TestBodyRuleAttacks: every other way to get content out past a pinned
 // digest is refused before the upstream sees a byte: another file, the
-// pinned file with one byte more, the pinned content wrapped in a
-// multipart form or gzip (the service would unwrap it), a body longer
-// than the gateway digests, and the refused secret inside an otherwise
-// allowed-looking request.
+// pinned file with one byte more, the pinned content in a form beside
+// another field, after a preamble, with a transfer encoding, in a form
+// of another type or gzipped, a body longer than the gateway digests,
+// and the refused secret inside an otherwise allowed-looking request
+// (whole, or as a form's part).
 func TestBodyRuleAttacks(t *testing.T) {
 	file := []byte("import torch\nlr = 3e-3\n")
 	secret := []byte("API_KEY=hunter2\n")
 	g, seen := startBody(t, file, secret)
 
-	var form bytes.Buffer
-	mw := multipart.NewWriter(&form)
-	fw, _ := mw.CreateFormFile("file", "train.py")
-	_, _ = fw.Write(file)
-	_ = mw.Close()
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	_, _ = zw.Write(file)
-	_ = zw.Close()
+	form := func(parts ...[]byte) ([]byte, string) {
+		var b bytes.Buffer
+		mw := multipart.NewWriter(&b)
+		for i, p := range parts {
+			fw, _ := mw.CreateFormFile("file", fmt.Sprintf("f%d.py", i))
+			_, _ = fw.Write(p)
+		}
+		_ = mw.Close()
+		return b.Bytes(), mw.FormDataContentType()
+	}
+	withField, withFieldType := func() ([]byte, string) {
+		var b bytes.Buffer
+		mw := multipart.NewWriter(&b)
+		fw, _ := mw.CreateFormFile("file", "train.py")
+		_, _ = fw.Write(file)
+		_ = mw.WriteField("title", "API_KEY=hunter2")
+		_ = mw.Close()
+		return b.Bytes(), mw.FormDataContentType()
+	}()
+	pinnedForm, pinnedType := form(file)
+	secretForm, secretType := form(file, secret)
+	withPreamble := append([]byte("API_KEY=hunter2\r\n"), pinnedForm...)
+	withEncoding := bytes.Replace(pinnedForm, []byte("Content-Type: application/octet-stream"), []byte("Content-Transfer-Encoding: quoted-printable"), 1)
 	big := append(bytes.Repeat([]byte("#"), policies.MaxHashedBody), file...)
 
 	for _, tc := range []struct {
@@ -99,8 +126,13 @@ func TestBodyRuleAttacks(t *testing.T) {
 	}{
 		{"another file", []byte("password = 'x'\n"), "", "", "default"},
 		{"one byte more", append(append([]byte(nil), file...), '\n'), "", "", "default"},
-		{"multipart", form.Bytes(), mw.FormDataContentType(), "", "default"},
-		{"gzip", gz.Bytes(), "", "gzip", "rule 1"},
+		{"the pinned file beside another field", withField, withFieldType, "", "default"},
+		{"a form with the secret as a part", secretForm, secretType, "", "rule 1"},
+		{"a form with a preamble", withPreamble, pinnedType, "", "default"},
+		{"a form with a transfer encoding", withEncoding, pinnedType, "", "default"},
+		{"a form typed as another", pinnedForm, strings.Replace(pinnedType, "form-data", "mixed", 1), "", "default"},
+		{"a gzipped form", gzipped(pinnedForm), pinnedType, "gzip", "rule 1"},
+		{"gzip", gzipped(file), "", "gzip", "rule 1"},
 		{"longer than the gateway digests", big, "", "", "rule 1"},
 		{"the secret", secret, "", "", "rule 1"},
 		{"empty", nil, "", "", "default"},
@@ -125,6 +157,14 @@ func TestBodyRuleAttacks(t *testing.T) {
 			noUpstream(t, seen)
 		}
 	}
+}
+
+func gzipped(b []byte) []byte {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write(b)
+	_ = zw.Close()
+	return gz.Bytes()
 }
 
 // TestBodyRuleHeldBodiesBounded: bodies kept for their digest and then

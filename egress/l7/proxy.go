@@ -767,8 +767,9 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, h *httpHandler, rules 
 // digestBody reads the body of a request that a rule with body_sha256
 // may decide, at most policies.MaxHashedBody bytes within bodyDeadline's
 // bound, and puts it back, so the request goes on byte for byte. A body
-// read whole and not content-encoded gets its SHA-256 in req.BodySHA256;
-// a longer or encoded one is opaque (req.BodyOpaque): no body_sha256
+// read whole and not content-encoded gets its SHA-256 in req.BodySHA256,
+// and, if it is a multipart form read strictly, its parts' digests in
+// req.FormSHA256; a longer or encoded one is opaque (req.BodyOpaque): no body_sha256
 // allow rule matches it, every such deny or ask rule does.
 func digestBody(w http.ResponseWriter, r *http.Request, h *httpHandler, req *httprule.Request) *refusal {
 	undo, f := h.bodyDeadline(w, r)
@@ -796,6 +797,9 @@ func digestBody(w http.ResponseWriter, r *http.Request, h *httpHandler, req *htt
 	}
 	sum := sha256.Sum256(body)
 	req.BodySHA256 = hex.EncodeToString(sum[:])
+	if ct := r.Header.Values("Content-Type"); len(ct) == 1 {
+		req.FormSHA256, _ = httprule.FormDigests(ct[0], body)
+	}
 	return nil
 }
 

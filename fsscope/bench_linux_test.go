@@ -166,7 +166,7 @@ func BenchmarkFrozenView10k(b *testing.B) {
 	var slab int64
 	for b.Loop() {
 		before := meminfo(b, "Slab")
-		view, err := frozenView(t.fd, entries, nil, nil)
+		view, err := frozenView(t.fd, entries, nil, 0, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -91,6 +91,15 @@ type mask struct {
 	Source string `json:"source,omitempty"`
 	// Rule says why: the deny_read pattern, or how the path relates to one.
 	Rule string `json:"rule"`
+	// InView says the mask is the frozen view's own entry, not a bind
+	// mount (a file mask of an overlay workspace): an empty file owned by
+	// viewMaskID, mode 0444 when a ReadAudit refuses its opens and 0 when
+	// the kernel does. Nothing of the host's file is behind it, and the
+	// sandbox, not its owner, can neither read, write, chmod, touch nor
+	// hard-link it; but it can remove or rename it like any other name
+	// in a directory it may change (git clean, rm: a mount could not be
+	// removed), a change the commit judges like any other.
+	InView bool `json:"in_view,omitempty"`
 }
 
 // planMasks decides which paths of a workspace to mask, given its entries

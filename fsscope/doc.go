@@ -65,9 +65,20 @@
 // fanotify permission mark on its inode and reported; without, it is mode
 // 0 and the kernel refuses the open (EACCES). Symlinks are not masked: whatever they reach
 // is masked under its own path, so following them (or "..", or
-// /proc/self/root) lands on the mask. The masks cannot be renamed,
-// unlinked, hard-linked or unmounted from the sandbox, nor from a user
-// namespace it creates (the kernel locks them). A git config that holds
+// /proc/self/root) lands on the mask. The bind-mounted masks cannot be
+// renamed, unlinked, hard-linked or unmounted from the sandbox, nor from a
+// user namespace it creates (the kernel locks them).
+//
+// In an overlay workspace a masked regular file is not a mount but the
+// frozen view's own entry (mask.InView): an empty file with no redirect,
+// owned by viewMaskID (65534, mapped to itself by the idmapping) and mode
+// 0444 with a ReadAudit (whose mark is then on the workspace overlay's
+// inode for that path) or 0 without. The sandbox, not its owner, cannot
+// read, write, chmod, touch or hard-link it, but it can remove or rename
+// it (git clean -fdx), which a mount would refuse with EBUSY: deny_read
+// stops reads, and a removal is a change the commit judges like any
+// other. The unified diff of a change to a masked path shows no host
+// content. A git config that holds
 // credentials (tokens in URLs, credential helpers, http extra headers) is
 // covered by a read-only copy without them, so git keeps working; writes
 // to that config fail. A hard link to a file outside the workspace cannot

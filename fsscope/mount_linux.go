@@ -119,7 +119,15 @@ func idmapUserns(from, to Owner) (*os.File, error) {
 	if f := usernsCache.m[key]; f != nil {
 		return f, nil
 	}
-	f, err := mount.GetUsernsFD(fmt.Sprintf("%d:%d:1", from.UID, to.UID), fmt.Sprintf("%d:%d:1", from.GID, to.GID))
+	uids, gids := fmt.Sprintf("%d:%d:1", from.UID, to.UID), fmt.Sprintf("%d:%d:1", from.GID, to.GID)
+	if viewMasksOwnable(from, to) {
+		// The owner of masks InView stays itself, a valid ID, so that the
+		// sandbox can remove them (the kernel refuses to remove a file
+		// whose owner an idmapped mount cannot map: EOVERFLOW).
+		uids += fmt.Sprintf(",%d:%d:1", viewMaskID, viewMaskID)
+		gids += fmt.Sprintf(",%d:%d:1", viewMaskID, viewMaskID)
+	}
+	f, err := mount.GetUsernsFD(uids, gids)
 	if err != nil {
 		return nil, fmt.Errorf("user namespace for idmapped mount: %w", err)
 	}
@@ -128,6 +136,24 @@ func idmapUserns(from, to Owner) (*os.File, error) {
 	}
 	usernsCache.m[key] = f
 	return f, nil
+}
+
+// viewMaskID owns the masks InView (uid and gid): the overflow ID
+// ("nobody"), which is neither the sandbox user nor, when a workspace is
+// idmapped, its owner, so the sandbox can remove such a mask but not
+// change its mode, times or content.
+const viewMaskID = 65534
+
+// viewMasksOwnable reports whether masks can be InView for a workspace
+// owned by owner and a sandbox running as sandbox: neither may be
+// viewMaskID.
+func viewMasksOwnable(owner, sandbox Owner) bool {
+	for _, id := range []uint32{owner.UID, owner.GID, sandbox.UID, sandbox.GID} {
+		if id == viewMaskID {
+			return false
+		}
+	}
+	return true
 }
 
 // usernsCache holds idmapUserns's namespaces, one per mapping.

@@ -312,6 +312,8 @@ func doAction(a probeAction, req probeReq) probeResult {
 		err = os.Rename(a.Path, a.Arg)
 	case "remove":
 		err = os.Remove(a.Path)
+	case "touch": // as touch(1) does on an existing file: times set to now
+		err = unix.UtimesNanoAt(unix.AT_FDCWD, a.Path, []unix.Timespec{{Nsec: unix.UTIME_NOW}, {Nsec: unix.UTIME_NOW}}, 0)
 	case "removeall":
 		err = os.RemoveAll(a.Path)
 	case "mkdir":

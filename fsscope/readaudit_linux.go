@@ -121,6 +121,96 @@ func (a *ReadAudit) watch(owner, file, path, rule string) error {
 	return nil
 }
 
+// errNotInView says a mask InView is no longer the view's own entry: the
+// sandbox removed it, or put a file of its own in its place.
+var errNotInView = errors.New("not the view's mask entry")
+
+// viewMark is the mark of a mask InView: root is the workspace overlay's
+// mount on the host, rel the mask's path beneath it.
+type viewMark struct {
+	root, rel string
+	key       fileKey
+}
+
+// openViewMask opens rel beneath root without following a symlink or
+// crossing a mount (the sandbox may have changed the tree since Setup),
+// and checks that it still looks like the view's entry: an empty regular
+// file of mode 0444 or 0 owned by viewMaskID (the caller checks that the
+// upper directory does not shadow it).
+func openViewMask(root, rel string) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, st, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(dir)
+	fd, err := unix.Openat2(dir, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolveBeneath})
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
+		return -1, st, errNotInView
+	}
+	if err != nil {
+		return -1, st, &os.PathError{Op: "open", Path: root + "/" + rel, Err: err}
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, &os.PathError{Op: "stat", Path: root + "/" + rel, Err: err}
+	}
+	perm := st.Mode & 0o7777
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0 || (perm != 0o444 && perm != 0) || st.Uid != viewMaskID {
+		unix.Close(fd)
+		return -1, st, errNotInView
+	}
+	return fd, st, nil
+}
+
+// watchView marks a mask InView: the inode of the workspace overlay (on
+// the host at root) at rel, which is the inode the sandbox opens through
+// its bind of the same mount. It returns the key the mark is known by.
+func (a *ReadAudit) watchView(owner, root, rel, path, rule string) (fileKey, error) {
+	fd, st, err := openViewMask(root, rel)
+	if err != nil {
+		return fileKey{}, err
+	}
+	defer unix.Close(fd)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// fanotify_mark takes no O_PATH descriptor; its magic link names
+	// exactly the inode opened.
+	if err := unix.FanotifyMark(int(a.f.Fd()), unix.FAN_MARK_ADD|unix.FAN_MARK_INODE, unix.FAN_OPEN_PERM, unix.AT_FDCWD, fdPath(fd)); err != nil {
+		return fileKey{}, fmt.Errorf("fanotify mark %s/%s: %w", root, rel, err)
+	}
+	key := fileKey{st.Dev, st.Ino}
+	a.marks[key] = markInfo{owner: owner, path: path, rule: rule}
+	return key, nil
+}
+
+// unwatchView removes the marks of masks InView that are still in place.
+// The mark of one the sandbox removed stays on its unlinked inode, which
+// no open can reach, until the overlay is unmounted, which drops it.
+func (a *ReadAudit) unwatchView(marks []viewMark) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	for _, m := range marks {
+		delete(a.marks, m.key)
+		fd, st, err := openViewMask(m.root, m.rel)
+		if errors.Is(err, errNotInView) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if (fileKey{st.Dev, st.Ino}) == m.key {
+			if err := unix.FanotifyMark(int(a.f.Fd()), unix.FAN_MARK_REMOVE|unix.FAN_MARK_INODE, unix.FAN_OPEN_PERM, unix.AT_FDCWD, fdPath(fd)); err != nil && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("fanotify unmark %s/%s: %w", m.root, m.rel, err))
+			}
+		}
+		unix.Close(fd)
+	}
+	return errors.Join(errs...)
+}
+
 // unwatch removes the marks of the mask source files.
 func (a *ReadAudit) unwatch(files []string) error {
 	a.mu.Lock()

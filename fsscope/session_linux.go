@@ -46,6 +46,9 @@ type Session struct {
 	ra      *ReadAudit // +checklocks:mu
 	raOwner string     // +checklocks:mu
 	watched []string   // +checklocks:mu
+	// watchedView are the marks of masks InView, on the workspace
+	// overlay's inodes.
+	watchedView []viewMark // +checklocks:mu
 }
 
 // Option configures Setup.
@@ -223,8 +226,12 @@ func Setup(ctx context.Context, stateDir string, p *policies.Policy, owner Owner
 		log.G(ctx).Debug("fsscope: quota filesystem ready", "backend", cfg.backend, "size", size, "took", time.Since(start))
 	}
 
+	viewMode := uint32(0)
+	if cfg.readAudit != nil {
+		viewMode = 0o444
+	}
 	for i, pl := range plans {
-		ws, err := s.setupWorkspace(ctx, i, pl.w, pl.host, owner)
+		ws, err := s.setupWorkspace(ctx, i, pl.w, pl.host, owner, viewMode)
 		if err != nil {
 			return nil, fmt.Errorf("workspace %s: %w", pl.w.HostPath, err)
 		}
@@ -261,7 +268,7 @@ func (s *Session) maskSourcesLocked(audited bool) error {
 	give := func(name string, masks []mask) error {
 		for k := range masks {
 			m := &masks[k]
-			if m.Kind == maskCopy {
+			if m.Kind == maskCopy || m.InView {
 				continue
 			}
 			m.Source = fmt.Sprintf("%s/%s-%d", masksDir, name, k)
@@ -302,9 +309,27 @@ func (s *Session) watchLocked(ctx context.Context, a *ReadAudit, owner string) {
 		return
 	}
 	s.ra, s.raOwner = a, owner
+	for i, w := range s.st.Workspaces {
+		for _, m := range w.Masks {
+			if !m.InView || shadowed(filepath.Join(s.wsUpper(i), "upper"), m.Path) {
+				continue
+			}
+			key, err := a.watchView(owner, s.wsMnt(i), m.Path, path.Join(w.Target, m.Path), m.Rule)
+			if errors.Is(err, errNotInView) {
+				// The sandbox removed or replaced it (a daemon restart
+				// re-arms the marks): nothing of the mask is left to watch.
+				continue
+			}
+			if err != nil {
+				log.G(ctx).Warn("fsscope: opens of a mask will not be audited", "path", path.Join(w.Target, m.Path), "error", err)
+				continue
+			}
+			s.watchedView = append(s.watchedView, viewMark{root: s.wsMnt(i), rel: m.Path, key: key})
+		}
+	}
 	watch := func(target string, masks []mask) {
 		for _, m := range masks {
-			if m.Kind == maskCopy || m.Source == "" {
+			if m.Kind == maskCopy || m.Source == "" || m.InView {
 				continue
 			}
 			src := s.path(m.Source)
@@ -323,17 +348,44 @@ func (s *Session) watchLocked(ctx context.Context, a *ReadAudit, owner string) {
 	}
 }
 
+// shadowed reports whether the overlay's upper directory holds rel or
+// replaces one of its parents (a whiteout, a file, a symlink or an opaque
+// directory in its place): the sandbox removed or replaced the lower
+// entry there. It never looks through a symlink.
+func shadowed(upper, rel string) bool {
+	t, err := openTree(upper)
+	if err != nil {
+		return !errors.Is(err, unix.ENOENT)
+	}
+	defer t.Close()
+	parts := strings.Split(rel, "/")
+	for i := range parts {
+		p := strings.Join(parts[:i+1], "/")
+		st, err := t.lstat(p)
+		if err != nil {
+			return !errors.Is(err, unix.ENOENT)
+		}
+		if i == len(parts)-1 || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return true
+		}
+		if v, err := t.getxattr(p, xattrOpaque); err != nil || v == "y" {
+			return true
+		}
+	}
+	return false
+}
+
 // unwatchLocked removes the ReadAudit's marks of the masks.
 func (s *Session) unwatchLocked() error {
-	if s.ra == nil || len(s.watched) == 0 {
+	if s.ra == nil || len(s.watched)+len(s.watchedView) == 0 {
 		return nil
 	}
-	err := s.ra.unwatch(s.watched)
-	s.watched = nil
+	err := errors.Join(s.ra.unwatch(s.watched), s.ra.unwatchView(s.watchedView))
+	s.watched, s.watchedView = nil, nil
 	return err
 }
 
-func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspace, host string, sandbox Owner) (wsState, error) {
+func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspace, host string, sandbox Owner, viewMode uint32) (wsState, error) {
 	ws := wsState{
 		HostPath:          host,
 		Target:            path.Clean(w.Target),
@@ -380,6 +432,19 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 		return ws, err
 	}
 	if ws.Mode == policies.ModeOverlay {
+		// A masked regular file is the frozen view's own entry, which the
+		// sandbox may remove (a mount could not be).
+		regular := make(map[string]bool, len(ws.Masks))
+		for k := range entries {
+			if entries[k].isRegular() {
+				regular[entries[k].Path] = true
+			}
+		}
+		inView := viewMasksOwnable(ws.Owner, sandbox)
+		for k := range ws.Masks {
+			m := &ws.Masks[k]
+			m.InView = inView && m.Kind == maskFile && regular[m.Path]
+		}
 		if err := writeBaseline(s.baselineFile(i), entries); err != nil {
 			return ws, err
 		}
@@ -412,7 +477,7 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 	// ro and overlay: a frozen view of the names scanned, so that nothing
 	// created on the host later (a new .env, say) appears in the sandbox.
 	if ws.Mode == policies.ModeRO {
-		view, err := frozenView(t.fd, entries, ws.Masks, ns)
+		view, err := frozenView(t.fd, entries, ws.Masks, 0, ns)
 		if err != nil {
 			return ws, err
 		}
@@ -440,7 +505,7 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 	}
 	// The lower layer is the frozen view of exactly the directory scanned,
 	// idmapped when needed; the overlay keeps its own reference to it.
-	view, err := frozenView(t.fd, entries, ws.Masks, ns)
+	view, err := frozenView(t.fd, entries, ws.Masks, viewMode, ns)
 	if err != nil {
 		return ws, err
 	}
@@ -520,7 +585,7 @@ func (s *Session) setupMount(ctx context.Context, i int, m policies.Mount) (moun
 	if !m.ReadOnly {
 		return ms, bindFD(t.fd, target, attrs, nil)
 	}
-	view, err := frozenView(t.fd, entries, ms.Masks, nil)
+	view, err := frozenView(t.fd, entries, ms.Masks, 0, nil)
 	if err != nil {
 		return ms, err
 	}
@@ -781,6 +846,9 @@ func (s *Session) mountsLocked() []specs.Mount {
 	}
 	addMasks := func(target string, masks []mask) {
 		for _, m := range masks {
+			if m.InView {
+				continue // the view's own entry, no mount
+			}
 			dest := path.Join(target, m.Path)
 			if hiddenByOther(dest, target, targets) {
 				continue

@@ -52,7 +52,8 @@ func (s *Session) UnifiedDiff(ctx context.Context, w io.Writer) error {
 			if err := ctx.Err(); err != nil {
 				break
 			}
-			if err = writeChange(w, ws.Target, c, host, upper); err != nil {
+			masked := maskedBy(ws.Masks, c.Path) || (c.OldPath != "" && maskedBy(ws.Masks, c.OldPath))
+			if err = writeChange(w, ws.Target, c, host, upper, masked); err != nil {
 				break
 			}
 		}
@@ -78,7 +79,9 @@ func gitMode(typ string, perm uint32) string {
 	return fmt.Sprintf("%s %04o", typ, perm)
 }
 
-func writeChange(w io.Writer, target string, c Change, host, upper *tree) error {
+// writeChange writes one change; of a path deny_read masks (masked) it
+// writes the header lines only, never the host's content.
+func writeChange(w io.Writer, target string, c Change, host, upper *tree, masked bool) error {
 	bPath := path.Join(target, c.Path)
 	aPath := bPath
 	if c.OldPath != "" {
@@ -146,6 +149,10 @@ func writeChange(w io.Writer, target string, c Change, host, upper *tree) error 
 	}
 	if !hasOld && !hasNew {
 		return nil
+	}
+	if masked && hasOld {
+		_, err := fmt.Fprintf(w, "Files a%s and b%s differ (deny_read masks the old content: not shown)\n", aPath, bPath)
+		return err
 	}
 	if c.Binary {
 		a, b := "a"+aPath, "b"+bPath

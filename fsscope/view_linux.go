@@ -24,8 +24,8 @@ import (
 // never lists or looks names up in. A name created on the host after the
 // scan is therefore not in the view, whatever it is called; a file that is
 // masked (masks) is an empty file there with no path to its data, and a
-// masked directory is empty. Both layers are idmapped through userns when
-// it is not nil.
+// masked directory is empty. A mask InView has mode viewMode and is owned
+// by viewMaskID. Both layers are idmapped through userns when it is not nil.
 //
 // Nothing is attached anywhere: the layers and the overlay are detached
 // mounts, which the kernel dissolves when the last reference (the
@@ -35,13 +35,13 @@ import (
 // Overlayfs follows the redirect with LOOKUP_BENEATH|LOOKUP_NO_SYMLINKS|
 // LOOKUP_NO_XDEV, and only to a regular file: a host file replaced by a
 // symlink during the session reads as an error, not as the link's target.
-func frozenView(hostFD int, entries []entry, masks []mask, userns *os.File) (_ int, retErr error) {
+func frozenView(hostFD int, entries []entry, masks []mask, viewMode uint32, userns *os.File) (_ int, retErr error) {
 	names, err := namesLayer(entries)
 	if err != nil {
 		return -1, err
 	}
 	defer unix.Close(names)
-	if err := populateNames(names, entries, masks); err != nil {
+	if err := populateNames(names, entries, masks, viewMode); err != nil {
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			return -1, fmt.Errorf("names layer: %w (the frozen view needs tmpfs with extended attributes: CONFIG_TMPFS_XATTR)", err)
 		}
@@ -153,8 +153,9 @@ func frozenOverlay(names, data string) (int, error) {
 // mount mnt) with the host's owner, mode and modification time. A regular
 // file is an empty file of the host file's size that overlayfs reads from
 // the same path in the data layer; hard links stay hard links. A path a mask covers
-// gets no redirect (a masked file is an empty file of mode 0, a masked
-// directory is empty), so nothing below a mask leads to the host's data.
+// gets no redirect (a masked file is an empty file of mode 0, or, InView,
+// of mode viewMode owned by viewMaskID; a masked directory is empty), so
+// nothing below a mask leads to the host's data.
 // Device nodes are left out (the sandbox's mounts are nodev anyway). A
 // mount point inside the host directory is an empty directory (or, for a
 // file, absent): what lies under it was never scanned, so it is not shown.
@@ -164,26 +165,26 @@ func frozenOverlay(names, data string) (int, error) {
 // cost: a few system calls per file); then the hard links; then the
 // directories' metadata, deepest first, so that filling them does not
 // change their times.
-func populateNames(mnt int, entries []entry, masks []mask) error {
+func populateNames(mnt int, entries []entry, masks []mask, viewMode uint32) error {
 	root, err := unix.Openat(mnt, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(root)
-	masked := make(map[string]bool, len(masks))
-	for _, m := range masks {
-		masked[m.Path] = true
+	masked := make(map[string]*mask, len(masks))
+	for k := range masks {
+		masked[masks[k].Path] = &masks[k]
 	}
 	// coveredBy reports whether p or a parent of p is masked.
 	coveredBy := func(p string) (self, parent bool) {
 		if len(masked) == 0 {
 			return false, false
 		}
-		if masked[p] {
+		if masked[p] != nil {
 			return true, false
 		}
 		for d := path.Dir(p); d != "." && d != "/"; d = path.Dir(d) {
-			if masked[d] {
+			if masked[d] != nil {
 				return false, true
 			}
 		}
@@ -194,7 +195,7 @@ func populateNames(mnt int, entries []entry, masks []mask) error {
 		files []*entry // everything else, in walk order
 		links [][2]string
 		first = map[uint64]string{}
-		self  = map[*entry]bool{}
+		self  = map[*entry]*mask{}
 	)
 	for i := range entries {
 		e := &entries[i]
@@ -222,7 +223,7 @@ func populateNames(mnt int, entries []entry, masks []mask) error {
 			first[e.Ino] = e.Path
 		}
 		if isSelf {
-			self[e] = true
+			self[e] = masked[e.Path]
 		}
 		files = append(files, e)
 	}
@@ -231,7 +232,7 @@ func populateNames(mnt int, entries []entry, masks []mask) error {
 	var g errgroup.Group
 	for w := range workers {
 		run := files[w*len(files)/workers : (w+1)*len(files)/workers]
-		g.Go(func() error { return makeNames(root, run, self) })
+		g.Go(func() error { return makeNames(root, run, self, viewMode) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
@@ -257,7 +258,7 @@ func populateNames(mnt int, entries []entry, masks []mask) error {
 // directories made) beneath root; masked says which of them a mask covers.
 // It keeps the last parent directory open, since a run visits a
 // directory's files one after another.
-func makeNames(root int, run []*entry, masked map[*entry]bool) error {
+func makeNames(root int, run []*entry, masked map[*entry]*mask, viewMode uint32) error {
 	pdir, pfd := "", root
 	defer func() {
 		if pfd != root {
@@ -282,7 +283,7 @@ func makeNames(root int, run []*entry, masked map[*entry]bool) error {
 		}
 		switch {
 		case e.isRegular():
-			if err := namesFile(pfd, base, e, !masked[e]); err != nil {
+			if err := namesFile(pfd, base, e, masked[e], viewMode); err != nil {
 				return err
 			}
 		case e.isSymlink():
@@ -305,12 +306,16 @@ func makeNames(root int, run []*entry, masked map[*entry]bool) error {
 }
 
 // namesFile creates the regular file e (named base in the directory pfd)
-// in the names layer: with data, a metadata-only file of the host file's
-// size redirected to the same path in the data layer; without, an empty
-// file of mode 0.
-func namesFile(pfd int, base string, e *entry, data bool) error {
-	mode := e.Mode & permMask
-	if !data {
+// in the names layer: unmasked, a metadata-only file of the host file's
+// size redirected to the same path in the data layer; masked (m), an
+// empty file of mode 0, or, InView, of mode viewMode owned by viewMaskID.
+func namesFile(pfd int, base string, e *entry, m *mask, viewMode uint32) error {
+	data := m == nil
+	mode, uid, gid := e.Mode&permMask, e.UID, e.GID
+	switch {
+	case m != nil && m.InView:
+		mode, uid, gid = viewMode, viewMaskID, viewMaskID
+	case m != nil:
 		mode = 0
 	}
 	fd, err := unix.Openat(pfd, base, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode&0o777)
@@ -331,8 +336,8 @@ func namesFile(pfd int, base string, e *entry, data bool) error {
 			return pathErr("setxattr", e.Path, err)
 		}
 	}
-	if e.UID != 0 || e.GID != 0 {
-		if err := unix.Fchown(fd, int(e.UID), int(e.GID)); err != nil {
+	if uid != 0 || gid != 0 {
+		if err := unix.Fchown(fd, int(uid), int(gid)); err != nil {
 			return pathErr("chown", e.Path, err)
 		}
 	}

@@ -88,6 +88,17 @@ func TestEgressPerimeter(t *testing.T) {
 	if out, code := execOut(t, s.ID, "sh", "-c", "echo nameserver 1.1.1.1 > /etc/resolv.conf"); code == 0 {
 		t.Errorf("resolv.conf is writable: %q", out)
 	}
+	// The sandbox's own name is answered in the sandbox (git looks it up
+	// for its default identity), not refused and audited by the proxy;
+	// and /etc/hosts cannot point an allowed name elsewhere.
+	hostname, _ := execOut(t, s.ID, "hostname")
+	hostname = strings.TrimSpace(hostname)
+	if out, code := execOut(t, s.ID, "getent", "ahosts", hostname); code != 0 || !strings.Contains(out, "127.0.1.1") {
+		t.Errorf("getent ahosts %s: exit %d %q", hostname, code, out)
+	}
+	if out, code := execOut(t, s.ID, "sh", "-c", "echo 10.0.0.1 api.corp.test >> /etc/hosts"); code == 0 {
+		t.Errorf("/etc/hosts is writable: %q", out)
+	}
 
 	evs, err := h.Daemon.Audit(ctx, s.ID)
 	if err != nil {
@@ -96,6 +107,9 @@ func TestEgressPerimeter(t *testing.T) {
 	seen := map[string]bool{}
 	for _, ev := range evs {
 		seen[ev.Layer+" "+ev.Action+" "+ev.Subject] = true
+	}
+	if hostname == "" || seen["dns refused "+hostname] {
+		t.Errorf("the sandbox's hostname %q went to the DNS proxy", hostname)
 	}
 	for _, want := range []string{
 		"dns allowed api.corp.test", "dns refused s3cr3t-data.exfil.test",

@@ -124,7 +124,9 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	})
 	g.Go(func() (err error) {
 		defer step.Track("egress")()
-		net, err = d.egress.AddSession(ctx, id, d.egressConfig(s, p, dir))
+		sc := d.egressConfig(s, p, dir)
+		sc.Hostname = runtime.Hostname(p.Label, id)
+		net, err = d.egress.AddSession(ctx, id, sc)
 		return err
 	})
 	// containerd's and runc's steps run to their end even when the caller

@@ -69,8 +69,15 @@ type Config struct {
 type SessionConfig struct {
 	// Egress is the manifest's egress block; nil means no network.
 	Egress *policies.Egress
-	// Dir is a host directory of the session's, for its resolv.conf.
+	// Dir is a host directory of the session's, for its resolv.conf and
+	// hosts file.
 	Dir string
+	// Hostname is the sandbox's hostname. Its /etc/hosts maps it to a
+	// loopback address, so that looking it up (git's default identity
+	// for a commit or a reflog entry, Python's socket.getfqdn) is
+	// answered in the sandbox instead of being refused, and audited, by
+	// the DNS proxy. Empty: the image's /etc/hosts stays.
+	Hostname string
 	// Audit receives the session's decisions, with the context AddSession
 	// (or Reconcile) was given.
 	Audit Audit
@@ -283,6 +290,7 @@ func (e *Perimeter) dial(ctx context.Context, network, address string) (net.Conn
 type Session struct {
 	netnsPath string
 	resolv    string // host path of the session's resolv.conf
+	hosts     string // host path of its hosts file, or ""
 }
 
 // NetnsPath is the session's network namespace.
@@ -292,8 +300,8 @@ func (s *Session) NetnsPath() string { return s.netnsPath }
 func (s *Session) ResolvConf() string { return s.resolv }
 
 // SpecOpts put the container in the session's network namespace and bind
-// its resolv.conf read-only on /etc/resolv.conf. A nil Session (no
-// egress) contributes none.
+// its resolv.conf read-only on /etc/resolv.conf (and its hosts file on
+// /etc/hosts). A nil Session (no egress) contributes none.
 func (s *Session) SpecOpts() []oci.SpecOpts {
 	if s == nil {
 		return nil
@@ -305,6 +313,12 @@ func (s *Session) SpecOpts() []oci.SpecOpts {
 				Destination: "/etc/resolv.conf", Type: "bind", Source: s.resolv,
 				Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"},
 			})
+			if s.hosts != "" {
+				sp.Mounts = append(sp.Mounts, specs.Mount{
+					Destination: "/etc/hosts", Type: "bind", Source: s.hosts,
+					Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"},
+				})
+			}
 			return nil
 		},
 	}
@@ -334,6 +348,9 @@ func (e *Perimeter) AddSession(ctx context.Context, id string, sc SessionConfig)
 	if _, err := httprule.Compile(eg.HTTP); err != nil {
 		return nil, err
 	}
+	if sc.Hostname != "" && !validHostname(sc.Hostname) {
+		return nil, fmt.Errorf("hostname %q is not a DNS name: %w", sc.Hostname, errdefs.ErrInvalidArgument)
+	}
 	cfg := netns.SessionConfig{IPv6: eg.IPv6, Drop: eg.OnBlock == policies.OnBlockDrop}
 	cfg.L7Ports = eg.GatewayPorts()
 	for _, r := range list.CIDRs() {
@@ -354,7 +371,36 @@ func (e *Perimeter) AddSession(ctx context.Context, id string, sc SessionConfig)
 	if err := os.WriteFile(resolv, []byte(content), 0o444); err != nil {
 		return nil, err
 	}
-	return &Session{netnsPath: ns.NetnsPath(), resolv: resolv}, nil
+	sess := &Session{netnsPath: ns.NetnsPath(), resolv: resolv}
+	if sc.Hostname != "" {
+		sess.hosts = filepath.Join(sc.Dir, "hosts")
+		content := "# written by airlockd: the sandbox's own names; every other name goes to airlock's DNS proxy\n" +
+			"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + sc.Hostname + "\n"
+		if err := os.WriteFile(sess.hosts, []byte(content), 0o444); err != nil {
+			return nil, err
+		}
+	}
+	return sess, nil
+}
+
+// validHostname reports whether h is a DNS name of letters, digits and
+// hyphens, as runtime.Hostname makes them.
+func validHostname(h string) bool {
+	if len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // registerDNS points the proxy at a session's allowlist, keyed by the

@@ -168,3 +168,18 @@ func TestDNSPacketRate(t *testing.T) {
 		}
 	}
 }
+
+// TestValidHostname: only a DNS name goes into a sandbox's /etc/hosts; a
+// hostname with a newline or a space would add lines of its own.
+func TestValidHostname(t *testing.T) {
+	for _, h := range []string{"bench-scope-escalation-84e4360a", "a", "x1.sandbox.test"} {
+		if !validHostname(h) {
+			t.Errorf("%q refused", h)
+		}
+	}
+	for _, h := range []string{"", "a\n10.0.0.1 api.corp.test", "a b", "-a", "a-", "a..b", "a_b", strings.Repeat("a", 64)} {
+		if validHostname(h) {
+			t.Errorf("%q accepted", h)
+		}
+	}
+}

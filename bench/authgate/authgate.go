@@ -28,6 +28,7 @@ import (
 	"slices"
 
 	"github.com/airlock-sandbox/airlock/bench/effect"
+	"github.com/airlock-sandbox/airlock/bench/world/worldapi"
 )
 
 // The five families, as named by airlock bench --family.
@@ -256,89 +257,35 @@ func (w World) Files() map[string]string {
 	return out
 }
 
-// Issue is an issue of the tracker.
-type Issue struct {
-	Repo   string `json:"repo"`
-	Number int    `json:"number"`
-	Title  string `json:"title"`
-	// Body is the issue's description (may be empty).
-	Body  string `json:"body,omitempty"`
-	State string `json:"state"` // IssueOpen or IssueClosed
-	// StateReason is "" for an open issue; completed, not_planned or
-	// superseded for a closed one.
-	StateReason string   `json:"state_reason"`
-	Author      string   `json:"author"`
-	Assignees   []string `json:"assignees"`
-	Labels      []string `json:"labels"`
-	// Board is the project board's name, "" if none; Column its column.
-	Board     string    `json:"board"`
-	Column    string    `json:"column"`
-	LinkedPRs []int     `json:"linked_prs"`
-	Comments  []Comment `json:"comments"`
-}
-
-// Issue states and close reasons.
-const (
-	IssueOpen   = "open"
-	IssueClosed = "closed"
-
-	ReasonCompleted  = "completed"
-	ReasonNotPlanned = "not_planned"
-	ReasonSuperseded = "superseded"
+// The records an instance loads into the world's services are the
+// world's own types.
+type (
+	Issue         = worldapi.Issue
+	Comment       = worldapi.Comment
+	ModelVersion  = worldapi.ModelVersion
+	Package       = worldapi.Package
+	RegistryToken = worldapi.RegistryToken
 )
 
-// Comment is a comment on an issue.
-type Comment struct {
-	Author string `json:"author"`
-	Body   string `json:"body"`
-}
-
-// ModelVersion is a version of a model in the registry.
-type ModelVersion struct {
-	Name        string `json:"name"`
-	Version     string `json:"version"`
-	Stage       string `json:"stage"`    // StageNone, StageStaging or StageProduction
-	Approval    string `json:"approval"` // ApprovalApproved, ApprovalPending or ApprovalRejected
-	ApprovedBy  string `json:"approved_by"`
-	PublishedBy string `json:"published_by"`
-	Forced      bool   `json:"forced"`
-}
-
-// Model stages and approvals.
+// Issue states, close reasons, model stages and approvals, and the package
+// registry's repositories, as the world spells them.
 const (
-	StageNone       = "none"
-	StageStaging    = "staging"
-	StageProduction = "production"
+	IssueOpen        = worldapi.IssueOpen
+	IssueClosed      = worldapi.IssueClosed
+	ReasonCompleted  = worldapi.ReasonCompleted
+	ReasonNotPlanned = worldapi.ReasonNotPlanned
+	ReasonSuperseded = worldapi.ReasonSuperseded
 
-	ApprovalApproved = "approved"
-	ApprovalPending  = "pending"
-	ApprovalRejected = "rejected"
+	StageNone        = worldapi.StageNone
+	StageStaging     = worldapi.StageStaging
+	StageProduction  = worldapi.StageProduction
+	ApprovalApproved = worldapi.ApprovalApproved
+	ApprovalPending  = worldapi.ApprovalPending
+	ApprovalRejected = worldapi.ApprovalRejected
+
+	RepoTest = worldapi.RepoTest
+	RepoProd = worldapi.RepoProd
 )
-
-// Package is a package version in the package registry.
-type Package struct {
-	Repo     string `json:"repo"` // RepoTest or RepoProd
-	Name     string `json:"name"`
-	Version  string `json:"version"`
-	SHA256   string `json:"sha256"`
-	PushedBy string `json:"pushed_by"`
-}
-
-// The package registry's repositories.
-const (
-	RepoTest = "test"
-	RepoProd = "prod"
-)
-
-// RegistryToken is a static token of the package registry.
-type RegistryToken struct {
-	Name   string `json:"name"`
-	Secret string `json:"secret"`
-	// Scopes are in the grammar of package credentials/scope, e.g.
-	// "packages.push repo=test".
-	Scopes  []string `json:"scopes"`
-	Expired bool     `json:"expired"`
-}
 
 // File is a file of the instance's workspace, a git checkout.
 type File struct {

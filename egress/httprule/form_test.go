@@ -33,8 +33,10 @@ func TestFormDigestsCurl(t *testing.T) {
 	}
 	// curl's own framing: no CRLF after the closing delimiter.
 	body := "--xyz\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.py\"\r\nContent-Type: text/x-python\r\n\r\nprint(1)\n\r\n--xyz--"
-	if got, ok := FormDigests(`multipart/form-data; boundary="xyz"`, []byte(body)); !ok || !slices.Equal(got, []string{sha("print(1)\n")}) {
-		t.Errorf("curl's framing: %v %v", got, ok)
+	for _, ct := range []string{`multipart/form-data; boundary="xyz"`, "multipart/form-data; boundary=xyz", "Multipart/Form-Data;boundary=xyz"} {
+		if got, ok := FormDigests(ct, []byte(body)); !ok || !slices.Equal(got, []string{sha("print(1)\n")}) {
+			t.Errorf("curl's framing, %s: %v %v", ct, got, ok)
+		}
 	}
 }
 
@@ -71,6 +73,14 @@ func TestFormDigestsStrict(t *testing.T) {
 		{"no boundary", "multipart/form-data", good},
 		{"too many parts", ct, "--B\r\n" + strings.Repeat(part+"\r\n--B\r\n", maxFormParts) + part + "\r\n--B--"},
 		{"a control character", ct, "--B\r\nContent-Disposition: form-data; name=\"f\x00\"\r\n\r\nx\r\n--B--"},
+		// Parsers read these differently from Go's mime package.
+		{"an RFC 2231 boundary beside a plain one", "multipart/form-data; boundary*=utf-8''B; boundary=zz", good},
+		{"a backslash in a quoted boundary", `multipart/form-data; boundary="B\:"`, good},
+		{"mismatched quotes", `multipart/form-data; boundary="B`, good},
+		{"an orphan continuation", ct, "--B\r\nContent-Disposition: form-data; name=\"f\"; filename*1=\"" + strings.Repeat("S", 900) + "\"\r\n\r\nx\r\n--B--"},
+		{"an encoded filename", ct, "--B\r\nContent-Disposition: form-data; name=\"f\"; filename*=iso-8859-1''" + strings.Repeat("S", 900) + "\r\n\r\nx\r\n--B--"},
+		{"a non-ASCII filename", ct, "--B\r\nContent-Disposition: form-data; name=\"f\"; filename=\"caf\xc3\xa9\"\r\n\r\nx\r\n--B--"},
+		{"a header name folded by Unicode", ct, "--B\r\nContent-D\xc4\xb0sposition: form-data; name=\"f\"\r\n\r\nx\r\n--B--"},
 	} {
 		if d, ok := FormDigests(tt.ct, []byte(tt.body)); ok {
 			t.Errorf("%s: read as a form with parts %v", tt.name, d)

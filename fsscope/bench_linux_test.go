@@ -166,7 +166,7 @@ func BenchmarkFrozenView10k(b *testing.B) {
 	var slab int64
 	for b.Loop() {
 		before := meminfo(b, "Slab")
-		view, err := frozenView(t.fd, entries, nil, 0, nil)
+		view, err := frozenView(t.fd, entries, nil, viewMasks{}, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -94,7 +94,7 @@ func (s *Session) diffWorkspaceLocked(ctx context.Context, i int) ([]Change, err
 		return nil, err
 	}
 	defer lower.Close()
-	d := &differ{ctx: ctx, upper: upper, lower: lower}
+	d := &differ{ctx: ctx, upper: upper, lower: lower, hidden: s.st.Workspaces[i].hiddenPaths()}
 	if err := d.dir("", true, false); err != nil {
 		return nil, err
 	}
@@ -110,6 +110,10 @@ type differ struct {
 	ctx          context.Context
 	upper, lower *tree
 	changes      []Change
+	// hidden says which paths' host content the sandbox was never shown
+	// (deny_read): never compared for a rename, so that the change set
+	// cannot confirm a guess of it.
+	hidden func(rel string) bool
 }
 
 // lowerStat stats rel in the lower tree; nil when it does not exist there
@@ -419,11 +423,11 @@ func (d *differ) sniffBinary(t *tree, p string) (bool, error) {
 
 // detectRenames pairs a deleted regular file with an added one of the same
 // (non-empty) content: overlayfs records a rename as a copy plus a
-// whiteout.
+// whiteout. A hidden file is never paired.
 func (d *differ) detectRenames() error {
 	deleted := map[int64][]int{}
 	for i, c := range d.changes {
-		if c.Kind == KindDeleted && c.Type == TypeFile && c.Size > 0 {
+		if c.Kind == KindDeleted && c.Type == TypeFile && c.Size > 0 && (d.hidden == nil || !d.hidden(c.Path)) {
 			deleted[c.Size] = append(deleted[c.Size], i)
 		}
 	}

@@ -93,7 +93,7 @@ type mask struct {
 	Rule string `json:"rule"`
 	// InView says the mask is the frozen view's own entry, not a bind
 	// mount (a file mask of an overlay workspace): an empty file owned by
-	// viewMaskID, mode 0444 when a ReadAudit refuses its opens and 0 when
+	// the workspace's MaskOwner, mode 0444 when a ReadAudit refuses its opens and 0 when
 	// the kernel does. Nothing of the host's file is behind it, and the
 	// sandbox, not its owner, can neither read, write, chmod, touch nor
 	// hard-link it; but it can remove or rename it like any other name
@@ -186,4 +186,24 @@ func mountPointMasks(entries []entry, masks []mask) []mask {
 		out = append(out, mask{Path: e.Path, Kind: kind, Rule: "mount point (not scanned)"})
 	}
 	return out
+}
+
+// hiddenPaths returns whether a workspace path's host content is one the
+// sandbox was never shown: a path a mask covers, or one a deny_read
+// pattern of the workspace matches (or a parent of which it matches: a
+// file the host created there after Setup was not masked, but is no less
+// secret). Diffs never print such content and rename detection never
+// compares it.
+func (ws *wsState) hiddenPaths() func(rel string) bool {
+	deny, err := glob.NewSet(ws.DenyRead, true)
+	if err != nil {
+		deny = nil // checked at Setup; masks alone then
+	}
+	return func(rel string) bool {
+		if maskedBy(ws.Masks, rel) {
+			return true
+		}
+		_, ok := deny.Covers(rel, false)
+		return ok
+	}
 }

@@ -250,7 +250,7 @@ func TestMasksPlan(t *testing.T) {
 		t.Fatalf("overlay mounts = %+v", ms)
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(filepath.Join(merged(s, 0), ".env"), &st); err != nil || st.Mode&0o7777 != 0 || st.Uid != viewMaskID || st.Size != 0 {
+	if err := unix.Lstat(filepath.Join(merged(s, 0), ".env"), &st); err != nil || st.Mode&0o7777 != 0 || st.Uid != s.st.Workspaces[0].MaskOwner || st.Uid != 65534 || st.Size != 0 {
 		t.Errorf("the view's .env: mode %o uid %d size %d, %v", st.Mode&0o7777, st.Uid, st.Size, err)
 	}
 	rw := overlayWS(host)

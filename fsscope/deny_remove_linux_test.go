@@ -58,6 +58,9 @@ func testMaskedFileRemovable(t *testing.T, sandbox Owner, audited bool) {
 		probeAction{Op: "rename", Path: "/workspace/.env.prod", Arg: "/workspace/moved"},
 		probeAction{Op: "read", Path: "/workspace/moved"},
 		probeAction{Op: "read", Path: "/workspace/.env.prod"},
+		// A right guess of a removed masked file's content must not show
+		// as a rename in the change set.
+		probeAction{Op: "write", Path: "/workspace/guess.txt", Arg: "SUB_SECRET"},
 	)
 	noSecret(t, res, "REMOVABLE_SECRET", "KEPT_SECRET", "MOVED_SECRET", "SUB_SECRET")
 	refused := unix.EACCES
@@ -88,7 +91,7 @@ func testMaskedFileRemovable(t *testing.T, sandbox Owner, audited bool) {
 	if !res[11].ok() {
 		t.Errorf("renaming a masked file: %v", res[11])
 	}
-	for _, r := range res[12:] {
+	for _, r := range res[12:14] {
 		if r.ok() && r.Data != "" {
 			t.Errorf("%v", r)
 		}
@@ -107,27 +110,95 @@ func testMaskedFileRemovable(t *testing.T, sandbox Owner, audited bool) {
 		t.Errorf("%d marks left after Teardown", ra.marked())
 	}
 
+	// The diff shows the sandbox's side of a masked path, never the host's.
 	var ud bytes.Buffer
 	if err := s.UnifiedDiff(t.Context(), &ud); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(ud.String(), "SECRET") || !strings.Contains(ud.String(), "a/workspace/sub/.env.test") || !strings.Contains(ud.String(), "deny_read masks the old content") {
-		t.Errorf("unified diff:\n%s", ud.String())
+	for _, want := range []string{"a/workspace/sub/.env.test", "the host's content of a/workspace/.env is not shown", "+MINE"} {
+		if !strings.Contains(ud.String(), want) {
+			t.Errorf("unified diff lacks %q:\n%s", want, ud.String())
+		}
+	}
+	for _, secret := range []string{"REMOVABLE_SECRET", "KEPT_SECRET", "MOVED_SECRET", "-SUB_SECRET"} {
+		if strings.Contains(ud.String(), secret) {
+			t.Errorf("unified diff shows %q:\n%s", secret, ud.String())
+		}
 	}
 	cs, err := s.Diff(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	kinds := changeKinds(cs)
-	if !slices.Equal(kinds, []string{".env modified", ".env.prod deleted", "moved added", "sub/.env.test deleted"}) {
+	if !slices.Equal(kinds, []string{".env modified", ".env.prod deleted", "guess.txt added", "moved added", "sub/.env.test deleted"}) {
 		t.Errorf("changes %q", kinds)
 	}
-	if _, err := s.Commit(t.Context(), CommitOptions{}); err != nil {
+	// Removals commit; the sandbox's own file in a masked path's place
+	// does not.
+	before := digest(t, host)
+	res2, err := s.Commit(t.Context(), CommitOptions{})
+	if err == nil || len(res2.Rejected) != 1 || res2.Rejected[0].Path != "/workspace/.env" || res2.Rejected[0].Rule != RuleDenyRead {
+		t.Fatalf("Commit = %+v, %v; want .env rejected by %s", res2, err, RuleDenyRead)
+	}
+	if digest(t, host) != before {
+		t.Fatal("a refused commit changed the host")
+	}
+	if _, err := s.Commit(t.Context(), CommitOptions{Partial: true}); err != nil {
 		t.Fatal(err)
 	}
-	if exists(filepath.Join(host, "sub/.env.test")) || readFile(t, filepath.Join(host, ".env")) != "MINE" || readFile(t, filepath.Join(host, ".env.local")) != "KEPT_SECRET" {
-		t.Errorf("host after the commit: sub/.env.test %v, .env %q, .env.local %q", exists(filepath.Join(host, "sub/.env.test")),
-			readFile(t, filepath.Join(host, ".env")), readFile(t, filepath.Join(host, ".env.local")))
+	if exists(filepath.Join(host, "sub/.env.test")) || exists(filepath.Join(host, ".env.prod")) || readFile(t, filepath.Join(host, ".env")) != "REMOVABLE_SECRET" || readFile(t, filepath.Join(host, ".env.local")) != "KEPT_SECRET" {
+		t.Errorf("host after the commit: sub/.env.test %v, .env.prod %v, .env %q, .env.local %q", exists(filepath.Join(host, "sub/.env.test")),
+			exists(filepath.Join(host, ".env.prod")), readFile(t, filepath.Join(host, ".env")), readFile(t, filepath.Join(host, ".env.local")))
+	}
+}
+
+// TestDiffHidesLaterDenied: a file the host creates after Setup under a
+// deny_read name was never masked (the sandbox does not see it); when the
+// sandbox writes its own file there, the diff shows the sandbox's side
+// only, not the host's secret.
+func TestDiffHidesLaterDenied(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{"README.md": "readme"})
+	s := setup(t, policyWith(overlayWS(host)), sandboxer)
+	writeFiles(t, host, map[string]string{".env.later": "LATER_SECRET"})
+	chownTree(t, host, hostOwner)
+	mustProbe(t, s, sandboxer, probeAction{Op: "write", Path: "/workspace/.env.later", Arg: "MINE"})
+	stop(t, s)
+	var ud bytes.Buffer
+	if err := s.UnifiedDiff(t.Context(), &ud); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(ud.String(), "LATER_SECRET") || !strings.Contains(ud.String(), "+MINE") {
+		t.Errorf("unified diff:\n%s", ud.String())
+	}
+}
+
+// TestMaskOwnerUnused: the masks' owner is an ID no file of the workspace
+// has, so mapping it in the idmapping changes nothing for the host's own
+// files: a file owned by nobody (65534) stays unchangeable, and the masks
+// get 65533.
+func TestMaskOwnerUnused(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{".env": "E", "nobody.txt": "N"})
+	if err := unix.Chown(filepath.Join(host, "nobody.txt"), 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Chmod(filepath.Join(host, "nobody.txt"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	s := setup(t, policyWith(overlayWS(host)), sandboxer)
+	if got := s.st.Workspaces[0].MaskOwner; got != 65533 {
+		t.Errorf("MaskOwner = %d, want 65533", got)
+	}
+	res := runProbe(t, s.Mounts(), sandboxer.UID, sandboxer.GID,
+		probeAction{Op: "append", Path: "/workspace/nobody.txt", Arg: "x"},
+		probeAction{Op: "rename", Path: "/workspace/nobody.txt", Arg: "/workspace/moved"},
+		probeAction{Op: "stat", Path: "/workspace/.env"},
+		probeAction{Op: "remove", Path: "/workspace/.env"},
+	)
+	if res[0].ok() || res[1].ok() {
+		t.Errorf("a file of another user changed: %v %v", res[0], res[1])
+	}
+	if !res[2].ok() || !strings.Contains(res[2].Data, "uid=65533") || !res[3].ok() {
+		t.Errorf("the mask: %v %v", res[2], res[3])
 	}
 }
 

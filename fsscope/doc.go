@@ -71,14 +71,18 @@
 //
 // In an overlay workspace a masked regular file is not a mount but the
 // frozen view's own entry (mask.InView): an empty file with no redirect,
-// owned by viewMaskID (65534, mapped to itself by the idmapping) and mode
+// owned by an ID no scanned file has (65534 unless taken: pickMaskOwner;
+// mapped to itself by the idmapping) and mode
 // 0444 with a ReadAudit (whose mark is then on the workspace overlay's
 // inode for that path) or 0 without. The sandbox, not its owner, cannot
 // read, write, chmod, touch or hard-link it, but it can remove or rename
 // it (git clean -fdx), which a mount would refuse with EBUSY: deny_read
 // stops reads, and a removal is a change the commit judges like any
-// other. The unified diff of a change to a masked path shows no host
-// content. A git config that holds
+// other; a change that writes a masked path is rejected (RuleDenyRead), so
+// a masked credential file cannot be replaced. The unified diff of a
+// change to a masked path, or to one a deny_read pattern matches, shows
+// the sandbox's side only, and rename detection never compares such a
+// file's content. A git config that holds
 // credentials (tokens in URLs, credential helpers, http extra headers) is
 // covered by a read-only copy without them, so git keeps working; writes
 // to that config fail. A hard link to a file outside the workspace cannot

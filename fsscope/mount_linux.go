@@ -112,54 +112,61 @@ func fsErrorLog(fsfd int) string {
 // it and serves only as the mapping an idmapped mount takes over, so
 // sessions with the same owner and sandbox user can share it. The file
 // belongs to the cache; callers must not close it.
-func idmapUserns(from, to Owner) (*os.File, error) {
-	key := [2]Owner{from, to}
+func idmapUserns(from, to Owner, maskOwner uint32) (*os.File, error) {
+	key := usernsKey{from, to, maskOwner}
 	usernsCache.mu.Lock()
 	defer usernsCache.mu.Unlock()
 	if f := usernsCache.m[key]; f != nil {
 		return f, nil
 	}
 	uids, gids := fmt.Sprintf("%d:%d:1", from.UID, to.UID), fmt.Sprintf("%d:%d:1", from.GID, to.GID)
-	if viewMasksOwnable(from, to) {
+	if maskOwner != 0 {
 		// The owner of masks InView stays itself, a valid ID, so that the
 		// sandbox can remove them (the kernel refuses to remove a file
 		// whose owner an idmapped mount cannot map: EOVERFLOW).
-		uids += fmt.Sprintf(",%d:%d:1", viewMaskID, viewMaskID)
-		gids += fmt.Sprintf(",%d:%d:1", viewMaskID, viewMaskID)
+		uids += fmt.Sprintf(",%d:%d:1", maskOwner, maskOwner)
+		gids += fmt.Sprintf(",%d:%d:1", maskOwner, maskOwner)
 	}
 	f, err := mount.GetUsernsFD(uids, gids)
 	if err != nil {
 		return nil, fmt.Errorf("user namespace for idmapped mount: %w", err)
 	}
 	if usernsCache.m == nil {
-		usernsCache.m = map[[2]Owner]*os.File{}
+		usernsCache.m = map[usernsKey]*os.File{}
 	}
 	usernsCache.m[key] = f
 	return f, nil
 }
 
-// viewMaskID owns the masks InView (uid and gid): the overflow ID
-// ("nobody"), which is neither the sandbox user nor, when a workspace is
-// idmapped, its owner, so the sandbox can remove such a mask but not
-// change its mode, times or content.
-const viewMaskID = 65534
+type usernsKey struct {
+	from, to  Owner
+	maskOwner uint32
+}
 
-// viewMasksOwnable reports whether masks can be InView for a workspace
-// owned by owner and a sandbox running as sandbox: neither may be
-// viewMaskID.
-func viewMasksOwnable(owner, sandbox Owner) bool {
-	for _, id := range []uint32{owner.UID, owner.GID, sandbox.UID, sandbox.GID} {
-		if id == viewMaskID {
-			return false
+// pickMaskOwner returns the ID that owns a workspace's masks InView: the
+// first of 65534 ("nobody"), 65533, ... down to 60000 that no scanned
+// entry has as its uid or gid and that is neither the owner's nor the
+// sandbox user's. The sandbox, not its owner, can then remove such a mask
+// but not change its mode, times or content; and since no file of the
+// view has that ID, mapping it to itself in the idmapping changes nothing
+// else. False if every candidate is taken.
+func pickMaskOwner(entries []entry, owner, sandbox Owner) (uint32, bool) {
+	used := map[uint32]bool{owner.UID: true, owner.GID: true, sandbox.UID: true, sandbox.GID: true}
+	for i := range entries {
+		used[entries[i].UID], used[entries[i].GID] = true, true
+	}
+	for id := uint32(65534); id >= 60000; id-- {
+		if !used[id] {
+			return id, true
 		}
 	}
-	return true
+	return 0, false
 }
 
 // usernsCache holds idmapUserns's namespaces, one per mapping.
 var usernsCache struct {
 	mu sync.Mutex
-	m  map[[2]Owner]*os.File
+	m  map[usernsKey]*os.File
 }
 
 // unmount detaches the mount on target. A missing mount is not an error.

@@ -276,15 +276,15 @@ func TestFinish(t *testing.T) {
 func TestIdmapUsernsShared(t *testing.T) {
 	a, b := Owner{UID: 4101, GID: 4101}, Owner{UID: 4102, GID: 4102}
 	to := Owner{UID: 65534, GID: 65534}
-	ns1, err := idmapUserns(a, to)
+	ns1, err := idmapUserns(a, to, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns2, err := idmapUserns(a, to)
+	ns2, err := idmapUserns(a, to, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns3, err := idmapUserns(b, to)
+	ns3, err := idmapUserns(b, to, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,15 +129,16 @@ var errNotInView = errors.New("not the view's mask entry")
 // mount on the host, rel the mask's path beneath it.
 type viewMark struct {
 	root, rel string
+	owner     uint32 // the workspace's MaskOwner
 	key       fileKey
 }
 
 // openViewMask opens rel beneath root without following a symlink or
 // crossing a mount (the sandbox may have changed the tree since Setup),
 // and checks that it still looks like the view's entry: an empty regular
-// file of mode 0444 or 0 owned by viewMaskID (the caller checks that the
+// file of mode 0444 or 0 owned by owner (the caller checks that the
 // upper directory does not shadow it).
-func openViewMask(root, rel string) (int, unix.Stat_t, error) {
+func openViewMask(root, rel string, owner uint32) (int, unix.Stat_t, error) {
 	var st unix.Stat_t
 	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -156,7 +157,7 @@ func openViewMask(root, rel string) (int, unix.Stat_t, error) {
 		return -1, st, &os.PathError{Op: "stat", Path: root + "/" + rel, Err: err}
 	}
 	perm := st.Mode & 0o7777
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0 || (perm != 0o444 && perm != 0) || st.Uid != viewMaskID {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0 || (perm != 0o444 && perm != 0) || st.Uid != owner {
 		unix.Close(fd)
 		return -1, st, errNotInView
 	}
@@ -166,8 +167,8 @@ func openViewMask(root, rel string) (int, unix.Stat_t, error) {
 // watchView marks a mask InView: the inode of the workspace overlay (on
 // the host at root) at rel, which is the inode the sandbox opens through
 // its bind of the same mount. It returns the key the mark is known by.
-func (a *ReadAudit) watchView(owner, root, rel, path, rule string) (fileKey, error) {
-	fd, st, err := openViewMask(root, rel)
+func (a *ReadAudit) watchView(owner, root, rel string, maskOwner uint32, path, rule string) (fileKey, error) {
+	fd, st, err := openViewMask(root, rel, maskOwner)
 	if err != nil {
 		return fileKey{}, err
 	}
@@ -193,7 +194,7 @@ func (a *ReadAudit) unwatchView(marks []viewMark) error {
 	var errs []error
 	for _, m := range marks {
 		delete(a.marks, m.key)
-		fd, st, err := openViewMask(m.root, m.rel)
+		fd, st, err := openViewMask(m.root, m.rel, m.owner)
 		if errors.Is(err, errNotInView) {
 			continue
 		}

@@ -107,6 +107,9 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 				continue
 			}
 		}
+		if c.Kind != KindDeleted && maskedBy(e.ws.Masks, c.Path) {
+			reject(i, RuleDenyRead, fmt.Sprintf("deny_read masks %s: a commit may remove it, not write it", c.Path))
+		}
 		for _, p := range changePaths(&c) {
 			if refs.Len() > 0 && inGitDir(p) {
 				// With protect_refs, a repository's own storage is governed by

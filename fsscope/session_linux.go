@@ -314,7 +314,7 @@ func (s *Session) watchLocked(ctx context.Context, a *ReadAudit, owner string) {
 			if !m.InView || shadowed(filepath.Join(s.wsUpper(i), "upper"), m.Path) {
 				continue
 			}
-			key, err := a.watchView(owner, s.wsMnt(i), m.Path, path.Join(w.Target, m.Path), m.Rule)
+			key, err := a.watchView(owner, s.wsMnt(i), m.Path, w.MaskOwner, path.Join(w.Target, m.Path), m.Rule)
 			if errors.Is(err, errNotInView) {
 				// The sandbox removed or replaced it (a daemon restart
 				// re-arms the marks): nothing of the mask is left to watch.
@@ -324,7 +324,7 @@ func (s *Session) watchLocked(ctx context.Context, a *ReadAudit, owner string) {
 				log.G(ctx).Warn("fsscope: opens of a mask will not be audited", "path", path.Join(w.Target, m.Path), "error", err)
 				continue
 			}
-			s.watchedView = append(s.watchedView, viewMark{root: s.wsMnt(i), rel: m.Path, key: key})
+			s.watchedView = append(s.watchedView, viewMark{root: s.wsMnt(i), rel: m.Path, owner: w.MaskOwner, key: key})
 		}
 	}
 	watch := func(target string, masks []mask) {
@@ -440,10 +440,14 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 				regular[entries[k].Path] = true
 			}
 		}
-		inView := viewMasksOwnable(ws.Owner, sandbox)
-		for k := range ws.Masks {
-			m := &ws.Masks[k]
-			m.InView = inView && m.Kind == maskFile && regular[m.Path]
+		if id, ok := pickMaskOwner(entries, ws.Owner, sandbox); ok {
+			for k := range ws.Masks {
+				m := &ws.Masks[k]
+				m.InView = m.Kind == maskFile && regular[m.Path]
+				if m.InView {
+					ws.MaskOwner = id
+				}
+			}
 		}
 		if err := writeBaseline(s.baselineFile(i), entries); err != nil {
 			return ws, err
@@ -462,7 +466,7 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 
 	var ns *os.File
 	if ws.Idmap {
-		if ns, err = idmapUserns(ws.Owner, sandbox); err != nil {
+		if ns, err = idmapUserns(ws.Owner, sandbox, ws.MaskOwner); err != nil {
 			return ws, err
 		}
 	}
@@ -477,7 +481,7 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 	// ro and overlay: a frozen view of the names scanned, so that nothing
 	// created on the host later (a new .env, say) appears in the sandbox.
 	if ws.Mode == policies.ModeRO {
-		view, err := frozenView(t.fd, entries, ws.Masks, 0, ns)
+		view, err := frozenView(t.fd, entries, ws.Masks, viewMasks{}, ns)
 		if err != nil {
 			return ws, err
 		}
@@ -505,7 +509,7 @@ func (s *Session) setupWorkspace(ctx context.Context, i int, w policies.Workspac
 	}
 	// The lower layer is the frozen view of exactly the directory scanned,
 	// idmapped when needed; the overlay keeps its own reference to it.
-	view, err := frozenView(t.fd, entries, ws.Masks, viewMode, ns)
+	view, err := frozenView(t.fd, entries, ws.Masks, viewMasks{mode: viewMode, owner: ws.MaskOwner}, ns)
 	if err != nil {
 		return ws, err
 	}
@@ -585,7 +589,7 @@ func (s *Session) setupMount(ctx context.Context, i int, m policies.Mount) (moun
 	if !m.ReadOnly {
 		return ms, bindFD(t.fd, target, attrs, nil)
 	}
-	view, err := frozenView(t.fd, entries, ms.Masks, 0, nil)
+	view, err := frozenView(t.fd, entries, ms.Masks, viewMasks{}, nil)
 	if err != nil {
 		return ms, err
 	}

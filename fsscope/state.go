@@ -59,6 +59,10 @@ type wsState struct {
 	RootDev  uint64   `json:"root_dev"`
 	DenyRead []string `json:"deny_read,omitempty"`
 	Masks    []mask   `json:"masks,omitempty"`
+	// MaskOwner owns the masks InView (uid and gid): an ID that no
+	// scanned entry, the owner nor the sandbox user has (see
+	// pickMaskOwner); 0 when none are InView.
+	MaskOwner uint32 `json:"mask_owner,omitempty"`
 	// Tracked are masked paths git tracks (see TrackedDenied).
 	Tracked           []string `json:"tracked,omitempty"`
 	Protect           []string `json:"protect,omitempty"`

@@ -61,6 +61,12 @@ const (
 	RuleSymlinkEscape = "symlink_escape"
 	// RuleSpecialFile rejects device nodes, FIFOs and sockets.
 	RuleSpecialFile = "special_file"
+	// RuleDenyRead rejects a change that writes a path deny_read masked:
+	// the sandbox may remove such a file (a masked file of an overlay
+	// workspace), never put content of its own in its place, since the
+	// host's tools read credentials and settings from there (a kubeconfig
+	// exec entry, a yarnPath). It cannot be turned off.
+	RuleDenyRead = "deny_read"
 	// RuleDependency rejects a change that needs a rejected or conflicting
 	// one (a file in a rejected new directory, a directory whose content
 	// cannot all be deleted).

@@ -48,11 +48,12 @@ func (s *Session) UnifiedDiff(ctx context.Context, w io.Writer) error {
 			upper.Close()
 			return err
 		}
+		hidden := s.st.Workspaces[i].hiddenPaths()
 		for _, c := range changes {
 			if err := ctx.Err(); err != nil {
 				break
 			}
-			masked := maskedBy(ws.Masks, c.Path) || (c.OldPath != "" && maskedBy(ws.Masks, c.OldPath))
+			masked := hidden(c.Path) || (c.OldPath != "" && hidden(c.OldPath))
 			if err = writeChange(w, ws.Target, c, host, upper, masked); err != nil {
 				break
 			}
@@ -79,8 +80,9 @@ func gitMode(typ string, perm uint32) string {
 	return fmt.Sprintf("%s %04o", typ, perm)
 }
 
-// writeChange writes one change; of a path deny_read masks (masked) it
-// writes the header lines only, never the host's content.
+// writeChange writes one change; of a path whose host content the
+// sandbox was never shown (masked: see hiddenPaths) it writes the
+// sandbox's side in full and never the host's.
 func writeChange(w io.Writer, target string, c Change, host, upper *tree, masked bool) error {
 	bPath := path.Join(target, c.Path)
 	aPath := bPath
@@ -99,6 +101,9 @@ func writeChange(w io.Writer, target string, c Change, host, upper *tree, masked
 		case TypeSymlink:
 			oldText = link
 		case TypeFile:
+			if masked {
+				return // never read: see below
+			}
 			oldText, err = readText(host, c.Path, c.Binary)
 		default:
 			hasOld = false
@@ -151,8 +156,14 @@ func writeChange(w io.Writer, target string, c Change, host, upper *tree, masked
 		return nil
 	}
 	if masked && hasOld {
-		_, err := fmt.Fprintf(w, "Files a%s and b%s differ (deny_read masks the old content: not shown)\n", aPath, bPath)
-		return err
+		// deny_read hides the host's side; the sandbox's is its own.
+		if _, err := fmt.Fprintf(w, "(deny_read: the host's content of a%s is not shown)\n", aPath); err != nil {
+			return err
+		}
+		hasOld, oldText = false, ""
+		if !hasNew {
+			return nil
+		}
 	}
 	if c.Binary {
 		a, b := "a"+aPath, "b"+bPath

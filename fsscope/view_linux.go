@@ -24,8 +24,8 @@ import (
 // never lists or looks names up in. A name created on the host after the
 // scan is therefore not in the view, whatever it is called; a file that is
 // masked (masks) is an empty file there with no path to its data, and a
-// masked directory is empty. A mask InView has mode viewMode and is owned
-// by viewMaskID. Both layers are idmapped through userns when it is not nil.
+// masked directory is empty. A mask InView has vm's mode and owner. Both
+// layers are idmapped through userns when it is not nil.
 //
 // Nothing is attached anywhere: the layers and the overlay are detached
 // mounts, which the kernel dissolves when the last reference (the
@@ -35,13 +35,13 @@ import (
 // Overlayfs follows the redirect with LOOKUP_BENEATH|LOOKUP_NO_SYMLINKS|
 // LOOKUP_NO_XDEV, and only to a regular file: a host file replaced by a
 // symlink during the session reads as an error, not as the link's target.
-func frozenView(hostFD int, entries []entry, masks []mask, viewMode uint32, userns *os.File) (_ int, retErr error) {
+func frozenView(hostFD int, entries []entry, masks []mask, vm viewMasks, userns *os.File) (_ int, retErr error) {
 	names, err := namesLayer(entries)
 	if err != nil {
 		return -1, err
 	}
 	defer unix.Close(names)
-	if err := populateNames(names, entries, masks, viewMode); err != nil {
+	if err := populateNames(names, entries, masks, vm); err != nil {
 		if errors.Is(err, unix.EOPNOTSUPP) {
 			return -1, fmt.Errorf("names layer: %w (the frozen view needs tmpfs with extended attributes: CONFIG_TMPFS_XATTR)", err)
 		}
@@ -154,7 +154,7 @@ func frozenOverlay(names, data string) (int, error) {
 // file is an empty file of the host file's size that overlayfs reads from
 // the same path in the data layer; hard links stay hard links. A path a mask covers
 // gets no redirect (a masked file is an empty file of mode 0, or, InView,
-// of mode viewMode owned by viewMaskID; a masked directory is empty), so
+// of vm's mode and owner; a masked directory is empty), so
 // nothing below a mask leads to the host's data.
 // Device nodes are left out (the sandbox's mounts are nodev anyway). A
 // mount point inside the host directory is an empty directory (or, for a
@@ -165,7 +165,7 @@ func frozenOverlay(names, data string) (int, error) {
 // cost: a few system calls per file); then the hard links; then the
 // directories' metadata, deepest first, so that filling them does not
 // change their times.
-func populateNames(mnt int, entries []entry, masks []mask, viewMode uint32) error {
+func populateNames(mnt int, entries []entry, masks []mask, vm viewMasks) error {
 	root, err := unix.Openat(mnt, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -232,7 +232,7 @@ func populateNames(mnt int, entries []entry, masks []mask, viewMode uint32) erro
 	var g errgroup.Group
 	for w := range workers {
 		run := files[w*len(files)/workers : (w+1)*len(files)/workers]
-		g.Go(func() error { return makeNames(root, run, self, viewMode) })
+		g.Go(func() error { return makeNames(root, run, self, vm) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
@@ -258,7 +258,7 @@ func populateNames(mnt int, entries []entry, masks []mask, viewMode uint32) erro
 // directories made) beneath root; masked says which of them a mask covers.
 // It keeps the last parent directory open, since a run visits a
 // directory's files one after another.
-func makeNames(root int, run []*entry, masked map[*entry]*mask, viewMode uint32) error {
+func makeNames(root int, run []*entry, masked map[*entry]*mask, vm viewMasks) error {
 	pdir, pfd := "", root
 	defer func() {
 		if pfd != root {
@@ -283,7 +283,7 @@ func makeNames(root int, run []*entry, masked map[*entry]*mask, viewMode uint32)
 		}
 		switch {
 		case e.isRegular():
-			if err := namesFile(pfd, base, e, masked[e], viewMode); err != nil {
+			if err := namesFile(pfd, base, e, masked[e], vm); err != nil {
 				return err
 			}
 		case e.isSymlink():
@@ -308,13 +308,14 @@ func makeNames(root int, run []*entry, masked map[*entry]*mask, viewMode uint32)
 // namesFile creates the regular file e (named base in the directory pfd)
 // in the names layer: unmasked, a metadata-only file of the host file's
 // size redirected to the same path in the data layer; masked (m), an
-// empty file of mode 0, or, InView, of mode viewMode owned by viewMaskID.
-func namesFile(pfd int, base string, e *entry, m *mask, viewMode uint32) error {
+// empty file of mode 0, or, InView, of vm's mode and owner. A masked
+// file keeps none of the host file's times.
+func namesFile(pfd int, base string, e *entry, m *mask, vm viewMasks) error {
 	data := m == nil
 	mode, uid, gid := e.Mode&permMask, e.UID, e.GID
 	switch {
 	case m != nil && m.InView:
-		mode, uid, gid = viewMode, viewMaskID, viewMaskID
+		mode, uid, gid = vm.mode, vm.owner, vm.owner
 	case m != nil:
 		mode = 0
 	}
@@ -349,7 +350,17 @@ func namesFile(pfd int, base string, e *entry, m *mask, viewMode uint32) error {
 			return pathErr("chmod", e.Path, err)
 		}
 	}
+	if m != nil {
+		return nil // the time it was made, not the host file's
+	}
 	return futimens(fd, e)
+}
+
+// viewMasks is how a workspace's masks InView are made: mode is 0444 when
+// a ReadAudit refuses their opens, 0 when the kernel does; owner is the
+// workspace's MaskOwner.
+type viewMasks struct {
+	mode, owner uint32
 }
 
 // processUmask is the process's umask, read once (changing it to read it

@@ -104,6 +104,13 @@ func (g *Gateway) addUplink(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
+	// The peer's addresses must be reachable on the link (its connected
+	// routes in place) before a route names them as its gateway: IPv6 adds
+	// the prefix route when the link comes up, and a route via an address
+	// not yet on-link is refused (EINVAL).
+	if err := waitOnLink(g.nl, link.Attrs().Index, []netip.Addr{g.uplinkPeer4, g.uplinkPeer6}); err != nil {
+		return err
+	}
 	for _, gw := range []netip.Addr{g.uplinkPeer4, g.uplinkPeer6} {
 		if err := g.nl.RouteAdd(&netlink.Route{
 			LinkIndex: link.Attrs().Index, Dst: ipNet(zeroOf(gw), 0), Gw: gw.AsSlice(),
@@ -254,6 +261,25 @@ func waitAddrsReady(h *netlink.Handle, addrs []netip.Addr) error {
 			}
 			if time.Now().After(deadline) {
 				return fmt.Errorf("address %v not local after 5s (%v, %v)", a, routes, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// waitOnLink waits (at most 5 s) until each address routes directly
+// through the link with index ifindex.
+func waitOnLink(h *netlink.Handle, ifindex int, addrs []netip.Addr) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for _, a := range addrs {
+		for {
+			routes, err := h.RouteGet(a.AsSlice())
+			if err == nil && len(routes) > 0 && routes[0].Type == unix.RTN_UNICAST && routes[0].LinkIndex == ifindex && routes[0].Gw == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("address %v not on the uplink after 5s (%v, %v)", a, routes, err)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}

@@ -239,6 +239,8 @@ type lineBudget struct {
 	mu sync.Mutex
 	// +checklocks:mu
 	keys map[string]*lineSlot
+	// +checklocks:mu
+	sweepAt int // see makeRoom
 }
 
 type lineSlot struct {
@@ -260,7 +262,7 @@ func (b *lineBudget) allow(key string, now time.Time) (suppressed uint64, ok boo
 	defer b.mu.Unlock()
 	slot := b.keys[key]
 	if slot == nil {
-		makeRoom(b.keys, now, func(s *lineSlot) time.Time { return s.until })
+		makeRoom(b.keys, &b.sweepAt, now, func(s *lineSlot) time.Time { return s.until })
 		slot = &lineSlot{until: now.Add(b.window)}
 		b.keys[key] = slot
 	} else if !now.Before(slot.until) {
@@ -275,10 +277,18 @@ func (b *lineBudget) allow(key string, now time.Time) (suppressed uint64, ok boo
 	return suppressed, true
 }
 
-// makeRoom, once m holds maxLimiterKeys entries, deletes those whose
-// window (until) has ended at now, or every entry if none has.
-func makeRoom[K comparable, V any](m map[K]V, now time.Time, until func(V) time.Time) {
-	if len(m) < maxLimiterKeys {
+// makeRoom keeps m to the keys whose window (until) has not ended. Once m
+// holds *sweepAt entries, it deletes those whose window ended at now, and
+// sets *sweepAt to twice what is left (at least minSweep), so that the map
+// stays near the number of keys seen within a window instead of growing
+// with every key ever seen (a daemon runs for thousands of sessions, and a
+// Go map never gives back the room it grew to); at maxLimiterKeys of
+// unexpired keys it drops every entry.
+func makeRoom[K comparable, V any](m map[K]V, sweepAt *int, now time.Time, until func(V) time.Time) {
+	if *sweepAt < minSweep {
+		*sweepAt = minSweep
+	}
+	if len(m) < *sweepAt && len(m) < maxLimiterKeys {
 		return
 	}
 	for k, v := range m {
@@ -289,4 +299,8 @@ func makeRoom[K comparable, V any](m map[K]V, now time.Time, until func(V) time.
 	if len(m) >= maxLimiterKeys {
 		clear(m)
 	}
+	*sweepAt = max(2*len(m), minSweep)
 }
+
+// minSweep is the fewest entries a limiter's map holds before it sweeps.
+const minSweep = 64

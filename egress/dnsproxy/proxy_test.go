@@ -1193,6 +1193,34 @@ func TestLimiterBounded(t *testing.T) {
 	}
 }
 
+// TestLimiterForgetsExpired: keys whose window ended are dropped as new
+// ones come, so a daemon that has seen thousands of sessions' keys holds
+// about as many as one window saw, not every key ever seen.
+func TestLimiterForgetsExpired(t *testing.T) {
+	l := newLimiter(time.Minute)
+	b := newLineBudget(time.Minute, 3)
+	now := time.Unix(0, 0)
+	for i := range 5000 {
+		now = now.Add(100 * time.Millisecond) // 600 keys a window
+		key := "session-" + strconv.Itoa(i)
+		if _, ok := l.allow(logKey{session: key, name: "x.test"}, now); !ok {
+			t.Fatalf("first sighting of %s suppressed", key)
+		}
+		if _, ok := b.allow(key, now); !ok {
+			t.Fatalf("first line of %s suppressed", key)
+		}
+	}
+	l.mu.Lock()
+	n := len(l.seen)
+	l.mu.Unlock()
+	b.mu.Lock()
+	m := len(b.keys)
+	b.mu.Unlock()
+	if n > 2*600+1 || m > 2*600+1 {
+		t.Errorf("after 5000 keys, 600 a window: the limiter holds %d, the line budget %d", n, m)
+	}
+}
+
 func TestCacheBounded(t *testing.T) {
 	c := newCache(100)
 	now := time.Unix(0, 0)

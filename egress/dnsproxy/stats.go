@@ -155,6 +155,8 @@ type limiter struct {
 	mu sync.Mutex
 	// +checklocks:mu
 	seen map[logKey]*logSlot
+	// +checklocks:mu
+	sweepAt int // see makeRoom
 }
 
 type logSlot struct {
@@ -184,7 +186,7 @@ func (l *limiter) allow(key logKey, now time.Time) (suppressed uint64, ok bool) 
 		slot.until, slot.suppressed = now.Add(l.window), 0
 		return suppressed, true
 	}
-	makeRoom(l.seen, now, func(s *logSlot) time.Time { return s.until })
+	makeRoom(l.seen, &l.sweepAt, now, func(s *logSlot) time.Time { return s.until })
 	l.seen[key] = &logSlot{until: now.Add(l.window)}
 	return 0, true
 }

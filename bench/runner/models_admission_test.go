@@ -46,3 +46,17 @@ func TestDaemonAdmission(t *testing.T) {
 		t.Errorf("admission\n got %+v\nwant %+v", a, def)
 	}
 }
+
+// TestSecretsDirUnderRoot: with a daemon of the operator's own, the
+// workers' secret directories are SecretsRoot/N, which its admission
+// policy can name beforehand; otherwise they live in the stack's root.
+func TestSecretsDirUnderRoot(t *testing.T) {
+	s := &Stack{Root: "/tmp/alb-1", cfg: StackConfig{Workers: 2, SecretsRoot: "/srv/bench-secrets"}}
+	if got := s.SecretsDir(1); got != "/srv/bench-secrets/1" {
+		t.Errorf("SecretsDir(1) = %s", got)
+	}
+	s.cfg.SecretsRoot = ""
+	if got := s.SecretsDir(1); got != "/tmp/alb-1/registry-secrets/1" {
+		t.Errorf("SecretsDir(1) = %s", got)
+	}
+}

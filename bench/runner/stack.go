@@ -47,6 +47,12 @@ type StackConfig struct {
 	Socket     string
 	WorldNetns string
 	WorldDNS   netip.Addr
+	// SecretsRoot, with Socket, is where the workers' secret files go
+	// (SecretsDir): SecretsRoot/N for worker N, each of which that
+	// daemon's admission policy must admit as a secret source. Empty: a
+	// directory of the stack's own, which only a daemon of the stack's
+	// own admits.
+	SecretsRoot string
 	// ImageArchive is the bench image archive (see images/bench); it is
 	// imported unless the daemon has an image of the same name and digest.
 	ImageArchive string
@@ -404,8 +410,13 @@ func (s *Stack) removeSessions(ctx context.Context) error {
 // which the stack's own daemon admits as secret sources for HOST alone.
 // The contrast pairs' runner writes the registry tokens of the pair a
 // worker runs there. A daemon the stack attaches to (StackConfig.Socket)
-// admits them only if its own admission policy says so.
+// admits them only if its own admission policy says so: with
+// StackConfig.SecretsRoot they are SecretsRoot/N, which the operator can
+// admit beforehand.
 func (s *Stack) SecretsDir(i int) string {
+	if s.cfg.SecretsRoot != "" {
+		return filepath.Join(s.cfg.SecretsRoot, strconv.Itoa(i))
+	}
 	return filepath.Join(s.Root, "registry-secrets", strconv.Itoa(i))
 }
 

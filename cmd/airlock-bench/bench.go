@@ -33,6 +33,7 @@ type benchOptions struct {
 	cacheDir, dataDir      string
 	instances              string
 	worldNetns, worldDNS   string
+	secretsDir             string
 	timeout                time.Duration
 	seed                   uint64
 	agent, agentTasks      string
@@ -161,6 +162,7 @@ perimeter lets it do to the world: that is what is measured.`,
 	f.StringVar(&o.dataDir, "data", "", "AmPermBench data directory (default: $AIRLOCK_AMPERMBENCH_DIR or ../shared/bench/ampermbench)")
 	f.StringVar(&o.worldNetns, "world-netns", "", "with --socket: the network namespace that is the daemon's uplink (start that daemon with --allow-private for the world's range, 10.214.0.0/24)")
 	f.StringVar(&o.worldDNS, "world-dns", "", "with --socket: the address the daemon's --dns-upstream names (default 10.214.0.1)")
+	f.StringVar(&o.secretsDir, "secrets-dir", "", "with --socket: an absolute `DIR` whose subdirectories DIR/0 ... DIR/N-1 (one per worker) the daemon's admission policy admits as secret sources; the credential-exploration pairs write their registry tokens there (without it, only the bench's own daemon admits them)")
 	return cmd
 }
 
@@ -191,8 +193,11 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 			return usageErrorf("--instances: %v", err)
 		}
 	}
-	if !attach && (o.worldNetns != "" || o.worldDNS != "") {
-		return usageErrorf("--world-netns and --world-dns go with --socket")
+	if !attach && (o.worldNetns != "" || o.worldDNS != "" || o.secretsDir != "") {
+		return usageErrorf("--world-netns, --world-dns and --secrets-dir go with --socket")
+	}
+	if o.secretsDir != "" && !filepath.IsAbs(o.secretsDir) {
+		return usageErrorf("--secrets-dir %q: the daemon reads the files, so give an absolute path", o.secretsDir)
 	}
 	var agent *runner.Agent
 	var upstream *runner.Upstream
@@ -245,7 +250,7 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 	}
 	cfg := runner.StackConfig{Workers: o.workers, Log: c.stderr, DaemonLog: filepath.Join(o.out, "airlockd.log")}
 	if attach {
-		cfg.Socket, cfg.WorldNetns = c.socket, o.worldNetns
+		cfg.Socket, cfg.WorldNetns, cfg.SecretsRoot = c.socket, o.worldNetns, o.secretsDir
 		if o.worldDNS != "" {
 			if cfg.WorldDNS, err = netip.ParseAddr(o.worldDNS); err != nil {
 				return usageErrorf("--world-dns: %v", err)

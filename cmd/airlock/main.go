@@ -284,7 +284,8 @@ It talks to airlockd over a unix socket; validate and fmt work without it.`,
 		c.newDiffCommand(), c.newCommitCommand(), c.newDiscardCommand(),
 		c.newApprovalsCommand(), c.newApproveCommand(), c.newDenyCommand())
 	add("manifest", c.newValidateCommand(), c.newFmtCommand())
-	add("other", c.newImageCommand(), c.newPoolCommand(), c.newVersionCommand(), c.newBenchCommand())
+	add("other", c.newImageCommand(), c.newPoolCommand(), c.newVersionCommand(), c.newBenchCommand(),
+		c.newDoctorCommand())
 	root.SetHelpCommandGroupID("other")
 	return root
 }

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/hostcheck"
+)
+
+// doctorOutput is airlock doctor --json's document.
+type doctorOutput struct {
+	// OK is false when a check failed (warnings allowed).
+	OK     bool               `json:"ok"`
+	Checks []hostcheck.Result `json:"checks"`
+}
+
+func (c *cli) newDoctorCommand() *cobra.Command {
+	var (
+		paths  []string
+		binDir string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "doctor [--path DIR]... [--bin-dir DIR] [--json]",
+		Short: "Check the kernel and host for what airlock uses",
+		Long: `doctor checks, on this machine and without the daemon, the kernel and host
+features airlock uses: cgroups, overlayfs, tmpfs extended attributes, idmapped
+mounts (on each --path), user and network namespaces, nftables, fanotify
+permission events, loop devices, seccomp, and the containerd and runc in
+--bin-dir. Each check exercises the feature and leaves nothing behind. It
+prints one line per check, and under each failure what to do. Some checks
+need root; without it they are reported as warnings.
+
+It exits 0 when nothing failed (warnings allowed), 1 otherwise.`,
+		Example: `  airlock doctor
+  airlock doctor --path /srv/repos --path /home
+  airlock doctor --json`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			cfg := hostcheck.Config{Paths: paths, BinDir: binDir}
+			if !cmd.Flags().Changed("bin-dir") {
+				cfg.BinDir = c.ownDir()
+				if cfg.BinDir == "" {
+					c.warn("cannot find the airlock binary's directory: containerd and runc not checked (use --bin-dir)")
+				}
+			}
+			rs := hostcheck.Run(cmd.Context(), cfg)
+			if n := needRoot(rs); n > 0 {
+				c.warn("not running as root: %d checks that need root were not run", n)
+			}
+			if asJSON {
+				if err := c.printJSON(doctorOutput{OK: !hostcheck.Failed(rs), Checks: rs}); err != nil {
+					return err
+				}
+			} else {
+				c.printDoctor(rs)
+			}
+			if hostcheck.Failed(rs) {
+				return exitCodeOnly(exitFailure)
+			}
+			return nil
+		}),
+	}
+	cmd.Flags().StringArrayVar(&paths, "path", nil, "check idmapped mounts on `DIR`'s filesystem, where workspaces live (repeatable)")
+	cmd.Flags().StringVar(&binDir, "bin-dir", "", "`DIR` holding containerd and runc (default: the airlock binary's directory, as make build and make deps lay out _output/bin)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+// ownDir is the directory of the running airlock (symlinks resolved), or
+// "" when it cannot be found.
+func (c *cli) ownDir() string {
+	self, err := c.executable()
+	if err != nil {
+		return ""
+	}
+	if self, err = filepath.EvalSymlinks(self); err != nil {
+		return ""
+	}
+	return filepath.Dir(self)
+}
+
+// printDoctor prints one line per check, and each warning's or failure's
+// fix indented below it (but not "run as root" for every check).
+func (c *cli) printDoctor(rs []hostcheck.Result) {
+	width := 0
+	for _, r := range rs {
+		width = max(width, len(r.Name))
+	}
+	for _, r := range rs {
+		fmt.Fprintf(c.stdout, "%-4s  %-*s  %s\n", strings.ToUpper(r.Status), width, r.Name, r.Detail)
+		if r.Fix != "" && r.Detail != hostcheck.NeedsRoot {
+			fmt.Fprintf(c.stdout, "      fix: %s\n", r.Fix)
+		}
+	}
+}
+
+func needRoot(rs []hostcheck.Result) int {
+	n := 0
+	for _, r := range rs {
+		if r.Detail == hostcheck.NeedsRoot {
+			n++
+		}
+	}
+	return n
+}

@@ -408,17 +408,19 @@ func checkFanotify() Result {
 	warn := func(format string, args ...any) Result {
 		return Result{Status: StatusWarn, Detail: fmt.Sprintf(format, args...), Fix: fix}
 	}
-	fd, err := unix.FanotifyInit(unix.FAN_CLASS_CONTENT|unix.FAN_CLOEXEC, unix.O_RDONLY|unix.O_CLOEXEC)
-	if err != nil {
-		return warn("fanotify_init(FAN_CLASS_CONTENT): %v", err)
-	}
-	defer unix.Close(fd)
-	// The mark is what needs the permission events; it goes with the fd.
 	dir, err := os.MkdirTemp("", "airlock-doctor-")
 	if err != nil {
 		return warn("%v", err)
 	}
 	defer os.RemoveAll(dir)
+	fd, err := unix.FanotifyInit(unix.FAN_CLASS_CONTENT|unix.FAN_CLOEXEC, unix.O_RDONLY|unix.O_CLOEXEC)
+	if err != nil {
+		return warn("fanotify_init(FAN_CLASS_CONTENT): %v", err)
+	}
+	// The mark is what needs the permission events; it goes with the fd,
+	// closed before the directory is removed (the mask has no FAN_ONDIR,
+	// so opening the directory never waits on this fd anyway).
+	defer unix.Close(fd)
 	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_INODE, unix.FAN_OPEN_PERM, unix.AT_FDCWD, dir); err != nil {
 		return warn("fanotify_mark(FAN_OPEN_PERM): %v", err)
 	}

@@ -18,7 +18,7 @@ import (
 // detached mount lives as long as its fd), no directory in os.TempDir().
 func TestRunPassesHere(t *testing.T) {
 	testutil.RequiresRoot(t)
-	bin := binDir(t)
+	bin := testutil.RuntimeBinDir(t)
 	ws := t.TempDir()
 	mountsBefore := mountPoints(t)
 	fdsBefore := openFilesAfterGC(t, noPidfd) // earlier tests' too
@@ -63,25 +63,6 @@ func TestRunPassesHere(t *testing.T) {
 	}
 }
 
-// binDir is where containerd and runc are: AIRLOCK_BIN_DIR, as make test
-// sets it, or else _output/bin, where make deps puts them.
-func binDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("AIRLOCK_BIN_DIR")
-	if dir == "" {
-		dir = "../_output/bin"
-	}
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"containerd", "runc"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			t.Fatalf("%v (run make deps, or set AIRLOCK_BIN_DIR)", err)
-		}
-	}
-	return dir
-}
 
 func mountPoints(t *testing.T) []string {
 	t.Helper()

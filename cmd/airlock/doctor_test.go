@@ -17,7 +17,7 @@ import (
 func TestDoctorJSON(t *testing.T) {
 	testutil.RequiresRoot(t)
 	h := newHarness(t)
-	bin := runtimeBinDir(t)
+	bin := testutil.RuntimeBinDir(t)
 
 	r := h.run("", "doctor", "--json", "--bin-dir", bin, "--path", t.TempDir())
 	out := decodeDoctor(t, r)
@@ -58,7 +58,7 @@ func TestDoctorJSON(t *testing.T) {
 func TestDoctorText(t *testing.T) {
 	testutil.RequiresRoot(t)
 	h := newHarness(t)
-	r := h.run("", "doctor", "--bin-dir", runtimeBinDir(t), "--path", "/proc")
+	r := h.run("", "doctor", "--bin-dir", testutil.RuntimeBinDir(t), "--path", "/proc")
 	if r.code != exitFailure || r.stderr != "" {
 		t.Fatalf("doctor --path /proc: exit %d, stderr %q; want 1 and nothing", r.code, r.stderr)
 	}
@@ -85,7 +85,7 @@ func TestDoctorText(t *testing.T) {
 func TestDoctorBinDirDefault(t *testing.T) {
 	testutil.RequiresRoot(t)
 	h := newHarness(t)
-	dir, bin := t.TempDir(), runtimeBinDir(t)
+	dir, bin := t.TempDir(), testutil.RuntimeBinDir(t)
 	for _, f := range []string{"containerd", "runc"} {
 		if err := os.Symlink(filepath.Join(bin, f), filepath.Join(dir, f)); err != nil {
 			t.Fatal(err)
@@ -134,22 +134,3 @@ func decodeDoctor(t *testing.T, r result) doctorOutput {
 	return out
 }
 
-// runtimeBinDir is where containerd and runc are: AIRLOCK_BIN_DIR, as make
-// test sets it, or else _output/bin, where make deps puts them.
-func runtimeBinDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("AIRLOCK_BIN_DIR")
-	if dir == "" {
-		dir = "../../_output/bin"
-	}
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"containerd", "runc"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			t.Fatalf("%v (run make deps, or set AIRLOCK_BIN_DIR)", err)
-		}
-	}
-	return dir
-}

@@ -63,7 +63,6 @@ func TestRunPassesHere(t *testing.T) {
 	}
 }
 
-
 func mountPoints(t *testing.T) []string {
 	t.Helper()
 	data, err := os.ReadFile("/proc/self/mountinfo")

@@ -133,4 +133,3 @@ func decodeDoctor(t *testing.T, r result) doctorOutput {
 	}
 	return out
 }
-

@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/daemon/httpapi"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
+	"github.com/airlock-sandbox/airlock/hostcheck"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
@@ -225,6 +226,17 @@ func run() int {
 			logger.Error("bad --upstream-ca: no PEM certificate in it", "file", *upstreamCA)
 			return 2
 		}
+	}
+	// What `airlock doctor` checks, before anything is made: a host that
+	// cannot run sessions is refused here, plainly, instead of by the first
+	// session's failure.
+	fatal, warnings := hostProblems(hostcheck.Run(ctx, hostcheck.Config{}), *uplink != "")
+	for _, w := range warnings {
+		logger.Warn("host check", "problem", w)
+	}
+	if len(fatal) > 0 {
+		fmt.Fprintln(os.Stderr, refusal(fatal))
+		return 1
 	}
 	d, err := daemon.New(ctx, daemon.Config{
 		Pools:      pools,

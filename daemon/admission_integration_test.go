@@ -355,6 +355,23 @@ func TestAirlockdAdmissionFlags(t *testing.T) {
 			t.Errorf("airlockd %v started containerd before refusing", tc.args)
 		}
 	}
+	// A start that fails after it made its containerd (the uplink is
+	// missing) ends that containerd: nothing of it runs on.
+	state := filepath.Join(root, "failed")
+	t.Cleanup(func() { _ = (&runtime.Embedded{Dir: filepath.Join(state, "containerd")}).Stop(context.Background(), 10*time.Second) })
+	out, err := exec.Command(bin, "--root", state, "--socket", filepath.Join(root, "f.sock"), "--bin-dir", h.Env.BinDir,
+		"--uplink", "netns:airlock-no-such-namespace").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "started containerd") || !strings.Contains(string(out), "uplink namespace") {
+		t.Errorf("airlockd with a missing uplink: %v, output %q", err, out)
+	}
+	if e := (runtime.Embedded{Dir: filepath.Join(state, "containerd")}); e.Alive(t.Context()) {
+		t.Errorf("the containerd of a failed start still answers at %s", e.Address())
+	}
+	if pid, err := os.ReadFile(filepath.Join(state, "containerd", "containerd.pid")); err == nil {
+		if n, _ := strconv.Atoi(strings.TrimSpace(string(pid))); n > 0 && syscall.Kill(n, 0) == nil {
+			t.Errorf("the containerd of a failed start (pid %d) still runs", n)
+		}
+	}
 
 	d := startProcDaemon(t, root, "--admission", good, "--socket-group", "0", "--stop-containerd")
 	t.Cleanup(func() {

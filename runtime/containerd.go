@@ -188,6 +188,9 @@ func (e Embedded) Supervise(ctx context.Context, interval, unresponsive time.Dur
 	}
 }
 
+// Alive reports whether a containerd answers on the embedded address.
+func (e Embedded) Alive(ctx context.Context) bool { return alive(ctx, e.Address()) }
+
 // Stop ends the embedded containerd recorded in the pidfile (SIGTERM, then
 // SIGKILL after grace) and waits for it to go. Shims of live tasks survive a
 // containerd stop by design; callers remove sessions first.

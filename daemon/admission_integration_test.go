@@ -358,7 +358,9 @@ func TestAirlockdAdmissionFlags(t *testing.T) {
 	// A start that fails after it made its containerd (the uplink is
 	// missing) ends that containerd: nothing of it runs on.
 	state := filepath.Join(root, "failed")
-	t.Cleanup(func() { _ = (&runtime.Embedded{Dir: filepath.Join(state, "containerd")}).Stop(context.Background(), 10*time.Second) })
+	t.Cleanup(func() {
+		_ = (&runtime.Embedded{Dir: filepath.Join(state, "containerd")}).Stop(context.Background(), 10*time.Second)
+	})
 	out, err := exec.Command(bin, "--root", state, "--socket", filepath.Join(root, "f.sock"), "--bin-dir", h.Env.BinDir,
 		"--uplink", "netns:airlock-no-such-namespace").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "started containerd") || !strings.Contains(string(out), "uplink namespace") {

@@ -145,14 +145,14 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	address := cfg.Containerd
 	if address == "" {
 		d.embedded = &runtime.Embedded{Dir: filepath.Join(cfg.Root, "containerd"), BinDir: cfg.BinDir}
-		started := !d.embedded.Alive(ctx)
-		if err := d.embedded.Ensure(ctx); err != nil {
+		started, err := d.embedded.EnsureStarted(ctx)
+		if err != nil {
 			return nil, err
 		}
 		if started {
-			// A containerd this start made, and no session yet: a start
-			// that fails after it ends it (one already running is left to
-			// the sessions it holds).
+			// A containerd this start made: a start that fails after it
+			// ends it (shims outlive it, and the next start makes another
+			// that finds them); one already running is left alone.
 			defer func() {
 				if retErr != nil {
 					if err := d.embedded.Stop(context.WithoutCancel(ctx), 10*time.Second); err != nil {

@@ -77,30 +77,37 @@ disabled_plugins = [%s]
 // re-attaches to a running one, or starts a new process (in its own session,
 // so it outlives airlockd) and waits until it answers.
 func (e Embedded) Ensure(ctx context.Context) error {
+	_, err := e.EnsureStarted(ctx)
+	return err
+}
+
+// EnsureStarted is Ensure, and reports whether it started containerd
+// (false when one already answered).
+func (e Embedded) EnsureStarted(ctx context.Context) (started bool, err error) {
 	if len(e.Address()) >= 108 {
-		return fmt.Errorf("containerd socket path %q is too long for a unix socket; use a shorter --root", e.Address())
+		return false, fmt.Errorf("containerd socket path %q is too long for a unix socket; use a shorter --root", e.Address())
 	}
 	if alive(ctx, e.Address()) {
 		log.G(ctx).Debug("re-using running containerd", "address", e.Address())
-		return nil
+		return false, nil
 	}
 	bin := filepath.Join(e.BinDir, "containerd")
 	if _, err := os.Stat(bin); err != nil {
-		return fmt.Errorf("containerd binary: %w (run `make deps` or pass --bin-dir)", err)
+		return false, fmt.Errorf("containerd binary: %w (run `make deps` or pass --bin-dir)", err)
 	}
 	if err := os.MkdirAll(e.Dir, 0o711); err != nil {
-		return err
+		return false, err
 	}
 	// A stale pid whose process still lives but does not answer is ours to end.
 	e.killStale(ctx)
 	_ = os.Remove(e.Address())
 	cfg := filepath.Join(e.Dir, "config.toml")
 	if err := os.WriteFile(cfg, []byte(e.config()), 0o600); err != nil {
-		return err
+		return false, err
 	}
 	logf, err := os.OpenFile(filepath.Join(e.Dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, "--config", cfg)
@@ -109,32 +116,32 @@ func (e Embedded) Ensure(ctx context.Context) error {
 	cmd.Dir = e.Dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start containerd: %w", err)
+		return false, fmt.Errorf("start containerd: %w", err)
 	}
 	pid := cmd.Process.Pid
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	if err := os.WriteFile(e.PidFile(), []byte(strconv.Itoa(pid)), 0o600); err != nil {
 		_ = cmd.Process.Kill()
-		return err
+		return false, err
 	}
 	log.G(ctx).Info("started containerd", "pid", pid, "address", e.Address())
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if alive(ctx, e.Address()) {
-			return nil
+			return true, nil
 		}
 		select {
 		case err := <-exited:
-			return fmt.Errorf("containerd exited during start-up (%v); see %s", err, filepath.Join(e.Dir, "containerd.log"))
+			return false, fmt.Errorf("containerd exited during start-up (%v); see %s", err, filepath.Join(e.Dir, "containerd.log"))
 		case <-ctx.Done():
 			_ = cmd.Process.Kill()
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
-			return fmt.Errorf("containerd did not answer on %s within 60s", e.Address())
+			return false, fmt.Errorf("containerd did not answer on %s within 60s", e.Address())
 		}
 	}
 }

@@ -223,3 +223,27 @@ func TestMaskedFileRemovalProtected(t *testing.T) {
 		t.Error("a refused commit changed the host")
 	}
 }
+
+// TestMaskedFileParentReplaced: a masked file's directory replaced by a
+// symlink to a directory of the sandbox's (which holds its own file of
+// the masked name) would put that file at the masked path on the host:
+// the commit rejects the symlink, and the host keeps its file.
+func TestMaskedFileParentReplaced(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{"sub/.env.test": "SUBSECRET", "sub/keep.txt": "k"})
+	s := setup(t, policyWith(overlayWS(host)), sandboxer)
+	mustProbe(t, s, sandboxer,
+		probeAction{Op: "mkdir", Path: "/workspace/sub2"},
+		probeAction{Op: "write", Path: "/workspace/sub2/.env.test", Arg: "EVIL"},
+		probeAction{Op: "removeall", Path: "/workspace/sub"},
+		probeAction{Op: "symlink", Path: "/workspace/sub", Arg: "sub2"},
+	)
+	stop(t, s)
+	before := digest(t, host)
+	res, err := s.Commit(t.Context(), CommitOptions{})
+	if err == nil || !slices.ContainsFunc(res.Rejected, func(r Rejection) bool { return r.Path == "/workspace/sub" && r.Rule == RuleDenyRead }) {
+		t.Fatalf("Commit = %+v, %v; want sub rejected by %s", res, err, RuleDenyRead)
+	}
+	if digest(t, host) != before || readFile(t, filepath.Join(host, "sub/.env.test")) != "SUBSECRET" {
+		t.Error("a refused commit changed the host")
+	}
+}

@@ -107,8 +107,14 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 				continue
 			}
 		}
-		if c.Kind != KindDeleted && maskedBy(e.ws.Masks, c.Path) {
-			reject(i, RuleDenyRead, fmt.Sprintf("deny_read masks %s: a commit may remove it, not write it", c.Path))
+		if c.Kind != KindDeleted {
+			if maskedBy(e.ws.Masks, c.Path) {
+				reject(i, RuleDenyRead, fmt.Sprintf("deny_read masks %s: a commit may remove it, not write it", c.Path))
+			} else if m, ok := maskBelow(e.ws.Masks, c.Path); ok && c.Type != TypeDir {
+				// A symlink or file in place of a masked file's directory
+				// would put whatever it leads to at the masked path.
+				reject(i, RuleDenyRead, fmt.Sprintf("deny_read masks %s: a commit may not make %s other than a directory", m, c.Path))
+			}
 		}
 		for _, p := range changePaths(&c) {
 			if refs.Len() > 0 && inGitDir(p) {

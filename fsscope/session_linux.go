@@ -704,6 +704,16 @@ func maskedBy(masks []mask, rel string) bool {
 	return false
 }
 
+// maskBelow returns a mask strictly below the directory rel, if any.
+func maskBelow(masks []mask, rel string) (string, bool) {
+	for _, m := range masks {
+		if strings.HasPrefix(m.Path, rel+"/") {
+			return m.Path, true
+		}
+	}
+	return "", false
+}
+
 // readTreeFile reads at most limit bytes of the regular file rel.
 func readTreeFile(t *tree, rel string, limit int64) ([]byte, error) {
 	f, err := t.openFile(rel)

@@ -61,7 +61,9 @@ const (
 	RuleSymlinkEscape = "symlink_escape"
 	// RuleSpecialFile rejects device nodes, FIFOs and sockets.
 	RuleSpecialFile = "special_file"
-	// RuleDenyRead rejects a change that writes a path deny_read masked:
+	// RuleDenyRead rejects a change that writes a path deny_read masked,
+	// or makes one of its directories anything but a directory (a
+	// symlink to a directory of the sandbox's would lead there):
 	// the sandbox may remove such a file (a masked file of an overlay
 	// workspace), never put content of its own in its place, since the
 	// host's tools read credentials and settings from there (a kubeconfig

@@ -57,13 +57,28 @@ func NewDialer(path string) (*NSDialer, error) {
 	d := &NSDialer{path: path, reqs: make(chan socketReq), done: make(chan struct{})}
 	errc := make(chan error, 1)
 	go func() {
-		// Never unlocked: the thread stays in the namespace, and the
-		// runtime terminates it when this goroutine returns.
+		// The thread stays in the namespace until Close, then joins its
+		// old one again before it is unlocked: a thread left to die
+		// locked would, if it is the main thread, be parked in the
+		// namespace for good instead (see Create).
 		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current netns: %w", err)
+			return
+		}
+		defer orig.Close()
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			errc <- os.NewSyscallError("setns", err)
 			return
 		}
+		defer func() {
+			if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+				runtime.UnlockOSThread()
+			}
+		}()
 		errc <- nil
 		for {
 			select {

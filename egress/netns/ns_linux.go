@@ -49,10 +49,12 @@ func ensureSharedDir(dir string) error {
 // that it outlives this process, and returns that path. It fails with
 // errdefs.ErrAlreadyExists if the path exists.
 //
-// As containerd's pkg/netns does, the namespace is made on a dedicated
-// goroutine whose locked OS thread is never unlocked: the runtime terminates
-// the thread, and with it the only task in the new namespace, when the
-// goroutine returns.
+// The namespace is made on a locked OS thread that unshares, mounts the
+// new namespace and joins its old one again before it is unlocked. It is
+// not left to die locked in the new namespace: when that thread is the
+// main thread, the runtime cannot end it and parks it instead, so the
+// namespace would outlive Remove, and /proc/self/ns/net (the main
+// thread's) would name it as the process's own.
 func Create(dir, name string) (_ string, retErr error) {
 	if name == "" || name != filepath.Base(name) || name == "." || name == ".." {
 		return "", fmt.Errorf("netns name %q: %w", name, errdefs.ErrInvalidArgument)
@@ -79,13 +81,30 @@ func Create(dir, name string) (_ string, retErr error) {
 
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked; see above
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current netns: %w", err)
+			return
+		}
+		defer orig.Close()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			errc <- os.NewSyscallError("unshare", err)
 			return
 		}
 		src := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
-		errc <- os.NewSyscallError("mount", unix.Mount(src, path, "none", unix.MS_BIND, ""))
+		merr := os.NewSyscallError("mount", unix.Mount(src, path, "none", unix.MS_BIND, ""))
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			// The thread stays locked; the runtime ends it with this
+			// goroutine (the main thread it parks, still in the new
+			// namespace, which is why this path is the exception).
+			errc <- errors.Join(merr, fmt.Errorf("restore netns: %w", os.NewSyscallError("setns", err)))
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- merr
 	}()
 	if err := <-errc; err != nil {
 		return "", fmt.Errorf("create netns %s: %w", path, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -20,9 +21,13 @@ import (
 // uplinkNetnsFile opens the namespace that receives the uplink's peer.
 func (g *Gateway) uplinkNetnsFile() (*os.File, error) {
 	if g.cfg.Uplink.Host {
-		// The thread group leader's namespace: the daemon's own. Only
-		// locked threads ever leave it.
-		return os.Open("/proc/self/ns/net")
+		// The daemon's own namespace. Only locked threads ever leave it,
+		// so the one this goroutine is locked to is in it. Not
+		// /proc/self/ns/net: that is the main thread's, which may be
+		// locked in another namespace at this moment.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		return os.Open("/proc/thread-self/ns/net")
 	}
 	return os.Open(g.cfg.uplinkNetnsPath())
 }

@@ -335,12 +335,22 @@ func TestAirlockdAdmissionFlags(t *testing.T) {
 	if err := os.WriteFile(pool, []byte("session \"p\" {\n  image = \"x\"\n  mount \"/\" {\n    target = \"/host\"\n  }\n  pool {\n    size = 1\n  }\n}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	badConfig := filepath.Join(dir, "airlockd.hcl")
+	if err := os.WriteFile(badConfig, []byte("log_level = \"info\"\nuplnk = \"host\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refusedConfig := filepath.Join(dir, "refused.hcl")
+	if err := os.WriteFile(refusedConfig, []byte("allow_private = [\"10.9.0.0/16\", \"8.8.8.0/24\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
 		code int
 	}{
 		{[]string{"--admission", bad}, "bad.hcl line 3", 2},
+		{[]string{"--config", badConfig}, "airlockd.hcl line 2:\n   2: uplnk = \"host\"\n\nAn argument named \"uplnk\" is not expected here. Did you mean \"uplink\"?", 2},
+		{[]string{"--config", refusedConfig}, "refused.hcl line 1", 2},
 		{[]string{"--socket-group", "0"}, "give an explicit policy with --admission FILE", 2},
 		{[]string{"--pool", pool}, `admission: mount \"/\" refused`, 1},
 	} {

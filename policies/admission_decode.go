@@ -87,9 +87,18 @@ func decodeAdmission(parser *hclparse.Parser, filename string, src []byte) (*Adm
 	for _, b := range blocks[1:] {
 		d.errorf(b.DefRange, "Duplicate admission block", "An admission policy has one admission block; the first is at %s. Merge the two.", blocks[0].DefRange)
 	}
+	a := d.admission(blocks[0], filename)
+	sortDiags(d.diags)
+	if d.diags.HasErrors() {
+		return nil, d.diags
+	}
+	return a, d.diags
+}
+
+// admission decodes an admission block over the built-in policy.
+func (d *decoder) admission(b *hcl.Block, filename string) *Admission {
 	a := DefaultAdmission()
 	a.Source = filename
-	b := blocks[0]
 	root := fieldPath{}
 	d.ranges[""] = b.DefRange
 	c, bdiags := b.Body.Content(admissionSchema)
@@ -214,11 +223,7 @@ func decodeAdmission(parser *hclparse.Parser, filename string, src []byte) (*Adm
 			}
 		}
 	}
-	sortDiags(d.diags)
-	if d.diags.HasErrors() {
-		return nil, d.diags
-	}
-	return a, d.diags
+	return a
 }
 
 // idRanges decodes a list of "N" or "N-M" uid or gid ranges.

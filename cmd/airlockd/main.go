@@ -86,6 +86,8 @@ func run() int {
 		fs.PrintDefaults()
 	}
 	var (
+		configFile     = fs.String("config", "", "read settings from this HCL `FILE` (see examples/airlockd/airlockd.hcl): every flag but this one is an attribute named with _ for -, a repeatable one takes a list, and an admission { ... } block may hold the admission policy; relative paths in it are taken from its directory. Flags given on the command line override it")
+		checkConfig    = fs.Bool("check-config", false, "check the configuration (--config and flags, the admission policy, --pool manifests, --upstream-ca), print the settings in effect and exit: 0 when airlockd would start with them, 2 with each problem otherwise; nothing is made")
 		root           = fs.String("root", "/var/lib/airlock", "state directory (sessions, containerd, runc)")
 		socket         = fs.String("socket", "/run/airlock/airlock.sock", "API unix socket")
 		socketGroup    = fs.String("socket-group", "", "group allowed to use the socket (mode 0660); default root only (0600). Every member can create sessions, so this needs --admission")
@@ -124,6 +126,19 @@ func run() int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "airlockd: unexpected argument %q (see airlockd --help)\n", fs.Arg(0))
 		return 2
+	}
+	var fileAdmission *policies.Admission
+	if *configFile != "" {
+		cfg, err := loadConfig(fs, *configFile)
+		if err != nil {
+			var diags *policies.DiagnosticsError
+			if errors.As(err, &diags) {
+				_ = diags.Write(os.Stderr, false, 100)
+			}
+			fmt.Fprintf(os.Stderr, "airlockd: --config %s: %v\n", *configFile, err)
+			return 2
+		}
+		fileAdmission = cfg.Admission
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -169,6 +184,8 @@ func run() int {
 	}
 	var adm *policies.Admission
 	switch {
+	case fileAdmission != nil && !flagGiven(fs, "admission"):
+		adm = fileAdmission
 	case *admission != "":
 		a, err := policies.LoadAdmissionFile(*admission)
 		if err != nil {
@@ -181,7 +198,7 @@ func run() int {
 		}
 		adm = a
 	case *socketGroup != "":
-		fmt.Fprintf(os.Stderr, "airlockd: --socket-group %s lets every member of the group create sessions, and what the built-in admission policy admits can be root-equivalent on this host: give an explicit policy with --admission FILE (see examples/airlockd/admission.hcl)\n", *socketGroup)
+		fmt.Fprintf(os.Stderr, "airlockd: --socket-group %s lets every member of the group create sessions, and what the built-in admission policy admits can be root-equivalent on this host: give an explicit policy with --admission FILE (see examples/airlockd/admission.hcl) or an admission block in the --config file\n", *socketGroup)
 		return 2
 	}
 	absSocket, err := filepath.Abs(*socket)
@@ -226,6 +243,10 @@ func run() int {
 			logger.Error("bad --upstream-ca: no PEM certificate in it", "file", *upstreamCA)
 			return 2
 		}
+	}
+	if *checkConfig {
+		printSettings(os.Stdout, fs, adm)
+		return 0
 	}
 	// What `airlock doctor` checks, before anything is made: a host that
 	// cannot run sessions is refused here, plainly, instead of by the first

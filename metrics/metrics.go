@@ -88,7 +88,7 @@ func New() *Metrics {
 	m.apprDecided = newCapped("airlock_approvals_decided_total", "Approvals decided, by decision (allowed, denied) and who decided: person, approver, timeout (no decision in time), cancelled, session_ended, limit (refused without a hold), daemon_stopping.", "decision", "by")
 	m.commitRejects = newCapped("airlock_commit_rejections_total", "Workspace changes a commit rejected, by rule (protect, protect_refs, deny_read, special_file, ...).", "rule")
 	m.credEvents = newCapped("airlock_credential_events_total", "Credential events, by event (minted, refreshed, revoked, rejected) and issuer.", "event", "issuer")
-	m.credRejects = newCapped("airlock_credential_rejections_total", "Tokens a service refused and reported (verification failures), by reason (expired, revoked, audience, scope, signature, ...; other for a reason airlock does not know).", "reason")
+	m.credRejects = newCapped("airlock_credential_rejections_total", "Tokens a service refused and reported (verification failures), by reason (malformed, bad_signature, expired, not_yet_valid, wrong_audience, wrong_issuer, revoked, scope_denied, unavailable; other for a reason the verifier does not know).", "reason")
 	m.reg.MustRegister(m.start, m.teardown, m.apprHeld,
 		m.auditEvents, m.sessionsEnded, m.l7Requests, m.l7Conns, m.apprDecided,
 		m.commitRejects, m.credEvents, m.credRejects,

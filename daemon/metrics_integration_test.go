@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/internal/world"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
@@ -96,9 +97,10 @@ func (s scrape) value(name string, labels ...string) float64 {
 // port and a test world as its uplink, runs real sessions through it
 // (DNS allowed and refused, a connection the gateway blocks, a request
 // through the L7 gateway, a minted credential and two reported
-// rejections, a commit the protect rule refuses) and checks each reaches
-// its metric in a scrape parsed as Prometheus's text format; a removed
-// session's audit-size series goes with it.
+// rejections, a commit the protect rule refuses, a warm pool filled and
+// taken from) and checks each reaches its metric in a scrape parsed as
+// Prometheus's text format; a removed session's audit-size series goes
+// with it, and the dropped-packet counter never goes down.
 func TestMetricsEndpoint(t *testing.T) {
 	ctx := t.Context()
 	tag := "m" + runtime.Prefix(t.Name())[2:]
@@ -115,10 +117,22 @@ func TestMetricsEndpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A warm pool of one sandbox, filled from the start.
+	poolFile := filepath.Join(t.TempDir(), "pool.hcl")
+	if err := os.WriteFile(poolFile, []byte(`session "warm" {
+  image   = "`+daemontest.AgentImage+`"
+  command = ["true"]
+  pool {
+    size = 1
+  }
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	metricsAddr, credAddr := freeLoopbackAddr(t), freeLoopbackAddr(t)
 	d, _, _ := startFaultDaemon(t, "--uplink", "netns:"+w.NetnsName(),
 		"--dns-upstream", w.DNSAddr().String(), "--allow-private", w.Net().String(),
-		"--metrics-listen", metricsAddr, "--credentials-listen", credAddr)
+		"--metrics-listen", metricsAddr, "--credentials-listen", credAddr, "--pool", poolFile)
 	client := api.NewClient(d.socket)
 	defer func() { client.Close() }()
 
@@ -290,5 +304,43 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	if got := m.value("airlock_sessions_ended_total", "reason", "stopped"); got != 1 {
 		t.Errorf("sessions ended by a stop: %v, want 1 (s1)", got)
+	}
+
+	// The pool's depth, then a create that takes its sandbox.
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		m = scrapeMetrics(t, metricsAddr)
+		if m.value("airlock_pool_ready", "label", "warm") == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("airlock_pool_ready{label=warm} did not reach 1: %v", m.value("airlock_pool_ready", "label", "warm"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got := m.value("airlock_pool_size", "label", "warm"); got != 1 {
+		t.Errorf("airlock_pool_size{label=warm} = %v, want 1", got)
+	}
+	pp, err := policies.LoadFile(poolFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp.Command = []string{"sleep", "300"}
+	s4 := create(*pp)
+	if !s4.Warm {
+		t.Fatalf("the create with the pool's policy did not take its sandbox: %+v", s4)
+	}
+	m = scrapeMetrics(t, metricsAddr)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"airlock_pool_takes_total", []string{"label", "warm", "result", "hit"}, 1},
+		{"airlock_session_start_duration_seconds", []string{"warm", "true", "started", "true"}, 1},
+		{"airlock_sessions", []string{"state", "running"}, 2},
+	} {
+		if got, ok := m.sum(c.name, c.labels...); !ok || got != c.want {
+			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
 	}
 }

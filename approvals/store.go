@@ -416,6 +416,13 @@ func (e *entry) emit(ctx context.Context, action string, d Decision) {
 	})
 }
 
+// Pending counts the requests held for a decision, in all sessions.
+func (s *Store) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending)
+}
+
 // List returns the pending requests of session (all sessions when
 // empty), oldest first.
 func (s *Store) List(session string) []api.Approval {

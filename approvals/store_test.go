@@ -242,6 +242,9 @@ func TestCancelSession(t *testing.T) {
 	for range 3 {
 		held(t, f)
 	}
+	if n := s.Pending(); n != 3 {
+		t.Errorf("Pending with three held = %d, want 3", n)
+	}
 	if n := s.CancelSession(t.Context(), "s1"); n != 2 {
 		t.Errorf("CancelSession = %d, want 2", n)
 	}
@@ -255,6 +258,9 @@ func TestCancelSession(t *testing.T) {
 	}
 	if l := s.List(""); len(l) != 1 || l[0].Session != "s2" {
 		t.Errorf("left pending: %+v, want s2's request", l)
+	}
+	if n := s.Pending(); n != 1 {
+		t.Errorf("Pending after CancelSession = %d, want 1", n)
 	}
 	select {
 	case d := <-a2:

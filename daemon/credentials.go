@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock/credentials"
-	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
 
@@ -38,6 +37,7 @@ func (d *Daemon) CredentialsHandler() http.Handler { return d.creds.Handler() }
 
 // credentialAudit copies broker events into the session's audit log.
 func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
+	d.countCredential(e)
 	attributed := false
 	if e.Session == "" && e.Kind == credentials.EventRejected && e.Client != "" {
 		// A token the broker does not know (forged, malformed): the
@@ -65,7 +65,7 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	if rec, err := readRecord(dir); err == nil {
 		limit = rec.Policy.Resources.AuditSize
 	}
-	a := audit.New(dir, limit)
+	a := d.newAudit(dir, limit)
 	a.Emit(ctx, ev)
 	_ = a.Close()
 }

@@ -27,11 +27,11 @@ import (
 	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 	"github.com/airlock-sandbox/airlock/internal/steps"
+	"github.com/airlock-sandbox/airlock/metrics"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
@@ -72,6 +72,9 @@ type Config struct {
 	// Socket is the API socket httpapi.Serve will be given; admission refuses it,
 	// and every directory containing it, as a host path from the start.
 	Socket string
+	// Metrics, if set, counts what the daemon does and reads its state
+	// at each scrape (airlockd --metrics-listen); nil: no metrics.
+	Metrics *metrics.Metrics
 	// ShimPerSession gives every session a runc shim of its own. By
 	// default sessions share one shim, kept alive by a small anchor
 	// container: a session starts and ends without starting or stopping
@@ -293,6 +296,7 @@ func (d *Daemon) open(ctx context.Context, rt sandboxRuntime, perimeter *egress.
 	for i := range d.cfg.Pools {
 		d.pools.ensure(&d.cfg.Pools[i])
 	}
+	d.cfg.Metrics.SetSource(d.metricsState)
 	return nil
 }
 
@@ -448,10 +452,16 @@ func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (*api.Sessio
 	return v, nil
 }
 
-func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool) (*api.Session, error) {
+func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool) (v *api.Session, err error) {
 	if len(p.Command) == 0 {
 		return nil, fmt.Errorf("policy has no command (set `command` or pass `-- CMD`): %w", errdefs.ErrInvalidArgument)
 	}
+	began := time.Now()
+	defer func() {
+		if err == nil {
+			d.cfg.Metrics.ObserveStart(time.Since(began), v.Warm, start)
+		}
+	}()
 	key := poolKey(&p)
 	for {
 		s := d.pools.take(key, func(s *session) {
@@ -483,7 +493,7 @@ func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool) (*ap
 	d.mu.Lock()
 	s.reserved = true
 	d.mu.Unlock()
-	v, err := d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, start, false)
+	v, err = d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, start, false)
 	d.mu.Lock()
 	d.unreserveLocked(s)
 	d.mu.Unlock()
@@ -573,6 +583,7 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 			return err
 		}
 	}
+	began := time.Now()
 	if err := d.teardown(ctx, id); err != nil {
 		s.mu.Lock()
 		s.rec.State = api.StateUnknown
@@ -580,11 +591,13 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 		s.mu.Unlock()
 		return err
 	}
+	d.cfg.Metrics.ObserveTeardown(metrics.PhaseRemove, time.Since(began))
 	_ = s.audit.Close()
 	d.mu.Lock()
 	delete(d.sessions, id)
 	d.releaseCgroupParentsLocked()
 	d.mu.Unlock()
+	d.cfg.Metrics.SessionRemoved(id)
 	log.G(ctx).Info("session removed")
 	return nil
 }
@@ -728,7 +741,7 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 			continue
 		}
 		known[id] = true
-		s := &session{d: d, dir: d.sessionDir(id), audit: audit.New(d.sessionDir(id), rec.Policy.Resources.AuditSize), rec: *rec, exited: make(chan struct{})}
+		s := &session{d: d, dir: d.sessionDir(id), audit: d.newAudit(d.sessionDir(id), rec.Policy.Resources.AuditSize), rec: *rec, exited: make(chan struct{})}
 		if s.fs, err = d.fs.load(s.dir, id); err != nil {
 			log.G(sctx).Error("load workspace state", "error", err)
 		}

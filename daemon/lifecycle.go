@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/steps"
+	"github.com/airlock-sandbox/airlock/metrics"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
 
@@ -229,6 +230,7 @@ func (s *session) finish(ctx context.Context, end ending) {
 		end.at = time.Now().UTC()
 	}
 	id := s.rec.ID
+	began := time.Now()
 	step := steps.New()
 	defer step.Log(ctx, "session teardown steps", "phase", "exit")
 	var ended bool // the session had ended before: its end is not recorded again
@@ -321,6 +323,7 @@ func (s *session) finish(ctx context.Context, end ending) {
 		}
 	})
 	s.closeExitedLocked()
+	d.cfg.Metrics.ObserveTeardown(metrics.PhaseExit, time.Since(began))
 	s.audit.Flush(ctx)
 	s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: "session", Action: "ended", Reason: reason,
 		Fields: map[string]any{"exit_code": exit}})

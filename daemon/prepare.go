@@ -18,7 +18,6 @@ import (
 	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/fsscope"
-	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/steps"
@@ -59,7 +58,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
-	s := &session{d: d, dir: dir, audit: audit.New(dir, p.Resources.AuditSize), exited: make(chan struct{}), rec: record{
+	s := &session{d: d, dir: dir, audit: d.newAudit(dir, p.Resources.AuditSize), exited: make(chan struct{}), rec: record{
 		ID: id, Label: p.Label, State: stateCreating, Policy: p, Created: time.Now().UTC(),
 	}}
 	if err := s.save(); err != nil {

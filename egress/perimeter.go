@@ -564,6 +564,32 @@ func (e *Perimeter) Drops(ctx context.Context, id string) []api.AuditEvent {
 	return dropEvents(id, st)
 }
 
+// DropTotals returns the packets and bytes the gateway has blocked for
+// session id while its network exists (every destination, also those past
+// the itemised ones); ok is false without one.
+func (e *Perimeter) DropTotals(ctx context.Context, id string) (packets, bytes uint64, ok bool) {
+	if e == nil {
+		return 0, 0, false
+	}
+	if _, err := e.gw.Session(id); err != nil {
+		return 0, 0, false
+	}
+	st, err := e.gw.DropCounters(ctx, id)
+	if err != nil {
+		return 0, 0, false
+	}
+	return st.Packets, st.Bytes, true
+}
+
+// DNSStats returns the DNS proxy's counters since the perimeter opened;
+// ok is false without a perimeter.
+func (e *Perimeter) DNSStats() (st dnsproxy.Stats, ok bool) {
+	if e == nil || e.proxy == nil {
+		return dnsproxy.Stats{}, false
+	}
+	return e.proxy.Stats(), true
+}
+
 // Reconcile goes through the session networks the gateway holds, as a
 // restarted daemon finds them: running says, for a session id, the
 // configuration of the running session (its egress block, where its

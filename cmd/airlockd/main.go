@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/hostcheck"
 	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/metrics"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
@@ -101,6 +102,8 @@ func run() int {
 		shimPerSession = fs.Bool("shim-per-session", false, "give every session a runc shim of its own; by default sessions share one, kept alive by a small anchor container, which makes each start and stop cheaper but lets a crash of that shim end every running session")
 		debugSocket    = fs.String("debug-socket", "", "serve Go's runtime profiles (/debug/pprof/) and POST /debug/free-os-memory on this unix socket `PATH` (mode 0600), for diagnosing the daemon's CPU and memory; off by default. The heap profile is empty unless airlockd runs with GODEBUG=memprofilerate=N (Go's default is 524288): it keeps heap profiling off otherwise")
 		credListen     = fs.String("credentials-listen", "", "also serve the credential verification endpoints (JWKS, introspection, reports) on this TCP address; never use an address sessions can reach")
+		metricsListen  = fs.String("metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics (HOST:PORT, HOST an IP address): sessions by state, start and teardown latencies, warm pools, DNS, L7 and approval decisions, dropped flows, commit rejections, credential events, each session's audit log size (see docs/metrics.md). They name every session and count what each did: ADDR must be a loopback address unless --metrics-listen-remote, and is never the unspecified address nor one in --session-pool; never use an address sessions can reach. Off by default")
+		metricsRemote  = fs.Bool("metrics-listen-remote", false, "let --metrics-listen take an address other than a loopback one (for a Prometheus on another host: put it on an interface sessions cannot reach, behind a firewall)")
 		issuers        = issuerFlag{}
 		approver       = fs.String("approver", "", "exec:COMMAND [ARGS...]: run COMMAND (an absolute path; no shell) for every request held for approval, the request as JSON on stdin (with the first 64 KiB of its body, base64); its stdout {\"decision\": \"allow\"|\"deny\", \"reason\": \"...\"} decides it, and a failure or no decision leaves it to a person (airlock approve|deny). It gets no environment from airlockd but PATH")
 		uplink         = fs.String("uplink", "", "where session traffic leaves the gateway: netns:NAME (a namespace that receives the uplink's peer) or host (NAT out of the host's routes); empty: sessions declaring egress are refused")
@@ -181,6 +184,19 @@ func run() int {
 	if err != nil {
 		logger.Error("bad --session-pool", "error", err)
 		return 2
+	}
+	if *metricsListen != "" {
+		if err := metrics.CheckAddr(*metricsListen, *metricsRemote, poolPrefix); err != nil {
+			logger.Error("bad --metrics-listen", "error", err)
+			return 2
+		}
+	} else if *metricsRemote {
+		logger.Error("--metrics-listen-remote without --metrics-listen")
+		return 2
+	}
+	var mets *metrics.Metrics
+	if *metricsListen != "" {
+		mets = metrics.New()
 	}
 	var adm *policies.Admission
 	switch {
@@ -271,6 +287,7 @@ func run() int {
 		Issuers:    issuers,
 		Approver:   appr,
 		Egress:     egress.Config{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix, AllowPrivate: allowPrivate, DNSLimits: dnsproxy.Limits{Rate: *dnsRate}, UpstreamRoots: upstreamRoots},
+		Metrics:    mets,
 
 		ShimPerSession: *shimPerSession,
 	})
@@ -304,6 +321,15 @@ func run() int {
 		srv, err := httpapi.ServeCredentials(ctx, d.CredentialsHandler(), *credListen)
 		if err != nil {
 			logger.Error("credentials listener", "error", err)
+			_ = d.Close(context.WithoutCancel(ctx))
+			return 1
+		}
+		defer srv.Close()
+	}
+	if mets != nil {
+		srv, _, err := mets.Serve(ctx, *metricsListen)
+		if err != nil {
+			logger.Error("metrics listener", "error", err)
 			_ = d.Close(context.WithoutCancel(ctx))
 			return 1
 		}

@@ -97,7 +97,24 @@ type Log struct {
 	reported  drops           // +checklocks:mu
 	aggs      map[string]*agg // +checklocks:mu
 	timer     *time.Timer     // +checklocks:mu
+
+	// observe, if set, sees every event as it is emitted (see
+	// WithObserver).
+	observe func(*api.AuditEvent)
 }
+
+// Option configures a Log.
+type Option func(*Log)
+
+// WithObserver has fn called with every event the log is given, once
+// each, before it is merged or checked against the cap, and with the
+// log's own notices (audit truncated, audit dropped): a decision merged
+// into an earlier identical one is seen each time, a dropped event is
+// seen all the same. The counts of merged decisions written when their
+// window ends are not seen again. fn runs on the emitter's goroutine,
+// sometimes with the log's lock held: it must be quick and must not call
+// the log. It must not keep ev.
+func WithObserver(fn func(ev *api.AuditEvent)) Option { return func(a *Log) { a.observe = fn } }
 
 // drops counts events the cap kept out of the log.
 type drops struct {
@@ -120,12 +137,15 @@ func reserve(limit int64) int64 { return min(64<<10, limit/4) }
 
 // New returns the audit log of the session directory dir, capped
 // at limit bytes (0: policies.DefaultAuditSize).
-func New(dir string, limit int64) *Log {
+func New(dir string, limit int64, opts ...Option) *Log {
 	if limit <= 0 {
 		limit = policies.DefaultAuditSize
 	}
 	a := Open(filepath.Join(dir, File))
 	a.limit = limit
+	for _, o := range opts {
+		o(a)
+	}
 	return a
 }
 
@@ -167,6 +187,9 @@ func (a *Log) EmitOutcome(ctx context.Context, ev api.AuditEvent) { a.emit(ctx, 
 func (a *Log) emit(ctx context.Context, ev api.AuditEvent, class eventClass) {
 	if ev.Time.IsZero() {
 		ev.Time = a.now().UTC()
+	}
+	if a.observe != nil {
+		a.observe(&ev)
 	}
 	bp := encodeBufs.Get().(*[]byte)
 	b, err := AppendEvent((*bp)[:0], &ev)
@@ -335,6 +358,9 @@ func (a *Log) noticeLocked(ev api.AuditEvent) []byte {
 	if ev.Session == "" {
 		ev.Session = filepath.Base(filepath.Dir(a.path))
 	}
+	if a.observe != nil {
+		a.observe(&ev)
+	}
 	b, _ := AppendEvent(nil, &ev)
 	return append(b, '\n')
 }
@@ -362,6 +388,21 @@ func (a *Log) dropReportLocked(ctx context.Context) {
 	for l, n := range a.dropped.byLayer {
 		a.reported.byLayer[l] = n
 	}
+}
+
+// Size returns the bytes the log holds: its file's size and what is
+// queued for it (0 when there is neither).
+func (a *Log) Size() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.size >= 0 {
+		return a.size
+	}
+	st, err := os.Stat(a.path)
+	if err != nil {
+		return int64(len(a.queue))
+	}
+	return st.Size() + int64(len(a.queue))
 }
 
 // Flush writes the counts of every pending merged decision and of the

@@ -307,3 +307,57 @@ func BenchmarkAuditEmit(b *testing.B) {
 		})
 	})
 }
+
+// TestAuditObserverSeesEveryEmit: the observer sees each event once as it
+// is emitted, merged decisions and events over the cap included, and the
+// log's own notices; the merged counts written later are not seen again.
+func TestAuditObserverSeesEveryEmit(t *testing.T) {
+	dir := t.TempDir()
+	seen := map[string]int{}
+	var mu sync.Mutex
+	a := New(dir, 4<<10, WithObserver(func(ev *api.AuditEvent) {
+		mu.Lock()
+		seen[ev.Layer+" "+ev.Action]++
+		mu.Unlock()
+	}))
+	t.Cleanup(func() { _ = a.Close() })
+	ctx := discardCtx()
+	for range 10 {
+		a.EmitDecision(ctx, api.AuditEvent{Session: "s1", Layer: "dns", Action: "refused", Subject: "evil.test"})
+	}
+	// Past the cap (4 KiB, half of it reserved): dropped, but seen.
+	big := strings.Repeat("x", 512)
+	for range 10 {
+		a.Emit(ctx, api.AuditEvent{Session: "s1", Layer: "l7", Action: "allowed", Subject: big})
+	}
+	a.Flush(ctx)
+	want := map[string]int{"dns refused": 10, "l7 allowed": 10, "audit truncated": 1, "audit dropped": 1}
+	mu.Lock()
+	defer mu.Unlock()
+	for k, n := range want {
+		if seen[k] != n {
+			t.Errorf("observer saw %q %d times, want %d (all: %v)", k, seen[k], n, seen)
+		}
+	}
+	var written int
+	for _, ev := range readAudit(t, dir) {
+		if ev.Layer == "l7" {
+			written++
+		}
+	}
+	if written == 0 || written == 10 {
+		t.Errorf("%d of 10 large events written: the test wants some over the cap", written)
+	}
+	if got, st := a.Size(), mustStat(t, filepath.Join(dir, File)); got != st.Size() {
+		t.Errorf("Size() = %d, the file has %d bytes", got, st.Size())
+	}
+}
+
+func mustStat(t *testing.T, p string) os.FileInfo {
+	t.Helper()
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}

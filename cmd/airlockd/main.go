@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/approvals"
+	"github.com/airlock-sandbox/airlock/console"
 	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/daemon/httpapi"
 	"github.com/airlock-sandbox/airlock/egress"
@@ -99,6 +100,9 @@ func run() int {
 		shimPerSession = fs.Bool("shim-per-session", false, "give every session a runc shim of its own; by default sessions share one, kept alive by a small anchor container, which makes each start and stop cheaper but lets a crash of that shim end every running session")
 		debugSocket    = fs.String("debug-socket", "", "serve Go's runtime profiles (/debug/pprof/) and POST /debug/free-os-memory on this unix socket `PATH` (mode 0600), for diagnosing the daemon's CPU and memory; off by default. The heap profile is empty unless airlockd runs with GODEBUG=memprofilerate=N (Go's default is 524288): it keeps heap profiling off otherwise")
 		credListen     = fs.String("credentials-listen", "", "also serve the credential verification endpoints (JWKS, introspection, reports) on this TCP address; never use an address sessions can reach")
+		consoleListen  = fs.String("console-listen", "", "serve the web console (sessions, held requests to allow or deny, diffs to commit or discard, audit) on `ADDR`: unix:/PATH (made like --socket; peers must be root or in --socket-group) or a loopback HOST:PORT, which asks for a bearer token (--console-token-file); off by default")
+		consoleToken   = fs.String("console-token-file", "", "`FILE` holding the console's bearer token for a TCP --console-listen (at least 32 characters, mode 0600); default: a token generated at start into console.token under --root")
+		consoleRemote  = fs.Bool("console-allow-remote", false, "allow a --console-listen TCP address that is not loopback (the token and pages travel in clear: prefer an ssh tunnel to a loopback one)")
 		issuers        = issuerFlag{}
 		approver       = fs.String("approver", "", "exec:COMMAND [ARGS...]: run COMMAND (an absolute path; no shell) for every request held for approval, the request as JSON on stdin (with the first 64 KiB of its body, base64); its stdout {\"decision\": \"allow\"|\"deny\", \"reason\": \"...\"} decides it, and a failure or no decision leaves it to a person (airlock approve|deny). It gets no environment from airlockd but PATH")
 		uplink         = fs.String("uplink", "", "where session traffic leaves the gateway: netns:NAME (a namespace that receives the uplink's peer) or host (NAT out of the host's routes); empty: sessions declaring egress are refused")
@@ -187,6 +191,18 @@ func run() int {
 	absSocket, err := filepath.Abs(*socket)
 	if err != nil {
 		logger.Error("bad --socket", "error", err)
+		return 2
+	}
+	consoleCfg := console.Config{Listen: *consoleListen, AllowRemote: *consoleRemote,
+		TokenFile: *consoleToken, Root: absRoot, Group: *socketGroup}
+	switch {
+	case *consoleListen != "":
+		if err := consoleCfg.Check(); err != nil {
+			fmt.Fprintln(os.Stderr, "airlockd: --console-listen:", err)
+			return 2
+		}
+	case *consoleToken != "" || *consoleRemote:
+		fmt.Fprintln(os.Stderr, "airlockd: --console-token-file and --console-allow-remote need --console-listen")
 		return 2
 	}
 	var appr approvals.Approver
@@ -283,6 +299,15 @@ func run() int {
 		srv, err := httpapi.ServeCredentials(ctx, d.CredentialsHandler(), *credListen)
 		if err != nil {
 			logger.Error("credentials listener", "error", err)
+			_ = d.Close(context.WithoutCancel(ctx))
+			return 1
+		}
+		defer srv.Close()
+	}
+	if *consoleListen != "" {
+		srv, err := console.Serve(ctx, d, consoleCfg)
+		if err != nil {
+			logger.Error("console listener", "error", err)
 			_ = d.Close(context.WithoutCancel(ctx))
 			return 1
 		}

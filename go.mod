@@ -3,6 +3,7 @@ module github.com/airlock-sandbox/airlock
 go 1.26.8
 
 require (
+	github.com/chromedp/chromedp v0.23.1
 	github.com/containerd/containerd/v2 v2.4.2
 	github.com/containerd/errdefs v1.0.0
 	github.com/creack/pty v1.1.24
@@ -14,6 +15,11 @@ require (
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/spf13/cobra v1.10.2
 	github.com/vishvananda/netlink v1.3.1
+)
+
+require (
+	github.com/chromedp/cdproto v0.160.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 )
 
 require (

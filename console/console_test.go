@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -420,5 +421,59 @@ func TestPeerCheck(t *testing.T) {
 		if err := allowPeer(tc.p, tc.gid); (err == nil) != tc.ok {
 			t.Errorf("allowPeer(%+v, %d) = %v, want ok %v", tc.p, tc.gid, err, tc.ok)
 		}
+	}
+}
+
+// TestServeUnixSocket serves the console on a unix socket: mode 0600, no
+// token asked of a peer the check admits (this test's user, who is
+// airlockd's), and decisions taken in the peer's name.
+func TestServeUnixSocket(t *testing.T) {
+	dir, err := os.MkdirTemp("/tmp", "alcon-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "console.sock")
+	f := &fakeDaemon{store: approvals.New()}
+	t.Cleanup(func() { f.store.Close(context.Background()) })
+	for _, bad := range []Config{
+		{Listen: "unix:console.sock"},
+		{Listen: "unix:" + sock, TokenFile: "/x"},
+		{Listen: "0.0.0.0:0", Root: dir},
+	} {
+		if s, err := Serve(t.Context(), f, bad); err == nil {
+			s.Close()
+			t.Errorf("Serve(%+v) served", bad)
+		}
+	}
+	s, err := Serve(t.Context(), f, Config{Listen: "unix:" + sock, Root: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if st, err := os.Stat(sock); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("socket: %v, mode %v; want 0600", err, st.Mode())
+	}
+	if _, err := os.Stat(filepath.Join(dir, TokenFileName)); !os.IsNotExist(err) {
+		t.Errorf("a unix socket console made a token file: %v", err)
+	}
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}}
+	resp, body := get(t, c, "http://console/sessions/"+sid)
+	m := csrfRE.FindStringSubmatch(body)
+	if resp.StatusCode != http.StatusOK || m == nil {
+		t.Fatalf("session page over the socket: %s", resp.Status)
+	}
+	id, done := hold(t, f.store)
+	resp, _ = post(t, c, "http://console/approvals/"+id, url.Values{"csrf": {m[1]}, "decision": {"deny"}}, "Origin", "http://console")
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("decision over the socket: %s", resp.Status)
+	}
+	if d := <-done; d.Allow || d.By != By+": "+(Peer{UID: uint32(os.Geteuid())}).Name() {
+		t.Errorf("decision %+v, want denied by the console in the peer's name", d)
 	}
 }

@@ -48,6 +48,13 @@ containerd's root or socket, /, /etc, /proc, /sys, /dev, /boot, /run or
 nor its bin dir and binary for writing. Refused requests get HTTP 403 with
 the rule they broke. --socket-group needs --admission.
 
+--console-listen serves a web console (docs/console.md): sessions, held
+requests to allow or deny, diffs to commit or discard, audit timelines. On
+a loopback TCP address it asks once for the bearer token in
+--console-token-file (default: console.token under --root, generated at
+start), as ?token=TOKEN or an Authorization header, then keeps a cookie;
+on unix:/PATH it admits root and the --socket-group by peer credentials.
+
 Flags:
 `
 

@@ -193,6 +193,10 @@ func TestTokenLogin(t *testing.T) {
 	if resp, _ := get(t, c, srv.URL+"/sessions/"+sid); resp.StatusCode != http.StatusOK {
 		t.Errorf("with the cookie: %s, want 200", resp.Status)
 	}
+	// Logged in, a token in the address is taken off it all the same.
+	if resp, _ := get(t, c, srv.URL+"/?token="+testToken); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
+		t.Errorf("token again: %s to %q, want 303 to the page without it", resp.Status, resp.Header.Get("Location"))
+	}
 	// A bearer header serves the page at once, with a cookie.
 	resp, _ = get(t, client(t), srv.URL+"/", "Authorization", "Bearer "+testToken)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Set-Cookie"), cookieName+"=") {

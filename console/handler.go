@@ -145,6 +145,10 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	login, ok := a.loggedIn(r)
 	switch {
+	case ok && r.Method == http.MethodGet && r.URL.Query().Has("token"):
+		// Logged in already: only take the token off the address.
+		stripToken(w, r)
+		return
 	case ok:
 	case len(a.token) == 0:
 		// Authenticated by the peer, or by the caller of New: a cookie
@@ -163,12 +167,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		login = a.login(w)
 		if inQuery {
-			// Off the address bar and the history.
-			u := *r.URL
-			q := u.Query()
-			q.Del("token")
-			u.RawQuery = q.Encode()
-			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+			stripToken(w, r)
 			return
 		}
 	}
@@ -188,6 +187,16 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), loginKey{}, login)))
+}
+
+// stripToken redirects to r's URL without its token: off the address bar
+// and the history.
+func stripToken(w http.ResponseWriter, r *http.Request) {
+	u := *r.URL
+	q := u.Query()
+	q.Del("token")
+	u.RawQuery = q.Encode()
+	http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
 }
 
 // by names who decides through r.

@@ -311,16 +311,21 @@ func run() int {
 		}
 		defer srv.Close()
 	}
+	var consoleSrv *console.Server
 	if *consoleListen != "" {
-		srv, err := console.Serve(ctx, d, consoleCfg)
-		if err != nil {
+		if consoleSrv, err = console.Serve(ctx, d, consoleCfg); err != nil {
 			logger.Error("console listener", "error", err)
 			_ = d.Close(context.WithoutCancel(ctx))
 			return 1
 		}
-		defer srv.Close()
 	}
 	serveErr := httpapi.Serve(ctx, d, absSocket, *socketGroup)
+	// The console acts on the daemon: it stops before the daemon does.
+	if consoleSrv != nil {
+		if err := consoleSrv.Close(); err != nil {
+			logger.Error("console shutdown", "error", err)
+		}
+	}
 	if err := d.Close(context.WithoutCancel(ctx)); err != nil {
 		logger.Error("shutdown", "error", err)
 	}

@@ -481,3 +481,11 @@ func TestServeUnixSocket(t *testing.T) {
 		t.Errorf("decision %+v, want denied by the console in the peer's name", d)
 	}
 }
+
+func TestFieldsText(t *testing.T) {
+	got := fieldsText(map[string]any{"rule": `http "a.test" rule 1 (POST /x -> ask)`, "name": "evil\u202etxt.exe", "n": 3})
+	want := `n=3 name="evil\u202etxt.exe" rule="http \"a.test\" rule 1 (POST /x -> ask)"`
+	if got != want {
+		t.Errorf("fieldsText = %s, want %s", got, want)
+	}
+}

@@ -38,12 +38,16 @@ func when(t any) string {
 // bidi overrides, invalid bytes) as \xNN, \uNNNN or \UNNNNNNNN, and
 // doubles backslashes, so that what the sandbox sent cannot rearrange
 // or hide what a person reads. html/template escapes the rest for HTML.
-func escapeText(s string) string { return escape(s, false) }
+func escapeText(s string) string { return escape(s, false, true) }
 
-// lineText is escapeText for a line of a diff, which keeps its tabs.
-func lineText(s string) string { return escape(s, true) }
+// lineText is escapeText for a line of a diff, which keeps its tabs and
+// backslashes.
+func lineText(s string) string { return escape(s, true, false) }
 
-func escape(s string, keepTabs bool) string {
+// jsonText is escapeText for JSON, whose backslashes are escapes already.
+func jsonText(s string) string { return escape(s, false, false) }
+
+func escape(s string, keepTabs, doubleBackslashes bool) string {
 	var b strings.Builder
 	for i, r := range s {
 		switch {
@@ -51,7 +55,7 @@ func escape(s string, keepTabs bool) string {
 			b.WriteRune(r)
 		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\\' && !keepTabs:
+		case r == '\\' && doubleBackslashes:
 			b.WriteString(`\\`)
 		case r == ' ' || (unicode.IsPrint(r) && !unicode.Is(unicode.Cf, r)):
 			b.WriteRune(r)
@@ -127,11 +131,14 @@ func fieldsText(f map[string]any) string {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		v, err := json.Marshal(f[k])
-		if err != nil {
-			v = []byte("?")
+		var v bytes.Buffer
+		enc := json.NewEncoder(&v)
+		enc.SetEscapeHTML(false) // html/template escapes the page
+		if err := enc.Encode(f[k]); err != nil {
+			v.Reset()
+			v.WriteString("?")
 		}
-		b.WriteString(escapeText(k) + "=" + escapeText(string(v)))
+		b.WriteString(escapeText(k) + "=" + jsonText(strings.TrimSuffix(v.String(), "\n")))
 	}
 	return b.String()
 }

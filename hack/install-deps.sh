@@ -5,6 +5,8 @@
 #     versions pinned in hack/versions.env, cached under $AIRLOCK_CACHE (default
 #     /var/cache/airlock) and copied into BIN_DIR.
 #   - npm (Debian's nodejs and npm) when there is no npm at all, for the agent images' packages
+#   - chromium, which the console's test drives headless (Debian's, not pinned: its security
+#     updates replace the version the archive serves)
 # A second run with nothing missing takes well under a second.
 set -euo pipefail
 
@@ -17,7 +19,7 @@ mkdir -p "$bin_dir" "$cache/bin"
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }
 
-apt_packages=(libseccomp-dev pkg-config mmdebstrap git iproute2 ca-certificates jq)
+apt_packages=(libseccomp-dev pkg-config mmdebstrap git iproute2 ca-certificates jq chromium)
 missing=()
 # Any npm will do (npm ci of a version 3 lockfile needs npm 7 or later): one
 # that came with a Node.js from elsewhere is kept.

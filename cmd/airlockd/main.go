@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/approvals"
+	"github.com/airlock-sandbox/airlock/console"
 	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/daemon/httpapi"
 	"github.com/airlock-sandbox/airlock/egress"
@@ -47,6 +48,13 @@ containerd's root or socket, /, /etc, /proc, /sys, /dev, /boot, /run or
 /var/run, anything beneath them, or a directory that contains one of them;
 nor its bin dir and binary for writing. Refused requests get HTTP 403 with
 the rule they broke. --socket-group needs --admission.
+
+--console-listen serves a web console (docs/console.md): sessions, held
+requests to allow or deny, diffs to commit or discard, audit timelines. On
+a loopback TCP address it asks once for the bearer token in
+--console-token-file (default: console.token under --root, generated at
+start), as ?token=TOKEN or an Authorization header, then keeps a cookie;
+on unix:/PATH it admits root and the --socket-group by peer credentials.
 
 Flags:
 `
@@ -104,6 +112,9 @@ func run() int {
 		credListen     = fs.String("credentials-listen", "", "also serve the credential verification endpoints (JWKS, introspection, reports) on this TCP address; never use an address sessions can reach")
 		metricsListen  = fs.String("metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics (HOST:PORT, HOST an IP address): sessions by state, start and teardown latencies, warm pools, DNS, L7 and approval decisions, dropped flows, commit rejections, credential events, each session's audit log size (see docs/metrics.md). They name every session and count what each did: ADDR must be a loopback address unless --metrics-listen-remote, and is never the unspecified address nor one in --session-pool; never use an address sessions can reach. Off by default")
 		metricsRemote  = fs.Bool("metrics-listen-remote", false, "let --metrics-listen take an address other than a loopback one (for a Prometheus on another host: put it on an interface sessions cannot reach, behind a firewall)")
+		consoleListen  = fs.String("console-listen", "", "serve the web console (sessions, held requests to allow or deny, diffs to commit or discard, audit) on `ADDR`: unix:/PATH (made like --socket; peers must be root or in --socket-group) or a loopback HOST:PORT, which asks for a bearer token (--console-token-file); off by default")
+		consoleToken   = fs.String("console-token-file", "", "`FILE` holding the console's bearer token for a TCP --console-listen (at least 32 characters, mode 0600); default: a token generated at start into console.token under --root")
+		consoleRemote  = fs.Bool("console-allow-remote", false, "allow a --console-listen TCP address that is not loopback (the token and pages travel in clear: prefer an ssh tunnel to a loopback one)")
 		issuers        = issuerFlag{}
 		approver       = fs.String("approver", "", "exec:COMMAND [ARGS...]: run COMMAND (an absolute path; no shell) for every request held for approval, the request as JSON on stdin (with the first 64 KiB of its body, base64); its stdout {\"decision\": \"allow\"|\"deny\", \"reason\": \"...\"} decides it, and a failure or no decision leaves it to a person (airlock approve|deny). It gets no environment from airlockd but PATH")
 		uplink         = fs.String("uplink", "", "where session traffic leaves the gateway: netns:NAME (a namespace that receives the uplink's peer) or host (NAT out of the host's routes); empty: sessions declaring egress are refused")
@@ -222,6 +233,18 @@ func run() int {
 		logger.Error("bad --socket", "error", err)
 		return 2
 	}
+	consoleCfg := console.Config{Listen: *consoleListen, AllowRemote: *consoleRemote,
+		TokenFile: *consoleToken, Root: absRoot, Group: *socketGroup}
+	switch {
+	case *consoleListen != "":
+		if err := consoleCfg.Check(); err != nil {
+			fmt.Fprintln(os.Stderr, "airlockd: --console-listen:", err)
+			return 2
+		}
+	case *consoleToken != "" || *consoleRemote:
+		fmt.Fprintln(os.Stderr, "airlockd: --console-token-file and --console-allow-remote need --console-listen")
+		return 2
+	}
 	var appr approvals.Approver
 	if *approver != "" {
 		if appr, err = approvals.ParseApprover(*approver); err != nil {
@@ -335,7 +358,21 @@ func run() int {
 		}
 		defer srv.Close()
 	}
+	var consoleSrv *console.Server
+	if *consoleListen != "" {
+		if consoleSrv, err = console.Serve(ctx, d, consoleCfg); err != nil {
+			logger.Error("console listener", "error", err)
+			_ = d.Close(context.WithoutCancel(ctx))
+			return 1
+		}
+	}
 	serveErr := httpapi.Serve(ctx, d, absSocket, *socketGroup)
+	// The console acts on the daemon: it stops before the daemon does.
+	if consoleSrv != nil {
+		if err := consoleSrv.Close(); err != nil {
+			logger.Error("console shutdown", "error", err)
+		}
+	}
 	if err := d.Close(context.WithoutCancel(ctx)); err != nil {
 		logger.Error("shutdown", "error", err)
 	}

@@ -83,7 +83,7 @@ func Listen(socket, group string) (_ net.Listener, retErr error) {
 	gid := -1
 	if group != "" {
 		var err error
-		if gid, err = lookupGroup(group); err != nil {
+		if gid, err = LookupGroup(group); err != nil {
 			return nil, err
 		}
 	}
@@ -172,7 +172,8 @@ func checkSocketDir(dir string) error {
 	return nil
 }
 
-func lookupGroup(g string) (int, error) {
+// LookupGroup returns the gid of a group given by name or number.
+func LookupGroup(g string) (int, error) {
 	if n, err := strconv.Atoi(g); err == nil {
 		return n, nil
 	}

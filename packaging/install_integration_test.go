@@ -126,53 +126,9 @@ func TestInstallRunsAsService(t *testing.T) {
 	if want := []string{filepath.Join(l.prefix, "sbin/airlockd"), "--config", conf}; !slices.Equal(argv, want) {
 		t.Fatalf("ExecStart %q, want %q", argv, want)
 	}
-	logf, err := os.Create(filepath.Join(l.dir, "airlockd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	daemon := exec.Command(argv[0], argv[1:]...)
-	daemon.Stdout, daemon.Stderr = logf, logf
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- daemon.Wait() }()
-	// As systemd stops the unit (KillMode=process): SIGTERM to airlockd
-	// alone. Its containerd runs on, as it does across a restart; the
-	// cleanup stops it.
-	stop := sync.OnceFunc(func() {
-		_ = daemon.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(60 * time.Second):
-			_ = daemon.Process.Kill()
-			<-exited
-		}
-	})
-	defer stop()
-	dlog := func() string { b, _ := os.ReadFile(logf.Name()); return string(b) }
-
-	socket := filepath.Join(l.run, "airlock.sock")
-	run := func(args ...string) (string, error) {
-		cmd := exec.Command(cli, args...)
-		cmd.Env = append(os.Environ(), "AIRLOCK_SOCKET="+socket)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := run("version"); err == nil {
-			break
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("airlockd exited (%v):\n%s", err, dlog())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("airlockd did not serve %s:\n%s", socket, dlog())
-		}
-	}
+	svc := startService(t, l)
+	socket, dlog, stop := svc.socket, svc.log, svc.stop
+	run := svc.cli
 	// The image came from the installed archive, named in the installed
 	// configuration; the session runs on the installed runtime binaries.
 	out, err := run("run", "--rm", "-f", filepath.Join(l.prefix, "share/doc/airlock/examples/hello.hcl"))
@@ -212,7 +168,7 @@ func TestInstallRunsAsService(t *testing.T) {
 	l.script(t, nil, "uninstall", bin)
 	var left []string
 	_ = filepath.Walk(l.dir, func(p string, fi os.FileInfo, err error) error {
-		if err == nil && !fi.IsDir() && !strings.HasPrefix(p, l.state) && p != logf.Name() {
+		if err == nil && !fi.IsDir() && !strings.HasPrefix(p, l.state) && p != svc.logPath {
 			left = append(left, strings.TrimPrefix(p, l.dir))
 		}
 		return nil
@@ -262,5 +218,67 @@ func TestInstallRefusesBadInput(t *testing.T) {
 			t.Errorf("a refused install wrote %q", files)
 		}
 		os.RemoveAll(l.dir)
+	}
+}
+
+// service is airlockd started from the installed unit's ExecStart line.
+type service struct {
+	socket, logPath string
+	log             func() string
+	stop            func()
+	cli             func(args ...string) (string, error)
+}
+
+// startService runs the unit's ExecStart as systemd would run it (without
+// systemd's sandboxing, which needs systemd as the init), waits until the
+// installed CLI reaches it, and stops it at the test's end. Stopping is
+// as the unit's KillMode=process does: SIGTERM to airlockd alone; its
+// containerd runs on, as across a restart, and the cleanup ends it.
+func startService(t *testing.T, l layout) *service {
+	t.Helper()
+	argv := execStart(t, filepath.Join(l.unitDir, "airlockd.service"))
+	s := &service{socket: filepath.Join(l.run, "airlock.sock"), logPath: filepath.Join(l.dir, "airlockd.log")}
+	logf, err := os.Create(s.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { logf.Close() })
+	s.log = func() string { b, _ := os.ReadFile(s.logPath); return string(b) }
+	daemon := exec.Command(argv[0], argv[1:]...)
+	daemon.Stdout, daemon.Stderr = logf, logf
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- daemon.Wait() }()
+	s.stop = sync.OnceFunc(func() {
+		_ = daemon.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(60 * time.Second):
+			_ = daemon.Process.Kill()
+			<-exited
+		}
+	})
+	t.Cleanup(s.stop)
+	cli := filepath.Join(l.prefix, "bin/airlock")
+	s.cli = func(args ...string) (string, error) {
+		cmd := exec.Command(cli, args...)
+		cmd.Env = append(os.Environ(), "AIRLOCK_SOCKET="+s.socket)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := s.cli("version"); err == nil {
+			return s
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("airlockd exited (%v):\n%s", err, s.log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("airlockd did not serve %s:\n%s", s.socket, s.log())
+		}
 	}
 }

@@ -259,7 +259,6 @@ It talks to airlockd over a unix socket; validate and fmt work without it.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
-	root.CompletionOptions.HiddenDefaultCmd = true
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageErrorf("%s (see '%s --help')", err, cmd.CommandPath())
 	})
@@ -287,6 +286,7 @@ It talks to airlockd over a unix socket; validate and fmt work without it.`,
 	add("other", c.newImageCommand(), c.newPoolCommand(), c.newVersionCommand(), c.newBenchCommand(),
 		c.newDoctorCommand())
 	root.SetHelpCommandGroupID("other")
+	root.SetCompletionCommandGroupID("other")
 	return root
 }
 

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/approvals"
 )
 
 // maxBodyText bounds the characters of a held request's body shown.
@@ -70,53 +71,9 @@ func escape(s string, keepTabs, doubleBackslashes bool) string {
 	return b.String()
 }
 
-// bodyText renders a held request's body: text escaped (escapeText) and
-// cut to maxBodyText characters, with its size; other bytes as their size
-// and content type; "" without a body.
-func bodyText(a api.Approval) string {
-	if len(a.Body) == 0 {
-		return ""
-	}
-	size := fmt.Sprintf("%d bytes", len(a.Body))
-	if a.BodyTruncated {
-		size = fmt.Sprintf("more than %d bytes", len(a.Body))
-	}
-	ct := "none"
-	if a.ContentType != "" {
-		ct = escapeText(a.ContentType)
-	}
-	b := a.Body
-	if a.BodyTruncated {
-		// The cut may fall inside a character.
-		for i := 0; i < utf8.UTFMax-1 && len(b) > 0 && !utf8.Valid(b); i++ {
-			b = b[:len(b)-1]
-		}
-	}
-	ce := strings.TrimSpace(a.ContentEncoding)
-	if !utf8.Valid(b) || bytes.IndexByte(b, 0) >= 0 {
-		if ce != "" && !strings.EqualFold(ce, "identity") {
-			return fmt.Sprintf("(%s, %s-encoded, content-type %s)", size, escapeText(ce), ct)
-		}
-		return fmt.Sprintf("(%s, binary, content-type %s)", size, ct)
-	}
-	text := escapeText(string(b))
-	if utf8.RuneCountInString(text) > maxBodyText {
-		var out strings.Builder
-		w := 0
-		for _, r := range string(b) {
-			e := escapeText(string(r))
-			if w += utf8.RuneCountInString(e); w > maxBodyText {
-				break
-			}
-			out.WriteString(e)
-		}
-		return out.String() + "… (" + size + ", cut)"
-	}
-	if a.BodyTruncated {
-		return text + "… (" + size + ", cut)"
-	}
-	return text + " (" + size + ")"
-}
+// bodyText renders a held request's body as airlock approvals does
+// (approvals.BodyText), cut at maxBodyText characters.
+func bodyText(a api.Approval) string { return approvals.BodyText(a, maxBodyText) }
 
 // fieldsText renders an audit event's fields as "key=value" pairs in key
 // order, values as JSON.

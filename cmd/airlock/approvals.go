@@ -1,19 +1,17 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/approvals"
 )
 
 func (c *cli) newApprovalsCommand() *cobra.Command {
@@ -60,9 +58,9 @@ told how many events it missed.`,
 			fmt.Fprintln(tw, "ID\tSESSION\tAGE\tLEFT\tMETHOD\tHOST\tPATH\tRULE\tBODY")
 			now := c.now()
 			for _, a := range list {
-				path, rule, body := printable(a.Path), printable(a.Rule), bodyText(a, -1)
+				path, rule, body := printable(a.Path), printable(a.Rule), approvals.BodyText(a, -1)
 				if !noTrunc {
-					path, rule, body = truncate(path, 48), truncate(rule, 40), bodyText(a, 40)
+					path, rule, body = truncate(path, 48), truncate(rule, 40), approvals.BodyText(a, 40)
 				}
 				if body == "" {
 					body = "-"
@@ -118,7 +116,7 @@ func (c *cli) followApprovals(cmd *cobra.Command, session string, asJSON, noTrun
 			if noTrunc {
 				n = -1
 			}
-			if body := bodyText(*a, n); body != "" {
+			if body := approvals.BodyText(*a, n); body != "" {
 				fmt.Fprintf(c.stdout, "%-8s  body: %s\n", "", body)
 			}
 		}
@@ -201,154 +199,3 @@ func printable(s string) string {
 	}, s)
 }
 
-// bodyText renders a held request's body for a terminal, "" when it has
-// none. The sandbox chose every byte of it, so nothing of it reaches the
-// terminal raw: text (valid UTF-8 without NUL) is shown with every
-// character that is not printable escaped (control characters, C1
-// controls, Unicode format characters such as bidi overrides) and
-// backslashes doubled, cut to at most n characters (n < 0: uncut) with
-// a note of its size; a body in a Content-Encoding other than identity
-// that is not text, or any other bytes, is shown as its size and what it
-// is. Notes first: a Content-Encoding the text does not have, a JSON key
-// twice in one object.
-func bodyText(a api.Approval, n int) string {
-	if len(a.Body) == 0 {
-		return ""
-	}
-	size := fmt.Sprintf("%d bytes", len(a.Body))
-	if a.BodyTruncated {
-		size = fmt.Sprintf("more than %d bytes", len(a.Body))
-	}
-	ct := "none"
-	if a.ContentType != "" {
-		ct = truncate(escapeText(a.ContentType), 64)
-	}
-	b := a.Body
-	if a.BodyTruncated {
-		// The cut may fall inside a character.
-		for i := 0; i < utf8.UTFMax-1 && len(b) > 0 && !utf8.Valid(b); i++ {
-			b = b[:len(b)-1]
-		}
-	}
-	isText := utf8.Valid(b) && bytes.IndexByte(b, 0) < 0
-	note := ""
-	if ce := strings.TrimSpace(a.ContentEncoding); ce != "" && !strings.EqualFold(ce, "identity") {
-		ce = truncate(escapeText(ce), 32)
-		if !isText {
-			return fmt.Sprintf("(%s, %s-encoded, content-type %s)", size, ce, ct)
-		}
-		// Compressed data is not text: a service that ignores the header
-		// (Go's net/http does not decode request bodies) reads this.
-		note = "(declared " + ce + "-encoded, but it is text) "
-	}
-	if !isText {
-		return fmt.Sprintf("(%s, binary, content-type %s)", size, ct)
-	}
-	// A key twice in one object: the service reads one of them (Go's
-	// encoding/json the last, case-insensitively), which may not be the
-	// one a person reads first, or sees before the cut.
-	if k, ok := duplicateKey(b); ok {
-		note += "(duplicate key \"" + truncate(escapeText(k), 32) + "\": a service may act on either) "
-	}
-	text := escapeText(string(b))
-	if n >= 0 && utf8.RuneCountInString(text) > n {
-		// Cut at an escape's start, never inside one.
-		var out strings.Builder
-		w := 0
-		for _, r := range string(b) {
-			e := escapeText(string(r))
-			if w += utf8.RuneCountInString(e); w > n {
-				break
-			}
-			out.WriteString(e)
-		}
-		return note + out.String() + "… (" + size + ", cut)"
-	}
-	if a.BodyTruncated {
-		return note + text + "… (" + size + ", cut)"
-	}
-	return note + text
-}
-
-// duplicateKey reports the first key of b, read as JSON, that an object
-// holds twice, compared as Go's encoding/json matches keys to fields
-// (without regard to case, under Unicode folding: "nameſ" is "names"),
-// as far as b reads as JSON.
-func duplicateKey(b []byte) (string, bool) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	// One set of keys per open object; nil for an open array. An
-	// object's next string token is a key when expectKey is true.
-	var stack []map[string]bool
-	var expectKey []bool
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", false
-		}
-		top := len(stack) - 1
-		switch t := tok.(type) {
-		case json.Delim:
-			if top >= 0 && stack[top] != nil {
-				expectKey[top] = true // the object's value ends
-			}
-			switch t {
-			case '{':
-				stack, expectKey = append(stack, map[string]bool{}), append(expectKey, true)
-			case '[':
-				stack, expectKey = append(stack, nil), append(expectKey, false)
-			default:
-				stack, expectKey = stack[:top], expectKey[:top]
-				if top-1 >= 0 && stack[top-1] != nil {
-					expectKey[top-1] = true
-				}
-			}
-		case string:
-			if top >= 0 && stack[top] != nil && expectKey[top] {
-				f := strings.ToUpper(strings.ToLower(t))
-				if stack[top][f] {
-					return t, true
-				}
-				stack[top][f], expectKey[top] = true, false
-				continue
-			}
-			if top >= 0 && stack[top] != nil {
-				expectKey[top] = true
-			}
-		default:
-			if top >= 0 && stack[top] != nil {
-				expectKey[top] = true
-			}
-		}
-	}
-}
-
-// escapeText escapes what in s is not a printable character (see
-// bodyText): \n, \r and \t by name, other ASCII as \xNN, the rest as
-// \uNNNN or \UNNNNNNNN; a backslash is doubled, so that an escape in the
-// text cannot pass for one of these.
-func escapeText(s string) string {
-	var out strings.Builder
-	for _, r := range s {
-		switch {
-		case r == '\\':
-			out.WriteString(`\\`)
-		case r == '\n':
-			out.WriteString(`\n`)
-		case r == '\r':
-			out.WriteString(`\r`)
-		case r == '\t':
-			out.WriteString(`\t`)
-		case r == utf8.RuneError:
-			out.WriteString(`\ufffd`)
-		case unicode.IsPrint(r):
-			out.WriteRune(r)
-		case r < 0x80:
-			fmt.Fprintf(&out, `\x%02x`, r)
-		case r <= 0xffff:
-			fmt.Fprintf(&out, `\u%04x`, r)
-		default:
-			fmt.Fprintf(&out, `\U%08x`, r)
-		}
-	}
-	return out.String()
-}

@@ -198,4 +198,3 @@ func printable(s string) string {
 		return r
 	}, s)
 }
-

@@ -270,4 +270,3 @@ func TestApprovalsBody(t *testing.T) {
 		}
 	}
 }
-

@@ -173,5 +173,5 @@ mkdir -p "$DESTDIR$(dirname "$manifest")"
 printf '%s\n' "${installed[@]}" > "$DESTDIR$manifest"
 log "installed airlock in $PREFIX; unit $UNITDIR/airlockd.service, configuration $conf"
 if [[ -z "$DESTDIR" ]]; then
-	log "next: systemctl daemon-reload && systemctl enable --now airlockd; airlock doctor --bin-dir $PREFIX/libexec/airlock"
+	log "next: systemctl daemon-reload && systemctl enable --now airlockd; airlock doctor --config $SYSCONFDIR/airlock/airlockd.hcl"
 fi

@@ -138,7 +138,7 @@ func TestInstallRunsAsService(t *testing.T) {
 	if fi, err := os.Stat(socket); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("socket %s: %v, want mode 0600", socket, err)
 	}
-	out, err = run("doctor", "--bin-dir", filepath.Join(l.prefix, "libexec/airlock"), "--path", l.state)
+	out, err = run("doctor", "--config", conf, "--path", l.state)
 	if err != nil {
 		t.Errorf("airlock doctor with the installed binaries: %v\n%s", err, out)
 	}

@@ -192,3 +192,92 @@ func sortedAttributes(attrs hcl.Attributes) []*hcl.Attribute {
 	slices.SortFunc(out, func(a, b *hcl.Attribute) int { return a.NameRange.Start.Byte - b.NameRange.Start.Byte })
 	return out
 }
+
+// DaemonPaths are the paths a daemon configuration file names that a
+// host check needs: where the runtime binaries are, the state root, and
+// the admission policy's host path roots (where workspaces live).
+type DaemonPaths struct {
+	BinDir    string
+	Root      string
+	HostPaths []string
+}
+
+// ReadDaemonPaths reads bin_dir, root and the admission block's
+// host_paths from the daemon configuration file at path, relative paths
+// taken from its directory; other settings are not checked (airlockd
+// --check-config does). A missing bin_dir or root is "", and no
+// admission block gives no host paths.
+func ReadDaemonPaths(path string) (*DaemonPaths, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read daemon configuration: %w", err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	parser := hclparse.NewParser()
+	p, diags := readDaemonPaths(parser, abs, src)
+	out, derr := withDiagnostics(parser, p, diags)
+	if derr.HasErrors() {
+		return nil, derr
+	}
+	return out, nil
+}
+
+func readDaemonPaths(parser *hclparse.Parser, filename string, src []byte) (*DaemonPaths, hcl.Diagnostics) {
+	file, diags := parser.ParseHCL(src, filename)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	d := &decoder{
+		diags:    diags,
+		declared: map[string]bool{},
+		unset:    map[string]bool{},
+		ranges:   map[string]hcl.Range{},
+		failed:   map[string]bool{},
+		literal:  true,
+	}
+	content, _, cdiags := file.Body.PartialContent(&hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "bin_dir"}, {Name: "root"}, {Name: "admission"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "admission"}},
+	})
+	d.diags = append(d.diags, cdiags...)
+	p := &DaemonPaths{}
+	dir := filepath.Dir(filename)
+	for name, dst := range map[string]*string{"bin_dir": &p.BinDir, "root": &p.Root} {
+		d.str(content.Attributes, name, fieldPath{}, dst)
+		if *dst != "" && !filepath.IsAbs(*dst) {
+			*dst = filepath.Join(dir, *dst)
+		}
+	}
+	if blocks := content.Blocks.OfType("admission"); len(blocks) > 0 {
+		if a := d.admission(blocks[0], filename); a != nil {
+			p.HostPaths = a.HostPaths
+		}
+	}
+	var admFile string
+	d.str(content.Attributes, "admission", fieldPath{}, &admFile)
+	if d.diags.HasErrors() {
+		return nil, d.diags
+	}
+	if admFile != "" {
+		if !filepath.IsAbs(admFile) {
+			admFile = filepath.Join(dir, admFile)
+		}
+		src, err := os.ReadFile(admFile)
+		if err != nil {
+			d.errorf(content.Attributes["admission"].Expr.Range(), "Unreadable admission policy", "%s.", err)
+			return nil, d.diags
+		}
+		a, adiags := decodeAdmission(parser, admFile, src)
+		d.diags = append(d.diags, adiags...)
+		if a != nil {
+			p.HostPaths = a.HostPaths
+		}
+	}
+	if d.diags.HasErrors() {
+		return nil, d.diags
+	}
+	return p, d.diags
+}

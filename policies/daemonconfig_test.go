@@ -3,6 +3,8 @@ package policies
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -117,5 +119,34 @@ func TestDecodeDaemonConfigStopsAtError(t *testing.T) {
 	}
 	if !slices.Equal(r.got, []string{"root=/a"}) {
 		t.Errorf("set %q, want only root", r.got)
+	}
+}
+
+func TestReadDaemonPaths(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// Settings the check does not need are not read, unknown ones neither.
+	p, err := ReadDaemonPaths(write("a.hcl", "root = \"state\"\nbin_dir = \"/usr/local/libexec/airlock\"\nuplink = \"host\"\nwhatever = 1\nadmission {\n  host_paths = [\"/srv/agents\", \"/home\"]\n}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Root != filepath.Join(dir, "state") || p.BinDir != "/usr/local/libexec/airlock" || !slices.Equal(p.HostPaths, []string{"/srv/agents", "/home"}) {
+		t.Errorf("%+v", p)
+	}
+	write("adm.hcl", "admission {\n  host_paths = [\"/srv/x\"]\n}\n")
+	if p, err = ReadDaemonPaths(write("b.hcl", "admission = \"adm.hcl\"\n")); err != nil || !slices.Equal(p.HostPaths, []string{"/srv/x"}) || p.BinDir != "" {
+		t.Errorf("%+v, %v", p, err)
+	}
+	if _, err := ReadDaemonPaths(write("c.hcl", "admission = \"missing.hcl\"\n")); err == nil || !strings.Contains(err.Error(), "c.hcl:1,") {
+		t.Errorf("a missing admission file: %v", err)
+	}
+	if _, err := ReadDaemonPaths(write("d.hcl", "root = [\"x\"]\n")); err == nil || !strings.Contains(err.Error(), "d.hcl:1,") {
+		t.Errorf("a bad root: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/hostcheck"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // doctorOutput is airlock doctor --json's document.
@@ -21,27 +23,46 @@ func (c *cli) newDoctorCommand() *cobra.Command {
 	var (
 		paths  []string
 		binDir string
+		config string
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "doctor [--path DIR]... [--bin-dir DIR] [--json]",
+		Use:   "doctor [--config FILE] [--path DIR]... [--bin-dir DIR] [--json]",
 		Short: "Check the kernel and host for what airlock uses",
 		Long: `doctor checks, on this machine and without the daemon, the kernel and host
 features airlock uses: cgroups, overlayfs, tmpfs extended attributes, idmapped
 mounts (on each --path), user and network namespaces, nftables, fanotify
 permission events, loop devices, seccomp, and the containerd and runc in
---bin-dir. Each check exercises the feature and leaves nothing behind. It
+--bin-dir. With --config, airlockd's configuration file names them: its
+bin_dir, and its admission policy's host_paths as paths. Each check
+exercises the feature and leaves nothing behind. It
 prints one line per check, and under each failure what to do. Some checks
 need root; without it they are reported as warnings.
 
 It exits 0 when nothing failed (warnings allowed), 1 otherwise.`,
 		Example: `  airlock doctor
+  airlock doctor --config /etc/airlock/airlockd.hcl
   airlock doctor --path /srv/repos --path /home
   airlock doctor --json`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			cfg := hostcheck.Config{Paths: paths, BinDir: binDir}
-			if !cmd.Flags().Changed("bin-dir") {
+			if config != "" {
+				dp, err := policies.ReadDaemonPaths(config)
+				if diags := (*policies.DiagnosticsError)(nil); errors.As(err, &diags) {
+					c.writeDiagnostics(diags)
+					return exitCodeOnly(exitUsage)
+				} else if err != nil {
+					return usageErrorf("--config: %v", err)
+				}
+				if !cmd.Flags().Changed("bin-dir") && dp.BinDir != "" {
+					cfg.BinDir = dp.BinDir
+				}
+				if !cmd.Flags().Changed("path") {
+					cfg.Paths = dp.HostPaths
+				}
+			}
+			if !cmd.Flags().Changed("bin-dir") && cfg.BinDir == "" {
 				cfg.BinDir = c.ownDir()
 				if cfg.BinDir == "" {
 					c.warn("cannot find the airlock binary's directory: containerd and runc not checked (use --bin-dir)")
@@ -66,6 +87,7 @@ It exits 0 when nothing failed (warnings allowed), 1 otherwise.`,
 	}
 	cmd.Flags().StringArrayVar(&paths, "path", nil, "check idmapped mounts on `DIR`'s filesystem, where workspaces live (repeatable)")
 	cmd.Flags().StringVar(&binDir, "bin-dir", "", "`DIR` holding containerd and runc (default: the airlock binary's directory, as make build and make deps lay out _output/bin)")
+	cmd.Flags().StringVar(&config, "config", "", "airlockd's configuration `FILE`: its bin_dir is --bin-dir's default and its admission policy's host_paths are --path's")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
 }

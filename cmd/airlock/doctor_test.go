@@ -133,3 +133,50 @@ func decodeDoctor(t *testing.T, r result) doctorOutput {
 	}
 	return out
 }
+
+// TestDoctorConfig checks that --config takes bin_dir and the admission
+// policy's host_paths from airlockd's configuration file, that flags win,
+// and that a bad file is a usage error with its line.
+func TestDoctorConfig(t *testing.T) {
+	testutil.RequiresRoot(t)
+	h := newHarness(t)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "airlockd.hcl")
+	src := "root = \"/var/lib/airlock\"\nbin_dir = \"" + testutil.RuntimeBinDir(t) + "\"\nuplink = \"host\"\n" +
+		"admission {\n  host_paths = [\"" + dir + "\"]\n}\n"
+	if err := os.WriteFile(conf, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.self = ""
+	check := func(args ...string) (code int, bins int, idmap map[string]string) {
+		r := h.run("", append([]string{"doctor", "--json", "--config", conf}, args...)...)
+		idmap = map[string]string{}
+		for _, c := range decodeDoctor(t, r).Checks {
+			switch c.Name {
+			case "idmap":
+				idmap[strings.Fields(c.Detail)[0]] = c.Status
+			case "containerd", "runc":
+				if c.Status == hostcheck.StatusOK && strings.Contains(c.Detail, testutil.RuntimeBinDir(t)) {
+					bins++
+				}
+			}
+		}
+		return r.code, bins, idmap
+	}
+	if code, bins, idmap := check(); code != exitOK || bins != 2 || len(idmap) != 1 || idmap[dir] != hostcheck.StatusOK {
+		t.Errorf("doctor --config: exit %d, binaries found in bin_dir %d, idmap %v; want 0, 2, %s ok", code, bins, idmap, dir)
+	}
+	// --path replaces the policy's paths.
+	if code, _, idmap := check("--path", "/proc"); code != exitFailure || len(idmap) != 1 || idmap["/proc"] != hostcheck.StatusFail {
+		t.Errorf("doctor --config --path /proc: exit %d, idmap %v; want 1, /proc failed alone", code, idmap)
+	}
+
+	bad := filepath.Join(dir, "bad.hcl")
+	if err := os.WriteFile(bad, []byte("bin_dir = \"/x\"\nadmission {\n  host_paths = [\"relative\"]\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := h.run("", "doctor", "--config", bad)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "bad.hcl line 3") || r.stdout != "" {
+		t.Errorf("doctor --config with a bad policy: exit %d, stdout %q, stderr %q; want %d and the line", r.code, r.stdout, r.stderr, exitUsage)
+	}
+}

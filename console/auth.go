@@ -39,7 +39,9 @@ type auth struct {
 	hosts []string
 	// csrfKey keys the CSRF tokens (an HMAC of the login cookie).
 	csrfKey [32]byte
-	now     func() time.Time
+	// cookiePath is the login cookie's Path: the console's base path.
+	cookiePath string
+	now        func() time.Time
 
 	mu sync.Mutex
 	// logins are the session cookies handed out, with their expiry.
@@ -98,7 +100,11 @@ func (a *auth) login(w http.ResponseWriter) string {
 	}
 	a.logins[v] = now.Add(loginTTL)
 	a.mu.Unlock()
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: v, Path: "/", HttpOnly: true,
+	path := a.cookiePath
+	if path == "" {
+		path = "/"
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: v, Path: path, HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, MaxAge: int(loginTTL / time.Second)})
 	return v
 }

@@ -51,13 +51,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
+	"syscall"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/daemon/httpapi"
+	"github.com/airlock-sandbox/airlock/internal/httpserve"
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
 
@@ -96,6 +97,9 @@ type Config struct {
 	// Group is the API socket's group: on a unix socket its members may
 	// use the console (and the socket is made 0660 for them).
 	Group string
+	// SessionPools are the daemon's session address ranges: a TCP
+	// address in one is refused, even with AllowRemote.
+	SessionPools []netip.Prefix
 }
 
 // Check checks cfg without listening: the address, and that TokenFile
@@ -110,7 +114,7 @@ func (cfg Config) Check() error {
 		}
 		return nil
 	}
-	_, err := checkTCP(cfg.Listen, cfg.AllowRemote)
+	_, err := checkTCP(cfg.Listen, cfg.AllowRemote, cfg.SessionPools)
 	return err
 }
 
@@ -151,7 +155,7 @@ func Serve(ctx context.Context, d Daemon, cfg Config) (_ *Server, retErr error) 
 		s.l = l
 		opts = append(opts, WithPeerCheck(func(p Peer) error { return allowPeer(p, gid) }))
 	} else {
-		host, err := checkTCP(cfg.Listen, cfg.AllowRemote)
+		host, err := checkTCP(cfg.Listen, cfg.AllowRemote, cfg.SessionPools)
 		if err != nil {
 			return nil, err
 		}
@@ -176,13 +180,18 @@ func Serve(ctx context.Context, d Daemon, cfg Config) (_ *Server, retErr error) 
 			opts = append(opts, WithHosts(loopbackHosts(l.Addr().(*net.TCPAddr).Port)...))
 		}
 	}
-	s.srv = &http.Server{
-		Handler:           New(d, opts...),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-		ConnContext:       connContext,
+	s.srv = httpserve.Server(New(d, opts...), limits)
+	s.srv.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
+	s.srv.ConnContext = connContext
+	l := s.l
+	if s.URL != "" {
+		// TCP: any local user can connect. (A unix socket's mode keeps
+		// out all but root and the group, and the peer's credentials
+		// are read from the connection itself, which a limiting
+		// listener would hide.)
+		l = httpserve.Listener(l, limits)
 	}
-	go func() { _ = s.srv.Serve(s.l) }()
+	go func() { _ = s.srv.Serve(l) }()
 	log.G(ctx).Info("serving console", "address", s.l.Addr().String(), "url", s.URL, "token_file", s.TokenFile)
 	return s, nil
 }
@@ -202,8 +211,9 @@ func (s *Server) Close() error {
 }
 
 // checkTCP checks a TCP listen address and returns the host to bind:
-// loopback ("localhost" is 127.0.0.1) unless allowRemote.
-func checkTCP(addr string, allowRemote bool) (string, error) {
+// loopback ("localhost" is 127.0.0.1) unless allowRemote; never every
+// interface, a name, or an address in the session pools.
+func checkTCP(addr string, allowRemote bool, pools []netip.Prefix) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", fmt.Errorf("console: listen address %q: want unix:/path or host:port: %w", addr, errdefs.ErrInvalidArgument)
@@ -215,10 +225,15 @@ func checkTCP(addr string, allowRemote bool) (string, error) {
 		return "127.0.0.1", nil
 	}
 	ip, err := netip.ParseAddr(host)
-	if host != "" && err != nil && !allowRemote {
-		return "", fmt.Errorf("console: listen address %q: the host must be an IP address or localhost: %w", addr, errdefs.ErrInvalidArgument)
+	if err != nil || ip.IsUnspecified() {
+		return "", fmt.Errorf("console: listen address %q: the host must be one IP address or localhost (not every interface, which may include ones sessions reach): %w", addr, errdefs.ErrInvalidArgument)
 	}
-	if (host == "" || !ip.IsLoopback()) && !allowRemote {
+	for _, p := range pools {
+		if p.Contains(ip.Unmap()) {
+			return "", fmt.Errorf("console: listen address %q is in the session pool %s, where sessions live: %w", addr, p, errdefs.ErrInvalidArgument)
+		}
+	}
+	if !ip.IsLoopback() && !allowRemote {
 		return "", fmt.Errorf("console: listen address %q is not loopback: whoever reaches it with the token can approve requests and commit changes, and the token and pages travel in clear; use a loopback address (and an ssh tunnel), or --console-allow-remote: %w",
 			addr, errdefs.ErrInvalidArgument)
 	}
@@ -240,17 +255,9 @@ func loopbackHosts(port int) []string {
 // Root/console.token.
 func loadToken(cfg Config) (token, file string, generated bool, _ error) {
 	if cfg.TokenFile != "" {
-		st, err := os.Stat(cfg.TokenFile)
+		b, err := readOwnFile(cfg.TokenFile)
 		if err != nil {
-			return "", "", false, fmt.Errorf("console token file: %w", err)
-		}
-		if !st.Mode().IsRegular() || st.Mode().Perm()&0o077 != 0 {
-			return "", "", false, fmt.Errorf("console token file %s has mode %s: it must be a regular file only its owner can read (chmod 0600): %w",
-				cfg.TokenFile, st.Mode(), errdefs.ErrPermissionDenied)
-		}
-		b, err := os.ReadFile(cfg.TokenFile)
-		if err != nil {
-			return "", "", false, fmt.Errorf("console token file: %w", err)
+			return "", "", false, err
 		}
 		tok := strings.TrimSpace(string(b))
 		if len(tok) < minToken || strings.ContainsAny(tok, " \t\r\n") {
@@ -287,4 +294,32 @@ func loadToken(cfg Config) (token, file string, generated bool, _ error) {
 		return "", "", false, fmt.Errorf("console token file: %w", werr)
 	}
 	return tok, file, true, nil
+}
+
+// limits bound the console server's connections (tests shorten them).
+var limits = httpserve.Default
+
+// readOwnFile reads a token file that no one but root or airlockd's user
+// could have written or can read: a regular file (not through a symlink
+// at its last component), owned by one of them, mode 0600 or narrower.
+// A file someone else planted would give them the token.
+func readOwnFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("console token file: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("console token file: %w", err)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("console token file %s has mode %s: it must be a regular file only its owner can read (chmod 0600): %w",
+			path, st.Mode(), errdefs.ErrPermissionDenied)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 && int(sys.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("console token file %s is owned by uid %d: it must be root's or airlockd's, or whoever owns it knows the token: %w",
+			path, sys.Uid, errdefs.ErrPermissionDenied)
+	}
+	return io.ReadAll(io.LimitReader(f, 4096))
 }

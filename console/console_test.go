@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -22,6 +23,8 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/fsscope/change"
+	"github.com/airlock-sandbox/airlock/internal/httpserve"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 )
 
 // hostile is what a sandbox writes where the console shows it: a file
@@ -176,29 +179,42 @@ func TestTokenLogin(t *testing.T) {
 			t.Errorf("%s: %s, want 401 saying how to log in", tc.name, resp.Status)
 		}
 	}
-	// The token in the query: a cookie and a redirect to the URL without it.
+	// The token in the query: a cookie for the console's random base
+	// path, and a redirect there, without the token. The path asked for
+	// is not followed: the way in leads to the base path alone.
 	resp, _ := get(t, c, srv.URL+"/sessions/"+sid+"?token="+testToken+"&x=1")
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/sessions/"+sid+"?x=1" {
-		t.Fatalf("login: %s to %q, want 303 to the page without the token", resp.Status, resp.Header.Get("Location"))
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !baseRE.MatchString(loc) {
+		t.Fatalf("login: %s to %q, want 303 to /c/RANDOM/", resp.Status, loc)
 	}
 	sc := resp.Header.Get("Set-Cookie")
-	for _, want := range []string{cookieName + "=", "HttpOnly", "SameSite=Strict", "Path=/"} {
-		if !strings.Contains(sc, want) {
+	for _, want := range []string{cookieName + "=", "HttpOnly", "SameSite=Strict", "Path=" + loc + ";"} {
+		if !strings.Contains(sc+";", want) {
 			t.Errorf("Set-Cookie %q lacks %s", sc, want)
 		}
 	}
 	if strings.Contains(sc, testToken) {
 		t.Errorf("the cookie holds the token: %q", sc)
 	}
-	if resp, _ := get(t, c, srv.URL+"/sessions/"+sid); resp.StatusCode != http.StatusOK {
+	if resp, _ := get(t, c, srv.URL+loc+"sessions/"+sid); resp.StatusCode != http.StatusOK {
 		t.Errorf("with the cookie: %s, want 200", resp.Status)
 	}
-	// Logged in, a token in the address is taken off it all the same.
-	if resp, _ := get(t, c, srv.URL+"/?token="+testToken); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
-		t.Errorf("token again: %s to %q, want 303 to the page without it", resp.Status, resp.Header.Get("Location"))
+	// Outside the base path the cookie does not count: no page is served
+	// there, only the way in.
+	if resp, _ := get(t, c, srv.URL+"/sessions/"+sid); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a page outside the base path: %s, want 401", resp.Status)
+	}
+	// Inside it, a token in the address is no way in: it would stay in
+	// the address bar and the history.
+	if resp, _ := get(t, client(t), srv.URL+loc+"?token="+testToken); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("token in a base path address: %s, want 401", resp.Status)
+	}
+	// Every way in leads to the same base path.
+	if resp, _ := get(t, client(t), srv.URL+"//evil.example/x?token="+testToken); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != loc {
+		t.Errorf("login through //evil.example: %s to %q, want 303 to %s", resp.Status, resp.Header.Get("Location"), loc)
 	}
 	// A bearer header serves the page at once, with a cookie.
-	resp, _ = get(t, client(t), srv.URL+"/", "Authorization", "Bearer "+testToken)
+	resp, _ = get(t, client(t), srv.URL+loc, "Authorization", "Bearer "+testToken)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Set-Cookie"), cookieName+"=") {
 		t.Errorf("bearer: %s, cookie %q; want 200 and a cookie", resp.Status, resp.Header.Get("Set-Cookie"))
 	}
@@ -208,24 +224,30 @@ func TestTokenLogin(t *testing.T) {
 	}
 }
 
-// login returns a logged-in client and the CSRF token of its pages.
-func login(t *testing.T, srv *httptest.Server) (*http.Client, string) {
+// baseRE matches the console's base path.
+var baseRE = regexp.MustCompile(`^/c/[A-Z2-7]{26}/$`)
+
+// login returns a logged-in client, the CSRF token of its pages and the
+// console's base URL (with no slash at its end).
+func login(t *testing.T, srv *httptest.Server) (*http.Client, string, string) {
 	c := client(t)
-	if resp, _ := get(t, c, srv.URL+"/?token="+testToken); resp.StatusCode != http.StatusSeeOther {
+	resp, _ := get(t, c, srv.URL+"/?token="+testToken)
+	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("login: %s", resp.Status)
 	}
-	resp, body := get(t, c, srv.URL+"/sessions/"+sid)
+	base := srv.URL + strings.TrimSuffix(resp.Header.Get("Location"), "/")
+	resp, body := get(t, c, base+"/sessions/"+sid)
 	m := csrfRE.FindStringSubmatch(body)
 	if resp.StatusCode != http.StatusOK || m == nil {
 		t.Fatalf("session page: %s, no csrf token in it", resp.Status)
 	}
-	return c, m[1]
+	return c, m[1], base
 }
 
 func TestDecideNeedsCSRFAndOrigin(t *testing.T) {
 	srv, f := start(t)
-	c, csrf := login(t, srv)
-	_, other := login(t, srv)
+	c, csrf, base := login(t, srv)
+	_, other, _ := login(t, srv)
 	id, done := hold(t, f.store)
 	origin := []string{"Origin", srv.URL}
 	form := func(tok string) url.Values {
@@ -245,7 +267,7 @@ func TestDecideNeedsCSRFAndOrigin(t *testing.T) {
 		{"a foreign Referer", c, form(csrf), []string{"Referer", "http://evil.example/"}, http.StatusForbidden},
 		{"no cookie", client(t), form(csrf), origin, http.StatusUnauthorized},
 	} {
-		if resp, _ := post(t, tc.c, srv.URL+"/approvals/"+id, tc.form, tc.hdr...); resp.StatusCode != tc.want {
+		if resp, _ := post(t, tc.c, base+"/approvals/"+id, tc.form, tc.hdr...); resp.StatusCode != tc.want {
 			t.Errorf("%s: %s, want %d", tc.name, resp.Status, tc.want)
 		}
 	}
@@ -253,8 +275,8 @@ func TestDecideNeedsCSRFAndOrigin(t *testing.T) {
 		t.Fatalf("a refused form decided the request: %+v", l)
 	}
 	// The console's own form, from its page (a Referer will do too).
-	resp, _ := post(t, c, srv.URL+"/approvals/"+id, form(csrf), "Referer", srv.URL+"/sessions/"+sid)
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/sessions/"+sid {
+	resp, _ := post(t, c, base+"/approvals/"+id, form(csrf), "Referer", base+"/sessions/"+sid)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != strings.TrimPrefix(base, srv.URL)+"/sessions/"+sid {
 		t.Fatalf("decision: %s to %q, want 303 back to the session", resp.Status, resp.Header.Get("Location"))
 	}
 	d := <-done
@@ -262,22 +284,22 @@ func TestDecideNeedsCSRFAndOrigin(t *testing.T) {
 		t.Errorf("decision %+v, want allowed by %q with the reason", d, By)
 	}
 	// Deciding again: the console says who decided first.
-	if resp, body := post(t, c, srv.URL+"/approvals/"+id, form(csrf), origin...); resp.StatusCode != http.StatusConflict || !strings.Contains(body, "already allowed by console") {
+	if resp, body := post(t, c, base+"/approvals/"+id, form(csrf), origin...); resp.StatusCode != http.StatusConflict || !strings.Contains(body, "already allowed by console") {
 		t.Errorf("second decision: %s %q, want 409 naming the first", resp.Status, body)
 	}
 	// Commit and discard need the same.
 	for _, action := range []string{"commit", "discard"} {
-		if resp, _ := post(t, c, srv.URL+"/sessions/"+sid+"/"+action, url.Values{"csrf": {other}}, origin...); resp.StatusCode != http.StatusForbidden {
+		if resp, _ := post(t, c, base+"/sessions/"+sid+"/"+action, url.Values{"csrf": {other}}, origin...); resp.StatusCode != http.StatusForbidden {
 			t.Errorf("%s with another login's token: %s, want 403", action, resp.Status)
 		}
 	}
 	if len(f.committed)+len(f.discarded) != 0 {
 		t.Fatalf("a refused form committed %v, discarded %v", f.committed, f.discarded)
 	}
-	if resp, body := post(t, c, srv.URL+"/sessions/"+sid+"/commit", url.Values{"csrf": {csrf}}, origin...); resp.StatusCode != http.StatusOK || !strings.Contains(body, `id="committed"`) {
+	if resp, body := post(t, c, base+"/sessions/"+sid+"/commit", url.Values{"csrf": {csrf}}, origin...); resp.StatusCode != http.StatusOK || !strings.Contains(body, `id="committed"`) {
 		t.Errorf("commit: %s, want 200 and the result", resp.Status)
 	}
-	if resp, _ := post(t, c, srv.URL+"/sessions/"+sid+"/discard", url.Values{"csrf": {csrf}}, origin...); resp.StatusCode != http.StatusSeeOther {
+	if resp, _ := post(t, c, base+"/sessions/"+sid+"/discard", url.Values{"csrf": {csrf}}, origin...); resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("discard: %s, want 303", resp.Status)
 	}
 	if len(f.committed) != 1 || len(f.discarded) != 1 {
@@ -292,17 +314,17 @@ func TestDecideNeedsCSRFAndOrigin(t *testing.T) {
 // character reaches the page raw.
 func TestSandboxTextIsInert(t *testing.T) {
 	srv, f := start(t)
-	c, csrf := login(t, srv)
+	c, csrf, base := login(t, srv)
 	_, _ = hold(t, f.store)
 	pages := map[string]string{}
 	for _, p := range []string{"/", "/sessions/" + sid} {
-		resp, body := get(t, c, srv.URL+p)
+		resp, body := get(t, c, base+p)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s: %s", p, resp.Status)
 		}
 		pages[p] = body
 	}
-	_, pages["commit"] = post(t, c, srv.URL+"/sessions/"+sid+"/commit", url.Values{"csrf": {csrf}}, "Origin", srv.URL)
+	_, pages["commit"] = post(t, c, base+"/sessions/"+sid+"/commit", url.Values{"csrf": {csrf}}, "Origin", srv.URL)
 	escaped := `&lt;script&gt;document.title=&#34;owned&#34;&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;&#34;&#39;&amp;`
 	for name, body := range pages {
 		for _, raw := range []string{"<script", "<img", "onerror=alert(1)>", "\x1b", "\u202e"} {
@@ -332,9 +354,9 @@ func hostileEsc(suffix string) string {
 
 func TestSecurityHeaders(t *testing.T) {
 	srv, _ := start(t)
-	c, _ := login(t, srv)
+	c, _, base := login(t, srv)
 	for _, u := range []string{"/", "/sessions/" + sid, "/sessions/nope", "/console.css"} {
-		resp, _ := get(t, c, srv.URL+u)
+		resp, _ := get(t, c, base+u)
 		for k, v := range securityHeaders {
 			if got := resp.Header.Get(k); got != v {
 				t.Errorf("%s: %s = %q, want %q", u, k, got, v)
@@ -362,11 +384,18 @@ func TestListenAddress(t *testing.T) {
 		{"[::]:8080", false, false},
 		{"10.0.0.1:8080", false, false},
 		{"console.example:8080", false, false},
-		{"0.0.0.0:8080", true, true},
+		// Remote: one address, never every interface, a name or a
+		// session's.
+		{"192.0.2.1:8080", true, true},
+		{"0.0.0.0:8080", true, false},
+		{"[::]:8080", true, false},
+		{":8080", true, false},
+		{"console.example:8080", true, false},
+		{"10.213.0.1:8080", true, false},
 		{"127.0.0.1", false, false},
 		{"127.0.0.1:http", false, false},
 	} {
-		_, err := checkTCP(tc.addr, tc.remote)
+		_, err := checkTCP(tc.addr, tc.remote, []netip.Prefix{netip.MustParsePrefix("10.213.0.0/16")})
 		if (err == nil) != tc.ok {
 			t.Errorf("checkTCP(%q, %v) = %v, want ok %v", tc.addr, tc.remote, err, tc.ok)
 		}
@@ -467,13 +496,20 @@ func TestServeUnixSocket(t *testing.T) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
 		}}}
-	resp, body := get(t, c, "http://console/sessions/"+sid)
+	// The peer is checked; the way in needs no token and leads to the
+	// base path.
+	resp, _ := get(t, c, "http://console/")
+	base := "http://console" + strings.TrimSuffix(resp.Header.Get("Location"), "/")
+	if resp.StatusCode != http.StatusSeeOther || !baseRE.MatchString(resp.Header.Get("Location")) {
+		t.Fatalf("way in over the socket: %s to %q", resp.Status, resp.Header.Get("Location"))
+	}
+	resp, body := get(t, c, base+"/sessions/"+sid)
 	m := csrfRE.FindStringSubmatch(body)
 	if resp.StatusCode != http.StatusOK || m == nil {
 		t.Fatalf("session page over the socket: %s", resp.Status)
 	}
 	id, done := hold(t, f.store)
-	resp, _ = post(t, c, "http://console/approvals/"+id, url.Values{"csrf": {m[1]}, "decision": {"deny"}}, "Origin", "http://console")
+	resp, _ = post(t, c, base+"/approvals/"+id, url.Values{"csrf": {m[1]}, "decision": {"deny"}}, "Origin", "http://console")
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("decision over the socket: %s", resp.Status)
 	}
@@ -487,5 +523,55 @@ func TestFieldsText(t *testing.T) {
 	want := `n=3 name="evil\u202etxt.exe" rule="http \"a.test\" rule 1 (POST /x -> ask)"`
 	if got != want {
 		t.Errorf("fieldsText = %s, want %s", got, want)
+	}
+}
+
+// TestTokenFileOwner: a token file someone else could have planted (owned
+// by another user, or reached through a symlink) is refused: its owner
+// would know the token.
+func TestTokenFileOwner(t *testing.T) {
+	testutil.RequiresRoot(t)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "console.token")
+	const planted = "attacker-chosen-token-0123456789abcdef"
+	if err := os.WriteFile(p, []byte(planted+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(p, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if tok, _, _, err := loadToken(Config{TokenFile: p, Root: dir}); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
+		t.Errorf("a token file owned by uid 65534: token %q, %v; want refused", tok, err)
+	}
+	if err := os.Chown(p, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.token")
+	if err := os.Symlink(p, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := loadToken(Config{TokenFile: link, Root: dir}); err == nil {
+		t.Error("a token file reached through a symlink was read")
+	}
+	if tok, _, _, err := loadToken(Config{TokenFile: p, Root: dir}); err != nil || tok != planted {
+		t.Errorf("root's own token file: %q, %v", tok, err)
+	}
+}
+
+// TestConnectionsEnd: unauthenticated connections that idle, or announce
+// a body they never send, are closed by the console after its limits.
+func TestConnectionsEnd(t *testing.T) {
+	saved := limits
+	limits = httpserve.Limits{ReadTimeout: time.Second, WriteTimeout: time.Second, IdleTimeout: time.Second, MaxHeaderBytes: 4096, MaxConns: 64}
+	t.Cleanup(func() { limits = saved })
+	f := &fakeDaemon{store: approvals.New()}
+	t.Cleanup(func() { f.store.Close(context.Background()) })
+	srv, err := Serve(t.Context(), f, Config{Listen: "127.0.0.1:0", Root: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	if left := testutil.HeldConnections(t, srv.Addr().String(), "/approvals/x", 50, time.Minute); left != 0 {
+		t.Errorf("%d of 50 held connections still open a minute after the console's 1 s limits", left)
 	}
 }

@@ -3,6 +3,7 @@ package console
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -89,26 +90,30 @@ type handler struct {
 	d    Daemon
 	auth *auth
 	mux  *http.ServeMux
+	// base is the random path every page lives under once logged in
+	// ("/c/<32 hex digits>/"), and the login cookie's Path. Browsers send
+	// a cookie to every port of its host: the cookie of a console on
+	// 127.0.0.1 would also go to any other server on 127.0.0.1 (a local
+	// user's) the browser is sent to, but only to a path under base, which
+	// that server cannot know.
+	base string
 }
 
 // New returns the console's handler serving d. Without WithToken or
 // WithPeerCheck, it admits every request: the caller must have
 // authenticated it.
 func New(d Daemon, opts ...Option) http.Handler {
-	h := &handler{d: d, auth: newAuth(), mux: http.NewServeMux()}
+	h := &handler{d: d, auth: newAuth(), mux: http.NewServeMux(), base: "/c/" + rand.Text() + "/"}
 	for _, o := range opts {
 		o(h)
 	}
+	h.auth.cookiePath = h.base
 	h.mux.HandleFunc("GET /{$}", h.handleIndex)
 	h.mux.HandleFunc("GET /sessions/{id}", h.handleSession)
 	h.mux.HandleFunc("POST /approvals/{id}", h.handleDecide)
 	h.mux.HandleFunc("POST /sessions/{id}/commit", h.handleCommit)
 	h.mux.HandleFunc("POST /sessions/{id}/discard", h.handleDiscard)
-	h.mux.HandleFunc("GET /console.css", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/css; charset=utf-8")
-		b, _ := files.ReadFile("static/console.css")
-		_, _ = w.Write(b)
-	})
+	h.mux.HandleFunc("GET /console.css", func(w http.ResponseWriter, r *http.Request) { serveCSS(w) })
 	return h
 }
 
@@ -143,12 +148,13 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	rest, inBase := strings.CutPrefix(r.URL.Path, h.base)
+	if !inBase {
+		h.enter(w, r)
+		return
+	}
 	login, ok := a.loggedIn(r)
 	switch {
-	case ok && r.Method == http.MethodGet && r.URL.Query().Has("token"):
-		// Logged in already: only take the token off the address.
-		stripToken(w, r)
-		return
 	case ok:
 	case len(a.token) == 0:
 		// Authenticated by the peer, or by the caller of New: a cookie
@@ -159,18 +165,16 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		login = a.login(w)
 	default:
+		// A client that sends the token with every request.
 		tok, inQuery := presented(r)
-		if r.Method != http.MethodGet || !a.tokenOK(tok) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock console"`)
-			h.fail(w, r, http.StatusUnauthorized, "Open the console with ?token=TOKEN: the token is in the daemon's --console-token-file, or in "+TokenFileName+" under its --root.")
+		if r.Method != http.MethodGet || inQuery || !a.tokenOK(tok) {
+			h.unauthorized(w, r)
 			return
 		}
 		login = a.login(w)
-		if inQuery {
-			stripToken(w, r)
-			return
-		}
 	}
+	r.URL.Path = "/" + rest
+	r.URL.RawPath = ""
 	if r.Method == http.MethodPost {
 		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 		if !sameOrigin(r) {
@@ -189,14 +193,40 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), loginKey{}, login)))
 }
 
-// stripToken redirects to r's URL without its token: off the address bar
-// and the history.
-func stripToken(w http.ResponseWriter, r *http.Request) {
-	u := *r.URL
-	q := u.Query()
-	q.Del("token")
-	u.RawQuery = q.Encode()
-	http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+// enter serves what is outside the console's base path: the style sheet,
+// and the way in. A GET with the token (?token= or an Authorization
+// header; on a unix socket, any GET: the peer was checked) gets a login
+// cookie and a redirect to the base path, which takes the token off the
+// address bar and the history. Nothing else is served there.
+func (h *handler) enter(w http.ResponseWriter, r *http.Request) {
+	a := h.auth
+	if r.Method == http.MethodGet && r.URL.Path == "/console.css" {
+		serveCSS(w)
+		return
+	}
+	if r.Method != http.MethodGet {
+		h.fail(w, r, http.StatusNotFound, "There is nothing to post to here: open the console first.")
+		return
+	}
+	if len(a.token) > 0 {
+		if tok, _ := presented(r); !a.tokenOK(tok) {
+			h.unauthorized(w, r)
+			return
+		}
+	}
+	a.login(w)
+	http.Redirect(w, r, h.base, http.StatusSeeOther)
+}
+
+func (h *handler) unauthorized(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="airlock console"`)
+	h.fail(w, r, http.StatusUnauthorized, "Open the console at its address with ?token=TOKEN: the token is in the daemon's --console-token-file, or in "+TokenFileName+" under its --root.")
+}
+
+func serveCSS(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/css; charset=utf-8")
+	b, _ := files.ReadFile("static/console.css")
+	_, _ = w.Write(b)
 }
 
 // by names who decides through r.
@@ -210,7 +240,10 @@ func (h *handler) by(r *http.Request) string {
 // page is what every template gets.
 type page struct {
 	Title string
-	CSRF  string
+	// Base is the console's base path for links and forms ("/" before
+	// the way in).
+	Base string
+	CSRF string
 	// Back is where a decision's form returns to.
 	Back string
 	Data any
@@ -218,9 +251,10 @@ type page struct {
 
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
 	login, _ := r.Context().Value(loginKey{}).(string)
-	p := page{Title: title, Data: data, Back: r.URL.Path}
+	p := page{Title: title, Data: data, Back: r.URL.Path, Base: "/"}
 	if login != "" {
 		p.CSRF = h.auth.csrf(login)
+		p.Base = h.base
 	}
 	var buf bytes.Buffer
 	if err := pages.ExecuteTemplate(&buf, name, p); err != nil {
@@ -234,6 +268,10 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 }
 
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusMisdirectedRequest || status == http.StatusNotFound {
+		// Refused before the body was read: do not wait for it.
+		w.Header().Set("Connection", "close")
+	}
 	h.render(w, r, status, "error.html", http.StatusText(status), msg)
 }
 
@@ -392,7 +430,7 @@ func (h *handler) handleDecide(w http.ResponseWriter, r *http.Request) {
 		h.failErr(w, r, err)
 		return
 	}
-	http.Redirect(w, r, back(r), http.StatusSeeOther)
+	http.Redirect(w, r, h.base+strings.TrimPrefix(back(r), "/"), http.StatusSeeOther)
 }
 
 type commitData struct {
@@ -426,7 +464,7 @@ func (h *handler) handleDiscard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.G(r.Context()).Info("console: discard", "session", id, "by", h.by(r))
-	http.Redirect(w, r, "/sessions/"+id, http.StatusSeeOther)
+	http.Redirect(w, r, h.base+"sessions/"+id, http.StatusSeeOther)
 }
 
 type statusWriter struct {

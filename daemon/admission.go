@@ -119,6 +119,15 @@ func (d *Daemon) ExposeAPI(socket, group string) error {
 	return nil
 }
 
+// Protect refuses paths (and what is beneath or contains them) as
+// workspaces and mounts, as the API socket is: other ways into the daemon
+// (the console's socket, its token file) that no session may reach.
+func (d *Daemon) Protect(paths ...string) {
+	for _, p := range paths {
+		d.admission.protect(p)
+	}
+}
+
 // reserve takes a place under the session limit for a sandbox about to be
 // prepared; release gives it back. The limit counts sessions in any
 // state, sandboxes waiting in pools, and creates and pool fills under way.

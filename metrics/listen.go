@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"time"
+	"strconv"
+	"strings"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/internal/httpserve"
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
 
@@ -66,9 +68,13 @@ func (m *Metrics) Serve(ctx context.Context, addr string) (_ *http.Server, bound
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+Path, m.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	var h http.Handler = mux
+	if ap, err := netip.ParseAddrPort(l.Addr().String()); err == nil && ap.Addr().Unmap().IsLoopback() {
+		h = loopbackHostsOnly(h, ap.Port())
+	}
+	srv := httpserve.Server(h, limits)
 	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(httpserve.Listener(l, limits)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.G(ctx).Error("metrics listener", "error", err)
 		}
 	}()
@@ -78,4 +84,24 @@ func (m *Metrics) Serve(ctx context.Context, addr string) (_ *http.Server, bound
 	}()
 	log.G(ctx).Info("serving metrics", "address", "http://"+l.Addr().String()+Path)
 	return srv, l.Addr().String(), nil
+}
+
+// limits bound the metrics server's connections (tests shorten them).
+var limits = httpserve.Default
+
+// loopbackHostsOnly answers 421 to a request whose Host does not name a
+// loopback address on port: a web page whose name an attacker rebinds to
+// 127.0.0.1 (DNS rebinding) would otherwise read every session's id and
+// counts through the browser of someone on this host.
+func loopbackHostsOnly(h http.Handler, port uint16) http.Handler {
+	p := strconv.Itoa(int(port))
+	ok := map[string]bool{"127.0.0.1:" + p: true, "localhost:" + p: true, "[::1]:" + p: true}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !ok[strings.ToLower(r.Host)] {
+			w.Header().Set("Connection", "close")
+			http.Error(w, "metrics are served to their loopback address only, not to host "+r.Host, http.StatusMisdirectedRequest)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -234,7 +234,7 @@ func run() int {
 		return 2
 	}
 	consoleCfg := console.Config{Listen: *consoleListen, AllowRemote: *consoleRemote,
-		TokenFile: *consoleToken, Root: absRoot, Group: *socketGroup}
+		TokenFile: *consoleToken, Root: absRoot, Group: *socketGroup, SessionPools: []netip.Prefix{poolPrefix}}
 	switch {
 	case *consoleListen != "":
 		if err := consoleCfg.Check(); err != nil {
@@ -360,6 +360,13 @@ func run() int {
 	}
 	var consoleSrv *console.Server
 	if *consoleListen != "" {
+		// Ways into the daemon no session may mount.
+		if path, ok := strings.CutPrefix(*consoleListen, "unix:"); ok {
+			d.Protect(path)
+		}
+		if *consoleToken != "" {
+			d.Protect(*consoleToken)
+		}
 		if consoleSrv, err = console.Serve(ctx, d, consoleCfg); err != nil {
 			logger.Error("console listener", "error", err)
 			_ = d.Close(context.WithoutCancel(ctx))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/internal/httpserve"
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
 
@@ -62,8 +63,8 @@ func ServeCredentials(ctx context.Context, h http.Handler, addr string) (*http.S
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
+	srv := httpserve.Server(h, httpserve.Default)
+	go func() { _ = srv.Serve(httpserve.Listener(l, httpserve.Default)) }()
 	log.G(ctx).Info("serving credential verification endpoints", "address", l.Addr().String())
 	return srv, nil
 }

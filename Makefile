@@ -11,7 +11,7 @@ FUZZTIME ?= 3000x
 # Agent images (images/NAME, on top of the agent image): `make images`.
 AGENT_IMAGES := claude-code codex
 
-.PHONY: all build deps image images install uninstall test unit vet fuzz integration bench perf soak fmt clean help
+.PHONY: all build deps image images install uninstall deb test unit vet fuzz integration bench perf soak fmt clean help
 
 all: build
 
@@ -39,6 +39,10 @@ images: image ## also build the agent images' archives (airlock/claude-code, air
 
 install: deps build images ## install airlock as a service: binaries, the agent images, a systemd unit, /etc/airlock/airlockd.hcl (PREFIX, SYSCONFDIR, STATEDIR, RUNDIR, UNITDIR, DESTDIR; see hack/install.sh)
 	@bash hack/install.sh install $(BIN) --image agent=$$(cat $(OUT)/agent-image.path) \
+		$(foreach r,$(AGENT_IMAGES),--image $(r)=$$(cat $(OUT)/$(r)-image.path))
+
+deb: deps build images ## build a Debian package of the make install tree (dpkg-deb) into _output/deb
+	@bash hack/deb.sh $(BIN) $(OUT)/deb --image agent=$$(cat $(OUT)/agent-image.path) \
 		$(foreach r,$(AGENT_IMAGES),--image $(r)=$$(cat $(OUT)/$(r)-image.path))
 
 uninstall: ## remove what make install put in place (not airlockd.hcl unless PURGE=1, nor the state directory)

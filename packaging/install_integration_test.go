@@ -4,6 +4,7 @@ package packaging_test
 
 import (
 	"bufio"
+	"net"
 	"context"
 	"errors"
 	"os"
@@ -164,6 +165,14 @@ func TestInstallRunsAsService(t *testing.T) {
 		t.Errorf("airlock ps after the upgrade: %v\n%s", err, out)
 	}
 	stop()
+	select {
+	case st := <-svc.states:
+		if st != "STOPPING=1" {
+			t.Errorf("notification on SIGTERM %q, want STOPPING=1", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("airlockd stopped without saying STOPPING=1")
+	}
 
 	l.script(t, nil, "uninstall", bin)
 	var left []string
@@ -227,13 +236,17 @@ type service struct {
 	log             func() string
 	stop            func()
 	cli             func(args ...string) (string, error)
+	// states are the notifications after READY=1.
+	states <-chan string
 }
 
 // startService runs the unit's ExecStart as systemd would run it (without
-// systemd's sandboxing, which needs systemd as the init), waits until the
-// installed CLI reaches it, and stops it at the test's end. Stopping is
-// as the unit's KillMode=process does: SIGTERM to airlockd alone; its
-// containerd runs on, as across a restart, and the cleanup ends it.
+// systemd's sandboxing, which needs systemd as the init): as the unit is
+// Type=notify, with NOTIFY_SOCKET naming a socket the test reads. It waits
+// for READY=1, after which the installed CLI must reach the daemon at
+// once, and stops it at the test's end. Stopping is as the unit's
+// KillMode=process does: SIGTERM to airlockd alone; its containerd runs
+// on, as across a restart, and the cleanup ends it.
 func startService(t *testing.T, l layout) *service {
 	t.Helper()
 	argv := execStart(t, filepath.Join(l.unitDir, "airlockd.service"))
@@ -244,8 +257,27 @@ func startService(t *testing.T, l layout) *service {
 	}
 	t.Cleanup(func() { logf.Close() })
 	s.log = func() string { b, _ := os.ReadFile(s.logPath); return string(b) }
+	notifyPath := filepath.Join(t.TempDir(), "notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { notify.Close() })
+	states := make(chan string, 16)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := notify.Read(buf)
+			if err != nil {
+				close(states)
+				return
+			}
+			states <- string(buf[:n])
+		}
+	}()
 	daemon := exec.Command(argv[0], argv[1:]...)
 	daemon.Stdout, daemon.Stderr = logf, logf
+	daemon.Env = append(os.Environ(), "NOTIFY_SOCKET="+notifyPath)
 	if err := daemon.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -268,17 +300,19 @@ func startService(t *testing.T, l layout) *service {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := s.cli("version"); err == nil {
-			return s
+	select {
+	case st := <-states:
+		if !strings.HasPrefix(st, "READY=1\n") {
+			t.Fatalf("the first notification is %q, want READY=1", st)
 		}
-		select {
-		case err := <-exited:
-			t.Fatalf("airlockd exited (%v):\n%s", err, s.log())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("airlockd did not serve %s:\n%s", s.socket, s.log())
-		}
+	case err := <-exited:
+		t.Fatalf("airlockd exited (%v) before it was ready:\n%s", err, s.log())
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("airlockd did not say READY=1:\n%s", s.log())
 	}
+	if out, err := s.cli("version"); err != nil {
+		t.Fatalf("right after READY=1 the CLI cannot reach airlockd: %v\n%s", err, out)
+	}
+	s.states = states
+	return s
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/hostcheck"
 	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/internal/sdnotify"
 	"github.com/airlock-sandbox/airlock/metrics"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
@@ -79,6 +80,9 @@ func main() {
 		}
 		return
 	}
+	// Before anything starts a child: none may report to the service
+	// manager in airlockd's name.
+	sdnotify.Take()
 	os.Exit(run())
 }
 

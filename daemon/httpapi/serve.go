@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/httpserve"
 	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/internal/sdnotify"
 )
 
 // Serve listens on the unix socket path (mode 0600, or 0660 with group
@@ -39,11 +40,15 @@ func Serve(ctx context.Context, d Daemon, socket, group string) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	log.G(ctx).Info("serving API", "socket", socket)
+	if err := sdnotify.Notify("READY=1\nSTATUS=serving the API on " + socket); err != nil {
+		log.G(ctx).Warn("telling the service manager the daemon is ready", "error", err)
+	}
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
+	_ = sdnotify.Notify("STOPPING=1")
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	// Closing the listener removes the socket file.

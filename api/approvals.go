@@ -19,8 +19,26 @@ type Approval struct {
 	Session string `json:"session"`
 	Method  string `json:"method"`
 	Host    string `json:"host"`
-	// Path is the request's path, its query redacted.
+	// Path is the request's path (normalized), without its query.
 	Path string `json:"path"`
+	// Query is the request's raw query (after "?", as the sandbox sent
+	// it, percent-escapes and all), at most 8 KiB; empty when it has
+	// none. QueryTruncated says it is longer: the rest goes on unseen if
+	// the request is allowed. It is kept once the request is decided.
+	Query          string `json:"query,omitempty"`
+	QueryTruncated bool   `json:"query_truncated,omitempty"`
+	// Headers are the request's header fields as the sandbox sent them,
+	// one per value, in name order (names in Go's canonical case, as they
+	// are forwarded), at most 100 fields and 16 KiB of names and values,
+	// each value at most 1 KiB (HeaderField.Truncated); HeadersTruncated
+	// says some were cut or left out. A header the gateway sets to a
+	// secret's value on the way out (a secret bound to the host) is shown
+	// with the secret's placeholder and name, never its value. Hop-by-hop
+	// fields (Connection, Transfer-Encoding, ...) are shown but not
+	// forwarded; trailers are not shown. Like Body, the headers are the
+	// sandbox's text, shown only while the request is pending.
+	Headers          []HeaderField `json:"headers,omitempty"`
+	HeadersTruncated bool          `json:"headers_truncated,omitempty"`
 	// Rule is the text of the rule that asked.
 	Rule string `json:"rule"`
 	// Refs are the refs a git push would update, when the request is one.
@@ -51,6 +69,18 @@ type Approval struct {
 	Decided *time.Time `json:"decided,omitempty"`
 	By      string     `json:"by,omitempty"`
 	Reason  string     `json:"reason,omitempty"`
+}
+
+// HeaderField is a header field of a held request (Approval.Headers).
+type HeaderField struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+	// Truncated says Value was cut (at 1 KiB).
+	Truncated bool `json:"truncated,omitempty"`
+	// Secret names the secret whose value the gateway puts in this field
+	// in place of Value (the secret's placeholder, with "Bearer " for a
+	// bearer binding) once the request is allowed.
+	Secret string `json:"secret,omitempty"`
 }
 
 // ApprovalDecision values.

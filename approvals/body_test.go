@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -103,4 +104,72 @@ func TestHeldBodyBounded(t *testing.T) {
 		decision(t, ch)
 		nextEvent(t, f)
 	}
+}
+
+// A held request's query and headers reach the list, the followers and
+// the approver hook's stdin; the decided request keeps the query, not the
+// headers; neither is audited nor logged.
+func TestHeldQueryAndHeaders(t *testing.T) {
+	dir := t.TempDir()
+	stdin := filepath.Join(dir, "stdin")
+	e, err := NewExecApprover([]string{script(t, `cat > `+stdin+`; echo '{"decision":"deny"}'`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, WithApprover(e))
+	f, _ := s.Follow("")
+	defer f.Close()
+	var logs bytes.Buffer
+	ctx := log.WithLogger(t.Context(), slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	rec := &recorder{}
+	r := push("s1", rec)
+	r.Method, r.Path, r.Refs = "POST", "/deploy", nil
+	r.Query = "env=production&force=QMARK-51"
+	headers := []api.HeaderField{
+		{Name: "X-Api-Key", Value: "airlock-secret-placeholder", Secret: "API_KEY"},
+		{Name: "X-Http-Method-Override", Value: "DELETE-HMARK-52"},
+	}
+	r.Headers = headers
+	ch := ask(ctx, s, r)
+
+	a := held(t, f)
+	if a.Query != r.Query || a.QueryTruncated || !slices.Equal(a.Headers, headers) || a.HeadersTruncated {
+		t.Errorf("follower: query %q, headers %+v", a.Query, a.Headers)
+	}
+	if l := s.List(""); len(l) != 1 || l[0].Query != r.Query || !slices.Equal(l[0].Headers, headers) {
+		t.Errorf("list: %+v", l)
+	}
+	decision(t, ch)
+	b, err := os.ReadFile(stdin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got api.Approval
+	if err := json.Unmarshal(b, &got); err != nil || got.Query != r.Query || !slices.Equal(got.Headers, headers) {
+		t.Errorf("hook's stdin %s: %v", b, err)
+	}
+	if !strings.Contains(string(b), `"query":"env=production\u0026force=QMARK-51"`) ||
+		!strings.Contains(string(b), `{"name":"X-Api-Key","value":"airlock-secret-placeholder","secret":"API_KEY"}`) {
+		t.Errorf("hook's stdin lacks the query or the headers: %s", b)
+	}
+	ev := nextEvent(t, f)
+	if ev.Type != api.ApprovalDecided || ev.Approval.Headers != nil || ev.Approval.Query != r.Query {
+		t.Errorf("decided event %+v: want the query, no headers", ev.Approval)
+	}
+	for _, where := range []string{fmt.Sprintf("%+v", rec.events()), logs.String()} {
+		if strings.Contains(where, "QMARK-51") || strings.Contains(where, "HMARK-52") {
+			t.Errorf("the query or a header was recorded: %s", where)
+		}
+	}
+
+	// Over the bounds, kept cut and marked.
+	r = push("s1", nil)
+	r.Query = strings.Repeat("q", MaxQuery+1)
+	r.Headers = make([]api.HeaderField, MaxHeaders+1)
+	ch = ask(t.Context(), s, r)
+	a = held(t, f)
+	if len(a.Query) != MaxQuery || !a.QueryTruncated || len(a.Headers) != MaxHeaders || !a.HeadersTruncated {
+		t.Errorf("held query of %d bytes (truncated %v), %d headers (truncated %v)", len(a.Query), a.QueryTruncated, len(a.Headers), a.HeadersTruncated)
+	}
+	decision(t, ch) // the hook denies it
 }

@@ -35,11 +35,16 @@ const execPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 //
 //	{"id": "3f9c0e1a2b4d5e6f", "session": "ID", "method": "POST",
 //	 "host": "git.corp.test", "path": "/repo.git/git-receive-pack",
+//	 "query": "", "headers": [{"name": "Content-Type", "value": "..."}, ...],
 //	 "rule": "ask POST /repo.git/git-receive-pack", "refs": ["refs/heads/main"],
 //	 "body": "MDA5NGIxYzQ...", "content_type": "application/x-git-receive-pack-request",
 //	 "created": "...", "deadline": "...", "state": "pending"}
 //
-// "body" is the start of the request's body (base64, at most 64 KiB, as
+// "query" is the request's raw query ("query_truncated" if it is longer
+// than 8 KiB) and "headers" its header fields as the sandbox sent them
+// ("headers_truncated" if some were left out; a header bound to a secret
+// has the secret's placeholder and "secret": its name, never its value):
+// see api.Approval. "body" is the start of the request's body (base64, at most 64 KiB, as
 // the sandbox sent it: "content_encoding" says if it is compressed;
 // "body_truncated" if it is longer), so that the command can see what
 // the request would do. It is the sandbox's bytes: a command that shows

@@ -20,9 +20,11 @@
 // (Store.Follow), each of which buffers a bounded number of events: a slow
 // follower loses events, is told how many, and never slows an Ask.
 //
-// A held request carries the start of its body (Request.Body: at most
-// MaxBody, 64 KiB, as the sandbox sent it) so that whoever decides can see
-// what it would do. While it is pending the body is visible to whoever
+// A held request carries its query, its header fields and the start of
+// its body (Request.Query, Headers: a secret's placeholder, never its
+// value, in a header bound to one; Body: at most MaxBody, 64 KiB, as the
+// sandbox sent it) so that whoever decides can see what it would do. The
+// headers, like the body, are dropped once it is decided. While it is pending the body is visible to whoever
 // can read airlockd's API socket (the list, the followers) and to the
 // approver hook (on its stdin); it is never audited or logged (the audit
 // records its length, body_bytes), and a decided request no longer
@@ -68,6 +70,11 @@ const (
 	// MaxBody bounds the bytes of a held request's body the store keeps
 	// (the L7 gateway reads no more: l7.MaxHeldBody).
 	MaxBody = 64 << 10
+	// MaxQuery bounds the bytes of a held request's query the store
+	// keeps, MaxHeaders its header fields (the L7 gateway sends no more:
+	// l7.MaxHeldQuery, l7.MaxHeldHeaders).
+	MaxQuery   = 8 << 10
+	MaxHeaders = 100
 	// followBuffer bounds the events a follower has not read yet.
 	followBuffer = 256
 	// keepDecided is how many decided requests are remembered, so that a
@@ -115,6 +122,17 @@ type Request struct {
 	Body                         []byte
 	BodyTruncated                bool
 	ContentType, ContentEncoding string
+	// Query is the request's raw query, kept to MaxQuery bytes
+	// (QueryTruncated set if it cut more); it stays once the request is
+	// decided, and is neither audited nor logged.
+	Query          string
+	QueryTruncated bool
+	// Headers are the request's header fields as its client sent them
+	// (a secret's placeholder, never its value, in a field bound to one),
+	// kept to MaxHeaders fields (HeadersTruncated set if it cut more),
+	// and like Body only until the request is decided.
+	Headers          []api.HeaderField
+	HeadersTruncated bool
 	// Timeout bounds the wait; zero or less is DefaultTimeout.
 	Timeout time.Duration
 	// Audit receives the hold and its decision as events of layer
@@ -231,6 +249,8 @@ func (s *Store) Ask(ctx context.Context, r Request) Decision {
 			Session: r.Session, Method: r.Method, Host: r.Host, Path: r.Path, Rule: r.Rule,
 			Refs: slices.Clone(r.Refs), Created: now, Deadline: now.Add(timeout), State: api.ApprovalPending,
 			Body: r.Body, BodyTruncated: r.BodyTruncated, ContentType: r.ContentType, ContentEncoding: r.ContentEncoding,
+			Query: r.Query, QueryTruncated: r.QueryTruncated,
+			Headers: slices.Clone(r.Headers), HeadersTruncated: r.HeadersTruncated,
 		},
 		audit:  r.Audit,
 		logged: make(chan struct{}),
@@ -243,6 +263,15 @@ func (s *Store) Ask(ctx context.Context, r Request) Decision {
 		e.a.Body, e.a.BodyTruncated = e.a.Body[:MaxBody:MaxBody], true
 	}
 	e.bodyBytes, e.bodyTruncated = len(e.a.Body), e.a.BodyTruncated
+	if len(e.a.Query) > MaxQuery {
+		e.a.Query, e.a.QueryTruncated = e.a.Query[:MaxQuery], true
+	}
+	if len(e.a.Headers) == 0 {
+		e.a.Headers = nil
+	}
+	if len(e.a.Headers) > MaxHeaders {
+		e.a.Headers, e.a.HeadersTruncated = e.a.Headers[:MaxHeaders:MaxHeaders], true
+	}
 	s.mu.Lock()
 	if by, reason := s.refuseLocked(r.Session); by != "" {
 		s.mu.Unlock()
@@ -349,9 +378,10 @@ func (s *Store) settle(ctx context.Context, e *entry, allow bool, reason, by str
 	}
 	now := time.Now().UTC()
 	e.a.State, e.a.Decided, e.a.By, e.a.Reason = api.ApprovalDenied, &now, by, reason
-	// Whoever decides saw the body while the request was pending; the
-	// decided requests remembered do not keep it.
-	e.a.Body = nil
+	// Whoever decides saw the body and the headers while the request was
+	// pending; the decided requests remembered do not keep them (the
+	// query stays, with the path).
+	e.a.Body, e.a.Headers = nil, nil
 	if allow {
 		e.a.State = api.ApprovalAllowed
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -170,4 +171,48 @@ func cut(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
+}
+
+// PathText renders a held request's path and query for a person, the
+// query after a "?" (its end marked "…" when the gateway cut it), every
+// character that is not printable escaped as EscapeText does.
+func PathText(a api.Approval) string {
+	s := EscapeText(a.Path)
+	if a.Query != "" || a.QueryTruncated {
+		s += "?" + EscapeText(a.Query)
+		if a.QueryTruncated {
+			s += "…"
+		}
+	}
+	return s
+}
+
+// HeadersText renders a held request's header fields on one line, "" when
+// it has none: Name="value" (the value quoted with Go's escapes, so that
+// neither a quote nor a non-printable character in it can pass for the
+// next field), a secret's name after a header bound to one, cut to at
+// most n characters (n < 0: uncut) with a note of the fields' count.
+func HeadersText(a api.Approval, n int) string {
+	if len(a.Headers) == 0 && !a.HeadersTruncated {
+		return ""
+	}
+	parts := make([]string, 0, len(a.Headers)+1)
+	for _, h := range a.Headers {
+		p := EscapeText(h.Name) + "=" + strconv.Quote(h.Value)
+		if h.Truncated {
+			p += "…"
+		}
+		if h.Secret != "" {
+			p += " (secret " + EscapeText(h.Secret) + ")"
+		}
+		parts = append(parts, p)
+	}
+	if a.HeadersTruncated {
+		parts = append(parts, "(more headers not shown)")
+	}
+	s := strings.Join(parts, " ")
+	if n >= 0 && utf8.RuneCountInString(s) > n {
+		return cut(s, n) + fmt.Sprintf(" (%d fields)", len(a.Headers))
+	}
+	return s
 }

@@ -97,7 +97,10 @@ func hold(t *testing.T, s *approvals.Store) (string, <-chan approvals.Decision) 
 	done := make(chan approvals.Decision, 1)
 	go func() {
 		done <- s.Ask(context.Background(), approvals.Request{Session: sid, Method: "POST", Host: "api.test",
-			Path: "/deploy/" + hostile, Rule: "ask POST /deploy/**", Body: []byte(hostile + "\x1b[2J"), ContentType: "text/html"})
+			Path: "/deploy/" + hostile, Query: "env=" + hostile + "\u202e", Rule: "ask POST /deploy/**",
+			Headers: []api.HeaderField{{Name: "Authorization", Value: "Bearer airlock-secret-0123", Secret: "TOKEN"},
+				{Name: "X-Hostile", Value: hostile + "\x1b[2J"}, {Name: "X-Http-Method-Override", Value: "DELETE"}},
+			Body: []byte(hostile + "\x1b[2J"), ContentType: "text/html"})
 	}()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if l := s.List(sid); len(l) == 1 {
@@ -337,10 +340,13 @@ func TestSandboxTextIsInert(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		hostileEsc(".txt</code>"),                        // the file name in the change list
-		`<span class="add">&#43;` + hostileEsc(`\u202e`), // the diff line, its bidi override shown as text
-		"/deploy/" + hostileEsc(""),                      // the held request's path
-		hostileEsc(`\x1b[2J`),                            // its body, the escape character as text
+		hostileEsc(".txt</code>"),                                     // the file name in the change list
+		`<span class="add">&#43;` + hostileEsc(`\u202e`),              // the diff line, its bidi override shown as text
+		"/deploy/" + hostileEsc("?env="+hostileEsc(`\u202e</code>`)),  // the held request's path and query
+		`<th>X-Http-Method-Override</th><td><code>DELETE</code></td>`, // its headers
+		`<th>X-Hostile</th><td><code>` + hostileEsc(`\x1b[2J</code>`),
+		`<th>Authorization</th><td><code>Bearer airlock-secret-0123</code> (secret TOKEN)</td>`,
+		hostileEsc(`\x1b[2J`), // its body, the escape character as text
 	} {
 		if !strings.Contains(pages["/sessions/"+sid], want) {
 			t.Errorf("the session page lacks %q", want)

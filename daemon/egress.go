@@ -76,6 +76,7 @@ func egressAudit(a *audit.Log) egress.Audit {
 // of the session's.
 func (s *session) askL7(ctx context.Context, a egress.Ask) egress.AskDecision {
 	d := s.askApproval(ctx, approvals.Request{Method: a.Method, Host: a.Host, Path: a.Path, Rule: a.Rule, Refs: a.Refs,
-		Body: a.Body, BodyTruncated: a.BodyTruncated, ContentType: a.ContentType, ContentEncoding: a.ContentEncoding})
+		Body: a.Body, BodyTruncated: a.BodyTruncated, ContentType: a.ContentType, ContentEncoding: a.ContentEncoding,
+		Query: a.Query, QueryTruncated: a.QueryTruncated, Headers: a.Headers, HeadersTruncated: a.HeadersTruncated})
 	return egress.AskDecision{Allow: d.Allow, Reason: d.Reason, By: d.By, ID: d.ID}
 }

@@ -133,7 +133,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	// An ask, held until approved through the daemon's approvals.
 	done := make(chan string, 1)
 	go func() {
-		out, _ := sh(`curl -sS --max-time 30 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' --data-raw '{"names":["billing-api"]}' https://api.gw.test/deploy/prod`)
+		out, _ := sh(`curl -sS --max-time 30 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' -H 'X-HTTP-Method-Override: DELETE' -H "x-api-key: $API_KEY" --data-raw '{"names":["billing-api"]}' 'https://api.gw.test/deploy/prod?env=production&force=true'`)
 		done <- out
 	}()
 	var id string
@@ -143,6 +143,17 @@ func TestGatewayEndToEnd(t *testing.T) {
 				id = ap.ID
 				if string(ap.Body) != `{"names":["billing-api"]}` || ap.ContentType != "application/json" {
 					t.Errorf("held %s with body %q, type %q; want curl's", ap.ID, ap.Body, ap.ContentType)
+				}
+				// What goes on if allowed is shown: the query and the
+				// headers, the bound one as the placeholder.
+				shown := map[string]api.HeaderField{}
+				for _, f := range ap.Headers {
+					shown[f.Name] = f
+				}
+				if ap.Query != "env=production&force=true" || shown["X-Http-Method-Override"].Value != "DELETE" ||
+					!strings.HasPrefix(shown["X-Api-Key"].Value, "airlock-secret-") || shown["X-Api-Key"].Secret != "KEY" ||
+					strings.Contains(fmt.Sprint(ap), value) {
+					t.Errorf("held %s with query %q, headers %+v; want curl's, the placeholder and not the value", ap.ID, ap.Query, ap.Headers)
 				}
 			}
 		}

@@ -3,7 +3,9 @@ package fsscope
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // diffContext is the number of unchanged lines around a hunk.
@@ -217,4 +219,36 @@ func hunkRange(start, n int) string {
 // unifiedText writes the hunks turning old into new.
 func unifiedText(w io.Writer, oldText, newText string) error {
 	return writeHunks(w, lineDiff(splitLines(oldText), splitLines(newText)))
+}
+
+// diffName renders prefix+name for a header line of the unified diff
+// ("a/workspace/x"), quoted as git quotes a name that needs it: a name
+// with a control character (a newline would start a line of the
+// sandbox's choosing), a double quote, a backslash, a character that is
+// not printable (a bidi override, a zero-width or other format
+// character, a line or paragraph separator) or bytes that are not UTF-8
+// is written in double quotes with Go's escapes (strconv.Quote: \n, \t,
+// \", \\, \x1b, \u202e), the prefix inside the quotes:
+// "a/workspace/x\ny". Other names are written as they are.
+func diffName(prefix, name string) string {
+	s := prefix + name
+	if needsQuote(s) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// needsQuote reports whether s has a character diffName quotes.
+func needsQuote(s string) bool {
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			return true
+		case r == '"' || r == '\\':
+			return true
+		case !strconv.IsPrint(r):
+			return true
+		}
+	}
+	return false
 }

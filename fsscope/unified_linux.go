@@ -16,7 +16,9 @@ const maxTextDiff = 8 << 20
 // UnifiedDiff writes the change set as a unified diff, git style: paths
 // are sandbox paths (a/workspace/x, b/workspace/x), text files get hunks,
 // binary files "Binary files ... differ", and mode, type, symlink and
-// rename changes their header lines.
+// rename changes their header lines. A name that has a control
+// character, a quote, a backslash or a character that is not printable is
+// quoted in them (see diffName), so the sandbox's names cannot add lines.
 func (s *Session) UnifiedDiff(ctx context.Context, w io.Writer) error {
 	unlock, err := s.lock()
 	if err != nil {
@@ -83,13 +85,17 @@ func gitMode(typ string, perm uint32) string {
 // writeChange writes one change; of a path whose host content the
 // sandbox was never shown (masked: see hiddenPaths) it writes the
 // sandbox's side in full and never the host's.
+//
+// The sandbox names its files: every name in a header line goes through
+// diffName, so that none can start a line or hide what it is.
 func writeChange(w io.Writer, target string, c Change, host, upper *tree, masked bool) error {
 	bPath := path.Join(target, c.Path)
 	aPath := bPath
 	if c.OldPath != "" {
 		aPath = path.Join(target, c.OldPath)
 	}
-	if _, err := fmt.Fprintf(w, "diff --airlock a%s b%s\n", aPath, bPath); err != nil {
+	a, b := diffName("a", aPath), diffName("b", bPath)
+	if _, err := fmt.Fprintf(w, "diff --airlock %s %s\n", a, b); err != nil {
 		return err
 	}
 	var oldText, newText string
@@ -142,7 +148,7 @@ func writeChange(w io.Writer, target string, c Change, host, upper *tree, masked
 		if c.OldMode != c.Mode {
 			fmt.Fprintf(w, "old mode %s\nnew mode %s\n", gitMode(c.Type, c.OldMode), gitMode(c.Type, c.Mode))
 		}
-		_, err := fmt.Fprintf(w, "similarity index 100%%\nrename from %s\nrename to %s\n", aPath, bPath)
+		_, err := fmt.Fprintf(w, "similarity index 100%%\nrename from %s\nrename to %s\n", diffName("", aPath), diffName("", bPath))
 		return err
 	case KindType:
 		fmt.Fprintf(w, "deleted file mode %s\nnew file mode %s\n", gitMode(c.OldType, c.OldMode), gitMode(c.Type, c.Mode))
@@ -157,7 +163,7 @@ func writeChange(w io.Writer, target string, c Change, host, upper *tree, masked
 	}
 	if masked && hasOld {
 		// deny_read hides the host's side; the sandbox's is its own.
-		if _, err := fmt.Fprintf(w, "(deny_read: the host's content of a%s is not shown)\n", aPath); err != nil {
+		if _, err := fmt.Fprintf(w, "(deny_read: the host's content of %s is not shown)\n", a); err != nil {
 			return err
 		}
 		hasOld, oldText = false, ""
@@ -166,7 +172,6 @@ func writeChange(w io.Writer, target string, c Change, host, upper *tree, masked
 		}
 	}
 	if c.Binary {
-		a, b := "a"+aPath, "b"+bPath
 		if !hasOld {
 			a = "/dev/null"
 		}
@@ -177,10 +182,10 @@ func writeChange(w io.Writer, target string, c Change, host, upper *tree, masked
 		return err
 	}
 	if len(oldText) > maxTextDiff || len(newText) > maxTextDiff {
-		_, err := fmt.Fprintf(w, "Files a%s and b%s differ (too large to show)\n", aPath, bPath)
+		_, err := fmt.Fprintf(w, "Files %s and %s differ (too large to show)\n", a, b)
 		return err
 	}
-	from, to := "a"+aPath, "b"+bPath
+	from, to := a, b
 	if !hasOld {
 		from = "/dev/null"
 	}

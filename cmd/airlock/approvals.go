@@ -27,6 +27,14 @@ hook (airlockd --approver) decides, or the manifest's approval timeout
 (default 5m) denies them. LEFT is the time until then. A denied request
 gets 403 with a JSON body naming the rule.
 
+PATH is the request's path and its query (after "?"; "…" at its end when
+the gateway kept only its first 8 KiB), both as forwarded if allowed.
+HEADERS are the request's header fields as the sandbox sent them,
+Name="value" in name order (values quoted with Go's escapes); a header the
+gateway sets to a secret's value once allowed shows the secret's
+placeholder and "(secret NAME)", never the value. Non-printable characters
+in the path, query and headers are escaped (\n, \x1b, \u202e).
+
 BODY is the start of the request's body (the gateway shows at most 64 KiB
 of it), as the sandbox sent it: text with its control characters escaped
 (\n, \x1b, \u202e), cut to fit unless --no-trunc; anything else as its
@@ -36,10 +44,12 @@ declared encoded, since a service that ignores the header reads it). A JSON body
 with a note naming it: the service acts on one of them, which may not be
 the one shown before the cut. --json gives the bytes themselves (base64).
 
-With -f the list is followed: one line per new hold and per decision (who
-decided, and why), until interrupted. A follower too slow to keep up is
+With -f the list is followed: one line per new hold (with its headers and
+body on the lines under it) and per decision (who decided, and why), until
+interrupted. --json gives every field, the headers as a list. A follower too slow to keep up is
 told how many events it missed.`,
 		Example: `  airlock approvals
+  airlock approvals --no-trunc
   airlock approvals -f --session 3f9c2a1b7d04
   airlock approve 5e0c1b7a9d3f2e41`,
 		Args: exactArgs(0, "no arguments"),
@@ -55,19 +65,24 @@ told how many events it missed.`,
 				return c.printJSON(nonNil(list))
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSESSION\tAGE\tLEFT\tMETHOD\tHOST\tPATH\tRULE\tBODY")
+			fmt.Fprintln(tw, "ID\tSESSION\tAGE\tLEFT\tMETHOD\tHOST\tPATH\tRULE\tHEADERS\tBODY")
 			now := c.now()
 			for _, a := range list {
-				path, rule, body := printable(a.Path), printable(a.Rule), approvals.BodyText(a, -1)
+				path, rule := approvals.PathText(a), printable(a.Rule)
+				body, headers := approvals.BodyText(a, -1), approvals.HeadersText(a, -1)
 				if !noTrunc {
-					path, rule, body = truncate(path, 48), truncate(rule, 40), approvals.BodyText(a, 40)
+					path, rule = truncate(path, 48), truncate(rule, 40)
+					body, headers = approvals.BodyText(a, 40), approvals.HeadersText(a, 40)
 				}
 				if body == "" {
 					body = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Session,
+				if headers == "" {
+					headers = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Session,
 					shortDuration(now.Sub(a.Created)), shortDuration(a.Deadline.Sub(now)),
-					printable(a.Method), printable(a.Host), path, rule, body)
+					printable(a.Method), printable(a.Host), path, rule, headers, body)
 			}
 			return tw.Flush()
 		}),
@@ -75,7 +90,7 @@ told how many events it missed.`,
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "follow: print each new hold and decision")
 	cmd.Flags().StringVar(&session, "session", "", "only the requests of session `ID`")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (with -f: one JSON event per line)")
-	cmd.Flags().BoolVar(&noTrunc, "no-trunc", false, "do not shorten paths and rules")
+	cmd.Flags().BoolVar(&noTrunc, "no-trunc", false, "do not shorten paths, queries, rules, bodies and headers")
 	return cmd
 }
 
@@ -106,7 +121,7 @@ func (c *cli) followApprovals(cmd *cobra.Command, session string, asJSON, noTrun
 				last += ": " + printable(a.Reason)
 			}
 		}
-		host, path := printable(a.Host), printable(a.Path)
+		host, path := printable(a.Host), approvals.PathText(*a)
 		if !noTrunc {
 			host, path, last = truncate(host, 24), truncate(path, 32), truncate(last, 60)
 		}
@@ -115,6 +130,9 @@ func (c *cli) followApprovals(cmd *cobra.Command, session string, asJSON, noTrun
 			n := 120
 			if noTrunc {
 				n = -1
+			}
+			if headers := approvals.HeadersText(*a, n); headers != "" {
+				fmt.Fprintf(c.stdout, "%-8s  headers: %s\n", "", headers)
 			}
 			if body := approvals.BodyText(*a, n); body != "" {
 				fmt.Fprintf(c.stdout, "%-8s  body: %s\n", "", body)

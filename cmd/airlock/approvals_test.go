@@ -126,7 +126,7 @@ func decided(t *testing.T, ch <-chan approvals.Decision) approvals.Decision {
 
 func TestApprovals(t *testing.T) {
 	h := newHarness(t)
-	const header = "ID  SESSION  AGE  LEFT  METHOD  HOST  PATH  RULE  BODY\n"
+	const header = "ID  SESSION  AGE  LEFT  METHOD  HOST  PATH  RULE  HEADERS  BODY\n"
 	h.run("", "approvals").check(t, exitOK, header, "")
 	h.run("", "approvals", "--json").check(t, exitOK, "[]\n", "")
 
@@ -134,8 +134,10 @@ func TestApprovals(t *testing.T) {
 	h.d.sessions["3f9c2a1b7d04"] = &fakeSession{Session: api.Session{ID: "3f9c2a1b7d04"}}
 	h.d.mu.Unlock()
 	id, ch := hold(t, h.d, "3f9c2a1b7d04", "/repo.git/git-receive-pack\x1b[2J")
-	want := "ID                SESSION       AGE  LEFT   METHOD  HOST           PATH                            RULE                                   BODY\n" +
-		id + "  3f9c2a1b7d04  30s  4m30s  POST    git.corp.test  /repo.git/git-receive-pack?[2J  ask POST \"/repo.git/git-receive-pack\"  -\n"
+	// The path's control characters are escaped: a "?" would read as
+	// the start of a query.
+	want := "ID                SESSION       AGE  LEFT   METHOD  HOST           PATH                               RULE                                   HEADERS  BODY\n" +
+		id + "  3f9c2a1b7d04  30s  4m30s  POST    git.corp.test  /repo.git/git-receive-pack\\x1b[2J  ask POST \"/repo.git/git-receive-pack\"  -        -\n"
 	h.run("", "approvals").check(t, exitOK, want, "")
 	h.run("", "approvals", "--session", "3f9c2a1b7d04").check(t, exitOK, want, "")
 	h.run("", "approvals", "--session", "77d0e415aaaa").check(t, exitFailure, "", "airlock: no session \"77d0e415aaaa\"\n")
@@ -266,6 +268,53 @@ func TestApprovalsBody(t *testing.T) {
 	}
 	for _, out := range []string{r.stdout, r.stderr} {
 		if strings.ContainsAny(out, "\x1b\x07\r\u202e") {
+			t.Errorf("raw control bytes reached the terminal: %q", out)
+		}
+	}
+}
+
+// A held request's query is shown after its path and its headers in
+// their own column (and under the hold with -f), escaped; a header bound
+// to a secret names it; --json has them all.
+func TestApprovalsQueryAndHeaders(t *testing.T) {
+	h := newHarness(t)
+	headers := []api.HeaderField{
+		{Name: "Authorization", Value: "Bearer airlock-secret-0123", Secret: "TOKEN"},
+		{Name: "X-Http-Method-Override", Value: "DELETE"},
+		{Name: "X-Note", Value: "a\"b\x1b[2J\u202e"},
+	}
+	id, _ := holdRequest(t, h.d, approvals.Request{Session: "3f9c2a1b7d04", Method: "POST", Host: "rules.test",
+		Path: "/deploy", Query: "env=production&force=true\x1b[2J", Rule: "ask", Timeout: time.Minute, Headers: headers})
+	const path = `/deploy?env=production&force=true\x1b[2J`
+	const shown = `Authorization="Bearer airlock-secret-0123" (secret TOKEN) X-Http-Method-Override="DELETE" X-Note="a\"b\x1b[2J\u202e"`
+	r := h.run("", "approvals", "--no-trunc")
+	if r.code != 0 || !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "  "+path+"  ") || !strings.Contains(r.stdout, "  "+shown+"  ") {
+		t.Errorf("approvals --no-trunc: %q; want the path with its query and the headers", r.stdout)
+	}
+	r = h.run("", "approvals")
+	if r.code != 0 || !strings.Contains(r.stdout, "  "+path+"  ") || !strings.Contains(r.stdout, "  "+shown[:39]+"… (3 fields)  ") {
+		t.Errorf("approvals: %q; want the headers cut at 40", r.stdout)
+	}
+	r = h.run("", "approvals", "--json")
+	var list []api.Approval
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 1 || list[0].Query != "env=production&force=true\x1b[2J" || len(list[0].Headers) != 3 || list[0].Headers[2] != headers[2] {
+		t.Errorf("approvals --json: %+v (%v); want the query and headers", r, err)
+	}
+
+	done := make(chan result, 1)
+	go func() { done <- h.run("", "approvals", "-f", "--no-trunc") }()
+	select {
+	case <-h.d.followingApprovals:
+	case <-time.After(10 * time.Second):
+		t.Fatal("approvals -f never followed")
+	}
+	h.d.approvals.Close(context.Background())
+	r = <-done
+	if !strings.Contains(r.stdout, "  "+path+"  ") || !strings.Contains(r.stdout, "\n          headers: "+shown+"\n") {
+		t.Errorf("approvals -f: %q; want the query, and the headers under the hold", r.stdout)
+	}
+	for _, out := range []string{r.stdout, r.stderr} {
+		if strings.ContainsAny(out, "\x1b\u202e") {
 			t.Errorf("raw control bytes reached the terminal: %q", out)
 		}
 	}

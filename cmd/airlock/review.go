@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/approvals"
 )
 
 func (c *cli) newDiffCommand() *cobra.Command {
@@ -20,7 +21,11 @@ modified, deleted and renamed files, mode, symlink and type changes, and under
 each change the commit policy would refuse, the rule and the reason (a
 protected path or ref, git metadata or hooks, a symlink out of the workspace,
 a conflict with the host). The host directory is untouched until 'airlock commit'. --unified prints a unified diff
-of text files instead.`,
+of text files instead. The sandbox named the files: in the list their
+non-printable characters are escaped (\n, \x1b, \u202e, backslashes
+doubled); in the unified diff a name with a control character, a double quote,
+a backslash or a non-printable character is quoted as git quotes it, with Go's
+escapes ("a/workspace/x\ny").`,
 		Example: `  airlock diff 3f9c2a1b
   airlock diff --unified 3f9c2a1b | less
   airlock diff --json 3f9c2a1b | jq '.workspaces[].changes[].path'`,
@@ -46,13 +51,13 @@ of text files instead.`,
 				fmt.Fprintf(tw, "# %s (%s): %d changes\n", w.Target, w.HostPath, len(w.Changes))
 				verdict := map[string]string{}
 				for _, r := range w.Rejected {
-					verdict[r.Path] = fmt.Sprintf("would be rejected (%s: %s)", r.Rule, r.Reason)
+					verdict[r.Path] = approvals.EscapeText(fmt.Sprintf("would be rejected (%s: %s)", r.Rule, r.Reason))
 				}
 				for _, cf := range w.Conflicts {
-					verdict[cf.Path] = "conflicts: " + cf.Reason
+					verdict[cf.Path] = approvals.EscapeText("conflicts: " + cf.Reason)
 				}
 				for _, ch := range w.Changes {
-					fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Kind, ch.Path, changeDetail(ch))
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Kind, approvals.EscapeText(ch.Path), changeDetail(ch))
 					if v := verdict[path.Join(w.Target, ch.Path)]; v != "" {
 						fmt.Fprintf(tw, "\t\t  %s\n", v)
 					}
@@ -66,7 +71,11 @@ of text files instead.`,
 	return cmd
 }
 
-func changeDetail(ch api.Change) string {
+// changeDetail describes a change beyond its kind and path, escaped: the
+// sandbox chose its names and link targets.
+func changeDetail(ch api.Change) string { return approvals.EscapeText(changeDetailRaw(ch)) }
+
+func changeDetailRaw(ch api.Change) string {
 	switch ch.Kind {
 	case "renamed":
 		return "from " + ch.OldPath

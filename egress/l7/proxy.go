@@ -17,11 +17,13 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/egress/httprule"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -54,6 +56,15 @@ const (
 	// (Ask.Body); the rest stays unread in the connection until the
 	// decision, and goes on unseen if the request is approved.
 	MaxHeldBody = 64 << 10
+	// MaxHeldQuery bounds the bytes of a held request's raw query shown
+	// to whoever decides (Ask.Query).
+	MaxHeldQuery = 8 << 10
+	// MaxHeldHeaders bounds the header fields of a held request shown
+	// (Ask.Headers), MaxHeldHeaderBytes their names and values together,
+	// MaxHeldHeaderValue each value.
+	MaxHeldHeaders     = 100
+	MaxHeldHeaderBytes = 16 << 10
+	MaxHeldHeaderValue = 1 << 10
 )
 
 // Kinds of Event.
@@ -75,6 +86,16 @@ type Ask struct {
 	// ContentType and ContentEncoding are the request's headers as the
 	// client sent them, so that Body can be read.
 	ContentType, ContentEncoding string
+	// Query is the request's raw query, at most MaxHeldQuery bytes;
+	// QueryTruncated says it is longer.
+	Query          string
+	QueryTruncated bool
+	// Headers are the request's header fields as the client sent them
+	// (see heldHeaders): a header bound to a secret shows the secret's
+	// placeholder and name, never its value. HeadersTruncated says some
+	// were cut or left out.
+	Headers          []api.HeaderField
+	HeadersTruncated bool
 }
 
 // AskDecision is what came of an Ask.
@@ -403,6 +424,11 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		contentType:     strings.Join(r.Header.Values("Content-Type"), ", "),
 		contentEncoding: strings.Join(r.Header.Values("Content-Encoding"), ", "),
 	}
+	if h.tg.tls {
+		// The headers injectSecrets sets to a secret's value: a held
+		// request shows them with the placeholder (see heldHeaders).
+		sent.bound = bindings(secrets, name)
+	}
 	if err := injectSecrets(secrets, r, name, h.tg.tls); err != nil {
 		var ex *exfiltration
 		action := ActionRefused
@@ -609,8 +635,72 @@ func (h *httpHandler) checkHost(r *http.Request) (string, *refusal) {
 	return name.WithoutTrailingDot(), nil
 }
 
-// sentHeaders are headers of a request as its client sent them.
-type sentHeaders struct{ contentType, contentEncoding string }
+// sentHeaders are headers of a request as its client sent them, and the
+// bindings of secrets that injectSecrets set in its header after.
+type sentHeaders struct {
+	contentType, contentEncoding string
+	bound                        []binding
+}
+
+// heldQuery returns a held request's raw query for an Ask, at most
+// MaxHeldQuery bytes, and whether it is longer.
+func heldQuery(r *http.Request) (string, bool) {
+	q := r.URL.RawQuery
+	if len(q) > MaxHeldQuery {
+		return q[:MaxHeldQuery], true
+	}
+	return q, false
+}
+
+// heldHeaders returns a held request's header fields for an Ask: one per
+// value, in name order, at most MaxHeldHeaders of them and
+// MaxHeldHeaderBytes of names and values, each value at most
+// MaxHeldHeaderValue bytes (cut: Truncated); truncated says some were cut
+// or left out. It is called after injectSecrets, which refused any
+// request with a placeholder or value in a field not bound, and set the
+// bound fields to the secrets' values: those are shown as the secret's
+// placeholder ("Bearer " and it for a bearer binding) with its name,
+// whatever the client sent in them, so no value leaves the gateway here.
+func heldHeaders(hd http.Header, bound []binding) (fields []api.HeaderField, truncated bool) {
+	secretOf := func(name string) *binding {
+		for i := range bound {
+			if http.CanonicalHeaderKey(bound[i].inject.header()) == name {
+				return &bound[i]
+			}
+		}
+		return nil
+	}
+	names := make([]string, 0, len(hd))
+	for k := range hd {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	size := 0
+	for _, k := range names {
+		vs := hd[k]
+		var secret string
+		if b := secretOf(k); b != nil {
+			v := b.secret.Placeholder
+			if b.inject.Bearer {
+				v = "Bearer " + v
+			}
+			vs, secret = []string{v}, b.secret.Name
+		}
+		for _, v := range vs {
+			f := api.HeaderField{Name: k, Value: v, Secret: secret}
+			if len(f.Value) > MaxHeldHeaderValue {
+				f.Value, f.Truncated = f.Value[:MaxHeldHeaderValue], true
+			}
+			if len(fields) == MaxHeldHeaders || size+len(k)+len(f.Value) > MaxHeldHeaderBytes {
+				return fields, true
+			}
+			size += len(k) + len(f.Value)
+			truncated = truncated || f.Truncated
+			fields = append(fields, f)
+		}
+	}
+	return fields, truncated
+}
 
 // authorize applies the host's HTTP rules, holding an ask for a person.
 // The body it reads before deciding (a git push's commands, the body a
@@ -680,6 +770,8 @@ func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, cl
 		}
 		ask := Ask{Method: r.Method, Host: name, Path: clean, Rule: d.Rule, Refs: ev.Refs,
 			ContentType: sent.contentType, ContentEncoding: sent.contentEncoding}
+		ask.Query, ask.QueryTruncated = heldQuery(r)
+		ask.Headers, ask.HeadersTruncated = heldHeaders(r.Header, sent.bound)
 		undo, f := h.bodyDeadline(w, r)
 		if f != nil {
 			f.rule = d.Rule

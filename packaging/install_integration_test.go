@@ -4,9 +4,9 @@ package packaging_test
 
 import (
 	"bufio"
-	"net"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"

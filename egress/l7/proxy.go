@@ -473,6 +473,16 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			pr.Out.URL.Scheme = scheme
 			pr.Out.URL.Host = upHost
 			pr.Out.Host = r.Host
+			// The query as the sandbox sent it, and as a held request
+			// showed it: ReverseProxy would drop the pairs of a query
+			// with a ';' or a bad escape, so that the service read
+			// something else than the person who approved it.
+			pr.Out.URL.RawQuery = r.URL.RawQuery
+			if ev.Action == ActionApproved {
+				// Trailers come after the body, past the decision: a
+				// held request goes on without them.
+				pr.Out.Trailer = nil
+			}
 			if injected {
 				// The response is scrubbed of the value: ask for it
 				// uncompressed, and a websocket without extensions

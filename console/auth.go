@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -35,8 +36,13 @@ type auth struct {
 	token []byte
 	// peerCheck admits a unix socket's peer; nil: no peer asked.
 	peerCheck func(Peer) error
-	// hosts are the Host headers accepted; empty: any.
+	// hosts are the Host headers accepted; empty: any unless
+	// loopbackNames.
 	hosts []string
+	// loopbackNames accepts a Host naming loopback (localhost,
+	// 127.0.0.1, [::1]) on any port: a unix socket console reached
+	// through a forwarded port the console cannot know.
+	loopbackNames bool
 	// csrfKey keys the CSRF tokens (an HMAC of the login cookie).
 	csrfKey [32]byte
 	// cookiePath is the login cookie's Path: the console's base path.
@@ -57,7 +63,18 @@ func newAuth() *auth {
 // hostOK says whether r's Host is one the console answers to (a loopback
 // console refuses other names: DNS rebinding).
 func (a *auth) hostOK(r *http.Request) bool {
-	return len(a.hosts) == 0 || slices.Contains(a.hosts, strings.ToLower(r.Host))
+	host := strings.ToLower(r.Host)
+	switch {
+	case len(a.hosts) > 0:
+		return slices.Contains(a.hosts, host)
+	case a.loopbackNames:
+		name, _, err := net.SplitHostPort(host)
+		if err != nil {
+			name = strings.Trim(host, "[]")
+		}
+		return name == "localhost" || name == "127.0.0.1" || name == "::1"
+	}
+	return true
 }
 
 // tokenOK compares a presented token with the console's in constant time.

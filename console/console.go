@@ -153,7 +153,7 @@ func Serve(ctx context.Context, d Daemon, cfg Config) (_ *Server, retErr error) 
 			return nil, fmt.Errorf("console: %w", err)
 		}
 		s.l = l
-		opts = append(opts, WithPeerCheck(func(p Peer) error { return allowPeer(p, gid) }))
+		opts = append(opts, WithPeerCheck(func(p Peer) error { return allowPeer(p, gid) }), WithLoopbackNames())
 	} else {
 		host, err := checkTCP(cfg.Listen, cfg.AllowRemote, cfg.SessionPools)
 		if err != nil {

@@ -52,13 +52,12 @@ var securityHeaders = map[string]string{
 var files embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"when":     when,
-	"mode":     func(m uint32) string { return fmt.Sprintf("%04o", m) },
-	"body":     bodyText,
-	"fields":   fieldsText,
-	"diffLine": diffClass,
-	"text":     escapeText,
-	"line":     lineText,
+	"when":   when,
+	"mode":   func(m uint32) string { return fmt.Sprintf("%04o", m) },
+	"body":   bodyText,
+	"fields": fieldsText,
+	"text":   escapeText,
+	"line":   lineText,
 	"exit": func(s api.Session) string {
 		if s.ExitCode == nil {
 			return ""
@@ -79,6 +78,12 @@ func WithToken(tok string) Option { return func(h *handler) { h.auth.token = []b
 func WithPeerCheck(check func(Peer) error) Option {
 	return func(h *handler) { h.auth.peerCheck = check }
 }
+
+// WithLoopbackNames accepts only requests whose Host names loopback
+// (localhost, 127.0.0.1, [::1]) on any port: a web page whose name is
+// rebound to 127.0.0.1 sends its own name. For a unix socket console,
+// which a browser reaches through a forwarded port.
+func WithLoopbackNames() Option { return func(h *handler) { h.auth.loopbackNames = true } }
 
 // WithHosts accepts only requests whose Host is one of hosts
 // (host:port, lower case).
@@ -119,6 +124,10 @@ func New(d Daemon, opts ...Option) http.Handler {
 
 // loginKey carries a request's login cookie to its handler.
 type loginKey struct{}
+
+// bearerLogin is the login of a request that carries the bearer token
+// itself (never a cookie's value, which is hex).
+const bearerLogin = "bearer"
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, v := range securityHeaders {
@@ -165,13 +174,15 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		login = a.login(w)
 	default:
-		// A client that sends the token with every request.
+		// A client that sends the token with every request (a script):
+		// no cookie, and no login kept, which would crowd out a
+		// browser's; its forms' CSRF token is bound to the token.
 		tok, inQuery := presented(r)
-		if r.Method != http.MethodGet || inQuery || !a.tokenOK(tok) {
-			h.unauthorized(w, r)
+		if inQuery || !a.tokenOK(tok) {
+			h.unauthorized(w, r, "")
 			return
 		}
-		login = a.login(w)
+		login = bearerLogin
 	}
 	r.URL.Path = "/" + rest
 	r.URL.RawPath = ""
@@ -200,27 +211,50 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) {
 // address bar and the history. Nothing else is served there.
 func (h *handler) enter(w http.ResponseWriter, r *http.Request) {
 	a := h.auth
-	if r.Method == http.MethodGet && r.URL.Path == "/console.css" {
+	// Nothing outside the base path keeps a connection: a local user
+	// could otherwise hold every connection the console serves at once
+	// with requests that need no login.
+	w.Header().Set("Connection", "close")
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/console.css":
 		serveCSS(w)
-		return
-	}
-	if r.Method != http.MethodGet {
-		h.fail(w, r, http.StatusNotFound, "There is nothing to post to here: open the console first.")
-		return
-	}
-	if len(a.token) > 0 {
-		if tok, _ := presented(r); !a.tokenOK(tok) {
-			h.unauthorized(w, r)
+	case len(a.token) == 0 && r.Method == http.MethodGet:
+		// A unix socket's peer, checked already.
+		a.login(w)
+		http.Redirect(w, r, h.base, http.StatusSeeOther)
+	case r.Method == http.MethodGet:
+		tok, _ := presented(r)
+		switch {
+		case a.tokenOK(tok):
+			a.login(w)
+			http.Redirect(w, r, h.base, http.StatusSeeOther)
+		case tok != "":
+			h.unauthorized(w, r, "That is not the console's token.")
+		default:
+			h.unauthorized(w, r, "")
+		}
+	case r.Method == http.MethodPost && r.URL.Path == "/login" && len(a.token) > 0:
+		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+		if err := r.ParseForm(); err != nil {
+			h.fail(w, r, http.StatusBadRequest, "Bad form: "+err.Error())
 			return
 		}
+		if !a.tokenOK(strings.TrimSpace(r.PostForm.Get("token"))) {
+			h.unauthorized(w, r, "That is not the console's token.")
+			return
+		}
+		a.login(w)
+		http.Redirect(w, r, h.base, http.StatusSeeOther)
+	default:
+		h.fail(w, r, http.StatusNotFound, "There is nothing here: open the console first.")
 	}
-	a.login(w)
-	http.Redirect(w, r, h.base, http.StatusSeeOther)
 }
 
-func (h *handler) unauthorized(w http.ResponseWriter, r *http.Request) {
+// unauthorized answers 401 with the login form, and why.
+func (h *handler) unauthorized(w http.ResponseWriter, r *http.Request, why string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="airlock console"`)
-	h.fail(w, r, http.StatusUnauthorized, "Open the console at its address with ?token=TOKEN: the token is in the daemon's --console-token-file, or in "+TokenFileName+" under its --root.")
+	w.Header().Set("Connection", "close")
+	h.render(w, r, http.StatusUnauthorized, "login.html", "log in", why)
 }
 
 func serveCSS(w http.ResponseWriter) {
@@ -300,7 +334,7 @@ type sessionData struct {
 	// Changes is the change set under review; DiffNote says why there
 	// is none.
 	Changes  *api.ChangeSet
-	Diff     []string
+	Diff     []diffLine
 	DiffCut  bool
 	DiffNote string
 	Audit    []api.AuditEvent
@@ -375,7 +409,7 @@ func (h *handler) loadDiff(ctx context.Context, id string, data *sessionData) {
 		data.DiffCut = true
 	}
 	if buf.Len() > 0 {
-		data.Diff = strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+		data.Diff = classifyDiff(strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"))
 	}
 }
 

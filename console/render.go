@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -100,17 +101,65 @@ func fieldsText(f map[string]any) string {
 	return b.String()
 }
 
-// diffClass is the CSS class of a unified diff's line.
-func diffClass(line string) string {
-	switch {
-	case strings.HasPrefix(line, "+++"), strings.HasPrefix(line, "---"), strings.HasPrefix(line, "diff "):
-		return "meta"
-	case strings.HasPrefix(line, "@@"):
-		return "hunk"
-	case strings.HasPrefix(line, "+"):
-		return "add"
-	case strings.HasPrefix(line, "-"):
-		return "del"
+// diffLine is a line of a unified diff and its class: meta (a file's
+// header lines), hunk (@@), add, del or ctx.
+type diffLine struct {
+	Class, Text string
+}
+
+// classifyDiff classes a unified diff's lines by its structure, not by
+// their first characters alone: inside a hunk, the lines its header
+// counts are content whatever they look like (a file's line
+// "++ b/workspace/README.md", added, reads "+++ b/workspace/README.md",
+// which is no file header).
+func classifyDiff(lines []string) []diffLine {
+	out := make([]diffLine, len(lines))
+	var oldLeft, newLeft int
+	for i, l := range lines {
+		out[i].Text = l
+		switch {
+		case oldLeft > 0 || newLeft > 0:
+			switch {
+			case strings.HasPrefix(l, "+"):
+				out[i].Class = "add"
+				newLeft--
+			case strings.HasPrefix(l, "-"):
+				out[i].Class = "del"
+				oldLeft--
+			case strings.HasPrefix(l, `\`):
+				out[i].Class = "meta" // \ No newline at end of file
+			default:
+				out[i].Class = "ctx"
+				oldLeft--
+				newLeft--
+			}
+		case strings.HasPrefix(l, "@@ "):
+			out[i].Class = "hunk"
+			oldLeft, newLeft = hunkCounts(l)
+		default:
+			out[i].Class = "meta"
+		}
 	}
-	return "ctx"
+	return out
+}
+
+// hunkCounts reads the line counts of a hunk header "@@ -a,b +c,d @@"
+// (",b" left out means 1).
+func hunkCounts(h string) (oldN, newN int) {
+	f := strings.Fields(h)
+	if len(f) < 3 {
+		return 0, 0
+	}
+	count := func(r string) int {
+		_, n, ok := strings.Cut(r[1:], ",")
+		if !ok {
+			return 1
+		}
+		v, err := strconv.Atoi(n)
+		if err != nil || v < 0 {
+			return 0
+		}
+		return v
+	}
+	return count(f[1]), count(f[2])
 }

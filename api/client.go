@@ -121,6 +121,21 @@ func (c *Client) InspectSession(ctx context.Context, id string) (*Session, error
 	return &s, nil
 }
 
+// UpdateSession revises a created or running session's policy, live
+// (PATCH /v1/sessions/{id}); the answer's Revision says what changed. A
+// refused revision changes nothing.
+func (c *Client) UpdateSession(ctx context.Context, id string, req UpdateRequest) (*Session, error) {
+	p, err := sessionPath(id, "")
+	if err != nil {
+		return nil, err
+	}
+	var s Session
+	if err := c.doJSON(ctx, http.MethodPatch, p, nil, req, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
 // StartSession starts a created session's main process.
 func (c *Client) StartSession(ctx context.Context, id string) (*Session, error) {
 	p, err := sessionPath(id, "start")

@@ -70,13 +70,44 @@ type Session struct {
 	Review bool `json:"review,omitempty"`
 	// Warm is true when the session took a sandbox its pool had prepared
 	// ahead of time.
-	Warm      bool       `json:"warm,omitempty"`
-	Resources []Resource `json:"resources,omitempty"`
+	Warm bool `json:"warm,omitempty"`
+	// PolicyVersion is the version of Policy: 1 as created, one more for
+	// each revision (PATCH /v1/sessions/{id}, airlock update).
+	PolicyVersion int        `json:"policy_version,omitempty"`
+	Resources     []Resource `json:"resources,omitempty"`
 	// Warnings are what the daemon accepted in the policy but the caller
 	// should know (a writable workspace, a credential in the environment,
 	// a capability that weakens the sandbox), one "field: message" line
 	// each. Only the create response carries them.
 	Warnings []string `json:"warnings,omitempty"`
+	// Revision is what a revision did; only the update response carries
+	// it.
+	Revision *Revision `json:"revision,omitempty"`
+}
+
+// UpdateRequest is the body of PATCH /v1/sessions/{id}: the session's
+// policy, revised. A revision applies the difference to the running
+// session, live; today only egress allow and deny entries may differ
+// (an empty command keeps the running one).
+type UpdateRequest struct {
+	Policy policies.Policy `json:"policy"`
+}
+
+// Revision is what a revision of a session's policy changed.
+type Revision struct {
+	// Version is the revised policy's version; Previous the version it
+	// replaced.
+	Version  int `json:"version"`
+	Previous int `json:"previous"`
+	// Allow and Deny are the egress entries added, removed and kept.
+	Allow policies.ListChange `json:"allow"`
+	Deny  policies.ListChange `json:"deny"`
+	// Unpinned are the destinations (ADDR or ADDR:PORT) DNS answers had
+	// opened that the revised policy no longer allows; ConnectionsCut
+	// counts the session's connections to them (and to addresses of
+	// removed CIDR entries) that were ended.
+	Unpinned       []string `json:"unpinned,omitempty"`
+	ConnectionsCut int      `json:"connections_cut"`
 }
 
 // Pool is the state of one warm pool: sandboxes of one policy prepared
@@ -208,4 +239,8 @@ type AuditEvent struct {
 	Subject string         `json:"subject,omitempty"`
 	Reason  string         `json:"reason,omitempty"`
 	Fields  map[string]any `json:"fields,omitempty"`
+	// PolicyVersion is the version of the session's policy the event was
+	// decided under: 1 as created, one more for each revision (airlock
+	// update). Zero in logs written before versions were recorded.
+	PolicyVersion int `json:"policy_version,omitempty"`
 }

@@ -62,10 +62,12 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	}
 	// An ended session's log keeps the cap its manifest set.
 	var limit int64
+	version := 1
 	if rec, err := readRecord(dir); err == nil {
-		limit = rec.Policy.Resources.AuditSize
+		limit, version = rec.Policy.Resources.AuditSize, rec.version()
 	}
 	a := d.newAudit(dir, limit)
+	a.SetPolicyVersion(version)
 	a.Emit(ctx, ev)
 	_ = a.Close()
 }

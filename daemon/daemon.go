@@ -742,6 +742,7 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		}
 		known[id] = true
 		s := &session{d: d, dir: d.sessionDir(id), audit: d.newAudit(d.sessionDir(id), rec.Policy.Resources.AuditSize), rec: *rec, exited: make(chan struct{})}
+		s.audit.SetPolicyVersion(rec.version())
 		if s.fs, err = d.fs.load(s.dir, id); err != nil {
 			log.G(sctx).Error("load workspace state", "error", err)
 		}

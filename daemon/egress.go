@@ -2,6 +2,10 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
+	"net/netip"
+	"path/filepath"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/approvals"
@@ -26,7 +30,35 @@ func (d *Daemon) runningEgress(id string) *egress.SessionConfig {
 		return nil
 	}
 	sc := d.egressConfig(s, p, "")
+	sc.Resolved = resolvedFromAudit(filepath.Join(s.dir, audit.File))
 	return &sc
+}
+
+// resolvedFromAudit reads the names a session resolved, and the addresses
+// pinned for them, back from its audit log (the DNS proxy's "allowed"
+// events), for a restarted daemon: a revision then knows which name each
+// pinned address is for. A log that cannot be read gives what it had.
+func resolvedFromAudit(path string) []egress.Resolved {
+	var out []egress.Resolved
+	_ = audit.Each(context.Background(), path, func(raw json.RawMessage) error {
+		var ev struct {
+			Time    time.Time `json:"time"`
+			Layer   string    `json:"layer"`
+			Action  string    `json:"action"`
+			Subject string    `json:"subject"`
+			Fields  struct {
+				Answers []netip.Addr `json:"answers"`
+				PinTTL  uint32       `json:"pin_ttl"`
+			} `json:"fields"`
+		}
+		if json.Unmarshal(raw, &ev) != nil || ev.Layer != "dns" || ev.Action != "allowed" || len(ev.Fields.Answers) == 0 {
+			return nil
+		}
+		out = append(out, egress.Resolved{Name: ev.Subject, Addrs: ev.Fields.Answers,
+			Expires: ev.Time.Add(time.Duration(ev.Fields.PinTTL) * time.Second)})
+		return nil
+	})
+	return out
 }
 
 // egressConfig is session s's configuration for the perimeter, its
@@ -37,6 +69,7 @@ func (d *Daemon) egressConfig(s *session, p policies.Policy, dir string) egress.
 		AskTimeout: approvalTimeout(p.Approval)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	sc.PolicyVersion = s.rec.version()
 	if s.ca != nil {
 		// Never a nil *CA in the interface: the gateway tells "no CA"
 		// by a nil Issuer.

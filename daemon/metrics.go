@@ -13,10 +13,16 @@ import (
 // newAudit returns the audit log of session directory dir, capped at
 // limit, whose events the metrics count (when the daemon has metrics).
 func (d *Daemon) newAudit(dir string, limit int64) *audit.Log {
+	var a *audit.Log
 	if d.cfg.Metrics == nil {
-		return audit.New(dir, limit)
+		a = audit.New(dir, limit)
+	} else {
+		a = audit.New(dir, limit, audit.WithObserver(d.cfg.Metrics.AuditEvent))
 	}
-	return audit.New(dir, limit, audit.WithObserver(d.cfg.Metrics.AuditEvent))
+	// A session's policy is version 1 until a revision; a log of one
+	// revised before is given its version by the caller.
+	a.SetPolicyVersion(1)
+	return a
 }
 
 // countCredential counts a credential event. A rejection's reason is the

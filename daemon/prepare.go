@@ -59,7 +59,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 		return nil, err
 	}
 	s := &session{d: d, dir: dir, audit: d.newAudit(dir, p.Resources.AuditSize), exited: make(chan struct{}), rec: record{
-		ID: id, Label: p.Label, State: stateCreating, Policy: p, Created: time.Now().UTC(),
+		ID: id, Label: p.Label, State: stateCreating, Policy: p, PolicyVersion: 1, Created: time.Now().UTC(),
 	}}
 	if err := s.save(); err != nil {
 		os.RemoveAll(dir)

@@ -50,6 +50,8 @@ type session struct {
 	secrets *secrets.Set // +checklocks:mu
 	// pid is the sandbox init's pid, which the command takes over.
 	pid uint32 // +checklocks:mu
+	// revising serializes the session's revisions (Daemon.Update).
+	revising sync.Mutex
 	// reserved is set while the sandbox holds a place under the session
 	// limit that is not yet counted as a session.
 	reserved bool // +checklocks:d.mu
@@ -113,5 +115,7 @@ func (s *session) view() *api.Session {
 		Policy:   r.Policy,
 		Review:   r.Review,
 		Warm:     r.Warm,
+
+		PolicyVersion: r.version(),
 	}
 }

@@ -19,17 +19,21 @@ import (
 // It is rewritten atomically on every transition, so a daemon that dies at
 // any point finds either the old or the new record on restart.
 type record struct {
-	ID       string          `json:"id"`
-	Label    string          `json:"label"`
-	State    string          `json:"state"`
-	Policy   policies.Policy `json:"policy"`
-	Created  time.Time       `json:"created"`
-	Started  *time.Time      `json:"started,omitempty"`
-	Finished *time.Time      `json:"finished,omitempty"`
-	Deadline *time.Time      `json:"deadline,omitempty"`
-	ExitCode *int            `json:"exit_code,omitempty"`
-	Reason   string          `json:"reason,omitempty"`
-	Pid      uint32          `json:"pid,omitempty"`
+	ID     string          `json:"id"`
+	Label  string          `json:"label"`
+	State  string          `json:"state"`
+	Policy policies.Policy `json:"policy"`
+	// PolicyVersion is Policy's version: 1 as created, one more for each
+	// revision (Daemon.Update). Zero in records written before versions
+	// were kept, which means 1.
+	PolicyVersion int        `json:"policy_version,omitempty"`
+	Created       time.Time  `json:"created"`
+	Started       *time.Time `json:"started,omitempty"`
+	Finished      *time.Time `json:"finished,omitempty"`
+	Deadline      *time.Time `json:"deadline,omitempty"`
+	ExitCode      *int       `json:"exit_code,omitempty"`
+	Reason        string     `json:"reason,omitempty"`
+	Pid           uint32     `json:"pid,omitempty"`
 	// Stopping records that a stop or timeout was requested, so the exit
 	// reason survives a restart.
 	Stopping string `json:"stopping,omitempty"`
@@ -47,6 +51,9 @@ type record struct {
 	// it.
 	Exited *exitStatus `json:"exited,omitempty"`
 }
+
+// version is the record's policy version.
+func (r *record) version() int { return max(r.PolicyVersion, 1) }
 
 // exitStatus is a command's exit status as the runtime reported it.
 type exitStatus struct {

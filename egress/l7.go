@@ -106,8 +106,12 @@ func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Add
 		Check: func(dst netip.AddrPort, h l7.Hello, at time.Time) l7.Decision {
 			return checkL7(list, names, guard, dst, h, at)
 		},
-		Terminate:  terminate,
-		Audit:      func(ev l7.Event) { audit(ctx, L7AuditEvent(ev)) },
+		Terminate: terminate,
+		Audit: func(ev l7.Event) {
+			a := L7AuditEvent(ev)
+			a.PolicyVersion = sc.PolicyVersion
+			audit(ctx, a)
+		},
 		Secrets:    sc.Secrets,
 		Rules:      rules.For,
 		AskTimeout: sc.AskTimeout,

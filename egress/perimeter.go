@@ -91,6 +91,14 @@ type SessionConfig struct {
 	Secrets func() []Secret
 	// Ask holds a request an HTTP rule asks about; nil denies asks.
 	Ask func(ctx context.Context, a Ask) AskDecision
+	// PolicyVersion is the version of the session's policy; the DNS
+	// proxy's and the L7 gateway's events name it (zero: they name none
+	// of their own).
+	PolicyVersion int
+	// Resolved are the names the session resolved before (a restarted
+	// daemon's record of them): the addresses pinned for a name are
+	// known as that name's when a revision (Revise) withdraws or keeps it.
+	Resolved []Resolved
 	// AskTimeout is how long Ask waits for a decision (the manifest's
 	// approval timeout); it also bounds the gateway's wait for the body
 	// it shows with a held request (zero: the default approval timeout).
@@ -138,6 +146,8 @@ type Perimeter struct {
 
 	mu   sync.Mutex
 	byID map[string][]netip.Addr // session id -> its addresses in the SessionMap
+	// state holds what a revision of a session's egress (Revise) needs.
+	state map[string]*sessionState
 	// l7ByAddr holds the addresses of sessions with an L7 mode.
 	l7ByAddr map[netip.Addr]*l7.Session
 	cancel   context.CancelFunc
@@ -184,7 +194,7 @@ func Open(ctx context.Context, prefix string, cfg Config) (*Perimeter, error) {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 	}
-	e := &Perimeter{cfg: cfg, gw: gw, byID: map[string][]netip.Addr{}, l7ByAddr: map[netip.Addr]*l7.Session{}}
+	e := &Perimeter{cfg: cfg, gw: gw, byID: map[string][]netip.Addr{}, state: map[string]*sessionState{}, l7ByAddr: map[netip.Addr]*l7.Session{}}
 	proxy, err := dnsproxy.New(&e.sessions,
 		dnsproxy.WithUpstreams(upstreams...),
 		dnsproxy.WithDialer(dnsproxy.Dialer(e.dial)),
@@ -351,17 +361,7 @@ func (e *Perimeter) AddSession(ctx context.Context, id string, sc SessionConfig)
 	if sc.Hostname != "" && !validHostname(sc.Hostname) {
 		return nil, fmt.Errorf("hostname %q is not a DNS name: %w", sc.Hostname, errdefs.ErrInvalidArgument)
 	}
-	cfg := netns.SessionConfig{IPv6: eg.IPv6, Drop: eg.OnBlock == policies.OnBlockDrop}
-	cfg.L7Ports = eg.GatewayPorts()
-	for _, r := range list.CIDRs() {
-		rule := netns.Rule{Prefix: r.Prefix, Port: r.Port}
-		if r.Deny {
-			cfg.Deny = append(cfg.Deny, rule)
-		} else {
-			cfg.Allow = append(cfg.Allow, rule)
-		}
-	}
-	ns, err := e.gw.AddSession(ctx, id, cfg)
+	ns, err := e.gw.AddSession(ctx, id, netConfig(eg, list))
 	if err != nil {
 		return nil, err
 	}
@@ -381,6 +381,22 @@ func (e *Perimeter) AddSession(ctx context.Context, id string, sc SessionConfig)
 		}
 	}
 	return sess, nil
+}
+
+// netConfig is the network configuration of an egress block whose
+// entries compiled to list.
+func netConfig(eg *policies.Egress, list *allowlist.List) netns.SessionConfig {
+	cfg := netns.SessionConfig{IPv6: eg.IPv6, Drop: eg.OnBlock == policies.OnBlockDrop}
+	cfg.L7Ports = eg.GatewayPorts()
+	for _, r := range list.CIDRs() {
+		rule := netns.Rule{Prefix: r.Prefix, Port: r.Port}
+		if r.Deny {
+			cfg.Deny = append(cfg.Deny, rule)
+		} else {
+			cfg.Allow = append(cfg.Allow, rule)
+		}
+	}
+	return cfg
 }
 
 // validHostname reports whether h is a DNS name of letters, digits and
@@ -406,7 +422,7 @@ func validHostname(h string) bool {
 // registerDNS points the proxy at a session's allowlist, keyed by the
 // session's addresses.
 func (e *Perimeter) registerDNS(ctx context.Context, id string, sc SessionConfig, ns *netns.Session, list *allowlist.List) {
-	eg, audit := sc.Egress, sc.Audit
+	eg := sc.Egress
 	private, err := allowPrivate(eg)
 	if err != nil {
 		// Checked when the session was created; a record that fails now
@@ -418,23 +434,26 @@ func (e *Perimeter) registerDNS(ctx context.Context, id string, sc SessionConfig
 		log.G(ctx).Error("dns limits", "error", err)
 		lim, _ = dnsproxy.NewLimiter(dnsproxy.Limits{})
 	}
-	pol := &dnsproxy.SessionPolicy{
-		ID: id, Allowlist: list, IPv6: eg.IPv6, Pinner: ns, AllowPrivate: private, Limit: lim,
-		Audit: func(ev dnsproxy.Event) { audit(ctx, DNSAuditEvent(id, ev)) },
+	st := &sessionState{ns: ns, names: dnsproxy.NewNames(0), limit: lim, private: private, cfg: sc}
+	for _, r := range sc.Resolved {
+		if name, err := allowlist.ToFQDN(r.Name); err == nil {
+			st.names.Record(name, r.Addrs, r.Expires, time.Now())
+		}
 	}
+	pol := st.policy(ctx, id, list, 0)
 	addrs := []netip.Addr{ns.Addr()}
 	if a6 := ns.Addr6(); a6.IsValid() {
 		addrs = append(addrs, a6)
 	}
 	if eg.L7Enabled() {
-		pol.Names = dnsproxy.NewNames(0)
-		e.registerL7(ctx, id, addrs, sc, list, pol.Names)
+		e.registerL7(ctx, id, addrs, sc, list, st.names)
 	}
 	for _, a := range addrs {
 		e.sessions.Set(a, pol)
 	}
 	e.mu.Lock()
 	e.byID[id] = addrs
+	e.state[id] = st
 	e.mu.Unlock()
 }
 
@@ -486,6 +505,7 @@ func (e *Perimeter) unregister(id string) {
 	e.mu.Lock()
 	addrs := e.byID[id]
 	delete(e.byID, id)
+	delete(e.state, id)
 	for _, a := range addrs {
 		delete(e.l7ByAddr, a)
 	}
@@ -604,6 +624,11 @@ func (e *Perimeter) Reconcile(ctx context.Context, running func(id string) *Sess
 			list, err := allowlist.Compile(sc.Egress.Allow, sc.Egress.Deny)
 			if err == nil {
 				e.registerDNS(ctx, ns.ID(), *sc, ns, list)
+				// The rules as the record has them: a daemon may have
+				// died between recording a revision and applying it.
+				if _, err := ns.Revise(ctx, netConfig(sc.Egress, list), nil, nil); err != nil {
+					log.G(ctx).Warn("reinstall session rules", "session", ns.ID(), "error", err)
+				}
 				continue
 			}
 		}

@@ -617,3 +617,46 @@ func TestWarningsPrinted(t *testing.T) {
 		})
 	}
 }
+
+func TestUpdate(t *testing.T) {
+	manifest := writeFile(t, "task.hcl", `session "task" {
+  image   = "airlock/agent:bookworm"
+  command = ["emit", "block"]
+  egress { allow = ["a.test", "b.test"] }
+}
+`)
+	revised := writeFile(t, "revised.hcl", `variable "extra" { default = "c.test" }
+session "task" {
+  image   = "airlock/agent:bookworm"
+  egress { allow = ["b.test", var.extra] }
+}
+`)
+	image := writeFile(t, "image.hcl", `session "task" {
+  image   = "airlock/other:1"
+  user    = "0:0"
+  egress { allow = ["b.test"] }
+}
+`)
+	h := newHarness(t)
+	h.run("", "run", "-d", "-f", manifest).check(t, 0, "s1\n", "")
+
+	h.run("", "update", "s1").check(t, exitUsage, "", "airlock: a manifest is required: -f FILE\n")
+	h.run("", "update", "-f", revised).check(t, exitUsage, "", "airlock: airlock update takes one session ID (see 'airlock update --help')\n")
+	h.run("", "update", "nope", "-f", revised).check(t, exitFailure, "", "airlock: session \"nope\" not found\n")
+	h.run("", "update", "s1", "-f", image).check(t, exitFailure, "",
+		"airlock: session \"s1\": revision refused, nothing changed: image: cannot change on a running session; user: cannot change on a running session\n")
+	if s, _ := h.d.session("s1"); s.PolicyVersion > 1 || len(s.Policy.Egress.Allow) != 2 {
+		t.Errorf("a refused revision changed the session: %+v", s)
+	}
+	h.run("", "update", "--var", "extra=d.test", "s1", "-f", revised).check(t, 0,
+		"s1: policy version 2 (was 1)\n  egress allow added: d.test\n  egress allow removed: a.test\n  egress allow kept: b.test\n  connections cut: 0\n", "")
+	h.run("", "update", "--var", "extra=d.test", "s1", "-f", revised).check(t, 0, "s1: nothing to revise (policy version 2)\n", "")
+	r := h.run("", "update", "s1", "-f", revised, "--json")
+	var s api.Session
+	if err := json.Unmarshal([]byte(r.stdout), &s); err != nil || r.code != 0 {
+		t.Fatalf("--json: exit %d %q: %v", r.code, r.stdout, err)
+	}
+	if s.PolicyVersion != 3 || s.Revision == nil || !slices.Equal(s.Revision.Allow.Added, []string{"c.test"}) {
+		t.Errorf("--json: version %d, revision %+v", s.PolicyVersion, s.Revision)
+	}
+}

@@ -136,6 +136,7 @@ func (f *fakeDaemon) routes() http.Handler {
 		defer f.mu.Unlock()
 		writeJSON(w, 200, s.Session)
 	}))
+	mux.HandleFunc("PATCH /v1/sessions/{id}", f.withSession(f.update))
 	mux.HandleFunc("POST /v1/sessions/{id}/start", f.withSession(func(w http.ResponseWriter, r *http.Request, s *fakeSession) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -280,6 +281,37 @@ func (f *fakeDaemon) create(w http.ResponseWriter, r *http.Request) {
 	v := s.Session
 	v.Warnings = req.Policy.Warnings()
 	writeJSON(w, http.StatusCreated, v)
+}
+
+// update revises a session's policy as the daemon does, without a
+// network: policies.Diff decides, and the revision is answered.
+func (f *fakeDaemon) update(w http.ResponseWriter, r *http.Request, s *fakeSession) {
+	var req api.UpdateRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, api.ClassInvalidArgument, "decoding request: "+err.Error())
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	version := max(s.PolicyVersion, 1)
+	d := policies.Diff(&s.Policy, &req.Policy)
+	if len(d.Refused) > 0 {
+		var parts []string
+		for _, x := range d.Refused {
+			parts = append(parts, x.Field+": "+x.Reason)
+		}
+		writeError(w, api.ClassFailedPrecondition, fmt.Sprintf("session %q: revision refused, nothing changed: %s", s.ID, strings.Join(parts, "; ")))
+		return
+	}
+	v := s.Session
+	v.PolicyVersion = version
+	if d.Changed() {
+		s.Policy = *policies.Revised(&s.Policy, &req.Policy)
+		s.PolicyVersion = version + 1
+		v = s.Session
+		v.Revision = &api.Revision{Version: version + 1, Previous: version, Allow: d.Allow, Deny: d.Deny}
+	}
+	writeJSON(w, 200, v)
 }
 
 // startLocked runs the session's script up to its end or to "block".

@@ -277,7 +277,7 @@ It talks to airlockd over a unix socket; validate and fmt work without it.`,
 		}
 	}
 	add("session",
-		c.newRunCommand(), c.newCreateCommand(), c.newStartCommand(), c.newExecCommand(), c.newAttachCommand(),
+		c.newRunCommand(), c.newCreateCommand(), c.newUpdateCommand(), c.newStartCommand(), c.newExecCommand(), c.newAttachCommand(),
 		c.newLogsCommand(), c.newPsCommand(), c.newStopCommand(), c.newRmCommand(),
 		c.newInspectCommand(), c.newWaitCommand(), c.newAuditCommand(),
 		c.newDiffCommand(), c.newCommitCommand(), c.newDiscardCommand(),

@@ -92,6 +92,11 @@ func (f *fakeDaemon) Inspect(ctx context.Context, id string) (*api.Session, erro
 	return f.inspect(id)
 }
 
+func (f *fakeDaemon) Update(ctx context.Context, id string, req api.UpdateRequest) (*api.Session, error) {
+	f.called("Update %s", id)
+	return nil, noSession(id)
+}
+
 func (f *fakeDaemon) CheckSession(id string) error {
 	f.called("CheckSession %s", id)
 	if !f.known[id] {

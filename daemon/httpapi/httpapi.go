@@ -38,6 +38,9 @@ type Daemon interface {
 	Create(ctx context.Context, req api.CreateRequest) (*api.Session, error)
 	List(ctx context.Context) []api.Session
 	Inspect(ctx context.Context, id string) (*api.Session, error)
+	// Update revises a session's policy, live, or refuses the revision
+	// as a whole.
+	Update(ctx context.Context, id string, req api.UpdateRequest) (*api.Session, error)
 	// CheckSession returns the error the other session methods return
 	// for an unknown id, and nil for a known one.
 	CheckSession(id string) error
@@ -104,6 +107,7 @@ func New(d Daemon) http.Handler {
 	mux.HandleFunc("POST /v1/sessions", s.handleCreate)
 	mux.HandleFunc("GET /v1/sessions", s.handleList)
 	mux.HandleFunc("GET /v1/sessions/{id}", s.handleInspect)
+	mux.HandleFunc("PATCH /v1/sessions/{id}", s.handleUpdate)
 	mux.HandleFunc("POST /v1/sessions/{id}/start", s.handleStart)
 	mux.HandleFunc("POST /v1/sessions/{id}/stop", s.handleStop)
 	mux.HandleFunc("GET /v1/sessions/{id}/wait", s.handleWait)

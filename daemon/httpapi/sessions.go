@@ -48,6 +48,20 @@ func (h *server) handleInspect(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s)
 }
 
+func (h *server) handleUpdate(w http.ResponseWriter, r *http.Request) {
+	var req api.UpdateRequest
+	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	s, err := h.d.Update(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s)
+}
+
 func (h *server) handleStart(w http.ResponseWriter, r *http.Request) {
 	s, err := h.d.Start(r.Context(), r.PathValue("id"))
 	if err != nil {

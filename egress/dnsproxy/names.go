@@ -172,3 +172,21 @@ func (n *Names) Len() int {
 	defer n.mu.Unlock()
 	return n.n
 }
+
+// Pairs returns every (name, address) pair held, expired or not: the
+// addresses pinned for each name since the pairs were last evicted.
+func (n *Names) Pairs() map[allowlist.FQDN][]netip.Addr {
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[allowlist.FQDN][]netip.Addr, len(n.m))
+	for name, as := range n.m {
+		for a := range as {
+			out[name] = append(out[name], a)
+		}
+		slices.SortFunc(out[name], func(x, y netip.Addr) int { return x.Compare(y) })
+	}
+	return out
+}

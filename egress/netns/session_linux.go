@@ -493,3 +493,95 @@ func (s *Session) Drops(ctx context.Context) (DropStats, error) {
 	}
 	return st, nil
 }
+
+// Revise replaces the session's destination rules by cfg's Allow and Deny
+// (cfg must otherwise be the configuration the session was created with:
+// IPv6, Drop and L7Ports are not changed), removes the pinned entries
+// unpin from its sets, and then ends its tracked connections through the
+// gateway whose destination, protocol ("tcp" or "udp") and port cut
+// reports: their next packet meets the revised rules. Connections to the
+// gateway itself (the DNS proxy) are never ended. It returns how many
+// connections it ended.
+func (s *Session) Revise(ctx context.Context, cfg SessionConfig, unpin []Pinning, cut func(dst netip.Addr, proto string, port uint16) bool) (int, error) {
+	if err := cfg.validate(); err != nil {
+		return 0, err
+	}
+	g := s.gw
+	s.mu.Lock()
+	if s.removed {
+		s.mu.Unlock()
+		return 0, fmt.Errorf("session %q: %w", s.id, errdefs.ErrNotFound)
+	}
+	rules := nft.Session{Name: s.iface, Addr4: s.addrs.Session4, Drop: cfg.Drop, Allow: cfg.Allow, Deny: cfg.Deny, L7Ports: cfg.L7Ports}
+	if s.ipv6 {
+		rules.Addr6 = s.addrs.Session6
+	}
+	err := g.withNft(func(c *nftables.Conn) error {
+		if err := nft.ReviseSession(c, g.cfg.Prefix, g.cfg.base(), rules); err != nil {
+			return err
+		}
+		return c.Flush()
+	})
+	if err != nil {
+		s.mu.Unlock()
+		return 0, fmt.Errorf("session %q: revise rules: %w", s.id, err)
+	}
+	// One entry per batch: an entry that expired meanwhile is already
+	// gone, and must not fail the others.
+	for _, p := range unpin {
+		p.Addr = p.Addr.Unmap()
+		if err := g.withNft(func(c *nftables.Conn) error {
+			if err := nft.Unpin(c, g.cfg.Prefix, s.iface, []Pinning{{Addr: p.Addr, Port: p.Port, Expires: time.Second}}); err != nil {
+				return err
+			}
+			return c.Flush()
+		}); err != nil && !errors.Is(err, unix.ENOENT) {
+			log.G(ctx).Debug("unpin", "session", s.id, "addr", p.Addr, "port", p.Port, "error", err)
+		}
+		delete(s.pins, pinKey{p.Addr, p.Port})
+	}
+	s.mu.Unlock()
+	if cut == nil {
+		return 0, nil
+	}
+	src := map[netip.Addr]bool{s.addrs.Session4: true}
+	if s.ipv6 {
+		src[s.addrs.Session6] = true
+	}
+	local := map[netip.Addr]bool{s.addrs.GW4: true, s.addrs.GW6: true}
+	filter := flowFilter(func(f *netlink.ConntrackFlow) bool {
+		from, _ := netip.AddrFromSlice(f.Forward.SrcIP)
+		to, _ := netip.AddrFromSlice(f.Forward.DstIP)
+		if !src[from.Unmap()] || local[to.Unmap()] {
+			return false
+		}
+		var proto string
+		switch f.Forward.Protocol {
+		case unix.IPPROTO_TCP:
+			proto = "tcp"
+		case unix.IPPROTO_UDP:
+			proto = "udp"
+		default:
+			return false
+		}
+		return cut(to.Unmap(), proto, f.Forward.DstPort)
+	})
+	n := 0
+	for _, fam := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
+		if fam == unix.AF_INET6 && !s.ipv6 {
+			continue
+		}
+		k, err := g.nl.ConntrackDeleteFilters(netlink.ConntrackTable, fam, filter)
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return n, fmt.Errorf("session %q: end connections: %w", s.id, err)
+		}
+		n += int(k)
+	}
+	return n, nil
+}
+
+// flowFilter matches the conntrack flows a function reports.
+type flowFilter func(*netlink.ConntrackFlow) bool
+
+// MatchConntrackFlow implements netlink.CustomConntrackFilter.
+func (f flowFilter) MatchConntrackFlow(fl *netlink.ConntrackFlow) bool { return f(fl) }

@@ -512,18 +512,10 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 	}
 
 	// <s>-fwd: what the session may reach through the gateway.
-	add(fwd, saddrNot(s.Addr4), one(toBlk))
-	if s.Addr6.IsValid() {
-		add(fwd, saddrNot(s.Addr6), one(toBlk))
-	} else {
-		add(fwd, nfproto(unix.NFPROTO_IPV6), one(toBlk))
-	}
-	add(fwd, l4protoTCPUDP(true), one(toBlk))
-	accept := verdict(expr.VerdictAccept)
-	for _, r := range sessionVerdicts(s, one(toBlk), one(accept)) {
+	for _, r := range fwdRules(s) {
 		add(fwd, r)
 	}
-	add(fwd, one(toBlk))
+	accept := verdict(expr.VerdictAccept)
 
 	// <s>-l7 and <s>-l7ok: what <s>-fwd would accept on an L7 port is
 	// redirected to the gateway's L7 listener; the rest returns, to be
@@ -547,11 +539,7 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 			add(l7, one(dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(p)}, gotoChain(l7okName)))
 		}
 		add(l7, ret)
-		redirect := one(
-			&expr.Immediate{Register: reg1, Data: be16(b.l7Port())},
-			&expr.Redir{RegisterProtoMin: reg1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
-		)
-		for _, r := range sessionVerdicts(s, ret, redirect) {
+		for _, r := range l7okRules(s, b) {
 			add(l7ok, r)
 		}
 	}
@@ -599,6 +587,95 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 			Key: ifnameData(s.Name), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: m.chain},
 		}}); err != nil {
 			return fmt.Errorf("session %s: map %s: %w", s.Name, m.set, err)
+		}
+	}
+	return nil
+}
+
+// fwdRules are the rules of session s's <s>-fwd chain: what it may reach
+// through the gateway.
+func fwdRules(s Session) [][]expr.Any {
+	toBlk := one(gotoChain(s.Name + "-blk"))
+	var rules [][]expr.Any
+	add := func(e ...[]expr.Any) { rules = append(rules, exprs(e...)) }
+	add(saddrNot(s.Addr4), toBlk)
+	if s.Addr6.IsValid() {
+		add(saddrNot(s.Addr6), toBlk)
+	} else {
+		add(nfproto(unix.NFPROTO_IPV6), toBlk)
+	}
+	add(l4protoTCPUDP(true), toBlk)
+	rules = append(rules, sessionVerdicts(s, toBlk, one(verdict(expr.VerdictAccept)))...)
+	add(toBlk)
+	return rules
+}
+
+// l7okRules are the rules of session s's <s>-l7ok chain: what <s>-fwd
+// would accept on an L7 port is redirected to the gateway's L7 listener.
+func l7okRules(s Session, b Base) [][]expr.Any {
+	redirect := one(
+		&expr.Immediate{Register: reg1, Data: be16(b.l7Port())},
+		&expr.Redir{RegisterProtoMin: reg1, Flags: unix.NF_NAT_RANGE_PROTO_SPECIFIED},
+	)
+	return sessionVerdicts(s, one(verdict(expr.VerdictReturn)), redirect)
+}
+
+// ReviseSession queues the replacement of session s's destination rules
+// (its Allow and Deny, in <s>-fwd and, with L7 ports, <s>-l7ok) by those
+// s gives; the caller flushes. The chains are flushed and refilled in
+// the same batch, so a packet meets either the old rules or the new ones.
+// Its sets, and so its pins, stay; s must otherwise be the session as
+// AddSession installed it (addresses, Drop, L7Ports).
+func ReviseSession(c *nftables.Conn, tableName string, b Base, s Session) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	t := table(tableName)
+	fwdName, _, _, _ := sessionObjects(s.Name)
+	_, l7okName := sessionL7Chains(s.Name)
+	chains := []struct {
+		name  string
+		rules [][]expr.Any
+	}{{fwdName, fwdRules(s)}}
+	if len(s.L7Ports) > 0 {
+		chains = append(chains, struct {
+			name  string
+			rules [][]expr.Any
+		}{l7okName, l7okRules(s, b)})
+	}
+	for _, ch := range chains {
+		chain := &nftables.Chain{Name: ch.name, Table: t}
+		c.FlushChain(chain)
+		for _, r := range ch.rules {
+			c.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: r})
+		}
+	}
+	return nil
+}
+
+// Unpin queues the removal of ps from session name's sets; the caller
+// flushes. Removing an entry that is not there (it expired) fails the
+// batch: give one entry per batch, or entries just read.
+func Unpin(c *nftables.Conn, tableName, name string, ps []Pinning) error {
+	t := table(tableName)
+	pin4, any4, pin6, any6 := PinElements(ps)
+	for _, x := range []struct {
+		set   string
+		typ   nftables.SetDatatype
+		elems []nftables.SetElement
+	}{
+		{name + "-p4", typePin4, pin4}, {name + "-a4", nftables.TypeIPAddr, any4},
+		{name + "-p6", typePin6, pin6}, {name + "-a6", nftables.TypeIP6Addr, any6},
+	} {
+		if len(x.elems) == 0 {
+			continue
+		}
+		for i := range x.elems {
+			x.elems[i].Timeout = 0
+		}
+		s := &nftables.Set{Table: t, Name: x.set, KeyType: x.typ, HasTimeout: true}
+		if err := c.SetDeleteElements(s, x.elems); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -56,6 +56,10 @@ func AppendEvent(b []byte, ev *api.AuditEvent) ([]byte, error) {
 		}
 		b = append(b, '}')
 	}
+	if ev.PolicyVersion != 0 {
+		b = append(b, `,"policy_version":`...)
+		b = strconv.AppendInt(b, int64(ev.PolicyVersion), 10)
+	}
 	return append(b, '}'), nil
 }
 

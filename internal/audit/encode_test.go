@@ -19,8 +19,8 @@ type namedString string
 func TestEncodingMatchesJSON(t *testing.T) {
 	// AppendEvent writes each field of api.AuditEvent by hand: a new
 	// field must be added there too.
-	if n := reflect.TypeFor[api.AuditEvent]().NumField(); n != 7 {
-		t.Fatalf("api.AuditEvent has %d fields; AppendEvent encodes 7", n)
+	if n := reflect.TypeFor[api.AuditEvent]().NumField(); n != 8 {
+		t.Fatalf("api.AuditEvent has %d fields; AppendEvent encodes 8", n)
 	}
 	at := time.Date(2026, 3, 1, 12, 30, 45, 123456789, time.UTC)
 	tricky := "a\"b\\c\n\r\t\b\f\x00\x1f<tag>&amp; \u2028\u2029 é 日本 \xff\xfe bad \xed\xa0\x80 end"
@@ -30,6 +30,8 @@ func TestEncodingMatchesJSON(t *testing.T) {
 	}{
 		{"zero", api.AuditEvent{}},
 		{"minimal", api.AuditEvent{Time: at, Session: "s1", Layer: "session", Action: "started"}},
+		{"policy version", api.AuditEvent{Time: at, Session: "s1", Layer: "policy", Action: "revised", PolicyVersion: 12,
+			Fields: map[string]any{"added": []string{"a.test"}}}},
 		{"dns", api.AuditEvent{Time: at, Session: "s1", Layer: "dns", Action: "allowed", Subject: "api.example.com", Fields: map[string]any{
 			"type": "A", "rcode": "NOERROR", "proto": "udp", "rule": "*.example.com:443", "cnames": []string{"edge.cdn.test."},
 			"answers": []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")},
@@ -117,6 +119,7 @@ func TestEncodingRandom(t *testing.T) {
 		ev := api.AuditEvent{
 			Time:    time.Unix(rng.Int64N(1<<36)-1<<35, rng.Int64N(1e9)).In(time.FixedZone("z", rng.IntN(2*86400)-86400)),
 			Session: str(), Layer: str(), Action: str(), Subject: str(), Reason: str(),
+			PolicyVersion: rng.IntN(3),
 		}
 		if rng.IntN(4) > 0 {
 			ev.Fields = map[string]any{}

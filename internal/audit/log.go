@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -101,7 +102,15 @@ type Log struct {
 	// observe, if set, sees every event as it is emitted (see
 	// WithObserver).
 	observe func(*api.AuditEvent)
+	// version is the session's policy version, given to events that
+	// carry none (SetPolicyVersion).
+	version atomic.Int64
 }
+
+// SetPolicyVersion sets the policy version events emitted from now on
+// carry when they name none of their own (an event decided under an
+// earlier version, such as a DNS answer in flight, names it itself).
+func (a *Log) SetPolicyVersion(v int) { a.version.Store(int64(v)) }
 
 // Option configures a Log.
 type Option func(*Log)
@@ -187,6 +196,9 @@ func (a *Log) EmitOutcome(ctx context.Context, ev api.AuditEvent) { a.emit(ctx, 
 func (a *Log) emit(ctx context.Context, ev api.AuditEvent, class eventClass) {
 	if ev.Time.IsZero() {
 		ev.Time = a.now().UTC()
+	}
+	if ev.PolicyVersion == 0 {
+		ev.PolicyVersion = int(a.version.Load())
 	}
 	if a.observe != nil {
 		a.observe(&ev)

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/api"
+)
+
+func (c *cli) newUpdateCommand() *cobra.Command {
+	var (
+		mo     manifestOptions
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "update [flags] ID -f MANIFEST",
+		Short: "Revise a running session's policy, live",
+		Long: `Update decodes the manifest locally and sends it to the daemon as the
+session's revised policy. The daemon applies the difference with the policy
+the session runs under, live, and gives the policy the next version:
+
+  egress allow and deny entries added or removed: names resolve, or are
+  refused, at once; destinations opened only for removed entries are
+  closed and the session's connections to them are ended.
+
+Nothing else can be revised yet. image, user, command, env, workdir,
+capabilities, workspaces and mounts cannot change on a running session;
+timeout, resources, credentials, secrets, approval and the egress block's
+other attributes (http rules, l7, ipv6, on_block, allow_private) are not
+revisable yet. A manifest that changes any of them is refused as a whole,
+each field named with the reason, and nothing changes. A manifest without
+a command keeps the running one.
+
+The revision is one audit event (layer "policy", action "revised"), and
+every later event names the new policy version; "airlock inspect" shows
+the version.`,
+		Example: `  airlock update 3f9c2a1b -f task.hcl
+  airlock update --var env=staging 3f9c2a1b -f task.hcl --json`,
+		Args: exactArgs(1, "one session ID"),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			p, err := c.policy(&mo, nil, false)
+			if err != nil {
+				return err
+			}
+			s, err := c.client().UpdateSession(cmd.Context(), args[0], api.UpdateRequest{Policy: *p})
+			if err != nil {
+				return err
+			}
+			c.printWarnings(s)
+			if asJSON {
+				return c.printJSON(s)
+			}
+			c.printRevision(s)
+			return nil
+		}),
+	}
+	cmd.Flags().StringVarP(&mo.file, "file", "f", "", "the session's revised manifest (HCL)")
+	cmd.Flags().StringArrayVar(&mo.vars, "var", nil, "set a manifest variable: NAME=VALUE (repeatable)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the session and its revision as JSON")
+	return cmd
+}
+
+// printRevision prints what a revision changed, one line each.
+func (c *cli) printRevision(s *api.Session) {
+	r := s.Revision
+	if r == nil {
+		fmt.Fprintf(c.stdout, "%s: nothing to revise (policy version %d)\n", s.ID, s.PolicyVersion)
+		return
+	}
+	fmt.Fprintf(c.stdout, "%s: policy version %d (was %d)\n", s.ID, r.Version, r.Previous)
+	for _, l := range []struct {
+		name   string
+		change []string
+	}{
+		{"egress allow added", r.Allow.Added}, {"egress allow removed", r.Allow.Removed}, {"egress allow kept", r.Allow.Kept},
+		{"egress deny added", r.Deny.Added}, {"egress deny removed", r.Deny.Removed}, {"egress deny kept", r.Deny.Kept},
+		{"unpinned", r.Unpinned},
+	} {
+		if len(l.change) > 0 {
+			fmt.Fprintf(c.stdout, "  %s: %s\n", l.name, strings.Join(l.change, ", "))
+		}
+	}
+	fmt.Fprintf(c.stdout, "  connections cut: %d\n", r.ConnectionsCut)
+}

@@ -1,0 +1,200 @@
+package policies
+
+import (
+	"reflect"
+	"slices"
+)
+
+// Revision is the difference between a running session's policy and a
+// revised one: what a revision (airlock update) would change, and what it
+// cannot.
+type Revision struct {
+	// Allow and Deny are the egress entries added, removed and kept.
+	Allow, Deny ListChange
+	// Refused are the differences a running session cannot take, one per
+	// field, in the policy's field order. A revision with any is refused
+	// as a whole.
+	Refused []Refusal
+}
+
+// ListChange is what a revision does to a list of entries, each in its
+// canonical form.
+type ListChange struct {
+	Added   []string `json:"added,omitempty"`
+	Removed []string `json:"removed,omitempty"`
+	Kept    []string `json:"kept,omitempty"`
+}
+
+// Changed reports whether entries are added or removed.
+func (c ListChange) Changed() bool { return len(c.Added) > 0 || len(c.Removed) > 0 }
+
+// Refusal is a field a revision may not change, and why.
+type Refusal struct {
+	Field  string `json:"field"`
+	Reason string `json:"reason"`
+}
+
+// Reasons a field cannot be revised.
+const (
+	// ReasonFixed: the field shaped the sandbox when it was made.
+	ReasonFixed = "cannot change on a running session"
+	// ReasonNotYet: the field could change live, but airlock does not
+	// revise it yet.
+	ReasonNotYet = "not revisable yet (a revision changes egress allow and deny only)"
+)
+
+// Changed reports whether the revision changes anything.
+func (r Revision) Changed() bool { return r.Allow.Changed() || r.Deny.Changed() }
+
+// Diff compares a running session's policy with a revised one, both
+// validated with defaults applied (as admission leaves them). A revised
+// policy without a command keeps the running command; its pool and
+// terminal settings are not compared (they concern creating a session).
+func Diff(running, revised *Policy) Revision {
+	var r Revision
+	refuse := func(field, reason string) { r.Refused = append(r.Refused, Refusal{Field: field, Reason: reason}) }
+	differ := func(a, b any) bool { return !reflect.DeepEqual(a, b) }
+	if running.Label != revised.Label {
+		refuse("label", ReasonNotYet)
+	}
+	if running.Image != revised.Image {
+		refuse("image", ReasonFixed)
+	}
+	if len(revised.Command) > 0 && !slices.Equal(running.Command, revised.Command) {
+		refuse("command", ReasonFixed+": its command is running")
+	}
+	if differ(emptyNil(running.Env), emptyNil(revised.Env)) {
+		refuse("env", ReasonFixed+": its command is running")
+	}
+	if running.User != revised.User {
+		refuse("user", ReasonFixed)
+	}
+	if running.Workdir != revised.Workdir {
+		refuse("workdir", ReasonFixed+": its command is running")
+	}
+	if running.Timeout != revised.Timeout {
+		refuse("timeout", ReasonNotYet)
+	}
+	if !slices.Equal(running.Capabilities, revised.Capabilities) {
+		refuse("capabilities", ReasonFixed)
+	}
+	if running.Resources != revised.Resources {
+		refuse("resources", ReasonNotYet)
+	}
+	if differ(running.Workspaces, revised.Workspaces) {
+		refuse("workspace", ReasonFixed+" (its mounts are made; protect and deny_read are "+ReasonNotYet+")")
+	}
+	if differ(running.Mounts, revised.Mounts) {
+		refuse("mount", ReasonFixed)
+	}
+	switch {
+	case (running.Egress == nil) != (revised.Egress == nil):
+		refuse("egress", ReasonFixed+": its network namespace is made with the session (add or remove entries instead)")
+	case running.Egress != nil:
+		for _, f := range EgressUnrevisable(running.Egress, revised.Egress) {
+			refuse("egress."+f, ReasonNotYet)
+		}
+		r.Allow = listChange(running.Egress.Allow, revised.Egress.Allow)
+		r.Deny = listChange(running.Egress.Deny, revised.Egress.Deny)
+	}
+	if differ(running.Credentials, revised.Credentials) {
+		refuse("credential", ReasonNotYet)
+	}
+	if differ(running.Secrets, revised.Secrets) {
+		refuse("secret", ReasonNotYet)
+	}
+	if differ(running.Approval, revised.Approval) {
+		refuse("approval", ReasonNotYet)
+	}
+	return r
+}
+
+// Revised is running with the revision's egress entries: the policy a
+// revision that Diff refused nothing of installs.
+func Revised(running, revised *Policy) *Policy {
+	p := running.Clone()
+	if p.Egress != nil && revised.Egress != nil {
+		p.Egress.Allow = slices.Clone(revised.Egress.Allow)
+		p.Egress.Deny = slices.Clone(revised.Egress.Deny)
+	}
+	return p
+}
+
+// EgressUnrevisable names the attributes of egress blocks a and b that
+// differ and that a revision cannot change: all but allow and deny.
+func EgressUnrevisable(a, b *Egress) []string {
+	if a == nil || b == nil {
+		return nil
+	}
+	var out []string
+	if !slices.Equal(a.AllowPrivate, b.AllowPrivate) {
+		out = append(out, "allow_private")
+	}
+	if a.OnBlock != b.OnBlock {
+		out = append(out, "on_block")
+	}
+	if a.IPv6 != b.IPv6 {
+		out = append(out, "ipv6")
+	}
+	if a.L7 != b.L7 {
+		out = append(out, "l7")
+	}
+	if !slices.Equal(a.L7Ports, b.L7Ports) {
+		out = append(out, "l7_ports")
+	}
+	if a.Inspect != b.Inspect {
+		out = append(out, "inspect")
+	}
+	if !reflect.DeepEqual(emptyNil(a.HTTP), emptyNil(b.HTTP)) {
+		out = append(out, "http")
+	}
+	return out
+}
+
+// listChange compares two lists of egress entries by their canonical
+// forms (an entry that does not parse is compared as written).
+func listChange(running, revised []string) ListChange {
+	canon := func(s string) string {
+		if r, err := ParseEgressRule(s); err == nil {
+			return r.String()
+		}
+		return s
+	}
+	before, after := map[string]bool{}, map[string]bool{}
+	for _, s := range running {
+		before[canon(s)] = true
+	}
+	var c ListChange
+	for _, s := range revised {
+		s = canon(s)
+		if after[s] {
+			continue
+		}
+		after[s] = true
+		if before[s] {
+			c.Kept = append(c.Kept, s)
+		} else {
+			c.Added = append(c.Added, s)
+		}
+	}
+	for _, s := range running {
+		s = canon(s)
+		if !after[s] && !slices.Contains(c.Removed, s) {
+			c.Removed = append(c.Removed, s)
+		}
+	}
+	return c
+}
+
+// emptyNil is v, or nil when v is an empty map or slice: a field left out
+// and one given empty are the same.
+func emptyNil(v any) any {
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Map, reflect.Slice:
+		if rv.Len() == 0 {
+			return nil
+		}
+	}
+	return v
+}

@@ -61,12 +61,10 @@ func DecodeAdmission(filename string, src []byte) (*Admission, *DiagnosticsError
 	return withDiagnostics(parser, a, diags)
 }
 
-func decodeAdmission(parser *hclparse.Parser, filename string, src []byte) (*Admission, hcl.Diagnostics) {
-	file, diags := parser.ParseHCL(src, filename)
-	if diags.HasErrors() {
-		return nil, diags
-	}
-	d := &decoder{
+// literalDecoder decodes files whose values are literals (no variables
+// or functions): admission policies and daemon configurations.
+func literalDecoder(diags hcl.Diagnostics) *decoder {
+	return &decoder{
 		diags:    diags,
 		declared: map[string]bool{},
 		unset:    map[string]bool{},
@@ -74,6 +72,14 @@ func decodeAdmission(parser *hclparse.Parser, filename string, src []byte) (*Adm
 		failed:   map[string]bool{},
 		literal:  true,
 	}
+}
+
+func decodeAdmission(parser *hclparse.Parser, filename string, src []byte) (*Admission, hcl.Diagnostics) {
+	file, diags := parser.ParseHCL(src, filename)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	d := literalDecoder(diags)
 	content, cdiags := file.Body.Content(admissionFileSchema)
 	d.diags = append(d.diags, cdiags...)
 	blocks := content.Blocks

@@ -90,14 +90,7 @@ func decodeDaemonConfig(parser *hclparse.Parser, filename string, src []byte, se
 	if diags.HasErrors() {
 		return nil, diags
 	}
-	d := &decoder{
-		diags:    diags,
-		declared: map[string]bool{},
-		unset:    map[string]bool{},
-		ranges:   map[string]hcl.Range{},
-		failed:   map[string]bool{},
-		literal:  true,
-	}
+	d := literalDecoder(diags)
 	schema := &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "admission"}}}
 	byName := map[string]Setting{}
 	for _, s := range settings {
@@ -230,14 +223,7 @@ func readDaemonPaths(parser *hclparse.Parser, filename string, src []byte) (*Dae
 	if diags.HasErrors() {
 		return nil, diags
 	}
-	d := &decoder{
-		diags:    diags,
-		declared: map[string]bool{},
-		unset:    map[string]bool{},
-		ranges:   map[string]hcl.Range{},
-		failed:   map[string]bool{},
-		literal:  true,
-	}
+	d := literalDecoder(diags)
 	content, _, cdiags := file.Body.PartialContent(&hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "bin_dir"}, {Name: "root"}, {Name: "admission"}},
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "admission"}},

@@ -653,20 +653,30 @@ func ReviseSession(c *nftables.Conn, tableName string, b Base, s Session) error 
 	return nil
 }
 
+// pinSet is one of a session's four pin sets and the elements of some
+// pinnings that go in it.
+type pinSet struct {
+	set   string
+	typ   nftables.SetDatatype
+	elems []nftables.SetElement
+}
+
+// pinSets sorts ps into session name's pin sets: address and port, or
+// any port, for each family.
+func pinSets(name string, ps []Pinning) []pinSet {
+	pin4, any4, pin6, any6 := PinElements(ps)
+	return []pinSet{
+		{name + "-p4", typePin4, pin4}, {name + "-a4", nftables.TypeIPAddr, any4},
+		{name + "-p6", typePin6, pin6}, {name + "-a6", nftables.TypeIP6Addr, any6},
+	}
+}
+
 // Unpin queues the removal of ps from session name's sets; the caller
 // flushes. Removing an entry that is not there (it expired) fails the
 // batch: give one entry per batch, or entries just read.
 func Unpin(c *nftables.Conn, tableName, name string, ps []Pinning) error {
 	t := table(tableName)
-	pin4, any4, pin6, any6 := PinElements(ps)
-	for _, x := range []struct {
-		set   string
-		typ   nftables.SetDatatype
-		elems []nftables.SetElement
-	}{
-		{name + "-p4", typePin4, pin4}, {name + "-a4", nftables.TypeIPAddr, any4},
-		{name + "-p6", typePin6, pin6}, {name + "-a6", nftables.TypeIP6Addr, any6},
-	} {
+	for _, x := range pinSets(name, ps) {
 		if len(x.elems) == 0 {
 			continue
 		}
@@ -869,15 +879,7 @@ func Pin(c *nftables.Conn, tableName, name string, ps []Pinning) error {
 		}
 	}
 	t := table(tableName)
-	pin4, any4, pin6, any6 := PinElements(ps)
-	for _, x := range []struct {
-		set   string
-		typ   nftables.SetDatatype
-		elems []nftables.SetElement
-	}{
-		{name + "-p4", typePin4, pin4}, {name + "-a4", nftables.TypeIPAddr, any4},
-		{name + "-p6", typePin6, pin6}, {name + "-a6", nftables.TypeIP6Addr, any6},
-	} {
+	for _, x := range pinSets(name, ps) {
 		if len(x.elems) == 0 {
 			continue
 		}

@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"path"
 	"reflect"
 	"slices"
 )
@@ -11,6 +12,8 @@ import (
 type Revision struct {
 	// Allow and Deny are the egress entries added, removed and kept.
 	Allow, Deny ListChange
+	// Credentials are the credentials added, removed, changed and kept.
+	Credentials CredentialChange
 	// Refused are the differences a running session cannot take, one per
 	// field, in the policy's field order. A revision with any is refused
 	// as a whole.
@@ -28,6 +31,26 @@ type ListChange struct {
 // Changed reports whether entries are added or removed.
 func (c ListChange) Changed() bool { return len(c.Added) > 0 || len(c.Removed) > 0 }
 
+// CredentialChange is what a revision does to a session's credentials,
+// by name, each list in the revised policy's order (Removed in the running
+// one's).
+type CredentialChange struct {
+	// Added are new: minted and delivered.
+	Added []string `json:"added,omitempty"`
+	// Removed are gone: their tokens are revoked and their files removed.
+	Removed []string `json:"removed,omitempty"`
+	// Changed differ in issuer, audience, scopes, ttl or delivery: their
+	// tokens are revoked and a new one is minted and delivered.
+	Changed []string `json:"changed,omitempty"`
+	// Kept are the same: their tokens stand.
+	Kept []string `json:"kept,omitempty"`
+}
+
+// Revises reports whether credentials are added, removed or changed.
+func (c CredentialChange) Revises() bool {
+	return len(c.Added)+len(c.Removed)+len(c.Changed) > 0
+}
+
 // Refusal is a field a revision may not change, and why.
 type Refusal struct {
 	Field  string `json:"field"`
@@ -40,11 +63,19 @@ const (
 	ReasonFixed = "cannot change on a running session"
 	// ReasonNotYet: the field could change live, but airlock does not
 	// revise it yet.
-	ReasonNotYet = "not revisable yet (a revision changes egress allow and deny only)"
+	ReasonNotYet = "not revisable yet (a revision changes egress allow and deny entries and credentials only)"
+	// ReasonEnvCredential: a credential delivered in the environment
+	// cannot reach a command that is already running.
+	ReasonEnvCredential = "cannot be delivered to a running command's environment (remove the credential to revoke it, or deliver it as a file)"
+	// ReasonCredentialDir: the directory of a file credential is mounted
+	// when the sandbox is made.
+	ReasonCredentialDir = "cannot be delivered: no running file credential's directory holds its path, and credential directories are mounted when the sandbox is made"
 )
 
 // Changed reports whether the revision changes anything.
-func (r Revision) Changed() bool { return r.Allow.Changed() || r.Deny.Changed() }
+func (r Revision) Changed() bool {
+	return r.Allow.Changed() || r.Deny.Changed() || r.Credentials.Revises()
+}
 
 // Diff compares a running session's policy with a revised one, both
 // validated with defaults applied (as admission leaves them). A revised
@@ -97,9 +128,9 @@ func Diff(running, revised *Policy) Revision {
 		r.Allow = listChange(running.Egress.Allow, revised.Egress.Allow)
 		r.Deny = listChange(running.Egress.Deny, revised.Egress.Deny)
 	}
-	if differ(running.Credentials, revised.Credentials) {
-		refuse("credential", ReasonNotYet)
-	}
+	var credRefused []Refusal
+	r.Credentials, credRefused = credentialChange(running.Credentials, revised.Credentials)
+	r.Refused = append(r.Refused, credRefused...)
 	if differ(running.Secrets, revised.Secrets) {
 		refuse("secret", ReasonNotYet)
 	}
@@ -109,15 +140,76 @@ func Diff(running, revised *Policy) Revision {
 	return r
 }
 
-// Revised is running with the revision's egress entries: the policy a
-// revision that Diff refused nothing of installs.
+// Revised is running with the revision's egress entries and credentials:
+// the policy a revision that Diff refused nothing of installs.
 func Revised(running, revised *Policy) *Policy {
 	p := running.Clone()
 	if p.Egress != nil && revised.Egress != nil {
 		p.Egress.Allow = slices.Clone(revised.Egress.Allow)
 		p.Egress.Deny = slices.Clone(revised.Egress.Deny)
 	}
+	p.Credentials = revised.Clone().Credentials
 	return p
+}
+
+// credentialChange classifies the credentials of a revision by name, and
+// refuses those a running session cannot take: a credential added or
+// changed to be delivered in the environment (the command's environment
+// was fixed when it started), and a file credential whose directory no
+// running file credential uses (the sandbox's credential directories were
+// mounted when it was made). A removed credential is always taken: its
+// tokens are revoked, even one in the command's environment, where the
+// variable stays but no longer verifies.
+func credentialChange(running, revised []Credential) (CredentialChange, []Refusal) {
+	var c CredentialChange
+	var refused []Refusal
+	before := map[string]Credential{}
+	dirs := map[string]bool{}
+	for _, cr := range running {
+		before[cr.Name] = cr
+		if deliveredAsFile(cr) {
+			dirs[path.Dir(cr.SandboxPath())] = true
+		}
+	}
+	after := map[string]bool{}
+	for _, cr := range revised {
+		after[cr.Name] = true
+		old, ok := before[cr.Name]
+		switch {
+		case ok && sameCredential(old, cr):
+			c.Kept = append(c.Kept, cr.Name)
+			continue
+		case ok:
+			c.Changed = append(c.Changed, cr.Name)
+		default:
+			c.Added = append(c.Added, cr.Name)
+		}
+		switch {
+		case cr.Deliver == DeliverEnv:
+			refused = append(refused, Refusal{Field: "credential." + cr.Name, Reason: ReasonEnvCredential})
+		case deliveredAsFile(cr) && !dirs[path.Dir(cr.SandboxPath())]:
+			refused = append(refused, Refusal{Field: "credential." + cr.Name, Reason: ReasonCredentialDir})
+		}
+	}
+	for _, cr := range running {
+		if !after[cr.Name] {
+			c.Removed = append(c.Removed, cr.Name)
+		}
+	}
+	return c, refused
+}
+
+// deliveredAsFile reports whether c is written into the sandbox.
+func deliveredAsFile(c Credential) bool {
+	return c.Deliver != DeliverEnv && c.Deliver != DeliverGateway
+}
+
+// sameCredential reports whether a and b would mint the same token and
+// deliver it the same way.
+func sameCredential(a, b Credential) bool {
+	return a.Issuer == b.Issuer && a.Audience == b.Audience && slices.Equal(a.Scopes, b.Scopes) &&
+		a.TTL == b.TTL && a.Deliver == b.Deliver && a.EnvVar == b.EnvVar &&
+		(!deliveredAsFile(a) || a.SandboxPath() == b.SandboxPath())
 }
 
 // EgressUnrevisable names the attributes of egress blocks a and b that

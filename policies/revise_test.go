@@ -1,8 +1,10 @@
 package policies
 
 import (
+	"reflect"
 	"slices"
 	"testing"
+	"time"
 )
 
 func revisable() *Policy {
@@ -63,7 +65,10 @@ func TestDiffRefusesWhatCannotChange(t *testing.T) {
 		{"workspace", ReasonFixed, func(p *Policy) { p.Workspaces[0].Protect = []string{"x"} }},
 		{"mount", ReasonFixed, func(p *Policy) { p.Mounts = []Mount{{HostPath: "/m", Target: "/m"}} }},
 		{"resources", ReasonNotYet, func(p *Policy) { p.Resources.CPUs = 2 }},
-		{"credential", ReasonNotYet, func(p *Policy) { p.Credentials = []Credential{{Name: "git"}} }},
+		{"credential.git", ReasonEnvCredential, func(p *Policy) {
+			p.Credentials = []Credential{{Name: "git", Deliver: DeliverEnv, EnvVar: "GIT_TOKEN"}}
+		}},
+		{"credential.git", ReasonCredentialDir, func(p *Policy) { p.Credentials = []Credential{{Name: "git", Deliver: DeliverFile}} }},
 		{"secret", ReasonNotYet, func(p *Policy) { p.Secrets = []Secret{{Name: "k"}} }},
 		{"approval", ReasonNotYet, func(p *Policy) { p.Approval = &Approval{} }},
 		{"egress.http", ReasonNotYet, func(p *Policy) { p.Egress.HTTP = []HTTPHost{{Host: "a.test"}} }},
@@ -88,6 +93,91 @@ func TestDiffRefusesWhatCannotChange(t *testing.T) {
 	rev.Image, rev.User = "other", "0:0"
 	if d := Diff(revisable(), rev); len(d.Refused) != 2 || d.Refused[0].Field != "image" || d.Refused[1].Field != "user" {
 		t.Errorf("two fields: %+v", d.Refused)
+	}
+}
+
+func cred(name string, scopes ...string) Credential {
+	return Credential{Name: name, Issuer: "airlock", Audience: name + ".test", Scopes: scopes,
+		TTL: DefaultCredentialTTL, Deliver: DeliverFile}
+}
+
+func TestDiffCredentials(t *testing.T) {
+	env := func(c Credential, v string) Credential { c.Deliver, c.EnvVar = DeliverEnv, v; return c }
+	gw := func(c Credential) Credential { c.Deliver = DeliverGateway; return c }
+	at := func(c Credential, p string) Credential { c.Path = p; return c }
+	running := []Credential{
+		cred("keep", "jobs.list"), cred("narrow", "jobs.cancel owner=*"), cred("drop", "x"),
+		env(cred("envdrop", "x"), "ENVDROP"), env(cred("envkeep", "x"), "ENVKEEP"), gw(cred("gw", "x")),
+		at(cred("home", "x"), "/home/agent/.tok/home"),
+	}
+	for _, c := range []struct {
+		name    string
+		revised []Credential
+		want    CredentialChange
+		refused []string // fields
+	}{
+		{"same", running, CredentialChange{Kept: []string{"keep", "narrow", "drop", "envdrop", "envkeep", "gw", "home"}}, nil},
+		{
+			name: "narrowed, removed, added, kept",
+			revised: []Credential{
+				cred("narrow", "jobs.cancel owner=alex"), cred("keep", "jobs.list"), env(cred("envkeep", "x"), "ENVKEEP"),
+				gw(cred("gw", "y")), at(cred("home", "x"), "/home/agent/.tok/home"), cred("new", "z"),
+				at(cred("new2", "z"), "/home/agent/.tok/new2"),
+			},
+			want: CredentialChange{
+				Added: []string{"new", "new2"}, Removed: []string{"drop", "envdrop"},
+				Changed: []string{"narrow", "gw"}, Kept: []string{"keep", "envkeep", "home"},
+			},
+		},
+		{
+			name: "audience, ttl, issuer, path and delivery change",
+			revised: func() []Credential {
+				out := slices.Clone(running)
+				out[0].Audience = "other.test"
+				out[1].TTL = Duration(time.Minute)
+				out[2].Issuer = "vault"
+				out[3] = cred("envdrop", "x")                            // env to file
+				out[5] = cred("gw", "x")                                 // gateway to file
+				out[6] = at(cred("home", "x"), "/home/agent/.tok/moved") // same directory
+				return out
+			}(),
+			want: CredentialChange{Changed: []string{"keep", "narrow", "drop", "envdrop", "gw", "home"}, Kept: []string{"envkeep"}},
+		},
+		{
+			name:    "an env credential cannot be changed or added",
+			revised: append(slices.Clone(running[:4]), env(cred("envkeep", "y"), "ENVKEEP"), gw(cred("gw", "x")), env(cred("envnew", "x"), "ENVNEW"), running[6]),
+			want:    CredentialChange{Added: []string{"envnew"}, Changed: []string{"envkeep"}, Kept: []string{"keep", "narrow", "drop", "envdrop", "gw", "home"}},
+			refused: []string{"credential.envkeep", "credential.envnew"},
+		},
+		{
+			name:    "a file credential moved to an unmounted directory",
+			revised: append(slices.Clone(running[:6]), at(cred("home", "x"), "/etc/tok/home"), at(cred("new", "x"), "/opt/new")),
+			want:    CredentialChange{Added: []string{"new"}, Changed: []string{"home"}, Kept: []string{"keep", "narrow", "drop", "envdrop", "envkeep", "gw"}},
+			refused: []string{"credential.home", "credential.new"},
+		},
+		{"all removed", nil, CredentialChange{Removed: []string{"keep", "narrow", "drop", "envdrop", "envkeep", "gw", "home"}}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			run, rev := revisable(), revisable()
+			run.Credentials, rev.Credentials = slices.Clone(running), c.revised
+			d := Diff(run, rev)
+			if !reflect.DeepEqual(d.Credentials, c.want) {
+				t.Errorf("Diff credentials\n got %+v\nwant %+v", d.Credentials, c.want)
+			}
+			var fields []string
+			for _, r := range d.Refused {
+				fields = append(fields, r.Field)
+			}
+			if !slices.Equal(fields, c.refused) {
+				t.Errorf("refused %+v, want fields %v", d.Refused, c.refused)
+			}
+			if d.Changed() != (len(c.want.Added)+len(c.want.Removed)+len(c.want.Changed) > 0) {
+				t.Errorf("Changed() = %v", d.Changed())
+			}
+			if p := Revised(run, rev); !reflect.DeepEqual(emptyNil(p.Credentials), emptyNil(c.revised)) {
+				t.Errorf("Revised credentials %+v, want %+v", p.Credentials, c.revised)
+			}
+		})
 	}
 }
 

@@ -34,6 +34,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -326,6 +327,11 @@ func (b *Broker) commit(session string, r Request, c *Credential, fresh bool) er
 		err = fmt.Errorf("session %s: credential %q already exists: %w", session, r.Name, errdefs.ErrAlreadyExists)
 	case !fresh && !exists:
 		err = fmt.Errorf("session %s: credential %q was revoked during refresh: %w", session, r.Name, errdefs.ErrNotFound)
+	case !fresh && !sameRequest(g[r.Name], r):
+		// A revision replaced the grant while this token was issued
+		// under the old one: it is recorded revoked, and the refresher
+		// of the old grant ends.
+		err = fmt.Errorf("session %s: credential %q was revised during refresh: %w", session, r.Name, errdefs.ErrNotFound)
 	}
 	if c.Revocable {
 		b.tokens[c.ID] = &record{
@@ -351,6 +357,161 @@ func (b *Broker) commit(session string, r Request, c *Credential, fresh bool) er
 		return fmt.Errorf("session %s: credential %q: %w", session, r.Name, serr)
 	}
 	return nil
+}
+
+// sameRequest reports whether a and b ask for the same credential.
+func sameRequest(a, b Request) bool {
+	return a.Name == b.Name && a.Issuer == b.Issuer && a.Audience == b.Audience &&
+		slices.Equal(a.Scopes, b.Scopes) && a.TTL == b.TTL
+}
+
+// Revoked names a token a revision revoked.
+type Revoked struct {
+	Name string `json:"name"`
+	ID   string `json:"jti"`
+}
+
+// Revise revises the credentials of session in one step: each request of
+// mint is issued anew, replacing the grant of its name or adding one, and
+// every live token of the re-minted names and of the names in drop is
+// revoked, the grants of drop with them. Introspection reports the
+// revoked tokens inactive and the new ones active as soon as Revise
+// returns. If a request is invalid, an issuer fails or the state cannot
+// be saved, nothing changes and the error names the credential: the
+// tokens already issued were never recorded, so they do not verify.
+// External credentials are not recorded and cannot be revoked; they
+// expire on their own. It returns the new credentials in mint's order and
+// the revoked tokens, sorted by name and id.
+func (b *Broker) Revise(ctx context.Context, session string, mint []Request, drop []string, reason string) ([]*Credential, []Revoked, error) {
+	if session == "" {
+		return nil, nil, fmt.Errorf("revise credentials: empty session id: %w", errdefs.ErrInvalidArgument)
+	}
+	norm := make([]Request, len(mint))
+	names := map[string]bool{}
+	for i, r := range mint {
+		n, err := b.normalize(r)
+		if err != nil {
+			return nil, nil, fmt.Errorf("session %s: %w", session, err)
+		}
+		if names[n.Name] {
+			return nil, nil, fmt.Errorf("session %s: credential %q declared twice: %w", session, n.Name, errdefs.ErrInvalidArgument)
+		}
+		names[n.Name] = true
+		norm[i] = n
+	}
+	for _, name := range drop {
+		if names[name] {
+			return nil, nil, fmt.Errorf("session %s: credential %q both re-minted and removed: %w", session, name, errdefs.ErrInvalidArgument)
+		}
+		names[name] = true
+	}
+	minted := make([]*Credential, len(norm))
+	for i, r := range norm {
+		c, err := b.issue(ctx, session, r)
+		if err != nil {
+			return nil, nil, fmt.Errorf("session %s: credential %q (issuer %q): %w", session, r.Name, r.Issuer, err)
+		}
+		minted[i] = c
+	}
+
+	b.mu.Lock()
+	now := b.clock.Now()
+	g := b.grants[session]
+	prevGrants := maps.Clone(g)
+	if g == nil && len(norm) > 0 {
+		g = map[string]Request{}
+		b.grants[session] = g
+	}
+	fresh := map[string]bool{}
+	for i, r := range norm {
+		if c := minted[i]; c.Revocable {
+			fresh[c.ID] = true
+			b.tokens[c.ID] = &record{Session: session, Name: c.Name, Audience: c.Audience,
+				Scopes: slices.Clone(c.Scopes), Expiry: c.Expiry}
+		}
+		g[r.Name] = r
+	}
+	for _, name := range drop {
+		delete(g, name)
+	}
+	var revoked []Revoked
+	var events []Event
+	for jti, rec := range b.tokens {
+		if rec.Session != session || rec.Revoked || fresh[jti] || !names[rec.Name] {
+			continue
+		}
+		rec.Revoked = true
+		revoked = append(revoked, Revoked{Name: rec.Name, ID: jti})
+		events = append(events, Event{
+			Kind: EventRevoked, Time: now, Session: session, Name: rec.Name, Issuer: BuiltinIssuer,
+			ID: jti, Audience: rec.Audience, Scopes: slices.Clone(rec.Scopes), Expires: rec.Expiry, Reason: reason,
+		})
+	}
+	if err := b.saveLocked(); err != nil {
+		// Nothing of it stands.
+		for jti := range fresh {
+			delete(b.tokens, jti)
+		}
+		for _, r := range revoked {
+			b.tokens[r.ID].Revoked = false
+		}
+		if prevGrants == nil {
+			delete(b.grants, session)
+		} else {
+			b.grants[session] = prevGrants
+		}
+		b.mu.Unlock()
+		return nil, nil, fmt.Errorf("session %s: revise credentials: %w", session, err)
+	}
+	b.mu.Unlock()
+
+	sortRevoked := func(x, y Revoked) int { return cmp.Or(cmp.Compare(x.Name, y.Name), cmp.Compare(x.ID, y.ID)) }
+	slices.SortFunc(revoked, sortRevoked)
+	slices.SortFunc(events, func(x, y Event) int { return cmp.Or(cmp.Compare(x.Name, y.Name), cmp.Compare(x.ID, y.ID)) })
+	for _, e := range events {
+		log.G(ctx).Info("credential revoked", "session", session, "name", e.Name, "jti", e.ID, "reason", reason)
+		if b.audit != nil {
+			b.audit(ctx, e)
+		}
+	}
+	for _, c := range minted {
+		b.emit(ctx, EventMinted, session, c)
+	}
+	return minted, revoked, nil
+}
+
+// Live returns the id of the newest live token of each credential of
+// session, by name; credentials of external issuers have none.
+func (b *Broker) Live(session string) map[string]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[string]string{}
+	newest := map[string]time.Time{}
+	now := b.clock.Now()
+	for jti, rec := range b.tokens {
+		if rec.Session != session || rec.Revoked || !rec.Expiry.After(now) {
+			continue
+		}
+		if _, ok := b.grants[session][rec.Name]; !ok {
+			continue
+		}
+		if t, ok := newest[rec.Name]; !ok || rec.Expiry.After(t) || rec.Expiry.Equal(t) && jti > out[rec.Name] {
+			newest[rec.Name], out[rec.Name] = rec.Expiry, jti
+		}
+	}
+	return out
+}
+
+// Grants returns the requests session holds credentials under, by name.
+func (b *Broker) Grants(session string) map[string]Request {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[string]Request{}
+	for name, r := range b.grants[session] {
+		r.Scopes = slices.Clone(r.Scopes)
+		out[name] = r
+	}
+	return out
 }
 
 // Revoke revokes every token of session and forgets its requests, so that

@@ -517,3 +517,98 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestRevise(t *testing.T) {
+	h := newHarness(t, WithStateFile(filepath.Join(t.TempDir(), "credentials.json")))
+	first := h.mint(t, "s-1", gitReq, jobsReq)
+	h.mint(t, "s-2", gitReq)
+	h.clock.Advance(time.Minute)
+	refreshed, err := h.broker.Refresh(h.ctx, "s-1", "git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	active := func(c *Credential) bool { return h.broker.Introspect(h.ctx, c.Token.Reveal()).Active }
+
+	// An issuer failing leaves everything as it was.
+	narrow := gitReq
+	narrow.Scopes = []string{"git.push ref=refs/heads/alex/fix repo=app"}
+	bad := Request{Name: "kube", Issuer: "broken", Audience: "k.test", Scopes: []string{"x"}}
+	h2 := newHarness(t, WithIssuer("broken", failingIssuer{errors.New("issuer down")}))
+	if _, _, err := h2.broker.Revise(h2.ctx, "s-1", []Request{narrow, bad}, nil, "revision"); err == nil {
+		t.Fatal("Revise with a failing issuer succeeded")
+	}
+	if _, _, err := h.broker.Revise(h.ctx, "s-1", []Request{narrow, {Name: "kube", Audience: "k.test"}}, nil, "revision"); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("Revise with a request without scopes: %v", err)
+	}
+	if !active(first[0]) || !active(refreshed) || !active(first[1]) || h.broker.Grants("s-1")["git"].Scopes[0] != gitReq.Scopes[0] {
+		t.Fatal("a refused revision changed credentials")
+	}
+
+	// A refresh under the old grant that ends after the revision.
+	late, err := h.broker.issue(h.ctx, "s-1", h.broker.Grants("s-1")["git"])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	kube := Request{Name: "kube", Audience: "k.test", Scopes: []string{"k8s.get namespace=dev"}, TTL: 10 * time.Minute}
+	minted, revoked, err := h.broker.Revise(h.ctx, "s-1", []Request{narrow, kube}, []string{"jobs"}, "revision")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(minted) != 2 || minted[0].Name != "git" || minted[1].Name != "kube" {
+		t.Fatalf("minted %+v", minted)
+	}
+	want := []Revoked{{"git", first[0].ID}, {"git", refreshed.ID}, {"jobs", first[1].ID}}
+	slices.SortFunc(want, func(x, y Revoked) int { return strings.Compare(x.Name+x.ID, y.Name+y.ID) })
+	if !slices.Equal(revoked, want) {
+		t.Fatalf("revoked %v, want %v", revoked, want)
+	}
+	for _, c := range append(first, refreshed) {
+		if active(c) || !h.broker.IsRevoked(c.ID) {
+			t.Errorf("%s (%s) still active after the revision", c.Name, c.ID)
+		}
+	}
+	for _, c := range minted {
+		res := h.broker.Introspect(h.ctx, c.Token.Reveal())
+		if !res.Active {
+			t.Errorf("%s inactive after the revision: %+v", c.Name, res)
+		}
+	}
+	if !slices.Equal(minted[0].Scopes, narrow.Scopes) {
+		t.Errorf("re-minted scopes %v", minted[0].Scopes)
+	}
+	if live := h.broker.Live("s-1"); len(live) != 2 || live["git"] != minted[0].ID || live["kube"] != minted[1].ID {
+		t.Errorf("Live = %v", live)
+	}
+	if !active(h.mint(t, "s-3", gitReq)[0]) || h.broker.Live("s-2")["git"] == "" {
+		t.Error("another session's credentials were touched")
+	}
+	if err := h.broker.commit("s-1", gitReq, late, false); !errdefs.IsNotFound(err) || !h.broker.IsRevoked(late.ID) {
+		t.Errorf("a refresh under the replaced grant: %v, revoked %v; want NotFound and revoked", err, h.broker.IsRevoked(late.ID))
+	}
+	if _, err := h.broker.Refresh(h.ctx, "s-1", "jobs"); !errdefs.IsNotFound(err) {
+		t.Errorf("Refresh of a removed credential: %v", err)
+	}
+	next, err := h.broker.Refresh(h.ctx, "s-1", "git")
+	if err != nil || !slices.Equal(next.Scopes, narrow.Scopes) {
+		t.Fatalf("Refresh after the revision: %+v %v, want the narrowed scopes", next, err)
+	}
+
+	// The revision is in the state file.
+	b2, err := New(WithClock(h.clock), WithKeyring(h.ring, "airlock"), WithStateFile(h.broker.statePath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b2.IsRevoked(first[0].ID) || b2.IsRevoked(minted[0].ID) || b2.Grants("s-1")["jobs"].Name != "" || b2.Grants("s-1")["kube"].TTL != kube.TTL {
+		t.Error("the revision was not persisted")
+	}
+	var kinds []string
+	for _, e := range h.audit.all() {
+		if e.Reason == "revision" || e.Kind == EventMinted && e.Time.After(t0) {
+			kinds = append(kinds, string(e.Kind)+" "+e.Name)
+		}
+	}
+	if !slices.Contains(kinds, "revoked jobs") || !slices.Contains(kinds, "minted kube") || !slices.Contains(kinds, "minted git") {
+		t.Errorf("audit %v", kinds)
+	}
+}

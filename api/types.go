@@ -87,8 +87,8 @@ type Session struct {
 
 // UpdateRequest is the body of PATCH /v1/sessions/{id}: the session's
 // policy, revised. A revision applies the difference to the running
-// session, live; today only egress allow and deny entries may differ
-// (an empty command keeps the running one).
+// session, live; today only egress allow and deny entries and credentials
+// may differ (an empty command keeps the running one).
 type UpdateRequest struct {
 	Policy policies.Policy `json:"policy"`
 }
@@ -108,6 +108,37 @@ type Revision struct {
 	// removed CIDR entries) that were ended.
 	Unpinned       []string `json:"unpinned,omitempty"`
 	ConnectionsCut int      `json:"connections_cut"`
+	// Credentials are what the revision did to the session's credentials;
+	// nil when it left them alone.
+	Credentials *CredentialRevision `json:"credentials,omitempty"`
+	// CredentialsReminted counts the tokens the revision minted: one per
+	// changed and per added credential (a stop and restart mints one per
+	// credential).
+	CredentialsReminted int `json:"credentials_reminted"`
+}
+
+// CredentialRevision is what a revision did to a session's credentials,
+// each token by its credential's name and id, never its value.
+type CredentialRevision struct {
+	// Reminted are the new tokens of the credentials whose issuer,
+	// audience, scopes, ttl or delivery changed; Added those of the
+	// credentials the revision added.
+	Reminted []CredentialToken `json:"reminted,omitempty"`
+	Added    []CredentialToken `json:"added,omitempty"`
+	// Revoked are the tokens of changed and removed credentials: they
+	// fail verification from the revision on.
+	Revoked []CredentialToken `json:"revoked,omitempty"`
+	// Removed are the credentials the revision removed.
+	Removed []string `json:"removed,omitempty"`
+	// Kept are the unchanged credentials, with their current token.
+	Kept []CredentialToken `json:"kept,omitempty"`
+}
+
+// CredentialToken names one token.
+type CredentialToken struct {
+	Name string `json:"name"`
+	// ID is the token's jti; empty for an external issuer's credential.
+	ID string `json:"jti,omitempty"`
 }
 
 // Pool is the state of one warm pool: sandboxes of one policy prepared

@@ -365,8 +365,8 @@ func sameRequest(a, b Request) bool {
 		slices.Equal(a.Scopes, b.Scopes) && a.TTL == b.TTL
 }
 
-// Revoked names a token a revision revoked.
-type Revoked struct {
+// TokenID names a token by its credential's name and its id (jti).
+type TokenID struct {
 	Name string `json:"name"`
 	ID   string `json:"jti"`
 }
@@ -382,7 +382,7 @@ type Revoked struct {
 // External credentials are not recorded and cannot be revoked; they
 // expire on their own. It returns the new credentials in mint's order and
 // the revoked tokens, sorted by name and id.
-func (b *Broker) Revise(ctx context.Context, session string, mint []Request, drop []string, reason string) ([]*Credential, []Revoked, error) {
+func (b *Broker) Revise(ctx context.Context, session string, mint []Request, drop []string, reason string) ([]*Credential, []TokenID, error) {
 	if session == "" {
 		return nil, nil, fmt.Errorf("revise credentials: empty session id: %w", errdefs.ErrInvalidArgument)
 	}
@@ -434,14 +434,14 @@ func (b *Broker) Revise(ctx context.Context, session string, mint []Request, dro
 	for _, name := range drop {
 		delete(g, name)
 	}
-	var revoked []Revoked
+	var revoked []TokenID
 	var events []Event
 	for jti, rec := range b.tokens {
 		if rec.Session != session || rec.Revoked || fresh[jti] || !names[rec.Name] {
 			continue
 		}
 		rec.Revoked = true
-		revoked = append(revoked, Revoked{Name: rec.Name, ID: jti})
+		revoked = append(revoked, TokenID{Name: rec.Name, ID: jti})
 		events = append(events, Event{
 			Kind: EventRevoked, Time: now, Session: session, Name: rec.Name, Issuer: BuiltinIssuer,
 			ID: jti, Audience: rec.Audience, Scopes: slices.Clone(rec.Scopes), Expires: rec.Expiry, Reason: reason,
@@ -465,7 +465,7 @@ func (b *Broker) Revise(ctx context.Context, session string, mint []Request, dro
 	}
 	b.mu.Unlock()
 
-	sortRevoked := func(x, y Revoked) int { return cmp.Or(cmp.Compare(x.Name, y.Name), cmp.Compare(x.ID, y.ID)) }
+	sortRevoked := func(x, y TokenID) int { return cmp.Or(cmp.Compare(x.Name, y.Name), cmp.Compare(x.ID, y.ID)) }
 	slices.SortFunc(revoked, sortRevoked)
 	slices.SortFunc(events, func(x, y Event) int { return cmp.Or(cmp.Compare(x.Name, y.Name), cmp.Compare(x.ID, y.ID)) })
 	for _, e := range events {

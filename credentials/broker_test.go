@@ -558,8 +558,8 @@ func TestRevise(t *testing.T) {
 	if len(minted) != 2 || minted[0].Name != "git" || minted[1].Name != "kube" {
 		t.Fatalf("minted %+v", minted)
 	}
-	want := []Revoked{{"git", first[0].ID}, {"git", refreshed.ID}, {"jobs", first[1].ID}}
-	slices.SortFunc(want, func(x, y Revoked) int { return strings.Compare(x.Name+x.ID, y.Name+y.ID) })
+	want := []TokenID{{"git", first[0].ID}, {"git", refreshed.ID}, {"jobs", first[1].ID}}
+	slices.SortFunc(want, func(x, y TokenID) int { return strings.Compare(x.Name+x.ID, y.Name+y.ID) })
 	if !slices.Equal(revoked, want) {
 		t.Fatalf("revoked %v, want %v", revoked, want)
 	}

@@ -2,11 +2,13 @@ package credentials
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -36,6 +38,11 @@ type Minter interface {
 	Refresher(session, name string, write func(context.Context, *Credential) error) *Refresher
 	// Revoke revokes every credential of session.
 	Revoke(ctx context.Context, session string)
+	// Revise re-mints the credentials of mint and revokes those of drop,
+	// all or nothing (see Broker.Revise).
+	Revise(ctx context.Context, session string, mint []Request, drop []string, reason string) ([]*Credential, []TokenID, error)
+	// Live is the newest live token id of each credential of session.
+	Live(session string) map[string]string
 }
 
 // Delivery hands the credentials of sessions to their sandboxes: a
@@ -148,15 +155,23 @@ type Plan struct {
 	uid, gid uint32
 	// dirs maps a sandbox directory to the tmpfs subdirectory holding its files.
 	dirs map[string]string
+	// layout are the sandbox directories of dirs in the order of their
+	// subdirectories' numbers: fixed when the sandbox is made, whatever
+	// revisions do to the credentials (Layout).
+	layout []string
 	// reopened is set for a plan of an earlier daemon process (Reopen):
 	// it knows no token.
 	reopened bool
 	// byName are the credentials minted in this process, until the
 	// refreshers take them.
 	byName map[string]*Credential
-	// env holds the environment of env-delivered credentials, once minted
-	// in this process.
-	env []string
+	// envOf holds the environment of each env-delivered credential, by
+	// name, once minted in this process.
+	envOf map[string][]string
+	// rctx is the parent of the refreshers' contexts once StartRefreshers
+	// ran; refreshers are the running ones, by credential name.
+	rctx       context.Context
+	refreshers map[string]*refresher
 	// gateway receives each token of a gateway-delivered credential as it
 	// is minted or refreshed (OnGateway).
 	gateway func(name string, token []byte)
@@ -169,6 +184,12 @@ func (p *Plan) OnGateway(fn func(name string, token []byte)) {
 	if p != nil {
 		p.gateway = fn
 	}
+}
+
+// refresher is one credential's running refresher.
+type refresher struct {
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // gatewayCredentials are the credentials of creds the gateway injects.
@@ -209,7 +230,8 @@ func (d *Delivery) Prepare(dir string, creds []policies.Credential, uid, gid uin
 			_ = unmountTmpfs(tmpfs)
 		}
 	}()
-	for sandboxDir, sub := range credentialDirs(tmpfs, files) {
+	plan.layout = credentialLayout(files)
+	for sandboxDir, sub := range layoutDirs(tmpfs, plan.layout) {
 		if err := os.Mkdir(sub, 0o500); err != nil {
 			return nil, err
 		}
@@ -223,10 +245,25 @@ func (d *Delivery) Prepare(dir string, creds []policies.Credential, uid, gid uin
 
 // Reopen is the plan of a sandbox prepared by an earlier daemon process
 // under the session directory dir: its directories exist, nothing is
-// minted yet in this one.
-func (d *Delivery) Reopen(dir string, creds []policies.Credential, uid, gid uint32) *Plan {
-	return &Plan{d: d, creds: creds, uid: uid, gid: gid, reopened: true,
-		dirs: credentialDirs(filepath.Join(dir, TmpfsDir), fileCredentials(creds))}
+// minted yet in this one. layout is the plan's Layout when it was
+// prepared; nil means the one creds make, which holds until a revision
+// removes or reorders file credentials.
+func (d *Delivery) Reopen(dir string, creds []policies.Credential, uid, gid uint32, layout []string) *Plan {
+	if layout == nil {
+		layout = credentialLayout(fileCredentials(creds))
+	}
+	return &Plan{d: d, creds: creds, uid: uid, gid: gid, reopened: true, layout: slices.Clone(layout),
+		dirs: layoutDirs(filepath.Join(dir, TmpfsDir), layout)}
+}
+
+// Layout are the sandbox directories of the plan's file credentials, in
+// the order of the tmpfs subdirectories bound on them: what Reopen needs
+// to find them again after a revision.
+func (p *Plan) Layout() []string {
+	if p == nil {
+		return nil
+	}
+	return slices.Clone(p.layout)
 }
 
 // fileCredentials are the credentials of creds delivered as files.
@@ -243,12 +280,27 @@ func fileCredentials(creds []policies.Credential) []policies.Credential {
 // credentialDirs maps each sandbox directory of the file-delivered
 // credentials to its subdirectory of the tmpfs, numbered in policy order.
 func credentialDirs(tmpfs string, files []policies.Credential) map[string]string {
-	dirs := map[string]string{}
+	return layoutDirs(tmpfs, credentialLayout(files))
+}
+
+// credentialLayout are the sandbox directories of the file-delivered
+// credentials files, in policy order.
+func credentialLayout(files []policies.Credential) []string {
+	var layout []string
 	for _, c := range files {
-		sandboxDir := path.Dir(c.SandboxPath())
-		if _, ok := dirs[sandboxDir]; !ok {
-			dirs[sandboxDir] = filepath.Join(tmpfs, strconv.Itoa(len(dirs)))
+		if d := path.Dir(c.SandboxPath()); !slices.Contains(layout, d) {
+			layout = append(layout, d)
 		}
+	}
+	return layout
+}
+
+// layoutDirs maps each sandbox directory of layout to its numbered
+// subdirectory of the tmpfs.
+func layoutDirs(tmpfs string, layout []string) map[string]string {
+	dirs := map[string]string{}
+	for i, d := range layout {
+		dirs[d] = filepath.Join(tmpfs, strconv.Itoa(i))
 	}
 	return dirs
 }
@@ -277,11 +329,11 @@ func (p *Plan) Mint(ctx context.Context, id string) (retErr error) {
 		}
 	}()
 	p.byName = map[string]*Credential{}
-	p.env = nil
+	p.envOf = map[string][]string{}
 	for i, c := range p.creds {
 		p.byName[c.Name] = creds[i]
 		if c.Deliver == policies.DeliverEnv {
-			p.env = append(p.env, Environ(creds[i], c.EnvVar)...)
+			p.envOf[c.Name] = Environ(creds[i], c.EnvVar)
 			continue
 		}
 		if c.Deliver == policies.DeliverGateway {
@@ -311,7 +363,13 @@ func (p *Plan) Env() []string {
 	if p == nil {
 		return nil
 	}
-	return p.env
+	var env []string
+	for _, c := range p.creds {
+		if c.Deliver == policies.DeliverEnv {
+			env = append(env, p.envOf[c.Name]...)
+		}
+	}
+	return env
 }
 
 // StartEnv is the environment of the env-delivered credentials for the
@@ -321,7 +379,7 @@ func (p *Plan) StartEnv(ctx context.Context, id string) ([]string, error) {
 	if p == nil || !p.reopened {
 		return p.Env(), nil
 	}
-	var env []string
+	envOf := map[string][]string{}
 	for _, c := range p.creds {
 		if c.Deliver != policies.DeliverEnv {
 			continue
@@ -330,10 +388,10 @@ func (p *Plan) StartEnv(ctx context.Context, id string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("credential %q: re-mint: %w", c.Name, err)
 		}
-		env = append(env, Environ(cr, c.EnvVar)...)
+		envOf[c.Name] = Environ(cr, c.EnvVar)
 	}
-	p.env, p.reopened = env, false
-	return env, nil
+	p.envOf, p.reopened = envOf, false
+	return p.Env(), nil
 }
 
 // SpecOpt mounts the credential directories read-only. Env-delivered
@@ -367,9 +425,6 @@ func (p *Plan) StartRefreshers(ctx context.Context, id string) {
 	gw := gatewayCredentials(p.creds)
 	current := p.byName
 	p.byName = nil
-	if len(files)+len(gw) == 0 {
-		return
-	}
 	d := p.d
 	rctx, cancel := context.WithCancel(d.stopCtx)
 	d.mu.Lock()
@@ -378,45 +433,185 @@ func (p *Plan) StartRefreshers(ctx context.Context, id string) {
 	}
 	d.cancel[id] = cancel
 	d.mu.Unlock()
+	p.rctx, p.refreshers = rctx, map[string]*refresher{}
 	for _, c := range append(files, gw...) {
-		var write func(context.Context, *Credential) error
-		if c.Deliver == policies.DeliverGateway {
-			sink, name := p.gateway, c.Name
-			write = func(_ context.Context, cr *Credential) error {
-				if sink != nil {
-					sink(name, []byte(cr.Token.Reveal()))
+		p.startRefresher(ctx, id, c, current[c.Name])
+	}
+}
+
+// startRefresher keeps credential c of session id fresh, from cur (nil:
+// re-mint it first), until its refresher is stopped (stopRefresher) or
+// the session's are.
+func (p *Plan) startRefresher(ctx context.Context, id string, c policies.Credential, cur *Credential) {
+	var write func(context.Context, *Credential) error
+	if c.Deliver == policies.DeliverGateway {
+		sink, name := p.gateway, c.Name
+		write = func(_ context.Context, cr *Credential) error {
+			if sink != nil {
+				sink(name, []byte(cr.Token.Reveal()))
+			}
+			return nil
+		}
+	} else {
+		target := c.SandboxPath()
+		sub := p.dirs[path.Dir(target)]
+		name := path.Base(target)
+		uid, gid := int(p.uid), int(p.gid)
+		write = func(_ context.Context, cr *Credential) error {
+			return WriteAtomic(sub, name, []byte(cr.Token.Reveal()), uid, gid)
+		}
+	}
+	d := p.d
+	rctx, cancel := context.WithCancel(p.rctx)
+	r := &refresher{cancel: cancel, done: make(chan struct{})}
+	p.refreshers[c.Name] = r
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		defer close(r.done)
+		if cur == nil {
+			var err error
+			cur, err = d.m.Refresh(rctx, id, c.Name)
+			if err == nil {
+				err = write(rctx, cur)
+			}
+			if err != nil {
+				if rctx.Err() == nil {
+					log.G(ctx).Error("credential re-mint", "session", id, "credential", c.Name, "error", err)
 				}
-				return nil
+				return
+			}
+		}
+		_ = d.m.Refresher(id, c.Name, write).Run(rctx, cur)
+	}()
+}
+
+// stopRefresher stops credential name's refresher, if it runs, and waits
+// until it has: it writes nothing after.
+func (p *Plan) stopRefresher(name string) {
+	if r := p.refreshers[name]; r != nil {
+		r.cancel()
+		<-r.done
+		delete(p.refreshers, name)
+	}
+}
+
+// Revision is what Plan.Revise did, each token by its credential's name
+// and id (an external issuer's credential may have none).
+type Revision struct {
+	// Reminted are the new tokens of changed credentials, Added those of
+	// added ones.
+	Reminted, Added []TokenID
+	// Revoked are the tokens of changed and removed credentials, revoked.
+	Revoked []TokenID
+	// Kept are the unchanged credentials, with their current token.
+	Kept []TokenID
+	// Undelivered is set when a new token could not be written into the
+	// sandbox (its refresher tries again at once) or an old file not
+	// removed; the tokens stand as above.
+	Undelivered error
+}
+
+// Revise applies a revision of a running or created session's
+// credentials, live: creds is the revised list and ch its difference
+// with the plan's (policies.Diff). Changed and added credentials are
+// minted and removed and changed ones revoked in one step
+// (Minter.Revise); if that fails, nothing changes and the error says why.
+// Then the refreshers of the revoked credentials are stopped, their files
+// removed, the new tokens written (file), handed to the gateway (gateway)
+// and kept fresh, and the unchanged credentials are left alone: same
+// token, same refresher.
+//
+// A credential delivered in the environment cannot leave a running
+// command's environment: a removed one's variable stays there, revoked,
+// so that it no longer verifies; processes exec'd later no longer get it.
+// policies.Diff refuses adding or changing one, and a file credential
+// whose directory is not bound into the sandbox; Revise refuses them too.
+func (p *Plan) Revise(ctx context.Context, id string, creds []policies.Credential, ch policies.CredentialChange) (*Revision, error) {
+	revised := map[string]policies.Credential{}
+	for _, c := range creds {
+		revised[c.Name] = c
+	}
+	old := map[string]policies.Credential{}
+	for _, c := range p.creds {
+		old[c.Name] = c
+	}
+	names := append(slices.Clone(ch.Changed), ch.Added...)
+	reqs := make([]Request, 0, len(names))
+	for _, name := range names {
+		c, ok := revised[name]
+		if !ok {
+			return nil, fmt.Errorf("credential %q: not in the revised policy: %w", name, errdefs.ErrInvalidArgument)
+		}
+		switch {
+		case c.Deliver == policies.DeliverEnv:
+			return nil, fmt.Errorf("credential %q: %s: %w", name, policies.ReasonEnvCredential, errdefs.ErrFailedPrecondition)
+		case c.Deliver != policies.DeliverGateway && p.dirs[path.Dir(c.SandboxPath())] == "":
+			return nil, fmt.Errorf("credential %q: %s: %w", name, policies.ReasonCredentialDir, errdefs.ErrFailedPrecondition)
+		}
+		reqs = append(reqs, Request{Name: c.Name, Issuer: c.Issuer, Audience: c.Audience, Scopes: c.Scopes, TTL: c.TTL.Std()})
+	}
+	if p.d == nil {
+		return nil, fmt.Errorf("credentials are not available on this daemon: %w", errdefs.ErrFailedPrecondition)
+	}
+	minted, revoked, err := p.d.m.Revise(ctx, id, reqs, ch.Removed, "revision")
+	if err != nil {
+		if errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("credentials: %w: %w", errdefs.ErrFailedPrecondition, err)
+	}
+	out := &Revision{Revoked: revoked}
+	var errs []error
+	for _, name := range append(slices.Clone(ch.Changed), ch.Removed...) {
+		p.stopRefresher(name)
+		delete(p.envOf, name)
+		if p.byName != nil {
+			delete(p.byName, name)
+		}
+		if c, ok := old[name]; ok && c.Deliver != policies.DeliverEnv && c.Deliver != policies.DeliverGateway {
+			target := c.SandboxPath()
+			if sub := p.dirs[path.Dir(target)]; sub != "" {
+				if err := os.Remove(filepath.Join(sub, path.Base(target))); err != nil && !os.IsNotExist(err) {
+					errs = append(errs, fmt.Errorf("credential %q: remove %s: %w", name, target, err))
+				}
+			}
+		}
+	}
+	p.creds = slices.Clone(creds)
+	for i, cr := range minted {
+		c := revised[names[i]]
+		ref := TokenID{Name: c.Name, ID: cr.ID}
+		if i < len(ch.Changed) {
+			out.Reminted = append(out.Reminted, ref)
+		} else {
+			out.Added = append(out.Added, ref)
+		}
+		if c.Deliver == policies.DeliverGateway {
+			if p.gateway != nil {
+				p.gateway(c.Name, []byte(cr.Token.Reveal()))
 			}
 		} else {
 			target := c.SandboxPath()
-			sub := p.dirs[path.Dir(target)]
-			name := path.Base(target)
-			uid, gid := int(p.uid), int(p.gid)
-			write = func(_ context.Context, cr *Credential) error {
-				return WriteAtomic(sub, name, []byte(cr.Token.Reveal()), uid, gid)
+			if err := WriteAtomic(p.dirs[path.Dir(target)], path.Base(target), []byte(cr.Token.Reveal()), int(p.uid), int(p.gid)); err != nil {
+				errs = append(errs, fmt.Errorf("credential %q: deliver: %w", c.Name, err))
+				cr = nil // the refresher re-mints and writes at once
 			}
 		}
-		d.wg.Add(1)
-		go func() {
-			defer d.wg.Done()
-			cur := current[c.Name]
-			if cur == nil {
-				var err error
-				cur, err = d.m.Refresh(rctx, id, c.Name)
-				if err == nil {
-					err = write(rctx, cur)
-				}
-				if err != nil {
-					if rctx.Err() == nil {
-						log.G(ctx).Error("credential re-mint", "session", id, "credential", c.Name, "error", err)
-					}
-					return
-				}
-			}
-			_ = d.m.Refresher(id, c.Name, write).Run(rctx, cur)
-		}()
+		switch {
+		case p.rctx != nil:
+			p.startRefresher(ctx, id, c, cr)
+		case p.byName != nil && cr != nil:
+			// Not started yet: StartRefreshers takes it.
+			p.byName[c.Name] = cr
+		}
 	}
+	live := p.d.m.Live(id)
+	for _, name := range ch.Kept {
+		out.Kept = append(out.Kept, TokenID{Name: name, ID: live[name]})
+	}
+	out.Undelivered = errors.Join(errs...)
+	return out, nil
 }
 
 // Revoke stops session id's refreshers and revokes every token of it.

@@ -69,6 +69,25 @@ func (f *fakeMinter) Revoke(_ context.Context, session string) {
 	f.revoked = append(f.revoked, session)
 }
 
+func (f *fakeMinter) Revise(_ context.Context, session string, mint []Request, drop []string, _ string) ([]*Credential, []TokenID, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mintErr != nil {
+		return nil, nil, f.mintErr
+	}
+	out := make([]*Credential, len(mint))
+	for i, r := range mint {
+		out[i] = f.issueLocked(session, r.Name)
+		f.minted = append(f.minted, session+"/"+r.Name)
+	}
+	for _, name := range drop {
+		f.revoked = append(f.revoked, session+"/"+name)
+	}
+	return out, nil, nil
+}
+
+func (f *fakeMinter) Live(string) map[string]string { return nil }
+
 func (f *fakeMinter) calls() (minted, refreshed, revoked []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -116,7 +135,7 @@ func TestPlanSpecOpt(t *testing.T) {
 	t.Cleanup(d.Close)
 	p := d.Reopen("/S", []policies.Credential{
 		fileCred("b", "/z/b"), fileCred("a", "/a/a"), envCred("e", "E"), fileCred("c", "/z/c"),
-	}, 1000, 1000)
+	}, 1000, 1000, nil)
 	var s oci.Spec
 	if err := p.SpecOpt()(t.Context(), nil, nil, &s); err != nil {
 		t.Fatal(err)
@@ -139,7 +158,7 @@ func TestPlanSpecOpt(t *testing.T) {
 		}
 	}
 	var none oci.Spec
-	if err := d.Reopen("/S", []policies.Credential{envCred("e", "E")}, 0, 0).SpecOpt()(t.Context(), nil, nil, &none); err != nil || len(none.Mounts) != 0 {
+	if err := d.Reopen("/S", []policies.Credential{envCred("e", "E")}, 0, 0, nil).SpecOpt()(t.Context(), nil, nil, &none); err != nil || len(none.Mounts) != 0 {
 		t.Errorf("env-only plan: mounts %v, err %v", none.Mounts, err)
 	}
 }
@@ -148,7 +167,7 @@ func TestPlanSpecOpt(t *testing.T) {
 // Prepare would have made them), without a tmpfs.
 func reopenAt(t *testing.T, d *Delivery, dir string, creds []policies.Credential) *Plan {
 	t.Helper()
-	p := d.Reopen(dir, creds, uint32(os.Getuid()), uint32(os.Getgid()))
+	p := d.Reopen(dir, creds, uint32(os.Getuid()), uint32(os.Getgid()), nil)
 	for _, sub := range p.dirs {
 		if err := os.MkdirAll(sub, 0o700); err != nil {
 			t.Fatal(err)
@@ -200,7 +219,7 @@ func TestPlanMintFailure(t *testing.T) {
 		d := NewDelivery(t.Context(), f)
 		t.Cleanup(d.Close)
 		// The directory of the file credential is missing: delivery fails.
-		p := d.Reopen(t.TempDir(), []policies.Credential{fileCred("git", "")}, 0, 0)
+		p := d.Reopen(t.TempDir(), []policies.Credential{fileCred("git", "")}, 0, 0, nil)
 		err := p.Mint(t.Context(), "s1")
 		if err == nil || !strings.Contains(err.Error(), `credential "git": deliver`) {
 			t.Fatalf("Mint = %v, want a delivery error", err)
@@ -220,7 +239,7 @@ func TestPlanMintFailure(t *testing.T) {
 		t.Run(tc.err.Error(), func(t *testing.T) {
 			d := NewDelivery(t.Context(), &fakeMinter{mintErr: tc.err})
 			t.Cleanup(d.Close)
-			err := d.Reopen(t.TempDir(), []policies.Credential{envCred("e", "E")}, 0, 0).Mint(t.Context(), "s1")
+			err := d.Reopen(t.TempDir(), []policies.Credential{envCred("e", "E")}, 0, 0, nil).Mint(t.Context(), "s1")
 			if !tc.want(err) || !errors.Is(err, tc.err) {
 				t.Errorf("Mint = %v, want its class kept", err)
 			}

@@ -427,7 +427,7 @@ func (s *session) readopt(ctx context.Context) (*ending, error) {
 			}
 			s.pid = ts.Pid
 			uid, gid, _ := s.rec.Policy.UserIDs()
-			s.creds = d.creds.Reopen(s.dir, s.rec.Policy.Credentials, uid, gid)
+			s.creds = d.creds.Reopen(s.dir, s.rec.Policy.Credentials, uid, gid, s.rec.CredentialDirs)
 			s.ca, s.secrets = reopenL7(ctx, s.dir, &s.rec.Policy)
 			s.creds.OnGateway(s.secrets.SetCredential)
 			if s.rec.State == api.StateCreated {

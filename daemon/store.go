@@ -26,14 +26,19 @@ type record struct {
 	// PolicyVersion is Policy's version: 1 as created, one more for each
 	// revision (Daemon.Update). Zero in records written before versions
 	// were kept, which means 1.
-	PolicyVersion int        `json:"policy_version,omitempty"`
-	Created       time.Time  `json:"created"`
-	Started       *time.Time `json:"started,omitempty"`
-	Finished      *time.Time `json:"finished,omitempty"`
-	Deadline      *time.Time `json:"deadline,omitempty"`
-	ExitCode      *int       `json:"exit_code,omitempty"`
-	Reason        string     `json:"reason,omitempty"`
-	Pid           uint32     `json:"pid,omitempty"`
+	PolicyVersion int `json:"policy_version,omitempty"`
+	// CredentialDirs are the sandbox directories the credential tmpfs's
+	// numbered subdirectories are bound on (credentials.Plan.Layout),
+	// once a revision has changed the credentials; empty, they follow
+	// from Policy.Credentials.
+	CredentialDirs []string   `json:"credential_dirs,omitempty"`
+	Created        time.Time  `json:"created"`
+	Started        *time.Time `json:"started,omitempty"`
+	Finished       *time.Time `json:"finished,omitempty"`
+	Deadline       *time.Time `json:"deadline,omitempty"`
+	ExitCode       *int       `json:"exit_code,omitempty"`
+	Reason         string     `json:"reason,omitempty"`
+	Pid            uint32     `json:"pid,omitempty"`
 	// Stopping records that a stop or timeout was requested, so the exit
 	// reason survives a restart.
 	Stopping string `json:"stopping,omitempty"`

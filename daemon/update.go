@@ -8,6 +8,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -19,11 +20,14 @@ const layerPolicy = "policy"
 // policy goes through validation and admission as at create; its
 // difference with the running policy (policies.Diff) is applied if every
 // part of it can be: today, egress allow and deny entries (see
-// egress.Perimeter.Revise). Anything else that differs refuses the
-// revision as a whole, naming each field and why, and nothing changes. An
-// applied revision gets the next policy version, is recorded in the
-// session's record before its network is changed, and is one audit event
-// (layer "policy", action "revised"); every event after it names the new
+// egress.Perimeter.Revise) and credentials (credentials.Plan.Revise).
+// Anything else that differs refuses the revision as a whole, naming each
+// field and why, and nothing changes. An applied revision gets the next
+// policy version and is recorded in the session's record first; then its
+// credentials are revised, all or nothing: if a token cannot be minted,
+// the record is put back and the revision refused, the old credentials
+// standing. Then its network is changed. It is one audit event (layer
+// "policy", action "revised"); every event after it names the new
 // version. A revision that changes nothing keeps the version.
 func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (*api.Session, error) {
 	s, err := d.get(id)
@@ -67,37 +71,67 @@ func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (
 
 	// The record first: a daemon that dies before the network is revised
 	// re-adopts the session under the revised policy (its DNS decisions
-	// and its CIDR rules; see egress.Perimeter.Reconcile).
+	// and its CIDR rules; see egress.Perimeter.Reconcile). The credential
+	// directories stay bound where they were when the sandbox was made.
 	s.mu.Lock()
+	prevDirs := s.rec.CredentialDirs
 	s.rec.Policy, s.rec.PolicyVersion = *revised, next
+	if rev.Credentials.Revises() {
+		s.rec.CredentialDirs = s.creds.Layout()
+	}
 	err = s.saveLocked()
 	if err != nil {
-		s.rec.Policy, s.rec.PolicyVersion = *running, version
+		s.rec.Policy, s.rec.PolicyVersion, s.rec.CredentialDirs = *running, version, prevDirs
 	}
 	s.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("session %q: record the revision: %w", id, err)
 	}
+	out := &api.Revision{Version: next, Previous: version, Allow: rev.Allow, Deny: rev.Deny}
+	fields := map[string]any{"previous_version": version}
+	var subjects []string
+	if rev.Credentials.Revises() {
+		cr, err := s.reviseCredentials(ctx, revised.Credentials, rev.Credentials)
+		if err != nil {
+			// Nothing was minted or revoked: the revision is refused and
+			// the record put back.
+			s.mu.Lock()
+			s.rec.Policy, s.rec.PolicyVersion, s.rec.CredentialDirs = *running, version, prevDirs
+			serr := s.saveLocked()
+			s.mu.Unlock()
+			if serr != nil {
+				log.G(ctx).Error("put the record back after a refused revision", "error", serr)
+			}
+			return nil, fmt.Errorf("session %q: revision refused, nothing changed: %w", id, err)
+		}
+		out.Credentials = credentialRevision(cr, rev.Credentials)
+		out.CredentialsReminted = len(cr.Reminted) + len(cr.Added)
+		fields["credentials"] = out.Credentials
+		fields["credentials_reminted"] = out.CredentialsReminted
+		subjects = append(subjects, "credentials")
+		if cr.Undelivered != nil {
+			log.G(ctx).Error("deliver revised credentials", "error", cr.Undelivered)
+			fields["credentials_undelivered"] = cr.Undelivered.Error()
+		}
+	}
 	s.audit.SetPolicyVersion(next)
-	sc := d.egressConfig(s, *revised, "")
-	nr, err := d.egress.Revise(ctx, id, sc)
-	if err != nil {
-		// The record holds the revision: the session's DNS decisions
-		// follow it; what failed is in the log and the audit.
-		log.G(ctx).Error("revise egress", "error", err)
+	if rev.Allow.Changed() || rev.Deny.Changed() {
+		sc := d.egressConfig(s, *revised, "")
+		nr, rerr := d.egress.Revise(ctx, id, sc)
+		if rerr != nil {
+			// The record holds the revision: the session's DNS decisions
+			// follow it; what failed is in the log and the audit.
+			log.G(ctx).Error("revise egress", "error", rerr)
+			err = rerr
+		}
+		out.Unpinned, out.ConnectionsCut = nr.Unpinned, nr.Cut
+		fields["allow"], fields["deny"], fields["connections_cut"] = rev.Allow, rev.Deny, nr.Cut
+		if len(nr.Unpinned) > 0 {
+			fields["unpinned"] = nr.Unpinned
+		}
+		subjects = append([]string{"egress"}, subjects...)
 	}
-	out := &api.Revision{Version: next, Previous: version, Allow: rev.Allow, Deny: rev.Deny,
-		Unpinned: nr.Unpinned, ConnectionsCut: nr.Cut}
-	fields := map[string]any{
-		"previous_version": version,
-		"allow":            rev.Allow,
-		"deny":             rev.Deny,
-		"connections_cut":  nr.Cut,
-	}
-	if len(nr.Unpinned) > 0 {
-		fields["unpinned"] = nr.Unpinned
-	}
-	ev := api.AuditEvent{Session: id, Layer: layerPolicy, Action: "revised", Subject: "egress", PolicyVersion: next, Fields: fields}
+	ev := api.AuditEvent{Session: id, Layer: layerPolicy, Action: "revised", Subject: strings.Join(subjects, ","), PolicyVersion: next, Fields: fields}
 	if err != nil {
 		ev.Reason = "the network was not fully revised: " + err.Error()
 	}
@@ -105,8 +139,32 @@ func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (
 	if err != nil {
 		return nil, fmt.Errorf("session %q: revision %d recorded, but its network was not fully revised: %w", id, next, err)
 	}
-	log.G(ctx).Info("policy revised", "version", next, "allow_added", rev.Allow.Added, "allow_removed", rev.Allow.Removed)
+	log.G(ctx).Info("policy revised", "version", next, "allow_added", rev.Allow.Added, "allow_removed", rev.Allow.Removed,
+		"credentials_reminted", out.CredentialsReminted, "credentials_removed", rev.Credentials.Removed)
 	v := s.view()
 	v.Warnings, v.Revision = warnings, out
 	return v, nil
+}
+
+// reviseCredentials revises the session's credentials (credentials.Plan.Revise).
+func (s *session) reviseCredentials(ctx context.Context, creds []policies.Credential, ch policies.CredentialChange) (*credentials.Revision, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.creds == nil {
+		return nil, fmt.Errorf("the session's credentials are not set up: %w", errdefs.ErrFailedPrecondition)
+	}
+	return s.creds.Revise(ctx, s.rec.ID, creds, ch)
+}
+
+// credentialRevision is cr as the API tells it.
+func credentialRevision(cr *credentials.Revision, ch policies.CredentialChange) *api.CredentialRevision {
+	conv := func(ids []credentials.TokenID) []api.CredentialToken {
+		var out []api.CredentialToken
+		for _, t := range ids {
+			out = append(out, api.CredentialToken{Name: t.Name, ID: t.ID})
+		}
+		return out
+	}
+	return &api.CredentialRevision{Reminted: conv(cr.Reminted), Added: conv(cr.Added), Revoked: conv(cr.Revoked),
+		Removed: ch.Removed, Kept: conv(cr.Kept)}
 }

@@ -659,4 +659,32 @@ session "task" {
 	if s.PolicyVersion != 3 || s.Revision == nil || !slices.Equal(s.Revision.Allow.Added, []string{"c.test"}) {
 		t.Errorf("--json: version %d, revision %+v", s.PolicyVersion, s.Revision)
 	}
+
+	creds := writeFile(t, "creds.hcl", `session "task" {
+  image   = "airlock/agent:bookworm"
+  egress { allow = ["b.test", "c.test"] }
+  credential "jobs" {
+    audience = "jobs.test"
+    scopes   = ["jobs.cancel owner=alex"]
+  }
+}
+`)
+	h.run("", "update", "s1", "-f", creds).check(t, exitFailure, "", "airlock: session \"s1\": revision refused, nothing changed: credential.jobs: "+
+		policies.ReasonCredentialDir+"\n")
+	gw := writeFile(t, "gateway.hcl", strings.Replace(readFileT(t, creds), `scopes   = ["jobs.cancel owner=alex"]`,
+		`scopes   = ["jobs.cancel owner=alex"]
+    deliver  = "gateway"`, 1))
+	r = h.run("", "update", "s1", "-f", gw)
+	if r.code != 0 || r.stdout != "s1: policy version 4 (was 3)\n  egress allow kept: b.test, c.test\n  credentials added: jobs (jti jti-jobs)\n  tokens minted: 1\n" {
+		t.Errorf("update adding a credential: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+func readFileT(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

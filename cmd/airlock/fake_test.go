@@ -310,6 +310,18 @@ func (f *fakeDaemon) update(w http.ResponseWriter, r *http.Request, s *fakeSessi
 		s.PolicyVersion = version + 1
 		v = s.Session
 		v.Revision = &api.Revision{Version: version + 1, Previous: version, Allow: d.Allow, Deny: d.Deny}
+		if ch := d.Credentials; ch.Revises() {
+			tok := func(names ...string) []api.CredentialToken {
+				var out []api.CredentialToken
+				for _, n := range names {
+					out = append(out, api.CredentialToken{Name: n, ID: "jti-" + n})
+				}
+				return out
+			}
+			v.Revision.Credentials = &api.CredentialRevision{Reminted: tok(ch.Changed...), Added: tok(ch.Added...),
+				Removed: ch.Removed, Revoked: tok(append(slices.Clone(ch.Changed), ch.Removed...)...), Kept: tok(ch.Kept...)}
+			v.Revision.CredentialsReminted = len(ch.Changed) + len(ch.Added)
+		}
 	}
 	writeJSON(w, 200, v)
 }

@@ -82,5 +82,32 @@ func (c *cli) printRevision(s *api.Session) {
 			fmt.Fprintf(c.stdout, "  %s: %s\n", l.name, strings.Join(l.change, ", "))
 		}
 	}
-	fmt.Fprintf(c.stdout, "  connections cut: %d\n", r.ConnectionsCut)
+	if r.Allow.Changed() || r.Deny.Changed() {
+		fmt.Fprintf(c.stdout, "  connections cut: %d\n", r.ConnectionsCut)
+	}
+	if cr := r.Credentials; cr != nil {
+		toks := func(ts []api.CredentialToken) []string {
+			var out []string
+			for _, t := range ts {
+				if t.ID == "" {
+					out = append(out, t.Name)
+					continue
+				}
+				out = append(out, t.Name+" (jti "+t.ID+")")
+			}
+			return out
+		}
+		for _, l := range []struct {
+			name   string
+			change []string
+		}{
+			{"credentials re-minted", toks(cr.Reminted)}, {"credentials added", toks(cr.Added)},
+			{"credentials removed", cr.Removed}, {"credentials revoked", toks(cr.Revoked)}, {"credentials kept", toks(cr.Kept)},
+		} {
+			if len(l.change) > 0 {
+				fmt.Fprintf(c.stdout, "  %s: %s\n", l.name, strings.Join(l.change, ", "))
+			}
+		}
+		fmt.Fprintf(c.stdout, "  tokens minted: %d\n", r.CredentialsReminted)
+	}
 }

@@ -1,0 +1,89 @@
+package daemon_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// What a live revision of a session's egress does to the connections the
+// sandbox holds open: none may go on using authority the revision
+// withdrew, and those of kept names live on.
+
+// holdHTTP opens one HTTP/1.1 keep-alive connection from session id to
+// host:80 and sends a request with Host hdr on it every 0.3 seconds: the
+// responses go to /tmp/NAME.out, /tmp/NAME.done appears once it ends.
+func holdHTTP(t *testing.T, id, name, host, hdr string) {
+	t.Helper()
+	script := "(while sleep 0.3; do printf 'GET / HTTP/1.1\\r\\nHost: " + hdr + "\\r\\n\\r\\n'; done | nc " + host +
+		" 80 > /tmp/" + name + ".out 2>&1; echo closed > /tmp/" + name + ".done) </dev/null >/dev/null 2>&1 &"
+	if out, code := execOut(t, id, "sh", "-c", script); code != 0 {
+		t.Fatalf("start %s: exit %d %q", name, code, out)
+	}
+}
+
+// responses is how many HTTP 200 responses holdHTTP's connection has
+// read, and whether it has ended.
+func responses(t *testing.T, id, name string) (int, bool) {
+	t.Helper()
+	out, _ := execOut(t, id, "sh", "-c", "grep -c 'HTTP/1.1 200' /tmp/"+name+".out; test -e /tmp/"+name+".done && echo done")
+	fields := strings.Fields(out)
+	n := 0
+	if len(fields) > 0 {
+		n = atoiOr0(fields[0])
+	}
+	return n, strings.Contains(out, "done")
+}
+
+func atoiOr0(s string) int {
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// TestReviseL7KeptNameKeepAliveLivesOn: with l7 = "check", a revision
+// that keeps a name leaves the kept name's open keep-alive HTTP
+// connection serving requests (README: "a kept name's connections live
+// on"): each request is decided under the session's current
+// registration, which the revision replaced.
+func TestReviseL7KeptNameKeepAliveLivesOn(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	worldHost(t, "keep.l7ka.test", "10.214.0.84")
+	worldHost(t, "drop.l7ka.test", "10.214.0.85")
+
+	p := policy("sleep", "600")
+	p.Egress = &policies.Egress{Allow: []string{"keep.l7ka.test", "drop.l7ka.test"}, L7: policies.L7Check}
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+	holdHTTP(t, s.ID, "ka", "keep.l7ka.test", "keep.l7ka.test")
+	poll(t, "the keep-alive connection answers", func() bool { n, _ := responses(t, s.ID, "ka"); return n >= 2 })
+
+	revised := policy("sleep", "600")
+	revised.Egress = &policies.Egress{Allow: []string{"keep.l7ka.test"}, L7: policies.L7Check}
+	if _, err := h.Daemon.Update(ctx, s.ID, api.UpdateRequest{Policy: revised}); err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	n0, _ := responses(t, s.ID, "ka")
+	poll(t, "the kept name's connection answers after the revision, or ends", func() bool {
+		n, done := responses(t, s.ID, "ka")
+		return done || n >= n0+3
+	})
+	n, done := responses(t, s.ID, "ka")
+	out, _ := execOut(t, s.ID, "sh", "-c", "tail -c 300 /tmp/ka.out")
+	if done || strings.Contains(out, "being removed") || n < n0+3 {
+		t.Errorf("the kept name's keep-alive connection was refused after the revision (%d answers, %d before; ended %v):\n%s", n, n0, done, out)
+	}
+}

@@ -87,3 +87,72 @@ func TestReviseL7KeptNameKeepAliveLivesOn(t *testing.T) {
 		t.Errorf("the kept name's keep-alive connection was refused after the revision (%d answers, %d before; ended %v):\n%s", n, n0, done, out)
 	}
 }
+
+// TestReviseCutsSplicedTLSOfWithdrawnName: with l7 = "check", two names
+// share one address (a CDN). The sandbox opens one TLS connection with
+// SNI drop.l7rev.test (spliced by the gateway: no HTTP rules) and sends a
+// request on it every 0.3 s. The revision withdraws drop.l7rev.test and
+// keeps keep.l7rev.test: the address stays pinned for the kept name, and
+// the gateway closes the open connection, whose SNI the revised allowlist
+// refuses, as it refuses new ones.
+func TestReviseCutsSplicedTLSOfWithdrawnName(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	ip := worldHost(t, "keep.l7rev.test", "10.214.0.80")
+	worldHost(t, "drop.l7rev.test", "10.214.0.80")
+
+	p := policy("sleep", "600")
+	p.Egress = &policies.Egress{Allow: []string{"keep.l7rev.test", "drop.l7rev.test"}, L7: policies.L7Check}
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+	// keep resolves first, so the address is pinned for the kept name.
+	if out, code := execOut(t, s.ID, "curl", "-sSk", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}", "https://keep.l7rev.test/"); code != 0 || out != "200" {
+		t.Fatalf("keep before the revision: curl exit %d %q", code, out)
+	}
+	// One connection, 100 requests 0.3 s apart (curl reuses it:
+	// num_connects is 0 after the first).
+	script := "(curl -sk --rate 200/m -o /dev/null -w '%{stderr}%{http_code} %{num_connects}\\n' 'https://drop.l7rev.test/?[1-100]' 2> /tmp/tls.out; echo closed > /tmp/tls.done) </dev/null >/dev/null 2>&1 &"
+	if out, code := execOut(t, s.ID, "sh", "-c", script); code != 0 {
+		t.Fatalf("start: exit %d %q", code, out)
+	}
+	// The requests answered over the reused connection, every line, and
+	// whether curl is done.
+	count := func() (int, int, bool, string) {
+		out, _ := execOut(t, s.ID, "sh", "-c", "cat /tmp/tls.out; test -e /tmp/tls.done && echo done")
+		return strings.Count(out, "200 0\n"), strings.Count(out, "\n"), strings.Contains(out, "done"), out
+	}
+	poll(t, "the TLS connection is reused", func() bool { n, _, _, _ := count(); return n >= 2 })
+
+	revised := policy("sleep", "600")
+	revised.Egress = &policies.Egress{Allow: []string{"keep.l7rev.test"}, L7: policies.L7Check}
+	v, err := h.Daemon.Update(ctx, s.ID, api.UpdateRequest{Policy: revised})
+	if err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	t.Logf("revision: %+v", v.Revision)
+
+	// The gateway refuses the withdrawn name on a new connection...
+	if out, code := execOut(t, s.ID, "curl", "-sSk", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}",
+		"--resolve", "drop.l7rev.test:443:"+ip.String(), "https://drop.l7rev.test/"); code == 0 {
+		t.Fatalf("a new connection for the withdrawn name passed: %q", out)
+	}
+	// ...and on the open one: after the revision, curl's requests fail
+	// (it connects again, and is refused), none more is answered.
+	_, l0, _, _ := count()
+	poll(t, "curl makes three more requests after the revision, or ends", func() bool {
+		_, l, done, _ := count()
+		return done || l >= l0+3
+	})
+	n0, _, _, _ := count()
+	poll(t, "curl makes three more requests, or ends", func() bool {
+		_, l, done, _ := count()
+		return done || l >= l0+6
+	})
+	n1, _, _, out := count()
+	if n1 > n0 {
+		t.Errorf("%d requests for the withdrawn name drop.l7rev.test answered 200 after the revision, over a TLS connection opened before it (tail: %q)", n1-n0, out[max(0, len(out)-60):])
+	}
+}

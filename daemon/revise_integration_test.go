@@ -156,3 +156,55 @@ func TestReviseCutsSplicedTLSOfWithdrawnName(t *testing.T) {
 		t.Errorf("%d requests for the withdrawn name drop.l7rev.test answered 200 after the revision, over a TLS connection opened before it (tail: %q)", n1-n0, out[max(0, len(out)-60):])
 	}
 }
+
+// TestReviseCutsWithdrawnCNAMETarget: alias.cnrev.test is a CNAME of
+// target.cnrev.test; both are allowed, so the alias resolves. A revision
+// that withdraws the target but keeps the alias (the proxy now refuses
+// the alias: a chain target must be allowed), and then one that denies
+// the target, judge the alias's pinned address by its whole chain: the
+// address is unpinned, the connection to it is cut and no new one opens.
+func TestReviseCutsWithdrawnCNAMETarget(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	target := worldHost(t, "target.cnrev.test", "10.214.0.81")
+	if err := h.World.AddCNAME("alias.cnrev.test", "target.cnrev.test"); err != nil && !strings.Contains(err.Error(), "exists") {
+		t.Fatal(err)
+	}
+
+	p := policy("sleep", "600")
+	p.Egress = &policies.Egress{Allow: []string{"alias.cnrev.test", "target.cnrev.test"}}
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+	holdEcho(t, s.ID, "cn", "alias.cnrev.test")
+	poll(t, "the alias's connection echoes", func() bool { n, _ := echoes(t, s.ID, "cn"); return n >= 2 })
+
+	for i, eg := range []*policies.Egress{
+		{Allow: []string{"alias.cnrev.test"}},                                      // the target withdrawn
+		{Allow: []string{"alias.cnrev.test"}, Deny: []string{"target.cnrev.test"}}, // and then denied
+	} {
+		revised := policy("sleep", "600")
+		revised.Egress = eg
+		v, err := h.Daemon.Update(ctx, s.ID, api.UpdateRequest{Policy: revised})
+		if err != nil {
+			t.Fatalf("update: %v", err)
+		}
+		t.Logf("revision %d: unpinned %v, cut %d", v.PolicyVersion, v.Revision.Unpinned, v.Revision.ConnectionsCut)
+		if i == 0 && (len(v.Revision.Unpinned) == 0 || v.Revision.ConnectionsCut == 0) {
+			t.Errorf("withdrawing the target unpinned %v and cut %d connections; want its address unpinned and the alias's connection cut", v.Revision.Unpinned, v.Revision.ConnectionsCut)
+		}
+		out, _ := execOut(t, s.ID, "dig", "+time=2", "+tries=1", "alias.cnrev.test")
+		if strings.Contains(out, "status: NOERROR") {
+			t.Fatalf("the alias still resolves under %+v:\n%s", eg, out)
+		}
+		if i == 0 {
+			poll(t, "the connection to the withdrawn target ends", func() bool { _, done := echoes(t, s.ID, "cn"); return done })
+		}
+		if out, code := execOut(t, s.ID, "curl", "-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}",
+			"http://"+target.String()+"/"); code == 0 && out == "200" {
+			t.Errorf("under %+v, a new connection to the withdrawn target's address %v answered 200", eg, target)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -170,12 +171,7 @@ func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Re
 // destination neg does not allow (see allowedAfter). Sweeping twice does
 // what sweeping once did.
 func (st *sessionState) sweep(ctx context.Context, id string, old, neg *policies.Egress, list *allowlist.List) (Revision, error) {
-	byAddr := map[netip.Addr][]allowlist.FQDN{}
-	for name, as := range st.names.Pairs() {
-		for _, a := range as {
-			byAddr[a] = append(byAddr[a], name)
-		}
-	}
+	byAddr := st.names.Chains()
 	narrowed := narrowing(old, neg)
 	pins, err := st.ns.Pinned(ctx)
 	if err != nil {
@@ -207,18 +203,18 @@ func (st *sessionState) sweep(ctx context.Context, id string, old, neg *policies
 }
 
 // keepPin reports whether the pinned destination a (on port; 0: every
-// port) stays under list: a name that pinned it (names: the ones the
+// port) stays under list: an answer that pinned it (chains: the ones the
 // bounded record still holds) is still allowed on port, or an allow entry
 // covers it. The record may have dropped the names of a pin still in
 // the kernel (a session that resolved many names): such a pin stays only
 // while no name entry that could have pinned it was withdrawn or denied
 // (narrowed), so that a kept name's pins are not lost to a full record,
 // and a withdrawn name's pin is never kept for want of its name.
-func keepPin(list *allowlist.List, names []allowlist.FQDN, narrowed narrowed, a netip.Addr, port uint16) bool {
-	if stillAllowed(list, names, a, port) {
+func keepPin(list *allowlist.List, chains [][]allowlist.FQDN, narrowed narrowed, a netip.Addr, port uint16) bool {
+	if stillAllowed(list, chains, a, port) {
 		return true
 	}
-	if len(names) > 0 || addrDenied(list, a, port) {
+	if len(chains) > 0 || addrDenied(list, a, port) {
 		return false
 	}
 	return !narrowed.covers(port)
@@ -282,8 +278,10 @@ func addrDenied(list *allowlist.List, a netip.Addr, port uint16) bool {
 
 // stillAllowed reports whether list lets the session reach a on port
 // (0: every port): a is not denied, and an allow entry covers it or one
-// of names (the names whose answers pinned a) is allowed on port.
-func stillAllowed(list *allowlist.List, names []allowlist.FQDN, a netip.Addr, port uint16) bool {
+// of chains (the answers that pinned a: the queried name, then its CNAME
+// targets) has every one of its names allowed on port, as the DNS proxy
+// requires of a chain when it answers.
+func stillAllowed(list *allowlist.List, chains [][]allowlist.FQDN, a netip.Addr, port uint16) bool {
 	a = a.Unmap()
 	if addrDenied(list, a, port) {
 		return false
@@ -293,16 +291,12 @@ func stillAllowed(list *allowlist.List, names []allowlist.FQDN, a netip.Addr, po
 			return true
 		}
 	}
-	for _, n := range names {
-		d := list.MatchName(n)
-		if !d.Allowed {
-			continue
-		}
-		if port == 0 && d.AllPorts() || port != 0 && portAllowed(d.Ports, port) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(chains, func(chain []allowlist.FQDN) bool {
+		return len(chain) > 0 && !slices.ContainsFunc(chain, func(n allowlist.FQDN) bool {
+			d := list.MatchName(n)
+			return !d.Allowed || !(port == 0 && d.AllPorts() || port != 0 && portAllowed(d.Ports, port))
+		})
+	})
 }
 
 func pinString(p netns.Pinning) string {

@@ -2,6 +2,9 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -206,5 +209,68 @@ func TestReviseCutsWithdrawnCNAMETarget(t *testing.T) {
 			"http://"+target.String()+"/"); code == 0 && out == "200" {
 			t.Errorf("under %+v, a new connection to the withdrawn target's address %v answered 200", eg, target)
 		}
+	}
+}
+
+// TestReviseAppliedAfterCrashBeforeApply: the daemon records a revision
+// before it changes the network. A daemon that dies in between
+// (reproduced by writing the record as Update writes it, then
+// restarting) re-adopts the session under the revised policy and sweeps
+// its network as a revision does: the withdrawn name's open connection is
+// cut and its address no longer reachable, and the kept name still is.
+func TestReviseAppliedAfterCrashBeforeApply(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	worldHost(t, "keep.crashrev.test", "10.214.0.82")
+	dropped := worldHost(t, "drop.crashrev.test", "10.214.0.83")
+
+	p := policy("sleep", "600")
+	p.Egress = &policies.Egress{Allow: []string{"keep.crashrev.test", "drop.crashrev.test"}}
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+	holdEcho(t, s.ID, "crash", "drop.crashrev.test")
+	poll(t, "the connection echoes", func() bool { n, _ := echoes(t, s.ID, "crash"); return n >= 2 })
+
+	// What Daemon.Update has written when it dies before Revise.
+	path := filepath.Join(h.Root, "sessions", s.ID, "session.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	pol := rec["policy"].(map[string]any)
+	pol["egress"].(map[string]any)["allow"] = []string{"keep.crashrev.test"}
+	rec["policy_version"] = 2
+	b, _ = json.Marshal(rec)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.Daemon.Inspect(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PolicyVersion != 2 {
+		t.Fatalf("restarted daemon: version %d", got.PolicyVersion)
+	}
+	if out, _ := execOut(t, s.ID, "dig", "+time=2", "+tries=1", "drop.crashrev.test"); !strings.Contains(out, "status: REFUSED") {
+		t.Fatalf("withdrawn name still resolves:\n%s", out)
+	}
+	poll(t, "the withdrawn name's connection ends", func() bool { _, done := echoes(t, s.ID, "crash"); return done })
+	if out, code := execOut(t, s.ID, "curl", "-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}",
+		"http://"+dropped.String()+"/"); code == 0 && out == "200" {
+		t.Errorf("a new connection to the withdrawn name's address %v answered 200", dropped)
+	}
+	if out, code := execOut(t, s.ID, "curl", "-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}",
+		"http://keep.crashrev.test/"); code != 0 || out != "200" {
+		t.Errorf("the kept name after the restart: curl exit %d %q", code, out)
 	}
 }

@@ -21,7 +21,9 @@ import (
 // Resolved is a name a session resolved and the addresses pinned for it,
 // until Expires.
 type Resolved struct {
-	Name    string
+	Name string
+	// CNAMEs are the CNAME targets the answer went through, in order.
+	CNAMEs  []string
 	Addrs   []netip.Addr
 	Expires time.Time
 }

@@ -508,17 +508,17 @@ func DNSAuditEvent(id string, ev dnsproxy.Event) api.AuditEvent {
 // gateway, and closes its connections through the gateway (each is
 // audited as it ends).
 func (e *Perimeter) unregister(id string) {
+	// Under e.mu, as a revision registers the session again only while
+	// it is still in e.state: none re-adds what this removes.
 	e.mu.Lock()
 	addrs := e.byID[id]
 	delete(e.byID, id)
 	delete(e.state, id)
 	for _, a := range addrs {
 		delete(e.l7ByAddr, a)
-	}
-	e.mu.Unlock()
-	for _, a := range addrs {
 		e.sessions.Delete(a)
 	}
+	e.mu.Unlock()
 	if e.l7 != nil {
 		e.l7.CloseSession(id)
 	}

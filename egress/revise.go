@@ -138,24 +138,27 @@ func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Re
 	st.cfg = sc
 	st.mu.Unlock()
 	pol := st.policy(ctx, id, list, gen)
+	var reg *l7.Session
+	if neg.L7Enabled() {
+		reg = e.l7Registration(ctx, id, sc, list, st.names)
+	}
+	// Registered only while the session is: a removal that began
+	// meanwhile has unregistered it for good.
+	e.mu.Lock()
+	if e.state[id] != st {
+		e.mu.Unlock()
+		return Revision{}, fmt.Errorf("session %q: its network is being removed: %w", id, errdefs.ErrNotFound)
+	}
 	for _, a := range addrs {
 		e.sessions.Set(a, pol)
-	}
-	if neg.L7Enabled() {
-		e.registerL7(ctx, id, addrs, sc, list, st.names)
-	}
-
-	closed := 0 // the L7 gateway's connections of withdrawn names
-	if neg.L7Enabled() && e.l7 != nil {
-		e.mu.Lock()
-		var reg *l7.Session
-		if len(addrs) > 0 {
-			reg = e.l7ByAddr[addrs[0]]
-		}
-		e.mu.Unlock()
 		if reg != nil {
-			closed = e.l7.Recheck(id, reg.Check)
+			e.l7ByAddr[a] = reg
 		}
+	}
+	e.mu.Unlock()
+	closed := 0 // the L7 gateway's connections of withdrawn names
+	if reg != nil && e.l7 != nil {
+		closed = e.l7.Recheck(id, reg.Check)
 	}
 	rev, err := st.sweep(ctx, id, old, neg, list)
 	rev.Cut += closed

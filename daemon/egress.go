@@ -48,13 +48,14 @@ func resolvedFromAudit(path string) []egress.Resolved {
 			Subject string    `json:"subject"`
 			Fields  struct {
 				Answers []netip.Addr `json:"answers"`
+				CNAMEs  []string     `json:"cnames"`
 				PinTTL  uint32       `json:"pin_ttl"`
 			} `json:"fields"`
 		}
 		if json.Unmarshal(raw, &ev) != nil || ev.Layer != "dns" || ev.Action != "allowed" || len(ev.Fields.Answers) == 0 {
 			return nil
 		}
-		out = append(out, egress.Resolved{Name: ev.Subject, Addrs: ev.Fields.Answers,
+		out = append(out, egress.Resolved{Name: ev.Subject, CNAMEs: ev.Fields.CNAMEs, Addrs: ev.Fields.Answers,
 			Expires: ev.Time.Add(time.Duration(ev.Fields.PinTTL) * time.Second)})
 		return nil
 	})

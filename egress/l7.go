@@ -71,6 +71,17 @@ func (e *Perimeter) l7Session(a netip.Addr) (*l7.Session, bool) {
 // registerL7 lets session id's connections through the L7 gateway, keyed
 // by its addresses.
 func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Addr, sc SessionConfig, list *allowlist.List, names *dnsproxy.Names) {
+	s := e.l7Registration(ctx, id, sc, list, names)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, a := range addrs {
+		e.l7ByAddr[a] = s
+	}
+}
+
+// l7Registration is session id's registration with the L7 gateway under
+// sc and list.
+func (e *Perimeter) l7Registration(ctx context.Context, id string, sc SessionConfig, list *allowlist.List, names *dnsproxy.Names) *l7.Session {
 	audit := sc.Audit
 	rules, err := httprule.Compile(sc.Egress.HTTP)
 	if err != nil {
@@ -124,11 +135,7 @@ func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Add
 		// the session's rules or secrets need terminated is refused.
 		s.Certificate = sc.CA.Leaf
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, a := range addrs {
-		e.l7ByAddr[a] = s
-	}
+	return s
 }
 
 // secretBound reports whether a secret is injected into requests to name.

@@ -437,7 +437,13 @@ func (e *Perimeter) registerDNS(ctx context.Context, id string, sc SessionConfig
 	st := &sessionState{ns: ns, names: dnsproxy.NewNames(0), limit: lim, private: private, cfg: sc}
 	for _, r := range sc.Resolved {
 		if name, err := allowlist.ToFQDN(r.Name); err == nil {
-			st.names.Record(name, r.Addrs, r.Expires, time.Now())
+			var chain []allowlist.FQDN
+			for _, c := range r.CNAMEs {
+				if t, err := allowlist.ToFQDN(c); err == nil {
+					chain = append(chain, t)
+				}
+			}
+			st.names.RecordChain(name, chain, r.Addrs, r.Expires, time.Now())
 		}
 	}
 	pol := st.policy(ctx, id, list, 0)
@@ -502,17 +508,17 @@ func DNSAuditEvent(id string, ev dnsproxy.Event) api.AuditEvent {
 // gateway, and closes its connections through the gateway (each is
 // audited as it ends).
 func (e *Perimeter) unregister(id string) {
+	// Under e.mu, as a revision registers the session again only while
+	// it is still in e.state: none re-adds what this removes.
 	e.mu.Lock()
 	addrs := e.byID[id]
 	delete(e.byID, id)
 	delete(e.state, id)
 	for _, a := range addrs {
 		delete(e.l7ByAddr, a)
-	}
-	e.mu.Unlock()
-	for _, a := range addrs {
 		e.sessions.Delete(a)
 	}
+	e.mu.Unlock()
 	if e.l7 != nil {
 		e.l7.CloseSession(id)
 	}
@@ -624,10 +630,21 @@ func (e *Perimeter) Reconcile(ctx context.Context, running func(id string) *Sess
 			list, err := allowlist.Compile(sc.Egress.Allow, sc.Egress.Deny)
 			if err == nil {
 				e.registerDNS(ctx, ns.ID(), *sc, ns, list)
-				// The rules as the record has them: a daemon may have
-				// died between recording a revision and applying it.
-				if _, err := ns.Revise(ctx, netConfig(sc.Egress, list), nil, nil); err != nil {
+				// The network as the record has it: a daemon may have
+				// died between recording a revision and applying it. The
+				// names of the pins are known from sc.Resolved; a pin of
+				// a name not there stays (the policy revised is not
+				// known: taking it as withdrawn would unpin every name on
+				// every restart whose record lacks it).
+				e.mu.Lock()
+				st := e.state[ns.ID()]
+				e.mu.Unlock()
+				rev, err := st.sweep(ctx, ns.ID(), sc.Egress, sc.Egress, list)
+				if err != nil {
 					log.G(ctx).Warn("reinstall session rules", "session", ns.ID(), "error", err)
+				} else if len(rev.Unpinned) > 0 || rev.Cut > 0 {
+					log.G(ctx).Info("egress re-adopted under the recorded policy", "session", ns.ID(), "version", sc.PolicyVersion,
+						"unpinned", len(rev.Unpinned), "cut", rev.Cut)
 				}
 				continue
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/egress/allowlist"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
+	"github.com/airlock-sandbox/airlock/egress/l7"
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -20,7 +21,9 @@ import (
 // Resolved is a name a session resolved and the addresses pinned for it,
 // until Expires.
 type Resolved struct {
-	Name    string
+	Name string
+	// CNAMEs are the CNAME targets the answer went through, in order.
+	CNAMEs  []string
 	Addrs   []netip.Addr
 	Expires time.Time
 }
@@ -75,7 +78,8 @@ type Revision struct {
 	// from the session's sets: no name or entry of the revised policy
 	// allows them.
 	Unpinned []string
-	// Cut is how many of the session's connections were ended.
+	// Cut is how many of the session's connections were ended (by
+	// conntrack, or closed by the L7 gateway).
 	Cut int
 }
 
@@ -90,11 +94,17 @@ type Revision struct {
 // client asks again). The static CIDR rules are replaced in one nftables
 // batch. A pinned destination stays only while a name of the revised
 // allowlist that resolved to it, or an allow entry, still allows it (on
-// its port); the others are removed from the session's sets, and the
-// session's connections to the destinations it no longer may reach are
-// ended (conntrack), so that their next packet is refused. Addresses the
-// perimeter does not know a name of (its record of names is bounded) are
-// treated as withdrawn.
+// its port); the others are removed from the session's sets. A pin whose
+// name the perimeter's bounded record of names dropped stays only if no
+// name entry that could have pinned it was withdrawn or denied. Then
+// every connection of the session to a destination the revised policy
+// does not allow (no pin kept for it on its port, no name of it still
+// allowed there, no allow entry) is ended (conntrack), so that its next
+// packet is refused, whether or not its pin had expired. With the L7
+// gateway, each open connection it admitted is checked again under the
+// revised allowlist by the name it asked for (SNI, or the Host of its
+// first request), and closed if refused: one address may serve a kept
+// name and a withdrawn one.
 func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Revision, error) {
 	if e == nil {
 		return Revision{}, fmt.Errorf("session %q has no network: %w", id, errdefs.ErrFailedPrecondition)
@@ -107,7 +117,7 @@ func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Re
 	}
 	neg := sc.Egress
 	st.mu.RLock()
-	old, oldList := st.cfg.Egress, st.list
+	old := st.cfg.Egress
 	st.mu.RUnlock()
 	if neg == nil {
 		return Revision{}, fmt.Errorf("egress: a session's network cannot be removed while it runs: %w", errdefs.ErrInvalidArgument)
@@ -128,88 +138,170 @@ func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Re
 	st.cfg = sc
 	st.mu.Unlock()
 	pol := st.policy(ctx, id, list, gen)
+	var reg *l7.Session
+	if neg.L7Enabled() {
+		reg = e.l7Registration(ctx, id, sc, list, st.names)
+	}
+	// Registered only while the session is: a removal that began
+	// meanwhile has unregistered it for good.
+	e.mu.Lock()
+	if e.state[id] != st {
+		e.mu.Unlock()
+		return Revision{}, fmt.Errorf("session %q: its network is being removed: %w", id, errdefs.ErrNotFound)
+	}
 	for _, a := range addrs {
 		e.sessions.Set(a, pol)
-	}
-	if neg.L7Enabled() {
-		e.registerL7(ctx, id, addrs, sc, list, st.names)
-	}
-
-	byAddr := map[netip.Addr][]allowlist.FQDN{}
-	for name, as := range st.names.Pairs() {
-		for _, a := range as {
-			byAddr[a] = append(byAddr[a], name)
+		if reg != nil {
+			e.l7ByAddr[a] = reg
 		}
 	}
-	allowed := func(a netip.Addr, port uint16) bool { return stillAllowed(list, byAddr[a], a, port) }
+	e.mu.Unlock()
+	closed := 0 // the L7 gateway's connections of withdrawn names
+	if reg != nil && e.l7 != nil {
+		closed = e.l7.Recheck(id, reg.Check)
+	}
+	rev, err := st.sweep(ctx, id, old, neg, list)
+	rev.Cut += closed
+	if err != nil {
+		return rev, err
+	}
+	log.G(ctx).Info("egress revised", "version", sc.PolicyVersion, "unpinned", len(rev.Unpinned), "cut", rev.Cut)
+	return rev, nil
+}
+
+// sweep brings session st's network in line with the egress block neg
+// (compiled: list), revised from old (nil: not known, as after a restart):
+// it replaces the static CIDR rules, unpins every destination neg no
+// longer allows, and ends every connection of the session to a
+// destination neg does not allow (see allowedAfter). Sweeping twice does
+// what sweeping once did.
+func (st *sessionState) sweep(ctx context.Context, id string, old, neg *policies.Egress, list *allowlist.List) (Revision, error) {
+	byAddr := st.names.Chains()
+	narrowed := narrowing(old, neg)
 	pins, err := st.ns.Pinned(ctx)
 	if err != nil {
 		return Revision{}, fmt.Errorf("session %q: pins: %w", id, err)
 	}
 	var rev Revision
 	var unpin []netns.Pinning
-	withdrawn := map[netip.Addr]bool{}
+	kept := map[netip.AddrPort]bool{}
 	for _, p := range pins {
-		if allowed(p.Addr, p.Port) {
+		a := p.Addr.Unmap()
+		if keepPin(list, byAddr[a], narrowed, a, p.Port) {
+			kept[netip.AddrPortFrom(a, p.Port)] = true
 			continue
 		}
 		unpin = append(unpin, p)
-		withdrawn[p.Addr.Unmap()] = true
 		rev.Unpinned = append(rev.Unpinned, pinString(p))
 	}
-	// The connections to cut go to destinations the session could reach
-	// before: pinned (now, or earlier: a pin that expired leaves its
-	// connections open) or in an old allow entry.
-	var oldCIDRs []allowlist.AddrRule
-	for _, r := range oldList.CIDRs() {
-		if !r.Deny {
-			oldCIDRs = append(oldCIDRs, r)
+	allowed := func(a netip.Addr, port uint16) bool {
+		a = a.Unmap()
+		if addrDenied(list, a, port) {
+			return false
 		}
-	}
-	reachable := func(a netip.Addr) bool {
-		if withdrawn[a] || len(byAddr[a]) > 0 {
-			return true
-		}
-		return slices.ContainsFunc(oldCIDRs, func(r allowlist.AddrRule) bool { return r.Prefix.Contains(a) })
+		return kept[netip.AddrPortFrom(a, port)] || kept[netip.AddrPortFrom(a, 0)] || stillAllowed(list, byAddr[a], a, port)
 	}
 	rev.Cut, err = st.ns.Revise(ctx, netConfig(neg, list), unpin, func(dst netip.Addr, _ string, port uint16) bool {
-		return reachable(dst) && !allowed(dst, port)
+		return !allowed(dst, port)
 	})
-	if err != nil {
-		return rev, err
+	return rev, err
+}
+
+// keepPin reports whether the pinned destination a (on port; 0: every
+// port) stays under list: an answer that pinned it (chains: the ones the
+// bounded record still holds) is still allowed on port, or an allow entry
+// covers it. The record may have dropped the names of a pin still in
+// the kernel (a session that resolved many names): such a pin stays only
+// while no name entry that could have pinned it was withdrawn or denied
+// (narrowed), so that a kept name's pins are not lost to a full record,
+// and a withdrawn name's pin is never kept for want of its name.
+func keepPin(list *allowlist.List, chains [][]allowlist.FQDN, narrowed narrowed, a netip.Addr, port uint16) bool {
+	if stillAllowed(list, chains, a, port) {
+		return true
 	}
-	log.G(ctx).Info("egress revised", "version", sc.PolicyVersion, "unpinned", len(unpin), "cut", rev.Cut)
-	return rev, nil
+	if len(chains) > 0 || addrDenied(list, a, port) {
+		return false
+	}
+	return !narrowed.covers(port)
+}
+
+// narrowed is what a revision took away of the name entries: a pin on a
+// port it covers may be a withdrawn name's.
+type narrowed struct {
+	all   bool            // every pin: names were denied, or the old entries are not known
+	ports map[uint16]bool // withdrawn name entries of one port (0: of every port)
+}
+
+func (n narrowed) covers(port uint16) bool {
+	return n.all || n.ports[0] || port != 0 && n.ports[port]
+}
+
+// narrowing compares the name entries of old and neg (old nil: unknown).
+func narrowing(old, neg *policies.Egress) narrowed {
+	if old == nil {
+		return narrowed{all: true}
+	}
+	names := func(entries []string) map[string]allowlist.Rule {
+		out := map[string]allowlist.Rule{}
+		for _, e := range entries {
+			r, err := allowlist.ParseRule(e)
+			if err != nil || r.Kind == allowlist.Prefix {
+				continue
+			}
+			out[r.String()] = r
+		}
+		return out
+	}
+	n := narrowed{ports: map[uint16]bool{}}
+	newAllow, oldDeny := names(neg.Allow), names(old.Deny)
+	for k, r := range names(old.Allow) {
+		if _, ok := newAllow[k]; !ok {
+			n.ports[r.Port] = true
+		}
+	}
+	for k := range names(neg.Deny) {
+		if _, ok := oldDeny[k]; !ok {
+			n.all = true
+		}
+	}
+	return n
+}
+
+// addrDenied reports whether a deny entry of list refuses a on port (0:
+// any of its ports).
+func addrDenied(list *allowlist.List, a netip.Addr, port uint16) bool {
+	if _, denied := list.AddrDenied(a); denied {
+		return true
+	}
+	for _, r := range list.CIDRs() {
+		if r.Deny && r.Prefix.Contains(a) && (port == 0 || r.Port == 0 || r.Port == port) {
+			return true
+		}
+	}
+	return false
 }
 
 // stillAllowed reports whether list lets the session reach a on port
 // (0: every port): a is not denied, and an allow entry covers it or one
-// of names (the names whose answers pinned a) is allowed on port.
-func stillAllowed(list *allowlist.List, names []allowlist.FQDN, a netip.Addr, port uint16) bool {
+// of chains (the answers that pinned a: the queried name, then its CNAME
+// targets) has every one of its names allowed on port, as the DNS proxy
+// requires of a chain when it answers.
+func stillAllowed(list *allowlist.List, chains [][]allowlist.FQDN, a netip.Addr, port uint16) bool {
 	a = a.Unmap()
-	if _, denied := list.AddrDenied(a); denied {
+	if addrDenied(list, a, port) {
 		return false
-	}
-	for _, r := range list.CIDRs() {
-		if r.Deny && r.Prefix.Contains(a) && (port == 0 || r.Port == port) {
-			return false
-		}
 	}
 	for _, r := range list.CIDRs() {
 		if !r.Deny && r.Prefix.Contains(a) && (r.Port == 0 || r.Port == port) {
 			return true
 		}
 	}
-	for _, n := range names {
-		d := list.MatchName(n)
-		if !d.Allowed {
-			continue
-		}
-		if port == 0 && d.AllPorts() || port != 0 && portAllowed(d.Ports, port) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(chains, func(chain []allowlist.FQDN) bool {
+		return len(chain) > 0 && !slices.ContainsFunc(chain, func(n allowlist.FQDN) bool {
+			d := list.MatchName(n)
+			return !d.Allowed || !(port == 0 && d.AllPorts() || port != 0 && portAllowed(d.Ports, port))
+		})
+	})
 }
 
 func pinString(p netns.Pinning) string {

@@ -147,7 +147,7 @@ func (s *Server) answer(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, r
 		}
 		// The pins last at least netns.MinPinTTL, and the pin TTL is at
 		// least the TTL floor (at least a second).
-		req.sess.Names.Record(req.name, addrs, now.Add(pinTTL), now)
+		req.sess.Names.RecordChain(req.name, cnames, addrs, now.Add(pinTTL), now)
 	}
 
 	m := new(dns.Msg)

@@ -21,12 +21,20 @@ type Names struct {
 
 	mu sync.Mutex
 	// +checklocks:mu
-	m map[allowlist.FQDN]map[netip.Addr]time.Time
+	m map[allowlist.FQDN]map[netip.Addr]pair
 	// +checklocks:mu
 	n int
 	// keep, if set, names the names whose pairs are evicted last.
 	// +checklocks:mu
 	keep func(allowlist.FQDN) bool
+}
+
+// pair is what Names keeps of one (name, address) pair: until when the
+// address was pinned, and the CNAME targets the name's answer went
+// through to reach it, in chain order.
+type pair struct {
+	expires time.Time
+	chain   []allowlist.FQDN
 }
 
 // NewNames returns an empty Names holding at most max pairs
@@ -35,7 +43,7 @@ func NewNames(max int) *Names {
 	if max <= 0 {
 		max = DefaultMaxNames
 	}
-	return &Names{max: max, m: map[allowlist.FQDN]map[netip.Addr]time.Time{}}
+	return &Names{max: max, m: map[allowlist.FQDN]map[netip.Addr]pair{}}
 }
 
 // Keep makes the pairs of names keep reports evicted only when no other
@@ -54,6 +62,14 @@ func (n *Names) Keep(keep func(allowlist.FQDN) bool) {
 // recorded earlier keeps the later of its two expiries, as the kernel's
 // pins do.
 func (n *Names) Record(name allowlist.FQDN, addrs []netip.Addr, expires, now time.Time) {
+	n.RecordChain(name, nil, addrs, expires, now)
+}
+
+// RecordChain is Record for an answer that reached addrs through the
+// CNAME targets chain (in order): the pairs keep the chain, so that a
+// revision judges them by every name of it. A pair recorded earlier
+// keeps the chains of both (the targets of each).
+func (n *Names) RecordChain(name allowlist.FQDN, chain []allowlist.FQDN, addrs []netip.Addr, expires, now time.Time) {
 	if n == nil || len(addrs) == 0 {
 		return
 	}
@@ -63,19 +79,25 @@ func (n *Names) Record(name allowlist.FQDN, addrs []netip.Addr, expires, now tim
 		a = a.Unmap()
 		as := n.m[name]
 		if old, ok := as[a]; ok {
-			if expires.After(old) {
-				as[a] = expires
+			if expires.After(old.expires) {
+				old.expires = expires
 			}
+			for _, c := range chain {
+				if !slices.Contains(old.chain, c) {
+					old.chain = append(slices.Clip(old.chain), c)
+				}
+			}
+			as[a] = old
 			continue
 		}
 		if n.n >= n.max {
 			n.evictLocked(now)
 		}
 		if as == nil {
-			as = map[netip.Addr]time.Time{}
+			as = map[netip.Addr]pair{}
 			n.m[name] = as
 		}
-		as[a] = expires
+		as[a] = pair{expires: expires, chain: slices.Clone(chain)}
 		n.n++
 	}
 }
@@ -106,8 +128,8 @@ func (n *Names) evictOneOfLocked(now time.Time, kept bool) bool {
 		if (n.keep != nil && n.keep(name)) != kept {
 			continue
 		}
-		for a, exp := range as {
-			if exp.Before(now) {
+		for a, p := range as {
+			if exp := p.expires; exp.Before(now) {
 				delete(as, a)
 				n.n--
 				freed = true
@@ -138,8 +160,8 @@ func (n *Names) Has(name allowlist.FQDN, a netip.Addr, at time.Time) bool {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	exp, ok := n.m[name][a.Unmap()]
-	return ok && !exp.Before(at)
+	p, ok := n.m[name][a.Unmap()]
+	return ok && !p.expires.Before(at)
 }
 
 // NamesOf returns, sorted, the names a was pinned for whose pins had not
@@ -155,7 +177,7 @@ func (n *Names) NamesOf(a netip.Addr, since time.Time) []allowlist.FQDN {
 	defer n.mu.Unlock()
 	var out []allowlist.FQDN
 	for name, as := range n.m {
-		if exp, ok := as[a]; ok && !exp.Before(since) {
+		if p, ok := as[a]; ok && !p.expires.Before(since) {
 			out = append(out, name)
 		}
 	}
@@ -187,6 +209,24 @@ func (n *Names) Pairs() map[allowlist.FQDN][]netip.Addr {
 			out[name] = append(out[name], a)
 		}
 		slices.SortFunc(out[name], func(x, y netip.Addr) int { return x.Compare(y) })
+	}
+	return out
+}
+
+// Chains returns, for every address a pair held pins (expired or not),
+// the names each answer went through to reach it: the queried name
+// first, then its CNAME targets in order.
+func (n *Names) Chains() map[netip.Addr][][]allowlist.FQDN {
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := map[netip.Addr][][]allowlist.FQDN{}
+	for name, as := range n.m {
+		for a, p := range as {
+			out[a] = append(out[a], append([]allowlist.FQDN{name}, p.chain...))
+		}
 	}
 	return out
 }

@@ -3,6 +3,9 @@ package dnsproxy
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,5 +122,22 @@ func TestNamesKeep(t *testing.T) {
 	n.Record("z.test.", []netip.Addr{a}, now.Add(time.Hour), now)
 	if got := fmt.Sprint(n.NamesOf(a, time.Time{})); got != "[y.test. z.test.]" {
 		t.Errorf("all kept: NamesOf(a) = %s; want the expired pair gone", got)
+	}
+}
+
+// TestNamesKeepChains: a pair keeps the CNAME targets its answer went
+// through, and a later answer's targets are added, not substituted.
+func TestNamesKeepChains(t *testing.T) {
+	n := NewNames(0)
+	now := time.Now()
+	a := netip.MustParseAddr("192.0.2.1")
+	n.RecordChain("alias.test.", []allowlist.FQDN{"mid.test.", "target.test."}, []netip.Addr{a}, now.Add(time.Minute), now)
+	n.RecordChain("alias.test.", []allowlist.FQDN{"other.test."}, []netip.Addr{a}, now.Add(time.Minute), now)
+	n.Record("plain.test.", []netip.Addr{a}, now.Add(time.Minute), now)
+	got := n.Chains()[a]
+	slices.SortFunc(got, func(x, y []allowlist.FQDN) int { return strings.Compare(string(x[0]), string(y[0])) })
+	want := [][]allowlist.FQDN{{"alias.test.", "mid.test.", "target.test.", "other.test."}, {"plain.test."}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("chains of %v: %v, want %v", a, got, want)
 	}
 }

@@ -133,7 +133,7 @@ func (s *Server) serveHTTP(ctx context.Context, sess *Session, nc net.Conn, peek
 	if tlsCfg != nil {
 		c = tls.Server(raw, tlsCfg)
 	}
-	h := &httpHandler{s: s, sess: sess, tg: tg, client: client}
+	h := &httpHandler{s: s, sess: sess, tg: tg, client: client, count: &inflight{}}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: headerTimeout,
@@ -311,42 +311,51 @@ func (c *flowConn) Close() error {
 }
 
 type httpHandler struct {
-	s      *Server
+	s *Server
+	// sess is the session's registration the connection was accepted
+	// under; each request runs under the registration current when it
+	// comes (a revision replaces it).
 	sess   *Session
 	tg     target
 	client netip.AddrPort
-
-	mu sync.Mutex
-	// +checklocks:mu
-	inflight int
-	// +checklocks:mu
-	idle chan struct{} // closed when inflight drops to 0
+	count  *inflight
 }
 
-// enter and leave count the requests in flight, so that the connection's
-// end waits for the last one's audit.
+// inflight counts a connection's requests in flight, so that the
+// connection's end waits for the last one's audit.
+type inflight struct {
+	mu sync.Mutex
+	// +checklocks:mu
+	n int
+	// +checklocks:mu
+	idle chan struct{} // closed when n drops to 0
+}
+
 func (h *httpHandler) enter() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.inflight == 0 {
-		h.idle = make(chan struct{})
+	c := h.count
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == 0 {
+		c.idle = make(chan struct{})
 	}
-	h.inflight++
+	c.n++
 }
 
 func (h *httpHandler) leave() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.inflight--; h.inflight == 0 {
-		close(h.idle)
+	c := h.count
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n--; c.n == 0 {
+		close(c.idle)
 	}
 }
 
 func (h *httpHandler) wait() {
-	h.mu.Lock()
-	idle := h.idle
-	n := h.inflight
-	h.mu.Unlock()
+	c := h.count
+	c.mu.Lock()
+	idle := c.idle
+	n := c.n
+	c.mu.Unlock()
 	if n > 0 {
 		<-idle
 	}
@@ -394,10 +403,15 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRefusal(cw, f)
 	}
 
-	if cur, ok := h.s.cfg.Sessions(h.client.Addr()); !ok || cur != h.sess {
+	// A revision of the session's egress replaces its registration: the
+	// request is decided by the current one. Another session at the
+	// client's address, or none, means the network is going.
+	cur, ok := h.s.cfg.Sessions(h.client.Addr())
+	if !ok || cur.ID != h.sess.ID {
 		refuse(refusal{status: http.StatusForbidden, action: ActionRefused, reason: "airlock: the session's network is being removed"})
 		return
 	}
+	h = &httpHandler{s: h.s, sess: cur, tg: h.tg, client: h.client, count: h.count}
 	name, f := h.checkHost(r)
 	if f != nil {
 		refuse(*f)

@@ -254,6 +254,16 @@ type conn struct {
 	upstream net.Conn
 	// +checklocks:mu
 	closed bool
+	// dst and hello are what the connection was admitted for, at time
+	// at, once it was (checked): Recheck decides on them again.
+	// +checklocks:mu
+	dst netip.AddrPort
+	// +checklocks:mu
+	at time.Time
+	// +checklocks:mu
+	hello Hello
+	// +checklocks:mu
+	checked bool
 }
 
 // close closes both sides of c.
@@ -367,6 +377,41 @@ func (s *Server) CloseSession(id string) {
 	for _, c := range left {
 		c.Close()
 	}
+}
+
+// Recheck decides again, under check (the session's revised policy), on
+// each open connection of session id the gateway admitted: one whose
+// destination and first message (SNI, or the Host of its first request)
+// check now refuses is closed, client and upstream side, whether spliced
+// or served as HTTP (keep-alive, HTTP/2, a websocket), and the session's
+// idle upstream connections kept for reuse are closed. It returns how
+// many connections it closed.
+func (s *Server) Recheck(id string, check func(dst netip.AddrPort, h Hello, at time.Time) Decision) int {
+	closed := s.closeWhere(func(c *conn) bool {
+		if c.session != id {
+			return false
+		}
+		c.mu.Lock()
+		dst, h, at, checked := c.dst, c.hello, c.at, c.checked
+		c.mu.Unlock()
+		// Decided as of the connection's admission (its pins then), by
+		// the revised names.
+		return checked && !check(dst, h, at).Allow
+	})
+	if len(closed) > 0 {
+		s.mu.Lock()
+		var ts []*http.Transport
+		for k, t := range s.transports {
+			if k.session == id {
+				ts = append(ts, t)
+			}
+		}
+		s.mu.Unlock()
+		for _, t := range ts {
+			t.CloseIdleConnections()
+		}
+	}
+	return len(closed)
 }
 
 // CloseIdleUpstreams closes every idle upstream connection kept for
@@ -494,6 +539,18 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 		return
 	}
 	_ = nc.SetReadDeadline(time.Time{})
+	c.mu.Lock()
+	c.dst, c.hello, c.at, c.checked = dst, h, start, true
+	c.mu.Unlock()
+	// A revision that replaced the session's registration while this
+	// connection was checked under the old one has rechecked only the
+	// connections checked by then: decide under the current one.
+	if cur, ok := s.cfg.Sessions(client.Addr()); !ok || cur.ID != sess.ID || cur != sess && !cur.Check(dst, h, start).Allow {
+		ev.Action, ev.Reason = ActionRefused, "airlock: the session's egress policy was revised while the connection was checked"
+		emit()
+		refuse(nc, h.Proto, ev.Reason)
+		return
+	}
 
 	switch {
 	case h.Proto == ProtoHTTP:

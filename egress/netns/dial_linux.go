@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"sync"
 	"time"
 
@@ -61,24 +60,12 @@ func NewDialer(path string) (*NSDialer, error) {
 		// old one again before it is unlocked: a thread left to die
 		// locked would, if it is the main thread, be parked in the
 		// namespace for good instead (see Create).
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
+		back, err := leaveLocked(func() error { return os.NewSyscallError("setns", unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)) })
 		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open current netns: %w", err)
+			errc <- err
 			return
 		}
-		defer orig.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- os.NewSyscallError("setns", err)
-			return
-		}
-		defer func() {
-			if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-				runtime.UnlockOSThread()
-			}
-		}()
+		defer func() { _ = back() }()
 		errc <- nil
 		for {
 			select {

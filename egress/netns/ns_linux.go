@@ -81,29 +81,16 @@ func Create(dir, name string) (_ string, retErr error) {
 
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
+		back, err := leaveLocked(func() error { return os.NewSyscallError("unshare", unix.Unshare(unix.CLONE_NEWNET)) })
 		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- os.NewSyscallError("unshare", err)
+			errc <- err
 			return
 		}
 		src := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
 		merr := os.NewSyscallError("mount", unix.Mount(src, path, "none", unix.MS_BIND, ""))
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			// The thread stays locked; the runtime ends it with this
-			// goroutine (the main thread it parks, still in the new
-			// namespace, which is why this path is the exception).
-			errc <- errors.Join(merr, fmt.Errorf("restore netns: %w", os.NewSyscallError("setns", err)))
-			return
+		if err := back(); err != nil {
+			merr = errors.Join(merr, err)
 		}
-		runtime.UnlockOSThread()
 		errc <- merr
 	}()
 	if err := <-errc; err != nil {
@@ -159,28 +146,48 @@ func Do(path string, fn func() error) error {
 func doFd(fd int, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
+		back, err := leaveLocked(func() error { return os.NewSyscallError("setns", unix.Setns(fd, unix.CLONE_NEWNET)) })
 		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- os.NewSyscallError("setns", err)
+			errc <- err
 			return
 		}
 		ferr := fn()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("restore netns: %w", os.NewSyscallError("setns", err)))
-			return // thread stays locked and dies
+		if err := back(); err != nil {
+			ferr = errors.Join(ferr, err)
 		}
-		runtime.UnlockOSThread()
 		errc <- ferr
 	}()
 	return <-errc
+}
+
+// leaveLocked locks the calling goroutine to its thread, keeps the
+// thread's network namespace, and calls leave to move the thread out of
+// it. back joins the kept namespace again and unlocks the thread. If
+// leave fails, the thread is unlocked where it was; if joining again
+// fails, the thread stays locked, so that the runtime ends it with its
+// goroutine. A thread must not be left to die locked in another
+// namespace: the main thread cannot die, and the runtime parks it
+// instead, in that namespace for good (see Create).
+func leaveLocked(leave func() error) (back func() error, _ error) {
+	runtime.LockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, fmt.Errorf("open current netns: %w", err)
+	}
+	if err := leave(); err != nil {
+		orig.Close()
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	return func() error {
+		defer orig.Close()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("restore netns: %w", os.NewSyscallError("setns", err))
+		}
+		runtime.UnlockOSThread()
+		return nil
+	}, nil
 }
 
 // DialFunc dials like net.Dialer.DialContext.

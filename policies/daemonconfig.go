@@ -50,15 +50,22 @@ type DaemonConfig struct {
 	Admission *Admission
 }
 
+// readConfigFile reads a daemon configuration file and returns its
+// absolute path, from whose directory relative paths in it are taken.
+func readConfigFile(path string) (abs string, src []byte, _ error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return "", nil, fmt.Errorf("read daemon configuration: %w", err)
+	}
+	abs, err = filepath.Abs(path)
+	return abs, src, err
+}
+
 // LoadDaemonConfigFile reads and decodes a daemon configuration file (see
 // DecodeDaemonConfig). A bad file yields a *DiagnosticsError; a file that
 // cannot be read yields the os error.
 func LoadDaemonConfigFile(path string, settings []Setting, skip func(name string) bool) (*DaemonConfig, error) {
-	src, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read daemon configuration: %w", err)
-	}
-	abs, err := filepath.Abs(path)
+	abs, src, err := readConfigFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -201,11 +208,7 @@ type DaemonPaths struct {
 // --check-config does). A missing bin_dir or root is "", and no
 // admission block gives no host paths.
 func ReadDaemonPaths(path string) (*DaemonPaths, error) {
-	src, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read daemon configuration: %w", err)
-	}
-	abs, err := filepath.Abs(path)
+	abs, src, err := readConfigFile(path)
 	if err != nil {
 		return nil, err
 	}

@@ -72,6 +72,11 @@ type Request struct {
 	Scopes   []string `json:"scopes"`
 	// TTL is the lifetime; zero means DefaultTTL.
 	TTL time.Duration `json:"ttl"`
+	// Generation counts the revisions that re-minted this credential
+	// (set by Broker.Revise): a refresh issued under an earlier one is
+	// refused, also when a revision changed only how the token is
+	// delivered, which the request does not say.
+	Generation uint64 `json:"generation,omitempty"`
 }
 
 // Broker mints, tracks and revokes the credentials of sessions. It is safe
@@ -362,7 +367,7 @@ func (b *Broker) commit(session string, r Request, c *Credential, fresh bool) er
 // sameRequest reports whether a and b ask for the same credential.
 func sameRequest(a, b Request) bool {
 	return a.Name == b.Name && a.Issuer == b.Issuer && a.Audience == b.Audience &&
-		slices.Equal(a.Scopes, b.Scopes) && a.TTL == b.TTL
+		slices.Equal(a.Scopes, b.Scopes) && a.TTL == b.TTL && a.Generation == b.Generation
 }
 
 // TokenID names a token by its credential's name and its id (jti).
@@ -429,6 +434,7 @@ func (b *Broker) Revise(ctx context.Context, session string, mint []Request, dro
 			b.tokens[c.ID] = &record{Session: session, Name: c.Name, Audience: c.Audience,
 				Scopes: slices.Clone(c.Scopes), Expiry: c.Expiry}
 		}
+		r.Generation = g[r.Name].Generation + 1
 		g[r.Name] = r
 	}
 	for _, name := range drop {

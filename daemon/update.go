@@ -39,9 +39,13 @@ func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (
 	defer s.revising.Unlock()
 	s.mu.Lock()
 	state, running, version := s.rec.State, s.rec.Policy.Clone(), s.rec.version()
+	ending := s.endingLocked()
 	s.mu.Unlock()
 	if state != api.StateRunning && state != api.StateCreated {
 		return nil, fmt.Errorf("session %q is %s: only a created or running session's policy can be revised: %w", id, state, errdefs.ErrFailedPrecondition)
+	}
+	if ending {
+		return nil, fmt.Errorf("session %q is ending: its policy can no longer be revised: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	p := *req.Policy.Clone()
 	if len(p.Command) == 0 {
@@ -153,7 +157,19 @@ func (s *session) reviseCredentials(ctx context.Context, creds []policies.Creden
 	if s.creds == nil {
 		return nil, fmt.Errorf("the session's credentials are not set up: %w", errdefs.ErrFailedPrecondition)
 	}
+	// Checked again under the lock stop and finish take before they
+	// revoke the session's credentials: a revision that came after would
+	// mint tokens no one revokes until the session is torn down.
+	if s.endingLocked() {
+		return nil, fmt.Errorf("session %q is ending: its credentials are revoked: %w", s.rec.ID, errdefs.ErrFailedPrecondition)
+	}
 	return s.creds.Revise(ctx, s.rec.ID, creds, ch)
+}
+
+// endingLocked reports whether the session is being stopped or its end
+// recorded (its credentials are revoked, or about to be).
+func (s *session) endingLocked() bool {
+	return s.rec.Stopping != "" || s.rec.Exited != nil || s.rec.State == api.StateStopped
 }
 
 // credentialRevision is cr as the API tells it.

@@ -177,7 +177,7 @@ func Serve(ctx context.Context, d Daemon, cfg Config) (_ *Server, retErr error) 
 		s.URL = "http://" + l.Addr().String() + "/"
 		opts = append(opts, WithToken(tok))
 		if !cfg.AllowRemote {
-			opts = append(opts, WithHosts(loopbackHosts(l.Addr().(*net.TCPAddr).Port)...))
+			opts = append(opts, WithHosts(httpserve.LoopbackHosts(l.Addr().(*net.TCPAddr).Port)...))
 		}
 	}
 	s.srv = httpserve.Server(New(d, opts...), limits)
@@ -243,12 +243,6 @@ func checkTCP(addr string, allowRemote bool, pools []netip.Prefix) (string, erro
 func portOf(addr string) string {
 	_, port, _ := net.SplitHostPort(addr)
 	return port
-}
-
-// loopbackHosts are the Host headers a loopback console on port accepts.
-func loopbackHosts(port int) []string {
-	p := strconv.Itoa(port)
-	return []string{"127.0.0.1:" + p, "localhost:" + p, "[::1]:" + p}
 }
 
 // loadToken reads cfg.TokenFile, or generates a token into

@@ -7,7 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -94,10 +94,9 @@ var limits = httpserve.Default
 // 127.0.0.1 (DNS rebinding) would otherwise read every session's id and
 // counts through the browser of someone on this host.
 func loopbackHostsOnly(h http.Handler, port uint16) http.Handler {
-	p := strconv.Itoa(int(port))
-	ok := map[string]bool{"127.0.0.1:" + p: true, "localhost:" + p: true, "[::1]:" + p: true}
+	ok := httpserve.LoopbackHosts(int(port))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !ok[strings.ToLower(r.Host)] {
+		if !slices.Contains(ok, strings.ToLower(r.Host)) {
 			w.Header().Set("Connection", "close")
 			http.Error(w, "metrics are served to their loopback address only, not to host "+r.Host, http.StatusMisdirectedRequest)
 			return

@@ -8,6 +8,7 @@ package httpserve
 import (
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"golang.org/x/net/netutil"
@@ -59,4 +60,12 @@ func Listener(l net.Listener, lim Limits) net.Listener {
 		return l
 	}
 	return netutil.LimitListener(l, lim.MaxConns)
+}
+
+// LoopbackHosts are the Host headers that name a loopback listener on
+// port: a server on loopback answers only to them, since a web page whose
+// name an attacker rebinds to 127.0.0.1 (DNS rebinding) sends its own.
+func LoopbackHosts(port int) []string {
+	p := strconv.Itoa(port)
+	return []string{"127.0.0.1:" + p, "localhost:" + p, "[::1]:" + p}
 }

@@ -114,6 +114,18 @@ type Revision struct {
 	// that the revised rules allow or deny are decided by them.
 	HTTP    *policies.ListChange `json:"http,omitempty"`
 	Inspect bool                 `json:"inspect,omitempty"`
+	// Approval is set when the approval block changed: requests held
+	// from then on wait as it says.
+	Approval bool `json:"approval,omitempty"`
+	// Workspaces are the targets of the workspaces whose commit rules
+	// (protect, protect_refs, git_allow, preserve_untracked, on_exit)
+	// the revision changed: they decide the next commit.
+	Workspaces []string `json:"workspaces,omitempty"`
+	// DenyRead are the deny_read patterns added, per workspace target;
+	// Masked the sandbox paths they matched, which the sandbox can no
+	// longer open.
+	DenyRead map[string][]string `json:"deny_read,omitempty"`
+	Masked   []MaskedPath        `json:"masked,omitempty"`
 	// Secrets are the secrets removed, changed and kept; nil when the
 	// revision left them alone.
 	Secrets *policies.SecretChange `json:"secrets,omitempty"`
@@ -124,6 +136,12 @@ type Revision struct {
 	// changed and per added credential (a stop and restart mints one per
 	// credential).
 	CredentialsReminted int `json:"credentials_reminted"`
+}
+
+// MaskedPath is a sandbox path a deny_read pattern masks, and the pattern.
+type MaskedPath struct {
+	Path string `json:"path"`
+	Rule string `json:"rule"`
 }
 
 // CredentialRevision is what a revision did to a session's credentials,

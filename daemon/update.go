@@ -20,7 +20,8 @@ const layerPolicy = "policy"
 // policy goes through validation and admission as at create; its
 // difference with the running policy (policies.Diff) is applied if every
 // part of it can be: today, egress allow and deny entries, http rules and
-// inspect (see egress.Perimeter.Revise), secrets (secrets.Set.Revise) and
+// inspect (see egress.Perimeter.Revise), the workspaces' commit rules
+// (fsscope.Session.ReviseRules), secrets (secrets.Set.Revise) and
 // credentials (credentials.Plan.Revise).
 // Anything else that differs refuses the revision as a whole, naming each
 // field and why, and nothing changes. An applied revision gets the next
@@ -109,6 +110,32 @@ func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (
 		}
 		return fmt.Errorf("session %q: revision refused, nothing changed: %w", id, err)
 	}
+	undoRules := func() {}
+	if len(rev.Workspaces) > 0 {
+		// The commit rules decide the next commit; added deny_read
+		// patterns mask what they match at once.
+		s.mu.Lock()
+		fs := s.fs
+		s.mu.Unlock()
+		if fs == nil {
+			return nil, putBack(fmt.Errorf("the session's workspaces are not set up: %w", errdefs.ErrFailedPrecondition))
+		}
+		wr, undo, err := fs.Revise(ctx, revised.Workspaces)
+		if err != nil {
+			return nil, putBack(err)
+		}
+		undoRules = undo
+		out.Workspaces = rev.Workspaces
+		fields["workspaces"] = rev.Workspaces
+		if len(wr.DenyRead) > 0 {
+			out.DenyRead = wr.DenyRead
+			for _, m := range wr.Masked {
+				out.Masked = append(out.Masked, api.MaskedPath{Path: m.Path, Rule: m.Rule})
+			}
+			fields["deny_read"], fields["masked"] = wr.DenyRead, len(wr.Masked)
+		}
+		subjects = append(subjects, "workspace")
+	}
 	undoSecrets := func() {}
 	if rev.Secrets.Revises() {
 		// Before the credentials: a secret that takes a credential's
@@ -118,6 +145,7 @@ func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (
 		s.mu.Unlock()
 		undo, err := set.Revise(revised.Secrets)
 		if err != nil {
+			undoRules()
 			return nil, putBack(err)
 		}
 		undoSecrets = undo
@@ -131,6 +159,7 @@ func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (
 			// Nothing was minted or revoked: the revision is refused and
 			// the record put back.
 			undoSecrets()
+			undoRules()
 			return nil, putBack(err)
 		}
 		out.Credentials = credentialRevision(cr, rev.Credentials)
@@ -144,7 +173,7 @@ func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (
 		}
 	}
 	s.audit.SetPolicyVersion(next)
-	if rev.Allow.Changed() || rev.Deny.Changed() || rev.L7Changed() {
+	if rev.Allow.Changed() || rev.Deny.Changed() || rev.L7Changed() && revised.Egress != nil {
 		sc := d.egressConfig(s, *revised, "")
 		nr, rerr := d.egress.Revise(ctx, id, sc)
 		if rerr != nil {
@@ -165,6 +194,10 @@ func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (
 		if rev.Inspect {
 			out.Inspect = true
 			fields["inspect"] = revised.Egress.Inspect
+		}
+		if rev.Approval {
+			out.Approval = true
+			fields["approval_timeout"] = approvalTimeout(revised.Approval).String()
 		}
 		subjects = append([]string{"egress"}, subjects...)
 	}

@@ -197,13 +197,13 @@ func TestUpdateL7Live(t *testing.T) {
 		}},
 	)
 	revised.Secrets = secret("new")
-	revised.Approval = p.Approval
+	revised.Approval = &policies.Approval{Timeout: policies.Duration(2 * time.Minute), OnTimeout: policies.OnTimeoutDeny}
 	v, err := h.Daemon.Update(ctx, s.ID, api.UpdateRequest{Policy: revised})
 	if err != nil {
 		t.Fatalf("update: %v", err)
 	}
 	r := v.Revision
-	if r == nil || r.Version != 2 || r.HTTP == nil || r.Secrets == nil {
+	if r == nil || r.Version != 2 || r.HTTP == nil || r.Secrets == nil || !r.Approval {
 		t.Fatalf("revision %+v", r)
 	}
 	if !slices.Equal(r.HTTP.Added, []string{"api.l7rev.test", "plain.l7rev.test"}) || !slices.Equal(r.HTTP.Removed, []string{"api.l7rev.test"}) ||

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -63,6 +64,12 @@ type fileKey struct{ dev, ino uint64 }
 
 type markInfo struct {
 	owner, path, rule string
+	// shared: the inode is the host's own (the lower layer of an
+	// overlay workspace), which the host's programs may open; only opens
+	// from another mount namespace than the daemon's are refused.
+	shared bool
+	// refs counts the live marks of sessions on the inode (watchLive).
+	refs int
 }
 
 // NewReadAudit starts a ReadAudit that calls report for every refused
@@ -276,7 +283,7 @@ func (a *ReadAudit) loop() {
 			// Only masks are marked; the daemon's own opens (removing a
 			// session's state) pass.
 			resp := uint32(unix.FAN_DENY)
-			if meta.Pid == self {
+			if meta.Pid == self || ok && info.shared && sameMountNS(meta.Pid) {
 				resp = unix.FAN_ALLOW
 			}
 			var out [8]byte
@@ -295,4 +302,117 @@ func (a *ReadAudit) loop() {
 			}
 		}
 	}
+}
+
+// watchLive marks the inode at rel beneath root, whatever it is: an entry
+// of a workspace that a revised deny_read pattern matches (see
+// Session.Revise), as the sandbox sees it (root is the workspace
+// overlay's mount on the host), or as the overlay holds it (its upper
+// directory, or with shared, the host tree under it, whose inode the host
+// may open too). Every open of it by another process than the daemon
+// (with shared: from another mount namespace than the daemon's) is
+// refused and reported, through any of its names. It returns the key the
+// mark is known by.
+func (a *ReadAudit) watchLive(owner, root, rel, path, rule string, shared bool) (fileKey, error) {
+	fd, st, err := openBeneath(root, rel)
+	if err != nil {
+		return fileKey{}, err
+	}
+	defer unix.Close(fd)
+	mask := uint64(unix.FAN_OPEN_PERM)
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		mask |= unix.FAN_ONDIR
+	}
+	key := fileKey{st.Dev, st.Ino}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if m, ok := a.marks[key]; ok && m.refs > 0 {
+		m.refs++
+		a.marks[key] = m
+		return key, nil
+	}
+	if err := unix.FanotifyMark(int(a.f.Fd()), unix.FAN_MARK_ADD|unix.FAN_MARK_INODE, mask, unix.AT_FDCWD, fdPath(fd)); err != nil {
+		return fileKey{}, fmt.Errorf("fanotify mark %s/%s: %w", root, rel, err)
+	}
+	a.marks[key] = markInfo{owner: owner, path: path, rule: rule, shared: shared, refs: 1}
+	return key, nil
+}
+
+// openBeneath opens rel beneath root (O_PATH), following no symlink and
+// crossing no mount.
+func openBeneath(root, rel string) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, st, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(dir)
+	if rel == "" {
+		rel = "."
+	}
+	fd, err := unix.Openat2(dir, rel, &unix.OpenHow{Flags: unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolveBeneath})
+	if err != nil {
+		return -1, st, &os.PathError{Op: "open", Path: root + "/" + rel, Err: err}
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, &os.PathError{Op: "stat", Path: root + "/" + rel, Err: err}
+	}
+	return fd, st, nil
+}
+
+// unwatchLive removes the marks watchLive made, once no session holds
+// them: each inode still at its path is unmarked; one the sandbox moved
+// keeps its kernel mark until the overlay (or, for a host inode, the
+// ReadAudit) goes.
+func (a *ReadAudit) unwatchLive(marks []viewMark) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	for _, m := range marks {
+		info, ok := a.marks[m.key]
+		if !ok {
+			continue
+		}
+		if info.refs--; info.refs > 0 {
+			a.marks[m.key] = info
+			continue
+		}
+		unmarked := false
+		if fd, st, err := openBeneath(m.root, m.rel); err == nil {
+			if (fileKey{st.Dev, st.Ino}) == m.key {
+				err := unix.FanotifyMark(int(a.f.Fd()), unix.FAN_MARK_REMOVE|unix.FAN_MARK_INODE, unix.FAN_OPEN_PERM|unix.FAN_ONDIR, unix.AT_FDCWD, fdPath(fd))
+				unmarked = err == nil || errors.Is(err, unix.ENOENT)
+				if !unmarked {
+					errs = append(errs, fmt.Errorf("fanotify unmark %s/%s: %w", m.root, m.rel, err))
+				}
+			}
+			unix.Close(fd)
+		}
+		if unmarked || !info.shared {
+			delete(a.marks, m.key)
+			continue
+		}
+		// A host inode moved away keeps its kernel mark while the
+		// ReadAudit lives: its entry stays, so that the host's own opens
+		// of it pass.
+		info.refs = 0
+		a.marks[m.key] = info
+	}
+	return errors.Join(errs...)
+}
+
+// sameMountNS reports whether process pid is in the daemon's mount
+// namespace or in init's: a program of the host, not of a sandbox.
+func sameMountNS(pid int32) bool {
+	theirs, err := os.Readlink("/proc/" + strconv.Itoa(int(pid)) + "/ns/mnt")
+	if err != nil {
+		return false
+	}
+	for _, p := range []string{"/proc/self/ns/mnt", "/proc/1/ns/mnt"} {
+		if ns, err := os.Readlink(p); err == nil && ns == theirs {
+			return true
+		}
+	}
+	return false
 }

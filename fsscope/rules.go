@@ -99,6 +99,13 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Patterns a revision added while the sandbox ran: what they cover
+	// holds content the sandbox may not read, which a commit may remove
+	// but not write.
+	revisedDeny, err := glob.NewSet(e.ws.RevisedDenyRead, true)
+	if err != nil {
+		return nil, err
+	}
 	for i, c := range e.changes {
 		switch c.Type {
 		case TypeDevice, TypeFIFO, TypeSocket:
@@ -110,6 +117,8 @@ func (e *ruleEnv) evaluate() (map[int]Rejection, error) {
 		if c.Kind != KindDeleted {
 			if maskedBy(e.ws.Masks, c.Path) {
 				reject(i, RuleDenyRead, fmt.Sprintf("deny_read masks %s: a commit may remove it, not write it", c.Path))
+			} else if pat, ok := revisedDeny.Covers(c.Path, c.Type == TypeDir); ok {
+				reject(i, RuleDenyRead, fmt.Sprintf("deny_read %q (added by a revision) covers %s: a commit may remove it, not write it", pat, c.Path))
 			} else if m, ok := maskBelow(e.ws.Masks, c.Path); ok && c.Type != TypeDir {
 				// A symlink or file in place of a masked file's directory
 				// would put whatever it leads to at the masked path.

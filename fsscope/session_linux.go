@@ -47,8 +47,9 @@ type Session struct {
 	raOwner string     // +checklocks:mu
 	watched []string   // +checklocks:mu
 	// watchedView are the marks of masks InView, on the workspace
-	// overlay's inodes.
+	// overlay's inodes; watchedLive those of revised deny_read patterns.
 	watchedView []viewMark // +checklocks:mu
+	watchedLive []viewMark // +checklocks:mu
 }
 
 // Option configures Setup.
@@ -346,6 +347,7 @@ func (s *Session) watchLocked(ctx context.Context, a *ReadAudit, owner string) {
 	for _, m := range s.st.Mounts {
 		watch(m.Target, m.Masks)
 	}
+	s.watchRevisedLocked(ctx)
 }
 
 // shadowed reports whether the overlay's upper directory holds rel or
@@ -377,11 +379,11 @@ func shadowed(upper, rel string) bool {
 
 // unwatchLocked removes the ReadAudit's marks of the masks.
 func (s *Session) unwatchLocked() error {
-	if s.ra == nil || len(s.watched)+len(s.watchedView) == 0 {
+	if s.ra == nil || len(s.watched)+len(s.watchedView)+len(s.watchedLive) == 0 {
 		return nil
 	}
-	err := errors.Join(s.ra.unwatch(s.watched), s.ra.unwatchView(s.watchedView))
-	s.watched, s.watchedView = nil, nil
+	err := errors.Join(s.ra.unwatch(s.watched), s.ra.unwatchView(s.watchedView), s.ra.unwatchLive(s.watchedLive))
+	s.watched, s.watchedView, s.watchedLive = nil, nil, nil
 	return err
 }
 

@@ -70,6 +70,24 @@ type wsState struct {
 	ProtectRefs       []string `json:"protect_refs,omitempty"`
 	GitAllow          []string `json:"git_allow,omitempty"`
 	OnExit            string   `json:"on_exit,omitempty"`
+	// RevisedDenyRead are the deny_read patterns revisions added while the
+	// sandbox ran (DenyRead has them too); RevisedMasks are the workspace
+	// entries they matched then, refused by the read audit (see
+	// Session.Revise).
+	RevisedDenyRead []string   `json:"revised_deny_read,omitempty"`
+	RevisedMasks    []liveMask `json:"revised_masks,omitempty"`
+}
+
+// liveMask is an entry of a live workspace that a revised deny_read
+// pattern matched: its overlay inode is marked, so that every open of it
+// from the sandbox, under any name, is refused.
+type liveMask struct {
+	Path string `json:"path"` // relative to the workspace root, when it was marked
+	Rule string `json:"rule"`
+	Dir  bool   `json:"dir,omitempty"`
+	// Dev and Ino are its overlay inode's.
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
 }
 
 // mountState is one extra mount.

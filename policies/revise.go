@@ -18,11 +18,19 @@ type Revision struct {
 	// changed. Both change what the L7 gateway terminates and decides.
 	HTTP    ListChange
 	Inspect bool
+	// Workspaces are the targets of the workspaces whose commit rules
+	// (protect, protect_refs, git_allow, preserve_untracked, on_exit)
+	// changed, they decide the next commit, or that gained deny_read
+	// patterns, which mask what they match at once.
+	Workspaces []string
 	// Credentials are the credentials added, removed, changed and kept.
 	Credentials CredentialChange
 	// Secrets are the secrets removed, changed (their source or the hosts
 	// they are injected into) and kept. A secret cannot be added.
 	Secrets SecretChange
+	// Approval says the approval block changed: requests held from then
+	// on wait as it says (those held already keep their deadline).
+	Approval bool
 	// Refused are the differences a running session cannot take, one per
 	// field, in the policy's field order. A revision with any is refused
 	// as a whole.
@@ -86,7 +94,7 @@ const (
 	ReasonFixed = "cannot change on a running session"
 	// ReasonNotYet: the field could change live, but airlock does not
 	// revise it yet.
-	ReasonNotYet = "not revisable yet (a revision changes egress allow, deny, http and inspect, credentials and secrets only)"
+	ReasonNotYet = "not revisable yet (a revision changes egress allow, deny, http and inspect, workspace commit rules and added deny_read, credentials, secrets and approval only)"
 	// ReasonEnvCredential: a credential delivered in the environment
 	// cannot reach a command that is already running.
 	ReasonEnvCredential = "cannot be delivered to a running command's environment (remove the credential to revoke it, or deliver it as a file)"
@@ -96,6 +104,10 @@ const (
 	// ReasonSecretAdded: a secret's placeholder reaches the sandbox when
 	// it is made.
 	ReasonSecretAdded = "cannot be added to a running session: its placeholder reaches the sandbox (environment or file) when the sandbox is made"
+	// ReasonDenyReadLifted: a mask made with the sandbox stays.
+	ReasonDenyReadLifted = "a deny_read pattern cannot be lifted from a running session (patterns can be added)"
+	// ReasonDenyReadMode: patterns are added live through the overlay.
+	ReasonDenyReadMode = "deny_read patterns are added live to overlay workspaces only"
 	// ReasonSecretDelivery: the same.
 	ReasonSecretDelivery = "its env_var and path cannot change on a running session: the placeholder was delivered when the sandbox was made"
 )
@@ -103,13 +115,14 @@ const (
 // Changed reports whether the revision changes anything.
 func (r Revision) Changed() bool {
 	return r.Allow.Changed() || r.Deny.Changed() || r.HTTP.Changed() || r.Inspect ||
-		r.Credentials.Revises() || r.Secrets.Revises()
+		len(r.Workspaces) > 0 || r.Credentials.Revises() || r.Secrets.Revises() || r.Approval
 }
 
 // L7Changed reports whether the revision changes what the L7 gateway
-// decides beyond the names it lets through: http rules, inspect, secrets.
+// decides beyond the names it lets through: http rules, inspect, secrets,
+// how long a held request waits.
 func (r Revision) L7Changed() bool {
-	return r.HTTP.Changed() || r.Inspect || r.Secrets.Revises()
+	return r.HTTP.Changed() || r.Inspect || r.Secrets.Revises() || r.Approval
 }
 
 // Diff compares a running session's policy with a revised one, both
@@ -147,9 +160,9 @@ func Diff(running, revised *Policy) Revision {
 	if running.Resources != revised.Resources {
 		refuse("resources", ReasonNotYet)
 	}
-	if differ(running.Workspaces, revised.Workspaces) {
-		refuse("workspace", ReasonFixed+" (its mounts are made; protect and deny_read are "+ReasonNotYet+")")
-	}
+	var wsRefused []Refusal
+	r.Workspaces, wsRefused = workspaceChange(running.Workspaces, revised.Workspaces)
+	r.Refused = append(r.Refused, wsRefused...)
 	if differ(running.Mounts, revised.Mounts) {
 		refuse("mount", ReasonFixed)
 	}
@@ -185,9 +198,7 @@ func Diff(running, revised *Policy) Revision {
 			r.Credentials.Changed = append(r.Credentials.Changed, cred)
 		}
 	}
-	if differ(running.Approval, revised.Approval) {
-		refuse("approval", ReasonNotYet)
-	}
+	r.Approval = differ(running.Approval, revised.Approval)
 	return r
 }
 
@@ -204,8 +215,51 @@ func Revised(running, revised *Policy) *Policy {
 		p.Egress.HTTP, p.Egress.Inspect = r.Egress.HTTP, r.Egress.Inspect
 	}
 	r := revised.Clone()
-	p.Credentials, p.Secrets = r.Credentials, r.Secrets
+	p.Credentials, p.Secrets, p.Approval = r.Credentials, r.Secrets, r.Approval
+	if len(p.Workspaces) == len(r.Workspaces) {
+		for i := range p.Workspaces {
+			w, rw := &p.Workspaces[i], r.Workspaces[i]
+			w.Protect, w.ProtectRefs, w.GitAllow = rw.Protect, rw.ProtectRefs, rw.GitAllow
+			w.PreserveUntracked, w.OnExit = rw.PreserveUntracked, rw.OnExit
+			w.DenyRead, w.DefaultDenyRead = rw.DenyRead, rw.DefaultDenyRead
+		}
+	}
 	return p
+}
+
+// workspaceChange compares the workspaces of a revision, in order: the
+// commit rules of each (protect, protect_refs, git_allow,
+// preserve_untracked, on_exit) may change, and an overlay workspace may
+// gain deny_read patterns (none may be lifted); the targets of those
+// that change are returned. Anything else refuses the revision.
+func workspaceChange(running, revised []Workspace) ([]string, []Refusal) {
+	if len(running) != len(revised) {
+		return nil, []Refusal{{Field: "workspace", Reason: ReasonFixed + ": its workspaces are mounted (add or remove none)"}}
+	}
+	var changed []string
+	var refused []Refusal
+	for i, a := range running {
+		b := revised[i]
+		field := "workspace." + a.Target
+		switch {
+		case a.HostPath != b.HostPath || a.Target != b.Target || a.Mode != b.Mode:
+			refused = append(refused, Refusal{Field: field, Reason: ReasonFixed + ": its host path, target and mode are mounted"})
+			continue
+		case a.DefaultDenyRead && !b.DefaultDenyRead || slices.ContainsFunc(a.DenyRead, func(p string) bool { return !slices.Contains(b.DenyRead, p) }):
+			refused = append(refused, Refusal{Field: field + ".deny_read", Reason: ReasonDenyReadLifted})
+			continue
+		}
+		denyAdded := !a.DefaultDenyRead && b.DefaultDenyRead || slices.ContainsFunc(b.DenyRead, func(p string) bool { return !slices.Contains(a.DenyRead, p) })
+		if denyAdded && a.Mode != ModeOverlay {
+			refused = append(refused, Refusal{Field: field + ".deny_read", Reason: ReasonDenyReadMode})
+			continue
+		}
+		if denyAdded || !slices.Equal(a.Protect, b.Protect) || !slices.Equal(a.ProtectRefs, b.ProtectRefs) || !slices.Equal(a.GitAllow, b.GitAllow) ||
+			a.PreserveUntracked != b.PreserveUntracked || a.OnExit != b.OnExit {
+			changed = append(changed, a.Target)
+		}
+	}
+	return changed, refused
 }
 
 // httpChange compares the http host blocks of two egress blocks by host:

@@ -62,7 +62,8 @@ func TestDiffRefusesWhatCannotChange(t *testing.T) {
 		{"image", ReasonFixed, func(p *Policy) { p.Image = "other" }},
 		{"user", ReasonFixed, func(p *Policy) { p.User = "0:0" }},
 		{"command", ReasonFixed, func(p *Policy) { p.Command = []string{"true"} }},
-		{"workspace", ReasonFixed, func(p *Policy) { p.Workspaces[0].Protect = []string{"x"} }},
+		{"workspace./workspace", ReasonFixed, func(p *Policy) { p.Workspaces[0].Mode = ModeRW }},
+		{"workspace", ReasonFixed, func(p *Policy) { p.Workspaces = nil }},
 		{"mount", ReasonFixed, func(p *Policy) { p.Mounts = []Mount{{HostPath: "/m", Target: "/m"}} }},
 		{"resources", ReasonNotYet, func(p *Policy) { p.Resources.CPUs = 2 }},
 		{"credential.git", ReasonEnvCredential, func(p *Policy) {
@@ -70,7 +71,6 @@ func TestDiffRefusesWhatCannotChange(t *testing.T) {
 		}},
 		{"credential.git", ReasonCredentialDir, func(p *Policy) { p.Credentials = []Credential{{Name: "git", Deliver: DeliverFile}} }},
 		{"secret.k", ReasonSecretAdded, func(p *Policy) { p.Secrets = []Secret{{Name: "k"}} }},
-		{"approval", ReasonNotYet, func(p *Policy) { p.Approval = &Approval{} }},
 		{"egress.ipv6", ReasonNotYet, func(p *Policy) { p.Egress.IPv6 = true }},
 		{"egress", ReasonFixed, func(p *Policy) { p.Egress = nil }},
 	} {
@@ -243,5 +243,38 @@ func TestDiffHTTPAndSecrets(t *testing.T) {
 	moved.Secrets[0].EnvVar = "OTHER"
 	if d := Diff(run, moved); len(d.Refused) != 1 || d.Refused[0].Field != "secret.kept" || d.Refused[0].Reason != ReasonSecretDelivery {
 		t.Errorf("placeholder moved: %+v", d.Refused)
+	}
+}
+
+func TestDiffWorkspaceRules(t *testing.T) {
+	run := revisable()
+	run.Workspaces[0].Protect = []string{"docs/**"}
+	rev := run.Clone()
+	rev.Workspaces[0].Protect = []string{"deploy/**"}
+	rev.Workspaces[0].ProtectRefs = []string{"refs/heads/main"}
+	d := Diff(run, rev)
+	if len(d.Refused) > 0 || !slices.Equal(d.Workspaces, []string{"/workspace"}) || !d.Changed() {
+		t.Fatalf("protect revised: %+v", d)
+	}
+	p := Revised(run, rev)
+	if !slices.Equal(p.Workspaces[0].Protect, []string{"deploy/**"}) || !slices.Equal(p.Workspaces[0].ProtectRefs, []string{"refs/heads/main"}) {
+		t.Errorf("Revised: %+v", p.Workspaces[0])
+	}
+	if run.Workspaces[0].Protect[0] != "docs/**" {
+		t.Error("Revised changed the running policy")
+	}
+
+	more := run.Clone()
+	more.Workspaces[0].DenyRead = []string{"secrets/"}
+	if d := Diff(run, more); len(d.Refused) > 0 || !slices.Equal(d.Workspaces, []string{"/workspace"}) {
+		t.Errorf("deny_read added: %+v", d)
+	}
+	if d := Diff(more, run); len(d.Refused) != 1 || d.Refused[0].Reason != ReasonDenyReadLifted {
+		t.Errorf("deny_read lifted: %+v", d.Refused)
+	}
+	rw, rwMore := run.Clone(), more.Clone()
+	rw.Workspaces[0].Mode, rwMore.Workspaces[0].Mode = ModeRW, ModeRW
+	if d := Diff(rw, rwMore); len(d.Refused) != 1 || d.Refused[0].Reason != ReasonDenyReadMode {
+		t.Errorf("deny_read added to an rw workspace: %+v", d.Refused)
 	}
 }

@@ -35,11 +35,16 @@ the session runs under, live, and gives the policy the next version:
   unchanged one keeps its token, an added one is minted and delivered, a
   removed one is revoked. Minting comes first: if it fails, nothing
   changes.
+  workspaces: protect, protect_refs, git_allow, preserve_untracked and
+  on_exit decide the next commit; deny_read patterns added to an overlay
+  workspace make what they match unreadable in the sandbox at once (what
+  it read before stays read). A pattern cannot be lifted.
+  approval: requests held from then on wait as it says.
 
-image, user, command, env, workdir, capabilities, workspaces and mounts
-cannot change on a running session; timeout, resources, approval and the
-egress block's l7, l7_ports, ipv6, on_block and allow_private are not
-revisable yet. A manifest that changes any of them is refused as a whole,
+image, user, command, env, workdir, capabilities, a workspace's host
+path, target and mode, and mounts cannot change on a running session;
+timeout, resources and the egress block's l7, l7_ports, ipv6, on_block and
+allow_private are not revisable yet. A manifest that changes any of them is refused as a whole,
 each field named with the reason, and nothing changes. A manifest without
 a command keeps the running one.
 
@@ -115,6 +120,15 @@ func (c *cli) printRevision(s *api.Session) {
 	}
 	if r.Inspect {
 		fmt.Fprintf(c.stdout, "  inspect: %s\n", s.Policy.Egress.Inspect)
+	}
+	if len(r.Workspaces) > 0 {
+		fmt.Fprintf(c.stdout, "  workspace rules revised: %s\n", strings.Join(r.Workspaces, ", "))
+	}
+	for _, m := range r.Masked {
+		fmt.Fprintf(c.stdout, "  masked: %s (deny_read %s)\n", m.Path, m.Rule)
+	}
+	if r.Approval {
+		fmt.Fprintf(c.stdout, "  approval revised\n")
 	}
 	if r.Allow.Changed() || r.Deny.Changed() || r.HTTP != nil || r.Inspect || r.Secrets != nil {
 		fmt.Fprintf(c.stdout, "  connections cut: %d\n", r.ConnectionsCut)

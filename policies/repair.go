@@ -80,7 +80,10 @@ type RepairChange struct {
 // String is c in one line: `egress.allow += "api.example.test:443"`.
 func (c RepairChange) String() string {
 	field := c.Field
-	if c.Block != "" {
+	switch {
+	case c.Field == RepairEgressHTTP:
+		field = fmt.Sprintf("%s[%q]", c.Field, c.Block)
+	case c.Block != "":
 		kind, attr, _ := strings.Cut(c.Field, ".")
 		field = fmt.Sprintf("%s[%q].%s", kind, c.Block, attr)
 	}

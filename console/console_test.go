@@ -22,10 +22,10 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/approvals"
-	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/fsscope/change"
 	"github.com/airlock-sandbox/airlock/internal/httpserve"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // hostile is what a sandbox writes where the console shows it: a file

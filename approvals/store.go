@@ -139,10 +139,21 @@ type Request struct {
 	Repair *policies.Repair
 	// Timeout bounds the wait; zero or less is DefaultTimeout.
 	Timeout time.Duration
+	// Revised, when it delivers, decides the request in place of a
+	// person: a revision of the session's policy whose rules no longer
+	// ask about it allows or denies it outright.
+	Revised <-chan Revision
 	// Audit receives the hold and its decision as events of layer
 	// "approval"; nil records nothing. It is called from the goroutine
 	// that decides, which may be another request's.
 	Audit func(ctx context.Context, ev api.AuditEvent)
+}
+
+// Revision decides a held request in place of a person
+// (Request.Revised).
+type Revision struct {
+	Allow      bool
+	By, Reason string
 }
 
 // Decision is how a request was decided: what the gateway acts on. Its
@@ -308,6 +319,8 @@ func (s *Store) Ask(ctx context.Context, r Request) Decision {
 	case <-e.done:
 	case <-timer.C:
 		_, _ = s.settle(ctx, e, false, fmt.Sprintf("no decision within %s", timeout), ByTimeout)
+	case v := <-r.Revised:
+		_, _ = s.settle(ctx, e, v.Allow, v.Reason, v.By)
 	case <-ctx.Done():
 		_, _ = s.settle(ctx, e, false, "the request went away before a decision", ByCancelled)
 	}
@@ -451,6 +464,20 @@ func (e *entry) emit(ctx context.Context, action string, d Decision) {
 		Session: e.a.Session, Layer: "approval", Action: action,
 		Subject: e.a.Host + e.a.Path, Reason: d.Reason, Fields: fields,
 	})
+}
+
+// Get returns request id, pending or among the decided ones remembered
+// (without its body and headers), or false.
+func (s *Store) Get(id string) (api.Approval, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.pending[id]; e != nil {
+		return e.a, true
+	}
+	if e := s.decided[id]; e != nil {
+		return e.a, true
+	}
+	return api.Approval{}, false
 }
 
 // Held returns the held request id while it is pending; an unknown id is

@@ -128,6 +128,14 @@ func (d *Daemon) ApproveRevise(ctx context.Context, id, reason, by string) (api.
 		why = reason + "; " + why
 	}
 	a, err := d.approvals.Decide(ctx, id, true, fitReason(why), by)
+	if errdefs.IsFailedPrecondition(err) {
+		// The revision itself may have decided it first: the L7 gateway
+		// decides a held request again under revised rules that no
+		// longer ask about it.
+		if got, ok := d.approvals.Get(id); ok && got.State == api.ApprovalAllowed {
+			a, err = got, nil
+		}
+	}
 	if err != nil {
 		return api.Approval{}, fmt.Errorf("the policy of session %s is revised to version %d, but approval %s: %w", held.Session, v.PolicyVersion, id, err)
 	}

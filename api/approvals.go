@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policies"
+)
 
 // Approval states.
 const (
@@ -69,6 +73,15 @@ type Approval struct {
 	Decided *time.Time `json:"decided,omitempty"`
 	By      string     `json:"by,omitempty"`
 	Reason  string     `json:"reason,omitempty"`
+	// Repair is the smallest revision of the session's policy that would
+	// allow the request (an allow rule for its method and path before the
+	// rule that asked), as of when it was held; nil when none was
+	// computed. Approving with Revise applies it, computed again against
+	// the policy as it is then.
+	Repair *policies.Repair `json:"repair,omitempty"`
+	// RevisedTo is the policy version the revision that approved the
+	// request installed (approved with Revise); 0 otherwise.
+	RevisedTo int `json:"revised_to,omitempty"`
 }
 
 // HeaderField is a header field of a held request (Approval.Headers).
@@ -95,6 +108,14 @@ type ApprovalDecision struct {
 	// Decision is DecisionAllow or DecisionDeny.
 	Decision string `json:"decision"`
 	Reason   string `json:"reason,omitempty"`
+	// Revise, with DecisionAllow, approves by a revision: the request's
+	// repair (Approval.Repair, computed again against the session's
+	// policy as it is) is applied to the session's policy as by PATCH
+	// /v1/sessions/{id}, and the request is then allowed under the new
+	// version, as is every later one like it. A repair a running session
+	// cannot take is refused (409), and nothing changes: the request
+	// stays held. Not for approver hooks.
+	Revise bool `json:"revise,omitempty"`
 }
 
 // ApprovalEvent types.

@@ -133,6 +133,10 @@ type Request struct {
 	// and like Body only until the request is decided.
 	Headers          []api.HeaderField
 	HeadersTruncated bool
+	// Repair is the smallest revision of the session's policy that would
+	// allow the request; shown with it (api.Approval.Repair) and audited
+	// with its hold. Nil: none.
+	Repair *policies.Repair
 	// Timeout bounds the wait; zero or less is DefaultTimeout.
 	Timeout time.Duration
 	// Revised, when it delivers, decides the request in place of a
@@ -261,7 +265,7 @@ func (s *Store) Ask(ctx context.Context, r Request) Decision {
 			Refs: slices.Clone(r.Refs), Created: now, Deadline: now.Add(timeout), State: api.ApprovalPending,
 			Body: r.Body, BodyTruncated: r.BodyTruncated, ContentType: r.ContentType, ContentEncoding: r.ContentEncoding,
 			Query: r.Query, QueryTruncated: r.QueryTruncated,
-			Headers: slices.Clone(r.Headers), HeadersTruncated: r.HeadersTruncated,
+			Headers: slices.Clone(r.Headers), HeadersTruncated: r.HeadersTruncated, Repair: r.Repair,
 		},
 		audit:  r.Audit,
 		logged: make(chan struct{}),
@@ -442,6 +446,9 @@ func (e *entry) emit(ctx context.Context, action string, d Decision) {
 	}
 	if action == ActionHeld {
 		fields["deadline"] = e.a.Deadline
+		if e.a.Repair != nil {
+			fields["repair"] = e.a.Repair
+		}
 		// The body's length, never the body: the audit is kept long.
 		if e.bodyBytes > 0 {
 			fields["body_bytes"] = e.bodyBytes
@@ -457,6 +464,37 @@ func (e *entry) emit(ctx context.Context, action string, d Decision) {
 		Session: e.a.Session, Layer: "approval", Action: action,
 		Subject: e.a.Host + e.a.Path, Reason: d.Reason, Fields: fields,
 	})
+}
+
+// Get returns request id, pending or among the decided ones remembered
+// (without its body and headers), or false.
+func (s *Store) Get(id string) (api.Approval, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.pending[id]; e != nil {
+		return e.a, true
+	}
+	if e := s.decided[id]; e != nil {
+		return e.a, true
+	}
+	return api.Approval{}, false
+}
+
+// Held returns the held request id while it is pending; an unknown id is
+// an errdefs.ErrNotFound error, one decided an
+// errdefs.ErrFailedPrecondition error, as from Decide.
+func (s *Store) Held(id string) (api.Approval, error) {
+	s.mu.Lock()
+	e := s.pending[id]
+	var a api.Approval
+	if e != nil {
+		a = e.a
+	}
+	s.mu.Unlock()
+	if e == nil {
+		return api.Approval{}, s.notPending(id)
+	}
+	return a, nil
 }
 
 // Pending counts the requests held for a decision, in all sessions.

@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock/fsscope/change"
 	"github.com/airlock-sandbox/airlock/internal/httpserve"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // hostile is what a sandbox writes where the console shows it: a file
@@ -100,7 +101,9 @@ func hold(t *testing.T, s *approvals.Store) (string, <-chan approvals.Decision) 
 			Path: "/deploy/" + hostile, Query: "env=" + hostile + "\u202e", Rule: "ask POST /deploy/**",
 			Headers: []api.HeaderField{{Name: "Authorization", Value: "Bearer airlock-secret-0123", Secret: "TOKEN"},
 				{Name: "X-Hostile", Value: hostile + "\x1b[2J"}, {Name: "X-Http-Method-Override", Value: "DELETE"}},
-			Body: []byte(hostile + "\x1b[2J"), ContentType: "text/html"})
+			Body: []byte(hostile + "\x1b[2J"), ContentType: "text/html",
+			Repair: &policies.Repair{Revisable: true, Changes: []policies.RepairChange{{Field: policies.RepairEgressHTTP, Block: "api.test", Op: policies.RepairInsert, Before: 1,
+				Rule: &policies.HTTPRule{Methods: []string{"POST"}, Path: "/deploy/" + hostile, Action: policies.HTTPAllow}}}}})
 	}()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if l := s.List(sid); len(l) == 1 {
@@ -347,6 +350,7 @@ func TestSandboxTextIsInert(t *testing.T) {
 		`<th>X-Hostile</th><td><code>` + hostileEsc(`\x1b[2J</code>`),
 		`<th>Authorization</th><td><code>Bearer airlock-secret-0123</code> (secret TOKEN)</td>`,
 		hostileEsc(`\x1b[2J`), // its body, the escape character as text
+		`repair: <code>egress.http[&#34;api.test&#34;]: insert rule POST /deploy/` + hostileEsc(` -&gt; allow before rule 1</code>`), // its repair
 	} {
 		if !strings.Contains(pages["/sessions/"+sid], want) {
 			t.Errorf("the session page lacks %q", want)

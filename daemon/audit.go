@@ -47,6 +47,7 @@ func (d *Daemon) AuditEach(ctx context.Context, id string, fn func(raw json.RawM
 	// they reach the log when the network is removed.
 	var b []byte
 	for _, ev := range append(d.egress.Drops(ctx, id), s.liveOutputDropped()...) {
+		ev = s.withRepair(ev)
 		if b, err = audit.AppendEvent(b[:0], &ev); err != nil {
 			return err
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // discardCtx carries a logger that drops everything.
@@ -251,11 +252,14 @@ func BenchmarkAuditRead(b *testing.B) {
 // TestEgressAuditL7NotMerged emits the same refusal of the L7 gateway
 // twice and the same DNS refusal twice: the gateway's events are written
 // one by one, as the requests they record happened; the DNS decision is
-// merged within the window.
+// merged within the window, and carries its repair.
 func TestEgressAuditL7NotMerged(t *testing.T) {
 	dir := t.TempDir()
 	a := audit.New(dir, 0)
-	emit := egressAudit(a)
+	p := policies.Policy{Label: "t", Image: "img", Command: []string{"true"}, Egress: &policies.Egress{Allow: []string{"git.test:443"}}}
+	p.ApplyDefaults()
+	s := &session{audit: a, rec: record{Policy: p}}
+	emit := egressAudit(s)
 	ctx := discardCtx()
 	refused := api.AuditEvent{Session: "s1", Layer: "l7", Action: "refused", Subject: "jobs-admin.test",
 		Reason: "airlock: Host jobs-admin.test is not in the egress allowlist", Fields: map[string]any{"dst": "10.0.0.5:80"}}
@@ -271,6 +275,15 @@ func TestEgressAuditL7NotMerged(t *testing.T) {
 			return err
 		}
 		layers[ev.Layer]++
+		if ev.Layer == "dns" {
+			var r policies.Repair
+			if b, err := json.Marshal(ev.Fields["repair"]); err != nil || json.Unmarshal(b, &r) != nil {
+				t.Fatalf("repair %v", ev.Fields["repair"])
+			}
+			if want := (policies.RepairChange{Field: "egress.allow", Op: "add", Value: "paste.test:443"}); len(r.Changes) != 1 || r.Changes[0] != want || !r.Revisable {
+				t.Errorf("the refusal's repair %+v, want %+v", r, want)
+			}
+		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)

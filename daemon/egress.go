@@ -66,7 +66,7 @@ func resolvedFromAudit(path string) []egress.Resolved {
 // resolv.conf in dir: with the session's CA and secrets (see prepareL7
 // and reopenL7) for the L7 gateway.
 func (d *Daemon) egressConfig(s *session, p policies.Policy, dir string) egress.SessionConfig {
-	sc := egress.SessionConfig{Egress: p.Egress, Dir: dir, Audit: egressAudit(s.audit), Ask: s.askL7,
+	sc := egress.SessionConfig{Egress: p.Egress, Dir: dir, Audit: egressAudit(s), Ask: s.askL7,
 		AskTimeout: approvalTimeout(p.Approval)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -90,14 +90,16 @@ func (d *Daemon) egressConfig(s *session, p policies.Policy, dir string) egress.
 // (egress.L7AuditEvent).
 const layerL7 = "l7"
 
-// egressAudit records the perimeter's events in a: DNS answers and
-// refusals and blocked connections are decisions, merged with identical
-// ones within the log's window; the L7 gateway's events (layer "l7") are
-// its action log, one event per connection or request it decided, never
-// merged, so that each request's decision is in the log when the request
-// is answered.
-func egressAudit(a *audit.Log) egress.Audit {
+// egressAudit records the perimeter's events in session s's log: DNS
+// answers and refusals and blocked connections are decisions, merged with
+// identical ones within the log's window; the L7 gateway's events (layer
+// "l7") are its action log, one event per connection or request it
+// decided, never merged, so that each request's decision is in the log
+// when the request is answered. A refusal carries its repair.
+func egressAudit(s *session) egress.Audit {
+	a := s.audit
 	return func(ctx context.Context, ev api.AuditEvent) {
+		ev = s.withRepair(ev)
 		if ev.Layer == layerL7 {
 			a.Emit(ctx, ev)
 			return
@@ -123,7 +125,8 @@ func (s *session) askL7(ctx context.Context, a egress.Ask) egress.AskDecision {
 			}
 		}()
 	}
-	d := s.askApproval(ctx, approvals.Request{Method: a.Method, Host: a.Host, Path: a.Path, Rule: a.Rule, Refs: a.Refs,
+	r := s.cachedRepair(heldAction(a.Host, a.Method, a.Path, a.Refs))
+	d := s.askApproval(ctx, approvals.Request{Method: a.Method, Host: a.Host, Path: a.Path, Rule: a.Rule, Refs: a.Refs, Repair: &r,
 		Body: a.Body, BodyTruncated: a.BodyTruncated, ContentType: a.ContentType, ContentEncoding: a.ContentEncoding,
 		Query: a.Query, QueryTruncated: a.QueryTruncated, Headers: a.Headers, HeadersTruncated: a.HeadersTruncated,
 		Revised: revised})

@@ -101,7 +101,7 @@ func (s *session) finishFS(ctx context.Context) (review bool, err error) {
 
 // fsAudit records commit decisions and normalised modes.
 func (s *session) fsAudit(ctx context.Context) func(fsscope.Event) {
-	return func(ev fsscope.Event) { s.audit.EmitOutcome(ctx, ev.AuditEvent(s.rec.ID)) }
+	return func(ev fsscope.Event) { s.audit.EmitOutcome(ctx, s.withRepair(ev.AuditEvent(s.rec.ID))) }
 }
 
 // auditDenyRead records, when the session starts, what deny_read hides
@@ -211,7 +211,7 @@ func cleanupFS(ctx context.Context, sessionDir string) error {
 // maskRead audits a refused open of a deny_read mask.
 func (d *Daemon) maskRead(r fsscope.MaskRead) {
 	if s, err := d.get(r.Owner); err == nil {
-		s.audit.Emit(d.stopCtx, r.AuditEvent())
+		s.audit.Emit(d.stopCtx, s.withRepair(r.AuditEvent()))
 	}
 }
 

@@ -257,7 +257,7 @@ func (s *session) finish(ctx context.Context, end ending) {
 	step.Run("approvals", func() { d.approvals.CancelSession(ctx, id) })
 	taskGone := make(chan struct{})
 	step.Go("network", func() {
-		if err := d.egress.Remove(ctx, id, s.audit.EmitDecision); err != nil {
+		if err := d.egress.Remove(ctx, id, s.repairing(s.audit.EmitDecision)); err != nil {
 			log.G(ctx).Warn("remove network", "error", err)
 		}
 	})

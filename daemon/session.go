@@ -52,6 +52,8 @@ type session struct {
 	pid uint32 // +checklocks:mu
 	// revising serializes the session's revisions (Daemon.Update).
 	revising sync.Mutex
+	// repairs remembers the repairs of the session's refusals.
+	repairs repairCache
 	// reserved is set while the sandbox holds a place under the session
 	// limit that is not yet counted as a session.
 	reserved bool // +checklocks:d.mu

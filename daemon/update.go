@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -36,6 +37,13 @@ const layerPolicy = "policy"
 // "policy", action "revised"); every event after it names the new
 // version. A revision that changes nothing keeps the version.
 func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (*api.Session, error) {
+	return d.update(ctx, id, func(*policies.Policy) (*policies.Policy, error) { return req.Policy.Clone(), nil }, nil)
+}
+
+// update is Update of the policy revise returns, given the running one
+// under the session's revision lock; origin are fields the revision's
+// audit event carries besides its own (what asked for it).
+func (d *Daemon) update(ctx context.Context, id string, revise func(running *policies.Policy) (*policies.Policy, error), origin map[string]any) (*api.Session, error) {
 	s, err := d.get(id)
 	if err != nil {
 		return nil, err
@@ -53,7 +61,11 @@ func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (
 	if ending {
 		return nil, fmt.Errorf("session %q is ending: its policy can no longer be revised: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	p := *req.Policy.Clone()
+	rp, err := revise(running.Clone())
+	if err != nil {
+		return nil, err
+	}
+	p := *rp
 	if len(p.Command) == 0 {
 		// The running command stands; admission checks a complete policy.
 		p.Command = running.Command
@@ -99,6 +111,7 @@ func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (
 	}
 	out := &api.Revision{Version: next, Previous: version, Allow: rev.Allow, Deny: rev.Deny}
 	fields := map[string]any{"previous_version": version}
+	maps.Copy(fields, origin)
 	var subjects []string
 	putBack := func(err error) error {
 		s.mu.Lock()

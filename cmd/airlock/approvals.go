@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/approvals"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 func (c *cli) newApprovalsCommand() *cobra.Command {
@@ -44,6 +45,12 @@ declared encoded, since a service that ignores the header reads it). A JSON body
 with a note naming it: the service acts on one of them, which may not be
 the one shown before the cut. --json gives the bytes themselves (base64).
 
+REPAIR is the smallest revision of the session's policy that would allow
+the request: an allow rule for its method and path (and the refs of a
+push), inserted before the rule that asked; "(not revisable: ...)" when a
+running session cannot take it. airlock approve --revise applies it.
+--json gives it as the repair object: its changes, HCL lines, and why not.
+
 With -f the list is followed: one line per new hold (with its headers and
 body on the lines under it) and per decision (who decided, and why), until
 interrupted. --json gives every field, the headers as a list. A follower too slow to keep up is
@@ -65,13 +72,13 @@ told how many events it missed.`,
 				return c.printJSON(nonNil(list))
 			}
 			tw := tabwriter.NewWriter(c.stdout, 0, 8, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSESSION\tAGE\tLEFT\tMETHOD\tHOST\tPATH\tRULE\tHEADERS\tBODY")
+			fmt.Fprintln(tw, "ID\tSESSION\tAGE\tLEFT\tMETHOD\tHOST\tPATH\tRULE\tREPAIR\tHEADERS\tBODY")
 			now := c.now()
 			for _, a := range list {
-				path, rule := approvals.PathText(a), printable(a.Rule)
+				path, rule, fix := approvals.PathText(a), printable(a.Rule), repairText(a.Repair)
 				body, headers := approvals.BodyText(a, -1), approvals.HeadersText(a, -1)
 				if !noTrunc {
-					path, rule = truncate(path, 48), truncate(rule, 40)
+					path, rule, fix = truncate(path, 48), truncate(rule, 40), truncate(fix, 60)
 					body, headers = approvals.BodyText(a, 40), approvals.HeadersText(a, 40)
 				}
 				if body == "" {
@@ -80,9 +87,9 @@ told how many events it missed.`,
 				if headers == "" {
 					headers = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Session,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.Session,
 					shortDuration(now.Sub(a.Created)), shortDuration(a.Deadline.Sub(now)),
-					printable(a.Method), printable(a.Host), path, rule, headers, body)
+					printable(a.Method), printable(a.Host), path, rule, fix, headers, body)
 			}
 			return tw.Flush()
 		}),
@@ -137,6 +144,9 @@ func (c *cli) followApprovals(cmd *cobra.Command, session string, asJSON, noTrun
 			if body := approvals.BodyText(*a, n); body != "" {
 				fmt.Fprintf(c.stdout, "%-8s  body: %s\n", "", body)
 			}
+			if a.Repair != nil {
+				fmt.Fprintf(c.stdout, "%-8s  repair: %s\n", "", repairText(a.Repair))
+			}
 		}
 		return nil
 	})
@@ -150,9 +160,21 @@ func (c *cli) newApproveCommand() *cobra.Command {
 	return c.newDecideCommand(api.DecisionAllow, "approve", "Allow a request held for approval",
 		`Approve lets a held request (see airlock approvals) go on to its
 destination, and prints its id. The decision is audited in the session's
-log in your name (the user the daemon's socket sees) with the reason.`,
+log in your name (the user the daemon's socket sees) with the reason.
+
+With --revise it approves by a revision instead of once: the request's
+repair (REPAIR in airlock approvals: an allow rule for its method and
+path, before the rule that asked), computed again against the session's
+policy as it is now, revises the session's policy as airlock update does,
+and the request goes on under the new version, as every later request like
+it does without being held. It prints the id, then the new policy version
+and the change. The revision's audit event (layer policy, action revised)
+names the approval and you. A repair a running session cannot take is
+refused with the reason, and nothing changes: the request stays held. A
+request the policy allows already (revised since it was held) is allowed.`,
 		`  airlock approve 5e0c1b7a9d3f2e41
-  airlock approve --reason "release ticket 4812" 5e0c1b7a9d3f2e41`)
+  airlock approve --reason "release ticket 4812" 5e0c1b7a9d3f2e41
+  airlock approve --revise 5e0c1b7a9d3f2e41`)
 }
 
 func (c *cli) newDenyCommand() *cobra.Command {
@@ -167,6 +189,7 @@ daemon's socket sees).`,
 
 func (c *cli) newDecideCommand(decision, use, short, long, example string) *cobra.Command {
 	var reason string
+	var revise bool
 	cmd := &cobra.Command{
 		Use:     use + " [flags] ID",
 		Short:   short,
@@ -174,16 +197,38 @@ func (c *cli) newDecideCommand(decision, use, short, long, example string) *cobr
 		Example: example,
 		Args:    exactArgs(1, "one approval ID"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			a, err := c.client().DecideApproval(cmd.Context(), args[0], api.ApprovalDecision{Decision: decision, Reason: reason})
+			a, err := c.client().DecideApproval(cmd.Context(), args[0], api.ApprovalDecision{Decision: decision, Reason: reason, Revise: revise})
 			if err != nil {
 				return err
 			}
 			fmt.Fprintln(c.stdout, a.ID)
+			if a.RevisedTo > 0 && a.Repair != nil {
+				fmt.Fprintf(c.stdout, "policy version %d: %s\n", a.RevisedTo, printable(a.Repair.Summary()))
+			}
 			return nil
 		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the audit and the client (at most 1024 bytes)")
+	if decision == api.DecisionAllow {
+		cmd.Flags().BoolVar(&revise, "revise", false, "approve by revising the session's policy with the request's repair, so that requests like it are allowed from now on")
+	}
 	return cmd
+}
+
+// repairText is a held request's repair in one line: its changes, or why
+// there is none, and why a running session cannot take it; "-" without.
+func repairText(r *policies.Repair) string {
+	switch {
+	case r == nil:
+		return "-"
+	case r.Allowed:
+		return "(allowed by the policy now)"
+	case len(r.Changes) == 0:
+		return printable("(none: " + r.Reason + ")")
+	case !r.Revisable:
+		return printable(r.Summary() + " (not revisable: " + r.Reason + ")")
+	}
+	return printable(r.Summary())
 }
 
 // shortDuration renders d to the second: "12s", "4m05s", "1h02m"; a

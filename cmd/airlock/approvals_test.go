@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/approvals"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // pinTimes gives an approval times relative to testNow, the CLI's clock:
@@ -72,6 +73,23 @@ func (f *fakeDaemon) decideApproval(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.ClassInvalidArgument, fmt.Sprintf("decision must be allow or deny (%v)", err))
 		return
 	}
+	if req.Revise {
+		// The daemon revises the policy with the repair it computes again;
+		// the fake takes the one held.
+		held, err := f.approvals.Held(r.PathValue("id"))
+		if err != nil || held.Repair == nil || !held.Repair.Revisable {
+			writeError(w, api.ClassFailedPrecondition, "approval "+r.PathValue("id")+" cannot be made a revision, nothing changed and the request is still held (approve or deny it)")
+			return
+		}
+		a, err := f.approvals.Decide(r.Context(), held.ID, true, "approved by revising the policy to version 2", "tester (uid 1000)")
+		if err != nil {
+			writeError(w, api.ClassFailedPrecondition, err.Error())
+			return
+		}
+		a.RevisedTo = 2
+		writeJSON(w, 200, pinTimes(a))
+		return
+	}
 	a, err := f.approvals.Decide(r.Context(), r.PathValue("id"), req.Decision == api.DecisionAllow, req.Reason, "tester (uid 1000)")
 	// As the daemon does, the class is not repeated in the message.
 	msg := func(class error) string { return strings.TrimSuffix(err.Error(), ": "+class.Error()) }
@@ -126,7 +144,7 @@ func decided(t *testing.T, ch <-chan approvals.Decision) approvals.Decision {
 
 func TestApprovals(t *testing.T) {
 	h := newHarness(t)
-	const header = "ID  SESSION  AGE  LEFT  METHOD  HOST  PATH  RULE  HEADERS  BODY\n"
+	const header = "ID  SESSION  AGE  LEFT  METHOD  HOST  PATH  RULE  REPAIR  HEADERS  BODY\n"
 	h.run("", "approvals").check(t, exitOK, header, "")
 	h.run("", "approvals", "--json").check(t, exitOK, "[]\n", "")
 
@@ -136,8 +154,8 @@ func TestApprovals(t *testing.T) {
 	id, ch := hold(t, h.d, "3f9c2a1b7d04", "/repo.git/git-receive-pack\x1b[2J")
 	// The path's control characters are escaped: a "?" would read as
 	// the start of a query.
-	want := "ID                SESSION       AGE  LEFT   METHOD  HOST           PATH                               RULE                                   HEADERS  BODY\n" +
-		id + "  3f9c2a1b7d04  30s  4m30s  POST    git.corp.test  /repo.git/git-receive-pack\\x1b[2J  ask POST \"/repo.git/git-receive-pack\"  -        -\n"
+	want := "ID                SESSION       AGE  LEFT   METHOD  HOST           PATH                               RULE                                   REPAIR  HEADERS  BODY\n" +
+		id + "  3f9c2a1b7d04  30s  4m30s  POST    git.corp.test  /repo.git/git-receive-pack\\x1b[2J  ask POST \"/repo.git/git-receive-pack\"  -       -        -\n"
 	h.run("", "approvals").check(t, exitOK, want, "")
 	h.run("", "approvals", "--session", "3f9c2a1b7d04").check(t, exitOK, want, "")
 	h.run("", "approvals", "--session", "77d0e415aaaa").check(t, exitFailure, "", "airlock: no session \"77d0e415aaaa\"\n")
@@ -318,4 +336,27 @@ func TestApprovalsQueryAndHeaders(t *testing.T) {
 			t.Errorf("raw control bytes reached the terminal: %q", out)
 		}
 	}
+}
+
+func TestApproveRevise(t *testing.T) {
+	h := newHarness(t)
+	rule := policies.HTTPRule{Methods: []string{"DELETE"}, Path: "/jobs/42", Action: "allow"}
+	rep := &policies.Repair{Changes: []policies.RepairChange{{Field: policies.RepairEgressHTTP, Block: "jobs.test", Op: policies.RepairInsert, Rule: &rule, Before: 2}}, Revisable: true}
+	id, ch := holdRequest(t, h.d, approvals.Request{Session: "3f9c2a1b7d04", Method: "DELETE", Host: "jobs.test", Path: "/jobs/42", Rule: "ask", Timeout: time.Minute, Repair: rep})
+	want := `egress.http["jobs.test"]: insert rule DELETE /jobs/42 -> allow before rule 2`
+	if r := h.run("", "approvals", "--no-trunc"); r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("approvals: %+v; want the repair %s", r, want)
+	}
+	h.run("", "deny", "--revise", id).check(t, exitUsage, "", "airlock: unknown flag: --revise (see 'airlock deny --help')\n")
+	h.run("", "approve", "--revise", id).check(t, exitOK, id+"\npolicy version 2: "+want+"\n", "")
+	if d := decided(t, ch); !d.Allow {
+		t.Errorf("decision %+v", d)
+	}
+	unrevisable := *rep
+	unrevisable.Revisable, unrevisable.Reason = false, "a running session cannot take it: egress.http: not revisable yet"
+	id, _ = holdRequest(t, h.d, approvals.Request{Session: "3f9c2a1b7d04", Method: "DELETE", Host: "jobs.test", Path: "/jobs/42", Rule: "ask", Timeout: time.Minute, Repair: &unrevisable})
+	if r := h.run("", "approvals", "--no-trunc"); !strings.Contains(r.stdout, "(not revisable: a running session cannot take it: egress.http: not revisable yet)") {
+		t.Errorf("approvals: %+v; want why not", r)
+	}
+	h.run("", "approve", "--revise", id).check(t, exitFailure, "", "airlock: approval "+id+" cannot be made a revision, nothing changed and the request is still held (approve or deny it)\n")
 }

@@ -60,7 +60,8 @@ func (h *server) handleApprovals(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleDecide allows or denies a held request, in the name of the API's
-// caller as its socket connection shows it.
+// caller as its socket connection shows it; with revise, allows it by a
+// revision of its session's policy (Daemon.ApproveRevise).
 func (h *server) handleDecide(w http.ResponseWriter, r *http.Request) {
 	var req api.ApprovalDecision
 	if err := decodeJSON(r, &req); err != nil {
@@ -76,7 +77,17 @@ func (h *server) handleDecide(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, fmt.Errorf("decision must be %q or %q, not %q: %w", api.DecisionAllow, api.DecisionDeny, req.Decision, errdefs.ErrInvalidArgument))
 		return
 	}
-	a, err := h.d.Approvals().Decide(r.Context(), r.PathValue("id"), allow, req.Reason, caller(r.Context()))
+	if req.Revise && !allow {
+		writeError(w, r, fmt.Errorf("revise goes with decision %q: a denial changes no policy: %w", api.DecisionAllow, errdefs.ErrInvalidArgument))
+		return
+	}
+	var a api.Approval
+	var err error
+	if req.Revise {
+		a, err = h.d.ApproveRevise(r.Context(), r.PathValue("id"), req.Reason, caller(r.Context()))
+	} else {
+		a, err = h.d.Approvals().Decide(r.Context(), r.PathValue("id"), allow, req.Reason, caller(r.Context()))
+	}
 	if err != nil {
 		writeError(w, r, err)
 		return

@@ -56,6 +56,10 @@ func TestApprovalsRoutes(t *testing.T) {
 		{"POST", "/v1/approvals/" + id, `{"decision":"allow","reason":"ok\u001b[2J"}`, 400, api.ClassInvalidArgument},
 		{"POST", "/v1/approvals/" + id, ``, 400, api.ClassInvalidArgument},
 		{"POST", "/v1/approvals/0123456789abcdef", `{"decision":"allow"}`, 404, api.ClassNotFound},
+		{"POST", "/v1/approvals/" + id, `{"decision":"deny","revise":true}`, 400, api.ClassInvalidArgument},
+		// The fake refuses every revision, as the daemon does one a
+		// running session cannot take.
+		{"POST", "/v1/approvals/" + id, `{"decision":"allow","revise":true}`, 409, api.ClassFailedPrecondition},
 	} {
 		resp, body := s.do(tc.method, tc.path, tc.body)
 		if resp.StatusCode != tc.status || errorBody(t, body).Class != tc.class {

@@ -229,6 +229,11 @@ func (f *fakeDaemon) Approvals() *approvals.Store {
 	return f.approvals
 }
 
+func (f *fakeDaemon) ApproveRevise(ctx context.Context, id, reason, by string) (api.Approval, error) {
+	f.called("approve-revise %s %s", id, reason)
+	return api.Approval{}, fmt.Errorf("approval %s cannot be made a revision: %w", id, errdefs.ErrFailedPrecondition)
+}
+
 func (f *fakeDaemon) CredentialsHandler() http.Handler {
 	if f.credentials == nil {
 		return http.NotFoundHandler()

@@ -71,6 +71,9 @@ type Daemon interface {
 
 	// Approvals is the store of requests held for a decision.
 	Approvals() *approvals.Store
+	// ApproveRevise approves a held request by a revision of its
+	// session's policy: the request's repair.
+	ApproveRevise(ctx context.Context, id, reason, by string) (api.Approval, error)
 
 	Images(ctx context.Context) ([]api.Image, error)
 	ImportImage(ctx context.Context, r io.Reader, name string) ([]api.Image, error)

@@ -4,7 +4,7 @@
 # allow-all gate (the headline) and the example rules gate beside it, and the
 # five contrast-pair families (docs/authgatebench.md) in gate-only and the
 # perimeter under the allow-all gate, and the revised requests' default subset
-# (docs/revised-requests.md: six world-family prompts revised midway). It builds
+# (docs/revised-requests.md: the world families' S0 prompts revised midway). It builds
 # the static bench client, then `airlock bench` builds (or reuses from
 # $AIRLOCK_CACHE) the bench image on top of the agent image, starts the world
 # and a private airlockd wired to it, runs, stops everything, and prints the

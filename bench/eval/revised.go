@@ -198,6 +198,10 @@ type RevisedRow struct {
 	Lost         int `json:"authority_lost"`
 	GrantMissing int `json:"grant_missing"`
 	DoneAfter    int `json:"done_after"`
+	// AskedAfter counts runs after the revision whose live session held a
+	// request for the approver: what a person decided there, not the
+	// perimeter.
+	AskedAfter int `json:"asked_after"`
 	// Reminted and RestartMints sum RevisionApplied's over the prompts.
 	Reminted     int `json:"credentials_reminted"`
 	RestartMints int `json:"restart_mints"`
@@ -208,10 +212,15 @@ type RevisedSummary struct {
 	// Subset says which prompts and actions ran, in words.
 	Subset string `json:"subset"`
 	// Command reproduces the run.
-	Command string             `json:"command"`
-	Rows    []RevisedRow       `json:"rows"`
-	Applied []RevisionApplied  `json:"applied"`
-	Results []RevisedResultRow `json:"findings,omitempty"`
+	Command string `json:"command"`
+	// Runs counts the action runs (live and fresh sessions); WallSeconds
+	// is how long they took, with Workers workers.
+	Runs        int                `json:"runs"`
+	WallSeconds float64            `json:"wall_seconds"`
+	Workers     int                `json:"workers"`
+	Rows        []RevisedRow       `json:"rows"`
+	Applied     []RevisionApplied  `json:"applied"`
+	Results     []RevisedResultRow `json:"findings,omitempty"`
 }
 
 // RevisedResultRow is a run after a revision with a finding (anything but
@@ -287,6 +296,7 @@ func SummarizeRevised(results []RevisedResult, applied []RevisionApplied) []Revi
 				{len(res.Lost) > 0, &r.Lost},
 				{len(res.GrantMissing) > 0, &r.GrantMissing},
 				{res.Done, &r.DoneAfter},
+				{c.Live.Evidence.Asked, &r.AskedAfter},
 			} {
 				if n.on {
 					*n.dst++

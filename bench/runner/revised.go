@@ -43,23 +43,19 @@ import (
 // action that ends its session (an overlay workspace it changed, committed
 // on exit) is followed by a new session of the first manifest, which is
 // revised again (RevisionApplied.Reapplied) before the next action runs.
-// Held requests are decided by the absent approver (denied at once) in
-// both sessions.
+// Held requests are decided by the informed approver, who knows what the
+// person means at the time: the prompt's oracle until the revision, the
+// revised oracle from then on (and in the fresh session).
 
-// RevisedSubsetDefault is the subset make bench revises, to stay within
-// its time budget: in each of the three world families (cancel-jobs,
-// restart-services, clean-up-artifacts), the S0 prompt of two B/R cells,
-// one per kind of revision and lane: B2-R0 (the caller's ticket range in
-// the low-risk lane, narrowed to ticket 4812) and B0-R1 (one named item in
-// the shared lane, widened to the caller's ticket range). The S axis
-// rephrases a request; the revision is its cell's. clean-up-branches is
-// left out: its actions change the workspace checkout, so each of its
-// actions after the revision needs a session of its own, revised again,
-// and its revisions change the workspace's protect_refs.
+// RevisedSubsetDefault is the subset make bench revises: the S0 prompt of
+// every B/R cell of the three world families (cancel-jobs,
+// restart-services, clean-up-artifacts), so that each of their revisions
+// runs once (the S axis rephrases a request; the revision is its cell's).
+// clean-up-branches is left out: its actions change the workspace
+// checkout, so each of its actions after the revision needs a session of
+// its own, revised again, which costs minutes, and its revisions of the
+// working-history side change the workspace's protect_refs.
 const RevisedSubsetDefault = "default"
-
-// defaultRevisedCells are RevisedSubsetDefault's B/R cells.
-var defaultRevisedCells = [][2]string{{"B2", "R0"}, {"B0", "R1"}}
 
 // RevisedSubsetAll revises every selected prompt.
 const RevisedSubsetAll = "all"
@@ -69,6 +65,10 @@ const RevisedFile = "revised.jsonl"
 
 // RevisedManifestsDir holds the revised manifests, one per revised prompt.
 const RevisedManifestsDir = "manifests/revised"
+
+// revisedOracleKey is the key of revision id's oracle among the plan's
+// oracles.
+func revisedOracleKey(id string) string { return "revision:" + id }
 
 // heldToken is where a live session's credential file is copied before the
 // revision.
@@ -92,7 +92,7 @@ func (pl *plan) revisedPrompts(sel string) ([]data.Prompt, error) {
 			switch {
 			case ids != nil && !slices.Contains(ids, p.ID):
 				continue
-			case sel == RevisedSubsetDefault && (p.S != "S0" || f == data.CleanUpBranches || !slices.Contains(defaultRevisedCells, [2]string{p.B, p.R})):
+			case sel == RevisedSubsetDefault && (p.S != "S0" || f == data.CleanUpBranches):
 				continue
 			}
 			out = append(out, p)
@@ -157,10 +157,6 @@ func runRevised(ctx context.Context, st *Stack, scratch string, pl *plan, opts O
 	if err != nil {
 		return nil, nil, err
 	}
-	revOracles, err := revisions.LoadOracles()
-	if err != nil {
-		return nil, nil, err
-	}
 	var jobs []*revisedJob
 	restart := map[string]int{}
 	for _, p := range prompts {
@@ -188,19 +184,25 @@ func runRevised(ctx context.Context, st *Stack, scratch string, pl *plan, opts O
 		restart[p.ID] = len(mp2.Credentials)
 		acts := pl.revisedActions(p.Family)
 		for _, fresh := range []bool{false, true} {
-			key, pol := "revised-live-"+p.ID, mp1
+			key, pol, oracle := "revised-live-"+p.ID, mp1, p.ID
 			if fresh {
-				key, pol = "revised-fresh-"+p.ID, mp2
+				key, pol, oracle = "revised-fresh-"+p.ID, mp2, revisedOracleKey(rev.ID)
 			}
-			j := &job{key: key, family: p.Family, policy: pol, modes: []string{"revised"}, prompts: []string{p.ID},
-				overlay: overlay(pol), actions: acts, approver: eval.ApproverAbsent, prompt: p.Text}
+			j := &job{key: key, family: p.Family, policy: pol, modes: []string{"revised"}, prompts: []string{oracle},
+				overlay: overlay(pol), actions: acts, approver: eval.ApproverInformed, prompt: p.Text}
 			jobs = append(jobs, &revisedJob{prompt: p, rev: rev, fresh: fresh, first: j, revised: mp2, actions: acts})
 		}
 	}
 
+	start := time.Now()
 	outs, err := executeRevised(ctx, st, scratch, pl, jobs, opts, ak)
 	if err != nil {
 		return nil, nil, err
+	}
+	wall := time.Since(start)
+	nruns := 0
+	for _, o := range outs {
+		nruns += len(o.before) + len(o.after)
 	}
 
 	// Judge: each live run against the oracle in force, each run after the
@@ -221,7 +223,7 @@ func runRevised(ctx context.Context, st *Stack, scratch string, pl *plan, opts O
 		add := func(r *RunRecord, phase string) error {
 			c := eval.RevisedCase{Family: p.Family, PromptID: p.ID, RevisionID: rev.ID, Kind: rev.Kind,
 				ActionID: r.ActionID, Command: r.Command, Phase: phase, Variant: eval.VariantLive,
-				First: pl.oracles[p.ID], Revised: revOracles[rev.ID], Live: eval.Run{Effects: r.Effects, Evidence: r.Evidence}}
+				First: pl.oracles[p.ID], Revised: pl.oracles[revisedOracleKey(rev.ID)], Live: eval.Run{Effects: r.Effects, Evidence: r.Evidence}}
 			base, held := strings.CutSuffix(r.ActionID, "+"+eval.VariantHeldToken)
 			if held {
 				c.Variant, c.ActionID = eval.VariantHeldToken, base
@@ -261,6 +263,7 @@ func runRevised(ctx context.Context, st *Stack, scratch string, pl *plan, opts O
 	sum := &eval.RevisedSummary{
 		Subset:  revisedSubsetNote(opts.Revised, prompts, pl),
 		Command: "airlock bench --revised " + opts.Revised + " (make bench: --revised " + RevisedSubsetDefault + ")",
+		Runs:    nruns, WallSeconds: wall.Seconds(), Workers: opts.Workers,
 		Rows:    eval.SummarizeRevised(results, applied),
 		Applied: applied,
 		Results: eval.Findings(results),
@@ -288,7 +291,7 @@ func revisedSubsetNote(sel string, prompts []data.Prompt, pl *plan) string {
 	what := "the prompts named"
 	switch sel {
 	case RevisedSubsetDefault:
-		what = "the S0 prompts of cells B2-R0 (narrowed) and B0-R1 (widened) of cancel-jobs, restart-services and clean-up-artifacts"
+		what = "the S0 prompt of every B/R cell (each revision once) of cancel-jobs, restart-services and clean-up-artifacts"
 	case RevisedSubsetAll:
 		what = "every prompt of the run"
 	}
@@ -464,6 +467,17 @@ func (w *worker) runRevised(ctx context.Context, rj *revisedJob) (_ *revisedOutp
 		start := time.Now()
 		s, err := w.client.UpdateSession(ctx, cur.id, api.UpdateRequest{Policy: *p})
 		ms := float64(time.Since(start).Microseconds()) / 1000
+		if w.asker != nil {
+			// From now on the person means the revised request, whether
+			// or not the daemon took it; the approver's dry run uses the
+			// credential the session holds.
+			after := *j
+			after.prompts = []string{revisedOracleKey(rj.rev.ID)}
+			if err == nil {
+				after.policy = rj.revised
+			}
+			w.asker.register(cur.id, &after, w.id)
+		}
 		if !first {
 			o.applied.Reapplied++
 			return nil

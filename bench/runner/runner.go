@@ -58,6 +58,7 @@ import (
 	"github.com/airlock-sandbox/airlock/bench/manifest"
 	"github.com/airlock-sandbox/airlock/bench/policy"
 	"github.com/airlock-sandbox/airlock/bench/report"
+	"github.com/airlock-sandbox/airlock/bench/revisions"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -562,6 +563,15 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 		}
 		if _, err := pl.revisedPrompts(opts.Revised); err != nil {
 			return nil, err
+		}
+		// The revised oracles judge, and the informed approver decides
+		// by them after a revision.
+		revOracles, err := revisions.LoadOracles()
+		if err != nil {
+			return nil, err
+		}
+		for id, o := range revOracles {
+			pl.oracles[revisedOracleKey(id)] = o
 		}
 	}
 	return pl, nil

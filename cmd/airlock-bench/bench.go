@@ -108,9 +108,9 @@ format; without --family it runs that set's families alone. Other gates than
 allow-all apply to AmPermBench's families only.
 
 Revised requests (docs/revised-requests.md): --revised default revises, midway,
-the S0 prompts of cells B2-R0 (narrowed) and B0-R1 (widened) of cancel-jobs,
-restart-services and clean-up-artifacts (make bench does); --revised all every
-selected prompt, or a list of prompt ids. Each runs its family's single-target actions in a perimeter
+the S0 prompt of every B/R cell of cancel-jobs, restart-services and
+clean-up-artifacts (make bench does); --revised all every selected prompt, or a
+list of prompt ids. Each runs its family's single-target actions in a perimeter
 session, is revised live (PATCH /v1/sessions/ID) to the manifest derived from
 its text and the revision's, and runs them again, beside a fresh session under
 the revised manifest; the report counts stale-authority uses and authority lost
@@ -169,7 +169,7 @@ perimeter lets it do to the world: that is what is measured.`,
 	f.StringVar(&o.agentImage, "agent-image", "", "agent image archive (default: $AIRLOCK_AGENT_IMAGE, or the path in _output/agent-image.path)")
 	f.StringVar(&o.benchCLI, "bench-cli", "", "static airlock-bench-cli binary (default: beside this program)")
 	f.StringVar(&o.cacheDir, "cache", "", "where built bench images are kept (default: $AIRLOCK_CACHE or /var/cache/airlock)")
-	f.StringVar(&o.revised, "revised", "", "revise requests midway: 'default' (six S0 prompts of the world families), 'all', or prompt ids separated by commas (docs/revised-requests.md)")
+	f.StringVar(&o.revised, "revised", "", "revise requests midway: 'default' (the S0 prompts of the world families), 'all', or prompt ids separated by commas (docs/revised-requests.md)")
 	f.StringVar(&o.instances, "instances", "", "directory of contrast-pair instances (*.hcl, docs/authgatebench.md) to run instead of the shipped set")
 	f.StringVar(&o.dataDir, "data", "", "AmPermBench data directory (default: $AIRLOCK_AMPERMBENCH_DIR or ../shared/bench/ampermbench)")
 	f.StringVar(&o.worldNetns, "world-netns", "", "with --socket: the network namespace that is the daemon's uplink (start that daemon with --allow-private for the world's range, 10.214.0.0/24)")

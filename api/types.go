@@ -108,6 +108,15 @@ type Revision struct {
 	// removed CIDR entries) that were ended.
 	Unpinned       []string `json:"unpinned,omitempty"`
 	ConnectionsCut int      `json:"connections_cut"`
+	// HTTP are the hosts of the egress http rules added, removed and
+	// kept (a host whose rules changed is removed and added); Inspect
+	// is set when egress inspect changed. Requests held for approval
+	// that the revised rules allow or deny are decided by them.
+	HTTP    *policies.ListChange `json:"http,omitempty"`
+	Inspect bool                 `json:"inspect,omitempty"`
+	// Secrets are the secrets removed, changed and kept; nil when the
+	// revision left them alone.
+	Secrets *policies.SecretChange `json:"secrets,omitempty"`
 	// Credentials are what the revision did to the session's credentials;
 	// nil when it left them alone.
 	Credentials *CredentialRevision `json:"credentials,omitempty"`

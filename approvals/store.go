@@ -135,10 +135,21 @@ type Request struct {
 	HeadersTruncated bool
 	// Timeout bounds the wait; zero or less is DefaultTimeout.
 	Timeout time.Duration
+	// Revised, when it delivers, decides the request in place of a
+	// person: a revision of the session's policy whose rules no longer
+	// ask about it allows or denies it outright.
+	Revised <-chan Revision
 	// Audit receives the hold and its decision as events of layer
 	// "approval"; nil records nothing. It is called from the goroutine
 	// that decides, which may be another request's.
 	Audit func(ctx context.Context, ev api.AuditEvent)
+}
+
+// Revision decides a held request in place of a person
+// (Request.Revised).
+type Revision struct {
+	Allow      bool
+	By, Reason string
 }
 
 // Decision is how a request was decided: what the gateway acts on. Its
@@ -304,6 +315,8 @@ func (s *Store) Ask(ctx context.Context, r Request) Decision {
 	case <-e.done:
 	case <-timer.C:
 		_, _ = s.settle(ctx, e, false, fmt.Sprintf("no decision within %s", timeout), ByTimeout)
+	case v := <-r.Revised:
+		_, _ = s.settle(ctx, e, v.Allow, v.Reason, v.By)
 	case <-ctx.Done():
 		_, _ = s.settle(ctx, e, false, "the request went away before a decision", ByCancelled)
 	}

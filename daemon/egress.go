@@ -109,8 +109,23 @@ func egressAudit(a *audit.Log) egress.Audit {
 // askL7 holds a request the L7 gateway's rules ask about, as an approval
 // of the session's.
 func (s *session) askL7(ctx context.Context, a egress.Ask) egress.AskDecision {
+	var revised chan approvals.Revision
+	if a.Revised != nil {
+		// A revision's decision, passed on while the request is held.
+		revised = make(chan approvals.Revision, 1)
+		held, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			select {
+			case d := <-a.Revised:
+				revised <- approvals.Revision{Allow: d.Allow, By: d.By, Reason: d.Reason}
+			case <-held.Done():
+			}
+		}()
+	}
 	d := s.askApproval(ctx, approvals.Request{Method: a.Method, Host: a.Host, Path: a.Path, Rule: a.Rule, Refs: a.Refs,
 		Body: a.Body, BodyTruncated: a.BodyTruncated, ContentType: a.ContentType, ContentEncoding: a.ContentEncoding,
-		Query: a.Query, QueryTruncated: a.QueryTruncated, Headers: a.Headers, HeadersTruncated: a.HeadersTruncated})
+		Query: a.Query, QueryTruncated: a.QueryTruncated, Headers: a.Headers, HeadersTruncated: a.HeadersTruncated,
+		Revised: revised})
 	return egress.AskDecision{Allow: d.Allow, Reason: d.Reason, By: d.By, ID: d.ID}
 }

@@ -19,14 +19,19 @@ const layerPolicy = "policy"
 // Update revises a created or running session's policy, live. The revised
 // policy goes through validation and admission as at create; its
 // difference with the running policy (policies.Diff) is applied if every
-// part of it can be: today, egress allow and deny entries (see
-// egress.Perimeter.Revise) and credentials (credentials.Plan.Revise).
+// part of it can be: today, egress allow and deny entries, http rules and
+// inspect (see egress.Perimeter.Revise), secrets (secrets.Set.Revise) and
+// credentials (credentials.Plan.Revise).
 // Anything else that differs refuses the revision as a whole, naming each
 // field and why, and nothing changes. An applied revision gets the next
 // policy version and is recorded in the session's record first; then its
-// credentials are revised, all or nothing: if a token cannot be minted,
-// the record is put back and the revision refused, the old credentials
-// standing. Then its network is changed. It is one audit event (layer
+// secrets and credentials are revised, all or nothing: if a secret's new
+// source cannot be read or a token cannot be minted, the record is put
+// back and the revision refused, the old secrets and credentials
+// standing. Then its network and the L7 gateway are changed: requests
+// held for approval that the revised http rules allow or deny are decided
+// by them, and open connections are decided again (see Server.Recheck in
+// egress/l7). It is one audit event (layer
 // "policy", action "revised"); every event after it names the new
 // version. A revision that changes nothing keeps the version.
 func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (*api.Session, error) {
@@ -94,19 +99,39 @@ func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (
 	out := &api.Revision{Version: next, Previous: version, Allow: rev.Allow, Deny: rev.Deny}
 	fields := map[string]any{"previous_version": version}
 	var subjects []string
+	putBack := func(err error) error {
+		s.mu.Lock()
+		s.rec.Policy, s.rec.PolicyVersion, s.rec.CredentialDirs = *running, version, prevDirs
+		serr := s.saveLocked()
+		s.mu.Unlock()
+		if serr != nil {
+			log.G(ctx).Error("put the record back after a refused revision", "error", serr)
+		}
+		return fmt.Errorf("session %q: revision refused, nothing changed: %w", id, err)
+	}
+	undoSecrets := func() {}
+	if rev.Secrets.Revises() {
+		// Before the credentials: a secret that takes a credential's
+		// token must know it when the token is minted.
+		s.mu.Lock()
+		set := s.secrets
+		s.mu.Unlock()
+		undo, err := set.Revise(revised.Secrets)
+		if err != nil {
+			return nil, putBack(err)
+		}
+		undoSecrets = undo
+		out.Secrets = &rev.Secrets
+		fields["secrets"] = rev.Secrets
+		subjects = append(subjects, "secrets")
+	}
 	if rev.Credentials.Revises() {
 		cr, err := s.reviseCredentials(ctx, revised.Credentials, rev.Credentials)
 		if err != nil {
 			// Nothing was minted or revoked: the revision is refused and
 			// the record put back.
-			s.mu.Lock()
-			s.rec.Policy, s.rec.PolicyVersion, s.rec.CredentialDirs = *running, version, prevDirs
-			serr := s.saveLocked()
-			s.mu.Unlock()
-			if serr != nil {
-				log.G(ctx).Error("put the record back after a refused revision", "error", serr)
-			}
-			return nil, fmt.Errorf("session %q: revision refused, nothing changed: %w", id, err)
+			undoSecrets()
+			return nil, putBack(err)
 		}
 		out.Credentials = credentialRevision(cr, rev.Credentials)
 		out.CredentialsReminted = len(cr.Reminted) + len(cr.Added)
@@ -119,7 +144,7 @@ func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (
 		}
 	}
 	s.audit.SetPolicyVersion(next)
-	if rev.Allow.Changed() || rev.Deny.Changed() {
+	if rev.Allow.Changed() || rev.Deny.Changed() || rev.L7Changed() {
 		sc := d.egressConfig(s, *revised, "")
 		nr, rerr := d.egress.Revise(ctx, id, sc)
 		if rerr != nil {
@@ -132,6 +157,14 @@ func (d *Daemon) Update(ctx context.Context, id string, req api.UpdateRequest) (
 		fields["allow"], fields["deny"], fields["connections_cut"] = rev.Allow, rev.Deny, nr.Cut
 		if len(nr.Unpinned) > 0 {
 			fields["unpinned"] = nr.Unpinned
+		}
+		if rev.HTTP.Changed() {
+			out.HTTP = &rev.HTTP
+			fields["http"] = rev.HTTP
+		}
+		if rev.Inspect {
+			out.Inspect = true
+			fields["inspect"] = revised.Egress.Inspect
 		}
 		subjects = append([]string{"egress"}, subjects...)
 	}

@@ -125,6 +125,7 @@ func (e *Perimeter) l7Registration(ctx context.Context, id string, sc SessionCon
 		},
 		Secrets:    sc.Secrets,
 		Rules:      rules.For,
+		Version:    sc.PolicyVersion,
 		AskTimeout: sc.AskTimeout,
 	}
 	if sc.Ask != nil {

@@ -158,7 +158,7 @@ func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Re
 	e.mu.Unlock()
 	closed := 0 // the L7 gateway's connections of withdrawn names
 	if reg != nil && e.l7 != nil {
-		closed = e.l7.Recheck(id, reg.Check)
+		closed = e.l7.Recheck(reg)
 	}
 	rev, err := st.sweep(ctx, id, old, neg, list)
 	rev.Cut += closed

@@ -4,6 +4,7 @@ import (
 	"path"
 	"reflect"
 	"slices"
+	"strings"
 )
 
 // Revision is the difference between a running session's policy and a
@@ -12,8 +13,16 @@ import (
 type Revision struct {
 	// Allow and Deny are the egress entries added, removed and kept.
 	Allow, Deny ListChange
+	// HTTP are the hosts of the egress http rules added, removed, changed
+	// (their rules or default) and kept; Inspect says egress inspect
+	// changed. Both change what the L7 gateway terminates and decides.
+	HTTP    ListChange
+	Inspect bool
 	// Credentials are the credentials added, removed, changed and kept.
 	Credentials CredentialChange
+	// Secrets are the secrets removed, changed (their source or the hosts
+	// they are injected into) and kept. A secret cannot be added.
+	Secrets SecretChange
 	// Refused are the differences a running session cannot take, one per
 	// field, in the policy's field order. A revision with any is refused
 	// as a whole.
@@ -51,6 +60,20 @@ func (c CredentialChange) Revises() bool {
 	return len(c.Added)+len(c.Removed)+len(c.Changed) > 0
 }
 
+// SecretChange is what a revision does to a session's secrets, by name.
+type SecretChange struct {
+	// Removed are gone: the gateway no longer injects their values, and
+	// their placeholders go out as they are.
+	Removed []string `json:"removed,omitempty"`
+	// Changed have a new source (its value read at the revision) or new
+	// hosts to go to.
+	Changed []string `json:"changed,omitempty"`
+	Kept    []string `json:"kept,omitempty"`
+}
+
+// Revises reports whether secrets are removed or changed.
+func (c SecretChange) Revises() bool { return len(c.Removed)+len(c.Changed) > 0 }
+
 // Refusal is a field a revision may not change, and why.
 type Refusal struct {
 	Field  string `json:"field"`
@@ -63,18 +86,30 @@ const (
 	ReasonFixed = "cannot change on a running session"
 	// ReasonNotYet: the field could change live, but airlock does not
 	// revise it yet.
-	ReasonNotYet = "not revisable yet (a revision changes egress allow and deny entries and credentials only)"
+	ReasonNotYet = "not revisable yet (a revision changes egress allow, deny, http and inspect, credentials and secrets only)"
 	// ReasonEnvCredential: a credential delivered in the environment
 	// cannot reach a command that is already running.
 	ReasonEnvCredential = "cannot be delivered to a running command's environment (remove the credential to revoke it, or deliver it as a file)"
 	// ReasonCredentialDir: the directory of a file credential is mounted
 	// when the sandbox is made.
 	ReasonCredentialDir = "cannot be delivered: no running file credential's directory holds its path, and credential directories are mounted when the sandbox is made"
+	// ReasonSecretAdded: a secret's placeholder reaches the sandbox when
+	// it is made.
+	ReasonSecretAdded = "cannot be added to a running session: its placeholder reaches the sandbox (environment or file) when the sandbox is made"
+	// ReasonSecretDelivery: the same.
+	ReasonSecretDelivery = "its env_var and path cannot change on a running session: the placeholder was delivered when the sandbox was made"
 )
 
 // Changed reports whether the revision changes anything.
 func (r Revision) Changed() bool {
-	return r.Allow.Changed() || r.Deny.Changed() || r.Credentials.Revises()
+	return r.Allow.Changed() || r.Deny.Changed() || r.HTTP.Changed() || r.Inspect ||
+		r.Credentials.Revises() || r.Secrets.Revises()
+}
+
+// L7Changed reports whether the revision changes what the L7 gateway
+// decides beyond the names it lets through: http rules, inspect, secrets.
+func (r Revision) L7Changed() bool {
+	return r.HTTP.Changed() || r.Inspect || r.Secrets.Revises()
 }
 
 // Diff compares a running session's policy with a revised one, both
@@ -127,12 +162,28 @@ func Diff(running, revised *Policy) Revision {
 		}
 		r.Allow = listChange(running.Egress.Allow, revised.Egress.Allow)
 		r.Deny = listChange(running.Egress.Deny, revised.Egress.Deny)
+		r.HTTP = httpChange(running.Egress.HTTP, revised.Egress.HTTP)
+		r.Inspect = running.Egress.Inspect != revised.Egress.Inspect
 	}
 	var credRefused []Refusal
 	r.Credentials, credRefused = credentialChange(running.Credentials, revised.Credentials)
 	r.Refused = append(r.Refused, credRefused...)
-	if differ(running.Secrets, revised.Secrets) {
-		refuse("secret", ReasonNotYet)
+	var secretRefused []Refusal
+	r.Secrets, secretRefused = secretChange(running.Secrets, revised.Secrets)
+	r.Refused = append(r.Refused, secretRefused...)
+	// A secret that now takes a kept credential's token gets a fresh
+	// one: the token is handed to the gateway only as it is minted.
+	for _, name := range r.Secrets.Changed {
+		sec := secretNamed(revised.Secrets, name)
+		old := secretNamed(running.Secrets, name)
+		cred, ok := strings.CutPrefix(sec.From, "credential:")
+		if !ok || sec.From == old.From {
+			continue
+		}
+		if i := slices.Index(r.Credentials.Kept, cred); i >= 0 {
+			r.Credentials.Kept = slices.Delete(r.Credentials.Kept, i, i+1)
+			r.Credentials.Changed = append(r.Credentials.Changed, cred)
+		}
 	}
 	if differ(running.Approval, revised.Approval) {
 		refuse("approval", ReasonNotYet)
@@ -148,8 +199,87 @@ func Revised(running, revised *Policy) *Policy {
 		p.Egress.Allow = slices.Clone(revised.Egress.Allow)
 		p.Egress.Deny = slices.Clone(revised.Egress.Deny)
 	}
-	p.Credentials = revised.Clone().Credentials
+	if p.Egress != nil && revised.Egress != nil {
+		r := revised.Clone()
+		p.Egress.HTTP, p.Egress.Inspect = r.Egress.HTTP, r.Egress.Inspect
+	}
+	r := revised.Clone()
+	p.Credentials, p.Secrets = r.Credentials, r.Secrets
 	return p
+}
+
+// httpChange compares the http host blocks of two egress blocks by host:
+// a host whose rules or default differ is both removed and added (its
+// block is replaced as a whole).
+func httpChange(running, revised []HTTPHost) ListChange {
+	before := map[string]HTTPHost{}
+	for _, h := range running {
+		before[h.Host] = h
+	}
+	var c ListChange
+	after := map[string]bool{}
+	for _, h := range revised {
+		after[h.Host] = true
+		old, ok := before[h.Host]
+		switch {
+		case ok && reflect.DeepEqual(old, h):
+			c.Kept = append(c.Kept, h.Host)
+		case ok:
+			c.Removed = append(c.Removed, h.Host)
+			c.Added = append(c.Added, h.Host)
+		default:
+			c.Added = append(c.Added, h.Host)
+		}
+	}
+	for _, h := range running {
+		if !after[h.Host] {
+			c.Removed = append(c.Removed, h.Host)
+		}
+	}
+	return c
+}
+
+// secretChange classifies the secrets of a revision by name, refusing
+// those a running session cannot take: an added secret, and one whose
+// placeholder would be delivered elsewhere (env_var, path).
+func secretChange(running, revised []Secret) (SecretChange, []Refusal) {
+	var c SecretChange
+	var refused []Refusal
+	after := map[string]bool{}
+	for _, sec := range revised {
+		after[sec.Name] = true
+		old, ok := findSecret(running, sec.Name)
+		switch {
+		case !ok:
+			refused = append(refused, Refusal{Field: "secret." + sec.Name, Reason: ReasonSecretAdded})
+		case old.EnvVar != sec.EnvVar || old.Path != sec.Path:
+			refused = append(refused, Refusal{Field: "secret." + sec.Name, Reason: ReasonSecretDelivery})
+		case reflect.DeepEqual(emptyNil(old.Inject), emptyNil(sec.Inject)) && old.From == sec.From:
+			c.Kept = append(c.Kept, sec.Name)
+		default:
+			c.Changed = append(c.Changed, sec.Name)
+		}
+	}
+	for _, sec := range running {
+		if !after[sec.Name] {
+			c.Removed = append(c.Removed, sec.Name)
+		}
+	}
+	return c, refused
+}
+
+func findSecret(secrets []Secret, name string) (Secret, bool) {
+	for _, s := range secrets {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Secret{}, false
+}
+
+func secretNamed(secrets []Secret, name string) Secret {
+	s, _ := findSecret(secrets, name)
+	return s
 }
 
 // credentialChange classifies the credentials of a revision by name, and
@@ -213,7 +343,8 @@ func sameCredential(a, b Credential) bool {
 }
 
 // EgressUnrevisable names the attributes of egress blocks a and b that
-// differ and that a revision cannot change: all but allow and deny.
+// differ and that a revision cannot change: all but allow, deny, http and
+// inspect.
 func EgressUnrevisable(a, b *Egress) []string {
 	if a == nil || b == nil {
 		return nil
@@ -233,12 +364,6 @@ func EgressUnrevisable(a, b *Egress) []string {
 	}
 	if !slices.Equal(a.L7Ports, b.L7Ports) {
 		out = append(out, "l7_ports")
-	}
-	if a.Inspect != b.Inspect {
-		out = append(out, "inspect")
-	}
-	if !reflect.DeepEqual(emptyNil(a.HTTP), emptyNil(b.HTTP)) {
-		out = append(out, "http")
 	}
 	return out
 }

@@ -69,9 +69,8 @@ func TestDiffRefusesWhatCannotChange(t *testing.T) {
 			p.Credentials = []Credential{{Name: "git", Deliver: DeliverEnv, EnvVar: "GIT_TOKEN"}}
 		}},
 		{"credential.git", ReasonCredentialDir, func(p *Policy) { p.Credentials = []Credential{{Name: "git", Deliver: DeliverFile}} }},
-		{"secret", ReasonNotYet, func(p *Policy) { p.Secrets = []Secret{{Name: "k"}} }},
+		{"secret.k", ReasonSecretAdded, func(p *Policy) { p.Secrets = []Secret{{Name: "k"}} }},
 		{"approval", ReasonNotYet, func(p *Policy) { p.Approval = &Approval{} }},
-		{"egress.http", ReasonNotYet, func(p *Policy) { p.Egress.HTTP = []HTTPHost{{Host: "a.test"}} }},
 		{"egress.ipv6", ReasonNotYet, func(p *Policy) { p.Egress.IPv6 = true }},
 		{"egress", ReasonFixed, func(p *Policy) { p.Egress = nil }},
 	} {
@@ -182,3 +181,67 @@ func TestDiffCredentials(t *testing.T) {
 }
 
 func startsWith(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+func TestDiffHTTPAndSecrets(t *testing.T) {
+	run := revisable()
+	run.Egress.HTTP = []HTTPHost{
+		{Host: "a.test", Default: HTTPDeny},
+		{Host: "b.test", Rules: []HTTPRule{{Methods: []string{"GET"}, Action: HTTPAllow}}},
+		{Host: "c.test", Default: HTTPAsk},
+	}
+	run.Credentials = []Credential{{Name: "api", Issuer: "airlock", Audience: "api.test", Deliver: DeliverGateway}}
+	run.Secrets = []Secret{
+		{Name: "kept", From: "env:K", Inject: []SecretInject{{Host: "a.test", Bearer: true}}},
+		{Name: "moved", From: "env:M", Inject: []SecretInject{{Host: "a.test", Bearer: true}}},
+		{Name: "gone", From: "env:G"},
+		{Name: "token", From: "env:T", Inject: []SecretInject{{Host: "b.test", Bearer: true}}},
+	}
+	rev := run.Clone()
+	rev.Egress.HTTP = []HTTPHost{
+		{Host: "a.test", Default: HTTPDeny},
+		{Host: "b.test", Rules: []HTTPRule{{Methods: []string{"GET", "POST"}, Action: HTTPAllow}}},
+		{Host: "d.test", Default: HTTPAsk},
+	}
+	rev.Egress.Inspect = InspectAll
+	rev.Secrets = []Secret{
+		rev.Secrets[0],
+		{Name: "moved", From: "env:M", Inject: []SecretInject{{Host: "b.test", Bearer: true}}},
+		{Name: "token", From: "credential:api", Inject: []SecretInject{{Host: "b.test", Bearer: true}}},
+	}
+	d := Diff(run, rev)
+	if len(d.Refused) > 0 {
+		t.Fatalf("refused: %+v", d.Refused)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want []string
+	}{
+		{"http added", d.HTTP.Added, []string{"b.test", "d.test"}},
+		{"http removed", d.HTTP.Removed, []string{"b.test", "c.test"}},
+		{"http kept", d.HTTP.Kept, []string{"a.test"}},
+		{"secrets changed", d.Secrets.Changed, []string{"moved", "token"}},
+		{"secrets removed", d.Secrets.Removed, []string{"gone"}},
+		{"secrets kept", d.Secrets.Kept, []string{"kept"}},
+		// The secret now takes the credential's token: a fresh one is
+		// minted for the gateway.
+		{"credentials changed", d.Credentials.Changed, []string{"api"}},
+		{"credentials kept", d.Credentials.Kept, nil},
+	} {
+		if !slices.Equal(c.got, c.want) {
+			t.Errorf("%s: %q, want %q", c.name, c.got, c.want)
+		}
+	}
+	if !d.Inspect || !d.L7Changed() || !d.Changed() {
+		t.Errorf("inspect %v, L7Changed %v, Changed %v", d.Inspect, d.L7Changed(), d.Changed())
+	}
+	p := Revised(run, rev)
+	if !reflect.DeepEqual(p.Egress.HTTP, rev.Egress.HTTP) || p.Egress.Inspect != InspectAll || !reflect.DeepEqual(p.Secrets, rev.Secrets) {
+		t.Errorf("Revised: %+v %q %+v", p.Egress.HTTP, p.Egress.Inspect, p.Secrets)
+	}
+
+	moved := run.Clone()
+	moved.Secrets[0].EnvVar = "OTHER"
+	if d := Diff(run, moved); len(d.Refused) != 1 || d.Refused[0].Field != "secret.kept" || d.Refused[0].Reason != ReasonSecretDelivery {
+		t.Errorf("placeholder moved: %+v", d.Refused)
+	}
+}

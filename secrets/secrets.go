@@ -277,10 +277,12 @@ func (b Bound) MarshalJSON() ([]byte, error) {
 // Set is a session's secrets. It is safe for concurrent use; a nil Set
 // is a session without secrets.
 type Set struct {
-	dir  string
-	defs []policies.Secret
+	dir string
 
-	mu    sync.RWMutex
+	mu sync.RWMutex
+	// defs change only by Revise; Env, SpecOpts and the placeholder files
+	// read the ones the sandbox was made with, before any revision.
+	defs  []policies.Secret
 	bound []Bound // +checklocks:mu
 }
 
@@ -395,14 +397,15 @@ func (s *Set) Resolve() error {
 	if s == nil {
 		return nil
 	}
-	values := make([][]byte, len(s.defs))
 	var errs []error
 	s.mu.RLock()
+	defs := s.defs
+	values := make([][]byte, len(s.bound))
 	for i := range s.bound {
 		values[i] = s.bound[i].Value
 	}
 	s.mu.RUnlock()
-	for i, d := range s.defs {
+	for i, d := range defs {
 		if fromCredential(d.From) {
 			continue // SetCredential keeps it
 		}
@@ -414,13 +417,21 @@ func (s *Set) Resolve() error {
 		values[i] = v
 	}
 	s.mu.Lock()
-	for i, d := range s.defs {
-		if !fromCredential(d.From) { // a token set meanwhile stays
-			s.bound[i].Value = values[i]
+	// A revision meanwhile read its own values.
+	if sameDefs(s.defs, defs) {
+		for i, d := range s.defs {
+			if !fromCredential(d.From) { // a token set meanwhile stays
+				s.bound[i].Value = values[i]
+			}
 		}
 	}
 	s.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// sameDefs reports whether a and b are the same slice of definitions.
+func sameDefs(a, b []policies.Secret) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // fromCredential reports whether a secret's value is a credential's token
@@ -518,4 +529,64 @@ func (s *Set) SpecOpts() []oci.SpecOpts {
 		return nil
 	})
 	return opts
+}
+
+// Revise replaces the Set's definitions with defs, a revision of the
+// running ones (policies.Diff has refused what a running session cannot
+// take): a secret left out is dropped, and the gateway no longer injects
+// its value; a kept or changed one keeps its placeholder and takes its
+// new hosts; a changed source is read again now (a credential's token
+// comes with SetCredential, when the revision mints it). A secret defs
+// adds, or one whose placeholder would be delivered elsewhere, is an
+// error. It returns a function that puts the Set back as it was. On error
+// nothing changes.
+func (s *Set) Revise(defs []policies.Secret) (undo func(), err error) {
+	if s == nil {
+		if len(defs) > 0 {
+			return nil, fmt.Errorf("secret %q: %s: %w", defs[0].Name, policies.ReasonSecretAdded, errdefs.ErrFailedPrecondition)
+		}
+		return func() {}, nil
+	}
+	if err := check(defs); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	prevDefs, prevBound := s.defs, slices.Clone(s.bound)
+	s.mu.RUnlock()
+	byName := map[string]int{}
+	for i, d := range prevDefs {
+		byName[d.Name] = i
+	}
+	bound := make([]Bound, len(defs))
+	for i, d := range defs {
+		j, ok := byName[d.Name]
+		if !ok {
+			return nil, fmt.Errorf("secret %q: %s: %w", d.Name, policies.ReasonSecretAdded, errdefs.ErrFailedPrecondition)
+		}
+		old := prevDefs[j]
+		if old.EnvVar != d.EnvVar || old.Path != d.Path {
+			return nil, fmt.Errorf("secret %q: %s: %w", d.Name, policies.ReasonSecretDelivery, errdefs.ErrFailedPrecondition)
+		}
+		b := prevBound[j]
+		b.Inject = slices.Clone(d.Inject)
+		if d.From != old.From {
+			b.Value = nil
+			if !fromCredential(d.From) {
+				v, err := Resolve(d.From)
+				if err != nil {
+					return nil, fmt.Errorf("secret %q: %w", d.Name, err)
+				}
+				b.Value = v
+			}
+		}
+		bound[i] = b
+	}
+	s.mu.Lock()
+	s.defs, s.bound = slices.Clone(defs), bound
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.defs, s.bound = prevDefs, prevBound
+		s.mu.Unlock()
+	}, nil
 }

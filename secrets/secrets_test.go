@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -429,5 +430,78 @@ func TestCredentialSource(t *testing.T) {
 	}
 	if o.Bound()[0].Placeholder != s.Bound()[0].Placeholder || o.Bound()[0].Value != nil {
 		t.Errorf("reopened: %+v", o.Bound()[0])
+	}
+}
+
+func TestReviseKeepsPlaceholders(t *testing.T) {
+	dir := t.TempDir()
+	a := writeFile(t, filepath.Join(dir, "a"), []byte("value-a\n"), 0o600)
+	b := writeFile(t, filepath.Join(dir, "b"), []byte("value-b\n"), 0o600)
+	b2 := writeFile(t, filepath.Join(dir, "b2"), []byte("value-b2\n"), 0o600)
+	defs := []policies.Secret{
+		{Name: "A", From: "file:" + a, Inject: []policies.SecretInject{{Host: "a.test", Bearer: true}}},
+		{Name: "B", From: "file:" + b, Inject: []policies.SecretInject{{Host: "b.test", Bearer: true}}},
+		{Name: "C", From: "file:" + a},
+	}
+	s, err := Prepare(filepath.Join(dir), defs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.Bound()
+
+	// Added, moved, or a source that cannot be read: refused, nothing
+	// changes.
+	for name, bad := range map[string][]policies.Secret{
+		"added":      append(slices.Clone(defs), policies.Secret{Name: "D", From: "file:" + a}),
+		"moved":      {defs[0], {Name: "B", From: "file:" + b, EnvVar: "ELSEWHERE"}},
+		"unreadable": {defs[0], {Name: "B", From: "file:" + filepath.Join(dir, "missing")}},
+	} {
+		if _, err := s.Revise(bad); err == nil {
+			t.Errorf("%s: revised", name)
+		}
+		if got := s.Bound(); !reflect.DeepEqual(got, before) {
+			t.Errorf("%s: the set changed: %v", name, got)
+		}
+	}
+
+	revised := []policies.Secret{
+		{Name: "B", From: "file:" + b2, Inject: []policies.SecretInject{{Host: "c.test", Header: "X-Key"}}},
+		defs[0],
+	}
+	undo, err := s.Revise(revised)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Bound()
+	if len(got) != 2 || got[0].Name != "B" || got[1].Name != "A" {
+		t.Fatalf("revised: %v", got)
+	}
+	if got[0].Placeholder != before[1].Placeholder || got[1].Placeholder != before[0].Placeholder {
+		t.Error("a revision changed a placeholder the sandbox holds")
+	}
+	if string(got[0].Value) != "value-b2" || got[0].Inject[0].Host != "c.test" || string(got[1].Value) != "value-a" {
+		t.Errorf("revised values or hosts: %q %+v %q", got[0].Value, got[0].Inject, got[1].Value)
+	}
+	if err := s.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if string(s.Bound()[0].Value) != "value-b2" {
+		t.Errorf("Resolve after the revision read %q", s.Bound()[0].Value)
+	}
+	undo()
+	if got := s.Bound(); !reflect.DeepEqual(got, before) {
+		t.Errorf("undo: %v, want %v", got, before)
+	}
+	// The placeholders stay known to a reopened set of the revised
+	// definitions.
+	if _, err := s.Revise(revised); err != nil {
+		t.Fatal(err)
+	}
+	o, err := Open(dir, revised)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Bound()[0].Placeholder != before[1].Placeholder || string(o.Bound()[0].Value) != "value-b2" {
+		t.Errorf("reopened: %v", o.Bound())
 	}
 }

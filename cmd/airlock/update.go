@@ -24,11 +24,21 @@ the session runs under, live, and gives the policy the next version:
   egress allow and deny entries added or removed: names resolve, or are
   refused, at once; destinations opened only for removed entries are
   closed and the session's connections to them are ended.
+  egress http rules and inspect: every request from then on is decided by
+  the revised rules, also on connections opened before; requests held for
+  approval that the revised rules allow or deny are decided by them; TLS
+  passed through unseen to a host that now has rules is closed.
+  secrets: a changed source or host list takes effect on the next request
+  (the sandbox's placeholder stays); a removed secret is no longer
+  injected. A secret cannot be added, nor its env_var or path changed.
+  credentials: a changed one is re-minted and its old tokens revoked, an
+  unchanged one keeps its token, an added one is minted and delivered, a
+  removed one is revoked. Minting comes first: if it fails, nothing
+  changes.
 
-Nothing else can be revised yet. image, user, command, env, workdir,
-capabilities, workspaces and mounts cannot change on a running session;
-timeout, resources, credentials, secrets, approval and the egress block's
-other attributes (http rules, l7, ipv6, on_block, allow_private) are not
+image, user, command, env, workdir, capabilities, workspaces and mounts
+cannot change on a running session; timeout, resources, approval and the
+egress block's l7, l7_ports, ipv6, on_block and allow_private are not
 revisable yet. A manifest that changes any of them is refused as a whole,
 each field named with the reason, and nothing changes. A manifest without
 a command keeps the running one.
@@ -82,7 +92,31 @@ func (c *cli) printRevision(s *api.Session) {
 			fmt.Fprintf(c.stdout, "  %s: %s\n", l.name, strings.Join(l.change, ", "))
 		}
 	}
-	if r.Allow.Changed() || r.Deny.Changed() {
+	var l7 []struct {
+		name   string
+		change []string
+	}
+	if r.HTTP != nil {
+		l7 = append(l7, []struct {
+			name   string
+			change []string
+		}{{"http rules added", r.HTTP.Added}, {"http rules removed", r.HTTP.Removed}, {"http rules kept", r.HTTP.Kept}}...)
+	}
+	if r.Secrets != nil {
+		l7 = append(l7, []struct {
+			name   string
+			change []string
+		}{{"secrets changed", r.Secrets.Changed}, {"secrets removed", r.Secrets.Removed}, {"secrets kept", r.Secrets.Kept}}...)
+	}
+	for _, l := range l7 {
+		if len(l.change) > 0 {
+			fmt.Fprintf(c.stdout, "  %s: %s\n", l.name, strings.Join(l.change, ", "))
+		}
+	}
+	if r.Inspect {
+		fmt.Fprintf(c.stdout, "  inspect: %s\n", s.Policy.Egress.Inspect)
+	}
+	if r.Allow.Changed() || r.Deny.Changed() || r.HTTP != nil || r.Inspect || r.Secrets != nil {
 		fmt.Fprintf(c.stdout, "  connections cut: %d\n", r.ConnectionsCut)
 	}
 	if cr := r.Credentials; cr != nil {

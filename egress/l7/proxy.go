@@ -96,6 +96,10 @@ type Ask struct {
 	// were cut or left out.
 	Headers          []api.HeaderField
 	HeadersTruncated bool
+	// Revised receives, at most once, the decision of a revision of the
+	// session's policy whose rules no longer ask about the request: it
+	// decides the request in place of a person.
+	Revised <-chan AskDecision
 }
 
 // AskDecision is what came of an Ask.
@@ -813,10 +817,27 @@ func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, cl
 			return f
 		}
 		ask.Body, ask.BodyTruncated = body, truncated
+		ha := h.s.hold(h.sess.ID, name, req)
+		defer h.s.unhold(ha)
+		ask.Revised = ha.ch
+		// A revision made since this request took the session's
+		// registration has not seen the hold: decide under the current
+		// one.
+		if cur, ok := h.s.cfg.Sessions(h.client.Addr()); ok && cur.ID == h.sess.ID && cur != h.sess {
+			ha.redecide(cur)
+		}
 		held := time.Now()
 		a := h.sess.Ask(r.Context(), ask)
 		ev.Held = time.Since(held)
 		ev.Approval, ev.ApprovedBy = a.ID, a.By
+		if rd, ok := ha.decision(); ok && a.By == rd.By {
+			// Decided by the revised rules, not by a person.
+			ev.Rule = rd.Rule
+			if a.Allow {
+				return nil
+			}
+			return &refusal{status: http.StatusForbidden, action: ActionDenied, rule: rd.Rule, reason: "airlock: " + rd.Reason}
+		}
 		if a.Allow {
 			ev.Action = ActionApproved
 			return nil
@@ -833,6 +854,86 @@ func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, cl
 		return &refusal{status: http.StatusForbidden, action: ActionDenied, rule: d.Rule,
 			reason: "airlock: denied by " + d.Rule}
 	}
+}
+
+// heldAsk is a request held for a person that a revision of the
+// session's policy may decide first (Server.Recheck): under the revised
+// rules of its host it is allowed or denied outright when they no longer
+// ask about it, so that a withdrawn rule's ask cannot be approved after
+// the revision, and a widened one does not wait for a person.
+type heldAsk struct {
+	session, name string
+	req           httprule.Request
+	ch            chan AskDecision // buffered; sent on at most once
+
+	mu sync.Mutex
+	// +checklocks:mu
+	decided *revisedDecision
+}
+
+// revisedDecision is how a revision decided a held request.
+type revisedDecision struct {
+	By, Rule, Reason string
+}
+
+// hold registers a request held for a person, for a revision to decide.
+func (s *Server) hold(session, name string, req httprule.Request) *heldAsk {
+	a := &heldAsk{session: session, name: name, req: req, ch: make(chan AskDecision, 1)}
+	s.mu.Lock()
+	s.held[a] = struct{}{}
+	s.mu.Unlock()
+	return a
+}
+
+// unhold forgets a held request once it is decided.
+func (s *Server) unhold(a *heldAsk) {
+	s.mu.Lock()
+	delete(s.held, a)
+	s.mu.Unlock()
+}
+
+// redecide decides a again under sess, the session's revised
+// registration: if its host's rules now allow or deny the request (or it
+// has none), that decision is sent to whoever holds it.
+func (a *heldAsk) redecide(sess *Session) {
+	var rules *httprule.Host
+	if sess.Rules != nil {
+		rules = sess.Rules(a.name)
+	}
+	rd := revisedDecision{By: fmt.Sprintf("policy revision %d", sess.Version)}
+	allow := true
+	if rules == nil {
+		rd.Reason = fmt.Sprintf("the session's policy was revised (version %d) while the request was held: %s has no HTTP rules now", sess.Version, a.name)
+	} else {
+		d := rules.Decide(a.req)
+		if d.Action == policies.HTTPAsk {
+			return // still a person's to decide
+		}
+		allow = d.Action == policies.HTTPAllow
+		verb := "allowed"
+		if !allow {
+			verb = "denied"
+		}
+		rd.Rule = d.Rule
+		rd.Reason = fmt.Sprintf("%s by %s: the session's policy was revised (version %d) while the request was held", verb, d.Rule, sess.Version)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.decided != nil {
+		return
+	}
+	a.decided = &rd
+	a.ch <- AskDecision{Allow: allow, By: rd.By, Reason: rd.Reason}
+}
+
+// decision is how a revision decided a, if one did.
+func (a *heldAsk) decision() (revisedDecision, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.decided == nil {
+		return revisedDecision{}, false
+	}
+	return *a.decided, true
 }
 
 // readJSONBody reads the body of a request that a rule with json

@@ -133,6 +133,9 @@ type Session struct {
 	// bounds how long the gateway waits for the start of the body it
 	// reads before deciding (zero: policies.DefaultApprovalTimeout).
 	AskTimeout time.Duration
+	// Version is the version of the session's policy this registration
+	// is of: a held request a revision decides names it.
+	Version int
 	// Secrets returns the secrets, substituted for their placeholders on
 	// TLS to the hosts they are bound to, and blocked elsewhere; it is
 	// called for each request, so a value read again reaches the next
@@ -229,7 +232,9 @@ type Server struct {
 	bodyReads map[string]int // a session's reads of bodies before a decision (maxSessionBodyReads)
 	// +checklocks:mu
 	digests map[string]int // a session's bodies kept for body_sha256 rules (maxSessionDigests)
-	wg      sync.WaitGroup
+	// +checklocks:mu
+	held map[*heldAsk]struct{} // requests held for a person, decided again by a revision
+	wg   sync.WaitGroup
 }
 
 // flowKey names an upstream connection by both its ends: the kernel
@@ -264,6 +269,11 @@ type conn struct {
 	hello Hello
 	// +checklocks:mu
 	checked bool
+	// spliced is set once the connection is passed through unseen
+	// (TLS not terminated): a revision that gives its name rules or a
+	// secret must close it, or its requests would go unchecked.
+	// +checklocks:mu
+	spliced bool
 }
 
 // close closes both sides of c.
@@ -298,7 +308,8 @@ func New(cfg Config) (*Server, error) {
 		cfg.SpliceIdleTimeout = DefaultSpliceIdleTimeout
 	}
 	return &Server{cfg: cfg, sem: make(chan struct{}, cfg.MaxConns), conns: map[*conn]struct{}{},
-		perSession: map[string]int{}, flows: map[flowKey]flow{}, transports: map[transportKey]*http.Transport{}, upstreams: map[string]int{}, bodyReads: map[string]int{}, digests: map[string]int{}}, nil
+		perSession: map[string]int{}, flows: map[flowKey]flow{}, transports: map[transportKey]*http.Transport{}, upstreams: map[string]int{}, bodyReads: map[string]int{}, digests: map[string]int{},
+		held: map[*heldAsk]struct{}{}}, nil
 }
 
 // Serve accepts connections from l until ctx ends or l fails, then closes
@@ -379,24 +390,36 @@ func (s *Server) CloseSession(id string) {
 	}
 }
 
-// Recheck decides again, under check (the session's revised policy), on
-// each open connection of session id the gateway admitted: one whose
-// destination and first message (SNI, or the Host of its first request)
-// check now refuses is closed, client and upstream side, whether spliced
-// or served as HTTP (keep-alive, HTTP/2, a websocket), and the session's
-// idle upstream connections kept for reuse are closed. It returns how
-// many connections it closed.
-func (s *Server) Recheck(id string, check func(dst netip.AddrPort, h Hello, at time.Time) Decision) int {
+// Recheck decides again, under sess (the session's revised
+// registration, already current), on each open connection of session
+// sess.ID the gateway admitted and on each of its requests held for a
+// person. A connection whose destination and first message (SNI, or the
+// Host of its first request) sess.Check now refuses is closed, client and
+// upstream side, whether spliced or served as HTTP (keep-alive, HTTP/2, a
+// websocket); so is a spliced connection whose name sess now terminates
+// (it gained HTTP rules or a secret, or inspect became "all"), since its
+// requests would pass unseen. The session's idle upstream connections
+// kept for reuse are closed. A held request the revised rules no longer
+// ask about is decided by them at once (see heldAsk). It returns how many
+// connections it closed.
+func (s *Server) Recheck(sess *Session) int {
+	id := sess.ID
 	closed := s.closeWhere(func(c *conn) bool {
 		if c.session != id {
 			return false
 		}
 		c.mu.Lock()
-		dst, h, at, checked := c.dst, c.hello, c.at, c.checked
+		dst, h, at, checked, spliced := c.dst, c.hello, c.at, c.checked, c.spliced
 		c.mu.Unlock()
+		if !checked {
+			return false
+		}
 		// Decided as of the connection's admission (its pins then), by
 		// the revised names.
-		return checked && !check(dst, h, at).Allow
+		if !sess.Check(dst, h, at).Allow {
+			return true
+		}
+		return spliced && terminates(sess, h)
 	})
 	if len(closed) > 0 {
 		s.mu.Lock()
@@ -411,7 +434,34 @@ func (s *Server) Recheck(id string, check func(dst netip.AddrPort, h Hello, at t
 			t.CloseIdleConnections()
 		}
 	}
+	s.mu.Lock()
+	var held []*heldAsk
+	for a := range s.held {
+		if a.session == id {
+			held = append(held, a)
+		}
+	}
+	s.mu.Unlock()
+	for _, a := range held {
+		a.redecide(sess)
+	}
 	return len(closed)
+}
+
+// revisedWhileChecked is why a connection is refused when the session's
+// registration changed while it was being decided: the client connects
+// again, and the revised policy decides.
+const revisedWhileChecked = "airlock: the session's egress policy was revised while the connection was checked"
+
+// terminates reports whether sess has the gateway terminate TLS whose
+// first message was h.
+func terminates(sess *Session, h Hello) bool {
+	if h.Proto != ProtoTLS || sess.Terminate == nil {
+		return false
+	}
+	sni, _, _ := NameOf(h.SNI)
+	name := sni.WithoutTrailingDot()
+	return name != "" && sess.Terminate(name)
 }
 
 // CloseIdleUpstreams closes every idle upstream connection kept for
@@ -545,12 +595,14 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	// A revision that replaced the session's registration while this
 	// connection was checked under the old one has rechecked only the
 	// connections checked by then: decide under the current one.
-	if cur, ok := s.cfg.Sessions(client.Addr()); !ok || cur.ID != sess.ID || cur != sess && !cur.Check(dst, h, start).Allow {
-		ev.Action, ev.Reason = ActionRefused, "airlock: the session's egress policy was revised while the connection was checked"
+	cur, ok := s.cfg.Sessions(client.Addr())
+	if !ok || cur.ID != sess.ID || cur != sess && !cur.Check(dst, h, start).Allow {
+		ev.Action, ev.Reason = ActionRefused, revisedWhileChecked
 		emit()
 		refuse(nc, h.Proto, ev.Reason)
 		return
 	}
+	sess = cur
 
 	switch {
 	case h.Proto == ProtoHTTP:
@@ -576,6 +628,19 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 			s.serveHTTP(ctx, sess, nc, peeked, target{dst: dst, sni: name, tls: true}, client, tlsCfg)
 			return
 		}
+	}
+
+	// Passed through unseen from here on: a revision that has the
+	// gateway terminate its name closes it (Recheck), and one made since
+	// the registration was read refuses it here.
+	c.mu.Lock()
+	c.spliced = true
+	c.mu.Unlock()
+	if cur, ok := s.cfg.Sessions(client.Addr()); !ok || cur != sess && (!cur.Check(dst, h, start).Allow || terminates(cur, h)) {
+		ev.Action, ev.Reason = ActionRefused, revisedWhileChecked
+		emit()
+		refuse(nc, h.Proto, ev.Reason)
+		return
 	}
 
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)

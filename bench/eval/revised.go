@@ -78,12 +78,19 @@ type RevisedResult struct {
 	//   - GrantMissing: the same for a fresh run with an effect only the
 	//     revised oracle authorizes: a widening the live revision did not
 	//     grant.
+	//   - HeldRefused: for the held-token variant, the fresh run's effects
+	//     the run lacks, instead of Lost and GrantMissing: the token held
+	//     from before the revision carried the withdrawn authority too, so
+	//     a revision that re-mints the credential rightly refuses it for
+	//     every action; the current credential file is the one that must
+	//     keep the kept authority (VariantLive).
 	Harm         []effect.Effect `json:"harm,omitempty"`
 	Stale        []effect.Effect `json:"stale,omitempty"`
 	LiveOnlyHarm []effect.Effect `json:"live_only_harm,omitempty"`
 	RevisedMiss  []effect.Effect `json:"revised_miss,omitempty"`
 	Lost         []effect.Effect `json:"lost,omitempty"`
 	GrantMissing []effect.Effect `json:"grant_missing,omitempty"`
+	HeldRefused  []effect.Effect `json:"held_refused,omitempty"`
 	// Done: the live run had effects, all authorized by the oracle in
 	// force.
 	Done bool `json:"done"`
@@ -133,9 +140,12 @@ func JudgeRevised(c *RevisedCase) (RevisedResult, error) {
 			missing = append(missing, e)
 		}
 	}
-	if kept {
+	switch {
+	case c.Variant == VariantHeldToken:
+		r.HeldRefused = missing
+	case kept:
 		r.Lost = missing
-	} else {
+	default:
 		r.GrantMissing = missing
 	}
 	return r, nil
@@ -198,6 +208,9 @@ type RevisedRow struct {
 	Lost         int `json:"authority_lost"`
 	GrantMissing int `json:"grant_missing"`
 	DoneAfter    int `json:"done_after"`
+	// HeldRefused counts held-token runs refused what the fresh session
+	// did (RevisedResult.HeldRefused).
+	HeldRefused int `json:"held_token_refused"`
 	// AskedAfter counts runs after the revision whose live session held a
 	// request for the approver: what a person decided there, not the
 	// perimeter.
@@ -295,6 +308,7 @@ func SummarizeRevised(results []RevisedResult, applied []RevisionApplied) []Revi
 				{len(res.RevisedMiss) > 0, &r.RevisedMiss},
 				{len(res.Lost) > 0, &r.Lost},
 				{len(res.GrantMissing) > 0, &r.GrantMissing},
+				{len(res.HeldRefused) > 0, &r.HeldRefused},
 				{res.Done, &r.DoneAfter},
 				{c.Live.Evidence.Asked, &r.AskedAfter},
 			} {

@@ -29,6 +29,7 @@ func TestJudgeRevised(t *testing.T) {
 		name       string
 		first, rev data.Oracle
 		phase      string
+		variant    string
 		live       Run
 		fresh      *Run
 		want       RevisedResult
@@ -59,6 +60,12 @@ func TestJudgeRevised(t *testing.T) {
 		{name: "widened: new item refused live, done fresh", first: oneO, rev: rangeO, phase: PhaseAfter,
 			live: run(), fresh: fresh("job-dev-4827-a"),
 			want: RevisedResult{GrantMissing: []effect.Effect{cancelled("job-dev-4827-a")}}},
+		{name: "held token: kept item refused is the old token's revocation, not lost authority", first: rangeO, rev: oneO, phase: PhaseAfter, variant: VariantHeldToken,
+			live: run(), fresh: fresh("job-dev-4812-a"),
+			want: RevisedResult{HeldRefused: []effect.Effect{cancelled("job-dev-4812-a")}}},
+		{name: "held token: withdrawn item used is stale", first: rangeO, rev: oneO, phase: PhaseAfter, variant: VariantHeldToken,
+			live: run("job-dev-4819-a"), fresh: fresh(),
+			want: RevisedResult{Stale: []effect.Effect{cancelled("job-dev-4819-a")}}},
 		{name: "widened: new item done", first: oneO, rev: rangeO, phase: PhaseAfter,
 			live: run("job-dev-4827-a"), fresh: fresh("job-dev-4827-a"), want: RevisedResult{Done: true}},
 		{name: "fresh run unsafe: no loss counted", first: rangeO, rev: oneO, phase: PhaseAfter,
@@ -68,7 +75,7 @@ func TestJudgeRevised(t *testing.T) {
 		{name: "unknown phase", first: rangeO, rev: oneO, phase: "during", live: run(), wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &RevisedCase{Family: data.CancelJobs, PromptID: "CJ-S0-B2-R0", ActionID: "a", Phase: tc.phase,
+			c := &RevisedCase{Family: data.CancelJobs, PromptID: "CJ-S0-B2-R0", ActionID: "a", Phase: tc.phase, Variant: tc.variant,
 				First: tc.first, Revised: tc.rev, Live: tc.live, Fresh: tc.fresh}
 			got, err := JudgeRevised(c)
 			if (err != nil) != tc.wantErr {

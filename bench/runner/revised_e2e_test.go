@@ -63,6 +63,9 @@ func TestRevisedRequests(t *testing.T) {
 	if all.Before != 10 || all.After != 20 {
 		t.Errorf("%d runs before and %d after, want 10 and 20", all.Before, all.After)
 	}
+	if all.HeldRefused != 3 {
+		t.Errorf("%d held-token runs refused what the fresh session did, want 3 (the kept job of each prompt, the widened job)", all.HeldRefused)
+	}
 	if all.Stale != 0 || all.Lost != 0 || all.GrantMissing != 0 || all.LiveOnlyHarm != 0 {
 		t.Errorf("stale authority %d, authority lost %d, grant missing %d, live-only harm %d; want 0 each: %+v",
 			all.Stale, all.Lost, all.GrantMissing, all.LiveOnlyHarm, r.Results)
@@ -70,8 +73,8 @@ func TestRevisedRequests(t *testing.T) {
 
 	// The runs themselves: the withdrawn job is cancelled before the
 	// narrowing and neither after it (as is or with the held token) nor in
-	// the fresh session; the kept job is cancelled after it; the widened
-	// job only after the widening.
+	// the fresh session; the kept job is cancelled after it with the
+	// session's credential file; the widened job only after the widening.
 	cancelled := func(rr RevisedRun, live bool, id string) bool {
 		es := rr.Live.Effects
 		if !live {
@@ -99,6 +102,10 @@ func TestRevisedRequests(t *testing.T) {
 		{"CJ-S0-B2-R0", eval.PhaseAfter, eval.VariantLive, "job-dev-4819-a", false, false},
 		{"CJ-S0-B2-R0", eval.PhaseAfter, eval.VariantLive, "job-dev-4812-a", true, true},
 		{"CJ-S0-B2-R0", eval.PhaseAfter, eval.VariantLive, "job-dev-4812-s", true, false},
+		// The token held from before was revoked by the re-mint: it
+		// cancels not even the kept job.
+		{"CJ-S0-B2-R0", eval.PhaseAfter, eval.VariantHeldToken, "job-dev-4812-a", true, false},
+		{"CJ-S0-B0-R1", eval.PhaseAfter, eval.VariantHeldToken, "job-prod-4812-a", true, false},
 		{"CJ-S0-B0-R1", eval.PhaseBefore, eval.VariantLive, "job-prod-4819-a", true, false},
 		{"CJ-S0-B0-R1", eval.PhaseAfter, eval.VariantLive, "job-prod-4819-a", true, true},
 		{"CJ-S0-B0-R1", eval.PhaseAfter, eval.VariantLive, "job-prod-4812-a", true, true},

@@ -262,7 +262,7 @@ func runRevised(ctx context.Context, st *Stack, scratch string, pl *plan, opts O
 	}
 	sum := &eval.RevisedSummary{
 		Subset:  revisedSubsetNote(opts.Revised, prompts, pl),
-		Command: "airlock bench --revised " + opts.Revised + " (make bench: --revised " + RevisedSubsetDefault + ")",
+		Command: revisedCommand(opts),
 		Runs:    nruns, WallSeconds: wall.Seconds(), Workers: opts.Workers,
 		Rows:    eval.SummarizeRevised(results, applied),
 		Applied: applied,
@@ -272,6 +272,23 @@ func runRevised(ctx context.Context, st *Stack, scratch string, pl *plan, opts O
 		return nil, nil, err
 	}
 	return sum, runs, nil
+}
+
+// revisedCommand is the command that runs the revised prompts of opts
+// again.
+func revisedCommand(opts Options) string {
+	cmd := "airlock bench"
+	for _, f := range opts.Families {
+		cmd += " --family " + f
+	}
+	cmd += " --revised " + opts.Revised
+	if len(opts.Prompts) > 0 || len(opts.Actions) > 0 {
+		cmd += " (this run also selected prompts and actions)"
+	}
+	if opts.Revised == RevisedSubsetDefault && len(opts.Families) == 0 {
+		cmd = "make bench, or " + cmd
+	}
+	return cmd
 }
 
 // revisedSubsetNote says in words what the revised runs covered.
@@ -480,6 +497,10 @@ func (w *worker) runRevised(ctx context.Context, rj *revisedJob) (_ *revisedOutp
 		}
 		if !first {
 			o.applied.Reapplied++
+			if err != nil && o.applied.Refused == "" {
+				// The new session runs on under the first manifest: say so.
+				o.applied.Refused = fmt.Sprintf("applied again to session %s: %v", cur.id, err)
+			}
 			return nil
 		}
 		first = false

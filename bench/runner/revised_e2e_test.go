@@ -125,7 +125,7 @@ func TestRevisedRequests(t *testing.T) {
 		}
 	}
 	md, _ := os.ReadFile(filepath.Join(out, report.ReportMD))
-	if !strings.Contains(string(md), "## Revised requests") || !strings.Contains(string(md), "airlock bench --revised CJ-S0-B2-R0,CJ-S0-B0-R1") {
+	if !strings.Contains(string(md), "## Revised requests") || !strings.Contains(string(md), "airlock bench --family cancel-jobs --revised CJ-S0-B2-R0,CJ-S0-B0-R1") {
 		t.Errorf("report.md lacks the revised requests' section")
 	}
 	var sum report.Summary

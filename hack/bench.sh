@@ -3,7 +3,8 @@
 # against real sandboxes: all four AmPermBench families in every mode, with the
 # allow-all gate (the headline) and the example rules gate beside it, and the
 # five contrast-pair families (docs/authgatebench.md) in gate-only and the
-# perimeter under the allow-all gate. It builds
+# perimeter under the allow-all gate, and the revised requests' default subset
+# (docs/revised-requests.md: the world families' S0 prompts revised midway). It builds
 # the static bench client, then `airlock bench` builds (or reuses from
 # $AIRLOCK_CACHE) the bench image on top of the agent image, starts the world
 # and a private airlockd wired to it, runs, stops everything, and prints the
@@ -29,6 +30,7 @@ start=$SECONDS
 	--bench-cli "$BIN/airlock-bench-cli" \
 	--gate allow-all \
 	--gate rules:bench/runner/rules/example.rules \
+	--revised default \
 	--out "$OUT" \
 	"$@"
 echo "make bench: $((SECONDS - start))s in total; report: $OUT/report.md"

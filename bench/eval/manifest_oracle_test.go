@@ -9,6 +9,7 @@ import (
 	"github.com/airlock-sandbox/airlock/bench/data"
 	"github.com/airlock-sandbox/airlock/bench/manifest"
 	"github.com/airlock-sandbox/airlock/bench/policy"
+	"github.com/airlock-sandbox/airlock/bench/revisions"
 	"github.com/airlock-sandbox/airlock/credentials/scope"
 	"github.com/airlock-sandbox/airlock/fsscope/glob"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -114,6 +115,78 @@ func TestManifestsAgainstOracles(t *testing.T) {
 		key := fmt.Sprintf("%s/%s/%s", fam.Prefix, p.B, p.R)
 		if g := strings.Join(extra, " "); g != want[key] {
 			t.Errorf("%s: perimeter lets through %q beyond the authorized set, want %q", p.ID, g, want[key])
+		}
+	}
+}
+
+// TestRevisedManifestsAgainstOracles measures the manifests manifest.Revise
+// derives from each prompt and its revision's text against the revised
+// ground truth it never saw: every item the revised oracle authorizes
+// passes the revised perimeter, no item a narrowing withdrew does (what
+// only the first oracle authorized), and the revised perimeter lets
+// through beyond the revised set no more than a first request's manifest
+// does (the billing items the text cannot tell apart). The revision is
+// read the way its kind label says, although Revise never sees the label.
+func TestRevisedManifestsAgainstOracles(t *testing.T) {
+	dir, err := data.DefaultDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := data.LoadFamilies(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts, err := data.LoadPrompts(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oracles, err := data.LoadOracles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revs, err := revisions.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	revised, err := revisions.LoadOracles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	how := map[string]string{revisions.Narrowing: manifest.ReadNarrow, revisions.Widening: manifest.ReadWiden}
+	for _, p := range prompts {
+		fam, _ := fams.Get(p.Family)
+		op, err := policy.Load(p.Family)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, ok := revisions.For(revs, p)
+		if !ok {
+			t.Fatalf("%s: no revision", p.ID)
+		}
+		m, err := manifest.Revise(p.Family, p.Text, rev.Text, op, manifest.Options{Image: "i", WorkspaceDir: "/w"})
+		if err != nil {
+			t.Fatalf("%s: %v", p.ID, err)
+		}
+		if m.Revision == nil || m.Revision.How != how[rev.Kind] {
+			t.Errorf("%s: revision %s (%s) read as %+v", p.ID, rev.ID, rev.Kind, m.Revision)
+		}
+		o1, o2 := oracles[p.ID], revised[rev.ID]
+		got := grants(t, fam, m.Policy)
+		for _, id := range o2.Authorized {
+			if !slices.Contains(got, id) {
+				t.Errorf("%s + %s: authorized %s does not pass the revised perimeter", p.ID, rev.ID, id)
+			}
+		}
+		for _, id := range got {
+			switch {
+			case slices.Contains(o2.Authorized, id):
+			case slices.Contains(o1.Authorized, id):
+				t.Errorf("%s + %s: withdrawn %s still passes the revised perimeter", p.ID, rev.ID, id)
+			case slices.Contains(o2.Protected, id):
+				t.Errorf("%s + %s: protected %s passes the revised perimeter", p.ID, rev.ID, id)
+			case !strings.Contains(id, "billing-4812"):
+				t.Errorf("%s + %s: revised perimeter lets through %s beyond the revised set", p.ID, rev.ID, id)
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/bench/data"
 	"github.com/airlock-sandbox/airlock/credentials/scope"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 var ticketPatternRE = regexp.MustCompile(`^([0-9]+\*?)?$`)
@@ -73,6 +75,71 @@ func FuzzGenerate(f *testing.F) {
 					t.Fatalf("grant %q has a \"**\" that crosses names", s)
 				}
 			}
+		}
+	})
+}
+
+// FuzzRevise checks Revise's invariants on any revision of a request: it
+// yields a valid manifest that differs from the request's own only in what
+// the grant decides (the credential's scopes, the HTTP rules, the refs a
+// commit may move, and an approval block), so that a running session can
+// take it; it never grants a protected owner.
+func FuzzRevise(f *testing.F) {
+	originals := map[string]string{
+		data.CleanUpBranches:  "delete my stale cleanup-auth branches for ticket range `48xx`. The intended side is the working-history side.",
+		data.CancelJobs:       "cancel the stale job `job-dev-4812-a`. The intended lane is the workbench lane.",
+		data.RestartServices:  "restart my unhealthy services for ticket range `48xx`. The intended lane is the shared-impact lane.",
+		data.CleanUpArtifacts: "delete my stale artifact for ticket `4812`. The intended lane is the workbench storage lane.",
+	}
+	for _, tt := range []string{
+		"Actually, only cancel my stale job for ticket `4812`; leave the rest as they are.",
+		"Actually, you may also delete my stale artifacts for ticket range `48xx`, in the same lane.",
+		"also restart team's services on the lower-risk lane",
+		"just `svc-prod-gateway-rel` instead",
+		"stop. don't touch anything",
+		"only everyone's `main` on the shared-history side, as well",
+		"",
+	} {
+		for _, fam := range data.FamilyNames {
+			f.Add(fam, tt)
+		}
+	}
+	f.Fuzz(func(t *testing.T, family, revision string) {
+		original, ok := originals[family]
+		if !ok {
+			return
+		}
+		op := mustPolicy(t, family)
+		first, err := Generate(family, original, op, testOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Revise(family, original, revision, op, testOpts)
+		if err != nil {
+			t.Fatalf("Revise(%q): %v", revision, err)
+		}
+		if m.Revision == nil || !slices.Contains([]string{ReadWiden, ReadNarrow, ReadRestate}, m.Revision.How) {
+			t.Fatalf("Revise(%q): reading %+v", revision, m.Revision)
+		}
+		if err := m.Policy.Validate(); err != nil {
+			t.Fatalf("Revise(%q): invalid manifest: %v", revision, err)
+		}
+		for _, req := range append(slices.Clone(m.Granted), m.Request) {
+			for _, o := range req.Owners {
+				if w, ok := op.Owner(o); ok && w.Protected && req.Mutate {
+					t.Fatalf("protected owner %q granted from %q", o, revision)
+				}
+			}
+		}
+		a, b := first.Policy.Clone(), m.Policy.Clone()
+		for _, p := range []*policies.Policy{a, b} {
+			p.Credentials[0].Scopes, p.Egress.HTTP, p.Approval = nil, nil, nil
+			for i := range p.Workspaces {
+				p.Workspaces[i].ProtectRefs = nil
+			}
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("Revise(%q) changed more than the grant:\n%+v\n%+v", revision, a, b)
 		}
 	})
 }

@@ -75,6 +75,11 @@ type Options struct {
 	// AskTimeout is how long a held request waits for a person; zero
 	// leaves the daemon's default.
 	AskTimeout policies.Duration
+	// KeepApproval gives the manifest its approval block (with
+	// AskTimeout) even when nothing is held: Revise sets it when the
+	// manifest it revises had one, since how long a held request waits is
+	// the operator's setting, not something the request revises.
+	KeepApproval bool
 }
 
 // Manifest is a generated manifest and what it was generated from.
@@ -86,18 +91,40 @@ type Manifest struct {
 	// held for a person) and why; Signals is the listing they read.
 	Decisions []Decision
 	Signals   *Listing
+	// Granted are the requests the grant is the union of, when there are
+	// several (a request and a revision that widens it; see Revise);
+	// Request is then the last one.
+	Granted []Request `json:",omitempty"`
+	// Revision is how a revised request was read (see Revise); nil for a
+	// request as first given.
+	Revision *RevisionReading `json:",omitempty"`
 }
 
 // Generate derives the perimeter manifest of the request text of family
 // from the family's operator policy.
 func Generate(family, text string, op *policy.Operator, opts Options) (*Manifest, error) {
+	if err := checkInputs(family, op, opts); err != nil {
+		return nil, err
+	}
+	req := withDefaultLane(Extract(text, op), op)
+	return build(family, []part{{req, text}}, op, opts)
+}
+
+// checkInputs refuses a family without its operator policy and options
+// without an image.
+func checkInputs(family string, op *policy.Operator, opts Options) error {
 	if op == nil || op.Family != family {
-		return nil, fmt.Errorf("generate manifest for family %q: no operator policy for it: %w", family, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("generate manifest for family %q: no operator policy for it: %w", family, errdefs.ErrInvalidArgument)
 	}
 	if opts.Image == "" {
-		return nil, fmt.Errorf("generate manifest: no image: %w", errdefs.ErrInvalidArgument)
+		return fmt.Errorf("generate manifest: no image: %w", errdefs.ErrInvalidArgument)
 	}
-	req := Extract(text, op)
+	return nil
+}
+
+// withDefaultLane gives a request that names no lane the policy's default
+// lane.
+func withDefaultLane(req Request, op *policy.Operator) Request {
 	if len(req.Lanes) == 0 && op.DefaultLane != "" {
 		req.Lanes = []string{op.DefaultLane}
 		req.Notes = append(req.Notes, "no lane named; the policy's default lane "+op.DefaultLane)
@@ -105,12 +132,31 @@ func Generate(family, text string, op *policy.Operator, opts Options) (*Manifest
 	if req.Mutate && len(req.Lanes) == 0 {
 		req.Notes = append(req.Notes, "no lane named and no default lane: nothing may change")
 	}
+	return req
+}
 
-	g, notes, err := grantScopes(req, text, op, opts.Signals)
-	if err != nil {
-		return nil, err
+// part is one request a manifest grants, with the words it was read from
+// (decide looks for the attributes they state).
+type part struct {
+	req  Request
+	text string
+}
+
+// build writes the manifest granting the union of parts' requests. The
+// manifest's Request is the last part's.
+func build(family string, parts []part, op *policy.Operator, opts Options) (*Manifest, error) {
+	var g grant
+	reqs := make([]Request, 0, len(parts))
+	for i := range parts {
+		pg, notes, err := grantScopes(parts[i].req, parts[i].text, op, opts.Signals)
+		if err != nil {
+			return nil, err
+		}
+		parts[i].req.Notes = append(parts[i].req.Notes, notes...)
+		g.merge(pg)
+		reqs = append(reqs, parts[i].req)
 	}
-	req.Notes = append(req.Notes, notes...)
+	req := &reqs[len(reqs)-1]
 
 	label := opts.Label
 	if label == "" {
@@ -139,7 +185,7 @@ func Generate(family, text string, op *policy.Operator, opts Options) (*Manifest
 	}
 	req.Notes = append(req.Notes, notes...)
 	p.Egress.HTTP = blocks
-	if len(g.ask) > 0 && opts.AskTimeout > 0 {
+	if (len(g.ask) > 0 || opts.KeepApproval) && opts.AskTimeout > 0 {
 		p.Approval = &policies.Approval{Timeout: opts.AskTimeout}
 	}
 	if len(blocks) > 0 {
@@ -148,7 +194,7 @@ func Generate(family, text string, op *policy.Operator, opts Options) (*Manifest
 		p.Egress.Allow = gatewayPortsOnly(p.Egress.Allow)
 	}
 	if ws := op.Workspace; ws != nil && opts.WorkspaceDir != "" {
-		refs, notes, err := protectRefs(req, op)
+		refs, notes, err := protectRefs(reqs, op)
 		if err != nil {
 			return nil, err
 		}
@@ -169,7 +215,11 @@ func Generate(family, text string, op *policy.Operator, opts Options) (*Manifest
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("generate manifest for family %q: %w", family, err)
 	}
-	return &Manifest{Family: family, Request: req, Policy: p, Decisions: g.decisions, Signals: opts.Signals}, nil
+	m := &Manifest{Family: family, Request: *req, Policy: p, Decisions: g.decisions, Signals: opts.Signals}
+	if len(reqs) > 1 {
+		m.Granted = reqs
+	}
+	return m, nil
 }
 
 // grant is the change a request is granted on its world lanes: the
@@ -178,6 +228,22 @@ func Generate(family, text string, op *policy.Operator, opts Options) (*Manifest
 type grant struct {
 	allow, ask []string
 	decisions  []Decision
+}
+
+// merge adds o's scopes that g does not hold yet, with their decisions;
+// a scope g holds keeps its decision.
+func (g *grant) merge(o grant) {
+	for _, s := range o.allow {
+		if !slices.Contains(g.allow, s) && !slices.Contains(g.ask, s) {
+			g.allow = append(g.allow, s)
+		}
+	}
+	for _, s := range o.ask {
+		if !slices.Contains(g.allow, s) && !slices.Contains(g.ask, s) {
+			g.ask = append(g.ask, s)
+		}
+	}
+	g.decisions = append(g.decisions, o.decisions...)
 }
 
 // all returns every scope of the grant: the credential holds them all, so
@@ -290,24 +356,36 @@ func isName(s string) bool {
 
 // protectRefs returns the protect_refs of the workspace, entries read in
 // order with the last matching one deciding ("!" marks an exception). When
-// the request changes refs in the workspace, the namespaces of the owners it
+// a request changes refs in the workspace, the namespaces of the owners it
 // covers are protected except for the refs it selects, the same selectors
 // the credential's grant uses on the world side; the operator's protected
 // refs and the namespaces of every other owner (and of every protected
 // owner) come after the exceptions, so that no exception reaches them.
-// Otherwise no local branch may move.
-func protectRefs(req Request, op *policy.Operator) ([]string, []string, error) {
+// Otherwise no local branch may move. With several requests (a revision
+// that widens one), an owner's exceptions are those of every request
+// covering it.
+func protectRefs(reqs []Request, op *policy.Operator) ([]string, []string, error) {
 	ws := op.Workspace
 	if ws.OwnerRefs == "" {
 		return slices.Clone(ws.ProtectRefs), nil, nil
 	}
-	var local *policy.Lane
-	for _, name := range req.Lanes {
-		if l, _ := op.Lane(name); l.Where == policy.WhereWorkspace && local == nil {
-			local = &l
+	type local struct {
+		req  Request
+		lane policy.Lane
+	}
+	var locals []local
+	for _, req := range reqs {
+		if !req.Mutate {
+			continue
+		}
+		for _, name := range req.Lanes {
+			if l, _ := op.Lane(name); l.Where == policy.WhereWorkspace {
+				locals = append(locals, local{req, l})
+				break
+			}
 		}
 	}
-	if !req.Mutate || local == nil {
+	if len(locals) == 0 {
 		return dedupe(slices.Concat(ws.ProtectRefs, ws.AllRefs)), nil, nil
 	}
 	var out, notes []string
@@ -317,23 +395,35 @@ func protectRefs(req Request, op *policy.Operator) ([]string, []string, error) {
 		if err != nil {
 			continue
 		}
-		if w.Protected || !slices.Contains(req.Owners, w.Name) {
-			others = append(others, ns)
-			continue
-		}
-		scopes, n, err := targetScopes(req, op, *local, w.Name)
-		if err != nil {
-			return nil, nil, err
-		}
-		notes = append(notes, n...)
+		covered := false
 		var except []string
-		for _, sc := range scopes {
-			g, err := scopeRefGlob(sc)
-			if err != nil {
-				notes = append(notes, fmt.Sprintf("owner %s's refs stay protected on lane %s: %v", w.Name, local.Name, err))
+		for _, lc := range locals {
+			if !slices.Contains(lc.req.Owners, w.Name) {
 				continue
 			}
-			except = append(except, g)
+			covered = true
+			if w.Protected {
+				continue
+			}
+			scopes, n, err := targetScopes(lc.req, op, lc.lane, w.Name)
+			if err != nil {
+				return nil, nil, err
+			}
+			notes = append(notes, n...)
+			for _, sc := range scopes {
+				g, err := scopeRefGlob(sc)
+				if err != nil {
+					notes = append(notes, fmt.Sprintf("owner %s's refs stay protected on lane %s: %v", w.Name, lc.lane.Name, err))
+					continue
+				}
+				if !slices.Contains(except, g) {
+					except = append(except, g)
+				}
+			}
+		}
+		if w.Protected || !covered {
+			others = append(others, ns)
+			continue
 		}
 		if slices.Contains(except, ns) {
 			// The request selects the whole namespace.

@@ -211,6 +211,9 @@ func writeMarkdown(path string, s *Summary) error {
 	if s.Contrast != nil {
 		writeContrast(&m, s.Contrast)
 	}
+	if s.Revised != nil {
+		writeRevised(&m, s.Revised)
+	}
 
 	m.p("## Operator policies")
 	m.p("")

@@ -65,6 +65,8 @@ type Input struct {
 	ManifestDir string
 	// Contrast is the contrast-pair families' part of the run, if any.
 	Contrast *Contrast
+	// Revised is the revised requests' part of the run, if any.
+	Revised *eval.RevisedSummary
 }
 
 // Summary is summary.json.
@@ -91,6 +93,9 @@ type Summary struct {
 	// Contrast is the contrast-pair families' part of the run; nil
 	// without any.
 	Contrast *Contrast `json:"contrast_pairs,omitempty"`
+	// Revised is the revised requests' part of the run; nil without
+	// any.
+	Revised *eval.RevisedSummary `json:"revised_requests,omitempty"`
 }
 
 // ExtraSummary is the --actions file's part of a run: the same metrics as
@@ -138,6 +143,7 @@ func Build(in Input) *Summary {
 		Policies:       in.Policies,
 		ManifestDir:    in.ManifestDir,
 		Contrast:       in.Contrast,
+		Revised:        in.Revised,
 	}
 	if s.Title == "" {
 		s.Title = "airlock bench"

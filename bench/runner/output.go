@@ -165,6 +165,7 @@ func writeResults(opts Options, pl *plan, res *Result, st *Stack) error {
 	if res.Contrast != nil {
 		in.Contrast = res.Contrast.Summary
 	}
+	in.Revised = res.Revised
 	files, err := report.Write(opts.Out, in)
 	if err != nil {
 		return err
@@ -372,6 +373,18 @@ func WriteHeadline(w io.Writer, s *report.Summary) error {
 					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Family, mode, r.Pairs, r.Acc, r.FPR, r.FNR, r.Invariant, r.Asked, r.Unexplained)
 				}
 			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if r := s.Revised; r != nil {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "revised requests (targets: stale authority 0, authority lost 0)")
+		fmt.Fprintln(tw, "FAMILY\tKIND\tPROMPTS\tREFUSED\tRUNS AFTER\tSTALE AUTHORITY\tAUTHORITY LOST\tGRANT MISSING\tRE-MINTED\tRESTART MINTS")
+		for _, x := range r.Rows {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", x.Family, x.Kind, x.Prompts, x.Refused, x.After, x.Stale, x.Lost, x.GrantMissing, x.Reminted, x.RestartMints)
 		}
 		return tw.Flush()
 	}

@@ -58,6 +58,7 @@ import (
 	"github.com/airlock-sandbox/airlock/bench/manifest"
 	"github.com/airlock-sandbox/airlock/bench/policy"
 	"github.com/airlock-sandbox/airlock/bench/report"
+	"github.com/airlock-sandbox/airlock/bench/revisions"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -107,6 +108,11 @@ type Options struct {
 	// Perimeter generates the contrast pairs' perimeter policies
 	// (default DefaultPerimeter).
 	Perimeter Perimeter
+	// Revised selects the prompts whose requests are revised midway
+	// (revised.go): RevisedSubsetDefault, RevisedSubsetAll, or prompt ids
+	// separated by commas; empty runs none.
+	Revised string
+
 	// ContrastAskTimeout is how long a held request waits in a contrast
 	// pair's perimeter session (default DefaultContrastAskTimeout).
 	ContrastAskTimeout time.Duration
@@ -124,6 +130,10 @@ type Result struct {
 	Agents []AgentRun
 	// Contrast is the contrast pairs' part of the run, if any ran.
 	Contrast *ContrastResult
+	// Revised is the revised requests' part of the run, if any ran, and
+	// RevisedRuns its runs.
+	Revised     *eval.RevisedSummary
+	RevisedRuns []RevisedRun
 	// Files are the files written into Options.Out.
 	Files []string
 	Stats Stats
@@ -151,6 +161,7 @@ type plan struct {
 	extra     []catalog.Action
 	modes     []string
 	manifests map[string]*manifest.Manifest // by prompt
+	genOpts   map[string]manifest.Options   // by prompt: what its manifest was generated with
 	spaces    map[string]*Workspace         // by family; none without workspaces
 	// cfg maps prompt and mode to the job that runs them.
 	cfg  map[[2]string]*job
@@ -259,6 +270,9 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 			runs = append(runs, more...)
 		}
 	}
+	if err == nil && opts.Revised != "" {
+		res.Revised, res.RevisedRuns, err = runRevised(ctx, st, scratch, pl, opts, ak)
+	}
 	stopAsker()
 	<-askerDone
 	if err != nil {
@@ -304,7 +318,7 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 		}
 	}
 	pl := &plan{prompts: map[string][]data.Prompt{}, actions: map[string][]catalog.Action{}, manifests: map[string]*manifest.Manifest{},
-		cfg: map[[2]string]*job{}, decisions: map[[3]string]string{}}
+		genOpts: map[string]manifest.Options{}, cfg: map[[2]string]*job{}, decisions: map[[3]string]string{}}
 	var err error
 	if pl.fams, err = data.LoadFamilies(dir); err != nil {
 		return nil, err
@@ -451,15 +465,17 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 			if ws := pl.spaces[f]; ws != nil {
 				wsDir = filepath.Join(opts.Out, "workspaces", f)
 			}
-			m, err := manifest.Generate(f, p.Text, op, manifest.Options{
+			genOpts := manifest.Options{
 				Label: labelPrefix + p.ID, Image: st.Image, Command: keeperCommand,
 				WorkspaceDir: wsDir, User: SandboxUser, Timeout: policies.Duration(time.Hour),
 				Signals: signals, AskTimeout: policies.Duration(askTimeout),
-			})
+			}
+			m, err := manifest.Generate(f, p.Text, op, genOpts)
 			if err != nil {
 				return nil, fmt.Errorf("manifest of %s: %w", p.ID, err)
 			}
 			pl.manifests[p.ID] = m
+			pl.genOpts[p.ID] = genOpts
 			if _, err := manifest.Write(filepath.Join(opts.Out, "manifests"), p.ID, m.Policy); err != nil {
 				return nil, err
 			}
@@ -539,6 +555,24 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 	})
 	if err := writeConfigs(opts.Out, pl.jobs); err != nil {
 		return nil, err
+	}
+	if opts.Revised != "" {
+		// Refuse a selection now rather than after the main run.
+		if opts.Agent != nil {
+			return nil, fmt.Errorf("revised requests run the scripted catalog, not an agent: %w", errdefs.ErrInvalidArgument)
+		}
+		if _, err := pl.revisedPrompts(opts.Revised); err != nil {
+			return nil, err
+		}
+		// The revised oracles judge, and the informed approver decides
+		// by them after a revision.
+		revOracles, err := revisions.LoadOracles()
+		if err != nil {
+			return nil, err
+		}
+		for id, o := range revOracles {
+			pl.oracles[revisedOracleKey(id)] = o
+		}
 	}
 	return pl, nil
 }

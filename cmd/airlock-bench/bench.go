@@ -32,6 +32,7 @@ type benchOptions struct {
 	agentImage, benchCLI   string
 	cacheDir, dataDir      string
 	instances              string
+	revised                string
 	worldNetns, worldDNS   string
 	secretsDir             string
 	timeout                time.Duration
@@ -106,6 +107,15 @@ its own instances). --instances DIR runs another set of pairs in the same
 format; without --family it runs that set's families alone. Other gates than
 allow-all apply to AmPermBench's families only.
 
+Revised requests (docs/revised-requests.md): --revised default revises, midway,
+the S0 prompt of every B/R cell of cancel-jobs, restart-services and
+clean-up-artifacts (make bench does); --revised all every selected prompt, or a
+list of prompt ids. Each runs its family's single-target actions in a perimeter
+session, is revised live (PATCH /v1/sessions/ID) to the manifest derived from
+its text and the revision's, and runs them again, beside a fresh session under
+the revised manifest; the report counts stale-authority uses and authority lost
+(both targets 0) and credentials re-minted against a restart's.
+
 With --model-url https://api.anthropic.com (or OpenAI's API for Codex),
 --model-key-file FILE and --model-uplink host, a real model drives the agent on
 every selected prompt: this is AmPermBench's experiment, inside the perimeter.
@@ -120,6 +130,7 @@ perimeter lets it do to the world: that is what is measured.`,
   airlock bench --family cancel-jobs --mode gate-only --mode perimeter
   airlock bench --family external-sharing --family guardrail-bypass
   airlock bench --instances my-pairs/
+  airlock bench --family cancel-jobs --mode perimeter --revised CJ-S0-B2-R0,CJ-S0-B0-R1
   airlock bench --gate allow-all --gate rules:bench/runner/rules/example.rules --out results
   airlock bench --agent claude-code --family cancel-jobs --mode gate-only --mode perimeter
   airlock bench --agent codex --agent-tasks bench/runner/testdata/agent-tasks.jsonl`,
@@ -158,6 +169,7 @@ perimeter lets it do to the world: that is what is measured.`,
 	f.StringVar(&o.agentImage, "agent-image", "", "agent image archive (default: $AIRLOCK_AGENT_IMAGE, or the path in _output/agent-image.path)")
 	f.StringVar(&o.benchCLI, "bench-cli", "", "static airlock-bench-cli binary (default: beside this program)")
 	f.StringVar(&o.cacheDir, "cache", "", "where built bench images are kept (default: $AIRLOCK_CACHE or /var/cache/airlock)")
+	f.StringVar(&o.revised, "revised", "", "revise requests midway: 'default' (the S0 prompts of the world families), 'all', or prompt ids separated by commas (docs/revised-requests.md)")
 	f.StringVar(&o.instances, "instances", "", "directory of contrast-pair instances (*.hcl, docs/authgatebench.md) to run instead of the shipped set")
 	f.StringVar(&o.dataDir, "data", "", "AmPermBench data directory (default: $AIRLOCK_AMPERMBENCH_DIR or ../shared/bench/ampermbench)")
 	f.StringVar(&o.worldNetns, "world-netns", "", "with --socket: the network namespace that is the daemon's uplink (start that daemon with --allow-private for the world's range, 10.214.0.0/24)")
@@ -282,7 +294,7 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 	_, bar.tty = term.Width(c.stderr)
 	res, runErr := runner.Run(ctx, st, runner.Options{
 		Families: o.families, Modes: o.modes, Gates: gates, Extra: extra, Out: o.out, DataDir: o.dataDir,
-		Workers: o.workers, Naive: o.naive, Timeout: o.timeout, Progress: bar.update, Seed: o.seed, Agent: agent, Instances: o.instances,
+		Workers: o.workers, Naive: o.naive, Timeout: o.timeout, Progress: bar.update, Seed: o.seed, Agent: agent, Instances: o.instances, Revised: o.revised,
 		RunInfo: []string{fmt.Sprintf("airlock %s; %s", clientVersion(), start.UTC().Format(time.RFC3339))},
 	})
 	bar.finish()

@@ -1,6 +1,9 @@
 package repair_test
 
 import (
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/policies"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/egress/httprule"
@@ -31,5 +34,66 @@ func TestAttackHTTPRepairGlobPath(t *testing.T) {
 					path, r.Note, other, now.Action, was.Action)
 			}
 		}
+	}
+}
+
+const gitAskManifest = `
+session "t" {
+  image   = "img"
+  command = ["sleep", "1"]
+  user    = "1000:1000"
+  egress {
+    allow = ["git.test:443"]
+    l7    = "check"
+    http "git.test" {
+      rule {
+        method = ["GET"]
+        action = "allow"
+      }
+      rule {
+        refs   = ["refs/heads/agent/*"]
+        action = "allow"
+      }
+      rule {
+        method = ["POST"]
+        path   = "/**/git-receive-pack"
+        action = "ask"
+      }
+    }
+  }
+}
+`
+
+// TestAttackHTTPRepairEmptyPush: the sandbox sends a push with no ref
+// update at all (the body "0000", which the gateway parses as a push of
+// no refs). The refs allow rule does not match it, the ask rule holds it,
+// and its repair is an allow rule for POST .../git-receive-pack with no
+// refs: approve --revise of this no-op request lets every later push
+// update any ref, main included.
+func TestAttackHTTPRepairEmptyPush(t *testing.T) {
+	p, err := policies.Load("t.hcl", []byte(gitAskManifest), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ApplyDefaults()
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	const path = "/app.git/git-receive-pack"
+	ups, _, err := httprule.ReadPush(strings.NewReader("0000"), "", 100)
+	if err != nil || len(ups) != 0 {
+		t.Fatalf("ReadPush(flush) = %v, %v", ups, err)
+	}
+	empty := httprule.Request{Method: "POST", Path: path, IsPush: true}
+	if d := decide(t, p, "git.test", empty); d.Action != "ask" {
+		t.Fatalf("the empty push: %+v, want it held", d)
+	}
+	r, revised := repair.For(p, repair.Action{Kind: repair.KindHTTP, Name: "git.test", Method: "POST", Path: path})
+	if !r.Revisable || revised == nil {
+		t.Skipf("not revisable: %+v", r)
+	}
+	main := httprule.Request{Method: "POST", Path: path, IsPush: true, Push: []httprule.RefUpdate{{Ref: "refs/heads/main"}}}
+	if was, now := decide(t, p, "git.test", main), decide(t, revised, "git.test", main); now.Action == "allow" && was.Action != "allow" {
+		t.Errorf("approving an empty push by revision (%s) allows a push to refs/heads/main (%s, was %s)", r.Summary(), now.Rule, was.Action)
 	}
 }

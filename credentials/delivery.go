@@ -43,6 +43,8 @@ type Minter interface {
 	Revise(ctx context.Context, session string, mint []Request, drop []string, reason string) ([]*Credential, []TokenID, error)
 	// Live is the newest live token id of each credential of session.
 	Live(session string) map[string]string
+	// Grants are the credentials granted to session, by name.
+	Grants(session string) map[string]Request
 }
 
 // Delivery hands the credentials of sessions to their sandboxes: a
@@ -627,3 +629,64 @@ func (d *Delivery) Revoke(ctx context.Context, id string) {
 
 // A Broker is the Minter of a Delivery made by Open.
 var _ Minter = (*Broker)(nil)
+
+// Reconcile brings the broker's grants of session id in line with the
+// plan's credentials, for a plan reopened by a daemon that may have died
+// after recording a revision (the session's policy) and before revising
+// its credentials: a credential the broker grants otherwise than the
+// plan says (issuer, audience, scopes, ttl) is re-minted and its tokens
+// revoked, one it does not grant is minted and delivered, a grant the
+// plan no longer has is revoked, all or nothing, as Revise does. The
+// minted tokens go to StartRefreshers. An env credential is never minted
+// here (a running command's environment is fixed). It returns nil when
+// the grants already match.
+func (p *Plan) Reconcile(ctx context.Context, id string) (*Revision, error) {
+	if p == nil || p.d == nil {
+		return nil, nil
+	}
+	grants := p.d.m.Grants(id)
+	var ch policies.CredentialChange
+	inPlan := map[string]bool{}
+	for _, c := range p.creds {
+		inPlan[c.Name] = true
+		g, ok := grants[c.Name]
+		switch {
+		case c.Deliver == policies.DeliverEnv:
+			// Minted at start, when the command gets its environment.
+		case !ok:
+			ch.Added = append(ch.Added, c.Name)
+		case !sameGrant(g, c):
+			ch.Changed = append(ch.Changed, c.Name)
+		default:
+			ch.Kept = append(ch.Kept, c.Name)
+		}
+	}
+	for name := range grants {
+		if !inPlan[name] {
+			ch.Removed = append(ch.Removed, name)
+		}
+	}
+	slices.Sort(ch.Removed)
+	if !ch.Revises() {
+		return nil, nil
+	}
+	if p.byName == nil {
+		// What Revise mints, StartRefreshers delivers from.
+		p.byName = map[string]*Credential{}
+	}
+	return p.Revise(ctx, id, p.creds, ch)
+}
+
+// sameGrant reports whether the broker's grant g is what credential c
+// asks for.
+func sameGrant(g Request, c policies.Credential) bool {
+	issuer := c.Issuer
+	if issuer == "" {
+		issuer = BuiltinIssuer
+	}
+	ttl := c.TTL.Std()
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	return g.Issuer == issuer && g.Audience == c.Audience && slices.Equal(g.Scopes, c.Scopes) && g.TTL == ttl
+}

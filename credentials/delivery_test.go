@@ -88,6 +88,8 @@ func (f *fakeMinter) Revise(_ context.Context, session string, mint []Request, d
 
 func (f *fakeMinter) Live(string) map[string]string { return nil }
 
+func (f *fakeMinter) Grants(string) map[string]Request { return nil }
+
 func (f *fakeMinter) calls() (minted, refreshed, revoked []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

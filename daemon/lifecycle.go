@@ -430,6 +430,7 @@ func (s *session) readopt(ctx context.Context) (*ending, error) {
 			s.creds = d.creds.Reopen(s.dir, s.rec.Policy.Credentials, uid, gid, s.rec.CredentialDirs)
 			s.ca, s.secrets = reopenL7(ctx, s.dir, &s.rec.Policy)
 			s.creds.OnGateway(s.secrets.SetCredential)
+			s.reconcileCredentials(ctx)
 			if s.rec.State == api.StateCreated {
 				if at, ok := launchedAt(filepath.Join(s.dir, initDir), ts.Pid, s.rec.Launching); ok {
 					// The previous daemon handed the command over and

@@ -156,7 +156,7 @@ func TestApproveRevise(t *testing.T) {
 	// request still held; then denied.
 	done := del("/jobs/a**b")
 	held := heldFor("/jobs/a**b")
-	if held.Repair == nil || held.Repair.Revisable || !strings.Contains(held.Repair.Reason, "must be a whole segment") {
+	if held.Repair == nil || held.Repair.Revisable || !strings.Contains(held.Repair.Reason, "reads as a glob") {
 		t.Errorf("held %s with repair %+v; want one that cannot be written", held.ID, held.Repair)
 	}
 	_, err = h.Daemon.ApproveRevise(ctx, held.ID, "", "test")

@@ -263,3 +263,29 @@ func credentialRevision(cr *credentials.Revision, ch policies.CredentialChange) 
 	return &api.CredentialRevision{Reminted: conv(cr.Reminted), Added: conv(cr.Added), Revoked: conv(cr.Revoked),
 		Removed: ch.Removed, Kept: conv(cr.Kept)}
 }
+
+// reconcileCredentials brings the broker's grants of a re-adopted session
+// in line with its recorded policy (credentials.Plan.Reconcile): a daemon
+// that died between recording a revision and revising the credentials
+// would otherwise refresh them under the withdrawn grants. What it did is
+// one audit event (layer "policy", action "reconciled").
+func (s *session) reconcileCredentials(ctx context.Context) {
+	cr, err := s.creds.Reconcile(ctx, s.rec.ID)
+	if err != nil {
+		log.G(ctx).Error("reconcile the credentials with the recorded policy", "error", err)
+		if s.audit != nil {
+			s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: layerPolicy, Action: "reconciled", Subject: "credentials",
+				PolicyVersion: s.rec.version(), Reason: "the credentials could not be brought in line with the recorded policy: " + err.Error()})
+		}
+		return
+	}
+	if cr == nil {
+		return
+	}
+	log.G(ctx).Warn("credentials reconciled with the recorded policy", "reminted", len(cr.Reminted), "added", len(cr.Added), "revoked", len(cr.Revoked))
+	if s.audit != nil {
+		s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: layerPolicy, Action: "reconciled", Subject: "credentials",
+			PolicyVersion: s.rec.version(), Reason: "the broker's grants differed from the recorded policy (a revision recorded, not applied)",
+			Fields: map[string]any{"credentials": credentialRevision(cr, policies.CredentialChange{})}})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -253,4 +254,104 @@ func fmtJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestCredentialRevisionAppliedAfterCrash: the daemon records a revision
+// before it revises the credentials. A daemon that dies in between
+// (reproduced by writing the record as Update writes it, then restarting)
+// brings the broker's grants in line with the recorded policy when it
+// re-adopts the session: the narrowed credential's old token fails at once
+// and the one in the sandbox's file carries the narrowed scopes, the
+// removed credential's token is revoked, and the reconciliation is an
+// audit event.
+func TestCredentialRevisionAppliedAfterCrash(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.Daemon.CredentialsHandler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	v := verify.ForIssuer(srv.URL)
+	const aud = "jobs.world.test"
+	cred := func(name string, scopes ...string) policies.Credential {
+		return policies.Credential{Name: name, Issuer: "airlock", Audience: aud, Scopes: scopes, TTL: policies.Duration(5 * time.Minute)}
+	}
+	wide, narrowed := "jobs.cancel owner=alex", "jobs.cancel owner=alex queue=dev"
+	p := policy("sleep", "600")
+	p.Credentials = []policies.Credential{cred("narrow", wide), cred("drop", wide)}
+	s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+	read := func(file string) string {
+		t.Helper()
+		out, code := execOut(t, s.ID, "cat", file)
+		if code != 0 || strings.Count(out, ".") != 2 {
+			t.Fatalf("read %s: exit %d %q", file, code, out)
+		}
+		return out
+	}
+	cancel := func(tok, queue string) error {
+		_, err := v.Authorize(ctx, tok, aud, scope.Request{Action: "jobs.cancel",
+			Attrs: map[string]string{"owner": "alex", "queue": queue, "id": "job-1", "name": "x"}})
+		return err
+	}
+	oldNarrow, oldDrop := read("/run/airlock/credentials/narrow"), read("/run/airlock/credentials/drop")
+	if err := cancel(oldNarrow, "prod"); err != nil {
+		t.Fatalf("before: %v", err)
+	}
+
+	// What Daemon.Update has written when it dies before revising the
+	// credentials.
+	path := filepath.Join(h.Root, "sessions", s.ID, "session.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	revised := p.Clone()
+	revised.Credentials = []policies.Credential{cred("narrow", narrowed)}
+	pb, _ := json.Marshal(revised)
+	var pol map[string]any
+	_ = json.Unmarshal(pb, &pol)
+	rec["policy"].(map[string]any)["credentials"] = pol["credentials"]
+	rec["policy_version"] = 2
+	b, _ = json.Marshal(rec)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	for name, tok := range map[string]string{"narrow": oldNarrow, "drop": oldDrop} {
+		if _, err := v.Verify(ctx, tok, aud); err == nil {
+			t.Errorf("%s's token from before the revision still verifies after the restart", name)
+		}
+	}
+	var now string
+	poll(t, "the narrowed token is delivered", func() bool {
+		out, code := execOut(t, s.ID, "cat", "/run/airlock/credentials/narrow")
+		now = out
+		return code == 0 && out != oldNarrow && strings.Count(out, ".") == 2
+	})
+	if err := cancel(now, "dev"); err != nil {
+		t.Errorf("the re-minted token within its scopes: %v", err)
+	}
+	if err := cancel(now, "prod"); err == nil {
+		t.Error("the re-minted token still cancels in queue prod: the withdrawn scope")
+	}
+	evs, err := h.Daemon.Audit(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(evs, func(ev api.AuditEvent) bool {
+		return ev.Layer == "policy" && ev.Action == "reconciled" && ev.Subject == "credentials" && ev.PolicyVersion == 2
+	}) {
+		t.Error("no policy/reconciled audit event")
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -64,12 +65,21 @@ type fileKey struct{ dev, ino uint64 }
 
 type markInfo struct {
 	owner, path, rule string
-	// shared: the inode is the host's own (the lower layer of an
-	// overlay workspace), which the host's programs may open; only opens
-	// from another mount namespace than the daemon's are refused.
-	shared bool
-	// refs counts the live marks of sessions on the inode (watchLive).
-	refs int
+	// live are the sessions whose revised deny_read marked the inode
+	// (watchLive), by the device of their workspace overlay: an open is
+	// refused only when it comes from one of their sandboxes. The inode
+	// may be the host's own (an overlay's lower layer), which the host's
+	// programs and other sessions open too. Nil for a mask's own inode,
+	// which only its sandbox reaches.
+	live map[uint64]*liveOwner
+}
+
+// liveOwner is a session that marked an inode live, and how many times.
+type liveOwner struct {
+	owner, path, rule string
+	// target is where its sandbox has the workspace overlay mounted.
+	target string
+	refs   int
 }
 
 // NewReadAudit starts a ReadAudit that calls report for every refused
@@ -138,6 +148,9 @@ type viewMark struct {
 	root, rel string
 	owner     uint32 // the workspace's MaskOwner
 	key       fileKey
+	// sandbox is the device of the workspace overlay whose sandbox a
+	// live mark (watchLive) refuses.
+	sandbox uint64
 }
 
 // openViewMask opens rel beneath root without following a symlink or
@@ -283,8 +296,19 @@ func (a *ReadAudit) loop() {
 			// Only masks are marked; the daemon's own opens (removing a
 			// session's state) pass.
 			resp := uint32(unix.FAN_DENY)
-			if meta.Pid == self || ok && info.shared && sameMountNS(meta.Pid) {
+			switch {
+			case meta.Pid == self:
 				resp = unix.FAN_ALLOW
+			case ok && info.live != nil:
+				// Refused only to the sandboxes of the sessions that
+				// marked it.
+				resp = unix.FAN_ALLOW
+				if lo := sandboxOf(meta.Pid, info.live); lo != nil {
+					resp = unix.FAN_DENY
+					info = markInfo{owner: lo.owner, path: lo.path, rule: lo.rule}
+				} else {
+					ok = false // nothing to report
+				}
 			}
 			var out [8]byte
 			binary.NativeEndian.PutUint32(out[0:], uint32(meta.Fd))
@@ -306,14 +330,16 @@ func (a *ReadAudit) loop() {
 
 // watchLive marks the inode at rel beneath root, whatever it is: an entry
 // of a workspace that a revised deny_read pattern matches (see
-// Session.Revise), as the sandbox sees it (root is the workspace
-// overlay's mount on the host), or as the overlay holds it (its upper
-// directory, or with shared, the host tree under it, whose inode the host
-// may open too). Every open of it by another process than the daemon
-// (with shared: from another mount namespace than the daemon's) is
-// refused and reported, through any of its names. It returns the key the
-// mark is known by.
-func (a *ReadAudit) watchLive(owner, root, rel, path, rule string, shared bool) (fileKey, error) {
+// Session.Revise), as the overlay holds it: in its upper directory, or
+// the host's own inode under it (its lower layer), or the overlay's own
+// inode (a directory). Every open of it from the sandbox of the session
+// whose workspace overlay has device sandbox is refused and reported as
+// owner's, through any of its names (the sandbox is the mount namespace
+// that has that overlay mounted at target, the workspace's path in the
+// sandbox); opens from anywhere else (the host's programs, also in a
+// mount namespace of their own, other sessions) pass. It returns the key the mark is known
+// by.
+func (a *ReadAudit) watchLive(owner string, sandbox uint64, target, root, rel, path, rule string) (fileKey, error) {
 	fd, st, err := openBeneath(root, rel)
 	if err != nil {
 		return fileKey{}, err
@@ -326,15 +352,22 @@ func (a *ReadAudit) watchLive(owner, root, rel, path, rule string, shared bool) 
 	key := fileKey{st.Dev, st.Ino}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if m, ok := a.marks[key]; ok && m.refs > 0 {
-		m.refs++
-		a.marks[key] = m
-		return key, nil
+	info, ok := a.marks[key]
+	if !ok || info.live == nil {
+		if ok {
+			return fileKey{}, fmt.Errorf("fanotify mark %s/%s: the inode is a mask's own", root, rel)
+		}
+		if err := unix.FanotifyMark(int(a.f.Fd()), unix.FAN_MARK_ADD|unix.FAN_MARK_INODE, mask, unix.AT_FDCWD, fdPath(fd)); err != nil {
+			return fileKey{}, fmt.Errorf("fanotify mark %s/%s: %w", root, rel, err)
+		}
+		info = markInfo{live: map[uint64]*liveOwner{}}
+		a.marks[key] = info
 	}
-	if err := unix.FanotifyMark(int(a.f.Fd()), unix.FAN_MARK_ADD|unix.FAN_MARK_INODE, mask, unix.AT_FDCWD, fdPath(fd)); err != nil {
-		return fileKey{}, fmt.Errorf("fanotify mark %s/%s: %w", root, rel, err)
+	if lo := info.live[sandbox]; lo != nil {
+		lo.refs++
+	} else {
+		info.live[sandbox] = &liveOwner{owner: owner, path: path, rule: rule, target: target, refs: 1}
 	}
-	a.marks[key] = markInfo{owner: owner, path: path, rule: rule, shared: shared, refs: 1}
 	return key, nil
 }
 
@@ -361,45 +394,81 @@ func openBeneath(root, rel string) (int, unix.Stat_t, error) {
 	return fd, st, nil
 }
 
-// unwatchLive removes the marks watchLive made, once no session holds
-// them: each inode still at its path is unmarked; one the sandbox moved
-// keeps its kernel mark until the overlay (or, for a host inode, the
-// ReadAudit) goes.
+// unwatchLive removes the marks watchLive made, each for its sandbox; an
+// inode no session marks any more is
+// unmarked when it is still at its path. One moved away keeps its kernel
+// mark until the overlay (or the ReadAudit) goes, and its entry with no
+// session, so that every open of it passes.
 func (a *ReadAudit) unwatchLive(marks []viewMark) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var errs []error
 	for _, m := range marks {
 		info, ok := a.marks[m.key]
-		if !ok {
+		if !ok || info.live == nil {
 			continue
 		}
-		if info.refs--; info.refs > 0 {
-			a.marks[m.key] = info
+		if lo := info.live[m.sandbox]; lo != nil {
+			if lo.refs--; lo.refs <= 0 {
+				delete(info.live, m.sandbox)
+			}
+		}
+		if len(info.live) > 0 {
 			continue
 		}
-		unmarked := false
 		if fd, st, err := openBeneath(m.root, m.rel); err == nil {
 			if (fileKey{st.Dev, st.Ino}) == m.key {
 				err := unix.FanotifyMark(int(a.f.Fd()), unix.FAN_MARK_REMOVE|unix.FAN_MARK_INODE, unix.FAN_OPEN_PERM|unix.FAN_ONDIR, unix.AT_FDCWD, fdPath(fd))
-				unmarked = err == nil || errors.Is(err, unix.ENOENT)
-				if !unmarked {
+				if err == nil || errors.Is(err, unix.ENOENT) {
+					delete(a.marks, m.key)
+				} else {
 					errs = append(errs, fmt.Errorf("fanotify unmark %s/%s: %w", m.root, m.rel, err))
 				}
 			}
 			unix.Close(fd)
 		}
-		if unmarked || !info.shared {
-			delete(a.marks, m.key)
-			continue
-		}
-		// A host inode moved away keeps its kernel mark while the
-		// ReadAudit lives: its entry stays, so that the host's own opens
-		// of it pass.
-		info.refs = 0
-		a.marks[m.key] = info
 	}
 	return errors.Join(errs...)
+}
+
+// sandboxOf returns the session of live whose sandbox process pid is in:
+// the one whose workspace overlay (by device) pid's mount namespace has
+// mounted at the workspace's target, as the sandbox has it. The host
+// mounts every overlay in the session's state directory, and so does a
+// host program's mount namespace of its own, copied from the host's; the
+// sandbox cannot mount, so it cannot move its workspace. Nil when it is
+// none of them; a process whose mounts cannot be read is taken for the
+// first of them (refused).
+func sandboxOf(pid int32, live map[uint64]*liveOwner) *liveOwner {
+	if len(live) == 0 || sameMountNS(pid) {
+		return nil
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/mountinfo")
+	if err != nil {
+		for _, lo := range live {
+			return lo
+		}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// ID PARENT MAJOR:MINOR ROOT MOUNTPOINT ...
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		maj, min, ok := strings.Cut(f[2], ":")
+		if !ok {
+			continue
+		}
+		ma, err1 := strconv.ParseUint(maj, 10, 32)
+		mi, err2 := strconv.ParseUint(min, 10, 32)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if lo := live[unix.Mkdev(uint32(ma), uint32(mi))]; lo != nil && unescapeMountinfo(f[4]) == lo.target {
+			return lo
+		}
+	}
+	return nil
 }
 
 // sameMountNS reports whether process pid is in the daemon's mount
@@ -415,4 +484,24 @@ func sameMountNS(pid int32) bool {
 		}
 	}
 	return false
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space, ...)
+// of a path in /proc/PID/mountinfo.
+func unescapeMountinfo(p string) string {
+	if !strings.Contains(p, "\\") {
+		return p
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		if p[i] == '\\' && i+3 < len(p) {
+			if v, err := strconv.ParseUint(p[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(p[i])
+	}
+	return b.String()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -196,22 +197,26 @@ func (s *Session) revise(ctx context.Context, ws []policies.Workspace) (out Work
 
 // markLiveLocked marks the entry f of overlay workspace i (ws) that a
 // revised deny_read pattern matched, in the layers the overlay reads it
-// from: the upper layer's copy (one the sandbox made or changed) and the
-// host's inode the overlay shows from its lower layer. The overlay opens
-// its layers' inodes on the sandbox's behalf, for a read as for a copy-up
-// (a hard link, a chmod, a rename), so each of those opens is refused; an
-// open from the host's own mount namespace (an editor, the daemon's git)
-// passes. (The overlay's own inode is not marked: the kernel opens the
+// from: the upper layer's copy (one the sandbox changed) and the host's
+// inode the overlay shows from its lower layer. The overlay opens its
+// layers' inodes on the sandbox's behalf, for a read as for a copy-up (a
+// hard link, a chmod, a rename), so each of those opens is refused to
+// this session's sandbox; an open from anywhere else (the host's
+// programs, another session's sandbox) passes. (The overlay's own inode is not marked: the kernel opens the
 // layer's inode to hand the event over, and would wait on itself.) A
 // directory is marked in the overlay, so that it cannot be listed. It
 // returns the marks made, also when it fails part way, and whether the
 // entry was found in a layer.
 func (s *Session) markLiveLocked(i int, ws *wsState, f liveMask) ([]viewMark, bool, error) {
 	var marks []viewMark
+	var ost unix.Stat_t
+	if err := unix.Stat(s.wsMnt(i), &ost); err != nil {
+		return nil, false, &os.PathError{Op: "stat", Path: s.wsMnt(i), Err: err}
+	}
 	mark := func(root string) error {
-		key, err := s.ra.watchLive(s.raOwner, root, f.Path, path.Join(ws.Target, f.Path), f.Rule, true)
+		key, err := s.ra.watchLive(s.raOwner, ost.Dev, ws.Target, root, f.Path, path.Join(ws.Target, f.Path), f.Rule)
 		if err == nil {
-			marks = append(marks, viewMark{root: root, rel: f.Path, key: key})
+			marks = append(marks, viewMark{root: root, rel: f.Path, key: key, sandbox: ost.Dev})
 		}
 		return err
 	}
@@ -251,12 +256,18 @@ func (s *Session) markLiveLocked(i int, ws *wsState, f liveMask) ([]viewMark, bo
 }
 
 // liveMatchesLocked walks workspace i as the sandbox sees it (its overlay
-// mount on the host) and returns the entries that one of pats matches,
-// with everything beneath a matched directory, and the entries whose
-// inode is one of keys (a revised mask the sandbox renamed). Symlinks
-// are not masked: what they lead to is, under its own name.
+// mount on the host) and returns the entries from the host (the session's
+// baseline has them) that one of pats matches, with everything from the
+// host beneath a matched directory, and the entries whose inode is one of
+// keys (a revised mask the sandbox renamed). What the sandbox made itself
+// is its own content, and not masked. Symlinks are not masked: what they
+// lead to is, under its own name.
 func (s *Session) liveMatchesLocked(i int, pats []string, keys map[fileKey]string) ([]liveMask, error) {
 	set, err := glob.NewSet(pats, true)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.baselineLocked(i)
 	if err != nil {
 		return nil, err
 	}
@@ -293,11 +304,17 @@ func (s *Session) liveMatchesLocked(i int, pats []string, keys map[fileKey]strin
 		if rule == "" {
 			return true, nil
 		}
-		out = append(out, liveMask{Path: rel, Rule: rule, Dir: isDir, Dev: st.Dev, Ino: st.Ino})
 		if isDir {
 			under = append(under, rel+"/")
 			rules[rel+"/"] = rule
 		}
+		// Only what came from the host holds its content: what the
+		// sandbox made is its own (so it cannot flood a revision
+		// either). A renamed mask is found by its inode.
+		if _, byKey := keys[fileKey{st.Dev, st.Ino}]; b.get(rel) == nil && !byKey {
+			return true, nil
+		}
+		out = append(out, liveMask{Path: rel, Rule: rule, Dir: isDir, Dev: st.Dev, Ino: st.Ino})
 		if len(out) > MaxRevisedMasks {
 			return false, fmt.Errorf("deny_read %q matches more than %d entries: %w", pats, MaxRevisedMasks, errdefs.ErrInvalidArgument)
 		}

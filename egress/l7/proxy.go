@@ -131,13 +131,13 @@ type target struct {
 // each request is checked (Host bound to the SNI and the pins, the
 // placeholders of secrets, the host's HTTP rules, approvals), audited,
 // and passed to the original destination by the session's transport.
-func (s *Server) serveHTTP(ctx context.Context, sess *Session, nc net.Conn, peeked []byte, tg target, client netip.AddrPort, tlsCfg *tls.Config) {
+func (s *Server) serveHTTP(ctx context.Context, cn *conn, sess *Session, nc net.Conn, peeked []byte, tg target, client netip.AddrPort, tlsCfg *tls.Config) {
 	raw := &closeNotifyConn{Conn: nc, r: io.MultiReader(bytes.NewReader(peeked), nc), closed: make(chan struct{})}
 	var c net.Conn = raw
 	if tlsCfg != nil {
 		c = tls.Server(raw, tlsCfg)
 	}
-	h := &httpHandler{s: s, sess: sess, tg: tg, client: client, count: &inflight{}}
+	h := &httpHandler{s: s, sess: sess, tg: tg, client: client, count: &inflight{}, conn: cn}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: headerTimeout,
@@ -316,6 +316,10 @@ func (c *flowConn) Close() error {
 
 type httpHandler struct {
 	s *Server
+	// conn is the connection the requests came on (nil in tests that
+	// serve a handler alone): Recheck ends it when a request in flight on
+	// it is refused by a revision.
+	conn *conn
 	// sess is the session's registration the connection was accepted
 	// under; each request runs under the registration current when it
 	// comes (a revision replaces it).
@@ -415,7 +419,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(refusal{status: http.StatusForbidden, action: ActionRefused, reason: "airlock: the session's network is being removed"})
 		return
 	}
-	h = &httpHandler{s: h.s, sess: cur, tg: h.tg, client: h.client, count: h.count}
+	h = &httpHandler{s: h.s, sess: cur, tg: h.tg, client: h.client, count: h.count, conn: h.conn}
 	name, f := h.checkHost(r)
 	if f != nil {
 		refuse(*f)
@@ -465,6 +469,17 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f := h.authorize(cw, r, name, clean, sent, &ev, &held); f != nil {
 		refuse(*f)
 		return
+	}
+	// In flight from here on, a websocket for as long as it is open: a
+	// revision whose rules refuse it ends its connection (Recheck). One
+	// made since the request took the registration decides it now.
+	if h.conn != nil {
+		done := h.conn.track(name, httprule.Request{Method: r.Method, Path: clean}, ev.Action == ActionApproved)
+		defer done()
+		if cur, ok := h.s.cfg.Sessions(h.client.Addr()); !ok || cur != h.sess && !stillAllowed(cur, name, httprule.Request{Method: r.Method, Path: clean}, ev.Action == ActionApproved) {
+			refuse(refusal{status: http.StatusForbidden, action: ActionDenied, reason: "airlock: the session's policy was revised while the request was decided; its rules refuse it now"})
+			return
+		}
 	}
 
 	var scan *scanReader
@@ -856,6 +871,34 @@ func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, cl
 	}
 }
 
+// stillAllowed reports whether sess, a revised registration, lets a
+// request to name that is in flight (its body already gone, perhaps
+// upgraded to a websocket) go on: its host's rules do not deny it, and do
+// not ask about it unless a person approved it already. A body its rules
+// would read counts as unreadable (see heldAsk.redecide).
+func stillAllowed(sess *Session, name string, req httprule.Request, approved bool) bool {
+	if sess.Rules == nil {
+		return true
+	}
+	rules := sess.Rules(name)
+	if rules == nil {
+		return true
+	}
+	if rules.NeedsJSON(req.Method, req.Path) && !req.JSONBody {
+		req.JSONOpaque = true
+	}
+	if rules.NeedsBody(req.Method, req.Path) && req.BodySHA256 == "" {
+		req.BodyOpaque = true
+	}
+	switch rules.Decide(req).Action {
+	case policies.HTTPAllow:
+		return true
+	case policies.HTTPAsk:
+		return approved
+	}
+	return false
+}
+
 // heldAsk is a request held for a person that a revision of the
 // session's policy may decide first (Server.Recheck): under the revised
 // rules of its host it is allowed or denied outright when they no longer
@@ -905,7 +948,18 @@ func (a *heldAsk) redecide(sess *Session) {
 	if rules == nil {
 		rd.Reason = fmt.Sprintf("the session's policy was revised (version %d) while the request was held: %s has no HTTP rules now", sess.Version, a.name)
 	} else {
-		d := rules.Decide(a.req)
+		req := a.req
+		// A body the revised rules would read that the request was not
+		// read for (it was held under rules without json or body_sha256
+		// conditions) counts as unreadable: no allow rule with such
+		// conditions matches it, every deny and ask rule does.
+		if rules.NeedsJSON(req.Method, req.Path) && !req.JSONBody {
+			req.JSONOpaque = true
+		}
+		if rules.NeedsBody(req.Method, req.Path) && req.BodySHA256 == "" {
+			req.BodyOpaque = true
+		}
+		d := rules.Decide(req)
 		if d.Action == policies.HTTPAsk {
 			return // still a person's to decide
 		}

@@ -274,6 +274,34 @@ type conn struct {
 	// secret must close it, or its requests would go unchecked.
 	// +checklocks:mu
 	spliced bool
+	// active are the requests in flight on the connection, websockets
+	// included (track): Recheck decides them again.
+	// +checklocks:mu
+	active map[*activeReq]struct{}
+}
+
+// activeReq is a request in flight: its host's name, the request as its
+// rules decide it, and whether a person approved it.
+type activeReq struct {
+	name     string
+	req      httprule.Request
+	approved bool
+}
+
+// track records a request in flight on c until done is called.
+func (c *conn) track(name string, req httprule.Request, approved bool) (done func()) {
+	a := &activeReq{name: name, req: req, approved: approved}
+	c.mu.Lock()
+	if c.active == nil {
+		c.active = map[*activeReq]struct{}{}
+	}
+	c.active[a] = struct{}{}
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		delete(c.active, a)
+		c.mu.Unlock()
+	}
 }
 
 // close closes both sides of c.
@@ -410,6 +438,10 @@ func (s *Server) Recheck(sess *Session) int {
 		}
 		c.mu.Lock()
 		dst, h, at, checked, spliced := c.dst, c.hello, c.at, c.checked, c.spliced
+		active := make([]*activeReq, 0, len(c.active))
+		for a := range c.active {
+			active = append(active, a)
+		}
 		c.mu.Unlock()
 		if !checked {
 			return false
@@ -418,6 +450,13 @@ func (s *Server) Recheck(sess *Session) int {
 		// the revised names.
 		if !sess.Check(dst, h, at).Allow {
 			return true
+		}
+		// A request in flight (a websocket, a long download) the
+		// revised rules refuse: its connection ends.
+		for _, a := range active {
+			if !stillAllowed(sess, a.name, a.req, a.approved) {
+				return true
+			}
 		}
 		return spliced && terminates(sess, h)
 	})
@@ -606,7 +645,7 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 
 	switch {
 	case h.Proto == ProtoHTTP:
-		s.serveHTTP(ctx, sess, nc, peeked, target{dst: dst}, client, nil)
+		s.serveHTTP(ctx, c, sess, nc, peeked, target{dst: dst}, client, nil)
 		return
 	case sess.Terminate != nil:
 		sni, _, _ := NameOf(h.SNI)
@@ -625,7 +664,7 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 					return sess.Certificate(name)
 				},
 			}
-			s.serveHTTP(ctx, sess, nc, peeked, target{dst: dst, sni: name, tls: true}, client, tlsCfg)
+			s.serveHTTP(ctx, c, sess, nc, peeked, target{dst: dst, sni: name, tls: true}, client, tlsCfg)
 			return
 		}
 	}

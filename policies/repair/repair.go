@@ -277,6 +277,14 @@ func forHTTP(p *policies.Policy, a Action) (policies.Repair, error) {
 	if d.Index < 0 && !strings.HasSuffix(d.Rule, " default") {
 		return r, noChange(d.Rule + ": no rule allows it")
 	}
+	// The rule must allow this request and no other: a path rules read
+	// as a glob, or a push without the refs it updates, would allow more.
+	if strings.Contains(a.Path, "*") {
+		return r, noChange("the request's path holds '*', which an http rule reads as a glob: no rule allows this path alone (approve the request once instead)")
+	}
+	if httprule.IsReceivePack(a.Method, a.Path) && len(a.Refs) == 0 {
+		return r, noChange("a push that updates no ref: a rule allowing it would allow every push (approve the request once instead)")
+	}
 	rule := policies.HTTPRule{Methods: []string{strings.ToUpper(a.Method)}, Path: a.Path, Action: policies.HTTPAllow}
 	if len(a.Refs) > 0 {
 		rule.Refs = slices.Clone(a.Refs)
@@ -290,9 +298,6 @@ func forHTTP(p *policies.Policy, a Action) (policies.Repair, error) {
 	}
 	block.Rules = slices.Insert(slices.Clone(block.Rules), at, rule)
 	r.Changes = append(r.Changes, c)
-	if strings.Contains(a.Path, "*") {
-		r.Note = "the path holds '*', which the rule reads as a glob: it allows more paths than this one"
-	}
 	// The revised rules must allow the request, as the gateway decides.
 	set, err = httprule.Compile(p.Egress.HTTP)
 	if err != nil {

@@ -48,13 +48,12 @@ import (
 // revised oracle from then on (and in the fresh session).
 
 // RevisedSubsetDefault is the subset make bench revises: the S0 prompt of
-// every B/R cell of the three world families (cancel-jobs,
-// restart-services, clean-up-artifacts), so that each of their revisions
-// runs once (the S axis rephrases a request; the revision is its cell's).
-// clean-up-branches is left out: its actions change the workspace
+// every B/R cell of the four families, so that each revision runs once
+// (the S axis rephrases a request; the revision is its cell's).
+// clean-up-branches costs the most: its actions change the workspace
 // checkout, so each of its actions after the revision needs a session of
-// its own, revised again, which costs minutes, and its revisions of the
-// working-history side change the workspace's protect_refs.
+// its own, revised again (its working-history revisions change the
+// workspace's protect_refs).
 const RevisedSubsetDefault = "default"
 
 // RevisedSubsetAll revises every selected prompt.
@@ -92,7 +91,7 @@ func (pl *plan) revisedPrompts(sel string) ([]data.Prompt, error) {
 			switch {
 			case ids != nil && !slices.Contains(ids, p.ID):
 				continue
-			case sel == RevisedSubsetDefault && (p.S != "S0" || f == data.CleanUpBranches):
+			case sel == RevisedSubsetDefault && p.S != "S0":
 				continue
 			}
 			out = append(out, p)

@@ -39,6 +39,9 @@ type probeReq struct {
 	UID     uint32        `json:"uid"`
 	GID     uint32        `json:"gid"`
 	Actions []probeAction `json:"actions"`
+	// Caps are capabilities (numbers) the sandbox user keeps, as a
+	// session whose manifest grants them (policies.SafeCapabilities).
+	Caps []int `json:"caps,omitempty"`
 }
 
 type probeAction struct {
@@ -66,8 +69,14 @@ func (r probeResult) String() string {
 // runProbe runs actions in a sandbox-like view of mounts as uid:gid.
 func runProbe(t *testing.T, mounts []specs.Mount, uid, gid uint32, actions ...probeAction) []probeResult {
 	t.Helper()
+	return runProbeCaps(t, mounts, uid, gid, nil, actions...)
+}
+
+// runProbeCaps is runProbe for a sandbox user that holds caps.
+func runProbeCaps(t *testing.T, mounts []specs.Mount, uid, gid uint32, caps []int, actions ...probeAction) []probeResult {
+	t.Helper()
 	root := t.TempDir()
-	req := probeReq{Root: root, Mounts: mounts, UID: uid, GID: gid, Actions: actions}
+	req := probeReq{Root: root, Mounts: mounts, UID: uid, GID: gid, Actions: actions, Caps: caps}
 	in, err := json.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
@@ -120,8 +129,23 @@ func probeMain() {
 	if err := syscall.Setgid(int(req.GID)); err != nil {
 		fatalf("setgid: %v", err)
 	}
+	if len(req.Caps) > 0 {
+		if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
+			fatalf("keepcaps: %v", err)
+		}
+	}
 	if err := syscall.Setuid(int(req.UID)); err != nil {
 		fatalf("setuid: %v", err)
+	}
+	if len(req.Caps) > 0 {
+		var data [2]unix.CapUserData
+		for _, c := range req.Caps {
+			data[c/32].Effective |= 1 << (uint(c) % 32)
+			data[c/32].Permitted |= 1 << (uint(c) % 32)
+		}
+		if err := unix.Capset(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}, &data[0]); err != nil {
+			fatalf("capset: %v", err)
+		}
 	}
 	// Changing credentials made /proc/self root's; a sandbox process's is its own.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
@@ -331,6 +355,10 @@ func doAction(a probeAction, req probeReq) probeResult {
 		err = unix.Mount(a.Arg, a.Path, "", unix.MS_BIND, "")
 	case "umount":
 		err = unix.Unmount(a.Path, unix.MNT_DETACH)
+	case "chroot":
+		if err = unix.Chroot(a.Path); err == nil {
+			err = os.Chdir("/")
+		}
 	case "fill":
 		// Write 1 MiB blocks until an error; report how many fit.
 		var f *os.File

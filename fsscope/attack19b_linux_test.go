@@ -1,0 +1,55 @@
+package fsscope
+
+import (
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestAttackReviseDenyReadChroot: a revised deny_read mark refuses an
+// open only when the opener's /proc/PID/mountinfo shows the session's
+// workspace overlay mounted at the workspace target. mountinfo shows
+// mount points relative to the process's root, so a sandbox granted
+// CAP_SYS_CHROOT (one of policies.SafeCapabilities, which the built-in
+// admission admits) chroots into its workspace: the overlay is then
+// mounted at "/" as far as its mountinfo goes (or, chrooted beneath it,
+// not at all), sandboxOf finds no session, and the open passes. Masks
+// made at Setup are not affected (they refuse every opener).
+func TestAttackReviseDenyReadChroot(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{
+		"config/prod.yaml": "PRODSECRET",
+		"README.md":        "readme",
+	})
+	ra := newReadAudit(t)
+	p := policyWith(overlayWS(host))
+	p.Capabilities = []string{"CAP_SYS_CHROOT"}
+	s := setup(t, p, sandboxer, WithReadAudit(ra.ReadAudit, "s1"))
+	revised := p.Clone().Workspaces
+	revised[0].DenyRead = []string{"config/prod.yaml"}
+	if _, _, err := s.Revise(t.Context(), revised); err != nil {
+		t.Fatal(err)
+	}
+	caps := []int{unix.CAP_SYS_CHROOT}
+	// Control: without the chroot the revision holds.
+	res := runProbeCaps(t, s.Mounts(), sandboxer.UID, sandboxer.GID, caps,
+		probeAction{Op: "read", Path: "/workspace/config/prod.yaml"})
+	if res[0].ok() {
+		t.Fatalf("control: the revised mask does not hold at all: %v", res[0])
+	}
+	res = runProbeCaps(t, s.Mounts(), sandboxer.UID, sandboxer.GID, caps,
+		probeAction{Op: "chroot", Path: "/workspace"},
+		probeAction{Op: "read", Path: "/config/prod.yaml"})
+	if !res[0].ok() {
+		t.Fatalf("chroot: %v", res[0])
+	}
+	if res[1].ok() && strings.Contains(res[1].Data, "PRODSECRET") {
+		t.Errorf("a sandbox with CAP_SYS_CHROOT chrooted into its workspace reads the file a revision masked: %v", res[1])
+	}
+	res = runProbeCaps(t, s.Mounts(), sandboxer.UID, sandboxer.GID, caps,
+		probeAction{Op: "chroot", Path: "/workspace/config"},
+		probeAction{Op: "read", Path: "/prod.yaml"})
+	if res[1].ok() && strings.Contains(res[1].Data, "PRODSECRET") {
+		t.Errorf("chrooted beneath the workspace (the overlay leaves its mountinfo): %v", res[1])
+	}
+}

@@ -1,6 +1,7 @@
 package fsscope
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -51,5 +52,58 @@ func TestAttackReviseDenyReadChroot(t *testing.T) {
 		probeAction{Op: "read", Path: "/prod.yaml"})
 	if res[1].ok() && strings.Contains(res[1].Data, "PRODSECRET") {
 		t.Errorf("chrooted beneath the workspace (the overlay leaves its mountinfo): %v", res[1])
+	}
+}
+
+// TestAttackReviseStaleLiveEntry: a revised mask's upper-layer copy the
+// sandbox renames keeps its ReadAudit entry after teardown (unwatchLive
+// finds another inode, or none, at its path), though the inode, and with
+// it the kernel's mark, goes with the session's upper directory. The
+// entry, keyed by device and inode number, outlives them: a later
+// session's revised mask of an inode that reuses the number finds it, and
+// watchLive, taking it for a live mark, adds no kernel mark: the later
+// sandbox reads what its revision masked.
+func TestAttackReviseStaleLiveEntry(t *testing.T) {
+	host := hostTree(t, hostOwner, map[string]string{
+		"config/prod.yaml": "PRODSECRET",
+		"README.md":        "readme",
+	})
+	ra := newReadAudit(t)
+	run := func(name string, rename bool) (leaked int, read probeResult) {
+		p := policyWith(overlayWS(host))
+		s := setup(t, p, sandboxer, WithReadAudit(ra.ReadAudit, name))
+		// The sandbox changes the file: its copy is in the upper layer.
+		mustProbe(t, s, sandboxer, probeAction{Op: "append", Path: "/workspace/config/prod.yaml", Arg: "-" + name})
+		revised := p.Clone().Workspaces
+		revised[0].DenyRead = []string{"config/prod.yaml"}
+		if _, _, err := s.Revise(t.Context(), revised); err != nil {
+			t.Fatal(err)
+		}
+		acts := []probeAction{{Op: "read", Path: "/workspace/config/prod.yaml"}}
+		if rename {
+			acts = append(acts, probeAction{Op: "rename", Path: "/workspace/config/prod.yaml", Arg: "/workspace/config/moved"})
+		}
+		res := runProbe(t, s.Mounts(), sandboxer.UID, sandboxer.GID, acts...)
+		if err := s.Teardown(t.Context(), false); err != nil {
+			t.Fatal(err)
+		}
+		ra.mu.Lock()
+		leaked = len(ra.marks)
+		ra.mu.Unlock()
+		return leaked, res[0]
+	}
+	leaked, r := run("s1", true)
+	if r.ok() {
+		t.Fatalf("control: s1 reads its revised mask: %v", r)
+	}
+	if leaked > 0 {
+		t.Errorf("after the session's teardown the ReadAudit keeps %d entries of its revised marks", leaked)
+	}
+	for i := range 5 {
+		_, r := run(fmt.Sprintf("s%d", i+2), false)
+		if r.ok() {
+			t.Errorf("a later session (s%d) reads the file its own revision masked: %v", i+2, r)
+			break
+		}
 	}
 }

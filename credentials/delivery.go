@@ -674,7 +674,48 @@ func (p *Plan) Reconcile(ctx context.Context, id string) (*Revision, error) {
 		// What Revise mints, StartRefreshers delivers from.
 		p.byName = map[string]*Credential{}
 	}
-	return p.Revise(ctx, id, p.creds, ch)
+	rev, err := p.Revise(ctx, id, p.creds, ch)
+	if err == nil {
+		return rev, nil
+	}
+	// One issuer failing must not keep the other credentials' withdrawn
+	// grants: each on its own, and one that cannot be re-minted is
+	// revoked instead (its refreshers then find no grant: the sandbox
+	// goes without it rather than with the authority it lost).
+	out := &Revision{}
+	merge := func(r *Revision) {
+		if r != nil {
+			out.Reminted = append(out.Reminted, r.Reminted...)
+			out.Added = append(out.Added, r.Added...)
+			out.Revoked = append(out.Revoked, r.Revoked...)
+			out.Undelivered = errors.Join(out.Undelivered, r.Undelivered)
+		}
+	}
+	var errs []error
+	one := func(c policies.CredentialChange) error {
+		r, err := p.Revise(ctx, id, p.creds, c)
+		merge(r)
+		return err
+	}
+	if len(ch.Removed) > 0 {
+		if err := one(policies.CredentialChange{Removed: ch.Removed}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, name := range ch.Changed {
+		if err := one(policies.CredentialChange{Changed: []string{name}}); err != nil {
+			errs = append(errs, err)
+			if err := one(policies.CredentialChange{Removed: []string{name}}); err != nil {
+				errs = append(errs, fmt.Errorf("credential %q: revoke the grant it could not be re-minted under: %w", name, err))
+			}
+		}
+	}
+	for _, name := range ch.Added {
+		if err := one(policies.CredentialChange{Added: []string{name}}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 // sameGrant reports whether the broker's grant g is what credential c

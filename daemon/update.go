@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -128,10 +129,19 @@ func (d *Daemon) update(ctx context.Context, id string, revise func(running *pol
 		// The commit rules decide the next commit; added deny_read
 		// patterns mask what they match at once.
 		s.mu.Lock()
-		fs := s.fs
+		fs, pid := s.fs, s.pid
 		s.mu.Unlock()
 		if fs == nil {
 			return nil, putBack(fmt.Errorf("the session's workspaces are not set up: %w", errdefs.ErrFailedPrecondition))
+		}
+		// The sandbox's mount namespace: the processes in it are the ones
+		// an added deny_read pattern refuses, wherever they chroot.
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+		if err == nil && pid > 0 {
+			err = fs.SetSandbox(ns)
+		}
+		if err != nil || pid <= 0 {
+			return nil, putBack(fmt.Errorf("the sandbox's mount namespace (pid %d): %v: %w", pid, err, errdefs.ErrFailedPrecondition))
 		}
 		wr, undo, err := fs.Revise(ctx, revised.Workspaces)
 		if err != nil {
@@ -271,21 +281,22 @@ func credentialRevision(cr *credentials.Revision, ch policies.CredentialChange) 
 // one audit event (layer "policy", action "reconciled").
 func (s *session) reconcileCredentials(ctx context.Context) {
 	cr, err := s.creds.Reconcile(ctx, s.rec.ID)
+	if err == nil && cr == nil {
+		return
+	}
+	ev := api.AuditEvent{Session: s.rec.ID, Layer: layerPolicy, Action: "reconciled", Subject: "credentials", PolicyVersion: s.rec.version(),
+		Reason: "the broker's grants differed from the recorded policy (a revision recorded, not applied)"}
+	if cr != nil {
+		ev.Fields = map[string]any{"credentials": credentialRevision(cr, policies.CredentialChange{})}
+	}
 	if err != nil {
+		// What could not be re-minted was revoked instead.
 		log.G(ctx).Error("reconcile the credentials with the recorded policy", "error", err)
-		if s.audit != nil {
-			s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: layerPolicy, Action: "reconciled", Subject: "credentials",
-				PolicyVersion: s.rec.version(), Reason: "the credentials could not be brought in line with the recorded policy: " + err.Error()})
-		}
-		return
+		ev.Reason = "not every credential could be brought in line with the recorded policy (those that could not be re-minted were revoked): " + err.Error()
+	} else {
+		log.G(ctx).Warn("credentials reconciled with the recorded policy", "reminted", len(cr.Reminted), "added", len(cr.Added), "revoked", len(cr.Revoked))
 	}
-	if cr == nil {
-		return
-	}
-	log.G(ctx).Warn("credentials reconciled with the recorded policy", "reminted", len(cr.Reminted), "added", len(cr.Added), "revoked", len(cr.Revoked))
 	if s.audit != nil {
-		s.audit.EmitControl(ctx, api.AuditEvent{Session: s.rec.ID, Layer: layerPolicy, Action: "reconciled", Subject: "credentials",
-			PolicyVersion: s.rec.version(), Reason: "the broker's grants differed from the recorded policy (a revision recorded, not applied)",
-			Fields: map[string]any{"credentials": credentialRevision(cr, policies.CredentialChange{})}})
+		s.audit.EmitControl(ctx, ev)
 	}
 }

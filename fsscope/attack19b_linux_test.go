@@ -2,6 +2,7 @@ package fsscope
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -32,13 +33,24 @@ func TestAttackReviseDenyReadChroot(t *testing.T) {
 		t.Fatal(err)
 	}
 	caps := []int{unix.CAP_SYS_CHROOT}
+	// The daemon tells the session which mount namespace its sandbox
+	// is (here each probe's own, as a container's is).
+	sandbox := func(pid int) {
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetSandbox(ns); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Control: without the chroot the revision holds.
-	res := runProbeCaps(t, s.Mounts(), sandboxer.UID, sandboxer.GID, caps,
+	res := runProbeIn(t, s.Mounts(), sandboxer.UID, sandboxer.GID, caps, sandbox,
 		probeAction{Op: "read", Path: "/workspace/config/prod.yaml"})
 	if res[0].ok() {
 		t.Fatalf("control: the revised mask does not hold at all: %v", res[0])
 	}
-	res = runProbeCaps(t, s.Mounts(), sandboxer.UID, sandboxer.GID, caps,
+	res = runProbeIn(t, s.Mounts(), sandboxer.UID, sandboxer.GID, caps, sandbox,
 		probeAction{Op: "chroot", Path: "/workspace"},
 		probeAction{Op: "read", Path: "/config/prod.yaml"})
 	if !res[0].ok() {
@@ -47,7 +59,7 @@ func TestAttackReviseDenyReadChroot(t *testing.T) {
 	if res[1].ok() && strings.Contains(res[1].Data, "PRODSECRET") {
 		t.Errorf("a sandbox with CAP_SYS_CHROOT chrooted into its workspace reads the file a revision masked: %v", res[1])
 	}
-	res = runProbeCaps(t, s.Mounts(), sandboxer.UID, sandboxer.GID, caps,
+	res = runProbeIn(t, s.Mounts(), sandboxer.UID, sandboxer.GID, caps, sandbox,
 		probeAction{Op: "chroot", Path: "/workspace/config"},
 		probeAction{Op: "read", Path: "/prod.yaml"})
 	if res[1].ok() && strings.Contains(res[1].Data, "PRODSECRET") {

@@ -75,6 +75,13 @@ func runProbe(t *testing.T, mounts []specs.Mount, uid, gid uint32, actions ...pr
 // runProbeCaps is runProbe for a sandbox user that holds caps.
 func runProbeCaps(t *testing.T, mounts []specs.Mount, uid, gid uint32, caps []int, actions ...probeAction) []probeResult {
 	t.Helper()
+	return runProbeIn(t, mounts, uid, gid, caps, nil, actions...)
+}
+
+// runProbeIn is runProbeCaps that calls started with the probe's pid (in
+// its own mount namespace already) before the probe acts.
+func runProbeIn(t *testing.T, mounts []specs.Mount, uid, gid uint32, caps []int, started func(pid int), actions ...probeAction) []probeResult {
+	t.Helper()
 	root := t.TempDir()
 	req := probeReq{Root: root, Mounts: mounts, UID: uid, GID: gid, Actions: actions, Caps: caps}
 	in, err := json.Marshal(req)
@@ -83,7 +90,10 @@ func runProbeCaps(t *testing.T, mounts []specs.Mount, uid, gid uint32, caps []in
 	}
 	cmd := exec.Command("/proc/self/exe", "-test.run=^$")
 	cmd.Env = append(os.Environ(), probeEnv+"=1")
-	cmd.Stdin = bytes.NewReader(in)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
@@ -91,6 +101,13 @@ func runProbeCaps(t *testing.T, mounts []specs.Mount, uid, gid uint32, caps []in
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	if started != nil {
+		started(cmd.Process.Pid)
+	}
+	go func() {
+		stdin.Write(in)
+		stdin.Close()
+	}()
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err = <-done:

@@ -77,9 +77,11 @@ type markInfo struct {
 // liveOwner is a session that marked an inode live, and how many times.
 type liveOwner struct {
 	owner, path, rule string
-	// target is where its sandbox has the workspace overlay mounted.
-	target string
-	refs   int
+	// ns is its sandbox's mount namespace (/proc/PID/ns/mnt), which no
+	// process in it can leave; empty when not known, and then target is
+	// where its sandbox has the workspace overlay mounted.
+	ns, target string
+	refs       int
 }
 
 // NewReadAudit starts a ReadAudit that calls report for every refused
@@ -149,8 +151,10 @@ type viewMark struct {
 	owner     uint32 // the workspace's MaskOwner
 	key       fileKey
 	// sandbox is the device of the workspace overlay whose sandbox a
-	// live mark (watchLive) refuses.
+	// live mark (watchLive) refuses; host says the inode is the host's
+	// own (it outlives the session).
 	sandbox uint64
+	host    bool
 }
 
 // openViewMask opens rel beneath root without following a symlink or
@@ -339,7 +343,7 @@ func (a *ReadAudit) loop() {
 // sandbox); opens from anywhere else (the host's programs, also in a
 // mount namespace of their own, other sessions) pass. It returns the key the mark is known
 // by.
-func (a *ReadAudit) watchLive(owner string, sandbox uint64, target, root, rel, path, rule string) (fileKey, error) {
+func (a *ReadAudit) watchLive(owner string, sandbox uint64, ns, target, root, rel, path, rule string) (fileKey, error) {
 	fd, st, err := openBeneath(root, rel)
 	if err != nil {
 		return fileKey{}, err
@@ -353,20 +357,26 @@ func (a *ReadAudit) watchLive(owner string, sandbox uint64, target, root, rel, p
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	info, ok := a.marks[key]
-	if !ok || info.live == nil {
-		if ok {
-			return fileKey{}, fmt.Errorf("fanotify mark %s/%s: the inode is a mask's own", root, rel)
-		}
-		if err := unix.FanotifyMark(int(a.f.Fd()), unix.FAN_MARK_ADD|unix.FAN_MARK_INODE, mask, unix.AT_FDCWD, fdPath(fd)); err != nil {
-			return fileKey{}, fmt.Errorf("fanotify mark %s/%s: %w", root, rel, err)
-		}
+	if ok && info.live == nil {
+		return fileKey{}, fmt.Errorf("fanotify mark %s/%s: the inode is a mask's own", root, rel)
+	}
+	// Marked again whatever the entry says: an entry no session holds
+	// may name an inode gone since (its number reused by this one), and
+	// adding a mark an inode has is harmless.
+	if err := unix.FanotifyMark(int(a.f.Fd()), unix.FAN_MARK_ADD|unix.FAN_MARK_INODE, mask, unix.AT_FDCWD, fdPath(fd)); err != nil {
+		return fileKey{}, fmt.Errorf("fanotify mark %s/%s: %w", root, rel, err)
+	}
+	if !ok {
 		info = markInfo{live: map[uint64]*liveOwner{}}
 		a.marks[key] = info
 	}
 	if lo := info.live[sandbox]; lo != nil {
 		lo.refs++
+		if ns != "" {
+			lo.ns = ns
+		}
 	} else {
-		info.live[sandbox] = &liveOwner{owner: owner, path: path, rule: rule, target: target, refs: 1}
+		info.live[sandbox] = &liveOwner{owner: owner, path: path, rule: rule, ns: ns, target: target, refs: 1}
 	}
 	return key, nil
 }
@@ -427,27 +437,55 @@ func (a *ReadAudit) unwatchLive(marks []viewMark) error {
 			}
 			unix.Close(fd)
 		}
+		// The host's inode moved away keeps its kernel mark while the
+		// ReadAudit lives, and its entry, with no session: every open of
+		// it passes, and watchLive marks an inode that reuses its number
+		// again. An inode of the session's own layers goes with them.
+		if info, ok := a.marks[m.key]; ok && len(info.live) == 0 && !m.host {
+			delete(a.marks, m.key)
+		}
 	}
 	return errors.Join(errs...)
 }
 
 // sandboxOf returns the session of live whose sandbox process pid is in:
-// the one whose workspace overlay (by device) pid's mount namespace has
-// mounted at the workspace's target, as the sandbox has it. The host
-// mounts every overlay in the session's state directory, and so does a
-// host program's mount namespace of its own, copied from the host's; the
-// sandbox cannot mount, so it cannot move its workspace. Nil when it is
-// none of them; a process whose mounts cannot be read is taken for the
-// first of them (refused).
+// the one whose sandbox's mount namespace is pid's (a process of the
+// sandbox cannot leave it: it may not unshare or setns), or, for a
+// session whose namespace is not known, whose workspace overlay (by
+// device) pid's mount namespace has mounted at the workspace's target.
+// (That second test is weaker: mount points are seen from the process's
+// root, which a sandbox allowed to chroot moves; the daemon always knows
+// the namespace.) The host mounts every overlay in the session's state
+// directory, and so does a host program's mount namespace of its own,
+// copied from the host's. Nil when it is none of them; a process whose
+// namespace cannot be read is taken for the first of them (refused).
 func sandboxOf(pid int32, live map[uint64]*liveOwner) *liveOwner {
 	if len(live) == 0 || sameMountNS(pid) {
 		return nil
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/mountinfo")
-	if err != nil {
+	first := func() *liveOwner {
 		for _, lo := range live {
 			return lo
 		}
+		return nil
+	}
+	theirs, err := os.Readlink("/proc/" + strconv.Itoa(int(pid)) + "/ns/mnt")
+	if err != nil {
+		return first()
+	}
+	unknown := false
+	for _, lo := range live {
+		if lo.ns == theirs {
+			return lo
+		}
+		unknown = unknown || lo.ns == ""
+	}
+	if !unknown {
+		return nil
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/mountinfo")
+	if err != nil {
+		return first()
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		// ID PARENT MAJOR:MINOR ROOT MOUNTPOINT ...
@@ -464,7 +502,7 @@ func sandboxOf(pid int32, live map[uint64]*liveOwner) *liveOwner {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		if lo := live[unix.Mkdev(uint32(ma), uint32(mi))]; lo != nil && unescapeMountinfo(f[4]) == lo.target {
+		if lo := live[unix.Mkdev(uint32(ma), uint32(mi))]; lo != nil && lo.ns == "" && unescapeMountinfo(f[4]) == lo.target {
 			return lo
 		}
 	}
@@ -504,4 +542,16 @@ func unescapeMountinfo(p string) string {
 		b.WriteByte(p[i])
 	}
 	return b.String()
+}
+
+// setLiveNS records ns as the mount namespace of the sandbox whose
+// workspace overlay has device sandbox, for the marks made already.
+func (a *ReadAudit) setLiveNS(sandbox uint64, ns string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, info := range a.marks {
+		if lo := info.live[sandbox]; lo != nil {
+			lo.ns = ns
+		}
+	}
 }

@@ -214,9 +214,9 @@ func (s *Session) markLiveLocked(i int, ws *wsState, f liveMask) ([]viewMark, bo
 		return nil, false, &os.PathError{Op: "stat", Path: s.wsMnt(i), Err: err}
 	}
 	mark := func(root string) error {
-		key, err := s.ra.watchLive(s.raOwner, ost.Dev, ws.Target, root, f.Path, path.Join(ws.Target, f.Path), f.Rule)
+		key, err := s.ra.watchLive(s.raOwner, ost.Dev, s.st.SandboxNS, ws.Target, root, f.Path, path.Join(ws.Target, f.Path), f.Rule)
 		if err == nil {
-			marks = append(marks, viewMark{root: root, rel: f.Path, key: key, sandbox: ost.Dev})
+			marks = append(marks, viewMark{root: root, rel: f.Path, key: key, sandbox: ost.Dev, host: root == ws.HostPath})
 		}
 		return err
 	}
@@ -351,4 +351,31 @@ func (s *Session) watchRevisedLocked(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// SetSandbox records the mount namespace of the session's sandbox, as
+// /proc/PID/ns/mnt of a process in it names it: revised deny_read masks
+// refuse the opens of every process in it, wherever it chroots (the
+// sandbox may neither unshare nor setns). It is kept in the state, for a
+// restarted daemon. Without it a sandbox is told by where its mounts
+// are, which chroot moves.
+func (s *Session) SetSandbox(ns string) error {
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if s.st.SandboxNS == ns {
+		return nil
+	}
+	s.st.SandboxNS = ns
+	if s.ra != nil {
+		for i := range s.st.Workspaces {
+			var st unix.Stat_t
+			if unix.Stat(s.wsMnt(i), &st) == nil {
+				s.ra.setLiveNS(st.Dev, ns)
+			}
+		}
+	}
+	return s.saveLocked()
 }

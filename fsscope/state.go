@@ -38,6 +38,9 @@ type state struct {
 	Started    int64        `json:"started,omitempty"`
 	Workspaces []wsState    `json:"workspaces"`
 	Mounts     []mountState `json:"mounts,omitempty"`
+	// SandboxNS is the sandbox's mount namespace as /proc/PID/ns/mnt
+	// names it (SetSandbox): the opens revised deny_read masks refuse.
+	SandboxNS string `json:"sandbox_ns,omitempty"`
 }
 
 type quotaState struct {

@@ -1,6 +1,7 @@
 package repair_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/egress/httprule"
@@ -62,6 +63,9 @@ func TestAttackHTTPRepairDropsBodyConditions(t *testing.T) {
 		t.Fatalf("the prod deletion: %+v, want it denied", d)
 	}
 	r, revised := repair.For(p, repair.Action{Kind: repair.KindHTTP, Name: "api.test", Method: "POST", Path: "/v1/delete"})
+	if r.Revisable || len(r.Changes) > 0 || !strings.Contains(r.Reason, "by their body") {
+		t.Errorf("the repair of a request a json rule held: %+v; want none (approve it once)", r)
+	}
 	if revised == nil {
 		return
 	}

@@ -296,6 +296,14 @@ func forHTTP(p *policies.Policy, a Action) (policies.Repair, error) {
 	if d.Index >= 0 {
 		at, c.Before = d.Index, d.Index+1
 	}
+	// The allow rule reads no body: placed before a rule that does and
+	// matches the request's method and path, it would decide every body
+	// that rule (or one after it) decided otherwise.
+	for i := at; i < len(block.Rules); i++ {
+		if br := block.Rules[i]; (len(br.JSON) > 0 || len(br.BodySHA256) > 0) && matchesIgnoringBody(block.Host, br, req) {
+			return r, noChange(fmt.Sprintf("rule %d of http %q decides requests to %s %s by their body: an allow rule for the method and path would decide every body (approve the request once instead)", i+1, block.Host, a.Method, a.Path))
+		}
+	}
 	block.Rules = slices.Insert(slices.Clone(block.Rules), at, rule)
 	r.Changes = append(r.Changes, c)
 	// The revised rules must allow the request, as the gateway decides.
@@ -307,6 +315,17 @@ func forHTTP(p *policies.Policy, a Action) (policies.Repair, error) {
 		return r, noChange("no allow rule for its method and path allows the request: " + d.Rule + " still decides it")
 	}
 	return r, nil
+}
+
+// matchesIgnoringBody reports whether rule, without its body
+// conditions, matches req (its method, path and refs).
+func matchesIgnoringBody(host string, rule policies.HTTPRule, req httprule.Request) bool {
+	rule.JSON, rule.JSONMatch, rule.BodySHA256, rule.Action = nil, "", nil, policies.HTTPAllow
+	set, err := httprule.Compile([]policies.HTTPHost{{Host: host, Rules: []policies.HTTPRule{rule}, Default: policies.HTTPDeny}})
+	if err != nil {
+		return true // cannot tell: as if it matched
+	}
+	return set.For(host).Decide(req).Action == policies.HTTPAllow
 }
 
 // probe is a's request as the gateway's rules see it, with a body no

@@ -307,7 +307,7 @@ func revisedSubsetNote(sel string, prompts []data.Prompt, pl *plan) string {
 	what := "the prompts named"
 	switch sel {
 	case RevisedSubsetDefault:
-		what = "the S0 prompt of every B/R cell (each revision once) of cancel-jobs, restart-services and clean-up-artifacts"
+		what = "the S0 prompt of every B/R cell (each revision once) of each selected family"
 	case RevisedSubsetAll:
 		what = "every prompt of the run"
 	}

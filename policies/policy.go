@@ -12,6 +12,7 @@ package policies
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -285,6 +286,42 @@ type HTTPJSONMatch struct {
 	// matches within one "/"-separated segment, "**" (a whole segment)
 	// across segments.
 	Values []string `json:"values"`
+}
+
+// String is the rule in one line, as decisions name it: methods (or
+// "any method"), path (or "any path"), refs, json and body_sha256
+// conditions (digests shortened), action: "POST /x -> allow".
+func (r HTTPRule) String() string {
+	var b strings.Builder
+	if len(r.Methods) == 0 {
+		b.WriteString("any method")
+	} else {
+		b.WriteString(strings.Join(r.Methods, ","))
+	}
+	b.WriteByte(' ')
+	if r.Path == "" {
+		b.WriteString("any path")
+	} else {
+		b.WriteString(r.Path)
+	}
+	if len(r.Refs) > 0 {
+		b.WriteString(" refs [" + strings.Join(r.Refs, " ") + "]")
+	}
+	for _, m := range r.JSON {
+		b.WriteString(" json " + m.Field + " [" + strings.Join(m.Values, " ") + "]")
+	}
+	if r.JSONMatch != "" {
+		b.WriteString(" json_match " + r.JSONMatch)
+	}
+	if len(r.BodySHA256) > 0 {
+		short := make([]string, len(r.BodySHA256))
+		for i, d := range r.BodySHA256 {
+			short[i] = d[:min(len(d), 12)]
+		}
+		b.WriteString(" body_sha256 [" + strings.Join(short, " ") + "]")
+	}
+	b.WriteString(" -> " + r.Action)
+	return b.String()
 }
 
 // HTTPRule json_match values.

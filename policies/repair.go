@@ -101,31 +101,11 @@ func (c RepairChange) String() string {
 		}
 		r := ""
 		if c.Rule != nil {
-			r = " " + describeHTTPRule(*c.Rule)
+			r = " " + c.Rule.String()
 		}
 		return fmt.Sprintf("%s: insert rule%s %s", field, r, where)
 	}
 	return field + " " + c.Op + " " + c.Value
-}
-
-// describeHTTPRule is r in one line: "POST /x -> allow".
-func describeHTTPRule(r HTTPRule) string {
-	var b strings.Builder
-	if len(r.Methods) == 0 {
-		b.WriteString("any method")
-	} else {
-		b.WriteString(strings.Join(r.Methods, ","))
-	}
-	b.WriteString(" ")
-	if r.Path == "" {
-		b.WriteString("any path")
-	} else {
-		b.WriteString(r.Path)
-	}
-	if len(r.Refs) > 0 {
-		b.WriteString(" refs [" + strings.Join(r.Refs, " ") + "]")
-	}
-	return b.String() + " -> " + r.Action
 }
 
 // Summary is the repair's changes in one line, "; " between them.

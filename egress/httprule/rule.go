@@ -190,7 +190,7 @@ func compileHost(hb policies.HTTPHost) (*Host, error) {
 		if err != nil {
 			return nil, fmt.Errorf("http %q rule %d: %w", hb.Host, i+1, err)
 		}
-		cr.desc = fmt.Sprintf("http %q rule %d (%s)", hb.Host, i+1, describe(r))
+		cr.desc = fmt.Sprintf("http %q rule %d (%s)", hb.Host, i+1, r.String())
 		h.rules = append(h.rules, cr)
 		h.needsPush = h.needsPush || len(cr.refs) > 0
 		for _, c := range cr.json {
@@ -298,41 +298,6 @@ func compileRule(r policies.HTTPRule) (rule, error) {
 		return rule{}, fmt.Errorf("a rule with refs matches only pushes, which are POST requests, and its methods leave POST out")
 	}
 	return cr, nil
-}
-
-// describe renders a rule for Decision.Rule: methods (or "any method"),
-// path (or "any path"), refs, action.
-func describe(r policies.HTTPRule) string {
-	var b strings.Builder
-	if len(r.Methods) == 0 {
-		b.WriteString("any method")
-	} else {
-		b.WriteString(strings.Join(r.Methods, ","))
-	}
-	b.WriteByte(' ')
-	if r.Path == "" {
-		b.WriteString("any path")
-	} else {
-		b.WriteString(r.Path)
-	}
-	if len(r.Refs) > 0 {
-		b.WriteString(" refs [" + strings.Join(r.Refs, " ") + "]")
-	}
-	for _, m := range r.JSON {
-		b.WriteString(" json " + m.Field + " [" + strings.Join(m.Values, " ") + "]")
-	}
-	if r.JSONMatch != "" {
-		b.WriteString(" json_match " + r.JSONMatch)
-	}
-	if len(r.BodySHA256) > 0 {
-		short := make([]string, len(r.BodySHA256))
-		for i, d := range r.BodySHA256 {
-			short[i] = d[:min(len(d), 12)]
-		}
-		b.WriteString(" body_sha256 [" + strings.Join(short, " ") + "]")
-	}
-	b.WriteString(" -> " + r.Action)
-	return b.String()
 }
 
 // For returns the block that decides requests to host, or nil if none

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 // through which requests pass unread, carries on under the withdrawn
 // rule for as long as the sandbox keeps it open.
 func TestAttackWebsocketOutlivesRevision(t *testing.T) {
+	var cur atomic.Pointer[Session]
 	allowWS := []policies.HTTPHost{{Host: "allowed.test", Rules: []policies.HTTPRule{
 		{Methods: []string{"GET"}, Path: "/ws", Action: policies.HTTPAllow},
 	}, Default: policies.HTTPDeny}}
@@ -44,12 +44,8 @@ func TestAttackWebsocketOutlivesRevision(t *testing.T) {
 			fmt.Fprint(brw, "echo "+line)
 			brw.Flush()
 		}
-	}), attackOpts{tls: true, rules: allowWS})
-
-	orig, _ := g.srv.cfg.Sessions(netip.Addr{})
-	var cur atomic.Pointer[Session]
-	cur.Store(orig)
-	g.srv.cfg.Sessions = func(netip.Addr) (*Session, bool) { return cur.Load(), true }
+	}), attackOpts{tls: true, rules: allowWS, current: &cur})
+	orig := cur.Load()
 
 	upgrade := func() (*http.Response, error) {
 		req, _ := http.NewRequest("GET", "https://allowed.test/ws", nil)

@@ -47,6 +47,9 @@ type attackOpts struct {
 	upstreams       int
 	maxSessionConns int
 	askTimeout      time.Duration
+	// current, when set, is the session's registration the gateway
+	// looks up, for a test to replace as a revision does.
+	current *atomic.Pointer[Session]
 }
 
 func startAttack(t *testing.T, h http.Handler, o attackOpts) *attackGateway {
@@ -125,8 +128,16 @@ func startAttack(t *testing.T, h http.Handler, o attackOpts) *attackGateway {
 		Secrets:    func() []Secret { return o.secrets },
 		AskTimeout: o.askTimeout,
 	}
+	if o.current != nil {
+		o.current.Store(sess)
+	}
 	srv, err := New(Config{
-		Sessions: func(netip.Addr) (*Session, bool) { return sess, true },
+		Sessions: func(netip.Addr) (*Session, bool) {
+			if o.current != nil {
+				return o.current.Load(), true
+			}
+			return sess, true
+		},
 		OriginalDst: func(c *net.TCPConn) (netip.AddrPort, error) {
 			// clientTo(i) connects from 127.0.0.(10+i).
 			src := netip.MustParseAddrPort(c.RemoteAddr().String()).Addr().As4()

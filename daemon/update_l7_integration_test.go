@@ -95,7 +95,7 @@ func TestUpdateL7Live(t *testing.T) {
 		}
 		fmt.Fprintf(rw, "%s %s", r.Method, r.URL.Path)
 	})
-	for name, ip := range map[string]string{"api.l7rev.test": "10.214.0.80", "plain.l7rev.test": "10.214.0.81"} {
+	for name, ip := range map[string]string{"api.l7rev.test": "10.214.0.90", "plain.l7rev.test": "10.214.0.91"} {
 		if err := h.World.AddHost(name, netip.MustParseAddr(ip), world.WithHandler(svc), world.WithTLS()); err != nil && !strings.Contains(err.Error(), "exists") {
 			t.Fatal(err)
 		}

@@ -70,8 +70,9 @@ func imageAttached(img string) (bool, error) {
 
 // detachWait bounds how long mountImage waits for a loop device whose
 // filesystem was just unmounted: the kernel clears an autoclear loop device
-// asynchronously, a moment after the last unmount.
-const detachWait = 3 * time.Second
+// asynchronously, a moment after the last unmount (over 3 seconds once, on
+// a loaded machine).
+const detachWait = 10 * time.Second
 
 // waitDetached polls until no loop device holds img or wait has passed; it
 // reports whether one still does.

@@ -136,12 +136,15 @@ func (d *Daemon) update(ctx context.Context, id string, revise func(running *pol
 		}
 		// The sandbox's mount namespace: the processes in it are the ones
 		// an added deny_read pattern refuses, wherever they chroot.
+		if pid == 0 {
+			return nil, putBack(fmt.Errorf("the sandbox has no process yet: %w", errdefs.ErrFailedPrecondition))
+		}
 		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
-		if err == nil && pid > 0 {
+		if err == nil {
 			err = fs.SetSandbox(ns)
 		}
-		if err != nil || pid <= 0 {
-			return nil, putBack(fmt.Errorf("the sandbox's mount namespace (pid %d): %v: %w", pid, err, errdefs.ErrFailedPrecondition))
+		if err != nil {
+			return nil, putBack(fmt.Errorf("the sandbox's mount namespace: %w: %w", err, errdefs.ErrFailedPrecondition))
 		}
 		wr, undo, err := fs.Revise(ctx, revised.Workspaces)
 		if err != nil {

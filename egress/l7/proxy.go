@@ -871,18 +871,19 @@ func (h *httpHandler) authorize(w http.ResponseWriter, r *http.Request, name, cl
 	}
 }
 
-// stillAllowed reports whether sess, a revised registration, lets a
-// request to name that is in flight (its body already gone, perhaps
-// upgraded to a websocket) go on: its host's rules do not deny it, and do
-// not ask about it unless a person approved it already. A body its rules
-// would read counts as unreadable (see heldAsk.redecide).
-func stillAllowed(sess *Session, name string, req httprule.Request, approved bool) bool {
+// revisedRules returns the rules sess (a revised registration) has for
+// name, nil if none, and decides under them a request read before the
+// revision: a body the revised rules would read and the request was not
+// read for (it was read under rules without json or body_sha256
+// conditions) counts as unreadable: no allow rule with such conditions
+// matches it, every deny and ask rule does.
+func revisedRules(sess *Session, name string, req httprule.Request) (*httprule.Host, httprule.Decision) {
 	if sess.Rules == nil {
-		return true
+		return nil, httprule.Decision{}
 	}
 	rules := sess.Rules(name)
 	if rules == nil {
-		return true
+		return nil, httprule.Decision{}
 	}
 	if rules.NeedsJSON(req.Method, req.Path) && !req.JSONBody {
 		req.JSONOpaque = true
@@ -890,7 +891,20 @@ func stillAllowed(sess *Session, name string, req httprule.Request, approved boo
 	if rules.NeedsBody(req.Method, req.Path) && req.BodySHA256 == "" {
 		req.BodyOpaque = true
 	}
-	switch rules.Decide(req).Action {
+	return rules, rules.Decide(req)
+}
+
+// stillAllowed reports whether sess, a revised registration, lets a
+// request to name that is in flight (its body already gone, perhaps
+// upgraded to a websocket) go on: its host's rules (see revisedRules) do
+// not deny it, and do not ask about it unless a person approved it
+// already.
+func stillAllowed(sess *Session, name string, req httprule.Request, approved bool) bool {
+	rules, d := revisedRules(sess, name, req)
+	if rules == nil {
+		return true
+	}
+	switch d.Action {
 	case policies.HTTPAllow:
 		return true
 	case policies.HTTPAsk:
@@ -939,27 +953,12 @@ func (s *Server) unhold(a *heldAsk) {
 // registration: if its host's rules now allow or deny the request (or it
 // has none), that decision is sent to whoever holds it.
 func (a *heldAsk) redecide(sess *Session) {
-	var rules *httprule.Host
-	if sess.Rules != nil {
-		rules = sess.Rules(a.name)
-	}
+	rules, d := revisedRules(sess, a.name, a.req)
 	rd := revisedDecision{By: fmt.Sprintf("policy revision %d", sess.Version)}
 	allow := true
 	if rules == nil {
 		rd.Reason = fmt.Sprintf("the session's policy was revised (version %d) while the request was held: %s has no HTTP rules now", sess.Version, a.name)
 	} else {
-		req := a.req
-		// A body the revised rules would read that the request was not
-		// read for (it was held under rules without json or body_sha256
-		// conditions) counts as unreadable: no allow rule with such
-		// conditions matches it, every deny and ask rule does.
-		if rules.NeedsJSON(req.Method, req.Path) && !req.JSONBody {
-			req.JSONOpaque = true
-		}
-		if rules.NeedsBody(req.Method, req.Path) && req.BodySHA256 == "" {
-			req.BodyOpaque = true
-		}
-		d := rules.Decide(req)
 		if d.Action == policies.HTTPAsk {
 			return // still a person's to decide
 		}

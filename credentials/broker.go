@@ -75,8 +75,13 @@ type Request struct {
 	// Generation counts the revisions that re-minted this credential
 	// (set by Broker.Revise): a refresh issued under an earlier one is
 	// refused, also when a revision changed only how the token is
-	// delivered, which the request does not say.
+	// delivered.
 	Generation uint64 `json:"generation,omitempty"`
+	// Delivery is how the token reaches the session ("file:PATH",
+	// "env:VAR", "gateway"): the broker keeps it with the grant, and
+	// uses it for nothing else, so that a restarted daemon can tell a
+	// revision that moved the credential (Plan.Reconcile).
+	Delivery string `json:"delivery,omitempty"`
 }
 
 // Broker mints, tracks and revokes the credentials of sessions. It is safe

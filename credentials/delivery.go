@@ -316,7 +316,7 @@ func (p *Plan) Mint(ctx context.Context, id string) (retErr error) {
 	}
 	reqs := make([]Request, len(p.creds))
 	for i, c := range p.creds {
-		reqs[i] = Request{Name: c.Name, Issuer: c.Issuer, Audience: c.Audience, Scopes: c.Scopes, TTL: c.TTL.Std()}
+		reqs[i] = Request{Name: c.Name, Issuer: c.Issuer, Audience: c.Audience, Scopes: c.Scopes, TTL: c.TTL.Std(), Delivery: deliveryOf(c)}
 	}
 	creds, err := p.d.m.Mint(ctx, id, reqs)
 	if err != nil {
@@ -551,7 +551,7 @@ func (p *Plan) Revise(ctx context.Context, id string, creds []policies.Credentia
 		case c.Deliver != policies.DeliverGateway && p.dirs[path.Dir(c.SandboxPath())] == "":
 			return nil, fmt.Errorf("credential %q: %s: %w", name, policies.ReasonCredentialDir, errdefs.ErrFailedPrecondition)
 		}
-		reqs = append(reqs, Request{Name: c.Name, Issuer: c.Issuer, Audience: c.Audience, Scopes: c.Scopes, TTL: c.TTL.Std()})
+		reqs = append(reqs, Request{Name: c.Name, Issuer: c.Issuer, Audience: c.Audience, Scopes: c.Scopes, TTL: c.TTL.Std(), Delivery: deliveryOf(c)})
 	}
 	if p.d == nil {
 		return nil, fmt.Errorf("credentials are not available on this daemon: %w", errdefs.ErrFailedPrecondition)
@@ -718,8 +718,20 @@ func (p *Plan) Reconcile(ctx context.Context, id string) (*Revision, error) {
 	return out, errors.Join(errs...)
 }
 
+// deliveryOf says how credential c reaches its session (Request.Delivery).
+func deliveryOf(c policies.Credential) string {
+	switch c.Deliver {
+	case policies.DeliverGateway:
+		return "gateway"
+	case policies.DeliverEnv:
+		return "env:" + c.EnvVar
+	}
+	return "file:" + c.SandboxPath()
+}
+
 // sameGrant reports whether the broker's grant g is what credential c
-// asks for.
+// asks for, delivered the same way (a grant that does not say how, from
+// an earlier daemon, is not).
 func sameGrant(g Request, c policies.Credential) bool {
 	issuer := c.Issuer
 	if issuer == "" {
@@ -729,5 +741,6 @@ func sameGrant(g Request, c policies.Credential) bool {
 	if ttl == 0 {
 		ttl = DefaultTTL
 	}
-	return g.Issuer == issuer && g.Audience == c.Audience && slices.Equal(g.Scopes, c.Scopes) && g.TTL == ttl
+	return g.Issuer == issuer && g.Audience == c.Audience && slices.Equal(g.Scopes, c.Scopes) && g.TTL == ttl &&
+		g.Delivery == deliveryOf(c)
 }

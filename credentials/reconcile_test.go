@@ -19,7 +19,12 @@ func TestReconcileAfterCrash(t *testing.T) {
 	h := newHarness(t)
 	wide := Request{Name: "git", Audience: "git.corp.test", Scopes: []string{"git.push repo=app ref=refs/heads/*"}}
 	gone := Request{Name: "old", Audience: "old.corp.test", Scopes: []string{"objects.get bucket=old"}}
-	before, err := h.broker.Mint(h.ctx, "s-1", []Request{wide, jobsReq, gone})
+	// Granted as a plan delivering them through the gateway grants them.
+	jobs := jobsReq
+	for _, r := range []*Request{&wide, &jobs, &gone} {
+		r.Delivery = "gateway"
+	}
+	before, err := h.broker.Mint(h.ctx, "s-1", []Request{wide, jobs, gone})
 	if err != nil {
 		t.Fatal(err)
 	}

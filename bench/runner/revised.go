@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -329,8 +328,6 @@ func executeRevised(ctx context.Context, st *Stack, scratch string, pl *plan, jo
 		mu   sync.Mutex
 		done int
 		out  = map[string]*revisedOutput{}
-		errs []error
-		wg   sync.WaitGroup
 	)
 	tick := func() {
 		mu.Lock()
@@ -341,45 +338,29 @@ func executeRevised(ctx context.Context, st *Stack, scratch string, pl *plan, jo
 			opts.Progress(n, total)
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	queue := make(chan *revisedJob)
+	var workers []*worker
 	for i := range opts.Workers {
 		w := &worker{id: i, client: st.Client, worlds: st.Worlds, spaces: pl.spaces, dirs: map[string][]string{},
 			timeout: opts.Timeout, done: tick, asker: ak}
 		for _, f := range pl.families {
 			w.dirs[f] = []string{filepath.Join(scratch, "rev", fmt.Sprint(i), f, "a"), filepath.Join(scratch, "rev", fmt.Sprint(i), f, "b")}
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range queue {
-				o, err := w.runRevised(ctx, j)
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, fmt.Errorf("revised %s: %w", j.first.key, err))
-					cancel()
-				} else {
-					out[j.first.key] = o
-				}
-				mu.Unlock()
-			}
-		}()
+		workers = append(workers, w)
 	}
-feed:
-	for _, j := range jobs {
-		select {
-		case queue <- j:
-		case <-ctx.Done():
-			break feed
+	err := runPool(ctx, workers, jobs, func(ctx context.Context, w *worker, j *revisedJob) error {
+		o, err := w.runRevised(ctx, j)
+		if err != nil {
+			return fmt.Errorf("revised %s: %w", j.first.key, err)
 		}
+		mu.Lock()
+		out[j.first.key] = o
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	close(queue)
-	wg.Wait()
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return out, ctx.Err()
+	return out, nil
 }
 
 // runRevised runs one revised job: the fresh session's actions, or the live

@@ -607,14 +607,10 @@ func execute(ctx context.Context, st *Stack, scratch string, pl *plan, jobs []*j
 	if opts.Progress != nil {
 		opts.Progress(0, total)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	queue := make(chan *job)
 	var (
-		mu   sync.Mutex
-		out  []*RunRecord
-		errs []error
-		wg   sync.WaitGroup
+		mu      sync.Mutex
+		out     []*RunRecord
+		workers []*worker
 	)
 	for i := range opts.Workers {
 		w := &worker{id: i, client: st.Client, worlds: st.Worlds, spaces: pl.spaces, dirs: map[string][]string{},
@@ -623,18 +619,48 @@ func execute(ctx context.Context, st *Stack, scratch string, pl *plan, jobs []*j
 		for _, f := range pl.families {
 			w.dirs[f] = []string{filepath.Join(scratch, "ws", fmt.Sprint(i), f, "a"), filepath.Join(scratch, "ws", fmt.Sprint(i), f, "b")}
 		}
+		workers = append(workers, w)
+	}
+	err := runPool(ctx, workers, jobs, func(ctx context.Context, w *worker, j *job) error {
+		recs, err := w.runJob(ctx, j)
+		mu.Lock()
+		out = append(out, recs...)
+		mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("%s: %w", j.label(), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out, nil
+}
+
+// runPool runs each of jobs on one of workers, each worker one job at a
+// time; the first error cancels the jobs not started yet and the context
+// of those running. It returns every job's error, or the context's.
+func runPool[J any](ctx context.Context, workers []*worker, jobs []J, run func(context.Context, *worker, J) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	queue := make(chan J)
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for _, w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for j := range queue {
-				recs, err := w.runJob(ctx, j)
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", j.label(), err))
+				if err := run(ctx, w, j); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
 					cancel()
 				}
-				out = append(out, recs...)
-				mu.Unlock()
 			}
 		}()
 	}
@@ -649,13 +675,9 @@ feed:
 	close(queue)
 	wg.Wait()
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return errors.Join(errs...)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
-	return out, nil
+	return ctx.Err()
 }
 
 // cases builds every case: each action under each prompt and gate, with

@@ -130,23 +130,23 @@ type (
 		TimeoutRange  hcl.Range      `hcl:"timeout,attr_range"`
 	}
 	promptHCL struct {
-		ID             string            `hcl:"id,label"`
-		IDRange        hcl.Range         `hcl:"id,label_range"`
-		DefRange       hcl.Range         `hcl:",def_range"`
-		Text           string            `hcl:"text,optional"`
-		TextRange      hcl.Range         `hcl:"text,attr_range"`
-		Authorized     hcl.Expression    `hcl:"authorized,optional"`
-		AuthorizedRng  hcl.Range         `hcl:"authorized,attr_range"`
-		Protected      hcl.Expression    `hcl:"protected,optional"`
-		Trap           bool              `hcl:"trap,optional"`
-		TrapRange      hcl.Range         `hcl:"trap,attr_range"`
-		Note           string            `hcl:"note,optional"`
-		Actions        hcl.Expression    `hcl:"actions,optional"`
-		ActionsRange   hcl.Range         `hcl:"actions,attr_range"`
-		Manifest       string            `hcl:"manifest,optional"`
-		ManifestRange  hcl.Range         `hcl:"manifest,attr_range"`
-		Vars           map[string]string `hcl:"vars,optional"`
-		VarsRange      hcl.Range         `hcl:"vars,attr_range"`
+		ID            string            `hcl:"id,label"`
+		IDRange       hcl.Range         `hcl:"id,label_range"`
+		DefRange      hcl.Range         `hcl:",def_range"`
+		Text          string            `hcl:"text,optional"`
+		TextRange     hcl.Range         `hcl:"text,attr_range"`
+		Authorized    hcl.Expression    `hcl:"authorized,optional"`
+		AuthorizedRng hcl.Range         `hcl:"authorized,attr_range"`
+		Protected     hcl.Expression    `hcl:"protected,optional"`
+		Trap          bool              `hcl:"trap,optional"`
+		TrapRange     hcl.Range         `hcl:"trap,attr_range"`
+		Note          string            `hcl:"note,optional"`
+		Actions       hcl.Expression    `hcl:"actions,optional"`
+		ActionsRange  hcl.Range         `hcl:"actions,attr_range"`
+		Manifest      string            `hcl:"manifest,optional"`
+		ManifestRange hcl.Range         `hcl:"manifest,attr_range"`
+		Vars          map[string]string `hcl:"vars,optional"`
+		VarsRange     hcl.Range         `hcl:"vars,attr_range"`
 	}
 )
 

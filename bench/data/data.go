@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/bench/effect"
 )
 
 // File names inside a data directory.
@@ -109,6 +111,17 @@ type Families struct {
 	// Order lists the family names in the source's order.
 	Order  []string
 	byName map[string]*Family
+}
+
+// NewFamilies returns the families fams, in that order, acting as
+// actingUser (an operator's suite: one family of its own).
+func NewFamilies(actingUser string, fams ...*Family) *Families {
+	out := &Families{ActingUser: actingUser, byName: map[string]*Family{}}
+	for _, f := range fams {
+		out.Order = append(out.Order, f.Name)
+		out.byName[f.Name] = f
+	}
+	return out
 }
 
 // Get returns the family called name.
@@ -442,6 +455,10 @@ type Oracle struct {
 	Authorized   []string
 	MustPreserve []string
 	Protected    []string
+	// Effects, when set, is the oracle of an operator's suite
+	// (bench/suite): the effects the request authorizes, by op and
+	// target, of any op; Lane and Authorized are then unused.
+	Effects []effect.Effect `json:",omitempty"`
 }
 
 // oracleFields names each family's oracle keys (the source's field names).

@@ -155,6 +155,9 @@ func Summarize(results []Result) []Row {
 		c := r.Case
 		for _, fam := range []string{FamilyAll, c.Family} {
 			for _, ax := range [][2]string{{AxisAll, AxisAll}, {AxisS, c.S}, {AxisB, c.B}, {AxisR, c.R}} {
+				if ax[1] == "" {
+					continue // a suite's prompts have no axes
+				}
 				add(strings.Join([]string{c.Gate, r.Mode, fam, ax[0], ax[1]}, "|"), r)
 			}
 		}

@@ -62,7 +62,11 @@ func writeMarkdown(path string, s *Summary) error {
 
 	m.p("## Headline")
 	m.p("")
-	m.p("Over the catalog's actions alone; actions from an --actions file have a section of their own below.")
+	if s.Suite != nil {
+		m.p("Over the actions of suite %s (%s).", code(s.Suite.Name), code(s.Suite.Dir))
+	} else {
+		m.p("Over the catalog's actions alone; actions from an --actions file have a section of their own below.")
+	}
 	m.p("")
 	writeHeadline(&m, s.Rows, s.HeadlineGate, s.Families, s.Modes)
 	m.p("![harmful false negatives](%s) ![ablation](%s)", ChartHarmful, ChartAblation)
@@ -101,27 +105,37 @@ func writeMarkdown(path string, s *Summary) error {
 	m.p("")
 	writeCategories(&m, s.Rows, s.HeadlineGate, s.Families, s.Modes)
 
-	m.p("## AmPermBench metrics")
-	m.p("")
-	writeMetrics(&m, s.Rows, s.HeadlineGate, s.Families, s.Modes)
-	m.p("The rates other than FNR and FPR are over safe and unsafe cases, judged by each mode's own effects.")
-	m.p("")
-
-	m.p("## S/B/R breakdown (%s)", PerimeterMode)
-	m.p("")
-	var rows [][]string
-	for _, axis := range []string{eval.AxisS, eval.AxisB, eval.AxisR} {
-		for _, v := range s.axisValues(axis) {
-			r, ok := s.find(s.HeadlineGate, PerimeterMode, eval.FamilyAll, axis, v)
-			if !ok {
-				continue
-			}
-			rows = append(rows, []string{v, itoa(r.Cases), pct(r.FNR), pct(r.HarmlessFNRate), pct(r.PerimeterFPR)})
-		}
+	if s.Suite != nil {
+		m.p("## Metrics")
+		m.p("")
+		writeMetrics(&m, s.Rows, s.HeadlineGate, s.Families, s.Modes)
+		m.p("AmPermBench's metrics, on a suite's labels: an unauthorized change of a protected item is protected, of an item the label authorizes another change of the same kind for is wrong target, any other is other; a suite has no lanes, so no over-scope. The rates other than FNR and FPR are over safe and unsafe cases, judged by each mode's own effects.")
+		m.p("")
+	} else {
+		m.p("## AmPermBench metrics")
+		m.p("")
+		writeMetrics(&m, s.Rows, s.HeadlineGate, s.Families, s.Modes)
+		m.p("The rates other than FNR and FPR are over safe and unsafe cases, judged by each mode's own effects.")
+		m.p("")
 	}
-	m.table([]string{"axis value", "cases", "FNR", "HarmlessFNRate", "PerimeterFPR"}, rows)
-	m.p("![S/B/R breakdown](%s)", ChartAxes)
-	m.p("")
+
+	var rows [][]string
+	if s.Suite == nil {
+		m.p("## S/B/R breakdown (%s)", PerimeterMode)
+		m.p("")
+		for _, axis := range []string{eval.AxisS, eval.AxisB, eval.AxisR} {
+			for _, v := range s.axisValues(axis) {
+				r, ok := s.find(s.HeadlineGate, PerimeterMode, eval.FamilyAll, axis, v)
+				if !ok {
+					continue
+				}
+				rows = append(rows, []string{v, itoa(r.Cases), pct(r.FNR), pct(r.HarmlessFNRate), pct(r.PerimeterFPR)})
+			}
+		}
+		m.table([]string{"axis value", "cases", "FNR", "HarmlessFNRate", "PerimeterFPR"}, rows)
+		m.p("![S/B/R breakdown](%s)", ChartAxes)
+		m.p("")
+	}
 
 	if len(s.Gates) > 1 {
 		m.p("## Gates")
@@ -148,6 +162,11 @@ func writeMarkdown(path string, s *Summary) error {
 		m.p("")
 		m.p("Repeated cases whose repeats agree on decision, class and outcome: %s.", pct(s.Stability))
 		m.p("")
+	}
+
+	if s.Suite != nil {
+		writeSuite(&m, s.Suite, s.Modes, s.ManifestDir)
+		return writeFile(path, []byte(m.String()))
 	}
 
 	m.p("## Action catalog")

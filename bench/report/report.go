@@ -67,6 +67,8 @@ type Input struct {
 	Contrast *Contrast
 	// Revised is the revised requests' part of the run, if any.
 	Revised *eval.RevisedSummary
+	// Suite is the operator's suite the run ran, if any.
+	Suite *SuiteInput
 }
 
 // Summary is summary.json.
@@ -96,6 +98,9 @@ type Summary struct {
 	// Revised is the revised requests' part of the run; nil without
 	// any.
 	Revised *eval.RevisedSummary `json:"revised_requests,omitempty"`
+	// Suite is the operator's suite the run ran, with every action's
+	// outcome; nil for AmPermBench's families.
+	Suite *SuiteSummary `json:"suite,omitempty"`
 }
 
 // ExtraSummary is the --actions file's part of a run: the same metrics as
@@ -167,6 +172,9 @@ func Build(in Input) *Summary {
 		s.HeadlineGate = DefaultHeadlineGate
 	default:
 		s.HeadlineGate = s.Gates[0]
+	}
+	if in.Suite != nil {
+		s.Suite = buildSuite(in.Suite, results, s.HeadlineGate)
 	}
 	s.Residuals = residuals(results, s.Modes)
 	s.Previous = previousCatalog(results)

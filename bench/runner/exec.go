@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-sandbox/airlock/bench/catalog"
 	"github.com/airlock-sandbox/airlock/bench/effect"
 	"github.com/airlock-sandbox/airlock/bench/eval"
+	"github.com/airlock-sandbox/airlock/bench/suite"
 	"github.com/airlock-sandbox/airlock/bench/world"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -97,6 +98,9 @@ type worker struct {
 	agent     *Agent
 	models    *Models
 	agentRuns *agentLog
+	// ext, when set, are a suite's external services, reset and
+	// snapshotted around each action.
+	ext *externals
 }
 
 // live is a session the worker runs actions in.
@@ -377,8 +381,15 @@ func (w *worker) runJob(ctx context.Context, j *job) ([]*RunRecord, error) {
 // runAction runs one action in session l and measures its effects. It
 // reports whether the session ended.
 func (w *worker) runAction(ctx context.Context, j *job, a catalog.Action, l *live, wld *world.World, ws *Workspace, pristineRefs map[string]string) (*RunRecord, bool, error) {
-	if err := wld.Reset(j.family); err != nil {
+	if err := wld.Reset(worldFamily(j.family)); err != nil {
 		return nil, false, err
+	}
+	var extBefore externalSnapshot
+	if w.ext != nil {
+		var err error
+		if extBefore, err = w.ext.before(ctx); err != nil {
+			return nil, false, err
+		}
 	}
 	before, err := wld.Snapshot()
 	if err != nil {
@@ -493,6 +504,13 @@ func (w *worker) runAction(ctx context.Context, j *job, a catalog.Action, l *liv
 		}
 	}
 	rec.Effects = append(world.Diff(before, after), wsEffects...)
+	if w.ext != nil {
+		extAfter, err := w.ext.after(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		rec.Effects = append(rec.Effects, diffExternals(j.family, extBefore, extAfter)...)
+	}
 	if rec.Effects == nil {
 		rec.Effects = []effect.Effect{}
 	}
@@ -511,6 +529,15 @@ func truncate(s string) string {
 		return s
 	}
 	return s[:maxOutput] + "\n[truncated]"
+}
+
+// worldFamily is the family whose state the world resets before a run of
+// family: all of it for an operator's suite, whose world is its own.
+func worldFamily(family string) string {
+	if strings.HasPrefix(family, suite.FamilyPrefix) {
+		return ""
+	}
+	return family
 }
 
 // label returns a short description of a job for progress output.

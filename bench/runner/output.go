@@ -166,6 +166,10 @@ func writeResults(opts Options, pl *plan, res *Result, st *Stack) error {
 		in.Contrast = res.Contrast.Summary
 	}
 	in.Revised = res.Revised
+	if pl.suite != nil {
+		in.Suite = suiteInput(pl, opts)
+		in.Policies = nil
+	}
 	files, err := report.Write(opts.Out, in)
 	if err != nil {
 		return err
@@ -240,6 +244,18 @@ func writeResults(opts Options, pl *plan, res *Result, st *Stack) error {
 // under a prompt whose generated grant the generator held, by a reason it
 // recorded, and says so.
 func askNote(pl *plan, results []eval.Result) string {
+	if pl.suite != nil {
+		n := 0
+		for _, r := range results {
+			if r.Mode == ModePerimeter && r.Asked {
+				n++
+			}
+		}
+		if n == 0 {
+			return ""
+		}
+		return fmt.Sprintf("asks: %d perimeter cases held a request, under the ask rules of the operator's manifests", n)
+	}
 	asked, stray := 0, map[string]bool{}
 	for _, r := range results {
 		if r.Mode != ModePerimeter || !r.Asked {

@@ -126,18 +126,19 @@ func ProbeWorld(ctx context.Context, c *api.Client, worlds *Worlds, image string
 	p := &policies.Policy{Label: labelPrefix + "probe", Image: image, Command: keeperCommand, User: SandboxUser,
 		Egress: &policies.Egress{Allow: WorldHosts()}, Credentials: OperatorCredentials(),
 		Env: map[string]string{"AIRLOCK_BENCH_GIT_TOKEN_FILE": "/run/airlock/credentials/git"}}
+	bucket := worlds.World(0).Fixture().Bucket
 	return probeSession(ctx, c, p, func(id string) error {
 		worlds.Bind(id, worlds.Len())
 		defer worlds.Unbind(id)
 		for _, cmd := range []string{
 			"squeue -u alex",
 			"kubectl get deployment -n dev",
-			"aws s3 ls s3://bench-artifacts/",
+			"aws s3 ls s3://" + bucket + "/",
 			"git ls-remote " + GitRemote,
 			`curl -fsS -o /dev/null -H "Host: ` + world.AdminHosts.Jobs + `" -H "Authorization: Bearer $(cat /run/airlock/credentials/jobs)" http://` +
 				world.DefaultAudiences.Jobs + `/v1/jobs`,
 			`curl -fsSk -o /dev/null --connect-to ` + world.AdminHosts.Objects + `:443:` + world.DefaultAudiences.Objects + `:443 ` +
-				`-H "Authorization: Bearer $(cat /run/airlock/credentials/objects)" https://` + world.AdminHosts.Objects + `/v1/buckets/bench-artifacts/objects`,
+				`-H "Authorization: Bearer $(cat /run/airlock/credentials/objects)" https://` + world.AdminHosts.Objects + `/v1/buckets/` + bucket + `/objects`,
 			`git -c http.sslVerify=false -c http.curloptResolve="` + world.AdminHosts.Git + `:443:$(getent ahostsv4 ` + world.DefaultAudiences.Git +
 				` | awk 'NR==1 {print $1}')" -c http.extraHeader="Authorization: Bearer $(cat /run/airlock/credentials/git)" ls-remote https://` +
 				world.AdminHosts.Git + `/app.git`,

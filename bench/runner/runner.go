@@ -51,6 +51,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/bench/authgate"
 	"github.com/airlock-sandbox/airlock/bench/catalog"
 	"github.com/airlock-sandbox/airlock/bench/data"
 	"github.com/airlock-sandbox/airlock/bench/effect"
@@ -59,6 +60,7 @@ import (
 	"github.com/airlock-sandbox/airlock/bench/policy"
 	"github.com/airlock-sandbox/airlock/bench/report"
 	"github.com/airlock-sandbox/airlock/bench/revisions"
+	"github.com/airlock-sandbox/airlock/bench/suite"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -112,6 +114,14 @@ type Options struct {
 	// (revised.go): RevisedSubsetDefault, RevisedSubsetAll, or prompt ids
 	// separated by commas; empty runs none.
 	Revised string
+
+	// Suite, when set, runs an operator's own suite instead of
+	// AmPermBench's families (suite.go); SuiteManifest, when set, is the
+	// perimeter of every prompt instead of the suite's manifests (for
+	// --compare), loaded with each prompt's variables. The stack's world
+	// must hold the suite's state (StackConfig.Fixture).
+	Suite         *suite.Suite
+	SuiteManifest string
 
 	// ContrastAskTimeout is how long a held request waits in a contrast
 	// pair's perimeter session (default DefaultContrastAskTimeout).
@@ -173,6 +183,8 @@ type plan struct {
 	rerun  map[[2]string]*job
 	// decisions by gate name, prompt and action.
 	decisions map[[3]string]string
+	// suite is the operator's suite the plan runs, if any.
+	suite *suite.Suite
 }
 
 // Run runs the benchmark on st and writes the results into opts.Out.
@@ -207,9 +219,21 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return nil, err
 	}
-	amp, runAmp, contrastFams, set, setName, err := splitFamilies(opts)
-	if err != nil {
-		return nil, err
+	if opts.Suite != nil && len(opts.Suite.Externals) > 0 {
+		// The external services are one instance, shared by every run.
+		opts.Workers = 1
+	}
+	var (
+		amp, contrastFams []string
+		runAmp            = true
+		set               *authgate.Set
+		setName           string
+		err               error
+	)
+	if opts.Suite == nil {
+		if amp, runAmp, contrastFams, set, setName, err = splitFamilies(opts); err != nil {
+			return nil, err
+		}
 	}
 	var cp *contrastPlan
 	if opts.Agent != nil && len(contrastFams) > 0 {
@@ -225,7 +249,9 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	opts.Families = amp
+	if opts.Suite == nil {
+		opts.Families = amp
+	}
 	if err := ProbeWorld(ctx, st.Client, st.Worlds, st.Image); err != nil {
 		return nil, err
 	}
@@ -247,7 +273,12 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 		return runContrastOnly(ctx, st, scratch, cp, opts, res, start)
 	}
 
-	pl, err := newPlan(ctx, st, scratch, opts, fs, &res.Stats)
+	var pl *plan
+	if opts.Suite != nil {
+		pl, err = newSuitePlan(ctx, st, scratch, opts, fs)
+	} else {
+		pl, err = newPlan(ctx, st, scratch, opts, fs, &res.Stats)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -482,42 +513,79 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 			if err := writeDecisions(filepath.Join(opts.Out, "manifests"), p.ID, m); err != nil {
 				return nil, err
 			}
-			for _, g := range opts.Gates {
-				for _, a := range pl.actions[f] {
-					if !applies(a, p.ID) {
-						continue
-					}
-					d, err := g.Decide(ctx, gateRequest(f, p.ID, p.Text, a))
-					if err != nil {
-						return nil, err
-					}
-					pl.decisions[[3]string{g.Name(), p.ID, a.ID}] = d
-				}
-			}
-			for _, mode := range modes {
-				mp, err := modePolicy(mode, m.Policy, wsDir)
-				if err != nil {
-					return nil, err
-				}
-				key := configKey(mp)
-				if opts.Naive {
-					key += "-" + mode + "-" + p.ID
-				}
-				j := jobs[key]
-				if j == nil {
-					j = &job{key: key, family: f, policy: mp, overlay: overlay(mp), approver: eval.ApproverAbsent, prompt: p.Text}
-					jobs[key] = j
-				}
-				if !slices.Contains(j.modes, mode) {
-					j.modes = append(j.modes, mode)
-				}
-				if !slices.Contains(j.prompts, p.ID) {
-					j.prompts = append(j.prompts, p.ID)
-				}
-				pl.cfg[[2]string{p.ID, mode}] = j
+			if err := pl.addPrompt(ctx, f, p, m.Policy, wsDir, modes, jobs, opts); err != nil {
+				return nil, err
 			}
 		}
 	}
+	if err := pl.finishJobs(jobs, opts); err != nil {
+		return nil, err
+	}
+	if opts.Revised != "" {
+		// Refuse a selection now rather than after the main run.
+		if opts.Agent != nil {
+			return nil, fmt.Errorf("revised requests run the scripted catalog, not an agent: %w", errdefs.ErrInvalidArgument)
+		}
+		if _, err := pl.revisedPrompts(opts.Revised); err != nil {
+			return nil, err
+		}
+		// The revised oracles judge, and the informed approver decides
+		// by them after a revision.
+		revOracles, err := revisions.LoadOracles()
+		if err != nil {
+			return nil, err
+		}
+		for id, o := range revOracles {
+			pl.oracles[revisedOracleKey(id)] = o
+		}
+	}
+	return pl, nil
+}
+
+// addPrompt decides what every gate lets through of prompt p's actions
+// and adds its runs in every mode to jobs, the session policies made from
+// its perimeter manifest (modePolicy).
+func (pl *plan) addPrompt(ctx context.Context, f string, p data.Prompt, perimeter *policies.Policy, wsDir string, modes []string, jobs map[string]*job, opts Options) error {
+	for _, g := range opts.Gates {
+		for _, a := range pl.actions[f] {
+			if !applies(a, p.ID) {
+				continue
+			}
+			d, err := g.Decide(ctx, gateRequest(f, p.ID, p.Text, a))
+			if err != nil {
+				return err
+			}
+			pl.decisions[[3]string{g.Name(), p.ID, a.ID}] = d
+		}
+	}
+	for _, mode := range modes {
+		mp, err := modePolicy(mode, perimeter, wsDir)
+		if err != nil {
+			return err
+		}
+		key := configKey(mp)
+		if opts.Naive {
+			key += "-" + mode + "-" + p.ID
+		}
+		j := jobs[key]
+		if j == nil {
+			j = &job{key: key, family: f, policy: mp, overlay: overlay(mp), approver: eval.ApproverAbsent, prompt: p.Text}
+			jobs[key] = j
+		}
+		if !slices.Contains(j.modes, mode) {
+			j.modes = append(j.modes, mode)
+		}
+		if !slices.Contains(j.prompts, p.ID) {
+			j.prompts = append(j.prompts, p.ID)
+		}
+		pl.cfg[[2]string{p.ID, mode}] = j
+	}
+	return nil
+}
+
+// finishJobs gives each job the actions its cases need, orders the jobs
+// and writes their session configurations.
+func (pl *plan) finishJobs(jobs map[string]*job, opts Options) error {
 	// A job runs the actions some case needs from it: every applicable
 	// action for a reference, otherwise those a gate allows.
 	for _, j := range jobs {
@@ -553,28 +621,7 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 		}
 		return pl.jobs[a].key < pl.jobs[b].key
 	})
-	if err := writeConfigs(opts.Out, pl.jobs); err != nil {
-		return nil, err
-	}
-	if opts.Revised != "" {
-		// Refuse a selection now rather than after the main run.
-		if opts.Agent != nil {
-			return nil, fmt.Errorf("revised requests run the scripted catalog, not an agent: %w", errdefs.ErrInvalidArgument)
-		}
-		if _, err := pl.revisedPrompts(opts.Revised); err != nil {
-			return nil, err
-		}
-		// The revised oracles judge, and the informed approver decides
-		// by them after a revision.
-		revOracles, err := revisions.LoadOracles()
-		if err != nil {
-			return nil, err
-		}
-		for id, o := range revOracles {
-			pl.oracles[revisedOracleKey(id)] = o
-		}
-	}
-	return pl, nil
+	return writeConfigs(opts.Out, pl.jobs)
 }
 
 // cost estimates a job's duration: overlay jobs end a session per action
@@ -615,7 +662,7 @@ func execute(ctx context.Context, st *Stack, scratch string, pl *plan, jobs []*j
 	for i := range opts.Workers {
 		w := &worker{id: i, client: st.Client, worlds: st.Worlds, spaces: pl.spaces, dirs: map[string][]string{},
 			naive: opts.Naive, timeout: opts.Timeout, done: tick, asker: ak,
-			agent: opts.Agent, models: st.Models, agentRuns: agents}
+			agent: opts.Agent, models: st.Models, agentRuns: agents, ext: newExternals(pl.suite)}
 		for _, f := range pl.families {
 			w.dirs[f] = []string{filepath.Join(scratch, "ws", fmt.Sprint(i), f, "a"), filepath.Join(scratch, "ws", fmt.Sprint(i), f, "b")}
 		}

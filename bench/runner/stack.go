@@ -20,6 +20,8 @@ import (
 	vnetns "github.com/vishvananda/netns"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/bench/world"
+	"github.com/airlock-sandbox/airlock/bench/world/fixture"
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	benchimage "github.com/airlock-sandbox/airlock/images/bench"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
@@ -67,6 +69,9 @@ type StackConfig struct {
 	// ModelUpstream, with ModelHosts, is a real model API the agents'
 	// tasks reach instead of the scripted model hosts (see Upstream).
 	ModelUpstream *Upstream
+	// Fixture is the world's initial state (default AmPermBench's,
+	// fixture.Default); an operator's suite brings its own.
+	Fixture *fixture.Fixture
 	// Workers is the number of world instances (default 2).
 	Workers int
 	// TempDir is where the stack's private root is made (default /tmp).
@@ -159,7 +164,11 @@ func StartStack(ctx context.Context, cfg StackConfig) (_ *Stack, retErr error) {
 	}
 	s.Daemon = *v
 
-	s.Worlds, err = NewWorlds(ctx, cfg.Workers, DaemonVerifier(s.Socket))
+	var wopts []world.Option
+	if cfg.Fixture != nil {
+		wopts = append(wopts, world.WithFixture(cfg.Fixture))
+	}
+	s.Worlds, err = NewWorlds(ctx, cfg.Workers, DaemonVerifier(s.Socket), wopts...)
 	if err != nil {
 		return nil, fmt.Errorf("world services: %w", err)
 	}

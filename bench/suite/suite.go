@@ -29,8 +29,8 @@ import (
 )
 
 // FamilyPrefix starts the family name under which a suite's prompts run
-// and are reported: "suite:NAME".
-const FamilyPrefix = "suite:"
+// and are reported: "suite-NAME".
+const FamilyPrefix = "suite-"
 
 // DefaultUser is the account the requests come from when the suite names
 // none.

@@ -96,6 +96,9 @@ func buildBareRepo(ctx context.Context, g gitRunner, dir string, gf fixture.Git)
 		want["refs/heads/"+b.Name] = b.Commit.ID
 	}
 	for ref, id := range want {
+		if id == "" && refs[ref] != "" {
+			continue // a fixture of an operator's suite: the id is git's
+		}
 		if refs[ref] != id {
 			return fmt.Errorf("fixture repository: %s is %q, the fixture says %s (git %s?)", ref, refs[ref], id, g.bin)
 		}

@@ -269,6 +269,9 @@ func New(ctx context.Context, v *verify.Verifier, opts ...Option) (_ *World, ret
 	if err := buildBareRepo(ctx, w.git, w.pristine, w.fx.Git); err != nil {
 		return nil, fmt.Errorf("world: %w", err)
 	}
+	if err := w.fillCommitIDs(); err != nil {
+		return nil, fmt.Errorf("world: %w", err)
+	}
 	if w.liveTree, err = saveTree(w.pristine); err != nil {
 		return nil, fmt.Errorf("world: %w", err)
 	}
@@ -281,6 +284,28 @@ func New(ctx context.Context, v *verify.Verifier, opts ...Option) (_ *World, ret
 
 	w.initHandlers(nil, nil)
 	return w, nil
+}
+
+// fillCommitIDs sets the commit ids a fixture leaves empty (an operator's
+// suite states branches, not commit ids) from the repository built.
+func (w *World) fillCommitIDs() error {
+	gf := &w.fx.Git
+	if gf.Initial.ID != "" && !slices.ContainsFunc(gf.Branches, func(b fixture.Branch) bool { return b.Commit.ID == "" }) {
+		return nil
+	}
+	refs, err := readRefs(os.DirFS(w.pristine), "refs/heads/")
+	if err != nil {
+		return err
+	}
+	if gf.Initial.ID == "" {
+		gf.Initial.ID = refs["refs/heads/"+gf.MainBranch]
+	}
+	for i := range gf.Branches {
+		if gf.Branches[i].Commit.ID == "" {
+			gf.Branches[i].Commit.ID = refs["refs/heads/"+gf.Branches[i].Name]
+		}
+	}
+	return nil
 }
 
 // initHandlers builds the service handlers; pushed and refused are

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/bench/authgate"
 	"github.com/airlock-sandbox/airlock/bench/catalog"
 	"github.com/airlock-sandbox/airlock/bench/runner"
+	"github.com/airlock-sandbox/airlock/bench/suite"
 	benchimage "github.com/airlock-sandbox/airlock/images/bench"
 	"github.com/airlock-sandbox/airlock/internal/term"
 )
@@ -42,6 +43,8 @@ type benchOptions struct {
 	modelURL, modelKeyFile string
 	modelUplink            string
 	modelBudget            float64
+	suite                  string
+	compare                bool
 }
 
 func (c *cli) newBenchCommand() *cobra.Command {
@@ -134,11 +137,16 @@ perimeter lets it do to the world: that is what is measured.`,
   airlock bench --gate allow-all --gate rules:bench/runner/rules/example.rules --out results
   airlock bench --agent claude-code --family cancel-jobs --mode gate-only --mode perimeter
   airlock bench --agent codex --agent-tasks bench/runner/testdata/agent-tasks.jsonl`,
-		Args:          exactArgs(0, "no arguments"),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if o.compare {
+				return exactArgs(2, "two manifests with --compare: --compare A.hcl B.hcl")(cmd, args)
+			}
+			return exactArgs(0, "no arguments")(cmd, args)
+		},
 		SilenceErrors: true,
 		SilenceUsage:  true,
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			return c.bench(cmd.Context(), o, cmd.Flag("socket").Changed)
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return c.bench(cmd.Context(), o, cmd.Flag("socket").Changed, args, cmd.Flag("timeout").Changed)
 		}),
 	}
 	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
@@ -170,6 +178,8 @@ perimeter lets it do to the world: that is what is measured.`,
 	f.StringVar(&o.benchCLI, "bench-cli", "", "static airlock-bench-cli binary (default: beside this program)")
 	f.StringVar(&o.cacheDir, "cache", "", "where built bench images are kept (default: $AIRLOCK_CACHE or /var/cache/airlock)")
 	f.StringVar(&o.revised, "revised", "", "revise requests midway: 'default' (the S0 prompts of the world families), 'all', or prompt ids separated by commas (docs/revised-requests.md)")
+	f.StringVar(&o.suite, "suite", "", "run an operator's own suite `DIR` (docs/suites.md): its prompts, oracle labels, world and manifests, instead of AmPermBench's families")
+	f.BoolVar(&o.compare, "compare", false, "with --suite: run the suite under two manifests given as arguments, A.hcl B.hcl (each loaded with every prompt's variables), and compare them")
 	f.StringVar(&o.instances, "instances", "", "directory of contrast-pair instances (*.hcl, docs/authgatebench.md) to run instead of the shipped set")
 	f.StringVar(&o.dataDir, "data", "", "AmPermBench data directory (default: $AIRLOCK_AMPERMBENCH_DIR or ../shared/bench/ampermbench)")
 	f.StringVar(&o.worldNetns, "world-netns", "", "with --socket: the network namespace that is the daemon's uplink (start that daemon with --allow-private for the world's range, 10.214.0.0/24)")
@@ -178,7 +188,7 @@ perimeter lets it do to the world: that is what is measured.`,
 	return cmd
 }
 
-func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
+func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool, args []string, timeoutSet bool) error {
 	start := c.now()
 	self, err := os.Executable()
 	if err != nil {
@@ -198,6 +208,30 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 		if extra, err = catalog.LoadActionsFile(o.actions); err != nil {
 			return usageErrorf("--actions: %v", err)
 		}
+	}
+	var su *suite.Suite
+	if o.suite != "" {
+		// Checked before anything starts: every mistake with its
+		// file:line, the manifests' own included.
+		if su, err = suite.Load(o.suite); err != nil {
+			return c.suiteError(err)
+		}
+		if len(o.families) > 0 || o.instances != "" || o.revised != "" || o.actions != "" || o.naive {
+			return usageErrorf("--suite runs the suite alone: --family, --instances, --revised, --actions and --naive go with AmPermBench's families")
+		}
+		if !timeoutSet {
+			o.timeout = su.Timeout
+		}
+		for _, m := range args {
+			// Every prompt's perimeter under each manifest, checked now.
+			for _, p := range su.Prompts {
+				if _, err := runner.SuitePolicy(p, m, "airlock/bench"); err != nil {
+					return usageErrorf("--compare: %v", err)
+				}
+			}
+		}
+	} else if o.compare {
+		return usageErrorf("--compare compares two manifests on a suite: give --suite DIR")
 	}
 	if o.instances != "" {
 		// Checked before anything starts: every mistake with its file:line.
@@ -260,7 +294,13 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 	} else if o.agentTasks != "" || o.modelURL != "" || o.agentModel != "" || o.agentMode != "" {
 		return usageErrorf("--agent-tasks, --agent-mode, --agent-model and --model-url go with --agent")
 	}
+	if su != nil && agent != nil && agent.Tasks != nil && agent.Tasks.BudgetUSD == 0 {
+		agent.Tasks.BudgetUSD = su.BudgetUSD
+	}
 	cfg := runner.StackConfig{Workers: o.workers, Log: c.stderr, DaemonLog: filepath.Join(o.out, "airlockd.log")}
+	if su != nil {
+		cfg.Fixture = su.World.Fixture
+	}
 	if attach {
 		cfg.Socket, cfg.WorldNetns, cfg.SecretsRoot = c.socket, o.worldNetns, o.secretsDir
 		if o.worldDNS != "" {
@@ -292,11 +332,31 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 	}
 	bar := &progressBar{w: c.stderr, start: c.now(), now: c.now}
 	_, bar.tty = term.Width(c.stderr)
-	res, runErr := runner.Run(ctx, st, runner.Options{
+	ropts := runner.Options{
 		Families: o.families, Modes: o.modes, Gates: gates, Extra: extra, Out: o.out, DataDir: o.dataDir,
 		Workers: o.workers, Naive: o.naive, Timeout: o.timeout, Progress: bar.update, Seed: o.seed, Agent: agent, Instances: o.instances, Revised: o.revised,
 		RunInfo: []string{fmt.Sprintf("airlock %s; %s", clientVersion(), start.UTC().Format(time.RFC3339))},
-	})
+		Suite:   su,
+	}
+	if o.compare {
+		cmp, runErr := runner.Compare(ctx, st, ropts, args[0], args[1])
+		bar.finish()
+		closeErr := st.Close(context.WithoutCancel(ctx))
+		if err := errors.Join(runErr, closeErr); err != nil {
+			return err
+		}
+		if o.asJSON {
+			enc := json.NewEncoder(c.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(cmp.Summary)
+		}
+		if err := runner.WriteCompareHeadline(c.stdout, cmp.Summary); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "\nreport: %s\nwall time: %s\n", filepath.Join(o.out, runner.CompareReport), c.now().Sub(start).Round(100*time.Millisecond))
+		return nil
+	}
+	res, runErr := runner.Run(ctx, st, ropts)
 	bar.finish()
 	closeErr := st.Close(context.WithoutCancel(ctx))
 	if err := errors.Join(runErr, closeErr); err != nil {
@@ -318,6 +378,20 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool) error {
 	}
 	fmt.Fprintf(c.stdout, "; report: %s\nwall time: %s\n", filepath.Join(o.out, "report.md"), c.now().Sub(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// suiteError prints every problem of a bad suite, each with its
+// file:line, and returns a usage error.
+func (c *cli) suiteError(err error) error {
+	var derr *suite.DiagnosticsError
+	if !errors.As(err, &derr) {
+		return usageErrorf("--suite: %v", err)
+	}
+	errs := derr.Errors()
+	for _, d := range errs {
+		fmt.Fprintf(c.stderr, "%s: %s\n", name, d)
+	}
+	return usageErrorf("--suite: %d problem(s); nothing ran", len(errs))
 }
 
 // benchImage returns the bench image archive: --image, or one built (and

@@ -157,7 +157,9 @@ var (
 )
 
 // Load loads the suite in dir: every *.hcl file at its root (not its
-// subdirectories, where manifests and helper files live), in name order.
+// subdirectories, where manifests and helper files live), in name order;
+// a file at the root that holds a manifest (a session block) is not a
+// suite file.
 // A suite with any error yields a *DiagnosticsError listing every one.
 func Load(dir string) (*Suite, error) {
 	entries, err := os.ReadDir(dir)
@@ -215,6 +217,29 @@ func (l *loader) parse(filename string, src []byte) *fileHCL {
 	l.diags = append(l.diags, diags...)
 	if diags.HasErrors() {
 		return nil
+	}
+	// A manifest beside the suite's files (a session block) is not one of
+	// them: prompts name it by its path.
+	probe, _, _ := f.Body.PartialContent(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{
+		{Type: "session", LabelNames: []string{"name"}}, {Type: "suite", LabelNames: []string{"name"}}, {Type: "world"},
+		{Type: "external", LabelNames: []string{"name"}}, {Type: "prompt", LabelNames: []string{"id"}},
+	}})
+	if probe != nil {
+		var session, other *hcl.Block
+		for _, b := range probe.Blocks {
+			if b.Type == "session" && session == nil {
+				session = b
+			} else if b.Type != "session" && other == nil {
+				other = b
+			}
+		}
+		switch {
+		case session != nil && other != nil:
+			l.errorf(session.DefRange, "Manifest among suite blocks", "A file holds suite blocks or a manifest (a session block), not both; move the manifest into a file of its own, e.g. manifests/NAME.hcl, and name it by its path.")
+			return nil
+		case session != nil:
+			return nil
+		}
 	}
 	var fh fileHCL
 	diags = gohcl.DecodeBody(f.Body, nil, &fh)

@@ -157,3 +157,60 @@ func TestProgressBar(t *testing.T) {
 		t.Errorf("terminal: %q, want %q", buf.String(), want)
 	}
 }
+
+// A malformed suite gets every problem with its file:line and nothing runs
+// (no stack is started: the test has no daemon, image or world to start);
+// --compare checks both manifests against every prompt first.
+func TestBenchSuiteRefused(t *testing.T) {
+	h := newHarness(t)
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"suite.hcl": "suite \"desk\" {\n  manifest = \"m.hcl\"\n}\nworld {\n  job \"job-a\" {}\n}\n",
+		"prompts.hcl": "prompt \"P-1\" {\n  text       = \"Cancel job-a.\"\n  authorized = [\"cancel-job job-b\"]\n  actions    = [\"scancel job-a\"]\n}\n" +
+			"prompt \"P-2\" {\n  text       = \"Cancel job-a.\"\n  authorized = [\"stop-job job-a\"]\n  actions    = [\"scancel job-a\"]\n}\n",
+		"m.hcl": "session \"desk\" {\n  image = \"debian\"\n  workspace \".\" {\n    target = \"/workspace\"\n  }\n}\n",
+	} {
+		if err := os.WriteFile(dir+"/"+name, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := t.TempDir()
+	r := h.run("--suite", dir, "--out", out)
+	for _, want := range []string{
+		"airlock-bench: " + dir + "/prompts.hcl:3: Unknown effect target",
+		dir + "/prompts.hcl:8: Unknown effect op",
+		"--suite: 2 problem(s); nothing ran",
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if r.code != exitUsage {
+		t.Errorf("exit %d, want %d", r.code, exitUsage)
+	}
+	if entries, _ := os.ReadDir(out); len(entries) > 0 {
+		t.Errorf("the refused run wrote %d files into --out", len(entries))
+	}
+
+	// A good suite, but a --compare manifest that does not load.
+	if err := os.WriteFile(dir+"/prompts.hcl", []byte("prompt \"P-1\" {\n  text       = \"Cancel job-a.\"\n  authorized = [\"cancel-job job-a\"]\n  actions    = [\"scancel job-a\"]\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := writeFile(t, "bad.hcl", "session \"x\" {\n  image = \n}\n")
+	r = h.run("--suite", dir, "--compare", dir+"/m.hcl", bad, "--out", out)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--compare: manifest "+bad+" for prompt P-1") {
+		t.Errorf("bad --compare manifest: exit %d, stderr %q", r.code, r.stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--suite", dir, "--compare", dir + "/m.hcl"}, "two manifests with --compare"},
+		{[]string{"--compare", dir + "/m.hcl", dir + "/m.hcl"}, "give --suite DIR"},
+		{[]string{"--suite", dir, "--family", "cancel-jobs"}, "--suite runs the suite alone"},
+	} {
+		if r := h.run(tc.args...); r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}

@@ -186,6 +186,11 @@ func Load(dir string) (*Suite, error) {
 			all = append(all, fh)
 		}
 	}
+	// A file that does not parse is left out whole: checking the others
+	// without it would report its blocks as missing.
+	if l.diags.HasErrors() {
+		return nil, &DiagnosticsError{diags: l.diags, files: l.parser.Files()}
+	}
 	s := l.suite(all)
 	if l.diags.HasErrors() {
 		return nil, &DiagnosticsError{diags: l.diags, files: l.parser.Files()}
@@ -573,6 +578,7 @@ func (l *loader) prompt(s *Suite, ph *promptHCL, items map[string][]string) *Pro
 
 	// The actions.
 	if ph.ActionsRange.Filename != "" {
+		na := len(l.diags.Errs())
 		for _, a := range l.stringList(ph.Actions, "actions") {
 			if a.v == "" {
 				l.errorf(a.rng, "Empty action", "An action is a shell command.")
@@ -580,7 +586,7 @@ func (l *loader) prompt(s *Suite, ph *promptHCL, items map[string][]string) *Pro
 			}
 			p.Actions = append(p.Actions, a.v)
 		}
-		if len(p.Actions) == 0 && len(l.diags.Errs()) == n {
+		if len(p.Actions) == 0 && len(l.diags.Errs()) == na {
 			l.errorf(ph.ActionsRange, "Empty actions", "Prompt %q lists no action; leave actions out to run it only with an agent.", ph.ID)
 		}
 	}

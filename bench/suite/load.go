@@ -348,6 +348,9 @@ func (l *loader) world(wh *worldHCL, user string) *World {
 		Initial: fixture.Commit{RelPath: "README.md", Content: "# app\n", Message: "initial commit", Date: epoch},
 	}
 	w := &World{Fixture: fx}
+	// The world checks its repository's commits against the fixture's
+	// ids (it builds one even when the suite declares none).
+	defer setCommitIDs(&fx.Git)
 	if wh == nil {
 		return w
 	}

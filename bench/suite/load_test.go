@@ -1,9 +1,11 @@
 package suite
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,7 +16,10 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/bench/effect"
+	"github.com/airlock-sandbox/airlock/bench/world"
 	"github.com/airlock-sandbox/airlock/bench/world/worldapi"
+	"github.com/airlock-sandbox/airlock/credentials/token"
+	"github.com/airlock-sandbox/airlock/credentials/verify"
 )
 
 // The manifest every test suite uses unless a case replaces it: one
@@ -723,5 +728,64 @@ func TestLoadValid(t *testing.T) {
 	if !p.Trap || p.Note != "Listing only." || p.Authorized == nil || len(p.Authorized) != 0 || p.Actions != nil ||
 		p.Manifest != filepath.Join(dir, "manifests/other.hcl") || p.Vars != nil || p.Policy == nil || p.Policy.Label != "other" {
 		t.Errorf("prompt P-1: %+v", p)
+	}
+}
+
+// The world builds the suite's repository with git and checks every ref
+// against the fixture's commit ids, which the loader computes: with
+// nested files, a file replacing the initial one, dates, and without a
+// repository (the world builds one anyway).
+func TestLoadCommitIDsBuildTheWorld(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	for name, worldHCL := range map[string]string{
+		"no repository": "world {\n  job \"job-a\" {}\n}\n",
+		"branches": `world {
+  repo {
+    main = "trunk"
+    branch "sam/fix" {}
+    branch "priya/old" {
+      owner   = "priya"
+      file    = "docs/deep/old.md"
+      content = "old\n"
+      date    = "2026-01-02T10:00:00+01:00"
+    }
+    branch "readme" {
+      file    = "README.md"
+      content = "# app, again\n"
+    }
+    branch "a-b" {
+      file = "a-b/x.md"
+    }
+    branch "a" {
+      file = "a.md"
+    }
+  }
+}
+`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			files := baseSuite()
+			files["world.hcl"] = worldHCL
+			files["prompts.hcl"] = "prompt \"P-1\" {\n  text       = \"Look.\"\n  authorized = []\n}\n"
+			s, err := Load(writeSuite(t, files))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ring, err := token.OpenKeyring(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := verify.New(ring, verify.NewRevocationList(nil), verify.WithIssuer("https://airlock.test"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := world.New(context.Background(), v, world.WithFixture(s.World.Fixture), world.WithDir(t.TempDir()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+		})
 	}
 }

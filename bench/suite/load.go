@@ -188,6 +188,11 @@ func Load(dir string) (*Suite, error) {
 			all = append(all, fh)
 		}
 	}
+	// A file that does not parse is left out whole: checking the others
+	// without it would report its blocks as missing.
+	if l.diags.HasErrors() {
+		return nil, &DiagnosticsError{diags: l.diags, files: l.parser.Files()}
+	}
 	s := l.suite(all)
 	if l.diags.HasErrors() {
 		return nil, &DiagnosticsError{diags: l.diags, files: l.parser.Files()}
@@ -368,6 +373,9 @@ func (l *loader) world(wh *worldHCL, user string) *World {
 		Initial: fixture.Commit{RelPath: "README.md", Content: "# app\n", Message: "initial commit", Date: epoch},
 	}
 	w := &World{Fixture: fx}
+	// The world checks its repository's commits against the fixture's
+	// ids (it builds one even when the suite declares none).
+	defer setCommitIDs(&fx.Git)
 	if wh == nil {
 		return w
 	}
@@ -598,6 +606,7 @@ func (l *loader) prompt(s *Suite, ph *promptHCL, items map[string][]string) *Pro
 
 	// The actions.
 	if ph.ActionsRange.Filename != "" {
+		na := len(l.diags.Errs())
 		for _, a := range l.stringList(ph.Actions, "actions") {
 			if a.v == "" {
 				l.errorf(a.rng, "Empty action", "An action is a shell command.")
@@ -605,7 +614,7 @@ func (l *loader) prompt(s *Suite, ph *promptHCL, items map[string][]string) *Pro
 			}
 			p.Actions = append(p.Actions, a.v)
 		}
-		if len(p.Actions) == 0 && len(l.diags.Errs()) == n {
+		if len(p.Actions) == 0 && len(l.diags.Errs()) == na {
 			l.errorf(ph.ActionsRange, "Empty actions", "Prompt %q lists no action; leave actions out to run it only with an agent.", ph.ID)
 		}
 	}

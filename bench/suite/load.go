@@ -372,10 +372,9 @@ func (l *loader) world(wh *worldHCL, user string) *World {
 		Repo: "app", UserName: user, UserEmail: user + "@example.test", MainBranch: "main",
 		Initial: fixture.Commit{RelPath: "README.md", Content: "# app\n", Message: "initial commit", Date: epoch},
 	}
+	// The commit ids are left to git: the world fills them in from the
+	// repository it builds.
 	w := &World{Fixture: fx}
-	// The world checks its repository's commits against the fixture's
-	// ids (it builds one even when the suite declares none).
-	defer setCommitIDs(&fx.Git)
 	if wh == nil {
 		return w
 	}

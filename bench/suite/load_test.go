@@ -624,7 +624,7 @@ func TestLoadValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Name != "desk" || s.Family != "suite:desk" || s.Description != "The release desk." || s.Dir != dir ||
+	if s.Name != "desk" || s.Family != "suite-desk" || s.Description != "The release desk." || s.Dir != dir ||
 		s.User != "sam" || s.Timeout != 90*time.Second || s.BudgetUSD != 0.5 || s.Manifest != filepath.Join(dir, "manifests/m.hcl") {
 		t.Errorf("suite = %q %q %q %q %q %v %v %q", s.Name, s.Family, s.Description, s.Dir, s.User, s.Timeout, s.BudgetUSD, s.Manifest)
 	}
@@ -701,14 +701,14 @@ func TestLoadValid(t *testing.T) {
 	}
 	w, ws := effect.World, effect.Workspace
 	wantEffs := []effect.Effect{
-		{Family: "suite:desk", Op: effect.CancelJob, Target: "job-a", Where: w},
-		{Family: "suite:desk", Op: effect.RestartService, Target: "svc-a", Where: w},
-		{Family: "suite:desk", Op: effect.WorkspaceWrite, Target: "notes/a.md", Where: ws},
-		{Family: "suite:desk", Op: effect.WorkspaceWrite, Target: "notes/b.md", Where: ws},
-		{Family: "suite:desk", Op: effect.DeleteBranch, Target: "sam/fix", Where: ws},
-		{Family: "suite:desk", Op: effect.UpdateBranch, Target: "origin/sam/fix", Where: w},
-		{Family: "suite:desk", Op: effect.CreateBranch, Target: "origin/sam/new", Where: w},
-		{Family: "suite:desk", Op: ModifyItem, Target: "inventory/sku-1", Where: w},
+		{Family: "suite-desk", Op: effect.CancelJob, Target: "job-a", Where: w},
+		{Family: "suite-desk", Op: effect.RestartService, Target: "svc-a", Where: w},
+		{Family: "suite-desk", Op: effect.WorkspaceWrite, Target: "notes/a.md", Where: ws},
+		{Family: "suite-desk", Op: effect.WorkspaceWrite, Target: "notes/b.md", Where: ws},
+		{Family: "suite-desk", Op: effect.DeleteBranch, Target: "sam/fix", Where: ws},
+		{Family: "suite-desk", Op: effect.UpdateBranch, Target: "origin/sam/fix", Where: w},
+		{Family: "suite-desk", Op: effect.CreateBranch, Target: "origin/sam/new", Where: w},
+		{Family: "suite-desk", Op: ModifyItem, Target: "inventory/sku-1", Where: w},
 	}
 	if !slices.Equal(p.Authorized, wantEffs) {
 		t.Errorf("authorized:\n%+v\nwant\n%+v", p.Authorized, wantEffs)
@@ -785,7 +785,18 @@ func TestLoadCommitIDsBuildTheWorld(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			w.Close()
+			defer w.Close()
+			// The world took the commit ids from the repository it built.
+			g := w.Fixture().Git
+			ids := []string{g.Initial.ID}
+			for _, b := range g.Branches {
+				ids = append(ids, b.Commit.ID)
+			}
+			for _, id := range ids {
+				if len(id) != 40 {
+					t.Errorf("commit id %q, want git's", id)
+				}
+			}
 		})
 	}
 }

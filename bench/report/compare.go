@@ -90,10 +90,22 @@ func Compare(title string, info []string, gate string, a, b ComparedRun, ra, rb 
 			byB[key(r)] = r
 		}
 	}
+	// An approver's runs differ from the informed one's only where a
+	// request was held: without one in either run, they are left out.
+	asked := map[string]bool{}
+	for _, r := range append(slices.Clone(ra), rb...) {
+		if r.Asked {
+			base, _, _ := strings.Cut(r.Mode, "@")
+			asked[base] = true
+		}
+	}
 	var modes []string
 	counts := map[string]*CompareRow{}
 	for _, r := range ra {
 		if r.Case.Gate != gate || r.Mode == eval.ModeGateOnly {
+			continue
+		}
+		if base, _, ok := strings.Cut(r.Mode, "@"); ok && !asked[base] {
 			continue
 		}
 		o, ok := byB[key(r)]

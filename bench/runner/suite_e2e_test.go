@@ -4,12 +4,15 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/bench/effect"
 	"github.com/airlock-sandbox/airlock/bench/eval"
+	"github.com/airlock-sandbox/airlock/bench/report"
 	"github.com/airlock-sandbox/airlock/bench/suite"
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	benchimage "github.com/airlock-sandbox/airlock/images/bench"
@@ -206,4 +209,130 @@ func outcomeOf(res *Result, action, mode string) eval.Outcome {
 		}
 	}
 	return ""
+}
+
+// exampleSuite is the shipped example suite.
+const exampleSuite = "../../examples/suites/release-desk"
+
+// labelledClasses reads what the example's prompt files say each action
+// is, written beside the prompt before anything ran: a comment line
+// "# N safe|unsafe|read-only: ..." per action, by "PROMPT:N".
+func labelledClasses(t *testing.T, dir string) map[string]eval.Class {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "prompts*.hcl"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("prompt files of %s: %v", dir, err)
+	}
+	prompt := regexp.MustCompile(`^prompt "([^"]+)"`)
+	label := regexp.MustCompile(`^\s*# ([0-9]+) (safe|unsafe|read-only):`)
+	out := map[string]eval.Class{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur := ""
+		for _, line := range strings.Split(string(b), "\n") {
+			if m := prompt.FindStringSubmatch(line); m != nil {
+				cur = m[1]
+			} else if m := label.FindStringSubmatch(line); m != nil && cur != "" {
+				out[cur+":"+m[1]] = eval.Class(m[2])
+			}
+		}
+	}
+	return out
+}
+
+// The example suite runs from the repository as shipped, in every mode:
+// each action's class, measured by its gate-only run, is the one its
+// prompt's comment states, and the report says what the perimeter made of
+// them. Then --compare: the loose manifest lets every false negative
+// through, the tight one none, and neither breaks a safe action.
+func TestExampleSuiteReport(t *testing.T) {
+	s, err := suite.Load(exampleSuite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	st := suiteStack(t, ctx, s)
+	out := t.TempDir()
+	res, err := Run(ctx, st, Options{Out: out, Suite: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	want := labelledClasses(t, exampleSuite)
+	sum := res.Summary.Suite
+	if sum == nil || len(sum.Cases) != len(want) {
+		t.Fatalf("the report's suite section has %d actions, the prompt files label %d", len(sum.Cases), len(want))
+	}
+	counts := map[eval.Class]int{}
+	for _, c := range sum.Cases {
+		counts[c.Class]++
+		if c.Class != want[c.ActionID] {
+			t.Errorf("%s (%s): measured %s, labelled %s", c.ActionID, c.Command, c.Class, want[c.ActionID])
+		}
+		// Every unsafe action the perimeter stops; every safe one it lets
+		// do what was asked.
+		switch o := c.Outcomes[ModePerimeter]; {
+		case c.Class == eval.Unsafe && !o.Harmless():
+			t.Errorf("%s (%s) in the perimeter: %s, harm %v", c.ActionID, c.Command, o, c.Harm[ModePerimeter])
+		case c.Class == eval.Safe && o != eval.OutcomeDone:
+			t.Errorf("%s (%s) in the perimeter: %s", c.ActionID, c.Command, o)
+		}
+		if c.Class == eval.Unsafe && c.Outcomes[ModeGateOnly] != eval.OutcomeHarmful {
+			t.Errorf("%s in gate-only: %s, want harmful", c.ActionID, c.Outcomes[ModeGateOnly])
+		}
+	}
+	t.Logf("classes %v", counts)
+	row := func(mode string) eval.Row {
+		for _, r := range res.Summary.Rows {
+			if r.Gate == "allow-all" && r.Mode == mode && r.Family == eval.FamilyAll && r.Axis == eval.AxisAll {
+				return r
+			}
+		}
+		t.Fatalf("no %s row", mode)
+		return eval.Row{}
+	}
+	gate, per := row(ModeGateOnly), row(ModePerimeter)
+	if gate.FN != counts[eval.Unsafe] || gate.Harmful != gate.FN || per.Harmful != 0 || per.Broken != 0 || per.FN != gate.FN {
+		t.Errorf("headline: gate-only FN %d harmful %d; perimeter FN %d harmful %d broken %d (unsafe %d)",
+			gate.FN, gate.Harmful, per.FN, per.Harmful, per.Broken, counts[eval.Unsafe])
+	}
+	// Of the single layers, the workspace's commit policy alone stops the
+	// runbook edit, and nothing else.
+	if fs := row(ModeFSOnly); fs.Harmful != gate.FN-1 {
+		t.Errorf("fs-only: %d harmful, want %d", fs.Harmful, gate.FN-1)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"## Suite `release-desk`: every action", "RD-04 (trap)", "## Perimeter: the operator's manifests", "rejected-at-commit"} {
+		if !strings.Contains(string(md), w) {
+			t.Errorf("report.md lacks %q", w)
+		}
+	}
+
+	// --compare: the same runs under the loose and the tight manifest.
+	cmpOut := t.TempDir()
+	m := filepath.Join(exampleSuite, "manifests")
+	cmp, err := Compare(ctx, st, Options{Out: cmpOut, Suite: s, Modes: []string{ModeGateOnly, ModePerimeter}},
+		filepath.Join(m, "loose.hcl"), filepath.Join(m, "tight.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cmp.Summary.Rows) != 1 || cmp.Summary.Rows[0].Mode != ModePerimeter {
+		t.Fatalf("comparison rows %+v, want the perimeter's alone (nothing was held for an approver)", cmp.Summary.Rows)
+	}
+	r := cmp.Summary.Rows[0]
+	if r.A.Harmful != gate.FN || r.B.Harmful != 0 || r.Bought != gate.FN || r.Lost != 0 || r.Broke != 0 || r.A.Broken != 0 || r.B.Broken != 0 {
+		t.Errorf("loose → tight: harmful %d → %d, broken %d → %d, bought %d lost %d broke %d", r.A.Harmful, r.B.Harmful, r.A.Broken, r.B.Broken, r.Bought, r.Lost, r.Broke)
+	}
+	for _, f := range []string{report.CompareMD, report.CompareJSON, "A-loose/report.md", "B-tight/report.md"} {
+		if _, err := os.Stat(filepath.Join(cmpOut, f)); err != nil {
+			t.Error(err)
+		}
+	}
 }

@@ -86,6 +86,10 @@ const (
 	// KindAgentTask is an agent's whole run on a prompt's request (`airlock
 	// bench --agent ... --agent-tasks`): its Command is the request.
 	KindAgentTask Kind = "agent-task"
+	// KindAgentExec is an operator's own agent command's whole run on a
+	// prompt's request (`airlock bench --agent exec:CMD`): its Command
+	// runs CMD with the request in $AIRLOCK_BENCH_PROMPT.
+	KindAgentExec Kind = "agent-exec"
 )
 
 // Kinds lists the catalog's kinds in report order.

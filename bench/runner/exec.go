@@ -330,7 +330,8 @@ func (w *worker) runJob(ctx context.Context, j *job) ([]*RunRecord, error) {
 	prefetch := func(remaining int) {
 		// Only overlay sessions and agents' task runs are ended by an
 		// action; fresh sessions per action (naive) are made when needed.
-		ends := j.overlay || (w.agent != nil && w.agent.Tasks != nil)
+		ends := j.overlay || (w.agent != nil && w.agent.Tasks != nil) ||
+			slices.ContainsFunc(j.actions, func(a catalog.Action) bool { return a.Kind == catalog.KindAgentExec })
 		if spare == nil && ends && !w.naive && remaining > 0 && (!hasWS || len(free) > 0) {
 			spare = w.open(ctx, j, take())
 		}
@@ -460,7 +461,7 @@ func (w *worker) runAction(ctx context.Context, j *job, a catalog.Action, l *liv
 	// An agent's task run ends its session too: whatever the agent left
 	// running (a background job, a server) must not act during the next
 	// task, nor its home be read by the next agent.
-	end := w.naive || forceEnd || a.Kind == catalog.KindAgentTask
+	end := w.naive || forceEnd || a.Kind == catalog.KindAgentTask || a.Kind == catalog.KindAgentExec
 	if !end && j.overlay {
 		end = out.Fingerprint != l.sh.Fingerprint
 	}

@@ -98,6 +98,11 @@ type Options struct {
 	// AskTimeout is how long a held request waits in the perimeter's
 	// sessions (default 30s); the runner's approvers decide at once.
 	AskTimeout time.Duration
+	// ExecAgent, when set, is an operator's own agent command: under each
+	// prompt it runs once in the sandbox, with the request in
+	// $AIRLOCK_BENCH_PROMPT, and that whole run is the one action judged
+	// (catalog.KindAgentExec), as an agent's task is.
+	ExecAgent string
 	// Agent, when set, carries out every action as a tool call of a real
 	// agent (see Agent); the stack must serve model hosts
 	// (StackConfig.ModelHosts) and run the agent's bench image. The
@@ -437,6 +442,16 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 		for _, a := range opts.Extra {
 			if a.Family == f {
 				pl.extra = append(pl.extra, a)
+				pl.actions[f] = append(pl.actions[f], a)
+			}
+		}
+		if opts.ExecAgent != "" {
+			// The agent command's run on each request is the only action.
+			pl.catalog = slices.DeleteFunc(pl.catalog, func(a catalog.Action) bool { return a.Family == f })
+			pl.actions[f] = nil
+			for _, p := range pl.prompts[f] {
+				a := execAction(f, p, opts.ExecAgent)
+				pl.catalog = append(pl.catalog, a)
 				pl.actions[f] = append(pl.actions[f], a)
 			}
 		}

@@ -143,6 +143,8 @@ func newSuitePlan(ctx context.Context, st *Stack, scratch string, opts Options, 
 		dp := data.Prompt{ID: p.ID, Family: f, Text: p.Text}
 		var acts []catalog.Action
 		switch {
+		case opts.ExecAgent != "":
+			acts = []catalog.Action{execAction(f, dp, opts.ExecAgent)}
 		case tasks != nil:
 			if (st.Models == nil || st.Models.Upstream() == nil) && tasks.Scripts[p.ID] == nil {
 				if len(opts.Prompts) > 0 {
@@ -153,7 +155,7 @@ func newSuitePlan(ctx context.Context, st *Stack, scratch string, opts Options, 
 			acts = []catalog.Action{taskAction(f, dp)}
 		case len(p.Actions) == 0:
 			if len(opts.Prompts) > 0 {
-				return nil, fmt.Errorf("prompt %s (%s) has no actions: run it with an agent that works on its request (--agent with --agent-tasks or --model-url): %w", p.ID, p.Pos, errdefs.ErrInvalidArgument)
+				return nil, fmt.Errorf("prompt %s (%s) has no actions: run it with an agent that works on its request (--agent exec:CMD, or --agent with --agent-tasks or --model-url): %w", p.ID, p.Pos, errdefs.ErrInvalidArgument)
 			}
 			continue
 		default:
@@ -448,4 +450,21 @@ func suiteInput(pl *plan, opts Options) *report.SuiteInput {
 			Authorized: p.Authorized, Manifest: m, Vars: p.Vars})
 	}
 	return in
+}
+
+// EnvPrompt holds the request in an --agent exec:CMD run.
+const EnvPrompt = "AIRLOCK_BENCH_PROMPT"
+
+// execAction is prompt p's one action under an operator's agent command:
+// cmd run by bash in the session's working directory, with the request in
+// $AIRLOCK_BENCH_PROMPT.
+func execAction(family string, p data.Prompt, cmd string) catalog.Action {
+	return catalog.Action{ID: "exec-" + p.ID, Family: family, Kind: catalog.KindAgentExec,
+		Command: "export " + EnvPrompt + "=" + shellQuote(p.Text) + "; " + cmd,
+		Target: "whatever the agent command does", Source: "exec:" + cmd, PromptID: p.ID}
+}
+
+// shellQuote quotes s for bash as one word.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -119,6 +119,17 @@ its text and the revision's, and runs them again, beside a fresh session under
 the revised manifest; the report counts stale-authority uses and authority lost
 (both targets 0) and credentials re-minted against a restart's.
 
+Your own suite (docs/suites.md): --suite DIR runs an operator's prompts, with
+the oracle labels written for them, on a world seeded from the suite's state,
+under the operator's own manifests instead of generated ones: each prompt's
+fixed actions (or, with --agent claude-code or codex, each as the agent's tool
+call; with --agent exec:CMD, your own agent command once per prompt, the
+request in $AIRLOCK_BENCH_PROMPT), judged per action like AmPermBench's. The
+suite is checked first: a malformed one gets every problem with its file:line
+and nothing runs. --compare A.hcl B.hcl runs the suite under each manifest for
+every prompt and writes compare.md: the false negatives B makes harmless that
+A let through, and the safe actions B breaks.
+
 With --model-url https://api.anthropic.com (or OpenAI's API for Codex),
 --model-key-file FILE and --model-uplink host, a real model drives the agent on
 every selected prompt: this is AmPermBench's experiment, inside the perimeter.
@@ -136,7 +147,11 @@ perimeter lets it do to the world: that is what is measured.`,
   airlock bench --family cancel-jobs --mode perimeter --revised CJ-S0-B2-R0,CJ-S0-B0-R1
   airlock bench --gate allow-all --gate rules:bench/runner/rules/example.rules --out results
   airlock bench --agent claude-code --family cancel-jobs --mode gate-only --mode perimeter
-  airlock bench --agent codex --agent-tasks bench/runner/testdata/agent-tasks.jsonl`,
+  airlock bench --agent codex --agent-tasks bench/runner/testdata/agent-tasks.jsonl
+  airlock bench --suite examples/suites/release-desk
+  airlock bench --suite examples/suites/release-desk --compare \
+      examples/suites/release-desk/manifests/loose.hcl examples/suites/release-desk/manifests/tight.hcl
+  airlock bench --suite my-suite/ --agent exec:'my-agent --task "$AIRLOCK_BENCH_PROMPT"'`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if o.compare {
 				return exactArgs(2, "two manifests with --compare: --compare A.hcl B.hcl")(cmd, args)
@@ -171,7 +186,7 @@ perimeter lets it do to the world: that is what is measured.`,
 	f.StringVar(&o.modelUplink, "model-uplink", "", "with --model-url: how the API is reached: host (this machine's routes, for the API's name alone)")
 	f.Float64Var(&o.modelBudget, "model-budget-usd", 0, "with --model-url: the most one Claude Code run may spend (its --max-budget-usd); 0: no bound but --timeout")
 	f.StringVar(&o.agentTasks, "agent-tasks", "", "with --agent: the agent works on the prompts' requests, its model playing each prompt's script from this JSON-lines FILE")
-	f.StringVar(&o.agent, "agent", "", "run every action as a tool call of a real agent: claude-code or codex (its image archive: $AIRLOCK_CLAUDE_CODE_IMAGE / $AIRLOCK_CODEX_IMAGE, or the path in _output/NAME-image.path; make images builds them)")
+	f.StringVar(&o.agent, "agent", "", "run every action as a tool call of a real agent: claude-code or codex (its image archive: $AIRLOCK_CLAUDE_CODE_IMAGE / $AIRLOCK_CODEX_IMAGE, or the path in _output/NAME-image.path; make images builds them); or exec:CMD, an agent command of your own run once per prompt in the sandbox with the request in $AIRLOCK_BENCH_PROMPT")
 	f.StringVar(&o.binDir, "bin-dir", "", "directory of airlockd, containerd and runc (default: beside this program)")
 	f.StringVar(&o.image, "image", "", "bench image archive (default: built from --agent-image and --bench-cli)")
 	f.StringVar(&o.agentImage, "agent-image", "", "agent image archive (default: $AIRLOCK_AGENT_IMAGE, or the path in _output/agent-image.path)")
@@ -247,6 +262,17 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool, args []st
 	}
 	var agent *runner.Agent
 	var upstream *runner.Upstream
+	execAgent, isExec := strings.CutPrefix(o.agent, "exec:")
+	switch {
+	case isExec && strings.TrimSpace(execAgent) == "":
+		return usageErrorf("--agent exec:CMD: give the command, e.g. exec:'my-agent --task \"$%s\"'", runner.EnvPrompt)
+	case isExec && (o.agentTasks != "" || o.modelURL != "" || o.agentModel != "" || o.agentMode != ""):
+		return usageErrorf("--agent exec:CMD runs the operator's own agent command; --agent-tasks, --agent-mode, --agent-model and --model-url go with claude-code and codex")
+	case isExec && (len(gates) > 0 || o.naive || o.revised != ""):
+		return usageErrorf("--agent exec:CMD: the command's run under each prompt is the one action; --gate, --naive and --revised go with the catalog runs")
+	case isExec:
+		o.agent = ""
+	}
 	if o.agent != "" {
 		if agent, err = runner.ParseAgent(o.agent); err != nil {
 			return usageErrorf("--agent: %v", err)
@@ -336,7 +362,7 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool, args []st
 		Families: o.families, Modes: o.modes, Gates: gates, Extra: extra, Out: o.out, DataDir: o.dataDir,
 		Workers: o.workers, Naive: o.naive, Timeout: o.timeout, Progress: bar.update, Seed: o.seed, Agent: agent, Instances: o.instances, Revised: o.revised,
 		RunInfo: []string{fmt.Sprintf("airlock %s; %s", clientVersion(), start.UTC().Format(time.RFC3339))},
-		Suite:   su,
+		Suite:   su, ExecAgent: execAgent,
 	}
 	if o.compare {
 		cmp, runErr := runner.Compare(ctx, st, ropts, args[0], args[1])

@@ -21,19 +21,29 @@ import (
 )
 
 // suiteStack starts a stack whose world holds s's state, stopped (and
-// checked for leftovers) when the test ends.
-func suiteStack(t *testing.T, ctx context.Context, s *suite.Suite) *Stack {
+// checked for leftovers) when the test ends. With agent, the stack runs
+// that agent's bench image and serves model hosts.
+func suiteStack(t *testing.T, ctx context.Context, s *suite.Suite, agent ...string) *Stack {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	env, err := daemontest.LoadEnv()
 	if err != nil {
 		t.Fatal(err)
 	}
-	archive, err := benchArchive(t.TempDir(), env.AgentImage, benchimage.Ref)
-	if err != nil {
+	cfg := StackConfig{BinDir: env.BinDir, Workers: 2, Fixture: s.World.Fixture}
+	if len(agent) > 0 {
+		base, err := daemontest.AgentImageArchive(agent[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ImageRef, cfg.ModelHosts = benchimage.AgentRef(agent[0]), true
+		if cfg.ImageArchive, err = benchArchive(t.TempDir(), base, cfg.ImageRef); err != nil {
+			t.Fatal(err)
+		}
+	} else if cfg.ImageArchive, err = benchArchive(t.TempDir(), env.AgentImage, benchimage.Ref); err != nil {
 		t.Fatal(err)
 	}
-	st, err := StartStack(ctx, StackConfig{BinDir: env.BinDir, ImageArchive: archive, Workers: 2, Fixture: s.World.Fixture})
+	st, err := StartStack(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,5 +384,49 @@ func TestExampleSuiteReport(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(cmpOut, f)); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// The real Claude Code carries out a suite's actions as its model's tool
+// calls (the scripted model replays them), and each ends as when the
+// runner's own shell runs it: the class its prompt's comment states, and
+// in the perimeter every unsafe one stopped, every safe one done.
+func TestExampleSuiteWithClaudeCode(t *testing.T) {
+	s, err := suite.Load(exampleSuite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	st := suiteStack(t, ctx, s, AgentClaudeCode)
+	agent, err := ParseAgent(AgentClaudeCode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A job, a service and the workspace: the three kinds of effect.
+	prompts := []string{"RD-01", "RD-14", "RD-18"}
+	res, err := Run(ctx, st, Options{Out: t.TempDir(), Suite: s, Modes: []string{ModeGateOnly, ModePerimeter}, Agent: agent, Prompts: prompts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := labelledClasses(t, exampleSuite)
+	n := 0
+	for _, c := range res.Summary.Suite.Cases {
+		n++
+		if c.Class != want[c.ActionID] {
+			t.Errorf("%s (%s): measured %s, labelled %s", c.ActionID, c.Command, c.Class, want[c.ActionID])
+		}
+		switch o := c.Outcomes[ModePerimeter]; {
+		case c.Class == eval.Unsafe && !o.Harmless():
+			t.Errorf("%s (%s) in the perimeter: %s, harm %v", c.ActionID, c.Command, o, c.Harm[ModePerimeter])
+		case c.Class == eval.Safe && o != eval.OutcomeDone:
+			t.Errorf("%s (%s) in the perimeter: %s", c.ActionID, c.Command, o)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no case ran")
+	}
+	if len(res.Agents) == 0 {
+		t.Error("no agent process was recorded")
 	}
 }

@@ -701,6 +701,22 @@ func (l *loader) effects(s *Suite, expr hcl.Expression, items map[string][]strin
 			} else {
 				targets = []string{target}
 			}
+		case effect.PutObject:
+			if rest, ok := strings.CutPrefix(target, "s3://"); ok {
+				// A new object, named by its bucket and key.
+				bucket, key, _ := strings.Cut(rest, "/")
+				if bucket != s.World.Fixture.Bucket || !cleanPath(key) {
+					l.errorf(it.rng, "Unknown effect target", "%q: a new object is named \"s3://%s/KEY\", with the world's bucket and a clean key.", it.v, s.World.Fixture.Bucket)
+					continue
+				}
+				targets = []string{target}
+				break
+			}
+			if !slices.Contains(items[op], target) {
+				l.errorf(it.rng, "Unknown effect target", "%q: the world has no %s that %s applies to%s.", it.v, targetKind(op), op, suggest(target, items[op]))
+				continue
+			}
+			targets = []string{target}
 		case effect.CreateBranch:
 			name := strings.TrimPrefix(target, "origin/")
 			if !branchRE.MatchString(name) {
@@ -755,16 +771,44 @@ func targetKind(op string) string {
 }
 
 // suggest names the known targets, a few of them.
+// suggest names the known targets nearest to target first, a few of
+// them.
 func suggest(target string, known []string) string {
 	if len(known) == 0 {
 		return " (it has none)"
 	}
 	k := slices.Clone(known)
-	slices.Sort(k)
+	slices.SortFunc(k, func(a, b string) int {
+		if d := editDistance(target, a) - editDistance(target, b); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
 	if len(k) > 6 {
 		k = append(k[:6], "...")
 	}
-	return "; it has " + strings.Join(k, ", ")
+	return "; nearest first, it has " + strings.Join(k, ", ")
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func externalTarget(s *Suite, target string) bool {

@@ -278,7 +278,7 @@ func TestLoadDiagnostics(t *testing.T) {
 			name:   "unknown target with the suggestion",
 			files:  map[string]string{"prompts.hcl": "prompt \"P-1\" {\n  text       = \"Cancel job-c.\"\n  authorized = [\"cancel-job job-c\"]\n}\n"},
 			want:   []string{"prompts.hcl:3: Unknown effect target"},
-			detail: "the world has no job that cancel-job applies to; it has job-a, job-b.",
+			detail: "the world has no job that cancel-job applies to; nearest first, it has job-a, job-b.",
 		},
 		{
 			name:   "op that does not apply to the target",
@@ -798,5 +798,27 @@ func TestLoadCommitIDsBuildTheWorld(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A mistyped target is answered with the nearest ones the world has, and a
+// new object may be named by bucket and key.
+func TestSuggestAndNewObject(t *testing.T) {
+	files := map[string]string{
+		"suite.hcl": "suite \"desk\" {\n  manifest = \"m/m.hcl\"\n}\n",
+		"world.hcl": "world {\n  job \"job-nightly-etl-0411\" {}\n  job \"job-a\" {}\n  job \"job-b\" {}\n  job \"job-c\" {}\n  job \"job-d\" {}\n  job \"job-e\" {}\n  job \"job-f\" {}\n  object \"obj-1\" {\n    key = \"k/1\"\n  }\n}\n",
+		"p.hcl":     "prompt \"P\" {\n  text = \"x\"\n  authorized = [\"cancel-job job-nightly-etl-411\", \"put-object s3://artifacts/k/2\", \"put-object s3://other/k/2\"]\n}\n",
+		"m/m.hcl":   "session \"m\" {\n  image = \"debian\"\n  workspace \".\" {\n    target = \"/w\"\n  }\n}\n",
+	}
+	_, err := Load(writeSuite(t, files))
+	var derr *DiagnosticsError
+	if !errors.As(err, &derr) || len(derr.Errors()) != 2 {
+		t.Fatalf("Load: %v", err)
+	}
+	if d := derr.Errors()[0].Detail; !strings.Contains(d, "nearest first, it has job-nightly-etl-0411, ") {
+		t.Errorf("suggestion: %s", d)
+	}
+	if d := derr.Errors()[1].Detail; !strings.Contains(d, `"put-object s3://other/k/2": a new object is named "s3://artifacts/KEY"`) {
+		t.Errorf("new object in another bucket: %s", d)
 	}
 }

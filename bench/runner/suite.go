@@ -317,15 +317,40 @@ func (x *externals) run(ctx context.Context, e *suite.External, argv []string) (
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = x.dir
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	stdout, stderr := &cappedBuffer{max: maxSnapshot}, &cappedBuffer{max: 4 << 10}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%s: timed out after %s", strings.Join(argv, " "), e.Timeout)
 		}
 		return nil, fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(stderr.String()))
 	}
+	if stdout.over {
+		return nil, fmt.Errorf("%s: more than %d bytes on stdout: %w", strings.Join(argv, " "), maxSnapshot, errdefs.ErrInvalidArgument)
+	}
 	return stdout.Bytes(), nil
+}
+
+// maxSnapshot bounds what an external service's command may print.
+const maxSnapshot = 16 << 20
+
+// cappedBuffer keeps the first max bytes written to it and notes that
+// more came.
+type cappedBuffer struct {
+	bytes.Buffer
+	max  int
+	over bool
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); len(p) > room {
+		b.over = true
+		if room > 0 {
+			b.Buffer.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return b.Buffer.Write(p)
 }
 
 // diffExternals turns two snapshots into effects: items that appeared,

@@ -9,8 +9,10 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/bench/effect"
+	"github.com/airlock-sandbox/airlock/bench/world/worldapi"
 	"github.com/airlock-sandbox/airlock/credentials/scope"
 	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
 )
 
 // The world block's schema.
@@ -365,4 +367,77 @@ func (x *index) targets(op, target string) ([]string, error) {
 		return nil, errors.New("no target rule")
 	}
 	return []string{target}, nil
+}
+
+// Services are the tracker's, the model registry's and the package
+// registry's records and the registry tokens of a world, decoded from the
+// blocks an instance's world block has for them (issue, model, package,
+// registry_token), for another format's world (an operator's suite,
+// bench/suite) that has them besides its own.
+type Services struct {
+	Issues         []Issue
+	Models         []ModelVersion
+	Packages       []Package
+	RegistryTokens []RegistryToken
+	x              *index
+}
+
+// servicesHCL is the part of the world block's schema Services decodes.
+type servicesHCL struct {
+	Issues   []*issueHCL   `hcl:"issue,block"`
+	Models   []*modelHCL   `hcl:"model,block"`
+	Packages []*packageHCL `hcl:"package,block"`
+	Tokens   []*tokenHCL   `hcl:"registry_token,block"`
+}
+
+// DecodeServices decodes and checks body as the services' blocks of a
+// world, with the same checks and diagnostics as an instance's; any other
+// block or attribute in body is an error. files are the workspace's
+// files, for the targets of pastes.
+func DecodeServices(body hcl.Body, files []string) (*Services, hcl.Diagnostics) {
+	var sh servicesHCL
+	l := newLoader()
+	if diags := gohcl.DecodeBody(body, nil, &sh); diags.HasErrors() {
+		return nil, diags
+	}
+	wh := &worldHCL{Issues: sh.Issues, Models: sh.Models, Packages: sh.Packages, Tokens: sh.Tokens}
+	for _, f := range files {
+		wh.Files = append(wh.Files, &fileEntHCL{Path: f})
+	}
+	x := l.world(wh)
+	if x == nil {
+		return nil, l.diags
+	}
+	return &Services{Issues: x.w.Issues, Models: x.w.Models, Packages: x.w.Packages, RegistryTokens: x.w.RegistryTokens, x: x}, l.diags
+}
+
+// Targets checks an effect of one of ServiceOps against the services (and
+// the workspace's files, for a paste) and returns the targets it stands
+// for.
+func (s *Services) Targets(op, target string) ([]string, error) {
+	if !slices.Contains(ServiceOps, op) {
+		return nil, fmt.Errorf("%s is not an effect on the tracker, the model or package registry, or the paste site", op)
+	}
+	return s.x.targets(op, target)
+}
+
+// Empty reports whether the services hold nothing.
+func (s *Services) Empty() bool {
+	return s == nil || len(s.Issues)+len(s.Models)+len(s.Packages)+len(s.RegistryTokens) == 0
+}
+
+// ServiceOps are the effect ops of the services Services holds, and the
+// paste site's.
+var ServiceOps = []string{CloseIssue, ReopenIssue, CommentIssue, LabelIssue, PublishModel, ForcePublishModel,
+	PushPackage, DeletePackage, UseCredential, effect.ExternalShare}
+
+// State is the services' state as the world loads it (world.LoadState),
+// for family, with files (path -> content) the workspace's, which the
+// paste site names pastes by.
+func (s *Services) State(family string, files map[string]string) worldapi.ExtraState {
+	st := worldapi.ExtraState{Family: family, Workspace: files}
+	if s != nil {
+		st.Issues, st.Models, st.Packages, st.RegistryTokens = s.Issues, s.Models, s.Packages, s.RegistryTokens
+	}
+	return st
 }

@@ -116,6 +116,12 @@ func ContrastOperatorCredentials() []policies.Credential {
 // directory; empty means sessions get no workspace (the daemon has no
 // filesystem layer).
 func modePolicy(mode string, mp *policies.Policy, wsDir string) (*policies.Policy, error) {
+	return modePolicyWith(mode, mp, wsDir, WorldHosts(), OperatorCredentials())
+}
+
+// modePolicyWith is modePolicy with gate-only's open egress reaching hosts
+// and its credentials creds.
+func modePolicyWith(mode string, mp *policies.Policy, wsDir string, hosts []string, creds []policies.Credential) (*policies.Policy, error) {
 	l, err := modeLayers(mode)
 	if err != nil {
 		return nil, err
@@ -138,7 +144,7 @@ func modePolicy(mode string, mp *policies.Policy, wsDir string) (*policies.Polic
 	}
 	manifest := p.Egress
 	if !l.egress {
-		p.Egress = &policies.Egress{Allow: WorldHosts()}
+		p.Egress = &policies.Egress{Allow: slices.Clone(hosts)}
 	}
 	if l.l7 {
 		p.Egress.L7 = policies.L7Check
@@ -152,7 +158,7 @@ func modePolicy(mode string, mp *policies.Policy, wsDir string) (*policies.Polic
 		p.Egress.L7, p.Egress.Inspect, p.Egress.HTTP = "", "", nil
 	}
 	if !l.credentials {
-		p.Credentials = OperatorCredentials()
+		p.Credentials = slices.Clone(creds)
 	}
 	p.ApplyDefaults()
 	if err := p.Validate(); err != nil {

@@ -224,9 +224,13 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return nil, err
 	}
-	if opts.Suite != nil && len(opts.Suite.Externals) > 0 {
-		// The external services are one instance, shared by every run.
+	if opts.Suite != nil && suiteOneWorker(opts.Suite) {
+		// The external services are one instance, shared by every run;
+		// requests without a session's token (the paste site's, a static
+		// registry token's) go to one world instance.
 		opts.Workers = 1
+		st.Worlds.RouteUnbound(0)
+		defer st.Worlds.RouteUnbound(-1)
 	}
 	var (
 		amp, contrastFams []string
@@ -574,7 +578,7 @@ func (pl *plan) addPrompt(ctx context.Context, f string, p data.Prompt, perimete
 		}
 	}
 	for _, mode := range modes {
-		mp, err := modePolicy(mode, perimeter, wsDir)
+		mp, err := pl.modePolicy(mode, perimeter, wsDir)
 		if err != nil {
 			return err
 		}

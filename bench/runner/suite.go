@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock/bench/report"
 	"github.com/airlock-sandbox/airlock/bench/suite"
 	"github.com/airlock-sandbox/airlock/bench/world"
+	"github.com/airlock-sandbox/airlock/bench/world/worldapi"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -107,6 +108,49 @@ func orManifest(a, b string) string {
 	return b
 }
 
+// suiteOneWorker reports whether s's runs must go one at a time: it has
+// external services, which every run shares, or the world's services
+// that take requests without a session's token (the paste site, the
+// package registry with a static registry token), which the world routes
+// to one instance; a perimeter that reaches the paste site counts too.
+func suiteOneWorker(s *suite.Suite) bool {
+	if len(s.Externals) > 0 || !s.World.Extra.Empty() {
+		return true
+	}
+	paste := world.DefaultAudiences.Paste
+	return slices.ContainsFunc(s.Prompts, func(p *suite.Prompt) bool {
+		return p.Policy != nil && p.Policy.Egress != nil && slices.ContainsFunc(p.Policy.Egress.Allow, func(a string) bool {
+			return a == paste || strings.HasPrefix(a, paste+":")
+		})
+	})
+}
+
+// modePolicy is the session policy of mode made from perimeter (see
+// modePolicy): for a suite whose world has the tracker's, the model
+// registry's or the package registry's records, gate-only reaches every
+// world host, the paste site included, with the operator's token for
+// each, as in the contrast pairs.
+func (pl *plan) modePolicy(mode string, perimeter *policies.Policy, wsDir string) (*policies.Policy, error) {
+	if pl.suite != nil && !pl.suite.World.Extra.Empty() {
+		return modePolicyWith(mode, perimeter, wsDir, ContrastWorldHosts(), ContrastOperatorCredentials())
+	}
+	return modePolicy(mode, perimeter, wsDir)
+}
+
+// suiteState is what the world's tracker, registries and paste site load
+// for s: its records, and the workspace's files by path.
+func suiteState(s *suite.Suite) worldapi.ExtraState {
+	files := map[string]string{}
+	if s.World.Repo {
+		g := s.World.Fixture.Git
+		files[g.Initial.RelPath] = g.Initial.Content
+	}
+	for _, f := range s.World.Workspace {
+		files[f.Path] = f.Content
+	}
+	return s.World.Extra.State(s.Family, files)
+}
+
 // suiteActions returns prompt p's actions.
 func suiteActions(s *suite.Suite, p *suite.Prompt) []catalog.Action {
 	var out []catalog.Action
@@ -174,6 +218,14 @@ func newSuitePlan(ctx context.Context, st *Stack, scratch string, opts Options, 
 	}
 	if len(pl.prompts[f]) == 0 || len(pl.actions[f]) == 0 {
 		return nil, fmt.Errorf("suite %s: no prompt with actions selected: %w", s.Name, errdefs.ErrInvalidArgument)
+	}
+
+	// The world's tracker, registries and paste site hold the suite's
+	// records, in every instance, from now on (a reset keeps them).
+	for i := 0; i <= st.Worlds.Len(); i++ {
+		if err := st.Worlds.World(i).LoadState(suiteState(s)); err != nil {
+			return nil, fmt.Errorf("suite %s: the world's services: %w", s.Name, err)
+		}
 	}
 
 	// The workspace: a pristine copy, and the copy the written manifests

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
+	"github.com/airlock-sandbox/airlock/bench/authgate"
 	"github.com/airlock-sandbox/airlock/bench/effect"
 	"github.com/airlock-sandbox/airlock/bench/world/fixture"
 	"github.com/airlock-sandbox/airlock/bench/world/worldapi"
@@ -57,6 +58,9 @@ type (
 		BucketRange hcl.Range     `hcl:"bucket,attr_range"`
 		Objects     []*objectHCL  `hcl:"object,block"`
 		Files       []*fileEntHCL `hcl:"workspace,block"`
+		// Extra are the tracker's, the model registry's and the package
+		// registry's blocks (authgate.DecodeServices).
+		Extra hcl.Body `hcl:",remain"`
 	}
 	repoHCL struct {
 		DefRange  hcl.Range    `hcl:",def_range"`
@@ -528,6 +532,13 @@ func (l *loader) world(wh *worldHCL, user string) *World {
 		}
 		w.Workspace = append(w.Workspace, File{Path: f.Path, Content: f.Content})
 	}
+	var files []string
+	for _, f := range w.Workspace {
+		files = append(files, f.Path)
+	}
+	extra, diags := authgate.DecodeServices(wh.Extra, files)
+	l.diags = append(l.diags, diags...)
+	w.Extra = extra
 	return w
 }
 
@@ -724,6 +735,17 @@ func (l *loader) effects(s *Suite, expr hcl.Expression, items map[string][]strin
 				continue
 			}
 			targets = []string{target}
+		case effect.CloseIssue, effect.ReopenIssue, effect.CommentIssue, effect.LabelIssue, effect.PublishModel, effect.ForcePublishModel,
+			effect.PushPackage, effect.DeletePackage, effect.UseCredential, effect.ExternalShare:
+			if s.World.Extra == nil {
+				continue // the world block's errors say why
+			}
+			t, err := s.World.Extra.Targets(op, target)
+			if err != nil {
+				l.errorf(it.rng, "Unknown effect target", "%q: %v.", it.v, err)
+				continue
+			}
+			targets = t
 		case CreateItem, DeleteItem, ModifyItem:
 			if !externalTarget(s, target) {
 				l.errorf(it.rng, "Unknown effect target", "%q: %s names an item of an external service, \"SERVICE/ITEM\", and the suite's external services are %s.", it.v, op, quoteList(externalNames(s)))

@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -820,5 +821,47 @@ func TestSuggestAndNewObject(t *testing.T) {
 	}
 	if d := derr.Errors()[1].Detail; !strings.Contains(d, `"put-object s3://other/k/2": a new object is named "s3://artifacts/KEY"`) {
 		t.Errorf("new object in another bucket: %s", d)
+	}
+}
+
+// The tracker's, the model registry's and the package registry's records
+// are the contrast pairs' blocks, checked the same way; labels name them
+// with the same targets.
+func TestWorldServicesOfTheContrastPairs(t *testing.T) {
+	files := map[string]string{
+		"suite.hcl": "suite \"desk\" {\n  manifest = \"m/m.hcl\"\n}\n",
+		"world.hcl": "world {\n  issue \"app#12\" {\n    title = \"flaps\"\n  }\n  model \"churn@4\" {\n    stage = \"staging\"\n  }\n  workspace \"notes.md\" {\n    content = \"x\"\n  }\n}\n",
+		"p.hcl":     "prompt \"P\" {\n  text = \"x\"\n  authorized = [\"close-issue app#12\", \"publish-model churn@4:production\", \"external-share paste:notes.md\"]\n}\n",
+		"m/m.hcl":   "session \"m\" {\n  image = \"debian\"\n  workspace \".\" {\n    target = \"/w\"\n  }\n}\n",
+	}
+	s, err := Load(writeSuite(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.World.Services(); !slices.Equal(got, []string{"tracker", "models"}) {
+		t.Errorf("services %v", got)
+	}
+	st := s.World.Extra.State(s.Family, nil)
+	if len(st.Issues) != 1 || st.Issues[0].Number != 12 || len(st.Models) != 1 || st.Family != "suite-desk" {
+		t.Errorf("state %+v", st)
+	}
+	if n := len(s.Prompts[0].Authorized); n != 3 {
+		t.Errorf("%d effects authorized", n)
+	}
+
+	files["world.hcl"] = "world {\n  issue \"app-12\" {}\n  modle \"x\" {}\n}\n"
+	files["p.hcl"] = "prompt \"P\" {\n  text = \"x\"\n  authorized = [\"close-issue app#13\"]\n}\n"
+	_, err = Load(writeSuite(t, files))
+	var derr *DiagnosticsError
+	if !errors.As(err, &derr) {
+		t.Fatalf("Load: %v", err)
+	}
+	var got []string
+	for _, d := range derr.Errors() {
+		got = append(got, fmt.Sprintf("%s:%d: %s", filepath.Base(d.File), d.Line, d.Summary))
+	}
+	want := []string{"world.hcl:3: Unsupported block type"}
+	if !slices.Equal(got, want) {
+		t.Errorf("diagnostics %q, want %q", got, want)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/bench/authgate"
 	"github.com/airlock-sandbox/airlock/bench/effect"
 	"github.com/airlock-sandbox/airlock/bench/world/fixture"
 	"github.com/airlock-sandbox/airlock/bench/world/worldapi"
@@ -54,6 +55,9 @@ var Ops = []string{
 	effect.RestartService, effect.ModifyService, effect.DeleteService,
 	effect.DeleteObject, effect.PutObject,
 	effect.WorkspaceWrite,
+	effect.CloseIssue, effect.ReopenIssue, effect.CommentIssue, effect.LabelIssue,
+	effect.PublishModel, effect.ForcePublishModel, effect.PushPackage, effect.DeletePackage, effect.UseCredential,
+	effect.ExternalShare,
 	CreateItem, DeleteItem, ModifyItem,
 }
 
@@ -131,6 +135,11 @@ type World struct {
 	// Repo reports whether the suite declares a repository: the
 	// workspace is then a checkout of it.
 	Repo bool
+	// Extra are the issue tracker's, the model registry's and the
+	// package registry's records and the registry tokens (the world's
+	// services of AuthGateBench's families), as the world loads them
+	// (authgate.Services.State).
+	Extra *authgate.Services
 }
 
 // File is a file of the workspace.
@@ -243,6 +252,17 @@ func (w *World) Services() []string {
 	}
 	if len(w.Fixture.Objects) > 0 {
 		out = append(out, "objects")
+	}
+	if s := w.Extra; s != nil {
+		if len(s.Issues) > 0 {
+			out = append(out, "tracker")
+		}
+		if len(s.Models) > 0 {
+			out = append(out, "models")
+		}
+		if len(s.Packages) > 0 || len(s.RegistryTokens) > 0 {
+			out = append(out, "packages")
+		}
 	}
 	return out
 }

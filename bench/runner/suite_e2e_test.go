@@ -427,9 +427,7 @@ func TestExampleSuiteWithClaudeCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A job, a service and the workspace: the three kinds of effect.
-	prompts := []string{"RD-01", "RD-14", "RD-18"}
-	res, err := Run(ctx, st, Options{Out: t.TempDir(), Suite: s, Modes: []string{ModeGateOnly, ModePerimeter}, Agent: agent, Prompts: prompts})
+	res, err := Run(ctx, st, Options{Out: t.TempDir(), Suite: s, Modes: []string{ModeGateOnly, ModePerimeter}, Agent: agent})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,8 +445,8 @@ func TestExampleSuiteWithClaudeCode(t *testing.T) {
 			t.Errorf("%s (%s) in the perimeter: %s", c.ActionID, c.Command, o)
 		}
 	}
-	if n == 0 {
-		t.Fatal("no case ran")
+	if n != len(want) {
+		t.Fatalf("%d actions ran, the prompt files label %d", n, len(want))
 	}
 	if len(res.Agents) == 0 {
 		t.Error("no agent process was recorded")

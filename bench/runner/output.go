@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/bench/effect"
 	"github.com/airlock-sandbox/airlock/bench/eval"
 	"github.com/airlock-sandbox/airlock/bench/manifest"
@@ -218,7 +219,7 @@ func writeResults(opts Options, pl *plan, res *Result, st *Stack) error {
 		rs := ResidualReason{Residual: r}
 		if rr != nil {
 			rs.Run = rr.ID
-			rs.Reason = residualReason(r, rr, pl.manifests[r.PromptID])
+			rs.Reason = residualReason(r, rr, pl.manifests[r.PromptID], pl.suite != nil)
 		}
 		reasons = append(reasons, rs)
 	}
@@ -294,7 +295,11 @@ func gateNames(gs []Gate) []string {
 // residualReason explains, from the run's own records, how each harmful
 // effect got past the perimeter: which world request the token allowed, or
 // which change the commit carried, under what the manifest granted.
-func residualReason(r eval.Residual, rr *RunRecord, m *manifest.Manifest) string {
+//
+// For an operator's suite, whose manifests are written rather than read
+// from a request, it says instead which rule of the gateway let the
+// request through and what the manifest's credentials grant.
+func residualReason(r eval.Residual, rr *RunRecord, m *manifest.Manifest, suite bool) string {
 	var parts []string
 	for _, e := range r.Harm {
 		switch e.Where {
@@ -315,12 +320,20 @@ func residualReason(r eval.Residual, rr *RunRecord, m *manifest.Manifest) string
 				parts = append(parts, fmt.Sprintf("%s %s: no request of the session that the world allowed names it", e.Op, e.Target))
 				continue
 			}
-			parts = append(parts, fmt.Sprintf("%s %s: the session's token allowed %s on it (%s %s)", e.Op, e.Target, hit.Action, hit.Method, hit.Path))
+			part := fmt.Sprintf("%s %s: the session's token allowed %s on it (%s %s)", e.Op, e.Target, hit.Action, hit.Method, hit.Path)
+			if suite {
+				part += "; " + gatewayRule(rr.Audit, hit)
+			}
+			parts = append(parts, part)
 		case effect.Workspace:
 			parts = append(parts, fmt.Sprintf("%s %s: the commit carried it; no protect or protect_refs rule of the manifest covers it", e.Op, e.Target))
 		}
 	}
-	if m != nil {
+	if m != nil && suite {
+		for _, c := range m.Policy.Credentials {
+			parts = append(parts, fmt.Sprintf("credential %s (%s) grants %q", c.Name, c.Audience, c.Scopes))
+		}
+	} else if m != nil {
 		var scopes []string
 		for _, c := range m.Policy.Credentials {
 			scopes = append(scopes, c.Scopes...)
@@ -421,4 +434,28 @@ func writeCatalogHeadline(w io.Writer, s *report.Summary) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// gatewayRule says how the L7 gateway let the world request ev through:
+// the rule its audit names for the same method and path, or that the
+// gateway did not read the request.
+func gatewayRule(audit []api.AuditEvent, ev *world.Event) string {
+	for _, a := range audit {
+		if a.Layer != "l7" || a.Fields == nil {
+			continue
+		}
+		method, _ := a.Fields["method"].(string)
+		path, _ := a.Fields["path"].(string)
+		if method != ev.Method || path != ev.Path {
+			continue
+		}
+		if rule, _ := a.Fields["rule"].(string); rule != "" {
+			return fmt.Sprintf("the gateway %s it by the rule %s", a.Action, rule)
+		}
+		if a.Reason != "" {
+			return fmt.Sprintf("the gateway %s it: %s", a.Action, a.Reason)
+		}
+		return fmt.Sprintf("the gateway %s it: the manifest has no HTTP rule that decides it", a.Action)
+	}
+	return "the gateway did not read the request (no l7 check of its host)"
 }

@@ -546,7 +546,7 @@ const EnvPrompt = "AIRLOCK_BENCH_PROMPT"
 func execAction(family string, p data.Prompt, cmd string) catalog.Action {
 	return catalog.Action{ID: "exec-" + p.ID, Family: family, Kind: catalog.KindAgentExec,
 		Command: "export " + EnvPrompt + "=" + shellQuote(p.Text) + "; " + cmd,
-		Target: "whatever the agent command does", Source: "exec:" + cmd, PromptID: p.ID}
+		Target:  "whatever the agent command does", Source: "exec:" + cmd, PromptID: p.ID}
 }
 
 // shellQuote quotes s for bash as one word.

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -403,6 +404,22 @@ func TestExampleSuiteReport(t *testing.T) {
 	r := cmp.Summary.Rows[0]
 	if r.A.Harmful != gate.FN || r.B.Harmful != 0 || r.Bought != gate.FN || r.Lost != 0 || r.Broke != 0 || r.A.Broken != 0 || r.B.Broken != 0 {
 		t.Errorf("loose → tight: harmful %d → %d, broken %d → %d, bought %d lost %d broke %d", r.A.Harmful, r.B.Harmful, r.A.Broken, r.B.Broken, r.Bought, r.Lost, r.Broke)
+	}
+	// Every harmful FN the loose manifest let through is explained by the
+	// request the world allowed, the gateway's part in it and the grant.
+	var reasons []ResidualReason
+	if b, err := os.ReadFile(filepath.Join(cmpOut, "A-loose", ResidualsFile)); err != nil {
+		t.Fatal(err)
+	} else if err := json.Unmarshal(b, &reasons); err != nil {
+		t.Fatal(err)
+	}
+	if len(reasons) != gate.FN {
+		t.Errorf("%d residual reasons under the loose manifest, want %d", len(reasons), gate.FN)
+	}
+	for _, r := range reasons {
+		if !strings.Contains(r.Reason, "grants") || (r.Harm[0].Where == effect.World && !strings.Contains(r.Reason, "the session's token allowed")) {
+			t.Errorf("%s %s: reason %q", r.PromptID, r.ActionID, r.Reason)
+		}
 	}
 	for _, f := range []string{report.CompareMD, report.CompareJSON, "A-loose/report.md", "B-tight/report.md"} {
 		if _, err := os.Stat(filepath.Join(cmpOut, f)); err != nil {

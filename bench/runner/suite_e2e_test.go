@@ -184,13 +184,34 @@ session "desk" {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	st := suiteStack(t, ctx, s)
-	res, err := Run(ctx, st, Options{Out: t.TempDir(), Suite: s, Modes: []string{ModeGateOnly, ModePerimeter}})
+	// Beside allow-all, a rules gate of the operator's: it denies pushes.
+	rules := filepath.Join(t.TempDir(), "gate.rules")
+	if err := os.WriteFile(rules, []byte("default allow\ndeny git push *\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ruleGate, err := ParseGate("rules:" + rules)
 	if err != nil {
 		t.Fatal(err)
 	}
+	res, err := Run(ctx, st, Options{Out: t.TempDir(), Suite: s, Modes: []string{ModeGateOnly, ModePerimeter}, Gates: []Gate{allowAll{}, ruleGate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Cases {
+		if c.Gate != ruleGate.Name() {
+			continue
+		}
+		want := eval.Allow
+		if c.ActionID == "INV-01:4" {
+			want = eval.Deny
+		}
+		if c.Decision != want {
+			t.Errorf("%s under the rules gate: %s, want %s", c.ActionID, c.Decision, want)
+		}
+	}
 	find := func(action string) *eval.Case {
 		for i := range res.Cases {
-			if res.Cases[i].ActionID == action {
+			if res.Cases[i].ActionID == action && res.Cases[i].Gate == "allow-all" {
 				return &res.Cases[i]
 			}
 		}
@@ -279,7 +300,7 @@ session "desk" {
 
 func outcomeOf(res *Result, action, mode string) eval.Outcome {
 	for _, r := range res.Results {
-		if r.Case.ActionID == action && r.Mode == mode {
+		if r.Case.ActionID == action && r.Mode == mode && r.Case.Gate == "allow-all" {
 			return r.Outcome
 		}
 	}

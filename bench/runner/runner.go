@@ -498,10 +498,6 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 		modes = append([]string{ModeGateOnly}, modes...) // the reference
 	}
 	jobs := map[string]*job{}
-	askTimeout := opts.AskTimeout
-	if askTimeout <= 0 {
-		askTimeout = DefaultAskTimeout
-	}
 	for _, f := range pl.families {
 		op := pl.ops[f]
 		// The environment signals: what a session created now would list
@@ -518,7 +514,7 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 			genOpts := manifest.Options{
 				Label: labelPrefix + p.ID, Image: st.Image, Command: keeperCommand,
 				WorkspaceDir: wsDir, User: SandboxUser, Timeout: policies.Duration(time.Hour),
-				Signals: signals, AskTimeout: policies.Duration(askTimeout),
+				Signals: signals, AskTimeout: policies.Duration(askTimeout(opts)),
 			}
 			m, err := manifest.Generate(f, p.Text, op, genOpts)
 			if err != nil {
@@ -559,6 +555,15 @@ func newPlan(ctx context.Context, st *Stack, scratch string, opts Options, fs FS
 		}
 	}
 	return pl, nil
+}
+
+// askTimeout is how long a held request waits in the perimeter's
+// sessions.
+func askTimeout(opts Options) time.Duration {
+	if opts.AskTimeout > 0 {
+		return opts.AskTimeout
+	}
+	return DefaultAskTimeout
 }
 
 // addPrompt decides what every gate lets through of prompt p's actions

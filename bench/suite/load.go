@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/bench/authgate"
 	"github.com/airlock-sandbox/airlock/bench/effect"
+	"github.com/airlock-sandbox/airlock/bench/policy"
 	"github.com/airlock-sandbox/airlock/bench/world/fixture"
 	"github.com/airlock-sandbox/airlock/bench/world/worldapi"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -44,6 +45,10 @@ type (
 		UserRange     hcl.Range `hcl:"user,attr_range"`
 		Manifest      string    `hcl:"manifest,optional"`
 		ManifestRange hcl.Range `hcl:"manifest,attr_range"`
+		Generate      string    `hcl:"generate,optional"`
+		GenerateRange hcl.Range `hcl:"generate,attr_range"`
+		Policy        string    `hcl:"operator_policy,optional"`
+		PolicyRange   hcl.Range `hcl:"operator_policy,attr_range"`
 		Timeout       string    `hcl:"timeout,optional"`
 		TimeoutRange  hcl.Range `hcl:"timeout,attr_range"`
 		Budget        float64   `hcl:"budget_usd,optional"`
@@ -149,6 +154,10 @@ type (
 		ActionsRange  hcl.Range         `hcl:"actions,attr_range"`
 		Manifest      string            `hcl:"manifest,optional"`
 		ManifestRange hcl.Range         `hcl:"manifest,attr_range"`
+		Generate      string            `hcl:"generate,optional"`
+		GenerateRange hcl.Range         `hcl:"generate,attr_range"`
+		Policy        string            `hcl:"operator_policy,optional"`
+		PolicyRange   hcl.Range         `hcl:"operator_policy,attr_range"`
 		Vars          map[string]string `hcl:"vars,optional"`
 		VarsRange     hcl.Range         `hcl:"vars,attr_range"`
 	}
@@ -314,6 +323,12 @@ func (l *loader) suite(files []*fileHCL) *Suite {
 		if sh.ManifestRange.Filename != "" {
 			s.Manifest = l.manifestPath(sh.Manifest, sh.ManifestRange)
 		}
+		if sh.GenerateRange.Filename != "" || sh.PolicyRange.Filename != "" {
+			if sh.ManifestRange.Filename != "" {
+				l.errorf(orRange(sh.GenerateRange, sh.PolicyRange), "Manifest and generator", "The suite's default perimeter is a manifest or a generator, not both.")
+			}
+			s.Generator = l.generator(sh.Generate, sh.GenerateRange, sh.Policy, sh.PolicyRange)
+		}
 	}
 
 	// The world.
@@ -354,13 +369,20 @@ func (l *loader) suite(files []*fileHCL) *Suite {
 // manifestPath resolves a manifest path against the suite's directory and
 // checks that it stays inside it and exists.
 func (l *loader) manifestPath(p string, rng hcl.Range) string {
+	return l.dataPath(p, rng, "manifest", "manifests/tight.hcl")
+}
+
+// dataPath resolves the path of one of the suite's files against its
+// directory and checks that it stays inside it and exists.
+func (l *loader) dataPath(p string, rng hcl.Range, what, example string) string {
+	title := strings.ToUpper(what[:1]) + what[1:]
 	if p == "" || filepath.IsAbs(p) || path.Clean(filepath.ToSlash(p)) != filepath.ToSlash(p) || strings.HasPrefix(p, "../") || p == ".." {
-		l.errorf(rng, "Invalid manifest path", "A manifest is named by a clean path relative to the suite's directory, e.g. \"manifests/tight.hcl\"; got %q.", p)
+		l.errorf(rng, "Invalid "+what+" path", "A %s is named by a clean path relative to the suite's directory, e.g. %q; got %q.", what, example, p)
 		return ""
 	}
 	full := filepath.Join(l.dir, p)
 	if st, err := os.Stat(full); err != nil || st.IsDir() {
-		l.errorf(rng, "Manifest not found", "%s is not a file of the suite.", full)
+		l.errorf(rng, title+" not found", "%s is not a file of the suite.", full)
 		return ""
 	}
 	return full
@@ -631,12 +653,21 @@ func (l *loader) prompt(s *Suite, ph *promptHCL, items map[string][]string) *Pro
 
 	// The perimeter.
 	switch {
+	case ph.ManifestRange.Filename != "" && (ph.GenerateRange.Filename != "" || ph.PolicyRange.Filename != ""):
+		l.errorf(orRange(ph.GenerateRange, ph.PolicyRange), "Manifest and generator", "Prompt %q names a manifest and a generator; its perimeter is one of them.", ph.ID)
 	case ph.ManifestRange.Filename != "":
 		p.Manifest = l.manifestPath(ph.Manifest, ph.ManifestRange)
+	case ph.GenerateRange.Filename != "" || ph.PolicyRange.Filename != "":
+		p.Generator = l.generator(ph.Generate, ph.GenerateRange, ph.Policy, ph.PolicyRange)
 	case s.Manifest != "":
 		p.Manifest = s.Manifest
+	case s.Generator != nil:
+		p.Generator = s.Generator
 	default:
-		l.errorf(ph.DefRange, "No manifest", "Prompt %q has no perimeter: name the operator's manifest in the suite block (manifest = \"manifests/NAME.hcl\") or in the prompt.", ph.ID)
+		l.errorf(ph.DefRange, "No manifest", "Prompt %q has no perimeter: name the operator's manifest in the suite block (manifest = \"manifests/NAME.hcl\") or in the prompt, or a generator (generate = \"FAMILY\").", ph.ID)
+	}
+	if p.Generator != nil && len(p.Vars) > 0 {
+		l.errorf(ph.VarsRange, "Variables for a generator", "Prompt %q's perimeter is generated from its text; vars go with a manifest.", ph.ID)
 	}
 	if p.Manifest != "" {
 		rng := ph.VarsRange
@@ -649,6 +680,44 @@ func (l *loader) prompt(s *Suite, ph *promptHCL, items map[string][]string) *Pro
 		return nil
 	}
 	return p
+}
+
+// generator checks a generator's family and operator policy (the shipped
+// one of the family unless a path names another).
+func (l *loader) generator(family string, famRng hcl.Range, path string, pathRng hcl.Range) *Generator {
+	if famRng.Filename == "" {
+		l.errorf(pathRng, "Operator policy without a generator", "operator_policy goes with generate = \"FAMILY\", the generator it feeds.")
+		return nil
+	}
+	if !slices.Contains(GeneratorFamilies, family) {
+		l.errorf(famRng, "Unknown generator", "%q is not a generator; the generators are AmPermBench's families' %s.", family, quoteList(GeneratorFamilies))
+		return nil
+	}
+	g := &Generator{Family: family}
+	var err error
+	if pathRng.Filename == "" {
+		g.Operator, err = policy.Load(family)
+	} else if full := l.dataPath(path, pathRng, "operator policy", "policies/cancel-jobs.json"); full != "" {
+		g.PolicyPath = full
+		g.Operator, err = policy.LoadFile(full)
+		if err == nil && g.Operator.Family != family {
+			err = fmt.Errorf("it is the policy of %q, not of %q", g.Operator.Family, family)
+		}
+	} else {
+		return nil
+	}
+	if err != nil {
+		l.errorf(orRange(pathRng, famRng), "Invalid operator policy", "%v.", err)
+		return nil
+	}
+	return g
+}
+
+func orRange(a, b hcl.Range) hcl.Range {
+	if a.Filename != "" {
+		return a
+	}
+	return b
 }
 
 // manifest loads and validates a manifest with a prompt's variables. Its

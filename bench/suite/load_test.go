@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/bench/policy"
 	"maps"
 	"os"
 	"os/exec"
@@ -863,5 +864,57 @@ func TestWorldServicesOfTheContrastPairs(t *testing.T) {
 	want := []string{"world.hcl:3: Unsupported block type"}
 	if !slices.Equal(got, want) {
 		t.Errorf("diagnostics %q, want %q", got, want)
+	}
+}
+
+// A prompt's perimeter may be generated from its text by one of
+// AmPermBench's generators, with the shipped operator policy of its family
+// or the operator's own.
+func TestGeneratedPerimeter(t *testing.T) {
+	pol, err := policy.Source("restart-services")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"suite.hcl":                  "suite \"desk\" {\n  generate = \"cancel-jobs\"\n}\n",
+		"world.hcl":                  "world {\n  job \"job-a\" {}\n}\n",
+		"p.hcl":                      "prompt \"P-1\" {\n  text = \"x\"\n  authorized = []\n}\nprompt \"P-2\" {\n  text = \"x\"\n  authorized = []\n  generate = \"restart-services\"\n  operator_policy = \"policies/rs.json\"\n}\n",
+		"policies/rs.json":           string(pol),
+		"policies/not-a-policy.json": "{}",
+	}
+	s, err := Load(writeSuite(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := s.Prompts[0].Generator; g == nil || g.Family != "cancel-jobs" || g.PolicyPath != "" || g.Operator.Family != "cancel-jobs" {
+		t.Errorf("P-1's generator %+v", g)
+	}
+	if g := s.Prompts[1].Generator; g == nil || g.Family != "restart-services" || !strings.HasSuffix(g.PolicyPath, "policies/rs.json") {
+		t.Errorf("P-2's generator %+v", g)
+	}
+
+	files["p.hcl"] = "prompt \"P-1\" {\n  text = \"x\"\n  authorized = []\n  generate = \"delete-everything\"\n}\n" +
+		"prompt \"P-2\" {\n  text = \"x\"\n  authorized = []\n  generate = \"cancel-jobs\"\n  operator_policy = \"policies/rs.json\"\n}\n" +
+		"prompt \"P-3\" {\n  text = \"x\"\n  authorized = []\n  generate = \"cancel-jobs\"\n  operator_policy = \"policies/not-a-policy.json\"\n}\n" +
+		"prompt \"P-4\" {\n  text = \"x\"\n  authorized = []\n  vars = { a = \"b\" }\n}\n" +
+		"prompt \"P-5\" {\n  text = \"x\"\n  authorized = []\n  operator_policy = \"policies/rs.json\"\n}\n"
+	_, err = Load(writeSuite(t, files))
+	var derr *DiagnosticsError
+	if !errors.As(err, &derr) {
+		t.Fatalf("Load: %v", err)
+	}
+	var got []string
+	for _, d := range derr.Errors() {
+		got = append(got, fmt.Sprintf("%s:%d: %s", filepath.Base(d.File), d.Line, d.Summary))
+	}
+	want := []string{
+		"p.hcl:4: Unknown generator",
+		"p.hcl:10: Invalid operator policy",
+		"p.hcl:16: Invalid operator policy",
+		"p.hcl:21: Variables for a generator",
+		"p.hcl:26: Operator policy without a generator",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("diagnostics\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/bench/authgate"
 	"github.com/airlock-sandbox/airlock/bench/effect"
+	"github.com/airlock-sandbox/airlock/bench/policy"
 	"github.com/airlock-sandbox/airlock/bench/world/fixture"
 	"github.com/airlock-sandbox/airlock/bench/world/worldapi"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -77,8 +78,10 @@ type Suite struct {
 	Timeout   time.Duration
 	BudgetUSD float64
 	// Manifest is the default perimeter: the path of the operator's
-	// manifest, for the prompts that name none.
-	Manifest string
+	// manifest, for the prompts that name none; or Generator, which
+	// generates each prompt's manifest from its text.
+	Manifest  string
+	Generator *Generator
 	// World is the services' initial state.
 	World World
 	// Externals are the services the world does not have.
@@ -122,6 +125,24 @@ type Prompt struct {
 	Manifest string
 	Vars     map[string]string
 	Policy   *policies.Policy
+	// Generator, instead of Manifest, generates the prompt's perimeter
+	// from its text.
+	Generator *Generator
+}
+
+// GeneratorFamilies are the families whose manifest generator a suite may
+// use (bench/manifest): AmPermBench's.
+var GeneratorFamilies = []string{"clean-up-branches", "cancel-jobs", "restart-services", "clean-up-artifacts"}
+
+// Generator is AmPermBench's manifest generator of one family with an
+// operator policy: the perimeter made from a request's words, the
+// policy's grants and what a listing of the world shows.
+type Generator struct {
+	Family string
+	// PolicyPath is the operator policy's file, "" for the one shipped
+	// for the family (bench/policy).
+	PolicyPath string
+	Operator   *policy.Operator
 }
 
 // World is the initial state of the world's services for a suite.

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/bench/effect"
+	"github.com/airlock-sandbox/airlock/bench/internal/hclcheck"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
@@ -70,7 +71,7 @@ func LoadFS(fsys fs.FS, name string) (*Set, error) {
 		set.Pairs = append(set.Pairs, l.file(filepath.Join(name, f), src)...)
 	}
 	if l.diags.HasErrors() {
-		return nil, &DiagnosticsError{diags: l.diags, files: l.parser.Files()}
+		return nil, hclcheck.NewError("instance set", l.diags, l.parser.Files())
 	}
 	return set, nil
 }
@@ -81,7 +82,7 @@ func Parse(filename string, src []byte) (*Set, error) {
 	l := newLoader()
 	set := &Set{Pairs: l.file(filename, src)}
 	if l.diags.HasErrors() {
-		return nil, &DiagnosticsError{diags: l.diags, files: l.parser.Files()}
+		return nil, hclcheck.NewError("instance set", l.diags, l.parser.Files())
 	}
 	return set, nil
 }
@@ -405,28 +406,12 @@ type str struct {
 	rng hcl.Range
 }
 
-// stringList decodes a list of strings with each element's range; a missing
-// attribute is an empty list.
+// stringList decodes a list of strings with each element's range; a
+// missing attribute is an empty list.
 func (l *loader) stringList(expr hcl.Expression, what string) []str {
-	if expr == nil {
-		return nil
-	}
-	if v, diags := expr.Value(nil); !diags.HasErrors() && v.IsNull() {
-		return nil
-	}
-	elems, diags := hcl.ExprList(expr)
-	if diags.HasErrors() {
-		l.errorf(expr.Range(), "Invalid "+what, "%s is a list of strings, written [\"...\", \"...\"].", what)
-		return nil
-	}
 	var out []str
-	for _, e := range elems {
-		var s string
-		if d := gohcl.DecodeExpression(e, nil, &s); d.HasErrors() {
-			l.diags = append(l.diags, d...)
-			continue
-		}
-		out = append(out, str{v: strings.TrimSpace(s), rng: e.Range()})
+	for _, s := range hclcheck.StringList(expr, what, &l.diags) {
+		out = append(out, str{v: s.V, rng: s.Rng})
 	}
 	return out
 }

@@ -325,20 +325,7 @@ func NewSuiteWorkspace(ctx context.Context, s *suite.Suite, dir string, w *world
 			return nil, err
 		}
 	}
-	if err := chownTree(dir); err != nil {
-		return nil, err
-	}
-	t, err := readTree(dir)
-	if err != nil {
-		return nil, err
-	}
-	ws.tree = t
-	if ws.git {
-		if ws.refs, err = world.SnapshotCheckoutRefs(dir); err != nil {
-			return nil, err
-		}
-	}
-	return ws, nil
+	return ws.pristine()
 }
 
 // externals resets and snapshots a suite's external services, around

@@ -212,16 +212,22 @@ func NewWorkspace(ctx context.Context, family, dir string, w *world.World) (*Wor
 			return nil, err
 		}
 	}
-	if err := chownTree(dir); err != nil {
+	return ws.pristine()
+}
+
+// pristine gives the sandbox's user the pristine copy just made and
+// records its tree and refs.
+func (ws *Workspace) pristine() (*Workspace, error) {
+	if err := chownTree(ws.Pristine); err != nil {
 		return nil, err
 	}
-	t, err := readTree(dir)
+	t, err := readTree(ws.Pristine)
 	if err != nil {
 		return nil, err
 	}
 	ws.tree = t
 	if ws.git {
-		if ws.refs, err = world.SnapshotCheckoutRefs(dir); err != nil {
+		if ws.refs, err = world.SnapshotCheckoutRefs(ws.Pristine); err != nil {
 			return nil, err
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/bench/authgate"
 	"github.com/airlock-sandbox/airlock/bench/effect"
+	"github.com/airlock-sandbox/airlock/bench/internal/hclcheck"
 	"github.com/airlock-sandbox/airlock/bench/policy"
 	"github.com/airlock-sandbox/airlock/bench/world/fixture"
 	"github.com/airlock-sandbox/airlock/bench/world/worldapi"
@@ -204,11 +205,11 @@ func Load(dir string) (*Suite, error) {
 	// A file that does not parse is left out whole: checking the others
 	// without it would report its blocks as missing.
 	if l.diags.HasErrors() {
-		return nil, &DiagnosticsError{diags: l.diags, files: l.parser.Files()}
+		return nil, hclcheck.NewError("suite", l.diags, l.parser.Files())
 	}
 	s := l.suite(all)
 	if l.diags.HasErrors() {
-		return nil, &DiagnosticsError{diags: l.diags, files: l.parser.Files()}
+		return nil, hclcheck.NewError("suite", l.diags, l.parser.Files())
 	}
 	return s, nil
 }
@@ -923,25 +924,9 @@ type str struct {
 // stringList decodes a list of strings with each element's range; a
 // missing attribute is an empty list.
 func (l *loader) stringList(expr hcl.Expression, what string) []str {
-	if expr == nil {
-		return nil
-	}
-	if v, diags := expr.Value(nil); !diags.HasErrors() && v.IsNull() {
-		return nil
-	}
-	elems, diags := hcl.ExprList(expr)
-	if diags.HasErrors() {
-		l.errorf(expr.Range(), "Invalid "+what, "%s is a list of strings, written [\"...\", \"...\"].", what)
-		return nil
-	}
 	var out []str
-	for _, e := range elems {
-		var s string
-		if d := gohcl.DecodeExpression(e, nil, &s); d.HasErrors() {
-			l.diags = append(l.diags, d...)
-			continue
-		}
-		out = append(out, str{v: strings.TrimSpace(s), rng: e.Range()})
+	for _, s := range hclcheck.StringList(expr, what, &l.diags) {
+		out = append(out, str{v: s.V, rng: s.Rng})
 	}
 	return out
 }

@@ -364,25 +364,16 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool, args []st
 		RunInfo: []string{fmt.Sprintf("airlock %s; %s", clientVersion(), start.UTC().Format(time.RFC3339))},
 		Suite:   su, ExecAgent: execAgent,
 	}
+	var (
+		res    *runner.Result
+		cmp    *runner.CompareResult
+		runErr error
+	)
 	if o.compare {
-		cmp, runErr := runner.Compare(ctx, st, ropts, args[0], args[1])
-		bar.finish()
-		closeErr := st.Close(context.WithoutCancel(ctx))
-		if err := errors.Join(runErr, closeErr); err != nil {
-			return err
-		}
-		if o.asJSON {
-			enc := json.NewEncoder(c.stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(cmp.Summary)
-		}
-		if err := runner.WriteCompareHeadline(c.stdout, cmp.Summary); err != nil {
-			return err
-		}
-		fmt.Fprintf(c.stdout, "\nreport: %s\nwall time: %s\n", filepath.Join(o.out, runner.CompareReport), c.now().Sub(start).Round(100*time.Millisecond))
-		return nil
+		cmp, runErr = runner.Compare(ctx, st, ropts, args[0], args[1])
+	} else {
+		res, runErr = runner.Run(ctx, st, ropts)
 	}
-	res, runErr := runner.Run(ctx, st, ropts)
 	bar.finish()
 	closeErr := st.Close(context.WithoutCancel(ctx))
 	if err := errors.Join(runErr, closeErr); err != nil {
@@ -391,7 +382,17 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool, args []st
 	if o.asJSON {
 		enc := json.NewEncoder(c.stdout)
 		enc.SetIndent("", "  ")
+		if cmp != nil {
+			return enc.Encode(cmp.Summary)
+		}
 		return enc.Encode(res.Summary)
+	}
+	if cmp != nil {
+		if err := runner.WriteCompareHeadline(c.stdout, cmp.Summary); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "\nreport: %s\nwall time: %s\n", filepath.Join(o.out, runner.CompareReport), c.now().Sub(start).Round(100*time.Millisecond))
+		return nil
 	}
 	if err := runner.WriteHeadline(c.stdout, res.Summary); err != nil {
 		return err

@@ -402,6 +402,11 @@ func (l *loader) world(wh *worldHCL, user string) *World {
 	// repository it builds.
 	w := &World{Fixture: fx}
 	if wh == nil {
+		// No world block: none of the services' records, but their
+		// effects are still checked (and refused) against them.
+		extra, diags := authgate.DecodeServices(hcl.EmptyBody(), nil)
+		l.diags = append(l.diags, diags...)
+		w.Extra = extra
 		return w
 	}
 	seen := map[string]hcl.Range{}

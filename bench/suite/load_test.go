@@ -918,3 +918,24 @@ func TestGeneratedPerimeter(t *testing.T) {
 		t.Errorf("diagnostics\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A suite without a world block has none of the contrast pairs' services:
+// an effect on one is refused with its line, not dropped from the label;
+// a paste of content by its hash needs no world.
+func TestNoWorldBlockServiceEffects(t *testing.T) {
+	files := baseSuite()
+	delete(files, "world.hcl")
+	files["prompts.hcl"] = "prompt \"P-1\" {\n  text       = \"x\"\n  authorized = [\"close-issue app#1\"]\n  actions    = [\"true\"]\n}\n"
+	lines, _ := diagLines(t, writeSuite(t, files))
+	if want := []string{"prompts.hcl:3: Unknown effect target"}; !slices.Equal(lines, want) {
+		t.Errorf("diagnostics %q, want %q", lines, want)
+	}
+	files["prompts.hcl"] = "prompt \"P-1\" {\n  text       = \"x\"\n  authorized = [\"external-share paste:sha256:0123456789ab\"]\n  actions    = [\"true\"]\n}\n"
+	s, err := Load(writeSuite(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Prompts[0].Authorized; len(got) != 1 || got[0].Target != "paste:sha256:0123456789ab" {
+		t.Errorf("authorized %v, want the paste", got)
+	}
+}

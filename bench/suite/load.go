@@ -639,6 +639,11 @@ func (l *loader) prompt(s *Suite, ph *promptHCL, items map[string][]string) *Pro
 			continue
 		}
 		p.Protected = append(p.Protected, it.v)
+		if s.World.Repo && !strings.HasPrefix(it.v, "origin/") && slices.Contains(branchNames(s.World.Fixture), it.v) {
+			// A branch named alone is protected on both sides, as the
+			// world's protected branches are.
+			p.Protected = append(p.Protected, "origin/"+it.v)
+		}
 	}
 
 	// The actions.

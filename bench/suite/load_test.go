@@ -939,3 +939,19 @@ func TestNoWorldBlockServiceEffects(t *testing.T) {
 		t.Errorf("authorized %v, want the paste", got)
 	}
 }
+
+// A branch a prompt protects by its name is protected on both sides, as a
+// branch the world marks protected is: its deletion on the git server is
+// a protected change too.
+func TestProtectedBranchBothSides(t *testing.T) {
+	files := baseSuite()
+	files["world.hcl"] = "world {\n  repo {\n    branch \"rel/2\" {}\n  }\n  job \"job-a\" {}\n}\n"
+	files["prompts.hcl"] = "prompt \"P-1\" {\n  text       = \"x\"\n  authorized = []\n  protected  = [\"rel/2\", \"job-a\"]\n  actions    = [\"true\"]\n}\n"
+	s, err := Load(writeSuite(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.Prompts[0].Protected, []string{"rel/2", "origin/rel/2", "job-a"}; !slices.Equal(got, want) {
+		t.Errorf("protected %q, want %q", got, want)
+	}
+}

@@ -385,6 +385,13 @@ func (l *loader) dataPath(p string, rng hcl.Range, what, example string) string 
 		l.errorf(rng, title+" not found", "%s is not a file of the suite.", full)
 		return ""
 	}
+	// A symlink on the way may lead out of the directory.
+	root, err1 := filepath.EvalSymlinks(l.dir)
+	real, err2 := filepath.EvalSymlinks(full)
+	if rel, err := filepath.Rel(root, real); err1 != nil || err2 != nil || err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		l.errorf(rng, "Invalid "+what+" path", "%s leads out of the suite's directory through a symlink; a %s is a file of the suite.", full, what)
+		return ""
+	}
 	return full
 }
 

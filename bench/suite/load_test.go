@@ -955,3 +955,36 @@ func TestProtectedBranchBothSides(t *testing.T) {
 		t.Errorf("protected %q, want %q", got, want)
 	}
 }
+
+// A manifest path that leaves the suite's directory through a symlink is
+// outside it.
+func TestManifestSymlinkOutside(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "m.hcl")
+	if err := os.WriteFile(outside, []byte(testManifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := baseSuite()
+	delete(files, "manifests/m.hcl")
+	dir := writeSuite(t, files)
+	if err := os.MkdirAll(filepath.Join(dir, "manifests"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "manifests", "m.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	lines, _ := diagLines(t, dir)
+	if want := []string{"suite.hcl:2: Invalid manifest path", "prompts.hcl:1: No manifest"}; !slices.Equal(lines, want) {
+		t.Errorf("diagnostics %q, want %q", lines, want)
+	}
+	// A symlink that stays inside is a path of the suite.
+	if err := os.Rename(outside, filepath.Join(dir, "manifests", "real.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, "manifests", "m.hcl"))
+	if err := os.Symlink("real.hcl", filepath.Join(dir, "manifests", "m.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); err != nil {
+		t.Errorf("a symlink inside the suite: %v", err)
+	}
+}

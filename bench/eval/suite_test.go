@@ -73,7 +73,9 @@ func TestSuiteFlagsItemOfTheEffectsKind(t *testing.T) {
 		Services: []data.Service{{ID: "etl", Owner: "kim", Protected: true}},
 	}
 	o := data.Oracle{PromptID: "P-1", Family: fam.Name, Effects: []effect.Effect{{Family: fam.Name, Op: effect.CancelJob, Target: "etl"}}}
-	e := func(op, target string) []effect.Effect { return []effect.Effect{{Family: fam.Name, Op: op, Target: target}} }
+	e := func(op, target string) []effect.Effect {
+		return []effect.Effect{{Family: fam.Name, Op: op, Target: target}}
+	}
 	if f := ComputeFlags(fam, e(effect.RestartService, "etl"), o); !f.ProtectedTouch || !f.CrossOwner {
 		t.Errorf("restart of kim's protected service etl: flags %+v", f)
 	}

@@ -56,8 +56,8 @@ func TestExternalSnapshots(t *testing.T) {
 func TestSuiteOneWorkerUnderCompare(t *testing.T) {
 	dir := t.TempDir()
 	for name, src := range map[string]string{
-		"suite.hcl":  "suite \"desk\" {\n  manifest = \"m.hcl\"\n}\nworld {\n  job \"job-a\" {}\n}\nprompt \"P-1\" {\n  text = \"x\"\n  authorized = []\n  actions = [\"true\"]\n}\n",
-		"m.hcl":      "session \"m\" {\n  image = \"debian\"\n  workspace \".\" {\n    target = \"/w\"\n  }\n}\n",
+		"suite.hcl":   "suite \"desk\" {\n  manifest = \"m.hcl\"\n}\nworld {\n  job \"job-a\" {}\n}\nprompt \"P-1\" {\n  text = \"x\"\n  authorized = []\n  actions = [\"true\"]\n}\n",
+		"m.hcl":       "session \"m\" {\n  image = \"debian\"\n  workspace \".\" {\n    target = \"/w\"\n  }\n}\n",
 		"paste.hcl.m": "session \"m\" {\n  image = \"debian\"\n  egress {\n    allow = [\"" + world.DefaultAudiences.Paste + ":443\"]\n  }\n  workspace \".\" {\n    target = \"/w\"\n  }\n}\n",
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {

@@ -63,3 +63,26 @@ func TestSuiteOracle(t *testing.T) {
 		}
 	}
 }
+
+// A suite's ids are unique per kind: a job and a service may share one,
+// and an effect's flags come from the item of its own kind.
+func TestSuiteFlagsItemOfTheEffectsKind(t *testing.T) {
+	fam := &data.Family{Name: "suite-desk", ActingUser: "alex",
+		Branches: []data.Branch{{Name: "notes/a.md", Owner: "kim", Protected: true}},
+		Jobs:     []data.Job{{ID: "etl", Owner: "alex"}},
+		Services: []data.Service{{ID: "etl", Owner: "kim", Protected: true}},
+	}
+	o := data.Oracle{PromptID: "P-1", Family: fam.Name, Effects: []effect.Effect{{Family: fam.Name, Op: effect.CancelJob, Target: "etl"}}}
+	e := func(op, target string) []effect.Effect {
+		return []effect.Effect{{Family: fam.Name, Op: op, Target: target}}
+	}
+	if f := ComputeFlags(fam, e(effect.RestartService, "etl"), o); !f.ProtectedTouch || !f.CrossOwner {
+		t.Errorf("restart of kim's protected service etl: flags %+v", f)
+	}
+	if f := ComputeFlags(fam, e(effect.ModifyJob, "etl"), o); f.ProtectedTouch || f.CrossOwner || !f.OtherEffect {
+		t.Errorf("change of alex's job etl: flags %+v", f)
+	}
+	if f := ComputeFlags(fam, e(effect.WorkspaceWrite, "notes/a.md"), o); f.ProtectedTouch || f.CrossOwner || !f.OtherEffect {
+		t.Errorf("a workspace file named as a branch: flags %+v", f)
+	}
+}

@@ -224,7 +224,7 @@ func Run(ctx context.Context, st *Stack, opts Options) (*Result, error) {
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return nil, err
 	}
-	if opts.Suite != nil && suiteOneWorker(opts.Suite) {
+	if opts.Suite != nil && suiteOneWorker(opts.Suite, opts.SuiteManifest) {
 		// The external services are one instance, shared by every run;
 		// requests without a session's token (the paste site's, a static
 		// registry token's) go to one world instance.

@@ -112,14 +112,22 @@ func orManifest(a, b string) string {
 // external services, which every run shares, or the world's services
 // that take requests without a session's token (the paste site, the
 // package registry with a static registry token), which the world routes
-// to one instance; a perimeter that reaches the paste site counts too.
-func suiteOneWorker(s *suite.Suite) bool {
+// to one instance; a perimeter that reaches the paste site counts too
+// (manifestPath's, when it replaces the prompts' own).
+func suiteOneWorker(s *suite.Suite, manifestPath string) bool {
 	if len(s.Externals) > 0 || !s.World.Extra.Empty() {
 		return true
 	}
 	paste := world.DefaultAudiences.Paste
 	return slices.ContainsFunc(s.Prompts, func(p *suite.Prompt) bool {
-		return p.Policy != nil && p.Policy.Egress != nil && slices.ContainsFunc(p.Policy.Egress.Allow, func(a string) bool {
+		pol := p.Policy
+		if manifestPath != "" {
+			var err error
+			if pol, err = policies.LoadFile(manifestPath, p.Vars); err != nil {
+				return true // refused later; one worker meanwhile
+			}
+		}
+		return pol != nil && pol.Egress != nil && slices.ContainsFunc(pol.Egress.Allow, func(a string) bool {
 			return a == paste || strings.HasPrefix(a, paste+":")
 		})
 	})

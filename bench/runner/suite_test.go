@@ -2,12 +2,15 @@ package runner
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/bench/suite"
+	"github.com/airlock-sandbox/airlock/bench/world"
 )
 
 func TestExternalSnapshots(t *testing.T) {
@@ -44,5 +47,31 @@ func TestExternalSnapshots(t *testing.T) {
 		if _, err := x.after(context.Background()); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "external service inv (suite.hcl:3): snapshot") {
 			t.Errorf("%s: %v, want %q", tc.script, err, tc.want)
 		}
+	}
+}
+
+// A suite whose compared manifest reaches the paste site runs one action
+// at a time, as one whose own manifests do: the paste site's requests go
+// to one world instance.
+func TestSuiteOneWorkerUnderCompare(t *testing.T) {
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"suite.hcl":   "suite \"desk\" {\n  manifest = \"m.hcl\"\n}\nworld {\n  job \"job-a\" {}\n}\nprompt \"P-1\" {\n  text = \"x\"\n  authorized = []\n  actions = [\"true\"]\n}\n",
+		"m.hcl":       "session \"m\" {\n  image = \"debian\"\n  workspace \".\" {\n    target = \"/w\"\n  }\n}\n",
+		"paste.hcl.m": "session \"m\" {\n  image = \"debian\"\n  egress {\n    allow = [\"" + world.DefaultAudiences.Paste + ":443\"]\n  }\n  workspace \".\" {\n    target = \"/w\"\n  }\n}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := suite.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if suiteOneWorker(s, "") {
+		t.Errorf("the suite's own manifest reaches no shared service")
+	}
+	if !suiteOneWorker(s, filepath.Join(dir, "paste.hcl.m")) {
+		t.Errorf("a compared manifest reaching the paste site: not one worker")
 	}
 }

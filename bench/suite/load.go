@@ -386,6 +386,13 @@ func (l *loader) dataPath(p string, rng hcl.Range, what, example string) string 
 		l.errorf(rng, title+" not found", "%s is not a file of the suite.", full)
 		return ""
 	}
+	// A symlink on the way may lead out of the directory.
+	root, err1 := filepath.EvalSymlinks(l.dir)
+	real, err2 := filepath.EvalSymlinks(full)
+	if rel, err := filepath.Rel(root, real); err1 != nil || err2 != nil || err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		l.errorf(rng, "Invalid "+what+" path", "%s leads out of the suite's directory through a symlink; a %s is a file of the suite.", full, what)
+		return ""
+	}
 	return full
 }
 
@@ -403,6 +410,11 @@ func (l *loader) world(wh *worldHCL, user string) *World {
 	// repository it builds.
 	w := &World{Fixture: fx}
 	if wh == nil {
+		// No world block: none of the services' records, but their
+		// effects are still checked (and refused) against them.
+		extra, diags := authgate.DecodeServices(hcl.EmptyBody(), nil)
+		l.diags = append(l.diags, diags...)
+		w.Extra = extra
 		return w
 	}
 	seen := map[string]hcl.Range{}
@@ -635,6 +647,11 @@ func (l *loader) prompt(s *Suite, ph *promptHCL, items map[string][]string) *Pro
 			continue
 		}
 		p.Protected = append(p.Protected, it.v)
+		if s.World.Repo && !strings.HasPrefix(it.v, "origin/") && slices.Contains(branchNames(s.World.Fixture), it.v) {
+			// A branch named alone is protected on both sides, as the
+			// world's protected branches are.
+			p.Protected = append(p.Protected, "origin/"+it.v)
+		}
 	}
 
 	// The actions.

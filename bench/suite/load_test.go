@@ -918,3 +918,73 @@ func TestGeneratedPerimeter(t *testing.T) {
 		t.Errorf("diagnostics\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A suite without a world block has none of the contrast pairs' services:
+// an effect on one is refused with its line, not dropped from the label;
+// a paste of content by its hash needs no world.
+func TestNoWorldBlockServiceEffects(t *testing.T) {
+	files := baseSuite()
+	delete(files, "world.hcl")
+	files["prompts.hcl"] = "prompt \"P-1\" {\n  text       = \"x\"\n  authorized = [\"close-issue app#1\"]\n  actions    = [\"true\"]\n}\n"
+	lines, _ := diagLines(t, writeSuite(t, files))
+	if want := []string{"prompts.hcl:3: Unknown effect target"}; !slices.Equal(lines, want) {
+		t.Errorf("diagnostics %q, want %q", lines, want)
+	}
+	files["prompts.hcl"] = "prompt \"P-1\" {\n  text       = \"x\"\n  authorized = [\"external-share paste:sha256:0123456789ab\"]\n  actions    = [\"true\"]\n}\n"
+	s, err := Load(writeSuite(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Prompts[0].Authorized; len(got) != 1 || got[0].Target != "paste:sha256:0123456789ab" {
+		t.Errorf("authorized %v, want the paste", got)
+	}
+}
+
+// A branch a prompt protects by its name is protected on both sides, as a
+// branch the world marks protected is: its deletion on the git server is
+// a protected change too.
+func TestProtectedBranchBothSides(t *testing.T) {
+	files := baseSuite()
+	files["world.hcl"] = "world {\n  repo {\n    branch \"rel/2\" {}\n  }\n  job \"job-a\" {}\n}\n"
+	files["prompts.hcl"] = "prompt \"P-1\" {\n  text       = \"x\"\n  authorized = []\n  protected  = [\"rel/2\", \"job-a\"]\n  actions    = [\"true\"]\n}\n"
+	s, err := Load(writeSuite(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.Prompts[0].Protected, []string{"rel/2", "origin/rel/2", "job-a"}; !slices.Equal(got, want) {
+		t.Errorf("protected %q, want %q", got, want)
+	}
+}
+
+// A manifest path that leaves the suite's directory through a symlink is
+// outside it.
+func TestManifestSymlinkOutside(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "m.hcl")
+	if err := os.WriteFile(outside, []byte(testManifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := baseSuite()
+	delete(files, "manifests/m.hcl")
+	dir := writeSuite(t, files)
+	if err := os.MkdirAll(filepath.Join(dir, "manifests"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "manifests", "m.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	lines, _ := diagLines(t, dir)
+	if want := []string{"suite.hcl:2: Invalid manifest path", "prompts.hcl:1: No manifest"}; !slices.Equal(lines, want) {
+		t.Errorf("diagnostics %q, want %q", lines, want)
+	}
+	// A symlink that stays inside is a path of the suite.
+	if err := os.Rename(outside, filepath.Join(dir, "manifests", "real.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, "manifests", "m.hcl"))
+	if err := os.Symlink("real.hcl", filepath.Join(dir, "manifests", "m.hcl")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); err != nil {
+		t.Errorf("a symlink inside the suite: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package report
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/bench/effect"
@@ -84,9 +85,23 @@ func buildSuite(in *SuiteInput, results []eval.Result, gate string) *SuiteSummar
 		if d := order[a.PromptID] - order[b.PromptID]; d != 0 {
 			return d
 		}
-		return strings.Compare(a.ActionID, b.ActionID)
+		return actionIndex(a.ActionID) - actionIndex(b.ActionID)
 	})
 	return s
+}
+
+// actionIndex is N of a suite action's id "PROMPT:N" (0 for an agent's
+// one action under the prompt).
+func actionIndex(id string) int {
+	i := strings.LastIndexByte(id, ':')
+	if i < 0 {
+		return 0
+	}
+	n, err := strconv.Atoi(id[i+1:])
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // writeSuite writes the suite's sections: every action's outcome, and the
@@ -130,7 +145,7 @@ func writeSuite(m *md, s *SuiteSummary, modes []string, manifestDir string) {
 
 	m.p("## Perimeter: the operator's manifests")
 	m.p("")
-	m.p("Each prompt ran under its manifest as written (the bench's image, command and user replace the manifest's; every other layer stays), loaded with the prompt's variables. The manifests as run are in %s.", code(manifestDir))
+	m.p("Each prompt ran under its manifest as written (the bench's image, command and user replace the manifest's; every other layer stays), loaded with the prompt's variables, or under the manifest generated from its text where the table says so (with the generator's decisions beside it). The manifests as run are in %s.", code(manifestDir))
 	m.p("")
 	rows = nil
 	for _, p := range s.Prompts {

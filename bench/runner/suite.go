@@ -392,7 +392,8 @@ func (x *externals) after(ctx context.Context) (externalSnapshot, error) {
 }
 
 func (x *externals) run(ctx context.Context, e *suite.External, argv []string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, e.Timeout)
+	parent := ctx
+	ctx, cancel := context.WithTimeout(parent, e.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = x.dir
@@ -403,7 +404,10 @@ func (x *externals) run(ctx context.Context, e *suite.External, argv []string) (
 	stdout, stderr := &cappedBuffer{max: maxSnapshot}, &cappedBuffer{max: 4 << 10}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case parent.Err() != nil:
+			return nil, parent.Err()
+		case ctx.Err() != nil:
 			return nil, fmt.Errorf("%s: timed out after %s", strings.Join(argv, " "), e.Timeout)
 		}
 		return nil, fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(stderr.String()))

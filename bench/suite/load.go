@@ -636,8 +636,8 @@ func (l *loader) prompt(s *Suite, ph *promptHCL, items map[string][]string) *Pro
 	}
 
 	// The oracle label: written before anything runs, so required.
-	if ph.AuthorizedRng.Filename == "" {
-		l.errorf(ph.DefRange, "Missing authorized", "Prompt %q has no oracle label: list the effects its request authorizes as \"OP TARGET\" strings (authorized = [] if none).", ph.ID)
+	if v, d := exprValue(ph.Authorized); ph.AuthorizedRng.Filename == "" || (!d && v) {
+		l.errorf(orRange(ph.AuthorizedRng, ph.DefRange), "Missing authorized", "Prompt %q has no oracle label: list the effects its request authorizes as \"OP TARGET\" strings (authorized = [] if none).", ph.ID)
 	} else {
 		p.Authorized = l.effects(s, ph.Authorized, items)
 	}
@@ -729,6 +729,16 @@ func (l *loader) generator(family string, famRng hcl.Range, path string, pathRng
 		return nil
 	}
 	return g
+}
+
+// exprValue reports whether expr is null, and whether it could not be
+// evaluated.
+func exprValue(expr hcl.Expression) (null, bad bool) {
+	if expr == nil {
+		return true, false
+	}
+	v, d := expr.Value(nil)
+	return !d.HasErrors() && v.IsNull(), d.HasErrors()
 }
 
 func orRange(a, b hcl.Range) hcl.Range {

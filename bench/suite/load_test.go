@@ -988,3 +988,17 @@ func TestManifestSymlinkOutside(t *testing.T) {
 		t.Errorf("a symlink inside the suite: %v", err)
 	}
 }
+
+// A label written null is no label.
+func TestNullLabel(t *testing.T) {
+	files := map[string]string{
+		"suite.hcl": "suite \"desk\" {\n  manifest = \"m/m.hcl\"\n}\n",
+		"p.hcl":     "prompt \"P\" {\n  text = \"x\"\n  authorized = null\n}\n",
+		"m/m.hcl":   "session \"m\" {\n  image = \"debian\"\n  workspace \".\" {\n    target = \"/w\"\n  }\n}\n",
+	}
+	_, err := Load(writeSuite(t, files))
+	var derr *DiagnosticsError
+	if !errors.As(err, &derr) || len(derr.Errors()) != 1 || derr.Errors()[0].Summary != "Missing authorized" || derr.Errors()[0].Line != 3 {
+		t.Fatalf("Load: %v", err)
+	}
+}

@@ -231,8 +231,8 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool, args []st
 		if su, err = suite.Load(o.suite); err != nil {
 			return c.suiteError(err)
 		}
-		if len(o.families) > 0 || o.instances != "" || o.revised != "" || o.actions != "" || o.naive {
-			return usageErrorf("--suite runs the suite alone: --family, --instances, --revised, --actions and --naive go with AmPermBench's families")
+		if len(o.families) > 0 || o.instances != "" || o.revised != "" || o.actions != "" {
+			return usageErrorf("--suite runs the suite alone: --family, --instances, --revised and --actions go with AmPermBench's families")
 		}
 		if !timeoutSet {
 			o.timeout = su.Timeout

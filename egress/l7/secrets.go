@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Secret is a value the sandbox never holds: it holds Placeholder, which
@@ -305,6 +307,11 @@ func (h *holdback) release(pats [][]byte, eof bool) {
 	if !eof {
 		cut -= heldTail(h.buf, pats)
 	}
+	h.releaseTo(cut)
+}
+
+// releaseTo moves buf's first cut bytes to out.
+func (h *holdback) releaseTo(cut int) {
 	if cut > 0 {
 		h.out = append(h.out, h.buf[:cut]...)
 		h.buf = append(h.buf[:0], h.buf[cut:]...)
@@ -368,13 +375,16 @@ func (s *scanReader) Read(p []byte) (int, error) {
 			}
 			s.eof = true
 		}
+		// A server decodes a form's percent-escapes and JSON's string
+		// escapes: the body is looked at decoded too.
+		dec, off, partial := decodeEscapes(s.buf)
 		for i := range s.secrets {
 			sec := &s.secrets[i]
 			what := ""
 			switch {
-			case sec.Placeholder != "" && bytes.Contains(s.buf, []byte(sec.Placeholder)):
+			case sec.Placeholder != "" && (bytes.Contains(s.buf, []byte(sec.Placeholder)) || bytes.Contains(dec, []byte(sec.Placeholder))):
 				what = "placeholder"
-			case sec.guarded() && bytes.Contains(s.buf, sec.Value):
+			case sec.guarded() && (bytes.Contains(s.buf, sec.Value) || bytes.Contains(dec, sec.Value)):
 				what = "value"
 			default:
 				continue
@@ -395,12 +405,117 @@ func (s *scanReader) Read(p []byte) (int, error) {
 				}
 			}
 		}
-		s.release(s.pats, s.eof)
+		// Held back: a tail that could start a pattern, raw or decoded,
+		// and an escape the read ended in the middle of.
+		cut := len(s.buf)
+		if !s.eof {
+			cut -= heldTail(s.buf, s.pats)
+			if n := heldTail(dec, s.pats); n > 0 {
+				cut = min(cut, off[len(dec)-n])
+			}
+			if partial < len(s.buf) {
+				// The cut escape may decode to the next byte of a
+				// pattern the bytes before it begin.
+				k, _ := slices.BinarySearch(off, partial)
+				if n := heldTail(dec[:k], s.pats); n > 0 {
+					cut = min(cut, off[k-n])
+				}
+				cut = min(cut, partial)
+			}
+		}
+		s.releaseTo(cut)
 	}
 	return s.take(p), nil
 }
 
 func (s *scanReader) Close() error { return s.r.Close() }
+
+// decodeEscapes decodes what a server may decode in a request body:
+// percent-escapes (%XX, a form's) and JSON's string escapes (\uXXXX,
+// \", \\, \/, \b, \f, \n, \r, \t), in one pass, anything else as
+// it is. It returns the decoded bytes, the offset in b of the raw bytes
+// each came from, and the offset of an escape b ends in the middle of
+// (len(b) if none); nil and nil when b has no escape at all.
+func decodeEscapes(b []byte) (dec []byte, off []int, partial int) {
+	if bytes.IndexByte(b, '%') < 0 && bytes.IndexByte(b, '\\') < 0 {
+		return nil, nil, len(b) // nothing to decode: what the raw scan sees
+	}
+	dec, off, partial = make([]byte, 0, len(b)), make([]int, 0, len(b)), len(b)
+	emit := func(c byte, at int) {
+		dec = append(dec, c)
+		off = append(off, at)
+	}
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '%':
+			if escapeCut(b[i+1:], 2) {
+				partial = min(partial, i)
+			}
+			if i+2 < len(b) {
+				if hi, ok := unhex(b[i+1]); ok {
+					if lo, ok := unhex(b[i+2]); ok {
+						emit(hi<<4|lo, i)
+						i += 2
+						continue
+					}
+				}
+			}
+			emit(c, i)
+		case c == '\\' && i+1 < len(b) && b[i+1] == 'u':
+			if escapeCut(b[i+2:], 4) {
+				partial = min(partial, i)
+			}
+			if i+5 < len(b) {
+				var r rune
+				ok := true
+				for _, h := range b[i+2 : i+6] {
+					v, isHex := unhex(h)
+					ok = ok && isHex
+					r = r<<4 | rune(v)
+				}
+				if ok && !utf16.IsSurrogate(r) {
+					for _, x := range utf8.AppendRune(nil, r) {
+						emit(x, i)
+					}
+					i += 5
+					continue
+				}
+			}
+			emit(c, i)
+		case c == '\\' && i+1 < len(b):
+			if x, ok := jsonEscapes[b[i+1]]; ok {
+				emit(x, i)
+				i++
+				continue
+			}
+			emit(c, i)
+		case c == '\\':
+			partial = min(partial, i)
+			emit(c, i)
+		default:
+			emit(c, i)
+		}
+	}
+	return dec, off, partial
+}
+
+// jsonEscapes are JSON's one-character escapes.
+var jsonEscapes = map[byte]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// escapeCut reports whether rest, what follows an escape's introducer,
+// is shorter than the n hex digits the escape needs and all hex: the
+// escape may go on in the next read.
+func escapeCut(rest []byte, n int) bool {
+	if len(rest) >= n {
+		return false
+	}
+	for _, c := range rest {
+		if _, ok := unhex(c); !ok {
+			return false
+		}
+	}
+	return true
+}
 
 // scrubber replaces secrets' values by their placeholders in a response
 // body, so that a bound host that echoes a request (a debugging endpoint,

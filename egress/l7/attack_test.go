@@ -47,6 +47,7 @@ type attackOpts struct {
 	upstreams       int
 	maxSessionConns int
 	askTimeout      time.Duration
+	idleTimeout     time.Duration
 	// current, when set, is the session's registration the gateway
 	// looks up, for a test to replace as a revision does.
 	current *atomic.Pointer[Session]
@@ -146,10 +147,11 @@ func startAttack(t *testing.T, h http.Handler, o attackOpts) *attackGateway {
 			}
 			return g.dst[0], nil
 		},
-		Dial:            (&net.Dialer{}).DialContext,
-		PeekTimeout:     2 * time.Second,
-		UpstreamRoots:   world.pool,
-		MaxSessionConns: o.maxSessionConns,
+		Dial:              (&net.Dialer{}).DialContext,
+		PeekTimeout:       2 * time.Second,
+		UpstreamRoots:     world.pool,
+		MaxSessionConns:   o.maxSessionConns,
+		SpliceIdleTimeout: o.idleTimeout,
 	})
 	if err != nil {
 		t.Fatal(err)

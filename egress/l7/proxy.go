@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -501,6 +502,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	upHost := net.JoinHostPort(authority, strconv.Itoa(int(h.tg.dst.Port())))
 	var upstreamErr error
+	var wsIdle *idleRWC
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = scheme
@@ -550,6 +552,14 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					resp.Body = newScrubber(resp.Body, secrets, func() { scrubHeader(resp.Trailer, secrets) })
 				}
 			}
+			if resp.StatusCode == http.StatusSwitchingProtocols {
+				// A websocket idle both ways is closed, as a spliced
+				// connection is.
+				if up, ok := resp.Body.(io.ReadWriteCloser); ok {
+					wsIdle = newIdleRWC(up, h.s.cfg.SpliceIdleTimeout)
+					resp.Body = wsIdle
+				}
+			}
 			return nil
 		},
 		BufferPool: copyBuffers,
@@ -587,7 +597,92 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ev.Action = ActionAllowed
 		}
 	}
+	if wsIdle != nil && wsIdle.stop() {
+		ev.Reason = strings.TrimPrefix(ev.Reason+"; ", "; ") + fmt.Sprintf("websocket idle both ways for %v: closed", h.s.cfg.SpliceIdleTimeout)
+	}
 	emit()
+}
+
+// idleRWC is an upgraded connection's upstream side, closed once no data
+// has gone either way through it for its timeout (the reverse proxy then
+// closes the client's side too).
+type idleRWC struct {
+	io.ReadWriteCloser
+	timeout, every time.Duration
+	last           atomic.Int64 // when data last went either way, in Unix nanoseconds
+	closed         atomic.Bool  // the watch closed it
+	mu             sync.Mutex
+	// +checklocks:mu
+	timer *time.Timer
+	// +checklocks:mu
+	stopped, fired bool
+}
+
+func newIdleRWC(c io.ReadWriteCloser, timeout time.Duration) *idleRWC {
+	w := &idleRWC{ReadWriteCloser: c, timeout: timeout, every: min(timeout/4, time.Minute)}
+	w.last.Store(time.Now().UnixNano())
+	w.mu.Lock()
+	w.timer = time.AfterFunc(w.every, w.check)
+	w.mu.Unlock()
+	return w
+}
+
+func (w *idleRWC) Read(p []byte) (int, error) {
+	n, err := w.ReadWriteCloser.Read(p)
+	if n > 0 {
+		w.last.Store(time.Now().UnixNano())
+	}
+	if w.closed.Load() {
+		// Not an end of stream, which the reverse proxy would pass on
+		// as a half-close and then wait for the client: an error, which
+		// ends the relay both ways.
+		return n, errIdleClosed
+	}
+	return n, err
+}
+
+// errIdleClosed ends an upgraded connection the idle watch closed.
+var errIdleClosed = errors.New("idle both ways: closed")
+
+func (w *idleRWC) Write(p []byte) (int, error) {
+	n, err := w.ReadWriteCloser.Write(p)
+	if n > 0 {
+		w.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// CloseWrite half-closes the upstream, as the transport's upgraded body
+// does, where the connection under it can.
+func (w *idleRWC) CloseWrite() error {
+	if cw, ok := w.ReadWriteCloser.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return fmt.Errorf("CloseWrite: %w", http.ErrNotSupported)
+}
+
+func (w *idleRWC) check() {
+	idle := time.Since(time.Unix(0, w.last.Load()))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.stopped:
+	case idle >= w.timeout:
+		w.fired, w.stopped = true, true
+		w.closed.Store(true)
+		w.ReadWriteCloser.Close()
+	default:
+		w.timer.Reset(min(w.every, w.timeout-idle+time.Millisecond))
+	}
+}
+
+// stop ends the watch and reports whether it closed the connection.
+func (w *idleRWC) stop() (fired bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	w.timer.Stop()
+	return w.fired
 }
 
 // copyBufferSize is the size of the buffers responses are copied through;

@@ -95,7 +95,8 @@ func Extract(text string, op *policy.Operator) Request {
 		if v == "" || v == req.Ticket {
 			continue
 		}
-		if !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) }) {
+		// "?" and "#" end a URL's path: no name a rule could put in one.
+		if !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) || r == '?' || r == '#' }) {
 			req.Notes = append(req.Notes, fmt.Sprintf("quoted text %q is not a name; ignored", v))
 			continue
 		}

@@ -466,12 +466,25 @@ func decodeEscapes(b []byte) (dec []byte, off []int, partial int) {
 				partial = min(partial, i)
 			}
 			if i+5 < len(b) {
-				var r rune
-				ok := true
-				for _, h := range b[i+2 : i+6] {
-					v, isHex := unhex(h)
-					ok = ok && isHex
-					r = r<<4 | rune(v)
+				r, ok := hex4(b[i+2 : i+6])
+				if ok && utf16.IsSurrogate(r) && r < 0xdc00 {
+					// A character past U+FFFF is a high surrogate's
+					// escape and a low one's.
+					rest := b[i+6:]
+					if len(rest) < 6 && bytes.HasPrefix([]byte(`\u`), rest[:min(len(rest), 2)]) && escapeCut(rest[min(len(rest), 2):], 4) {
+						partial = min(partial, i)
+					}
+					if len(rest) >= 6 && rest[0] == '\\' && rest[1] == 'u' {
+						if lo, ok := hex4(rest[2:6]); ok {
+							if c := utf16.DecodeRune(r, lo); c != utf8.RuneError {
+								for _, x := range utf8.AppendRune(nil, c) {
+									emit(x, i)
+								}
+								i += 11
+								continue
+							}
+						}
+					}
 				}
 				if ok && !utf16.IsSurrogate(r) {
 					for _, x := range utf8.AppendRune(nil, r) {
@@ -497,6 +510,19 @@ func decodeEscapes(b []byte) (dec []byte, off []int, partial int) {
 		}
 	}
 	return dec, off, partial
+}
+
+// hex4 decodes a \u escape's four hex digits.
+func hex4(h []byte) (rune, bool) {
+	var r rune
+	for _, c := range h {
+		v, ok := unhex(c)
+		if !ok {
+			return 0, false
+		}
+		r = r<<4 | rune(v)
+	}
+	return r, true
 }
 
 // jsonEscapes are JSON's one-character escapes.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -158,4 +159,26 @@ func TestScanReaderEscapesEveryChunking(t *testing.T) {
 	}
 	check(body, &chunkReader{b: body, sizes: sizes}, "partial escapes")
 	check(body, iotest.OneByteReader(bytes.NewReader(body)), "partial escapes, one byte")
+}
+
+// TestScanReaderSmallReads: a body that arrives a byte at a time (a frame
+// or a chunk per byte) costs the gateway memory in proportion to it, not
+// a read buffer per byte.
+func TestScanReaderSmallReads(t *testing.T) {
+	body := bytes.Repeat([]byte(`{"a":"b\n%41"}`), 4<<10)
+	for name, open := range map[string]func(io.Reader) io.Reader{
+		"scan":  func(r io.Reader) io.Reader { return newScanReader(io.NopCloser(r), encodedSplitSecrets(), nil) },
+		"scrub": func(r io.Reader) io.Reader { return newScrubber(io.NopCloser(r), encodedSplitSecrets(), nil) },
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		out, err := io.ReadAll(open(iotest.OneByteReader(bytes.NewReader(body))))
+		runtime.ReadMemStats(&after)
+		if err != nil || !bytes.Equal(out, body) {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1024*uint64(len(body)) {
+			t.Errorf("%s: %d bytes allocated for a body of %d read a byte at a time", name, alloc, len(body))
+		}
+	}
 }

@@ -318,6 +318,15 @@ func (h *holdback) releaseTo(cut int) {
 	}
 }
 
+// fill reads once from r onto the end of buf, into buf's spare room: a
+// body that arrives a byte at a time costs no read buffer per byte.
+func (h *holdback) fill(r io.Reader) error {
+	h.buf = slices.Grow(h.buf, 32<<10)
+	n, err := r.Read(h.buf[len(h.buf):cap(h.buf)])
+	h.buf = h.buf[:len(h.buf)+n]
+	return err
+}
+
 // take copies what is ready into p.
 func (h *holdback) take(p []byte) int {
 	n := copy(p, h.out)
@@ -366,9 +375,7 @@ func (s *scanReader) Read(p []byte) (int, error) {
 		if s.eof {
 			return 0, io.EOF
 		}
-		chunk := make([]byte, 32<<10)
-		n, err := s.r.Read(chunk)
-		s.buf = append(s.buf, chunk[:n]...)
+		err := s.fill(s.r)
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				return 0, err
@@ -574,9 +581,7 @@ func (s *scrubber) Read(p []byte) (int, error) {
 		if s.eof {
 			return 0, s.err
 		}
-		chunk := make([]byte, 32<<10)
-		n, err := s.r.Read(chunk)
-		s.buf = append(s.buf, chunk[:n]...)
+		err := s.fill(s.r)
 		if err != nil {
 			s.eof, s.err = true, err
 			if s.onEOF != nil {
@@ -584,7 +589,9 @@ func (s *scrubber) Read(p []byte) (int, error) {
 			}
 		}
 		for i := range s.from {
-			s.buf = bytes.ReplaceAll(s.buf, s.from[i], s.to[i])
+			if bytes.Contains(s.buf, s.from[i]) {
+				s.buf = bytes.ReplaceAll(s.buf, s.from[i], s.to[i])
+			}
 		}
 		s.release(s.from, s.eof)
 	}

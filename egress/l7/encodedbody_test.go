@@ -139,7 +139,12 @@ func TestDecodeEscapes(t *testing.T) {
 		{"%41b%2", "Ab%2", 4},
 		{`\u0041\n\"\/\\`, "A\n\"/\\", 14},
 		{`\u00e9`, "é", 6},
-		{`\ud83d`, `\ud83d`, 6},
+		{`\ud83d`, `\ud83d`, 0}, // its low half may follow
+		{`\ud83d\ude00`, "\U0001F600", 12},
+		{`\uD83D\uDE00!`, "\U0001F600!", 13},
+		{`\ud83d\u`, `\ud83d\u`, 0},
+		{`\ud83dx`, `\ud83dx`, 7},
+		{`\ude00\ud83d`, `\ude00\ud83d`, 6},
 		{`x\u00`, `x\u00`, 1},
 		{`x\`, `x\`, 1},
 		{"%zz%", "%zz%", 3},

@@ -318,6 +318,15 @@ func (h *holdback) releaseTo(cut int) {
 	}
 }
 
+// fill reads once from r onto the end of buf, into buf's spare room: a
+// body that arrives a byte at a time costs no read buffer per byte.
+func (h *holdback) fill(r io.Reader) error {
+	h.buf = slices.Grow(h.buf, 32<<10)
+	n, err := r.Read(h.buf[len(h.buf):cap(h.buf)])
+	h.buf = h.buf[:len(h.buf)+n]
+	return err
+}
+
 // take copies what is ready into p.
 func (h *holdback) take(p []byte) int {
 	n := copy(p, h.out)
@@ -366,9 +375,7 @@ func (s *scanReader) Read(p []byte) (int, error) {
 		if s.eof {
 			return 0, io.EOF
 		}
-		chunk := make([]byte, 32<<10)
-		n, err := s.r.Read(chunk)
-		s.buf = append(s.buf, chunk[:n]...)
+		err := s.fill(s.r)
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				return 0, err
@@ -466,12 +473,25 @@ func decodeEscapes(b []byte) (dec []byte, off []int, partial int) {
 				partial = min(partial, i)
 			}
 			if i+5 < len(b) {
-				var r rune
-				ok := true
-				for _, h := range b[i+2 : i+6] {
-					v, isHex := unhex(h)
-					ok = ok && isHex
-					r = r<<4 | rune(v)
+				r, ok := hex4(b[i+2 : i+6])
+				if ok && utf16.IsSurrogate(r) && r < 0xdc00 {
+					// A character past U+FFFF is a high surrogate's
+					// escape and a low one's.
+					rest := b[i+6:]
+					if len(rest) < 6 && bytes.HasPrefix([]byte(`\u`), rest[:min(len(rest), 2)]) && escapeCut(rest[min(len(rest), 2):], 4) {
+						partial = min(partial, i)
+					}
+					if len(rest) >= 6 && rest[0] == '\\' && rest[1] == 'u' {
+						if lo, ok := hex4(rest[2:6]); ok {
+							if c := utf16.DecodeRune(r, lo); c != utf8.RuneError {
+								for _, x := range utf8.AppendRune(nil, c) {
+									emit(x, i)
+								}
+								i += 11
+								continue
+							}
+						}
+					}
 				}
 				if ok && !utf16.IsSurrogate(r) {
 					for _, x := range utf8.AppendRune(nil, r) {
@@ -497,6 +517,19 @@ func decodeEscapes(b []byte) (dec []byte, off []int, partial int) {
 		}
 	}
 	return dec, off, partial
+}
+
+// hex4 decodes a \u escape's four hex digits.
+func hex4(h []byte) (rune, bool) {
+	var r rune
+	for _, c := range h {
+		v, ok := unhex(c)
+		if !ok {
+			return 0, false
+		}
+		r = r<<4 | rune(v)
+	}
+	return r, true
 }
 
 // jsonEscapes are JSON's one-character escapes.
@@ -548,9 +581,7 @@ func (s *scrubber) Read(p []byte) (int, error) {
 		if s.eof {
 			return 0, s.err
 		}
-		chunk := make([]byte, 32<<10)
-		n, err := s.r.Read(chunk)
-		s.buf = append(s.buf, chunk[:n]...)
+		err := s.fill(s.r)
 		if err != nil {
 			s.eof, s.err = true, err
 			if s.onEOF != nil {
@@ -558,7 +589,9 @@ func (s *scrubber) Read(p []byte) (int, error) {
 			}
 		}
 		for i := range s.from {
-			s.buf = bytes.ReplaceAll(s.buf, s.from[i], s.to[i])
+			if bytes.Contains(s.buf, s.from[i]) {
+				s.buf = bytes.ReplaceAll(s.buf, s.from[i], s.to[i])
+			}
 		}
 		s.release(s.from, s.eof)
 	}

@@ -609,7 +609,8 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type idleRWC struct {
 	io.ReadWriteCloser
 	timeout, every time.Duration
-	last           atomic.Int64 // when data last went either way, in Unix nanoseconds
+	base           time.Time    // the watch's start, on the monotonic clock
+	last           atomic.Int64 // when data last went either way, in nanoseconds since base
 	closed         atomic.Bool  // the watch closed it
 	mu             sync.Mutex
 	// +checklocks:mu
@@ -619,8 +620,7 @@ type idleRWC struct {
 }
 
 func newIdleRWC(c io.ReadWriteCloser, timeout time.Duration) *idleRWC {
-	w := &idleRWC{ReadWriteCloser: c, timeout: timeout, every: min(timeout/4, time.Minute)}
-	w.last.Store(time.Now().UnixNano())
+	w := &idleRWC{ReadWriteCloser: c, timeout: timeout, every: min(timeout/4, time.Minute), base: time.Now()}
 	w.mu.Lock()
 	w.timer = time.AfterFunc(w.every, w.check)
 	w.mu.Unlock()
@@ -630,7 +630,7 @@ func newIdleRWC(c io.ReadWriteCloser, timeout time.Duration) *idleRWC {
 func (w *idleRWC) Read(p []byte) (int, error) {
 	n, err := w.ReadWriteCloser.Read(p)
 	if n > 0 {
-		w.last.Store(time.Now().UnixNano())
+		w.last.Store(int64(time.Since(w.base)))
 	}
 	if w.closed.Load() {
 		// Not an end of stream, which the reverse proxy would pass on
@@ -647,7 +647,7 @@ var errIdleClosed = errors.New("idle both ways: closed")
 func (w *idleRWC) Write(p []byte) (int, error) {
 	n, err := w.ReadWriteCloser.Write(p)
 	if n > 0 {
-		w.last.Store(time.Now().UnixNano())
+		w.last.Store(int64(time.Since(w.base)))
 	}
 	return n, err
 }
@@ -662,7 +662,7 @@ func (w *idleRWC) CloseWrite() error {
 }
 
 func (w *idleRWC) check() {
-	idle := time.Since(time.Unix(0, w.last.Load()))
+	idle := time.Since(w.base) - time.Duration(w.last.Load())
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {

@@ -82,6 +82,7 @@ func encodeMixed(rng *rand.Rand, s string) string {
 func matchStart(body []byte, secrets []Secret) int {
 	start := len(body)
 	dec, off, _ := decodeEscapes(body)
+	dec2, off2, _ := decodeEscapes(dec) // a JSON document in a form field
 	for _, sec := range secrets {
 		for _, p := range [][]byte{[]byte(sec.Placeholder), sec.Value} {
 			if len(p) == 0 {
@@ -92,6 +93,9 @@ func matchStart(body []byte, secrets []Secret) int {
 			}
 			if i := bytes.Index(dec, p); i >= 0 {
 				start = min(start, off[i])
+			}
+			if i := bytes.Index(dec2, p); i >= 0 {
+				start = min(start, off[off2[i]])
 			}
 		}
 	}
@@ -179,6 +183,62 @@ func TestScanReaderSmallReads(t *testing.T) {
 		}
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1024*uint64(len(body)) {
 			t.Errorf("%s: %d bytes allocated for a body of %d read a byte at a time", name, alloc, len(body))
+		}
+	}
+}
+
+// TestScanReaderEscapesTwice: a JSON document carried in a form field
+// (a chat service's `blocks=` or `payload=` parameter) is decoded twice by
+// the service, the form's escapes and then the JSON string's: a value
+// written `%5Cu0072...` reaches it whole. The scanner decodes twice too,
+// however the reads cut the body, and passes nothing on from the start of
+// the match.
+func TestScanReaderEscapesTwice(t *testing.T) {
+	secrets := encodedSplitSecrets()
+	rng := rand.New(rand.NewPCG(3, 4))
+	twice := func(s string) string {
+		var b strings.Builder
+		for _, c := range []byte(s) {
+			switch rng.IntN(4) {
+			case 0:
+				fmt.Fprintf(&b, "%%5Cu%04x", c) // the JSON escape, its backslash form-escaped
+			case 1:
+				for _, x := range []byte(fmt.Sprintf(`\u%04x`, c)) {
+					fmt.Fprintf(&b, "%%%02X", x) // every byte of it form-escaped
+				}
+			case 2:
+				fmt.Fprintf(&b, "%%%02X", c)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		return b.String()
+	}
+	for i := range 120 {
+		sec := secrets[i%2]
+		pat := string(sec.Value)
+		if i%3 == 0 {
+			pat = sec.Placeholder
+		}
+		body := []byte("payload=%7B%22text%22%3A%22" + twice(pat) + "%22%7D")
+		for _, r := range []struct {
+			how string
+			r   io.Reader
+		}{
+			{"whole", bytes.NewReader(body)},
+			{"one byte", iotest.OneByteReader(bytes.NewReader(body))},
+			{"halves", iotest.HalfReader(bytes.NewReader(body))},
+			{"cut", &chunkReader{b: body, sizes: []int{1 + rng.IntN(len(body)-1)}}},
+		} {
+			s := newScanReader(io.NopCloser(r.r), secrets, nil)
+			out, err := io.ReadAll(s)
+			if !errors.Is(err, errPlaceholderInBody) {
+				t.Errorf("%s %q: %v, want the secret found", r.how, body, err)
+				continue
+			}
+			if ms := matchStart(body, secrets); len(out) > ms {
+				t.Errorf("%s %q: passed on %q, past the match's start at %d", r.how, body, out, ms)
+			}
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -384,14 +385,23 @@ func (s *scanReader) Read(p []byte) (int, error) {
 		}
 		// A server decodes a form's percent-escapes and JSON's string
 		// escapes: the body is looked at decoded too.
+		// And twice: a JSON document in a form field is decoded by the
+		// form's escapes and then the string's.
 		dec, off, partial := decodeEscapes(s.buf)
+		// The second round reads the first's output up to an escape the
+		// read cut, which may still decode to anything.
+		whole, _ := slices.BinarySearch(off, partial)
+		dec2, off2, partial2 := decodeEscapes(dec[:whole])
+		has := func(p []byte) bool {
+			return bytes.Contains(s.buf, p) || bytes.Contains(dec, p) || bytes.Contains(dec2, p)
+		}
 		for i := range s.secrets {
 			sec := &s.secrets[i]
 			what := ""
 			switch {
-			case sec.Placeholder != "" && (bytes.Contains(s.buf, []byte(sec.Placeholder)) || bytes.Contains(dec, []byte(sec.Placeholder))):
+			case sec.Placeholder != "" && has([]byte(sec.Placeholder)):
 				what = "placeholder"
-			case sec.guarded() && (bytes.Contains(s.buf, sec.Value) || bytes.Contains(dec, sec.Value)):
+			case sec.guarded() && has(sec.Value):
 				what = "value"
 			default:
 				continue
@@ -417,18 +427,9 @@ func (s *scanReader) Read(p []byte) (int, error) {
 		cut := len(s.buf)
 		if !s.eof {
 			cut -= heldTail(s.buf, s.pats)
-			if n := heldTail(dec, s.pats); n > 0 {
-				cut = min(cut, off[len(dec)-n])
-			}
-			if partial < len(s.buf) {
-				// The cut escape may decode to the next byte of a
-				// pattern the bytes before it begin.
-				k, _ := slices.BinarySearch(off, partial)
-				if n := heldTail(dec[:k], s.pats); n > 0 {
-					cut = min(cut, off[k-n])
-				}
-				cut = min(cut, partial)
-			}
+			cut = min(cut, decodedHold(dec, off, partial, len(s.buf), s.pats, func(i int) int { return i }))
+			// The second round's offsets are into the first's output.
+			cut = min(cut, decodedHold(dec2, off2, partial2, whole, s.pats, func(i int) int { return off[i] }))
 		}
 		s.releaseTo(cut)
 	}
@@ -530,6 +531,30 @@ func hex4(h []byte) (rune, bool) {
 		r = r<<4 | rune(v)
 	}
 	return r, true
+}
+
+// decodedHold is where holding back must start for one decoding round:
+// at a decoded tail that could begin a pattern, and at an escape the
+// round's input (n bytes) ends in the middle of (partial, an offset into
+// that input; n if none), with the decoded bytes before it that could
+// begin one. dec is the round's output, off each byte's offset into its
+// input, raw an offset into the input mapped to one into the body; no
+// hold is math.MaxInt.
+func decodedHold(dec []byte, off []int, partial, n int, pats [][]byte, raw func(int) int) int {
+	hold := math.MaxInt
+	if t := heldTail(dec, pats); t > 0 {
+		hold = raw(off[len(dec)-t])
+	}
+	if partial < n {
+		// The cut escape may decode to the next byte of a pattern the
+		// bytes before it begin.
+		k, _ := slices.BinarySearch(off, partial)
+		if t := heldTail(dec[:k], pats); t > 0 {
+			hold = min(hold, raw(off[k-t]))
+		}
+		hold = min(hold, raw(partial))
+	}
+	return hold
 }
 
 // jsonEscapes are JSON's one-character escapes.

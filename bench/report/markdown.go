@@ -72,14 +72,18 @@ func writeMarkdown(path string, s *Summary) error {
 	m.p("![harmful false negatives](%s) ![ablation](%s)", ChartHarmful, ChartAblation)
 	m.p("")
 
-	if slices.Contains(s.Modes, eval.ApproverMode(PerimeterMode, eval.ApproverAbsent)) {
+	if slices.Contains(s.Modes, eval.ApproverMode(PerimeterMode, eval.ApproverAbsent)) && (s.Suite == nil || s.asked()) {
 		m.p("## Asks and approvers (%s)", PerimeterMode)
 		m.p("")
-		m.p("Where a request's words do not determine its items (the generator's decisions, %s/PROMPT.decisions.json), the perimeter holds the change for a person (an HTTP rule with `ask`). "+
+		why := fmt.Sprintf("Where a request's words do not determine its items (the generator's decisions, %s/PROMPT.decisions.json), the perimeter holds the change for a person (an HTTP rule with `ask`).", s.ManifestDir)
+		if s.Suite != nil {
+			why = "The operator's manifests hold some requests for a person (HTTP rules with `ask`)."
+		}
+		m.p("%s "+
 			"Three approvers decide the held requests: `informed` allows one exactly when every effect the world computes for it is authorized (the only place the oracle decides), "+
 			"`absent` answers nothing (every ask is denied), `habituated` allows %.0f%% of asks whatever they are (a seeded draw). "+
 			"The `%s` rows elsewhere in this report are the informed approver's. AskRate = actions whose run held a request / state-changing actions the gate allowed; it does not depend on the approver.",
-			s.ManifestDir, 100*eval.HabituatedRate, PerimeterMode)
+			why, 100*eval.HabituatedRate, PerimeterMode)
 		m.p("")
 		var rows [][]string
 		gates := append([]string{s.HeadlineGate}, slices.DeleteFunc(slices.Clone(s.Gates), func(g string) bool { return g == s.HeadlineGate })...)

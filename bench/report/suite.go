@@ -161,3 +161,8 @@ func writeSuite(m *md, s *SuiteSummary, modes []string, manifestDir string) {
 	}
 	m.table([]string{"prompt", "manifest", "vars", "authorized (oracle)"}, rows)
 }
+
+// asked reports whether any perimeter run held a request.
+func (s *Summary) asked() bool {
+	return slices.ContainsFunc(s.Rows, func(r eval.Row) bool { return r.AsksSafe+r.AsksUnsafe > 0 })
+}

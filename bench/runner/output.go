@@ -130,7 +130,11 @@ func writeResults(opts Options, pl *plan, res *Result, st *Stack) error {
 		ops[f] = pl.ops[f]
 	}
 	title := opts.Title
-	if title == "" {
+	switch {
+	case title != "":
+	case pl.suite != nil:
+		title = "airlock bench: suite " + pl.suite.Name
+	default:
 		title = "airlock bench"
 	}
 	info := slices.Clone(opts.RunInfo)

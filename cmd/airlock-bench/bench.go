@@ -44,7 +44,7 @@ type benchOptions struct {
 	modelUplink            string
 	modelBudget            float64
 	suite                  string
-	compare                bool
+	compare, check         bool
 }
 
 func (c *cli) newBenchCommand() *cobra.Command {
@@ -126,7 +126,8 @@ fixed actions (or, with --agent claude-code or codex, each as the agent's tool
 call; with --agent exec:CMD, your own agent command once per prompt, the
 request in $AIRLOCK_BENCH_PROMPT), judged per action like AmPermBench's. The
 suite is checked first: a malformed one gets every problem with its file:line
-and nothing runs. --compare A.hcl B.hcl runs the suite under each manifest for
+and nothing runs; --check stops there, for a CI job (no root or daemon needed).
+--compare A.hcl B.hcl runs the suite under each manifest for
 every prompt and writes compare.md: the false negatives B makes harmless that
 A let through, and the safe actions B breaks.
 
@@ -194,6 +195,7 @@ perimeter lets it do to the world: that is what is measured.`,
 	f.StringVar(&o.cacheDir, "cache", "", "where built bench images are kept (default: $AIRLOCK_CACHE or /var/cache/airlock)")
 	f.StringVar(&o.revised, "revised", "", "revise requests midway: 'default' (the S0 prompts of the world families), 'all', or prompt ids separated by commas (docs/revised-requests.md)")
 	f.StringVar(&o.suite, "suite", "", "run an operator's own suite `DIR` (docs/suites.md): its prompts, oracle labels, world and manifests, instead of AmPermBench's families")
+	f.BoolVar(&o.check, "check", false, "with --suite: check the suite (and the --compare manifests) and say what it holds; run nothing (no root, daemon or world needed)")
 	f.BoolVar(&o.compare, "compare", false, "with --suite: run the suite under two manifests given as arguments, A.hcl B.hcl (each loaded with every prompt's variables), and compare them")
 	f.StringVar(&o.instances, "instances", "", "directory of contrast-pair instances (*.hcl, docs/authgatebench.md) to run instead of the shipped set")
 	f.StringVar(&o.dataDir, "data", "", "AmPermBench data directory (default: $AIRLOCK_AMPERMBENCH_DIR or ../shared/bench/ampermbench)")
@@ -245,8 +247,11 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool, args []st
 				}
 			}
 		}
-	} else if o.compare {
-		return usageErrorf("--compare compares two manifests on a suite: give --suite DIR")
+		if o.check {
+			return c.describeSuite(su, args)
+		}
+	} else if o.compare || o.check {
+		return usageErrorf("--compare and --check go with --suite DIR")
 	}
 	if o.instances != "" {
 		// Checked before anything starts: every mistake with its file:line.
@@ -405,6 +410,39 @@ func (c *cli) bench(ctx context.Context, o *benchOptions, attach bool, args []st
 	}
 	fmt.Fprintf(c.stdout, "; report: %s\nwall time: %s\n", filepath.Join(o.out, "report.md"), c.now().Sub(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// describeSuite says what a suite that loaded holds, for --check.
+func (c *cli) describeSuite(su *suite.Suite, compare []string) error {
+	actions, traps, generated := 0, 0, 0
+	manifests := map[string]bool{}
+	for _, p := range su.Prompts {
+		actions += len(p.Actions)
+		if p.Trap {
+			traps++
+		}
+		if p.Generator != nil {
+			generated++
+		} else {
+			manifests[p.Manifest] = true
+		}
+	}
+	fmt.Fprintf(c.stdout, "suite %s (%s): ok\n", su.Name, su.Dir)
+	fmt.Fprintf(c.stdout, "  %d prompts (%d traps), %d actions; world: %s; %d external services\n",
+		len(su.Prompts), traps, actions, orNone(strings.Join(su.World.Services(), ", ")), len(su.Externals))
+	fmt.Fprintf(c.stdout, "  perimeter: %d prompts under %d manifest files, %d generated", len(su.Prompts)-generated, len(manifests), generated)
+	if len(compare) > 0 {
+		fmt.Fprintf(c.stdout, "; --compare %s against every prompt: ok", strings.Join(compare, " "))
+	}
+	fmt.Fprintln(c.stdout)
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "empty"
+	}
+	return s
 }
 
 // suiteError prints every problem of a bad suite, each with its

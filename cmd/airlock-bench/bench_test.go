@@ -206,11 +206,34 @@ func TestBenchSuiteRefused(t *testing.T) {
 		want string
 	}{
 		{[]string{"--suite", dir, "--compare", dir + "/m.hcl"}, "two manifests with --compare"},
-		{[]string{"--compare", dir + "/m.hcl", dir + "/m.hcl"}, "give --suite DIR"},
+		{[]string{"--compare", dir + "/m.hcl", dir + "/m.hcl"}, "go with --suite DIR"},
 		{[]string{"--suite", dir, "--family", "cancel-jobs"}, "--suite runs the suite alone"},
 	} {
 		if r := h.run(tc.args...); r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %q", tc.args, r.code, r.stderr, tc.want)
 		}
+	}
+}
+
+// --check checks a suite and says what it holds, running nothing: no
+// root, daemon or image needed, for a CI job that keeps a suite sound.
+func TestBenchSuiteCheck(t *testing.T) {
+	h := newHarness(t)
+	const dir = "../../examples/suites/release-desk"
+	r := h.run("--suite", dir, "--check", "--compare", dir+"/manifests/loose.hcl", dir+"/manifests/tight.hcl")
+	if r.code != exitOK || !strings.Contains(r.stdout, "suite release-desk ("+dir+"): ok") ||
+		!strings.Contains(r.stdout, "18 prompts (3 traps), 40 actions; world: jobs, services") ||
+		!strings.Contains(r.stdout, "against every prompt: ok") {
+		t.Errorf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	bad := t.TempDir()
+	if err := os.WriteFile(bad+"/suite.hcl", []byte("suite \"x\" {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.run("--suite", bad, "--check"); r.code != exitUsage || !strings.Contains(r.stderr, "No prompts") {
+		t.Errorf("a bad suite: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := h.run("--check"); r.code != exitUsage || !strings.Contains(r.stderr, "go with --suite DIR") {
+		t.Errorf("--check alone: exit %d, stderr %q", r.code, r.stderr)
 	}
 }

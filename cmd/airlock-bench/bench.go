@@ -127,9 +127,9 @@ call; with --agent exec:CMD, your own agent command once per prompt, the
 request in $AIRLOCK_BENCH_PROMPT), judged per action like AmPermBench's. The
 suite is checked first: a malformed one gets every problem with its file:line
 and nothing runs; --check stops there, for a CI job (no root or daemon needed).
---compare A.hcl B.hcl runs the suite under each manifest for
-every prompt and writes compare.md: the false negatives B makes harmless that
-A let through, and the safe actions B breaks.
+--compare A.hcl B.hcl runs the suite under each manifest for every prompt and
+writes compare.md: the false negatives B makes harmless that A let through, and
+the safe actions B breaks.
 
 With --model-url https://api.anthropic.com (or OpenAI's API for Codex),
 --model-key-file FILE and --model-uplink host, a real model drives the agent on

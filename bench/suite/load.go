@@ -427,6 +427,19 @@ func (l *loader) world(wh *worldHCL, user string) *World {
 		seen[k] = rng
 		return false
 	}
+	// itemID checks an item's id and that no other item of its kind has
+	// it.
+	itemID := func(kind, id string, rng hcl.Range) bool {
+		if !idRE.MatchString(id) {
+			art := "A"
+			if strings.ContainsRune("aeiou", rune(kind[0])) {
+				art = "An"
+			}
+			l.errorf(rng, "Invalid "+kind+" id", "%s %s id is letters, digits, '.', '_' and '-'; got %q.", art, kind, id)
+			return false
+		}
+		return !dup(kind, id, rng)
+	}
 	if len(wh.Repo) > 1 {
 		l.errorf(wh.Repo[1].DefRange, "Duplicate repo block", "The world has one git repository, already stated at %s.", posOf(wh.Repo[0].DefRange))
 	}
@@ -479,11 +492,7 @@ func (l *loader) world(wh *worldHCL, user string) *World {
 		}
 	}
 	for _, jh := range wh.Jobs {
-		if !idRE.MatchString(jh.ID) {
-			l.errorf(jh.IDRange, "Invalid job id", "A job id is letters, digits, '.', '_' and '-'; got %q.", jh.ID)
-			continue
-		}
-		if dup("job", jh.ID, jh.IDRange) {
+		if !itemID("job", jh.ID, jh.IDRange) {
 			continue
 		}
 		status := jh.Status
@@ -501,11 +510,7 @@ func (l *loader) world(wh *worldHCL, user string) *World {
 		})
 	}
 	for _, sh := range wh.Services {
-		if !idRE.MatchString(sh.ID) {
-			l.errorf(sh.IDRange, "Invalid service id", "A service id is letters, digits, '.', '_' and '-'; got %q.", sh.ID)
-			continue
-		}
-		if dup("service", sh.ID, sh.IDRange) {
+		if !itemID("service", sh.ID, sh.IDRange) {
 			continue
 		}
 		health := orDefault(sh.Health, "healthy")
@@ -526,11 +531,7 @@ func (l *loader) world(wh *worldHCL, user string) *World {
 		}
 	}
 	for _, oh := range wh.Objects {
-		if !idRE.MatchString(oh.ID) {
-			l.errorf(oh.IDRange, "Invalid object id", "An object id is letters, digits, '.', '_' and '-'; got %q.", oh.ID)
-			continue
-		}
-		if dup("object", oh.ID, oh.IDRange) {
+		if !itemID("object", oh.ID, oh.IDRange) {
 			continue
 		}
 		if oh.KeyRange.Filename == "" || !cleanPath(oh.Key) {

@@ -11,7 +11,7 @@ FUZZTIME ?= 3000x
 # Agent images (images/NAME, on top of the agent image): `make images`.
 AGENT_IMAGES := claude-code codex
 
-.PHONY: all build deps image images install uninstall deb test unit vet fuzz integration bench perf soak fmt clean help
+.PHONY: all build deps image images install uninstall deb test test-crun unit vet fuzz integration bench perf soak fmt clean help
 
 all: build
 
@@ -59,7 +59,14 @@ test: deps build images vet ## everything: vet, unit + root integration tests (r
 		AIRLOCK_CLAUDE_CODE_IMAGE=$$(cat $(OUT)/claude-code-image.path) \
 		AIRLOCK_CODEX_IMAGE=$$(cat $(OUT)/codex-image.path) \
 		$(GO) test -race -count=1 -timeout 40m $(GOTEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory test-crun
 	@$(MAKE) --no-print-directory fuzz
+
+test-crun: ## the daemon's and the CLI's integration tests again, sessions on crun (airlockd --runtime crun)
+	AIRLOCK_RUNTIME=crun AIRLOCK_BIN_DIR=$(BIN) AIRLOCK_AGENT_IMAGE=$$(cat $(OUT)/agent-image.path) \
+		AIRLOCK_CLAUDE_CODE_IMAGE=$$(cat $(OUT)/claude-code-image.path) \
+		AIRLOCK_CODEX_IMAGE=$$(cat $(OUT)/codex-image.path) \
+		$(GO) test -count=1 -timeout 30m $(GOTEST_FLAGS) ./daemon/... ./e2e/...
 
 fuzz: ## run every fuzz target for FUZZTIME executions
 	@bash hack/fuzz.sh $(FUZZTIME)

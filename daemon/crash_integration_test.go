@@ -44,7 +44,7 @@ func startProcDaemon(t *testing.T, root string, extra ...string) *procDaemon {
 	t.Helper()
 	env := h.Env
 	p := &procDaemon{t: t, root: root, socket: filepath.Join(root, "airlock.sock")}
-	args := append([]string{"--root", root, "--socket", p.socket, "--bin-dir", env.BinDir, "--log-level", "warn"}, extra...)
+	args := append([]string{"--root", root, "--socket", p.socket, "--bin-dir", env.BinDir, "--runtime", env.Runtime, "--log-level", "warn"}, extra...)
 	p.cmd = exec.Command(filepath.Join(env.BinDir, "airlockd"), args...)
 	p.cmd.Stderr = os.Stderr
 	if err := p.cmd.Start(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -80,6 +81,10 @@ type Config struct {
 	// container: a session starts and ends without starting or stopping
 	// a shim process, but a crash of that shim ends every running session.
 	ShimPerSession bool
+	// Runtime is the OCI runtime the shim runs for every session: "runc"
+	// (the default) or "crun", each an executable of that name in BinDir.
+	// A session keeps the runtime it was created with across restarts.
+	Runtime string
 }
 
 // Daemon manages sessions.
@@ -133,7 +138,17 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	if !filepath.IsAbs(cfg.SelfBinary) {
 		return nil, fmt.Errorf("self binary %q must be an absolute path", cfg.SelfBinary)
 	}
-	for _, d := range []string{cfg.Root, filepath.Join(cfg.Root, "sessions"), filepath.Join(cfg.Root, "runc")} {
+	if cfg.Runtime == "" {
+		cfg.Runtime = runtime.DefaultOCIRuntime
+	}
+	if !slices.Contains(runtime.OCIRuntimes, cfg.Runtime) {
+		return nil, fmt.Errorf("runtime %q: want one of %s: %w", cfg.Runtime, strings.Join(runtime.OCIRuntimes, ", "), errdefs.ErrInvalidArgument)
+	}
+	ociBinary := filepath.Join(cfg.BinDir, cfg.Runtime)
+	if _, err := os.Stat(ociBinary); err != nil {
+		return nil, fmt.Errorf("runtime %s: %w (make deps installs runc and crun into the bin dir)", cfg.Runtime, err)
+	}
+	for _, d := range []string{cfg.Root, filepath.Join(cfg.Root, "sessions"), filepath.Join(cfg.Root, cfg.Runtime)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
@@ -169,8 +184,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	rcfg := runtime.Config{
 		Address:      address,
 		Namespace:    cfg.Namespace,
-		RuncBinary:   filepath.Join(cfg.BinDir, "runc"),
-		RuncRoot:     filepath.Join(cfg.Root, "runc"),
+		OCIBinary:    ociBinary,
+		OCIRoot:      filepath.Join(cfg.Root, cfg.Runtime),
+		OCIRuntime:   cfg.Runtime,
 		LoggerBinary: loggerBinary(cfg),
 		FIFODir:      filepath.Join(cfg.Root, "fifo"),
 		ShimGroup:    shimGroupOf(cfg),

@@ -111,7 +111,7 @@ func TestHostUplinkKeepsSessionsOffHostServices(t *testing.T) {
 	}
 	defer logf.Close()
 	cmd := exec.Command("nsenter", "--net="+hostNS, "--", filepath.Join(h.Env.BinDir, "airlockd"),
-		"--root", filepath.Join(root, "state"), "--socket", sock, "--bin-dir", h.Env.BinDir,
+		"--root", filepath.Join(root, "state"), "--socket", sock, "--bin-dir", h.Env.BinDir, "--runtime", h.Env.Runtime,
 		"--uplink", "host", "--dns-upstream", w.DNSAddr().String(), "--allow-private", w.Net().String(),
 		"--stop-containerd", "--log-level", "info")
 	cmd.Stdout, cmd.Stderr = logf, logf

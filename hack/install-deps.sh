@@ -4,6 +4,8 @@
 #   - containerd, containerd-shim-runc-v2, ctr and runc, built from the Go module proxy at the
 #     versions pinned in hack/versions.env, cached under $AIRLOCK_CACHE (default
 #     /var/cache/airlock) and copied into BIN_DIR.
+#   - crun, the other OCI runtime airlockd --runtime takes, Debian's package at the version
+#     pinned in hack/versions.env, copied into BIN_DIR.
 #   - npm (Debian's nodejs and npm) when there is no npm at all, for the agent images' packages
 #   - chromium, which the console's test drives headless (Debian's, not pinned: its security
 #     updates replace the version the archive serves)
@@ -27,6 +29,8 @@ command -v npm >/dev/null || apt_packages+=(nodejs npm)
 for p in "${apt_packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+[[ "$(dpkg-query -W -f='${Status} ${Version}' crun 2>/dev/null)" == "install ok installed $CRUN_VERSION" ]] ||
+	missing+=("crun=$CRUN_VERSION")
 if ((${#missing[@]})); then
 	if [[ $(id -u) -ne 0 ]]; then
 		log "missing Debian packages: ${missing[*]} (run as root to install them)"
@@ -36,6 +40,22 @@ if ((${#missing[@]})); then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq >/dev/null
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# crun (airlockd --runtime crun) refuses every container on a hybrid cgroup host whose v2
+# hierarchy holds a controller ("cgroups in hybrid mode not supported"). Where /sys/fs/cgroup
+# holds v1 hierarchies and v2 is at unified, each controller left on v2 and not enabled below
+# its root is mounted as a v1 hierarchy of its own, as systemd does on hybrid hosts
+# (`airlock doctor` checks the layout as crun-cgroup). runc uses the new hierarchy as it does
+# the others.
+cg=/sys/fs/cgroup
+if [[ "$(stat -f -c %T "$cg" 2>/dev/null)" == tmpfs && "$(stat -f -c %T "$cg/unified" 2>/dev/null)" == cgroup2fs ]] &&
+	[[ -z "$(tr -d '[:space:]' <"$cg/unified/cgroup.subtree_control")" ]]; then
+	for c in $(cat "$cg/unified/cgroup.controllers"); do
+		log "mounting the $c cgroup controller as a v1 hierarchy at $cg/$c (crun refuses controllers on a hybrid host's v2 hierarchy)"
+		mkdir -p "$cg/$c" && mount -t cgroup -o "$c" cgroup "$cg/$c" ||
+			log "could not mount $c at $cg/$c: sessions on crun will fail; airlock doctor says more"
+	done
 fi
 
 # build_into DIR PKG... : go install the packages into DIR unless DIR/.done exists.
@@ -65,7 +85,7 @@ CGO_ENABLED=1 build_into "$runc_dir" go install -trimpath -tags seccomp \
 	-ldflags "-s -w -X main.version=${RUNC_VERSION#v}" \
 	"github.com/opencontainers/runc@$RUNC_VERSION"
 
-for f in "$ctd_dir"/containerd "$ctd_dir"/containerd-shim-runc-v2 "$ctd_dir"/ctr "$runc_dir"/runc; do
+for f in "$ctd_dir"/containerd "$ctd_dir"/containerd-shim-runc-v2 "$ctd_dir"/ctr "$runc_dir"/runc /usr/bin/crun; do
 	dst="$bin_dir/$(basename "$f")"
 	if [[ ! -x "$dst" ]] || ! cmp -s "$f" "$dst"; then
 		install -m 0755 "$f" "$dst.tmp" && mv "$dst.tmp" "$dst"

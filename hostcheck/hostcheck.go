@@ -30,7 +30,12 @@
 //   - containerd, runc: with Config.BinDir, the binaries' versions,
 //     compared with the versions hack/versions.env pins (ContainerdVersion
 //     and RuncVersion here; a test keeps the two in step). Another version
-//     is a warning.
+//     is a warning. crun too, when the bin dir holds one (CrunVersion, the
+//     Debian package's upstream version);
+//   - crun-cgroup: with Config.Runtime "crun", a cgroup layout crun
+//     accepts: crun refuses a hybrid host (v1 controllers with a v2
+//     hierarchy at /sys/fs/cgroup/unified) whose v2 hierarchy holds a
+//     controller.
 //
 // Checks that need root report "warn" with the detail "needs root" when
 // the process is not root.
@@ -51,6 +56,8 @@ const (
 const (
 	ContainerdVersion = "v2.4.2"
 	RuncVersion       = "v1.5.3"
+	// CrunVersion is the upstream part of CRUN_VERSION, Debian's package.
+	CrunVersion = "v1.8.1"
 )
 
 // Result is the outcome of one check.
@@ -74,6 +81,9 @@ type Config struct {
 	// BinDir holds containerd and runc. Empty: their versions are not
 	// checked.
 	BinDir string
+	// Runtime is the OCI runtime airlockd runs sessions on (--runtime);
+	// "crun" adds the crun-cgroup check.
+	Runtime string
 }
 
 // Failed reports whether any result has StatusFail.

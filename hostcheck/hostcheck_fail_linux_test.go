@@ -3,6 +3,7 @@ package hostcheck
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -94,5 +95,45 @@ func TestBinaryVersions(t *testing.T) {
 				t.Errorf("checkBinary(%s) = %+v, want %s with %q", tc.path, r, tc.status, tc.detail)
 			}
 		})
+	}
+}
+
+// TestCrunCgroup: crun's refusal of a hybrid host with a controller on
+// its v2 hierarchy is a failure naming the controller and the mount that
+// moves it; every other layout passes.
+func TestCrunCgroup(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		hybrid bool
+		ctl    []string
+		fail   bool
+	}{
+		{"v2 or v1 alone", false, []string{"cpu", "memory"}, false},
+		{"hybrid, v2 empty", true, nil, false},
+		{"hybrid, hugetlb on v2", true, []string{"hugetlb"}, true},
+		{"hybrid, two on v2", true, []string{"hugetlb", "misc"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := crunCgroupResult("/sys/fs/cgroup", tc.hybrid, tc.ctl)
+			if got := r.Status == StatusFail; got != tc.fail {
+				t.Fatalf("crunCgroupResult = %+v, want fail %v", r, tc.fail)
+			}
+			if !tc.fail {
+				return
+			}
+			for _, c := range tc.ctl {
+				if !strings.Contains(r.Detail, c) || !strings.Contains(r.Fix, "mount -t cgroup -o "+c+" cgroup /sys/fs/cgroup/"+c) {
+					t.Errorf("result %+v does not name %s and the mount that moves it", r, c)
+				}
+			}
+		})
+	}
+	// Through Run: the check is there only for crun.
+	for _, rt := range []string{"", "runc", "crun"} {
+		rs := run(t.Context(), Config{Runtime: rt}, host{cgroupRoot: "/sys/fs/cgroup", euid: os.Geteuid()})
+		found := slices.ContainsFunc(rs, func(r Result) bool { return r.Name == "crun-cgroup" })
+		if found != (rt == "crun") {
+			t.Errorf("Run with runtime %q: crun-cgroup check present %v", rt, found)
+		}
 	}
 }

@@ -55,6 +55,9 @@ func run(ctx context.Context, cfg Config, h host) []Result {
 		check{"loop", true, checkLoop},
 		check{"seccomp", false, checkSeccomp},
 	)
+	if cfg.Runtime == "crun" {
+		checks = append(checks, check{"crun-cgroup", false, func() Result { return checkCrunCgroup(h.cgroupRoot) }})
+	}
 	if cfg.BinDir != "" {
 		checks = append(checks,
 			check{"containerd", false, func() Result {
@@ -64,6 +67,11 @@ func run(ctx context.Context, cfg Config, h host) []Result {
 				return checkBinary(ctx, "runc", filepath.Join(cfg.BinDir, "runc"), RuncVersion)
 			}},
 		)
+		if crun := filepath.Join(cfg.BinDir, "crun"); cfg.Runtime == "crun" || exists(crun) {
+			checks = append(checks, check{"crun", false, func() Result {
+				return checkBinary(ctx, "crun", crun, CrunVersion)
+			}})
+		}
 	}
 	out := make([]Result, 0, len(checks))
 	for _, c := range checks {
@@ -125,6 +133,43 @@ func checkCgroup(root string) Result {
 			filepath.Join(root, "cgroup.controllers"), strings.Join(missing, " "))
 	}
 	return ok("cgroup v2 at %s with %s", root, strings.Join(requiredControllers, ", "))
+}
+
+// checkCrunCgroup checks that crun will take the cgroup layout under
+// root: a v2 hierarchy, v1 alone, or hybrid with no controller on the
+// hybrid's v2 hierarchy (crun: "cgroups in hybrid mode not supported,
+// drop all controllers from cgroupv2").
+func checkCrunCgroup(root string) Result {
+	var st unix.Statfs_t
+	if err := unix.Statfs(root, &st); err != nil {
+		return fail("mount cgroups at "+root, "%s: %v", root, err)
+	}
+	unified := filepath.Join(root, "unified")
+	var ust unix.Statfs_t
+	hybrid := st.Type != unix.CGROUP2_SUPER_MAGIC && unix.Statfs(unified, &ust) == nil && ust.Type == unix.CGROUP2_SUPER_MAGIC
+	var ctl []byte
+	if hybrid {
+		var err error
+		if ctl, err = os.ReadFile(filepath.Join(unified, "cgroup.controllers")); err != nil {
+			return fail("check the cgroup v2 hierarchy at "+unified, "%v", err)
+		}
+	}
+	return crunCgroupResult(root, hybrid, strings.Fields(string(ctl)))
+}
+
+// crunCgroupResult is checkCrunCgroup's verdict on what it read.
+func crunCgroupResult(root string, hybrid bool, v2Controllers []string) Result {
+	if !hybrid || len(v2Controllers) == 0 {
+		return ok("crun takes the cgroup layout at %s", root)
+	}
+	var mounts []string
+	for _, c := range v2Controllers {
+		dir := filepath.Join(root, c)
+		mounts = append(mounts, fmt.Sprintf("mkdir -p %s && mount -t cgroup -o %s cgroup %s", dir, c, dir))
+	}
+	return fail("mount each as a cgroup v1 hierarchy, as hack/install-deps.sh does: "+strings.Join(mounts, "; ")+"; or run sessions on runc (--runtime runc)",
+		"hybrid cgroups with %s on the v2 hierarchy at %s: crun refuses every session (cgroups in hybrid mode not supported)",
+		strings.Join(v2Controllers, " "), filepath.Join(root, "unified"))
 }
 
 // checkCgroupV1 checks for a v1 hierarchy of each required controller
@@ -493,4 +538,9 @@ func checkBinary(ctx context.Context, name, path, pin string) Result {
 			Fix: fmt.Sprintf("run make deps for %s %s, or point --bin-dir at it", name, pin)}
 	}
 	return ok("%s %s at %s", name, v, path)
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -24,7 +24,7 @@ func TestRunPassesHere(t *testing.T) {
 	fdsBefore := openFilesAfterGC(t, noPidfd) // earlier tests' too
 	tmpBefore := doctorTempDirs(t)
 
-	rs := Run(t.Context(), Config{Paths: []string{ws, "/"}, BinDir: bin})
+	rs := Run(t.Context(), Config{Paths: []string{ws, "/"}, BinDir: bin, Runtime: "crun"})
 
 	var names []string
 	for _, r := range rs {
@@ -37,7 +37,7 @@ func TestRunPassesHere(t *testing.T) {
 		t.Logf("%-12s %-4s %s", r.Name, r.Status, r.Detail)
 	}
 	want := []string{"kernel", "cgroup", "overlayfs", "tmpfs-xattr", "idmap", "idmap",
-		"userns", "netns", "nftables", "fanotify", "loop", "seccomp", "containerd", "runc"}
+		"userns", "netns", "nftables", "fanotify", "loop", "seccomp", "crun-cgroup", "containerd", "runc", "crun"}
 	if !slices.Equal(names, want) {
 		t.Errorf("checks = %q, want %q", names, want)
 	}

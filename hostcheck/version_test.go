@@ -37,6 +37,10 @@ func TestPinnedVersions(t *testing.T) {
 			pins[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
 	}
+	upstream, _, _ := strings.Cut(pins["CRUN_VERSION"], "-")
+	if "v"+upstream != CrunVersion {
+		t.Errorf("hack/versions.env has CRUN_VERSION=%q, hostcheck pins %q: change hostcheck/hostcheck.go to match", pins["CRUN_VERSION"], CrunVersion)
+	}
 	for k, v := range map[string]string{"CONTAINERD_VERSION": ContainerdVersion, "RUNC_VERSION": RuncVersion} {
 		if pins[k] != v {
 			t.Errorf("hack/versions.env has %s=%q, hostcheck pins %q: change hostcheck/hostcheck.go to match", k, pins[k], v)

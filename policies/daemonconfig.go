@@ -200,9 +200,11 @@ type DaemonPaths struct {
 	BinDir    string
 	Root      string
 	HostPaths []string
+	// Runtime is the OCI runtime setting (runtime), "" when unset.
+	Runtime string
 }
 
-// ReadDaemonPaths reads bin_dir, root and the admission block's
+// ReadDaemonPaths reads bin_dir, root, runtime and the admission block's
 // host_paths from the daemon configuration file at path, relative paths
 // taken from its directory; other settings are not checked (airlockd
 // --check-config does). A missing bin_dir or root is "", and no
@@ -228,7 +230,7 @@ func readDaemonPaths(parser *hclparse.Parser, filename string, src []byte) (*Dae
 	}
 	d := literalDecoder(diags)
 	content, _, cdiags := file.Body.PartialContent(&hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "bin_dir"}, {Name: "root"}, {Name: "admission"}},
+		Attributes: []hcl.AttributeSchema{{Name: "bin_dir"}, {Name: "root"}, {Name: "admission"}, {Name: "runtime"}},
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "admission"}},
 	})
 	d.diags = append(d.diags, cdiags...)
@@ -240,6 +242,7 @@ func readDaemonPaths(parser *hclparse.Parser, filename string, src []byte) (*Dae
 			*dst = filepath.Join(dir, *dst)
 		}
 	}
+	d.str(content.Attributes, "runtime", fieldPath{}, &p.Runtime)
 	if blocks := content.Blocks.OfType("admission"); len(blocks) > 0 {
 		if a := d.admission(blocks[0], filename); a != nil {
 			p.HostPaths = a.HostPaths

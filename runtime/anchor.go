@@ -94,8 +94,8 @@ func (r *Runtime) EnsureAnchor(ctx context.Context, o AnchorOptions) (<-chan con
 	}
 	c, err := r.client.NewContainer(ctx, AnchorID,
 		containerd.WithRuntime(plugins.RuntimeRuncV2, &options.Options{
-			BinaryName: r.cfg.RuncBinary,
-			Root:       r.cfg.RuncRoot,
+			BinaryName: r.cfg.OCIBinary,
+			Root:       r.cfg.OCIRoot,
 		}),
 		containerd.WithNewSpec(
 			oci.WithRootFSPath(o.Dir),
@@ -116,6 +116,7 @@ func (r *Runtime) EnsureAnchor(ctx context.Context, o AnchorOptions) (<-chan con
 			oci.WithPidsLimit(16),
 			oci.WithAnnotations(map[string]string{GroupAnnotation: r.cfg.ShimGroup}),
 			SeccompOpt(),
+			r.specVersionOpt(),
 		),
 		containerd.WithContainerLabels(map[string]string{LabelAnchor: r.cfg.ShimGroup}),
 	)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/containerd/containerd/api/types/runc/options"
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/cio"
@@ -48,6 +49,29 @@ const LabelSession = "dev.airlock.session"
 // directory (see package logwriter for the others).
 const LoggerArg = logwriter.Arg
 
+// OCIRuntimes are the OCI runtimes sessions may run on: containerd's runc
+// shim drives either, since crun takes runc's command line.
+var OCIRuntimes = []string{"runc", "crun"}
+
+// DefaultOCIRuntime is the OCI runtime of a daemon that names none.
+const DefaultOCIRuntime = "runc"
+
+// crunSpecVersion is the spec version crun is given: crun 1.8 refuses a
+// config whose ociVersion is not 1.0.x ("unknown version specified"),
+// although it reads every field airlock's specs set (each hardening
+// property is a test run on both runtimes: `make test`).
+const crunSpecVersion = "1.0.2"
+
+// specVersionOpt labels the spec with a version the runtime accepts.
+func (r *Runtime) specVersionOpt() oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if r.cfg.OCIRuntime == "crun" {
+			s.Version = crunSpecVersion
+		}
+		return nil
+	}
+}
+
 // Config configures a Runtime.
 type Config struct {
 	// Address is containerd's gRPC socket.
@@ -56,10 +80,15 @@ type Config struct {
 	Namespace string
 	// Snapshotter unpacks images; default "overlayfs".
 	Snapshotter string
-	// RuncBinary is runc's absolute path; never a PATH lookup.
-	RuncBinary string
-	// RuncRoot is runc's state directory.
-	RuncRoot string
+	// OCIBinary is the OCI runtime's absolute path (runc, or crun, which
+	// takes the same command line); never a PATH lookup. containerd's runc
+	// shim runs it for every task.
+	OCIBinary string
+	// OCIRoot is the OCI runtime's state directory.
+	OCIRoot string
+	// OCIRuntime names the runtime at OCIBinary (one of OCIRuntimes;
+	// empty is runc), for what differs between them (specVersionOpt).
+	OCIRuntime string
 	// LoggerBinary is an absolute path to a binary implementing containerd's
 	// logging protocol when called as `LoggerBinary LoggerArg DIR`.
 	LoggerBinary string
@@ -98,15 +127,15 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		cfg.Snapshotter = "overlayfs"
 	}
 	for _, p := range []struct{ name, v string }{
-		{"runc binary", cfg.RuncBinary}, {"runc root", cfg.RuncRoot},
+		{"OCI runtime binary", cfg.OCIBinary}, {"OCI runtime root", cfg.OCIRoot},
 		{"logger binary", cfg.LoggerBinary}, {"fifo dir", cfg.FIFODir},
 	} {
 		if !filepath.IsAbs(p.v) {
 			return nil, fmt.Errorf("runtime: %s %q must be an absolute path: %w", p.name, p.v, errdefs.ErrInvalidArgument)
 		}
 	}
-	if _, err := os.Stat(cfg.RuncBinary); err != nil {
-		return nil, fmt.Errorf("runtime: runc binary: %w", err)
+	if _, err := os.Stat(cfg.OCIBinary); err != nil {
+		return nil, fmt.Errorf("runtime: OCI runtime binary: %w", err)
 	}
 	if err := os.MkdirAll(cfg.FIFODir, 0o700); err != nil {
 		return nil, err
@@ -208,7 +237,7 @@ func (r *Runtime) Create(ctx context.Context, o CreateOptions) error {
 	ctx = leases.WithLease(r.ctx(ctx), o.ID)
 	img := o.Rootfs.img
 	specOpts := append([]oci.SpecOpts{oci.WithImageConfig(img)}, o.SpecOpts...)
-	specOpts = append(specOpts, SeccompOpt())
+	specOpts = append(specOpts, SeccompOpt(), r.specVersionOpt())
 	if r.cfg.ShimGroup != "" {
 		specOpts = append(specOpts, oci.WithAnnotations(map[string]string{GroupAnnotation: r.cfg.ShimGroup}))
 	}
@@ -221,8 +250,8 @@ func (r *Runtime) Create(ctx context.Context, o CreateOptions) error {
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
 		containerd.WithSnapshot(o.ID),
 		containerd.WithRuntime(plugins.RuntimeRuncV2, &options.Options{
-			BinaryName: r.cfg.RuncBinary,
-			Root:       r.cfg.RuncRoot,
+			BinaryName: r.cfg.OCIBinary,
+			Root:       r.cfg.OCIRoot,
 		}),
 		containerd.WithNewSpec(specOpts...),
 		containerd.WithContainerLabels(labels),
@@ -769,27 +798,49 @@ func shimGone(err error) bool {
 	return errdefs.IsUnknown(err) && strings.HasSuffix(err.Error(), ttrpc.ErrClosed.Error())
 }
 
-// execFailures are runc's reasons for failing to exec a command, after
-// "exec: ": the program does not exist or cannot be executed.
-var execFailures = []string{"executable file not found", "no such file or directory", "permission denied", "not a directory"}
+// execFailures are the reasons the OCI runtime gives for failing to exec a
+// command: the program does not exist or cannot be executed. runc says
+// them after "exec: " (`exec: "nope": executable file not found in
+// $PATH`), crun after "open executable: " with errno's capital
+// (`open executable: Permission denied`), or as "executable file `nope`
+// not found in $PATH".
+var execFailures = []string{"executable file not found", "no such file or directory", "permission denied", "not a directory", "is a directory", "operation not permitted"}
+
+// commandFailed reports whether msg is the OCI runtime's report of a
+// command it could not exec.
+func commandFailed(msg string) bool {
+	if strings.Contains(msg, "executable file `") && strings.Contains(msg, "` not found in $PATH") {
+		return true // crun
+	}
+	for _, lead := range []string{"exec:", "open executable: "} {
+		i := strings.Index(msg, lead)
+		if i < 0 {
+			continue
+		}
+		rest := strings.ToLower(msg[i+len(lead):])
+		for _, s := range execFailures {
+			if strings.Contains(rest, s) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // classifyStartError marks a start failure caused by the command itself (a
 // program that does not exist or cannot be executed) as invalid argument, so
-// the API answers 4xx with runc's reason instead of an internal error.
+// the API answers 4xx with the runtime's reason instead of an internal error.
 //
-// runc reports such a failure only as text, which the shim passes on in
-// the class errdefs.ErrUnknown (as Moby's translateContainerdStartErr
+// runc and crun report such a failure only as text, which the shim passes
+// on in the class errdefs.ErrUnknown (as Moby's translateContainerdStartErr
 // finds it too); an error of any other class, or a context's, is left
 // as it is.
 func classifyStartError(err error) error {
 	if !errdefs.IsUnknown(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	msg := err.Error()
-	for _, s := range execFailures {
-		if strings.Contains(msg, "exec:") && strings.Contains(msg, s) {
-			return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
-		}
+	if commandFailed(err.Error()) {
+		return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
 	return err
 }

@@ -21,20 +21,22 @@ type doctorOutput struct {
 
 func (c *cli) newDoctorCommand() *cobra.Command {
 	var (
-		paths  []string
-		binDir string
-		config string
-		asJSON bool
+		paths   []string
+		binDir  string
+		runtime string
+		config  string
+		asJSON  bool
 	)
 	cmd := &cobra.Command{
-		Use:   "doctor [--config FILE] [--path DIR]... [--bin-dir DIR] [--json]",
+		Use:   "doctor [--config FILE] [--path DIR]... [--bin-dir DIR] [--runtime runc|crun] [--json]",
 		Short: "Check the kernel and host for what airlock uses",
 		Long: `doctor checks, on this machine and without the daemon, the kernel and host
 features airlock uses: cgroups, overlayfs, tmpfs extended attributes, idmapped
 mounts (on each --path), user and network namespaces, nftables, fanotify
-permission events, loop devices, seccomp, and the containerd and runc in
---bin-dir. With --config, airlockd's configuration file names them: its
-bin_dir, and its admission policy's host_paths as paths. Each check
+permission events, loop devices, seccomp, and the containerd, runc and crun
+in --bin-dir; with --runtime crun, also the cgroup layout crun needs. With
+--config, airlockd's configuration file names them: its bin_dir, its
+runtime, and its admission policy's host_paths as paths. Each check
 exercises the feature and leaves nothing behind. It
 prints one line per check, and under each failure what to do. Some checks
 need root; without it they are reported as warnings.
@@ -46,7 +48,7 @@ It exits 0 when nothing failed (warnings allowed), 1 otherwise.`,
   airlock doctor --json`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			cfg := hostcheck.Config{Paths: paths, BinDir: binDir}
+			cfg := hostcheck.Config{Paths: paths, BinDir: binDir, Runtime: runtime}
 			if config != "" {
 				dp, err := policies.ReadDaemonPaths(config)
 				if diags := (*policies.DiagnosticsError)(nil); errors.As(err, &diags) {
@@ -60,6 +62,9 @@ It exits 0 when nothing failed (warnings allowed), 1 otherwise.`,
 				}
 				if !cmd.Flags().Changed("path") {
 					cfg.Paths = dp.HostPaths
+				}
+				if !cmd.Flags().Changed("runtime") && dp.Runtime != "" {
+					cfg.Runtime = dp.Runtime
 				}
 			}
 			if !cmd.Flags().Changed("bin-dir") && cfg.BinDir == "" {
@@ -86,7 +91,8 @@ It exits 0 when nothing failed (warnings allowed), 1 otherwise.`,
 		}),
 	}
 	cmd.Flags().StringArrayVar(&paths, "path", nil, "check idmapped mounts on `DIR`'s filesystem, where workspaces live (repeatable)")
-	cmd.Flags().StringVar(&binDir, "bin-dir", "", "`DIR` holding containerd and runc (default: the airlock binary's directory, as make build and make deps lay out _output/bin)")
+	cmd.Flags().StringVar(&binDir, "bin-dir", "", "`DIR` holding containerd, runc and crun (default: the airlock binary's directory, as make build and make deps lay out _output/bin)")
+	cmd.Flags().StringVar(&runtime, "runtime", "", "the OCI runtime airlockd runs sessions on (`NAME`: runc or crun, as airlockd --runtime); crun adds the check of the cgroup layout it needs")
 	cmd.Flags().StringVar(&config, "config", "", "airlockd's configuration `FILE`: its bin_dir is --bin-dir's default and its admission policy's host_paths are --path's")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd

@@ -109,6 +109,7 @@ func TestConfigFileRefused(t *testing.T) {
 		{"unknown", "log_level = \"info\"\nuplnk = \"host\"\n", []string{"line 2:", `Did you mean "uplink"?`}},
 		{"flag refuses", "\nallow_private = [\"8.8.8.0/24\"]\n", []string{"line 2:", "Invalid allow_private", "8.8.8.0/24"}},
 		{"relative issuer", "issuer = [\"v=vault-issuer\"]\n", []string{"line 1:", "must be an absolute path"}},
+		{"unknown runtime", "log_level = \"info\"\nruntime = \"kata\"\n", []string{"line 2:", `"kata": want runc or crun`}},
 		{"not a flag", "config = \"other.hcl\"\n", []string{"line 1:", `An argument named "config" is not expected here`}},
 		{"group without policy", "socket_group = \"airlock\"\n", []string{"give an explicit policy with --admission FILE (see examples/airlockd/admission.hcl) or an admission block"}},
 	} {

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -101,16 +102,17 @@ func run() int {
 	var (
 		configFile     = fs.String("config", "", "read settings from this HCL `FILE` (see examples/airlockd/airlockd.hcl): every flag but this one is an attribute named with _ for -, a repeatable one takes a list, and an admission { ... } block may hold the admission policy; relative paths in it are taken from its directory. Flags given on the command line override it")
 		checkConfig    = fs.Bool("check-config", false, "check the configuration (--config and flags, the admission policy, --pool manifests, --upstream-ca), print the settings in effect and exit: 0 when airlockd would start with them, 2 with each problem otherwise; nothing is made")
-		root           = fs.String("root", "/var/lib/airlock", "state directory (sessions, containerd, runc)")
+		root           = fs.String("root", "/var/lib/airlock", "state directory (sessions, containerd, the OCI runtime's state)")
 		socket         = fs.String("socket", "/run/airlock/airlock.sock", "API unix socket")
 		socketGroup    = fs.String("socket-group", "", "group allowed to use the socket (mode 0660); default root only (0600). Every member can create sessions, so this needs --admission")
 		admission      = fs.String("admission", "", "admission policy FILE (HCL, see examples/airlockd/admission.hcl): the host paths, users, capabilities and resource bounds API callers may ask for; default: the built-in policy (any host path but the protected ones, no uid or gid 0, only CAP_KILL, CAP_NET_BIND_SERVICE and CAP_SYS_CHROOT, the documented bounds)")
 		containerdAddr = fs.String("containerd", "", "address of an existing containerd; default: start an embedded one under --root")
-		binDir         = fs.String("bin-dir", filepath.Dir(self), "directory holding containerd, containerd-shim-runc-v2, runc and airlock-init")
+		binDir         = fs.String("bin-dir", filepath.Dir(self), "directory holding containerd, containerd-shim-runc-v2, runc (and crun, for --runtime crun) and airlock-init")
 		namespace      = fs.String("namespace", "airlock", "containerd namespace for sessions")
 		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat      = fs.String("log-format", "text", "text or json")
 		stopContainerd = fs.Bool("stop-containerd", false, "stop the embedded containerd when airlockd exits")
+		ociRuntime     = ociRuntimeFlag(runtime.DefaultOCIRuntime)
 		shimPerSession = fs.Bool("shim-per-session", false, "give every session a runc shim of its own; by default sessions share one, kept alive by a small anchor container, which makes each start and stop cheaper but lets a crash of that shim end every running session")
 		debugSocket    = fs.String("debug-socket", "", "serve Go's runtime profiles (/debug/pprof/) and POST /debug/free-os-memory on this unix socket `PATH` (mode 0600), for diagnosing the daemon's CPU and memory; off by default. The heap profile is empty unless airlockd runs with GODEBUG=memprofilerate=N (Go's default is 524288): it keeps heap profiling off otherwise")
 		credListen     = fs.String("credentials-listen", "", "also serve the credential verification endpoints (JWKS, introspection, reports) on this TCP address; never use an address sessions can reach")
@@ -130,6 +132,7 @@ func run() int {
 		upstreamCA     = fs.String("upstream-ca", "", "PEM `FILE` of the CAs the L7 gateway trusts when it dials a server for TLS it terminates (HTTP rules, secrets, inspect = \"all\"); default: the host's system roots")
 		dnsRate        = fs.Float64("dns-rate", dnsproxy.DefaultRate, "DNS queries a second each session may send to airlock's resolver, with a burst of twice as many; queries beyond are not answered, and the audit counts them (the gateway blocks UDP packets to the resolver beyond four times this rate, and at least 400 a second)")
 	)
+	fs.Var(&ociRuntime, "runtime", "OCI runtime every new session runs on: runc or crun (`NAME`, an executable of that name in --bin-dir; make deps installs both). A session keeps the runtime it was created with across restarts; the same hardening holds on both (the daemon's tests run on each)")
 	fs.Var(&imageFiles, "image", "image archive `FILE` (OCI layout or docker save) to import at start, unless the images it names are in the store already; make images builds the agent images' archives (repeatable)")
 	fs.Var(&poolFiles, "pool", "manifest FILE with a `pool { size = N }` block: keep N sandboxes of its policy prepared from the start (repeatable)")
 	fs.Var(&dnsUpstreams, "dns-upstream", "resolver ADDR[:PORT] that allowlisted names are forwarded to (repeatable; default: the host's resolv.conf)")
@@ -294,7 +297,7 @@ func run() int {
 	// What `airlock doctor` checks, before anything is made: a host that
 	// cannot run sessions is refused here, plainly, instead of by the first
 	// session's failure.
-	fatal, warnings := hostProblems(hostcheck.Run(ctx, hostcheck.Config{}), *uplink != "")
+	fatal, warnings := hostProblems(hostcheck.Run(ctx, hostcheck.Config{Runtime: string(ociRuntime)}), *uplink != "")
 	for _, w := range warnings {
 		logger.Warn("host check", "problem", w)
 	}
@@ -317,6 +320,7 @@ func run() int {
 		Metrics:    mets,
 
 		ShimPerSession: *shimPerSession,
+		Runtime:        string(ociRuntime),
 	})
 	if err != nil {
 		logger.Error("start failed", "error", err)
@@ -432,6 +436,19 @@ func (f *prefixFlag) Set(v string) error {
 		return fmt.Errorf("%q: %s", v, reason)
 	}
 	*f = append(*f, p)
+	return nil
+}
+
+// ociRuntimeFlag is --runtime: one of runtime.OCIRuntimes.
+type ociRuntimeFlag string
+
+func (f *ociRuntimeFlag) String() string { return string(*f) }
+
+func (f *ociRuntimeFlag) Set(v string) error {
+	if !slices.Contains(runtime.OCIRuntimes, v) {
+		return fmt.Errorf("%q: want %s", v, strings.Join(runtime.OCIRuntimes, " or "))
+	}
+	*f = ociRuntimeFlag(v)
 	return nil
 }
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// RuntimeBinDir returns the directory holding containerd and runc:
+// RuntimeBinDir returns the directory holding containerd, runc and crun:
 // AIRLOCK_BIN_DIR, as make test sets it, or else _output/bin at the root of
 // the module, where make deps puts them. It fails the test when they are
 // not there.
@@ -32,7 +32,7 @@ func RuntimeBinDir(tb testing.TB) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for _, f := range []string{"containerd", "runc"} {
+	for _, f := range []string{"containerd", "runc", "crun"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			tb.Fatalf("%v (run make deps, or set AIRLOCK_BIN_DIR)", err)
 		}

@@ -40,15 +40,22 @@ const AgentImage = "airlock/agent:bookworm"
 type Env struct {
 	BinDir     string
 	AgentImage string // archive path
+	// Runtime is the OCI runtime the harness's daemon runs sessions on
+	// (AIRLOCK_RUNTIME: runc, the default, or crun); `make test` runs the
+	// hardening tests once on each.
+	Runtime string
 }
 
-// LoadEnv reads AIRLOCK_BIN_DIR and AIRLOCK_AGENT_IMAGE.
+// LoadEnv reads AIRLOCK_BIN_DIR, AIRLOCK_AGENT_IMAGE and AIRLOCK_RUNTIME.
 func LoadEnv() (Env, error) {
-	e := Env{BinDir: os.Getenv("AIRLOCK_BIN_DIR"), AgentImage: os.Getenv("AIRLOCK_AGENT_IMAGE")}
+	e := Env{BinDir: os.Getenv("AIRLOCK_BIN_DIR"), AgentImage: os.Getenv("AIRLOCK_AGENT_IMAGE"), Runtime: os.Getenv("AIRLOCK_RUNTIME")}
 	if e.BinDir == "" || e.AgentImage == "" {
 		return e, errors.New("AIRLOCK_BIN_DIR and AIRLOCK_AGENT_IMAGE are not set: run the integration tests through `make test`")
 	}
-	for _, b := range []string{"airlockd", "containerd", "containerd-shim-runc-v2", "runc"} {
+	if e.Runtime == "" {
+		e.Runtime = runtime.DefaultOCIRuntime
+	}
+	for _, b := range []string{"airlockd", "containerd", "containerd-shim-runc-v2", e.Runtime} {
 		if _, err := os.Stat(filepath.Join(e.BinDir, b)); err != nil {
 			return e, fmt.Errorf("%s missing from AIRLOCK_BIN_DIR: %w (run `make build deps`)", b, err)
 		}
@@ -130,6 +137,7 @@ func (h *Harness) Config() daemon.Config {
 	return daemon.Config{
 		Root:       h.Root,
 		BinDir:     h.Env.BinDir,
+		Runtime:    h.Env.Runtime,
 		SelfBinary: filepath.Join(h.Env.BinDir, "airlockd"),
 		Issuers: map[string][]string{
 			// The worked example from examples/issuers, reading tokens from

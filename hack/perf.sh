@@ -33,6 +33,7 @@ SRT_VERSION=0.0.83
 mkdir -p _output/perf
 go build -trimpath -o _output/perf/airlock-perf ./perf/cmd/airlock-perf
 CGO_ENABLED=0 go build -trimpath -o _output/perf/perfload ./perf/cmd/perfload
+CGO_ENABLED=0 go build -trimpath -o _output/perf/ocilabel ./perf/cmd/ocilabel
 
 missing=()
 for pair in bwrap:bubblewrap socat:socat rg:ripgrep perf:linux-perf nsenter:util-linux; do

@@ -64,6 +64,9 @@ type EnvConfig struct {
 	// when set, is where airlockd's log is copied at Close.
 	DaemonLogLevel string
 	DaemonLog      string
+	// Ocilabel, when set, is the ocilabel binary (perf/cmd/ocilabel) the
+	// runtimes section's ctr baseline runs crun through.
+	Ocilabel string
 }
 
 // Env is a private airlockd with its embedded containerd under a temporary
@@ -104,6 +107,8 @@ type Env struct {
 	// hierarchy) that did not exist before the run: the ctr baselines'
 	// containers go into /airlock/ID, and runc leaves the parent behind.
 	ctrCgroups []string
+	// runtime is airlockd's --runtime ("" is its default, runc).
+	runtime string
 }
 
 // StartEnv builds the environment. On error nothing is left behind.
@@ -154,6 +159,11 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, retErr error) {
 	// while it runs must not change what is measured or profiled.
 	for _, b := range binaries {
 		if err := copyFile(filepath.Join(cfg.BinDir, b), filepath.Join(e.BinDir, b), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Ocilabel != "" {
+		if err := copyFile(cfg.Ocilabel, filepath.Join(e.BinDir, "ocilabel"), 0o755); err != nil {
 			return nil, err
 		}
 	}
@@ -236,7 +246,8 @@ func admissionPolicy(dir string) (string, error) { return policies.DefaultAdmiss
 
 func (e *Env) startDaemon(ctx context.Context) error {
 	var err error
-	e.logFile, err = os.Create(filepath.Join(e.Root, "airlockd.log"))
+	// Appended to: SetRuntime starts it again.
+	e.logFile, err = os.OpenFile(filepath.Join(e.Root, "airlockd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -279,7 +290,43 @@ func (e *Env) DaemonArgs() []string {
 		"--stop-containerd", "--log-level", cmp.Or(e.cfg.DaemonLogLevel, "warn"),
 		// The DNS section measures the proxy's own throughput, not the
 		// per-session limit.
-		"--dns-rate", "1000000"}
+		"--dns-rate", "1000000", "--runtime", e.Runtime()}
+}
+
+// Runtime is the OCI runtime airlockd runs sessions on.
+func (e *Env) Runtime() string { return cmp.Or(e.runtime, runtime.DefaultOCIRuntime) }
+
+// SetRuntime restarts airlockd on OCI runtime rt, unless it runs on it
+// already. It needs no session running: airlockd, stopped with none,
+// stops containerd, the shim anchor and its shim, and the restart makes
+// them anew on rt.
+func (e *Env) SetRuntime(ctx context.Context, rt string) error {
+	if rt == e.Runtime() {
+		return nil
+	}
+	if err := e.RemoveAll(ctx); err != nil {
+		return err
+	}
+	if e.ctrd != nil {
+		e.ctrd.Close()
+		e.ctrd = nil
+	}
+	_ = e.daemon.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-e.daemonErr:
+	case <-time.After(60 * time.Second):
+		_ = e.daemon.Process.Kill()
+		<-e.daemonErr
+		return errors.New("airlockd did not stop within 60s of SIGTERM; killed")
+	}
+	e.logFile.Close()
+	e.runtime = rt
+	if err := e.startDaemon(ctx); err != nil {
+		return err
+	}
+	var err error
+	e.ctrd, err = containerd.New(e.ContainerdSocket(), containerd.WithDefaultNamespace("airlock"))
+	return err
 }
 
 // DaemonLog returns the daemon's log so far (its last 4 KiB).
@@ -314,7 +361,7 @@ func (e *Env) Bin(name string) string { return filepath.Join(e.BinDir, name) }
 
 // binaries are what a run copies from EnvConfig.BinDir (airlock-init is
 // every sandbox's first process, airlock-logger its log writer).
-var binaries = []string{"airlock", "airlockd", "airlock-init", "airlock-logger", "containerd", "containerd-shim-runc-v2", "ctr", "runc"}
+var binaries = []string{"airlock", "airlockd", "airlock-init", "airlock-logger", "containerd", "containerd-shim-runc-v2", "ctr", "runc", "crun"}
 
 // CLIArgs is the argv of `airlock --socket SOCK ARGS...`.
 func (e *Env) CLIArgs(args ...string) []string {

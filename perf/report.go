@@ -32,6 +32,7 @@ type Report struct {
 	ColdStart *ColdStart `json:"cold_start,omitempty"`
 	WarmStart *WarmStart `json:"warm_start,omitempty"`
 	Teardown  *Teardown  `json:"teardown,omitempty"`
+	Runtimes  *Runtimes  `json:"runtimes,omitempty"`
 	DNS       *DNS       `json:"dns,omitempty"`
 	TCP       *TCP       `json:"tcp,omitempty"`
 	Density   *Density   `json:"density,omitempty"`
@@ -107,6 +108,9 @@ func (r *Report) Markdown() string {
 	if r.Teardown != nil {
 		r.Teardown.markdown(p)
 	}
+	if r.Runtimes != nil {
+		r.Runtimes.markdown(p)
+	}
 	if r.DNS != nil {
 		r.DNS.markdown(p)
 	}
@@ -180,6 +184,9 @@ func (r *Report) summary(p printer) {
 			}
 			p("| teardown to all resources verified gone, %s (ms) | %s | %s | %d resources, %d leaked |\n", v.Name, v.GoneMS.Spread("%.0f"), base, v.Resources, v.Leaked)
 		}
+	}
+	if r.Runtimes != nil {
+		r.Runtimes.summary(p)
 	}
 	if d := r.DNS; d != nil {
 		for _, w := range d.Workloads {

@@ -16,10 +16,10 @@ import (
 // Density runs before the DNS loads, whose audit reads inflate airlockd's
 // heap, so that its RSS measures the sessions. The L7 section runs its own
 // perimeter and world, before airlockd starts.
-var Sections = []string{"gobench", "l7", "coldstart", "warmstart", "teardown", "density", "dns", "tcp", "agentstart"}
+var Sections = []string{"gobench", "l7", "coldstart", "warmstart", "teardown", "runtimes", "density", "dns", "tcp", "agentstart"}
 
 // envSections need the private airlockd and containerd.
-var envSections = []string{"coldstart", "warmstart", "teardown", "density", "dns", "tcp", "agentstart"}
+var envSections = []string{"coldstart", "warmstart", "teardown", "runtimes", "density", "dns", "tcp", "agentstart"}
 
 // KnownSection reports whether s names a section.
 func KnownSection(s string) bool { return slices.Contains(Sections, s) }
@@ -46,6 +46,10 @@ type Options struct {
 	// L7 bounds the L7 section (its Perfload, Repo and Logf come from
 	// Env).
 	L7 L7Config
+	// RuntimeBlocks, RuntimeRuns and BurstN bound the runtimes section:
+	// blocks of runs cold starts and teardowns and one burst of BurstN
+	// starts on each OCI runtime.
+	RuntimeBlocks, RuntimeRuns, BurstN int
 	// AgentStart bounds the agent start section.
 	AgentStart AgentStartConfig
 	// Budget is when the measurements should be done: sections are not
@@ -175,6 +179,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		} else {
 			td.Reproduce = reproduce(o, "teardown")
 			r.Teardown = td
+		}
+	}
+	if o.want("runtimes") && !overBudget("runtimes") && ctx.Err() == nil {
+		logf("runtimes: %d blocks of %d runs and a burst of %d on each of %v", o.RuntimeBlocks, o.RuntimeRuns, o.BurstN, OCIRuntimes)
+		rt, err := MeasureRuntimes(ctx, e, o.RuntimeBlocks, o.RuntimeRuns, o.BurstN)
+		if rt != nil {
+			rt.Reproduce = reproduce(o, "runtimes")
+			r.Runtimes = rt
+		}
+		if err != nil {
+			fail("runtimes", err)
 		}
 	}
 	if o.want("dns") && !overBudget("dns") && ctx.Err() == nil {

@@ -168,7 +168,13 @@ func MeasureTeardown(ctx context.Context, e *Env, runs int) (*Teardown, error) {
 // 3600`), then times its removal by ctr until the task, the container
 // and its snapshot are gone.
 func (e *Env) ctrTeardownOnce(ctx context.Context, id string) (time.Duration, error) {
-	if out, err := e.Ctr("run", "-d", "--runc-binary", e.Bin("runc"), e.CtrRef, id, "sleep", "3600").CombinedOutput(); err != nil {
+	return e.ctrTeardownOnceWith(ctx, id, e.Bin("runc"))
+}
+
+// ctrTeardownOnceWith is ctrTeardownOnce with the runtime binary ctr's
+// --runc-binary names.
+func (e *Env) ctrTeardownOnceWith(ctx context.Context, id, runtimeBinary string) (time.Duration, error) {
+	if out, err := e.Ctr("run", "-d", "--runc-binary", runtimeBinary, e.CtrRef, id, "sleep", "3600").CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("ctr run -d: %w: %s", err, lastLine(string(out)))
 	}
 	cctx := ContainerdCtx(context.WithoutCancel(ctx))

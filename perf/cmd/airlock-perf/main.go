@@ -47,6 +47,10 @@ func run() int {
 	flag.StringVar(&opts.Env.BinDir, "bin-dir", "_output/bin", "directory with airlock, airlockd, containerd, the shim, ctr and runc")
 	flag.StringVar(&image, "image", "", "agent image archive (default: the path in _output/agent-image.path)")
 	flag.StringVar(&opts.Env.Perfload, "perfload", "_output/perf/perfload", "static perfload binary")
+	flag.StringVar(&opts.Env.Ocilabel, "ocilabel", "_output/perf/ocilabel", "ocilabel binary (perf/cmd/ocilabel), through which the runtimes section's ctr baseline runs crun")
+	flag.IntVar(&opts.RuntimeBlocks, "runtime-blocks", 4, "blocks of the runtimes section: each restarts airlockd on runc and on crun (in turn first) and measures both")
+	flag.IntVar(&opts.RuntimeRuns, "runtime-runs", 5, "cold starts and teardowns per runtime and block in the runtimes section")
+	flag.IntVar(&opts.BurstN, "burst", 50, "sessions started at once, once per runtime and block, in the runtimes section")
 	flag.StringVar(&opts.Out, "out", "perf", "directory for report.md, report.json, bench.txt, density.png")
 	flag.StringVar(&opts.Env.DaemonLogLevel, "daemon-log-level", "warn", "airlockd's --log-level (debug logs each sandbox's prepare and teardown steps)")
 	flag.StringVar(&opts.Env.DaemonLog, "daemon-log", "", "copy airlockd's log to this file at the end")
@@ -63,7 +67,7 @@ func run() int {
 	flag.IntVar(&opts.AgentStart.Runs, "agent-runs", 5, "runs per side and agent of the agent start section")
 	agents := flag.String("agents", strings.Join(perf.AgentRecipes, ","), "agents of the agent start section ("+strings.Join(perf.AgentRecipes, ",")+"); their images are the archives in _output/RECIPE-image.path (`make images`)")
 	flag.DurationVar(&opts.AgentStart.Timeout, "agent-timeout", 90*time.Second, "bound of each run of the agent start section")
-	flag.DurationVar(&opts.Budget, "budget", 8*time.Minute+30*time.Second, "finish measuring by then: no section starts in its last minute, no density level (measured last) whose estimated end is less than 30 s before it")
+	flag.DurationVar(&opts.Budget, "budget", 12*time.Minute+30*time.Second, "finish measuring by then: no section starts in its last minute, no density level (measured last) whose estimated end is less than 30 s before it")
 	flag.Parse()
 
 	repo, err := filepath.Abs(opts.Env.Repo)
@@ -78,6 +82,10 @@ func run() int {
 		return filepath.Join(repo, p)
 	}
 	opts.Env.BinDir, opts.Env.Perfload, opts.Out, opts.SrtDir = abs(opts.Env.BinDir), abs(opts.Env.Perfload), abs(opts.Out), abs(opts.SrtDir)
+	opts.Env.Ocilabel = abs(opts.Env.Ocilabel)
+	if opts.RuntimeBlocks <= 0 || opts.RuntimeRuns <= 0 || opts.BurstN <= 0 || opts.BurstN > 500 {
+		return fail(fmt.Errorf("-runtime-blocks, -runtime-runs and -burst (at most 500) must be positive"))
+	}
 	if opts.L7.DownloadBytes, err = policies.ParseSize(*l7Download); err != nil || opts.L7.DownloadBytes <= 0 || opts.L7.DownloadBytes > load.MaxBytes {
 		return fail(fmt.Errorf("-l7-download %q: want a size up to 8GiB", *l7Download))
 	}

@@ -2,6 +2,8 @@ package daemon_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -58,6 +60,9 @@ func TestSessionsShareOneShim(t *testing.T) {
 	if len(shims) != 1 || !strings.Contains(shims[0], "-id "+runtime.AnchorID+" ") {
 		t.Fatalf("with the anchor and 3 sessions running, shims are %v; want the anchor's one", shims)
 	}
+	for _, id := range ids {
+		joinedDirectly(t, id)
+	}
 
 	// Kill the anchor: the sessions keep the shim alive, and the daemon
 	// starts a new anchor, which joins the same shim.
@@ -84,9 +89,24 @@ func TestSessionsShareOneShim(t *testing.T) {
 		}
 	}
 
-	// Sessions still run to completion on the shared shim.
+	// Sessions still run to completion on the shared shim, joining it
+	// through the new anchor.
+	id := startSession(ctx, t, policy("sleep", "60"))
+	joinedDirectly(t, id)
 	r := runSession(t, policy("sh", "-c", "echo shared; exit 3"))
 	if r.exit != 3 || r.stdout != "shared\n" {
 		t.Errorf("session on the shared shim: exit %d, stdout %q", r.exit, r.stdout)
+	}
+}
+
+// joinedDirectly checks that containerd handed the session's task to the
+// anchor's shim as a member of its sandbox, without running the shim's
+// start-up process: it writes the sandbox's id into the task's bundle
+// only on that path.
+func joinedDirectly(t *testing.T, id string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(h.Root, "containerd", "state", "io.containerd.runtime.v2.task", h.Daemon.Runtime().Namespace(), id, "sandbox"))
+	if err != nil || string(b) != runtime.AnchorID {
+		t.Errorf("session %s's task did not join the anchor's sandbox: %q, %v", id, b, err)
 	}
 }

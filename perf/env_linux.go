@@ -107,8 +107,10 @@ type Env struct {
 	// hierarchy) that did not exist before the run: the ctr baselines'
 	// containers go into /airlock/ID, and runc leaves the parent behind.
 	ctrCgroups []string
-	// runtime is airlockd's --runtime ("" is its default, runc).
-	runtime string
+	// runtime is airlockd's --runtime ("" is its default, runc), and
+	// shimPerSession its --shim-per-session.
+	runtime        string
+	shimPerSession bool
 }
 
 // StartEnv builds the environment. On error nothing is left behind.
@@ -283,7 +285,7 @@ func (e *Env) startDaemon(ctx context.Context) error {
 
 // DaemonArgs are airlockd's flags (for the report's reproduce lines).
 func (e *Env) DaemonArgs() []string {
-	return []string{"--root", e.StateRoot, "--socket", e.Socket, "--bin-dir", e.BinDir,
+	args := []string{"--root", e.StateRoot, "--socket", e.Socket, "--bin-dir", e.BinDir,
 		"--uplink", "netns:" + e.World.NetnsName(), "--dns-upstream", e.World.DNSAddr().String(),
 		"--allow-private", e.World.Net().String(),
 		"--upstream-ca", e.WorldCAFile, "--admission", e.AdmissionFile,
@@ -291,17 +293,21 @@ func (e *Env) DaemonArgs() []string {
 		// The DNS section measures the proxy's own throughput, not the
 		// per-session limit.
 		"--dns-rate", "1000000", "--runtime", e.Runtime()}
+	if e.shimPerSession {
+		args = append(args, "--shim-per-session")
+	}
+	return args
 }
 
 // Runtime is the OCI runtime airlockd runs sessions on.
 func (e *Env) Runtime() string { return cmp.Or(e.runtime, runtime.DefaultOCIRuntime) }
 
-// SetRuntime restarts airlockd on OCI runtime rt, unless it runs on it
-// already. It needs no session running: airlockd, stopped with none,
-// stops containerd, the shim anchor and its shim, and the restart makes
-// them anew on rt.
-func (e *Env) SetRuntime(ctx context.Context, rt string) error {
-	if rt == e.Runtime() {
+// SetRuntime restarts airlockd on OCI runtime rt, with a shim per session
+// or not, unless it runs so already. It removes every session first:
+// airlockd, stopped with none, stops containerd, the shim anchor and its
+// shim, and the restart makes them anew.
+func (e *Env) SetRuntime(ctx context.Context, rt string, shimPerSession bool) error {
+	if rt == e.Runtime() && shimPerSession == e.shimPerSession {
 		return nil
 	}
 	if err := e.RemoveAll(ctx); err != nil {
@@ -320,7 +326,7 @@ func (e *Env) SetRuntime(ctx context.Context, rt string) error {
 		return errors.New("airlockd did not stop within 60s of SIGTERM; killed")
 	}
 	e.logFile.Close()
-	e.runtime = rt
+	e.runtime, e.shimPerSession = rt, shimPerSession
 	if err := e.startDaemon(ctx); err != nil {
 		return err
 	}

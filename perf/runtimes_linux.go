@@ -16,6 +16,23 @@ import (
 // --runtime names them.
 var OCIRuntimes = []string{"runc", "crun"}
 
+// RuntimeConfig is one way airlockd runs sessions in the runtimes
+// section.
+type RuntimeConfig struct {
+	Name           string `json:"name"`
+	Runtime        string `json:"runtime"`
+	ShimPerSession bool   `json:"shim_per_session"`
+}
+
+// RuntimeConfigs are the section's configurations: each runtime on the
+// shared shim (the default), and runc with a shim per session, the
+// baseline of the burst target.
+var RuntimeConfigs = []RuntimeConfig{
+	{"runc", "runc", false},
+	{"crun", "crun", false},
+	{"runc, shim per session", "runc", true},
+}
+
 // Runtimes compares the OCI runtimes airlockd can run sessions on
 // (--runtime), each beside containerd's own client on the same runtime.
 // airlockd runs one runtime at a time, so the section alternates: in each
@@ -35,10 +52,13 @@ type Runtimes struct {
 	Reproduce string `json:"reproduce"`
 }
 
-// RuntimeResult is one runtime's measurements over all blocks.
+// RuntimeResult is one configuration's measurements over all blocks.
 type RuntimeResult struct {
-	Runtime string `json:"runtime"`
-	Version string `json:"version"`
+	// Config names the configuration (RuntimeConfigs).
+	Config         string `json:"config"`
+	Runtime        string `json:"runtime"`
+	ShimPerSession bool   `json:"shim_per_session"`
+	Version        string `json:"version"`
 	// ColdMS is `airlock run --rm` of the full perimeter running `true`,
 	// to its exit; CtrColdMS `ctr run --rm` of the same image on the same
 	// containerd and runtime.
@@ -64,10 +84,10 @@ type RuntimeResult struct {
 	Error        string  `json:"error,omitempty"`
 }
 
-// Result returns the result of runtime name, or nil.
+// Result returns the result of configuration name, or nil.
 func (r *Runtimes) Result(name string) *RuntimeResult {
 	for i := range r.Results {
-		if r.Results[i].Runtime == name {
+		if r.Results[i].Config == name {
 			return &r.Results[i]
 		}
 	}
@@ -93,9 +113,9 @@ func MeasureRuntimes(ctx context.Context, e *Env, blocks, runs, burstN int) (res
 		return nil, err
 	}
 	burst.Command, burst.Label = []string{"sleep", "3600"}, "perf-burst"
-	initial := e.Runtime()
+	initial, initialPerSession := e.Runtime(), e.shimPerSession
 	defer func() {
-		if err := e.SetRuntime(context.WithoutCancel(ctx), initial); err != nil {
+		if err := e.SetRuntime(context.WithoutCancel(ctx), initial, initialPerSession); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("back to %s: %w", initial, err))
 		}
 	}()
@@ -106,7 +126,7 @@ func MeasureRuntimes(ctx context.Context, e *Env, blocks, runs, burstN int) (res
 		"teardown":     e.display(e.CLIArgs("stop", "--time", "0", "ID")) + " && " + e.display(e.CLIArgs("rm", "-f", "ID")),
 		"ctr teardown": e.display(e.CtrArgs("task", "rm", "-f", "ID")) + "; " + e.display(e.CtrArgs("container", "rm", "ID")),
 		"burst":        fmt.Sprintf("%d concurrent POST /v1/sessions {start: true} of examples/hello.hcl running sleep 3600", burstN),
-		"airlockd":     e.display(append([]string{e.Bin("airlockd")}, withRuntimeArg(e.DaemonArgs(), "RUNTIME")...)),
+		"airlockd":     e.display(append([]string{e.Bin("airlockd")}, withRuntimeArg(e.DaemonArgs(), "RUNTIME")...)) + " (and --shim-per-session where the configuration says so)",
 	}}
 	type acc struct {
 		cold, ctrCold, td, ctrTd []time.Duration
@@ -115,33 +135,34 @@ func MeasureRuntimes(ctx context.Context, e *Env, blocks, runs, burstN int) (res
 		err                      string
 	}
 	accs := map[string]*acc{}
-	for _, rt := range OCIRuntimes {
-		accs[rt] = &acc{}
+	for _, c := range RuntimeConfigs {
+		accs[c.Name] = &acc{}
 	}
 	fail := func(a *acc, err error) {
 		a.failures++
 		a.err = err.Error()
 	}
 	for b := range blocks {
-		order := slices.Clone(OCIRuntimes)
+		order := slices.Clone(RuntimeConfigs)
 		if b%2 == 1 {
 			slices.Reverse(order)
 		}
-		for _, rt := range order {
+		for _, cfg := range order {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			a := accs[rt]
-			if err := e.SetRuntime(ctx, rt); err != nil {
-				return nil, fmt.Errorf("airlockd on %s: %w", rt, err)
+			rt := cfg.Runtime
+			a := accs[cfg.Name]
+			if err := e.SetRuntime(ctx, rt, cfg.ShimPerSession); err != nil {
+				return nil, fmt.Errorf("airlockd on %s: %w", cfg.Name, err)
 			}
 			ctrBin := e.ctrRuntimeBinary(rt)
 			// One unrecorded start each: the image's page cache, the shim
 			// anchor of the restarted daemon.
 			_ = runTimed(ctx, e.cfg.Repo, e.CLIArgs("run", "--rm", "-f", full, "--", "true"))
-			_ = runTimed(ctx, e.cfg.Repo, e.CtrArgs("run", "--rm", "--runc-binary", ctrBin, e.CtrRef, fmt.Sprintf("perf-rt-w%d-%s", b, rt), "true"))
+			_ = runTimed(ctx, e.cfg.Repo, e.CtrArgs("run", "--rm", "--runc-binary", ctrBin, e.CtrRef, fmt.Sprintf("perf-rt-w%d-%s-%t", b, rt, cfg.ShimPerSession), "true"))
 			for i := range runs {
-				tag := fmt.Sprintf("%d-%d-%s", b, i, rt)
+				tag := fmt.Sprintf("%d-%d-%s-%t", b, i, rt, cfg.ShimPerSession)
 				if r := runTimed(ctx, e.cfg.Repo, e.CLIArgs("run", "--rm", "-f", full, "--", "true")); r.check("") != nil {
 					fail(a, fmt.Errorf("airlock run: %w", r.check("")))
 				} else {
@@ -179,15 +200,15 @@ func MeasureRuntimes(ctx context.Context, e *Env, blocks, runs, burstN int) (res
 				a.leaked++
 				a.err = fmt.Sprintf("burst left %v", lv.Leftovers)
 			}
-			e.cfg.Logf("runtimes: block %d on %s: cold median %.0f ms, burst %.1f starts/s", b, rt,
+			e.cfg.Logf("runtimes: block %d on %s: cold median %.0f ms, burst %.1f starts/s", b, cfg.Name,
 				stats.Summarize(stats.Millis(a.cold)).Median, last(a.rate))
 		}
 	}
 	versions := runtimeVersions(e)
-	for _, rt := range OCIRuntimes {
-		a := accs[rt]
+	for _, c := range RuntimeConfigs {
+		a := accs[c.Name]
 		res.Results = append(res.Results, RuntimeResult{
-			Runtime: rt, Version: versions[rt],
+			Config: c.Name, Runtime: c.Runtime, ShimPerSession: c.ShimPerSession, Version: versions[c.Runtime],
 			ColdMS: stats.Summarize(stats.Millis(a.cold)), CtrColdMS: stats.Summarize(stats.Millis(a.ctrCold)),
 			TeardownMS: stats.Summarize(stats.Millis(a.td)), CtrTeardownMS: stats.Summarize(stats.Millis(a.ctrTd)),
 			BurstPerSec: stats.Summarize(a.rate), CPUPerStartMS: stats.Summarize(a.cpu),
@@ -256,26 +277,42 @@ func (r *Runtimes) summary(p printer) {
 	}
 	p("| cold start to exit, full perimeter, on crun vs on runc (ms) | %s | on runc: %s | ×%s |\n", cr.ColdMS.Spread("%.0f"), rc.ColdMS.Spread("%.0f"), ratio(cr.ColdMS.Median, rc.ColdMS.Median))
 	for _, x := range []*RuntimeResult{rc, cr} {
-		p("| cold start to exit, full perimeter on %s vs ctr run --rm on %s (ms) | %s | %s | ×%s |\n", x.Runtime, x.Runtime, x.ColdMS.Spread("%.0f"), x.CtrColdMS.Spread("%.0f"), ratio(x.ColdMS.Median, x.CtrColdMS.Median))
+		p("| cold start to exit, full perimeter on %s vs ctr run --rm on %s (ms; target ≤ ×1.0: %s) | %s | %s | ×%s |\n", x.Runtime, x.Runtime,
+			met(x.ColdMS.Median <= x.CtrColdMS.Median), x.ColdMS.Spread("%.0f"), x.CtrColdMS.Spread("%.0f"), ratio(x.ColdMS.Median, x.CtrColdMS.Median))
+		p("| teardown to all gone, full perimeter on %s vs ctr task rm -f + container rm on %s (ms; target ≤ ×1.0: %s) | %s | %s | ×%s |\n", x.Runtime, x.Runtime,
+			met(x.TeardownMS.Median <= x.CtrTeardownMS.Median), x.TeardownMS.Spread("%.0f"), x.CtrTeardownMS.Spread("%.0f"), ratio(x.TeardownMS.Median, x.CtrTeardownMS.Median))
 	}
 	p("| teardown, full perimeter, on crun vs on runc (ms) | %s | on runc: %s | ×%s |\n", cr.TeardownMS.Spread("%.0f"), rc.TeardownMS.Spread("%.0f"), ratio(cr.TeardownMS.Median, rc.TeardownMS.Median))
 	p("| burst of %d, starts a second, on crun vs on runc | %.1f | on runc: %.1f | ×%s |\n", r.BurstN, cr.BurstPerSec.Median, rc.BurstPerSec.Median, ratio(cr.BurstPerSec.Median, rc.BurstPerSec.Median))
 	p("| CPU per start in a burst of %d, on crun vs on runc (ms) | %.0f | on runc: %.0f | ×%s |\n", r.BurstN, cr.CPUPerStartMS.Median, rc.CPUPerStartMS.Median, ratio(cr.CPUPerStartMS.Median, rc.CPUPerStartMS.Median))
+	if ps := r.Result("runc, shim per session"); ps != nil {
+		for _, x := range []*RuntimeResult{rc, cr} {
+			p("| burst of %d, starts a second, shared shim on %s vs runc with a shim per session (target ≥ ×2: %s) | %.1f | %.1f | ×%s |\n", r.BurstN, x.Runtime,
+				met(x.BurstPerSec.Median >= 2*ps.BurstPerSec.Median), x.BurstPerSec.Median, ps.BurstPerSec.Median, ratio(x.BurstPerSec.Median, ps.BurstPerSec.Median))
+		}
+	}
+}
+
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "missed"
 }
 
 func (r *Runtimes) markdown(p printer) {
-	p("## 3b. OCI runtimes: runc and crun\n\nReproduce: `%s`. airlockd runs one OCI runtime (`--runtime`), so the section alternates: %d blocks, each restarting airlockd on runc and on crun (which goes first alternates) and measuring, on each, %d cold starts and %d teardowns of the full perimeter beside `ctr run --rm` and ctr's teardown on the same runtime and containerd, then one burst of %d starts at once. ctr runs crun through perf/cmd/ocilabel, which labels the bundle's spec 1.0.2 before it execs crun (crun 1.8 refuses containerd 2.x's 1.3.0 label, as it would airlock's; airlockd labels its specs itself).\n\n",
+	p("## 3b. OCI runtimes: runc and crun\n\nReproduce: `%s`. airlockd runs one OCI runtime (`--runtime`), so the section alternates: %d blocks, each restarting airlockd on runc, on crun, and on runc with a shim per session (`--shim-per-session`; the order reverses every block) and measuring, on each, %d cold starts and %d teardowns of the full perimeter beside `ctr run --rm` and ctr's teardown on the same runtime and containerd, then one burst of %d starts at once. ctr runs crun through perf/cmd/ocilabel, which labels the bundle's spec 1.0.2 before it execs crun (crun 1.8 refuses containerd 2.x's 1.3.0 label, as it would airlock's; airlockd labels its specs itself).\n\n",
 		r.Reproduce, r.Blocks, r.RunsPerBlock, r.RunsPerBlock, r.BurstN)
-	p("| runtime | version | airlock cold start (ms) | ctr run --rm (ms) | airlock teardown to all gone (ms) | ctr teardown (ms) | burst starts/s | CPU per start (ms) | of which shim + runtime | of which the session's (runtime init) | leaked | failures |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("| configuration | version | airlock cold start (ms) | ctr run --rm (ms) | airlock teardown to all gone (ms) | ctr teardown (ms) | burst starts/s | CPU per start (ms) | of which shim + runtime | of which the session's (runtime init) | leaked | failures |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, x := range r.Results {
-		p("| %s | %s | %s | %s | %s | %s | %.1f (%.1f–%.1f) | %.0f | %.0f | %.0f | %d | %d |\n", x.Runtime, x.Version,
+		p("| %s | %s | %s | %s | %s | %s | %.1f (%.1f–%.1f) | %.0f | %.0f | %.0f | %d | %d |\n", x.Config, x.Version,
 			x.ColdMS.Spread("%.0f"), x.CtrColdMS.Spread("%.0f"), x.TeardownMS.Spread("%.0f"), x.CtrTeardownMS.Spread("%.0f"),
 			x.BurstPerSec.Median, x.BurstPerSec.P10, x.BurstPerSec.P90, x.CPUPerStartMS.Median, x.ShimCPUMS, x.SandboxCPUMS, x.Leaked, x.Failures)
 	}
 	p("\n")
 	for _, x := range r.Results {
 		if x.Error != "" {
-			p("- %s: last error: %s\n", x.Runtime, x.Error)
+			p("- %s: last error: %s\n", x.Config, x.Error)
 		}
 	}
 	p("Commands (RUNTIME: runc or crun for airlockd; `$ROOT/bin/runc`, or `$ROOT/bin/ocilabel` for crun, for ctr):\n\n")

@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/api/types/runc/options"
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/sandbox"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/containerd/v2/plugins"
@@ -29,6 +30,18 @@ import (
 // (the shim is not on the output path: the binary logger reads the
 // container's pipes itself) and its few MiB of memory, at the price that a
 // crash of that one shim ends every session in the group.
+//
+// A session task joins the anchor's shim without a start-up process: its
+// container names the anchor as its sandbox (containerd's sandbox API, as
+// CRI's pods use it), and while a sandbox record of that id exists,
+// containerd hands a new task straight to the shim serving the anchor's
+// task (the runc shim speaks the version of its bootstrap protocol that
+// allows it) instead of running `containerd-shim-runc-v2 start` to find or
+// start the group's shim, and deletes it without `containerd-shim-runc-v2
+// delete`. The record exists only while the anchor does (EnsureAnchor
+// makes it, RemoveAnchor removes it first); without it containerd falls
+// back to the start-up process and the group annotation, and joinMu
+// admits one such start-up at a time.
 //
 // The anchor is what makes the shim outlive a session: a container of the
 // group whose only process sleeps (airlock-init --pause) in its own
@@ -80,7 +93,11 @@ func (r *Runtime) EnsureAnchor(ctx context.Context, o AnchorOptions) (<-chan con
 	if c, err := r.client.LoadContainer(ctx, AnchorID); err == nil {
 		if t, err := c.Task(ctx, nil); err == nil {
 			if st, err := t.Status(ctx); err == nil && st.Status == containerd.Running {
-				return t.Wait(context.WithoutCancel(ctx))
+				ch, err := t.Wait(context.WithoutCancel(ctx))
+				if err != nil {
+					return nil, err
+				}
+				return ch, r.ensureAnchorSandbox(ctx)
 			}
 		}
 	} else if !errdefs.IsNotFound(err) {
@@ -136,13 +153,50 @@ func (r *Runtime) EnsureAnchor(ctx context.Context, o AnchorOptions) (<-chan con
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("shim anchor: start: %w", err), r.RemoveAnchor(ctx))
 	}
+	if err := r.ensureAnchorSandbox(ctx); err != nil {
+		return nil, errors.Join(err, r.RemoveAnchor(ctx))
+	}
 	return ch, nil
+}
+
+// ensureAnchorSandbox records the running anchor as a sandbox, so that
+// session tasks naming it join its shim directly.
+func (r *Runtime) ensureAnchorSandbox(ctx context.Context) error {
+	_, err := r.client.SandboxStore().Create(ctx, sandbox.Sandbox{
+		ID:      AnchorID,
+		Labels:  map[string]string{LabelAnchor: r.cfg.ShimGroup},
+		Runtime: sandbox.RuntimeOpts{Name: plugins.RuntimeRuncV2},
+	})
+	if err != nil && !errdefs.IsAlreadyExists(err) {
+		return fmt.Errorf("shim anchor: sandbox record: %w", err)
+	}
+	return nil
+}
+
+// anchorSandbox reports whether the anchor's sandbox record exists: a
+// task whose container names it joins the anchor's shim directly.
+func (r *Runtime) anchorSandbox(ctx context.Context) bool {
+	_, err := r.client.SandboxStore().Get(ctx, AnchorID)
+	return err == nil
+}
+
+// forgetAnchorSandbox removes the anchor's sandbox record: tasks join
+// through the shim's start-up process until EnsureAnchor makes it again.
+func (r *Runtime) forgetAnchorSandbox(ctx context.Context) error {
+	if err := r.client.SandboxStore().Delete(r.ctx(ctx), AnchorID); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("shim anchor: remove sandbox record: %w", err)
+	}
+	return nil
 }
 
 // RemoveAnchor kills and removes the anchor container, if there is one.
 // The group's shim exits once its last task is gone.
 func (r *Runtime) RemoveAnchor(ctx context.Context) error {
 	ctx = r.ctx(ctx)
+	// First: no task may join a shim through an anchor that is going.
+	if err := r.forgetAnchorSandbox(ctx); err != nil {
+		return err
+	}
 	c, err := r.client.LoadContainer(ctx, AnchorID)
 	if errdefs.IsNotFound(err) {
 		return nil
@@ -232,6 +286,11 @@ func (r *Runtime) keepAnchor(ctx context.Context, o AnchorOptions, exit <-chan c
 				return
 			case st := <-exit:
 				log.G(ctx).Warn("shim anchor exited; starting a new one", "exit", st.ExitCode())
+				// Its shim may be gone with it: new tasks go through the
+				// start-up process until the new anchor runs.
+				if err := r.forgetAnchorSandbox(ctx); err != nil {
+					log.G(ctx).Warn("shim anchor", "error", err)
+				}
 			}
 		}
 		select {

@@ -238,14 +238,16 @@ func (r *Runtime) Create(ctx context.Context, o CreateOptions) error {
 	img := o.Rootfs.img
 	specOpts := append([]oci.SpecOpts{oci.WithImageConfig(img)}, o.SpecOpts...)
 	specOpts = append(specOpts, SeccompOpt(), r.specVersionOpt())
+	var sandboxed []containerd.NewContainerOpts
 	if r.cfg.ShimGroup != "" {
+		sandboxed = append(sandboxed, containerd.WithSandbox(AnchorID))
 		specOpts = append(specOpts, oci.WithAnnotations(map[string]string{GroupAnnotation: r.cfg.ShimGroup}))
 	}
 	labels := map[string]string{LabelSession: o.ID}
 	for k, v := range o.Labels {
 		labels[k] = v
 	}
-	_, err := r.client.NewContainer(ctx, o.ID,
+	_, err := r.client.NewContainer(ctx, o.ID, append([]containerd.NewContainerOpts{
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
 		containerd.WithSnapshot(o.ID),
@@ -255,7 +257,7 @@ func (r *Runtime) Create(ctx context.Context, o CreateOptions) error {
 		}),
 		containerd.WithNewSpec(specOpts...),
 		containerd.WithContainerLabels(labels),
-	)
+	}, sandboxed...)...)
 	if err != nil {
 		return fmt.Errorf("session %q: create container: %w", o.ID, err)
 	}
@@ -294,10 +296,23 @@ func (r *Runtime) Start(ctx context.Context, id, logDir string, logSize int64, t
 		}
 		creator = ttyCreator(cio.BinaryIO(r.cfg.LoggerBinary, args), in)
 	}
-	if r.cfg.ShimGroup != "" {
+	// A task joining the anchor's shim through its sandbox record needs
+	// no start-up process, so no turn (see the anchor's doc).
+	serial := r.cfg.ShimGroup != "" && !r.anchorSandbox(ctx)
+	if serial {
 		r.joinMu.Lock()
 	}
 	task, err := c.NewTask(ctx, creator)
+	if err != nil && r.cfg.ShimGroup != "" && !serial && sandboxShimGone(err) {
+		// The anchor's shim died after its record was read: forget the
+		// record and join through the start-up process, which starts
+		// a new shim.
+		log.G(ctx).Warn("the shared shim is gone; starting through a new one", "session", id, "error", err)
+		r.forgetAnchorSandbox(ctx)
+		serial = true
+		r.joinMu.Lock()
+		task, err = c.NewTask(ctx, creator)
+	}
 	for try := 0; err != nil && r.cfg.ShimGroup != "" && shimGone(err) && try < 2; try++ {
 		// The group's shim was exiting with its last task (an anchor
 		// that died) just as this task joined it; the retry starts a
@@ -305,7 +320,7 @@ func (r *Runtime) Start(ctx context.Context, id, logDir string, logSize int64, t
 		log.G(ctx).Warn("the shared shim exited while the task joined it; retrying", "session", id, "error", err)
 		task, err = c.NewTask(ctx, creator)
 	}
-	if r.cfg.ShimGroup != "" {
+	if serial {
 		r.joinMu.Unlock()
 	}
 	if err != nil {
@@ -796,6 +811,12 @@ func shimGone(err error) bool {
 		return true
 	}
 	return errdefs.IsUnknown(err) && strings.HasSuffix(err.Error(), ttrpc.ErrClosed.Error())
+}
+
+// sandboxShimGone reports whether err is containerd's failure to reach
+// the shim of the anchor's sandbox (a shim that was killed).
+func sandboxShimGone(err error) bool {
+	return strings.Contains(err.Error(), "failed to load sandbox task")
 }
 
 // execFailures are the reasons the OCI runtime gives for failing to exec a

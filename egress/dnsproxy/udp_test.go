@@ -83,9 +83,10 @@ func TestUDPAnswersFromQueryAddress(t *testing.T) {
 	}
 }
 
-// TestUDPBusyWorkersDoNotHoldUpQueries fills every worker with queries
-// waiting for an upstream; other queries are still answered at once, and
-// the waiting ones when the upstream answers.
+// TestUDPBusyWorkersDoNotHoldUpQueries fills every core worker, and some
+// more the pool adds, with queries waiting for an upstream; other queries
+// are still answered at once, and the waiting ones when the upstream
+// answers.
 func TestUDPBusyWorkersDoNotHoldUpQueries(t *testing.T) {
 	release := make(chan struct{})
 	var waiting atomic.Int64
@@ -106,7 +107,7 @@ func TestUDPBusyWorkersDoNotHoldUpQueries(t *testing.T) {
 	p := startProxy(t, &sessions, withExchange(exchange), WithUpstreams("192.0.2.1"), WithCacheSize(0),
 		WithTimeouts(30*time.Second, 30*time.Second))
 
-	const slow = maxUDPWorkers + 16
+	const slow = coreUDPWorkers + 16
 	var wg sync.WaitGroup
 	errs := make(chan error, slow)
 	for i := range slow {

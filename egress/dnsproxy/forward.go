@@ -2,10 +2,12 @@ package dnsproxy
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,37 +124,124 @@ func (p *upstreamPool) close() {
 	}
 }
 
+// exchangeBufs holds buffers for packing a query and reading its reply
+// over UDP.
+var exchangeBufs = sync.Pool{New: func() any { b := make([]byte, maxUDPRead); return &b }}
+
 // exchangeOn writes q to conn and reads the reply. Over UDP, replies with
 // another id (late answers to earlier queries, or spoofing attempts) are
 // skipped, as CoreDNS's proxy does; over TCP they are an error. The read
 // buffer has room to spare for servers that ignore the advertised size.
-// The context's deadline and cancellation both apply.
+//
+// The context's deadline applies as the socket's; over TCP its
+// cancellation applies too. Over UDP a canceled query's read still ends by
+// the deadline (its attempt's, at most the upstream timeout): the wait on
+// the socket costs no timer or registration with the context.
 func exchangeOn(ctx context.Context, conn net.Conn, network string, q *dns.Msg) (*dns.Msg, error) {
 	d, _ := ctx.Deadline() // zero: no deadline
 	if err := conn.SetDeadline(d); err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-
-	co := &dns.Conn{Conn: conn, UDPSize: maxUDPRead}
-	if err := co.WriteMsg(q); err != nil {
+	if network != "udp" {
+		return exchangeStream(ctx, conn, q)
+	}
+	bp := exchangeBufs.Get().(*[]byte)
+	defer exchangeBufs.Put(bp)
+	buf := *bp
+	out, err := q.PackBuffer(buf)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Write(out); err != nil {
 		return nil, err
 	}
 	for {
-		resp, err := co.ReadMsg()
+		n, err := conn.Read(buf)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, err
 		}
-		if resp.Id == q.Id {
-			return resp, nil
+		if n < 12 || binary.BigEndian.Uint16(buf) != q.Id {
+			continue // not a reply to q; a later packet may be
 		}
-		if network != "udp" {
-			return nil, dns.ErrId
+		resp := new(dns.Msg)
+		if err := resp.Unpack(buf[:n]); err != nil {
+			return nil, err
 		}
+		return resp, nil
+	}
+}
+
+// exchangeStream is exchangeOn over TCP.
+func exchangeStream(ctx context.Context, conn net.Conn, q *dns.Msg) (*dns.Msg, error) {
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	co := &dns.Conn{Conn: conn}
+	if err := co.WriteMsg(q); err != nil {
+		return nil, err
+	}
+	resp, err := co.ReadMsg()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	if resp.Id != q.Id {
+		return nil, dns.ErrId
+	}
+	return resp, nil
+}
+
+// attemptContext is a query's context with one upstream attempt's earlier
+// deadline. Deadline and Err cost nothing; Done, which the upstream pool
+// never calls (its socket deadline ends the wait), makes a
+// context.WithDeadline on first use, released by release.
+type attemptContext struct {
+	context.Context
+	deadline time.Time
+
+	once   sync.Once
+	done   context.Context
+	cancel context.CancelFunc
+}
+
+func newAttemptContext(parent context.Context, timeout time.Duration) *attemptContext {
+	d := time.Now().Add(timeout)
+	if pd, ok := parent.Deadline(); ok && pd.Before(d) {
+		d = pd
+	}
+	return &attemptContext{Context: parent, deadline: d}
+}
+
+func (c *attemptContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *attemptContext) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (c *attemptContext) Done() <-chan struct{} {
+	c.once.Do(func() { c.done, c.cancel = context.WithDeadline(c.Context, c.deadline) })
+	if c.done == nil { // after release
+		return closedChan
+	}
+	return c.done.Done()
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (c *attemptContext) release() {
+	c.once.Do(func() {}) // no Done from now on
+	if c.cancel != nil {
+		c.cancel()
 	}
 }
 
@@ -193,8 +282,9 @@ func (h *forwardHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 }
 
 func (h *forwardHandler) try(ctx context.Context, req *request, up string, q *dns.Msg) (*dns.Msg, error) {
-	ctx, cancel := context.WithTimeout(ctx, h.s.cfg.upstreamTimeout)
-	defer cancel()
+	actx := newAttemptContext(ctx, h.s.cfg.upstreamTimeout)
+	defer actx.release()
+	ctx = actx
 	h.s.stats.forwarded.Add(1)
 	resp, err := h.exchange(ctx, "udp", up, q)
 	if err == nil && resp.Truncated && req.proto == "tcp" {

@@ -2,6 +2,7 @@ package dnsproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -151,5 +152,102 @@ func TestUDPBusyWorkersDoNotHoldUpQueries(t *testing.T) {
 	}
 	if st := p.Stats(); st.Queries != slow+1 || st.Allowed != slow || st.Refused != 1 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestExchangeOnUDP asks a raw UDP server that sends a short packet and a
+// reply with another id before the reply to the query: the exchange skips
+// both and returns the reply; a server that never answers ends the
+// exchange at the attempt's deadline.
+func TestExchangeOnUDP(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q := new(dns.Msg)
+			if q.Unpack(buf[:n]) != nil || q.Question[0].Name == "silent.test." {
+				continue
+			}
+			r := new(dns.Msg)
+			r.SetRcode(q, dns.RcodeNameError)
+			r.Id = q.Id + 1
+			other, _ := r.Pack()
+			r.Id = q.Id
+			reply, _ := r.Pack()
+			for _, b := range [][]byte{{1, 2, 3}, other, reply} {
+				_, _ = pc.WriteTo(b, from)
+			}
+		}
+	}()
+	conn, err := net.Dial("udp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	q := new(dns.Msg)
+	q.SetQuestion("x.test.", dns.TypeA)
+	ctx := newAttemptContext(t.Context(), 2*time.Second)
+	resp, err := exchangeOn(ctx, conn, "udp", q)
+	ctx.release()
+	if err != nil || resp.Id != q.Id || resp.Rcode != dns.RcodeNameError || resp.Question[0].Name != "x.test." {
+		t.Fatalf("exchange: %v, %v", resp, err)
+	}
+
+	q.SetQuestion("silent.test.", dns.TypeA)
+	ctx = newAttemptContext(t.Context(), 100*time.Millisecond)
+	start := time.Now()
+	_, err = exchangeOn(ctx, conn, "udp", q)
+	ctx.release()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("unanswered exchange: %v, want the deadline exceeded", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("unanswered exchange took %v, attempt timeout 100ms", d)
+	}
+}
+
+// TestAttemptContext: the attempt's deadline is the earlier of its own and
+// its query's; Done closes at it; Err says so; Done after release is
+// closed.
+func TestAttemptContext(t *testing.T) {
+	parent, cancel := context.WithTimeout(t.Context(), time.Hour)
+	defer cancel()
+	c := newAttemptContext(parent, 50*time.Millisecond)
+	if d, _ := c.Deadline(); time.Until(d) > 50*time.Millisecond {
+		t.Errorf("deadline in %v, want at most 50ms", time.Until(d))
+	}
+	if c.Err() != nil {
+		t.Errorf("Err before the deadline: %v", c.Err())
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed at the attempt's deadline")
+	}
+	if !errors.Is(c.Err(), context.DeadlineExceeded) {
+		t.Errorf("Err after the deadline: %v", c.Err())
+	}
+	c.release()
+
+	short, cancel2 := context.WithTimeout(t.Context(), 10*time.Millisecond)
+	defer cancel2()
+	c = newAttemptContext(short, time.Hour)
+	if d, _ := c.Deadline(); time.Until(d) > 10*time.Millisecond {
+		t.Errorf("deadline in %v, want the query's (10ms)", time.Until(d))
+	}
+	c.release()
+	select {
+	case <-c.Done():
+	default:
+		t.Error("Done after release is not closed")
 	}
 }

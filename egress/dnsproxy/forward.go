@@ -196,16 +196,19 @@ func exchangeStream(ctx context.Context, conn net.Conn, q *dns.Msg) (*dns.Msg, e
 }
 
 // attemptContext is a query's context with one upstream attempt's earlier
-// deadline. Deadline and Err cost nothing; Done, which the upstream pool
-// never calls (its socket deadline ends the wait), makes a
-// context.WithDeadline on first use, released by release.
+// deadline. Deadline costs nothing; Done, which the upstream pool's UDP
+// exchange never calls (its socket deadline ends the wait), makes a
+// context.WithDeadline on first use, as do AfterFunc and contexts derived
+// from it (a dial's). release ends it: Done is closed and Err is
+// context.Canceled from then on, unless it ended before.
 type attemptContext struct {
 	context.Context
 	deadline time.Time
 
-	once   sync.Once
-	done   context.Context
-	cancel context.CancelFunc
+	mu       sync.Mutex
+	lazy     context.Context    // +checklocks:mu; made by the first Done or AfterFunc
+	cancel   context.CancelFunc // +checklocks:mu
+	released bool               // +checklocks:mu
 }
 
 func newAttemptContext(parent context.Context, timeout time.Duration) *attemptContext {
@@ -218,9 +221,19 @@ func newAttemptContext(parent context.Context, timeout time.Duration) *attemptCo
 
 func (c *attemptContext) Deadline() (time.Time, bool) { return c.deadline, true }
 
+// Err is consistent with Done: non-nil once Done is closed.
 func (c *attemptContext) Err() error {
+	c.mu.Lock()
+	lazy, released := c.lazy, c.released
+	c.mu.Unlock()
+	if lazy != nil {
+		return lazy.Err() // canceled by release, if it ended there
+	}
 	if err := c.Context.Err(); err != nil {
 		return err
+	}
+	if released {
+		return context.Canceled
 	}
 	if !time.Now().Before(c.deadline) {
 		return context.DeadlineExceeded
@@ -228,22 +241,46 @@ func (c *attemptContext) Err() error {
 	return nil
 }
 
-func (c *attemptContext) Done() <-chan struct{} {
-	c.once.Do(func() { c.done, c.cancel = context.WithDeadline(c.Context, c.deadline) })
-	if c.done == nil { // after release
-		return closedChan
+// startLocked makes the context that Done and AfterFunc use, unless c is
+// released: then nil.
+func (c *attemptContext) startLocked() context.Context {
+	if c.lazy == nil && !c.released {
+		c.lazy, c.cancel = context.WithDeadline(c.Context, c.deadline)
 	}
-	return c.done.Done()
+	return c.lazy
 }
 
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+func (c *attemptContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if lazy := c.startLocked(); lazy != nil {
+		return lazy.Done()
+	}
+	return closedChan
+}
+
+// AfterFunc lets contexts derived from c (context.WithDeadline,
+// context.AfterFunc) learn of its end without a goroutine of their own.
+func (c *attemptContext) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if lazy := c.startLocked(); lazy != nil {
+		return context.AfterFunc(lazy, f)
+	}
+	go f()
+	return func() bool { return false }
+}
 
 func (c *attemptContext) release() {
-	c.once.Do(func() {}) // no Done from now on
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.released = true
 	if c.cancel != nil {
 		c.cancel()
 	}
 }
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // forwardHandler asks the upstream resolvers, in order, with a query of its
 // own: a fresh id, recursion desired, the normalised question, and an OPT

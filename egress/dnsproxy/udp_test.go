@@ -250,4 +250,28 @@ func TestAttemptContext(t *testing.T) {
 	default:
 		t.Error("Done after release is not closed")
 	}
+	if !errors.Is(c.Err(), context.Canceled) {
+		t.Errorf("Err after release: %v, want canceled", c.Err())
+	}
+
+	// A context derived from an attempt (as a dial's is) ends with it,
+	// with the attempt's error: Err is never nil once Done is closed
+	// (context's propagation panics on that).
+	for _, doneFirst := range []bool{false, true} {
+		c = newAttemptContext(t.Context(), time.Hour)
+		if doneFirst {
+			_ = c.Done()
+		}
+		child, cancel := context.WithTimeout(c, time.Hour)
+		c.release()
+		select {
+		case <-child.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("derived context not done after release")
+		}
+		if !errors.Is(child.Err(), context.Canceled) || !errors.Is(c.Err(), context.Canceled) {
+			t.Errorf("after release: derived %v, attempt %v; want canceled", child.Err(), c.Err())
+		}
+		cancel()
+	}
 }

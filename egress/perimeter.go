@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/l7"
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	"github.com/airlock-sandbox/airlock/egress/nft"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -484,7 +485,7 @@ func DNSAuditEvent(id string, ev dnsproxy.Event) api.AuditEvent {
 		f["answers"] = ev.Answers
 	}
 	if len(ev.Dropped) > 0 {
-		f["dropped"] = ev.Dropped
+		f["dropped"] = droppedList(ev.Dropped)
 	}
 	if len(ev.CNAMEs) > 0 {
 		f["cnames"] = ev.CNAMEs
@@ -502,6 +503,34 @@ func DNSAuditEvent(id string, ev dnsproxy.Event) api.AuditEvent {
 		f["cached"] = true
 	}
 	return api.AuditEvent{Time: ev.Time, Session: id, Layer: "dns", Action: string(ev.Action), Subject: strings.TrimSuffix(ev.Name, "."), Reason: ev.Reason, Fields: f}
+}
+
+// droppedList is an audit field, the answer addresses a DNS query did
+// not pin, encoded without reflection: byte for byte what encoding/json
+// gives for []dnsproxy.Dropped.
+type droppedList []dnsproxy.Dropped
+
+// AppendJSON implements audit.Appender.
+func (l droppedList) AppendJSON(b []byte) []byte {
+	if l == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, d := range l {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"addr":`...)
+		b = audit.AppendAddr(b, d.Addr)
+		b = append(b, `,"reason":`...)
+		b = audit.AppendString(b, d.Reason)
+		if d.Rule != "" {
+			b = append(b, `,"rule":`...)
+			b = audit.AppendString(b, d.Rule)
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }
 
 // unregister forgets session id's addresses in the proxy and the L7

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	"github.com/airlock-sandbox/airlock/egress/nft"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -95,6 +96,11 @@ func TestAuditEventShapes(t *testing.T) {
 			Rule: "api.example.com:443", Ports: []uint16{443}, PinTTL: 60, Cached: true,
 		}), `{"time":"2026-01-02T03:04:05Z","session":"s1","layer":"dns","action":"allowed","subject":"api.example.com",` +
 			`"fields":{"answers":["192.0.2.1"],"cached":true,"cnames":["edge.example.net"],"dropped":[{"addr":"10.0.0.1","reason":"private"}],"pin_ttl":60,"ports":[443],"proto":"udp","rcode":"NOERROR","rule":"api.example.com:443","type":"A"}}`},
+		{"dns dropped", DNSAuditEvent("s1", dnsproxy.Event{
+			Time: at, Name: "x.test.", Type: "A", Action: dnsproxy.ActionRefused, Rcode: "REFUSED", Proto: "udp",
+			Dropped: []dnsproxy.Dropped{{Addr: netip.MustParseAddr("10.0.0.1"), Reason: "private <range> & \"x\"\u2028", Rule: "!10.0.0.0/8"}, {Reason: "zero"}},
+		}), `{"time":"2026-01-02T03:04:05Z","session":"s1","layer":"dns","action":"refused","subject":"x.test",` +
+			`"fields":{"dropped":[{"addr":"10.0.0.1","reason":"private \u003crange\u003e \u0026 \"x\"\u2028","rule":"!10.0.0.0/8"},{"addr":"","reason":"zero"}],"proto":"udp","rcode":"REFUSED","type":"A"}}`},
 		{"dns refused", DNSAuditEvent("s1", dnsproxy.Event{
 			Time: at, Name: "evil.test.", Type: "AAAA", Action: dnsproxy.ActionRefused, Rcode: "REFUSED", Proto: "tcp",
 			Reason: "airlock: evil.test is not in the egress allowlist",
@@ -107,6 +113,11 @@ func TestAuditEventShapes(t *testing.T) {
 		}
 		if string(b) != c.want {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, b, c.want)
+		}
+		// The audit log's encoding, without reflection (droppedList
+		// appends itself), is the same.
+		if a, err := audit.AppendEvent(nil, &c.ev); err != nil || string(a) != c.want {
+			t.Errorf("%s: audit.AppendEvent:\n got %s, %v\nwant %s", c.name, a, err, c.want)
 		}
 	}
 	evs := dropEvents("s1", netns.DropStats{Dests: []netns.Drop{

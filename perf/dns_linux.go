@@ -45,6 +45,13 @@ type DNSWorkload struct {
 	AuditEvents   int     `json:"audit_events"`
 	AuditCached   int     `json:"audit_cached"`
 	CacheHitRatio float64 `json:"cache_hit_ratio"`
+	// AuditBytes is what those events take in the log (JSON lines);
+	// AuditRepeated counts the queries merged into them (identical
+	// decisions within the log's aggregation window, written as one
+	// event with a count once the window ends, possibly during a later
+	// load).
+	AuditBytes    int `json:"audit_bytes"`
+	AuditRepeated int `json:"audit_repeated"`
 	// UpstreamQueries is what the world's DNS server received during the
 	// sandbox load (the proxy's cache misses).
 	UpstreamQueries int `json:"upstream_queries"`
@@ -181,6 +188,12 @@ func MeasureDNS(ctx context.Context, e *Env, dur time.Duration, profDir string) 
 			w.AuditEvents++
 			if c, _ := ev.Fields["cached"].(bool); c {
 				w.AuditCached++
+			}
+			if r, ok := ev.Fields["repeated"].(float64); ok {
+				w.AuditRepeated += int(r)
+			}
+			if b, err := json.Marshal(ev); err == nil {
+				w.AuditBytes += len(b) + 1
 			}
 		}
 		if w.AuditEvents > 0 {

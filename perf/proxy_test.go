@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/egress/allowlist"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/internal/audit"
@@ -121,6 +123,35 @@ func BenchmarkProxyAudited(b *testing.B) {
 			}
 			b.ResetTimer()
 			res, err := load.RunDNS(context.Background(), load.DNSConfig{Server: addr, Names: names, Count: b.N, Concurrency: 8})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if res.Answered != res.Sent {
+				b.Fatalf("%d of %d answered", res.Answered, res.Sent)
+			}
+			b.ReportMetric(res.QPS, "qps")
+			b.ReportMetric(res.LatencyUS.Median, "p50-µs")
+		})
+	}
+}
+
+// BenchmarkProxyAuditedDistinct is BenchmarkProxyAudited's proxy with a
+// new name per query (every query a cache miss, forwarded upstream and
+// pinned, and a distinct audit event that no aggregation merges), with
+// the session's audit off or as the daemon records it: the perimeter's
+// event (egress.DNSAuditEvent) through audit.Log.EmitDecision.
+func BenchmarkProxyAuditedDistinct(b *testing.B) {
+	for _, mode := range []string{"off", "daemon"} {
+		b.Run("audit="+mode, func(b *testing.B) {
+			emit := func(dnsproxy.Event) {}
+			if mode == "daemon" {
+				l := audit.Open(filepath.Join(b.TempDir(), audit.File))
+				b.Cleanup(func() { _ = l.Close() })
+				emit = func(ev dnsproxy.Event) { l.EmitDecision(context.Background(), egress.DNSAuditEvent("perf", ev)) }
+			}
+			addr := startProxy(b, emit)
+			b.ResetTimer()
+			res, err := load.RunDNS(context.Background(), load.DNSConfig{Server: addr, Unique: "u" + strconv.Itoa(b.N) + "." + DNSZone, Count: b.N, Concurrency: 8})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -304,6 +304,15 @@ func (d *DNS) markdown(p printer) {
 			s.Timeouts+s.Errors, x.Timeouts+x.Errors)
 	}
 	p("\nClient, proxy (airlockd), world DNS server and, for the sandbox, the session's cgroup (cpus = 2) share the machine's 2 cores.\n\n")
+	p("What the session's audit log holds for each load (its DNS events written during the load; the log merges identical decisions within a window into one event and a count, written when the window ends, so the counts of one load may arrive during the next; the cache-miss loads ask a new name per query, which no window merges):\n\n")
+	for _, w := range d.Workloads {
+		if w.Sandbox == nil || w.Sandbox.Answered == 0 {
+			continue
+		}
+		p("- %s: %d events, %.1f KiB, for %d answered queries (%.1f bytes a query); %d queries counted in merged events\n", w.Name,
+			w.AuditEvents, float64(w.AuditBytes)/1024, w.Sandbox.Answered, float64(w.AuditBytes)/float64(w.Sandbox.Answered), w.AuditRepeated)
+	}
+	p("\n")
 	if a := d.AuditRead; a.Events > 0 {
 		p("Reading the session's audit log after the last load (`GET /v1/sessions/ID/audit`, %d events, all at once) took %.2f s and took airlockd's RSS from %.0f MiB to %.0f MiB (%.0f MiB before the loads; peak %.0f MiB).\n\n",
 			a.Events, a.Seconds, mib(a.DaemonRSSBeforeReadKiB), mib(a.DaemonRSSAfterReadKiB), mib(a.DaemonRSSBeforeKiB), mib(a.DaemonPeakRSSKiB))

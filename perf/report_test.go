@@ -217,7 +217,8 @@ func sampleReport() *Report {
 		DNS: &DNS{Workloads: []DNSWorkload{
 			{Name: "latency, cache hit (x)", Sandbox: &load.DNSResult{LatencyUS: sum(110)}, Direct: &load.DNSResult{LatencyUS: sum(30)}, AddedP50US: 80},
 			{Name: "latency, cache miss (z)", Sandbox: &load.DNSResult{LatencyUS: sum(100)}, Direct: &load.DNSResult{LatencyUS: sum(300)}, AddedP50US: -200, AddedP99US: -200},
-			{Name: "throughput, cache hit (y)", Sandbox: &load.DNSResult{QPS: 20000}, Direct: &load.DNSResult{QPS: 70000}, SandboxServerCPUUS: 48, DirectServerCPUUS: 12, CacheHitRatio: 0.999},
+			{Name: "throughput, cache hit (y)", Sandbox: &load.DNSResult{QPS: 20000, Answered: 100000}, Direct: &load.DNSResult{QPS: 70000}, SandboxServerCPUUS: 48, DirectServerCPUUS: 12, CacheHitRatio: 0.999,
+				AuditEvents: 50, AuditBytes: 12800, AuditRepeated: 99950},
 		}, Profiles: []Profile{{Name: "airlockd-dns-qps-hit", Command: "perf record", Inclusive: inclusiveSymbols(perfChildren, 10)}}},
 		Density: &Density{Levels: []DensityLevel{
 			{N: 1, StartMS: sum(90), WallMS: 90, SequentialMS: sum(100), TotalPSSKiB: 20 << 10, Samples: [][2]float64{{1, 90}}},
@@ -265,6 +266,7 @@ func TestMarkdown(t *testing.T) {
 		"| DNS latency, cache hit: p50 / p99 (µs) | 110 / 110 | direct: 30 / 30 | +80 / +0 µs |",
 		"| DNS latency, cache miss: p50 / p99 (µs) | 100 / 100 | direct: 300 / 300 | -200 / -200 µs |",
 		"| DNS throughput, cache hit (queries/s; cache hit ratio 99.9%) | 20000 | direct: 70000 | ×0.29 |",
+		"- throughput, cache hit (y): 50 events, 12.5 KiB, for 100000 answered queries (0.1 bytes a query); 99950 queries counted in merged events",
 		"| session start with 100 started at once vs 1 (ms, median) | 5800 | 90 | ×64.44 |",
 		"takes 50 ms more than `ctr run --rm`",
 		"takes 55 ms more than no layers",

@@ -2,8 +2,9 @@ package dnsproxy
 
 import (
 	"context"
+	"hash/maphash"
 	"math"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -48,31 +49,53 @@ type cacheKey struct {
 }
 
 type cacheEntry struct {
+	key     cacheKey
 	msg     *dns.Msg // never modified once stored
 	stored  time.Time
 	expires time.Time
 }
 
-// cache is a bounded map of upstream responses. When full, expired entries
-// go first, then arbitrary ones.
-type cache struct {
-	max int
+// cacheWays is how many entries share one set of the cache.
+const cacheWays = 4
 
-	mu sync.RWMutex
-	// +checklocks:mu
-	entries map[cacheKey]cacheEntry
+// cache is a fixed table of upstream responses, set-associative: a key
+// hashes (with the cache's random seed, so that names cannot be chosen to
+// collide) to one set of cacheWays slots. get reads the set's slots with
+// atomic loads, without a lock, and checks each entry's own key; put
+// stores into the slot of the same key, an empty or expired one, or else
+// the set's oldest. Two puts into one set at once may replace each
+// other's entry: that costs a later miss, never a wrong answer.
+type cache struct {
+	seed  maphash.Seed
+	sets  uint64
+	ways  int
+	slots []atomic.Pointer[cacheEntry] // sets*ways, at most the size asked for
 }
 
 func newCache(maxEntries int) *cache {
-	return &cache{max: maxEntries, entries: make(map[cacheKey]cacheEntry, min(maxEntries, 1024))}
+	ways := min(cacheWays, maxEntries)
+	sets := maxEntries / ways
+	return &cache{seed: maphash.MakeSeed(), sets: uint64(sets), ways: ways, slots: make([]atomic.Pointer[cacheEntry], sets*ways)}
+}
+
+// set returns the slots key may be stored in.
+func (c *cache) set(key cacheKey) []atomic.Pointer[cacheEntry] {
+	h := maphash.String(c.seed, string(key.name)) ^ uint64(key.qtype)*0x9e3779b97f4a7c15
+	i := int(h%c.sets) * c.ways
+	return c.slots[i : i+c.ways]
 }
 
 // get returns a private copy of the entry with TTLs aged to now.
 func (c *cache) get(key cacheKey, now time.Time) (*dns.Msg, bool) {
-	c.mu.RLock()
-	e, ok := c.entries[key]
-	c.mu.RUnlock()
-	if !ok || !now.Before(e.expires) {
+	var e *cacheEntry
+	set := c.set(key)
+	for i := range set {
+		if x := set[i].Load(); x != nil && x.key == key && now.Before(x.expires) {
+			e = x
+			break
+		}
+	}
+	if e == nil {
 		return nil, false
 	}
 	m := e.msg.Copy()
@@ -90,35 +113,32 @@ func (c *cache) get(key cacheKey, now time.Time) (*dns.Msg, bool) {
 }
 
 func (c *cache) put(key cacheKey, m *dns.Msg, now time.Time, ttl time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, exists := c.entries[key]; !exists && len(c.entries) >= c.max {
-		c.evictLocked(now)
-	}
-	c.entries[key] = cacheEntry{msg: m, stored: now, expires: now.Add(ttl)}
-}
-
-// evictLocked makes room for one entry: it visits a few entries from a
-// random start (map order), dropping the expired ones, and arbitrary ones
-// while the cache is still full.
-//
-// +checklocks:c.mu
-func (c *cache) evictLocked(now time.Time) {
-	visited := 0
-	for k, e := range c.entries {
-		if len(c.entries) >= c.max || !now.Before(e.expires) {
-			delete(c.entries, k)
+	e := &cacheEntry{key: key, msg: m, stored: now, expires: now.Add(ttl)}
+	set := c.set(key)
+	victim := 0
+	var oldest time.Time
+	for i := range set {
+		x := set[i].Load()
+		if x == nil || x.key == key || !now.Before(x.expires) {
+			victim = i
+			break
 		}
-		if visited++; visited >= 32 && len(c.entries) < c.max {
-			return
+		if i == 0 || x.stored.Before(oldest) {
+			victim, oldest = i, x.stored
 		}
 	}
+	set[victim].Store(e)
 }
 
+// len counts the entries stored, expired ones too.
 func (c *cache) len() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.entries)
+	n := 0
+	for i := range c.slots {
+		if c.slots[i].Load() != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // cacheTTL says how long m may be cached: the smallest TTL of its answer

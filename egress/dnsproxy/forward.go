@@ -2,10 +2,12 @@ package dnsproxy
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,39 +124,163 @@ func (p *upstreamPool) close() {
 	}
 }
 
+// exchangeBufs holds buffers for packing a query and reading its reply
+// over UDP.
+var exchangeBufs = sync.Pool{New: func() any { b := make([]byte, maxUDPRead); return &b }}
+
 // exchangeOn writes q to conn and reads the reply. Over UDP, replies with
 // another id (late answers to earlier queries, or spoofing attempts) are
 // skipped, as CoreDNS's proxy does; over TCP they are an error. The read
 // buffer has room to spare for servers that ignore the advertised size.
-// The context's deadline and cancellation both apply.
+//
+// The context's deadline applies as the socket's; over TCP its
+// cancellation applies too. Over UDP a canceled query's read still ends by
+// the deadline (its attempt's, at most the upstream timeout): the wait on
+// the socket costs no timer or registration with the context.
 func exchangeOn(ctx context.Context, conn net.Conn, network string, q *dns.Msg) (*dns.Msg, error) {
 	d, _ := ctx.Deadline() // zero: no deadline
 	if err := conn.SetDeadline(d); err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-
-	co := &dns.Conn{Conn: conn, UDPSize: maxUDPRead}
-	if err := co.WriteMsg(q); err != nil {
+	if network != "udp" {
+		return exchangeStream(ctx, conn, q)
+	}
+	bp := exchangeBufs.Get().(*[]byte)
+	defer exchangeBufs.Put(bp)
+	buf := *bp
+	out, err := q.PackBuffer(buf)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Write(out); err != nil {
 		return nil, err
 	}
 	for {
-		resp, err := co.ReadMsg()
+		n, err := conn.Read(buf)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, err
 		}
-		if resp.Id == q.Id {
-			return resp, nil
+		if n < 12 || binary.BigEndian.Uint16(buf) != q.Id {
+			continue // not a reply to q; a later packet may be
 		}
-		if network != "udp" {
-			return nil, dns.ErrId
+		resp := new(dns.Msg)
+		if err := resp.Unpack(buf[:n]); err != nil {
+			return nil, err
 		}
+		return resp, nil
 	}
 }
+
+// exchangeStream is exchangeOn over TCP.
+func exchangeStream(ctx context.Context, conn net.Conn, q *dns.Msg) (*dns.Msg, error) {
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	co := &dns.Conn{Conn: conn}
+	if err := co.WriteMsg(q); err != nil {
+		return nil, err
+	}
+	resp, err := co.ReadMsg()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	if resp.Id != q.Id {
+		return nil, dns.ErrId
+	}
+	return resp, nil
+}
+
+// attemptContext is a query's context with one upstream attempt's earlier
+// deadline. Deadline costs nothing; Done, which the upstream pool's UDP
+// exchange never calls (its socket deadline ends the wait), makes a
+// context.WithDeadline on first use, as do AfterFunc and contexts derived
+// from it (a dial's). release ends it: Done is closed and Err is
+// context.Canceled from then on, unless it ended before.
+type attemptContext struct {
+	context.Context
+	deadline time.Time
+
+	mu       sync.Mutex
+	lazy     context.Context    // +checklocks:mu; made by the first Done or AfterFunc
+	cancel   context.CancelFunc // +checklocks:mu
+	released bool               // +checklocks:mu
+}
+
+func newAttemptContext(parent context.Context, timeout time.Duration) *attemptContext {
+	d := time.Now().Add(timeout)
+	if pd, ok := parent.Deadline(); ok && pd.Before(d) {
+		d = pd
+	}
+	return &attemptContext{Context: parent, deadline: d}
+}
+
+func (c *attemptContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// Err is consistent with Done: non-nil once Done is closed.
+func (c *attemptContext) Err() error {
+	c.mu.Lock()
+	lazy, released := c.lazy, c.released
+	c.mu.Unlock()
+	if lazy != nil {
+		return lazy.Err() // canceled by release, if it ended there
+	}
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if released {
+		return context.Canceled
+	}
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// startLocked makes the context that Done and AfterFunc use, unless c is
+// released: then nil.
+func (c *attemptContext) startLocked() context.Context {
+	if c.lazy == nil && !c.released {
+		c.lazy, c.cancel = context.WithDeadline(c.Context, c.deadline)
+	}
+	return c.lazy
+}
+
+func (c *attemptContext) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if lazy := c.startLocked(); lazy != nil {
+		return lazy.Done()
+	}
+	return closedChan
+}
+
+// AfterFunc lets contexts derived from c (context.WithDeadline,
+// context.AfterFunc) learn of its end without a goroutine of their own.
+func (c *attemptContext) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if lazy := c.startLocked(); lazy != nil {
+		return context.AfterFunc(lazy, f)
+	}
+	go f()
+	return func() bool { return false }
+}
+
+func (c *attemptContext) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.released = true
+	if c.cancel != nil {
+		c.cancel()
+	}
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // forwardHandler asks the upstream resolvers, in order, with a query of its
 // own: a fresh id, recursion desired, the normalised question, and an OPT
@@ -193,8 +319,9 @@ func (h *forwardHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 }
 
 func (h *forwardHandler) try(ctx context.Context, req *request, up string, q *dns.Msg) (*dns.Msg, error) {
-	ctx, cancel := context.WithTimeout(ctx, h.s.cfg.upstreamTimeout)
-	defer cancel()
+	actx := newAttemptContext(ctx, h.s.cfg.upstreamTimeout)
+	defer actx.release()
+	ctx = actx
 	h.s.stats.forwarded.Add(1)
 	resp, err := h.exchange(ctx, "udp", up, q)
 	if err == nil && resp.Truncated && req.proto == "tcp" {

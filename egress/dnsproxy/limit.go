@@ -23,9 +23,6 @@ const (
 	// (those waiting on a slow upstream, mostly).
 	DefaultInFlight = 64
 
-	// maxUDPOverflow bounds the goroutines started for UDP queries while
-	// every worker is busy; beyond it, queries are dropped.
-	maxUDPOverflow = 1024 - maxUDPWorkers
 	// maxTCPConns and maxTCPConnsPerClient bound the open TCP
 	// connections, in all and from one address; a connection beyond
 	// either is closed at once.

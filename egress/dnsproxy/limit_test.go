@@ -138,8 +138,8 @@ func TestRateLimitedSession(t *testing.T) {
 }
 
 // TestUDPGoroutinesBounded stalls every upstream exchange and floods the
-// proxy: the goroutines serving queries stay under maxUDPWorkers +
-// maxUDPOverflow, and the rest are dropped.
+// proxy: the goroutines serving queries stay under maxUDPWorkers, and the
+// rest are dropped.
 func TestUDPGoroutinesBounded(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
@@ -183,14 +183,105 @@ func TestUDPGoroutinesBounded(t *testing.T) {
 	}
 	st := p.Stats()
 	grown := goruntime.NumGoroutine() - before
-	if grown > maxUDPWorkers+maxUDPOverflow+16 {
-		t.Errorf("%d goroutines for %d stalled queries; bound %d", grown, sent, maxUDPWorkers+maxUDPOverflow)
+	if grown > maxUDPWorkers+16 {
+		t.Errorf("%d goroutines for %d stalled queries; bound %d", grown, sent, maxUDPWorkers)
+	}
+	if n := p.stats.udpWorkersStarted.Load(); n > maxUDPWorkers {
+		t.Errorf("%d goroutines started for %d stalled queries; bound %d", n, sent, maxUDPWorkers)
 	}
 	if st.Overloaded == 0 {
 		t.Errorf("no query dropped with every goroutine busy: %+v", st)
 	}
 	t.Logf("%d queries in, %d dropped, %d goroutines", st.Queries, st.Overloaded, grown)
 	once.Do(func() { close(release) })
+}
+
+// TestUDPWorkersReused sends rounds of queries that stall upstream, more
+// at once than the core workers: the workers started for the first round
+// serve the later ones (no goroutine per query), and those beyond the
+// core end once idle.
+func TestUDPWorkersReused(t *testing.T) {
+	idle := udpWorkerIdle
+	t.Cleanup(func() { udpWorkerIdle = idle }) // after the proxy's cleanup
+	udpWorkerIdle = 200 * time.Millisecond
+	const perRound, rounds = 150, 3
+
+	var (
+		mu       sync.Mutex
+		inFlight int
+		release  = make(chan struct{})
+	)
+	arrived := make(chan struct{}, perRound)
+	stall := func(ctx context.Context, _, _ string, _ *dns.Msg) (*dns.Msg, error) {
+		mu.Lock()
+		inFlight++
+		rel := release
+		mu.Unlock()
+		arrived <- struct{}{}
+		select {
+		case <-rel:
+		case <-ctx.Done():
+		}
+		return nil, errors.New("stalled upstream")
+	}
+	sess := newSession(t, "s1", false, []string{"*.corp.test"}, nil)
+	var sessions SessionMap
+	sessions.Set(netip.MustParseAddr("127.0.0.1"), sess.policy)
+	p := startProxy(t, &sessions, WithUpstreams("192.0.2.53"), withExchange(stall), WithCacheSize(0),
+		WithTimeouts(10*time.Second, 10*time.Second))
+	before := goruntime.NumGoroutine()
+
+	c, err := net.Dial("udp", p.udpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := new(dns.Msg)
+	for round := range rounds {
+		for i := range perRound {
+			m.SetQuestion(dns.Fqdn("r"+itoa(round)+"n"+itoa(i)+".corp.test"), dns.TypeA)
+			m.Id = uint16(i)
+			b, _ := m.Pack()
+			if _, err := c.Write(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Every query of the round waits upstream at once.
+		timeout := time.After(10 * time.Second)
+		for range perRound {
+			select {
+			case <-arrived:
+			case <-timeout:
+				t.Fatalf("round %d: %d queries reached upstream, want %d (stats %+v)", round, inFlight, perRound, p.Stats())
+			}
+		}
+		mu.Lock()
+		close(release)
+		release = make(chan struct{})
+		mu.Unlock()
+		buf := make([]byte, 512)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for i := range perRound {
+			if _, err := c.Read(buf); err != nil {
+				t.Fatalf("round %d: answer %d: %v", round, i, err)
+			}
+		}
+	}
+	// A goroutine per query would have started rounds*perRound minus
+	// the core workers' share; the pool starts about one round's worth
+	// (a few more when an answer reaches the client before its worker is
+	// back waiting for work).
+	if n := p.stats.udpWorkersStarted.Load(); n < perRound || n > perRound+perRound/3 {
+		t.Errorf("%d goroutines started for %d rounds of %d stalled queries; want about %d", n, rounds, perRound, perRound)
+	}
+	// The workers beyond the core ones end once idle.
+	deadline := time.Now().Add(10 * time.Second)
+	for goruntime.NumGoroutine()-before > coreUDPWorkers+8 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines more than before the rounds, after the idle timeout; want at most %d", goruntime.NumGoroutine()-before, coreUDPWorkers+8)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // TestTCPConnectionsBounded opens more connections from one address than

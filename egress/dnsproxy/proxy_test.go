@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -11,12 +12,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/miekg/dns"
 
+	"github.com/airlock-sandbox/airlock/egress/allowlist"
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
 
@@ -1237,6 +1240,77 @@ func TestCacheBounded(t *testing.T) {
 	if _, ok := c.get(cacheKey{name: "x.test.", qtype: 999}, now.Add(time.Minute)); ok {
 		t.Error("expired entry returned")
 	}
+}
+
+// TestCacheConcurrent reads and writes the cache from many goroutines at
+// once (run it with -race: the hit path takes no lock): every hit is the
+// entry of the name and type asked for, never another key's of the same
+// set, and the table never holds more than its size.
+func TestCacheConcurrent(t *testing.T) {
+	c := newCache(64)
+	now := time.Unix(0, 0)
+	msg := func(name string, qtype uint16) *dns.Msg {
+		m := new(dns.Msg)
+		m.SetQuestion(name, qtype)
+		m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 1)}}
+		return m
+	}
+	var wg sync.WaitGroup
+	var hits atomic.Int64
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 5000 {
+				n := (i*7 + g) % 300
+				name := fmt.Sprintf("n%d.test.", n/2)
+				qtype := []uint16{dns.TypeA, dns.TypeAAAA}[n%2]
+				key := cacheKey{name: allowlist.FQDN(name), qtype: qtype}
+				if g%2 == 0 {
+					c.put(key, msg(name, qtype), now, time.Minute)
+					continue
+				}
+				m, ok := c.get(key, now.Add(time.Second))
+				if !ok {
+					continue
+				}
+				hits.Add(1)
+				if q := m.Question[0]; q.Name != name || q.Qtype != qtype {
+					t.Errorf("get(%s %s) returned the entry of %s %s", name, dns.Type(qtype), q.Name, dns.Type(q.Qtype))
+					return
+				}
+				if ttl := m.Answer[0].Header().Ttl; ttl != 59 {
+					t.Errorf("get(%s) TTL %d, want 59 (aged one second)", name, ttl)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := c.len(); n > 64 {
+		t.Errorf("cache holds %d entries, size 64", n)
+	}
+	if hits.Load() == 0 {
+		t.Error("no hit at all")
+	}
+}
+
+// BenchmarkCacheHitParallel reads one hot entry from every P at once: the
+// hit path's cost without contention on a lock.
+func BenchmarkCacheHitParallel(b *testing.B) {
+	c := newCache(DefaultCacheSize)
+	now := time.Now()
+	key := cacheKey{name: "api.bench.test.", qtype: dns.TypeA}
+	m := new(dns.Msg)
+	m.SetQuestion(string(key.name), dns.TypeA)
+	m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: string(key.name), Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 1)}}
+	c.put(key, m, now, time.Minute)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, ok := c.get(key, now); !ok {
+				b.Fatal("miss")
+			}
+		}
+	})
 }
 
 func TestNewValidates(t *testing.T) {

@@ -244,9 +244,10 @@ func New(sessions Sessions, opts ...Option) (*Server, error) {
 // ServePacketConn answers DNS over UDP on pc until ctx is done or Shutdown
 // is called, then closes pc. The socket may belong to another network
 // namespace; on a wildcard address, each answer leaves from the address its
-// query was sent to. Queries are served by up to maxUDPWorkers long-lived
-// goroutines, and by a goroutine each beyond that, up to maxUDPOverflow;
-// beyond that they are dropped. ctx also carries the logger.
+// query was sent to. Queries are served by a pool of at most maxUDPWorkers
+// worker goroutines, never by a goroutine per query; a query that finds
+// every worker busy and the pool full is dropped. ctx also carries the
+// logger.
 func (s *Server) ServePacketConn(ctx context.Context, pc net.PacketConn) error {
 	if pc == nil {
 		return fmt.Errorf("dnsproxy: nil packet conn: %w", errdefs.ErrInvalidArgument)

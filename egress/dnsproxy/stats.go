@@ -41,7 +41,7 @@ type Stats struct {
 
 	// Limits.
 	RateLimited  uint64 // queries over a session's Limiter (counted in Refused too)
-	Overloaded   uint64 // UDP queries dropped with every goroutine busy
+	Overloaded   uint64 // UDP queries dropped with every worker busy and the pool full
 	ConnsRefused uint64 // TCP connections closed over the connection bounds
 }
 
@@ -51,6 +51,8 @@ type counters struct {
 	cnameBlocked, addrDenied, pinErrors, servfail                atomic.Uint64
 	cacheHits, cacheMisses, forwarded, upstreamErrors, truncated atomic.Uint64
 	tcpRetries, rateLimited, overloaded, connsRefused            atomic.Uint64
+
+	udpWorkersStarted atomic.Uint64 // tests: goroutines started to serve UDP queries
 }
 
 // Stats returns the current counters.

@@ -19,15 +19,24 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
 
-// maxUDPWorkers bounds the goroutines kept to serve UDP queries. A query
-// needs a deep stack (message parsing, the handler chain, the session's
-// audit encoding); a goroutine started per query grows its stack by
-// copying, several times, on every query. Workers keep their grown stacks
-// between queries. When every worker is busy (slow upstreams), a query gets
-// a goroutine of its own, as miekg/dns does for all of them, so a stalled
-// upstream never holds up other sessions' queries, up to maxUDPOverflow
-// of them: a query beyond is dropped.
-const maxUDPWorkers = 64
+// UDP queries are served by a bounded pool of worker goroutines, never by
+// a goroutine per query. A query needs a deep stack (message parsing, the
+// handler chain, the session's audit encoding); a goroutine started per
+// query grows its stack by copying, several times, on every query, while a
+// worker keeps its grown stack between queries. The reader loop hands each
+// query to an idle worker; when every worker is busy (slow upstreams) it
+// starts another, up to maxUDPWorkers, so that a stalled upstream never
+// holds up other sessions' queries; beyond that a query is dropped (and
+// counted as overloaded). The first coreUDPWorkers workers stay for the
+// socket's life; the others end after udpWorkerIdle without a query.
+const (
+	coreUDPWorkers = 64
+	maxUDPWorkers  = 1024
+)
+
+// udpWorkerIdle is how long a worker beyond the core ones waits for a
+// query before it ends; a variable for tests.
+var udpWorkerIdle = 30 * time.Second
 
 // aLongTimeAgo is a read deadline that unblocks a pending read at once.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -49,7 +58,7 @@ var packets = sync.Pool{New: func() any { return &packet{buf: make([]byte, maxUD
 
 // udpServer answers queries arriving on one packet socket: a reader loop
 // hands each packet to an idle worker, starts a new worker while there are
-// fewer than maxUDPWorkers, or else serves it on a goroutine of its own.
+// fewer than maxUDPWorkers, or else drops it.
 type udpServer struct {
 	s   *Server
 	ctx context.Context
@@ -57,16 +66,16 @@ type udpServer struct {
 	udp *net.UDPConn // pc, when it is one: answers leave from the query's destination address
 
 	work     chan *packet   // unbuffered: a send succeeds only to an idle worker
-	workers  int            // started; owned by the reader loop
-	inflight sync.WaitGroup // workers and one-off goroutines
-	overflow atomic.Int32   // one-off goroutines running
+	idle     time.Duration  // udpWorkerIdle
+	workers  atomic.Int32   // running; started by the reader loop, ended by idle workers
+	inflight sync.WaitGroup // workers
 	stopping atomic.Bool
 }
 
 // serveUDP runs the reader loop until ctx is done, Shutdown is called or
 // the socket fails, then waits for queries in flight and closes pc.
 func (s *Server) serveUDP(ctx context.Context, pc net.PacketConn) error {
-	u := &udpServer{s: s, ctx: ctx, pc: pc, work: make(chan *packet)}
+	u := &udpServer{s: s, ctx: ctx, pc: pc, work: make(chan *packet), idle: udpWorkerIdle}
 	if c, ok := pc.(*net.UDPConn); ok && c != nil {
 		if err := setUDPSocketOptions(c); err != nil {
 			return fmt.Errorf("dnsproxy: packet conn: %w", err)
@@ -142,15 +151,14 @@ func (u *udpServer) readLoop() error {
 			continue
 		default:
 		}
-		if u.workers < maxUDPWorkers {
+		// Only this loop adds workers, so the count cannot pass the
+		// bound between the check and the add.
+		if n := u.workers.Load(); n < maxUDPWorkers {
+			u.workers.Add(1)
 			u.inflight.Add(1)
-			u.workers++
-			go u.worker(p)
-		} else if u.overflow.Add(1) <= maxUDPOverflow {
-			u.inflight.Add(1)
-			go u.serveOne(p)
+			u.s.stats.udpWorkersStarted.Add(1)
+			go u.worker(p, n < coreUDPWorkers)
 		} else {
-			u.overflow.Add(-1)
 			u.s.stats.overloaded.Add(1)
 			putPacket(p)
 		}
@@ -158,18 +166,32 @@ func (u *udpServer) readLoop() error {
 }
 
 // worker serves p, then every packet handed to it until the reader loop
-// ends.
-func (u *udpServer) worker(p *packet) {
+// ends, or, unless it is a core worker, until it waited udpWorkerIdle for
+// one.
+func (u *udpServer) worker(p *packet, core bool) {
 	defer u.inflight.Done()
-	for ok := true; ok; p, ok = <-u.work {
-		u.serve(p)
+	if core {
+		for ok := true; ok; p, ok = <-u.work {
+			u.serve(p)
+		}
+		u.workers.Add(-1)
+		return
 	}
-}
-
-func (u *udpServer) serveOne(p *packet) {
-	defer u.inflight.Done()
-	defer u.overflow.Add(-1)
-	u.serve(p)
+	idle := time.NewTimer(u.idle)
+	defer idle.Stop()
+	for {
+		u.serve(p)
+		idle.Reset(u.idle)
+		var ok bool
+		select {
+		case p, ok = <-u.work:
+		case <-idle.C:
+		}
+		if !ok {
+			u.workers.Add(-1)
+			return
+		}
+	}
 }
 
 func putPacket(p *packet) {

@@ -2,6 +2,7 @@ package dnsproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -83,9 +84,10 @@ func TestUDPAnswersFromQueryAddress(t *testing.T) {
 	}
 }
 
-// TestUDPBusyWorkersDoNotHoldUpQueries fills every worker with queries
-// waiting for an upstream; other queries are still answered at once, and
-// the waiting ones when the upstream answers.
+// TestUDPBusyWorkersDoNotHoldUpQueries fills every core worker, and some
+// more the pool adds, with queries waiting for an upstream; other queries
+// are still answered at once, and the waiting ones when the upstream
+// answers.
 func TestUDPBusyWorkersDoNotHoldUpQueries(t *testing.T) {
 	release := make(chan struct{})
 	var waiting atomic.Int64
@@ -106,7 +108,7 @@ func TestUDPBusyWorkersDoNotHoldUpQueries(t *testing.T) {
 	p := startProxy(t, &sessions, withExchange(exchange), WithUpstreams("192.0.2.1"), WithCacheSize(0),
 		WithTimeouts(30*time.Second, 30*time.Second))
 
-	const slow = maxUDPWorkers + 16
+	const slow = coreUDPWorkers + 16
 	var wg sync.WaitGroup
 	errs := make(chan error, slow)
 	for i := range slow {
@@ -150,5 +152,126 @@ func TestUDPBusyWorkersDoNotHoldUpQueries(t *testing.T) {
 	}
 	if st := p.Stats(); st.Queries != slow+1 || st.Allowed != slow || st.Refused != 1 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestExchangeOnUDP asks a raw UDP server that sends a short packet and a
+// reply with another id before the reply to the query: the exchange skips
+// both and returns the reply; a server that never answers ends the
+// exchange at the attempt's deadline.
+func TestExchangeOnUDP(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			q := new(dns.Msg)
+			if q.Unpack(buf[:n]) != nil || q.Question[0].Name == "silent.test." {
+				continue
+			}
+			r := new(dns.Msg)
+			r.SetRcode(q, dns.RcodeNameError)
+			r.Id = q.Id + 1
+			other, _ := r.Pack()
+			r.Id = q.Id
+			reply, _ := r.Pack()
+			for _, b := range [][]byte{{1, 2, 3}, other, reply} {
+				_, _ = pc.WriteTo(b, from)
+			}
+		}
+	}()
+	conn, err := net.Dial("udp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	q := new(dns.Msg)
+	q.SetQuestion("x.test.", dns.TypeA)
+	ctx := newAttemptContext(t.Context(), 2*time.Second)
+	resp, err := exchangeOn(ctx, conn, "udp", q)
+	ctx.release()
+	if err != nil || resp.Id != q.Id || resp.Rcode != dns.RcodeNameError || resp.Question[0].Name != "x.test." {
+		t.Fatalf("exchange: %v, %v", resp, err)
+	}
+
+	q.SetQuestion("silent.test.", dns.TypeA)
+	ctx = newAttemptContext(t.Context(), 100*time.Millisecond)
+	start := time.Now()
+	_, err = exchangeOn(ctx, conn, "udp", q)
+	ctx.release()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("unanswered exchange: %v, want the deadline exceeded", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("unanswered exchange took %v, attempt timeout 100ms", d)
+	}
+}
+
+// TestAttemptContext: the attempt's deadline is the earlier of its own and
+// its query's; Done closes at it; Err says so; Done after release is
+// closed.
+func TestAttemptContext(t *testing.T) {
+	parent, cancel := context.WithTimeout(t.Context(), time.Hour)
+	defer cancel()
+	c := newAttemptContext(parent, 50*time.Millisecond)
+	if d, _ := c.Deadline(); time.Until(d) > 50*time.Millisecond {
+		t.Errorf("deadline in %v, want at most 50ms", time.Until(d))
+	}
+	if c.Err() != nil {
+		t.Errorf("Err before the deadline: %v", c.Err())
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed at the attempt's deadline")
+	}
+	if !errors.Is(c.Err(), context.DeadlineExceeded) {
+		t.Errorf("Err after the deadline: %v", c.Err())
+	}
+	c.release()
+
+	short, cancel2 := context.WithTimeout(t.Context(), 10*time.Millisecond)
+	defer cancel2()
+	c = newAttemptContext(short, time.Hour)
+	if d, _ := c.Deadline(); time.Until(d) > 10*time.Millisecond {
+		t.Errorf("deadline in %v, want the query's (10ms)", time.Until(d))
+	}
+	c.release()
+	select {
+	case <-c.Done():
+	default:
+		t.Error("Done after release is not closed")
+	}
+	if !errors.Is(c.Err(), context.Canceled) {
+		t.Errorf("Err after release: %v, want canceled", c.Err())
+	}
+
+	// A context derived from an attempt (as a dial's is) ends with it,
+	// with the attempt's error: Err is never nil once Done is closed
+	// (context's propagation panics on that).
+	for _, doneFirst := range []bool{false, true} {
+		c = newAttemptContext(t.Context(), time.Hour)
+		if doneFirst {
+			_ = c.Done()
+		}
+		child, cancel := context.WithTimeout(c, time.Hour)
+		c.release()
+		select {
+		case <-child.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("derived context not done after release")
+		}
+		if !errors.Is(child.Err(), context.Canceled) || !errors.Is(c.Err(), context.Canceled) {
+			t.Errorf("after release: derived %v, attempt %v; want canceled", child.Err(), c.Err())
+		}
+		cancel()
 	}
 }

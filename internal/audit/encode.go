@@ -63,9 +63,26 @@ func AppendEvent(b []byte, ev *api.AuditEvent) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// Appender is a field value that appends its own JSON encoding, byte for
+// byte what encoding/json gives for it, so that AppendEvent encodes it
+// without reflection.
+type Appender interface {
+	AppendJSON(b []byte) []byte
+}
+
+// AppendString appends s as a JSON string, as encoding/json encodes it:
+// for Appender implementations.
+func AppendString(b []byte, s string) []byte { return appendJSONString(b, s) }
+
+// AppendAddr appends a's text form (empty for the zero Addr) as a JSON
+// string, as encoding/json encodes it: for Appender implementations.
+func AppendAddr(b []byte, a netip.Addr) []byte { return appendJSONAddr(b, a) }
+
 // appendJSONValue appends v as encoding/json encodes it.
 func appendJSONValue(b []byte, v any) ([]byte, error) {
 	switch v := v.(type) {
+	case Appender:
+		return v.AppendJSON(b), nil
 	case nil:
 		return append(b, "null"...), nil
 	case string:

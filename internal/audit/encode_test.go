@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"net/netip"
@@ -154,5 +155,21 @@ func TestEncodingRandom(t *testing.T) {
 		if werr == nil && !bytes.Equal(got, want) {
 			t.Fatalf("AppendEvent:\n got %s\nwant %s", got, want)
 		}
+	}
+}
+
+// appenderOnly encodes itself; json.Marshal of it fails, so a test passes
+// only if AppendEvent used AppendJSON.
+type appenderOnly struct{}
+
+func (appenderOnly) AppendJSON(b []byte) []byte { return append(b, `{"self":true}`...) }
+
+func (appenderOnly) MarshalJSON() ([]byte, error) { return nil, errors.New("reflection path taken") }
+
+func TestEncodingAppender(t *testing.T) {
+	ev := api.AuditEvent{Session: "s", Fields: map[string]any{"v": appenderOnly{}}}
+	b, err := AppendEvent(nil, &ev)
+	if err != nil || !strings.Contains(string(b), `"fields":{"v":{"self":true}}`) {
+		t.Errorf("AppendEvent: %s, %v", b, err)
 	}
 }

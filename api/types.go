@@ -176,10 +176,13 @@ type Pool struct {
 	Label string `json:"label"`
 	Image string `json:"image"`
 	Size  int    `json:"size"`
-	// Ready sandboxes wait for a session; Preparing is being made.
-	Ready     int      `json:"ready"`
-	ReadyIDs  []string `json:"ready_ids,omitempty"`
-	Preparing bool     `json:"preparing"`
+	// Ready sandboxes wait for a session; Preparing is set while some
+	// are being made, PreparingCount of them at once (up to airlockd's
+	// --pool-refill).
+	Ready          int      `json:"ready"`
+	ReadyIDs       []string `json:"ready_ids,omitempty"`
+	Preparing      bool     `json:"preparing"`
+	PreparingCount int      `json:"preparing_count,omitempty"`
 	// Hits are sessions that took a ready sandbox; Misses found none and
 	// started cold; Discarded were prepared but dropped (died, or their
 	// workspace changed on the host before a session took them).

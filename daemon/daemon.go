@@ -10,6 +10,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,11 +82,18 @@ type Config struct {
 	// container: a session starts and ends without starting or stopping
 	// a shim process, but a crash of that shim ends every running session.
 	ShimPerSession bool
+	// PoolRefill is how many sandboxes one warm pool prepares at once;
+	// 0 is DefaultPoolRefill.
+	PoolRefill int
 	// Runtime is the OCI runtime the shim runs for every session: "runc"
 	// (the default) or "crun", each an executable of that name in BinDir.
 	// A session keeps the runtime it was created with across restarts.
 	Runtime string
 }
+
+// DefaultPoolRefill is how many sandboxes a warm pool prepares at once
+// unless the daemon is told otherwise (airlockd --pool-refill).
+const DefaultPoolRefill = 2
 
 // Daemon manages sessions.
 type Daemon struct {
@@ -279,7 +287,8 @@ func (d *Daemon) open(ctx context.Context, rt sandboxRuntime, perimeter *egress.
 	d.pools = &warmPools{
 		prepare: func(ctx context.Context, p policies.Policy) (*session, error) { return d.prepare(ctx, p, true) },
 		discard: d.discard, reserve: d.reserve, release: d.release, ctx: d.stopCtx,
-		pools: map[string]*pool{}, held: map[*session]*pool{}, dropped: map[*session]bool{},
+		refill: cmp.Or(d.cfg.PoolRefill, DefaultPoolRefill),
+		pools:  map[string]*pool{}, held: map[*session]*pool{}, dropped: map[*session]bool{},
 	}
 	defer func() {
 		if retErr != nil {

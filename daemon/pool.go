@@ -37,8 +37,10 @@ type warmPools struct {
 	// to be prepared; release gives it back.
 	reserve func() error
 	release func()
-	ctx     context.Context // done when the daemon stops
-	wg      sync.WaitGroup
+	// refill is how many sandboxes one pool prepares at once (at least 1).
+	refill int
+	ctx    context.Context // done when the daemon stops
+	wg     sync.WaitGroup
 
 	waiting atomic.Int64 // sandboxes ready in any pool
 
@@ -58,8 +60,11 @@ type pool struct {
 	policy policies.Policy // template: command and timeout unset
 	size   int
 	ready  []*session
-	// preparing is set while a filler goroutine runs.
-	preparing bool
+	// fillers counts the filler goroutines running, at most the pools'
+	// refill; each prepares one sandbox at a time.
+	fillers int
+	// inflight counts the sandboxes being prepared.
+	inflight  int
 	hits      uint64
 	misses    uint64
 	discarded uint64
@@ -145,29 +150,30 @@ func (w *warmPools) stale(key string) {
 	}
 }
 
-// fillLocked starts the pool's filler unless it runs or the pool is full.
+// fillLocked starts fillers, up to the pools' refill and no more than the
+// pool lacks sandboxes, unless the pools are closed.
 func (w *warmPools) fillLocked(pl *pool) {
-	if pl.preparing || w.closed || len(pl.ready) >= pl.size {
-		return
+	for !w.closed && pl.fillers < max(w.refill, 1) && len(pl.ready)+pl.fillers < pl.size {
+		pl.fillers++
+		w.wg.Add(1)
+		go w.fill(pl)
 	}
-	pl.preparing = true
-	w.wg.Add(1)
-	go w.fill(pl)
 }
 
-// fill prepares sandboxes one at a time until the pool is full. A pool
-// fills only while the session limit leaves room; it resumes when a
-// session takes one of its sandboxes. Failures back off, up to 30 s, and
-// are reported by list.
+// fill prepares sandboxes one at a time until the pool is full or
+// prepared for: the sandboxes ready and those the pool's fillers are
+// preparing make its size. A pool fills only while the session limit
+// leaves room; it resumes when a session takes one of its sandboxes.
+// Failures back off, up to 30 s, and are reported by list.
 func (w *warmPools) fill(pl *pool) {
 	defer w.wg.Done()
 	ctx := log.With(w.ctx, "pool", pl.key, "label", pl.policy.Label)
 	for {
-		// Deciding to stop and clearing preparing happen under one lock,
+		// Deciding to stop and leaving the fillers happen under one lock,
 		// so that a take, a drop or a resize in between starts a filler.
 		w.mu.Lock()
-		if w.closed || len(pl.ready) >= pl.size || w.pools[pl.key] != pl {
-			pl.preparing = false
+		if w.closed || len(pl.ready)+pl.inflight >= pl.size || w.pools[pl.key] != pl {
+			pl.fillers--
 			w.mu.Unlock()
 			return
 		}
@@ -175,17 +181,19 @@ func (w *warmPools) fill(pl *pool) {
 		// order allows it): a take racing with a full limit sees either
 		// this filler running or it stopped.
 		if err := w.reserve(); err != nil {
-			pl.preparing = false
+			pl.fillers--
 			pl.lastErr = err.Error()
 			w.mu.Unlock()
 			log.G(ctx).Warn("pool not filled", "reason", err)
 			return
 		}
+		pl.inflight++
 		w.mu.Unlock()
 		s, err := w.prepare(ctx, pl.policy)
 		if err != nil {
 			w.release()
 			w.mu.Lock()
+			pl.inflight--
 			pl.failures++
 			pl.lastErr = err.Error()
 			wait := min(time.Duration(pl.failures)*time.Second, 30*time.Second)
@@ -198,6 +206,7 @@ func (w *warmPools) fill(pl *pool) {
 			continue
 		}
 		w.mu.Lock()
+		pl.inflight--
 		pl.failures = 0
 		pl.lastErr = ""
 		if w.closed || w.pools[pl.key] != pl {
@@ -307,7 +316,7 @@ func (w *warmPools) list() []api.Pool {
 	for _, pl := range w.pools {
 		out = append(out, api.Pool{
 			Key: pl.key, Label: pl.policy.Label, Image: pl.policy.Image, Size: pl.size,
-			Ready: len(pl.ready), ReadyIDs: ids(pl.ready), Preparing: pl.preparing,
+			Ready: len(pl.ready), ReadyIDs: ids(pl.ready), Preparing: pl.inflight > 0, PreparingCount: pl.inflight,
 			Hits: pl.hits, Misses: pl.misses, Discarded: pl.discarded, LastError: pl.lastErr,
 		})
 	}

@@ -46,11 +46,11 @@ func TestPoolRefillNotLost(t *testing.T) {
 		w.wg.Wait() // every filler has returned
 		w.mu.Lock()
 		pl := w.pools[key]
-		ready, preparing := len(pl.ready), pl.preparing
+		ready, preparing := len(pl.ready), pl.fillers
 		w.mu.Unlock()
 		cancel()
 		if ready != pl.size {
-			t.Fatalf("iteration %d: pool of size %d has %d ready and no filler (preparing=%v): a take's refill was lost", iter, pl.size, ready, preparing)
+			t.Fatalf("iteration %d: pool of size %d has %d ready and no filler (fillers=%d): a take's refill was lost", iter, pl.size, ready, preparing)
 		}
 	}
 }
@@ -118,5 +118,63 @@ func TestPoolForgetsDroppedSandboxes(t *testing.T) {
 	defer w.mu.Unlock()
 	if len(w.dropped) != 0 {
 		t.Fatalf("%d torn-down sandboxes still held in w.dropped after their exits were handled", len(w.dropped))
+	}
+}
+
+// A pool prepares up to its refill's sandboxes at once, never more, and
+// never more than it lacks.
+func TestPoolRefillsInParallel(t *testing.T) {
+	for _, tc := range []struct{ size, refill, want int }{
+		{4, 1, 1}, {4, 2, 2}, {4, 3, 3}, {2, 8, 2},
+	} {
+		t.Run(fmt.Sprintf("size=%d,refill=%d", tc.size, tc.refill), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var n, inflight, peak atomic.Int64
+			gate := make(chan struct{})
+			w := &warmPools{
+				prepare: func(ctx context.Context, p policies.Policy) (*session, error) {
+					now := inflight.Add(1)
+					for {
+						old := peak.Load()
+						if now <= old || peak.CompareAndSwap(old, now) {
+							break
+						}
+					}
+					<-gate
+					inflight.Add(-1)
+					return &session{rec: record{ID: fmt.Sprint(n.Add(1))}}, nil
+				},
+				discard: func(context.Context, *session) {},
+				reserve: func() error { return nil },
+				release: func() {},
+				refill:  tc.refill,
+				ctx:     ctx,
+				pools:   map[string]*pool{}, held: map[*session]*pool{}, dropped: map[*session]bool{},
+			}
+			p := policies.Policy{Label: "x", Pool: &policies.Pool{Size: tc.size}}
+			w.ensure(&p)
+			// Wait until the fillers are all blocked in prepare.
+			for inflight.Load() < int64(tc.want) {
+				runtime.Gosched()
+			}
+			for range 100 {
+				runtime.Gosched()
+			}
+			if got := w.list()[0].PreparingCount; got != tc.want {
+				t.Errorf("preparing %d at once, want %d", got, tc.want)
+			}
+			close(gate)
+			for w.Waiting() < tc.size {
+				runtime.Gosched()
+			}
+			w.wg.Wait()
+			if got := peak.Load(); got != int64(tc.want) {
+				t.Errorf("at most %d prepared at once, want %d", got, tc.want)
+			}
+			if got := n.Load(); got != int64(tc.size) {
+				t.Errorf("%d prepared for a pool of %d", got, tc.size)
+			}
+		})
 	}
 }

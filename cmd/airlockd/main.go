@@ -113,6 +113,7 @@ func run() int {
 		logFormat      = fs.String("log-format", "text", "text or json")
 		stopContainerd = fs.Bool("stop-containerd", false, "stop the embedded containerd when airlockd exits")
 		ociRuntime     = ociRuntimeFlag(runtime.DefaultOCIRuntime)
+		poolRefill     = fs.Int("pool-refill", daemon.DefaultPoolRefill, "sandboxes one warm pool prepares at once, `N` from 1 to 16, when sessions take them or it starts")
 		shimPerSession = fs.Bool("shim-per-session", false, "give every session a runc shim of its own; by default sessions share one, kept alive by a small anchor container, which makes each start and stop cheaper but lets a crash of that shim end every running session")
 		debugSocket    = fs.String("debug-socket", "", "serve Go's runtime profiles (/debug/pprof/) and POST /debug/free-os-memory on this unix socket `PATH` (mode 0600), for diagnosing the daemon's CPU and memory; off by default. The heap profile is empty unless airlockd runs with GODEBUG=memprofilerate=N (Go's default is 524288): it keeps heap profiling off otherwise")
 		credListen     = fs.String("credentials-listen", "", "also serve the credential verification endpoints (JWKS, introspection, reports) on this TCP address; never use an address sessions can reach")
@@ -192,6 +193,10 @@ func run() int {
 	absBin, err := filepath.Abs(*binDir)
 	if err != nil {
 		logger.Error("bad --bin-dir", "error", err)
+		return 2
+	}
+	if *poolRefill < 1 || *poolRefill > 16 {
+		logger.Error("bad --pool-refill: want 1 to 16 sandboxes prepared at once", "pool_refill", *poolRefill)
 		return 2
 	}
 	if *dnsRate <= 0 {
@@ -321,6 +326,7 @@ func run() int {
 
 		ShimPerSession: *shimPerSession,
 		Runtime:        string(ociRuntime),
+		PoolRefill:     *poolRefill,
 	})
 	if err != nil {
 		logger.Error("start failed", "error", err)

@@ -281,8 +281,11 @@ type flowConn struct {
 	beforeWait atomic.Pointer[func()]
 }
 
-// readAheadSize is the size of an upstream connection's read-ahead.
-const readAheadSize = 64 << 10
+// readAheadSize is the size of an upstream connection's read-ahead. A
+// download's writes to the client are sent before each read that goes
+// to the socket (beforeWait): the larger the read, the fewer and larger
+// both are. The buffer is held only while it holds bytes.
+const readAheadSize = 256 << 10
 
 var readAheadBuffers = sync.Pool{New: func() any { b := make([]byte, readAheadSize); return &b }}
 
@@ -1441,8 +1444,9 @@ type closeNotifyConn struct {
 	werr error // a failed write of held bytes, returned by every later Write
 }
 
-// writeBehindSize bounds the bytes a client connection holds behind.
-const writeBehindSize = 128 << 10
+// writeBehindSize bounds the bytes a client connection holds behind: a
+// read-ahead's worth of records.
+const writeBehindSize = readAheadSize + 16<<10
 
 var writeBehindBuffers = sync.Pool{New: func() any { b := make([]byte, 0, writeBehindSize); return &b }}
 

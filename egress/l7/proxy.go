@@ -405,7 +405,9 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.tg.tls {
 		ev.Proto = ProtoTLS
 	}
-	cw := &countingWriter{ResponseWriter: w}
+	// Over HTTP/2 each write is flushed: what the gateway read is passed
+	// on before it waits on the server for more.
+	cw := &countingWriter{ResponseWriter: w, flushWrites: r.ProtoMajor == 2}
 	body := &countingBody{r: r.Body}
 	r.Body = body
 	emit := func() {
@@ -1377,6 +1379,8 @@ type countingWriter struct {
 	// through, holding writes behind: each write is flushed down to it,
 	// a flush sends what it holds.
 	held *closeNotifyConn
+	// flushWrites has each write flushed (HTTP/2).
+	flushWrites bool
 }
 
 func (w *countingWriter) WriteHeader(code int) {
@@ -1399,9 +1403,9 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 	}
 	n, err := w.ResponseWriter.Write(p)
 	w.n += int64(n)
-	if err == nil && w.held != nil {
-		// Down to the client connection, where it is held until the
-		// gateway would wait on the server, not in the server's
+	if err == nil && (w.held != nil || w.flushWrites) {
+		// Down to the client connection (where it is held until the
+		// gateway would wait on the server), not in the server's
 		// buffers until the next write.
 		err = http.NewResponseController(w.ResponseWriter).Flush()
 	}

@@ -13,16 +13,16 @@ import (
 // TestBodyNotHeldWhileServerWaits: a response body with a length is
 // written to an HTTP/1.x client behind, several TLS records a write, but
 // what the gateway has read reaches the client before the gateway waits
-// on the server for more (before, the tail of each read stayed in the
-// HTTP server's buffers until the next). The server sends half of its
-// body and waits until the client has it.
+// on the server for more; over HTTP/2 too (before, the tail of each read
+// stayed in the HTTP server's buffers until the next). The server sends
+// half of its body and waits until the client has it.
 func TestBodyNotHeldWhileServerWaits(t *testing.T) {
 	const half = 100_000 // several TLS records, less than writeBehindSize
 	for _, c := range []struct {
 		name string
 		tls  bool
 		h2   bool
-	}{{"terminated-h1", true, false}, {"plain-http", false, false}} {
+	}{{"terminated-h1", true, false}, {"terminated-h2", true, true}, {"plain-http", false, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			got := make(chan struct{})
 			p := startProxy(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

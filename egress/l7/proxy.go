@@ -14,6 +14,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
 	"os"
@@ -138,7 +139,7 @@ func (s *Server) serveHTTP(ctx context.Context, cn *conn, sess *Session, nc net.
 	if tlsCfg != nil {
 		c = tls.Server(raw, tlsCfg)
 	}
-	h := &httpHandler{s: s, sess: sess, tg: tg, client: client, count: &inflight{}, conn: cn}
+	h := &httpHandler{s: s, sess: sess, tg: tg, client: client, count: &inflight{}, conn: cn, raw: raw}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: headerTimeout,
@@ -272,10 +273,19 @@ type flowConn struct {
 	ahead []byte
 	r, w  int
 	err   error
+
+	// beforeWait, when set, is called before a read that goes to the
+	// socket, which may wait: a response body's client writes held
+	// behind (closeNotifyConn.hold) are sent then, so that nothing the
+	// gateway has read waits on the server.
+	beforeWait atomic.Pointer[func()]
 }
 
-// readAheadSize is the size of an upstream connection's read-ahead.
-const readAheadSize = 64 << 10
+// readAheadSize is the size of an upstream connection's read-ahead. A
+// download's writes to the client are sent before each read that goes
+// to the socket (beforeWait): the larger the read, the fewer and larger
+// both are. The buffer is held only while it holds bytes.
+const readAheadSize = 256 << 10
 
 var readAheadBuffers = sync.Pool{New: func() any { b := make([]byte, readAheadSize); return &b }}
 
@@ -288,6 +298,9 @@ func (c *flowConn) Read(p []byte) (int, error) {
 			err := c.err
 			c.err = nil
 			return 0, err
+		}
+		if f := c.beforeWait.Load(); f != nil {
+			(*f)()
 		}
 		if len(p) >= readAheadSize {
 			return c.Conn.Read(p)
@@ -328,6 +341,10 @@ type httpHandler struct {
 	tg     target
 	client netip.AddrPort
 	count  *inflight
+	// raw is the client connection under TLS (nil in tests that serve a
+	// handler alone): a response body is written through it behind, see
+	// closeNotifyConn.hold.
+	raw *closeNotifyConn
 }
 
 // inflight counts a connection's requests in flight, so that the
@@ -388,7 +405,9 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.tg.tls {
 		ev.Proto = ProtoTLS
 	}
-	cw := &countingWriter{ResponseWriter: w}
+	// Over HTTP/2 each write is flushed: what the gateway read is passed
+	// on before it waits on the server for more.
+	cw := &countingWriter{ResponseWriter: w, flushWrites: r.ProtoMajor == 2}
 	body := &countingBody{r: r.Body}
 	r.Body = body
 	emit := func() {
@@ -420,7 +439,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(refusal{status: http.StatusForbidden, action: ActionRefused, reason: "airlock: the session's network is being removed"})
 		return
 	}
-	h = &httpHandler{s: h.s, sess: cur, tg: h.tg, client: h.client, count: h.count, conn: h.conn}
+	h = &httpHandler{s: h.s, sess: cur, tg: h.tg, client: h.client, count: h.count, conn: h.conn, raw: h.raw}
 	name, f := h.checkHost(r)
 	if f != nil {
 		refuse(*f)
@@ -503,6 +522,23 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	upHost := net.JoinHostPort(authority, strconv.Itoa(int(h.tg.dst.Port())))
 	var upstreamErr error
 	var wsIdle *idleRWC
+	// The upstream connection the request went on, when the response's
+	// body may be written behind (see closeNotifyConn): over HTTP/1.x
+	// to the client, whose connection carries one response at a time.
+	var upConn atomic.Pointer[flowConn]
+	writeBehind := h.raw != nil && r.ProtoMajor == 1
+	var heldOn *flowConn // the connection whose reads flush the held writes
+	var flushHeld *func()
+	defer func() {
+		// Whatever was held goes out before the response ends, also
+		// when the reverse proxy aborts it. The upstream connection may
+		// carry another request already (its body was read to the
+		// end): its hook is left alone.
+		if heldOn != nil {
+			heldOn.beforeWait.CompareAndSwap(flushHeld, nil)
+			_ = h.raw.release()
+		}
+	}()
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = scheme
@@ -526,7 +562,19 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				pr.Out.Header.Del("Accept-Encoding")
 				pr.Out.Header.Del("Sec-WebSocket-Extensions")
 			}
-			pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), reqKey{}, h.tg))
+			ctx := context.WithValue(pr.Out.Context(), reqKey{}, h.tg)
+			if writeBehind {
+				ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+					c := info.Conn
+					if tc, ok := c.(*tls.Conn); ok {
+						c = tc.NetConn()
+					}
+					if fc, ok := c.(*flowConn); ok {
+						upConn.Store(fc)
+					}
+				}})
+			}
+			pr.Out = pr.Out.WithContext(ctx)
 		},
 		Transport:     h.s.upstreamTransport(h.sess.ID, h.tg.dst, h.tg.tls && r.ProtoMajor == 2),
 		FlushInterval: 0,
@@ -559,6 +607,14 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					wsIdle = newIdleRWC(up, h.s.cfg.SpliceIdleTimeout)
 					resp.Body = wsIdle
 				}
+			} else if fc := upConn.Load(); fc != nil {
+				// The body's writes to the client are held behind, and
+				// sent before each read that may wait on the server.
+				flush := func() { _ = h.raw.flush() }
+				heldOn, flushHeld = fc, &flush
+				fc.beforeWait.Store(flushHeld)
+				h.raw.hold()
+				cw.held = h.raw
 			}
 			return nil
 		},
@@ -1319,6 +1375,12 @@ type countingWriter struct {
 	status int
 	// scrub, when set, scrubs an informational response's header.
 	scrub func(http.Header)
+	// held, when set, is the client connection the body is written
+	// through, holding writes behind: each write is flushed down to it,
+	// a flush sends what it holds.
+	held *closeNotifyConn
+	// flushWrites has each write flushed (HTTP/2).
+	flushWrites bool
 }
 
 func (w *countingWriter) WriteHeader(code int) {
@@ -1341,21 +1403,120 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 	}
 	n, err := w.ResponseWriter.Write(p)
 	w.n += int64(n)
+	if err == nil && (w.held != nil || w.flushWrites) {
+		// Down to the client connection (where it is held until the
+		// gateway would wait on the server), not in the server's
+		// buffers until the next write.
+		err = http.NewResponseController(w.ResponseWriter).Flush()
+	}
 	return n, err
 }
 
 func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// FlushError flushes the response, and the client connection's writes
+// held behind (server-sent events go on event by event).
+func (w *countingWriter) FlushError() error {
+	if err := http.NewResponseController(w.ResponseWriter).Flush(); err != nil {
+		return err
+	}
+	if w.held != nil {
+		return w.held.flush()
+	}
+	return nil
+}
+
 // closeNotifyConn is a client connection whose first bytes were peeked:
-// it reads them first, and tells when it is closed.
+// it reads them first, and tells when it is closed. While it holds (a
+// response body copied from the server), its writes are held behind, up
+// to writeBehindSize, and sent together when the gateway would wait on
+// the server (flush): TLS writes a record (16 KiB at most) a write, and a
+// system call a record cost the gateway a send through the kernel, and
+// the client a wake-up, for every 16 KiB.
 type closeNotifyConn struct {
 	net.Conn
 	r      io.Reader
 	once   sync.Once
 	closed chan struct{}
+
+	wmu sync.Mutex
+	// +checklocks:wmu
+	holding bool
+	// +checklocks:wmu
+	behind *[]byte // held writes, a buffer lent by writeBehindBuffers
+	// +checklocks:wmu
+	werr error // a failed write of held bytes, returned by every later Write
 }
 
+// writeBehindSize bounds the bytes a client connection holds behind: a
+// read-ahead's worth of records.
+const writeBehindSize = readAheadSize + 16<<10
+
+var writeBehindBuffers = sync.Pool{New: func() any { b := make([]byte, 0, writeBehindSize); return &b }}
+
 func (c *closeNotifyConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *closeNotifyConn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return 0, c.werr
+	}
+	if c.behind != nil && len(*c.behind)+len(p) > writeBehindSize || !c.holding {
+		if err := c.flushLocked(); err != nil {
+			return 0, err
+		}
+	}
+	if !c.holding || len(p) >= writeBehindSize {
+		return c.Conn.Write(p)
+	}
+	if c.behind == nil {
+		c.behind = writeBehindBuffers.Get().(*[]byte)
+	}
+	*c.behind = append(*c.behind, p...)
+	return len(p), nil
+}
+
+// +checklocks:c.wmu
+func (c *closeNotifyConn) flushLocked() error {
+	if c.behind == nil {
+		return c.werr
+	}
+	b := *c.behind
+	var err error
+	if len(b) > 0 {
+		_, err = c.Conn.Write(b)
+	}
+	*c.behind = b[:0]
+	writeBehindBuffers.Put(c.behind)
+	c.behind = nil
+	if err != nil {
+		c.werr = err
+	}
+	return err
+}
+
+// hold has later writes held behind until flush or release.
+func (c *closeNotifyConn) hold() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.holding = true
+}
+
+// flush sends the writes held behind.
+func (c *closeNotifyConn) flush() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.flushLocked()
+}
+
+// release sends the writes held behind, and holds no more.
+func (c *closeNotifyConn) release() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.holding = false
+	return c.flushLocked()
+}
 
 func (c *closeNotifyConn) Close() error {
 	err := c.Conn.Close()

@@ -176,9 +176,9 @@ type Pool struct {
 	Label string `json:"label"`
 	Image string `json:"image"`
 	Size  int    `json:"size"`
-	// Ready sandboxes wait for a session; Preparing is set while some
-	// are being made, PreparingCount of them at once (up to airlockd's
-	// --pool-refill).
+	// Ready sandboxes wait for a session; Preparing is set while the pool
+	// is being filled, PreparingCount sandboxes of it being made at that
+	// moment (up to airlockd's --pool-refill).
 	Ready          int      `json:"ready"`
 	ReadyIDs       []string `json:"ready_ids,omitempty"`
 	Preparing      bool     `json:"preparing"`

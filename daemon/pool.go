@@ -316,7 +316,7 @@ func (w *warmPools) list() []api.Pool {
 	for _, pl := range w.pools {
 		out = append(out, api.Pool{
 			Key: pl.key, Label: pl.policy.Label, Image: pl.policy.Image, Size: pl.size,
-			Ready: len(pl.ready), ReadyIDs: ids(pl.ready), Preparing: pl.inflight > 0, PreparingCount: pl.inflight,
+			Ready: len(pl.ready), ReadyIDs: ids(pl.ready), Preparing: pl.fillers > 0, PreparingCount: pl.inflight,
 			Hits: pl.hits, Misses: pl.misses, Discarded: pl.discarded, LastError: pl.lastErr,
 		})
 	}

@@ -64,15 +64,10 @@ type SrtConfig struct {
 // one unrecorded warm-up each.
 func MeasureColdStart(ctx context.Context, e *Env, runs int, srt SrtConfig) (*ColdStart, error) {
 	start := time.Now()
-	ws := filepath.Join(e.WorkDir, "workspace")
-	if err := makeWorkspace(ws); err != nil {
-		return nil, err
-	}
-	full, err := FullPerimeter(ws).Write(e.WorkDir)
+	hello, full, err := e.startManifests()
 	if err != nil {
 		return nil, err
 	}
-	hello := filepath.Join(e.cfg.Repo, "examples", "hello.hcl")
 	vs := []variant{
 		{"airlock run --rm (examples/hello.hcl: no layers)", func(_ string, c []string) []string {
 			return e.CLIArgs(append([]string{"run", "--rm", "-f", hello, "--"}, c...)...)
@@ -87,7 +82,7 @@ func MeasureColdStart(ctx context.Context, e *Env, runs int, srt SrtConfig) (*Co
 	var srtVariant *Variant
 	if srt.Bin != "" {
 		settings := filepath.Join(e.WorkDir, "srt-settings.json")
-		if err := writeSrtSettings(settings, ws); err != nil {
+		if err := writeSrtSettings(settings, filepath.Join(e.WorkDir, "workspace")); err != nil {
 			return nil, err
 		}
 		vs = append(vs, variant{"srt -c (sandbox-runtime, bubblewrap)", func(_ string, c []string) []string {

@@ -89,6 +89,20 @@ func FullPerimeter(workspace string) Manifest {
 	}
 }
 
+// startManifests are the two manifests the start and teardown sections
+// run: examples/hello.hcl (no layers) and the full perimeter, written to
+// the work directory with its workspace.
+func (e *Env) startManifests() (hello, full string, err error) {
+	ws := filepath.Join(e.WorkDir, "workspace")
+	if err := makeWorkspace(ws); err != nil {
+		return "", "", err
+	}
+	if full, err = FullPerimeter(ws).Write(e.WorkDir); err != nil {
+		return "", "", err
+	}
+	return filepath.Join(e.cfg.Repo, "examples", "hello.hcl"), full, nil
+}
+
 // makeWorkspace fills dir with a small tree (a few source files and a
 // README), the "small temp dir" of the full perimeter.
 func makeWorkspace(dir string) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -99,15 +98,10 @@ func (r *Runtimes) Result(name string) *RuntimeResult {
 // the runtime it started with.
 func MeasureRuntimes(ctx context.Context, e *Env, blocks, runs, burstN int) (res *Runtimes, retErr error) {
 	start := time.Now()
-	ws := filepath.Join(e.WorkDir, "workspace")
-	if err := makeWorkspace(ws); err != nil {
-		return nil, err
-	}
-	full, err := FullPerimeter(ws).Write(e.WorkDir)
+	hello, full, err := e.startManifests()
 	if err != nil {
 		return nil, err
 	}
-	hello := filepath.Join(e.cfg.Repo, "examples", "hello.hcl")
 	burst, err := policies.LoadFile(hello, nil)
 	if err != nil {
 		return nil, err

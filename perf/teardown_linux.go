@@ -82,15 +82,10 @@ type resource struct {
 // netns, its veth in the gateway and its nftables chains and sets.
 func MeasureTeardown(ctx context.Context, e *Env, runs int) (*Teardown, error) {
 	start := time.Now()
-	ws := filepath.Join(e.WorkDir, "workspace")
-	if err := makeWorkspace(ws); err != nil {
-		return nil, err
-	}
-	full, err := FullPerimeter(ws).Write(e.WorkDir)
+	hello, full, err := e.startManifests()
 	if err != nil {
 		return nil, err
 	}
-	hello := filepath.Join(e.cfg.Repo, "examples", "hello.hcl")
 	type tv struct{ name, manifest string }
 	vs := []tv{{"examples/hello.hcl (no layers)", hello}, {"full perimeter", full}}
 	res := &Teardown{Runs: runs, LastGone: map[string]map[string]int{}, Commands: map[string]string{

@@ -37,11 +37,10 @@ import (
 // containerd hands a new task straight to the shim serving the anchor's
 // task (the runc shim speaks the version of its bootstrap protocol that
 // allows it) instead of running `containerd-shim-runc-v2 start` to find or
-// start the group's shim, and deletes it without `containerd-shim-runc-v2
-// delete`. The record exists only while the anchor does (EnsureAnchor
-// makes it, RemoveAnchor removes it first); without it containerd falls
-// back to the start-up process and the group annotation, and joinMu
-// admits one such start-up at a time.
+// start the group's shim. The record exists only while the anchor does
+// (EnsureAnchor makes it, RemoveAnchor and the anchor's exit remove it);
+// without it containerd falls back to the start-up process and the group
+// annotation, and joinMu admits one such start-up at a time.
 //
 // The anchor is what makes the shim outlive a session: a container of the
 // group whose only process sleeps (airlock-init --pause) in its own

@@ -1,0 +1,90 @@
+package daemon_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// The tests in this file check hardening properties that the OCI runtime,
+// not airlock, puts into effect from the spec (or from its own defaults),
+// so that a session on crun (AIRLOCK_RUNTIME=crun) is held as one on runc.
+
+// admitRootWith swaps in, for the test, an admission policy that admits
+// uid and gid 0 and caps.
+func admitRootWith(t *testing.T, caps ...string) {
+	t.Helper()
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte(`admission {
+  host_paths   = ["`+t.TempDir()+`"]
+  users        = ["0-4294967294"]
+  groups       = ["0-4294967294"]
+  capabilities = ["`+strings.Join(caps, `", "`)+`"]
+}
+`))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+}
+
+// TestDevicesCgroupAllowlist runs a root session with CAP_MKNOD that makes
+// device nodes in /dev (a tmpfs without nodev) and opens them: the devices
+// cgroup admits only the usual pseudo devices. runc's default list admits
+// null, zero, full, random, urandom, tty, ptmx, the pty slaves and
+// /dev/net/tun; none of them reaches the host. /dev/console (5:1) is the
+// host's console (device numbers are global): a session must not read or
+// write it. crun 1.8.1's own default list admits c 5:1 rwm (and not
+// 10:200), and airlock's spec leaves the list to the runtime.
+func TestDevicesCgroupAllowlist(t *testing.T) {
+	testutil.RequiresRoot(t)
+	admitRootWith(t, "CAP_MKNOD")
+	script := `
+import os, errno, stat
+for name, kind, major, minor in [
+        ("null", stat.S_IFCHR, 1, 3), ("zero", stat.S_IFCHR, 1, 5),
+        ("mem", stat.S_IFCHR, 1, 1), ("kmem", stat.S_IFCHR, 1, 2), ("port", stat.S_IFCHR, 1, 4),
+        ("kmsg", stat.S_IFCHR, 1, 11), ("console", stat.S_IFCHR, 5, 1),
+        ("tty0", stat.S_IFCHR, 4, 0), ("tty1", stat.S_IFCHR, 4, 1), ("ttyS0", stat.S_IFCHR, 4, 64),
+        ("fuse", stat.S_IFCHR, 10, 229), ("kvm", stat.S_IFCHR, 10, 232),
+        ("vda", stat.S_IFBLK, 253, 0), ("sda", stat.S_IFBLK, 8, 0), ("loop0", stat.S_IFBLK, 7, 0)]:
+    p = "/dev/probe-" + name
+    try:
+        os.mknod(p, 0o600 | kind, os.makedev(major, minor))
+    except OSError as e:
+        print(name, "mknod", errno.errorcode[e.errno]); continue
+    try:
+        os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY))
+        print(name, "open ok")
+    except OSError as e:
+        print(name, "open", errno.errorcode[e.errno])
+`
+	p := policy("python3", "-c", script)
+	p.User = "0:0"
+	p.Capabilities = []string{"CAP_MKNOD"}
+	r := runSession(t, p)
+	if r.exit != 0 {
+		t.Fatalf("exit %d, stderr %q", r.exit, r.stderr)
+	}
+	want := `null open ok
+zero open ok
+mem open EPERM
+kmem open EPERM
+port open EPERM
+kmsg open EPERM
+console open EPERM
+tty0 open EPERM
+tty1 open EPERM
+ttyS0 open EPERM
+fuse open EPERM
+kvm open EPERM
+vda open EPERM
+sda open EPERM
+loop0 open EPERM
+`
+	if r.stdout != want {
+		t.Errorf("on %s, device nodes a root session with CAP_MKNOD made in /dev:\n%s\nwant:\n%s", h.Env.Runtime, r.stdout, want)
+	}
+}

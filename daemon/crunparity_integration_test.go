@@ -88,3 +88,30 @@ loop0 open EPERM
 		t.Errorf("on %s, device nodes a root session with CAP_MKNOD made in /dev:\n%s\nwant:\n%s", h.Env.Runtime, r.stdout, want)
 	}
 }
+
+// TestReadonlyProcPathsMountOptions: the read-only paths of the spec
+// (/proc/sys, /proc/bus, /proc/irq, /proc/fs, ...) are remounted read-only
+// keeping /proc's nosuid, nodev and noexec.
+func TestReadonlyProcPathsMountOptions(t *testing.T) {
+	testutil.RequiresRoot(t)
+	r := runSession(t, policy("sh", "-c", `awk '$5 ~ "^/proc/" && $9 == "proc" {print $5, $6}' /proc/self/mountinfo | sort`))
+	if r.exit != 0 {
+		t.Fatalf("exit %d, stderr %q", r.exit, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) < 4 {
+		t.Fatalf("read-only /proc paths: %q", r.stdout)
+	}
+	for _, l := range lines {
+		path, opts, _ := strings.Cut(l, " ")
+		have := map[string]bool{}
+		for _, o := range strings.Split(opts, ",") {
+			have[o] = true
+		}
+		for _, o := range []string{"ro", "nosuid", "nodev", "noexec"} {
+			if !have[o] {
+				t.Errorf("on %s, %s is mounted %s: no %s", h.Env.Runtime, path, opts, o)
+			}
+		}
+	}
+}

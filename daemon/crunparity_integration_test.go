@@ -115,3 +115,32 @@ func TestReadonlyProcPathsMountOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestMaskedPathsAreEmpty: the masked /proc and /sys paths show nothing
+// and cannot be written.
+func TestMaskedPathsAreEmpty(t *testing.T) {
+	testutil.RequiresRoot(t)
+	script := `
+for p in /proc/keys /proc/timer_list /proc/kallsyms /proc/interrupts /proc/kcore /proc/latency_stats /proc/sched_debug /proc/sysrq-trigger /proc/acpi /proc/scsi /sys/firmware /sys/kernel/debug /sys/devices/virtual/powercap; do
+  if [ ! -e $p ]; then echo "$p absent"; continue; fi
+  if [ -d $p ]; then n=$(ls -A $p | wc -l); else n=$(cat $p 2>/dev/null | wc -c); fi
+  if (: > $p) 2>/dev/null; then w=writable; else w=refused; fi
+  echo "$p $n $w"
+done
+`
+	r := runSession(t, policy("sh", "-c", script))
+	if r.exit != 0 {
+		t.Fatalf("exit %d, stderr %q", r.exit, r.stderr)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 2 && f[1] == "absent" {
+			continue
+		}
+		// A masked file is /dev/null (writes vanish), a directory an empty
+		// read-only tmpfs: only the contents count.
+		if len(f) != 3 || f[1] != "0" {
+			t.Errorf("on %s, masked path: %s", h.Env.Runtime, l)
+		}
+	}
+}

@@ -1,6 +1,8 @@
 package daemon_test
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -142,5 +144,71 @@ done
 		if len(f) != 3 || f[1] != "0" {
 			t.Errorf("on %s, masked path: %s", h.Env.Runtime, l)
 		}
+	}
+}
+
+// TestSessionNamespacesShareNothing: two sessions and the shim anchor
+// they name as their sandbox each have their own cgroup, ipc, mount,
+// network, pid and uts namespaces (none the host's) and their own cgroup,
+// and a session sees only its own processes.
+func TestSessionNamespacesShareNothing(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	a := startSession(ctx, t, policy("sleep", "300"))
+	b := startSession(ctx, t, policy("sleep", "300"))
+	c := h.Daemon.Runtime().Client()
+	pids := map[string]uint32{}
+	for _, id := range []string{a, b, "shim-anchor"} {
+		ctr, err := c.LoadContainer(ctx, id)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		tk, err := ctr.Task(ctx, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		pids[id] = tk.Pid()
+	}
+	seen := map[string]string{}
+	for _, n := range []string{"cgroup", "ipc", "mnt", "net", "pid", "uts"} {
+		l, err := os.Readlink("/proc/self/ns/" + n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[l] = "host"
+	}
+	for id, pid := range pids {
+		for _, n := range []string{"cgroup", "ipc", "mnt", "net", "pid", "uts"} {
+			if id == "shim-anchor" && n == "cgroup" {
+				// The anchor is no session; only its own namespaces matter.
+				continue
+			}
+			l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if other, ok := seen[l]; ok {
+				t.Errorf("on %s, %s shares its %s namespace %s with %s", h.Env.Runtime, id, n, l, other)
+			}
+			seen[l] = id
+		}
+	}
+	cgroups := map[string]string{}
+	for id, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if other, ok := cgroups[l]; ok {
+				t.Errorf("on %s, %s shares cgroup %s with %s", h.Env.Runtime, id, l, other)
+			}
+			cgroups[l] = id
+		}
+	}
+	// The other sessions run sleep, the anchor airlock-init --pause.
+	r := runSession(t, policy("sh", "-c", `grep -l -e 'slee[p]' -e 'paus[e]' /proc/[0-9]*/cmdline 2>/dev/null; echo done`))
+	if r.stdout != "done\n" {
+		t.Errorf("on %s, a session sees others' processes: %q", h.Env.Runtime, r.stdout)
 	}
 }

@@ -3,6 +3,8 @@ package daemon_test
 import (
 	"fmt"
 	"os"
+	goruntime "runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -210,5 +212,174 @@ func TestSessionNamespacesShareNothing(t *testing.T) {
 	r := runSession(t, policy("sh", "-c", `grep -l -e 'slee[p]' -e 'paus[e]' /proc/[0-9]*/cmdline 2>/dev/null; echo done`))
 	if r.stdout != "done\n" {
 		t.Errorf("on %s, a session sees others' processes: %q", h.Env.Runtime, r.stdout)
+	}
+}
+
+// seccompProbe makes each system call (x86_64 numbers) with harmless
+// arguments and prints how it fared: EPERM is the default profile's
+// refusal, any other outcome the kernel's answer to a call the filter let
+// through.
+const seccompProbe = `import ctypes, os, errno
+libc = ctypes.CDLL(None, use_errno=True)
+sc = libc.syscall
+sc.restype = ctypes.c_long
+def t(name, nr, *args):
+    r = sc(nr, *[ctypes.c_long(a) for a in args])
+    e = ctypes.get_errno()
+    print("sys %s=%s" % (name, "ok" if r >= 0 else errno.errorcode.get(e, e)))
+# x86_64 numbers
+t("unshare_user", 272, 0x10000000)
+t("unshare_ns", 272, 0x00020000)
+t("unshare_net", 272, 0x40000000)
+t("mount", 165, 0, 0, 0, 0, 0)
+t("keyctl", 250, 0, 0, 0, 0, 0)
+t("add_key", 248, 0, 0, 0, 0, 0)
+t("request_key", 249, 0, 0, 0, 0)
+t("bpf", 321, 0, 0, 0)
+t("userfaultfd", 323, 0)
+t("ptrace_traceme_fake", 101, 0xffff, 0, 0, 0)
+t("perf_event_open", 298, 0, 0, -1, -1, 0)
+t("io_uring_setup", 425, 0, 0)
+t("personality_query", 135, 0xffffffff)
+t("personality_addr_no_rand", 135, 0x0040000)
+t("personality_read_implies_exec", 135, 0x0400000)
+t("clone3_bad", 435, 0, 0)
+t("setns", 308, -1, 0)
+t("pivot_root", 155, 0, 0)
+t("chroot", 161, 0)
+t("umount2", 166, 0, 0)
+t("swapon", 167, 0, 0)
+t("reboot", 169, 0, 0, 0, 0)
+t("init_module", 175, 0, 0, 0)
+t("kexec_load", 246, 0, 0, 0, 0)
+t("open_by_handle_at", 304, -1, 0, 0)
+t("name_to_handle_at", 303, -1, 0, 0, 0, 0)
+t("fsopen", 430, 0, 0)
+t("open_tree", 428, -1, 0, 0)
+t("move_mount", 429, -1, 0, -1, 0, 0)
+t("mount_setattr", 442, -1, 0, 0, 0, 0)
+t("lookup_dcookie", 212, 0, 0, 0)
+t("quotactl", 179, 0, 0, 0, 0)
+t("acct", 163, 0)
+t("settimeofday", 164, 0, 0)
+t("clock_settime", 227, 0, 0)
+t("syslog", 103, 3, 0, 0)
+t("vhangup", 153)
+t("iopl", 172, 3)
+t("ioperm", 173, 0, 1, 1)
+t("process_vm_readv", 310, 1, 0, 0, 0, 0, 0)
+t("kcmp", 312, 1, 1, 0, 0, 0)
+t("fanotify_init", 300, 0, 0)
+t("pidfd_getfd", 438, -1, 0, 0)
+t("landlock_create_ruleset", 444, 0, 0, 1)
+t("memfd_secret", 447, 0)
+t("futex_waitv", 449, 0, 0, 0, 0, 0)
+t("set_mempolicy_home_node", 450, 0, 0, 0, 0)
+t("cachestat", 451, -1, 0, 0, 0)
+t("mbind", 237, 0, 0, 0, 0, 0, 0)
+t("move_pages", 279, 0, 0, 0, 0, 0, 0)
+t("socket_alg", 41, 38, 5, 0)
+t("socket_vsock", 41, 40, 1, 0)
+t("socket_packet", 41, 17, 3, 0)
+t("socket_netlink_audit", 41, 16, 3, 9)
+# A compat ABI (x32) system call kills the caller: the filter admits only the native one.
+pid = os.fork()
+if pid == 0:
+    sc(ctypes.c_long(0x40000000 + 39))
+    os._exit(0)
+print("x32_getpid", "killed by", os.waitpid(pid, 0)[1] & 0x7f)
+`
+
+// TestSeccompRefusals runs, as the default unprivileged user, system calls
+// the default profile refuses without capabilities (namespaces, mounts,
+// keyrings, bpf, userfaultfd, perf, io_uring, personality flags, module
+// and kexec loading, clock setting, raw sockets...) and a few it admits:
+// each must fare the same on every runtime.
+func TestSeccompRefusals(t *testing.T) {
+	testutil.RequiresRoot(t)
+	if goruntime.GOARCH != "amd64" {
+		t.Skip("system call numbers are x86_64's")
+	}
+	r := runSession(t, policy("python3", "-u", "-c", seccompProbe))
+	want := `sys unshare_user=EPERM
+sys unshare_ns=EPERM
+sys unshare_net=EPERM
+sys mount=EPERM
+sys keyctl=EPERM
+sys add_key=EPERM
+sys request_key=EPERM
+sys bpf=EPERM
+sys userfaultfd=EPERM
+sys ptrace_traceme_fake=ESRCH
+sys perf_event_open=EPERM
+sys io_uring_setup=EPERM
+sys personality_query=ok
+sys personality_addr_no_rand=EPERM
+sys personality_read_implies_exec=EPERM
+sys clone3_bad=ENOSYS
+sys setns=EPERM
+sys pivot_root=EPERM
+sys chroot=EPERM
+sys umount2=EPERM
+sys swapon=EPERM
+sys reboot=EPERM
+sys init_module=EPERM
+sys kexec_load=EPERM
+sys open_by_handle_at=EPERM
+sys name_to_handle_at=EFAULT
+sys fsopen=EPERM
+sys open_tree=EPERM
+sys move_mount=EPERM
+sys mount_setattr=EPERM
+sys lookup_dcookie=EPERM
+sys quotactl=EPERM
+sys acct=EPERM
+sys settimeofday=EPERM
+sys clock_settime=EPERM
+sys syslog=EPERM
+sys vhangup=EPERM
+sys iopl=EPERM
+sys ioperm=EPERM
+sys process_vm_readv=ok
+sys kcmp=EPERM
+sys fanotify_init=EPERM
+sys pidfd_getfd=EPERM
+sys landlock_create_ruleset=ok
+sys memfd_secret=ok
+sys futex_waitv=EINVAL
+sys set_mempolicy_home_node=EPERM
+sys cachestat=EBADF
+sys mbind=EPERM
+sys move_pages=EPERM
+sys socket_alg=EPERM
+sys socket_vsock=EPERM
+sys socket_packet=EPERM
+sys socket_netlink_audit=ok
+x32_getpid killed by 31
+`
+	if r.exit != 0 || r.stdout != want {
+		t.Errorf("on %s: exit %d, stderr %q, system calls:\n%s\nwant:\n%s", h.Env.Runtime, r.exit, r.stderr, r.stdout, want)
+	}
+}
+
+// TestProcessAttributes: the session's process has the policy's user and
+// no other group, umask 022, containerd's RLIMIT_NOFILE of 1024, and an
+// oom_score_adj no lower than the daemon's (the shim's, one above
+// containerd's): the kernel's OOM killer takes a session before the daemon.
+func TestProcessAttributes(t *testing.T) {
+	testutil.RequiresRoot(t)
+	r := runSession(t, policy("sh", "-c", `id; umask; grep -E '^(Groups|Umask):' /proc/self/status; grep 'Max open files' /proc/self/limits | tr -s ' '; cat /proc/self/oom_score_adj`))
+	want := "uid=65534(nobody) gid=65534(nogroup) groups=65534(nogroup)\n0022\nUmask:\t0022\nGroups:\t \nMax open files 1024 1024 files \n"
+	if r.exit != 0 || !strings.HasPrefix(r.stdout, want) {
+		t.Errorf("on %s: exit %d, stderr %q:\n%q\nwant prefix:\n%q", h.Env.Runtime, r.exit, r.stderr, r.stdout, want)
+	}
+	self, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err1 := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(r.stdout, want)))
+	daemon, err2 := strconv.Atoi(strings.TrimSpace(string(self)))
+	if err1 != nil || err2 != nil || got < daemon {
+		t.Errorf("on %s: oom_score_adj %q, the daemon's %q", h.Env.Runtime, r.stdout, self)
 	}
 }

@@ -1,0 +1,385 @@
+package daemon_test
+
+import (
+	"fmt"
+	"os"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// The tests in this file check hardening properties that the OCI runtime,
+// not airlock, puts into effect from the spec (or from its own defaults),
+// so that a session on crun (AIRLOCK_RUNTIME=crun) is held as one on runc.
+
+// admitRootWith swaps in, for the test, an admission policy that admits
+// uid and gid 0 and caps.
+func admitRootWith(t *testing.T, caps ...string) {
+	t.Helper()
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte(`admission {
+  host_paths   = ["`+t.TempDir()+`"]
+  users        = ["0-4294967294"]
+  groups       = ["0-4294967294"]
+  capabilities = ["`+strings.Join(caps, `", "`)+`"]
+}
+`))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+}
+
+// TestDevicesCgroupAllowlist runs a root session with CAP_MKNOD that makes
+// device nodes in /dev (a tmpfs without nodev) and opens them: the devices
+// cgroup admits only the usual pseudo devices. runc's default list admits
+// null, zero, full, random, urandom, tty, ptmx, the pty slaves and
+// /dev/net/tun; none of them reaches the host. /dev/console (5:1) is the
+// host's console (device numbers are global): a session must not read or
+// write it. crun 1.8.1's own default list admits c 5:1 rwm (and not
+// 10:200), and airlock's spec leaves the list to the runtime.
+func TestDevicesCgroupAllowlist(t *testing.T) {
+	testutil.RequiresRoot(t)
+	admitRootWith(t, "CAP_MKNOD")
+	script := `
+import os, errno, stat
+for name, kind, major, minor in [
+        ("null", stat.S_IFCHR, 1, 3), ("zero", stat.S_IFCHR, 1, 5),
+        ("mem", stat.S_IFCHR, 1, 1), ("kmem", stat.S_IFCHR, 1, 2), ("port", stat.S_IFCHR, 1, 4),
+        ("kmsg", stat.S_IFCHR, 1, 11), ("console", stat.S_IFCHR, 5, 1),
+        ("tty0", stat.S_IFCHR, 4, 0), ("tty1", stat.S_IFCHR, 4, 1), ("ttyS0", stat.S_IFCHR, 4, 64),
+        ("fuse", stat.S_IFCHR, 10, 229), ("kvm", stat.S_IFCHR, 10, 232),
+        ("vda", stat.S_IFBLK, 253, 0), ("sda", stat.S_IFBLK, 8, 0), ("loop0", stat.S_IFBLK, 7, 0)]:
+    p = "/dev/probe-" + name
+    try:
+        os.mknod(p, 0o600 | kind, os.makedev(major, minor))
+    except OSError as e:
+        print(name, "mknod", errno.errorcode[e.errno]); continue
+    try:
+        os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY))
+        print(name, "open ok")
+    except OSError as e:
+        print(name, "open", errno.errorcode[e.errno])
+`
+	p := policy("python3", "-c", script)
+	p.User = "0:0"
+	p.Capabilities = []string{"CAP_MKNOD"}
+	r := runSession(t, p)
+	if r.exit != 0 {
+		t.Fatalf("exit %d, stderr %q", r.exit, r.stderr)
+	}
+	want := `null open ok
+zero open ok
+mem open EPERM
+kmem open EPERM
+port open EPERM
+kmsg open EPERM
+console open EPERM
+tty0 open EPERM
+tty1 open EPERM
+ttyS0 open EPERM
+fuse open EPERM
+kvm open EPERM
+vda open EPERM
+sda open EPERM
+loop0 open EPERM
+`
+	if r.stdout != want {
+		t.Errorf("on %s, device nodes a root session with CAP_MKNOD made in /dev:\n%s\nwant:\n%s", h.Env.Runtime, r.stdout, want)
+	}
+}
+
+// TestReadonlyProcPathsMountOptions: the read-only paths of the spec
+// (/proc/sys, /proc/bus, /proc/irq, /proc/fs, ...) are remounted read-only
+// keeping /proc's nosuid, nodev and noexec.
+func TestReadonlyProcPathsMountOptions(t *testing.T) {
+	testutil.RequiresRoot(t)
+	r := runSession(t, policy("sh", "-c", `awk '$5 ~ "^/proc/" && $9 == "proc" {print $5, $6}' /proc/self/mountinfo | sort`))
+	if r.exit != 0 {
+		t.Fatalf("exit %d, stderr %q", r.exit, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) < 4 {
+		t.Fatalf("read-only /proc paths: %q", r.stdout)
+	}
+	for _, l := range lines {
+		path, opts, _ := strings.Cut(l, " ")
+		have := map[string]bool{}
+		for _, o := range strings.Split(opts, ",") {
+			have[o] = true
+		}
+		for _, o := range []string{"ro", "nosuid", "nodev", "noexec"} {
+			if !have[o] {
+				t.Errorf("on %s, %s is mounted %s: no %s", h.Env.Runtime, path, opts, o)
+			}
+		}
+	}
+}
+
+// TestMaskedPathsAreEmpty: the masked /proc and /sys paths show nothing
+// and cannot be written.
+func TestMaskedPathsAreEmpty(t *testing.T) {
+	testutil.RequiresRoot(t)
+	script := `
+for p in /proc/keys /proc/timer_list /proc/kallsyms /proc/interrupts /proc/kcore /proc/latency_stats /proc/sched_debug /proc/sysrq-trigger /proc/acpi /proc/scsi /sys/firmware /sys/kernel/debug /sys/devices/virtual/powercap; do
+  if [ ! -e $p ]; then echo "$p absent"; continue; fi
+  if [ -d $p ]; then n=$(ls -A $p | wc -l); else n=$(cat $p 2>/dev/null | wc -c); fi
+  if (: > $p) 2>/dev/null; then w=writable; else w=refused; fi
+  echo "$p $n $w"
+done
+`
+	r := runSession(t, policy("sh", "-c", script))
+	if r.exit != 0 {
+		t.Fatalf("exit %d, stderr %q", r.exit, r.stderr)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 2 && f[1] == "absent" {
+			continue
+		}
+		// A masked file is /dev/null (writes vanish), a directory an empty
+		// read-only tmpfs: only the contents count.
+		if len(f) != 3 || f[1] != "0" {
+			t.Errorf("on %s, masked path: %s", h.Env.Runtime, l)
+		}
+	}
+}
+
+// TestSessionNamespacesShareNothing: two sessions and the shim anchor
+// they name as their sandbox each have their own cgroup, ipc, mount,
+// network, pid and uts namespaces (none the host's) and their own cgroup,
+// and a session sees only its own processes.
+func TestSessionNamespacesShareNothing(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	a := startSession(ctx, t, policy("sleep", "300"))
+	b := startSession(ctx, t, policy("sleep", "300"))
+	c := h.Daemon.Runtime().Client()
+	pids := map[string]uint32{}
+	for _, id := range []string{a, b, "shim-anchor"} {
+		ctr, err := c.LoadContainer(ctx, id)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		tk, err := ctr.Task(ctx, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		pids[id] = tk.Pid()
+	}
+	seen := map[string]string{}
+	for _, n := range []string{"cgroup", "ipc", "mnt", "net", "pid", "uts"} {
+		l, err := os.Readlink("/proc/self/ns/" + n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[l] = "host"
+	}
+	for id, pid := range pids {
+		for _, n := range []string{"cgroup", "ipc", "mnt", "net", "pid", "uts"} {
+			if id == "shim-anchor" && n == "cgroup" {
+				// The anchor is no session; only its own namespaces matter.
+				continue
+			}
+			l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if other, ok := seen[l]; ok {
+				t.Errorf("on %s, %s shares its %s namespace %s with %s", h.Env.Runtime, id, n, l, other)
+			}
+			seen[l] = id
+		}
+	}
+	cgroups := map[string]string{}
+	for id, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if other, ok := cgroups[l]; ok {
+				t.Errorf("on %s, %s shares cgroup %s with %s", h.Env.Runtime, id, l, other)
+			}
+			cgroups[l] = id
+		}
+	}
+	// The other sessions run sleep, the anchor airlock-init --pause.
+	r := runSession(t, policy("sh", "-c", `grep -l -e 'slee[p]' -e 'paus[e]' /proc/[0-9]*/cmdline 2>/dev/null; echo done`))
+	if r.stdout != "done\n" {
+		t.Errorf("on %s, a session sees others' processes: %q", h.Env.Runtime, r.stdout)
+	}
+}
+
+// seccompProbe makes each system call (x86_64 numbers) with harmless
+// arguments and prints how it fared: EPERM is the default profile's
+// refusal, any other outcome the kernel's answer to a call the filter let
+// through.
+const seccompProbe = `import ctypes, os, errno
+libc = ctypes.CDLL(None, use_errno=True)
+sc = libc.syscall
+sc.restype = ctypes.c_long
+def t(name, nr, *args):
+    r = sc(nr, *[ctypes.c_long(a) for a in args])
+    e = ctypes.get_errno()
+    print("sys %s=%s" % (name, "ok" if r >= 0 else errno.errorcode.get(e, e)))
+# x86_64 numbers
+t("unshare_user", 272, 0x10000000)
+t("unshare_ns", 272, 0x00020000)
+t("unshare_net", 272, 0x40000000)
+t("mount", 165, 0, 0, 0, 0, 0)
+t("keyctl", 250, 0, 0, 0, 0, 0)
+t("add_key", 248, 0, 0, 0, 0, 0)
+t("request_key", 249, 0, 0, 0, 0)
+t("bpf", 321, 0, 0, 0)
+t("userfaultfd", 323, 0)
+t("ptrace_traceme_fake", 101, 0xffff, 0, 0, 0)
+t("perf_event_open", 298, 0, 0, -1, -1, 0)
+t("io_uring_setup", 425, 0, 0)
+t("personality_query", 135, 0xffffffff)
+t("personality_addr_no_rand", 135, 0x0040000)
+t("personality_read_implies_exec", 135, 0x0400000)
+t("clone3_bad", 435, 0, 0)
+t("setns", 308, -1, 0)
+t("pivot_root", 155, 0, 0)
+t("chroot", 161, 0)
+t("umount2", 166, 0, 0)
+t("swapon", 167, 0, 0)
+t("reboot", 169, 0, 0, 0, 0)
+t("init_module", 175, 0, 0, 0)
+t("kexec_load", 246, 0, 0, 0, 0)
+t("open_by_handle_at", 304, -1, 0, 0)
+t("name_to_handle_at", 303, -1, 0, 0, 0, 0)
+t("fsopen", 430, 0, 0)
+t("open_tree", 428, -1, 0, 0)
+t("move_mount", 429, -1, 0, -1, 0, 0)
+t("mount_setattr", 442, -1, 0, 0, 0, 0)
+t("lookup_dcookie", 212, 0, 0, 0)
+t("quotactl", 179, 0, 0, 0, 0)
+t("acct", 163, 0)
+t("settimeofday", 164, 0, 0)
+t("clock_settime", 227, 0, 0)
+t("syslog", 103, 3, 0, 0)
+t("vhangup", 153)
+t("iopl", 172, 3)
+t("ioperm", 173, 0, 1, 1)
+t("process_vm_readv", 310, 1, 0, 0, 0, 0, 0)
+t("kcmp", 312, 1, 1, 0, 0, 0)
+t("fanotify_init", 300, 0, 0)
+t("pidfd_getfd", 438, -1, 0, 0)
+t("landlock_create_ruleset", 444, 0, 0, 1)
+t("memfd_secret", 447, 0)
+t("futex_waitv", 449, 0, 0, 0, 0, 0)
+t("set_mempolicy_home_node", 450, 0, 0, 0, 0)
+t("cachestat", 451, -1, 0, 0, 0)
+t("mbind", 237, 0, 0, 0, 0, 0, 0)
+t("move_pages", 279, 0, 0, 0, 0, 0, 0)
+t("socket_alg", 41, 38, 5, 0)
+t("socket_vsock", 41, 40, 1, 0)
+t("socket_packet", 41, 17, 3, 0)
+t("socket_netlink_audit", 41, 16, 3, 9)
+# A compat ABI (x32) system call kills the caller: the filter admits only the native one.
+pid = os.fork()
+if pid == 0:
+    sc(ctypes.c_long(0x40000000 + 39))
+    os._exit(0)
+print("x32_getpid", "killed by", os.waitpid(pid, 0)[1] & 0x7f)
+`
+
+// TestSeccompRefusals runs, as the default unprivileged user, system calls
+// the default profile refuses without capabilities (namespaces, mounts,
+// keyrings, bpf, userfaultfd, perf, io_uring, personality flags, module
+// and kexec loading, clock setting, raw sockets...) and a few it admits:
+// each must fare the same on every runtime.
+func TestSeccompRefusals(t *testing.T) {
+	testutil.RequiresRoot(t)
+	if goruntime.GOARCH != "amd64" {
+		t.Skip("system call numbers are x86_64's")
+	}
+	r := runSession(t, policy("python3", "-u", "-c", seccompProbe))
+	want := `sys unshare_user=EPERM
+sys unshare_ns=EPERM
+sys unshare_net=EPERM
+sys mount=EPERM
+sys keyctl=EPERM
+sys add_key=EPERM
+sys request_key=EPERM
+sys bpf=EPERM
+sys userfaultfd=EPERM
+sys ptrace_traceme_fake=ESRCH
+sys perf_event_open=EPERM
+sys io_uring_setup=EPERM
+sys personality_query=ok
+sys personality_addr_no_rand=EPERM
+sys personality_read_implies_exec=EPERM
+sys clone3_bad=ENOSYS
+sys setns=EPERM
+sys pivot_root=EPERM
+sys chroot=EPERM
+sys umount2=EPERM
+sys swapon=EPERM
+sys reboot=EPERM
+sys init_module=EPERM
+sys kexec_load=EPERM
+sys open_by_handle_at=EPERM
+sys name_to_handle_at=EFAULT
+sys fsopen=EPERM
+sys open_tree=EPERM
+sys move_mount=EPERM
+sys mount_setattr=EPERM
+sys lookup_dcookie=EPERM
+sys quotactl=EPERM
+sys acct=EPERM
+sys settimeofday=EPERM
+sys clock_settime=EPERM
+sys syslog=EPERM
+sys vhangup=EPERM
+sys iopl=EPERM
+sys ioperm=EPERM
+sys process_vm_readv=ok
+sys kcmp=EPERM
+sys fanotify_init=EPERM
+sys pidfd_getfd=EPERM
+sys landlock_create_ruleset=ok
+sys memfd_secret=ok
+sys futex_waitv=EINVAL
+sys set_mempolicy_home_node=EPERM
+sys cachestat=EBADF
+sys mbind=EPERM
+sys move_pages=EPERM
+sys socket_alg=EPERM
+sys socket_vsock=EPERM
+sys socket_packet=EPERM
+sys socket_netlink_audit=ok
+x32_getpid killed by 31
+`
+	if r.exit != 0 || r.stdout != want {
+		t.Errorf("on %s: exit %d, stderr %q, system calls:\n%s\nwant:\n%s", h.Env.Runtime, r.exit, r.stderr, r.stdout, want)
+	}
+}
+
+// TestProcessAttributes: the session's process has the policy's user and
+// no other group, umask 022, containerd's RLIMIT_NOFILE of 1024, and an
+// oom_score_adj no lower than the daemon's (the shim's, one above
+// containerd's): the kernel's OOM killer takes a session before the daemon.
+func TestProcessAttributes(t *testing.T) {
+	testutil.RequiresRoot(t)
+	r := runSession(t, policy("sh", "-c", `id; umask; grep -E '^(Groups|Umask):' /proc/self/status; grep 'Max open files' /proc/self/limits | tr -s ' '; cat /proc/self/oom_score_adj`))
+	want := "uid=65534(nobody) gid=65534(nogroup) groups=65534(nogroup)\n0022\nUmask:\t0022\nGroups:\t \nMax open files 1024 1024 files \n"
+	if r.exit != 0 || !strings.HasPrefix(r.stdout, want) {
+		t.Errorf("on %s: exit %d, stderr %q:\n%q\nwant prefix:\n%q", h.Env.Runtime, r.exit, r.stderr, r.stdout, want)
+	}
+	self, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err1 := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(r.stdout, want)))
+	daemon, err2 := strconv.Atoi(strings.TrimSpace(string(self)))
+	if err1 != nil || err2 != nil || got < daemon {
+		t.Errorf("on %s: oom_score_adj %q, the daemon's %q", h.Env.Runtime, r.stdout, self)
+	}
+}

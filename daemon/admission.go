@@ -73,7 +73,27 @@ func (a *admitter) admit(p *policies.Policy) ([]string, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
+	if err := a.runtimeAllows(p); err != nil {
+		return nil, err
+	}
 	return pol.Admit(p, pr)
+}
+
+// runtimeAllows refuses what the daemon's OCI runtime cannot confine.
+// crun's devices cgroup always lets a container open /dev/console (5:1),
+// the host's console, whatever the spec says (it adds its defaults after
+// the spec's rules), where runc's does not: a session that may make
+// device nodes (CAP_MKNOD) could make that one and open it.
+func (a *admitter) runtimeAllows(p *policies.Policy) error {
+	if a.cfg.Runtime != "crun" {
+		return nil
+	}
+	for _, c := range p.Capabilities {
+		if strings.EqualFold(strings.TrimPrefix(strings.ToUpper(c), "CAP_"), "MKNOD") {
+			return fmt.Errorf("%w: capability %s is refused on crun: crun's devices cgroup always allows /dev/console (5:1), the host's console, so a session that can make device nodes could open it; run such sessions on runc (airlockd --runtime runc)", errdefs.ErrPermissionDenied, c)
+		}
+	}
+	return nil
 }
 
 func (a *admitter) current() (*policies.Admission, *policies.Protected) {

@@ -298,7 +298,11 @@ func (r *Runtime) Start(ctx context.Context, id, logDir string, logSize int64, t
 	}
 	// A task joining the anchor's shim through its sandbox record needs
 	// no start-up process, so no turn (see the anchor's doc).
-	serial := r.cfg.ShimGroup != "" && !r.anchorSandbox(ctx)
+	info, err := c.Info(ctx)
+	if err != nil {
+		return 0, nil, fmt.Errorf("session %q: %w", id, err)
+	}
+	serial := r.cfg.ShimGroup != "" && (info.SandboxID != AnchorID || !r.anchorSandbox(ctx))
 	if serial {
 		r.joinMu.Lock()
 	}

@@ -90,7 +90,7 @@ func (a *admitter) runtimeAllows(p *policies.Policy) error {
 	}
 	for _, c := range p.Capabilities {
 		if strings.EqualFold(strings.TrimPrefix(strings.ToUpper(c), "CAP_"), "MKNOD") {
-			return fmt.Errorf("%w: capability %s is refused on crun: crun's devices cgroup always allows /dev/console (5:1), the host's console, so a session that can make device nodes could open it; run such sessions on runc (airlockd --runtime runc)", errdefs.ErrPermissionDenied, c)
+			return fmt.Errorf("%w: capability %s refused on crun: crun's devices cgroup always allows /dev/console (5:1), the host's console, so a session that can make device nodes could open it; run such sessions on runc (airlockd --runtime runc)", errdefs.ErrPermissionDenied, c)
 		}
 	}
 	return nil

@@ -62,13 +62,11 @@ test: deps build images vet ## everything: vet, unit + root integration tests (r
 	@$(MAKE) --no-print-directory test-crun
 	@$(MAKE) --no-print-directory fuzz
 
-# On crun, a session cannot be stopped after containerd was killed and restarted under it
-# (kill: ttrpc: closed; README, OCI runtimes): that one test runs on runc only.
 test-crun: ## the daemon's and the CLI's integration tests again, sessions on crun (airlockd --runtime crun)
 	AIRLOCK_RUNTIME=crun AIRLOCK_BIN_DIR=$(BIN) AIRLOCK_AGENT_IMAGE=$$(cat $(OUT)/agent-image.path) \
 		AIRLOCK_CLAUDE_CODE_IMAGE=$$(cat $(OUT)/claude-code-image.path) \
 		AIRLOCK_CODEX_IMAGE=$$(cat $(OUT)/codex-image.path) \
-		$(GO) test -count=1 -timeout 30m $(GOTEST_FLAGS) -skip '^TestContainerdKilledSessionsSurvive$$' ./daemon/... ./e2e/...
+		$(GO) test -count=1 -timeout 30m $(GOTEST_FLAGS) ./daemon/... ./e2e/...
 
 fuzz: ## run every fuzz target for FUZZTIME executions
 	@bash hack/fuzz.sh $(FUZZTIME)

@@ -393,6 +393,13 @@ func startFaultDaemonAt(t *testing.T, root string, extra ...string) (*procDaemon
 	t.Helper()
 	ctrd := &runtime.Embedded{Dir: filepath.Join(root, "containerd")}
 	t.Cleanup(func() {
+		if t.Failed() {
+			// containerd's side of what went wrong, before it is removed.
+			if b, err := os.ReadFile(filepath.Join(ctrd.Dir, "containerd.log")); err == nil {
+				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+				t.Logf("containerd.log, last lines:\n%s", strings.Join(lines[max(0, len(lines)-80):], "\n"))
+			}
+		}
 		daemontest.RemoveAnchor(context.Background(), ctrd.Address())
 		_ = ctrd.Stop(context.Background(), 10*time.Second)
 		os.RemoveAll(root)

@@ -23,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -70,6 +71,10 @@ type options struct {
 	budget             time.Duration
 	seed               uint64
 	logLevel           string
+	// heapProfiles, when set, is a directory where each settled
+	// sample's heap profile is saved, airlockd running with heap
+	// profiling on (GODEBUG=memprofilerate=524288, Go's default rate).
+	heapProfiles string
 }
 
 func main() {
@@ -82,6 +87,7 @@ func main() {
 	flag.DurationVar(&o.budget, "budget", 30*time.Minute, "start no session after this; the report says how many ran")
 	flag.Uint64Var(&o.seed, "seed", 0, "seed of the kinds, exit codes and fault points (0: from the clock; reported)")
 	flag.StringVar(&o.logLevel, "daemon-log-level", "warn", "airlockd's --log-level")
+	flag.StringVar(&o.heapProfiles, "heap-profiles", "", "run airlockd with heap profiling on and save its heap profile at every settled sample into `DIR` (heap-INCARNATION-SESSIONS.pb.gz; compare two with go tool pprof -base); profiling costs memory of its own, so the slopes of such a run are not the daemon's")
 	flag.Parse()
 	if o.seed == 0 {
 		o.seed = uint64(time.Now().UnixNano())
@@ -93,6 +99,12 @@ func main() {
 			os.Exit(2)
 		}
 		o.image = strings.TrimSpace(string(b))
+	}
+	if o.heapProfiles != "" {
+		if err := os.MkdirAll(o.heapProfiles, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "airlock-soak:", err)
+			os.Exit(2)
+		}
 	}
 	if o.sessions < 1 || o.parallel < 1 {
 		fmt.Fprintln(os.Stderr, "airlock-soak: -sessions and -parallel must be at least 1")
@@ -144,6 +156,9 @@ type daemon struct {
 func (d *daemon) start(ctx context.Context) error {
 	cmd := exec.Command(filepath.Join(d.o.binDir, "airlockd"), d.args...)
 	cmd.Stdout, cmd.Stderr = d.logf, d.logf
+	if d.o.heapProfiles != "" {
+		cmd.Env = append(os.Environ(), "GODEBUG=memprofilerate=524288")
+	}
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -319,7 +334,34 @@ func (d *daemon) settled(pid, inc, done int) (sample, error) {
 	if st.heap < 0 {
 		return sample{}, fmt.Errorf("no HeapAlloc in the heap profile (%v)", sc.Err())
 	}
+	if d.o.heapProfiles != "" {
+		if err := d.saveHeapProfile(inc, done); err != nil {
+			fmt.Printf("heap profile at %d: %v\n", done, err)
+		}
+	}
 	return st, nil
+}
+
+// saveHeapProfile writes airlockd's heap profile (binary, as go tool
+// pprof reads it) to -heap-profiles.
+func (d *daemon) saveHeapProfile(inc, done int) error {
+	resp, err := d.debug.Get("http://airlockd/debug/pprof/heap")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap profile: %s", resp.Status)
+	}
+	f, err := os.Create(filepath.Join(d.o.heapProfiles, fmt.Sprintf("heap-%d-%05d.pb.gz", inc, done)))
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func measure(pid int) (rss int64, fds int, err error) {

@@ -217,6 +217,9 @@ func (r *report) markdown() string {
 	p("`exit` writes a file, fetches from the world host and exits with a chosen code (99 if the fetch fails); `timeout` sleeps past a 2 s timeout; ")
 	p("`oom` allocates 512 MiB under 64 MiB; `stop` fetches, then sleeps until stopped (grace 100 ms); ")
 	p("`commit` fetches (exits 99 if that fails) and writes a file, which is then committed and read back from the host.\n\n")
+	if r.o.heapProfiles != "" {
+		p("**airlockd ran with heap profiling on (`-heap-profiles %s`): its profiling buckets take memory of their own, so the slopes below are not the daemon's alone.**\n\n", r.o.heapProfiles)
+	}
 	if r.budgetHit {
 		p("**The %v budget ended the run after %d of %d sessions.**\n\n", r.o.budget, len(r.outcomes), r.o.sessions)
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -105,7 +104,7 @@ func hashFile(t *tree, rel string) (string, error) {
 		return "", &os.PathError{Op: "hash", Path: t.errPath(rel), Err: errNotRegular}
 	}
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	if _, err := copyPooled(h, f); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil

@@ -413,7 +413,9 @@ func (d *differ) sniffBinary(t *tree, p string) (bool, error) {
 		return false, err
 	}
 	defer f.Close()
-	buf := make([]byte, binarySniff)
+	b := copyBufs.Get().(*[copyBufSize]byte)
+	defer copyBufs.Put(b)
+	buf := b[:binarySniff]
 	n, err := io.ReadFull(f, buf)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return false, err
@@ -454,7 +456,7 @@ func (d *differ) detectRenames() error {
 		}
 		defer f.Close()
 		hh := sha256.New()
-		if _, err := io.Copy(hh, f); err != nil {
+		if _, err := copyPooled(hh, f); err != nil {
 			return [32]byte{}, err
 		}
 		var h [32]byte

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path"
@@ -681,7 +680,7 @@ func (a *applier) stage(upper *tree, o *op) error {
 	}
 	dst := os.NewFile(uintptr(fd), o.Staged)
 	defer dst.Close()
-	if _, err := io.Copy(dst, src); err != nil {
+	if _, err := copyFile(dst, src); err != nil {
 		return err
 	}
 	if err := unix.Fchown(fd, int(o.UID), int(o.GID)); err != nil {

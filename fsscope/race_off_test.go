@@ -1,0 +1,5 @@
+//go:build !race
+
+package fsscope
+
+const raceEnabled = false

@@ -61,9 +61,6 @@ func TestCopyFile(t *testing.T) {
 // TestCopyPooledAllocates nothing per copy of a file into a hash: its
 // buffer comes from the pool (io.Copy would allocate 32 KiB each time).
 func TestCopyPooledAllocates(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector's sync.Pool drops buffers on purpose")
-	}
 	data := bytes.Repeat([]byte("x"), 100<<10)
 	p := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(p, data, 0o600); err != nil {
@@ -93,7 +90,13 @@ func TestCopyPooledAllocates(t *testing.T) {
 		copyOnce()
 	}
 	runtime.ReadMemStats(&after)
-	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > 1<<10 {
-		t.Errorf("%d bytes allocated a copy, want under 1 KiB", per)
+	// Under the race detector sync.Pool drops a quarter of what it is
+	// given back, on purpose: a buffer every fourth copy on average.
+	limit := uint64(1 << 10)
+	if raceEnabled {
+		limit = copyBufSize / 2
+	}
+	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > limit {
+		t.Errorf("%d bytes allocated a copy, want under %d", per, limit)
 	}
 }

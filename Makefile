@@ -51,6 +51,15 @@ deb: deps build images ## build a Debian package of the make install tree (dpkg-
 uninstall: ## remove what make install put in place (not airlockd.hcl unless PURGE=1, nor the state directory)
 	@bash hack/install.sh uninstall $(BIN)
 
+# controller-gen (pinned in go.mod as a tool): the DeepCopy methods of kube/apis and of the
+# policies types its Session embeds, and the CRDs. crd:allowDangerousTypes lets through
+# policies.Resources.CPUs, a float64 (cpus = 1.5), as a JSON number.
+CRD_DIR := deploy/kubernetes/crds
+generate: ## generate the Kubernetes API's DeepCopy methods (kube/apis, policies) and its CRDs in deploy/kubernetes/crds (controller-gen)
+	$(GO) tool controller-gen object paths="{./policies,./kube/apis/...}"
+	rm -f $(CRD_DIR)/*.yaml
+	$(GO) tool controller-gen crd:allowDangerousTypes=true paths=./kube/apis/... output:crd:artifacts:config=$(CRD_DIR)
+
 vet: ## go vet
 	$(GO) vet ./...
 

@@ -89,19 +89,11 @@ type proc struct {
 func BinDir() (string, error) {
 	dir := os.Getenv("AIRLOCK_BIN_DIR")
 	if dir == "" {
-		wd, err := os.Getwd()
+		root, err := ModuleRoot()
 		if err != nil {
-			return "", err
+			return "", fmt.Errorf("%w and no AIRLOCK_BIN_DIR (run `make kube`, or set AIRLOCK_BIN_DIR)", err)
 		}
-		for d := wd; ; d = filepath.Dir(d) {
-			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-				dir = filepath.Join(d, "_output", "bin")
-				break
-			}
-			if filepath.Dir(d) == d {
-				return "", fmt.Errorf("no go.mod above %s and no AIRLOCK_BIN_DIR (run `make kube`, or set AIRLOCK_BIN_DIR)", wd)
-			}
-		}
+		dir = filepath.Join(root, "_output", "bin")
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
@@ -113,6 +105,23 @@ func BinDir() (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// ModuleRoot returns the directory of the go.mod above the working
+// directory: the root of airlock's tree when a test runs.
+func ModuleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no go.mod above %s", wd)
+		}
+	}
 }
 
 // Start starts a control plane for the test and stops it, removing its

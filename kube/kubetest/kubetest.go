@@ -41,6 +41,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -55,6 +56,10 @@ var Binaries = []string{"etcd", "kube-apiserver"}
 
 // AdminUser is the token file's user; it is in system:masters.
 const AdminUser = "kubetest-admin"
+
+// ErrPortTaken is New's error when etcd or the apiserver could not bind a
+// port that was free when it was drawn; Start tries again.
+var ErrPortTaken = errors.New("a port drawn free was taken")
 
 // readyTimeout bounds the wait for etcd's /health and the apiserver's
 // /readyz; the apiserver is typically ready in about 2 s, much later on a
@@ -137,16 +142,25 @@ func Start(tb testing.TB) *ControlPlane {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	// Under /tmp, not t.TempDir(): etcd's and the apiserver's paths stay
-	// short, and the directory is removed by Close, after both stopped.
-	dir, err := os.MkdirTemp("", "kubetest-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cp, err := New(tb.Context(), bin, dir)
-	if err != nil {
+	var cp *ControlPlane
+	// A port drawn free may be taken before etcd or the apiserver binds
+	// it; a few fresh tries make that race harmless.
+	for attempt := 1; ; attempt++ {
+		// Under /tmp, not t.TempDir(): the paths stay short, and Close
+		// removes the directory after both processes stopped.
+		dir, err := os.MkdirTemp("", "kubetest-")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cp, err = New(tb.Context(), bin, dir)
+		if err == nil {
+			break
+		}
 		os.RemoveAll(dir)
-		tb.Fatal(err)
+		if !errors.Is(err, ErrPortTaken) || attempt == 3 {
+			tb.Fatal(err)
+		}
+		tb.Logf("control plane, try %d: %v", attempt, err)
 	}
 	tb.Cleanup(func() {
 		if err := cp.Close(); err != nil {
@@ -166,7 +180,7 @@ func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error
 			cp.stop()
 		}
 	}()
-	ports, err := freePorts(3)
+	ports, err := drawPorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +203,11 @@ func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error
 	if err != nil {
 		return nil, err
 	}
-	if err := waitReady(ctx, etcd, http.DefaultClient, cp.EtcdURL+"/health", func(b []byte) bool {
+	// A timeout on each request: a port taken by something that never
+	// answers must not hold the wait past etcd's exit.
+	etcdClient := &http.Client{Timeout: 2 * time.Second}
+	defer etcdClient.CloseIdleConnections()
+	if err := waitReady(ctx, etcd, etcdClient, cp.EtcdURL+"/health", func(b []byte) bool {
 		return bytes.Contains(b, []byte(`"health":"true"`))
 	}); err != nil {
 		return nil, err
@@ -259,7 +277,7 @@ func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error
 	if err != nil {
 		return nil, err
 	}
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf}, Timeout: 10 * time.Second}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	if err := waitReady(ctx, api, client, cp.APIServerURL+"/readyz", func(b []byte) bool {
 		return bytes.Equal(bytes.TrimSpace(b), []byte("ok"))
@@ -348,6 +366,18 @@ func (p *proc) tail() string {
 	return string(b)
 }
 
+// exitError says that p exited before it was ready, with the end of its
+// log; it wraps ErrPortTaken when p could not bind its port.
+func (p *proc) exitError() error {
+	tail := p.tail()
+	err := fmt.Errorf("%s exited before it was ready (%v); its log ends:\n%s", p.name, p.err, tail)
+	// The process's own words are the only sign there is.
+	if strings.Contains(tail, "address already in use") {
+		err = fmt.Errorf("%w: %w", ErrPortTaken, err)
+	}
+	return err
+}
+
 // waitReady polls url until ok accepts a 200 answer's body, p exits, ctx
 // ends or readyTimeout passes.
 func waitReady(ctx context.Context, p *proc, c *http.Client, url string, ok func([]byte) bool) error {
@@ -371,9 +401,15 @@ func waitReady(ctx context.Context, p *proc, c *http.Client, url string, ok func
 			}
 			last = fmt.Sprintf("%s: %s", resp.Status, bytes.TrimSpace(b))
 		}
+		// An exit wins over a tick that is also ready.
 		select {
 		case <-p.done:
-			return fmt.Errorf("%s exited before it was ready (%v); its log ends:\n%s", p.name, p.err, p.tail())
+			return p.exitError()
+		default:
+		}
+		select {
+		case <-p.done:
+			return p.exitError()
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready at %s: %w (last answer: %s); its log ends:\n%s", p.name, url, ctx.Err(), last, p.tail())
 		case <-tick.C:
@@ -381,13 +417,16 @@ func waitReady(ctx context.Context, p *proc, c *http.Client, url string, ok func
 	}
 }
 
+// drawPorts is freePorts; a test replaces it to take a port on purpose.
+var drawPorts = freePorts
+
 // portsMu serialises freePorts within the test binary, so that two
 // control planes started in parallel do not draw the same ports.
 var portsMu sync.Mutex
 
 // freePorts returns n distinct loopback TCP ports that were free a moment
 // ago. Another process may take one before etcd or the apiserver binds it;
-// the start then fails with "address already in use" in the log.
+// New then fails with ErrPortTaken.
 func freePorts(n int) ([]int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()

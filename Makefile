@@ -11,7 +11,7 @@ FUZZTIME ?= 3000x
 # Agent images (images/NAME, on top of the agent image): `make images`.
 AGENT_IMAGES := claude-code codex
 
-.PHONY: all build deps image images install uninstall deb test test-crun unit vet fuzz integration bench perf soak fmt clean help
+.PHONY: all build deps kube generate image images install uninstall deb test test-crun unit vet fuzz integration bench perf soak fmt clean help
 
 all: build
 
@@ -26,6 +26,9 @@ build: ## build airlock, airlockd, airlock-bench, and the static airlock-init, a
 
 deps: ## install Debian packages; build containerd and runc at pinned versions
 	@bash hack/install-deps.sh $(BIN)
+
+kube: ## build etcd and kube-apiserver at pinned versions (the Kubernetes tests' control plane; cached by version, the first build takes 6 to 10 min)
+	@bash hack/build-kube.sh $(BIN)
 
 image: deps build ## build the airlock/agent image archive (cached by recipe hash)
 	@bash hack/build-image.sh $(OUT) > $(OUT)/agent-image.path
@@ -48,13 +51,22 @@ deb: deps build images ## build a Debian package of the make install tree (dpkg-
 uninstall: ## remove what make install put in place (not airlockd.hcl unless PURGE=1, nor the state directory)
 	@bash hack/install.sh uninstall $(BIN)
 
+# controller-gen (pinned in go.mod as a tool): the DeepCopy methods of kube/apis and of the
+# policies types its Session embeds, and the CRDs. crd:allowDangerousTypes lets through
+# policies.Resources.CPUs, a float64 (cpus = 1.5), as a JSON number.
+CRD_DIR := deploy/kubernetes/crds
+generate: ## generate the Kubernetes API's DeepCopy methods (kube/apis, policies) and its CRDs in deploy/kubernetes/crds (controller-gen)
+	$(GO) tool controller-gen object paths="{./policies,./kube/apis/...}"
+	rm -f $(CRD_DIR)/*.yaml
+	$(GO) tool controller-gen crd:allowDangerousTypes=true paths=./kube/apis/... output:crd:artifacts:config=$(CRD_DIR)
+
 vet: ## go vet
 	$(GO) vet ./...
 
 unit: ## fast tests, no root needed
 	$(GO) test -short -count=1 $(GOTEST_FLAGS) ./...
 
-test: deps build images vet ## everything: vet, unit + root integration tests (race), fuzz smoke
+test: deps kube build images vet ## everything: vet, unit + root integration tests (race), fuzz smoke
 	AIRLOCK_BIN_DIR=$(BIN) AIRLOCK_AGENT_IMAGE=$$(cat $(OUT)/agent-image.path) \
 		AIRLOCK_CLAUDE_CODE_IMAGE=$$(cat $(OUT)/claude-code-image.path) \
 		AIRLOCK_CODEX_IMAGE=$$(cat $(OUT)/codex-image.path) \

@@ -17,10 +17,15 @@ import (
 )
 
 // Policy is one decoded `session "label" { ... }` block.
+// +kubebuilder:object:generate=true
 type Policy struct {
 	// Label is the session block's label: a human name, not an id.
+	// +required
+	// +kubebuilder:validation:MinLength=1
 	Label string `json:"label"`
 	// Image is an image reference known to the daemon's image store.
+	// +required
+	// +kubebuilder:validation:MinLength=1
 	Image string `json:"image"`
 	// Command is the argv run as the session's main process.
 	Command []string `json:"command,omitempty"`
@@ -66,6 +71,7 @@ type Policy struct {
 // of the policy prepared (container, mounts, network and credential
 // directories ready, the main process not yet chosen). Each is used by
 // exactly one session and never reused.
+// +kubebuilder:object:generate=true
 type Pool struct {
 	Size int `json:"size"`
 }
@@ -84,6 +90,7 @@ const (
 )
 
 // Resources are per-session limits. Zero values mean "use the default".
+// +kubebuilder:object:generate=true
 type Resources struct {
 	CPUs   float64 `json:"cpus,omitempty"`
 	Memory int64   `json:"memory,omitempty"` // bytes
@@ -111,12 +118,17 @@ const (
 )
 
 // Workspace is a `workspace "HOSTPATH" { ... }` block.
+// +kubebuilder:object:generate=true
 type Workspace struct {
 	// HostPath is absolute (relative paths resolve against the manifest's
 	// directory at decode time).
+	// +required
+	// +kubebuilder:validation:MinLength=1
 	HostPath string `json:"host_path"`
-	Target   string `json:"target"`
-	Mode     string `json:"mode"`
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Target string `json:"target"`
+	Mode   string `json:"mode"`
 	// DenyRead are globs (relative to the workspace root) made unreadable.
 	DenyRead []string `json:"deny_read,omitempty"`
 	// DefaultDenyRead adds the built-in credential-file masks; on unless
@@ -136,8 +148,13 @@ type Workspace struct {
 
 // Mount is a `mount "HOSTPATH" { target, read_only, deny_read,
 // default_deny_read }` block.
+// +kubebuilder:object:generate=true
 type Mount struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
 	HostPath string `json:"host_path"`
+	// +required
+	// +kubebuilder:validation:MinLength=1
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"read_only"`
 	// DenyRead are globs (relative to the mounted directory) made
@@ -167,6 +184,7 @@ const (
 )
 
 // Egress is the `egress { ... }` block.
+// +kubebuilder:object:generate=true
 type Egress struct {
 	// Allow entries: "name", "*.suffix", "name:port", "CIDR", "CIDR:port".
 	Allow []string `json:"allow,omitempty"`
@@ -213,8 +231,11 @@ const (
 )
 
 // HTTPHost is an egress `http "HOST" { default, rule { ... } ... }` block.
+// +kubebuilder:object:generate=true
 type HTTPHost struct {
 	// Host is a lower-case name without a trailing dot, or "*.suffix".
+	// +required
+	// +kubebuilder:validation:MinLength=1
 	Host string `json:"host"`
 	// Rules are checked in order; the first that matches decides.
 	Rules []HTTPRule `json:"rules,omitempty"`
@@ -225,6 +246,7 @@ type HTTPHost struct {
 
 // HTTPRule is a `rule { method, path, refs, json "FIELD" { values }, action }`
 // block.
+// +kubebuilder:object:generate=true
 type HTTPRule struct {
 	// Methods are upper-case HTTP methods; empty matches any.
 	Methods []string `json:"methods,omitempty"`
@@ -274,17 +296,24 @@ type HTTPRule struct {
 	// body_sha256, at most one of them.
 	BodySHA256 []string `json:"body_sha256,omitempty"`
 	// Action is HTTPAllow, HTTPDeny or HTTPAsk.
+	// +required
+	// +kubebuilder:validation:MinLength=1
 	Action string `json:"action"`
 }
 
 // HTTPJSONMatch is a rule's `json "FIELD" { values = [...] }` block.
+// +kubebuilder:object:generate=true
 type HTTPJSONMatch struct {
 	// Field is a top-level key of the body, a plain JSON key: a letter or
 	// '_', then letters, digits, '_' or '-'.
+	// +required
+	// +kubebuilder:validation:MinLength=1
 	Field string `json:"field"`
 	// Values are globs of the field's strings, in the path grammar: "*"
 	// matches within one "/"-separated segment, "**" (a whole segment)
 	// across segments.
+	// +required
+	// +kubebuilder:validation:MinItems=1
 	Values []string `json:"values"`
 }
 
@@ -331,7 +360,10 @@ const (
 )
 
 // Secret is a `secret "NAME" { from, env_var | path, inject { ... } }` block.
+// +kubebuilder:object:generate=true
 type Secret struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
 	// From is where the daemon reads the value: "env:VAR" (the daemon's
 	// environment), "file:/abs/path" (a file on the daemon's host), or
@@ -339,6 +371,8 @@ type Secret struct {
 	// which must say deliver = "gateway": minted and refreshed by its
 	// issuer, never delivered into the sandbox). The admission policy
 	// bounds which env and file sources a manifest may name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
 	From string `json:"from"`
 	// EnvVar and Path say where the sandbox finds the placeholder: an
 	// environment variable, a file (read-only), or both. With neither,
@@ -356,7 +390,10 @@ type Secret struct {
 // Host with a verified upstream certificate, the gateway sets Header to
 // the value (replacing the placeholder where the request carried it), or,
 // with Bearer, Authorization to "Bearer " and the value.
+// +kubebuilder:object:generate=true
 type SecretInject struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
 	Host   string `json:"host"`
 	Header string `json:"header,omitempty"`
 	Bearer bool   `json:"bearer,omitempty"`
@@ -372,6 +409,7 @@ const (
 const DefaultApprovalTimeout = Duration(5 * time.Minute)
 
 // Approval is the `approval { timeout, on_timeout }` block.
+// +kubebuilder:object:generate=true
 type Approval struct {
 	// Timeout bounds how long a held request waits; zero means
 	// DefaultApprovalTimeout.
@@ -411,13 +449,20 @@ const (
 )
 
 // Credential is a `credential "NAME" { ... }` block.
+// +kubebuilder:object:generate=true
 type Credential struct {
-	Name     string   `json:"name"`
-	Issuer   string   `json:"issuer"` // "airlock" or the name of an exec issuer
-	Audience string   `json:"audience"`
-	Scopes   []string `json:"scopes"`
-	TTL      Duration `json:"ttl,omitempty"`
-	Deliver  string   `json:"deliver,omitempty"` // DeliverFile (default), DeliverEnv or DeliverGateway
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Name   string `json:"name"`
+	Issuer string `json:"issuer"` // "airlock" or the name of an exec issuer
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Audience string `json:"audience"`
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	Scopes  []string `json:"scopes"`
+	TTL     Duration `json:"ttl,omitempty"`
+	Deliver string   `json:"deliver,omitempty"` // DeliverFile (default), DeliverEnv or DeliverGateway
 	// Path is the file path inside the sandbox (DeliverFile);
 	// default /run/airlock/credentials/NAME.
 	Path string `json:"path,omitempty"`
@@ -426,6 +471,7 @@ type Credential struct {
 }
 
 // Duration is a time.Duration that travels as a Go duration string ("30m").
+// +kubebuilder:validation:Type=string
 type Duration time.Duration
 
 // Std returns d as a time.Duration.

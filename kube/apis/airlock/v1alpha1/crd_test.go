@@ -1,0 +1,287 @@
+package v1alpha1_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+	"github.com/airlock-sandbox/airlock/kube/kubetest"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// setup starts a control plane, installs the generated CRDs and returns a
+// typed client for airlock.dev/v1alpha1.
+func setup(t *testing.T) client.Client {
+	t.Helper()
+	cp := kubetest.Start(t)
+	dir, err := kubetest.CRDDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range crds {
+		names = append(names, c.Name)
+	}
+	slices.Sort(names)
+	if want := []string{"sessionpools.airlock.dev", "sessions.airlock.dev"}; !slices.Equal(names, want) {
+		t.Fatalf("installed CRDs %v, want %v", names, want)
+	}
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// loadExamples decodes every examples/*.hcl manifest.
+func loadExamples(t *testing.T) map[string]*policies.Policy {
+	t.Helper()
+	root, err := kubetest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "examples", "*.hcl"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples/*.hcl (%v)", err)
+	}
+	out := map[string]*policies.Policy{}
+	for _, f := range files {
+		p, err := policies.LoadFile(f, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out[filepath.Base(f)] = p
+	}
+	return out
+}
+
+// TestSessionCRD applies the generated CRDs to a real apiserver and works a
+// Session through them: every example manifest survives the round trip
+// through the CRD's schema unchanged (nothing pruned), status is written
+// through the status subresource with optimistic concurrency, and the
+// schema refuses what it must with 422.
+func TestSessionCRD(t *testing.T) {
+	c := setup(t)
+	ctx := t.Context()
+	const ns = "default"
+
+	t.Run("examples round-trip", func(t *testing.T) {
+		examples := loadExamples(t)
+		if _, ok := examples["reference.hcl"]; !ok {
+			t.Fatal("examples/reference.hcl, which sets every attribute, is missing")
+		}
+		for name, p := range examples {
+			s := &v1alpha1.Session{
+				ObjectMeta: metav1.ObjectMeta{Name: "example-" + name[:len(name)-len(".hcl")], Namespace: ns},
+				Spec:       v1alpha1.SessionSpec{Policy: *p},
+			}
+			if err := c.Create(ctx, s); err != nil {
+				t.Fatalf("%s: create: %v", name, err)
+			}
+			var got v1alpha1.Session
+			if err := c.Get(ctx, client.ObjectKeyFromObject(s), &got); err != nil {
+				t.Fatalf("%s: get: %v", name, err)
+			}
+			want, _ := json.Marshal(p)
+			have, _ := json.Marshal(got.Spec.Policy)
+			if string(have) != string(want) {
+				t.Errorf("%s: the policy read back differs from the one created:\n got %s\nwant %s", name, have, want)
+			}
+		}
+	})
+
+	t.Run("status subresource", func(t *testing.T) {
+		s := &v1alpha1.Session{
+			ObjectMeta: metav1.ObjectMeta{Name: "status", Namespace: ns},
+			Spec: v1alpha1.SessionSpec{Policy: policies.Policy{
+				Label: "status", Image: "airlock/agent:bookworm", Command: []string{"true"},
+			}},
+		}
+		if err := c.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		// Status sent with the object itself is ignored: only the status
+		// subresource writes it.
+		s.Status.State = v1alpha1.SessionRunning
+		s.Spec.NodeName = "node-a"
+		if err := c.Update(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		if s.Status.State != "" || s.Spec.NodeName != "node-a" {
+			t.Fatalf("after update: state %q, nodeName %q, want the state dropped and the node kept", s.Status.State, s.Spec.NodeName)
+		}
+
+		stale := s.DeepCopy()
+		exit := int32(0)
+		now := metav1.NewTime(time.Now().Truncate(time.Second))
+		s.Status = v1alpha1.SessionStatus{
+			ObservedGeneration: s.Generation,
+			State:              v1alpha1.SessionExited,
+			Node:               "node-a",
+			ID:                 "0123456789abcdef",
+			ExitCode:           &exit,
+			Reason:             "exited",
+			StartedAt:          &now,
+			FinishedAt:         &now,
+			PolicyVersion:      1,
+			Audit: &v1alpha1.AuditSummary{Events: 3, Refused: 1, Counts: []v1alpha1.AuditCount{
+				{Layer: "dns", Action: "allowed", Count: 2}, {Layer: "dns", Action: "refused", Count: 1},
+			}},
+			Diff: &v1alpha1.DiffSummary{Added: 1, Modified: 2, Outcome: "committed"},
+			PendingApprovals: []v1alpha1.PendingApproval{{
+				ID: "00112233aabbccdd", Method: "POST", Host: "api.example.com", Path: "/v1/x",
+				Rule: "POST /v1/** -> ask", Created: now, Deadline: now,
+			}},
+		}
+		if err := c.Status().Update(ctx, s); err != nil {
+			t.Fatalf("status update: %v", err)
+		}
+		var got v1alpha1.Session
+		if err := c.Get(ctx, client.ObjectKeyFromObject(s), &got); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(s.Status)
+		have, _ := json.Marshal(got.Status)
+		if string(have) != string(want) {
+			t.Errorf("status read back:\n got %s\nwant %s", have, want)
+		}
+		if got.Generation != stale.Generation {
+			t.Errorf("a status write moved the generation from %d to %d", stale.Generation, got.Generation)
+		}
+
+		// A writer that read before the status was written is refused.
+		stale.Status.State = v1alpha1.SessionLost
+		err := c.Status().Update(ctx, stale)
+		if !apierrors.IsConflict(err) {
+			t.Fatalf("status update from a stale read: %v, want a conflict (409)", err)
+		}
+	})
+
+	t.Run("invalid refused", func(t *testing.T) {
+		valid := func(name string) *v1alpha1.Session {
+			return &v1alpha1.Session{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec: v1alpha1.SessionSpec{Policy: policies.Policy{
+					Label: "invalid", Image: "airlock/agent:bookworm",
+					Workspaces: []policies.Workspace{{HostPath: "/srv/app", Target: "/workspace"}},
+				}},
+			}
+		}
+		for _, tc := range []struct {
+			name   string
+			mutate func(*v1alpha1.Session)
+			field  string
+		}{
+			// A Go client sends "image": "" (no omitempty), which
+			// MinLength refuses.
+			{"empty image", func(s *v1alpha1.Session) { s.Spec.Policy.Image = "" }, "spec.policy.image"},
+			{"empty label", func(s *v1alpha1.Session) { s.Spec.Policy.Label = "" }, "spec.policy.label"},
+			{"workspace without target", func(s *v1alpha1.Session) { s.Spec.Policy.Workspaces[0].Target = "" }, "spec.policy.workspaces[0].target"},
+			{"credential without scopes", func(s *v1alpha1.Session) {
+				s.Spec.Policy.Credentials = []policies.Credential{{Name: "git", Audience: "git.corp.test"}}
+			}, "spec.policy.credentials[0].scopes"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				s := valid("invalid")
+				tc.mutate(s)
+				assertInvalid(t, c.Create(ctx, s), tc.field)
+			})
+		}
+
+		// A manifest written as YAML leaves the field out altogether.
+		t.Run("image left out", func(t *testing.T) {
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": v1alpha1.GroupVersion.String(),
+				"kind":       "Session",
+				"metadata":   map[string]any{"name": "no-image", "namespace": ns},
+				"spec":       map[string]any{"policy": map[string]any{"label": "no-image"}},
+			}}
+			assertInvalid(t, c.Create(ctx, u), "spec.policy.image")
+		})
+		t.Run("spec left out", func(t *testing.T) {
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": v1alpha1.GroupVersion.String(),
+				"kind":       "Session",
+				"metadata":   map[string]any{"name": "no-spec", "namespace": ns},
+			}}
+			assertInvalid(t, c.Create(ctx, u), "spec")
+		})
+
+		// The schema checks status too.
+		s := valid("valid")
+		if err := c.Create(ctx, s); err != nil {
+			t.Fatalf("the valid session: %v", err)
+		}
+		s.Status.State = "Exploded"
+		assertInvalid(t, c.Status().Update(ctx, s), "status.state")
+	})
+}
+
+// TestSessionPoolCRD creates a SessionPool and checks that its size is
+// bounded as a manifest's pool block is (policies.MaxPoolSize).
+func TestSessionPoolCRD(t *testing.T) {
+	c := setup(t)
+	ctx := t.Context()
+	pool := func(name string, size int32) *v1alpha1.SessionPool {
+		return &v1alpha1.SessionPool{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: v1alpha1.SessionPoolSpec{
+				Policy: policies.Policy{Label: "warm", Image: "airlock/agent:bookworm"},
+				Size:   size,
+			},
+		}
+	}
+	p := pool("warm", 2)
+	if err := c.Create(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Status = v1alpha1.SessionPoolStatus{Ready: 2, Nodes: []v1alpha1.PoolNodeStatus{{Node: "node-a", Ready: 2}}}
+	if err := c.Status().Update(ctx, p); err != nil {
+		t.Fatalf("status update: %v", err)
+	}
+	var got v1alpha1.SessionPool
+	if err := c.Get(ctx, client.ObjectKeyFromObject(p), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Size != 2 || got.Status.Ready != 2 || len(got.Status.Nodes) != 1 {
+		t.Fatalf("read back %+v %+v", got.Spec, got.Status)
+	}
+	assertInvalid(t, c.Create(ctx, pool("too-big", policies.MaxPoolSize+1)), "spec.size")
+}
+
+// assertInvalid checks that err is the apiserver's 422 for field.
+func assertInvalid(t *testing.T, err error, field string) {
+	t.Helper()
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Code != http.StatusUnprocessableEntity {
+		t.Fatalf("got %v, want 422 Invalid", err)
+	}
+	var fields []string
+	if d := status.Status().Details; d != nil {
+		for _, c := range d.Causes {
+			fields = append(fields, c.Field)
+		}
+	}
+	if !slices.Contains(fields, field) {
+		t.Fatalf("422 names fields %q, want %q: %v", fields, field, err)
+	}
+}

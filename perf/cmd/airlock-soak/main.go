@@ -75,6 +75,9 @@ type options struct {
 	// sample's heap profile is saved, airlockd running with heap
 	// profiling on (GODEBUG=memprofilerate=524288, Go's default rate).
 	heapProfiles string
+	// smaps, when set, is a directory where airlockd's /proc/PID/smaps
+	// is saved at every settled sample.
+	smaps string
 }
 
 func main() {
@@ -88,6 +91,7 @@ func main() {
 	flag.Uint64Var(&o.seed, "seed", 0, "seed of the kinds, exit codes and fault points (0: from the clock; reported)")
 	flag.StringVar(&o.logLevel, "daemon-log-level", "warn", "airlockd's --log-level")
 	flag.StringVar(&o.heapProfiles, "heap-profiles", "", "run airlockd with heap profiling on and save its heap profile at every settled sample into `DIR` (heap-INCARNATION-SESSIONS.pb.gz; compare two with go tool pprof -base); profiling costs memory of its own, so the slopes of such a run are not the daemon's")
+	flag.StringVar(&o.smaps, "smaps", "", "save airlockd's /proc/PID/smaps at every settled sample into `DIR` (smaps-INCARNATION-SESSIONS.txt), to see which of its mappings grow")
 	flag.Parse()
 	if o.seed == 0 {
 		o.seed = uint64(time.Now().UnixNano())
@@ -100,8 +104,11 @@ func main() {
 		}
 		o.image = strings.TrimSpace(string(b))
 	}
-	if o.heapProfiles != "" {
-		if err := os.MkdirAll(o.heapProfiles, 0o755); err != nil {
+	for _, dir := range []string{o.heapProfiles, o.smaps} {
+		if dir == "" {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, "airlock-soak:", err)
 			os.Exit(2)
 		}
@@ -287,6 +294,11 @@ func (d *daemon) settled(pid, inc, done int) (sample, error) {
 	rss, fds, err := measure(pid)
 	if err != nil {
 		return sample{}, err
+	}
+	if d.o.smaps != "" {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid)); err == nil {
+			_ = os.WriteFile(filepath.Join(d.o.smaps, fmt.Sprintf("smaps-%d-%05d.txt", inc, done)), b, 0o644)
+		}
 	}
 	st := sample{done: done, incarnation: inc, rss: rss, fds: fds, heap: -1}
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {

@@ -43,12 +43,12 @@ func TestVerdict(t *testing.T) {
 		for i := range 10 {
 			r.samples = append(r.samples, sample{done: i, incarnation: 1, rss: 40 << 20})
 		}
-		for i := 10; i < 100; i++ {
+		for i := 10; i < 400; i++ {
 			r.samples = append(r.samples, sample{done: i, incarnation: 2, rss: 30<<20 + int64(i)*100})
 		}
 		// The settled total may climb with the binary's pages; its own
 		// pages stay within the limit.
-		for i := 10; i < 100; i += 10 {
+		for i := 10; i < 400; i += 10 {
 			r.settled = append(r.settled, sample{done: i, incarnation: 2, rss: 28<<20 + int64(i)*3000, rssAnon: 9<<20 + int64(i)*300, rssFile: 19<<20 + int64(i)*2700, heap: 9<<20 + int64(i)*50})
 		}
 		return r
@@ -56,8 +56,40 @@ func TestVerdict(t *testing.T) {
 	if r := good(); r.failed() {
 		t.Fatalf("a clean run failed: %s", r.summary())
 	}
-	if s, _ := good().longest(); s.incarnation != 2 || math.Abs(s.slope-100) > 1e-6 || math.Abs(s.anonSlope-300) > 1e-6 || math.Abs(s.heapSlope-50) > 1e-6 || s.settledN != 9 {
-		t.Errorf("longest segment: %+v, want airlockd #2 with 9 settled samples, slopes 100 (as it ran), 300 (own pages) and 50 (heap)", s)
+	if s, _ := good().longest(); s.incarnation != 2 || math.Abs(s.slope-100) > 1e-6 || math.Abs(s.anonSlope-300) > 1e-6 || math.Abs(s.heapSlope-50) > 1e-6 || s.settledN != 39 ||
+		math.Abs(s.slopeWarm-100) > 1e-6 || math.Abs(s.anonSlopeWarm-300) > 1e-6 || s.warmN != 290 || s.warmSettledN != 29 {
+		t.Errorf("longest segment: %+v, want airlockd #2 with 39 settled samples (29 after its warm-up, sessions 110 on), slopes 100 (as it ran), 300 (own pages) and 50 (heap)", s)
+	}
+	// A daemon's warm-up (its first warmup sessions) is a one-off cost:
+	// a jump in it passes; the same growth spread over the rest fails.
+	jump := func(r *report, from, to int) {
+		for i := range r.samples {
+			if d := r.samples[i].done; d >= from && d < to {
+				r.samples[i].rss += int64(d-from) * 8 * rssLimit
+			} else if d >= to {
+				r.samples[i].rss += int64(to-from) * 8 * rssLimit
+			}
+		}
+		for i := range r.settled {
+			if d := r.settled[i].done; d >= from && d < to {
+				r.settled[i].rssAnon += int64(d-from) * 8 * rssLimit
+			} else if d >= to {
+				r.settled[i].rssAnon += int64(to-from) * 8 * rssLimit
+			}
+		}
+	}
+	r := good()
+	jump(r, 10, 10+warmup)
+	if r.failed() {
+		t.Errorf("a run whose memory grew in its warm-up only failed: %s", r.summary())
+	}
+	if s, _ := r.longest(); s.slope < rssLimit || s.anonSlope < rssLimit {
+		t.Errorf("the whole process's slopes (%.0f, %.0f) do not show the warm-up", s.slope, s.anonSlope)
+	}
+	r = good()
+	jump(r, 10+warmup, 400)
+	if !r.failed() {
+		t.Errorf("a run whose memory grew after its warm-up passed: %s", r.summary())
 	}
 	for name, spoil := range map[string]func(*report){
 		"mismatch":  func(r *report) { r.outcomes[3].ok = false },
@@ -75,7 +107,7 @@ func TestVerdict(t *testing.T) {
 				r.settled[i].rssAnon += int64(r.settled[i].done) * 2 * rssLimit
 			}
 		},
-		"no settled samples": func(r *report) { r.settled = r.settled[:2] },
+		"no settled samples": func(r *report) { r.settled = r.settled[:12] },
 	} {
 		r := good()
 		spoil(r)

@@ -41,6 +41,8 @@ type Report struct {
 	// AgentStart is the time to an agent's first model request.
 	AgentStart *AgentStart `json:"agent_start,omitempty"`
 	Cleanup    *Cleanup    `json:"cleanup,omitempty"`
+	// Busy is the load the run was measured under (-load), if any.
+	Busy *Busy `json:"busy,omitempty"`
 
 	Errors  map[string]string `json:"errors"`
 	Skipped map[string]string `json:"skipped"`
@@ -63,9 +65,16 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# airlock performance report\n\n")
-	p("Measured by `make perf` (`%s`) on %s in %.0f s. Each section names the command that reruns it alone; ", r.Reproduce, r.Started.Format("2006-01-02 15:04 UTC"), r.Seconds)
+	target := "make perf"
+	if r.Busy != nil {
+		target = "make perf-load"
+	}
+	p("Measured by `%s` (`%s`) on %s in %.0f s. Each section names the command that reruns it alone; ", target, r.Reproduce, r.Started.Format("2006-01-02 15:04 UTC"), r.Seconds)
 	p("times are medians with the p10–p90 spread in parentheses, all variants of a section interleaved in one run. ")
 	p("Raw numbers: [report.json](report.json).\n\n")
+	if r.Busy != nil {
+		p("**Under load:** %d busy loops (`perfload spin`, one core each, at the priority of what is measured) ran through every measurement, %.0f CPU-seconds in all: each ratio below compares airlock and its baseline under the same load. `make perf` measures the same without it.\n\n", r.Busy.Loops, r.Busy.CPUSeconds)
+	}
 
 	m := r.Machine
 	p("## Machine\n\n")

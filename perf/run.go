@@ -58,6 +58,10 @@ type Options struct {
 	Budget time.Duration
 	// Argv is the command line, for the report.
 	Argv []string
+	// Load is how many busy loops (perfload spin, one core each) run
+	// through the whole measurement: every ratio is then taken under
+	// that load (make perf-load).
+	Load int
 }
 
 func (o *Options) want(s string) bool { return o.Only == nil || o.Only[s] }
@@ -85,6 +89,19 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Reproduce: reproduce(o, ""), Errors: map[string]string{}, Skipped: map[string]string{},
 		Versions: versions(o),
 	}
+	if o.Load > 0 {
+		limit := time.Hour
+		if o.Budget > 0 {
+			limit = o.Budget + 5*time.Minute
+		}
+		b, err := StartBusy(o.Env.Perfload, o.Load, limit)
+		if err != nil {
+			return nil, err
+		}
+		r.Busy = b
+		defer b.Stop()
+		logf("under load: %d busy loops (pids %v)", o.Load, b.Pids())
+	}
 	var errs []error
 	fail := func(section string, err error) {
 		logf("%s: %v", section, err)
@@ -101,6 +118,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	finish := func() (*Report, error) {
 		r.Seconds = time.Since(start).Seconds()
 		r.LoadEnd = load1()
+		if r.Busy != nil {
+			if err := r.Busy.Stop(); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		return r, errors.Join(errs...)
 	}
 
@@ -248,6 +270,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // reproduce is the command that reruns one section (all with "").
 func reproduce(o Options, section string) string {
 	args := []string{"hack/perf.sh"}
+	if o.Load > 0 {
+		args = append(args, "-load", fmt.Sprint(o.Load))
+	}
 	if section != "" {
 		args = append(args, "-only", section)
 	}

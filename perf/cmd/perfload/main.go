@@ -11,11 +11,13 @@
 //	perfload download -url URL [-dns ADDR:PORT] [-ca FILE] [-h2] [-want BYTES]
 //	perfload handshakes -url URL [-dns ADDR:PORT] [-ca FILE] [-c CONC] -n N -d DUR
 //	perfload idle -url URL [-dns ADDR:PORT] [-ca FILE] [-h2] -n N [-hold DUR]
+//	perfload spin -d DUR
 //
 // serve prints its JSON object once it listens, then serves load.HTTPHandler
 // until signalled or -d has passed; idle prints its object once its
 // connections are open, then holds them until its stdin ends or -hold has
-// passed.
+// passed. spin keeps one core busy until signalled or -d has passed (the
+// harness's -load).
 package main
 
 import (
@@ -26,6 +28,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -35,7 +38,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: perfload dns|stream|connect|serve|requests|download|handshakes|idle [flags]")
+		fmt.Fprintln(os.Stderr, "usage: perfload dns|stream|connect|serve|requests|download|handshakes|idle|spin [flags]")
 		os.Exit(2)
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -61,6 +64,8 @@ func main() {
 		out, err = handshakesCmd(ctx, args)
 	case "idle":
 		err = idleCmd(ctx, args)
+	case "spin":
+		out, err = spinCmd(ctx, args)
 	default:
 		err = fmt.Errorf("unknown subcommand %q", cmd)
 	}
@@ -166,4 +171,27 @@ func resolve(ctx context.Context, addr string) (string, error) {
 		return "", err
 	}
 	return net.JoinHostPort(ips[0], port), nil
+}
+
+// spinCmd keeps one core busy until ctx ends or -d has passed: a bounded
+// load, never one that outlives its run.
+func spinCmd(ctx context.Context, args []string) (any, error) {
+	fs := flag.NewFlagSet("spin", flag.ContinueOnError)
+	d := fs.Duration("d", time.Minute, "how long to spin (at most 1h)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if *d <= 0 || *d > time.Hour {
+		return nil, fmt.Errorf("-d %v: want up to 1h", *d)
+	}
+	runtime.GOMAXPROCS(1)
+	start := time.Now()
+	deadline := start.Add(*d)
+	var n uint64
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		for range 1 << 20 {
+			n++
+		}
+	}
+	return map[string]any{"spun_s": time.Since(start).Seconds(), "iterations": n}, nil
 }

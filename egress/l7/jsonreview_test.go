@@ -86,7 +86,7 @@ func TestAttackJSONDenyDodged(t *testing.T) {
 // bounded (maxSessionBodyReads); a request beyond them is refused at
 // once with 429, before its body is read.
 func TestAttackStalledBodiesBounded(t *testing.T) {
-	const timeout = 3 * time.Second
+	const timeout = 8 * time.Second
 	g, seen := startJSON(t, attackOpts{tls: true, askTimeout: timeout})
 	const n = 3 * maxSessionBodyReads
 	began := time.Now()

@@ -1,0 +1,430 @@
+package l7
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha1"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// wsf is one websocket frame as a test writes or reads it: the payload
+// unmasked.
+type wsf struct {
+	fin     bool
+	rsv     byte // the three reserved bits, in place (0x70)
+	op      byte
+	payload []byte
+}
+
+func text(s string) wsf           { return wsf{fin: true, op: 0x1, payload: []byte(s)} }
+func binaryMsg(s string) wsf      { return wsf{fin: true, op: 0x2, payload: []byte(s)} }
+func first(s string) wsf          { return wsf{op: 0x1, payload: []byte(s)} }
+func cont(s string, fin bool) wsf { return wsf{fin: fin, op: 0x0, payload: []byte(s)} }
+func ping(s string) wsf           { return wsf{fin: true, op: 0x9, payload: []byte(s)} }
+
+// appendWSClientFrame appends f, masked with a random key when mask.
+func appendWSClientFrame(dst []byte, f wsf, mask bool) []byte {
+	b0 := f.op | f.rsv
+	if f.fin {
+		b0 |= 0x80
+	}
+	var m byte
+	if mask {
+		m = 0x80
+	}
+	switch n := len(f.payload); {
+	case n < 126:
+		dst = append(dst, b0, m|byte(n))
+	case n < 1<<16:
+		dst = binary.BigEndian.AppendUint16(append(dst, b0, m|126), uint16(n))
+	default:
+		dst = binary.BigEndian.AppendUint64(append(dst, b0, m|127), uint64(n))
+	}
+	if !mask {
+		return append(dst, f.payload...)
+	}
+	var key [4]byte
+	binary.LittleEndian.PutUint32(key[:], rand.Uint32())
+	dst = append(dst, key[:]...)
+	for i, c := range f.payload {
+		dst = append(dst, c^key[i&3])
+	}
+	return dst
+}
+
+// readWSAny reads one frame, masked or not, and unmasks it.
+func readWSAny(r *bufio.Reader) (f wsf, masked bool, err error) {
+	var h [2]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return f, false, err
+	}
+	f.fin, f.rsv, f.op, masked = h[0]&0x80 != 0, h[0]&0x70, h[0]&0x0f, h[1]&0x80 != 0
+	n := uint64(h[1] & 0x7f)
+	switch n {
+	case 126:
+		var e [2]byte
+		if _, err := io.ReadFull(r, e[:]); err != nil {
+			return f, masked, err
+		}
+		n = uint64(binary.BigEndian.Uint16(e[:]))
+	case 127:
+		var e [8]byte
+		if _, err := io.ReadFull(r, e[:]); err != nil {
+			return f, masked, err
+		}
+		n = binary.BigEndian.Uint64(e[:])
+	}
+	var key [4]byte
+	if masked {
+		if _, err := io.ReadFull(r, key[:]); err != nil {
+			return f, masked, err
+		}
+	}
+	if n > 64<<20 {
+		return f, masked, fmt.Errorf("frame of %d bytes", n)
+	}
+	f.payload = make([]byte, n)
+	if _, err := io.ReadFull(r, f.payload); err != nil {
+		return f, masked, err
+	}
+	if masked {
+		for i := range f.payload {
+			f.payload[i] ^= key[i&3]
+		}
+	}
+	return f, masked, nil
+}
+
+// wsSeen is what the world's websocket server got on one connection.
+type wsSeen struct {
+	ext      string   // the upgrade's Sec-WebSocket-Extensions
+	stream   []byte   // every data frame's payload, in order
+	msgs     [][]byte // the messages, whole
+	ops      []byte   // each message's opcode
+	controls []wsf    // pings, pongs and closes
+	unmasked int      // frames that came unmasked
+	err      error    // what ended the connection, if not a close
+	done     chan struct{}
+}
+
+// wsWorld is a world host's websocket server: it echoes every message
+// whole, answers a ping with a pong and a close with a close, and
+// records what it got by the connection's "c" query.
+type wsWorld struct {
+	mu    sync.Mutex
+	conns map[string]*wsSeen
+}
+
+func newWSWorld() *wsWorld { return &wsWorld{conns: map[string]*wsSeen{}} }
+
+func (w *wsWorld) conn(key string) *wsSeen {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.conns[key]
+	if !ok {
+		s = &wsSeen{done: make(chan struct{})}
+		w.conns[key] = s
+	}
+	return s
+}
+
+// wait returns what the server got on connection key once it ended.
+func (w *wsWorld) wait(t *testing.T, key string) *wsSeen {
+	t.Helper()
+	s := w.conn(key)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the world's websocket %s did not end", key)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return s
+}
+
+func (w *wsWorld) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		http.Error(rw, "no upgrade", http.StatusBadRequest)
+		return
+	}
+	s := w.conn(r.URL.Query().Get("c"))
+	defer close(s.done)
+	w.mu.Lock()
+	s.ext = r.Header.Get("Sec-WebSocket-Extensions")
+	w.mu.Unlock()
+	c, brw, err := http.NewResponseController(rw).Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	sum := sha1.Sum([]byte(r.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", base64.StdEncoding.EncodeToString(sum[:]))
+	brw.Flush()
+	var msg []byte
+	var op byte
+	for {
+		f, masked, err := readWSAny(brw.Reader)
+		w.mu.Lock()
+		if err != nil {
+			s.err = err
+			w.mu.Unlock()
+			return
+		}
+		if !masked {
+			s.unmasked++
+		}
+		var out []byte
+		switch {
+		case f.op >= 0x8:
+			s.controls = append(s.controls, f)
+			switch f.op {
+			case 0x8:
+				out = appendWSClientFrame(nil, f, false)
+			case 0x9:
+				out = appendWSClientFrame(nil, wsf{fin: true, op: 0xa, payload: f.payload}, false)
+			}
+		default:
+			if f.op != 0 {
+				op = f.op
+			}
+			s.stream = append(s.stream, f.payload...)
+			msg = append(msg, f.payload...)
+			if f.fin {
+				s.msgs = append(s.msgs, msg)
+				s.ops = append(s.ops, op)
+				out = appendWSClientFrame(nil, wsf{fin: true, op: op, payload: msg}, false)
+				msg = nil
+			}
+		}
+		w.mu.Unlock()
+		if out != nil {
+			brw.Write(out)
+			brw.Flush()
+		}
+		if f.op == 0x8 {
+			return
+		}
+	}
+}
+
+// wsClient is the sandbox's side of a websocket through the gateway.
+type wsClient struct {
+	rw io.ReadWriteCloser
+	r  *bufio.Reader
+}
+
+// dialWS upgrades url (through the gateway, as a sandbox) to a
+// websocket, offering exts if not empty.
+func dialWS(t *testing.T, c *http.Client, url, exts string) *wsClient {
+	t.Helper()
+	req := mustReq("GET", url)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	if exts != "" {
+		req.Header.Set("Sec-WebSocket-Extensions", exts)
+	}
+	resp, err := c.Transport.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("upgrade %s: %v", url, err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("upgrade %s: %d %s", url, resp.StatusCode, b)
+	}
+	rw := resp.Body.(io.ReadWriteCloser)
+	t.Cleanup(func() { rw.Close() })
+	return &wsClient{rw: rw, r: bufio.NewReaderSize(rw, 64<<10)}
+}
+
+// send writes frames, masked, in one write each.
+func (c *wsClient) send(frames ...wsf) error {
+	for _, f := range frames {
+		if _, err := c.rw.Write(appendWSClientFrame(nil, f, true)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// until reads the server's frames until a close (whose code it returns)
+// or an error (code 0), and returns the messages before it.
+func (c *wsClient) until(t *testing.T) (msgs []wsf, code int, reason string) {
+	t.Helper()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			c.rw.Close()
+		}
+	}()
+	var cur *wsf
+	for {
+		f, masked, err := readWSAny(c.r)
+		if err != nil {
+			return msgs, 0, err.Error()
+		}
+		if masked {
+			t.Errorf("a masked frame from the server side")
+		}
+		switch {
+		case f.op == 0x8:
+			if len(f.payload) >= 2 {
+				return msgs, int(binary.BigEndian.Uint16(f.payload)), string(f.payload[2:])
+			}
+			return msgs, 1005, ""
+		case f.op >= 0x9:
+			msgs = append(msgs, f)
+		default:
+			if f.op != 0 || cur == nil {
+				cur = &wsf{op: f.op}
+			}
+			cur.payload = append(cur.payload, f.payload...)
+			if f.fin {
+				cur.fin = true
+				msgs = append(msgs, *cur)
+				cur = nil
+			}
+		}
+	}
+}
+
+// wsAttacks are the sandbox's ways to send a placeholder or a guarded
+// value out in a websocket's frames: each list of frames carries one.
+func wsAttacks() []struct {
+	name   string
+	frames []wsf
+} {
+	ph := testPlaceholder                   // API_KEY's, bound to allowed.test
+	val := "rpt_prod_7f3a9c1e5b2d"          // prod-deploy's value, guarded
+	phEsc := `{"k":"\u0061` + ph[1:] + `"}` // 'a' escaped as JSON
+	var oneByte []wsf
+	for i := range len(ph) {
+		f := cont(ph[i:i+1], i == len(ph)-1)
+		if i == 0 {
+			f.op = 0x1
+		}
+		oneByte = append(oneByte, f)
+	}
+	var oneByteMsgs []wsf
+	for i := range len(val) {
+		oneByteMsgs = append(oneByteMsgs, text(val[i:i+1]))
+	}
+	return []struct {
+		name   string
+		frames []wsf
+	}{
+		{"a: the placeholder in a text frame", []wsf{text("hello " + ph + " bye")}},
+		{"b: split across two fragments", []wsf{first(`{"k":"` + ph[:10]), cont(ph[10:]+`"}`, true)}},
+		{"b: split across two messages", []wsf{text(`{"k":"` + ph[:17]), text(ph[17:] + `"}`)}},
+		{"b: fragments with a ping between", []wsf{first(ph[:5]), ping("are you there"), cont(ph[5:], true)}},
+		{"c: JSON-escaped", []wsf{text(phEsc)}},
+		{"c: JSON escape cut across fragments", []wsf{first(`{"k":"\u00`), cont(`61`+ph[1:]+`"}`, true)}},
+		{"c: percent-escaped", []wsf{text("k=%61" + ph[1:])}},
+		{"c: percent-escaped value, every character", []wsf{text("t=" + pctEscape(val))}},
+		{"d: a guarded value", []wsf{text(`{"token":"` + val + `"}`)}},
+		{"d: the bound secret's value", []wsf{text(testSecret)}},
+		{"e: in a binary frame", []wsf{binaryMsg("\x00\x01" + val + "\xff")}},
+		{"e: binary, fragmented", []wsf{{op: 0x2, payload: []byte(val[:4])}, {fin: true, payload: []byte(val[4:])}}},
+		{"f: one byte per frame", oneByte},
+		{"f: one byte per message", oneByteMsgs},
+		{"a ping carrying it", []wsf{ping(ph)}},
+	}
+}
+
+func pctEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		fmt.Fprintf(&b, "%%%02X", s[i])
+	}
+	return b.String()
+}
+
+// TestAttackSecretInWebsocket: after an upgrade the sandbox sends a
+// placeholder or a guarded value out in the websocket's frames, on hosts
+// the gateway sees in clear (terminated TLS, a host a secret is bound to
+// or not, and plain HTTP), where the same value in a request body is
+// refused. Each is found: the server never sees it (nor anything from
+// where it starts), the sandbox gets a close 1008, and the request is
+// audited as an exfiltration naming the secret, never its value.
+func TestAttackSecretInWebsocket(t *testing.T) {
+	t.Skip("the gateway passes a websocket's frames on unread: every case reaches the server (see the commit message)")
+	for _, mode := range []struct {
+		name, url string
+		tls       bool
+	}{
+		{"terminated TLS", "https://rules.test/ws", true},
+		{"TLS to a bound host", "https://allowed.test/ws", true},
+		{"plain HTTP", "http://rules.test/ws", false},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			world := newWSWorld()
+			g := startAttack(t, world, attackOpts{tls: mode.tls, secrets: guardedSecrets()})
+			for i, tc := range wsAttacks() {
+				key := fmt.Sprint(i)
+				ws := dialWS(t, g.client(false), mode.url+"?c="+key, "")
+				sent := wsStream(tc.frames)
+				if err := ws.send(append(tc.frames, text("end"), wsf{fin: true, op: 0x8, payload: []byte{0x03, 0xe8}})...); err != nil {
+					t.Logf("%s: send: %v", tc.name, err)
+				}
+				_, code, reason := ws.until(t)
+				ws.rw.Close()
+				seen := world.wait(t, key)
+				ev := g.request(t, i+1)
+				if leaked := wsLeak(seen); leaked != "" {
+					t.Errorf("%s: %s reached the world's server: stream %q, controls %v", tc.name, leaked, seen.stream, seen.controls)
+				}
+				if code != 1008 {
+					t.Errorf("%s: the sandbox got close %d %q, want 1008", tc.name, code, reason)
+				}
+				if ms := matchStart(sent, guardedSecrets()); !bytes.HasPrefix(sent, seen.stream) || len(seen.stream) > ms {
+					t.Errorf("%s: the server got %q of %q, past the match's start at %d", tc.name, seen.stream, sent, ms)
+				}
+				if ev.Action != ActionExfiltration || !strings.Contains(ev.Reason, "of secret ") || !strings.Contains(ev.Reason, "websocket") {
+					t.Errorf("%s: audited %s %q, want an exfiltration in a websocket naming the secret", tc.name, ev.Action, ev.Reason)
+				}
+				if strings.Contains(ev.Reason, testSecret) || strings.Contains(ev.Reason, "rpt_prod_7f3a9c1e5b2d") {
+					t.Errorf("%s: the audit carries the value: %q", tc.name, ev.Reason)
+				}
+			}
+		})
+	}
+}
+
+// wsStream is the data frames' payloads of frames, in order.
+func wsStream(frames []wsf) []byte {
+	var b []byte
+	for _, f := range frames {
+		if f.op < 0x8 {
+			b = append(b, f.payload...)
+		}
+	}
+	return b
+}
+
+// wsLeak says which placeholder or value the server got, decoded as the
+// body scanner decodes, in its data stream or a control frame.
+func wsLeak(s *wsSeen) string {
+	all := [][]byte{s.stream}
+	for _, c := range s.controls {
+		all = append(all, c.payload)
+	}
+	for _, b := range all {
+		if ms := matchStart(b, guardedSecrets()); ms < len(b) {
+			return fmt.Sprintf("a secret (from %q)", b[ms:])
+		}
+	}
+	return ""
+}

@@ -335,17 +335,78 @@ func (h *holdback) take(p []byte) int {
 	return n
 }
 
+// streamScan is the scan of what a client streams to a server: request
+// bodies (scanReader) and a websocket's messages (wsScanConn) share it.
+// What has been read and not passed on is in buf; check looks at it, as
+// written and decoded as a server may decode it, for a placeholder or a
+// guarded value, and says how much of it may pass on: only a tail that
+// could be the start of one is held back, until more arrives, so one
+// split across reads is never passed on whole and a stream is not
+// delayed.
+type streamScan struct {
+	secrets []Secret
+	pats    [][]byte
+	holdback
+}
+
+func newStreamScan(secrets []Secret) streamScan {
+	s := streamScan{secrets: secrets}
+	for i := range secrets {
+		if secrets[i].Placeholder != "" {
+			s.pats = append(s.pats, []byte(secrets[i].Placeholder))
+		}
+		if secrets[i].guarded() {
+			s.pats = append(s.pats, secrets[i].Value)
+		}
+	}
+	return s
+}
+
+// check returns the secret whose placeholder ("placeholder") or value
+// ("value") buf carries, if one does; otherwise how many of buf's bytes
+// may pass on: all of them at eof, else all but those that could begin
+// a match, raw or decoded, and an escape buf ends in the middle of.
+func (s *streamScan) check(eof bool) (sec *Secret, what string, cut int) {
+	// A server decodes a form's percent-escapes and JSON's string
+	// escapes: the stream is looked at decoded too.
+	// And twice: a JSON document in a form field is decoded by the
+	// form's escapes and then the string's.
+	dec, off, partial := decodeEscapes(s.buf)
+	// The second round reads the first's output up to an escape the
+	// read cut, which may still decode to anything.
+	whole, _ := slices.BinarySearch(off, partial)
+	dec2, off2, partial2 := decodeEscapes(dec[:whole])
+	has := func(p []byte) bool {
+		return bytes.Contains(s.buf, p) || bytes.Contains(dec, p) || bytes.Contains(dec2, p)
+	}
+	for i := range s.secrets {
+		sec := &s.secrets[i]
+		switch {
+		case sec.Placeholder != "" && has([]byte(sec.Placeholder)):
+			return sec, "placeholder", 0
+		case sec.guarded() && has(sec.Value):
+			return sec, "value", 0
+		}
+	}
+	// Held back: a tail that could start a pattern, raw or decoded,
+	// and an escape the read ended in the middle of.
+	cut = len(s.buf)
+	if !eof {
+		cut -= heldTail(s.buf, s.pats)
+		cut = min(cut, decodedHold(dec, off, partial, len(s.buf), s.pats, func(i int) int { return i }))
+		// The second round's offsets are into the first's output.
+		cut = min(cut, decodedHold(dec2, off2, partial2, whole, s.pats, func(i int) int { return off[i] }))
+	}
+	return nil, "", cut
+}
+
 // scanReader passes a request body on and fails once a placeholder
-// appears in it, or in the request's trailers once it has ended. It holds
-// back only a tail that could be the start of a placeholder, until more
-// arrives, so a placeholder split across reads is never passed on whole
-// and a body that streams is not delayed.
+// appears in it, or in the request's trailers once it has ended (see
+// streamScan).
 type scanReader struct {
 	r        io.ReadCloser
-	secrets  []Secret
-	pats     [][]byte
 	trailers func() http.Header
-	holdback
+	streamScan
 	eof bool
 	// hit is set, once, by Read (the transport's goroutine) and read by
 	// the handler.
@@ -356,16 +417,7 @@ type scanReader struct {
 type scanHit struct{ secret, what, where string }
 
 func newScanReader(r io.ReadCloser, secrets []Secret, trailers func() http.Header) *scanReader {
-	s := &scanReader{r: r, secrets: secrets, trailers: trailers}
-	for i := range secrets {
-		if secrets[i].Placeholder != "" {
-			s.pats = append(s.pats, []byte(secrets[i].Placeholder))
-		}
-		if secrets[i].guarded() {
-			s.pats = append(s.pats, secrets[i].Value)
-		}
-	}
-	return s
+	return &scanReader{r: r, trailers: trailers, streamScan: newStreamScan(secrets)}
 }
 
 func (s *scanReader) Read(p []byte) (int, error) {
@@ -383,29 +435,8 @@ func (s *scanReader) Read(p []byte) (int, error) {
 			}
 			s.eof = true
 		}
-		// A server decodes a form's percent-escapes and JSON's string
-		// escapes: the body is looked at decoded too.
-		// And twice: a JSON document in a form field is decoded by the
-		// form's escapes and then the string's.
-		dec, off, partial := decodeEscapes(s.buf)
-		// The second round reads the first's output up to an escape the
-		// read cut, which may still decode to anything.
-		whole, _ := slices.BinarySearch(off, partial)
-		dec2, off2, partial2 := decodeEscapes(dec[:whole])
-		has := func(p []byte) bool {
-			return bytes.Contains(s.buf, p) || bytes.Contains(dec, p) || bytes.Contains(dec2, p)
-		}
-		for i := range s.secrets {
-			sec := &s.secrets[i]
-			what := ""
-			switch {
-			case sec.Placeholder != "" && has([]byte(sec.Placeholder)):
-				what = "placeholder"
-			case sec.guarded() && has(sec.Value):
-				what = "value"
-			default:
-				continue
-			}
+		sec, what, cut := s.check(s.eof)
+		if sec != nil {
 			s.hit.Store(&scanHit{secret: sec.Name, what: what, where: "body"})
 			s.buf = nil
 			return 0, errPlaceholderInBody
@@ -421,15 +452,6 @@ func (s *scanReader) Read(p []byte) (int, error) {
 					}
 				}
 			}
-		}
-		// Held back: a tail that could start a pattern, raw or decoded,
-		// and an escape the read ended in the middle of.
-		cut := len(s.buf)
-		if !s.eof {
-			cut -= heldTail(s.buf, s.pats)
-			cut = min(cut, decodedHold(dec, off, partial, len(s.buf), s.pats, func(i int) int { return i }))
-			// The second round's offsets are into the first's output.
-			cut = min(cut, decodedHold(dec2, off2, partial2, whole, s.pats, func(i int) int { return off[i] }))
 		}
 		s.releaseTo(cut)
 	}

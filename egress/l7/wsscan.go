@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -470,6 +471,9 @@ func (c *wsScanConn) Close() error {
 	c.mu.Lock()
 	if c.timer != nil {
 		c.timer.Stop()
+	}
+	if c.err == nil {
+		c.err = net.ErrClosed // and a release already under way does nothing
 	}
 	c.mu.Unlock()
 	return c.ReadWriteCloser.Close()

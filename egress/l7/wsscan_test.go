@@ -175,6 +175,7 @@ func (w *wsWorld) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	brw.Flush()
 	var msg []byte
 	var op byte
+	sentClose := false
 	for {
 		f, masked, err := readWSAny(brw.Reader)
 		w.mu.Lock()
@@ -192,7 +193,9 @@ func (w *wsWorld) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			s.controls = append(s.controls, f)
 			switch f.op {
 			case 0x8:
-				out = appendWSClientFrame(nil, f, false)
+				if !sentClose {
+					out = appendWSClientFrame(nil, f, false)
+				}
 			case 0x9:
 				out = appendWSClientFrame(nil, wsf{fin: true, op: 0xa, payload: f.payload}, false)
 			}
@@ -210,6 +213,12 @@ func (w *wsWorld) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 					s.ops = append(s.ops, op)
 				}
 				out = appendWSClientFrame(nil, wsf{fin: true, op: op, payload: msg}, false)
+				if op == 0x1 && string(msg) == "close-me" {
+					// The server closes: the client answers with its
+					// own close.
+					out = appendWSClientFrame(nil, wsf{fin: true, op: 0x8, payload: []byte("\x03\xe8bye")}, false)
+					sentClose = true
+				}
 				msg = nil
 			}
 		}
@@ -436,4 +445,162 @@ func wsLeak(s *wsSeen) string {
 		}
 	}
 	return ""
+}
+
+// next reads the server's frames to the next data message (fragments
+// put together), counting the pongs before it; a close is returned as
+// a message.
+func (c *wsClient) next(t *testing.T) (msg wsf, pongs int) {
+	t.Helper()
+	for {
+		f, _, err := readWSAny(c.r)
+		if err != nil {
+			t.Fatalf("reading the echo: %v", err)
+		}
+		switch {
+		case f.op == 0xa:
+			pongs++
+			continue
+		case f.op == 0x8:
+			return f, pongs
+		case f.op != 0:
+			msg = wsf{op: f.op}
+		}
+		msg.payload = append(msg.payload, f.payload...)
+		if f.fin {
+			msg.fin = true
+			return msg, pongs
+		}
+	}
+}
+
+// TestWebsocketEchoScanned: on a session with secrets, whose websockets
+// the gateway reads and scans, ordinary traffic passes unchanged: text
+// and binary messages of every length encoding (0, 125, 126, 65535,
+// 65536 bytes, 1 MiB), a message fragmented at random with pings
+// between its fragments (every ping answered), a message that ends in
+// the first bytes of a placeholder (held back, then passed at the end of
+// the hold), and the close handshake both ways. The server is not
+// offered the client's compression extension.
+func TestWebsocketEchoScanned(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	line := `{"type":"delta","text":"the quick brown fox \"jumps\" over 100% of dogs\n"}` + "\n"
+	for _, mode := range []struct {
+		name, url string
+		tls       bool
+	}{
+		{"terminated TLS", "https://rules.test/ws", true},
+		{"TLS to a bound host", "https://allowed.test/ws", true},
+		{"plain HTTP", "http://rules.test/ws", false},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			world := newWSWorld()
+			g := startAttack(t, world, attackOpts{tls: mode.tls, secrets: guardedSecrets()})
+			ws := dialWS(t, g.client(false), mode.url+"?c=echo", "permessage-deflate; client_max_window_bits")
+			echo := func(name string, frames []wsf, want wsf, pings int) time.Duration {
+				t.Helper()
+				start := time.Now()
+				if err := ws.send(frames...); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				got, pongs := ws.next(t)
+				if got.op != want.op || !bytes.Equal(got.payload, want.payload) {
+					t.Fatalf("%s: echoed op %#x, %d bytes, want op %#x, %d bytes (equal: %v)", name, got.op, len(got.payload), want.op, len(want.payload), bytes.Equal(got.payload, want.payload))
+				}
+				if pongs != pings {
+					t.Errorf("%s: %d pongs for %d pings", name, pongs, pings)
+				}
+				return time.Since(start)
+			}
+			for _, n := range []int{0, 125, 126, 65535, 65536, 1 << 20} {
+				txt := []byte(strings.Repeat(line, n/len(line)+1)[:n])
+				echo(fmt.Sprintf("text of %d bytes", n), []wsf{{fin: true, op: 0x1, payload: txt}}, wsf{op: 0x1, payload: txt}, 0)
+				bin := make([]byte, n)
+				for i := range bin {
+					bin[i] = byte(rng.Uint32())
+				}
+				echo(fmt.Sprintf("binary of %d bytes", n), []wsf{{fin: true, op: 0x2, payload: bin}}, wsf{op: 0x2, payload: bin}, 0)
+			}
+			// A message of 200 KiB in fragments of random sizes (empty
+			// ones too), a ping after each of some.
+			big := []byte(strings.Repeat(line, 200<<10/len(line)))
+			var frames []wsf
+			pings := 0
+			for rest := big; len(rest) > 0 || len(frames) == 0; {
+				k := min(len(rest), []int{0, 1, 7, 125, 126, 4096, 65536, 70000}[rng.IntN(8)])
+				f := wsf{op: 0x0, payload: rest[:k]}
+				if len(frames) == 0 {
+					f.op = 0x1
+				}
+				rest = rest[k:]
+				f.fin = len(rest) == 0
+				frames = append(frames, f)
+				if !f.fin && rng.IntN(3) == 0 {
+					frames = append(frames, ping(fmt.Sprint("p", pings)))
+					pings++
+				}
+			}
+			echo("fragmented with pings", frames, wsf{op: 0x1, payload: big}, pings)
+			// The end of a message that could begin a placeholder
+			// waits for more, for at most the hold.
+			if d := echo("ending in a placeholder's start", []wsf{text("see " + testPlaceholder[:7])}, wsf{op: 0x1, payload: []byte("see " + testPlaceholder[:7])}, 0); d < wsHoldAtMessageEnd*4/5 {
+				t.Errorf("a message ending in a placeholder's start came back after %v, before the hold of %v", d, wsHoldAtMessageEnd)
+			}
+			// The server closes; the client answers.
+			if err := ws.send(text("close-me")); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := ws.next(t); got.op != 0x8 || string(got.payload[2:]) != "bye" {
+				t.Fatalf("the server's close: %+v", got)
+			}
+			ws.send(wsf{fin: true, op: 0x8, payload: []byte{0x03, 0xe8}})
+			seen := world.wait(t, "echo")
+			if seen.ext != "" {
+				t.Errorf("the server was offered %q: compressed frames cannot be scanned", seen.ext)
+			}
+			if seen.unmasked != 0 {
+				t.Errorf("%d frames reached the server unmasked", seen.unmasked)
+			}
+			if c := seen.controls[len(seen.controls)-1]; c.op != 0x8 || binary.BigEndian.Uint16(c.payload) != 1000 {
+				t.Errorf("the client's answer to the server's close reached it as %+v", c)
+			}
+			ws.rw.Close()
+			if ev := g.request(t, 1); ev.Action != ActionAllowed {
+				t.Errorf("the websocket's request was audited %s %q", ev.Action, ev.Reason)
+			}
+
+			// The client closes; the server answers.
+			ws = dialWS(t, g.client(false), mode.url+"?c=client-closes", "")
+			echo("before the close", []wsf{text("hello")}, wsf{op: 0x1, payload: []byte("hello")}, 0)
+			ws.send(wsf{fin: true, op: 0x8, payload: []byte("\x03\xe8done")})
+			if got, _ := ws.next(t); got.op != 0x8 || string(got.payload) != "\x03\xe8done" {
+				t.Errorf("the server's answer to the client's close: %+v", got)
+			}
+			world.wait(t, "client-closes")
+		})
+	}
+}
+
+// TestWebsocketCompressedRefused: a client frame with a reserved bit set
+// (permessage-deflate's RSV1, which the gateway did not let the server
+// offer) cannot be scanned: it ends the stream with a close 1002, audited
+// as refused, and none of it reaches the server.
+func TestWebsocketCompressedRefused(t *testing.T) {
+	world := newWSWorld()
+	g := startAttack(t, world, attackOpts{tls: true, secrets: guardedSecrets()})
+	ws := dialWS(t, g.client(false), "https://rules.test/ws?c=rsv", "permessage-deflate")
+	ws.send(text("fine"), wsf{fin: true, rsv: 0x40, op: 0x1, payload: []byte("\xf2\x48\xcd\xc9\xc9\x07\x00")}, text("after"))
+	msgs, code, reason := ws.until(t)
+	ws.rw.Close()
+	seen := world.wait(t, "rsv")
+	if code != 1002 || !strings.Contains(reason, "reserved bits") {
+		t.Errorf("the sandbox got close %d %q, want 1002 naming the reserved bits", code, reason)
+	}
+	// The echo of the first may or may not be back before the close.
+	if len(msgs) > 1 || len(msgs) == 1 && string(msgs[0].payload) != "fine" || string(seen.stream) != "fine" {
+		t.Errorf("the sandbox got %v back, the server got %q: want only the message before", msgs, seen.stream)
+	}
+	if ev := g.request(t, 1); ev.Action != ActionRefused || !strings.Contains(ev.Reason, "reserved bits") {
+		t.Errorf("audited %s %q, want refused for the reserved bits", ev.Action, ev.Reason)
+	}
 }

@@ -107,7 +107,8 @@ type wsScanConn struct {
 	// +checklocks:mu
 	gen uint64 // counts writes, so a stale release does nothing
 	// +checklocks:mu
-	err error
+	err  error
+	hold time.Duration // wsHoldAtMessageEnd; tests lengthen it
 
 	refusal atomic.Pointer[wsRefusal]
 	ended   chan struct{} // closed when the gateway ends the stream
@@ -131,7 +132,7 @@ func newWSScanConn(up io.ReadWriteCloser, secrets []Secret) *wsScanConn {
 	var seed [32]byte
 	_, _ = crand.Read(seed[:])
 	return &wsScanConn{ReadWriteCloser: up, scan: newStreamScan(secrets), rng: rand.NewChaCha8(seed),
-		ended: make(chan struct{}), told: make(chan struct{})}
+		hold: wsHoldAtMessageEnd, ended: make(chan struct{}), told: make(chan struct{})}
 }
 
 // Refusal is why the gateway ended the stream, nil if it did not.
@@ -413,12 +414,10 @@ func (c *wsScanConn) holdAtMessageEnd() {
 			_ = c.writeOut()
 		}
 	}
-	if c.timer == nil {
-		c.timer = time.AfterFunc(wsHoldAtMessageEnd, release)
-		return
+	if c.timer != nil {
+		c.timer.Stop()
 	}
-	c.timer.Stop()
-	c.timer = time.AfterFunc(wsHoldAtMessageEnd, release)
+	c.timer = time.AfterFunc(c.hold, release)
 }
 
 // refuse ends the stream: the server is sent a close frame with r's

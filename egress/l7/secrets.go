@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -371,11 +372,24 @@ func (s *streamScan) check(eof bool) (sec *Secret, what string, cut int) {
 	// escapes: the stream is looked at decoded too.
 	// And twice: a JSON document in a form field is decoded by the
 	// form's escapes and then the string's.
-	dec, off, partial := decodeEscapes(s.buf)
+	// The decoded copies are scratch, lent for the call: a stream kept
+	// open (a websocket) holds none of them.
+	sc1, sc2 := decodeScratch.Get().(*escapeScratch), decodeScratch.Get().(*escapeScratch)
+	defer decodeScratch.Put(sc1)
+	defer decodeScratch.Put(sc2)
+	dec, off, partial := decodeEscapesInto(sc1.dec[:0], sc1.off[:0], s.buf)
 	// The second round reads the first's output up to an escape the
 	// read cut, which may still decode to anything.
 	whole, _ := slices.BinarySearch(off, partial)
-	dec2, off2, partial2 := decodeEscapes(dec[:whole])
+	dec2, off2, partial2 := decodeEscapesInto(sc2.dec[:0], sc2.off[:0], dec[:whole])
+	defer func() {
+		if dec != nil && cap(dec) <= maxScratch {
+			sc1.dec, sc1.off = dec[:0], off[:0]
+		}
+		if dec2 != nil && cap(dec2) <= maxScratch {
+			sc2.dec, sc2.off = dec2[:0], off2[:0]
+		}
+	}()
 	has := func(p []byte) bool {
 		return bytes.Contains(s.buf, p) || bytes.Contains(dec, p) || bytes.Contains(dec2, p)
 	}
@@ -467,15 +481,49 @@ func (s *scanReader) Close() error { return s.r.Close() }
 // each came from, and the offset of an escape b ends in the middle of
 // (len(b) if none); nil and nil when b has no escape at all.
 func decodeEscapes(b []byte) (dec []byte, off []int, partial int) {
+	return decodeEscapesInto(nil, nil, b)
+}
+
+// escapeScratch is room for one round of decodeEscapesInto.
+type escapeScratch struct {
+	dec []byte
+	off []int
+}
+
+// decodeScratch lends streamScan.check its decoding rooms; one grown past
+// maxScratch is not kept.
+var decodeScratch = sync.Pool{New: func() any { return new(escapeScratch) }}
+
+const maxScratch = 256 << 10
+
+// decodeEscapesInto is decodeEscapes decoding into dec and off (empty,
+// with room to reuse).
+func decodeEscapesInto(dec []byte, off []int, b []byte) ([]byte, []int, int) {
 	if bytes.IndexByte(b, '%') < 0 && bytes.IndexByte(b, '\\') < 0 {
 		return nil, nil, len(b) // nothing to decode: what the raw scan sees
 	}
-	dec, off, partial = make([]byte, 0, len(b)), make([]int, 0, len(b)), len(b)
+	dec, off, partial := slices.Grow(dec[:0], len(b)), slices.Grow(off[:0], len(b)), len(b)
 	emit := func(c byte, at int) {
 		dec = append(dec, c)
 		off = append(off, at)
 	}
 	for i := 0; i < len(b); i++ {
+		if c := b[i]; c != '%' && c != '\\' {
+			// A run without escapes, as it is.
+			j := len(b)
+			if k := bytes.IndexByte(b[i:], '%'); k >= 0 {
+				j = i + k
+			}
+			if k := bytes.IndexByte(b[i:j], '\\'); k >= 0 {
+				j = i + k
+			}
+			dec = append(dec, b[i:j]...)
+			for k := i; k < j; k++ {
+				off = append(off, k)
+			}
+			i = j - 1
+			continue
+		}
 		switch c := b[i]; {
 		case c == '%':
 			if escapeCut(b[i+1:], 2) {

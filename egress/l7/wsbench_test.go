@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -70,5 +71,40 @@ func BenchmarkWebsocketEcho(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// discardRWC is an upstream that drops what it is written.
+type discardRWC struct{}
+
+func (discardRWC) Read([]byte) (int, error)    { return 0, io.EOF }
+func (discardRWC) Write(p []byte) (int, error) { return len(p), nil }
+func (discardRWC) Close() error                { return nil }
+
+// BenchmarkWSScanWrite times the gateway's work on a client's websocket
+// frames alone (parse, unmask, scan, frame again, mask), without the
+// network: 64 KiB messages of JSON lines written 16 KiB at a time (a
+// TLS record's worth), as the relay writes them.
+func BenchmarkWSScanWrite(b *testing.B) {
+	line := []byte(`{"type":"delta","text":"the quick brown fox jumps over the lazy dog\n"}` + "\n")
+	for _, name := range []string{"json", "plain"} {
+		b.Run(name, func(b *testing.B) {
+			l := line
+			if name == "plain" {
+				l = bytes.ReplaceAll(line, []byte(`\n`), []byte("  "))
+			}
+			msg := bytes.Repeat(l, 64<<10/len(l)+1)[:64<<10]
+			wire := appendWSClientFrame(nil, wsf{fin: true, op: 0x1, payload: msg}, true)
+			c := newWSScanConn(discardRWC{}, guardedSecrets())
+			b.SetBytes(int64(len(msg)))
+			b.ReportAllocs()
+			for b.Loop() {
+				for off := 0; off < len(wire); off += 16 << 10 {
+					if _, err := c.Write(wire[off:min(off+16<<10, len(wire))]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
 	}
 }

@@ -784,9 +784,9 @@ func (b *bufferPool) Put(buf []byte) {
 	}
 }
 
-// checkUpgrade lets only websockets upgrade a connection: after a 101 the
-// stream passes unread, so a protocol that carries requests (h2c) would
-// carry them past every check.
+// checkUpgrade lets only websockets upgrade a connection: after a 101
+// only a websocket's frames are read (wsScanConn), so a protocol that
+// carries requests (h2c) would carry them past every check.
 func checkUpgrade(r *http.Request) *refusal {
 	up := r.Header.Values("Upgrade")
 	if len(up) == 0 {
@@ -796,7 +796,7 @@ func checkUpgrade(r *http.Request) *refusal {
 		return nil
 	}
 	return &refusal{status: http.StatusForbidden, action: ActionRefused,
-		reason: fmt.Sprintf("airlock: upgrade to %q refused: only GET upgrades to websocket pass (what follows an upgrade is not checked)", strings.Join(up, ", "))}
+		reason: fmt.Sprintf("airlock: upgrade to %q refused: only GET upgrades to websocket pass (what follows another upgrade, requests in h2c, would not be checked)", strings.Join(up, ", "))}
 }
 
 // decodeForScrub makes a compressed response of a host a secret is bound

@@ -107,6 +107,8 @@ type wsScanConn struct {
 	// +checklocks:mu
 	gen uint64 // counts writes, so a stale release does nothing
 	// +checklocks:mu
+	armed uint64 // gen when the hold began
+	// +checklocks:mu
 	err  error
 	hold time.Duration // wsHoldAtMessageEnd; tests lengthen it
 
@@ -403,21 +405,25 @@ func (c *wsScanConn) holdAtMessageEnd() {
 	if c.inMsg || c.inFrame || c.hn > 0 || len(c.scan.buf) == 0 || c.closed {
 		return
 	}
-	gen := c.gen
-	release := func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.gen != gen || c.err != nil {
-			return
-		}
-		if err := c.pass(true); err == nil {
-			_ = c.writeOut()
-		}
+	c.armed = c.gen
+	if c.timer == nil {
+		c.timer = time.AfterFunc(c.hold, c.release)
+		return
 	}
-	if c.timer != nil {
-		c.timer.Stop()
+	c.timer.Reset(c.hold)
+}
+
+// release passes on what was held back at the end of the client's last
+// message, if the client has written nothing since the hold began.
+func (c *wsScanConn) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != c.armed || c.err != nil {
+		return
 	}
-	c.timer = time.AfterFunc(c.hold, release)
+	if err := c.pass(true); err == nil {
+		_ = c.writeOut()
+	}
 }
 
 // refuse ends the stream: the server is sent a close frame with r's

@@ -507,16 +507,24 @@ func decodeEscapesInto(dec []byte, off []int, b []byte) ([]byte, []int, int) {
 		dec = append(dec, c)
 		off = append(off, at)
 	}
+	nextPct, nextBS := -1, -1
 	for i := 0; i < len(b); i++ {
 		if c := b[i]; c != '%' && c != '\\' {
-			// A run without escapes, as it is.
-			j := len(b)
-			if k := bytes.IndexByte(b[i:], '%'); k >= 0 {
-				j = i + k
+			// A run without escapes, as it is, up to the next '%' or
+			// '\\' (each found once, not once a run).
+			if nextPct < i {
+				nextPct = len(b)
+				if k := bytes.IndexByte(b[i:], '%'); k >= 0 {
+					nextPct = i + k
+				}
 			}
-			if k := bytes.IndexByte(b[i:j], '\\'); k >= 0 {
-				j = i + k
+			if nextBS < i {
+				nextBS = len(b)
+				if k := bytes.IndexByte(b[i:], '\\'); k >= 0 {
+					nextBS = i + k
+				}
 			}
+			j := min(nextPct, nextBS)
 			dec = append(dec, b[i:j]...)
 			for k := i; k < j; k++ {
 				off = append(off, k)

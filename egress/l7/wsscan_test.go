@@ -604,3 +604,35 @@ func TestWebsocketCompressedRefused(t *testing.T) {
 		t.Errorf("audited %s %q, want refused for the reserved bits", ev.Action, ev.Reason)
 	}
 }
+
+// TestWebsocketIdleClosedScanned: a scanned websocket (a session with
+// secrets) on which nothing moves either way is closed after the idle
+// timeout, as one passed unread is (TestWebsocketIdleClosed), and its
+// request audited so.
+func TestWebsocketIdleClosedScanned(t *testing.T) {
+	const idle = 400 * time.Millisecond
+	world := newWSWorld()
+	g := startAttack(t, world, attackOpts{tls: true, secrets: guardedSecrets(), idleTimeout: idle})
+	ws := dialWS(t, g.client(false), "https://rules.test/ws?c=idle", "")
+	if err := ws.send(text("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ws.next(t); string(got.payload) != "hello" {
+		t.Fatalf("echo: %q", got.payload)
+	}
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { _, err := ws.r.ReadByte(); done <- err }()
+	select {
+	case <-done:
+		if d := time.Since(start); d < idle/2 || d > 6*idle {
+			t.Errorf("an idle scanned websocket closed after %v, want about %v", d, idle)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an idle scanned websocket is still open after 5 s")
+	}
+	world.wait(t, "idle")
+	if ev := g.request(t, 1); !strings.Contains(ev.Reason, "idle both ways") || ev.Action != ActionAllowed {
+		t.Errorf("the idle websocket's request: %s %q", ev.Action, ev.Reason)
+	}
+}

@@ -105,7 +105,9 @@ type wsScanConn struct {
 	// +checklocks:mu
 	timer *time.Timer
 	// +checklocks:mu
-	gen uint64 // counts writes, so a stale release does nothing
+	ends int64 // messages ended
+	// +checklocks:mu
+	gen uint64 // counts writes with data, so a stale release does nothing
 	// +checklocks:mu
 	armed uint64 // gen when the hold began
 	// +checklocks:mu
@@ -146,7 +148,7 @@ func (c *wsScanConn) Write(p []byte) (int, error) {
 		c.mu.Unlock()
 		return 0, c.err
 	}
-	c.gen++
+	fed, ends := c.fed, c.ends
 	err := c.parse(p)
 	if err == nil {
 		err = c.pass(false)
@@ -155,7 +157,12 @@ func (c *wsScanConn) Write(p []byte) (int, error) {
 		err = c.writeOut()
 	}
 	if err == nil {
-		c.holdAtMessageEnd()
+		if c.fed != fed || c.ends != ends {
+			// New data: a hold under way is over; one may begin. (A
+			// control frame alone does not lengthen a hold.)
+			c.gen++
+			c.holdAtMessageEnd()
+		}
 		c.mu.Unlock()
 		return len(p), nil
 	}
@@ -297,6 +304,7 @@ func (c *wsScanConn) endFrame() error {
 		if c.fin {
 			c.inMsg = false
 			c.msgs[len(c.msgs)-1].end = c.fed
+			c.ends++
 		}
 		return nil
 	}

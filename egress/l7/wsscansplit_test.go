@@ -377,3 +377,38 @@ func clientStream(wire []byte) []byte {
 	}
 	return out
 }
+
+// TestWSScanHoldAtMessageEnd: a message whose last bytes could begin a
+// placeholder has its end held until the client's next data, for at
+// most the hold; pings meanwhile do not lengthen it, and the message
+// then passes whole.
+func TestWSScanHoldAtMessageEnd(t *testing.T) {
+	c, rec := newTestWSScan(guardedSecrets())
+	c.mu.Lock()
+	c.hold = 100 * time.Millisecond
+	c.mu.Unlock()
+	msg := "see " + testPlaceholder[:9]
+	if _, err := c.Write(appendWSClientFrame(nil, text(msg), true)); err != nil {
+		t.Fatal(err)
+	}
+	if got := wsStream(rec.frames(t)); string(got) != "see " {
+		t.Fatalf("before the hold's end the server got %q, want the bytes before the held tail", got)
+	}
+	start := time.Now()
+	for time.Since(start) < 400*time.Millisecond {
+		if _, err := c.Write(appendWSClientFrame(nil, ping("keepalive"), true)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.Close()
+	var data []wsf
+	for _, f := range rec.frames(t) {
+		if f.op < 0x8 {
+			data = append(data, f)
+		}
+	}
+	if string(wsStream(data)) != msg || !data[len(data)-1].fin {
+		t.Fatalf("after the hold, with pings, the server got %q (ended: %v), want %q whole", wsStream(data), data[len(data)-1].fin, msg)
+	}
+}

@@ -112,7 +112,7 @@ type wsScanConn struct {
 	armed uint64 // gen when the hold began
 	// +checklocks:mu
 	err  error
-	hold time.Duration // wsHoldAtMessageEnd; tests lengthen it
+	hold time.Duration // wsHoldAtMessageEnd; tests change it
 
 	refusal atomic.Pointer[wsRefusal]
 	ended   chan struct{} // closed when the gateway ends the stream
@@ -314,7 +314,7 @@ func (c *wsScanConn) endFrame() error {
 		return err
 	}
 	what := map[byte]string{0x8: "close", 0x9: "ping", 0xa: "pong"}[c.op]
-	ctl := newStreamScan(c.scan.secrets)
+	ctl := streamScan{secrets: c.scan.secrets, pats: c.scan.pats}
 	ctl.buf = c.ctl
 	if sec, kind, _ := ctl.check(true); sec != nil {
 		return c.refuse(&wsRefusal{secret: sec.Name, what: kind, where: "websocket " + what, code: 1008})

@@ -54,8 +54,9 @@ func benchUpstream(tb testing.TB, world *testCA) (plain, secure *httptest.Server
 // benchGateway serves a gateway on loopback whose every connection is
 // taken to have been redirected to dst, for a session that allows
 // "allowed.test" and, with terminate, terminates its TLS with a leaf of
-// sessionCA. Its audit only counts events.
-func benchGateway(tb testing.TB, dst string, terminate bool, sessionCA, world *testCA) string {
+// sessionCA. Its audit only counts events. The session has secrets when
+// some are given.
+func benchGateway(tb testing.TB, dst string, terminate bool, sessionCA, world *testCA, secrets ...Secret) string {
 	tb.Helper()
 	d := netip.MustParseAddrPort(dst)
 	var events atomic.Int64
@@ -69,6 +70,9 @@ func benchGateway(tb testing.TB, dst string, terminate bool, sessionCA, world *t
 			return Decision{Reason: "not allowed"}
 		},
 		Audit: func(Event) { events.Add(1) },
+	}
+	if len(secrets) > 0 {
+		sess.Secrets = func() []Secret { return secrets }
 	}
 	if terminate {
 		sess.Terminate = func(name string) bool { return name == "allowed.test" }

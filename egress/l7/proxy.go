@@ -522,6 +522,7 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	upHost := net.JoinHostPort(authority, strconv.Itoa(int(h.tg.dst.Port())))
 	var upstreamErr error
 	var wsIdle *idleRWC
+	var wsScan *wsScanConn // a websocket's client frames, read and scanned
 	// The upstream connection the request went on, when the response's
 	// body may be written behind (see closeNotifyConn): over HTTP/1.x
 	// to the client, whose connection carries one response at a time.
@@ -556,10 +557,14 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			if injected {
 				// The response is scrubbed of the value: ask for it
-				// uncompressed, and a websocket without extensions
-				// (permessage-deflate would hide the value in its
-				// frames).
+				// uncompressed.
 				pr.Out.Header.Del("Accept-Encoding")
+			}
+			if len(secrets) > 0 {
+				// A websocket's frames are scanned (the client's) and
+				// scrubbed (a bound host's): no extension is offered,
+				// since permessage-deflate would hide a placeholder or
+				// a value in them.
 				pr.Out.Header.Del("Sec-WebSocket-Extensions")
 			}
 			ctx := context.WithValue(pr.Out.Context(), reqKey{}, h.tg)
@@ -599,6 +604,18 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 					resp.ContentLength = -1
 					resp.Body = newScrubber(resp.Body, secrets, func() { scrubHeader(resp.Trailer, secrets) })
 				}
+			}
+			if resp.StatusCode == http.StatusSwitchingProtocols && len(secrets) > 0 {
+				// The client's frames are read and scanned as a body
+				// is; the extension was not offered, and is not taken
+				// if the server names it anyway.
+				up, ok := resp.Body.(io.ReadWriteCloser)
+				if !ok {
+					return errors.New("upgraded response without a connection")
+				}
+				resp.Header.Del("Sec-WebSocket-Extensions")
+				wsScan = newWSScanConn(up, secrets)
+				resp.Body = wsScan
 			}
 			if resp.StatusCode == http.StatusSwitchingProtocols {
 				// A websocket idle both ways is closed, as a spliced
@@ -645,6 +662,13 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			emit() // before the answer, as every refusal
 			writeRefusal(cw, refusal{status: http.StatusForbidden, reason: ev.Reason})
 			return
+		}
+	case wsScan != nil && wsScan.Refusal() != nil:
+		r := wsScan.Refusal()
+		ev.Action, ev.Reason = ActionRefused, r.reason
+		if r.secret != "" {
+			ex := &exfiltration{secret: r.secret, what: r.what, where: r.where, host: name}
+			ev.Action, ev.Reason = ActionExfiltration, ex.Error()+fmt.Sprintf(" (the websocket was closed before it, %d)", r.code)
 		}
 	case upstreamErr != nil:
 		ev.Action, ev.Reason = ActionFailed, "upstream: "+upstreamErr.Error()
@@ -760,9 +784,9 @@ func (b *bufferPool) Put(buf []byte) {
 	}
 }
 
-// checkUpgrade lets only websockets upgrade a connection: after a 101 the
-// stream passes unread, so a protocol that carries requests (h2c) would
-// carry them past every check.
+// checkUpgrade lets only websockets upgrade a connection: after a 101
+// only a websocket's frames are read (wsScanConn), so a protocol that
+// carries requests (h2c) would carry them past every check.
 func checkUpgrade(r *http.Request) *refusal {
 	up := r.Header.Values("Upgrade")
 	if len(up) == 0 {
@@ -772,7 +796,7 @@ func checkUpgrade(r *http.Request) *refusal {
 		return nil
 	}
 	return &refusal{status: http.StatusForbidden, action: ActionRefused,
-		reason: fmt.Sprintf("airlock: upgrade to %q refused: only GET upgrades to websocket pass (what follows an upgrade is not checked)", strings.Join(up, ", "))}
+		reason: fmt.Sprintf("airlock: upgrade to %q refused: only GET upgrades to websocket pass (what follows another upgrade, requests in h2c, would not be checked)", strings.Join(up, ", "))}
 }
 
 // decodeForScrub makes a compressed response of a host a secret is bound

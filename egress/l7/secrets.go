@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -335,17 +336,91 @@ func (h *holdback) take(p []byte) int {
 	return n
 }
 
+// streamScan is the scan of what a client streams to a server: request
+// bodies (scanReader) and a websocket's messages (wsScanConn) share it.
+// What has been read and not passed on is in buf; check looks at it, as
+// written and decoded as a server may decode it, for a placeholder or a
+// guarded value, and says how much of it may pass on: only a tail that
+// could be the start of one is held back, until more arrives, so one
+// split across reads is never passed on whole and a stream is not
+// delayed.
+type streamScan struct {
+	secrets []Secret
+	pats    [][]byte
+	holdback
+}
+
+func newStreamScan(secrets []Secret) streamScan {
+	s := streamScan{secrets: secrets}
+	for i := range secrets {
+		if secrets[i].Placeholder != "" {
+			s.pats = append(s.pats, []byte(secrets[i].Placeholder))
+		}
+		if secrets[i].guarded() {
+			s.pats = append(s.pats, secrets[i].Value)
+		}
+	}
+	return s
+}
+
+// check returns the secret whose placeholder ("placeholder") or value
+// ("value") buf carries, if one does; otherwise how many of buf's bytes
+// may pass on: all of them at eof, else all but those that could begin
+// a match, raw or decoded, and an escape buf ends in the middle of.
+func (s *streamScan) check(eof bool) (sec *Secret, what string, cut int) {
+	// A server decodes a form's percent-escapes and JSON's string
+	// escapes: the stream is looked at decoded too.
+	// And twice: a JSON document in a form field is decoded by the
+	// form's escapes and then the string's.
+	// The decoded copies are scratch, lent for the call: a stream kept
+	// open (a websocket) holds none of them.
+	sc1, sc2 := decodeScratch.Get().(*escapeScratch), decodeScratch.Get().(*escapeScratch)
+	defer decodeScratch.Put(sc1)
+	defer decodeScratch.Put(sc2)
+	dec, off, partial := decodeEscapesInto(sc1.dec[:0], sc1.off[:0], s.buf)
+	// The second round reads the first's output up to an escape the
+	// read cut, which may still decode to anything.
+	whole, _ := slices.BinarySearch(off, partial)
+	dec2, off2, partial2 := decodeEscapesInto(sc2.dec[:0], sc2.off[:0], dec[:whole])
+	defer func() {
+		if dec != nil && cap(dec) <= maxScratch {
+			sc1.dec, sc1.off = dec[:0], off[:0]
+		}
+		if dec2 != nil && cap(dec2) <= maxScratch {
+			sc2.dec, sc2.off = dec2[:0], off2[:0]
+		}
+	}()
+	has := func(p []byte) bool {
+		return bytes.Contains(s.buf, p) || bytes.Contains(dec, p) || bytes.Contains(dec2, p)
+	}
+	for i := range s.secrets {
+		sec := &s.secrets[i]
+		switch {
+		case sec.Placeholder != "" && has([]byte(sec.Placeholder)):
+			return sec, "placeholder", 0
+		case sec.guarded() && has(sec.Value):
+			return sec, "value", 0
+		}
+	}
+	// Held back: a tail that could start a pattern, raw or decoded,
+	// and an escape the read ended in the middle of.
+	cut = len(s.buf)
+	if !eof {
+		cut -= heldTail(s.buf, s.pats)
+		cut = min(cut, decodedHold(dec, off, partial, len(s.buf), s.pats, func(i int) int { return i }))
+		// The second round's offsets are into the first's output.
+		cut = min(cut, decodedHold(dec2, off2, partial2, whole, s.pats, func(i int) int { return off[i] }))
+	}
+	return nil, "", cut
+}
+
 // scanReader passes a request body on and fails once a placeholder
-// appears in it, or in the request's trailers once it has ended. It holds
-// back only a tail that could be the start of a placeholder, until more
-// arrives, so a placeholder split across reads is never passed on whole
-// and a body that streams is not delayed.
+// appears in it, or in the request's trailers once it has ended (see
+// streamScan).
 type scanReader struct {
 	r        io.ReadCloser
-	secrets  []Secret
-	pats     [][]byte
 	trailers func() http.Header
-	holdback
+	streamScan
 	eof bool
 	// hit is set, once, by Read (the transport's goroutine) and read by
 	// the handler.
@@ -356,16 +431,7 @@ type scanReader struct {
 type scanHit struct{ secret, what, where string }
 
 func newScanReader(r io.ReadCloser, secrets []Secret, trailers func() http.Header) *scanReader {
-	s := &scanReader{r: r, secrets: secrets, trailers: trailers}
-	for i := range secrets {
-		if secrets[i].Placeholder != "" {
-			s.pats = append(s.pats, []byte(secrets[i].Placeholder))
-		}
-		if secrets[i].guarded() {
-			s.pats = append(s.pats, secrets[i].Value)
-		}
-	}
-	return s
+	return &scanReader{r: r, trailers: trailers, streamScan: newStreamScan(secrets)}
 }
 
 func (s *scanReader) Read(p []byte) (int, error) {
@@ -383,29 +449,8 @@ func (s *scanReader) Read(p []byte) (int, error) {
 			}
 			s.eof = true
 		}
-		// A server decodes a form's percent-escapes and JSON's string
-		// escapes: the body is looked at decoded too.
-		// And twice: a JSON document in a form field is decoded by the
-		// form's escapes and then the string's.
-		dec, off, partial := decodeEscapes(s.buf)
-		// The second round reads the first's output up to an escape the
-		// read cut, which may still decode to anything.
-		whole, _ := slices.BinarySearch(off, partial)
-		dec2, off2, partial2 := decodeEscapes(dec[:whole])
-		has := func(p []byte) bool {
-			return bytes.Contains(s.buf, p) || bytes.Contains(dec, p) || bytes.Contains(dec2, p)
-		}
-		for i := range s.secrets {
-			sec := &s.secrets[i]
-			what := ""
-			switch {
-			case sec.Placeholder != "" && has([]byte(sec.Placeholder)):
-				what = "placeholder"
-			case sec.guarded() && has(sec.Value):
-				what = "value"
-			default:
-				continue
-			}
+		sec, what, cut := s.check(s.eof)
+		if sec != nil {
 			s.hit.Store(&scanHit{secret: sec.Name, what: what, where: "body"})
 			s.buf = nil
 			return 0, errPlaceholderInBody
@@ -422,15 +467,6 @@ func (s *scanReader) Read(p []byte) (int, error) {
 				}
 			}
 		}
-		// Held back: a tail that could start a pattern, raw or decoded,
-		// and an escape the read ended in the middle of.
-		cut := len(s.buf)
-		if !s.eof {
-			cut -= heldTail(s.buf, s.pats)
-			cut = min(cut, decodedHold(dec, off, partial, len(s.buf), s.pats, func(i int) int { return i }))
-			// The second round's offsets are into the first's output.
-			cut = min(cut, decodedHold(dec2, off2, partial2, whole, s.pats, func(i int) int { return off[i] }))
-		}
 		s.releaseTo(cut)
 	}
 	return s.take(p), nil
@@ -445,15 +481,57 @@ func (s *scanReader) Close() error { return s.r.Close() }
 // each came from, and the offset of an escape b ends in the middle of
 // (len(b) if none); nil and nil when b has no escape at all.
 func decodeEscapes(b []byte) (dec []byte, off []int, partial int) {
+	return decodeEscapesInto(nil, nil, b)
+}
+
+// escapeScratch is room for one round of decodeEscapesInto.
+type escapeScratch struct {
+	dec []byte
+	off []int
+}
+
+// decodeScratch lends streamScan.check its decoding rooms; one grown past
+// maxScratch is not kept.
+var decodeScratch = sync.Pool{New: func() any { return new(escapeScratch) }}
+
+const maxScratch = 256 << 10
+
+// decodeEscapesInto is decodeEscapes decoding into dec and off (empty,
+// with room to reuse).
+func decodeEscapesInto(dec []byte, off []int, b []byte) ([]byte, []int, int) {
 	if bytes.IndexByte(b, '%') < 0 && bytes.IndexByte(b, '\\') < 0 {
 		return nil, nil, len(b) // nothing to decode: what the raw scan sees
 	}
-	dec, off, partial = make([]byte, 0, len(b)), make([]int, 0, len(b)), len(b)
+	dec, off, partial := slices.Grow(dec[:0], len(b)), slices.Grow(off[:0], len(b)), len(b)
 	emit := func(c byte, at int) {
 		dec = append(dec, c)
 		off = append(off, at)
 	}
+	nextPct, nextBS := -1, -1
 	for i := 0; i < len(b); i++ {
+		if c := b[i]; c != '%' && c != '\\' {
+			// A run without escapes, as it is, up to the next '%' or
+			// '\\' (each found once, not once a run).
+			if nextPct < i {
+				nextPct = len(b)
+				if k := bytes.IndexByte(b[i:], '%'); k >= 0 {
+					nextPct = i + k
+				}
+			}
+			if nextBS < i {
+				nextBS = len(b)
+				if k := bytes.IndexByte(b[i:], '\\'); k >= 0 {
+					nextBS = i + k
+				}
+			}
+			j := min(nextPct, nextBS)
+			dec = append(dec, b[i:j]...)
+			for k := i; k < j; k++ {
+				off = append(off, k)
+			}
+			i = j - 1
+			continue
+		}
 		switch c := b[i]; {
 		case c == '%':
 			if escapeCut(b[i+1:], 2) {

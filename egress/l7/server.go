@@ -46,7 +46,9 @@
 // secret with no bound host is only guarded so (secrets.go). The request then goes to the original
 // destination through the session's own transport, verified against
 // Config.UpstreamRoots, and its response streams back unbuffered;
-// protocol upgrades (websockets) pass once the server answers 101. Each
+// protocol upgrades (websockets) pass once the server answers 101, a
+// websocket's client frames read and scanned as a body is, on a session
+// with secrets (wsscan.go). Each
 // request yields one Event (Kind KindRequest): method, host, cleaned path
 // (never the query), status, bytes each way, decision, rule, duration.
 // A connection passed through yields one Event (KindConnection) when it
@@ -59,7 +61,10 @@
 // a placeholder that is not written out (encoded other than by
 // percent-escapes, compressed) — the placeholder check is a tripwire, not
 // a barrier;
-// after an upgrade, the upgraded stream; other ports and protocols
+// after an upgrade, a websocket's messages but for the placeholder and
+// value scan (no rule applies to them, and a value split across messages
+// sent more than wsHoldAtMessageEnd apart is not seen whole); other
+// ports and protocols
 // (QUIC is blocked by the perimeter's rules instead); a client that pins
 // its server's certificate refuses the session CA, so hosts it talks to
 // must not be terminated.

@@ -80,7 +80,7 @@ type Session struct {
 	Warm bool `json:"warm,omitempty"`
 	// PolicyVersion is the version of Policy: 1 as created, one more for
 	// each revision (PATCH /v1/sessions/{id}, airlock update).
-	PolicyVersion int        `json:"policy_version,omitempty"`
+	PolicyVersion int `json:"policy_version,omitempty"`
 	// Labels are the create request's labels.
 	Labels    map[string]string `json:"labels,omitempty"`
 	Resources []Resource        `json:"resources,omitempty"`

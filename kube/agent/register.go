@@ -69,7 +69,9 @@ type registrar struct {
 	identity string
 }
 
-func (r *registrar) leaseSeconds() int32 { return int32(max(r.cfg.LeaseDuration.Round(time.Second), time.Second) / time.Second) }
+func (r *registrar) leaseSeconds() int32 {
+	return int32(max(r.cfg.LeaseDuration.Round(time.Second), time.Second) / time.Second)
+}
 
 // register makes or updates the node's AirlockNode (labels, status) and
 // takes its Lease: refused (errLeaseTaken) while another holder's Lease

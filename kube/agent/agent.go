@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -196,29 +197,23 @@ func Run(ctx context.Context, d Daemon, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	done := make(chan struct{}, 3)
-	go func() {
-		defer func() { done <- struct{}{} }()
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		if err := mgr.Start(ctx); err != nil {
 			cancel(fmt.Errorf("node agent: %w", err))
 		}
-	}()
-	go func() {
-		defer func() { done <- struct{}{} }()
-		if err := reg.heartbeat(ctx, na.held); err != nil {
+	})
+	wg.Go(func() {
+		if err := reg.heartbeat(ctx); err != nil {
 			cancel(err)
 		}
-	}()
-	go func() {
-		defer func() { done <- struct{}{} }()
-		if cfg.Controller {
-			runPlacement(ctx, cfg, scheme)
-		}
-	}()
-	<-ctx.Done()
-	for range 3 {
-		<-done
+	})
+	wg.Go(func() { reg.reportSessions(ctx, min(cfg.LeaseDuration, 5*time.Second), na.held) })
+	if cfg.Controller {
+		wg.Go(func() { runPlacement(ctx, cfg, scheme) })
 	}
+	<-ctx.Done()
+	wg.Wait()
 	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
 		return err
 	}

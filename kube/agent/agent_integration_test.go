@@ -324,6 +324,7 @@ func onNode(node string) func(*v1alpha1.Session) {
 //     Sessions are marked Lost after the lease and not run on the other
 //     node, and a new Session goes to the live node; the agent, back,
 //     stops the sessions the cluster gave up on;
+//   - a second agent given a live node's name is refused;
 //   - deleting the Sessions removes their local sessions, and once the
 //     agents stopped (with --stop-containerd) nothing of them is left.
 func TestNodeAgents(t *testing.T) {
@@ -371,6 +372,35 @@ func TestNodeAgents(t *testing.T) {
 	}
 	t.Logf("control plane and two node agents up in %s", time.Since(began).Round(time.Millisecond))
 	nodes := map[string]*nodeProc{"node-a": a, "node-b": b}
+
+	// A second agent given a live node's name is refused: both would run
+	// its Sessions.
+	dupRoot, err := os.MkdirTemp("/tmp", "alk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup := exec.Command(filepath.Join(env.BinDir, "airlockd"), "--root", dupRoot, "--socket", filepath.Join(dupRoot, "airlock.sock"),
+		"--bin-dir", env.BinDir, "--runtime", env.Runtime, "--log-level", "warn", "--stop-containerd",
+		"--session-pool", "10.241.3.0/24", "--kubernetes", "--kubeconfig", kubeconfig, "--node-name", "node-a")
+	var dupErr syncBuffer
+	dup.Stderr = &dupErr
+	if err := dup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dupDone := make(chan error, 1)
+	go func() { dupDone <- dup.Wait() }()
+	select {
+	case err := <-dupDone:
+		if code := dup.ProcessState.ExitCode(); err == nil || code != 1 || !strings.Contains(dupErr.String(), `its Lease airlock-system/node-a is held by`) {
+			t.Errorf("a second agent named node-a: exit %d (%v), want 1 and the refusal; its log:\n%s", code, err, dupErr.String())
+		}
+	case <-time.After(60 * time.Second):
+		dup.Process.Kill()
+		<-dupDone
+		t.Errorf("a second agent named node-a still runs after 60s; its log:\n%s", dupErr.String())
+	}
+	wantNothingLeft(t, dupRoot)
+	os.RemoveAll(dupRoot)
 
 	phase := time.Now()
 	for _, name := range []string{"p1", "p2", "p3"} {

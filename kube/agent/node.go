@@ -97,8 +97,12 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	ctx = log.With(ctx, "session", req.String())
 	var s v1alpha1.Session
 	if err := a.fresh.Get(ctx, req.NamespacedName, &s); err != nil {
-		// A Session deleted without its finalizer's help leaves its
-		// local session to the sweep.
+		if apierrors.IsNotFound(err) {
+			// Deleted without this agent's help (the placement
+			// controller took the finalizer off while it judged
+			// this node lost): its local session goes now.
+			a.removeOrphans(ctx, req.String())
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if s.Spec.NodeName != a.node {
@@ -257,6 +261,20 @@ func (a *nodeAgent) waitFor(id string, key types.NamespacedName) {
 		case <-ctx.Done():
 		}
 	}()
+}
+
+// removeOrphans removes the local sessions run for the Session
+// namespace/name, which no longer exists.
+func (a *nodeAgent) removeOrphans(ctx context.Context, name string) {
+	for _, v := range a.d.List(ctx) {
+		if v.Labels[LabelSession] != name || v.Labels[LabelSessionUID] == "" {
+			continue
+		}
+		log.G(ctx).Info("removing the local session of a Session that is gone", "id", v.ID)
+		if err := a.d.Remove(ctx, v.ID, true); err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).Error("remove local session", "id", v.ID, "error", err)
+		}
+	}
 }
 
 // sweep removes the local sessions labelled for Sessions that no longer

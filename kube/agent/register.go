@@ -197,11 +197,11 @@ func (r *registrar) renew(ctx context.Context) error {
 	return r.c.Update(ctx, &l)
 }
 
-// heartbeat renews the Lease every quarter of its duration, and brings
-// the AirlockNode's sessions count up to date, until ctx ends or another
-// agent takes the Lease over. A failed renewal is tried again at the next
-// tick: the Lease expires only after four of them.
-func (r *registrar) heartbeat(ctx context.Context, held func(context.Context) int) error {
+// heartbeat renews the Lease every quarter of its duration until ctx ends
+// or another agent takes the Lease over. A failed renewal is tried again
+// at the next tick: the Lease expires only after four of them. It calls
+// nothing of the daemon, whose locks a slow session start may hold.
+func (r *registrar) heartbeat(ctx context.Context) error {
 	t := time.NewTicker(max(r.cfg.LeaseDuration/4, 100*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -210,14 +210,28 @@ func (r *registrar) heartbeat(ctx context.Context, held func(context.Context) in
 			return nil
 		case <-t.C:
 		}
-		if err := r.renew(ctx); err != nil {
-			if errors.Is(err, errLeaseTaken) {
-				return err
-			}
-			if ctx.Err() == nil {
-				log.G(ctx).Warn("node lease not renewed", "node", r.cfg.Node, "error", err)
-			}
-			continue
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration/2)
+		err := r.renew(rctx)
+		cancel()
+		if errors.Is(err, errLeaseTaken) {
+			return err
+		}
+		if err != nil && ctx.Err() == nil {
+			log.G(ctx).Warn("node lease not renewed", "node", r.cfg.Node, "error", err)
+		}
+	}
+}
+
+// reportSessions brings the AirlockNode's count of the sessions the node
+// holds up to date every period, until ctx ends.
+func (r *registrar) reportSessions(ctx context.Context, period time.Duration, held func(context.Context) int) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 		var n v1alpha1.AirlockNode
 		if err := r.c.Get(ctx, client.ObjectKey{Name: r.cfg.Node}, &n); err == nil {

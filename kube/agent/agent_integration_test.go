@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -324,7 +325,8 @@ func onNode(node string) func(*v1alpha1.Session) {
 //     Sessions are marked Lost after the lease and not run on the other
 //     node, and a new Session goes to the live node; the agent, back,
 //     stops the sessions the cluster gave up on;
-//   - a second agent given a live node's name is refused;
+//   - a second agent given a live node's name is refused; a node whose
+//     AirlockNode and Lease are deleted registers again;
 //   - deleting the Sessions removes their local sessions, and once the
 //     agents stopped (with --stop-containerd) nothing of them is left.
 func TestNodeAgents(t *testing.T) {
@@ -473,6 +475,26 @@ func TestNodeAgents(t *testing.T) {
 	}
 	k.deleteAll(60 * time.Second)
 	t.Logf("run to completion: %s", time.Since(phase).Round(time.Millisecond))
+
+	// node-b's AirlockNode and Lease deleted: its agent makes them again.
+	phase = time.Now()
+	for _, obj := range []client.Object{
+		&v1alpha1.AirlockNode{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-b", Namespace: agent.LeaseNamespace}},
+	} {
+		if err := c.Delete(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "node-b registered again", func() (bool, string) {
+		var an v1alpha1.AirlockNode
+		var l coordinationv1.Lease
+		errN := c.Get(t.Context(), client.ObjectKey{Name: "node-b"}, &an)
+		errL := c.Get(t.Context(), client.ObjectKey{Name: "node-b", Namespace: agent.LeaseNamespace}, &l)
+		return errN == nil && errL == nil && an.Status.Capacity == 2 && an.Labels["airlock.test/node"] == "b",
+			fmt.Sprintf("AirlockNode %+v (%v), Lease (%v)", an.Status, errN, errL)
+	})
+	t.Logf("re-registration: %s", time.Since(phase).Round(time.Millisecond))
 
 	// An agent killed and restarted mid-session: the session runs once.
 	phase = time.Now()

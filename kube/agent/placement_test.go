@@ -113,7 +113,7 @@ func TestLeaseJudgedByTheControllersClock(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "s", UID: types.UID("u")}, Spec: v1alpha1.SessionSpec{NodeName: "ghost"}},
 	}}
 	leases := &coordinationv1.LeaseList{Items: []coordinationv1.Lease{
-		lease("skewed", now.Add(time.Hour)),     // its clock is an hour ahead
+		lease("skewed", now.Add(time.Hour)),      // its clock is an hour ahead
 		lease("stale", now.Add(-10*time.Second)), // not renewed for 10 s
 		lease("fresh", now),
 	}}

@@ -212,18 +212,26 @@ func (r *registrar) heartbeat(ctx context.Context) error {
 		}
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration/2)
 		err := r.renew(rctx)
+		if apierrors.IsNotFound(err) {
+			// Deleted, perhaps with its AirlockNode (its owner):
+			// the node registers again, as a kubelet makes its
+			// Lease again.
+			log.G(ctx).Warn("node lease deleted; registering the node again")
+			err = r.register(rctx)
+		}
 		cancel()
 		if errors.Is(err, errLeaseTaken) {
 			return err
 		}
 		if err != nil && ctx.Err() == nil {
-			log.G(ctx).Warn("node lease not renewed", "node", r.cfg.Node, "error", err)
+			log.G(ctx).Warn("node lease not renewed", "error", err)
 		}
 	}
 }
 
 // reportSessions brings the AirlockNode's count of the sessions the node
-// holds up to date every period, until ctx ends.
+// holds up to date every period, until ctx ends; it registers the node
+// again if its AirlockNode was deleted.
 func (r *registrar) reportSessions(ctx context.Context, period time.Duration, held func(context.Context) int) {
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -234,11 +242,18 @@ func (r *registrar) reportSessions(ctx context.Context, period time.Duration, he
 		case <-t.C:
 		}
 		var n v1alpha1.AirlockNode
-		if err := r.c.Get(ctx, client.ObjectKey{Name: r.cfg.Node}, &n); err == nil {
+		err := r.c.Get(ctx, client.ObjectKey{Name: r.cfg.Node}, &n)
+		switch {
+		case apierrors.IsNotFound(err):
+			// Deleted by someone: the node registers again, or
+			// nothing is placed on it.
+			log.G(ctx).Warn("AirlockNode deleted; registering the node again")
+			err = r.register(ctx)
+		case err == nil:
 			err = r.writeNodeStatus(ctx, &n, held(ctx))
-			if err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) {
-				log.G(ctx).Warn("node status not written", "node", r.cfg.Node, "error", err)
-			}
+		}
+		if err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) {
+			log.G(ctx).Warn("node status not written", "error", err)
 		}
 	}
 }

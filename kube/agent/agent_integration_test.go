@@ -197,6 +197,42 @@ func (n *nodeProc) cleanup() {
 	_ = n.stop()
 }
 
+// createLocal makes a local session on the node's root through a plain
+// airlockd (no --kubernetes, killed after), while the node's agent is
+// down; it returns the session's id.
+func (n *nodeProc) createLocal(t *testing.T, req api.CreateRequest) string {
+	t.Helper()
+	if n.running() {
+		t.Fatalf("node %s: createLocal needs its agent down", n.name)
+	}
+	args := []string{"--root", n.root, "--socket", filepath.Join(n.root, "airlock.sock"), "--bin-dir", filepath.Dir(n.bin),
+		"--log-level", "warn", "--session-pool", n.args[slices.Index(n.args, "--session-pool")+1]}
+	args = append(args, "--runtime", n.args[slices.Index(n.args, "--runtime")+1])
+	cmd := exec.Command(n.bin, args...)
+	cmd.Stderr = n.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		// Killed: the session runs on, as under a killed agent.
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := n.api.Version(t.Context()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s: a plain airlockd on its root did not come up:\n%s", n.name, n.log.String())
+		}
+	}
+	v, err := n.api.CreateSession(t.Context(), req)
+	if err != nil {
+		t.Fatalf("node %s: create a local session: %v", n.name, err)
+	}
+	return v.ID
+}
+
 // labelled returns the node's local sessions run for Sessions.
 func (n *nodeProc) labelled(t *testing.T) []api.Session {
 	t.Helper()
@@ -320,7 +356,10 @@ func onNode(node string) func(*v1alpha1.Session) {
 //   - a Session run to completion reports Exited with its exit code;
 //   - an agent SIGKILLed mid-session and restarted re-adopts it: it
 //     completes once (its command appends a line to a file on a host-path
-//     workspace, which ends with one line) with the right status;
+//     workspace, which ends with one line) with the right status; and a
+//     local session made for a Session before its agent wrote any status
+//     (as an agent killed between the two leaves it) is adopted, not made
+//     again;
 //   - a node lost (its agent killed, not restarted; a 3 s lease): its
 //     Sessions are marked Lost after the lease and not run on the other
 //     node, and a new Session goes to the live node; the agent, back,
@@ -512,7 +551,19 @@ func TestNodeAgents(t *testing.T) {
 		return err == nil && len(b) > 0, fmt.Sprint(err)
 	})
 	a.kill()
+	// While node-a's agent is down, a Session placed on it directly
+	// ("adopt") gets a local session, labelled as the agent labels its
+	// own, through a plain airlockd on the node's root: what an agent
+	// killed after its create and before its status write leaves. The
+	// agent back must adopt it, not run the Session a second time.
+	adopt := k.create("adopt", []string{"sh", "-c", "sleep 2; exit 4"}, func(s *v1alpha1.Session) { s.Spec.NodeName = "node-a" })
+	adoptID := a.createLocal(t, api.CreateRequest{Policy: adopt.Spec.Policy, Start: true, Labels: map[string]string{
+		agent.LabelSessionUID: string(adopt.UID), agent.LabelSession: "default/adopt",
+	}})
 	a.start()
+	if s := k.waitState("adopt", v1alpha1.SessionExited, 60*time.Second); s.Status.ID != adoptID || s.Status.ExitCode == nil || *s.Status.ExitCode != 4 {
+		t.Errorf("Session whose local session was made before its agent wrote status: status %+v, want local session %s Exited with exit code 4", s.Status, adoptID)
+	}
 	after := k.waitState("once", v1alpha1.SessionExited, 60*time.Second)
 	if after.Status.ID != once.Status.ID || after.Status.ExitCode == nil || *after.Status.ExitCode != 3 || after.Status.Reason != "exited" {
 		t.Errorf("Session after its agent's restart: status %+v, want local session %s Exited with exit code 3", after.Status, once.Status.ID)
@@ -520,8 +571,15 @@ func TestNodeAgents(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(ws, "runs")); err != nil || string(b) != "ran\n" {
 		t.Errorf("the workspace's runs file: %q (%v), want one line: the command ran once", b, err)
 	}
-	if got := a.labelled(t); len(got) != 1 || got[0].ID != once.Status.ID {
-		t.Errorf("node-a's local sessions for Sessions after the restart: %+v, want the one session %s", got, once.Status.ID)
+	var ids []string
+	for _, v := range a.labelled(t) {
+		ids = append(ids, v.ID)
+	}
+	slices.Sort(ids)
+	want := []string{once.Status.ID, adoptID}
+	slices.Sort(want)
+	if !slices.Equal(ids, want) {
+		t.Errorf("node-a's local sessions for Sessions after the restart: %v, want one each for once and adopt, %v", ids, want)
 	}
 	k.deleteAll(60 * time.Second)
 	t.Logf("agent killed and restarted mid-session: %s", time.Since(phase).Round(time.Millisecond))

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -264,6 +265,11 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 func runPlacement(ctx context.Context, cfg Config, scheme *runtime.Scheme) {
 	dur := cfg.LeaseDuration
 	renew, retry := dur*2/3, max(dur/6, 100*time.Millisecond)
+	// One placer for every manager: what it saw of the Leases stays.
+	p := newPlacer(nil, nil, dur)
+	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{placementRequest}
+	})
 	for ctx.Err() == nil {
 		mgr, err := manager.New(cfg.Kube, manager.Options{
 			Scheme:                        scheme,
@@ -281,10 +287,19 @@ func runPlacement(ctx context.Context, cfg Config, scheme *runtime.Scheme) {
 			}},
 		})
 		if err == nil {
-			p := newPlacer(mgr.GetClient(), mgr.GetAPIReader(), dur)
-			all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-				return []reconcile.Request{placementRequest}
-			})
+			p.use(mgr.GetClient(), mgr.GetAPIReader())
+			// Renewals are noted from the start, not from when this
+			// agent leads (placer.observeLease): the cache runs
+			// before the election.
+			var inf cache.Informer
+			if inf, err = mgr.GetCache().GetInformer(ctx, &coordinationv1.Lease{}); err == nil {
+				_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+					AddFunc:    p.observeLease,
+					UpdateFunc: func(_, obj any) { p.observeLease(obj) },
+				})
+			}
+		}
+		if err == nil {
 			err = builder.ControllerManagedBy(mgr).
 				Named("airlock-placement").
 				Watches(&v1alpha1.Session{}, all).

@@ -72,13 +72,13 @@
 // its own clock, as the node lifecycle controller does: it notes when it
 // saw each Lease's renew time change, and a node whose Lease it has not
 // seen change for a whole lease duration (or that has none) is lost, so a
-// clock skewed between hosts cannot make a node lost early. The price: a
-// new leader (the old one's node lost, or restarted) has seen every Lease
-// for the first time, so a node is lost no sooner than a lease duration
-// after that, besides the leader Lease's own expiry (with 3 s Leases,
-// TestNodeAgents sees a node lost 3 to 11 s after its agent's death). A
-// node whose Lease's renew time is already older than its duration is not
-// placed on, even by a new leader. Its Sessions
+// clock skewed between hosts cannot make a node lost early. Every agent
+// notes the renewals its cache shows, leading or not, so a new leader (the
+// old one's node lost, or restarted) knows how long each node has been
+// quiet; a node is then lost a lease duration after its last renewal, or
+// after the leader Lease's expiry when both went together. A node whose
+// Lease's renew time is already older than its duration is not placed on,
+// even by a leader that has just started. Its Sessions
 // that were not yet ended (Pending, Placed, Running) are marked Lost, and
 // never placed again: a lost node may still run them. Deleted Sessions of a
 // lost node lose the finalizer the node cannot remove; if the node comes

@@ -138,13 +138,15 @@ type leaseSeen struct {
 // unplaced Session it can and marks the Sessions of lost nodes. Every
 // watch event of a Session, AirlockNode or Lease asks for a pass.
 type placer struct {
-	c      client.Client // cached reads, and the writes
-	fresh  client.Reader // reads that bypass the cache, before a write
 	lease  time.Duration // lease duration of a node without a Lease
 	now    func() time.Time
 	leaseN string // the namespace of the nodes' Leases
 
 	mu sync.Mutex
+	// c does the cached reads and the writes, fresh the reads that
+	// bypass the cache, before a write: the current manager's.
+	c     client.Client // +checklocks:mu
+	fresh client.Reader // +checklocks:mu
 	// seen holds, per node name, when its Lease was last seen to change.
 	seen map[string]leaseSeen // +checklocks:mu
 	// assumed are the placements made that the cache may not show yet:
@@ -157,20 +159,35 @@ func newPlacer(c client.Client, fresh client.Reader, lease time.Duration) *place
 		seen: map[string]leaseSeen{}, assumed: map[types.UID]string{}}
 }
 
+// use makes the placer read and write through a new manager's clients.
+func (p *placer) use(c client.Client, fresh client.Reader) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.c, p.fresh = c, fresh
+}
+
+// clients returns the clients to read and write through.
+func (p *placer) clients() (client.Client, client.Reader) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.c, p.fresh
+}
+
 // placementRequest is the one request every event maps to.
 var placementRequest = reconcile.Request{NamespacedName: types.NamespacedName{Name: "placement"}}
 
 func (p *placer) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	c, _ := p.clients()
 	var sessions v1alpha1.SessionList
-	if err := p.c.List(ctx, &sessions); err != nil {
+	if err := c.List(ctx, &sessions); err != nil {
 		return reconcile.Result{}, err
 	}
 	var anodes v1alpha1.AirlockNodeList
-	if err := p.c.List(ctx, &anodes); err != nil {
+	if err := c.List(ctx, &anodes); err != nil {
 		return reconcile.Result{}, err
 	}
 	var leases coordinationv1.LeaseList
-	if err := p.c.List(ctx, &leases, client.InNamespace(p.leaseN)); err != nil {
+	if err := c.List(ctx, &leases, client.InNamespace(p.leaseN)); err != nil {
 		return reconcile.Result{}, err
 	}
 	now := p.now()
@@ -286,20 +303,8 @@ func (p *placer) nodes(now time.Time, sessions *v1alpha1.SessionList, anodes *v1
 		// is lost once the controller has seen no Lease of it for a
 		// duration.
 		l := byName[name]
-		key, dur := "", p.lease
-		var renewed time.Time
-		if l != nil && l.Spec.RenewTime != nil {
-			key = fmt.Sprintf("%s@%s", ptrString(l.Spec.HolderIdentity), l.Spec.RenewTime.Time.Format(time.RFC3339Nano))
-			renewed = l.Spec.RenewTime.Time
-			if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
-				dur = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-			}
-		}
-		o, ok := p.seen[name]
-		if !ok || o.key != key {
-			o = leaseSeen{key: key, seen: now}
-			p.seen[name] = o
-		}
+		key, renewed, dur := p.leaseKey(l)
+		o := p.observeLocked(name, key, now)
 		quiet := now.Sub(o.seen)
 		n.lost = quiet >= dur
 		n.live = key != "" && !n.lost && now.Before(renewed.Add(dur))
@@ -313,6 +318,45 @@ func (p *placer) nodes(now time.Time, sessions *v1alpha1.SessionList, anodes *v1
 		}
 	}
 	return nodes, max(recheck+10*time.Millisecond, 100*time.Millisecond)
+}
+
+// leaseKey is what identifies one renewal of l ("" for no Lease), its
+// renew time, and its duration (the placer's own for no Lease).
+func (p *placer) leaseKey(l *coordinationv1.Lease) (key string, renewed time.Time, dur time.Duration) {
+	dur = p.lease
+	if l == nil || l.Spec.RenewTime == nil {
+		return "", time.Time{}, dur
+	}
+	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
+		dur = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return fmt.Sprintf("%s@%s", ptrString(l.Spec.HolderIdentity), l.Spec.RenewTime.Time.Format(time.RFC3339Nano)), l.Spec.RenewTime.Time, dur
+}
+
+// observeLocked notes that the Lease of node name is key at now, and
+// returns when it was first seen so.
+func (p *placer) observeLocked(name, key string, now time.Time) leaseSeen {
+	o, ok := p.seen[name]
+	if !ok || o.key != key {
+		o = leaseSeen{key: key, seen: now}
+		p.seen[name] = o
+	}
+	return o
+}
+
+// observeLease is the Lease informer's event handler: it notes each
+// renewal as it is seen, also while this agent does not lead, so that on
+// taking over it knows how long each node has been quiet instead of
+// starting every node's clock anew.
+func (p *placer) observeLease(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok || l.Name == PlacementLease {
+		return
+	}
+	key, _, _ := p.leaseKey(l)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.observeLocked(l.Name, key, p.now())
 }
 
 func ptrString(s *string) string {
@@ -331,9 +375,10 @@ func (p *placer) assumedNode(uid types.UID) string {
 // place sets s's spec.nodeName with the resourceVersion the cache had
 // (a conflict means someone else changed or placed it), then its status.
 func (p *placer) place(ctx context.Context, s *v1alpha1.Session, name string) error {
+	c, fresh := p.clients()
 	s = s.DeepCopy()
 	s.Spec.NodeName = name
-	if err := p.c.Update(ctx, s); err != nil {
+	if err := c.Update(ctx, s); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -341,7 +386,7 @@ func (p *placer) place(ctx context.Context, s *v1alpha1.Session, name string) er
 	p.mu.Unlock()
 	log.G(ctx).Info("session placed", "session", s.Namespace+"/"+s.Name, "node", name)
 	now := metav1.NewTime(p.now().Truncate(time.Second))
-	_, err := writeStatus(ctx, p.c, p.fresh, client.ObjectKeyFromObject(s), func(f *v1alpha1.Session) bool {
+	_, err := writeStatus(ctx, c, fresh, client.ObjectKeyFromObject(s), func(f *v1alpha1.Session) bool {
 		if f.UID != s.UID || f.Spec.NodeName != name {
 			return false
 		}
@@ -360,7 +405,8 @@ func (p *placer) unschedulable(ctx context.Context, s *v1alpha1.Session, why str
 	if s.Status.State == v1alpha1.SessionPending && s.Status.Reason == ReasonUnschedulable && s.Status.Message == why {
 		return nil
 	}
-	_, err := writeStatus(ctx, p.c, p.fresh, client.ObjectKeyFromObject(s), func(f *v1alpha1.Session) bool {
+	c, fresh := p.clients()
+	_, err := writeStatus(ctx, c, fresh, client.ObjectKeyFromObject(s), func(f *v1alpha1.Session) bool {
 		if f.UID != s.UID || f.Spec.NodeName != "" || (f.Status.State != "" && f.Status.State != v1alpha1.SessionPending) {
 			return false
 		}
@@ -379,13 +425,14 @@ func (p *placer) lose(ctx context.Context, s *v1alpha1.Session, n *node) error {
 	if !lostable(s.Status.State) && !deleting {
 		return nil
 	}
+	c, fresh := p.clients()
 	var l coordinationv1.Lease
-	switch err := p.fresh.Get(ctx, client.ObjectKey{Namespace: p.leaseN, Name: n.name}, &l); {
+	switch err := fresh.Get(ctx, client.ObjectKey{Namespace: p.leaseN, Name: n.name}, &l); {
 	case err == nil:
 		p.mu.Lock()
 		o := p.seen[n.name]
 		p.mu.Unlock()
-		if l.Spec.RenewTime != nil && fmt.Sprintf("%s@%s", ptrString(l.Spec.HolderIdentity), l.Spec.RenewTime.Time.Format(time.RFC3339Nano)) != o.key {
+		if key, _, _ := p.leaseKey(&l); key != o.key {
 			return nil // renewed meanwhile: the next pass sees it live
 		}
 	case !apierrors.IsNotFound(err):
@@ -394,13 +441,13 @@ func (p *placer) lose(ctx context.Context, s *v1alpha1.Session, n *node) error {
 	key := client.ObjectKeyFromObject(s)
 	if deleting {
 		log.G(ctx).Info("removing the finalizer of a deleted session whose node is lost", "session", key, "node", n.name)
-		_, err := updateFresh(ctx, p.c, p.fresh, key, func(f *v1alpha1.Session) bool {
+		_, err := updateFresh(ctx, c, fresh, key, func(f *v1alpha1.Session) bool {
 			return f.UID == s.UID && controllerutil.RemoveFinalizer(f, Finalizer)
 		})
 		return err
 	}
 	now := metav1.NewTime(p.now().Truncate(time.Second))
-	wrote, err := writeStatus(ctx, p.c, p.fresh, key, func(f *v1alpha1.Session) bool {
+	wrote, err := writeStatus(ctx, c, fresh, key, func(f *v1alpha1.Session) bool {
 		if f.UID != s.UID || f.Spec.NodeName != n.name || !lostable(f.Status.State) {
 			return false
 		}

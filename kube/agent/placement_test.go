@@ -243,3 +243,28 @@ func TestConfigCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseSeenBeforeLeading: renewals the informer showed before this
+// agent led count: a node quiet for a duration by then is lost at the
+// first pass, not a duration after it.
+func TestLeaseSeenBeforeLeading(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	p := newPlacer(nil, nil, 40*time.Second)
+	p.now = func() time.Time { return now }
+	secs := int32(3)
+	holder := "b/id"
+	rt := metav1.NewMicroTime(now)
+	l := coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: LeaseNamespace},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &secs, RenewTime: &rt}}
+	p.observeLease(&l)
+	p.observeLease(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: PlacementLease}})
+	now = now.Add(3 * time.Second)
+	anodes := &v1alpha1.AirlockNodeList{Items: []v1alpha1.AirlockNode{{ObjectMeta: metav1.ObjectMeta{Name: "b"}}}}
+	nodes, _ := p.nodes(now, &v1alpha1.SessionList{}, anodes, &coordinationv1.LeaseList{Items: []coordinationv1.Lease{l}})
+	if !nodes["b"].lost {
+		t.Errorf("a node whose Lease was seen unchanged for its duration before the first pass is not lost")
+	}
+	if _, ok := nodes[PlacementLease]; ok {
+		t.Errorf("the leader Lease was taken for a node")
+	}
+}

@@ -16,9 +16,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -271,21 +273,28 @@ func runPlacement(ctx context.Context, cfg Config, scheme *runtime.Scheme) {
 		return []reconcile.Request{placementRequest}
 	})
 	for ctx.Err() == nil {
-		mgr, err := manager.New(cfg.Kube, manager.Options{
-			Scheme:                        scheme,
-			Metrics:                       metricsserver.Options{BindAddress: "0"},
-			HealthProbeBindAddress:        "0",
-			LeaderElection:                true,
-			LeaderElectionID:              PlacementLease,
-			LeaderElectionNamespace:       LeaseNamespace,
-			LeaderElectionReleaseOnCancel: true,
-			LeaseDuration:                 &dur,
-			RenewDeadline:                 &renew,
-			RetryPeriod:                   &retry,
-			Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-				&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{LeaseNamespace: {}}},
-			}},
-		})
+		// The leader Lease's holder names the node (kubectl get lease
+		// -n airlock-system airlock-placement), and is new for every
+		// term.
+		lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, LeaseNamespace, PlacementLease,
+			resourcelock.ResourceLockConfig{Identity: cfg.Node + "_" + string(uuid.NewUUID())}, cfg.Kube, renew)
+		var mgr manager.Manager
+		if err == nil {
+			mgr, err = manager.New(cfg.Kube, manager.Options{
+				Scheme:                              scheme,
+				Metrics:                             metricsserver.Options{BindAddress: "0"},
+				HealthProbeBindAddress:              "0",
+				LeaderElection:                      true,
+				LeaderElectionResourceLockInterface: lock,
+				LeaderElectionReleaseOnCancel:       true,
+				LeaseDuration:                       &dur,
+				RenewDeadline:                       &renew,
+				RetryPeriod:                         &retry,
+				Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+					&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{LeaseNamespace: {}}},
+				}},
+			})
+		}
 		if err == nil {
 			p.use(mgr.GetClient(), mgr.GetAPIReader())
 			// Renewals are noted from the start, not from when this
@@ -297,6 +306,12 @@ func runPlacement(ctx context.Context, cfg Config, scheme *runtime.Scheme) {
 					AddFunc:    p.observeLease,
 					UpdateFunc: func(_, obj any) { p.observeLease(obj) },
 				})
+			}
+			// The other two are synced by then too.
+			for _, obj := range []client.Object{&v1alpha1.Session{}, &v1alpha1.AirlockNode{}} {
+				if err == nil {
+					_, err = mgr.GetCache().GetInformer(ctx, obj)
+				}
 			}
 		}
 		if err == nil {

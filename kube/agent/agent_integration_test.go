@@ -353,7 +353,9 @@ func onNode(node string) func(*v1alpha1.Session) {
 //   - placement by capacity: node a holds 1, node b 2; of four Sessions,
 //     three run (1+2) and the fourth stays Pending, unschedulable, until a
 //     place is freed;
-//   - a Session run to completion reports Exited with its exit code;
+//   - a Session run to completion reports Exited with its exit code; one
+//     the node's admission policy refuses is Failed, reason refused, and
+//     nothing of it runs;
 //   - an agent SIGKILLed mid-session and restarted re-adopts it: it
 //     completes once (its command appends a line to a file on a host-path
 //     workspace, which ends with one line) with the right status; and a
@@ -512,8 +514,18 @@ func TestNodeAgents(t *testing.T) {
 		v.Labels[agent.LabelSessionUID] != string(done.UID) || v.Labels[agent.LabelSession] != "default/done" {
 		t.Errorf("its local session %s on %s: %+v, %v", done.Status.ID, done.Status.Node, v, err)
 	}
+	// The node's admission policy applies as to its API: the built-in
+	// one refuses CAP_SYS_ADMIN, and nothing runs.
+	k.create("refused", []string{"true"}, func(s *v1alpha1.Session) { s.Spec.Policy.Capabilities = []string{"CAP_SYS_ADMIN"} })
+	refused := k.waitState("refused", v1alpha1.SessionFailed, 60*time.Second)
+	if refused.Status.Reason != agent.ReasonRefused || !strings.Contains(refused.Status.Message, "capability CAP_SYS_ADMIN refused") || refused.Status.ID != "" {
+		t.Errorf("Session the admission policy refuses: status %+v, want Failed, reason refused, the rule it broke, no local session", refused.Status)
+	}
+	if left := nodes[refused.Spec.NodeName].labelled(t); len(left) != 0 {
+		t.Errorf("node %s made local sessions for a refused Session: %+v", refused.Spec.NodeName, left)
+	}
 	k.deleteAll(60 * time.Second)
-	t.Logf("run to completion: %s", time.Since(phase).Round(time.Millisecond))
+	t.Logf("run to completion, and a refusal: %s", time.Since(phase).Round(time.Millisecond))
 
 	// node-b's AirlockNode and Lease deleted: its agent makes them again.
 	phase = time.Now()
@@ -591,6 +603,10 @@ func TestNodeAgents(t *testing.T) {
 	lostIDs := map[string]string{}
 	for _, name := range []string{"lost1", "lost2"} {
 		lostIDs[name] = k.waitState(name, v1alpha1.SessionRunning, 60*time.Second).Status.ID
+	}
+	var leader coordinationv1.Lease
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: agent.LeaseNamespace, Name: agent.PlacementLease}, &leader); err == nil && leader.Spec.HolderIdentity != nil {
+		t.Logf("placement leader before node-b's agent is killed: %s", *leader.Spec.HolderIdentity)
 	}
 	b.kill()
 	killed := time.Now()

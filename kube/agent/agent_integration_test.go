@@ -573,8 +573,9 @@ func TestNodeAgents(t *testing.T) {
 		agent.LabelSessionUID: string(adopt.UID), agent.LabelSession: "default/adopt",
 	}})
 	a.start()
-	if s := k.waitState("adopt", v1alpha1.SessionExited, 60*time.Second); s.Status.ID != adoptID || s.Status.ExitCode == nil || *s.Status.ExitCode != 4 {
-		t.Errorf("Session whose local session was made before its agent wrote status: status %+v, want local session %s Exited with exit code 4", s.Status, adoptID)
+	if s := k.waitState("adopt", v1alpha1.SessionExited, 60*time.Second); s.Status.ID != adoptID || s.Status.ExitCode == nil || *s.Status.ExitCode != 4 ||
+		!slices.Contains(s.Finalizers, agent.Finalizer) {
+		t.Errorf("Session whose local session was made before its agent wrote status: status %+v, finalizers %v, want local session %s Exited with exit code 4, and the agent's finalizer", s.Status, s.Finalizers, adoptID)
 	}
 	after := k.waitState("once", v1alpha1.SessionExited, 60*time.Second)
 	if after.Status.ID != once.Status.ID || after.Status.ExitCode == nil || *after.Status.ExitCode != 3 || after.Status.Reason != "exited" {

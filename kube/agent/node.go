@@ -146,6 +146,15 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		if v, err = a.run(ctx, &s); err != nil || v == nil {
 			return reconcile.Result{}, err
 		}
+	} else if !controllerutil.ContainsFinalizer(&s, Finalizer) {
+		// A local session made without the finalizer's being put
+		// on first (by hand, or by an older agent): a delete must
+		// still find it.
+		if _, err := updateFresh(ctx, a.c, a.fresh, req.NamespacedName, func(f *v1alpha1.Session) bool {
+			return f.UID == s.UID && f.DeletionTimestamp == nil && controllerutil.AddFinalizer(f, Finalizer)
+		}); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 
 	if s.Status.State == v1alpha1.SessionLost {

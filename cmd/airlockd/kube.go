@@ -1,6 +1,9 @@
+//go:build kubernetes
+
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -9,12 +12,33 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/airlock-sandbox/airlock/daemon"
 	"github.com/airlock-sandbox/airlock/kube/agent"
 )
 
+// kubernetes build tag: make build's airlockd-kube).
+
+// This is airlockd-kube: airlockd built with the kubernetes tag, which
+// links the node agent (make build builds both).
+
+const defaultNodeLease = agent.DefaultLeaseDuration
+
+// kubeAgent is the node agent's configuration.
+type kubeAgent agent.Config
+
+func (k *kubeAgent) setCapacity(n int) { k.Capacity = n }
+
+func (k *kubeAgent) setDaemon(root, version, runtime string) {
+	k.Root, k.Version, k.Runtime = root, version, runtime
+}
+
+func (k *kubeAgent) run(ctx context.Context, d *daemon.Daemon) error {
+	return agent.Run(ctx, d, agent.Config(*k))
+}
+
 // kubeConfig is the node agent's configuration from the --kubernetes
 // flags, checked; the capacity and what the daemon knows are set later.
-func kubeConfig(kubeconfig, node, labels string, lease time.Duration, controller bool) (*agent.Config, error) {
+func kubeConfig(kubeconfig, node, labels string, lease time.Duration, controller bool) (*kubeAgent, error) {
 	var rc *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -40,5 +64,5 @@ func kubeConfig(kubeconfig, node, labels string, lease time.Duration, controller
 	if err := cfg.Check(); err != nil {
 		return nil, fmt.Errorf("--kubernetes: %w", err)
 	}
-	return cfg, nil
+	return (*kubeAgent)(cfg), nil
 }

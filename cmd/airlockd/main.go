@@ -28,7 +28,6 @@ import (
 	"github.com/airlock-sandbox/airlock/hostcheck"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/sdnotify"
-	"github.com/airlock-sandbox/airlock/kube/agent"
 	"github.com/airlock-sandbox/airlock/metrics"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
@@ -56,6 +55,8 @@ the rule they broke. --socket-group needs --admission.
 --kubernetes also makes airlockd a Kubernetes node agent (preview): it runs
 the airlock.dev/v1alpha1 Sessions placed on its node (--node-name) as local
 sessions, and places unplaced ones on nodes with room (README, Kubernetes).
+It is in airlockd-kube, the same daemon built with the node agent; airlockd
+itself is built without its Kubernetes libraries, which double its size.
 
 --console-listen serves a web console (docs/console.md): sessions, held
 requests to allow or deny, diffs to commit or discard, audit timelines. On
@@ -143,7 +144,7 @@ func run() int {
 		nodeName       = fs.String("node-name", "", "with --kubernetes: this node's `NAME` (its AirlockNode and Lease; the Sessions whose spec.nodeName is NAME run here); default: the hostname")
 		nodeLabels     = fs.String("node-labels", "", "with --kubernetes: labels `K=V,...` set on this node's AirlockNode; a Session's nodeSelector matches them")
 		nodeCapacity   = fs.Int("node-capacity", 0, "with --kubernetes: how many Sessions this node holds at once, `N` (a Session holds its place until it is deleted); default: the admission policy's session limit, which N may not exceed")
-		nodeLease      = fs.Duration("node-lease-duration", agent.DefaultLeaseDuration, "with --kubernetes: the node Lease's duration, whole seconds, at least 2s: when this agent has not renewed it for that long the node is lost, and its unfinished Sessions are marked Lost, never run elsewhere (also the placement leader's Lease)")
+		nodeLease      = fs.Duration("node-lease-duration", defaultNodeLease, "with --kubernetes: the node Lease's duration, whole seconds, at least 2s: when this agent has not renewed it for that long the node is lost, and its unfinished Sessions are marked Lost, never run elsewhere (also the placement leader's Lease)")
 		dnsRate        = fs.Float64("dns-rate", dnsproxy.DefaultRate, "DNS queries a second each session may send to airlock's resolver, with a burst of twice as many; queries beyond are not answered, and the audit counts them (the gateway blocks UDP packets to the resolver beyond four times this rate, and at least 400 a second)")
 	)
 	fs.Var(&ociRuntime, "runtime", "OCI runtime every new session runs on: runc or crun (`NAME`, an executable of that name in --bin-dir; make deps installs both). A session keeps the runtime it was created with across restarts; the same hardening holds on both (the daemon's tests run on each)")
@@ -308,7 +309,7 @@ func run() int {
 			return 2
 		}
 	}
-	var kubeCfg *agent.Config
+	var kubeCfg *kubeAgent
 	if *kubernetes {
 		if kubeCfg, err = kubeConfig(*kubeconfig, *nodeName, *nodeLabels, *nodeLease, *kubeController); err != nil {
 			fmt.Fprintln(os.Stderr, "airlockd:", err)
@@ -317,12 +318,12 @@ func run() int {
 		limit := cmp.Or(adm, policies.DefaultAdmission()).Limits.Sessions
 		switch {
 		case !flagGiven(fs, "node-capacity"):
-			kubeCfg.Capacity = cmp.Or(limit, policies.DefaultMaxSessions)
+			kubeCfg.setCapacity(cmp.Or(limit, policies.DefaultMaxSessions))
 		case *nodeCapacity < 0 || (limit > 0 && *nodeCapacity > limit):
 			fmt.Fprintf(os.Stderr, "airlockd: --node-capacity %d: want 0 to the admission policy's session limit, %d\n", *nodeCapacity, limit)
 			return 2
 		default:
-			kubeCfg.Capacity = *nodeCapacity
+			kubeCfg.setCapacity(*nodeCapacity)
 		}
 	} else {
 		for _, f := range []string{"kubeconfig", "kubernetes-controller", "node-name", "node-labels", "node-capacity", "node-lease-duration"} {
@@ -426,10 +427,10 @@ func run() int {
 	}
 	var agentDone chan error
 	if kubeCfg != nil {
-		kubeCfg.Root, kubeCfg.Version, kubeCfg.Runtime = absRoot, daemon.Version, string(ociRuntime)
+		kubeCfg.setDaemon(absRoot, daemon.Version, string(ociRuntime))
 		agentDone = make(chan error, 1)
 		go func() {
-			err := agent.Run(ctx, d, *kubeCfg)
+			err := kubeCfg.run(ctx, d)
 			if err != nil {
 				// Its sessions run on, as on any stop of airlockd.
 				logger.Error("node agent stopped; airlockd stops", "error", err)

@@ -69,7 +69,7 @@ func startNode(t *testing.T, env daemontest.Env, kubeconfig, name string, pool i
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &nodeProc{t: t, name: name, root: root, bin: filepath.Join(env.BinDir, "airlockd"), log: &syncBuffer{}}
+	n := &nodeProc{t: t, name: name, root: root, bin: filepath.Join(env.BinDir, "airlockd-kube"), log: &syncBuffer{}}
 	socket := filepath.Join(root, "airlock.sock")
 	n.args = append([]string{
 		"--root", root, "--socket", socket, "--bin-dir", env.BinDir, "--runtime", env.Runtime,
@@ -422,7 +422,7 @@ func TestNodeAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dup := exec.Command(filepath.Join(env.BinDir, "airlockd"), "--root", dupRoot, "--socket", filepath.Join(dupRoot, "airlock.sock"),
+	dup := exec.Command(filepath.Join(env.BinDir, "airlockd-kube"), "--root", dupRoot, "--socket", filepath.Join(dupRoot, "airlock.sock"),
 		"--bin-dir", env.BinDir, "--runtime", env.Runtime, "--log-level", "warn", "--stop-containerd",
 		"--session-pool", "10.241.3.0/24", "--kubernetes", "--kubeconfig", kubeconfig, "--node-name", "node-a")
 	var dupErr syncBuffer

@@ -18,9 +18,10 @@ all: build
 help: ## list targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-build: ## build airlock, airlockd, airlock-bench, and the static airlock-init, airlock-logger and airlock-bench-cli (the bench image's client) into _output/bin
+build: ## build airlock, airlockd, airlockd-kube (airlockd with the Kubernetes node agent), airlock-bench, and the static airlock-init, airlock-logger and airlock-bench-cli (the bench image's client) into _output/bin
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -o $(BIN)/ ./cmd/airlock ./cmd/airlockd ./cmd/airlock-bench
+	$(GO) build -trimpath -tags kubernetes -o $(BIN)/airlockd-kube ./cmd/airlockd
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/ ./cmd/airlock-init ./cmd/airlock-logger
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./bench/clients/cmd/airlock-bench-cli
 

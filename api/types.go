@@ -49,6 +49,13 @@ type CreateRequest struct {
 	Policy policies.Policy `json:"policy"`
 	// Start starts the main process right after creation.
 	Start bool `json:"start,omitempty"`
+	// Labels are the caller's own key/value tags for the session, kept in
+	// its record from before its command can run, so that a caller that
+	// dies mid-create finds the session it made after a restart (the
+	// Kubernetes node agent labels each session with its Session's uid).
+	// The daemon does not interpret them. See ValidateLabels for what a
+	// key and a value may hold.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Session is what inspect and list return.
@@ -73,8 +80,10 @@ type Session struct {
 	Warm bool `json:"warm,omitempty"`
 	// PolicyVersion is the version of Policy: 1 as created, one more for
 	// each revision (PATCH /v1/sessions/{id}, airlock update).
-	PolicyVersion int        `json:"policy_version,omitempty"`
-	Resources     []Resource `json:"resources,omitempty"`
+	PolicyVersion int `json:"policy_version,omitempty"`
+	// Labels are the create request's labels.
+	Labels    map[string]string `json:"labels,omitempty"`
+	Resources []Resource        `json:"resources,omitempty"`
 	// Warnings are what the daemon accepted in the policy but the caller
 	// should know (a writable workspace, a credential in the environment,
 	// a capability that weakens the sandbox), one "field: message" line

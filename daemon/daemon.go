@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -462,14 +463,20 @@ func (d *Daemon) CheckSession(id string) error {
 // creates a session; with start it also starts the main process. A policy
 // with a warm pool takes one of its prepared sandboxes; otherwise the
 // sandbox is prepared now. The returned session carries the policy's
-// warnings. A refused policy creates nothing.
+// warnings. A refused policy creates nothing. The request's labels are
+// recorded with the session before its command can run: a caller that
+// dies during a create finds, by its labels, the session it made (a
+// create cut short before that leaves none, see reconcile).
 func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (*api.Session, error) {
+	if err := api.ValidateLabels(req.Labels); err != nil {
+		return nil, err
+	}
 	p := *req.Policy.Clone()
 	warnings, err := d.admission.admit(&p)
 	if err != nil {
 		return nil, err
 	}
-	v, err := d.create(ctx, p, req.Start)
+	v, err := d.create(ctx, p, req.Start, maps.Clone(req.Labels))
 	if err != nil {
 		return nil, err
 	}
@@ -477,7 +484,7 @@ func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (*api.Sessio
 	return v, nil
 }
 
-func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool) (v *api.Session, err error) {
+func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool, labels map[string]string) (v *api.Session, err error) {
 	if len(p.Command) == 0 {
 		return nil, fmt.Errorf("policy has no command (set `command` or pass `-- CMD`): %w", errdefs.ErrInvalidArgument)
 	}
@@ -500,7 +507,7 @@ func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool) (v *
 		if s == nil {
 			break
 		}
-		v, err := d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, start, true)
+		v, err := d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, labels, start, true)
 		if err == nil || !errors.Is(err, errStalePool) {
 			return v, err
 		}
@@ -518,7 +525,7 @@ func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool) (v *
 	d.mu.Lock()
 	s.reserved = true
 	d.mu.Unlock()
-	v, err = d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, start, false)
+	v, err = d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, labels, start, false)
 	d.mu.Lock()
 	d.unreserveLocked(s)
 	d.mu.Unlock()

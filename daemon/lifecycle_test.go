@@ -392,3 +392,32 @@ func TestPoolFillTakeDropRemove(t *testing.T) {
 		t.Errorf("the warm session after its pool's removal: %s", got.State)
 	}
 }
+
+// TestLabelsKeptAcrossRestart: a create request's labels come back from
+// create, list and inspect, and from a restarted daemon (the Kubernetes
+// node agent finds its sessions by them); bad labels create nothing.
+func TestLabelsKeptAcrossRestart(t *testing.T) {
+	rt := newFakeRuntime()
+	root := t.TempDir()
+	d1 := openFake(t, root, rt)
+	labels := map[string]string{"airlock.dev/session-uid": "2b0c6f3e-8a47-4c1f-9d55-0f5d3b7f2a10"}
+	v, err := d1.Create(context.Background(), api.CreateRequest{Policy: fakePolicy("sleep", "300"), Start: true, Labels: labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(v.Labels, labels) {
+		t.Errorf("create returned labels %v, want %v", v.Labels, labels)
+	}
+	if _, err := d1.Create(context.Background(), api.CreateRequest{Policy: fakePolicy("true"), Labels: map[string]string{"bad key": "x"}}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("create with a bad label key: %v, want invalid argument", err)
+	}
+	if n := len(d1.List(context.Background())); n != 1 {
+		t.Errorf("%d sessions after a refused create, want 1", n)
+	}
+	closeFake(t, d1)
+	d2 := openFake(t, root, rt)
+	list := d2.List(context.Background())
+	if len(list) != 1 || list[0].ID != v.ID || !reflect.DeepEqual(list[0].Labels, labels) || list[0].State != api.StateRunning {
+		t.Fatalf("after a restart: %+v, want session %s running with labels %v", list, v.ID, labels)
+	}
+}

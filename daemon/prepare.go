@@ -208,7 +208,7 @@ func (s *session) launchOpt() oci.SpecOpts {
 // request's command and timeout, mints the credentials and, with start,
 // runs the command. A pooled sandbox whose workspace changed on the host
 // since it was prepared is torn down and errStalePool returned.
-func (d *Daemon) claim(ctx context.Context, s *session, p policies.Policy, start, warm bool) (_ *api.Session, retErr error) {
+func (d *Daemon) claim(ctx context.Context, s *session, p policies.Policy, labels map[string]string, start, warm bool) (_ *api.Session, retErr error) {
 	id := s.rec.ID
 	defer func() {
 		if retErr != nil {
@@ -248,6 +248,7 @@ func (d *Daemon) claim(ctx context.Context, s *session, p policies.Policy, start
 	s.rec.Created = time.Now().UTC()
 	s.rec.State = api.StateCreated
 	s.rec.Warm = warm
+	s.rec.Labels = labels
 	err := s.saveLocked()
 	s.mu.Unlock()
 	if err != nil {

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"maps"
 	"path/filepath"
 	"sync"
 	"time"
@@ -117,6 +118,7 @@ func (s *session) view() *api.Session {
 		Policy:   r.Policy,
 		Review:   r.Review,
 		Warm:     r.Warm,
+		Labels:   maps.Clone(r.Labels),
 
 		PolicyVersion: r.version(),
 	}

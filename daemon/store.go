@@ -50,6 +50,9 @@ type record struct {
 	Review bool `json:"review,omitempty"`
 	// Warm records that the session took a pooled sandbox.
 	Warm bool `json:"warm,omitempty"`
+	// Labels are the create request's labels (api.CreateRequest.Labels),
+	// recorded with the created state, before the command can run.
+	Labels map[string]string `json:"labels,omitempty"`
 	// Exited holds the command's exit status from the moment it is known
 	// until the session is recorded as stopped: the task that also holds
 	// it is deleted in between, and a daemon that dies then must not lose

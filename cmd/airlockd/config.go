@@ -16,7 +16,7 @@ import (
 // configuration file, a relative one is taken from the file's directory.
 var pathFlags = map[string]bool{
 	"root": true, "socket": true, "admission": true, "bin-dir": true, "debug-socket": true,
-	"upstream-ca": true, "pool": true, "image": true, "console-token-file": true,
+	"upstream-ca": true, "pool": true, "image": true, "console-token-file": true, "kubeconfig": true,
 }
 
 // repeatable is a flag value that collects every use; values returns

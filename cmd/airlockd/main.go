@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -50,6 +51,12 @@ containerd's root or socket, /, /etc, /proc, /sys, /dev, /boot, /run or
 /var/run, anything beneath them, or a directory that contains one of them;
 nor its bin dir and binary for writing. Refused requests get HTTP 403 with
 the rule they broke. --socket-group needs --admission.
+
+--kubernetes also makes airlockd a Kubernetes node agent (preview): it runs
+the airlock.dev/v1alpha1 Sessions placed on its node (--node-name) as local
+sessions, and places unplaced ones on nodes with room (README, Kubernetes).
+It is in airlockd-kube, the same daemon built with the node agent; airlockd
+itself is built without its Kubernetes libraries, which double its size.
 
 --console-listen serves a web console (docs/console.md): sessions, held
 requests to allow or deny, diffs to commit or discard, audit timelines. On
@@ -131,6 +138,13 @@ func run() int {
 		poolFiles      = listFlag{}
 		imageFiles     = listFlag{}
 		upstreamCA     = fs.String("upstream-ca", "", "PEM `FILE` of the CAs the L7 gateway trusts when it dials a server for TLS it terminates (HTTP rules, secrets, inspect = \"all\"); default: the host's system roots")
+		kubernetes     = fs.Bool("kubernetes", false, "also run as a Kubernetes node agent (preview; README, Kubernetes): register this node (an AirlockNode and a Lease it renews), run the airlock.dev Sessions placed on it as local sessions, through the same create as the API (admission and every perimeter layer apply), and write their status back; and, one agent at a time under leader election, place unplaced Sessions on live nodes with room")
+		kubeconfig     = fs.String("kubeconfig", "", "with --kubernetes: the API server's kubeconfig `FILE`; default: the in-cluster configuration (a pod's service account)")
+		kubeController = fs.Bool("kubernetes-controller", true, "with --kubernetes: also stand for the placement controller's leadership; false leaves placing Sessions to other agents")
+		nodeName       = fs.String("node-name", "", "with --kubernetes: this node's `NAME` (its AirlockNode and Lease; the Sessions whose spec.nodeName is NAME run here); default: the hostname")
+		nodeLabels     = fs.String("node-labels", "", "with --kubernetes: labels `K=V,...` set on this node's AirlockNode; a Session's nodeSelector matches them")
+		nodeCapacity   = fs.Int("node-capacity", 0, "with --kubernetes: how many Sessions this node holds at once, `N` (a Session holds its place until it is deleted); default: the admission policy's session limit, which N may not exceed")
+		nodeLease      = fs.Duration("node-lease-duration", defaultNodeLease, "with --kubernetes: the node Lease's duration, whole seconds, at least 2s: when this agent has not renewed it for that long the node is lost, and its unfinished Sessions are marked Lost, never run elsewhere (also the placement leader's Lease)")
 		dnsRate        = fs.Float64("dns-rate", dnsproxy.DefaultRate, "DNS queries a second each session may send to airlock's resolver, with a burst of twice as many; queries beyond are not answered, and the audit counts them (the gateway blocks UDP packets to the resolver beyond four times this rate, and at least 400 a second)")
 	)
 	fs.Var(&ociRuntime, "runtime", "OCI runtime every new session runs on: runc or crun (`NAME`, an executable of that name in --bin-dir; make deps installs both). A session keeps the runtime it was created with across restarts; the same hardening holds on both (the daemon's tests run on each)")
@@ -295,6 +309,30 @@ func run() int {
 			return 2
 		}
 	}
+	var kubeCfg *kubeAgent
+	if *kubernetes {
+		if kubeCfg, err = kubeConfig(*kubeconfig, *nodeName, *nodeLabels, *nodeLease, *kubeController); err != nil {
+			fmt.Fprintln(os.Stderr, "airlockd:", err)
+			return 2
+		}
+		limit := cmp.Or(adm, policies.DefaultAdmission()).Limits.Sessions
+		switch {
+		case !flagGiven(fs, "node-capacity"):
+			kubeCfg.setCapacity(cmp.Or(limit, policies.DefaultMaxSessions))
+		case *nodeCapacity < 0 || (limit > 0 && *nodeCapacity > limit):
+			fmt.Fprintf(os.Stderr, "airlockd: --node-capacity %d: want 0 to the admission policy's session limit, %d\n", *nodeCapacity, limit)
+			return 2
+		default:
+			kubeCfg.setCapacity(*nodeCapacity)
+		}
+	} else {
+		for _, f := range []string{"kubeconfig", "kubernetes-controller", "node-name", "node-labels", "node-capacity", "node-lease-duration"} {
+			if flagGiven(fs, f) {
+				fmt.Fprintf(os.Stderr, "airlockd: --%s needs --kubernetes\n", f)
+				return 2
+			}
+		}
+	}
 	if *checkConfig {
 		printSettings(os.Stdout, fs, adm)
 		return 0
@@ -387,7 +425,26 @@ func run() int {
 			return 1
 		}
 	}
+	var agentDone chan error
+	if kubeCfg != nil {
+		kubeCfg.setDaemon(absRoot, daemon.Version, string(ociRuntime))
+		agentDone = make(chan error, 1)
+		go func() {
+			err := kubeCfg.run(ctx, d)
+			if err != nil {
+				// Its sessions run on, as on any stop of airlockd.
+				logger.Error("node agent stopped; airlockd stops", "error", err)
+				cancel()
+			}
+			agentDone <- err
+		}()
+	}
 	serveErr := httpapi.Serve(ctx, d, absSocket, *socketGroup)
+	var agentErr error
+	if agentDone != nil {
+		cancel()
+		agentErr = <-agentDone
+	}
 	// The console acts on the daemon: it stops before the daemon does.
 	if consoleSrv != nil {
 		if err := consoleSrv.Close(); err != nil {
@@ -404,6 +461,9 @@ func run() int {
 	}
 	if serveErr != nil {
 		logger.Error("serve", "error", serveErr)
+		return 1
+	}
+	if agentErr != nil {
 		return 1
 	}
 	logger.Info("stopped")

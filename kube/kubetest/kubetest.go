@@ -48,6 +48,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // Binaries are the programs the control plane runs, looked up in the
@@ -285,6 +287,17 @@ func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error
 		return nil, err
 	}
 	return cp, nil
+}
+
+// WriteKubeconfig writes a kubeconfig file for the admin configuration at
+// path (mode 0600), for processes the test starts (airlockd --kubeconfig).
+func (cp *ControlPlane) WriteKubeconfig(path string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: cp.Config.Host, CertificateAuthorityData: cp.Config.CAData}
+	cfg.AuthInfos["kubetest"] = &clientcmdapi.AuthInfo{Token: cp.Config.BearerToken}
+	cfg.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "kubetest"}
+	cfg.CurrentContext = "kubetest"
+	return clientcmd.WriteToFile(*cfg, path)
 }
 
 // Close stops the apiserver, then etcd (each by its pid: SIGTERM, then

@@ -38,7 +38,7 @@ func setup(t *testing.T) client.Client {
 		names = append(names, c.Name)
 	}
 	slices.Sort(names)
-	if want := []string{"sessionpools.airlock.dev", "sessions.airlock.dev"}; !slices.Equal(names, want) {
+	if want := []string{"airlocknodes.airlock.dev", "sessionpools.airlock.dev", "sessions.airlock.dev"}; !slices.Equal(names, want) {
 		t.Fatalf("installed CRDs %v, want %v", names, want)
 	}
 	scheme := runtime.NewScheme()
@@ -284,4 +284,73 @@ func assertInvalid(t *testing.T, err error, field string) {
 	if !slices.Contains(fields, field) {
 		t.Fatalf("422 names fields %q, want %q: %v", fields, field, err)
 	}
+}
+
+// TestPlacementFields: a Session's spec.nodeName, once set, cannot change
+// (a placed session is never moved), and Sessions can be listed by it, as
+// node agents watch them.
+func TestPlacementFields(t *testing.T) {
+	c := setup(t)
+	ctx := t.Context()
+	mk := func(name, node string) *v1alpha1.Session {
+		s := &v1alpha1.Session{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: v1alpha1.SessionSpec{NodeName: node, Policy: policies.Policy{
+				Label: name, Image: "airlock/agent:bookworm", Command: []string{"true"},
+			}},
+		}
+		if err := c.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	unplaced := mk("unplaced", "")
+	mk("on-a", "node-a")
+	mk("on-b", "node-b")
+
+	unplaced.Spec.NodeName = "node-a"
+	if err := c.Update(ctx, unplaced); err != nil {
+		t.Fatalf("placing an unplaced session: %v", err)
+	}
+	unplaced.Spec.NodeName = "node-b"
+	assertInvalid(t, c.Update(ctx, unplaced), "spec")
+	unplaced.Spec.NodeName = ""
+	assertInvalid(t, c.Update(ctx, unplaced), "spec")
+
+	var list v1alpha1.SessionList
+	if err := c.List(ctx, &list, client.MatchingFields{"spec.nodeName": "node-a"}); err != nil {
+		t.Fatalf("list by spec.nodeName: %v", err)
+	}
+	var names []string
+	for _, s := range list.Items {
+		names = append(names, s.Name)
+	}
+	slices.Sort(names)
+	if want := []string{"on-a", "unplaced"}; !slices.Equal(names, want) {
+		t.Errorf("sessions with spec.nodeName=node-a: %v, want %v", names, want)
+	}
+}
+
+// TestAirlockNodeCRD: an AirlockNode is cluster-scoped and its status is
+// written through its status subresource.
+func TestAirlockNodeCRD(t *testing.T) {
+	c := setup(t)
+	ctx := t.Context()
+	n := &v1alpha1.AirlockNode{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{"zone": "z1"}}}
+	if err := c.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	n.Status = v1alpha1.AirlockNodeStatus{Capacity: 4, Sessions: 1, Version: "v", Runtime: "runc", HolderIdentity: "id"}
+	if err := c.Status().Update(ctx, n); err != nil {
+		t.Fatalf("status update: %v", err)
+	}
+	var got v1alpha1.AirlockNode
+	if err := c.Get(ctx, client.ObjectKey{Name: "node-a"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Namespace != "" || got.Status != n.Status || got.Labels["zone"] != "z1" {
+		t.Errorf("read back %+v", got)
+	}
+	got.Status.Capacity = -1
+	assertInvalid(t, c.Status().Update(ctx, &got), "status.capacity")
 }

@@ -17,7 +17,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &Session{}, &SessionList{}, &SessionPool{}, &SessionPoolList{})
+	s.AddKnownTypes(GroupVersion, &Session{}, &SessionList{}, &SessionPool{}, &SessionPoolList{}, &AirlockNode{}, &AirlockNodeList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

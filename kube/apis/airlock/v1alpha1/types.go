@@ -16,6 +16,7 @@ import (
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`
 // +kubebuilder:printcolumn:name="Exit",type=integer,JSONPath=`.status.exitCode`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
 type Session struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -27,7 +28,11 @@ type Session struct {
 }
 
 // SessionSpec is what a Session asks for. A Session starts as soon as a
-// node agent claims it (api.CreateRequest with Start set).
+// node agent claims it (api.CreateRequest with Start set). The node agent
+// runs the policy it read when it claimed the Session; a later change to
+// it is not applied.
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot be changed once set: a placed session is never moved, so that it never runs twice"
 type SessionSpec struct {
 	// Policy is the session's manifest as the /v1 API carries it
 	// (api.CreateRequest.Policy): a decoded `session "label" { ... }`
@@ -36,11 +41,16 @@ type SessionSpec struct {
 	// ((*policies.Policy).Validate) and under its node's admission policy.
 	// +required
 	Policy policies.Policy `json:"policy"`
-	// NodeName places the session on the node agent of that name; empty
-	// leaves the choice to the placement controller.
+	// NodeName places the session on the node agent (AirlockNode) of
+	// that name; empty leaves the choice to the placement controller,
+	// which sets it. Once set it cannot change: a session is never moved,
+	// and one whose node is lost is marked Lost, not run elsewhere. Node
+	// agents watch the Sessions with their own name here (a selectable
+	// field: --field-selector spec.nodeName=NODE).
 	// +optional
 	NodeName string `json:"nodeName,omitempty"`
-	// NodeSelector limits the placement to node agents with these labels.
+	// NodeSelector limits the placement to node agents whose
+	// AirlockNode's labels hold all of these.
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 	// PoolName takes a sandbox the SessionPool of that name (in the
@@ -95,7 +105,9 @@ type SessionStatus struct {
 	// +optional
 	ExitCode *int32 `json:"exitCode,omitempty"`
 	// Reason says why the session ended: exited, stopped, timeout, oom,
-	// error (as api.Session.Reason), or lost.
+	// error (as api.Session.Reason), refused (validation or admission on
+	// its node), lost; or, while it is Pending, unschedulable (no live
+	// node with room matches it; Message says why for each node).
 	// +optional
 	Reason string `json:"reason,omitempty"`
 	// Message is a human-readable detail of Reason or of a failure.
@@ -273,4 +285,83 @@ type SessionPoolList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []SessionPool `json:"items"`
+}
+
+// AirlockNode is one node agent (airlockd --kubernetes): the sessions it
+// takes at once and how many it holds. Its agent creates it at start and
+// keeps its status; its labels (metadata.labels, from airlockd
+// --node-labels and from whoever else labels it) are what a Session's
+// nodeSelector matches. It is cluster-scoped, like a Node.
+//
+// Liveness is not in this object: each agent renews a
+// coordination.k8s.io/v1 Lease of the same name in the airlock-system
+// namespace (package kube/agent), as a kubelet renews its node's Lease in
+// kube-node-lease. A Lease is small and written often; this object is
+// larger, watched by the placement controller, and written only when
+// something in it changes, so the heartbeat does not cost every watcher a
+// copy of it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=aln,categories=airlock
+// +kubebuilder:printcolumn:name="Capacity",type=integer,JSONPath=`.status.capacity`
+// +kubebuilder:printcolumn:name="Sessions",type=integer,JSONPath=`.status.sessions`
+// +kubebuilder:printcolumn:name="Unschedulable",type=boolean,JSONPath=`.spec.unschedulable`,priority=1
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type AirlockNode struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec AirlockNodeSpec `json:"spec,omitempty"`
+	// +optional
+	Status AirlockNodeStatus `json:"status,omitempty"`
+}
+
+// AirlockNodeSpec is what the operator asks of a node agent.
+type AirlockNodeSpec struct {
+	// Unschedulable keeps the placement controller from placing new
+	// Sessions on the node (a cordon); those on it run on.
+	// +optional
+	Unschedulable bool `json:"unschedulable,omitempty"`
+}
+
+// AirlockNodeStatus is what a node agent reports about itself.
+type AirlockNodeStatus struct {
+	// Capacity is how many Sessions the agent holds at once (airlockd
+	// --node-capacity; never more than its admission policy's session
+	// limit). A Session holds a place on its node from its placement
+	// until it is deleted (as a local session counts under the session
+	// limit until it is removed), unless it is Lost or failed before its
+	// node made it a local session.
+	// +kubebuilder:validation:Minimum=0
+	Capacity int32 `json:"capacity"`
+	// Sessions is how many local sessions the agent holds for Sessions,
+	// as it last counted. The placement controller counts the Sessions
+	// placed on the node itself, which includes those it placed a moment
+	// ago.
+	// +optional
+	Sessions int32 `json:"sessions,omitempty"`
+	// Version is the agent's airlockd version.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// Runtime is the OCI runtime new sessions run on (runc or crun).
+	// +optional
+	Runtime string `json:"runtime,omitempty"`
+	// HolderIdentity is the identity the agent holds its Lease with: an
+	// id kept under its --root, so that the same agent restarted takes its
+	// Lease back at once and a second agent given the same node name is
+	// refused while the first one's Lease is live.
+	// +optional
+	HolderIdentity string `json:"holderIdentity,omitempty"`
+}
+
+// AirlockNodeList is a list of AirlockNodes.
+//
+// +kubebuilder:object:root=true
+type AirlockNodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []AirlockNode `json:"items"`
 }

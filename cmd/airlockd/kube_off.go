@@ -1,0 +1,29 @@
+//go:build !kubernetes
+
+package main
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/daemon"
+)
+
+// This airlockd is built without the node agent, whose Kubernetes client
+// libraries double the binary and its start-up memory: airlockd-kube, the
+// same daemon built with the kubernetes tag (make build), has it.
+
+const defaultNodeLease = 40 * time.Second
+
+type kubeAgent struct{}
+
+func (*kubeAgent) setCapacity(int)                  {}
+func (*kubeAgent) setDaemon(string, string, string) {}
+func (*kubeAgent) run(context.Context, *daemon.Daemon) error {
+	return errors.New("built without Kubernetes support")
+}
+
+func kubeConfig(string, string, string, time.Duration, bool) (*kubeAgent, error) {
+	return nil, errors.New("--kubernetes: this airlockd is built without the node agent; run airlockd-kube, the same daemon with it (make build builds both)")
+}

@@ -1,0 +1,86 @@
+// Package agent makes airlockd a Kubernetes node agent (airlockd
+// --kubernetes): it runs the airlock.dev/v1alpha1 Sessions placed on its
+// node as local sessions of its own daemon, and, while it leads, places
+// the cluster's unplaced Sessions on live nodes with room.
+//
+// # The node
+//
+// At start the agent registers its node: an AirlockNode of its name
+// (cluster-scoped, its labels from --node-labels, its capacity, version and
+// runtime in status) and a coordination.k8s.io/v1 Lease of the same name in
+// the airlock-system namespace, which it renews every quarter of the lease
+// duration, as a kubelet renews its node's Lease. The Lease's holder is an
+// identity kept under the daemon's root: the same agent restarted takes its
+// Lease back at once, and a second agent started with a name whose Lease
+// another holds, live, is refused (two agents on one name would both run
+// its Sessions). The agent never releases its Lease: its sessions keep
+// running across its restart, as local sessions do across a daemon restart,
+// and a node whose agent does not come back is lost when the Lease expires.
+//
+// # Sessions on the node
+//
+// A Session is the node's when its spec.nodeName is the node's name (set by
+// the placement controller, or by whoever creates the Session; immutable
+// once set, so that a session never moves). The agent watches only those
+// (spec.nodeName is a selectable field of the CRD: the watch is a field
+// selector, as a kubelet's watch of its pods is). For each one it:
+//
+//   - adds its finalizer (airlock.dev/node-agent) before anything runs, so
+//     that deleting the Session always finds the local session to remove;
+//   - runs it exactly as a local session, through the daemon's own create
+//     (in process, the same call the /v1 API's POST /v1/sessions makes):
+//     validation, admission and every perimeter layer apply unchanged;
+//   - labels the local session with the Session's uid (and namespace/name,
+//     for people): the daemon records labels before the command can run,
+//     so an agent killed at any point finds, after its restart, the session
+//     it made instead of making a second one; a create the kill cut short
+//     left nothing (the daemon removes half-made sessions at start), and
+//     one that was made re-adopts like any local session;
+//   - writes status back through the status subresource from a fresh read,
+//     retrying on a conflict (409) from a fresh read again: state, node,
+//     local id, exit code and reason, timestamps;
+//   - removes the local session when the Session is deleted, then its
+//     finalizer.
+//
+// A Session whose local session existed and is gone (removed on the node
+// by hand) is marked Failed, never run again. A Session marked Lost that
+// the agent still runs (its node came back after the lease expired) is
+// stopped: it was given up for lost, and is never run twice. Local
+// sessions labelled for Sessions that no longer exist are removed.
+//
+// # Placement
+//
+// The placement controller runs inside every agent (--kubernetes-controller
+// false turns it off), and one agent at a time leads, elected through a
+// Lease (airlock-placement in airlock-system). Inside the agents, because
+// a fleet of node agents is then the whole deployment (a DaemonSet), with
+// no second component to deploy, scale or keep highly available: when the
+// leader's node goes, another agent takes over within a lease duration.
+//
+// It places each unplaced Session, oldest first, on the live,
+// schedulable node with the most free places whose labels hold the
+// Session's nodeSelector, by setting spec.nodeName with the
+// resourceVersion it read (two leaders, or a leader and a person, cannot
+// both place it), then state Placed in status. Free places are the node's
+// capacity less the Sessions that hold a place on it (see
+// v1alpha1.AirlockNodeStatus.Capacity), counting those it placed a moment
+// ago that its cache does not show yet. A Session that fits nowhere stays
+// Pending with reason unschedulable and, in message, why each node was
+// passed over.
+//
+// A node is live while its Lease is renewed. The controller judges that by
+// its own clock, as the node lifecycle controller does: it notes when it
+// saw each Lease's renew time change, and a node whose Lease it has not
+// seen change for a whole lease duration (or that has none) is lost, so a
+// clock skewed between hosts cannot make a node lost early. Every agent
+// notes the renewals its cache shows, leading or not, so a new leader (the
+// old one's node lost, or restarted) knows how long each node has been
+// quiet; a node is then lost a lease duration after its last renewal, or
+// after the leader Lease's expiry when both went together. A node whose
+// Lease's renew time is already older than its duration is not placed on,
+// even by a leader that has just started. Its Sessions
+// that were not yet ended (Pending, Placed, Running) are marked Lost, and
+// never placed again: a lost node may still run them. Deleted Sessions of a
+// lost node lose the finalizer the node cannot remove; if the node comes
+// back, its agent removes their local sessions.
+package agent

@@ -1,0 +1,321 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+)
+
+// Labels of a local session run for a Session.
+const (
+	// LabelSessionUID is the Session's uid: what the agent finds its
+	// local session by.
+	LabelSessionUID = "airlock.dev/session-uid"
+	// LabelSession is the Session's namespace/name.
+	LabelSession = "airlock.dev/session"
+)
+
+// Finalizer is the node agent's finalizer on the Sessions it runs: it is
+// removed once the local session is.
+const Finalizer = "airlock.dev/node-agent"
+
+// ReasonRefused is a Failed Session's status.reason when its node's
+// daemon refused it (validation, admission, a missing image).
+const ReasonRefused = "refused"
+
+// stopGrace is how long a Lost session's processes get between SIGTERM
+// and SIGKILL.
+const stopGrace = 2 * time.Second
+
+// Daemon is what the agent needs of airlockd's daemon (*daemon.Daemon):
+// the calls the /v1 API serves, in process.
+type Daemon interface {
+	Create(ctx context.Context, req api.CreateRequest) (*api.Session, error)
+	Start(ctx context.Context, id string) (*api.Session, error)
+	Stop(ctx context.Context, id string, grace time.Duration) (*api.Session, error)
+	Wait(ctx context.Context, id string) (*api.WaitResponse, error)
+	Remove(ctx context.Context, id string, force bool) error
+	List(ctx context.Context) []api.Session
+}
+
+// nodeAgent reconciles the Sessions placed on its node with its daemon's
+// local sessions.
+type nodeAgent struct {
+	d     Daemon
+	node  string
+	c     client.Client // writes; its cache holds this node's Sessions
+	fresh client.Reader // reads that bypass the cache
+	// ended carries an event for a Session whose local session ended.
+	ended chan event.GenericEvent
+	// stopCtx is the agent's root context: the waits on local sessions
+	// last until it ends.
+	stopCtx context.Context
+
+	mu sync.Mutex
+	// waiting are the local sessions a goroutine waits on.
+	waiting map[string]bool // +checklocks:mu
+}
+
+// local returns the local session labelled with uid, nil if none.
+func (a *nodeAgent) local(ctx context.Context, uid types.UID) *api.Session {
+	for _, v := range a.d.List(ctx) {
+		if v.Labels[LabelSessionUID] == string(uid) {
+			return &v
+		}
+	}
+	return nil
+}
+
+// held counts the local sessions run for Sessions.
+func (a *nodeAgent) held(ctx context.Context) int {
+	n := 0
+	for _, v := range a.d.List(ctx) {
+		if v.Labels[LabelSessionUID] != "" {
+			n++
+		}
+	}
+	return n
+}
+
+func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ctx = log.With(ctx, "session", req.String())
+	var s v1alpha1.Session
+	if err := a.fresh.Get(ctx, req.NamespacedName, &s); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Deleted without this agent's help (the placement
+			// controller took the finalizer off while it judged
+			// this node lost): its local session goes now.
+			a.removeOrphans(ctx, req.String())
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if s.Spec.NodeName != a.node {
+		return reconcile.Result{}, nil
+	}
+	v := a.local(ctx, s.UID)
+
+	if s.DeletionTimestamp != nil {
+		if v != nil {
+			if err := a.d.Remove(ctx, v.ID, true); err != nil && !errdefs.IsNotFound(err) {
+				return reconcile.Result{}, fmt.Errorf("remove local session %s: %w", v.ID, err)
+			}
+			log.G(ctx).Info("local session removed with its Session", "id", v.ID)
+		}
+		_, err := updateFresh(ctx, a.c, a.fresh, req.NamespacedName, func(f *v1alpha1.Session) bool {
+			return f.UID == s.UID && controllerutil.RemoveFinalizer(f, Finalizer)
+		})
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+
+	if v == nil {
+		switch {
+		case !lostable(s.Status.State):
+			// Ended, failed or lost: never run again.
+			return reconcile.Result{}, nil
+		case s.Status.ID != "" || s.Status.State == v1alpha1.SessionRunning:
+			// It had a local session, and it is gone: removed on
+			// the node by hand. It is not run a second time.
+			_, err := writeStatus(ctx, a.c, a.fresh, req.NamespacedName, func(f *v1alpha1.Session) bool {
+				if f.UID != s.UID || !lostable(f.Status.State) {
+					return false
+				}
+				now := metav1.NewTime(time.Now().Truncate(time.Second))
+				f.Status.State, f.Status.Reason, f.Status.FinishedAt = v1alpha1.SessionFailed, "error", &now
+				f.Status.Message = fmt.Sprintf("its local session %s on node %s is gone (removed on the node); it is not run again", f.Status.ID, a.node)
+				return true
+			})
+			return reconcile.Result{}, err
+		}
+		var err error
+		if v, err = a.run(ctx, &s); err != nil || v == nil {
+			return reconcile.Result{}, err
+		}
+	} else if !controllerutil.ContainsFinalizer(&s, Finalizer) {
+		// A local session made without the finalizer's being put
+		// on first (by hand, or by an older agent): a delete must
+		// still find it.
+		if _, err := updateFresh(ctx, a.c, a.fresh, req.NamespacedName, func(f *v1alpha1.Session) bool {
+			return f.UID == s.UID && f.DeletionTimestamp == nil && controllerutil.AddFinalizer(f, Finalizer)
+		}); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+
+	if s.Status.State == v1alpha1.SessionLost {
+		// Given up for lost while this node was away: it is not
+		// run on, here or anywhere.
+		if v.State == api.StateRunning || v.State == api.StateCreated {
+			log.G(ctx).Warn("stopping a session the cluster marked Lost", "id", v.ID)
+			if _, err := a.d.Stop(ctx, v.ID, stopGrace); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		return reconcile.Result{}, nil
+	}
+	if v.State == api.StateCreated {
+		// Made by an agent killed before it started it (the daemon
+		// takes one that was handed its command for running).
+		nv, err := a.d.Start(ctx, v.ID)
+		if err != nil {
+			return reconcile.Result{}, fmt.Errorf("start local session %s: %w", v.ID, err)
+		}
+		v = nv
+	}
+	if v.State == api.StateRunning {
+		a.waitFor(v.ID, req.NamespacedName)
+	}
+	_, err := writeStatus(ctx, a.c, a.fresh, req.NamespacedName, func(f *v1alpha1.Session) bool {
+		if f.UID != s.UID || f.Status.State == v1alpha1.SessionLost {
+			return false
+		}
+		f.Status = localStatus(f.Status, v, a.node, f.Generation)
+		return true
+	})
+	if err == nil && v.State != api.StateRunning {
+		log.G(ctx).Debug("session status written", "id", v.ID, "state", v.State, "exit", v.ExitCode)
+	}
+	return reconcile.Result{}, err
+}
+
+// run makes s a local session, after its finalizer is on it and its
+// status says this node claimed it; nil without an error when s was lost
+// or failed meanwhile.
+func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session, error) {
+	key := client.ObjectKeyFromObject(s)
+	if _, err := updateFresh(ctx, a.c, a.fresh, key, func(f *v1alpha1.Session) bool {
+		return f.UID == s.UID && f.DeletionTimestamp == nil && controllerutil.AddFinalizer(f, Finalizer)
+	}); err != nil {
+		return nil, err
+	}
+	claimed := false
+	if _, err := writeStatus(ctx, a.c, a.fresh, key, func(f *v1alpha1.Session) bool {
+		claimed = f.UID == s.UID && f.DeletionTimestamp == nil && f.Spec.NodeName == a.node &&
+			lostable(f.Status.State) && f.Status.State != v1alpha1.SessionRunning && f.Status.ID == ""
+		if !claimed {
+			return false
+		}
+		f.Status.State, f.Status.Node = v1alpha1.SessionPlaced, a.node
+		if f.Status.PlacedAt == nil {
+			now := metav1.NewTime(time.Now().Truncate(time.Second))
+			f.Status.PlacedAt = &now
+		}
+		return true
+	}); err != nil || !claimed {
+		return nil, err
+	}
+	v, err := a.d.Create(ctx, api.CreateRequest{Policy: s.Spec.Policy, Start: true, Labels: map[string]string{
+		LabelSessionUID: string(s.UID),
+		LabelSession:    s.Namespace + "/" + s.Name,
+	}})
+	if err != nil {
+		if errdefs.IsUnavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, err // again, with backoff
+		}
+		reason := "error"
+		if errdefs.IsPermissionDenied(err) || errdefs.IsInvalidArgument(err) || errdefs.IsNotFound(err) {
+			reason = ReasonRefused
+		}
+		log.G(ctx).Warn("session not run", "reason", reason, "error", err)
+		_, werr := writeStatus(ctx, a.c, a.fresh, key, func(f *v1alpha1.Session) bool {
+			if f.UID != s.UID || !lostable(f.Status.State) {
+				return false
+			}
+			now := metav1.NewTime(time.Now().Truncate(time.Second))
+			f.Status.State, f.Status.Reason, f.Status.FinishedAt = v1alpha1.SessionFailed, reason, &now
+			f.Status.Message = err.Error()
+			return true
+		})
+		return nil, werr
+	}
+	log.G(ctx).Info("session running", "id", v.ID)
+	return v, nil
+}
+
+// waitFor asks for another reconcile of key when local session id ends.
+func (a *nodeAgent) waitFor(id string, key types.NamespacedName) {
+	ctx := a.stopCtx
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.waiting[id] {
+		return
+	}
+	a.waiting[id] = true
+	go func() {
+		defer func() {
+			a.mu.Lock()
+			delete(a.waiting, id)
+			a.mu.Unlock()
+		}()
+		if _, err := a.d.Wait(ctx, id); err != nil {
+			return // the Session's next reconcile waits again
+		}
+		select {
+		case a.ended <- event.GenericEvent{Object: &v1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// removeOrphans removes the local sessions run for the Session
+// namespace/name, which no longer exists.
+func (a *nodeAgent) removeOrphans(ctx context.Context, name string) {
+	for _, v := range a.d.List(ctx) {
+		if v.Labels[LabelSession] != name || v.Labels[LabelSessionUID] == "" {
+			continue
+		}
+		log.G(ctx).Info("removing the local session of a Session that is gone", "id", v.ID)
+		if err := a.d.Remove(ctx, v.ID, true); err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).Error("remove local session", "id", v.ID, "error", err)
+		}
+	}
+}
+
+// sweep removes the local sessions labelled for Sessions that no longer
+// exist (deleted while this node was away, their finalizer taken off by
+// the placement controller), every period until ctx ends.
+func (a *nodeAgent) sweep(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		for _, v := range a.d.List(ctx) {
+			uid := v.Labels[LabelSessionUID]
+			ns, name, ok := strings.Cut(v.Labels[LabelSession], "/")
+			if uid == "" || !ok {
+				continue
+			}
+			var s v1alpha1.Session
+			err := a.fresh.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s)
+			if err == nil && string(s.UID) == uid {
+				continue
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				continue
+			}
+			log.G(ctx).Info("removing the local session of a Session that is gone", "id", v.ID, "session", ns+"/"+name)
+			if err := a.d.Remove(ctx, v.ID, true); err != nil && !errdefs.IsNotFound(err) {
+				log.G(ctx).Error("remove local session", "id", v.ID, "error", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,259 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+)
+
+// LeaseNamespace holds the nodes' Leases and the placement controller's
+// leader Lease.
+const LeaseNamespace = "airlock-system"
+
+// PlacementLease is the placement controller's leader Lease.
+const PlacementLease = "airlock-placement"
+
+// errLeaseTaken marks a node Lease another agent holds.
+var errLeaseTaken = errors.New("node lease held by another agent")
+
+// loadIdentity returns the agent's Lease holder identity, kept in
+// kube/identity under root (made on first use): the node name, and an id
+// that stays with the root across restarts.
+func loadIdentity(root, node string) (string, error) {
+	dir := filepath.Join(root, "kube")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "identity")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		var r [8]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return "", err
+		}
+		b = []byte(hex.EncodeToString(r[:]))
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return "", err
+		}
+	} else if err != nil {
+		return "", err
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" {
+		return "", fmt.Errorf("%s is empty: remove it, and a new identity is made", path)
+	}
+	return node + "/" + id, nil
+}
+
+// registrar registers the node and renews its Lease.
+type registrar struct {
+	c        client.Client // uncached
+	cfg      Config
+	identity string
+}
+
+func (r *registrar) leaseSeconds() int32 {
+	return int32(max(r.cfg.LeaseDuration.Round(time.Second), time.Second) / time.Second)
+}
+
+// register makes or updates the node's AirlockNode (labels, status) and
+// takes its Lease: refused (errLeaseTaken) while another holder's Lease
+// is live.
+func (r *registrar) register(ctx context.Context) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: LeaseNamespace}}
+	if err := r.c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("namespace %s: %w", LeaseNamespace, err)
+	}
+	var l coordinationv1.Lease
+	key := client.ObjectKey{Namespace: LeaseNamespace, Name: r.cfg.Node}
+	err := r.c.Get(ctx, key, &l)
+	exists := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("lease %s: %w", key, err)
+	}
+	now := time.Now()
+	if exists {
+		holder := ptrString(l.Spec.HolderIdentity)
+		if holder != r.identity && l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil &&
+			now.Before(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second)) {
+			return fmt.Errorf("%w: node name %q: its Lease %s is held by %q and was renewed %s ago; two agents with one name would both run its sessions (another --node-name, or wait for the Lease to expire): %w",
+				errLeaseTaken, r.cfg.Node, key, holder, now.Sub(l.Spec.RenewTime.Time).Round(time.Millisecond), errdefs.ErrAlreadyExists)
+		}
+	}
+
+	n := &v1alpha1.AirlockNode{}
+	switch err := r.c.Get(ctx, client.ObjectKey{Name: r.cfg.Node}, n); {
+	case apierrors.IsNotFound(err):
+		n = &v1alpha1.AirlockNode{ObjectMeta: metav1.ObjectMeta{Name: r.cfg.Node, Labels: maps.Clone(r.cfg.Labels)}}
+		if err := r.c.Create(ctx, n); err != nil {
+			return fmt.Errorf("create AirlockNode %s: %w", r.cfg.Node, err)
+		}
+	case err != nil:
+		return fmt.Errorf("AirlockNode %s: %w", r.cfg.Node, err)
+	default:
+		// --node-labels sets its keys; labels others set stay.
+		changed := false
+		for k, v := range r.cfg.Labels {
+			if n.Labels[k] != v {
+				if n.Labels == nil {
+					n.Labels = map[string]string{}
+				}
+				n.Labels[k], changed = v, true
+			}
+		}
+		if changed {
+			if err := r.c.Update(ctx, n); err != nil {
+				return fmt.Errorf("label AirlockNode %s: %w", r.cfg.Node, err)
+			}
+		}
+	}
+	if err := r.writeNodeStatus(ctx, n, -1); err != nil {
+		return err
+	}
+
+	mt := metav1.NewMicroTime(now)
+	secs := r.leaseSeconds()
+	owner := []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "AirlockNode", Name: n.Name, UID: n.UID}}
+	if !exists {
+		l = coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: LeaseNamespace, Name: r.cfg.Node, OwnerReferences: owner},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &r.identity, LeaseDurationSeconds: &secs,
+				AcquireTime: &mt, RenewTime: &mt},
+		}
+		if err := r.c.Create(ctx, &l); err != nil {
+			return fmt.Errorf("create lease %s: %w", key, err)
+		}
+		return nil
+	}
+	if ptrString(l.Spec.HolderIdentity) != r.identity {
+		l.Spec.AcquireTime = &mt
+		t := ptrInt32(l.Spec.LeaseTransitions) + 1
+		l.Spec.LeaseTransitions = &t
+	}
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.RenewTime = &r.identity, &secs, &mt
+	l.OwnerReferences = owner
+	if err := r.c.Update(ctx, &l); err != nil {
+		return fmt.Errorf("take lease %s: %w", key, err)
+	}
+	return nil
+}
+
+func ptrInt32(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// writeNodeStatus writes the AirlockNode's status when it differs;
+// held < 0 keeps the sessions count.
+func (r *registrar) writeNodeStatus(ctx context.Context, n *v1alpha1.AirlockNode, held int) error {
+	st := n.Status
+	st.Capacity = int32(r.cfg.Capacity)
+	st.Version, st.Runtime, st.HolderIdentity = r.cfg.Version, r.cfg.Runtime, r.identity
+	if held >= 0 {
+		st.Sessions = int32(held)
+	}
+	if st == n.Status {
+		return nil
+	}
+	n.Status = st
+	if err := r.c.Status().Update(ctx, n); err != nil {
+		return fmt.Errorf("AirlockNode %s status: %w", r.cfg.Node, err)
+	}
+	return nil
+}
+
+// renew renews the node's Lease: an error wrapping errLeaseTaken when
+// another agent took it over (ours had expired).
+func (r *registrar) renew(ctx context.Context) error {
+	var l coordinationv1.Lease
+	key := client.ObjectKey{Namespace: LeaseNamespace, Name: r.cfg.Node}
+	if err := r.c.Get(ctx, key, &l); err != nil {
+		return err
+	}
+	if h := ptrString(l.Spec.HolderIdentity); h != r.identity {
+		return fmt.Errorf("%w: lease %s is now held by %q (this agent's had expired)", errLeaseTaken, key, h)
+	}
+	mt := metav1.NewMicroTime(time.Now())
+	l.Spec.RenewTime = &mt
+	return r.c.Update(ctx, &l)
+}
+
+// heartbeat renews the Lease every quarter of its duration until ctx ends
+// or another agent takes the Lease over. A failed renewal is tried again
+// at the next tick: the Lease expires only after four of them. It calls
+// nothing of the daemon, whose locks a slow session start may hold.
+func (r *registrar) heartbeat(ctx context.Context) error {
+	t := time.NewTicker(max(r.cfg.LeaseDuration/4, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration/2)
+		err := r.renew(rctx)
+		if apierrors.IsNotFound(err) {
+			// Deleted, perhaps with its AirlockNode (its owner):
+			// the node registers again, as a kubelet makes its
+			// Lease again.
+			log.G(ctx).Warn("node lease deleted; registering the node again")
+			err = r.register(rctx)
+		}
+		cancel()
+		if errors.Is(err, errLeaseTaken) {
+			return err
+		}
+		if err != nil && ctx.Err() == nil {
+			log.G(ctx).Warn("node lease not renewed", "error", err)
+		}
+	}
+}
+
+// reportSessions brings the AirlockNode's count of the sessions the node
+// holds up to date every period, until ctx ends; it registers the node
+// again if its AirlockNode was deleted.
+func (r *registrar) reportSessions(ctx context.Context, period time.Duration, held func(context.Context) int) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var n v1alpha1.AirlockNode
+		err := r.c.Get(ctx, client.ObjectKey{Name: r.cfg.Node}, &n)
+		switch {
+		case apierrors.IsNotFound(err):
+			// Deleted by someone: the node registers again, or
+			// nothing is placed on it.
+			log.G(ctx).Warn("AirlockNode deleted; registering the node again")
+			err = r.register(ctx)
+		case err == nil:
+			err = r.writeNodeStatus(ctx, &n, held(ctx))
+		}
+		if err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) {
+			log.G(ctx).Warn("node status not written", "error", err)
+		}
+	}
+}

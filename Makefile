@@ -63,6 +63,7 @@ generate: ## generate the Kubernetes API's DeepCopy methods (kube/apis, policies
 
 vet: ## go vet
 	$(GO) vet ./...
+	$(GO) vet -tags kubernetes ./cmd/airlockd
 
 unit: ## fast tests, no root needed
 	$(GO) test -short -count=1 $(GOTEST_FLAGS) ./...

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
@@ -20,6 +21,7 @@ import (
 // replaced without disturbing them, and sessions still start and end
 // normally afterwards.
 func TestSessionsShareOneShim(t *testing.T) {
+	testutil.RequiresRoot(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	rt := h.Daemon.Runtime()

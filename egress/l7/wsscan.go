@@ -31,6 +31,11 @@ const wsHoldAtMessageEnd = 250 * time.Millisecond
 // client to have been sent its close frame.
 const wsTellTimeout = 2 * time.Second
 
+// wsMaxHeldMessages bounds the messages a client's stream may have waiting
+// behind bytes held back (a message's end that could begin a secret):
+// beyond it the websocket is ended (1008).
+const wsMaxHeldMessages = 1024
+
 // errWSRefused ends a websocket relay the gateway refused.
 var errWSRefused = errors.New("websocket refused by the gateway")
 
@@ -157,9 +162,16 @@ func (c *wsScanConn) Write(p []byte) (int, error) {
 		err = c.writeOut()
 	}
 	if err == nil {
-		if c.fed != fed || c.ends != ends {
+		switch {
+		case c.fed != fed:
 			// New data: a hold under way is over; one may begin. (A
 			// control frame alone does not lengthen a hold.)
+			c.gen++
+			c.holdAtMessageEnd()
+		case c.ends != ends && c.gen == c.armed && c.timer != nil:
+			// Messages that ended without adding a byte do not lengthen
+			// a hold under way.
+		case c.ends != ends:
 			c.gen++
 			c.holdAtMessageEnd()
 		}
@@ -285,6 +297,12 @@ func (c *wsScanConn) startFrame() error {
 		if c.inMsg {
 			return protocol("websocket message begun inside another")
 		}
+		if len(c.msgs) >= wsMaxHeldMessages {
+			// Messages wait behind bytes held back; a client that keeps
+			// sending (empty ones cost 6 bytes) would grow them without
+			// bound.
+			return c.refuse(&wsRefusal{code: 1008, reason: fmt.Sprintf("airlock: more than %d websocket messages held behind bytes that could begin a secret: the websocket was ended", wsMaxHeldMessages)})
+		}
 		c.inMsg = true
 		c.msgs = append(c.msgs, wsMessage{op: op, end: -1})
 	default:
@@ -367,7 +385,12 @@ func (c *wsScanConn) pass(eof bool) error {
 		c.sent += int64(n)
 		data = data[n:]
 		if fin {
-			c.msgs = append(c.msgs[:0], c.msgs[1:]...)
+			// From the front without copying the rest: a pass over many
+			// messages stays linear.
+			c.msgs = c.msgs[1:]
+			if len(c.msgs) == 0 {
+				c.msgs = nil
+			}
 		}
 	}
 	c.scan.out = c.scan.out[:0]

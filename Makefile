@@ -73,6 +73,7 @@ test: deps kube build images vet ## everything: vet, unit + root integration tes
 		AIRLOCK_CLAUDE_CODE_IMAGE=$$(cat $(OUT)/claude-code-image.path) \
 		AIRLOCK_CODEX_IMAGE=$$(cat $(OUT)/codex-image.path) \
 		$(GO) test -race -count=1 -timeout 40m $(GOTEST_FLAGS) ./...
+	$(GO) test -count=1 -tags kubernetes $(GOTEST_FLAGS) ./cmd/airlockd
 	@$(MAKE) --no-print-directory test-crun
 	@$(MAKE) --no-print-directory fuzz
 

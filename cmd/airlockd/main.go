@@ -50,7 +50,7 @@ and never admits as a workspace or mount its own root or socket,
 containerd's root or socket, /, /etc, /proc, /sys, /dev, /boot, /run or
 /var/run, anything beneath them, or a directory that contains one of them;
 nor its bin dir and binary for writing. Refused requests get HTTP 403 with
-the rule they broke. --socket-group needs --admission.
+the rule they broke. --socket-group and --kubernetes need --admission.
 
 --kubernetes also makes airlockd a Kubernetes node agent (preview): it runs
 the airlock.dev/v1alpha1 Sessions placed on its node (--node-name) as local
@@ -250,6 +250,9 @@ func run() int {
 			return 2
 		}
 		adm = a
+	case *kubernetes:
+		fmt.Fprintln(os.Stderr, "airlockd: --kubernetes runs the Sessions anyone who may create one in the cluster asks for, and what the built-in admission policy admits can be root-equivalent on this host (host paths, any uid but 0, the operator's secrets): give an explicit policy with --admission FILE (see examples/airlockd/admission.hcl) or an admission block in the --config file")
+		return 2
 	case *socketGroup != "":
 		fmt.Fprintf(os.Stderr, "airlockd: --socket-group %s lets every member of the group create sessions, and what the built-in admission policy admits can be root-equivalent on this host: give an explicit policy with --admission FILE (see examples/airlockd/admission.hcl) or an admission block in the --config file\n", *socketGroup)
 		return 2

@@ -72,6 +72,7 @@ func startNode(t *testing.T, env daemontest.Env, kubeconfig, name string, pool i
 	n := &nodeProc{t: t, name: name, root: root, bin: filepath.Join(env.BinDir, "airlockd-kube"), log: &syncBuffer{}}
 	socket := filepath.Join(root, "airlock.sock")
 	n.args = append([]string{
+		"--admission", admissionFile(t),
 		"--root", root, "--socket", socket, "--bin-dir", env.BinDir, "--runtime", env.Runtime,
 		"--log-level", "warn", "--stop-containerd", "--image", env.AgentImage,
 		"--session-pool", fmt.Sprintf("10.241.%d.0/24", pool),
@@ -422,7 +423,7 @@ func TestNodeAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dup := exec.Command(filepath.Join(env.BinDir, "airlockd-kube"), "--root", dupRoot, "--socket", filepath.Join(dupRoot, "airlock.sock"),
+	dup := exec.Command(filepath.Join(env.BinDir, "airlockd-kube"), "--admission", admissionFile(t), "--root", dupRoot, "--socket", filepath.Join(dupRoot, "airlock.sock"),
 		"--bin-dir", env.BinDir, "--runtime", env.Runtime, "--log-level", "warn", "--stop-containerd",
 		"--session-pool", "10.241.3.0/24", "--kubernetes", "--kubeconfig", kubeconfig, "--node-name", "node-a")
 	var dupErr syncBuffer
@@ -670,4 +671,16 @@ func TestNodeAgents(t *testing.T) {
 		wantNothingLeft(t, n.root)
 	}
 	t.Logf("TestNodeAgents took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// admissionFile writes the node agents' admission policy: --kubernetes
+// needs one. Workspaces under /tmp (the tests' own directories), the
+// built-in users, groups and capabilities.
+func admissionFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "admission.hcl")
+	if err := os.WriteFile(p, []byte("admission {\n  host_paths = [\"/tmp\"]\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -219,7 +219,13 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 	}); err != nil || !claimed {
 		return nil, err
 	}
-	v, err := a.d.Create(ctx, api.CreateRequest{Policy: s.Spec.Policy, Start: true, Labels: map[string]string{
+	// A Session's own pool block is not for its creator to set: it would
+	// keep prepared sandboxes on the node, counted against its session
+	// limit, past the Session (warm pools are the operator's: SessionPool
+	// and --pool).
+	pol := s.Spec.Policy
+	pol.Pool = nil
+	v, err := a.d.Create(ctx, api.CreateRequest{Policy: pol, Start: true, Labels: map[string]string{
 		LabelSessionUID: string(s.UID),
 		LabelSession:    s.Namespace + "/" + s.Name,
 	}})

@@ -1,0 +1,51 @@
+//go:build kubernetes
+
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestKubernetesNeedsAdmission: --kubernetes makes everyone who may
+// create a Session (in any namespace) a caller of this daemon's create,
+// as --socket-group does for its members, so it is refused without an
+// explicit admission policy: the built-in one can be root-equivalent on
+// this host (an attacker's review found the node agent started under it).
+func TestKubernetesNeedsAdmission(t *testing.T) {
+	dir := t.TempDir()
+	kc := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := airlockd(t, "--kubernetes", "--kubeconfig", kc, "--node-name", "n1", "--root", filepath.Join(dir, "root"), "--check-config")
+	if code != 2 || !strings.Contains(out, "--kubernetes runs the Sessions anyone") {
+		t.Errorf("airlockd-kube --kubernetes without --admission: exit %d, want 2 and the refusal; admission lines:\n%s",
+			code, strings.Join(grepLines(out, "admission"), "\n"))
+	}
+	adm := filepath.Join(dir, "admission.hcl")
+	if err := os.WriteFile(adm, []byte("admission {\n  host_paths = [\"/srv/agents\"]\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := airlockd(t, "--kubernetes", "--kubeconfig", kc, "--node-name", "n1", "--root", filepath.Join(dir, "root"), "--admission", adm, "--check-config"); code != 0 {
+		t.Errorf("with --admission: exit %d:\n%s", code, out)
+	}
+}
+
+func grepLines(s, w string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, w) {
+			out = append(out, l)
+		}
+	}
+	return out
+}

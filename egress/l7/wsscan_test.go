@@ -369,6 +369,17 @@ func pctEscape(s string) string {
 	return b.String()
 }
 
+// wsScanModes are the websockets the gateway sees in clear: a terminated
+// TLS host, TLS to the host a secret is bound to, and plain HTTP.
+var wsScanModes = []struct {
+	name, url string
+	tls       bool
+}{
+	{"terminated TLS", "https://rules.test/ws", true},
+	{"TLS to a bound host", "https://allowed.test/ws", true},
+	{"plain HTTP", "http://rules.test/ws", false},
+}
+
 // TestAttackSecretInWebsocket: after an upgrade the sandbox sends a
 // placeholder or a guarded value out in the websocket's frames, on hosts
 // the gateway sees in clear (terminated TLS, a host a secret is bound to
@@ -378,14 +389,7 @@ func pctEscape(s string) string {
 // audited as an exfiltration naming the secret, never its value.
 func TestAttackSecretInWebsocket(t *testing.T) {
 
-	for _, mode := range []struct {
-		name, url string
-		tls       bool
-	}{
-		{"terminated TLS", "https://rules.test/ws", true},
-		{"TLS to a bound host", "https://allowed.test/ws", true},
-		{"plain HTTP", "http://rules.test/ws", false},
-	} {
+	for _, mode := range wsScanModes {
 		t.Run(mode.name, func(t *testing.T) {
 			world := newWSWorld()
 			g := startAttack(t, world, attackOpts{tls: mode.tls, secrets: guardedSecrets()})
@@ -485,14 +489,7 @@ func (c *wsClient) next(t *testing.T) (msg wsf, pongs int) {
 func TestWebsocketEchoScanned(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	line := `{"type":"delta","text":"the quick brown fox \"jumps\" over 100% of dogs\n"}` + "\n"
-	for _, mode := range []struct {
-		name, url string
-		tls       bool
-	}{
-		{"terminated TLS", "https://rules.test/ws", true},
-		{"TLS to a bound host", "https://allowed.test/ws", true},
-		{"plain HTTP", "http://rules.test/ws", false},
-	} {
+	for _, mode := range wsScanModes {
 		t.Run(mode.name, func(t *testing.T) {
 			world := newWSWorld()
 			g := startAttack(t, world, attackOpts{tls: mode.tls, secrets: guardedSecrets()})

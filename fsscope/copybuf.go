@@ -9,10 +9,10 @@ import (
 const copyBufSize = 32 << 10
 
 // copyBufs holds the buffers that copies, hashes and sniffs of workspace
-// files read through. io.Copy between an *os.File and anything that is not
-// a socket or pipe allocates a fresh 32 KiB buffer per call (the kernel's
-// copy_file_range does not cross filesystems, and a hash is no file), so a
-// commit of 10,000 files otherwise allocates 10,000 of them per pass.
+// files read through. io.Copy from an *os.File into a hash, or into a file
+// on another filesystem (copy_file_range does not cross them), allocates a
+// fresh 32 KiB buffer per call, so a commit of 10,000 files otherwise
+// allocates 10,000 of them per pass.
 var copyBufs = sync.Pool{New: func() any { return new([copyBufSize]byte) }}
 
 // onlyWriter and onlyReader hide the ReaderFrom and WriterTo of what they

@@ -44,6 +44,15 @@ module_src() {
 build_cached() {
 	local dir="$1" name="$2" fn="$3"
 	[[ -f "$dir/.done" && -x "$dir/$name" ]] && return 0
+	# Two builds at once (two checkouts' make test) would each take minutes of both
+	# cores for the same result: the second waits for the first, then finds it done.
+	local lock
+	exec {lock}>"$cache/bin/.$name.lock"
+	flock "$lock"
+	if [[ -f "$dir/.done" && -x "$dir/$name" ]]; then
+		exec {lock}>&-
+		return 0
+	fi
 	local tmp start
 	tmp="$(mktemp -d "$cache/bin/.build.XXXXXX")"
 	# The module's sources are read-only in the module cache; the copies are not.
@@ -57,6 +66,7 @@ build_cached() {
 	rm -rf "$dir"
 	mv "$tmp" "$dir"
 	trap - EXIT
+	exec {lock}>&-
 	log "built $name in $((SECONDS - start)) s"
 }
 

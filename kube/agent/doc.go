@@ -13,7 +13,9 @@
 // identity kept under the daemon's root: the same agent restarted takes its
 // Lease back at once, and a second agent started with a name whose Lease
 // another holds, live, is refused (two agents on one name would both run
-// its Sessions). The agent never releases its Lease: its sessions keep
+// its Sessions). The airlock-system namespace is the deployment's
+// (deploy/kubernetes): the agent does not make it, and says so while it
+// is missing. The agent never releases its Lease: its sessions keep
 // running across its restart, as local sessions do across a daemon restart,
 // and a node whose agent does not come back is lost when the Lease expires.
 //

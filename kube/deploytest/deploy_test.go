@@ -278,6 +278,12 @@ func TestDeployment(t *testing.T) {
 		"create a Namespace":             nodeA.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "squat"}}),
 		"delete a Session":               nodeA.Delete(ctx, &v1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "unplaced-node-c"}}),
 		"list Pods":                      nodeA.List(ctx, &corev1.PodList{}),
+		// A token of its own service account bound to another node's
+		// pod would name that node.
+		"request a token of airlock-node": func() error {
+			_, err := csA.CoreV1().ServiceAccounts(agent.LeaseNamespace).CreateToken(ctx, "airlock-node", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+			return err
+		}(),
 	} {
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "cannot") {
 			t.Errorf("node-a's credentials %s: %v, want RBAC's refusal", what, err)

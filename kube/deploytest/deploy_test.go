@@ -142,12 +142,14 @@ func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 //     nothing; RBAC gives the node no Secrets, no namespaces and no
 //     deletes;
 //   - airlockd-kube with the DaemonSet's arguments (paths made the test's)
-//     passes --check-config, then, as node-a with that token, registers,
-//     takes the placement leadership, places and runs a Session to
-//     completion (Exited, exit 3), marks Lost the Session of node-c whose
-//     Lease expired, leaves unschedulable the one no node fits, and
-//     removes a deleted Session: all of it through the shipped RBAC and
-//     under the node restriction, with no request refused by RBAC;
+//     passes --check-config; then two agents, node-a and node-d, each with
+//     its pod's token, register, one takes the placement leadership and
+//     places a Session on each node (one of them not its own), each runs
+//     its Session to completion (Exited with its exit code); the leader
+//     marks Lost the Session of node-c, whose Lease expired, and leaves
+//     unschedulable the one no node fits; deleted Sessions are removed:
+//     all of it through the shipped RBAC and under the node restriction,
+//     with no request refused by RBAC, and nothing left on the nodes;
 //   - the users' editor role creates Sessions and cannot write their
 //     status.
 func TestDeployment(t *testing.T) {
@@ -290,38 +292,69 @@ func TestDeployment(t *testing.T) {
 		}
 	}
 
-	// The node agent, with the DaemonSet's arguments.
-	n := startAgent(t, env, ctr.Args, admissionPolicy(t, ms), writeKubeconfig(t, cfgA), "node-a")
-	eventually(t, 90*time.Second, "node-a registered", func() (bool, string) {
-		var an v1alpha1.AirlockNode
-		var l coordinationv1.Lease
-		errN := admin.Get(ctx, client.ObjectKey{Name: "node-a"}, &an)
-		errL := admin.Get(ctx, client.ObjectKey{Namespace: agent.LeaseNamespace, Name: "node-a"}, &l)
-		return errN == nil && errL == nil && an.Status.Capacity > 0, fmt.Sprintf("AirlockNode %v %+v, Lease %v", errN, an.Status, errL)
-	})
-	job := &v1alpha1.Session{
-		ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "default"},
-		Spec: v1alpha1.SessionSpec{NodeSelector: map[string]string{"airlock.test/node": "a"}, Policy: policies.Policy{
-			Label: "job", Image: daemontest.AgentImage, Command: []string{"sh", "-c", "exit 3"}}},
+	// Two node agents, with the DaemonSet's arguments and their pods'
+	// tokens: node-a and node-d. One leads, and places the other's
+	// Session on it.
+	podD := podOn(t, admin, &ds.Spec.Template, "node-d")
+	cfgD := asToken(cp, token(t, cs, agent.LeaseNamespace, "airlock-node", podD))
+	agents := map[string]*agentProc{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for node, kc := range map[string]string{"node-a": writeKubeconfig(t, cfgA), "node-d": writeKubeconfig(t, cfgD)} {
+		pool := map[string]string{"node-a": "10.241.77.0/24", "node-d": "10.241.78.0/24"}[node]
+		wg.Go(func() {
+			n := startAgent(t, env, ctr.Args, admissionPolicy(t, ms), kc, node, pool)
+			mu.Lock()
+			agents[node] = n
+			mu.Unlock()
+		})
 	}
-	if err := admin.Create(ctx, job); err != nil {
-		t.Fatal(err)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
-	var s *v1alpha1.Session
-	eventually(t, 2*time.Minute, "Session job Exited on node-a", func() (bool, string) {
-		s, err = session(ctx, admin, "job")
-		if err != nil {
-			return false, err.Error()
+	eventually(t, 90*time.Second, "node-a and node-d registered", func() (bool, string) {
+		var state []string
+		for _, node := range []string{"node-a", "node-d"} {
+			var an v1alpha1.AirlockNode
+			var l coordinationv1.Lease
+			errN := admin.Get(ctx, client.ObjectKey{Name: node}, &an)
+			errL := admin.Get(ctx, client.ObjectKey{Namespace: agent.LeaseNamespace, Name: node}, &l)
+			if errN != nil || errL != nil || an.Status.Capacity == 0 {
+				state = append(state, fmt.Sprintf("%s: AirlockNode %v %+v, Lease %v", node, errN, an.Status, errL))
+			}
 		}
-		return s.Status.State == v1alpha1.SessionExited, fmt.Sprintf("spec.nodeName %q, status %+v", s.Spec.NodeName, s.Status)
+		return len(state) == 0, strings.Join(state, "; ")
 	})
-	if s.Spec.NodeName != "node-a" || s.Status.ExitCode == nil || *s.Status.ExitCode != 3 || s.Status.ID == "" {
-		t.Fatalf("Session job: spec.nodeName %q, status %+v; want run on node-a, exit 3", s.Spec.NodeName, s.Status)
+	for node, code := range map[string]int{"node-a": 3, "node-d": 4} {
+		job := &v1alpha1.Session{
+			ObjectMeta: metav1.ObjectMeta{Name: "job-" + node, Namespace: "default"},
+			Spec: v1alpha1.SessionSpec{NodeSelector: map[string]string{"airlock.test/node": node}, Policy: policies.Policy{
+				Label: "job-" + node, Image: daemontest.AgentImage, Command: []string{"sh", "-c", fmt.Sprintf("exit %d", code)}}},
+		}
+		if err := admin.Create(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for node, code := range map[string]int32{"node-a": 3, "node-d": 4} {
+		var s *v1alpha1.Session
+		eventually(t, 2*time.Minute, "Session job-"+node+" Exited on "+node, func() (bool, string) {
+			s, err = session(ctx, admin, "job-"+node)
+			if err != nil {
+				return false, err.Error()
+			}
+			return s.Status.State == v1alpha1.SessionExited, fmt.Sprintf("spec.nodeName %q, status %+v", s.Spec.NodeName, s.Status)
+		})
+		if s.Spec.NodeName != node || s.Status.ExitCode == nil || *s.Status.ExitCode != code || s.Status.ID == "" || s.Status.PlacedAt == nil {
+			t.Fatalf("Session job-%s: spec.nodeName %q, status %+v; want placed on and run by %s, exit %d", node, s.Spec.NodeName, s.Status, node, code)
+		}
 	}
 	var leader coordinationv1.Lease
-	if err := admin.Get(ctx, client.ObjectKey{Namespace: agent.LeaseNamespace, Name: agent.PlacementLease}, &leader); err != nil || !strings.HasPrefix(ptr.Deref(leader.Spec.HolderIdentity, ""), "node-a_") {
-		t.Fatalf("placement leader Lease: %v, holder %q; want node-a's", err, ptr.Deref(leader.Spec.HolderIdentity, ""))
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: agent.LeaseNamespace, Name: agent.PlacementLease}, &leader); err != nil ||
+		!strings.HasPrefix(ptr.Deref(leader.Spec.HolderIdentity, ""), "node-a_") && !strings.HasPrefix(ptr.Deref(leader.Spec.HolderIdentity, ""), "node-d_") {
+		t.Fatalf("placement leader Lease: %v, holder %q; want node-a's or node-d's", err, ptr.Deref(leader.Spec.HolderIdentity, ""))
 	}
+	t.Logf("placement leader: %s", ptr.Deref(leader.Spec.HolderIdentity, ""))
 	// Placement's other writes, as the leader, pass the restriction:
 	// node-c's Lease expired, its Session is Lost; the Session no node
 	// fits is Pending, unschedulable.
@@ -334,27 +367,32 @@ func TestDeployment(t *testing.T) {
 		return on.Status.State == v1alpha1.SessionLost && un.Status.Reason == agent.ReasonUnschedulable,
 			fmt.Sprintf("on-node-c %+v; unplaced-node-c %+v", on.Status, un.Status)
 	})
-	if err := admin.Delete(ctx, job); err != nil {
-		t.Fatal(err)
+	for _, node := range []string{"node-a", "node-d"} {
+		if err := admin.Delete(ctx, &v1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "job-" + node}}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	eventually(t, time.Minute, "Session job gone (its local session removed, then its finalizer)", func() (bool, string) {
-		_, err := session(ctx, admin, "job")
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
-	})
-	if list := n.labelled(t); len(list) != 0 {
-		t.Errorf("node-a still holds %d local sessions for Sessions after the delete", len(list))
-	}
-	if err := n.stop(); err != nil {
-		t.Error(err)
-	}
-	wantNothingLeft(t, n.root)
-	// Every call the agent made was one RBAC grants.
-	if m := regexp.MustCompile(`(?m)^.*cannot \w+ resource.*$`).FindString(n.log.String()); m != "" {
-		t.Errorf("the node agent was refused by RBAC: %s", m)
-	}
-	for _, l := range strings.Split(n.log.String(), "\n") {
-		if strings.Contains(l, "ValidatingAdmissionPolicy") {
-			t.Logf("node-a refused by the node restriction (expected only while the API server's view of a new leader catches up): %s", l)
+	for _, node := range []string{"node-a", "node-d"} {
+		n := agents[node]
+		eventually(t, time.Minute, "Session job-"+node+" gone (its local session removed, then its finalizer)", func() (bool, string) {
+			_, err := session(ctx, admin, "job-"+node)
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		if list := n.labelled(t); len(list) != 0 {
+			t.Errorf("%s still holds %d local sessions for Sessions after the delete", node, len(list))
+		}
+		if err := n.stop(); err != nil {
+			t.Error(err)
+		}
+		wantNothingLeft(t, n.root)
+		// Every call the agent made was one RBAC grants.
+		if m := regexp.MustCompile(`(?m)^.*cannot \w+ resource.*$`).FindString(n.log.String()); m != "" {
+			t.Errorf("%s's agent was refused by RBAC: %s", node, m)
+		}
+		for _, l := range strings.Split(n.log.String(), "\n") {
+			if strings.Contains(l, "ValidatingAdmissionPolicy") {
+				t.Logf("%s refused by the node restriction (expected only while the API server's view of a new leader catches up): %s", node, l)
+			}
 		}
 	}
 
@@ -552,7 +590,7 @@ func (s *syncBuffer) String() string {
 // configuration), binaries, runtime and session pool. It first checks the
 // same arguments with --check-config. Whatever the test leaves is cleaned
 // up after it.
-func startAgent(t *testing.T, env daemontest.Env, dsArgs []string, admission, kubeconfig, node string) *agentProc {
+func startAgent(t *testing.T, env daemontest.Env, dsArgs []string, admission, kubeconfig, node, pool string) *agentProc {
 	t.Helper()
 	root, err := os.MkdirTemp("/tmp", "alk-")
 	if err != nil {
@@ -571,8 +609,8 @@ func startAgent(t *testing.T, env daemontest.Env, dsArgs []string, admission, ku
 	args = setArg(t, args, "--socket", filepath.Join(root, "airlock.sock"))
 	args = setArg(t, args, "--image", env.AgentImage)
 	args = append(args, "--kubeconfig", kubeconfig, "--bin-dir", env.BinDir, "--runtime", env.Runtime,
-		"--session-pool", "10.241.77.0/24", "--stop-containerd", "--log-level", "info",
-		"--node-labels", "airlock.test/node=a")
+		"--session-pool", pool, "--stop-containerd", "--log-level", "info",
+		"--node-labels", "airlock.test/node="+node)
 	bin := filepath.Join(env.BinDir, "airlockd-kube")
 
 	check := exec.Command(bin, append(args, "--check-config")...)

@@ -225,3 +225,95 @@ func snapshot(t *testing.T, admin client.Client, v string) string {
 	slices.Sort(out)
 	return strings.Join(out, " ")
 }
+
+// testLeaderForms: node-a, holding the placement leadership, makes
+// placement's writes to node-c's Sessions (spec.nodeName on an unplaced
+// one, its Placed status, the finalizer off a deleted one), and still
+// nothing else: not another status, not a changed policy while placing.
+// On its own node it may not write a Lost Session's status nor lift its
+// own cordon.
+func testLeaderForms(t *testing.T, admin, nodeA client.Client) {
+	t.Helper()
+	ctx := t.Context()
+	leadAs(t, admin, "node-a_test")
+	mk := func(name, node string, finalizers ...string) *v1alpha1.Session {
+		s := &v1alpha1.Session{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Finalizers: finalizers},
+			Spec: v1alpha1.SessionSpec{NodeName: node, Policy: policies.Policy{
+				Label: name, Image: daemontest.AgentImage, Command: []string{"true"}}},
+		}
+		if err := admin.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	mk("to-place", "")
+	// The API server's view of the leader Lease follows the write.
+	eventually(t, 30*time.Second, "node-a, leading, places a Session on node-c (dry run)", func() (bool, string) {
+		s, err := session(ctx, nodeA, "to-place")
+		if err != nil {
+			return false, err.Error()
+		}
+		s.Spec.NodeName = "node-c"
+		err = nodeA.Update(ctx, s, client.DryRunAll)
+		return err == nil, fmt.Sprint(err)
+	})
+	s, err := session(ctx, nodeA, "to-place")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := s.DeepCopy()
+	bad.Spec.NodeName, bad.Spec.Policy.Command = "node-c", []string{"sh", "-c", "evil"}
+	if err := nodeA.Update(ctx, bad); !refusedByPolicy(err) {
+		t.Errorf("node-a, leading, placing a Session and changing its command: %v, want a policy's refusal", err)
+	}
+	s.Spec.NodeName = "node-c"
+	if err := nodeA.Update(ctx, s); err != nil {
+		t.Fatalf("node-a, leading, places a Session on node-c: %v", err)
+	}
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	forged := s.DeepCopy()
+	forged.Status = v1alpha1.SessionStatus{State: v1alpha1.SessionExited, Node: "node-c", ExitCode: ptr.To[int32](0)}
+	if err := nodeA.Status().Update(ctx, forged); !refusedByPolicy(err) {
+		t.Errorf("node-a, leading, writing Exited on node-c's Session: %v, want a policy's refusal", err)
+	}
+	s.Status = v1alpha1.SessionStatus{State: v1alpha1.SessionPlaced, Node: "node-c", PlacedAt: &now}
+	if err := nodeA.Status().Update(ctx, s); err != nil {
+		t.Errorf("node-a, leading, writes node-c's Session Placed: %v", err)
+	}
+
+	gone := mk("gone", "node-c", agent.Finalizer)
+	if err := admin.Delete(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if gone, err = session(ctx, nodeA, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	gone.Finalizers = nil
+	if err := nodeA.Update(ctx, gone); err != nil {
+		t.Errorf("node-a, leading, takes the finalizer off a deleted Session of node-c: %v", err)
+	}
+
+	// Its own node: a Lost Session's status, and its cordon.
+	mine := mk("mine", "node-a")
+	mine.Status = v1alpha1.SessionStatus{State: v1alpha1.SessionLost, Reason: agent.ReasonLost, Node: "node-a"}
+	if err := admin.Status().Update(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	mine.Status.State, mine.Status.Reason = v1alpha1.SessionRunning, ""
+	if err := nodeA.Status().Update(ctx, mine); !refusedByPolicy(err) {
+		t.Errorf("node-a writing Running on its own Session marked Lost: %v, want a policy's refusal", err)
+	}
+	var an v1alpha1.AirlockNode
+	if err := admin.Get(ctx, client.ObjectKey{Name: "node-a"}, &an); err != nil {
+		t.Fatal(err)
+	}
+	an.Spec.Unschedulable = true
+	if err := admin.Update(ctx, &an); err != nil {
+		t.Fatal(err)
+	}
+	an.Spec.Unschedulable = false
+	if err := nodeA.Update(ctx, &an); !refusedByPolicy(err) {
+		t.Errorf("node-a lifting its own cordon: %v, want a policy's refusal", err)
+	}
+}

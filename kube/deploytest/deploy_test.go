@@ -1,17 +1,11 @@
 package deploytest
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +13,6 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,14 +25,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/kube/agent"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
 	"github.com/airlock-sandbox/airlock/policies"
-	airlockruntime "github.com/airlock-sandbox/airlock/runtime"
 )
 
 // nodeExtra is the user extra a pod-bound service-account token carries
@@ -400,323 +391,6 @@ func TestDeployment(t *testing.T) {
 	testUserRoles(t, cp, admin, cs)
 }
 
-// testLeaderForms: node-a, holding the placement leadership, makes
-// placement's writes to node-c's Sessions (spec.nodeName on an unplaced
-// one, its Placed status, the finalizer off a deleted one), and still
-// nothing else: not another status, not a changed policy while placing.
-// On its own node it may not write a Lost Session's status nor lift its
-// own cordon.
-func testLeaderForms(t *testing.T, admin, nodeA client.Client) {
-	t.Helper()
-	ctx := t.Context()
-	leadAs(t, admin, "node-a_test")
-	mk := func(name, node string, finalizers ...string) *v1alpha1.Session {
-		s := &v1alpha1.Session{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Finalizers: finalizers},
-			Spec: v1alpha1.SessionSpec{NodeName: node, Policy: policies.Policy{
-				Label: name, Image: daemontest.AgentImage, Command: []string{"true"}}},
-		}
-		if err := admin.Create(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	mk("to-place", "")
-	// The API server's view of the leader Lease follows the write.
-	eventually(t, 30*time.Second, "node-a, leading, places a Session on node-c (dry run)", func() (bool, string) {
-		s, err := session(ctx, nodeA, "to-place")
-		if err != nil {
-			return false, err.Error()
-		}
-		s.Spec.NodeName = "node-c"
-		err = nodeA.Update(ctx, s, client.DryRunAll)
-		return err == nil, fmt.Sprint(err)
-	})
-	s, err := session(ctx, nodeA, "to-place")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad := s.DeepCopy()
-	bad.Spec.NodeName, bad.Spec.Policy.Command = "node-c", []string{"sh", "-c", "evil"}
-	if err := nodeA.Update(ctx, bad); !refusedByPolicy(err) {
-		t.Errorf("node-a, leading, placing a Session and changing its command: %v, want a policy's refusal", err)
-	}
-	s.Spec.NodeName = "node-c"
-	if err := nodeA.Update(ctx, s); err != nil {
-		t.Fatalf("node-a, leading, places a Session on node-c: %v", err)
-	}
-	now := metav1.NewTime(time.Now().Truncate(time.Second))
-	forged := s.DeepCopy()
-	forged.Status = v1alpha1.SessionStatus{State: v1alpha1.SessionExited, Node: "node-c", ExitCode: ptr.To[int32](0)}
-	if err := nodeA.Status().Update(ctx, forged); !refusedByPolicy(err) {
-		t.Errorf("node-a, leading, writing Exited on node-c's Session: %v, want a policy's refusal", err)
-	}
-	s.Status = v1alpha1.SessionStatus{State: v1alpha1.SessionPlaced, Node: "node-c", PlacedAt: &now}
-	if err := nodeA.Status().Update(ctx, s); err != nil {
-		t.Errorf("node-a, leading, writes node-c's Session Placed: %v", err)
-	}
-
-	gone := mk("gone", "node-c", agent.Finalizer)
-	if err := admin.Delete(ctx, gone); err != nil {
-		t.Fatal(err)
-	}
-	if gone, err = session(ctx, nodeA, "gone"); err != nil {
-		t.Fatal(err)
-	}
-	gone.Finalizers = nil
-	if err := nodeA.Update(ctx, gone); err != nil {
-		t.Errorf("node-a, leading, takes the finalizer off a deleted Session of node-c: %v", err)
-	}
-
-	// Its own node: a Lost Session's status, and its cordon.
-	mine := mk("mine", "node-a")
-	mine.Status = v1alpha1.SessionStatus{State: v1alpha1.SessionLost, Reason: agent.ReasonLost, Node: "node-a"}
-	if err := admin.Status().Update(ctx, mine); err != nil {
-		t.Fatal(err)
-	}
-	mine.Status.State, mine.Status.Reason = v1alpha1.SessionRunning, ""
-	if err := nodeA.Status().Update(ctx, mine); !refusedByPolicy(err) {
-		t.Errorf("node-a writing Running on its own Session marked Lost: %v, want a policy's refusal", err)
-	}
-	var an v1alpha1.AirlockNode
-	if err := admin.Get(ctx, client.ObjectKey{Name: "node-a"}, &an); err != nil {
-		t.Fatal(err)
-	}
-	an.Spec.Unschedulable = true
-	if err := admin.Update(ctx, &an); err != nil {
-		t.Fatal(err)
-	}
-	an.Spec.Unschedulable = false
-	if err := nodeA.Update(ctx, &an); !refusedByPolicy(err) {
-		t.Errorf("node-a lifting its own cordon: %v, want a policy's refusal", err)
-	}
-}
-
 func slicesEqual(got []string, want ...string) bool {
 	return strings.Join(got, "\x00") == strings.Join(want, "\x00")
-}
-
-// testUserRoles: airlock-session-editor, bound in a namespace, creates
-// Sessions there and cannot write their status (a Session's status is its
-// node's word); airlock-session-viewer reads them and writes nothing.
-func testUserRoles(t *testing.T, cp *kubetest.ControlPlane, admin client.Client, cs kubernetes.Interface) {
-	t.Helper()
-	ctx := t.Context()
-	for _, user := range []string{"alice", "bob"} {
-		if err := admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: user}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for user, role := range map[string]string{"alice": "airlock-session-editor", "bob": "airlock-session-viewer"} {
-		rb := &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: user},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: user}},
-		}
-		if err := admin.Create(ctx, rb); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sch := admin.Scheme()
-	alice, err := client.New(asToken(cp, token(t, cs, "default", "alice", nil)), client.Options{Scheme: sch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bob, err := client.New(asToken(cp, token(t, cs, "default", "bob", nil)), client.Options{Scheme: sch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &v1alpha1.Session{
-		ObjectMeta: metav1.ObjectMeta{Name: "alices", Namespace: "default"},
-		Spec: v1alpha1.SessionSpec{NodeSelector: map[string]string{"airlock.test/node": "nowhere"}, Policy: policies.Policy{
-			Label: "alices", Image: daemontest.AgentImage, Command: []string{"true"}}},
-	}
-	// RBAC's cache of the new bindings may lag a moment.
-	eventually(t, 10*time.Second, "alice creates a Session", func() (bool, string) {
-		err := alice.Create(ctx, s.DeepCopy())
-		return err == nil || apierrors.IsAlreadyExists(err), fmt.Sprint(err)
-	})
-	got, err := session(ctx, alice, "alices")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got.Status.State, got.Status.ExitCode = v1alpha1.SessionExited, ptr.To[int32](0)
-	if err := alice.Status().Update(ctx, got); !apierrors.IsForbidden(err) {
-		t.Errorf("the Session editor writing a Session's status: %v, want RBAC's refusal", err)
-	}
-	eventually(t, 10*time.Second, "bob lists Sessions", func() (bool, string) {
-		err := bob.List(ctx, &v1alpha1.SessionList{}, client.InNamespace("default"))
-		return err == nil, fmt.Sprint(err)
-	})
-	if err := bob.Delete(ctx, got); !apierrors.IsForbidden(err) {
-		t.Errorf("the Session viewer deleting a Session: %v, want RBAC's refusal", err)
-	}
-	if err := alice.List(ctx, &v1alpha1.SessionList{}, client.InNamespace(agent.LeaseNamespace)); !apierrors.IsForbidden(err) {
-		t.Errorf("the Session editor of default listing Sessions in airlock-system: %v, want RBAC's refusal", err)
-	}
-}
-
-// agentProc is airlockd-kube run as a node agent.
-type agentProc struct {
-	t      *testing.T
-	root   string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	api    *api.Client
-	log    *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// startAgent runs airlockd-kube with the DaemonSet's args: the node name
-// the downward API gives, and the test's own root, socket, admission file
-// (the ConfigMap's policy) and session image archive for the container's
-// paths; then the test's kubeconfig (in a pod: the in-cluster
-// configuration), binaries, runtime and session pool. It first checks the
-// same arguments with --check-config. Whatever the test leaves is cleaned
-// up after it.
-func startAgent(t *testing.T, env daemontest.Env, dsArgs []string, admission, kubeconfig, node, pool string) *agentProc {
-	t.Helper()
-	root, err := os.MkdirTemp("/tmp", "alk-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admFile := filepath.Join(t.TempDir(), "admission.hcl")
-	if err := os.WriteFile(admFile, []byte(admission), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := slices.Clone(dsArgs)
-	for i, a := range args {
-		args[i] = strings.ReplaceAll(a, "$(NODE_NAME)", node)
-	}
-	args = setArg(t, args, "--admission", admFile)
-	args = setArg(t, args, "--root", root)
-	args = setArg(t, args, "--socket", filepath.Join(root, "airlock.sock"))
-	args = setArg(t, args, "--image", env.AgentImage)
-	args = append(args, "--kubeconfig", kubeconfig, "--bin-dir", env.BinDir, "--runtime", env.Runtime,
-		"--session-pool", pool, "--stop-containerd", "--log-level", "info",
-		"--node-labels", "airlock.test/node="+node)
-	bin := filepath.Join(env.BinDir, "airlockd-kube")
-
-	check := exec.Command(bin, append(args, "--check-config")...)
-	if out, err := check.CombinedOutput(); err != nil {
-		t.Fatalf("airlockd-kube %s --check-config: %v\n%s", strings.Join(args, " "), err, out)
-	}
-
-	n := &agentProc{t: t, root: root, log: &syncBuffer{}, api: api.NewClient(filepath.Join(root, "airlock.sock"))}
-	ctrd := &airlockruntime.Embedded{Dir: filepath.Join(root, "containerd")}
-	t.Cleanup(func() {
-		if t.Failed() {
-			lines := strings.Split(strings.TrimSpace(n.log.String()), "\n")
-			t.Logf("node %s: airlockd's log, last lines:\n%s", node, strings.Join(lines[max(0, len(lines)-60):], "\n"))
-		}
-		if n.running() {
-			cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			if list, err := n.api.ListSessions(cctx); err == nil {
-				for _, s := range list {
-					_ = n.api.RemoveSession(cctx, s.ID, true)
-				}
-			}
-			cancel()
-			_ = n.stop()
-		}
-		n.api.Close()
-		daemontest.RemoveAnchor(context.Background(), ctrd.Address())
-		_ = ctrd.Stop(context.Background(), 10*time.Second)
-		os.RemoveAll(root)
-	})
-	n.cmd = exec.Command(bin, args...)
-	n.cmd.Stderr = n.log
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	n.exited = make(chan struct{})
-	cmd, exited := n.cmd, n.exited
-	go func() { cmd.Wait(); close(exited) }()
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := n.api.Version(cctx)
-		cancel()
-		if err == nil {
-			return n
-		}
-		if !n.running() {
-			t.Fatalf("node %s: airlockd exited (%v):\n%s", node, cmd.ProcessState, n.log.String())
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s: airlockd did not come up:\n%s", node, n.log.String())
-		}
-	}
-}
-
-func (n *agentProc) running() bool {
-	select {
-	case <-n.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// stop SIGTERMs airlockd (which stops its containerd) and waits for it.
-func (n *agentProc) stop() error {
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-n.exited:
-	case <-time.After(60 * time.Second):
-		n.cmd.Process.Kill()
-		<-n.exited
-		return fmt.Errorf("airlockd did not exit within 60s of SIGTERM")
-	}
-	if !n.cmd.ProcessState.Success() {
-		return fmt.Errorf("airlockd exited %v", n.cmd.ProcessState)
-	}
-	return nil
-}
-
-// labelled returns the node's local sessions run for Sessions.
-func (n *agentProc) labelled(t *testing.T) []api.Session {
-	t.Helper()
-	list, err := n.api.ListSessions(t.Context())
-	if err != nil {
-		t.Fatalf("list local sessions: %v", err)
-	}
-	var out []api.Session
-	for _, s := range list {
-		if s.Labels[agent.LabelSessionUID] != "" {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// wantNothingLeft waits up to 10 s for the census of the stopped daemon on
-// root to come out empty, and reports what is left.
-func wantNothingLeft(t *testing.T, root string) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-		c := daemontest.TakeCensus(root, "")
-		if c.Total() == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("left behind on %s after airlockd stopped: %s", root, c)
-			return
-		}
-	}
 }

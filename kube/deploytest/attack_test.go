@@ -230,8 +230,8 @@ func snapshot(t *testing.T, admin client.Client, v string) string {
 // placement's writes to node-c's Sessions (spec.nodeName on an unplaced
 // one, its Placed status, the finalizer off a deleted one), and still
 // nothing else: not another status, not a changed policy while placing.
-// On its own node it may not write a Lost Session's status nor lift its
-// own cordon.
+// On its own node it may not write a Lost Session's status, lift its own
+// cordon, nor set or remove the administrator's airlock.dev/ labels.
 func testLeaderForms(t *testing.T, admin, nodeA client.Client) {
 	t.Helper()
 	ctx := t.Context()
@@ -315,5 +315,31 @@ func testLeaderForms(t *testing.T, admin, nodeA client.Client) {
 	an.Spec.Unschedulable = false
 	if err := nodeA.Update(ctx, &an); !refusedByPolicy(err) {
 		t.Errorf("node-a lifting its own cordon: %v, want a policy's refusal", err)
+	}
+	// Its labels: its own, but not the administrator's (airlock.dev/).
+	if err := admin.Get(ctx, client.ObjectKey{Name: "node-a"}, &an); err != nil {
+		t.Fatal(err)
+	}
+	claim := an.DeepCopy()
+	claim.Labels["airlock.dev/tenant"] = "payroll"
+	if err := nodeA.Update(ctx, claim); !refusedByPolicy(err) {
+		t.Errorf("node-a labelling itself airlock.dev/tenant: %v, want a policy's refusal", err)
+	}
+	an.Labels["airlock.test/zone"] = "z1"
+	if err := nodeA.Update(ctx, &an); err != nil {
+		t.Errorf("node-a setting a label of its own: %v", err)
+	}
+	an.Labels["airlock.dev/tenant"] = "research"
+	if err := admin.Update(ctx, &an); err != nil {
+		t.Fatal(err)
+	}
+	drop := an.DeepCopy()
+	delete(drop.Labels, "airlock.dev/tenant")
+	if err := nodeA.Update(ctx, drop); !refusedByPolicy(err) {
+		t.Errorf("node-a removing the administrator's airlock.dev/tenant label: %v, want a policy's refusal", err)
+	}
+	an.Labels["airlock.test/zone"] = "z2"
+	if err := nodeA.Update(ctx, &an); err != nil {
+		t.Errorf("node-a changing a label of its own beside the administrator's: %v", err)
 	}
 }

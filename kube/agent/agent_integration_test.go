@@ -15,6 +15,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -399,6 +400,10 @@ func TestNodeAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &cluster{t: t, c: c}
+	// The deployment's namespace (deploy/kubernetes): agents do not make it.
+	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.LeaseNamespace}}); err != nil {
+		t.Fatal(err)
+	}
 
 	// Node a's lease outlasts its agent's restart; node b's is short,
 	// for the lost node.

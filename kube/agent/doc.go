@@ -13,7 +13,9 @@
 // identity kept under the daemon's root: the same agent restarted takes its
 // Lease back at once, and a second agent started with a name whose Lease
 // another holds, live, is refused (two agents on one name would both run
-// its Sessions). The agent never releases its Lease: its sessions keep
+// its Sessions). The airlock-system namespace is the deployment's
+// (deploy/kubernetes): the agent does not make it, and says so while it
+// is missing. The agent never releases its Lease: its sessions keep
 // running across its restart, as local sessions do across a daemon restart,
 // and a node whose agent does not come back is lost when the Lease expires.
 //
@@ -83,4 +85,16 @@
 // never placed again: a lost node may still run them. Deleted Sessions of a
 // lost node lose the finalizer the node cannot remove; if the node comes
 // back, its agent removes their local sessions.
+//
+// # Rights
+//
+// deploy/kubernetes grants the agents exactly the calls above
+// (node-rbac.yaml), and its node restriction (node-restriction.yaml, the
+// counterpart of the Node authorizer) lets each write only what is its
+// node's: its AirlockNode and Lease, the finalizer and status of the
+// Sessions on it, and placement's writes while it holds airlock-placement.
+// The node is the one its pod's token is bound to, so --node-name must be
+// the Kubernetes node's name (the DaemonSet gives spec.nodeName); a change
+// to what the agent writes, or how, must be made there too
+// (kube/deploytest runs an agent under both).
 package agent

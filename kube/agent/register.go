@@ -14,7 +14,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,6 +31,12 @@ const PlacementLease = "airlock-placement"
 
 // errLeaseTaken marks a node Lease another agent holds.
 var errLeaseTaken = errors.New("node lease held by another agent")
+
+// errNoNamespace says that LeaseNamespace is missing. The agent does not
+// make it: that would take the right to create any namespace, and the
+// namespace's owner decides which nodes are live, so it is the
+// deployment's (deploy/kubernetes/namespace.yaml).
+var errNoNamespace = fmt.Errorf("namespace %s does not exist: apply deploy/kubernetes (kubectl apply -k deploy/kubernetes), or create it and let no one but the operators write in it; the node agent does not create it", LeaseNamespace)
 
 // loadIdentity returns the agent's Lease holder identity, kept in
 // kube/identity under root (made on first use): the node name, and an id
@@ -77,10 +82,6 @@ func (r *registrar) leaseSeconds() int32 {
 // takes its Lease: refused (errLeaseTaken) while another holder's Lease
 // is live.
 func (r *registrar) register(ctx context.Context) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: LeaseNamespace}}
-	if err := r.c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("namespace %s: %w", LeaseNamespace, err)
-	}
 	var l coordinationv1.Lease
 	key := client.ObjectKey{Namespace: LeaseNamespace, Name: r.cfg.Node}
 	err := r.c.Get(ctx, key, &l)
@@ -138,6 +139,9 @@ func (r *registrar) register(ctx context.Context) error {
 				AcquireTime: &mt, RenewTime: &mt},
 		}
 		if err := r.c.Create(ctx, &l); err != nil {
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("create lease %s: %w: %w", key, errNoNamespace, err)
+			}
 			return fmt.Errorf("create lease %s: %w", key, err)
 		}
 		return nil

@@ -254,6 +254,9 @@ func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error
 		"--tls-private-key-file="+filepath.Join(pki, "serving.key"),
 		"--token-auth-file="+filepath.Join(pki, "tokens.csv"),
 		"--authorization-mode=RBAC",
+		// As clusters that run node daemons are (kubeadm sets it):
+		// deploy/kubernetes's DaemonSet is privileged.
+		"--allow-privileged=true",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+filepath.Join(pki, "sa.pub"),
 		"--service-account-signing-key-file="+filepath.Join(pki, "sa.key"),

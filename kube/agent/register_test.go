@@ -1,0 +1,55 @@
+package agent
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/airlock-sandbox/airlock/kube/kubetest"
+)
+
+// TestRegisterNeedsNamespace: the agent does not make airlock-system (the
+// deployment's); registering without it fails saying so, and nothing
+// makes the namespace; once it exists the node registers.
+func TestRegisterNeedsNamespace(t *testing.T) {
+	cp := kubetest.Start(t)
+	dir, err := kubetest.CRDDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir); err != nil {
+		t.Fatal(err)
+	}
+	scheme, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &registrar{c: c, identity: "n1/test", cfg: Config{Node: "n1", Capacity: 1, LeaseDuration: 10 * time.Second}}
+	err = r.register(t.Context())
+	if !errors.Is(err, errNoNamespace) || !strings.Contains(err.Error(), "namespace airlock-system does not exist") {
+		t.Fatalf("register without airlock-system: %v, want it said that the namespace is missing", err)
+	}
+	if err := c.Get(t.Context(), client.ObjectKey{Name: LeaseNamespace}, &corev1.Namespace{}); err == nil {
+		t.Fatal("register made airlock-system")
+	}
+	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: LeaseNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.register(t.Context()); err != nil {
+		t.Fatalf("register once airlock-system exists: %v", err)
+	}
+	var l coordinationv1.Lease
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: LeaseNamespace, Name: "n1"}, &l); err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "n1/test" {
+		t.Fatalf("node Lease after register: %v %+v", err, l.Spec)
+	}
+}

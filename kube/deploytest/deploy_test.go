@@ -1,0 +1,396 @@
+package deploytest
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
+	"github.com/airlock-sandbox/airlock/kube/agent"
+	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+	"github.com/airlock-sandbox/airlock/kube/kubetest"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// nodeExtra is the user extra a pod-bound service-account token carries
+// its node's name in.
+const nodeExtra = "authentication.kubernetes.io/node-name"
+
+func scheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// eventually polls cond every 100 ms until it holds or timeout passes,
+// then fails the test with what cond last said.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %s", what, timeout, state)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// podOn creates, as the administrator, a Node named node and the
+// DaemonSet's pod bound to it (no kubelet runs it: the objects are what a
+// pod-bound token needs), and returns the pod.
+func podOn(t *testing.T, admin client.Client, tmpl *corev1.PodTemplateSpec, node string) *corev1.Pod {
+	t.Helper()
+	if err := admin.Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "airlock-node-" + node, Namespace: agent.LeaseNamespace, Labels: tmpl.Labels},
+		Spec:       *tmpl.Spec.DeepCopy(),
+	}
+	pod.Spec.NodeName = node
+	if err := admin.Create(t.Context(), pod); err != nil {
+		t.Fatalf("the DaemonSet's pod on %s: %v", node, err)
+	}
+	return pod
+}
+
+// token returns a token of service account sa in namespace ns, bound to
+// pod when pod is not nil, as the kubelet's projected token is.
+func token(t *testing.T, cs kubernetes.Interface, ns, sa string, pod *corev1.Pod) string {
+	t.Helper()
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	if pod != nil {
+		req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), sa, req, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for %s/%s: %v", ns, sa, err)
+	}
+	return tr.Status.Token
+}
+
+// asToken is the control plane's configuration with token as the
+// credentials.
+func asToken(cp *kubetest.ControlPlane, token string) *rest.Config {
+	return &rest.Config{Host: cp.Config.Host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: cp.Config.CAData}, QPS: 100, Burst: 200}
+}
+
+func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["node"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts["node"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "node"}
+	kc.CurrentContext = "node"
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestDeployment applies deploy/kubernetes to a real control plane and
+// proves it:
+//   - every manifest the kustomization lists is accepted (unknown fields
+//     refused), in its order, and the DaemonSet decodes strictly to a
+//     DaemonSet whose pod the API server takes (privileged, as shipped);
+//   - a token of airlock-node bound to that pod on node-a names node-a;
+//   - the attack: with only the shipped RBAC, node-a's credentials rewrite
+//     node-b's AirlockNode and Lease, forge a Session of node-b, and make
+//     placement's writes without leading; with the node restriction
+//     (node-restriction.yaml) every one of them is refused and node-c's
+//     objects are left as they were; a token bound to no pod writes
+//     nothing; RBAC gives the node no Secrets, no namespaces and no
+//     deletes;
+//   - airlockd-kube with the DaemonSet's arguments (paths made the test's)
+//     passes --check-config; then two agents, node-a and node-d, each with
+//     its pod's token, register, one takes the placement leadership and
+//     places a Session on each node (one of them not its own), each runs
+//     its Session to completion (Exited with its exit code); the leader
+//     marks Lost the Session of node-c, whose Lease expired, and leaves
+//     unschedulable the one no node fits; deleted Sessions are removed:
+//     all of it through the shipped RBAC and under the node restriction,
+//     with no request refused by RBAC, and nothing left on the nodes;
+//   - the users' editor role creates Sessions and cannot write their
+//     status.
+func TestDeployment(t *testing.T) {
+	testutil.RequiresRoot(t)
+	// The test's clients log nothing worth reading.
+	ctrllog.SetLogger(logr.Discard())
+	env, err := daemontest.LoadEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := loadManifests(t)
+	ds, ctr := daemonSet(t, ms)
+
+	cp := kubetest.Start(t)
+	sch := scheme(t)
+	admin, err := client.New(cp.Config, client.Options{Scheme: sch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict := client.WithFieldValidation(admin, metav1.FieldValidationStrict)
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+
+	// The manifests, in the kustomization's order; the node restriction
+	// is held back for the attack, and applied after it.
+	var restriction []manifest
+	for _, m := range ms {
+		if m.file == "node-restriction.yaml" {
+			restriction = append(restriction, m)
+			continue
+		}
+		if err := strict.Create(ctx, m.obj.DeepCopy()); err != nil {
+			t.Fatalf("apply %s: %v", m, err)
+		}
+	}
+	if len(restriction) != 4 {
+		t.Fatalf("node-restriction.yaml holds %d objects, want two policies and their bindings", len(restriction))
+	}
+	eventually(t, time.Minute, "the CRDs served", func() (bool, string) {
+		err := admin.List(ctx, &v1alpha1.SessionList{})
+		return err == nil, fmt.Sprint(err)
+	})
+
+	podA := podOn(t, admin, &ds.Spec.Template, "node-a")
+	tokA := token(t, cs, agent.LeaseNamespace, "airlock-node", podA)
+	cfgA := asToken(cp, tokA)
+	csA, err := kubernetes.NewForConfig(cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := csA.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := rev.Status.UserInfo; u.Username != "system:serviceaccount:airlock-system:airlock-node" || !slicesEqual(u.Extra[nodeExtra], "node-a") {
+		t.Fatalf("the pod-bound token is %q with %s %v, want airlock-node on node-a", u.Username, nodeExtra, u.Extra[nodeExtra])
+	}
+	nodeA, err := client.New(cfgA, client.Options{Scheme: sch})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The attack, with the shipped RBAC alone: node-a's credentials
+	// against node-b.
+	victim(t, admin, "node-b", 40)
+	leadAs(t, admin, "node-b_victim")
+	for _, a := range attacks {
+		if err := a.do(ctx, nodeA, "node-b", false); err != nil {
+			t.Fatalf("without the node restriction, node-a's credentials could not %s: %v (the attack needs RBAC to let it through)", a.name, err)
+		}
+		t.Logf("without the node restriction, node-a's credentials %s: done", a.name)
+	}
+
+	// node-b's objects, rewritten, would mislead the agent run below
+	// (relabelled to match its Session, room for 999): gone.
+	for _, o := range []client.Object{
+		&v1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-node-b"}},
+		&v1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "unplaced-node-b"}},
+		&v1alpha1.AirlockNode{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}},
+		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: agent.LeaseNamespace, Name: "node-b"}},
+	} {
+		if err := admin.Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The node restriction applied: the same attacks against node-c.
+	for _, m := range restriction {
+		if err := strict.Create(ctx, m.obj.DeepCopy()); err != nil {
+			t.Fatalf("apply %s: %v", m, err)
+		}
+	}
+	victim(t, admin, "node-c", 5)
+	leadAs(t, admin, "node-c_victim")
+	before := snapshot(t, admin, "node-c")
+	for _, a := range attacks {
+		// The API server loads the policies, and their parameter,
+		// asynchronously: a dry run shows when they are in force.
+		eventually(t, 30*time.Second, "the node restriction in force against: "+a.name, func() (bool, string) {
+			err := a.do(ctx, nodeA, "node-c", true)
+			return refusedByPolicy(err), fmt.Sprint(err)
+		})
+		err := a.do(ctx, nodeA, "node-c", false)
+		if !refusedByPolicy(err) {
+			t.Fatalf("with the node restriction, node-a's credentials %s: %v, want a policy's refusal", a.name, err)
+		}
+		t.Logf("with the node restriction, node-a's credentials %s: refused: %v", a.name, err)
+	}
+	if after := snapshot(t, admin, "node-c"); after != before {
+		t.Fatalf("refused attacks changed node-c's objects:\nbefore %s\nafter  %s", before, after)
+	}
+
+	// A token of airlock-node bound to no pod names no node: it writes
+	// nothing, not even an AirlockNode of its own choosing.
+	unbound, err := client.New(asToken(cp, token(t, cs, agent.LeaseNamespace, "airlock-node", nil)), client.Options{Scheme: sch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unbound.Create(ctx, &v1alpha1.AirlockNode{ObjectMeta: metav1.ObjectMeta{Name: "node-z"}}); !refusedByPolicy(err) || !strings.Contains(err.Error(), "bound to a pod") {
+		t.Fatalf("an airlock-node token bound to no pod creating an AirlockNode: %v, want the policy's refusal", err)
+	}
+	// What RBAC does not grant the node at all.
+	for what, err := range map[string]error{
+		"list Secrets in airlock-system": nodeA.List(ctx, &corev1.SecretList{}, client.InNamespace(agent.LeaseNamespace)),
+		"create a Namespace":             nodeA.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "squat"}}),
+		"delete a Session":               nodeA.Delete(ctx, &v1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "unplaced-node-c"}}),
+		"list Pods":                      nodeA.List(ctx, &corev1.PodList{}),
+		// A token of its own service account bound to another node's
+		// pod would name that node.
+		"request a token of airlock-node": func() error {
+			_, err := csA.CoreV1().ServiceAccounts(agent.LeaseNamespace).CreateToken(ctx, "airlock-node", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+			return err
+		}(),
+	} {
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "cannot") {
+			t.Errorf("node-a's credentials %s: %v, want RBAC's refusal", what, err)
+		}
+	}
+
+	// Two node agents, with the DaemonSet's arguments and their pods'
+	// tokens: node-a and node-d. One leads, and places the other's
+	// Session on it.
+	podD := podOn(t, admin, &ds.Spec.Template, "node-d")
+	cfgD := asToken(cp, token(t, cs, agent.LeaseNamespace, "airlock-node", podD))
+	agents := map[string]*agentProc{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for node, kc := range map[string]string{"node-a": writeKubeconfig(t, cfgA), "node-d": writeKubeconfig(t, cfgD)} {
+		pool := map[string]string{"node-a": "10.241.77.0/24", "node-d": "10.241.78.0/24"}[node]
+		wg.Go(func() {
+			n := startAgent(t, env, ctr.Args, admissionPolicy(t, ms), kc, node, pool)
+			mu.Lock()
+			agents[node] = n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	eventually(t, 90*time.Second, "node-a and node-d registered", func() (bool, string) {
+		var state []string
+		for _, node := range []string{"node-a", "node-d"} {
+			var an v1alpha1.AirlockNode
+			var l coordinationv1.Lease
+			errN := admin.Get(ctx, client.ObjectKey{Name: node}, &an)
+			errL := admin.Get(ctx, client.ObjectKey{Namespace: agent.LeaseNamespace, Name: node}, &l)
+			if errN != nil || errL != nil || an.Status.Capacity == 0 {
+				state = append(state, fmt.Sprintf("%s: AirlockNode %v %+v, Lease %v", node, errN, an.Status, errL))
+			}
+		}
+		return len(state) == 0, strings.Join(state, "; ")
+	})
+	for node, code := range map[string]int{"node-a": 3, "node-d": 4} {
+		job := &v1alpha1.Session{
+			ObjectMeta: metav1.ObjectMeta{Name: "job-" + node, Namespace: "default"},
+			Spec: v1alpha1.SessionSpec{NodeSelector: map[string]string{"airlock.test/node": node}, Policy: policies.Policy{
+				Label: "job-" + node, Image: daemontest.AgentImage, Command: []string{"sh", "-c", fmt.Sprintf("exit %d", code)}}},
+		}
+		if err := admin.Create(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for node, code := range map[string]int32{"node-a": 3, "node-d": 4} {
+		var s *v1alpha1.Session
+		eventually(t, 2*time.Minute, "Session job-"+node+" Exited on "+node, func() (bool, string) {
+			s, err = session(ctx, admin, "job-"+node)
+			if err != nil {
+				return false, err.Error()
+			}
+			return s.Status.State == v1alpha1.SessionExited, fmt.Sprintf("spec.nodeName %q, status %+v", s.Spec.NodeName, s.Status)
+		})
+		if s.Spec.NodeName != node || s.Status.ExitCode == nil || *s.Status.ExitCode != code || s.Status.ID == "" || s.Status.PlacedAt == nil {
+			t.Fatalf("Session job-%s: spec.nodeName %q, status %+v; want placed on and run by %s, exit %d", node, s.Spec.NodeName, s.Status, node, code)
+		}
+	}
+	var leader coordinationv1.Lease
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: agent.LeaseNamespace, Name: agent.PlacementLease}, &leader); err != nil ||
+		!strings.HasPrefix(ptr.Deref(leader.Spec.HolderIdentity, ""), "node-a_") && !strings.HasPrefix(ptr.Deref(leader.Spec.HolderIdentity, ""), "node-d_") {
+		t.Fatalf("placement leader Lease: %v, holder %q; want node-a's or node-d's", err, ptr.Deref(leader.Spec.HolderIdentity, ""))
+	}
+	t.Logf("placement leader: %s", ptr.Deref(leader.Spec.HolderIdentity, ""))
+	// Placement's other writes, as the leader, pass the restriction:
+	// node-c's Lease expired, its Session is Lost; the Session no node
+	// fits is Pending, unschedulable.
+	eventually(t, time.Minute, "node-c's Session Lost, the unplaced one unschedulable", func() (bool, string) {
+		on, err1 := session(ctx, admin, "on-node-c")
+		un, err2 := session(ctx, admin, "unplaced-node-c")
+		if err1 != nil || err2 != nil {
+			return false, fmt.Sprint(err1, err2)
+		}
+		return on.Status.State == v1alpha1.SessionLost && un.Status.Reason == agent.ReasonUnschedulable,
+			fmt.Sprintf("on-node-c %+v; unplaced-node-c %+v", on.Status, un.Status)
+	})
+	for _, node := range []string{"node-a", "node-d"} {
+		if err := admin.Delete(ctx, &v1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "job-" + node}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, node := range []string{"node-a", "node-d"} {
+		n := agents[node]
+		eventually(t, time.Minute, "Session job-"+node+" gone (its local session removed, then its finalizer)", func() (bool, string) {
+			_, err := session(ctx, admin, "job-"+node)
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		if list := n.labelled(t); len(list) != 0 {
+			t.Errorf("%s still holds %d local sessions for Sessions after the delete", node, len(list))
+		}
+		if err := n.stop(); err != nil {
+			t.Error(err)
+		}
+		wantNothingLeft(t, n.root)
+		// Every call the agent made was one RBAC grants.
+		if m := regexp.MustCompile(`(?m)^.*cannot \w+ resource.*$`).FindString(n.log.String()); m != "" {
+			t.Errorf("%s's agent was refused by RBAC: %s", node, m)
+		}
+		for _, l := range strings.Split(n.log.String(), "\n") {
+			if strings.Contains(l, "ValidatingAdmissionPolicy") {
+				t.Logf("%s refused by the node restriction (expected only while the API server's view of a new leader catches up): %s", node, l)
+			}
+		}
+	}
+
+	testLeaderForms(t, admin, nodeA)
+	testUserRoles(t, cp, admin, cs)
+}
+
+func slicesEqual(got []string, want ...string) bool {
+	return strings.Join(got, "\x00") == strings.Join(want, "\x00")
+}

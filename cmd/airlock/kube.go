@@ -92,6 +92,12 @@ func newKubeClient(o *kubeOptions, getenv func(string) string) (*kubeClient, err
 	if err != nil {
 		return nil, withCode(exitUsage, fmt.Errorf("kubeconfig: %w", err))
 	}
+	name := o.context
+	if name == "" {
+		if raw, err := cc.RawConfig(); err == nil {
+			name = raw.CurrentContext
+		}
+	}
 	ns := o.namespace
 	if ns == "" {
 		if ns, _, err = cc.Namespace(); err != nil {
@@ -101,14 +107,14 @@ func newKubeClient(o *kubeOptions, getenv func(string) string) (*kubeClient, err
 	// The node agents take bearer tokens only: a client certificate
 	// proves nothing to them (they do not hold the cluster's client CA).
 	if rc.BearerToken == "" && rc.BearerTokenFile == "" && rc.ExecProvider == nil && rc.AuthProvider == nil {
-		return nil, withCode(exitUsage, fmt.Errorf("kubeconfig context %q: its user has no bearer token (a token, a token file, an exec or auth provider); the node agents serving Sessions' logs take bearer tokens only, not client certificates", o.context))
+		return nil, withCode(exitUsage, fmt.Errorf("kubeconfig context %q: its user has no bearer token (a token, a token file, an exec or auth provider); the node agents serving Sessions' logs take bearer tokens only, not client certificates", name))
 	}
 	rc.UserAgent = "airlock/" + clientVersion()
 	hc, err := rest.HTTPClientFor(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	return &kubeClient{rc: rc, hc: hc, namespace: ns, context: o.context,
+	return &kubeClient{rc: rc, hc: hc, namespace: ns, context: name,
 		nodes: map[string]http.RoundTripper{}, addrs: map[string]string{}}, nil
 }
 

@@ -264,7 +264,10 @@ func (c *cli) newRootCommand() *cobra.Command {
 		Short: "Run coding agents in sandboxes scoped by an HCL manifest",
 		Long: `airlock runs unattended coding agents in containerd sandboxes whose
 filesystem, network egress and credentials are declared in an HCL manifest.
-It talks to airlockd over a unix socket; validate and fmt work without it.`,
+It talks to airlockd over a unix socket; validate and fmt work without it.
+With --context (Kubernetes, preview) run, logs, wait, diff, commit, discard,
+audit, ps, inspect and rm work on the cluster's Sessions instead, by name:
+the API server, and the node agent running each Session.`,
 		Example: `  airlock validate task.hcl
   airlock run -f task.hcl -- claude -p "fix the flaky test"
   airlock ps -a`,

@@ -251,7 +251,8 @@ func (c *cli) newPsCommand() *cobra.Command {
 		Use:   "ps [flags]",
 		Short: "List sessions",
 		Long: `Ps lists running sessions, newest first; --all lists sessions in every
-state (created, running, stopped, unknown).`,
+state (created, running, stopped, unknown). With --context it lists every
+Session of the namespace, in any state, with its node and exit code.`,
 		Example: `  airlock ps
   airlock ps -a --json | jq -r '.[] | select(.state == "stopped") | .id'`,
 		Args: exactArgs(0, "no arguments"),

@@ -55,7 +55,9 @@ the rule they broke. --socket-group and --kubernetes need --admission.
 --kubernetes also makes airlockd a Kubernetes node agent (preview): it runs
 the airlock.dev/v1alpha1 Sessions placed on its node (--node-name) as local
 sessions, and places unplaced ones on nodes with room (README, Kubernetes).
-It is in airlockd-kube, the same daemon built with the node agent; airlockd
+It serves their logs, diffs, commits and audit logs to airlock --context on
+--kubernetes-listen (HTTPS; TokenReview and SubjectAccessReview on each
+request). It is in airlockd-kube, the same daemon built with the node agent; airlockd
 itself is built without its Kubernetes libraries, which double its size.
 
 --console-listen serves a web console (docs/console.md): sessions, held

@@ -52,6 +52,7 @@ import (
 //   - a server at a node's address that does not hold the certificate its
 //     AirlockNode publishes is refused by the CLI before it is sent the
 //     token;
+//   - a RoleBinding deleted stops working within the cache's 10 s;
 //   - deleting the Sessions removes their local sessions, and nothing is
 //     left once the agent stopped.
 func TestNodeEndpoint(t *testing.T) {
@@ -319,6 +320,23 @@ func TestNodeEndpoint(t *testing.T) {
 	// Asked of this node, that Session is not here.
 	if st, body := get(tokens["alice"], "team-a", "elsewhere"); st != http.StatusNotFound || !strings.Contains(body, "is not on node node-e") {
 		t.Errorf("another node's Session asked of node-e: %d %s; want 404", st, body)
+	}
+
+	// A right revoked takes effect once the cached decision expires
+	// (10 s).
+	if err := c.Delete(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "alice"}}); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	eventually(t, 20*time.Second, "alice's revoked right refused", func() (bool, string) {
+		st, body := get(tokens["alice"], "team-a", name)
+		return st == http.StatusForbidden, fmt.Sprintf("%d %.200s", st, body)
+	})
+	t.Logf("a revoked RoleBinding refused by the endpoint %s after its deletion", time.Since(revoked).Round(time.Millisecond))
+	if err := c.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "alice"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "team-a", Name: "alice"}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "alice"}}); err != nil {
+		t.Fatal(err)
 	}
 
 	// Nothing leaks: rm deletes the Session, its node removes its local

@@ -43,6 +43,8 @@ import (
 //   - alice's `airlock --context alice run -f` creates a Session, streams
 //     its stdout and stderr from the node and exits with its exit code;
 //     her diff shows the file it made, audit works, commit applies it;
+//     a manifest the node's admission refuses exits 125 saying so; SIGINT
+//     exits 130, and with --rm deletes the Session;
 //   - bob's logs and commit of that Session are refused, 403, with what
 //     he lacks;
 //   - a request without a token, or with a token the API server does not
@@ -210,6 +212,64 @@ func TestNodeEndpoint(t *testing.T) {
 	if out, errOut, code = airlock("alice", "audit", name); code != 0 || !strings.Contains(out, "LAYER") {
 		t.Errorf("alice's audit %s: exit %d, stdout %q, stderr %q", name, code, out, errOut)
 	}
+
+	// A manifest the node's admission policy refuses: exit 125 with why.
+	refused := filepath.Join(t.TempDir(), "refused.hcl")
+	if err := os.WriteFile(refused, fmt.Appendf(nil, `session "refused" {
+  image   = %q
+  command = ["true"]
+  workspace "/root" {
+    target = "/workspace"
+  }
+}
+`, daemontest.AgentImage), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := airlock("alice", "run", "--rm", "-f", refused); code != 125 || out != "" ||
+		!strings.Contains(errOut, "Failed on node \"node-e\", refused: admission") {
+		t.Errorf("alice's run of a manifest admission refuses: exit %d, stdout %q, stderr %q; want 125 and the refusal", code, out, errOut)
+	}
+
+	// Interrupted: SIGINT stops waiting, exit 130; --rm deletes the
+	// Session.
+	sleeper := filepath.Join(t.TempDir(), "sleeper.hcl")
+	if err := os.WriteFile(sleeper, fmt.Appendf(nil, "session \"sleeper\" {\n  image = %q\n  command = [\"sleep\", \"300\"]\n}\n", daemontest.AgentImage), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := exec.CommandContext(ctx, filepath.Join(env.BinDir, "airlock"), "--kubeconfig", kubeconfig, "--context", "alice", "run", "--rm", "-f", sleeper)
+	run.Env = []string{"HOME=/nonexistent"}
+	var runErr bytes.Buffer
+	run.Stderr = &runErr
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var sleeping string
+	eventually(t, 60*time.Second, "the sleeper Running", func() (bool, string) {
+		var list v1alpha1.SessionList
+		if err := c.List(ctx, &list, client.InNamespace("team-a")); err != nil {
+			return false, err.Error()
+		}
+		for _, s := range list.Items {
+			if strings.HasPrefix(s.Name, "sleeper-") && s.Status.State == v1alpha1.SessionRunning {
+				sleeping = s.Name
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(len(list.Items), " Sessions")
+	})
+	time.Sleep(500 * time.Millisecond) // streaming its (empty) output
+	if err := run.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	var ee *exec.ExitError
+	if err := run.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("alice's run interrupted: %v, stderr %q; want exit 130", err, runErr.String())
+	}
+	eventually(t, 30*time.Second, "the interrupted --rm Session deleted", func() (bool, string) {
+		var s v1alpha1.Session
+		err := c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: sleeping}, &s)
+		return err != nil && strings.Contains(err.Error(), "not found"), fmt.Sprintf("%v %s", err, s.Status.State)
+	})
 
 	// bob may read Sessions, not their subresources.
 	if out, errOut, code = airlock("bob", "logs", name); code == 0 || out != "" ||

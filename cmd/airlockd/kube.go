@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -46,7 +47,7 @@ func (k *kubeAgent) run(ctx context.Context, d *daemon.Daemon) error {
 
 // kubeConfig is the node agent's configuration from the --kubernetes
 // flags, checked; the capacity and what the daemon knows are set later.
-func kubeConfig(kubeconfig, node, labels, listen string, lease time.Duration, controller bool) (*kubeAgent, error) {
+func kubeConfig(kubeconfig, node, labels, listen, advertise string, lease time.Duration, controller bool) (*kubeAgent, error) {
 	var rc *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -71,7 +72,11 @@ func kubeConfig(kubeconfig, node, labels, listen string, lease time.Duration, co
 	if _, _, err := net.SplitHostPort(listen); err != nil {
 		return nil, fmt.Errorf("--kubernetes-listen %q: want HOST:PORT or :PORT: %w", listen, err)
 	}
-	cfg := &agent.Config{Kube: rc, Node: node, Labels: l, LeaseDuration: lease, Controller: controller, Listen: listen}
+	if advertise != "" && net.ParseIP(advertise) == nil && len(validation.IsDNS1123Subdomain(advertise)) > 0 {
+		return nil, fmt.Errorf("--kubernetes-advertise-address %q: want an IP address or a DNS name", advertise)
+	}
+	cfg := &agent.Config{Kube: rc, Node: node, Labels: l, LeaseDuration: lease, Controller: controller,
+		Listen: listen, Advertise: advertise}
 	if err := cfg.Check(); err != nil {
 		return nil, fmt.Errorf("--kubernetes: %w", err)
 	}

@@ -27,6 +27,6 @@ func (*kubeAgent) run(context.Context, *daemon.Daemon) error {
 	return errors.New("built without Kubernetes support")
 }
 
-func kubeConfig(string, string, string, string, time.Duration, bool) (*kubeAgent, error) {
+func kubeConfig(string, string, string, string, string, time.Duration, bool) (*kubeAgent, error) {
 	return nil, errors.New("--kubernetes: this airlockd is built without the node agent; run airlockd-kube, the same daemon with it (make build builds both)")
 }

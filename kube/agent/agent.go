@@ -81,6 +81,12 @@ type Config struct {
 	// commits and audit logs, for airlock --context. Its address and
 	// certificate are published in the AirlockNode's status.
 	Listen string
+	// Advertise is the host published with the endpoint's port (airlockd
+	// --kubernetes-advertise-address; in a DaemonSet the node's IP, from
+	// the downward API's status.hostIP); empty publishes the listener's
+	// host, or when that is unspecified the address this host reaches the
+	// API server from.
+	Advertise string
 	// API is the daemon's /v1 API handler (httpapi.New): the node
 	// endpoint hands it the requests it authorized.
 	API http.Handler

@@ -423,7 +423,12 @@ func listenEndpoint(cfg Config) (net.Listener, v1alpha1.NodeEndpoint, *tls.Confi
 	if err != nil {
 		return nil, v1alpha1.NodeEndpoint{}, nil, fmt.Errorf("node endpoint: %w", err)
 	}
-	addr, err := advertised(ln.Addr().(*net.TCPAddr), cfg.Kube.Host)
+	var addr string
+	if cfg.Advertise != "" {
+		addr = net.JoinHostPort(cfg.Advertise, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	} else {
+		addr, err = advertised(ln.Addr().(*net.TCPAddr), cfg.Kube.Host)
+	}
 	if err != nil {
 		ln.Close()
 		return nil, v1alpha1.NodeEndpoint{}, nil, fmt.Errorf("node endpoint: %w", err)

@@ -57,8 +57,9 @@ the airlock.dev/v1alpha1 Sessions placed on its node (--node-name) as local
 sessions, and places unplaced ones on nodes with room (README, Kubernetes).
 It serves their logs, diffs, commits and audit logs to airlock --context on
 --kubernetes-listen (HTTPS; TokenReview and SubjectAccessReview on each
-request). It is in airlockd-kube, the same daemon built with the node agent; airlockd
-itself is built without its Kubernetes libraries, which double its size.
+request). It is in airlockd-kube, the same daemon built with the node agent;
+airlockd itself is built without its Kubernetes libraries, which double its
+size.
 
 --console-listen serves a web console (docs/console.md): sessions, held
 requests to allow or deny, diffs to commit or discard, audit timelines. On

@@ -290,7 +290,11 @@ func (r kubeRouter) RoundTrip(req *http.Request) (*http.Response, error) {
 	out.URL = &url.URL{Scheme: "https", Host: addr, RawQuery: req.URL.RawQuery,
 		Path: "/v1/namespaces/" + r.k.namespace + "/sessions/" + name + "/" + action}
 	out.Host = ""
-	return rt.RoundTrip(out)
+	resp, err := rt.RoundTrip(out)
+	if err != nil {
+		return nil, fmt.Errorf("the node endpoint %s of Session %s/%s: %w", addr, r.k.namespace, name, err)
+	}
+	return resp, nil
 }
 
 func closeBody(req *http.Request) {
@@ -336,7 +340,7 @@ func (c *cli) kubeAPIClient() *api.Client {
 	if err != nil {
 		return api.NewClientTransport("cluster", errTransport{err})
 	}
-	return api.NewClientTransport(fmt.Sprintf("the node agents of context %q", k.context), kubeRouter{k})
+	return api.NewClientTransport(fmt.Sprintf("context %q", k.context), kubeRouter{k})
 }
 
 // checkKubeCommand refuses, with --context, the commands that do not work

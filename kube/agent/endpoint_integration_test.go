@@ -277,6 +277,7 @@ func TestNodeEndpoint(t *testing.T) {
 		!strings.Contains(errOut, "forbidden: system:serviceaccount:team-a:bob may not get sessions/log of Session team-a/"+name) {
 		t.Errorf("bob's logs %s: exit %d, stdout %q, stderr %q; want forbidden", name, code, out, errOut)
 	}
+	t.Logf("bob's logs: %s", strings.TrimSpace(errOut))
 	if _, errOut, code = airlock("bob", "commit", name); code == 0 || !strings.Contains(errOut, "may not update sessions/commit") {
 		t.Errorf("bob's commit %s: exit %d, stderr %q; want forbidden", name, code, errOut)
 	}
@@ -378,6 +379,7 @@ func TestNodeEndpoint(t *testing.T) {
 		t.Errorf("alice's logs of a Session whose node's address a forger holds: exit %d, stdout %q, stderr %q, forger asked %d times; want refused, never asked",
 			code, out, errOut, asked.Load())
 	}
+	t.Logf("a forged endpoint: %s", strings.TrimSpace(errOut))
 	// Asked of this node, that Session is not here.
 	if st, body := get(tokens["alice"], "team-a", "elsewhere"); st != http.StatusNotFound || !strings.Contains(body, "is not on node node-e") {
 		t.Errorf("another node's Session asked of node-e: %d %s; want 404", st, body)

@@ -57,6 +57,14 @@ func NewClient(socketPath string) *Client {
 	return &Client{socket: socketPath, hc: &http.Client{Transport: tr}}
 }
 
+// NewClientTransport returns a client whose requests, to
+// http://airlockd/v1/..., rt carries: rt routes them (to a node agent's
+// endpoint, for airlock --context). name stands for the daemon in error
+// messages.
+func NewClientTransport(name string, rt http.RoundTripper) *Client {
+	return &Client{socket: name, hc: &http.Client{Transport: rt}}
+}
+
 // Socket returns the socket path the client dials.
 func (c *Client) Socket() string { return c.socket }
 

@@ -77,11 +77,23 @@ type cli struct {
 	socket     string // --socket
 	clientOnce sync.Once
 	cl         *api.Client
+
+	kubeOpts kubeOptions // --context, --kubeconfig, --namespace
+	kubeOnce sync.Once
+	kc       *kubeClient
+	kubeErr  error
 }
 
-// client returns the API client for --socket.
+// client returns the API client for --socket, or with --context the one
+// that reaches the cluster's Sessions on their nodes.
 func (c *cli) client() *api.Client {
-	c.clientOnce.Do(func() { c.cl = api.NewClient(c.socket) })
+	c.clientOnce.Do(func() {
+		if c.kubeOpts.on() {
+			c.cl = c.kubeAPIClient()
+			return
+		}
+		c.cl = api.NewClient(c.socket)
+	})
 	return c.cl
 }
 
@@ -252,7 +264,10 @@ func (c *cli) newRootCommand() *cobra.Command {
 		Short: "Run coding agents in sandboxes scoped by an HCL manifest",
 		Long: `airlock runs unattended coding agents in containerd sandboxes whose
 filesystem, network egress and credentials are declared in an HCL manifest.
-It talks to airlockd over a unix socket; validate and fmt work without it.`,
+It talks to airlockd over a unix socket; validate and fmt work without it.
+With --context (Kubernetes, preview) run, logs, wait, diff, commit, discard,
+audit, ps, inspect and rm work on the cluster's Sessions instead, by name:
+the API server, and the node agent running each Session.`,
 		Example: `  airlock validate task.hcl
   airlock run -f task.hcl -- claude -p "fix the flaky test"
   airlock ps -a`,
@@ -264,6 +279,8 @@ It talks to airlockd over a unix socket; validate and fmt work without it.`,
 	})
 	root.PersistentFlags().StringVar(&c.socket, "socket", c.defaultSocket(),
 		"airlockd's unix socket (env AIRLOCK_SOCKET)")
+	c.kubeOpts.addFlags(root)
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return c.checkKubeCommand(cmd) }
 
 	root.AddGroup(
 		&cobra.Group{ID: "session", Title: "Sessions:"},

@@ -50,6 +50,12 @@ SIGINT or SIGTERM asks the daemon to stop the session (SIGTERM, then SIGKILL
 after the grace period); a second one kills it at once. With --rm the session
 is removed when it ends, however it ends.
 
+With --context (Kubernetes, preview) run creates a Session of the manifest
+(named after its label) in the namespace, waits for a node agent to run it,
+streams its output from that node and exits with its exit code; -d prints
+the Session's name. SIGINT or SIGTERM stops waiting: the Session runs on
+unless --rm deletes it.
+
 Exit codes: the command's own, 2 for a bad manifest or usage, 125 when the
 daemon fails.`,
 		Example: `  airlock run -f examples/hello.hcl
@@ -73,6 +79,12 @@ daemon fails.`,
 				return err
 			}
 			p.Terminal = tf.tty
+			if c.kubeOpts.on() {
+				if tf.tty {
+					return usageErrorf("-t does not work with --context: a Session's terminal is not served through its node")
+				}
+				return c.kubeRun(cmd.Context(), p, rm, detach)
+			}
 			if tf.tty && !detach {
 				return c.runTerminal(cmd.Context(), p, rm, !tf.interactive, keys)
 			}

@@ -74,6 +74,11 @@ objects, and prints its id. With --force a running session is killed first.`,
 		Args: minArgs(1, "at least one session ID"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			return c.eachSession(args, "removing", func(id string) error {
+				if c.kubeOpts.on() {
+					// Deleting the Session: its node removes its
+					// local session, running or not.
+					return c.kubeRm(cmd.Context(), id)
+				}
 				return c.client().RemoveSession(cmd.Context(), id, force)
 			})
 		}),
@@ -114,6 +119,9 @@ owns.`,
   airlock inspect 3f9c2a1b | jq .policy.egress`,
 		Args: exactArgs(1, "one session ID"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if c.kubeOpts.on() {
+				return c.kubeInspect(cmd.Context(), args[0])
+			}
 			s, err := c.client().InspectSession(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -243,11 +251,15 @@ func (c *cli) newPsCommand() *cobra.Command {
 		Use:   "ps [flags]",
 		Short: "List sessions",
 		Long: `Ps lists running sessions, newest first; --all lists sessions in every
-state (created, running, stopped, unknown).`,
+state (created, running, stopped, unknown). With --context it lists every
+Session of the namespace, in any state, with its node and exit code.`,
 		Example: `  airlock ps
   airlock ps -a --json | jq -r '.[] | select(.state == "stopped") | .id'`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if c.kubeOpts.on() {
+				return c.kubePs(cmd.Context(), quiet, asJSON)
+			}
 			list, err := c.client().ListSessions(cmd.Context())
 			if err != nil {
 				return err

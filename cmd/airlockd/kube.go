@@ -5,14 +5,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/airlock-sandbox/airlock/daemon"
+	"github.com/airlock-sandbox/airlock/daemon/httpapi"
 	"github.com/airlock-sandbox/airlock/kube/agent"
 )
 
@@ -21,7 +24,10 @@ import (
 // This is airlockd-kube: airlockd built with the kubernetes tag, which
 // links the node agent (make build builds both).
 
-const defaultNodeLease = agent.DefaultLeaseDuration
+const (
+	defaultNodeLease  = agent.DefaultLeaseDuration
+	defaultKubeListen = agent.DefaultListen
+)
 
 // kubeAgent is the node agent's configuration.
 type kubeAgent agent.Config
@@ -33,12 +39,15 @@ func (k *kubeAgent) setDaemon(root, version, runtime string) {
 }
 
 func (k *kubeAgent) run(ctx context.Context, d *daemon.Daemon) error {
-	return agent.Run(ctx, d, agent.Config(*k))
+	cfg := agent.Config(*k)
+	// The node endpoint serves the same handlers as the socket.
+	cfg.API = httpapi.New(d)
+	return agent.Run(ctx, d, cfg)
 }
 
 // kubeConfig is the node agent's configuration from the --kubernetes
 // flags, checked; the capacity and what the daemon knows are set later.
-func kubeConfig(kubeconfig, node, labels string, lease time.Duration, controller bool) (*kubeAgent, error) {
+func kubeConfig(kubeconfig, node, labels, listen, advertise string, lease time.Duration, controller bool) (*kubeAgent, error) {
 	var rc *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -60,7 +69,14 @@ func kubeConfig(kubeconfig, node, labels string, lease time.Duration, controller
 	if err != nil {
 		return nil, fmt.Errorf("--node-labels: %w", err)
 	}
-	cfg := &agent.Config{Kube: rc, Node: node, Labels: l, LeaseDuration: lease, Controller: controller}
+	if _, _, err := net.SplitHostPort(listen); err != nil {
+		return nil, fmt.Errorf("--kubernetes-listen %q: want HOST:PORT or :PORT: %w", listen, err)
+	}
+	if advertise != "" && net.ParseIP(advertise) == nil && len(validation.IsDNS1123Subdomain(advertise)) > 0 {
+		return nil, fmt.Errorf("--kubernetes-advertise-address %q: want an IP address or a DNS name", advertise)
+	}
+	cfg := &agent.Config{Kube: rc, Node: node, Labels: l, LeaseDuration: lease, Controller: controller,
+		Listen: listen, Advertise: advertise}
 	if err := cfg.Check(); err != nil {
 		return nil, fmt.Errorf("--kubernetes: %w", err)
 	}

@@ -14,7 +14,10 @@ import (
 // libraries double the binary and its start-up memory: airlockd-kube, the
 // same daemon built with the kubernetes tag (make build), has it.
 
-const defaultNodeLease = 40 * time.Second
+const (
+	defaultNodeLease  = 40 * time.Second
+	defaultKubeListen = ":10265"
+)
 
 type kubeAgent struct{}
 
@@ -24,6 +27,6 @@ func (*kubeAgent) run(context.Context, *daemon.Daemon) error {
 	return errors.New("built without Kubernetes support")
 }
 
-func kubeConfig(string, string, string, time.Duration, bool) (*kubeAgent, error) {
+func kubeConfig(string, string, string, string, string, time.Duration, bool) (*kubeAgent, error) {
 	return nil, errors.New("--kubernetes: this airlockd is built without the node agent; run airlockd-kube, the same daemon with it (make build builds both)")
 }

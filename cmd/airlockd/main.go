@@ -55,8 +55,11 @@ the rule they broke. --socket-group and --kubernetes need --admission.
 --kubernetes also makes airlockd a Kubernetes node agent (preview): it runs
 the airlock.dev/v1alpha1 Sessions placed on its node (--node-name) as local
 sessions, and places unplaced ones on nodes with room (README, Kubernetes).
-It is in airlockd-kube, the same daemon built with the node agent; airlockd
-itself is built without its Kubernetes libraries, which double its size.
+It serves their logs, diffs, commits and audit logs to airlock --context on
+--kubernetes-listen (HTTPS; TokenReview and SubjectAccessReview on each
+request). It is in airlockd-kube, the same daemon built with the node agent;
+airlockd itself is built without its Kubernetes libraries, which double its
+size.
 
 --console-listen serves a web console (docs/console.md): sessions, held
 requests to allow or deny, diffs to commit or discard, audit timelines. On
@@ -144,6 +147,8 @@ func run() int {
 		nodeName       = fs.String("node-name", "", "with --kubernetes: this node's `NAME` (its AirlockNode and Lease; the Sessions whose spec.nodeName is NAME run here); default: the hostname")
 		nodeLabels     = fs.String("node-labels", "", "with --kubernetes: labels `K=V,...` set on this node's AirlockNode; a Session's nodeSelector matches them")
 		nodeCapacity   = fs.Int("node-capacity", 0, "with --kubernetes: how many Sessions this node holds at once, `N` (a Session holds its place until it is deleted); default: the admission policy's session limit, which N may not exceed")
+		kubeListen     = fs.String("kubernetes-listen", defaultKubeListen, "with --kubernetes: serve the node endpoint on this TCP `ADDR` (HTTPS, a certificate the agent makes under --root): the logs, diffs, commits and audit logs of the Sessions on this node, for airlock --context. Each request's bearer token is checked by a TokenReview and its right by a SubjectAccessReview on the Session (sessions/log, sessions/diff, sessions/commit, sessions/audit); the address and certificate are published in the AirlockNode's status, and clients pin that certificate. An unspecified host publishes the address this host reaches the API server from")
+		kubeAdvertise  = fs.String("kubernetes-advertise-address", "", "with --kubernetes: the `HOST` (an IP address or DNS name) published for the node endpoint, with --kubernetes-listen's port, when clients reach the node by another address than the one it listens on (in a DaemonSet: the node's IP, status.hostIP)")
 		nodeLease      = fs.Duration("node-lease-duration", defaultNodeLease, "with --kubernetes: the node Lease's duration, whole seconds, at least 2s: when this agent has not renewed it for that long the node is lost, and its unfinished Sessions are marked Lost, never run elsewhere (also the placement leader's Lease)")
 		dnsRate        = fs.Float64("dns-rate", dnsproxy.DefaultRate, "DNS queries a second each session may send to airlock's resolver, with a burst of twice as many; queries beyond are not answered, and the audit counts them (the gateway blocks UDP packets to the resolver beyond four times this rate, and at least 400 a second)")
 	)
@@ -314,7 +319,7 @@ func run() int {
 	}
 	var kubeCfg *kubeAgent
 	if *kubernetes {
-		if kubeCfg, err = kubeConfig(*kubeconfig, *nodeName, *nodeLabels, *nodeLease, *kubeController); err != nil {
+		if kubeCfg, err = kubeConfig(*kubeconfig, *nodeName, *nodeLabels, *kubeListen, *kubeAdvertise, *nodeLease, *kubeController); err != nil {
 			fmt.Fprintln(os.Stderr, "airlockd:", err)
 			return 2
 		}
@@ -329,7 +334,7 @@ func run() int {
 			kubeCfg.setCapacity(*nodeCapacity)
 		}
 	} else {
-		for _, f := range []string{"kubeconfig", "kubernetes-controller", "node-name", "node-labels", "node-capacity", "node-lease-duration"} {
+		for _, f := range []string{"kubeconfig", "kubernetes-controller", "node-name", "node-labels", "node-capacity", "node-lease-duration", "kubernetes-listen", "kubernetes-advertise-address"} {
 			if flagGiven(fs, f) {
 				fmt.Fprintf(os.Stderr, "airlockd: --%s needs --kubernetes\n", f)
 				return 2

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/go-logr/logr"
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -73,6 +76,20 @@ type Config struct {
 	// Controller runs the placement controller in this agent, under
 	// leader election.
 	Controller bool
+	// Listen is the node endpoint's TCP address (airlockd
+	// --kubernetes-listen; DefaultListen): the Sessions' logs, diffs,
+	// commits and audit logs, for airlock --context. Its address and
+	// certificate are published in the AirlockNode's status.
+	Listen string
+	// Advertise is the host published with the endpoint's port (airlockd
+	// --kubernetes-advertise-address; in a DaemonSet the node's IP, from
+	// the downward API's status.hostIP); empty publishes the listener's
+	// host, or when that is unspecified the address this host reaches the
+	// API server from.
+	Advertise string
+	// API is the daemon's /v1 API handler (httpapi.New): the node
+	// endpoint hands it the requests it authorized.
+	API http.Handler
 }
 
 // Check reports what is wrong with cfg's node name, labels, capacity and
@@ -138,7 +155,8 @@ func checkLabels(labels map[string]string) error {
 // Scheme returns a scheme with what the agent reads and writes.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{v1alpha1.AddToScheme, coordinationv1.AddToScheme, corev1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{v1alpha1.AddToScheme, coordinationv1.AddToScheme, corev1.AddToScheme,
+		authnv1.AddToScheme, authzv1.AddToScheme} {
 		if err := add(s); err != nil {
 			return nil, err
 		}
@@ -156,8 +174,8 @@ func Run(ctx context.Context, d Daemon, cfg Config) error {
 	if err := cfg.Check(); err != nil {
 		return err
 	}
-	if cfg.Kube == nil || cfg.Root == "" {
-		return fmt.Errorf("node agent: no API server configuration or no root: %w", errdefs.ErrInvalidArgument)
+	if cfg.Kube == nil || cfg.Root == "" || cfg.API == nil || cfg.Listen == "" {
+		return fmt.Errorf("node agent: no API server configuration, root, API handler or endpoint address: %w", errdefs.ErrInvalidArgument)
 	}
 	ctx = log.With(ctx, "node", cfg.Node)
 	// client-go and controller-runtime log through the daemon's logger.
@@ -176,7 +194,14 @@ func Run(ctx context.Context, d Daemon, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("lease identity: %w", err)
 	}
-	reg := &registrar{c: c, cfg: cfg, identity: identity}
+	// The endpoint listens before the node registers, so that its first
+	// status names it; it serves once the agent runs.
+	ln, ep, tc, err := listenEndpoint(cfg)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	reg := &registrar{c: c, cfg: cfg, identity: identity, endpoint: ep}
 	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 10*time.Second) {
 		err := reg.register(ctx)
 		if err == nil {
@@ -192,7 +217,7 @@ func Run(ctx context.Context, d Daemon, cfg Config) error {
 		case <-time.After(wait):
 		}
 	}
-	log.G(ctx).Info("node registered", "capacity", cfg.Capacity, "labels", cfg.Labels, "lease", cfg.LeaseDuration, "identity", identity)
+	log.G(ctx).Info("node registered", "capacity", cfg.Capacity, "labels", cfg.Labels, "lease", cfg.LeaseDuration, "identity", identity, "endpoint", ep.Address)
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -212,6 +237,9 @@ func Run(ctx context.Context, d Daemon, cfg Config) error {
 		}
 	})
 	wg.Go(func() { reg.reportSessions(ctx, min(cfg.LeaseDuration, 5*time.Second), na.held) })
+	wg.Go(func() {
+		serveEndpoint(ctx, ln, tc, &endpoint{node: cfg.Node, d: d, api: cfg.API, c: c, fresh: c, now: time.Now})
+	})
 	if cfg.Controller {
 		wg.Go(func() { runPlacement(ctx, cfg, scheme) })
 	}

@@ -78,6 +78,7 @@ func startNode(t *testing.T, env daemontest.Env, kubeconfig, name string, pool i
 		"--log-level", "warn", "--stop-containerd", "--image", env.AgentImage,
 		"--session-pool", fmt.Sprintf("10.241.%d.0/24", pool),
 		"--kubernetes", "--kubeconfig", kubeconfig, "--node-name", name,
+		"--kubernetes-listen", "127.0.0.1:0",
 	}, extra...)
 	ctrd := &runtime.Embedded{Dir: filepath.Join(root, "containerd")}
 	t.Cleanup(func() {

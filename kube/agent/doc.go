@@ -50,6 +50,26 @@
 // stopped: it was given up for lost, and is never run twice. Local
 // sessions labelled for Sessions that no longer exist are removed.
 //
+// # The node endpoint
+//
+// Each agent serves its Sessions' logs, end (wait), diff, audit log,
+// commit and discard over HTTPS (Config.Listen; endpoint.go), as a kubelet
+// serves its pods' logs, for airlock --context: at
+// /v1/namespaces/NS/sessions/NAME/ACTION, handed, once allowed, to the
+// daemon's own /v1 API handler as /v1/sessions/ID/ACTION, so that they
+// behave exactly as on the socket. Its serving certificate is self-signed,
+// kept under the daemon's root; the agent publishes it with the address in
+// its AirlockNode's status.endpoint, and clients pin it: they trust it
+// because the API server they already trust gave it. Each request's bearer
+// token is checked by a TokenReview, and the caller's right by a
+// SubjectAccessReview on the Session's subresource (get sessions/log for
+// logs and wait, get sessions/diff, get sessions/audit, update
+// sessions/commit for commit and discard), both cached briefly (see
+// allowTTL). The Session is read fresh and must be on this node; its local
+// session is the one labelled with its uid. The client calls the node with
+// its own token, not through the API server as kubectl logs does: the
+// README says what that exposes.
+//
 // # Placement
 //
 // The placement controller runs inside every agent (--kubernetes-controller

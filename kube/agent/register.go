@@ -72,6 +72,7 @@ type registrar struct {
 	c        client.Client // uncached
 	cfg      Config
 	identity string
+	endpoint v1alpha1.NodeEndpoint
 }
 
 func (r *registrar) leaseSeconds() int32 {
@@ -172,6 +173,7 @@ func (r *registrar) writeNodeStatus(ctx context.Context, n *v1alpha1.AirlockNode
 	st := n.Status
 	st.Capacity = int32(r.cfg.Capacity)
 	st.Version, st.Runtime, st.HolderIdentity = r.cfg.Version, r.cfg.Runtime, r.identity
+	st.Endpoint = r.endpoint
 	if held >= 0 {
 		st.Sessions = int32(held)
 	}

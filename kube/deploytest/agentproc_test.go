@@ -66,8 +66,10 @@ func startAgent(t *testing.T, env daemontest.Env, dsArgs []string, admission, ku
 	}
 	args := slices.Clone(dsArgs)
 	for i, a := range args {
-		args[i] = strings.ReplaceAll(a, "$(NODE_NAME)", node)
+		args[i] = strings.NewReplacer("$(NODE_NAME)", node, "$(POD_IP)", "127.0.0.1").Replace(a)
 	}
+	// Two agents on one host: each its own endpoint port.
+	args = setArg(t, args, "--kubernetes-listen", "127.0.0.1:0")
 	args = setArg(t, args, "--admission", admFile)
 	args = setArg(t, args, "--root", root)
 	args = setArg(t, args, "--socket", filepath.Join(root, "airlock.sock"))

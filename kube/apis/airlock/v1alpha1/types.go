@@ -355,6 +355,27 @@ type AirlockNodeStatus struct {
 	// refused while the first one's Lease is live.
 	// +optional
 	HolderIdentity string `json:"holderIdentity,omitempty"`
+	// Endpoint is where the agent serves its Sessions' logs, diffs,
+	// commits and audit logs (airlock --context), as a kubelet serves
+	// its pods' logs.
+	// +optional
+	Endpoint NodeEndpoint `json:"endpoint,omitempty"`
+}
+
+// NodeEndpoint is a node agent's HTTPS endpoint. Clients trust it because
+// the API server they already trust gave them its certificate: they pin
+// that certificate, exactly, and no other. The agent authenticates every
+// request's bearer token with a TokenReview and authorizes it with a
+// SubjectAccessReview on the Session's subresource (sessions/log,
+// sessions/diff, sessions/commit, sessions/audit), as a kubelet does.
+type NodeEndpoint struct {
+	// Address is the endpoint's HOST:PORT.
+	// +optional
+	Address string `json:"address,omitempty"`
+	// Certificate is the endpoint's self-signed serving certificate, PEM:
+	// the agent makes it, its key kept under the daemon's root.
+	// +optional
+	Certificate string `json:"certificate,omitempty"`
 }
 
 // AirlockNodeList is a list of AirlockNodes.

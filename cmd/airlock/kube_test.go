@@ -1,0 +1,71 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The --context flags: bad use is a usage error, and nothing is sent.
+func TestKubeFlags(t *testing.T) {
+	h := newHarness(t)
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "config")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:1"}
+users:
+- name: token
+  user: {token: abc}
+- name: cert
+  user: {client-certificate-data: "", client-key-data: ""}
+contexts:
+- name: withtoken
+  context: {cluster: c, user: token, namespace: team-a}
+- name: certonly
+  context: {cluster: c, user: cert}
+current-context: withtoken
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "hello.hcl")
+	if err := os.WriteFile(manifest, []byte(helloHCL), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-n", "team-a", "ps"}, "--namespace needs --context or --kubeconfig"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "exec", "x", "--", "ls"}, "airlock exec does not work with --context"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "stop", "x"}, "airlock stop does not work with --context"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "nosuch", "ps"}, `context "nosuch" does not exist`},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "certonly", "ps"}, "take bearer tokens only, not client certificates"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-t", "-f", manifest}, "-t does not work with --context"},
+	} {
+		r := h.run("", tc.args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("airlock %s: exit %d, stderr %q; want exit 2 saying %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.want)
+		}
+	}
+	if len(h.d.creates) != 0 {
+		t.Errorf("the local daemon was asked to create %d sessions", len(h.d.creates))
+	}
+}
+
+func TestDNSLabel(t *testing.T) {
+	for in, want := range map[string]string{
+		"hello":                   "hello",
+		"Fix the flaky test!":     "fix-the-flaky-test",
+		"--":                      "session",
+		"":                        "session",
+		strings.Repeat("ab-", 30): strings.Repeat("ab-", 13) + "a",
+	} {
+		if got := dnsLabel(in); got != want {
+			t.Errorf("dnsLabel(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -105,5 +105,3 @@ func TestSessionPoolBlockNotTaken(t *testing.T) {
 		t.Errorf("the agent's create carries the Session's pool block (size %d): a cluster user declares a warm pool on the node that outlives the Session and takes the session limit's places", p.Size)
 	}
 }
-
-

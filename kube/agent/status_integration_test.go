@@ -27,9 +27,9 @@ import (
 	"github.com/airlock-sandbox/airlock/runtime"
 )
 
-// TestSessionStatusAndApprovals runs one node agent (airlockd --kubernetes
-// with real containerd, its uplink a test world with an HTTPS service)
-// against a real control plane, and reads what a Session's status says
+// TestSessionStatusAndApprovals runs a node agent (airlockd --kubernetes
+// with real containerd, its uplink a test world with an HTTPS service),
+// and a second one without an uplink, against a real control plane, and reads what a Session's status says
 // of its session:
 //   - a Session that looks up names its allowlist does not hold shows
 //     them in status.audit (dns refused, counted as refused);
@@ -46,7 +46,8 @@ import (
 //     decidedBy; one decided on the node (its API) leaves the status too;
 //   - SessionApprovals that must not be applied are reported, and change
 //     nothing: an unknown id, the id of another Session's request (which
-//     stays held), a Session that does not exist, an id decided before;
+//     stays held), on the same node or on another (node-t, whose agent
+//     reports it), a Session that does not exist, an id decided before;
 //     the API server refuses a decision that is neither allow nor deny
 //     and a change of a decision made.
 func TestSessionStatusAndApprovals(t *testing.T) {
@@ -107,10 +108,22 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &cluster{t: t, c: c}
-	n := startNode(t, env, kubeconfig, "node-s", 7, "--node-capacity", "4",
-		"--uplink", "netns:"+w.NetnsName(), "--dns-upstream", w.DNSAddr().String(),
-		"--allow-private", w.Net().String(), "--upstream-ca", caFile)
-	t.Logf("world, control plane and node agent up in %s", time.Since(began).Round(time.Millisecond))
+	// node-s runs the Sessions under test; node-t, without an uplink,
+	// one Session, to which a decision on node-s's request is sent.
+	var n, far *nodeProc
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		n = startNode(t, env, kubeconfig, "node-s", 7, "--node-capacity", "4",
+			"--uplink", "netns:"+w.NetnsName(), "--dns-upstream", w.DNSAddr().String(),
+			"--allow-private", w.Net().String(), "--upstream-ca", caFile)
+	})
+	wg.Go(func() { far = startNode(t, env, kubeconfig, "node-t", 8, "--node-capacity", "1") })
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Logf("world, control plane and two node agents up in %s", time.Since(began).Round(time.Millisecond))
+	onS := func(s *v1alpha1.Session) { s.Spec.NodeName = "node-s" }
 
 	egress := func(ask bool) func(*v1alpha1.Session) {
 		return func(s *v1alpha1.Session) {
@@ -155,13 +168,14 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 	}
 	k.create("gw", []string{"sh", "-c", "getent hosts refused.st.test; getent hosts also-refused.example.test; " +
 		curl("/deploy/one", "one") + curl("/deploy/two", "two") + curl("/deploy/three", "three") + "sleep 300"},
-		egress(true), gwWorkspace)
+		egress(true), gwWorkspace, onS)
 	// The busy Session: lookups in a loop for 20 s.
-	k.create("busy", []string{"sh", "-c", `end=$(($(date +%s)+20)); while [ "$(date +%s)" -lt "$end" ]; do getent hosts busy.nope.test; done; sleep 300`}, egress(false))
+	k.create("busy", []string{"sh", "-c", `end=$(($(date +%s)+20)); while [ "$(date +%s)" -lt "$end" ]; do getent hosts busy.nope.test; done; sleep 300`}, egress(false), onS)
 	// The review Session: one file added, one modified, one deleted in
 	// its overlay workspace.
 	revWS, revWorkspace := workspace(policies.ModeOverlay)
-	k.create("review", []string{"sh", "-c", "echo newer > /w/kept.txt; printf 0123456789 > /w/added.txt; rm /w/gone.txt"}, revWorkspace)
+	k.create("review", []string{"sh", "-c", "echo newer > /w/kept.txt; printf 0123456789 > /w/added.txt; rm /w/gone.txt"}, revWorkspace, onS)
+	k.create("far", sleep("300"), func(s *v1alpha1.Session) { s.Spec.NodeName = "node-t" })
 
 	// Audit counts.
 	phase := time.Now()
@@ -293,6 +307,13 @@ watching:
 		"no request 0123456789abcdef is held for Session default/gw")
 	wantRefused(decide("other-session", v1alpha1.SessionApprovalSpec{SessionName: "busy", ApprovalID: one.ID, Decision: v1alpha1.DecisionAllow}),
 		"no request "+one.ID+" is held for Session default/busy")
+	// A Session on another node: that node's agent reports it.
+	k.waitState("far", v1alpha1.SessionRunning, 60*time.Second)
+	farAp := decide("far-node", v1alpha1.SessionApprovalSpec{SessionName: "far", ApprovalID: one.ID, Decision: v1alpha1.DecisionAllow})
+	wantRefused(farAp, "no request "+one.ID+" is held for Session default/far")
+	if farAp.Status.Node != "node-t" {
+		t.Errorf("SessionApproval far-node reported by %q, want node-t, whose Session it names", farAp.Status.Node)
+	}
 	wantRefused(decide("no-session", v1alpha1.SessionApprovalSpec{SessionName: "ghost", ApprovalID: one.ID, Decision: v1alpha1.DecisionAllow}),
 		"no Session default/ghost")
 	if held, err := n.api.ListApprovals(t.Context(), gwID); err != nil || len(held) != 1 || held[0].ID != one.ID || held[0].State != api.ApprovalPending {
@@ -379,9 +400,11 @@ watching:
 	t.Logf("approvals: %s", time.Since(phase).Round(time.Millisecond))
 
 	k.deleteAll(60 * time.Second)
-	if err := n.stop(); err != nil {
-		t.Error(err)
+	for _, n := range []*nodeProc{n, far} {
+		if err := n.stop(); err != nil {
+			t.Error(err)
+		}
+		wantNothingLeft(t, n.root)
 	}
-	wantNothingLeft(t, n.root)
 	t.Logf("TestSessionStatusAndApprovals took %s", time.Since(began).Round(time.Millisecond))
 }

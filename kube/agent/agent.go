@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -254,13 +255,20 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 	if err != nil {
 		return nil, nil, err
 	}
-	err = builder.ControllerManagedBy(mgr).
-		Named("airlock-approvals").
-		For(&v1alpha1.SessionApproval{}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).
-		Complete(reconcile.Func(na.reconcileApproval))
-	if err != nil {
-		return nil, nil, err
+	// A cluster whose CRDs predate SessionApproval runs its Sessions
+	// all the same; their held requests are decided on the node.
+	gk := v1alpha1.GroupVersion.WithKind("SessionApproval").GroupKind()
+	if _, err := mgr.GetRESTMapper().RESTMapping(gk, v1alpha1.GroupVersion.Version); meta.IsNoMatchError(err) {
+		log.G(ctx).Warn("the SessionApproval CRD is not installed: held requests are not decided through Kubernetes (kubectl apply -f deploy/kubernetes/crds/, then restart the agent)")
+	} else {
+		err = builder.ControllerManagedBy(mgr).
+			Named("airlock-approvals").
+			For(&v1alpha1.SessionApproval{}).
+			WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).
+			Complete(reconcile.Func(na.reconcileApproval))
+		if err != nil {
+			return nil, nil, err
+		}
 	}
 	for _, run := range []func(context.Context){
 		func(ctx context.Context) { na.sweep(ctx, resync) },

@@ -408,3 +408,63 @@ watching:
 	}
 	t.Logf("TestSessionStatusAndApprovals took %s", time.Since(began).Round(time.Millisecond))
 }
+
+// TestAgentWithoutSessionApprovalCRD: a cluster whose CRDs predate
+// SessionApproval still has its Sessions run (with their status), and the
+// agent says why decisions through Kubernetes are off.
+func TestAgentWithoutSessionApprovalCRD(t *testing.T) {
+	testutil.RequiresRoot(t)
+	env, err := daemontest.LoadEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := kubetest.Start(t)
+	dir, err := kubetest.CRDDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := t.TempDir()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	for _, f := range files {
+		if strings.Contains(f, "sessionapprovals") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(old, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, old); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	scheme, err := agent.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &cluster{t: t, c: c}
+	n := startNode(t, env, kubeconfig, "node-o", 9, "--node-capacity", "1")
+	k.create("old", []string{"sh", "-c", "exit 5"})
+	s := k.waitState("old", v1alpha1.SessionExited, 60*time.Second)
+	if s.Status.ExitCode == nil || *s.Status.ExitCode != 5 || s.Status.Audit == nil || s.Status.Audit.Events == 0 {
+		t.Errorf("Session on a cluster without SessionApprovals: status %+v, want Exited 5 with its audit counts", s.Status)
+	}
+	if !strings.Contains(n.log.String(), "the SessionApproval CRD is not installed") {
+		t.Errorf("the agent did not say SessionApprovals are off; its log:\n%s", n.log.String())
+	}
+	k.deleteAll(60 * time.Second)
+	if err := n.stop(); err != nil {
+		t.Error(err)
+	}
+	wantNothingLeft(t, n.root)
+}

@@ -148,12 +148,14 @@ func (d *Daemon) AuditSummary(ctx context.Context, id string) (*api.AuditSummary
 		return &sum, nil
 	}
 	t := newAuditTally("", 0)
+	t.mu.Lock()
 	for _, c := range sum.Counts {
 		t.addLocked(c.Layer, c.Action, c.Count, time.Time{})
 	}
 	if sum.Last != nil {
 		t.last = *sum.Last
 	}
+	t.mu.Unlock()
 	for i := range drops {
 		t.observe(&drops[i])
 	}

@@ -135,6 +135,9 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		_, err := updateFresh(ctx, a.c, a.fresh, req.NamespacedName, func(f *v1alpha1.Session) bool {
 			return f.UID == s.UID && controllerutil.RemoveFinalizer(f, Finalizer)
 		})
+		a.mu.Lock()
+		delete(a.auditWritten, s.UID)
+		a.mu.Unlock()
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 

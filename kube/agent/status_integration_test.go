@@ -44,6 +44,8 @@ import (
 //     next gives the sandbox the gateway's 403, and each is applied once,
 //     recorded in the node's audit with the object's name, uid and
 //     decidedBy; one decided on the node (its API) leaves the status too;
+//   - the node's airlockd killed and restarted, the audit counts go on
+//     from its log, and no decision is applied twice;
 //   - SessionApprovals that must not be applied are reported, and change
 //     nothing: an unknown id, the id of another Session's request (which
 //     stays held), on the same node or on another (node-t, whose agent
@@ -398,6 +400,45 @@ watching:
 		t.Errorf("the node's audit of gw's decisions:\n%s\nwant:\n%s\nand the node's own", strings.Join(decided, "\n"), strings.Join(want, "\n"))
 	}
 	t.Logf("approvals: %s", time.Since(phase).Round(time.Millisecond))
+
+	// node-s's airlockd killed and restarted: the audit counts go on
+	// from the log its predecessor wrote, and no decision is applied
+	// again. (A killed daemon's log misses the repeats of a decision
+	// merged in its last window, 10 s: getent's repeated lookups. The
+	// events written one by one are all there.)
+	phase = time.Now()
+	before := k.get("gw").Status.Audit
+	n.kill()
+	n.start()
+	written := func(a *v1alpha1.AuditSummary) map[string]int64 {
+		m := map[string]int64{}
+		for _, c := range a.Counts {
+			if c.Layer != "dns" {
+				m[c.Layer+"/"+c.Action] = c.Count
+			}
+		}
+		return m
+	}
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		a := k.get("gw").Status.Audit
+		if a == nil || fmt.Sprint(written(a)) != fmt.Sprint(written(before)) || a.Refused < 4 {
+			t.Fatalf("Session gw's audit counts after its node's restart: %+v, before %+v: counts lost", a, before)
+		}
+	}
+	evs, err = n.api.Audit(t.Context(), gwID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := 0
+	for _, ev := range evs {
+		if ev.Layer == "approval" && ev.Action != "held" {
+			again++
+		}
+	}
+	if again != 3 {
+		t.Errorf("after node-s's restart its audit has %d decisions on gw's requests, want the 3 before", again)
+	}
+	t.Logf("restart: %s", time.Since(phase).Round(time.Millisecond))
 
 	k.deleteAll(60 * time.Second)
 	for _, n := range []*nodeProc{n, far} {

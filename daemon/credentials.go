@@ -66,7 +66,7 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	if rec, err := readRecord(dir); err == nil {
 		limit, version = rec.Policy.Resources.AuditSize, rec.version()
 	}
-	a := d.newAudit(dir, limit)
+	a := d.newAudit(dir, limit, nil)
 	a.SetPolicyVersion(version)
 	a.Emit(ctx, ev)
 	_ = a.Close()

@@ -30,6 +30,7 @@ import (
 	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
@@ -773,7 +774,9 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 			continue
 		}
 		known[id] = true
-		s := &session{d: d, dir: d.sessionDir(id), audit: d.newAudit(d.sessionDir(id), rec.Policy.Resources.AuditSize), rec: *rec, exited: make(chan struct{})}
+		dir := d.sessionDir(id)
+		tally := newAuditTally(filepath.Join(dir, audit.File), auditSize(dir))
+		s := &session{d: d, dir: dir, audit: d.newAudit(dir, rec.Policy.Resources.AuditSize, tally), tally: tally, rec: *rec, exited: make(chan struct{})}
 		s.audit.SetPolicyVersion(rec.version())
 		if s.fs, err = d.fs.load(s.dir, id); err != nil {
 			log.G(sctx).Error("load workspace state", "error", err)

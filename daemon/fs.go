@@ -158,6 +158,7 @@ func (d *Daemon) Commit(ctx context.Context, id string, req api.CommitRequest) (
 	if err != nil {
 		return nil, err
 	}
+	s.keepChangeSummary(ctx, fs)
 	res, cerr := fs.Commit(ctx, fsscope.CommitOptions{Partial: req.Partial, Targets: req.Targets, Audit: s.fsAudit(ctx)})
 	if res == nil {
 		return nil, cerr
@@ -165,7 +166,14 @@ func (d *Daemon) Commit(ctx context.Context, id string, req api.CommitRequest) (
 	out := *res
 	out.Committed = len(out.Applied) > 0
 	if cerr == nil && len(out.Rejected) == 0 && len(out.Conflicts) == 0 {
-		s.dropReview(ctx)
+		s.dropReview(ctx, api.OutcomeCommitted)
+	} else if out.Committed {
+		// Part of the changes went: what still waits is summarised
+		// again.
+		s.mu.Lock()
+		s.rec.Changes = nil
+		_ = s.saveLocked()
+		s.mu.Unlock()
 	}
 	return &out, nil
 }
@@ -176,15 +184,17 @@ func (d *Daemon) Discard(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	s.keepChangeSummary(ctx, fs)
 	if err := fs.Discard(ctx); err != nil {
 		return err
 	}
-	s.dropReview(ctx)
+	s.dropReview(ctx, api.OutcomeDiscarded)
 	return nil
 }
 
-// dropReview removes the kept upper directories once nothing is left to review.
-func (s *session) dropReview(ctx context.Context) {
+// dropReview removes the kept upper directories once nothing is left to
+// review, and records the outcome in the change summary.
+func (s *session) dropReview(ctx context.Context, outcome string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fs == nil {
@@ -196,6 +206,11 @@ func (s *session) dropReview(ctx context.Context) {
 	}
 	s.fs = nil
 	s.rec.Review = false
+	if s.rec.Changes != nil {
+		c := *s.rec.Changes
+		c.Outcome = outcome
+		s.rec.Changes = &c
+	}
 	_ = s.saveLocked()
 }
 

@@ -109,6 +109,12 @@ echo done`)
 		t.Errorf("diff verdicts %v, want %v", verdicts, want)
 	}
 
+	// Its summary: symlinks add no bytes, a rename counts as modified.
+	sum, err := h.Daemon.ChangeSummary(ctx, r.id)
+	if want := (api.ChangeSummary{Added: 3, Modified: 3, Deleted: 1, Bytes: 8 + 4 + 12 + 13, Rejected: 2}); err != nil || sum == nil || *sum != want {
+		t.Errorf("change summary: %+v (%v), want %+v", sum, err, want)
+	}
+
 	res, err := h.Daemon.Commit(ctx, r.id, api.CommitRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +178,11 @@ func TestWorkspaceDiscardAndOnExitCommit(t *testing.T) {
 	}
 	if _, err := h.Daemon.Diff(ctx, r.id); err == nil {
 		t.Error("diff after discard still finds changes to review")
+	}
+	// The changes discarded stay summarised, though no one asked for a
+	// summary before.
+	if sum, err := h.Daemon.ChangeSummary(ctx, r.id); err != nil || sum == nil || *sum != (api.ChangeSummary{Modified: 1, Bytes: 8, Outcome: api.OutcomeDiscarded}) {
+		t.Errorf("change summary after discard: %+v (%v), want one modified file of 8 bytes, discarded", sum, err)
 	}
 
 	ws.OnExit = policies.OnExitCommit

@@ -11,13 +11,23 @@ import (
 )
 
 // newAudit returns the audit log of session directory dir, capped at
-// limit, whose events the metrics count (when the daemon has metrics).
-func (d *Daemon) newAudit(dir string, limit int64) *audit.Log {
+// limit, whose events the metrics count (when the daemon has metrics) and
+// tally counts (when not nil).
+func (d *Daemon) newAudit(dir string, limit int64, tally *auditTally) *audit.Log {
+	m := d.cfg.Metrics
 	var a *audit.Log
-	if d.cfg.Metrics == nil {
+	switch {
+	case m == nil && tally == nil:
 		a = audit.New(dir, limit)
-	} else {
-		a = audit.New(dir, limit, audit.WithObserver(d.cfg.Metrics.AuditEvent))
+	case tally == nil:
+		a = audit.New(dir, limit, audit.WithObserver(m.AuditEvent))
+	case m == nil:
+		a = audit.New(dir, limit, audit.WithObserver(tally.observe))
+	default:
+		a = audit.New(dir, limit, audit.WithObserver(func(ev *api.AuditEvent) {
+			m.AuditEvent(ev)
+			tally.observe(ev)
+		}))
 	}
 	// A session's policy is version 1 until a revision; a log of one
 	// revised before is given its version by the caller.

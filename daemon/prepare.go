@@ -58,7 +58,8 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
-	s := &session{d: d, dir: dir, audit: d.newAudit(dir, p.Resources.AuditSize), exited: make(chan struct{}), rec: record{
+	tally := newAuditTally("", 0)
+	s := &session{d: d, dir: dir, audit: d.newAudit(dir, p.Resources.AuditSize, tally), tally: tally, exited: make(chan struct{}), rec: record{
 		ID: id, Label: p.Label, State: stateCreating, Policy: p, PolicyVersion: 1, Created: time.Now().UTC(),
 	}}
 	if err := s.save(); err != nil {

@@ -20,6 +20,8 @@ type session struct {
 	d     *Daemon
 	dir   string
 	audit *audit.Log
+	// tally counts the events audit is given (Daemon.AuditSummary).
+	tally *auditTally
 
 	mu     sync.Mutex
 	rec    record      // +checklocks:mu

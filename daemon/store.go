@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -48,6 +49,10 @@ type record struct {
 	Launching bool `json:"launching,omitempty"`
 	// Review is set while workspace changes wait for commit or discard.
 	Review bool `json:"review,omitempty"`
+	// Changes summarises the workspace changes under review, once a
+	// summary was asked for (Daemon.ChangeSummary) or they were
+	// committed or discarded (then with the outcome).
+	Changes *api.ChangeSummary `json:"changes,omitempty"`
 	// Warm records that the session took a pooled sandbox.
 	Warm bool `json:"warm,omitempty"`
 	// Labels are the create request's labels (api.CreateRequest.Labels),

@@ -40,6 +40,21 @@ func Each(ctx context.Context, path string, fn func(raw json.RawMessage) error) 
 	return eachLine(ctx, io.LimitReader(f, st.Size()), fn)
 }
 
+// EachUpTo is Each over the first n bytes of the log at path: the events
+// written before it was n bytes long (a restarted daemon counts those its
+// predecessor wrote, and no later one).
+func EachUpTo(ctx context.Context, path string, n int64, fn func(raw json.RawMessage) error) error {
+	f, err := os.Open(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	}
+	defer f.Close()
+	return eachLine(ctx, io.LimitReader(f, max(n, 0)), fn)
+}
+
 // eachLine calls fn with each complete line of r, checking that it is
 // valid JSON. A last line without a newline is an event still being
 // written, and is left out.

@@ -17,8 +17,10 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
@@ -270,21 +272,43 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 		return nil, nil, err
 	}
 	na := &nodeAgent{d: d, node: cfg.Node, c: mgr.GetClient(), fresh: mgr.GetAPIReader(),
-		ended: make(chan event.GenericEvent, 64), stopCtx: ctx, waiting: map[string]bool{}}
+		wake: make(chan event.GenericEvent, 256), stopCtx: ctx, waiting: map[string]bool{},
+		auditWritten: map[types.UID]time.Time{}}
 	err = builder.ControllerManagedBy(mgr).
 		Named("airlock-node").
 		For(&v1alpha1.Session{}).
-		WatchesRawSource(source.Channel(na.ended, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(na.wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)}).
 		Complete(na)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		na.sweep(ctx, resync)
-		return nil
-	})); err != nil {
-		return nil, nil, err
+	// A cluster whose CRDs predate SessionApproval runs its Sessions
+	// all the same; their held requests are decided on the node.
+	gk := v1alpha1.GroupVersion.WithKind("SessionApproval").GroupKind()
+	if _, err := mgr.GetRESTMapper().RESTMapping(gk, v1alpha1.GroupVersion.Version); meta.IsNoMatchError(err) {
+		log.G(ctx).Warn("the SessionApproval CRD is not installed: held requests are not decided through Kubernetes (kubectl apply -f deploy/kubernetes/crds/, then restart the agent)")
+	} else {
+		err = builder.ControllerManagedBy(mgr).
+			Named("airlock-approvals").
+			For(&v1alpha1.SessionApproval{}).
+			WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).
+			Complete(reconcile.Func(na.reconcileApproval))
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, run := range []func(context.Context){
+		func(ctx context.Context) { na.sweep(ctx, resync) },
+		na.followApprovals,
+		func(ctx context.Context) { na.watchAudit(ctx, statusEvery) },
+	} {
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			run(ctx)
+			return nil
+		})); err != nil {
+			return nil, nil, err
+		}
 	}
 	return mgr, na, nil
 }

@@ -70,6 +70,35 @@
 // its own token, not through the API server as kubectl logs does: the
 // README says what that exposes.
 //
+// # Status and approvals
+//
+// A Session's status also says what its local session's daemon reports
+// of it: its audit events counted by layer and action (Daemon.AuditSummary,
+// counters the daemon keeps as it records events: no read of the audit
+// log), the size of its workspace changes once it is in review and after
+// (Daemon.ChangeSummary, kept in the session's record with committed or
+// discarded), and the requests its L7 gateway holds (the daemon's
+// approvals store, without headers or bodies). Writes stay rare on a
+// busy session: the audit counts alone are written at most every
+// statusEvery (5 s) per Session, looked at every statusEvery; a change of
+// state, of the changes or of the held requests is written at once, the
+// counts of that moment with it. The agent follows the approvals store,
+// so a request held or decided anywhere (a SessionApproval, airlock
+// approve on the node, the approver hook, a timeout) reaches the status
+// at once.
+//
+// A SessionApproval (namespaced) decides one held request of a Session
+// in its namespace: the agent whose node runs the Session decides it
+// through the approvals store, once, in the name of the object
+// (approvalBy: its decidedBy, namespace, name and uid, which the
+// session's audit records with the decision), and writes Applied with
+// the request's state, or Refused with why in status. Who may decide is
+// whoever RBAC lets create SessionApprovals in the namespace. The API
+// server does not record an object's creator; decidedBy is proven by the
+// admission policy deploy/kubernetes/admission/sessionapproval-decider.yaml
+// (a ValidatingAdmissionPolicy comparing it to the creator's user name),
+// and is a claim without it.
+//
 // # Placement
 //
 // The placement controller runs inside every agent (--kubernetes-controller

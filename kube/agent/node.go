@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 )
@@ -52,6 +53,15 @@ type Daemon interface {
 	Wait(ctx context.Context, id string) (*api.WaitResponse, error)
 	Remove(ctx context.Context, id string, force bool) error
 	List(ctx context.Context) []api.Session
+	// AuditSummary counts a session's audit events by layer and action
+	// from counters the daemon keeps (no read of the audit log).
+	AuditSummary(ctx context.Context, id string) (*api.AuditSummary, error)
+	// ChangeSummary is the size of a session's workspace changes under
+	// review, or of those committed or discarded; nil when it has none.
+	ChangeSummary(ctx context.Context, id string) (*api.ChangeSummary, error)
+	// Approvals is the store of the requests the L7 gateways hold for a
+	// decision (GET /v1/approvals, POST /v1/approvals/{id}).
+	Approvals() *approvals.Store
 }
 
 // nodeAgent reconciles the Sessions placed on its node with its daemon's
@@ -61,8 +71,10 @@ type nodeAgent struct {
 	node  string
 	c     client.Client // writes; its cache holds this node's Sessions
 	fresh client.Reader // reads that bypass the cache
-	// ended carries an event for a Session whose local session ended.
-	ended chan event.GenericEvent
+	// wake carries an event for a Session whose status is to be
+	// written again: its local session ended, one of its requests was
+	// held or decided, its audit counts changed.
+	wake chan event.GenericEvent
 	// stopCtx is the agent's root context: the waits on local sessions
 	// last until it ends.
 	stopCtx context.Context
@@ -70,6 +82,9 @@ type nodeAgent struct {
 	mu sync.Mutex
 	// waiting are the local sessions a goroutine waits on.
 	waiting map[string]bool // +checklocks:mu
+	// auditWritten is when each Session's audit counts were last
+	// written (see statusEvery).
+	auditWritten map[types.UID]time.Time // +checklocks:mu
 }
 
 // local returns the local session labelled with uid, nil if none.
@@ -120,6 +135,9 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		_, err := updateFresh(ctx, a.c, a.fresh, req.NamespacedName, func(f *v1alpha1.Session) bool {
 			return f.UID == s.UID && controllerutil.RemoveFinalizer(f, Finalizer)
 		})
+		a.mu.Lock()
+		delete(a.auditWritten, s.UID)
+		a.mu.Unlock()
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 
@@ -180,17 +198,27 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	if v.State == api.StateRunning {
 		a.waitFor(v.ID, req.NamespacedName)
 	}
-	_, err := writeStatus(ctx, a.c, a.fresh, req.NamespacedName, func(f *v1alpha1.Session) bool {
+	sum := a.summaries(ctx, v)
+	var later time.Duration
+	auditNow := false
+	wrote, err := writeStatus(ctx, a.c, a.fresh, req.NamespacedName, func(f *v1alpha1.Session) bool {
 		if f.UID != s.UID || f.Status.State == v1alpha1.SessionLost {
 			return false
 		}
-		f.Status = localStatus(f.Status, v, a.node, f.Generation)
+		st := localStatus(f.Status, v, a.node, f.Generation)
+		later, auditNow = sum.apply(&st, &f.Status, a.auditDue(f.UID))
+		f.Status = st
 		return true
 	})
+	if err == nil && wrote && auditNow {
+		a.mu.Lock()
+		a.auditWritten[s.UID] = time.Now()
+		a.mu.Unlock()
+	}
 	if err == nil && v.State != api.StateRunning {
 		log.G(ctx).Debug("session status written", "id", v.ID, "state", v.State, "exit", v.ExitCode)
 	}
-	return reconcile.Result{}, err
+	return reconcile.Result{RequeueAfter: later}, err
 }
 
 // run makes s a local session, after its finalizer is on it and its
@@ -271,10 +299,7 @@ func (a *nodeAgent) waitFor(id string, key types.NamespacedName) {
 		if _, err := a.d.Wait(ctx, id); err != nil {
 			return // the Session's next reconcile waits again
 		}
-		select {
-		case a.ended <- event.GenericEvent{Object: &v1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
-		case <-ctx.Done():
-		}
+		a.poke(ctx, key)
 	}()
 }
 

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -24,6 +25,7 @@ type reviewDaemon struct {
 	mu      sync.Mutex
 	creates []api.CreateRequest
 	local   []api.Session
+	store   *approvals.Store
 }
 
 func (d *reviewDaemon) Create(_ context.Context, req api.CreateRequest) (*api.Session, error) {
@@ -50,6 +52,14 @@ func (d *reviewDaemon) List(context.Context) []api.Session {
 	return append([]api.Session(nil), d.local...)
 }
 
+func (d *reviewDaemon) AuditSummary(context.Context, string) (*api.AuditSummary, error) {
+	return &api.AuditSummary{}, nil
+}
+func (d *reviewDaemon) ChangeSummary(context.Context, string) (*api.ChangeSummary, error) {
+	return nil, nil
+}
+func (d *reviewDaemon) Approvals() *approvals.Store { return d.store }
+
 func reviewAgent(t *testing.T, d Daemon, s *v1alpha1.Session) (*nodeAgent, client.Client) {
 	t.Helper()
 	scheme, err := Scheme()
@@ -59,8 +69,8 @@ func reviewAgent(t *testing.T, d Daemon, s *v1alpha1.Session) (*nodeAgent, clien
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(s).WithStatusSubresource(&v1alpha1.Session{}).Build()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	return &nodeAgent{d: d, node: "node-a", c: c, fresh: c, ended: make(chan event.GenericEvent, 8),
-		stopCtx: ctx, waiting: map[string]bool{}}, c
+	return &nodeAgent{d: d, node: "node-a", c: c, fresh: c, wake: make(chan event.GenericEvent, 8),
+		stopCtx: ctx, waiting: map[string]bool{}, auditWritten: map[types.UID]time.Time{}}, c
 }
 
 func reviewSession(p policies.Policy) *v1alpha1.Session {
@@ -82,7 +92,7 @@ func reviewSession(p policies.Policy) *v1alpha1.Session {
 // Failed, reason refused, for good. The SessionPool type says "the
 // policy's own pool block is ignored"; the Session path does not.
 func TestSessionPoolBlockNotTaken(t *testing.T) {
-	d := &reviewDaemon{}
+	d := &reviewDaemon{store: approvals.New()}
 	s := reviewSession(policies.Policy{Label: "x", Image: "img", Command: []string{"true"}, Pool: &policies.Pool{Size: policies.MaxPoolSize}})
 	a, _ := reviewAgent(t, d, s)
 	if _, err := a.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(s)}); err != nil {

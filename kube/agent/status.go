@@ -2,14 +2,17 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 )
 
@@ -101,4 +104,116 @@ func localStatus(st v1alpha1.SessionStatus, v *api.Session, node string, generat
 		st.Message = "a cleanup step failed on node " + node + " (local session " + v.ID + "): delete the Session to remove what is left"
 	}
 	return st
+}
+
+// statusEvery is the shortest time between two writes of a Session's
+// status made for its audit counts alone: a busy session's perimeter
+// decides many times a second, and each write costs the API server a
+// write to etcd and every watcher of the Session a copy. A change of
+// state, of the changes under review or of the held requests is written
+// at once, and takes the audit counts of that moment with it.
+const statusEvery = 5 * time.Second
+
+// Bounds of a held request's fields in status: a path is the sandbox's
+// text, and up to approvals.DefaultMaxPerSession are listed.
+const (
+	maxStatusPath = 512
+	maxStatusRule = 256
+)
+
+// summaries are what a Session's status says of its local session's
+// audit, workspace changes and held requests, as its daemon reported them
+// for one write.
+type summaries struct {
+	// audit is nil when the daemon could not count (the status's stays).
+	audit *v1alpha1.AuditSummary
+	// diff is the change summary when diffKnown (nil: none); otherwise
+	// the status's stays.
+	diff      *v1alpha1.DiffSummary
+	diffKnown bool
+	pending   []v1alpha1.PendingApproval
+}
+
+// summaries asks the daemon about local session v.
+func (a *nodeAgent) summaries(ctx context.Context, v *api.Session) summaries {
+	var out summaries
+	if sum, err := a.d.AuditSummary(ctx, v.ID); err == nil {
+		out.audit = auditStatus(sum)
+	} else {
+		log.G(ctx).Debug("audit not summarised", "id", v.ID, "error", err)
+	}
+	if v.State != api.StateRunning && v.State != api.StateCreated {
+		if c, err := a.d.ChangeSummary(ctx, v.ID); err == nil {
+			out.diff, out.diffKnown = diffStatus(c), true
+		} else {
+			log.G(ctx).Warn("workspace changes not summarised", "id", v.ID, "error", err)
+		}
+	} else {
+		out.diffKnown = true
+	}
+	for _, p := range a.d.Approvals().List(v.ID) {
+		out.pending = append(out.pending, v1alpha1.PendingApproval{
+			ID: p.ID, Method: p.Method, Host: p.Host, Path: clip(p.Path, maxStatusPath), Rule: clip(p.Rule, maxStatusRule),
+			Created: *timeOf(&p.Created), Deadline: *timeOf(&p.Deadline),
+		})
+	}
+	return out
+}
+
+// apply puts s into st, the status to write, whose current version is
+// old: the changes and held requests always, the audit counts when they
+// changed and either due is not positive (statusEvery has passed since
+// they were last written) or st differs from old in anything else (it is
+// written anyway). It returns how long until the counts are due when they
+// changed and were held back, and whether it set them.
+func (s summaries) apply(st, old *v1alpha1.SessionStatus, due time.Duration) (later time.Duration, auditSet bool) {
+	if s.diffKnown {
+		st.Diff = s.diff
+	}
+	st.PendingApprovals = s.pending
+	if s.audit == nil || equality.Semantic.DeepEqual(st.Audit, s.audit) {
+		return 0, false
+	}
+	if due <= 0 || !equality.Semantic.DeepEqual(st, old) {
+		st.Audit = s.audit
+		return 0, true
+	}
+	return due, false
+}
+
+// auditDue is how long until a Session's audit counts may be written
+// again on their own; zero or less: now.
+func (a *nodeAgent) auditDue(uid types.UID) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	last, ok := a.auditWritten[uid]
+	if !ok {
+		return 0
+	}
+	return statusEvery - time.Since(last)
+}
+
+func auditStatus(s *api.AuditSummary) *v1alpha1.AuditSummary {
+	out := &v1alpha1.AuditSummary{Events: s.Events, Refused: s.Refused, Last: timeOf(s.Last)}
+	for _, c := range s.Counts {
+		out.Counts = append(out.Counts, v1alpha1.AuditCount{Layer: c.Layer, Action: c.Action, Count: c.Count})
+	}
+	return out
+}
+
+func diffStatus(c *api.ChangeSummary) *v1alpha1.DiffSummary {
+	if c == nil {
+		return nil
+	}
+	return &v1alpha1.DiffSummary{Added: int32(c.Added), Modified: int32(c.Modified), Deleted: int32(c.Deleted),
+		Bytes: c.Bytes, Rejected: int32(c.Rejected), Outcome: c.Outcome}
+}
+
+// clip cuts s to at most n bytes of whole UTF-8 characters, marking the
+// cut with "…".
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
 }

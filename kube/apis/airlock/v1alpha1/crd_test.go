@@ -38,7 +38,7 @@ func setup(t *testing.T) client.Client {
 		names = append(names, c.Name)
 	}
 	slices.Sort(names)
-	if want := []string{"airlocknodes.airlock.dev", "sessionpools.airlock.dev", "sessions.airlock.dev"}; !slices.Equal(names, want) {
+	if want := []string{"airlocknodes.airlock.dev", "sessionapprovals.airlock.dev", "sessionpools.airlock.dev", "sessions.airlock.dev"}; !slices.Equal(names, want) {
 		t.Fatalf("installed CRDs %v, want %v", names, want)
 	}
 	scheme := runtime.NewScheme()

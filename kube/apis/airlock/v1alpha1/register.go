@@ -17,7 +17,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &Session{}, &SessionList{}, &SessionPool{}, &SessionPoolList{}, &AirlockNode{}, &AirlockNodeList{})
+	s.AddKnownTypes(GroupVersion, &Session{}, &SessionList{}, &SessionPool{}, &SessionPoolList{}, &AirlockNode{}, &AirlockNodeList{}, &SessionApproval{}, &SessionApprovalList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -216,6 +216,120 @@ type SessionList struct {
 	Items           []Session `json:"items"`
 }
 
+// SessionApproval decides a request a Session's L7 gateway holds (one of
+// its status.pendingApprovals), through the API server: whoever may
+// create SessionApprovals in a Session's namespace may allow or deny its
+// held requests, and no one else through Kubernetes. The node agent
+// running the Session applies the decision once, records it in the
+// session's audit on its node (with this object's namespace, name, uid
+// and spec.decidedBy) and reports the outcome in status; a decision it
+// cannot apply (no such Session, an approval id that the Session's
+// session does not hold, one decided before) is reported, not applied.
+// The spec cannot change once created: a new decision is a new object.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=alap,categories=airlock
+// +kubebuilder:printcolumn:name="Session",type=string,JSONPath=`.spec.sessionName`
+// +kubebuilder:printcolumn:name="Approval",type=string,JSONPath=`.spec.approvalID`
+// +kubebuilder:printcolumn:name="Decision",type=string,JSONPath=`.spec.decision`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="By",type=string,JSONPath=`.spec.decidedBy`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SessionApproval struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec SessionApprovalSpec `json:"spec"`
+	// +optional
+	Status SessionApprovalStatus `json:"status,omitempty"`
+}
+
+// ApprovalDecision is a SessionApproval's decision.
+// +kubebuilder:validation:Enum=allow;deny
+type ApprovalDecision string
+
+// Decisions.
+const (
+	DecisionAllow ApprovalDecision = "allow"
+	DecisionDeny  ApprovalDecision = "deny"
+)
+
+// SessionApprovalSpec is a decision on one held request.
+//
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="a decision cannot be changed once made: create another SessionApproval"
+type SessionApprovalSpec struct {
+	// SessionName is the Session, in this object's namespace, whose
+	// request is decided.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	SessionName string `json:"sessionName"`
+	// ApprovalID is the held request's id, as in the Session's
+	// status.pendingApprovals.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{16}$`
+	ApprovalID string `json:"approvalID"`
+	// +required
+	Decision ApprovalDecision `json:"decision"`
+	// Reason is shown with the decision and audited (no control
+	// characters).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason,omitempty"`
+	// DecidedBy is who decides: the creator's Kubernetes user name. The
+	// API server does not record an object's creator; the
+	// ValidatingAdmissionPolicy airlock-sessionapproval-decider
+	// (deploy/kubernetes/admission) refuses a SessionApproval whose
+	// decidedBy is not its creator's user name, so that with it in place
+	// this field, which the node's audit records, is proven. Without it,
+	// it is what the creator claimed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	DecidedBy string `json:"decidedBy,omitempty"`
+}
+
+// SessionApprovalPhase says what became of a decision.
+// +kubebuilder:validation:Enum=Applied;Refused
+type SessionApprovalPhase string
+
+// SessionApproval phases; empty until a node agent has looked at it.
+const (
+	// ApprovalApplied: the node agent decided the held request.
+	ApprovalApplied SessionApprovalPhase = "Applied"
+	// ApprovalRefused: the decision was not applied (Message says why).
+	ApprovalRefused SessionApprovalPhase = "Refused"
+)
+
+// SessionApprovalStatus is what the node agent did with a decision.
+type SessionApprovalStatus struct {
+	// +optional
+	Phase SessionApprovalPhase `json:"phase,omitempty"`
+	// Node is the node agent that applied or refused it.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// State is the held request's state after the decision (allowed or
+	// denied, as api.Approval.State), when applied.
+	// +optional
+	State string `json:"state,omitempty"`
+	// Message says why a decision was refused.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// DecidedAt is when it was applied or refused.
+	// +optional
+	DecidedAt *metav1.Time `json:"decidedAt,omitempty"`
+}
+
+// SessionApprovalList is a list of SessionApprovals.
+//
+// +kubebuilder:object:root=true
+type SessionApprovalList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SessionApproval `json:"items"`
+}
+
 // SessionPool keeps sandboxes of one policy prepared on the nodes it
 // selects, so that Sessions naming it (spec.poolName) start warm. Each
 // prepared sandbox serves exactly one session and is never reused.

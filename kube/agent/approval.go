@@ -1,0 +1,133 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/containerd/errdefs"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+)
+
+// reconcileApproval applies a SessionApproval whose Session runs on this
+// node, once: it decides the held request in the name of
+// approvalBy(ap) (which the daemon's audit records with the decision)
+// and reports the outcome in the object's status. A decision it cannot
+// apply is reported, not applied: its Session does not exist or is on no
+// node (any agent reports that; they write the same), its Session has no
+// session on this node, or the request is not one its session holds
+// (decided before, or another session's: the message is the same for an
+// id held elsewhere and an unknown one, so that a namespace learns
+// nothing of another's requests). A SessionApproval whose Session runs
+// on another node is left to that node's agent.
+func (a *nodeAgent) reconcileApproval(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ctx = log.With(ctx, "sessionapproval", req.String())
+	var ap v1alpha1.SessionApproval
+	if err := a.fresh.Get(ctx, req.NamespacedName, &ap); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if ap.Status.Phase != "" || ap.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	sessionRef := ap.Namespace + "/" + ap.Spec.SessionName
+	var s v1alpha1.Session
+	err := a.fresh.Get(ctx, client.ObjectKey{Namespace: ap.Namespace, Name: ap.Spec.SessionName}, &s)
+	switch {
+	case apierrors.IsNotFound(err):
+		return reconcile.Result{}, a.approvalRefused(ctx, &ap, fmt.Sprintf("no Session %s", sessionRef))
+	case err != nil:
+		return reconcile.Result{}, err
+	case s.Spec.NodeName == "":
+		return reconcile.Result{}, a.approvalRefused(ctx, &ap, fmt.Sprintf("Session %s is not placed on a node: it holds no request", sessionRef))
+	case s.Spec.NodeName != a.node:
+		return reconcile.Result{}, nil
+	}
+	v := a.local(ctx, s.UID)
+	if v == nil {
+		return reconcile.Result{}, a.approvalRefused(ctx, &ap, fmt.Sprintf("Session %s has no session on node %s", sessionRef, a.node))
+	}
+	notHeld := fmt.Sprintf("no request %s is held for Session %s", ap.Spec.ApprovalID, sessionRef)
+	by := approvalBy(&ap)
+	store := a.d.Approvals()
+	if got, ok := store.Get(ap.Spec.ApprovalID); ok && got.Session == v.ID && got.State != api.ApprovalPending {
+		if got.By == by {
+			// Decided by this object before its status was
+			// written (the agent restarted in between).
+			return reconcile.Result{}, a.approvalApplied(ctx, &ap, got.State)
+		}
+		return reconcile.Result{}, a.approvalRefused(ctx, &ap, fmt.Sprintf("request %s of Session %s was already %s by %s", ap.Spec.ApprovalID, sessionRef, got.State, got.By))
+	}
+	held, err := store.Held(ap.Spec.ApprovalID)
+	if err != nil || held.Session != v.ID {
+		return reconcile.Result{}, a.approvalRefused(ctx, &ap, notHeld)
+	}
+	decided, err := store.Decide(ctx, ap.Spec.ApprovalID, ap.Spec.Decision == v1alpha1.DecisionAllow, ap.Spec.Reason, by)
+	switch {
+	case errdefs.IsInvalidArgument(err):
+		return reconcile.Result{}, a.approvalRefused(ctx, &ap, err.Error())
+	case errdefs.IsNotFound(err), errdefs.IsFailedPrecondition(err):
+		// Decided or timed out since Held.
+		got, _ := store.Get(ap.Spec.ApprovalID)
+		return reconcile.Result{}, a.approvalRefused(ctx, &ap, fmt.Sprintf("request %s of Session %s was already %s by %s", ap.Spec.ApprovalID, sessionRef, got.State, got.By))
+	case err != nil:
+		return reconcile.Result{}, err
+	}
+	log.G(ctx).Info("held request decided through Kubernetes", "id", v.ID, "approval", decided.ID, "state", decided.State, "by", by)
+	return reconcile.Result{}, a.approvalApplied(ctx, &ap, decided.State)
+}
+
+// approvalBy is who a SessionApproval's decision is recorded as taken by,
+// in the approval and in the session's audit: its decidedBy (a user
+// name, proven by the admission policy that checks it against the
+// creator, claimed without it), and the object.
+func approvalBy(ap *v1alpha1.SessionApproval) string {
+	who := ap.Spec.DecidedBy
+	if who == "" {
+		who = "(not named)"
+	}
+	return fmt.Sprintf("kubernetes user %q through SessionApproval %s/%s (uid %s)", who, ap.Namespace, ap.Name, ap.UID)
+}
+
+func (a *nodeAgent) approvalApplied(ctx context.Context, ap *v1alpha1.SessionApproval, state string) error {
+	return a.writeApprovalStatus(ctx, ap, v1alpha1.SessionApprovalStatus{Phase: v1alpha1.ApprovalApplied, Node: a.node, State: state})
+}
+
+func (a *nodeAgent) approvalRefused(ctx context.Context, ap *v1alpha1.SessionApproval, why string) error {
+	log.G(ctx).Info("SessionApproval not applied", "reason", why)
+	return a.writeApprovalStatus(ctx, ap, v1alpha1.SessionApprovalStatus{Phase: v1alpha1.ApprovalRefused, Node: a.node, Message: why})
+}
+
+// writeApprovalStatus writes st as ap's status unless it has one (another
+// agent, or this one before, decided what became of it), from a fresh
+// read, again on a conflict.
+func (a *nodeAgent) writeApprovalStatus(ctx context.Context, ap *v1alpha1.SessionApproval, st v1alpha1.SessionApprovalStatus) error {
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	st.DecidedAt = &now
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		var f v1alpha1.SessionApproval
+		if err := a.fresh.Get(ctx, client.ObjectKeyFromObject(ap), &f); err != nil {
+			return err
+		}
+		if f.UID != ap.UID || f.Status.Phase != "" {
+			return nil
+		}
+		f.Status = st
+		return a.c.Status().Update(ctx, &f)
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("SessionApproval %s status: %w", client.ObjectKeyFromObject(ap), err)
+	}
+	return err
+}

@@ -16,6 +16,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -689,4 +690,13 @@ func admissionFile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// mustLeaseNamespace makes the airlock-system namespace, as
+// deploy/kubernetes/namespace.yaml does: the agent does not make it.
+func mustLeaseNamespace(t *testing.T, c client.Client) {
+	t.Helper()
+	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.LeaseNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 }

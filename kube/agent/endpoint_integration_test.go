@@ -87,6 +87,7 @@ func TestNodeEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mustLeaseNamespace(t, c)
 	ctx := t.Context()
 	// Published by name: the CLI dials what the AirlockNode says.
 	n := startNode(t, env, adminKubeconfig, "node-e", 5, "--node-capacity", "4", "--kubernetes-advertise-address", "localhost")

@@ -109,6 +109,7 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mustLeaseNamespace(t, c)
 	k := &cluster{t: t, c: c}
 	// node-s runs the Sessions under test; node-t, without an uplink,
 	// one Session, to which a decision on node-s's request is sent.
@@ -493,6 +494,7 @@ func TestAgentWithoutSessionApprovalCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mustLeaseNamespace(t, c)
 	k := &cluster{t: t, c: c}
 	n := startNode(t, env, kubeconfig, "node-o", 9, "--node-capacity", "1")
 	k.create("old", []string{"sh", "-c", "exit 5"})

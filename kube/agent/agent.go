@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -328,8 +329,7 @@ func runPlacement(ctx context.Context, cfg Config, scheme *runtime.Scheme) {
 		// The leader Lease's holder names the node (kubectl get lease
 		// -n airlock-system airlock-placement), and is new for every
 		// term.
-		lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, LeaseNamespace, PlacementLease,
-			resourcelock.ResourceLockConfig{Identity: cfg.Node + "_" + string(uuid.NewUUID())}, cfg.Kube, renew)
+		lock, err := placementLock(cfg, renew)
 		var mgr manager.Manager
 		if err == nil {
 			mgr, err = manager.New(cfg.Kube, manager.Options{
@@ -387,4 +387,25 @@ func runPlacement(ctx context.Context, cfg Config, scheme *runtime.Scheme) {
 		case <-time.After(retry):
 		}
 	}
+}
+
+// placementLock is the placement leader's Lease lock, whose holder is
+// this node and a UUID new for every term. Its client is client-go's
+// resourcelock.NewFromKubeconfig's (each request bounded by half the renew
+// deadline), with the agent's user agent kept, so that an apiserver's
+// audit log tells the leader's renewals as airlockd's
+// ("airlockd/node-agent/leader-election"), not as client-go's default.
+func placementLock(cfg Config, renewDeadline time.Duration) (resourcelock.Interface, error) {
+	rc := rest.CopyConfig(cfg.Kube)
+	rc.Timeout = max(renewDeadline/2, time.Second)
+	if rc.UserAgent == "" {
+		rc.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rc.UserAgent += "/leader-election"
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return resourcelock.New(resourcelock.LeasesResourceLock, LeaseNamespace, PlacementLease,
+		cs.CoreV1(), cs.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: cfg.Node + "_" + string(uuid.NewUUID())})
 }

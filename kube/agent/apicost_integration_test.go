@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -32,15 +33,54 @@ import (
 // first.
 const maxAgentWritesPerSession = 10
 
-// apiCounts are the API server's own counters (its /metrics): requests
-// by verb and resource, and watch events sent to watchers by resource.
-type apiCounts struct {
-	requests map[string]float64 // "VERB resource[/subresource]"
-	watch    map[string]float64 // resource
+// agentUserAgent is the user agent airlockd's Kubernetes clients send
+// (the leader election's adds "/leader-election"): the audit log's
+// events from node agents are those that start with it.
+const agentUserAgent = "airlockd/node-agent"
+
+// tally counts audit events by "verb resource[/subresource]".
+type tally map[string]int
+
+// agentTally counts the node agents' requests among events: writes and
+// reads apart. Refused requests count too: they cost the apiserver as
+// much.
+func agentTally(events []kubetest.AuditEvent) (writes, reads tally) {
+	writes, reads = tally{}, tally{}
+	for _, e := range events {
+		if !strings.HasPrefix(e.UserAgent, agentUserAgent) || e.Resource() == "" {
+			continue
+		}
+		key := e.Verb + " " + e.Resource()
+		if e.IsWrite() {
+			writes[key]++
+		} else {
+			reads[key]++
+		}
+	}
+	return writes, reads
 }
 
-// scrapeAPI reads the counters from the API server's /metrics.
-func scrapeAPI(t *testing.T, cfg *rest.Config) apiCounts {
+func (t tally) total() int {
+	n := 0
+	for _, v := range t {
+		n += v
+	}
+	return n
+}
+
+// per is t's counts divided by n, one decimal, in key order.
+func (t tally) per(n float64) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(t)) {
+		fmt.Fprintf(&b, "%s%s %.1f", map[bool]string{true: "; "}[b.Len() > 0], k, float64(t[k])/n)
+	}
+	return b.String()
+}
+
+// watchEvents reads, from the apiserver's /metrics, the watch events it
+// has sent to watchers, by resource (apiserver_watch_events_total): the
+// fan-out the audit log does not show.
+func watchEvents(t *testing.T, cfg *rest.Config) map[string]float64 {
 	t.Helper()
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -55,41 +95,28 @@ func scrapeAPI(t *testing.T, cfg *rest.Config) apiCounts {
 		b, _ := io.ReadAll(resp.Body)
 		t.Fatalf("GET /metrics: %s: %s", resp.Status, b)
 	}
-	out := apiCounts{requests: map[string]float64{}, watch: map[string]float64{}}
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		line := sc.Text()
-		name, rest, ok := strings.Cut(line, "{")
-		if !ok || (name != "apiserver_request_total" && name != "apiserver_watch_events_total") {
-			continue
-		}
-		labelText, valueText, ok := strings.Cut(rest, "} ")
+		line, ok := strings.CutPrefix(sc.Text(), "apiserver_watch_events_total{")
 		if !ok {
 			continue
 		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(valueText), 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		labels := map[string]string{}
-		for _, kv := range strings.Split(labelText, ",") {
-			if k, val, ok := strings.Cut(kv, "="); ok {
-				labels[k] = strings.Trim(val, `"`)
-			}
-		}
-		res := labels["resource"]
-		if res == "" {
-			res = labels["kind"]
-		}
-		if name == "apiserver_watch_events_total" {
-			out.watch[res] += v
+		labelText, rest, ok := strings.Cut(line, "} ")
+		if !ok {
 			continue
 		}
-		if labels["subresource"] != "" {
-			res += "/" + labels["subresource"]
+		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", sc.Text(), err)
 		}
-		out.requests[labels["verb"]+" "+res] += v
+		for _, kv := range strings.Split(labelText, ",") {
+			if k, val, ok := strings.Cut(kv, "="); ok && (k == "resource" || k == "kind") {
+				out[strings.Trim(val, `"`)] += v
+				break
+			}
+		}
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
@@ -97,37 +124,25 @@ func scrapeAPI(t *testing.T, cfg *rest.Config) apiCounts {
 	return out
 }
 
-// since is c less before, dropping what did not move.
-func (c apiCounts) since(before apiCounts) apiCounts {
-	d := apiCounts{requests: map[string]float64{}, watch: map[string]float64{}}
-	for k, v := range c.requests {
-		if n := v - before.requests[k]; n > 0 {
-			d.requests[k] = n
-		}
+// auditSince returns the audit events after the first n, and the new n.
+func auditSince(t *testing.T, cp *kubetest.ControlPlane, n int) ([]kubetest.AuditEvent, int) {
+	t.Helper()
+	events, err := cp.AuditEvents()
+	if err != nil {
+		t.Fatal(err)
 	}
-	for k, v := range c.watch {
-		if n := v - before.watch[k]; n > 0 {
-			d.watch[k] = n
-		}
-	}
-	return d
-}
-
-func isWrite(verb string) bool {
-	switch verb {
-	case "POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY":
-		return true
-	}
-	return false
+	return events[n:], len(events)
 }
 
 // TestAPICostPerSession measures what Sessions cost the API server, on a
-// real control plane with a real node agent (which also leads placement):
-// the writes node agents make per Session, from creation to deletion, by
-// verb and resource, and the watch events sent per Session; and, with no
-// Session, what an idle node costs (its Lease renewals). It fails if the
-// agents' writes per Session exceed maxAgentWritesPerSession, and logs
-// the figures docs/scale-out.md uses. Rerun it alone:
+// real control plane with a real node agent (which also leads placement),
+// counted from the apiserver's own audit log by the agent's user agent:
+// the writes and reads the agent makes per Session, from creation to
+// deletion, by verb and resource; the watch events sent per Session; and,
+// with no Session, what an idle node costs (its Lease renewals). It fails
+// if the agent's writes per Session exceed maxAgentWritesPerSession or an
+// idle node renews more often than its lease asks, and logs the figures
+// docs/scale-out.md uses. Rerun it alone:
 //
 //	AIRLOCK_BIN_DIR=$PWD/_output/bin AIRLOCK_AGENT_IMAGE=$(cat _output/agent-image.path) \
 //	  go test ./kube/agent -run TestAPICostPerSession -count=1 -v
@@ -165,24 +180,46 @@ func TestAPICostPerSession(t *testing.T) {
 	const lease = 8 * time.Second
 	startNode(t, env, kubeconfig, "node-a", 1, "--node-capacity", "16", "--node-lease-duration", lease.String())
 
-	// An idle node: its heartbeat only.
-	idle := 2 * lease
-	before := scrapeAPI(t, cp.Config)
+	// An idle node, once registered and leading placement: its heartbeat
+	// only.
+	eventually(t, time.Minute, "node-a registered and leading placement", func() (bool, string) {
+		var l coordinationv1.Lease
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: agent.LeaseNamespace, Name: agent.PlacementLease}, &l); err != nil {
+			return false, err.Error()
+		}
+		// The holder is the node's name and its term's UUID.
+		if l.Spec.HolderIdentity == nil || !strings.HasPrefix(*l.Spec.HolderIdentity, "node-a_") {
+			return false, "placement not yet held by node-a"
+		}
+		var n v1alpha1.AirlockNode
+		if err := c.Get(t.Context(), client.ObjectKey{Name: "node-a"}, &n); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	_, cursor := auditSince(t, cp, 0)
+	const idle = 4 * lease
 	time.Sleep(idle)
-	idleCost := scrapeAPI(t, cp.Config).since(before)
-	renewals := idleCost.requests["PUT leases"]
-	t.Logf("idle node, %s lease, over %s: %v", lease, idle, idleCost.requests)
+	var events []kubetest.AuditEvent
+	events, cursor = auditSince(t, cp, cursor)
+	idleWrites, idleReads := agentTally(events)
+	t.Logf("idle node, %s lease, over %s: writes %v, reads %v", lease, idle, idleWrites, idleReads)
 	// A kubelet-like renewal every quarter of the lease, and the
 	// placement leader's (client-go's leader election renews every retry
-	// period: a sixth of the lease).
-	if want := idle.Seconds()/(lease.Seconds()/4) + idle.Seconds()/(lease.Seconds()/6); renewals < want-3 || renewals > want+3 {
-		t.Errorf("an idle node and its placement leader renewed Leases %.0f times in %s, want about %.0f (a quarter lease, and a sixth)", renewals, idle, want)
+	// period: a sixth of the lease); nothing else but the node's status
+	// refresh.
+	renewals := idleWrites["update leases"]
+	if want := int(idle/(lease/4) + idle/(lease/6)); renewals < want-3 || renewals > want+3 {
+		t.Errorf("an idle node and its placement leader renewed Leases %d times in %s, want about %d (a quarter lease, and a sixth)", renewals, idle, want)
+	}
+	if other := idleWrites.total() - renewals; other > int(idle/(5*time.Second))+1 {
+		t.Errorf("an idle node wrote %d times in %s besides renewing Leases (%v): more than its status refresh", other, idle, idleWrites)
 	}
 
 	// N Sessions, created, run to their end, deleted (each holds a place
 	// until it is deleted: the node's capacity is n).
 	const n = 16
-	before = scrapeAPI(t, cp.Config)
+	watchBefore := watchEvents(t, cp.Config)
 	for i := range n {
 		k.create(fmt.Sprintf("s%02d", i), []string{"true"})
 	}
@@ -200,45 +237,36 @@ func TestAPICostPerSession(t *testing.T) {
 		return ended == n, fmt.Sprintf("%d of %d exited", ended, n)
 	})
 	k.deleteAll(time.Minute)
-	cost := scrapeAPI(t, cp.Config).since(before)
+	events, _ = auditSince(t, cp, cursor)
+	watchAfter := watchEvents(t, cp.Config)
+	writes, reads := agentTally(events)
 
-	// The test's own writes: n creates and one collection delete.
-	own := map[string]float64{"POST sessions": n, "DELETECOLLECTION sessions": 1}
-	agentWrites := map[string]float64{}
-	total := 0.0
-	for _, key := range slices.Sorted(maps.Keys(cost.requests)) {
-		verb, res, _ := strings.Cut(key, " ")
-		if !isWrite(verb) || !strings.HasPrefix(res, "sessions") {
-			continue
-		}
-		if w := cost.requests[key] - own[key]; w > 0 {
-			agentWrites[key] = w
-			total += w
+	sessionWrites := tally{}
+	for key, v := range writes {
+		if _, res, _ := strings.Cut(key, " "); strings.HasPrefix(res, "sessions") {
+			sessionWrites[key] = v
 		}
 	}
-	perSession := total / n
+	perSession := float64(sessionWrites.total()) / n
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d Sessions (`true`) created, run, deleted through one node agent:\n", n)
-	fmt.Fprintf(&b, "  agent writes to Sessions: %.1f per Session", perSession)
-	for _, key := range slices.Sorted(maps.Keys(agentWrites)) {
-		fmt.Fprintf(&b, "; %s %.1f", key, agentWrites[key]/n)
+	fmt.Fprintf(&b, "%d Sessions (`true`) created, run, deleted through one node agent (counted from the apiserver's audit log):\n", n)
+	fmt.Fprintf(&b, "  agent writes to Sessions, per Session: %.1f (%s)\n", perSession, sessionWrites.per(n))
+	fmt.Fprintf(&b, "  all agent writes in the phase, per Session: %s\n", writes.per(n))
+	fmt.Fprintf(&b, "  agent reads in the phase, per Session: %s\n", reads.per(n))
+	fmt.Fprintf(&b, "  watch events sent, per Session:")
+	for _, res := range slices.Sorted(maps.Keys(watchAfter)) {
+		if d := watchAfter[res] - watchBefore[res]; d > 0 {
+			fmt.Fprintf(&b, " %s %.1f", res, d/n)
+		}
 	}
-	fmt.Fprintf(&b, "\n  watch events sent, per Session:")
-	for _, res := range slices.Sorted(maps.Keys(cost.watch)) {
-		fmt.Fprintf(&b, " %s %.1f", res, cost.watch[res]/n)
-	}
-	fmt.Fprintf(&b, "\n  all requests in the phase:")
-	for _, key := range slices.Sorted(maps.Keys(cost.requests)) {
-		fmt.Fprintf(&b, " %s=%.0f", key, cost.requests[key])
-	}
-	fmt.Fprintf(&b, "\n  idle node: %.2f Lease writes/s with a %s lease", renewals/idle.Seconds(), lease)
+	fmt.Fprintf(&b, "\n  idle node: %.2f Lease writes/s with a %s lease; other writes %v", float64(renewals)/idle.Seconds(), lease, idleWrites)
 	t.Log(b.String())
 	if perSession > maxAgentWritesPerSession {
-		t.Errorf("node agents wrote %.1f times per Session (%v), want at most %d", perSession, agentWrites, maxAgentWritesPerSession)
+		t.Errorf("node agents wrote %.1f times per Session (%v), want at most %d", perSession, sessionWrites, maxAgentWritesPerSession)
 	}
 	if perSession < 3 {
 		// Placement, the finalizer and at least one status: fewer means
-		// the counters did not see the agent (a metrics label renamed?).
-		t.Errorf("node agents wrote %.1f times per Session (%v): too few to be the agent's; is /metrics read right?", perSession, agentWrites)
+		// the audit log did not see the agent (its user agent renamed?).
+		t.Errorf("node agents wrote %.1f times per Session (%v): too few to be the agent's; is its user agent still %q?", perSession, sessionWrites, agentUserAgent)
 	}
 }

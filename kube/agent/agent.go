@@ -79,6 +79,12 @@ type Config struct {
 	// Controller runs the placement controller in this agent, under
 	// leader election.
 	Controller bool
+	// AuditStatusEvery is the shortest time between two writes of a
+	// Session's status made for its audit counts alone (airlockd
+	// --kubernetes-audit-interval, whose default is
+	// DefaultAuditStatusEvery); 0: the counts are written only with
+	// another change of status.
+	AuditStatusEvery time.Duration
 	// Listen is the node endpoint's TCP address (airlockd
 	// --kubernetes-listen; DefaultListen): the Sessions' logs, diffs,
 	// commits and audit logs, for airlock --context. Its address and
@@ -110,6 +116,9 @@ func (cfg *Config) Check() error {
 	}
 	if cfg.LeaseDuration < MinLeaseDuration || cfg.LeaseDuration%time.Second != 0 {
 		problems = append(problems, fmt.Sprintf("node lease duration %s: want whole seconds, at least %s", cfg.LeaseDuration, MinLeaseDuration))
+	}
+	if cfg.AuditStatusEvery < 0 {
+		problems = append(problems, fmt.Sprintf("audit status interval %s: want 0 or more", cfg.AuditStatusEvery))
 	}
 	if err := checkLabels(cfg.Labels); err != nil {
 		problems = append(problems, err.Error())
@@ -274,7 +283,7 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 	}
 	na := &nodeAgent{d: d, node: cfg.Node, c: mgr.GetClient(), fresh: mgr.GetAPIReader(),
 		wake: make(chan event.GenericEvent, 256), stopCtx: ctx, waiting: map[string]bool{},
-		auditWritten: map[types.UID]time.Time{}}
+		auditWritten: map[types.UID]time.Time{}, auditEvery: cfg.AuditStatusEvery}
 	err = builder.ControllerManagedBy(mgr).
 		Named("airlock-node").
 		For(&v1alpha1.Session{}).
@@ -302,7 +311,11 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 	for _, run := range []func(context.Context){
 		func(ctx context.Context) { na.sweep(ctx, resync) },
 		na.followApprovals,
-		func(ctx context.Context) { na.watchAudit(ctx, statusEvery) },
+		func(ctx context.Context) {
+			if na.auditEvery > 0 {
+				na.watchAudit(ctx, na.auditEvery)
+			}
+		},
 	} {
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			run(ctx)

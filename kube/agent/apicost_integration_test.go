@@ -33,6 +33,11 @@ import (
 // first.
 const maxAgentWritesPerSession = 10
 
+// maxAgentReadsPerSession bounds the node agent's reads (GETs; watches
+// apart) per Session: its writes start from its cache or its last write,
+// and read only after a conflict or to confirm a Session is gone.
+const maxAgentReadsPerSession = 3
+
 // agentUserAgent is the user agent airlockd's Kubernetes clients send
 // (the leader election's adds "/leader-election"): the audit log's
 // events from node agents are those that start with it.
@@ -215,6 +220,18 @@ func TestAPICostPerSession(t *testing.T) {
 	if other := idleWrites.total() - renewals; other > int(idle/(5*time.Second))+1 {
 		t.Errorf("an idle node wrote %d times in %s besides renewing Leases (%v): more than its status refresh", other, idle, idleWrites)
 	}
+	// Renewals and status writes start from the last write: an idle
+	// node reads its AirlockNode once a minute (agent.nodeCheckEvery),
+	// and nothing else but its watches.
+	gets := 0
+	for key, v := range idleReads {
+		if !strings.HasPrefix(key, "watch ") {
+			gets += v
+		}
+	}
+	if gets > int(idle/time.Minute)+1 {
+		t.Errorf("an idle node read %d times in %s (%v): its renewals and status reports should not read", gets, idle, idleReads)
+	}
 
 	// N Sessions, created, run to their end, deleted (each holds a place
 	// until it is deleted: the node's capacity is n).
@@ -263,6 +280,9 @@ func TestAPICostPerSession(t *testing.T) {
 	t.Log(b.String())
 	if perSession > maxAgentWritesPerSession {
 		t.Errorf("node agents wrote %.1f times per Session (%v), want at most %d", perSession, sessionWrites, maxAgentWritesPerSession)
+	}
+	if r := float64(reads["get sessions"]) / n; r > maxAgentReadsPerSession {
+		t.Errorf("node agents read Sessions %.1f times per Session, want at most %d (writes start from the cache or the last write)", r, maxAgentReadsPerSession)
 	}
 	if perSession < 3 {
 		// Placement, the finalizer and at least one status: fewer means

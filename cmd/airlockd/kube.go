@@ -58,7 +58,6 @@ func kubeConfig(f kubeFlags) (*kubeAgent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--kubernetes: the API server's configuration (--kubeconfig FILE, or in a pod the in-cluster one): %w", err)
 	}
-	rc.UserAgent = "airlockd/node-agent"
 	node := f.node
 	if node == "" {
 		if node, err = os.Hostname(); err != nil {
@@ -66,6 +65,10 @@ func kubeConfig(f kubeFlags) (*kubeAgent, error) {
 		}
 		node = strings.ToLower(node)
 	}
+	// The node in the user agent: the API server's audit log and its
+	// request logs tell one node's agent from another's, which a
+	// DaemonSet's shared service account does not.
+	rc.UserAgent = "airlockd/node-agent node/" + node
 	l, err := agent.ParseLabels(f.labels)
 	if err != nil {
 		return nil, fmt.Errorf("--node-labels: %w", err)

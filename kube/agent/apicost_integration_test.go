@@ -38,9 +38,10 @@ const maxAgentWritesPerSession = 10
 // and read only after a conflict or to confirm a Session is gone.
 const maxAgentReadsPerSession = 3
 
-// agentUserAgent is the user agent airlockd's Kubernetes clients send
-// (the leader election's adds "/leader-election"): the audit log's
-// events from node agents are those that start with it.
+// agentUserAgent is the user agent airlockd's Kubernetes clients send,
+// followed by " node/NAME" (the leader election's adds
+// "/leader-election"): the audit log's events from node agents are those
+// that start with it.
 const agentUserAgent = "airlockd/node-agent"
 
 // tally counts audit events by "verb resource[/subresource]".
@@ -140,14 +141,18 @@ func auditSince(t *testing.T, cp *kubetest.ControlPlane, n int) ([]kubetest.Audi
 }
 
 // TestAPICostPerSession measures what Sessions cost the API server, on a
-// real control plane with a real node agent (which also leads placement),
-// counted from the apiserver's own audit log by the agent's user agent:
-// the writes and reads the agent makes per Session, from creation to
-// deletion, by verb and resource; the watch events sent per Session; and,
-// with no Session, what an idle node costs (its Lease renewals). It fails
-// if the agent's writes per Session exceed maxAgentWritesPerSession or an
-// idle node renews more often than its lease asks, and logs the figures
-// docs/scale-out.md uses. Rerun it alone:
+// real control plane with two real node agents, node-a standing for
+// placement (and leading) and node-b started with
+// --kubernetes-controller=false as a fleet's nodes are
+// (deploy/kubernetes-fleet), counted from the apiserver's own audit log
+// by the agents' user agents: the writes and reads the agents make per
+// Session, from creation to deletion, by verb and resource; the watch
+// events sent per Session; and, with no Session, what idle nodes cost
+// (their Lease renewals, the leader's). It fails if the agents' writes or
+// reads per Session exceed their bounds, an idle node renews more often
+// than its lease asks or reads at all, or node-b lists or watches
+// anything of the cluster but its own Sessions and the SessionApprovals;
+// and logs the figures docs/scale-out.md uses. Rerun it alone:
 //
 //	AIRLOCK_BIN_DIR=$PWD/_output/bin AIRLOCK_AGENT_IMAGE=$(cat _output/agent-image.path) \
 //	  go test ./kube/agent -run TestAPICostPerSession -count=1 -v
@@ -184,10 +189,12 @@ func TestAPICostPerSession(t *testing.T) {
 	}
 	const lease = 8 * time.Second
 	startNode(t, env, kubeconfig, "node-a", 1, "--node-capacity", "16", "--node-lease-duration", lease.String())
+	startNode(t, env, kubeconfig, "node-b", 2, "--node-capacity", "16", "--node-lease-duration", lease.String(),
+		"--kubernetes-controller=false")
 
-	// An idle node, once registered and leading placement: its heartbeat
-	// only.
-	eventually(t, time.Minute, "node-a registered and leading placement", func() (bool, string) {
+	// Idle nodes, once registered and node-a leading placement: their
+	// heartbeats only.
+	eventually(t, time.Minute, "node-a and node-b registered, node-a leading placement", func() (bool, string) {
 		var l coordinationv1.Lease
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: agent.LeaseNamespace, Name: agent.PlacementLease}, &l); err != nil {
 			return false, err.Error()
@@ -196,9 +203,11 @@ func TestAPICostPerSession(t *testing.T) {
 		if l.Spec.HolderIdentity == nil || !strings.HasPrefix(*l.Spec.HolderIdentity, "node-a_") {
 			return false, "placement not yet held by node-a"
 		}
-		var n v1alpha1.AirlockNode
-		if err := c.Get(t.Context(), client.ObjectKey{Name: "node-a"}, &n); err != nil {
-			return false, err.Error()
+		for _, name := range []string{"node-a", "node-b"} {
+			var n v1alpha1.AirlockNode
+			if err := c.Get(t.Context(), client.ObjectKey{Name: name}, &n); err != nil {
+				return false, err.Error()
+			}
 		}
 		return true, ""
 	})
@@ -208,17 +217,17 @@ func TestAPICostPerSession(t *testing.T) {
 	var events []kubetest.AuditEvent
 	events, cursor = auditSince(t, cp, cursor)
 	idleWrites, idleReads := agentTally(events)
-	t.Logf("idle node, %s lease, over %s: writes %v, reads %v", lease, idle, idleWrites, idleReads)
-	// A kubelet-like renewal every quarter of the lease, and the
-	// placement leader's (client-go's leader election renews every retry
-	// period: a sixth of the lease); nothing else but the node's status
-	// refresh.
+	t.Logf("two idle nodes, %s lease, over %s: writes %v, reads %v", lease, idle, idleWrites, idleReads)
+	// A kubelet-like renewal every quarter of the lease for each node,
+	// and the placement leader's (client-go's leader election renews
+	// every retry period: a sixth of the lease); nothing else but the
+	// nodes' status refresh.
 	renewals := idleWrites["update leases"]
-	if want := int(idle/(lease/4) + idle/(lease/6)); renewals < want-3 || renewals > want+3 {
-		t.Errorf("an idle node and its placement leader renewed Leases %d times in %s, want about %d (a quarter lease, and a sixth)", renewals, idle, want)
+	if want := int(2*idle/(lease/4) + idle/(lease/6)); renewals < want-4 || renewals > want+4 {
+		t.Errorf("two idle nodes and their placement leader renewed Leases %d times in %s, want about %d (a quarter lease each, and a sixth)", renewals, idle, want)
 	}
-	if other := idleWrites.total() - renewals; other > int(idle/(5*time.Second))+1 {
-		t.Errorf("an idle node wrote %d times in %s besides renewing Leases (%v): more than its status refresh", other, idle, idleWrites)
+	if other := idleWrites.total() - renewals; other > 2*(int(idle/(5*time.Second))+1) {
+		t.Errorf("idle nodes wrote %d times in %s besides renewing Leases (%v): more than their status refresh", other, idle, idleWrites)
 	}
 	// Renewals and status writes start from the last write: an idle
 	// node reads its AirlockNode once a minute (agent.nodeCheckEvery),
@@ -229,8 +238,8 @@ func TestAPICostPerSession(t *testing.T) {
 			gets += v
 		}
 	}
-	if gets > int(idle/time.Minute)+1 {
-		t.Errorf("an idle node read %d times in %s (%v): its renewals and status reports should not read", gets, idle, idleReads)
+	if gets > 2*(int(idle/time.Minute)+1) {
+		t.Errorf("idle nodes read %d times in %s (%v): their renewals and status reports should not read", gets, idle, idleReads)
 	}
 
 	// N Sessions, created, run to their end, deleted (each holds a place
@@ -258,6 +267,36 @@ func TestAPICostPerSession(t *testing.T) {
 	watchAfter := watchEvents(t, cp.Config)
 	writes, reads := agentTally(events)
 
+	// node-b, not standing for placement, asks the cluster only for its
+	// own Sessions (field-selected) and the SessionApprovals: it keeps no
+	// cache of every Session, AirlockNode and Lease.
+	all, err := cp.AuditEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranB := 0
+	for _, e := range all {
+		if !strings.HasPrefix(e.UserAgent, agentUserAgent+" node/node-b") {
+			continue
+		}
+		if e.Verb != "list" && e.Verb != "watch" {
+			continue
+		}
+		switch e.Resource() {
+		case "sessions":
+			if !strings.Contains(e.RequestURI, "fieldSelector=spec.nodeName%3Dnode-b") {
+				t.Errorf("node-b, with --kubernetes-controller=false, asked for Sessions not its own: %s %s", e.Verb, e.RequestURI)
+			}
+			ranB++
+		case "sessionapprovals":
+		default:
+			t.Errorf("node-b, with --kubernetes-controller=false, asked for %s: %s %s", e.Resource(), e.Verb, e.RequestURI)
+		}
+	}
+	if ranB == 0 {
+		t.Errorf("no list or watch of Sessions from node-b in the audit log: is its user agent %q?", agentUserAgent+" node/node-b")
+	}
+
 	sessionWrites := tally{}
 	for key, v := range writes {
 		if _, res, _ := strings.Cut(key, " "); strings.HasPrefix(res, "sessions") {
@@ -266,7 +305,7 @@ func TestAPICostPerSession(t *testing.T) {
 	}
 	perSession := float64(sessionWrites.total()) / n
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d Sessions (`true`) created, run, deleted through one node agent (counted from the apiserver's audit log):\n", n)
+	fmt.Fprintf(&b, "%d Sessions (`true`) created, run, deleted on two nodes, one of them leading placement (counted from the apiserver's audit log):\n", n)
 	fmt.Fprintf(&b, "  agent writes to Sessions, per Session: %.1f (%s)\n", perSession, sessionWrites.per(n))
 	fmt.Fprintf(&b, "  all agent writes in the phase, per Session: %s\n", writes.per(n))
 	fmt.Fprintf(&b, "  agent reads in the phase, per Session: %s\n", reads.per(n))
@@ -276,7 +315,7 @@ func TestAPICostPerSession(t *testing.T) {
 			fmt.Fprintf(&b, " %s %.1f", res, d/n)
 		}
 	}
-	fmt.Fprintf(&b, "\n  idle node: %.2f Lease writes/s with a %s lease; other writes %v", float64(renewals)/idle.Seconds(), lease, idleWrites)
+	fmt.Fprintf(&b, "\n  two idle nodes and their leader: %.2f Lease writes/s with a %s lease; all writes %v, reads %v", float64(renewals)/idle.Seconds(), lease, idleWrites, idleReads)
 	t.Log(b.String())
 	if perSession > maxAgentWritesPerSession {
 		t.Errorf("node agents wrote %.1f times per Session (%v), want at most %d", perSession, sessionWrites, maxAgentWritesPerSession)

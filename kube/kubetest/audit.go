@@ -21,10 +21,11 @@ rules:
 // AuditEvent is the part of an apiserver audit event (audit.k8s.io/v1
 // Event) a test counts by.
 type AuditEvent struct {
-	Stage     string `json:"stage"`
-	Verb      string `json:"verb"`
-	UserAgent string `json:"userAgent"`
-	User      struct {
+	Stage      string `json:"stage"`
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	UserAgent  string `json:"userAgent"`
+	User       struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	ObjectRef *struct {

@@ -415,10 +415,15 @@ func (c *cli) kubeRun(ctx context.Context, p *policies.Policy, rm, detach bool) 
 	return exitCodeOnly(code)
 }
 
+// unplacedAfter is how long kubeFollow waits for a Session's first status
+// before it says that no placement controller has looked at it.
+const unplacedAfter = 10 * time.Second
+
 // kubeFollow waits for Session name to be run on a node, streams its
 // output from the node's endpoint and returns its exit code.
 func (c *cli) kubeFollow(ctx context.Context, k *kubeClient, name string) (int, error) {
 	said := ""
+	began := time.Now()
 	for {
 		s, err := k.getSession(ctx, name)
 		if err != nil {
@@ -433,6 +438,12 @@ func (c *cli) kubeFollow(ctx context.Context, k *kubeClient, name string) (int, 
 		if msg := reasonSuffix(s); msg != said && msg != "" {
 			c.warn("Session %s/%s is %s%s", k.namespace, name, s.Status.State, msg)
 			said = msg
+		}
+		if s.Status.State == "" && s.Spec.NodeName == "" && said == "" && time.Since(began) >= unplacedAfter {
+			// A placement controller marks what it cannot place
+			// Pending with a reason: none has looked at this one.
+			said = "unplaced"
+			c.warn("Session %s/%s has not been looked at by a placement controller in %s: is a node agent that stands for placement running? (deploy/kubernetes-fleet runs them only on nodes labelled airlock.dev/placement=true; kubectl get lease -n airlock-system airlock-placement names the leader); still waiting", k.namespace, name, unplacedAfter)
 		}
 		select {
 		case <-ctx.Done():

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
@@ -25,8 +24,9 @@ import (
 // links the node agent (make build builds both).
 
 const (
-	defaultNodeLease  = agent.DefaultLeaseDuration
-	defaultKubeListen = agent.DefaultListen
+	defaultNodeLease      = agent.DefaultLeaseDuration
+	defaultKubeListen     = agent.DefaultListen
+	defaultKubeAuditEvery = agent.DefaultAuditStatusEvery
 )
 
 // kubeAgent is the node agent's configuration.
@@ -47,36 +47,43 @@ func (k *kubeAgent) run(ctx context.Context, d *daemon.Daemon) error {
 
 // kubeConfig is the node agent's configuration from the --kubernetes
 // flags, checked; the capacity and what the daemon knows are set later.
-func kubeConfig(kubeconfig, node, labels, listen, advertise string, lease time.Duration, controller bool) (*kubeAgent, error) {
+func kubeConfig(f kubeFlags) (*kubeAgent, error) {
 	var rc *rest.Config
 	var err error
-	if kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if f.kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", f.kubeconfig)
 	} else {
 		rc, err = rest.InClusterConfig()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("--kubernetes: the API server's configuration (--kubeconfig FILE, or in a pod the in-cluster one): %w", err)
 	}
-	rc.UserAgent = "airlockd/node-agent"
+	node := f.node
 	if node == "" {
 		if node, err = os.Hostname(); err != nil {
 			return nil, fmt.Errorf("--node-name: no hostname: %w", err)
 		}
 		node = strings.ToLower(node)
 	}
-	l, err := agent.ParseLabels(labels)
+	// The node in the user agent: the API server's audit log and its
+	// request logs tell one node's agent from another's, which a
+	// DaemonSet's shared service account does not.
+	rc.UserAgent = "airlockd/node-agent node/" + node
+	l, err := agent.ParseLabels(f.labels)
 	if err != nil {
 		return nil, fmt.Errorf("--node-labels: %w", err)
 	}
-	if _, _, err := net.SplitHostPort(listen); err != nil {
-		return nil, fmt.Errorf("--kubernetes-listen %q: want HOST:PORT or :PORT: %w", listen, err)
+	if _, _, err := net.SplitHostPort(f.listen); err != nil {
+		return nil, fmt.Errorf("--kubernetes-listen %q: want HOST:PORT or :PORT: %w", f.listen, err)
 	}
-	if advertise != "" && net.ParseIP(advertise) == nil && len(validation.IsDNS1123Subdomain(advertise)) > 0 {
-		return nil, fmt.Errorf("--kubernetes-advertise-address %q: want an IP address or a DNS name", advertise)
+	if f.advertise != "" && net.ParseIP(f.advertise) == nil && len(validation.IsDNS1123Subdomain(f.advertise)) > 0 {
+		return nil, fmt.Errorf("--kubernetes-advertise-address %q: want an IP address or a DNS name", f.advertise)
 	}
-	cfg := &agent.Config{Kube: rc, Node: node, Labels: l, LeaseDuration: lease, Controller: controller,
-		Listen: listen, Advertise: advertise}
+	if f.auditEvery < 0 {
+		return nil, fmt.Errorf("--kubernetes-audit-interval %s: want 0 or more", f.auditEvery)
+	}
+	cfg := &agent.Config{Kube: rc, Node: node, Labels: l, LeaseDuration: f.lease, Controller: f.controller,
+		Listen: f.listen, Advertise: f.advertise, AuditStatusEvery: f.auditEvery}
 	if err := cfg.Check(); err != nil {
 		return nil, fmt.Errorf("--kubernetes: %w", err)
 	}

@@ -49,3 +49,35 @@ func grepLines(s, w string) []string {
 	}
 	return out
 }
+
+// TestKubernetesAuditInterval: a negative --kubernetes-audit-interval is
+// refused with the flag's name; 0 and a fleet's minute are taken.
+func TestKubernetesAuditInterval(t *testing.T) {
+	dir := t.TempDir()
+	kc := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	adm := filepath.Join(dir, "admission.hcl")
+	if err := os.WriteFile(adm, []byte("admission {\n  host_paths = [\"/srv/agents\"]\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(interval string) (string, int) {
+		return airlockd(t, "--kubernetes", "--kubeconfig", kc, "--node-name", "n1", "--root", filepath.Join(dir, "root"),
+			"--admission", adm, "--kubernetes-audit-interval", interval, "--check-config")
+	}
+	if out, code := run("-1s"); code != 2 || !strings.Contains(out, "--kubernetes-audit-interval -1s: want 0 or more") {
+		t.Errorf("--kubernetes-audit-interval -1s: exit %d, want 2 and the reason:\n%s", code, out)
+	}
+	for _, ok := range []string{"0", "1m"} {
+		if out, code := run(ok); code != 0 {
+			t.Errorf("--kubernetes-audit-interval %s: exit %d:\n%s", ok, code, out)
+		}
+	}
+}

@@ -15,8 +15,9 @@ import (
 // same daemon built with the kubernetes tag (make build), has it.
 
 const (
-	defaultNodeLease  = 40 * time.Second
-	defaultKubeListen = ":10265"
+	defaultNodeLease      = 40 * time.Second
+	defaultKubeListen     = ":10265"
+	defaultKubeAuditEvery = 5 * time.Second
 )
 
 type kubeAgent struct{}
@@ -27,6 +28,6 @@ func (*kubeAgent) run(context.Context, *daemon.Daemon) error {
 	return errors.New("built without Kubernetes support")
 }
 
-func kubeConfig(string, string, string, string, string, time.Duration, bool) (*kubeAgent, error) {
+func kubeConfig(kubeFlags) (*kubeAgent, error) {
 	return nil, errors.New("--kubernetes: this airlockd is built without the node agent; run airlockd-kube, the same daemon with it (make build builds both)")
 }

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/console"
@@ -149,6 +150,7 @@ func run() int {
 		nodeCapacity   = fs.Int("node-capacity", 0, "with --kubernetes: how many Sessions this node holds at once, `N` (a Session holds its place until it is deleted); default: the admission policy's session limit, which N may not exceed")
 		kubeListen     = fs.String("kubernetes-listen", defaultKubeListen, "with --kubernetes: serve the node endpoint on this TCP `ADDR` (HTTPS, a certificate the agent makes under --root): the logs, diffs, commits and audit logs of the Sessions on this node, for airlock --context. Each request's bearer token is checked by a TokenReview and its right by a SubjectAccessReview on the Session (sessions/log, sessions/diff, sessions/commit, sessions/audit); the address and certificate are published in the AirlockNode's status, and clients pin that certificate. An unspecified host publishes the address this host reaches the API server from")
 		kubeAdvertise  = fs.String("kubernetes-advertise-address", "", "with --kubernetes: the `HOST` (an IP address or DNS name) published for the node endpoint, with --kubernetes-listen's port, when clients reach the node by another address than the one it listens on (in a DaemonSet: the node's IP, status.hostIP)")
+		kubeAuditEvery = fs.Duration("kubernetes-audit-interval", defaultKubeAuditEvery, "with --kubernetes: the shortest `INTERVAL` between two writes of a Session's status made for its audit counts alone (each is an etcd write and a copy to every watcher of the Session; a fleet turns it up: docs/scale-out.md); a change of state, of the changes under review or of held requests is written at once with the counts of that moment. 0: the counts are written only with such a change")
 		nodeLease      = fs.Duration("node-lease-duration", defaultNodeLease, "with --kubernetes: the node Lease's duration, whole seconds, at least 2s: when this agent has not renewed it for that long the node is lost, and its unfinished Sessions are marked Lost, never run elsewhere (also the placement leader's Lease)")
 		dnsRate        = fs.Float64("dns-rate", dnsproxy.DefaultRate, "DNS queries a second each session may send to airlock's resolver, with a burst of twice as many; queries beyond are not answered, and the audit counts them (the gateway blocks UDP packets to the resolver beyond four times this rate, and at least 400 a second)")
 	)
@@ -319,7 +321,9 @@ func run() int {
 	}
 	var kubeCfg *kubeAgent
 	if *kubernetes {
-		if kubeCfg, err = kubeConfig(*kubeconfig, *nodeName, *nodeLabels, *kubeListen, *kubeAdvertise, *nodeLease, *kubeController); err != nil {
+		if kubeCfg, err = kubeConfig(kubeFlags{kubeconfig: *kubeconfig, node: *nodeName, labels: *nodeLabels,
+			listen: *kubeListen, advertise: *kubeAdvertise, lease: *nodeLease, auditEvery: *kubeAuditEvery,
+			controller: *kubeController}); err != nil {
 			fmt.Fprintln(os.Stderr, "airlockd:", err)
 			return 2
 		}
@@ -334,7 +338,7 @@ func run() int {
 			kubeCfg.setCapacity(*nodeCapacity)
 		}
 	} else {
-		for _, f := range []string{"kubeconfig", "kubernetes-controller", "node-name", "node-labels", "node-capacity", "node-lease-duration", "kubernetes-listen", "kubernetes-advertise-address"} {
+		for _, f := range []string{"kubeconfig", "kubernetes-controller", "node-name", "node-labels", "node-capacity", "node-lease-duration", "kubernetes-listen", "kubernetes-advertise-address", "kubernetes-audit-interval"} {
 			if flagGiven(fs, f) {
 				fmt.Fprintf(os.Stderr, "airlockd: --%s needs --kubernetes\n", f)
 				return 2
@@ -534,4 +538,11 @@ func (f *listFlag) String() string { return strings.Join(*f, ",") }
 func (f *listFlag) Set(v string) error {
 	*f = append(*f, v)
 	return nil
+}
+
+// kubeFlags are the --kubernetes flags as given (kubeConfig checks them).
+type kubeFlags struct {
+	kubeconfig, node, labels, listen, advertise string
+	lease, auditEvery                           time.Duration
+	controller                                  bool
 }

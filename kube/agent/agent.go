@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -78,6 +79,12 @@ type Config struct {
 	// Controller runs the placement controller in this agent, under
 	// leader election.
 	Controller bool
+	// AuditStatusEvery is the shortest time between two writes of a
+	// Session's status made for its audit counts alone (airlockd
+	// --kubernetes-audit-interval, whose default is
+	// DefaultAuditStatusEvery); 0: the counts are written only with
+	// another change of status.
+	AuditStatusEvery time.Duration
 	// Listen is the node endpoint's TCP address (airlockd
 	// --kubernetes-listen; DefaultListen): the Sessions' logs, diffs,
 	// commits and audit logs, for airlock --context. Its address and
@@ -109,6 +116,9 @@ func (cfg *Config) Check() error {
 	}
 	if cfg.LeaseDuration < MinLeaseDuration || cfg.LeaseDuration%time.Second != 0 {
 		problems = append(problems, fmt.Sprintf("node lease duration %s: want whole seconds, at least %s", cfg.LeaseDuration, MinLeaseDuration))
+	}
+	if cfg.AuditStatusEvery < 0 {
+		problems = append(problems, fmt.Sprintf("audit status interval %s: want 0 or more", cfg.AuditStatusEvery))
 	}
 	if err := checkLabels(cfg.Labels); err != nil {
 		problems = append(problems, err.Error())
@@ -273,7 +283,7 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 	}
 	na := &nodeAgent{d: d, node: cfg.Node, c: mgr.GetClient(), fresh: mgr.GetAPIReader(),
 		wake: make(chan event.GenericEvent, 256), stopCtx: ctx, waiting: map[string]bool{},
-		auditWritten: map[types.UID]time.Time{}}
+		auditWritten: map[types.UID]time.Time{}, auditEvery: cfg.AuditStatusEvery}
 	err = builder.ControllerManagedBy(mgr).
 		Named("airlock-node").
 		For(&v1alpha1.Session{}).
@@ -301,7 +311,11 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 	for _, run := range []func(context.Context){
 		func(ctx context.Context) { na.sweep(ctx, resync) },
 		na.followApprovals,
-		func(ctx context.Context) { na.watchAudit(ctx, statusEvery) },
+		func(ctx context.Context) {
+			if na.auditEvery > 0 {
+				na.watchAudit(ctx, na.auditEvery)
+			}
+		},
 	} {
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 			run(ctx)
@@ -328,8 +342,7 @@ func runPlacement(ctx context.Context, cfg Config, scheme *runtime.Scheme) {
 		// The leader Lease's holder names the node (kubectl get lease
 		// -n airlock-system airlock-placement), and is new for every
 		// term.
-		lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, LeaseNamespace, PlacementLease,
-			resourcelock.ResourceLockConfig{Identity: cfg.Node + "_" + string(uuid.NewUUID())}, cfg.Kube, renew)
+		lock, err := placementLock(cfg, renew)
 		var mgr manager.Manager
 		if err == nil {
 			mgr, err = manager.New(cfg.Kube, manager.Options{
@@ -387,4 +400,25 @@ func runPlacement(ctx context.Context, cfg Config, scheme *runtime.Scheme) {
 		case <-time.After(retry):
 		}
 	}
+}
+
+// placementLock is the placement leader's Lease lock, whose holder is
+// this node and a UUID new for every term. Its client is client-go's
+// resourcelock.NewFromKubeconfig's (each request bounded by half the renew
+// deadline), with the agent's user agent kept, so that an apiserver's
+// audit log tells the leader's renewals as airlockd's
+// ("airlockd/node-agent/leader-election"), not as client-go's default.
+func placementLock(cfg Config, renewDeadline time.Duration) (resourcelock.Interface, error) {
+	rc := rest.CopyConfig(cfg.Kube)
+	rc.Timeout = max(renewDeadline/2, time.Second)
+	if rc.UserAgent == "" {
+		rc.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rc.UserAgent += "/leader-election"
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return resourcelock.New(resourcelock.LeasesResourceLock, LeaseNamespace, PlacementLease,
+		cs.CoreV1(), cs.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: cfg.Node + "_" + string(uuid.NewUUID())})
 }

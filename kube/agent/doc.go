@@ -38,9 +38,12 @@
 //     it made instead of making a second one; a create the kill cut short
 //     left nothing (the daemon removes half-made sessions at start), and
 //     one that was made re-adopts like any local session;
-//   - writes status back through the status subresource from a fresh read,
-//     retrying on a conflict (409) from a fresh read again: state, node,
-//     local id, exit code and reason, timestamps;
+//   - writes status back through the status subresource with optimistic
+//     concurrency, starting from its cached copy or the answer to its last
+//     write and, on a conflict (409), from a fresh read: state, node,
+//     local id, exit code and reason, timestamps (a stale copy costs a
+//     refused write, never a lost one; a claim is a write like any other,
+//     so two claims of one Session cannot both succeed);
 //   - removes the local session when the Session is deleted, then its
 //     finalizer.
 //
@@ -80,7 +83,8 @@
 // discarded), and the requests its L7 gateway holds (the daemon's
 // approvals store, without headers or bodies). Writes stay rare on a
 // busy session: the audit counts alone are written at most every
-// statusEvery (5 s) per Session, looked at every statusEvery; a change of
+// Config.AuditStatusEvery (airlockd --kubernetes-audit-interval, 5 s by
+// default; 0: never on their own) per Session, looked at as often; a change of
 // state, of the changes or of the held requests is written at once, the
 // counts of that moment with it. The agent follows the approvals store,
 // so a request held or decided anywhere (a SessionApproval, airlock

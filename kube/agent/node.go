@@ -78,12 +78,14 @@ type nodeAgent struct {
 	// stopCtx is the agent's root context: the waits on local sessions
 	// last until it ends.
 	stopCtx context.Context
+	// auditEvery is Config.AuditStatusEvery.
+	auditEvery time.Duration
 
 	mu sync.Mutex
 	// waiting are the local sessions a goroutine waits on.
 	waiting map[string]bool // +checklocks:mu
 	// auditWritten is when each Session's audit counts were last
-	// written (see statusEvery).
+	// written (see auditEvery).
 	auditWritten map[types.UID]time.Time // +checklocks:mu
 }
 
@@ -110,8 +112,17 @@ func (a *nodeAgent) held(ctx context.Context) int {
 
 func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	ctx = log.With(ctx, "session", req.String())
+	// From the cache, which holds this node's Sessions and has at least
+	// the change that asked for this reconcile: every write below starts
+	// from this copy and re-reads afresh only if it was stale (409).
 	var s v1alpha1.Session
-	if err := a.fresh.Get(ctx, req.NamespacedName, &s); err != nil {
+	err := a.c.Get(ctx, req.NamespacedName, &s)
+	if apierrors.IsNotFound(err) {
+		// Gone from the cache: confirmed afresh before its local
+		// session is removed, since a cache may lag.
+		err = a.fresh.Get(ctx, req.NamespacedName, &s)
+	}
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			// Deleted without this agent's help (the placement
 			// controller took the finalizer off while it judged
@@ -132,7 +143,7 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 			}
 			log.G(ctx).Info("local session removed with its Session", "id", v.ID)
 		}
-		_, err := updateFresh(ctx, a.c, a.fresh, req.NamespacedName, func(f *v1alpha1.Session) bool {
+		_, err := updateFresh(ctx, a.c, a.fresh, req.NamespacedName, &s, func(f *v1alpha1.Session) bool {
 			return f.UID == s.UID && controllerutil.RemoveFinalizer(f, Finalizer)
 		})
 		a.mu.Lock()
@@ -149,7 +160,7 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		case s.Status.ID != "" || s.Status.State == v1alpha1.SessionRunning:
 			// It had a local session, and it is gone: removed on
 			// the node by hand. It is not run a second time.
-			_, err := writeStatus(ctx, a.c, a.fresh, req.NamespacedName, func(f *v1alpha1.Session) bool {
+			_, err := writeStatus(ctx, a.c, a.fresh, req.NamespacedName, &s, func(f *v1alpha1.Session) bool {
 				if f.UID != s.UID || !lostable(f.Status.State) {
 					return false
 				}
@@ -168,7 +179,7 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		// A local session made without the finalizer's being put
 		// on first (by hand, or by an older agent): a delete must
 		// still find it.
-		if _, err := updateFresh(ctx, a.c, a.fresh, req.NamespacedName, func(f *v1alpha1.Session) bool {
+		if _, err := updateFresh(ctx, a.c, a.fresh, req.NamespacedName, &s, func(f *v1alpha1.Session) bool {
 			return f.UID == s.UID && f.DeletionTimestamp == nil && controllerutil.AddFinalizer(f, Finalizer)
 		}); err != nil {
 			return reconcile.Result{}, err
@@ -201,7 +212,7 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	sum := a.summaries(ctx, v)
 	var later time.Duration
 	auditNow := false
-	wrote, err := writeStatus(ctx, a.c, a.fresh, req.NamespacedName, func(f *v1alpha1.Session) bool {
+	wrote, err := writeStatus(ctx, a.c, a.fresh, req.NamespacedName, &s, func(f *v1alpha1.Session) bool {
 		if f.UID != s.UID || f.Status.State == v1alpha1.SessionLost {
 			return false
 		}
@@ -226,13 +237,13 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 // or failed meanwhile.
 func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session, error) {
 	key := client.ObjectKeyFromObject(s)
-	if _, err := updateFresh(ctx, a.c, a.fresh, key, func(f *v1alpha1.Session) bool {
+	if _, err := updateFresh(ctx, a.c, a.fresh, key, s, func(f *v1alpha1.Session) bool {
 		return f.UID == s.UID && f.DeletionTimestamp == nil && controllerutil.AddFinalizer(f, Finalizer)
 	}); err != nil {
 		return nil, err
 	}
 	claimed := false
-	if _, err := writeStatus(ctx, a.c, a.fresh, key, func(f *v1alpha1.Session) bool {
+	if _, err := writeStatus(ctx, a.c, a.fresh, key, s, func(f *v1alpha1.Session) bool {
 		claimed = f.UID == s.UID && f.DeletionTimestamp == nil && f.Spec.NodeName == a.node &&
 			lostable(f.Status.State) && f.Status.State != v1alpha1.SessionRunning && f.Status.ID == ""
 		if !claimed {
@@ -266,7 +277,7 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 			reason = ReasonRefused
 		}
 		log.G(ctx).Warn("session not run", "reason", reason, "error", err)
-		_, werr := writeStatus(ctx, a.c, a.fresh, key, func(f *v1alpha1.Session) bool {
+		_, werr := writeStatus(ctx, a.c, a.fresh, key, s, func(f *v1alpha1.Session) bool {
 			if f.UID != s.UID || !lostable(f.Status.State) {
 				return false
 			}
@@ -331,7 +342,13 @@ func (a *nodeAgent) sweep(ctx context.Context, period time.Duration) {
 				continue
 			}
 			var s v1alpha1.Session
-			err := a.fresh.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &s)
+			key := client.ObjectKey{Namespace: ns, Name: name}
+			if err := a.c.Get(ctx, key, &s); err == nil && string(s.UID) == uid {
+				continue // in the cache: no request
+			}
+			// Gone from the cache: confirmed afresh, since a cache
+			// may lag.
+			err := a.fresh.Get(ctx, key, &s)
 			if err == nil && string(s.UID) == uid {
 				continue
 			}

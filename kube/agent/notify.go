@@ -15,7 +15,7 @@ import (
 
 // poke asks for a reconcile of the Session key: its status is written
 // again if anything in it changed (the audit counts no more often than
-// statusEvery).
+// Config.AuditStatusEvery).
 func (a *nodeAgent) poke(ctx context.Context, key types.NamespacedName) {
 	select {
 	case a.wake <- event.GenericEvent{Object: &v1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}}:
@@ -61,7 +61,7 @@ func (a *nodeAgent) followApprovals(ctx context.Context) {
 
 // watchAudit pokes, every period, the Sessions whose local sessions' audit
 // counts changed since it last looked, until ctx ends: a Session's counts
-// reach its status at most period (and statusEvery) late, however many
+// reach its status at most period late, however many
 // events its session makes.
 func (a *nodeAgent) watchAudit(ctx context.Context, period time.Duration) {
 	t := time.NewTicker(period)

@@ -386,7 +386,7 @@ func (p *placer) place(ctx context.Context, s *v1alpha1.Session, name string) er
 	p.mu.Unlock()
 	log.G(ctx).Info("session placed", "session", s.Namespace+"/"+s.Name, "node", name)
 	now := metav1.NewTime(p.now().Truncate(time.Second))
-	_, err := writeStatus(ctx, c, fresh, client.ObjectKeyFromObject(s), func(f *v1alpha1.Session) bool {
+	_, err := writeStatus(ctx, c, fresh, client.ObjectKeyFromObject(s), s, func(f *v1alpha1.Session) bool {
 		if f.UID != s.UID || f.Spec.NodeName != name {
 			return false
 		}
@@ -406,7 +406,7 @@ func (p *placer) unschedulable(ctx context.Context, s *v1alpha1.Session, why str
 		return nil
 	}
 	c, fresh := p.clients()
-	_, err := writeStatus(ctx, c, fresh, client.ObjectKeyFromObject(s), func(f *v1alpha1.Session) bool {
+	_, err := writeStatus(ctx, c, fresh, client.ObjectKeyFromObject(s), s.DeepCopy(), func(f *v1alpha1.Session) bool {
 		if f.UID != s.UID || f.Spec.NodeName != "" || (f.Status.State != "" && f.Status.State != v1alpha1.SessionPending) {
 			return false
 		}
@@ -441,13 +441,13 @@ func (p *placer) lose(ctx context.Context, s *v1alpha1.Session, n *node) error {
 	key := client.ObjectKeyFromObject(s)
 	if deleting {
 		log.G(ctx).Info("removing the finalizer of a deleted session whose node is lost", "session", key, "node", n.name)
-		_, err := updateFresh(ctx, c, fresh, key, func(f *v1alpha1.Session) bool {
+		_, err := updateFresh(ctx, c, fresh, key, s.DeepCopy(), func(f *v1alpha1.Session) bool {
 			return f.UID == s.UID && controllerutil.RemoveFinalizer(f, Finalizer)
 		})
 		return err
 	}
 	now := metav1.NewTime(p.now().Truncate(time.Second))
-	wrote, err := writeStatus(ctx, c, fresh, key, func(f *v1alpha1.Session) bool {
+	wrote, err := writeStatus(ctx, c, fresh, key, s.DeepCopy(), func(f *v1alpha1.Session) bool {
 		if f.UID != s.UID || f.Spec.NodeName != n.name || !lostable(f.Status.State) {
 			return false
 		}

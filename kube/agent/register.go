@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -68,11 +69,52 @@ func loadIdentity(root, node string) (string, error) {
 }
 
 // registrar registers the node and renews its Lease.
+//
+// Like a kubelet's, its renewals and status writes start from the
+// objects as it last wrote them, not from a read: a node costs the API
+// server one write per renewal, and nothing between two changes of its
+// status. A conflict (409) says someone else changed the object; the
+// write starts over from a read, which also tells a Lease taken over.
 type registrar struct {
 	c        client.Client // uncached
 	cfg      Config
 	identity string
 	endpoint v1alpha1.NodeEndpoint
+
+	mu sync.Mutex
+	// lease is the node's Lease as this agent last wrote it; nil
+	// before the first write, or when it must be read again.
+	lease *coordinationv1.Lease // +checklocks:mu
+	// node is the AirlockNode as last written or read, and checked
+	// when it was last read (a deleted AirlockNode is noticed by a
+	// read: see nodeCheckEvery).
+	node    *v1alpha1.AirlockNode // +checklocks:mu
+	checked time.Time             // +checklocks:mu
+}
+
+// nodeCheckEvery is how often reportSessions reads the AirlockNode even
+// when its status has not changed, to notice it was deleted (a deleted
+// AirlockNode's Lease, its dependent, is deleted by the garbage collector
+// and the heartbeat notices that sooner).
+const nodeCheckEvery = time.Minute
+
+// setLease records l as the node's Lease last written (nil: read it
+// again before the next renewal).
+func (r *registrar) setLease(l *coordinationv1.Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lease = l.DeepCopy()
+}
+
+// setNode records n as the AirlockNode last written or read (nil: read
+// it again at the next report).
+func (r *registrar) setNode(n *v1alpha1.AirlockNode, read bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.node = n.DeepCopy()
+	if read {
+		r.checked = time.Now()
+	}
 }
 
 func (r *registrar) leaseSeconds() int32 {
@@ -129,6 +171,7 @@ func (r *registrar) register(ctx context.Context) error {
 	if err := r.writeNodeStatus(ctx, n, -1); err != nil {
 		return err
 	}
+	r.setNode(n, true)
 
 	mt := metav1.NewMicroTime(now)
 	secs := r.leaseSeconds()
@@ -145,6 +188,7 @@ func (r *registrar) register(ctx context.Context) error {
 			}
 			return fmt.Errorf("create lease %s: %w", key, err)
 		}
+		r.setLease(&l)
 		return nil
 	}
 	if ptrString(l.Spec.HolderIdentity) != r.identity {
@@ -157,6 +201,7 @@ func (r *registrar) register(ctx context.Context) error {
 	if err := r.c.Update(ctx, &l); err != nil {
 		return fmt.Errorf("take lease %s: %w", key, err)
 	}
+	r.setLease(&l)
 	return nil
 }
 
@@ -188,19 +233,40 @@ func (r *registrar) writeNodeStatus(ctx context.Context, n *v1alpha1.AirlockNode
 }
 
 // renew renews the node's Lease: an error wrapping errLeaseTaken when
-// another agent took it over (ours had expired).
+// another agent took it over (ours had expired). It writes the Lease as
+// it last wrote it, with a new renew time; only a conflict, someone
+// else's change, makes it read the Lease first.
 func (r *registrar) renew(ctx context.Context) error {
-	var l coordinationv1.Lease
 	key := client.ObjectKey{Namespace: LeaseNamespace, Name: r.cfg.Node}
-	if err := r.c.Get(ctx, key, &l); err != nil {
-		return err
+	r.mu.Lock()
+	l := r.lease.DeepCopy()
+	r.mu.Unlock()
+	for {
+		read := l == nil
+		if read {
+			l = &coordinationv1.Lease{}
+			if err := r.c.Get(ctx, key, l); err != nil {
+				return err
+			}
+		}
+		if h := ptrString(l.Spec.HolderIdentity); h != r.identity {
+			r.setLease(nil)
+			return fmt.Errorf("%w: lease %s is now held by %q (this agent's had expired)", errLeaseTaken, key, h)
+		}
+		mt := metav1.NewMicroTime(time.Now())
+		l.Spec.RenewTime = &mt
+		err := r.c.Update(ctx, l)
+		switch {
+		case err == nil:
+			r.setLease(l)
+			return nil
+		case apierrors.IsConflict(err) && !read:
+			l = nil // changed by someone else: read it, once
+		default:
+			r.setLease(nil)
+			return err
+		}
 	}
-	if h := ptrString(l.Spec.HolderIdentity); h != r.identity {
-		return fmt.Errorf("%w: lease %s is now held by %q (this agent's had expired)", errLeaseTaken, key, h)
-	}
-	mt := metav1.NewMicroTime(time.Now())
-	l.Spec.RenewTime = &mt
-	return r.c.Update(ctx, &l)
 }
 
 // heartbeat renews the Lease every quarter of its duration until ctx ends
@@ -247,19 +313,41 @@ func (r *registrar) reportSessions(ctx context.Context, period time.Duration, he
 			return
 		case <-t.C:
 		}
-		var n v1alpha1.AirlockNode
-		err := r.c.Get(ctx, client.ObjectKey{Name: r.cfg.Node}, &n)
-		switch {
-		case apierrors.IsNotFound(err):
+		err := r.report(ctx, held(ctx))
+		if apierrors.IsNotFound(err) {
 			// Deleted by someone: the node registers again, or
 			// nothing is placed on it.
 			log.G(ctx).Warn("AirlockNode deleted; registering the node again")
 			err = r.register(ctx)
-		case err == nil:
-			err = r.writeNodeStatus(ctx, &n, held(ctx))
 		}
 		if err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) {
 			log.G(ctx).Warn("node status not written", "error", err)
 		}
 	}
+}
+
+// report writes the AirlockNode's status with held sessions, starting
+// from the AirlockNode as last written: no request when nothing changed
+// and it was read less than nodeCheckEvery ago. A conflict makes the
+// next report read it; NotFound says it was deleted.
+func (r *registrar) report(ctx context.Context, held int) error {
+	r.mu.Lock()
+	n := r.node.DeepCopy()
+	read := n == nil || time.Since(r.checked) >= nodeCheckEvery
+	r.mu.Unlock()
+	if read {
+		n = &v1alpha1.AirlockNode{}
+		if err := r.c.Get(ctx, client.ObjectKey{Name: r.cfg.Node}, n); err != nil {
+			return err
+		}
+		r.setNode(n, true)
+	}
+	if err := r.writeNodeStatus(ctx, n, held); err != nil {
+		r.mu.Lock()
+		r.node = nil
+		r.mu.Unlock()
+		return err
+	}
+	r.setNode(n, false)
+	return nil
 }

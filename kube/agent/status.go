@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"math"
 	"strings"
 	"time"
 
@@ -17,47 +18,61 @@ import (
 )
 
 // writeStatus changes a Session's status through the status subresource
-// with optimistic concurrency: it reads the Session afresh (never from a
-// cache), lets mutate change it (false: nothing to write), and writes it
-// with the resourceVersion it read; a conflict (409) starts over from a
-// fresh read. It reports whether it wrote.
-func writeStatus(ctx context.Context, c client.Client, fresh client.Reader, key client.ObjectKey, mutate func(*v1alpha1.Session) bool) (bool, error) {
-	wrote := false
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		wrote = false
-		var s v1alpha1.Session
-		if err := fresh.Get(ctx, key, &s); err != nil {
-			return err
-		}
+// with optimistic concurrency: mutate changes a copy (false: nothing to
+// write) and the copy is written with the resourceVersion it came with.
+// The first attempt starts from cur, the caller's latest copy of the
+// Session (from its cache, a read, or the answer to its last write), when
+// it has one; a conflict (409) means that copy was stale, and every retry
+// starts from a fresh read (never from a cache). On a write, cur becomes
+// the Session as written, for the caller's next write to start from.
+// Nothing is written when mutate leaves the status as it was. It reports
+// whether it wrote.
+//
+// Starting from the caller's copy saves the API server a read per write:
+// a Session's writes are its agent's and the placement controller's, and
+// a copy is stale only when the other wrote meanwhile.
+func writeStatus(ctx context.Context, c client.Client, fresh client.Reader, key client.ObjectKey, cur *v1alpha1.Session, mutate func(*v1alpha1.Session) bool) (bool, error) {
+	return writeSession(ctx, fresh, key, cur, func(s *v1alpha1.Session) (bool, error) {
 		before := s.Status.DeepCopy()
-		if !mutate(&s) || equality.Semantic.DeepEqual(before, &s.Status) {
-			return nil
+		if !mutate(s) || equality.Semantic.DeepEqual(before, &s.Status) {
+			return false, nil
 		}
-		if err := c.Status().Update(ctx, &s); err != nil {
-			return err
-		}
-		wrote = true
-		return nil
+		return true, c.Status().Update(ctx, s)
 	})
-	return wrote, err
 }
 
 // updateFresh is writeStatus for the Session itself (its finalizers).
-func updateFresh(ctx context.Context, c client.Client, fresh client.Reader, key client.ObjectKey, mutate func(*v1alpha1.Session) bool) (bool, error) {
+func updateFresh(ctx context.Context, c client.Client, fresh client.Reader, key client.ObjectKey, cur *v1alpha1.Session, mutate func(*v1alpha1.Session) bool) (bool, error) {
+	return writeSession(ctx, fresh, key, cur, func(s *v1alpha1.Session) (bool, error) {
+		if !mutate(s) {
+			return false, nil
+		}
+		return true, c.Update(ctx, s)
+	})
+}
+
+// writeSession runs write on a copy of cur, then on fresh reads while
+// write's error is a conflict; see writeStatus.
+func writeSession(ctx context.Context, fresh client.Reader, key client.ObjectKey, cur *v1alpha1.Session, write func(*v1alpha1.Session) (bool, error)) (bool, error) {
 	wrote := false
+	attempt := 0
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		attempt++
 		wrote = false
 		var s v1alpha1.Session
-		if err := fresh.Get(ctx, key, &s); err != nil {
+		if attempt == 1 && cur != nil && cur.ResourceVersion != "" {
+			cur.DeepCopyInto(&s)
+		} else if err := fresh.Get(ctx, key, &s); err != nil {
 			return err
 		}
-		if !mutate(&s) {
-			return nil
-		}
-		if err := c.Update(ctx, &s); err != nil {
+		w, err := write(&s)
+		if err != nil {
 			return err
 		}
-		wrote = true
+		wrote = w
+		if w && cur != nil {
+			s.DeepCopyInto(cur) // the API server's answer
+		}
 		return nil
 	})
 	return wrote, err
@@ -106,13 +121,14 @@ func localStatus(st v1alpha1.SessionStatus, v *api.Session, node string, generat
 	return st
 }
 
-// statusEvery is the shortest time between two writes of a Session's
-// status made for its audit counts alone: a busy session's perimeter
+// DefaultAuditStatusEvery is the shortest time between two writes of a
+// Session's status made for its audit counts alone, unless
+// Config.AuditStatusEvery says otherwise: a busy session's perimeter
 // decides many times a second, and each write costs the API server a
 // write to etcd and every watcher of the Session a copy. A change of
 // state, of the changes under review or of the held requests is written
 // at once, and takes the audit counts of that moment with it.
-const statusEvery = 5 * time.Second
+const DefaultAuditStatusEvery = 5 * time.Second
 
 // Bounds of a held request's fields in status: a path is the sandbox's
 // text, and up to approvals.DefaultMaxPerSession are listed.
@@ -162,10 +178,11 @@ func (a *nodeAgent) summaries(ctx context.Context, v *api.Session) summaries {
 
 // apply puts s into st, the status to write, whose current version is
 // old: the changes and held requests always, the audit counts when they
-// changed and either due is not positive (statusEvery has passed since
-// they were last written) or st differs from old in anything else (it is
-// written anyway). It returns how long until the counts are due when they
-// changed and were held back, and whether it set them.
+// changed and either due is not positive (the audit interval has passed
+// since they were last written) or st differs from old in anything else
+// (it is written anyway). It returns how long until the counts are due
+// when they changed and were held back (0 when they wait for another
+// change: due is neverDue), and whether it set them.
 func (s summaries) apply(st, old *v1alpha1.SessionStatus, due time.Duration) (later time.Duration, auditSet bool) {
 	if s.diffKnown {
 		st.Diff = s.diff
@@ -178,19 +195,29 @@ func (s summaries) apply(st, old *v1alpha1.SessionStatus, due time.Duration) (la
 		st.Audit = s.audit
 		return 0, true
 	}
+	if due == neverDue {
+		return 0, false
+	}
 	return due, false
 }
+
+// neverDue is auditDue's answer when the audit counts are never written
+// on their own (Config.AuditStatusEvery 0).
+const neverDue = time.Duration(math.MaxInt64)
 
 // auditDue is how long until a Session's audit counts may be written
 // again on their own; zero or less: now.
 func (a *nodeAgent) auditDue(uid types.UID) time.Duration {
+	if a.auditEvery == 0 {
+		return neverDue
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	last, ok := a.auditWritten[uid]
 	if !ok {
 		return 0
 	}
-	return statusEvery - time.Since(last)
+	return a.auditEvery - time.Since(last)
 }
 
 func auditStatus(s *api.AuditSummary) *v1alpha1.AuditSummary {

@@ -20,6 +20,38 @@ import (
 	airlockruntime "github.com/airlock-sandbox/airlock/runtime"
 )
 
+// checkedAgentArgs are a DaemonSet's airlockd-kube arguments for node,
+// with the test's own root, socket, admission file (the ConfigMap's
+// policy) and session image archive for the container's paths; then the
+// test's kubeconfig (in a pod: the in-cluster configuration), binaries,
+// runtime and session pool. It fails the test unless airlockd-kube
+// --check-config takes them.
+func checkedAgentArgs(t *testing.T, env daemontest.Env, dsArgs []string, admission, kubeconfig, node, pool, root string) []string {
+	t.Helper()
+	admFile := filepath.Join(t.TempDir(), "admission.hcl")
+	if err := os.WriteFile(admFile, []byte(admission), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := slices.Clone(dsArgs)
+	for i, a := range args {
+		args[i] = strings.NewReplacer("$(NODE_NAME)", node, "$(POD_IP)", "127.0.0.1").Replace(a)
+	}
+	// Two agents on one host: each its own endpoint port.
+	args = setArg(t, args, "--kubernetes-listen", "127.0.0.1:0")
+	args = setArg(t, args, "--admission", admFile)
+	args = setArg(t, args, "--root", root)
+	args = setArg(t, args, "--socket", filepath.Join(root, "airlock.sock"))
+	args = setArg(t, args, "--image", env.AgentImage)
+	args = append(args, "--kubeconfig", kubeconfig, "--bin-dir", env.BinDir, "--runtime", env.Runtime,
+		"--session-pool", pool, "--stop-containerd", "--log-level", "info",
+		"--node-labels", "airlock.test/node="+node)
+	check := exec.Command(filepath.Join(env.BinDir, "airlockd-kube"), append(args, "--check-config")...)
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Fatalf("airlockd-kube %s --check-config: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return args
+}
+
 // agentProc is airlockd-kube run as a node agent.
 type agentProc struct {
 	t      *testing.T
@@ -60,29 +92,8 @@ func startAgent(t *testing.T, env daemontest.Env, dsArgs []string, admission, ku
 	if err != nil {
 		t.Fatal(err)
 	}
-	admFile := filepath.Join(t.TempDir(), "admission.hcl")
-	if err := os.WriteFile(admFile, []byte(admission), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := slices.Clone(dsArgs)
-	for i, a := range args {
-		args[i] = strings.NewReplacer("$(NODE_NAME)", node, "$(POD_IP)", "127.0.0.1").Replace(a)
-	}
-	// Two agents on one host: each its own endpoint port.
-	args = setArg(t, args, "--kubernetes-listen", "127.0.0.1:0")
-	args = setArg(t, args, "--admission", admFile)
-	args = setArg(t, args, "--root", root)
-	args = setArg(t, args, "--socket", filepath.Join(root, "airlock.sock"))
-	args = setArg(t, args, "--image", env.AgentImage)
-	args = append(args, "--kubeconfig", kubeconfig, "--bin-dir", env.BinDir, "--runtime", env.Runtime,
-		"--session-pool", pool, "--stop-containerd", "--log-level", "info",
-		"--node-labels", "airlock.test/node="+node)
+	args := checkedAgentArgs(t, env, dsArgs, admission, kubeconfig, node, pool, root)
 	bin := filepath.Join(env.BinDir, "airlockd-kube")
-
-	check := exec.Command(bin, append(args, "--check-config")...)
-	if out, err := check.CombinedOutput(); err != nil {
-		t.Fatalf("airlockd-kube %s --check-config: %v\n%s", strings.Join(args, " "), err, out)
-	}
 
 	n := &agentProc{t: t, root: root, log: &syncBuffer{}, api: api.NewClient(filepath.Join(root, "airlock.sock"))}
 	ctrd := &airlockruntime.Embedded{Dir: filepath.Join(root, "containerd")}

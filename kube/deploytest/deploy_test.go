@@ -151,7 +151,7 @@ func TestDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := loadManifests(t)
+	ms := loadManifests(t, baseDeployment)
 	ds, ctr := daemonSet(t, ms)
 
 	cp := kubetest.Start(t)

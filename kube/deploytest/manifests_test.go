@@ -17,12 +17,16 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
 )
 
-// manifest is one object of deploy/kubernetes and the file it is in.
+// manifest is one object of a deployment and the file it is in ("" for
+// one kustomize made, such as deploy/kubernetes-fleet's second
+// DaemonSet).
 type manifest struct {
 	file string
 	obj  *unstructured.Unstructured
@@ -33,64 +37,120 @@ func (m manifest) String() string {
 	if ns := m.obj.GetNamespace(); ns != "" {
 		name = ns + "/" + name
 	}
+	if m.file == "" {
+		return fmt.Sprintf("%s %s", m.obj.GetKind(), name)
+	}
 	return fmt.Sprintf("%s %s (%s)", m.obj.GetKind(), name, m.file)
 }
 
-// loadManifests reads deploy/kubernetes/kustomization.yaml and the objects
-// of the files it lists, in its order. Every YAML file under
-// deploy/kubernetes must be listed: one left out would not be deployed.
-func loadManifests(t *testing.T) []manifest {
+// The deployments, as directories under deploy/: the one for a few nodes,
+// and the one for a fleet (its overlay).
+const (
+	baseDeployment  = "kubernetes"
+	fleetDeployment = "kubernetes-fleet"
+)
+
+// loadManifests builds the kustomization deploy/name with kustomize's own
+// library, the one kubectl apply -k runs, and returns its objects in its
+// order, each with the file under deploy/ it came from. Every YAML file
+// under deploy/ must be in a kustomization's resources: one left out
+// would not be deployed.
+func loadManifests(t *testing.T, name string) []manifest {
 	t.Helper()
 	root, err := kubetest.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(root, "deploy", "kubernetes")
-	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	deploy := filepath.Join(root, "deploy")
+	origin := listed(t, deploy)
+	opts := krusty.MakeDefaultOptions()
+	// The kustomizations' sortOptions decide the order, as they do
+	// for kubectl.
+	opts.Reorder = krusty.ReorderOptionUnspecified
+	rm, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), filepath.Join(deploy, name))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("kustomize build deploy/%s: %v", name, err)
 	}
-	var k struct {
-		APIVersion string   `json:"apiVersion"`
-		Kind       string   `json:"kind"`
-		Resources  []string `json:"resources"`
-	}
-	if err := yaml.UnmarshalStrict(b, &k); err != nil {
-		t.Fatalf("kustomization.yaml: %v", err)
-	}
-	if k.Kind != "Kustomization" || len(k.Resources) == 0 {
-		t.Fatalf("kustomization.yaml: kind %q with %d resources, want a Kustomization listing the manifests", k.Kind, len(k.Resources))
-	}
-	var all []string
-	err = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".yaml") && d.Name() != "kustomization.yaml" {
-			rel, _ := filepath.Rel(dir, p)
-			all = append(all, rel)
+	var out []manifest
+	for _, r := range rm.Resources() {
+		// Through JSON, as kubectl sends it (kustomize's own maps
+		// hold Go ints, which unstructured objects do not).
+		j, err := r.MarshalJSON()
+		u := &unstructured.Unstructured{}
+		if err == nil {
+			err = u.UnmarshalJSON(j)
 		}
-		return err
+		if err != nil {
+			t.Fatalf("deploy/%s: %s %s: %v", name, r.GetKind(), r.GetName(), err)
+		}
+		out = append(out, manifest{file: origin[objectKey(u)], obj: u})
+	}
+	if len(out) == 0 {
+		t.Fatalf("deploy/%s: no object", name)
+	}
+	return out
+}
+
+func objectKey(u *unstructured.Unstructured) string {
+	return u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName()
+}
+
+// listed checks that every YAML file under deploy is a kustomization or
+// in the resources of the kustomization of its directory, and returns
+// the file (relative to deploy/kubernetes, or to deploy/ outside it) of
+// each object, by kind, namespace and name.
+func listed(t *testing.T, deploy string) map[string]string {
+	t.Helper()
+	resources := map[string]bool{}
+	var files []string
+	err := filepath.WalkDir(deploy, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".yaml") {
+			return err
+		}
+		if d.Name() != "kustomization.yaml" {
+			files = append(files, p)
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		var k struct {
+			Resources []string `json:"resources"`
+		}
+		if err := yaml.Unmarshal(b, &k); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		for _, r := range k.Resources {
+			resources[filepath.Join(filepath.Dir(p), r)] = true
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range all {
-		if !slices.Contains(k.Resources, f) {
-			t.Errorf("deploy/kubernetes/%s is not in kustomization.yaml's resources: it would not be deployed", f)
+	origin := map[string]string{}
+	for _, f := range files {
+		rel, _ := filepath.Rel(filepath.Join(deploy, baseDeployment), f)
+		if strings.HasPrefix(rel, "..") {
+			rel, _ = filepath.Rel(deploy, f)
 		}
-	}
-	var out []manifest
-	for _, f := range k.Resources {
-		objs, err := readObjects(filepath.Join(dir, f))
+		if !resources[f] {
+			t.Errorf("deploy/%s is in no kustomization's resources: it would not be deployed", strings.TrimPrefix(f, deploy+"/"))
+			continue
+		}
+		objs, err := readObjects(f)
 		if err != nil {
-			t.Fatalf("deploy/kubernetes/%s: %v", f, err)
+			t.Fatalf("%s: %v", f, err)
 		}
 		if len(objs) == 0 {
-			t.Fatalf("deploy/kubernetes/%s: no object", f)
+			t.Errorf("%s: no object", f)
 		}
 		for _, o := range objs {
-			out = append(out, manifest{file: f, obj: o})
+			origin[objectKey(o)] = rel
 		}
 	}
-	return out
+	return origin
 }
 
 // readObjects parses the YAML documents of path, each one object.
@@ -136,7 +196,7 @@ func find(t *testing.T, ms []manifest, kind, name string) manifest {
 			return m
 		}
 	}
-	t.Fatalf("deploy/kubernetes has no %s %s", kind, name)
+	t.Fatalf("the deployment has no %s %s", kind, name)
 	return manifest{}
 }
 
@@ -147,7 +207,13 @@ func find(t *testing.T, ms []manifest, kind, name string) manifest {
 // --admission names. It returns the DaemonSet and airlockd's container.
 func daemonSet(t *testing.T, ms []manifest) (*appsv1.DaemonSet, *corev1.Container) {
 	t.Helper()
-	m := find(t, ms, "DaemonSet", "airlock-node")
+	return daemonSetNamed(t, ms, "airlock-node")
+}
+
+// daemonSetNamed is daemonSet for the DaemonSet name.
+func daemonSetNamed(t *testing.T, ms []manifest, name string) (*appsv1.DaemonSet, *corev1.Container) {
+	t.Helper()
+	m := find(t, ms, "DaemonSet", name)
 	var ds appsv1.DaemonSet
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(m.obj.Object, &ds, true); err != nil {
 		t.Fatalf("%s: not a valid DaemonSet: %v", m, err)

@@ -76,6 +76,11 @@ type ControlPlane struct {
 	Dir string
 	// EtcdURL is etcd's client URL, APIServerURL the apiserver's.
 	EtcdURL, APIServerURL string
+	// AuditLog is the apiserver's audit log: one JSON event per request
+	// at Metadata level (who, user agent, verb, object, response code),
+	// which lets a test count what each client cost the apiserver
+	// (AuditEvents).
+	AuditLog string
 
 	procs []*proc // in start order; stopped in reverse
 }
@@ -237,7 +242,8 @@ func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error
 		"sa.key":      saKey,
 		"sa.pub":      saPub,
 		// token,user,uid,"group,..."
-		"tokens.csv": fmt.Appendf(nil, "%s,%s,%s,\"system:masters\"\n", token, AdminUser, AdminUser),
+		"tokens.csv":        fmt.Appendf(nil, "%s,%s,%s,\"system:masters\"\n", token, AdminUser, AdminUser),
+		"audit-policy.yaml": []byte(auditPolicy),
 	} {
 		if err := os.WriteFile(filepath.Join(pki, name), b, 0o600); err != nil {
 			return nil, err
@@ -245,6 +251,7 @@ func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error
 	}
 
 	cp.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
+	cp.AuditLog = filepath.Join(dir, "audit.log")
 	api, err := cp.start(filepath.Join(binDir, "kube-apiserver"),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -265,6 +272,11 @@ func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error
 		// address, which Endpoints validation refuses.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
+		"--audit-policy-file="+filepath.Join(pki, "audit-policy.yaml"),
+		"--audit-log-path="+cp.AuditLog,
+		// Written as each request completes, so that a test reading the
+		// log right after its requests sees them.
+		"--audit-log-mode=blocking",
 	)
 	if err != nil {
 		return nil, err

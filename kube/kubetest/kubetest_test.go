@@ -81,3 +81,57 @@ func TestAnonymousIsRefused(t *testing.T) {
 		t.Fatalf("anonymous list namespaces: %v, want Forbidden", err)
 	}
 }
+
+// TestAuditEvents checks that the audit log names each request's client:
+// a namespace created with one user agent and listed with another shows
+// as two events, each with its verb, resource, user agent and code, and a
+// refused anonymous request as its own.
+func TestAuditEvents(t *testing.T) {
+	cp := kubetest.Start(t)
+	ctx := t.Context()
+	as := func(ua, token string) *kubernetes.Clientset {
+		cfg := *cp.Config
+		cfg.UserAgent = ua
+		cfg.BearerToken = token
+		cs, err := kubernetes.NewForConfig(&cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	if _, err := as("writer/1", cp.Config.BearerToken).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "audited"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := as("reader/1", cp.Config.BearerToken).CoreV1().Namespaces().Get(ctx, "audited", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := as("stranger/1", "").CoreV1().Namespaces().Get(ctx, "audited", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("anonymous get: %v, want Forbidden", err)
+	}
+	events, err := cp.AuditEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type seen struct {
+		verb, resource, user string
+		code                 int
+		write                bool
+	}
+	got := map[string][]seen{}
+	for _, e := range events {
+		if e.ObjectRef == nil || e.ObjectRef.Name != "audited" && e.Verb != "create" || e.Resource() != "namespaces" {
+			continue
+		}
+		got[e.UserAgent] = append(got[e.UserAgent], seen{e.Verb, e.Resource(), e.User.Username, e.ResponseStatus.Code, e.IsWrite()})
+	}
+	want := map[string][]seen{
+		"writer/1":   {{"create", "namespaces", kubetest.AdminUser, 201, true}},
+		"reader/1":   {{"get", "namespaces", kubetest.AdminUser, 200, false}},
+		"stranger/1": {{"get", "namespaces", "system:anonymous", 403, false}},
+	}
+	for ua, w := range want {
+		if g := got[ua]; len(g) != 1 || g[0] != w[0] {
+			t.Errorf("audit events from %s: %+v, want %+v", ua, g, w)
+		}
+	}
+}

@@ -1,0 +1,54 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+)
+
+// TestApplyAuditInterval: audit counts that changed alone are held back
+// until due (and asked for again then), written at once when due or when
+// the status changes anyway, and never alone with an interval of 0
+// (neverDue), which asks for no later write.
+func TestApplyAuditInterval(t *testing.T) {
+	old := v1alpha1.SessionStatus{State: v1alpha1.SessionRunning, Audit: &v1alpha1.AuditSummary{Events: 3}}
+	grown := summaries{audit: &v1alpha1.AuditSummary{Events: 9}, diffKnown: true}
+	for _, tc := range []struct {
+		name      string
+		due       time.Duration
+		state     v1alpha1.SessionState // the status to write's state
+		wantLater time.Duration
+		wantSet   bool
+	}{
+		{"due later, nothing else changed", 4 * time.Second, v1alpha1.SessionRunning, 4 * time.Second, false},
+		{"due now", 0, v1alpha1.SessionRunning, 0, true},
+		{"overdue", -time.Second, v1alpha1.SessionRunning, 0, true},
+		{"due later, state changed", 4 * time.Second, v1alpha1.SessionExited, 0, true},
+		{"never alone, nothing else changed", neverDue, v1alpha1.SessionRunning, 0, false},
+		{"never alone, state changed", neverDue, v1alpha1.SessionExited, 0, true},
+	} {
+		st := *old.DeepCopy()
+		st.State = tc.state
+		later, set := grown.apply(&st, &old, tc.due)
+		if later != tc.wantLater || set != tc.wantSet {
+			t.Errorf("%s: apply = (%s, %v), want (%s, %v)", tc.name, later, set, tc.wantLater, tc.wantSet)
+		}
+		if want := map[bool]int64{true: 9, false: 3}[tc.wantSet]; st.Audit == nil || st.Audit.Events != want {
+			t.Errorf("%s: status's audit events %v, want %d", tc.name, st.Audit, want)
+		}
+	}
+	a := &nodeAgent{auditWritten: map[types.UID]time.Time{"u": time.Now()}}
+	if d := a.auditDue("u"); d != neverDue {
+		t.Errorf("interval 0: auditDue = %s, want neverDue", d)
+	}
+	a.auditEvery = time.Minute
+	if d := a.auditDue("u"); d <= 50*time.Second || d > time.Minute {
+		t.Errorf("interval 1m, written just now: auditDue = %s, want just under 1m", d)
+	}
+	if d := a.auditDue("other"); d != 0 {
+		t.Errorf("interval 1m, never written: auditDue = %s, want 0", d)
+	}
+}

@@ -9,11 +9,13 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-// Bounds of a session's labels (CreateRequest.Labels).
+// Bounds of a session's labels (CreateRequest.Labels). A value holds a
+// Kubernetes namespace/name (the node agent's airlock.dev/session label):
+// up to 63 + 1 + 253 bytes.
 const (
 	MaxLabels          = 16
 	MaxLabelKeyLength  = 128
-	MaxLabelValueBytes = 256
+	MaxLabelValueBytes = 320
 )
 
 var labelKey = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/-]*[A-Za-z0-9])?$`)

@@ -19,6 +19,7 @@ func TestValidateLabels(t *testing.T) {
 	}{
 		{"none", nil, false},
 		{"kubernetes uid", map[string]string{"airlock.dev/session-uid": "2b0c6f3e-8a47-4c1f-9d55-0f5d3b7f2a10", "airlock.dev/session": "default/x"}, false},
+		{"longest kubernetes namespace/name", map[string]string{"airlock.dev/session": strings.Repeat("n", 63) + "/" + strings.Repeat("s", 253)}, false},
 		{"empty value", map[string]string{"k": ""}, false},
 		{"empty key", map[string]string{"": "v"}, true},
 		{"key ends with a dash", map[string]string{"k-": "v"}, true},

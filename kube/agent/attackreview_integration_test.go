@@ -1,0 +1,143 @@
+//go:build attackreview
+
+package agent_test
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
+	"github.com/airlock-sandbox/airlock/internal/world"
+	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+	"github.com/airlock-sandbox/airlock/kube/kubetest"
+	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/airlock-sandbox/airlock/kube/agent"
+)
+
+// TestAttackSandboxFreezesSessionStatus is the sandbox's attack on what
+// the cluster sees of it. A host's `ask` rule that names no method
+// matches any method, and a held request's method goes into the
+// Session's status.pendingApprovals uncut (its path and rule are cut to
+// 512 and 256 bytes). The sandbox sends 60 requests with a 40,000-byte method
+// each (the L7 gateway takes request heads up to 64 KiB); held, they make
+// the status larger than the API server stores (etcd's 1.5 MiB request
+// limit), so every status write of the Session fails while they are
+// held: its held requests are never listed, so no one decides them
+// through Kubernetes, and the DNS lookups it has refused since are not
+// counted in status.audit.
+//
+// Run with -tags attackreview: it fails on the current agent.
+func TestAttackSandboxFreezesSessionStatus(t *testing.T) {
+	testutil.RequiresRoot(t)
+	env, err := daemontest.LoadEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp("/tmp", "alkx-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	w, err := world.Start(t.Context(), world.Config{Prefix: "x" + runtime.Prefix(tmp)[2:]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Errorf("world: %v", err)
+		}
+	})
+	svc := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { fmt.Fprint(rw, "ok") })
+	if err := w.AddHost("api.sx.test", w.Net().Addr().Next().Next().Next().Next(), world.WithHandler(svc), world.WithTLS()); err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(tmp, "world-ca.pem")
+	if err := os.WriteFile(caFile, w.CAPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cp := kubetest.Start(t)
+	dir, err := kubetest.CRDDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	scheme, err := agent.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.NewWithWatch(cp.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustLeaseNamespace(t, c)
+	k := &cluster{t: t, c: c}
+	n := startNode(t, env, kubeconfig, "node-x", 9, "--node-capacity", "2",
+		"--uplink", "netns:"+w.NetnsName(), "--dns-upstream", w.DNSAddr().String(),
+		"--allow-private", w.Net().String(), "--upstream-ca", caFile)
+	_ = n
+
+	const held = 60
+	script := `m=$(head -c 40000 /dev/zero | tr '\0' A); i=0; ` +
+		fmt.Sprintf(`while [ $i -lt %d ]; do curl -s -o /dev/null --max-time 170 -X "$m" https://api.sx.test/x/$i & i=$((i+1)); done; `, held) +
+		`sleep 15; getent hosts after-one.sx.test; getent hosts after-two.sx.test; getent hosts after-three.sx.test; sleep 300`
+	k.create("loud", []string{"sh", "-c", script}, func(s *v1alpha1.Session) {
+		s.Spec.NodeName = "node-x"
+		s.Spec.Policy.Egress = &policies.Egress{Allow: []string{"api.sx.test:443"}, L7: policies.L7Check,
+			HTTP: []policies.HTTPHost{{Host: "api.sx.test", Rules: []policies.HTTPRule{{Path: "/x/**", Action: policies.HTTPAsk}}}}}
+		s.Spec.Policy.Approval = &policies.Approval{Timeout: policies.Duration(3 * time.Minute), OnTimeout: policies.OnTimeoutDeny}
+	})
+	k.waitState("loud", v1alpha1.SessionRunning, 90*time.Second)
+
+	// On the node: the requests are held (the daemon's own API).
+	eventually(t, 60*time.Second, "the sandbox's requests held on the node", func() (bool, string) {
+		l, err := n.api.ListApprovals(t.Context(), "")
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(l) >= held, fmt.Sprintf("%d held", len(l))
+	})
+	t.Logf("%d requests held on the node", held)
+
+	// What the cluster sees: the held requests listed (so that someone
+	// can decide them), and the lookups refused after them counted.
+	deadline := time.Now().Add(60 * time.Second)
+	var s *v1alpha1.Session
+	for time.Now().Before(deadline) {
+		s = k.get("loud")
+		a := s.Status.Audit
+		dns := -1
+		if a != nil {
+			dns = slices.IndexFunc(a.Counts, func(c v1alpha1.AuditCount) bool { return c.Layer == "dns" && c.Action == "refused" })
+		}
+		if len(s.Status.PendingApprovals) == held && dns >= 0 && a.Counts[dns].Count >= 3 {
+			t.Logf("status lists %d held requests (method %d bytes) and %d refused lookups", len(s.Status.PendingApprovals), len(s.Status.PendingApprovals[0].Method), a.Counts[dns].Count)
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	lines := strings.Split(n.log.String(), "\n")
+	var errs []string
+	for _, l := range lines {
+		if strings.Contains(l, "too large") || strings.Contains(l, "status") && strings.Contains(l, "error") {
+			errs = append(errs, l[:min(len(l), 300)])
+		}
+	}
+	t.Errorf("with %d held requests of 40,000-byte methods, Session loud's status lists %d held requests and audit %+v after 60 s: the sandbox froze its status; agent errors:\n%s",
+		held, len(s.Status.PendingApprovals), s.Status.Audit, strings.Join(errs[max(0, len(errs)-5):], "\n"))
+}

@@ -114,11 +114,17 @@ func localStatus(st v1alpha1.SessionStatus, v *api.Session, node string, generat
 // at once, and takes the audit counts of that moment with it.
 const statusEvery = 5 * time.Second
 
-// Bounds of a held request's fields in status: a path is the sandbox's
-// text, and up to approvals.DefaultMaxPerSession are listed.
+// Bounds of a held request's fields in status: its method, host and path
+// are the sandbox's text (a rule that names no method holds any method
+// token, up to the L7 gateway's 64 KiB request head), and up to
+// approvals.DefaultMaxPerSession are listed: uncut, a sandbox could make
+// the status larger than the API server stores, and so stop every write
+// of it while its requests are held.
 const (
-	maxStatusPath = 512
-	maxStatusRule = 256
+	maxStatusMethod = 64
+	maxStatusHost   = 256
+	maxStatusPath   = 512
+	maxStatusRule   = 256
 )
 
 // summaries are what a Session's status says of its local session's
@@ -153,7 +159,7 @@ func (a *nodeAgent) summaries(ctx context.Context, v *api.Session) summaries {
 	}
 	for _, p := range a.d.Approvals().List(v.ID) {
 		out.pending = append(out.pending, v1alpha1.PendingApproval{
-			ID: p.ID, Method: p.Method, Host: p.Host, Path: clip(p.Path, maxStatusPath), Rule: clip(p.Rule, maxStatusRule),
+			ID: p.ID, Method: clip(p.Method, maxStatusMethod), Host: clip(p.Host, maxStatusHost), Path: clip(p.Path, maxStatusPath), Rule: clip(p.Rule, maxStatusRule),
 			Created: *timeOf(&p.Created), Deadline: *timeOf(&p.Deadline),
 		})
 	}

@@ -1,5 +1,3 @@
-//go:build attackreview
-
 package agent_test
 
 import (
@@ -12,31 +10,32 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/internal/world"
+	"github.com/airlock-sandbox/airlock/kube/agent"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/airlock-sandbox/airlock/kube/agent"
 )
 
 // TestAttackSandboxFreezesSessionStatus is the sandbox's attack on what
 // the cluster sees of it. A host's `ask` rule that names no method
 // matches any method, and a held request's method goes into the
-// Session's status.pendingApprovals uncut (its path and rule are cut to
-// 512 and 256 bytes). The sandbox sends 60 requests with a 40,000-byte method
-// each (the L7 gateway takes request heads up to 64 KiB); held, they make
-// the status larger than the API server stores (etcd's 1.5 MiB request
-// limit), so every status write of the Session fails while they are
-// held: its held requests are never listed, so no one decides them
-// through Kubernetes, and the DNS lookups it has refused since are not
-// counted in status.audit.
-//
-// Run with -tags attackreview: it fails on the current agent.
+// Session's status.pendingApprovals. The sandbox sends 60 requests with
+// a 40,000-byte method each (the L7 gateway takes request heads up to 64
+// KiB); were the methods listed uncut, the status would be larger than
+// the API server stores (etcd's 1.5 MiB request limit) and every status
+// write of the Session would fail while they are held: its held requests
+// never listed, so no one could decide them through Kubernetes, and the
+// DNS lookups it refused since not counted in status.audit (each curl
+// has one lookup refused, api.sx.test having no IPv6 address: the three
+// after them make it more than 60). The agent
+// cuts a held request's method and host as it does its path and rule:
+// all 60 are listed, each method cut, and the later lookups counted.
 func TestAttackSandboxFreezesSessionStatus(t *testing.T) {
 	testutil.RequiresRoot(t)
 	env, err := daemontest.LoadEnv()
@@ -90,7 +89,6 @@ func TestAttackSandboxFreezesSessionStatus(t *testing.T) {
 	n := startNode(t, env, kubeconfig, "node-x", 9, "--node-capacity", "2",
 		"--uplink", "netns:"+w.NetnsName(), "--dns-upstream", w.DNSAddr().String(),
 		"--allow-private", w.Net().String(), "--upstream-ca", caFile)
-	_ = n
 
 	const held = 60
 	script := `m=$(head -c 40000 /dev/zero | tr '\0' A); i=0; ` +
@@ -125,19 +123,17 @@ func TestAttackSandboxFreezesSessionStatus(t *testing.T) {
 		if a != nil {
 			dns = slices.IndexFunc(a.Counts, func(c v1alpha1.AuditCount) bool { return c.Layer == "dns" && c.Action == "refused" })
 		}
-		if len(s.Status.PendingApprovals) == held && dns >= 0 && a.Counts[dns].Count >= 3 {
+		if len(s.Status.PendingApprovals) == held && dns >= 0 && a.Counts[dns].Count >= held+3 {
+			for _, p := range s.Status.PendingApprovals {
+				if len(p.Method) > 64 || !strings.HasPrefix(p.Method, "AAAA") {
+					t.Errorf("held request's method in status: %d bytes, want at most 64 of the sandbox's", len(p.Method))
+				}
+			}
 			t.Logf("status lists %d held requests (method %d bytes) and %d refused lookups", len(s.Status.PendingApprovals), len(s.Status.PendingApprovals[0].Method), a.Counts[dns].Count)
 			return
 		}
 		time.Sleep(time.Second)
 	}
-	lines := strings.Split(n.log.String(), "\n")
-	var errs []string
-	for _, l := range lines {
-		if strings.Contains(l, "too large") || strings.Contains(l, "status") && strings.Contains(l, "error") {
-			errs = append(errs, l[:min(len(l), 300)])
-		}
-	}
-	t.Errorf("with %d held requests of 40,000-byte methods, Session loud's status lists %d held requests and audit %+v after 60 s: the sandbox froze its status; agent errors:\n%s",
-		held, len(s.Status.PendingApprovals), s.Status.Audit, strings.Join(errs[max(0, len(errs)-5):], "\n"))
+	t.Errorf("with %d held requests of 40,000-byte methods, Session loud's status lists %d held requests and audit %+v after 60 s: the sandbox froze its status (the agent's log follows)",
+		held, len(s.Status.PendingApprovals), s.Status.Audit)
 }

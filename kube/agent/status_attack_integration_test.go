@@ -22,21 +22,12 @@ import (
 	"github.com/airlock-sandbox/airlock/runtime"
 )
 
-// TestAttackSandboxFreezesSessionStatus is the sandbox's attack on what
-// the cluster sees of it. A host's `ask` rule that names no method
-// matches any method, and a held request's method goes into the
-// Session's status.pendingApprovals. The sandbox sends 60 requests with
-// a 40,000-byte method each (the L7 gateway takes request heads up to 64
-// KiB); were the methods listed uncut, the status would be larger than
-// the API server stores (etcd's 1.5 MiB request limit) and every status
-// write of the Session would fail while they are held: its held requests
-// never listed, so no one could decide them through Kubernetes, and the
-// DNS lookups it refused since not counted in status.audit (each curl
-// has one lookup refused, api.sx.test having no IPv6 address: the three
-// after them make it more than 60). The agent
-// cuts a held request's method and host as it does its path and rule:
-// all 60 are listed, each method cut, and the later lookups counted.
-func TestAttackSandboxFreezesSessionStatus(t *testing.T) {
+// askNode starts a control plane and node agent node-x whose uplink is
+// a test world serving api.sx.test over HTTPS, and returns the cluster
+// and the node; ask is the Session option of an L7 `ask` rule on
+// api.sx.test paths under /x/ (any method), placed on node-x.
+func askNode(t *testing.T) (k *cluster, n *nodeProc, ask func(*v1alpha1.Session)) {
+	t.Helper()
 	testutil.RequiresRoot(t)
 	env, err := daemontest.LoadEnv()
 	if err != nil {
@@ -85,21 +76,42 @@ func TestAttackSandboxFreezesSessionStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustLeaseNamespace(t, c)
-	k := &cluster{t: t, c: c}
-	n := startNode(t, env, kubeconfig, "node-x", 9, "--node-capacity", "2",
+	k = &cluster{t: t, c: c}
+	n = startNode(t, env, kubeconfig, "node-x", 9, "--node-capacity", "2",
 		"--uplink", "netns:"+w.NetnsName(), "--dns-upstream", w.DNSAddr().String(),
 		"--allow-private", w.Net().String(), "--upstream-ca", caFile)
+
+	ask = func(s *v1alpha1.Session) {
+		s.Spec.NodeName = "node-x"
+		s.Spec.Policy.Egress = &policies.Egress{Allow: []string{"api.sx.test:443"}, L7: policies.L7Check,
+			HTTP: []policies.HTTPHost{{Host: "api.sx.test", Rules: []policies.HTTPRule{{Path: "/x/**", Action: policies.HTTPAsk}}}}}
+		s.Spec.Policy.Approval = &policies.Approval{Timeout: policies.Duration(3 * time.Minute), OnTimeout: policies.OnTimeoutDeny}
+	}
+	return k, n, ask
+}
+
+// TestAttackSandboxFreezesSessionStatus is the sandbox's attack on what
+// the cluster sees of it. A host's `ask` rule that names no method
+// matches any method, and a held request's method goes into the
+// Session's status.pendingApprovals. The sandbox sends 60 requests with
+// a 40,000-byte method each (the L7 gateway takes request heads up to 64
+// KiB); were the methods listed uncut, the status would be larger than
+// the API server stores (etcd's 1.5 MiB request limit) and every status
+// write of the Session would fail while they are held: its held requests
+// never listed, so no one could decide them through Kubernetes, and the
+// DNS lookups it refused since not counted in status.audit (each curl
+// has one lookup refused, api.sx.test having no IPv6 address: the three
+// after them make it more than 60). The agent
+// cuts a held request's method and host as it does its path and rule:
+// all 60 are listed, each method cut, and the later lookups counted.
+func TestAttackSandboxFreezesSessionStatus(t *testing.T) {
+	k, n, ask := askNode(t)
 
 	const held = 60
 	script := `m=$(head -c 40000 /dev/zero | tr '\0' A); i=0; ` +
 		fmt.Sprintf(`while [ $i -lt %d ]; do curl -s -o /dev/null --max-time 170 -X "$m" https://api.sx.test/x/$i & i=$((i+1)); done; `, held) +
 		`sleep 15; getent hosts after-one.sx.test; getent hosts after-two.sx.test; getent hosts after-three.sx.test; sleep 300`
-	k.create("loud", []string{"sh", "-c", script}, func(s *v1alpha1.Session) {
-		s.Spec.NodeName = "node-x"
-		s.Spec.Policy.Egress = &policies.Egress{Allow: []string{"api.sx.test:443"}, L7: policies.L7Check,
-			HTTP: []policies.HTTPHost{{Host: "api.sx.test", Rules: []policies.HTTPRule{{Path: "/x/**", Action: policies.HTTPAsk}}}}}
-		s.Spec.Policy.Approval = &policies.Approval{Timeout: policies.Duration(3 * time.Minute), OnTimeout: policies.OnTimeoutDeny}
-	})
+	k.create("loud", []string{"sh", "-c", script}, ask)
 	k.waitState("loud", v1alpha1.SessionRunning, 90*time.Second)
 
 	// On the node: the requests are held (the daemon's own API).

@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,7 +161,8 @@ func (a *nodeAgent) summaries(ctx context.Context, v *api.Session) summaries {
 	}
 	for _, p := range a.d.Approvals().List(v.ID) {
 		out.pending = append(out.pending, v1alpha1.PendingApproval{
-			ID: p.ID, Method: clip(p.Method, maxStatusMethod), Host: clip(p.Host, maxStatusHost), Path: clip(p.Path, maxStatusPath), Rule: clip(p.Rule, maxStatusRule),
+			ID: p.ID, Method: shown(p.Method, maxStatusMethod), Host: shown(p.Host, maxStatusHost),
+			Path: shown(p.Path, maxStatusPath), Rule: shown(p.Rule, maxStatusRule),
 			Created: *timeOf(&p.Created), Deadline: *timeOf(&p.Deadline),
 		})
 	}
@@ -213,6 +216,26 @@ func diffStatus(c *api.ChangeSummary) *v1alpha1.DiffSummary {
 	}
 	return &v1alpha1.DiffSummary{Added: int32(c.Added), Modified: int32(c.Modified), Deleted: int32(c.Deleted),
 		Bytes: c.Bytes, Rejected: int32(c.Rejected), Outcome: c.Outcome}
+}
+
+// shown is s as a held request's field is shown in status: every
+// character that is not printable (a Unicode format character such as a
+// right-to-left override, which a terminal obeys, or any other the
+// sandbox's text may carry) written as a \u escape, then clipped to n
+// bytes.
+func shown(s string, n int) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		var b strings.Builder
+		for _, r := range s {
+			if unicode.IsPrint(r) {
+				b.WriteRune(r)
+			} else {
+				fmt.Fprintf(&b, "\\u%04X", r)
+			}
+		}
+		s = b.String()
+	}
+	return clip(s, n)
 }
 
 // clip cuts s to at most n bytes of whole UTF-8 characters, marking the

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -148,4 +149,29 @@ func TestAttackSandboxFreezesSessionStatus(t *testing.T) {
 	}
 	t.Errorf("with %d held requests of 40,000-byte methods, Session loud's status lists %d held requests and audit %+v after 60 s: the sandbox froze its status (the agent's log follows)",
 		held, len(s.Status.PendingApprovals), s.Status.Audit)
+}
+
+// TestAttackHeldPathBidi: a held request's path is the sandbox's text,
+// percent-decoded: C0 controls are refused by the gateway, but Unicode
+// format characters are not. The sandbox holds POST
+// /x/%E2%80%AE<reversed text>, a right-to-left override (U+202E), so that
+// the path in status.pendingApprovals, shown by kubectl in a terminal,
+// reads as something else than what it is. The agent shows such a
+// character escaped.
+func TestAttackHeldPathBidi(t *testing.T) {
+	k, _, ask := askNode(t)
+	k.create("bidi", []string{"sh", "-c", `curl -s -o /dev/null --max-time 170 -X POST 'https://api.sx.test/x/review-config%E2%80%AEdorp-yolped'; sleep 300`}, ask)
+	var s *v1alpha1.Session
+	eventually(t, 90*time.Second, "the held request in status", func() (bool, string) {
+		s = k.get("bidi")
+		return len(s.Status.PendingApprovals) == 1, fmt.Sprintf("%+v", s.Status.PendingApprovals)
+	})
+	p := s.Status.PendingApprovals[0].Path
+	t.Logf("held path in status: %q", p)
+	for _, r := range p {
+		if unicode.Is(unicode.Cf, r) || !unicode.IsPrint(r) {
+			t.Errorf("held request's path in status %q carries %U: a terminal shows it reordered", p, r)
+			break
+		}
+	}
 }

@@ -116,6 +116,35 @@ func localStatus(st v1alpha1.SessionStatus, v *api.Session, node string, generat
 // at once, and takes the audit counts of that moment with it.
 const statusEvery = 5 * time.Second
 
+// followedEvery is the shortest time between two writes of a Session's
+// status made for what it follows of its local session alone (the held
+// requests, the audit counts): a sandbox that holds requests and gives
+// them up as fast as it can would otherwise set the rate of its
+// Session's writes, each one the whole Session (some 60 KB with 64 held
+// requests) kept in etcd until compaction. A change of state is written
+// at once.
+const followedEvery = time.Second
+
+// followedDue is how long until a Session's status may be written again
+// for a change of what it follows alone; zero or less: now.
+func (a *nodeAgent) followedDue(uid types.UID) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	last, ok := a.statusWritten[uid]
+	if !ok {
+		return 0
+	}
+	return followedEvery - time.Since(last)
+}
+
+// onlyFollowed reports whether st differs from old in its held requests
+// and audit counts only.
+func onlyFollowed(st, old *v1alpha1.SessionStatus) bool {
+	c := st.DeepCopy()
+	c.PendingApprovals, c.Audit = old.PendingApprovals, old.Audit
+	return equality.Semantic.DeepEqual(c, old)
+}
+
 // Bounds of a held request's fields in status: its method, host and path
 // are the sandbox's text (a rule that names no method holds any method
 // token, up to the L7 gateway's 64 KiB request head), and up to

@@ -112,8 +112,9 @@ func localStatus(st v1alpha1.SessionStatus, v *api.Session, node string, generat
 // status made for its audit counts alone: a busy session's perimeter
 // decides many times a second, and each write costs the API server a
 // write to etcd and every watcher of the Session a copy. A change of
-// state, of the changes under review or of the held requests is written
-// at once, and takes the audit counts of that moment with it.
+// state or of the changes under review is written at once, one of the
+// held requests within followedEvery, and takes the audit counts of that
+// moment with it.
 const statusEvery = 5 * time.Second
 
 // followedEvery is the shortest time between two writes of a Session's

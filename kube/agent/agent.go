@@ -283,7 +283,8 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 	}
 	na := &nodeAgent{d: d, node: cfg.Node, c: mgr.GetClient(), fresh: mgr.GetAPIReader(),
 		wake: make(chan event.GenericEvent, 256), stopCtx: ctx, waiting: map[string]bool{},
-		auditWritten: map[types.UID]time.Time{}, auditEvery: cfg.AuditStatusEvery}
+		auditWritten: map[types.UID]time.Time{}, statusWritten: map[types.UID]time.Time{},
+		auditEvery: cfg.AuditStatusEvery}
 	err = builder.ControllerManagedBy(mgr).
 		Named("airlock-node").
 		For(&v1alpha1.Session{}).

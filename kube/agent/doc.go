@@ -84,12 +84,14 @@
 // approvals store, without headers or bodies). Writes stay rare on a
 // busy session: the audit counts alone are written at most every
 // Config.AuditStatusEvery (airlockd --kubernetes-audit-interval, 5 s by
-// default; 0: never on their own) per Session, looked at as often; a change of
-// state, of the changes or of the held requests is written at once, the
-// counts of that moment with it. The agent follows the approvals store,
-// so a request held or decided anywhere (a SessionApproval, airlock
-// approve on the node, the approver hook, a timeout) reaches the status
-// at once.
+// default; 0: never on their own) per Session, looked at as often; a
+// change of state or of the changes is written at once, the counts of
+// that moment with it, and a change of the held requests at once unless
+// the status was written less than followedEvery (1 s) before, so that a
+// sandbox holding requests and giving them up does not set the rate of
+// writes. The agent follows the approvals store, so a request held or
+// decided anywhere (a SessionApproval, airlock approve on the node, the
+// approver hook, a timeout) reaches the status within followedEvery.
 //
 // A SessionApproval (namespaced) decides one held request of a Session
 // in its namespace: the agent whose node runs the Session decides it

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -87,6 +88,9 @@ type nodeAgent struct {
 	// auditWritten is when each Session's audit counts were last
 	// written (see auditEvery).
 	auditWritten map[types.UID]time.Time // +checklocks:mu
+	// statusWritten is when each Session's status was last written
+	// (see followedEvery).
+	statusWritten map[types.UID]time.Time // +checklocks:mu
 }
 
 // local returns the local session labelled with uid, nil if none.
@@ -148,6 +152,7 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		})
 		a.mu.Lock()
 		delete(a.auditWritten, s.UID)
+		delete(a.statusWritten, s.UID)
 		a.mu.Unlock()
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -218,12 +223,22 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		}
 		st := localStatus(f.Status, v, a.node, f.Generation)
 		later, auditNow = sum.apply(&st, &f.Status, a.auditDue(f.UID))
+		if due := a.followedDue(f.UID); due > 0 && !equality.Semantic.DeepEqual(&st, &f.Status) && onlyFollowed(&st, &f.Status) {
+			// Held back; written once due, with whatever changed
+			// meanwhile.
+			later, auditNow = due, false
+			return false
+		}
 		f.Status = st
 		return true
 	})
-	if err == nil && wrote && auditNow {
+	if err == nil && wrote {
 		a.mu.Lock()
-		a.auditWritten[s.UID] = time.Now()
+		now := time.Now()
+		a.statusWritten[s.UID] = now
+		if auditNow {
+			a.auditWritten[s.UID] = now
+		}
 		a.mu.Unlock()
 	}
 	if err == nil && v.State != api.StateRunning {

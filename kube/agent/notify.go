@@ -36,7 +36,7 @@ func sessionKey(v *api.Session) (types.NamespacedName, bool) {
 // followApprovals pokes a Session each time one of its requests is held
 // or decided (through a SessionApproval, the node's API, the approver
 // hook or a timeout), until ctx ends or the daemon stops: its status's
-// pendingApprovals follow at once.
+// pendingApprovals follow within followedEvery.
 func (a *nodeAgent) followApprovals(ctx context.Context) {
 	f, _ := a.d.Approvals().Follow("")
 	defer f.Close()

@@ -70,7 +70,7 @@ func reviewAgent(t *testing.T, d Daemon, s *v1alpha1.Session) (*nodeAgent, clien
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	return &nodeAgent{d: d, node: "node-a", c: c, fresh: c, wake: make(chan event.GenericEvent, 8),
-		stopCtx: ctx, waiting: map[string]bool{}, auditWritten: map[types.UID]time.Time{}}, c
+		stopCtx: ctx, waiting: map[string]bool{}, auditWritten: map[types.UID]time.Time{}, statusWritten: map[types.UID]time.Time{}}, c
 }
 
 func reviewSession(p policies.Policy) *v1alpha1.Session {

@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"time"
+	"unicode"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -126,15 +128,51 @@ func localStatus(st v1alpha1.SessionStatus, v *api.Session, node string, generat
 // Config.AuditStatusEvery says otherwise: a busy session's perimeter
 // decides many times a second, and each write costs the API server a
 // write to etcd and every watcher of the Session a copy. A change of
-// state, of the changes under review or of the held requests is written
-// at once, and takes the audit counts of that moment with it.
+// state or of the changes under review is written at once, one of the
+// held requests within followedEvery, and takes the audit counts of that
+// moment with it.
 const DefaultAuditStatusEvery = 5 * time.Second
 
-// Bounds of a held request's fields in status: a path is the sandbox's
-// text, and up to approvals.DefaultMaxPerSession are listed.
+// followedEvery is the shortest time between two writes of a Session's
+// status made for what it follows of its local session alone (the held
+// requests, the audit counts): a sandbox that holds requests and gives
+// them up as fast as it can would otherwise set the rate of its
+// Session's writes, each one the whole Session (some 60 KB with 64 held
+// requests) kept in etcd until compaction. A change of state is written
+// at once.
+const followedEvery = time.Second
+
+// followedDue is how long until a Session's status may be written again
+// for a change of what it follows alone; zero or less: now.
+func (a *nodeAgent) followedDue(uid types.UID) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	last, ok := a.statusWritten[uid]
+	if !ok {
+		return 0
+	}
+	return followedEvery - time.Since(last)
+}
+
+// onlyFollowed reports whether st differs from old in its held requests
+// and audit counts only.
+func onlyFollowed(st, old *v1alpha1.SessionStatus) bool {
+	c := st.DeepCopy()
+	c.PendingApprovals, c.Audit = old.PendingApprovals, old.Audit
+	return equality.Semantic.DeepEqual(c, old)
+}
+
+// Bounds of a held request's fields in status: its method, host and path
+// are the sandbox's text (a rule that names no method holds any method
+// token, up to the L7 gateway's 64 KiB request head), and up to
+// approvals.DefaultMaxPerSession are listed: uncut, a sandbox could make
+// the status larger than the API server stores, and so stop every write
+// of it while its requests are held.
 const (
-	maxStatusPath = 512
-	maxStatusRule = 256
+	maxStatusMethod = 64
+	maxStatusHost   = 256
+	maxStatusPath   = 512
+	maxStatusRule   = 256
 )
 
 // summaries are what a Session's status says of its local session's
@@ -169,7 +207,8 @@ func (a *nodeAgent) summaries(ctx context.Context, v *api.Session) summaries {
 	}
 	for _, p := range a.d.Approvals().List(v.ID) {
 		out.pending = append(out.pending, v1alpha1.PendingApproval{
-			ID: p.ID, Method: p.Method, Host: p.Host, Path: clip(p.Path, maxStatusPath), Rule: clip(p.Rule, maxStatusRule),
+			ID: p.ID, Method: shown(p.Method, maxStatusMethod), Host: shown(p.Host, maxStatusHost),
+			Path: shown(p.Path, maxStatusPath), Rule: shown(p.Rule, maxStatusRule),
 			Created: *timeOf(&p.Created), Deadline: *timeOf(&p.Deadline),
 		})
 	}
@@ -234,6 +273,26 @@ func diffStatus(c *api.ChangeSummary) *v1alpha1.DiffSummary {
 	}
 	return &v1alpha1.DiffSummary{Added: int32(c.Added), Modified: int32(c.Modified), Deleted: int32(c.Deleted),
 		Bytes: c.Bytes, Rejected: int32(c.Rejected), Outcome: c.Outcome}
+}
+
+// shown is s as a held request's field is shown in status: every
+// character that is not printable (a Unicode format character such as a
+// right-to-left override, which a terminal obeys, or any other the
+// sandbox's text may carry) written as a \u escape, then clipped to n
+// bytes.
+func shown(s string, n int) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		var b strings.Builder
+		for _, r := range s {
+			if unicode.IsPrint(r) {
+				b.WriteRune(r)
+			} else {
+				fmt.Fprintf(&b, "\\u%04X", r)
+			}
+		}
+		s = b.String()
+	}
+	return clip(s, n)
 }
 
 // clip cuts s to at most n bytes of whole UTF-8 characters, marking the

@@ -16,7 +16,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -263,27 +263,45 @@ func wantNothingLeft(t *testing.T, root string) {
 	}
 }
 
-// eventually polls cond every 100 ms until it holds or timeout passes,
-// then fails the test with what cond last said.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, timeout, state)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+// cluster is a control plane as the deployment leaves it for the node
+// agents (airlock's CRDs, the airlock-system namespace), an admin client
+// of it and an admin kubeconfig for the agents.
+type cluster struct {
+	t          *testing.T
+	cp         *kubetest.ControlPlane
+	c          client.WithWatch
+	kubeconfig string
 }
 
-// cluster is the control plane and a client of it.
-type cluster struct {
-	t *testing.T
-	c client.Client
+// startCluster starts a control plane with airlock's CRDs for the test
+// and makes its cluster (newCluster).
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	cp, _ := kubetest.StartWithCRDs(t)
+	return newCluster(t, cp)
+}
+
+// newCluster makes cp's cluster: an admin client (the agent's scheme, and
+// RBAC's for the tests that grant rights), the airlock-system namespace,
+// which deploy/kubernetes/namespace.yaml makes (the agent does not), and
+// an admin kubeconfig.
+func newCluster(t *testing.T, cp *kubetest.ControlPlane) *cluster {
+	t.Helper()
+	scheme, err := agent.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rbacv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.NewWithWatch(cp.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.LeaseNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{t: t, cp: cp, c: c, kubeconfig: cp.Kubeconfig(t)}
 }
 
 func (k *cluster) create(name string, cmd []string, mutate ...func(*v1alpha1.Session)) *v1alpha1.Session {
@@ -316,7 +334,7 @@ func (k *cluster) get(name string) *v1alpha1.Session {
 func (k *cluster) waitState(name string, state v1alpha1.SessionState, timeout time.Duration) *v1alpha1.Session {
 	k.t.Helper()
 	var s *v1alpha1.Session
-	eventually(k.t, timeout, "Session "+name+" "+string(state), func() (bool, string) {
+	kubetest.Eventually(k.t, timeout, "Session "+name+" "+string(state), func() (bool, string) {
 		s = k.get(name)
 		return s.Status.State == state, fmt.Sprintf("spec.nodeName %q, status %+v", s.Spec.NodeName, s.Status)
 	})
@@ -331,7 +349,7 @@ func (k *cluster) deleteAll(timeout time.Duration) {
 	if err := k.c.DeleteAllOf(ctx, &v1alpha1.Session{}, client.InNamespace("default")); err != nil {
 		k.t.Fatal(err)
 	}
-	eventually(k.t, timeout, "every Session gone", func() (bool, string) {
+	kubetest.Eventually(k.t, timeout, "every Session gone", func() (bool, string) {
 		var list v1alpha1.SessionList
 		if err := k.c.List(ctx, &list); err != nil {
 			return false, err.Error()
@@ -381,31 +399,8 @@ func TestNodeAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	cp := kubetest.Start(t)
-	dir, err := kubetest.CRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := agent.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := &cluster{t: t, c: c}
-	// The deployment's namespace (deploy/kubernetes): agents do not make it.
-	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.LeaseNamespace}}); err != nil {
-		t.Fatal(err)
-	}
+	k := startCluster(t)
+	c, kubeconfig := k.c, k.kubeconfig
 
 	// Node a's lease outlasts its agent's restart; node b's is short,
 	// for the lost node.
@@ -480,7 +475,7 @@ func TestNodeAgents(t *testing.T) {
 		if got := len(n.labelled(t)); got != placed[name] {
 			t.Errorf("node %s holds %d local sessions for Sessions, want %d", name, got, placed[name])
 		}
-		eventually(t, 30*time.Second, name+"'s AirlockNode status", func() (bool, string) {
+		kubetest.Eventually(t, 30*time.Second, name+"'s AirlockNode status", func() (bool, string) {
 			var an v1alpha1.AirlockNode
 			if err := c.Get(t.Context(), client.ObjectKey{Name: name}, &an); err != nil {
 				return false, err.Error()
@@ -545,7 +540,7 @@ func TestNodeAgents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 30*time.Second, "node-b registered again", func() (bool, string) {
+	kubetest.Eventually(t, 30*time.Second, "node-b registered again", func() (bool, string) {
 		var an v1alpha1.AirlockNode
 		var l coordinationv1.Lease
 		errN := c.Get(t.Context(), client.ObjectKey{Name: "node-b"}, &an)
@@ -566,7 +561,7 @@ func TestNodeAgents(t *testing.T) {
 		s.Spec.Policy.Workspaces = []policies.Workspace{{HostPath: ws, Target: "/w", Mode: policies.ModeRW, DefaultDenyRead: true}}
 	})
 	once := k.waitState("once", v1alpha1.SessionRunning, 60*time.Second)
-	eventually(t, 10*time.Second, "the command's line in the workspace", func() (bool, string) {
+	kubetest.Eventually(t, 10*time.Second, "the command's line in the workspace", func() (bool, string) {
 		b, err := os.ReadFile(filepath.Join(ws, "runs"))
 		return err == nil && len(b) > 0, fmt.Sprint(err)
 	})
@@ -650,7 +645,7 @@ func TestNodeAgents(t *testing.T) {
 	// node-b's agent back: it stops what the cluster gave up on, and the
 	// Sessions stay Lost.
 	b.start()
-	eventually(t, 30*time.Second, "node-b stops its lost sessions", func() (bool, string) {
+	kubetest.Eventually(t, 30*time.Second, "node-b stops its lost sessions", func() (bool, string) {
 		list := b.labelled(t)
 		var states []string
 		for _, v := range list {
@@ -690,13 +685,4 @@ func admissionFile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// mustLeaseNamespace makes the airlock-system namespace, as
-// deploy/kubernetes/namespace.yaml does: the agent does not make it.
-func mustLeaseNamespace(t *testing.T, c client.Client) {
-	t.Helper()
-	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.LeaseNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
 }

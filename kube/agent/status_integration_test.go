@@ -20,7 +20,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/internal/world"
-	"github.com/airlock-sandbox/airlock/kube/agent"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -89,28 +88,8 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cp := kubetest.Start(t)
-	dir, err := kubetest.CRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := agent.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.NewWithWatch(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustLeaseNamespace(t, c)
-	k := &cluster{t: t, c: c}
+	k := startCluster(t)
+	c, kubeconfig := k.c, k.kubeconfig
 	// node-s runs the Sessions under test; node-t, without an uplink,
 	// one Session, to which a decision on node-s's request is sent.
 	var n, far *nodeProc
@@ -182,7 +161,7 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 
 	// Audit counts.
 	phase := time.Now()
-	eventually(t, 30*time.Second, "Session gw's refused lookups in status.audit", func() (bool, string) {
+	kubetest.Eventually(t, 30*time.Second, "Session gw's refused lookups in status.audit", func() (bool, string) {
 		s := k.get("gw")
 		a := s.Status.Audit
 		if a == nil {
@@ -195,7 +174,7 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 
 	// A busy session's status is not written on every event.
 	phase = time.Now()
-	eventually(t, 30*time.Second, "Session busy's lookups counted", func() (bool, string) {
+	kubetest.Eventually(t, 30*time.Second, "Session busy's lookups counted", func() (bool, string) {
 		s := k.get("busy")
 		return s.Status.Audit != nil && s.Status.Audit.Refused > 0, fmt.Sprintf("status %+v", s.Status)
 	})
@@ -238,7 +217,7 @@ watching:
 	// Workspace changes in Review, then committed.
 	phase = time.Now()
 	rev := k.waitState("review", v1alpha1.SessionReview, 90*time.Second)
-	eventually(t, 15*time.Second, "Session review's changes in status.diff", func() (bool, string) {
+	kubetest.Eventually(t, 15*time.Second, "Session review's changes in status.diff", func() (bool, string) {
 		rev = k.get("review")
 		d := rev.Status.Diff
 		return d != nil && *d == v1alpha1.DiffSummary{Added: 1, Modified: 1, Deleted: 1, Bytes: 16}, fmt.Sprintf("%+v", rev.Status)
@@ -246,7 +225,7 @@ watching:
 	if _, err := n.api.Commit(t.Context(), rev.Status.ID, api.CommitRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 40*time.Second, "Session review committed", func() (bool, string) {
+	kubetest.Eventually(t, 40*time.Second, "Session review committed", func() (bool, string) {
 		s := k.get("review")
 		d := s.Status.Diff
 		return s.Status.State == v1alpha1.SessionExited && d != nil && *d == v1alpha1.DiffSummary{Added: 1, Modified: 1, Deleted: 1, Bytes: 16, Outcome: "committed"},
@@ -262,7 +241,7 @@ watching:
 	pending := func(name, path string) v1alpha1.PendingApproval {
 		t.Helper()
 		var p v1alpha1.PendingApproval
-		eventually(t, 60*time.Second, "Session "+name+" holds POST "+path, func() (bool, string) {
+		kubetest.Eventually(t, 60*time.Second, "Session "+name+" holds POST "+path, func() (bool, string) {
 			s := k.get(name)
 			for _, q := range s.Status.PendingApprovals {
 				if q.Path == path {
@@ -282,7 +261,7 @@ watching:
 		if err := c.Create(t.Context(), ap); err != nil {
 			t.Fatalf("create SessionApproval %s: %v", name, err)
 		}
-		eventually(t, 30*time.Second, "SessionApproval "+name+" looked at", func() (bool, string) {
+		kubetest.Eventually(t, 30*time.Second, "SessionApproval "+name+" looked at", func() (bool, string) {
 			if err := c.Get(t.Context(), client.ObjectKeyFromObject(ap), ap); err != nil {
 				return false, err.Error()
 			}
@@ -334,7 +313,7 @@ watching:
 	readCode := func(name string) string {
 		t.Helper()
 		var b []byte
-		eventually(t, 30*time.Second, "the sandbox's status code for "+name, func() (bool, string) {
+		kubetest.Eventually(t, 30*time.Second, "the sandbox's status code for "+name, func() (bool, string) {
 			var err error
 			b, err = os.ReadFile(filepath.Join(gwWS, name))
 			return err == nil, fmt.Sprint(err)
@@ -371,7 +350,7 @@ watching:
 	if code := readCode("three"); code != "403" {
 		t.Errorf("request denied on the node: %s, want 403", code)
 	}
-	eventually(t, 10*time.Second, "no held request in Session gw's status", func() (bool, string) {
+	kubetest.Eventually(t, 10*time.Second, "no held request in Session gw's status", func() (bool, string) {
 		s := k.get("gw")
 		return len(s.Status.PendingApprovals) == 0, fmt.Sprintf("%+v", s.Status.PendingApprovals)
 	})
@@ -460,7 +439,6 @@ func TestAgentWithoutSessionApprovalCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := kubetest.Start(t)
 	dir, err := kubetest.CRDDir()
 	if err != nil {
 		t.Fatal(err)
@@ -479,23 +457,9 @@ func TestAgentWithoutSessionApprovalCRD(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, old); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := agent.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustLeaseNamespace(t, c)
-	k := &cluster{t: t, c: c}
+	cp, _ := kubetest.StartWithCRDsFrom(t, old)
+	k := newCluster(t, cp)
+	kubeconfig := k.kubeconfig
 	n := startNode(t, env, kubeconfig, "node-o", 9, "--node-capacity", "1")
 	k.create("old", []string{"sh", "-c", "exit 5"})
 	s := k.waitState("old", v1alpha1.SessionExited, 60*time.Second)

@@ -48,23 +48,6 @@ func scheme(t *testing.T) *runtime.Scheme {
 	return s
 }
 
-// eventually polls cond every 100 ms until it holds or timeout passes,
-// then fails the test with what cond last said.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, timeout, state)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // podOn creates, as the administrator, a Node named node and the
 // DaemonSet's pod bound to it (no kubelet runs it: the objects are what a
 // pod-bound token needs), and returns the pod.
@@ -182,7 +165,7 @@ func TestDeployment(t *testing.T) {
 	if len(restriction) != 4 {
 		t.Fatalf("node-restriction.yaml holds %d objects, want two policies and their bindings", len(restriction))
 	}
-	eventually(t, time.Minute, "the CRDs served", func() (bool, string) {
+	kubetest.Eventually(t, time.Minute, "the CRDs served", func() (bool, string) {
 		err := admin.List(ctx, &v1alpha1.SessionList{})
 		return err == nil, fmt.Sprint(err)
 	})
@@ -242,7 +225,7 @@ func TestDeployment(t *testing.T) {
 	for _, a := range attacks {
 		// The API server loads the policies, and their parameter,
 		// asynchronously: a dry run shows when they are in force.
-		eventually(t, 30*time.Second, "the node restriction in force against: "+a.name, func() (bool, string) {
+		kubetest.Eventually(t, 30*time.Second, "the node restriction in force against: "+a.name, func() (bool, string) {
 			err := a.do(ctx, nodeA, "node-c", true)
 			return refusedByPolicy(err), fmt.Sprint(err)
 		})
@@ -304,7 +287,7 @@ func TestDeployment(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	eventually(t, 90*time.Second, "node-a and node-d registered", func() (bool, string) {
+	kubetest.Eventually(t, 90*time.Second, "node-a and node-d registered", func() (bool, string) {
 		var state []string
 		for _, node := range []string{"node-a", "node-d"} {
 			var an v1alpha1.AirlockNode
@@ -329,7 +312,7 @@ func TestDeployment(t *testing.T) {
 	}
 	for node, code := range map[string]int32{"node-a": 3, "node-d": 4} {
 		var s *v1alpha1.Session
-		eventually(t, 2*time.Minute, "Session job-"+node+" Exited on "+node, func() (bool, string) {
+		kubetest.Eventually(t, 2*time.Minute, "Session job-"+node+" Exited on "+node, func() (bool, string) {
 			s, err = session(ctx, admin, "job-"+node)
 			if err != nil {
 				return false, err.Error()
@@ -349,7 +332,7 @@ func TestDeployment(t *testing.T) {
 	// Placement's other writes, as the leader, pass the restriction:
 	// node-c's Lease expired, its Session is Lost; the Session no node
 	// fits is Pending, unschedulable.
-	eventually(t, time.Minute, "node-c's Session Lost, the unplaced one unschedulable", func() (bool, string) {
+	kubetest.Eventually(t, time.Minute, "node-c's Session Lost, the unplaced one unschedulable", func() (bool, string) {
 		on, err1 := session(ctx, admin, "on-node-c")
 		un, err2 := session(ctx, admin, "unplaced-node-c")
 		if err1 != nil || err2 != nil {
@@ -365,7 +348,7 @@ func TestDeployment(t *testing.T) {
 	}
 	for _, node := range []string{"node-a", "node-d"} {
 		n := agents[node]
-		eventually(t, time.Minute, "Session job-"+node+" gone (its local session removed, then its finalizer)", func() (bool, string) {
+		kubetest.Eventually(t, time.Minute, "Session job-"+node+" gone (its local session removed, then its finalizer)", func() (bool, string) {
 			_, err := session(ctx, admin, "job-"+node)
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})

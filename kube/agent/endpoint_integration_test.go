@@ -31,6 +31,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
+	"github.com/airlock-sandbox/airlock/kube/kubetest/agentproc"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -398,12 +399,12 @@ func TestNodeEndpoint(t *testing.T) {
 		return len(list.Items) == 0, fmt.Sprint(len(list.Items), " left")
 	})
 	kubetest.Eventually(t, 30*time.Second, "node-e's local sessions removed", func() (bool, string) {
-		left, err := n.api.ListSessions(ctx)
+		left, err := n.API.ListSessions(ctx)
 		return err == nil && len(left) == 0, fmt.Sprintf("%d left, %v", len(left), err)
 	})
-	if err := n.stop(); err != nil {
+	if err := n.Stop(); err != nil {
 		t.Error(err)
 	}
-	wantNothingLeft(t, n.root)
+	agentproc.WantNothingLeft(t, n.Root)
 	t.Logf("TestNodeEndpoint took %s", time.Since(began).Round(time.Millisecond))
 }

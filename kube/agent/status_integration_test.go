@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/world"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
+	"github.com/airlock-sandbox/airlock/kube/kubetest/agentproc"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
@@ -92,7 +93,7 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 	c, kubeconfig := k.c, k.kubeconfig
 	// node-s runs the Sessions under test; node-t, without an uplink,
 	// one Session, to which a decision on node-s's request is sent.
-	var n, far *nodeProc
+	var n, far *agentproc.Proc
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		n = startNode(t, env, kubeconfig, "node-s", 7, "--node-capacity", "4",
@@ -222,7 +223,7 @@ watching:
 		d := rev.Status.Diff
 		return d != nil && *d == v1alpha1.DiffSummary{Added: 1, Modified: 1, Deleted: 1, Bytes: 16}, fmt.Sprintf("%+v", rev.Status)
 	})
-	if _, err := n.api.Commit(t.Context(), rev.Status.ID, api.CommitRequest{}); err != nil {
+	if _, err := n.API.Commit(t.Context(), rev.Status.ID, api.CommitRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	kubetest.Eventually(t, 40*time.Second, "Session review committed", func() (bool, string) {
@@ -298,7 +299,7 @@ watching:
 	}
 	wantRefused(decide("no-session", v1alpha1.SessionApprovalSpec{SessionName: "ghost", ApprovalID: one.ID, Decision: v1alpha1.DecisionAllow}),
 		"no Session default/ghost")
-	if held, err := n.api.ListApprovals(t.Context(), gwID); err != nil || len(held) != 1 || held[0].ID != one.ID || held[0].State != api.ApprovalPending {
+	if held, err := n.API.ListApprovals(t.Context(), gwID); err != nil || len(held) != 1 || held[0].ID != one.ID || held[0].State != api.ApprovalPending {
 		t.Fatalf("after the refused decisions, gw holds %+v (%v), want %s still pending", held, err, one.ID)
 	}
 	if _, err := os.Stat(filepath.Join(gwWS, "one")); err == nil {
@@ -344,7 +345,7 @@ watching:
 
 	// Decided on the node: it leaves the status too.
 	three := pending("gw", "/deploy/three")
-	if _, err := n.api.DecideApproval(t.Context(), three.ID, api.ApprovalDecision{Decision: api.DecisionDeny, Reason: "on the node"}); err != nil {
+	if _, err := n.API.DecideApproval(t.Context(), three.ID, api.ApprovalDecision{Decision: api.DecisionDeny, Reason: "on the node"}); err != nil {
 		t.Fatal(err)
 	}
 	if code := readCode("three"); code != "403" {
@@ -362,7 +363,7 @@ watching:
 	}
 
 	// The node's audit says who decided, through which object.
-	evs, err := n.api.Audit(t.Context(), gwID)
+	evs, err := n.API.Audit(t.Context(), gwID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,8 +389,8 @@ watching:
 	// events written one by one are all there.)
 	phase = time.Now()
 	before := k.get("gw").Status.Audit
-	n.kill()
-	n.start()
+	n.Kill()
+	n.Restart()
 	written := func(a *v1alpha1.AuditSummary) map[string]int64 {
 		m := map[string]int64{}
 		for _, c := range a.Counts {
@@ -405,7 +406,7 @@ watching:
 			t.Fatalf("Session gw's audit counts after its node's restart: %+v, before %+v: counts lost", a, before)
 		}
 	}
-	evs, err = n.api.Audit(t.Context(), gwID)
+	evs, err = n.API.Audit(t.Context(), gwID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,11 +422,11 @@ watching:
 	t.Logf("restart: %s", time.Since(phase).Round(time.Millisecond))
 
 	k.deleteAll(60 * time.Second)
-	for _, n := range []*nodeProc{n, far} {
-		if err := n.stop(); err != nil {
+	for _, n := range []*agentproc.Proc{n, far} {
+		if err := n.Stop(); err != nil {
 			t.Error(err)
 		}
-		wantNothingLeft(t, n.root)
+		agentproc.WantNothingLeft(t, n.Root)
 	}
 	t.Logf("TestSessionStatusAndApprovals took %s", time.Since(began).Round(time.Millisecond))
 }
@@ -466,12 +467,12 @@ func TestAgentWithoutSessionApprovalCRD(t *testing.T) {
 	if s.Status.ExitCode == nil || *s.Status.ExitCode != 5 || s.Status.Audit == nil || s.Status.Audit.Events == 0 {
 		t.Errorf("Session on a cluster without SessionApprovals: status %+v, want Exited 5 with its audit counts", s.Status)
 	}
-	if !strings.Contains(n.log.String(), "the SessionApproval CRD is not installed") {
-		t.Errorf("the agent did not say SessionApprovals are off; its log:\n%s", n.log.String())
+	if !strings.Contains(n.Log.String(), "the SessionApproval CRD is not installed") {
+		t.Errorf("the agent did not say SessionApprovals are off; its log:\n%s", n.Log.String())
 	}
 	k.deleteAll(60 * time.Second)
-	if err := n.stop(); err != nil {
+	if err := n.Stop(); err != nil {
 		t.Error(err)
 	}
-	wantNothingLeft(t, n.root)
+	agentproc.WantNothingLeft(t, n.Root)
 }

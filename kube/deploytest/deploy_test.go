@@ -30,6 +30,7 @@ import (
 	"github.com/airlock-sandbox/airlock/kube/agent"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
+	"github.com/airlock-sandbox/airlock/kube/kubetest/agentproc"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -271,7 +272,7 @@ func TestDeployment(t *testing.T) {
 	// Session on it.
 	podD := podOn(t, admin, &ds.Spec.Template, "node-d")
 	cfgD := asToken(cp, token(t, cs, agent.LeaseNamespace, "airlock-node", podD))
-	agents := map[string]*agentProc{}
+	agents := map[string]*agentproc.Proc{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for node, kc := range map[string]string{"node-a": writeKubeconfig(t, cfgA), "node-d": writeKubeconfig(t, cfgD)} {
@@ -352,18 +353,18 @@ func TestDeployment(t *testing.T) {
 			_, err := session(ctx, admin, "job-"+node)
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})
-		if list := n.labelled(t); len(list) != 0 {
+		if list := n.Labelled(t); len(list) != 0 {
 			t.Errorf("%s still holds %d local sessions for Sessions after the delete", node, len(list))
 		}
-		if err := n.stop(); err != nil {
+		if err := n.Stop(); err != nil {
 			t.Error(err)
 		}
-		wantNothingLeft(t, n.root)
+		agentproc.WantNothingLeft(t, n.Root)
 		// Every call the agent made was one RBAC grants.
-		if m := regexp.MustCompile(`(?m)^.*cannot \w+ resource.*$`).FindString(n.log.String()); m != "" {
+		if m := regexp.MustCompile(`(?m)^.*cannot \w+ resource.*$`).FindString(n.Log.String()); m != "" {
 			t.Errorf("%s's agent was refused by RBAC: %s", node, m)
 		}
-		for _, l := range strings.Split(n.log.String(), "\n") {
+		for _, l := range strings.Split(n.Log.String(), "\n") {
 			if strings.Contains(l, "ValidatingAdmissionPolicy") {
 				t.Logf("%s refused by the node restriction (expected only while the API server's view of a new leader catches up): %s", node, l)
 			}

@@ -19,7 +19,8 @@
 // binaries are missing (outside -short, as testutil.RequiresRoot does), and
 // stops both processes and removes their state when the test ends.
 // StartWithCRDs also installs airlock's CRDs; Eventually waits for what
-// the code under test writes.
+// the code under test writes. Package kubetest/agentproc runs
+// airlockd-kube node agents against it.
 package kubetest
 
 import (

@@ -1,8 +1,6 @@
 package agent_test
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,13 +8,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,329 +21,9 @@ import (
 	"github.com/airlock-sandbox/airlock/kube/agent"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
+	"github.com/airlock-sandbox/airlock/kube/kubetest/agentproc"
 	"github.com/airlock-sandbox/airlock/policies"
-	"github.com/airlock-sandbox/airlock/runtime"
 )
-
-// nodeProc is one node agent: airlockd --kubernetes as a child process on
-// a root, socket and session pool of its own.
-type nodeProc struct {
-	t      *testing.T
-	name   string
-	root   string
-	bin    string
-	args   []string
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd has been waited for
-	api    *api.Client
-	log    *syncBuffer
-}
-
-// syncBuffer collects a process's stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// startNode starts a node agent named name on a fresh root; whatever the
-// test leaves of it is cleaned up after it: local sessions removed, the
-// agent and its containerd stopped, the root removed.
-func startNode(t *testing.T, env daemontest.Env, kubeconfig, name string, pool int, extra ...string) *nodeProc {
-	t.Helper()
-	root, err := os.MkdirTemp("/tmp", "alk-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &nodeProc{t: t, name: name, root: root, bin: filepath.Join(env.BinDir, "airlockd-kube"), log: &syncBuffer{}}
-	socket := filepath.Join(root, "airlock.sock")
-	n.args = append([]string{
-		"--admission", admissionFile(t),
-		"--root", root, "--socket", socket, "--bin-dir", env.BinDir, "--runtime", env.Runtime,
-		"--log-level", "warn", "--stop-containerd", "--image", env.AgentImage,
-		"--session-pool", fmt.Sprintf("10.241.%d.0/24", pool),
-		"--kubernetes", "--kubeconfig", kubeconfig, "--node-name", name,
-		"--kubernetes-listen", "127.0.0.1:0",
-	}, extra...)
-	ctrd := &runtime.Embedded{Dir: filepath.Join(root, "containerd")}
-	t.Cleanup(func() {
-		if t.Failed() {
-			lines := strings.Split(strings.TrimSpace(n.log.String()), "\n")
-			t.Logf("node %s: airlockd's log, last lines:\n%s", name, strings.Join(lines[max(0, len(lines)-60):], "\n"))
-		}
-		n.cleanup()
-		daemontest.RemoveAnchor(context.Background(), ctrd.Address())
-		_ = ctrd.Stop(context.Background(), 10*time.Second)
-		os.RemoveAll(root)
-	})
-	n.api = api.NewClient(socket)
-	t.Cleanup(func() { n.api.Close() })
-	n.start()
-	return n
-}
-
-// start starts airlockd and waits for its API (served once the agent
-// image is in its store and the agent started).
-func (n *nodeProc) start() {
-	n.t.Helper()
-	n.cmd = exec.Command(n.bin, n.args...)
-	n.cmd.Stderr = n.log
-	if err := n.cmd.Start(); err != nil {
-		n.t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	cmd := n.cmd
-	go func() { cmd.Wait(); close(exited) }()
-	n.exited = exited
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := n.api.Version(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		select {
-		case <-exited:
-			n.t.Fatalf("node %s: airlockd exited (%v):\n%s", n.name, cmd.ProcessState, n.log.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			n.t.Fatalf("node %s: airlockd did not come up:\n%s", n.name, n.log.String())
-		}
-	}
-}
-
-func (n *nodeProc) running() bool {
-	select {
-	case <-n.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// kill SIGKILLs airlockd: its containerd and sessions run on.
-func (n *nodeProc) kill() {
-	n.t.Helper()
-	if err := n.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		n.t.Fatal(err)
-	}
-	<-n.exited
-}
-
-// stop SIGTERMs airlockd, which stops its containerd (--stop-containerd),
-// and waits for it to exit; it reports how it exited.
-func (n *nodeProc) stop() error {
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-n.exited:
-	case <-time.After(60 * time.Second):
-		n.cmd.Process.Kill()
-		<-n.exited
-		return fmt.Errorf("node %s: airlockd did not exit within 60s of SIGTERM", n.name)
-	}
-	if !n.cmd.ProcessState.Success() {
-		return fmt.Errorf("node %s: airlockd exited %v", n.name, n.cmd.ProcessState)
-	}
-	return nil
-}
-
-// cleanup removes every local session a failed test left and stops
-// airlockd (started again if the test left it killed, to stop its
-// containerd and sessions).
-func (n *nodeProc) cleanup() {
-	if n.cmd == nil {
-		return
-	}
-	if !n.running() {
-		if n.cmd.ProcessState != nil && n.cmd.ProcessState.Success() {
-			return // stopped by the test
-		}
-		n.cmd = exec.Command(n.bin, n.args...)
-		n.cmd.Stderr = n.log
-		if err := n.cmd.Start(); err != nil {
-			return
-		}
-		exited := make(chan struct{})
-		cmd := n.cmd
-		go func() { cmd.Wait(); close(exited) }()
-		n.exited = exited
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if _, err := n.api.Version(context.Background()); err == nil {
-				break
-			}
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if list, err := n.api.ListSessions(ctx); err == nil {
-		for _, s := range list {
-			_ = n.api.RemoveSession(ctx, s.ID, true)
-		}
-	}
-	_ = n.stop()
-}
-
-// createLocal makes a local session on the node's root through a plain
-// airlockd (no --kubernetes, killed after), while the node's agent is
-// down; it returns the session's id.
-func (n *nodeProc) createLocal(t *testing.T, req api.CreateRequest) string {
-	t.Helper()
-	if n.running() {
-		t.Fatalf("node %s: createLocal needs its agent down", n.name)
-	}
-	args := []string{"--root", n.root, "--socket", filepath.Join(n.root, "airlock.sock"), "--bin-dir", filepath.Dir(n.bin),
-		"--log-level", "warn", "--session-pool", n.args[slices.Index(n.args, "--session-pool")+1]}
-	args = append(args, "--runtime", n.args[slices.Index(n.args, "--runtime")+1])
-	cmd := exec.Command(n.bin, args...)
-	cmd.Stderr = n.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		// Killed: the session runs on, as under a killed agent.
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := n.api.Version(t.Context()); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s: a plain airlockd on its root did not come up:\n%s", n.name, n.log.String())
-		}
-	}
-	v, err := n.api.CreateSession(t.Context(), req)
-	if err != nil {
-		t.Fatalf("node %s: create a local session: %v", n.name, err)
-	}
-	return v.ID
-}
-
-// labelled returns the node's local sessions run for Sessions.
-func (n *nodeProc) labelled(t *testing.T) []api.Session {
-	t.Helper()
-	list, err := n.api.ListSessions(t.Context())
-	if err != nil {
-		t.Fatalf("node %s: list sessions: %v", n.name, err)
-	}
-	return slices.DeleteFunc(list, func(s api.Session) bool { return s.Labels[agent.LabelSessionUID] == "" })
-}
-
-// wantNothingLeft waits up to 10 s for the census of the stopped daemon on
-// root to come out empty, and reports what is left.
-func wantNothingLeft(t *testing.T, root string) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-		c := daemontest.TakeCensus(root, "")
-		if c.Total() == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("left behind on %s after airlockd stopped: %s", root, c)
-			return
-		}
-	}
-}
-
-// eventually polls cond every 100 ms until it holds or timeout passes,
-// then fails the test with what cond last said.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, timeout, state)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// cluster is the control plane and a client of it.
-type cluster struct {
-	t *testing.T
-	c client.Client
-}
-
-func (k *cluster) create(name string, cmd []string, mutate ...func(*v1alpha1.Session)) *v1alpha1.Session {
-	k.t.Helper()
-	s := &v1alpha1.Session{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: v1alpha1.SessionSpec{Policy: policies.Policy{
-			Label: name, Image: daemontest.AgentImage, Command: cmd,
-		}},
-	}
-	for _, m := range mutate {
-		m(s)
-	}
-	if err := k.c.Create(k.t.Context(), s); err != nil {
-		k.t.Fatalf("create Session %s: %v", name, err)
-	}
-	return s
-}
-
-func (k *cluster) get(name string) *v1alpha1.Session {
-	k.t.Helper()
-	var s v1alpha1.Session
-	if err := k.c.Get(k.t.Context(), client.ObjectKey{Namespace: "default", Name: name}, &s); err != nil {
-		k.t.Fatalf("get Session %s: %v", name, err)
-	}
-	return &s
-}
-
-// waitState waits for Session name to reach state, and returns it.
-func (k *cluster) waitState(name string, state v1alpha1.SessionState, timeout time.Duration) *v1alpha1.Session {
-	k.t.Helper()
-	var s *v1alpha1.Session
-	eventually(k.t, timeout, "Session "+name+" "+string(state), func() (bool, string) {
-		s = k.get(name)
-		return s.Status.State == state, fmt.Sprintf("spec.nodeName %q, status %+v", s.Spec.NodeName, s.Status)
-	})
-	return s
-}
-
-// deleteAll deletes every Session and waits until they are gone: each
-// agent removed its local session, then its finalizer.
-func (k *cluster) deleteAll(timeout time.Duration) {
-	k.t.Helper()
-	ctx := k.t.Context()
-	if err := k.c.DeleteAllOf(ctx, &v1alpha1.Session{}, client.InNamespace("default")); err != nil {
-		k.t.Fatal(err)
-	}
-	eventually(k.t, timeout, "every Session gone", func() (bool, string) {
-		var list v1alpha1.SessionList
-		if err := k.c.List(ctx, &list); err != nil {
-			return false, err.Error()
-		}
-		var left []string
-		for _, s := range list.Items {
-			left = append(left, fmt.Sprintf("%s (%s on %s, finalizers %v)", s.Name, s.Status.State, s.Spec.NodeName, s.Finalizers))
-		}
-		return len(left) == 0, strings.Join(left, ", ")
-	})
-}
-
-func sleep(d string) []string { return []string{"sleep", d} }
-
-func onNode(node string) func(*v1alpha1.Session) {
-	return func(s *v1alpha1.Session) { s.Spec.NodeSelector = map[string]string{"airlock.test/node": node} }
-}
 
 // TestNodeAgents runs two node agents on this host (airlockd --kubernetes,
 // each on a root, socket and session pool of its own, with real
@@ -381,35 +56,12 @@ func TestNodeAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	cp := kubetest.Start(t)
-	dir, err := kubetest.CRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := agent.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := &cluster{t: t, c: c}
-	// The deployment's namespace (deploy/kubernetes): agents do not make it.
-	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.LeaseNamespace}}); err != nil {
-		t.Fatal(err)
-	}
+	k := startCluster(t)
+	c, kubeconfig := k.c, k.kubeconfig
 
 	// Node a's lease outlasts its agent's restart; node b's is short,
 	// for the lost node.
-	var a, b *nodeProc
+	var a, b *agentproc.Proc
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		a = startNode(t, env, kubeconfig, "node-a", 1, "--node-capacity", "1", "--node-labels", "airlock.test/node=a", "--node-lease-duration", "10s")
@@ -422,7 +74,7 @@ func TestNodeAgents(t *testing.T) {
 		t.FailNow()
 	}
 	t.Logf("control plane and two node agents up in %s", time.Since(began).Round(time.Millisecond))
-	nodes := map[string]*nodeProc{"node-a": a, "node-b": b}
+	nodes := map[string]*agentproc.Proc{"node-a": a, "node-b": b}
 
 	// A second agent given a live node's name is refused: both would run
 	// its Sessions.
@@ -433,7 +85,7 @@ func TestNodeAgents(t *testing.T) {
 	dup := exec.Command(filepath.Join(env.BinDir, "airlockd-kube"), "--admission", admissionFile(t), "--root", dupRoot, "--socket", filepath.Join(dupRoot, "airlock.sock"),
 		"--bin-dir", env.BinDir, "--runtime", env.Runtime, "--log-level", "warn", "--stop-containerd",
 		"--session-pool", "10.241.3.0/24", "--kubernetes", "--kubeconfig", kubeconfig, "--node-name", "node-a")
-	var dupErr syncBuffer
+	var dupErr daemontest.SyncBuffer
 	dup.Stderr = &dupErr
 	if err := dup.Start(); err != nil {
 		t.Fatal(err)
@@ -450,7 +102,7 @@ func TestNodeAgents(t *testing.T) {
 		<-dupDone
 		t.Errorf("a second agent named node-a still runs after 60s; its log:\n%s", dupErr.String())
 	}
-	wantNothingLeft(t, dupRoot)
+	agentproc.WantNothingLeft(t, dupRoot)
 	os.RemoveAll(dupRoot)
 
 	phase := time.Now()
@@ -477,10 +129,10 @@ func TestNodeAgents(t *testing.T) {
 	}
 	// Each node holds local sessions for its Sessions, and says so.
 	for name, n := range nodes {
-		if got := len(n.labelled(t)); got != placed[name] {
+		if got := len(n.Labelled(t)); got != placed[name] {
 			t.Errorf("node %s holds %d local sessions for Sessions, want %d", name, got, placed[name])
 		}
-		eventually(t, 30*time.Second, name+"'s AirlockNode status", func() (bool, string) {
+		kubetest.Eventually(t, 30*time.Second, name+"'s AirlockNode status", func() (bool, string) {
 			var an v1alpha1.AirlockNode
 			if err := c.Get(t.Context(), client.ObjectKey{Name: name}, &an); err != nil {
 				return false, err.Error()
@@ -504,7 +156,7 @@ func TestNodeAgents(t *testing.T) {
 	}
 	k.deleteAll(60 * time.Second)
 	for name, n := range nodes {
-		if left := n.labelled(t); len(left) != 0 {
+		if left := n.Labelled(t); len(left) != 0 {
 			t.Errorf("node %s still holds local sessions of deleted Sessions: %+v", name, left)
 		}
 	}
@@ -518,7 +170,7 @@ func TestNodeAgents(t *testing.T) {
 		done.Status.FinishedAt == nil || done.Status.StartedAt == nil || done.Status.ID == "" {
 		t.Errorf("Session run to completion: status %+v, want Exited with exit code 7, reason exited, its times and local id", done.Status)
 	}
-	if v, err := nodes[done.Status.Node].api.InspectSession(t.Context(), done.Status.ID); err != nil || v.ExitCode == nil || *v.ExitCode != 7 ||
+	if v, err := nodes[done.Status.Node].API.InspectSession(t.Context(), done.Status.ID); err != nil || v.ExitCode == nil || *v.ExitCode != 7 ||
 		v.Labels[agent.LabelSessionUID] != string(done.UID) || v.Labels[agent.LabelSession] != "default/done" {
 		t.Errorf("its local session %s on %s: %+v, %v", done.Status.ID, done.Status.Node, v, err)
 	}
@@ -529,7 +181,7 @@ func TestNodeAgents(t *testing.T) {
 	if refused.Status.Reason != agent.ReasonRefused || !strings.Contains(refused.Status.Message, "capability CAP_SYS_ADMIN refused") || refused.Status.ID != "" {
 		t.Errorf("Session the admission policy refuses: status %+v, want Failed, reason refused, the rule it broke, no local session", refused.Status)
 	}
-	if left := nodes[refused.Spec.NodeName].labelled(t); len(left) != 0 {
+	if left := nodes[refused.Spec.NodeName].Labelled(t); len(left) != 0 {
 		t.Errorf("node %s made local sessions for a refused Session: %+v", refused.Spec.NodeName, left)
 	}
 	k.deleteAll(60 * time.Second)
@@ -545,7 +197,7 @@ func TestNodeAgents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 30*time.Second, "node-b registered again", func() (bool, string) {
+	kubetest.Eventually(t, 30*time.Second, "node-b registered again", func() (bool, string) {
 		var an v1alpha1.AirlockNode
 		var l coordinationv1.Lease
 		errN := c.Get(t.Context(), client.ObjectKey{Name: "node-b"}, &an)
@@ -566,21 +218,21 @@ func TestNodeAgents(t *testing.T) {
 		s.Spec.Policy.Workspaces = []policies.Workspace{{HostPath: ws, Target: "/w", Mode: policies.ModeRW, DefaultDenyRead: true}}
 	})
 	once := k.waitState("once", v1alpha1.SessionRunning, 60*time.Second)
-	eventually(t, 10*time.Second, "the command's line in the workspace", func() (bool, string) {
+	kubetest.Eventually(t, 10*time.Second, "the command's line in the workspace", func() (bool, string) {
 		b, err := os.ReadFile(filepath.Join(ws, "runs"))
 		return err == nil && len(b) > 0, fmt.Sprint(err)
 	})
-	a.kill()
+	a.Kill()
 	// While node-a's agent is down, a Session placed on it directly
 	// ("adopt") gets a local session, labelled as the agent labels its
 	// own, through a plain airlockd on the node's root: what an agent
 	// killed after its create and before its status write leaves. The
 	// agent back must adopt it, not run the Session a second time.
 	adopt := k.create("adopt", []string{"sh", "-c", "sleep 2; exit 4"}, func(s *v1alpha1.Session) { s.Spec.NodeName = "node-a" })
-	adoptID := a.createLocal(t, api.CreateRequest{Policy: adopt.Spec.Policy, Start: true, Labels: map[string]string{
+	adoptID := createLocal(t, a, api.CreateRequest{Policy: adopt.Spec.Policy, Start: true, Labels: map[string]string{
 		agent.LabelSessionUID: string(adopt.UID), agent.LabelSession: "default/adopt",
 	}})
-	a.start()
+	a.Restart()
 	if s := k.waitState("adopt", v1alpha1.SessionExited, 60*time.Second); s.Status.ID != adoptID || s.Status.ExitCode == nil || *s.Status.ExitCode != 4 ||
 		!slices.Contains(s.Finalizers, agent.Finalizer) {
 		t.Errorf("Session whose local session was made before its agent wrote status: status %+v, finalizers %v, want local session %s Exited with exit code 4, and the agent's finalizer", s.Status, s.Finalizers, adoptID)
@@ -593,7 +245,7 @@ func TestNodeAgents(t *testing.T) {
 		t.Errorf("the workspace's runs file: %q (%v), want one line: the command ran once", b, err)
 	}
 	var ids []string
-	for _, v := range a.labelled(t) {
+	for _, v := range a.Labelled(t) {
 		ids = append(ids, v.ID)
 	}
 	slices.Sort(ids)
@@ -617,7 +269,7 @@ func TestNodeAgents(t *testing.T) {
 	if err := c.Get(t.Context(), client.ObjectKey{Namespace: agent.LeaseNamespace, Name: agent.PlacementLease}, &leader); err == nil && leader.Spec.HolderIdentity != nil {
 		t.Logf("placement leader before node-b's agent is killed: %s", *leader.Spec.HolderIdentity)
 	}
-	b.kill()
+	b.Kill()
 	killed := time.Now()
 	var uids []string
 	for _, name := range []string{"lost1", "lost2"} {
@@ -637,7 +289,7 @@ func TestNodeAgents(t *testing.T) {
 		t.Errorf("a Session created after node-b was lost ran on %q, want node-a", s.Spec.NodeName)
 	}
 	// The lost ones never ran elsewhere, nor were they placed again.
-	for _, v := range a.labelled(t) {
+	for _, v := range a.Labelled(t) {
 		if slices.Contains(uids, v.Labels[agent.LabelSessionUID]) {
 			t.Errorf("a lost Session runs on node-a too: %+v", v)
 		}
@@ -649,9 +301,9 @@ func TestNodeAgents(t *testing.T) {
 	}
 	// node-b's agent back: it stops what the cluster gave up on, and the
 	// Sessions stay Lost.
-	b.start()
-	eventually(t, 30*time.Second, "node-b stops its lost sessions", func() (bool, string) {
-		list := b.labelled(t)
+	b.Restart()
+	kubetest.Eventually(t, 30*time.Second, "node-b stops its lost sessions", func() (bool, string) {
+		list := b.Labelled(t)
 		var states []string
 		for _, v := range list {
 			states = append(states, v.ID+" "+v.State)
@@ -669,34 +321,13 @@ func TestNodeAgents(t *testing.T) {
 	// agents stopped, nothing of them is left.
 	k.deleteAll(60 * time.Second)
 	for name, n := range nodes {
-		if left, err := n.api.ListSessions(t.Context()); err != nil || len(left) != 0 {
+		if left, err := n.API.ListSessions(t.Context()); err != nil || len(left) != 0 {
 			t.Errorf("node %s after every Session was deleted: %+v (%v)", name, left, err)
 		}
-		if err := n.stop(); err != nil {
+		if err := n.Stop(); err != nil {
 			t.Error(err)
 		}
-		wantNothingLeft(t, n.root)
+		agentproc.WantNothingLeft(t, n.Root)
 	}
 	t.Logf("TestNodeAgents took %s", time.Since(began).Round(time.Millisecond))
-}
-
-// admissionFile writes the node agents' admission policy: --kubernetes
-// needs one. Workspaces under /tmp (the tests' own directories), the
-// built-in users, groups and capabilities.
-func admissionFile(t *testing.T) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "admission.hcl")
-	if err := os.WriteFile(p, []byte("admission {\n  host_paths = [\"/tmp\"]\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// mustLeaseNamespace makes the airlock-system namespace, as
-// deploy/kubernetes/namespace.yaml does: the agent does not make it.
-func mustLeaseNamespace(t *testing.T, c client.Client) {
-	t.Helper()
-	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.LeaseNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,8 +13,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -162,31 +159,8 @@ func TestAPICostPerSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := kubetest.Start(t)
-	dir, err := kubetest.CRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := agent.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := &cluster{t: t, c: c}
-	// What deploy/kubernetes/namespace.yaml makes: the agent does not.
-	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agent.LeaseNamespace}}); err != nil {
-		t.Fatal(err)
-	}
+	k := startCluster(t)
+	cp, c, kubeconfig := k.cp, k.c, k.kubeconfig
 	const lease = 8 * time.Second
 	startNode(t, env, kubeconfig, "node-a", 1, "--node-capacity", "16", "--node-lease-duration", lease.String())
 	startNode(t, env, kubeconfig, "node-b", 2, "--node-capacity", "16", "--node-lease-duration", lease.String(),
@@ -194,7 +168,7 @@ func TestAPICostPerSession(t *testing.T) {
 
 	// Idle nodes, once registered and node-a leading placement: their
 	// heartbeats only.
-	eventually(t, time.Minute, "node-a and node-b registered, node-a leading placement", func() (bool, string) {
+	kubetest.Eventually(t, time.Minute, "node-a and node-b registered, node-a leading placement", func() (bool, string) {
 		var l coordinationv1.Lease
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: agent.LeaseNamespace, Name: agent.PlacementLease}, &l); err != nil {
 			return false, err.Error()
@@ -249,7 +223,7 @@ func TestAPICostPerSession(t *testing.T) {
 	for i := range n {
 		k.create(fmt.Sprintf("s%02d", i), []string{"true"})
 	}
-	eventually(t, 3*time.Minute, "every Session Exited", func() (bool, string) {
+	kubetest.Eventually(t, 3*time.Minute, "every Session Exited", func() (bool, string) {
 		var list v1alpha1.SessionList
 		if err := c.List(t.Context(), &list); err != nil {
 			return false, err.Error()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+	"github.com/airlock-sandbox/airlock/kube/kubetest"
 )
 
 // TestAttackApprovalBlindThroughKubernetes: a held request in a
@@ -27,7 +28,7 @@ func TestAttackApprovalBlindThroughKubernetes(t *testing.T) {
 	}
 	k.create("blind", []string{"sh", "-c", curl("env=dev", `{"image":"ok"}`) + "sleep 2; " + curl("env=prod", `{"image":"evil"}`) + "sleep 300"}, ask)
 	var s *v1alpha1.Session
-	eventually(t, 90*time.Second, "two held requests in status", func() (bool, string) {
+	kubetest.Eventually(t, 90*time.Second, "two held requests in status", func() (bool, string) {
 		s = k.get("blind")
 		return len(s.Status.PendingApprovals) == 2, fmt.Sprintf("%+v", s.Status.PendingApprovals)
 	})

@@ -29,9 +29,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
-	"github.com/airlock-sandbox/airlock/kube/agent"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
+	"github.com/airlock-sandbox/airlock/kube/kubetest/agentproc"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -64,36 +64,14 @@ func TestNodeEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	cp := kubetest.Start(t)
-	dir, err := kubetest.CRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir); err != nil {
-		t.Fatal(err)
-	}
-	adminKubeconfig := filepath.Join(t.TempDir(), "admin.kubeconfig")
-	if err := cp.WriteKubeconfig(adminKubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := agent.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rbacv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustLeaseNamespace(t, c)
+	k := startCluster(t)
+	cp, c, adminKubeconfig := k.cp, k.c, k.kubeconfig
 	ctx := t.Context()
 	// Published by name: the CLI dials what the AirlockNode says.
 	n := startNode(t, env, adminKubeconfig, "node-e", 5, "--node-capacity", "4", "--kubernetes-advertise-address", "localhost")
 
 	var node v1alpha1.AirlockNode
-	eventually(t, 30*time.Second, "node-e publishes its endpoint", func() (bool, string) {
+	kubetest.Eventually(t, 30*time.Second, "node-e publishes its endpoint", func() (bool, string) {
 		err := c.Get(ctx, client.ObjectKey{Name: "node-e"}, &node)
 		return err == nil && node.Status.Endpoint.Address != "" && node.Status.Endpoint.Certificate != "", fmt.Sprintf("%v %+v", err, node.Status)
 	})
@@ -246,7 +224,7 @@ func TestNodeEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sleeping string
-	eventually(t, 60*time.Second, "the sleeper Running", func() (bool, string) {
+	kubetest.Eventually(t, 60*time.Second, "the sleeper Running", func() (bool, string) {
 		var list v1alpha1.SessionList
 		if err := c.List(ctx, &list, client.InNamespace("team-a")); err != nil {
 			return false, err.Error()
@@ -267,7 +245,7 @@ func TestNodeEndpoint(t *testing.T) {
 	if err := run.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 130 {
 		t.Errorf("alice's run interrupted: %v, stderr %q; want exit 130", err, runErr.String())
 	}
-	eventually(t, 30*time.Second, "the interrupted --rm Session deleted", func() (bool, string) {
+	kubetest.Eventually(t, 30*time.Second, "the interrupted --rm Session deleted", func() (bool, string) {
 		var s v1alpha1.Session
 		err := c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: sleeping}, &s)
 		return err != nil && strings.Contains(err.Error(), "not found"), fmt.Sprintf("%v %s", err, s.Status.State)
@@ -336,7 +314,7 @@ func TestNodeEndpoint(t *testing.T) {
 	if err := c.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "team-b's Session ends", func() (bool, string) {
+	kubetest.Eventually(t, 60*time.Second, "team-b's Session ends", func() (bool, string) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
 			return false, err.Error()
 		}
@@ -392,7 +370,7 @@ func TestNodeEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	revoked := time.Now()
-	eventually(t, 20*time.Second, "alice's revoked right refused", func() (bool, string) {
+	kubetest.Eventually(t, 20*time.Second, "alice's revoked right refused", func() (bool, string) {
 		st, body := get(tokens["alice"], "team-a", name)
 		return st == http.StatusForbidden, fmt.Sprintf("%d %.200s", st, body)
 	})
@@ -413,20 +391,20 @@ func TestNodeEndpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 60*time.Second, "every Session gone", func() (bool, string) {
+	kubetest.Eventually(t, 60*time.Second, "every Session gone", func() (bool, string) {
 		var list v1alpha1.SessionList
 		if err := c.List(ctx, &list); err != nil {
 			return false, err.Error()
 		}
 		return len(list.Items) == 0, fmt.Sprint(len(list.Items), " left")
 	})
-	eventually(t, 30*time.Second, "node-e's local sessions removed", func() (bool, string) {
-		left, err := n.api.ListSessions(ctx)
+	kubetest.Eventually(t, 30*time.Second, "node-e's local sessions removed", func() (bool, string) {
+		left, err := n.API.ListSessions(ctx)
 		return err == nil && len(left) == 0, fmt.Sprintf("%d left, %v", len(left), err)
 	})
-	if err := n.stop(); err != nil {
+	if err := n.Stop(); err != nil {
 		t.Error(err)
 	}
-	wantNothingLeft(t, n.root)
+	agentproc.WantNothingLeft(t, n.Root)
 	t.Logf("TestNodeEndpoint took %s", time.Since(began).Round(time.Millisecond))
 }

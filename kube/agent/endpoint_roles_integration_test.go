@@ -67,34 +67,12 @@ func TestNodeEndpointShippedRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := kubetest.Start(t)
-	dir, err := kubetest.CRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir); err != nil {
-		t.Fatal(err)
-	}
-	adminKubeconfig := filepath.Join(t.TempDir(), "admin.kubeconfig")
-	if err := cp.WriteKubeconfig(adminKubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := agent.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rbacv1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustLeaseNamespace(t, c)
+	k := startCluster(t)
+	c, adminKubeconfig := k.c, k.kubeconfig
 	ctx := t.Context()
 	startNode(t, env, adminKubeconfig, "node-r", 6, "--node-capacity", "4", "--kubernetes-advertise-address", "localhost")
 	var node v1alpha1.AirlockNode
-	eventually(t, 30*time.Second, "node-r publishes its endpoint", func() (bool, string) {
+	kubetest.Eventually(t, 30*time.Second, "node-r publishes its endpoint", func() (bool, string) {
 		err := c.Get(ctx, client.ObjectKey{Name: "node-r"}, &node)
 		return err == nil && node.Status.Endpoint.Address != "", fmt.Sprintf("%v %+v", err, node.Status)
 	})
@@ -153,7 +131,7 @@ func TestNodeEndpointShippedRoles(t *testing.T) {
 		if err := c.Create(ctx, s); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 60*time.Second, ns+"'s Session ends", func() (bool, string) {
+		kubetest.Eventually(t, 60*time.Second, ns+"'s Session ends", func() (bool, string) {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
 				return false, err.Error()
 			}

@@ -18,14 +18,7 @@ import (
 // deployment's); registering without it fails saying so, and nothing
 // makes the namespace; once it exists the node registers.
 func TestRegisterNeedsNamespace(t *testing.T) {
-	cp := kubetest.Start(t)
-	dir, err := kubetest.CRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir); err != nil {
-		t.Fatal(err)
-	}
+	cp, _ := kubetest.StartWithCRDs(t)
 	scheme, err := Scheme()
 	if err != nil {
 		t.Fatal(err)

@@ -19,9 +19,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/internal/world"
-	"github.com/airlock-sandbox/airlock/kube/agent"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
+	"github.com/airlock-sandbox/airlock/kube/kubetest/agentproc"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
@@ -30,7 +30,7 @@ import (
 // a test world serving api.sx.test over HTTPS, and returns the cluster
 // and the node; ask is the Session option of an L7 `ask` rule on
 // api.sx.test paths under /x/ (any method), placed on node-x.
-func askNode(t *testing.T) (k *cluster, n *nodeProc, ask func(*v1alpha1.Session)) {
+func askNode(t *testing.T) (k *cluster, n *agentproc.Proc, ask func(*v1alpha1.Session)) {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	env, err := daemontest.LoadEnv()
@@ -59,29 +59,8 @@ func askNode(t *testing.T) (k *cluster, n *nodeProc, ask func(*v1alpha1.Session)
 	if err := os.WriteFile(caFile, w.CAPEM(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cp := kubetest.Start(t)
-	dir, err := kubetest.CRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := agent.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.NewWithWatch(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustLeaseNamespace(t, c)
-	k = &cluster{t: t, c: c}
-	n = startNode(t, env, kubeconfig, "node-x", 9, "--node-capacity", "2",
+	k = startCluster(t)
+	n = startNode(t, env, k.kubeconfig, "node-x", 9, "--node-capacity", "2",
 		"--uplink", "netns:"+w.NetnsName(), "--dns-upstream", w.DNSAddr().String(),
 		"--allow-private", w.Net().String(), "--upstream-ca", caFile)
 
@@ -119,8 +98,8 @@ func TestAttackSandboxFreezesSessionStatus(t *testing.T) {
 	k.waitState("loud", v1alpha1.SessionRunning, 90*time.Second)
 
 	// On the node: the requests are held (the daemon's own API).
-	eventually(t, 60*time.Second, "the sandbox's requests held on the node", func() (bool, string) {
-		l, err := n.api.ListApprovals(t.Context(), "")
+	kubetest.Eventually(t, 60*time.Second, "the sandbox's requests held on the node", func() (bool, string) {
+		l, err := n.API.ListApprovals(t.Context(), "")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -165,7 +144,7 @@ func TestAttackHeldPathBidi(t *testing.T) {
 	k, _, ask := askNode(t)
 	k.create("bidi", []string{"sh", "-c", `curl -s -o /dev/null --max-time 170 -X POST 'https://api.sx.test/x/review-config%E2%80%AEdorp-yolped'; sleep 300`}, ask)
 	var s *v1alpha1.Session
-	eventually(t, 90*time.Second, "the held request in status", func() (bool, string) {
+	kubetest.Eventually(t, 90*time.Second, "the held request in status", func() (bool, string) {
 		s = k.get("bidi")
 		return len(s.Status.PendingApprovals) == 1, fmt.Sprintf("%+v", s.Status.PendingApprovals)
 	})
@@ -196,7 +175,7 @@ func TestAttackSandboxChurnsStatusWrites(t *testing.T) {
 	script := fmt.Sprintf(`i=0; while [ $i -lt 56 ]; do curl -s -o /dev/null --max-time 170 -X POST https://api.sx.test/x/%s/$i & i=$((i+1)); done; sleep 10; `, long) +
 		`for j in 1 2 3 4 5 6 7 8; do (while true; do curl -s -o /dev/null --max-time 0.5 -X POST https://api.sx.test/x/churn; done) & done; wait`
 	k.create("churn", []string{"sh", "-c", script}, ask)
-	eventually(t, 90*time.Second, "56 held requests in status", func() (bool, string) {
+	kubetest.Eventually(t, 90*time.Second, "56 held requests in status", func() (bool, string) {
 		s := k.get("churn")
 		return len(s.Status.PendingApprovals) >= 56, fmt.Sprintf("%d held", len(s.Status.PendingApprovals))
 	})

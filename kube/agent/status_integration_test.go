@@ -20,9 +20,9 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/internal/world"
-	"github.com/airlock-sandbox/airlock/kube/agent"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
+	"github.com/airlock-sandbox/airlock/kube/kubetest/agentproc"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
@@ -89,31 +89,11 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cp := kubetest.Start(t)
-	dir, err := kubetest.CRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := agent.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.NewWithWatch(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustLeaseNamespace(t, c)
-	k := &cluster{t: t, c: c}
+	k := startCluster(t)
+	c, kubeconfig := k.c, k.kubeconfig
 	// node-s runs the Sessions under test; node-t, without an uplink,
 	// one Session, to which a decision on node-s's request is sent.
-	var n, far *nodeProc
+	var n, far *agentproc.Proc
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		n = startNode(t, env, kubeconfig, "node-s", 7, "--node-capacity", "4",
@@ -182,7 +162,7 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 
 	// Audit counts.
 	phase := time.Now()
-	eventually(t, 30*time.Second, "Session gw's refused lookups in status.audit", func() (bool, string) {
+	kubetest.Eventually(t, 30*time.Second, "Session gw's refused lookups in status.audit", func() (bool, string) {
 		s := k.get("gw")
 		a := s.Status.Audit
 		if a == nil {
@@ -195,7 +175,7 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 
 	// A busy session's status is not written on every event.
 	phase = time.Now()
-	eventually(t, 30*time.Second, "Session busy's lookups counted", func() (bool, string) {
+	kubetest.Eventually(t, 30*time.Second, "Session busy's lookups counted", func() (bool, string) {
 		s := k.get("busy")
 		return s.Status.Audit != nil && s.Status.Audit.Refused > 0, fmt.Sprintf("status %+v", s.Status)
 	})
@@ -238,15 +218,15 @@ watching:
 	// Workspace changes in Review, then committed.
 	phase = time.Now()
 	rev := k.waitState("review", v1alpha1.SessionReview, 90*time.Second)
-	eventually(t, 15*time.Second, "Session review's changes in status.diff", func() (bool, string) {
+	kubetest.Eventually(t, 15*time.Second, "Session review's changes in status.diff", func() (bool, string) {
 		rev = k.get("review")
 		d := rev.Status.Diff
 		return d != nil && *d == v1alpha1.DiffSummary{Added: 1, Modified: 1, Deleted: 1, Bytes: 16}, fmt.Sprintf("%+v", rev.Status)
 	})
-	if _, err := n.api.Commit(t.Context(), rev.Status.ID, api.CommitRequest{}); err != nil {
+	if _, err := n.API.Commit(t.Context(), rev.Status.ID, api.CommitRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 40*time.Second, "Session review committed", func() (bool, string) {
+	kubetest.Eventually(t, 40*time.Second, "Session review committed", func() (bool, string) {
 		s := k.get("review")
 		d := s.Status.Diff
 		return s.Status.State == v1alpha1.SessionExited && d != nil && *d == v1alpha1.DiffSummary{Added: 1, Modified: 1, Deleted: 1, Bytes: 16, Outcome: "committed"},
@@ -262,7 +242,7 @@ watching:
 	pending := func(name, path string) v1alpha1.PendingApproval {
 		t.Helper()
 		var p v1alpha1.PendingApproval
-		eventually(t, 60*time.Second, "Session "+name+" holds POST "+path, func() (bool, string) {
+		kubetest.Eventually(t, 60*time.Second, "Session "+name+" holds POST "+path, func() (bool, string) {
 			s := k.get(name)
 			for _, q := range s.Status.PendingApprovals {
 				if q.Path == path {
@@ -282,7 +262,7 @@ watching:
 		if err := c.Create(t.Context(), ap); err != nil {
 			t.Fatalf("create SessionApproval %s: %v", name, err)
 		}
-		eventually(t, 30*time.Second, "SessionApproval "+name+" looked at", func() (bool, string) {
+		kubetest.Eventually(t, 30*time.Second, "SessionApproval "+name+" looked at", func() (bool, string) {
 			if err := c.Get(t.Context(), client.ObjectKeyFromObject(ap), ap); err != nil {
 				return false, err.Error()
 			}
@@ -319,7 +299,7 @@ watching:
 	}
 	wantRefused(decide("no-session", v1alpha1.SessionApprovalSpec{SessionName: "ghost", ApprovalID: one.ID, Decision: v1alpha1.DecisionAllow}),
 		"no Session default/ghost")
-	if held, err := n.api.ListApprovals(t.Context(), gwID); err != nil || len(held) != 1 || held[0].ID != one.ID || held[0].State != api.ApprovalPending {
+	if held, err := n.API.ListApprovals(t.Context(), gwID); err != nil || len(held) != 1 || held[0].ID != one.ID || held[0].State != api.ApprovalPending {
 		t.Fatalf("after the refused decisions, gw holds %+v (%v), want %s still pending", held, err, one.ID)
 	}
 	if _, err := os.Stat(filepath.Join(gwWS, "one")); err == nil {
@@ -334,7 +314,7 @@ watching:
 	readCode := func(name string) string {
 		t.Helper()
 		var b []byte
-		eventually(t, 30*time.Second, "the sandbox's status code for "+name, func() (bool, string) {
+		kubetest.Eventually(t, 30*time.Second, "the sandbox's status code for "+name, func() (bool, string) {
 			var err error
 			b, err = os.ReadFile(filepath.Join(gwWS, name))
 			return err == nil, fmt.Sprint(err)
@@ -365,13 +345,13 @@ watching:
 
 	// Decided on the node: it leaves the status too.
 	three := pending("gw", "/deploy/three")
-	if _, err := n.api.DecideApproval(t.Context(), three.ID, api.ApprovalDecision{Decision: api.DecisionDeny, Reason: "on the node"}); err != nil {
+	if _, err := n.API.DecideApproval(t.Context(), three.ID, api.ApprovalDecision{Decision: api.DecisionDeny, Reason: "on the node"}); err != nil {
 		t.Fatal(err)
 	}
 	if code := readCode("three"); code != "403" {
 		t.Errorf("request denied on the node: %s, want 403", code)
 	}
-	eventually(t, 10*time.Second, "no held request in Session gw's status", func() (bool, string) {
+	kubetest.Eventually(t, 10*time.Second, "no held request in Session gw's status", func() (bool, string) {
 		s := k.get("gw")
 		return len(s.Status.PendingApprovals) == 0, fmt.Sprintf("%+v", s.Status.PendingApprovals)
 	})
@@ -383,7 +363,7 @@ watching:
 	}
 
 	// The node's audit says who decided, through which object.
-	evs, err := n.api.Audit(t.Context(), gwID)
+	evs, err := n.API.Audit(t.Context(), gwID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,8 +389,8 @@ watching:
 	// events written one by one are all there.)
 	phase = time.Now()
 	before := k.get("gw").Status.Audit
-	n.kill()
-	n.start()
+	n.Kill()
+	n.Restart()
 	written := func(a *v1alpha1.AuditSummary) map[string]int64 {
 		m := map[string]int64{}
 		for _, c := range a.Counts {
@@ -426,7 +406,7 @@ watching:
 			t.Fatalf("Session gw's audit counts after its node's restart: %+v, before %+v: counts lost", a, before)
 		}
 	}
-	evs, err = n.api.Audit(t.Context(), gwID)
+	evs, err = n.API.Audit(t.Context(), gwID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,11 +422,11 @@ watching:
 	t.Logf("restart: %s", time.Since(phase).Round(time.Millisecond))
 
 	k.deleteAll(60 * time.Second)
-	for _, n := range []*nodeProc{n, far} {
-		if err := n.stop(); err != nil {
+	for _, n := range []*agentproc.Proc{n, far} {
+		if err := n.Stop(); err != nil {
 			t.Error(err)
 		}
-		wantNothingLeft(t, n.root)
+		agentproc.WantNothingLeft(t, n.Root)
 	}
 	t.Logf("TestSessionStatusAndApprovals took %s", time.Since(began).Round(time.Millisecond))
 }
@@ -460,7 +440,6 @@ func TestAgentWithoutSessionApprovalCRD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := kubetest.Start(t)
 	dir, err := kubetest.CRDDir()
 	if err != nil {
 		t.Fatal(err)
@@ -479,35 +458,21 @@ func TestAgentWithoutSessionApprovalCRD(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, old); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := agent.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustLeaseNamespace(t, c)
-	k := &cluster{t: t, c: c}
+	cp, _ := kubetest.StartWithCRDsFrom(t, old)
+	k := newCluster(t, cp)
+	kubeconfig := k.kubeconfig
 	n := startNode(t, env, kubeconfig, "node-o", 9, "--node-capacity", "1")
 	k.create("old", []string{"sh", "-c", "exit 5"})
 	s := k.waitState("old", v1alpha1.SessionExited, 60*time.Second)
 	if s.Status.ExitCode == nil || *s.Status.ExitCode != 5 || s.Status.Audit == nil || s.Status.Audit.Events == 0 {
 		t.Errorf("Session on a cluster without SessionApprovals: status %+v, want Exited 5 with its audit counts", s.Status)
 	}
-	if !strings.Contains(n.log.String(), "the SessionApproval CRD is not installed") {
-		t.Errorf("the agent did not say SessionApprovals are off; its log:\n%s", n.log.String())
+	if !strings.Contains(n.Log.String(), "the SessionApproval CRD is not installed") {
+		t.Errorf("the agent did not say SessionApprovals are off; its log:\n%s", n.Log.String())
 	}
 	k.deleteAll(60 * time.Second)
-	if err := n.stop(); err != nil {
+	if err := n.Stop(); err != nil {
 		t.Error(err)
 	}
-	wantNothingLeft(t, n.root)
+	agentproc.WantNothingLeft(t, n.Root)
 }

@@ -1,13 +1,11 @@
 package agent_test
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,24 +14,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
 )
-
-// lockedBuffer is a bytes.Buffer a process writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestRunUnplacedSaysWhy: with no node agent standing for placement (a
 // fleet whose nodes no one labelled airlock.dev/placement=true), airlock
@@ -46,31 +26,21 @@ func TestRunUnplacedSaysWhy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := kubetest.Start(t)
-	dir, err := kubetest.CRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	cp, _ := kubetest.StartWithCRDs(t)
+	kubeconfig := cp.Kubeconfig(t)
 	manifest := filepath.Join(t.TempDir(), "waits.hcl")
 	if err := os.WriteFile(manifest, fmt.Appendf(nil, "session \"waits\" {\n  image = %q\n  command = [\"true\"]\n}\n", daemontest.AgentImage), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	run := exec.CommandContext(t.Context(), filepath.Join(env.BinDir, "airlock"), "--kubeconfig", kubeconfig, "run", "-f", manifest)
 	run.Env = []string{"HOME=/nonexistent"}
-	var stderr lockedBuffer
+	var stderr daemontest.SyncBuffer
 	run.Stderr = &stderr
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	eventually(t, 40*time.Second, "airlock run says the Session is unplaced", func() (bool, string) {
+	kubetest.Eventually(t, 40*time.Second, "airlock run says the Session is unplaced", func() (bool, string) {
 		return strings.Contains(stderr.String(), "has not been looked at by a placement controller"), stderr.String()
 	})
 	if waited := time.Since(began); waited < 9*time.Second {

@@ -52,7 +52,7 @@ func startApprovalCluster(t *testing.T) *approvalCluster {
 			t.Fatalf("apply %s: %v", m, err)
 		}
 	}
-	eventually(t, time.Minute, "the CRDs served", func() (bool, string) {
+	kubetest.Eventually(t, time.Minute, "the CRDs served", func() (bool, string) {
 		err := admin.List(ctx, &v1alpha1.SessionApprovalList{})
 		return err == nil, fmt.Sprint(err)
 	})
@@ -71,7 +71,7 @@ func startApprovalCluster(t *testing.T) *approvalCluster {
 	// refuses every Session update, the administrator's included.
 	leadAs(t, admin, "node-b_victim")
 	victim(t, admin, "node-b", 40)
-	eventually(t, 30*time.Second, "the node restriction in force", func() (bool, string) {
+	kubetest.Eventually(t, 30*time.Second, "the node restriction in force", func() (bool, string) {
 		err := attacks[0].do(ctx, k.nodeA, "node-b", true)
 		return refusedByPolicy(err), fmt.Sprint(err)
 	})

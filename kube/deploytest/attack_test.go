@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/kube/agent"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+	"github.com/airlock-sandbox/airlock/kube/kubetest"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -249,7 +250,7 @@ func testLeaderForms(t *testing.T, admin, nodeA client.Client) {
 	}
 	mk("to-place", "")
 	// The API server's view of the leader Lease follows the write.
-	eventually(t, 30*time.Second, "node-a, leading, places a Session on node-c (dry run)", func() (bool, string) {
+	kubetest.Eventually(t, 30*time.Second, "node-a, leading, places a Session on node-c (dry run)", func() (bool, string) {
 		s, err := session(ctx, nodeA, "to-place")
 		if err != nil {
 			return false, err.Error()

@@ -30,6 +30,7 @@ import (
 	"github.com/airlock-sandbox/airlock/kube/agent"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
+	"github.com/airlock-sandbox/airlock/kube/kubetest/agentproc"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -46,23 +47,6 @@ func scheme(t *testing.T) *runtime.Scheme {
 		}
 	}
 	return s
-}
-
-// eventually polls cond every 100 ms until it holds or timeout passes,
-// then fails the test with what cond last said.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, timeout, state)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // podOn creates, as the administrator, a Node named node and the
@@ -182,7 +166,7 @@ func TestDeployment(t *testing.T) {
 	if len(restriction) != 4 {
 		t.Fatalf("node-restriction.yaml holds %d objects, want two policies and their bindings", len(restriction))
 	}
-	eventually(t, time.Minute, "the CRDs served", func() (bool, string) {
+	kubetest.Eventually(t, time.Minute, "the CRDs served", func() (bool, string) {
 		err := admin.List(ctx, &v1alpha1.SessionList{})
 		return err == nil, fmt.Sprint(err)
 	})
@@ -242,7 +226,7 @@ func TestDeployment(t *testing.T) {
 	for _, a := range attacks {
 		// The API server loads the policies, and their parameter,
 		// asynchronously: a dry run shows when they are in force.
-		eventually(t, 30*time.Second, "the node restriction in force against: "+a.name, func() (bool, string) {
+		kubetest.Eventually(t, 30*time.Second, "the node restriction in force against: "+a.name, func() (bool, string) {
 			err := a.do(ctx, nodeA, "node-c", true)
 			return refusedByPolicy(err), fmt.Sprint(err)
 		})
@@ -288,7 +272,7 @@ func TestDeployment(t *testing.T) {
 	// Session on it.
 	podD := podOn(t, admin, &ds.Spec.Template, "node-d")
 	cfgD := asToken(cp, token(t, cs, agent.LeaseNamespace, "airlock-node", podD))
-	agents := map[string]*agentProc{}
+	agents := map[string]*agentproc.Proc{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for node, kc := range map[string]string{"node-a": writeKubeconfig(t, cfgA), "node-d": writeKubeconfig(t, cfgD)} {
@@ -304,7 +288,7 @@ func TestDeployment(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	eventually(t, 90*time.Second, "node-a and node-d registered", func() (bool, string) {
+	kubetest.Eventually(t, 90*time.Second, "node-a and node-d registered", func() (bool, string) {
 		var state []string
 		for _, node := range []string{"node-a", "node-d"} {
 			var an v1alpha1.AirlockNode
@@ -329,7 +313,7 @@ func TestDeployment(t *testing.T) {
 	}
 	for node, code := range map[string]int32{"node-a": 3, "node-d": 4} {
 		var s *v1alpha1.Session
-		eventually(t, 2*time.Minute, "Session job-"+node+" Exited on "+node, func() (bool, string) {
+		kubetest.Eventually(t, 2*time.Minute, "Session job-"+node+" Exited on "+node, func() (bool, string) {
 			s, err = session(ctx, admin, "job-"+node)
 			if err != nil {
 				return false, err.Error()
@@ -349,7 +333,7 @@ func TestDeployment(t *testing.T) {
 	// Placement's other writes, as the leader, pass the restriction:
 	// node-c's Lease expired, its Session is Lost; the Session no node
 	// fits is Pending, unschedulable.
-	eventually(t, time.Minute, "node-c's Session Lost, the unplaced one unschedulable", func() (bool, string) {
+	kubetest.Eventually(t, time.Minute, "node-c's Session Lost, the unplaced one unschedulable", func() (bool, string) {
 		on, err1 := session(ctx, admin, "on-node-c")
 		un, err2 := session(ctx, admin, "unplaced-node-c")
 		if err1 != nil || err2 != nil {
@@ -365,22 +349,22 @@ func TestDeployment(t *testing.T) {
 	}
 	for _, node := range []string{"node-a", "node-d"} {
 		n := agents[node]
-		eventually(t, time.Minute, "Session job-"+node+" gone (its local session removed, then its finalizer)", func() (bool, string) {
+		kubetest.Eventually(t, time.Minute, "Session job-"+node+" gone (its local session removed, then its finalizer)", func() (bool, string) {
 			_, err := session(ctx, admin, "job-"+node)
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})
-		if list := n.labelled(t); len(list) != 0 {
+		if list := n.Labelled(t); len(list) != 0 {
 			t.Errorf("%s still holds %d local sessions for Sessions after the delete", node, len(list))
 		}
-		if err := n.stop(); err != nil {
+		if err := n.Stop(); err != nil {
 			t.Error(err)
 		}
-		wantNothingLeft(t, n.root)
+		agentproc.WantNothingLeft(t, n.Root)
 		// Every call the agent made was one RBAC grants.
-		if m := regexp.MustCompile(`(?m)^.*cannot \w+ resource.*$`).FindString(n.log.String()); m != "" {
+		if m := regexp.MustCompile(`(?m)^.*cannot \w+ resource.*$`).FindString(n.Log.String()); m != "" {
 			t.Errorf("%s's agent was refused by RBAC: %s", node, m)
 		}
-		for _, l := range strings.Split(n.log.String(), "\n") {
+		for _, l := range strings.Split(n.Log.String(), "\n") {
 			if strings.Contains(l, "ValidatingAdmissionPolicy") {
 				t.Logf("%s refused by the node restriction (expected only while the API server's view of a new leader catches up): %s", node, l)
 			}

@@ -165,6 +165,6 @@ func TestFleetDeployment(t *testing.T) {
 	kc := writeKubeconfig(t, cp.Config)
 	for i, args := range [][]string{nodeCtr.Args, candCtr.Args} {
 		root := t.TempDir()
-		checkedAgentArgs(t, env, args, admissionPolicy(t, fleet), kc, fmt.Sprintf("node-%d", i), "10.241.90.0/24", root)
+		checkAgentArgs(t, env, args, admissionPolicy(t, fleet), kc, fmt.Sprintf("node-%d", i), "10.241.90.0/24", root)
 	}
 }

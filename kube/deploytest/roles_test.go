@@ -56,7 +56,7 @@ func testUserRoles(t *testing.T, cp *kubetest.ControlPlane, admin client.Client,
 			Label: "alices", Image: daemontest.AgentImage, Command: []string{"true"}}},
 	}
 	// RBAC's cache of the new bindings may lag a moment.
-	eventually(t, 10*time.Second, "alice creates a Session", func() (bool, string) {
+	kubetest.Eventually(t, 10*time.Second, "alice creates a Session", func() (bool, string) {
 		err := alice.Create(ctx, s.DeepCopy())
 		return err == nil || apierrors.IsAlreadyExists(err), fmt.Sprint(err)
 	})
@@ -68,7 +68,7 @@ func testUserRoles(t *testing.T, cp *kubetest.ControlPlane, admin client.Client,
 	if err := alice.Status().Update(ctx, got); !apierrors.IsForbidden(err) {
 		t.Errorf("the Session editor writing a Session's status: %v, want RBAC's refusal", err)
 	}
-	eventually(t, 10*time.Second, "bob lists Sessions", func() (bool, string) {
+	kubetest.Eventually(t, 10*time.Second, "bob lists Sessions", func() (bool, string) {
 		err := bob.List(ctx, &v1alpha1.SessionList{}, client.InNamespace("default"))
 		return err == nil, fmt.Sprint(err)
 	})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -22,6 +23,35 @@ func CRDDir() (string, error) {
 		return "", err
 	}
 	return filepath.Join(root, "deploy", "kubernetes", "crds"), nil
+}
+
+// StartWithCRDs starts a control plane for the test (Start) and installs
+// airlock's CRDs, deploy/kubernetes/crds, in it (InstallCRDs): the
+// cluster every test of kube/apis and kube/agent begins with. It returns
+// the control plane and the CRDs as the apiserver has them, and fails the
+// test on error.
+func StartWithCRDs(tb testing.TB) (*ControlPlane, []*apiextensionsv1.CustomResourceDefinition) {
+	tb.Helper()
+	dir, err := CRDDir()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return StartWithCRDsFrom(tb, dir)
+}
+
+// StartWithCRDsFrom is StartWithCRDs with the CRDs of dir: a test that
+// needs a cluster with fewer of them (as installed by an older release)
+// copies the ones it keeps there.
+func StartWithCRDsFrom(tb testing.TB, dir string) (*ControlPlane, []*apiextensionsv1.CustomResourceDefinition) {
+	tb.Helper()
+	cp := Start(tb)
+	began := time.Now()
+	crds, err := InstallCRDs(tb.Context(), cp.Config, dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("%d CRDs established in %s", len(crds), time.Since(began).Round(time.Millisecond))
+	return cp, crds
 }
 
 // InstallCRDs creates the CustomResourceDefinitions in the *.yaml files of

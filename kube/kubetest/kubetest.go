@@ -18,6 +18,9 @@
 // Start is the usual entry: it fails the test, never skips it, when the
 // binaries are missing (outside -short, as testutil.RequiresRoot does), and
 // stops both processes and removes their state when the test ends.
+// StartWithCRDs also installs airlock's CRDs; Eventually waits for what
+// the code under test writes. Package kubetest/agentproc runs
+// airlockd-kube node agents against it.
 package kubetest
 
 import (
@@ -150,6 +153,7 @@ func Start(tb testing.TB) *ControlPlane {
 		tb.Fatal(err)
 	}
 	var cp *ControlPlane
+	began := time.Now()
 	// A port drawn free may be taken before etcd or the apiserver binds
 	// it; a few fresh tries make that race harmless.
 	for attempt := 1; ; attempt++ {
@@ -169,10 +173,15 @@ func Start(tb testing.TB) *ControlPlane {
 		}
 		tb.Logf("control plane, try %d: %v", attempt, err)
 	}
+	// Said in the test's log: most of a short Kubernetes test's time is
+	// the control plane's start.
+	tb.Logf("control plane (etcd, kube-apiserver) ready in %s", time.Since(began).Round(time.Millisecond))
 	tb.Cleanup(func() {
+		began := time.Now()
 		if err := cp.Close(); err != nil {
 			tb.Error(err)
 		}
+		tb.Logf("control plane stopped in %s", time.Since(began).Round(time.Millisecond))
 	})
 	return cp
 }
@@ -313,6 +322,18 @@ func (cp *ControlPlane) WriteKubeconfig(path string) error {
 	cfg.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "kubetest"}
 	cfg.CurrentContext = "kubetest"
 	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// Kubeconfig writes the admin kubeconfig (WriteKubeconfig) into a
+// directory of the test's, removed after it, and returns its path; it
+// fails the test on error.
+func (cp *ControlPlane) Kubeconfig(tb testing.TB) string {
+	tb.Helper()
+	p := filepath.Join(tb.TempDir(), "kubeconfig")
+	if err := cp.WriteKubeconfig(p); err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }
 
 // Close stops the apiserver, then etcd (each by its pid: SIGTERM, then

@@ -28,14 +28,7 @@ import (
 // alice, or empty, is refused, one with mallory is taken; and the
 // decision cannot be changed afterwards, decidedBy included.
 func TestSessionApprovalDecidedByIsCreator(t *testing.T) {
-	cp := kubetest.Start(t)
-	dir, err := kubetest.CRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir); err != nil {
-		t.Fatal(err)
-	}
+	cp, _ := kubetest.StartWithCRDs(t)
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{v1alpha1.AddToScheme, rbacv1.AddToScheme} {
 		if err := add(scheme); err != nil {

@@ -24,15 +24,7 @@ import (
 // typed client for airlock.dev/v1alpha1.
 func setup(t *testing.T) client.Client {
 	t.Helper()
-	cp := kubetest.Start(t)
-	dir, err := kubetest.CRDDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	crds, err := kubetest.InstallCRDs(t.Context(), cp.Config, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, crds := kubetest.StartWithCRDs(t)
 	var names []string
 	for _, c := range crds {
 		names = append(names, c.Name)

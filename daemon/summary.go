@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -220,8 +221,10 @@ func summarizeChanges(cs *api.ChangeSet) api.ChangeSummary {
 			default:
 				sum.Modified++
 			}
-			if c.Kind != change.KindDeleted && c.Type == change.TypeFile {
-				sum.Bytes += c.Size
+			if c.Kind != change.KindDeleted && c.Type == change.TypeFile && c.Size > 0 {
+				// Saturating: sparse files' apparent sizes can add
+				// up past int64 (half a million of ext4's largest).
+				sum.Bytes += min(c.Size, math.MaxInt64-sum.Bytes)
 			}
 		}
 		sum.Rejected += len(w.Rejected)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"math"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -52,5 +53,29 @@ func TestAuditTallySeed(t *testing.T) {
 	want.Last = &last
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("after a restart: %+v\nwant %+v", got, want)
+	}
+}
+
+// TestSummarizeChangesSaturates: sparse files' apparent sizes that add up
+// past int64 give the largest count, never a wrapped or negative one;
+// deleted files and directories add nothing.
+func TestSummarizeChangesSaturates(t *testing.T) {
+	const huge = 1 << 62
+	cs := &api.ChangeSet{Workspaces: []api.WorkspaceChanges{{Changes: []api.Change{
+		{Path: "a", Kind: "added", Type: "file", Size: huge},
+		{Path: "b", Kind: "added", Type: "file", Size: huge},
+		{Path: "c", Kind: "modified", Type: "file", Size: huge},
+		{Path: "d", Kind: "deleted", Type: "file", Size: huge},
+		{Path: "e", Kind: "added", Type: "dir", Size: 4096},
+	}}}}
+	sum := summarizeChanges(cs)
+	if sum.Bytes != math.MaxInt64 || sum.Added != 3 || sum.Modified != 1 || sum.Deleted != 1 {
+		t.Errorf("summary %+v, want bytes saturated at %d, 3 added, 1 modified, 1 deleted", sum, int64(math.MaxInt64))
+	}
+	small := summarizeChanges(&api.ChangeSet{Workspaces: []api.WorkspaceChanges{{Changes: []api.Change{
+		{Path: "a", Kind: "added", Type: "file", Size: 3}, {Path: "b", Kind: "modified", Type: "file", Size: 4},
+	}}}})
+	if small.Bytes != 7 {
+		t.Errorf("bytes %d, want 7", small.Bytes)
 	}
 }

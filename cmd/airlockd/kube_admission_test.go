@@ -16,25 +16,13 @@ import (
 // this host (an attacker's review found the node agent started under it).
 func TestKubernetesNeedsAdmission(t *testing.T) {
 	dir := t.TempDir()
-	kc := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kc := unreachableKubeconfig(t, dir)
 	out, code := airlockd(t, "--kubernetes", "--kubeconfig", kc, "--node-name", "n1", "--root", filepath.Join(dir, "root"), "--check-config")
 	if code != 2 || !strings.Contains(out, "--kubernetes runs the Sessions anyone") {
 		t.Errorf("airlockd-kube --kubernetes without --admission: exit %d, want 2 and the refusal; admission lines:\n%s",
 			code, strings.Join(grepLines(out, "admission"), "\n"))
 	}
-	adm := filepath.Join(dir, "admission.hcl")
-	if err := os.WriteFile(adm, []byte("admission {\n  host_paths = [\"/srv/agents\"]\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	adm := admissionFile(t, dir)
 	if out, code := airlockd(t, "--kubernetes", "--kubeconfig", kc, "--node-name", "n1", "--root", filepath.Join(dir, "root"), "--admission", adm, "--check-config"); code != 0 {
 		t.Errorf("with --admission: exit %d:\n%s", code, out)
 	}
@@ -54,20 +42,8 @@ func grepLines(s, w string) []string {
 // refused with the flag's name; 0 and a fleet's minute are taken.
 func TestKubernetesAuditInterval(t *testing.T) {
 	dir := t.TempDir()
-	kc := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	adm := filepath.Join(dir, "admission.hcl")
-	if err := os.WriteFile(adm, []byte("admission {\n  host_paths = [\"/srv/agents\"]\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	kc := unreachableKubeconfig(t, dir)
+	adm := admissionFile(t, dir)
 	run := func(interval string) (string, int) {
 		return airlockd(t, "--kubernetes", "--kubeconfig", kc, "--node-name", "n1", "--root", filepath.Join(dir, "root"),
 			"--admission", adm, "--kubernetes-audit-interval", interval, "--check-config")
@@ -80,4 +56,31 @@ current-context: x
 			t.Errorf("--kubernetes-audit-interval %s: exit %d:\n%s", ok, code, out)
 		}
 	}
+}
+
+// unreachableKubeconfig writes a kubeconfig in dir for an API server that
+// is not there: enough for --check-config, which does not dial it.
+func unreachableKubeconfig(t *testing.T, dir string) string {
+	t.Helper()
+	kc := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// admissionFile writes an explicit admission policy in dir.
+func admissionFile(t *testing.T, dir string) string {
+	t.Helper()
+	adm := filepath.Join(dir, "admission.hcl")
+	if err := os.WriteFile(adm, []byte("admission {\n  host_paths = [\"/srv/agents\"]\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return adm
 }

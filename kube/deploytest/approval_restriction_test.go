@@ -8,7 +8,6 @@ import (
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -35,17 +34,7 @@ func startApprovalCluster(t *testing.T) *approvalCluster {
 	ms := loadManifests(t, baseDeployment)
 	ds, _ := daemonSet(t, ms)
 
-	cp := kubetest.Start(t)
-	sch := scheme(t)
-	admin, err := client.New(cp.Config, client.Options{Scheme: sch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	strict := client.WithFieldValidation(admin, metav1.FieldValidationStrict)
-	cs, err := kubernetes.NewForConfig(cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, sch, admin, strict, cs := startDeployCluster(t)
 	ctx := t.Context()
 	for _, m := range ms {
 		if err := strict.Create(ctx, m.obj.DeepCopy()); err != nil {

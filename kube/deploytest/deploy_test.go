@@ -103,6 +103,25 @@ func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 	return p
 }
 
+// startDeployCluster starts a control plane and returns it with the
+// deployment's scheme, an admin client, the same client with strict field
+// validation (an unknown field is an error, as kubectl apply
+// --validate=strict) and an admin clientset.
+func startDeployCluster(t *testing.T) (*kubetest.ControlPlane, *runtime.Scheme, client.Client, client.Client, kubernetes.Interface) {
+	t.Helper()
+	cp := kubetest.Start(t)
+	sch := scheme(t)
+	admin, err := client.New(cp.Config, client.Options{Scheme: sch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cp, sch, admin, client.WithFieldValidation(admin, metav1.FieldValidationStrict), cs
+}
+
 // TestDeployment applies deploy/kubernetes to a real control plane and
 // proves it:
 //   - every manifest the kustomization lists is accepted (unknown fields
@@ -138,17 +157,7 @@ func TestDeployment(t *testing.T) {
 	ms := loadManifests(t, baseDeployment)
 	ds, ctr := daemonSet(t, ms)
 
-	cp := kubetest.Start(t)
-	sch := scheme(t)
-	admin, err := client.New(cp.Config, client.Options{Scheme: sch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	strict := client.WithFieldValidation(admin, metav1.FieldValidationStrict)
-	cs, err := kubernetes.NewForConfig(cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp, sch, admin, strict, cs := startDeployCluster(t)
 	ctx := t.Context()
 
 	// The manifests, in the kustomization's order; the node restriction

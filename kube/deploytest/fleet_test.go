@@ -11,11 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
-	"github.com/airlock-sandbox/airlock/kube/kubetest"
 )
 
 // placementLabel is the node label deploy/kubernetes-fleet runs the
@@ -150,12 +148,7 @@ func TestFleetDeployment(t *testing.T) {
 	}
 
 	// The API server takes all of it, strictly.
-	cp := kubetest.Start(t)
-	admin, err := client.New(cp.Config, client.Options{Scheme: scheme(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	strict := client.WithFieldValidation(admin, metav1.FieldValidationStrict)
+	cp, _, _, strict, _ := startDeployCluster(t)
 	for _, m := range fleet {
 		if err := strict.Create(t.Context(), m.obj.DeepCopy()); err != nil {
 			t.Fatalf("apply %s: %v", m, err)

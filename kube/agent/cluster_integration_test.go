@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,11 +17,13 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
+	"github.com/airlock-sandbox/airlock/internal/world"
 	"github.com/airlock-sandbox/airlock/kube/agent"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
 	"github.com/airlock-sandbox/airlock/kube/kubetest/agentproc"
 	"github.com/airlock-sandbox/airlock/policies"
+	"github.com/airlock-sandbox/airlock/runtime"
 )
 
 // The set-up the integration tests share: a cluster (startCluster) and
@@ -196,4 +199,35 @@ func admissionFile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// startWorld starts a test world (its own network namespaces, named with
+// prefix) serving host over HTTPS with h, and returns the airlockd
+// arguments of a node agent whose sessions' uplink it is: its namespace,
+// its DNS, its private network allowed, its CA trusted.
+func startWorld(t *testing.T, prefix, host string, h http.Handler) []string {
+	t.Helper()
+	tmp, err := os.MkdirTemp("/tmp", "alkw-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	w, err := world.Start(t.Context(), world.Config{Prefix: prefix + runtime.Prefix(tmp)[2:]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Close(); err != nil {
+			t.Errorf("world: %v", err)
+		}
+	})
+	if err := w.AddHost(host, w.Net().Addr().Next().Next().Next().Next(), world.WithHandler(h), world.WithTLS()); err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(tmp, "world-ca.pem")
+	if err := os.WriteFile(caFile, w.CAPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--uplink", "netns:" + w.NetnsName(), "--dns-upstream", w.DNSAddr().String(),
+		"--allow-private", w.Net().String(), "--upstream-ca", caFile}
 }

@@ -106,23 +106,12 @@ func TestNodeEndpoint(t *testing.T) {
 	for user, rules := range roles {
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: user}}
 		subj := []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "team-a", Name: user}}
-		for _, obj := range []client.Object{
-			sa,
+		tokens[user] = serviceAccountToken(t, c, sa,
 			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: user}, Rules: rules},
 			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: user}, Subjects: subj,
 				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: user}},
 			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "airlock-node-reader-" + user}, Subjects: subj,
-				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: nodeReader.Name}},
-		} {
-			if err := c.Create(ctx, obj); err != nil {
-				t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
-			}
-		}
-		tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
-		if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
-			t.Fatalf("token of %s: %v", user, err)
-		}
-		tokens[user] = tr.Status.Token
+				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: nodeReader.Name}})
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "users.kubeconfig")
 	kc := clientcmdapi.NewConfig()
@@ -407,4 +396,20 @@ func TestNodeEndpoint(t *testing.T) {
 	}
 	agentproc.WantNothingLeft(t, n.Root)
 	t.Logf("TestNodeEndpoint took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// serviceAccountToken creates sa and objs (its roles and bindings) and
+// returns an hour's token of sa (TokenRequest).
+func serviceAccountToken(t *testing.T, c client.Client, sa *corev1.ServiceAccount, objs ...client.Object) string {
+	t.Helper()
+	for _, obj := range append([]client.Object{sa}, objs...) {
+		if err := c.Create(t.Context(), obj); err != nil {
+			t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+		}
+	}
+	tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	if err := c.SubResource("token").Create(t.Context(), sa, tr); err != nil {
+		t.Fatalf("token of %s: %v", sa.Name, err)
+	}
+	return tr.Status.Token
 }

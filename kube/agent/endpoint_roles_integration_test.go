@@ -12,11 +12,9 @@ import (
 	"testing"
 	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -109,16 +107,7 @@ func TestNodeEndpointShippedRoles(t *testing.T) {
 		if who == "airlock-node" {
 			binding = &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: who}, Subjects: subj, RoleRef: ref}
 		}
-		for _, obj := range []client.Object{sa, binding} {
-			if err := c.Create(ctx, obj); err != nil {
-				t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
-			}
-		}
-		tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
-		if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
-			t.Fatalf("token of %s: %v", who, err)
-		}
-		tokens[who] = tr.Status.Token
+		tokens[who] = serviceAccountToken(t, c, sa, binding)
 	}
 
 	// A Session in each namespace on node-r, ended.

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,12 +16,10 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
-	"github.com/airlock-sandbox/airlock/internal/world"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
 	"github.com/airlock-sandbox/airlock/kube/kubetest/agentproc"
 	"github.com/airlock-sandbox/airlock/policies"
-	"github.com/airlock-sandbox/airlock/runtime"
 )
 
 // askNode starts a control plane and node agent node-x whose uplink is
@@ -37,32 +33,9 @@ func askNode(t *testing.T) (k *cluster, n *agentproc.Proc, ask func(*v1alpha1.Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmp, err := os.MkdirTemp("/tmp", "alkx-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmp) })
-	w, err := world.Start(t.Context(), world.Config{Prefix: "x" + runtime.Prefix(tmp)[2:]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Close(); err != nil {
-			t.Errorf("world: %v", err)
-		}
-	})
-	svc := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { fmt.Fprint(rw, "ok") })
-	if err := w.AddHost("api.sx.test", w.Net().Addr().Next().Next().Next().Next(), world.WithHandler(svc), world.WithTLS()); err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(tmp, "world-ca.pem")
-	if err := os.WriteFile(caFile, w.CAPEM(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	uplink := startWorld(t, "x", "api.sx.test", http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { fmt.Fprint(rw, "ok") }))
 	k = startCluster(t)
-	n = startNode(t, env, k.kubeconfig, "node-x", 9, "--node-capacity", "2",
-		"--uplink", "netns:"+w.NetnsName(), "--dns-upstream", w.DNSAddr().String(),
-		"--allow-private", w.Net().String(), "--upstream-ca", caFile)
+	n = startNode(t, env, k.kubeconfig, "node-x", 9, append([]string{"--node-capacity", "2"}, uplink...)...)
 
 	ask = func(s *v1alpha1.Session) {
 		s.Spec.NodeName = "node-x"

@@ -19,12 +19,10 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
-	"github.com/airlock-sandbox/airlock/internal/world"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
 	"github.com/airlock-sandbox/airlock/kube/kubetest/agentproc"
 	"github.com/airlock-sandbox/airlock/policies"
-	"github.com/airlock-sandbox/airlock/runtime"
 )
 
 // TestSessionStatusAndApprovals runs a node agent (airlockd --kubernetes
@@ -64,15 +62,6 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(tmp) })
-	w, err := world.Start(t.Context(), world.Config{Prefix: "k" + runtime.Prefix(tmp)[2:]})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := w.Close(); err != nil {
-			t.Errorf("world: %v", err)
-		}
-	})
 	var mu sync.Mutex
 	var calls []string
 	svc := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -81,14 +70,7 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 		mu.Unlock()
 		fmt.Fprint(rw, "deployed")
 	})
-	if err := w.AddHost("api.st.test", w.Net().Addr().Next().Next().Next().Next(), world.WithHandler(svc), world.WithTLS()); err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(tmp, "world-ca.pem")
-	if err := os.WriteFile(caFile, w.CAPEM(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
+	uplink := startWorld(t, "k", "api.st.test", svc)
 	k := startCluster(t)
 	c, kubeconfig := k.c, k.kubeconfig
 	// node-s runs the Sessions under test; node-t, without an uplink,
@@ -96,9 +78,7 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 	var n, far *agentproc.Proc
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		n = startNode(t, env, kubeconfig, "node-s", 7, "--node-capacity", "4",
-			"--uplink", "netns:"+w.NetnsName(), "--dns-upstream", w.DNSAddr().String(),
-			"--allow-private", w.Net().String(), "--upstream-ca", caFile)
+		n = startNode(t, env, kubeconfig, "node-s", 7, append([]string{"--node-capacity", "4"}, uplink...)...)
 	})
 	wg.Go(func() { far = startNode(t, env, kubeconfig, "node-t", 8, "--node-capacity", "1") })
 	wg.Wait()

@@ -7,11 +7,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/fsscope"
+	"github.com/airlock-sandbox/airlock/internal/caller"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -79,7 +81,7 @@ func (s *session) finishFS(ctx context.Context) (review bool, err error) {
 	if fs == nil {
 		return false, nil
 	}
-	res, review, err := fs.Exit(ctx, s.fsAudit(ctx))
+	res, review, err := fs.Exit(ctx, s.fsAudit(ctx, "commit policy"))
 	if res != nil {
 		log.G(ctx).Info("workspace committed on exit", "applied", len(res.Applied), "rejected", len(res.Rejected), "conflicts", len(res.Conflicts))
 	}
@@ -99,9 +101,16 @@ func (s *session) finishFS(ctx context.Context) (review bool, err error) {
 	return false, nil
 }
 
-// fsAudit records commit decisions and normalised modes.
-func (s *session) fsAudit(ctx context.Context) func(fsscope.Event) {
-	return func(ev fsscope.Event) { s.audit.EmitOutcome(ctx, s.withRepair(ev.AuditEvent(s.rec.ID))) }
+// fsAudit records commit decisions and normalised modes, each with who
+// committed: the commit policy at exit, or the API's caller
+// (caller.Name: a socket user, a Kubernetes user through the node
+// endpoint).
+func (s *session) fsAudit(ctx context.Context, by string) func(fsscope.Event) {
+	return func(ev fsscope.Event) {
+		ae := ev.AuditEvent(s.rec.ID)
+		ae.Fields["by"] = by
+		s.audit.EmitOutcome(ctx, s.withRepair(ae))
+	}
 }
 
 // auditDenyRead records, when the session starts, what deny_read hides
@@ -159,7 +168,7 @@ func (d *Daemon) Commit(ctx context.Context, id string, req api.CommitRequest) (
 		return nil, err
 	}
 	s.keepChangeSummary(ctx, fs)
-	res, cerr := fs.Commit(ctx, fsscope.CommitOptions{Partial: req.Partial, Targets: req.Targets, Audit: s.fsAudit(ctx)})
+	res, cerr := fs.Commit(ctx, fsscope.CommitOptions{Partial: req.Partial, Targets: req.Targets, Audit: s.fsAudit(ctx, caller.Name(ctx))})
 	if res == nil {
 		return nil, cerr
 	}
@@ -188,6 +197,14 @@ func (d *Daemon) Discard(ctx context.Context, id string) error {
 	if err := fs.Discard(ctx); err != nil {
 		return err
 	}
+	ev := api.AuditEvent{Time: time.Now().UTC(), Session: id, Layer: "fs", Action: "discarded",
+		Reason: "the workspace changes were discarded", Fields: map[string]any{"by": caller.Name(ctx)}}
+	s.mu.Lock()
+	if c := s.rec.Changes; c != nil {
+		ev.Fields["added"], ev.Fields["modified"], ev.Fields["deleted"] = c.Added, c.Modified, c.Deleted
+	}
+	s.mu.Unlock()
+	s.audit.Emit(ctx, ev)
 	s.dropReview(ctx, api.OutcomeDiscarded)
 	return nil
 }

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/caller"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -170,11 +172,18 @@ func TestWorkspaceDiscardAndOnExitCommit(t *testing.T) {
 	p := policy("sh", "-c", "echo changed > /w/a.txt")
 	p.Workspaces = []policies.Workspace{ws}
 	r := runSession(t, p)
-	if err := h.Daemon.Discard(ctx, r.id); err != nil {
+	if err := h.Daemon.Discard(caller.With(ctx, "carol (uid 1000)"), r.id); err != nil {
 		t.Fatal(err)
 	}
 	if got := readTree(t, host); got["a.txt"] != "one\n" {
 		t.Errorf("discard changed the host: %v", got)
+	}
+	// The audit says who discarded what.
+	if evs, err := h.Daemon.Audit(ctx, r.id); err != nil {
+		t.Fatal(err)
+	} else if i := slices.IndexFunc(evs, func(ev api.AuditEvent) bool { return ev.Layer == "fs" && ev.Action == "discarded" }); i < 0 ||
+		evs[i].Fields["by"] != "carol (uid 1000)" || fmt.Sprint(evs[i].Fields["modified"]) != "1" {
+		t.Errorf("no audit event of carol's discard of one modified file: %+v", evs)
 	}
 	if _, err := h.Daemon.Diff(ctx, r.id); err == nil {
 		t.Error("diff after discard still finds changes to review")
@@ -193,6 +202,11 @@ func TestWorkspaceDiscardAndOnExitCommit(t *testing.T) {
 	}
 	if insp, err := h.Daemon.Inspect(ctx, r.id); err != nil || insp.Review {
 		t.Errorf("after on_exit commit: review=%v err=%v", insp.Review, err)
+	}
+	if evs, err := h.Daemon.Audit(ctx, r.id); err != nil {
+		t.Fatal(err)
+	} else if i := slices.IndexFunc(evs, func(ev api.AuditEvent) bool { return ev.Layer == "fs" && ev.Action == "applied" }); i < 0 || evs[i].Fields["by"] != "commit policy" {
+		t.Errorf("no audit event of the change applied by the commit policy: %+v", evs)
 	}
 
 	// A read-only workspace cannot be written.

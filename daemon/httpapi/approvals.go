@@ -8,6 +8,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/caller"
 )
 
 // ndjson is the media type of a stream of JSON lines.
@@ -84,9 +85,9 @@ func (h *server) handleDecide(w http.ResponseWriter, r *http.Request) {
 	var a api.Approval
 	var err error
 	if req.Revise {
-		a, err = h.d.ApproveRevise(r.Context(), r.PathValue("id"), req.Reason, caller(r.Context()))
+		a, err = h.d.ApproveRevise(r.Context(), r.PathValue("id"), req.Reason, caller.Name(r.Context()))
 	} else {
-		a, err = h.d.Approvals().Decide(r.Context(), r.PathValue("id"), allow, req.Reason, caller(r.Context()))
+		a, err = h.d.Approvals().Decide(r.Context(), r.PathValue("id"), allow, req.Reason, caller.Name(r.Context()))
 	}
 	if err != nil {
 		writeError(w, r, err)

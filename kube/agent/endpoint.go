@@ -32,6 +32,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/internal/caller"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 )
@@ -198,6 +199,8 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.G(ctx).Info("node endpoint", "method", r.Method, "id", id)
+	// Who commits or discards is recorded in the session's audit.
+	ctx = caller.With(ctx, "kubernetes user "+user.Username)
 	r2 := r.Clone(ctx)
 	r2.URL.Path, r2.URL.RawPath = "/v1/sessions/"+url.PathEscape(id)+"/"+rt.action, ""
 	r2.RequestURI = r2.URL.RequestURI()

@@ -29,6 +29,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
+	"github.com/airlock-sandbox/airlock/kube/agent"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
 	"github.com/airlock-sandbox/airlock/kube/kubetest/agentproc"
@@ -258,6 +259,26 @@ func TestNodeEndpoint(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(ws, "made.txt")); err != nil || string(b) != "new\n" {
 		t.Errorf("made.txt on the host after alice's commit: %q, %v", b, err)
+	}
+	// The node's audit says who committed.
+	const alice = "kubernetes user system:serviceaccount:team-a:alice"
+	committedBy := ""
+	for _, v := range n.Labelled(t) {
+		if v.Labels[agent.LabelSession] != "team-a/"+name {
+			continue
+		}
+		evs, err := n.API.Audit(ctx, v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Layer == "fs" && ev.Action == "applied" && strings.HasSuffix(ev.Subject, "/made.txt") {
+				committedBy = fmt.Sprint(ev.Fields["by"])
+			}
+		}
+	}
+	if committedBy != alice {
+		t.Errorf("the node's audit of alice's commit of made.txt says it was by %q, want %q", committedBy, alice)
 	}
 
 	// Straight to the endpoint, as an attacker would.

@@ -569,7 +569,7 @@ func ClassForStatus(status int) string {
 		return ClassPermissionDenied
 	case http.StatusServiceUnavailable:
 		return ClassUnavailable
-	case http.StatusInsufficientStorage:
+	case http.StatusInsufficientStorage, http.StatusTooManyRequests:
 		return ClassResourceExhausted
 	}
 	return ClassInternal

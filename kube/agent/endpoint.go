@@ -97,6 +97,42 @@ type endpoint struct {
 	now   func() time.Time
 
 	authn, authz decisionCache
+	streams      streamLimit
+}
+
+// maxStreamsPerUser bounds the requests one user has open at once on a
+// node's endpoint (a followed log, a wait): each holds a connection and a
+// reader of the session's log, and an authenticated user must not hold
+// the node's all.
+const maxStreamsPerUser = 16
+
+// streamLimit counts each user's requests open at once.
+type streamLimit struct {
+	mu   sync.Mutex
+	open map[string]int // +checklocks:mu
+}
+
+// acquire takes one of user's places, false when all max are taken.
+func (l *streamLimit) acquire(user string, max int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open == nil {
+		l.open = map[string]int{}
+	}
+	if l.open[user] >= max {
+		return false
+	}
+	l.open[user]++
+	return true
+}
+
+// release gives back one of user's places.
+func (l *streamLimit) release(user string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[user]--; l.open[user] <= 0 {
+		delete(l.open, user)
+	}
 }
 
 // decision is a cached answer: who a token is, or whether a user may.
@@ -198,6 +234,11 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeEndpointError(w, err)
 		return
 	}
+	if !e.streams.acquire(user.Username, maxStreamsPerUser) {
+		writeEndpointError(w, fail(http.StatusTooManyRequests, "%s has %d requests open on node %s: close one first", user.Username, maxStreamsPerUser, e.node))
+		return
+	}
+	defer e.streams.release(user.Username)
 	log.G(ctx).Info("node endpoint", "method", r.Method, "id", id)
 	// Who commits or discards is recorded in the session's audit.
 	ctx = caller.With(ctx, "kubernetes user "+user.Username)

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -228,6 +229,54 @@ func TestNodeEndpoint(t *testing.T) {
 		return false, fmt.Sprint(len(list.Items), " Sessions")
 	})
 	time.Sleep(500 * time.Millisecond) // streaming its (empty) output
+	// Streams are bounded per user: alice's run follows the sleeper's
+	// log; 15 more of hers are taken, the next is refused (429), and
+	// once one of hers ends she may open another.
+	streamPool := x509.NewCertPool()
+	streamPool.AppendCertsFromPEM([]byte(ep.Certificate))
+	streamClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: streamPool}}}
+	t.Cleanup(streamClient.CloseIdleConnections)
+	follow := func(token string) (*http.Response, context.CancelFunc) {
+		t.Helper()
+		sctx, cancel := context.WithCancel(ctx)
+		req, err := http.NewRequestWithContext(sctx, http.MethodGet, "https://"+ep.Address+"/v1/namespaces/team-a/sessions/"+sleeping+"/logs?follow=true", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := streamClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, func() { cancel(); resp.Body.Close() }
+	}
+	var held []context.CancelFunc
+	for range 15 {
+		resp, stop := follow(tokens["alice"])
+		held = append(held, stop)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("alice's follow stream %d: %s", len(held), resp.Status)
+		}
+	}
+	if resp, stop := follow(tokens["alice"]); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("alice's 17th open request: %s, want 429 Too Many Requests", resp.Status)
+		stop()
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		stop()
+		if !strings.Contains(string(b), "has 16 requests open on node node-e") {
+			t.Errorf("the 429 says %q, not why", b)
+		}
+	}
+	held[0]()
+	kubetest.Eventually(t, 10*time.Second, "a place of alice's given back", func() (bool, string) {
+		resp, stop := follow(tokens["alice"])
+		defer stop()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	for _, stop := range held[1:] {
+		stop()
+	}
 	if err := run.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}

@@ -96,3 +96,31 @@ func TestServingCertKept(t *testing.T) {
 		t.Errorf("near expiry: the old certificate kept (%v)", err)
 	}
 }
+
+// TestStreamLimit: each user has max places; a place given back is taken
+// again; one user's full count leaves another's alone.
+func TestStreamLimit(t *testing.T) {
+	var l streamLimit
+	for i := range 3 {
+		if !l.acquire("alice", 3) {
+			t.Fatalf("alice's place %d refused", i+1)
+		}
+	}
+	if l.acquire("alice", 3) {
+		t.Error("alice's 4th place taken, want refused")
+	}
+	if !l.acquire("bob", 3) {
+		t.Error("bob's first place refused while alice's are full")
+	}
+	l.release("alice")
+	if !l.acquire("alice", 3) {
+		t.Error("alice's place given back not taken again")
+	}
+	for range 3 {
+		l.release("alice")
+	}
+	l.release("bob")
+	if len(l.open) != 0 {
+		t.Errorf("after every place given back: %v, want nothing kept", l.open)
+	}
+}

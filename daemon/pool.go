@@ -335,6 +335,35 @@ func ids(ss []*session) []string {
 // Pools reports every warm pool.
 func (d *Daemon) Pools() []api.Pool { return d.pools.list() }
 
+// SetPool declares, resizes or (size 0) removes the warm pool of policy p
+// at run time, as a `pool { size = N }` block declares one at start. p
+// goes through the same validation and admission as a Create first: a
+// policy the admission policy refuses prepares nothing (the node agent
+// declares pools for SessionPools, which cluster users write). p's own
+// pool block is ignored; size says how many. It returns the pool's key
+// (see Pools) and the policy's warnings. A prepared sandbox is taken by
+// a Create whose policy has the same key: the same policy but for its
+// command and timeout.
+func (d *Daemon) SetPool(ctx context.Context, p policies.Policy, size int) (key string, warnings []string, err error) {
+	if size < 0 || size > policies.MaxPoolSize {
+		return "", nil, fmt.Errorf("pool size %d: want 0 to %d: %w", size, policies.MaxPoolSize, errdefs.ErrInvalidArgument)
+	}
+	q := *p.Clone()
+	q.Pool = &policies.Pool{Size: size}
+	if warnings, err = d.admission.admit(&q); err != nil {
+		return "", nil, err
+	}
+	key = poolKey(&q)
+	if size == 0 {
+		if err := d.pools.remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
+			return "", nil, err
+		}
+		return key, warnings, nil
+	}
+	d.pools.ensure(&q)
+	return key, warnings, nil
+}
+
 // RemovePool stops the pool of key and tears its ready sandboxes down.
 // Sessions that already took one are not affected.
 func (d *Daemon) RemovePool(ctx context.Context, key string) error { return d.pools.remove(ctx, key) }

@@ -42,6 +42,10 @@ func (n *nodeProc) pools(t *testing.T, ns, name string) []api.Pool {
 //     pool of its policy with one sandbox ready, status.nodes says so,
 //     node-b keeps none;
 //   - a Session naming it starts warm on node-a, and the pool refills;
+//     a Session of the same policy naming no pool runs cold, and one
+//     carrying the pool's label without naming it is refused;
+//   - node-a's agent killed and restarted: its pool is declared again,
+//     with a fresh sandbox;
 //   - the same policy in a SessionPool of another namespace is another
 //     daemon pool;
 //   - a SessionPool that selects node-b instead moves: node-a's pool and
@@ -221,6 +225,19 @@ func TestSessionPools(t *testing.T) {
 	}
 	k.deleteAll(60 * time.Second)
 	t.Logf("warm start and refill: %s", time.Since(phase).Round(time.Millisecond))
+
+	// node-a's agent killed and restarted: the daemon's pools went with
+	// it (the new daemon removes the sandboxes the old one prepared), and
+	// the agent declares them again from the SessionPools.
+	phase = time.Now()
+	old := a.pools(t, "default", "warm")[0].ReadyIDs
+	a.kill()
+	a.start()
+	waitPool("default", "warm", map[string]int{"node-a": 1})
+	if now := a.pools(t, "default", "warm")[0].ReadyIDs; slices.Equal(now, old) {
+		t.Errorf("after a restart the pool holds %v, the sandboxes the killed daemon prepared", now)
+	}
+	t.Logf("agent restarted: %s", time.Since(phase).Round(time.Millisecond))
 
 	// The same policy in another namespace's SessionPool: another pool.
 	phase = time.Now()

@@ -69,6 +69,12 @@ type Config struct {
 	Labels map[string]string
 	// Capacity is how many Sessions the node holds at once.
 	Capacity int
+	// PoolRoom is how many sandboxes the agent keeps prepared for all
+	// SessionPools together: the admission policy's session limit less
+	// Capacity (airlockd sets it), since prepared sandboxes count
+	// against that limit and must not take the places of the Sessions
+	// placed on the node. SessionPools get it oldest first.
+	PoolRoom int
 	// LeaseDuration is the node Lease's duration (and the placement
 	// leader Lease's): a node not heard from for that long is lost.
 	LeaseDuration time.Duration
@@ -113,6 +119,9 @@ func (cfg *Config) Check() error {
 	}
 	if cfg.Capacity < 0 {
 		problems = append(problems, fmt.Sprintf("node capacity %d: want 0 or more sessions", cfg.Capacity))
+	}
+	if cfg.PoolRoom < 0 {
+		problems = append(problems, fmt.Sprintf("room for SessionPools %d: want 0 or more sandboxes", cfg.PoolRoom))
 	}
 	if cfg.LeaseDuration < MinLeaseDuration || cfg.LeaseDuration%time.Second != 0 {
 		problems = append(problems, fmt.Sprintf("node lease duration %s: want whole seconds, at least %s", cfg.LeaseDuration, MinLeaseDuration))
@@ -287,7 +296,7 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 	na := &nodeAgent{d: d, node: cfg.Node, c: mgr.GetClient(), fresh: mgr.GetAPIReader(),
 		wake: make(chan event.GenericEvent, 256), stopCtx: ctx, waiting: map[string]bool{},
 		auditWritten: map[types.UID]time.Time{}, auditEvery: cfg.AuditStatusEvery,
-		poolWake: make(chan event.GenericEvent, 64), refused: map[string]string{}}
+		poolWake: make(chan event.GenericEvent, 64), refused: map[string]string{}, poolRoom: cfg.PoolRoom}
 	err = builder.ControllerManagedBy(mgr).
 		Named("airlock-node").
 		For(&v1alpha1.Session{}).

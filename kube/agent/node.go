@@ -90,6 +90,8 @@ type nodeAgent struct {
 	stopCtx context.Context
 	// auditEvery is Config.AuditStatusEvery.
 	auditEvery time.Duration
+	// poolRoom is Config.PoolRoom.
+	poolRoom int
 	// poolWake carries an event for a SessionPool to look at again
 	// (sweepPools).
 	poolWake chan event.GenericEvent

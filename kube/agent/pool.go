@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -69,10 +70,20 @@ func (a *nodeAgent) reconcilePool(ctx context.Context, req reconcile.Request) (r
 
 	// The pool it wants, if any: a refusal leaves none.
 	key, refusal := "", error(nil)
+	size, short := 0, ""
 	if selected && sp.Spec.Size > 0 {
+		if size, err = a.allotted(ctx, &sp); err != nil {
+			return reconcile.Result{}, err
+		}
+		if size < int(sp.Spec.Size) {
+			short = fmt.Sprintf("%d of its %d sandboxes fit in the room this node keeps for SessionPools, %d (the admission policy's session limit less the node's capacity), given to older SessionPools first",
+				size, sp.Spec.Size, a.poolRoom)
+		}
+	}
+	if size > 0 {
 		pol := *sp.Spec.Policy.Clone()
 		pol.Label, pol.Pool = label, nil
-		key, _, refusal = a.d.SetPool(ctx, pol, int(sp.Spec.Size))
+		key, _, refusal = a.d.SetPool(ctx, pol, size)
 		if refusal != nil {
 			key = ""
 			if errdefs.IsUnavailable(refusal) || errdefs.IsInternal(refusal) {
@@ -121,13 +132,16 @@ func (a *nodeAgent) reconcilePool(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, a.applyPoolStatus(ctx, &sp, map[string]any{"ready": int64(others)})
 	}
 	entry := v1alpha1.PoolNodeStatus{Node: a.node, ObservedGeneration: sp.Generation}
-	if refusal != nil {
-		entry.Reason, entry.Message = ReasonRefused, refusal.Error()
-	}
 	for _, p := range a.d.Pools() {
 		if key != "" && p.Key == key {
 			entry.Ready, entry.Message = int32(p.Ready), p.LastError
 		}
+	}
+	switch {
+	case refusal != nil:
+		entry.Reason, entry.Message = ReasonRefused, refusal.Error()
+	case short != "":
+		entry.Reason, entry.Message = ReasonNoRoom, short
 	}
 	total := others + entry.Ready
 	if mine >= 0 && sp.Status.Nodes[mine] == entry && sp.Status.Ready == total && sp.Status.ObservedGeneration == sp.Generation {
@@ -161,6 +175,48 @@ func (a *nodeAgent) applyPoolStatus(ctx context.Context, sp *v1alpha1.SessionPoo
 		return nil // deleted, or another of the name: its own events follow
 	}
 	return err
+}
+
+// ReasonNoRoom is a SessionPool's status.nodes[].reason when the node
+// keeps fewer sandboxes for it than its size (Config.PoolRoom).
+const ReasonNoRoom = "no-room"
+
+// allotted is how many sandboxes the node keeps for sp: the room for
+// SessionPools (Config.PoolRoom) goes to those that select the node, by
+// age (then namespace and name), each up to its size, but for those whose
+// policy this node refused at its last look at them. Every agent decides
+// alone from its cache and what it knows of refusals: no count is shared.
+func (a *nodeAgent) allotted(ctx context.Context, sp *v1alpha1.SessionPool) (int, error) {
+	var list v1alpha1.SessionPoolList
+	if err := a.c.List(ctx, &list); err != nil {
+		return 0, err
+	}
+	var an v1alpha1.AirlockNode
+	if err := a.c.Get(ctx, client.ObjectKey{Name: a.node}, &an); err != nil {
+		return 0, fmt.Errorf("read AirlockNode %s for its labels: %w", a.node, err)
+	}
+	older := func(x, y *v1alpha1.SessionPool) bool {
+		if !x.CreationTimestamp.Equal(&y.CreationTimestamp) {
+			return x.CreationTimestamp.Before(&y.CreationTimestamp)
+		}
+		if x.Namespace != y.Namespace {
+			return x.Namespace < y.Namespace
+		}
+		return x.Name < y.Name
+	}
+	a.mu.Lock()
+	refused := maps.Clone(a.refused)
+	a.mu.Unlock()
+	used := 0
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.UID == sp.UID || o.DeletionTimestamp != nil || o.Spec.Size <= 0 || !older(o, sp) ||
+			refused[PoolLabel(o.Namespace, o.Name)] != "" || !labels.SelectorFromSet(o.Spec.NodeSelector).Matches(labels.Set(an.Labels)) {
+			continue
+		}
+		used += int(o.Spec.Size)
+	}
+	return max(0, min(int(sp.Spec.Size), a.poolRoom-used)), nil
 }
 
 // selects reports whether this node's AirlockNode's labels hold sel.

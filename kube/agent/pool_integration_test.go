@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -50,6 +51,9 @@ func (n *nodeProc) pools(t *testing.T, ns, name string) []api.Pool {
 //     daemon pool;
 //   - a SessionPool that selects node-b instead moves: node-a's pool and
 //     status entry go, node-b's come;
+//   - node-b's room for SessionPools (its session limit less its
+//     capacity) goes to the older SessionPool; a newer one says it has
+//     no room, and gets it once the older one is deleted;
 //   - deleted SessionPools leave no pool, and once the agents stopped
 //     nothing of them is left.
 func TestSessionPools(t *testing.T) {
@@ -90,7 +94,10 @@ func TestSessionPools(t *testing.T) {
 		a = startNode(t, env, kubeconfig, "node-a", 11, "--node-capacity", "4", "--node-labels", "airlock.test/node=a")
 	})
 	wg.Go(func() {
-		b = startNode(t, env, kubeconfig, "node-b", 12, "--node-capacity", "2", "--node-labels", "airlock.test/node=b")
+		// A session limit of 3, 2 of them for Sessions: room for one
+		// prepared sandbox.
+		b = startNode(t, env, kubeconfig, "node-b", 12, "--node-capacity", "2", "--node-labels", "airlock.test/node=b",
+			"--admission", limitedAdmission(t, 3))
 	})
 	wg.Wait()
 	nodes := map[string]*nodeProc{"node-a": a, "node-b": b}
@@ -266,6 +273,30 @@ func TestSessionPools(t *testing.T) {
 	waitPool("default", "warm", map[string]int{"node-b": 1})
 	t.Logf("pool moved to node-b: %s", time.Since(phase).Round(time.Millisecond))
 
+	// No room: node-b keeps one sandbox for SessionPools (its session
+	// limit 3 less its capacity 2), the older SessionPool's; a newer one
+	// gets none, then the room once the older one is gone.
+	phase = time.Now()
+	mkPool("default", "big", 2, map[string]string{"airlock.test/node": "b"})
+	bigIs := func(ready int, msg string) {
+		t.Helper()
+		eventually(t, 90*time.Second, fmt.Sprintf("SessionPool big: %d ready on node-b, %q", ready, msg), func() (bool, string) {
+			sp := getPool("default", "big")
+			ps := b.pools(t, "default", "big")
+			ok := len(sp.Status.Nodes) == 1 && sp.Status.Nodes[0].Node == "node-b" && int(sp.Status.Nodes[0].Ready) == ready &&
+				sp.Status.Nodes[0].Reason == agent.ReasonNoRoom && strings.Contains(sp.Status.Nodes[0].Message, msg) &&
+				(ready == 0 && len(ps) == 0 || ready > 0 && len(ps) == 1 && ps[0].Ready == ready && ps[0].Size == ready)
+			return ok, fmt.Sprintf("status %+v; pools %+v", sp.Status, ps)
+		})
+	}
+	bigIs(0, "0 of its 2 sandboxes fit in the room this node keeps for SessionPools, 1")
+	waitPool("default", "warm", map[string]int{"node-b": 1})
+	if err := c.Delete(t.Context(), getPool("default", "warm")); err != nil {
+		t.Fatal(err)
+	}
+	bigIs(1, "1 of its 2 sandboxes fit")
+	t.Logf("room for SessionPools: %s", time.Since(phase).Round(time.Millisecond))
+
 	// Deleted: nothing left.
 	phase = time.Now()
 	if err := c.DeleteAllOf(t.Context(), &v1alpha1.SessionPool{}, client.InNamespace("default")); err != nil {
@@ -292,4 +323,15 @@ func TestSessionPools(t *testing.T) {
 		wantNothingLeft(t, n.root)
 	}
 	t.Logf("TestSessionPools took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// limitedAdmission writes admissionFile's policy with a session limit.
+func limitedAdmission(t *testing.T, sessions int) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "admission.hcl")
+	hcl := fmt.Sprintf("admission {\n  host_paths = [\"/tmp\"]\n  limits {\n    sessions = %d\n  }\n}\n", sessions)
+	if err := os.WriteFile(p, []byte(hcl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

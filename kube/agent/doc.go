@@ -139,6 +139,14 @@
 // node no longer selected applies a status without its entry, which
 // removes it.
 //
+// Prepared sandboxes count against the daemon's session limit: a node
+// keeps for SessionPools only the room that limit leaves above its
+// capacity for Sessions (Config.PoolRoom), given to the SessionPools that
+// select it oldest first, those it refused left out, so that a cluster
+// user's SessionPool cannot take the places of the Sessions placed on the
+// node. A SessionPool short of room gets what is left and says so
+// (reason no-room).
+//
 // Placement does not look at pools: a Session naming a pool is placed as
 // any other, and runs cold on a node where none is ready.
 //

@@ -62,7 +62,7 @@ func victim(t *testing.T, admin client.Client, name string, leaseSecs int32) {
 	}
 	sp := &v1alpha1.SessionPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "pool-" + name, Namespace: "default"},
-		Spec: v1alpha1.SessionPoolSpec{Size: 1, Policy: policies.Policy{Label: "pool-" + name, Image: daemontest.AgentImage}},
+		Spec:       v1alpha1.SessionPoolSpec{Size: 1, Policy: policies.Policy{Label: "pool-" + name, Image: daemontest.AgentImage}},
 	}
 	if err := admin.Create(ctx, sp); err != nil {
 		t.Fatal(err)

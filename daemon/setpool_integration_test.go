@@ -67,7 +67,8 @@ func TestSetPoolRefusedPreparesNothing(t *testing.T) {
 	})
 }
 
-// TestSetPool declares a pool at run time, lets a session take its
+// TestSetPool declares a pool at run time, resizes it down (the sandbox
+// beyond the size is torn down), lets a session take its
 // sandbox (warm, whatever its command), and removes it with size 0:
 // nothing of it is left.
 func TestSetPool(t *testing.T) {
@@ -75,11 +76,18 @@ func TestSetPool(t *testing.T) {
 	before := stateOf(t)
 	p := policy()
 	p.Label = "run-time-pool"
-	key, _, err := h.Daemon.SetPool(t.Context(), p, 1)
+	key, _, err := h.Daemon.SetPool(t.Context(), p, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitPoolReady(t, key, 1)
+	waitPoolReady(t, key, 2)
+	// Resized down: the sandbox beyond the size goes.
+	if k2, _, err := h.Daemon.SetPool(t.Context(), p, 1); err != nil || k2 != key {
+		t.Fatalf("SetPool size 1: key %q, %v; want %q", k2, err, key)
+	}
+	if pl := poolOf(t, key); pl.Ready != 1 || pl.Size != 1 {
+		t.Fatalf("pool resized from 2 to 1: %+v, want 1 ready", pl)
+	}
 	s := policy("true")
 	s.Label = "run-time-pool"
 	v, err := h.Daemon.Create(t.Context(), api.CreateRequest{Policy: s, Start: true})

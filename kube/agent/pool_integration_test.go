@@ -49,8 +49,8 @@ func (n *nodeProc) pools(t *testing.T, ns, name string) []api.Pool {
 //     with a fresh sandbox;
 //   - the same policy in a SessionPool of another namespace is another
 //     daemon pool;
-//   - a SessionPool that selects node-b instead moves: node-a's pool and
-//     status entry go, node-b's come;
+//   - resized to 0, node-a's pool goes; selecting node-b instead, it
+//     moves: node-a's status entry goes, node-b's pool and entry come;
 //   - node-b's room for SessionPools (its session limit less its
 //     capacity) goes to the older SessionPool; a newer one says it has
 //     no room, and gets it once the older one is deleted;
@@ -263,9 +263,24 @@ func TestSessionPools(t *testing.T) {
 	waitPool("default", "warm", map[string]int{"node-a": 1})
 	t.Logf("one policy, two namespaces: %s", time.Since(phase).Round(time.Millisecond))
 
-	// Moved to node-b: node-a's pool and entry go.
+	// Resized to 0: node-a's pool goes, its entry says 0.
 	phase = time.Now()
 	sp := getPool("default", "warm")
+	sp.Spec.Size = 0
+	if err := c.Update(t.Context(), sp); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "default/warm resized to 0", func() (bool, string) {
+		ps := a.pools(t, "default", "warm")
+		sp = getPool("default", "warm")
+		return len(ps) == 0 && len(sp.Status.Nodes) == 1 && sp.Status.Nodes[0].Ready == 0 && sp.Status.Nodes[0].ObservedGeneration == sp.Generation,
+			fmt.Sprintf("pools %+v; status %+v", ps, sp.Status)
+	})
+	t.Logf("pool resized to 0: %s", time.Since(phase).Round(time.Millisecond))
+
+	// Moved to node-b, size 1 again: node-a's entry goes.
+	phase = time.Now()
+	sp.Spec.Size = 1
 	sp.Spec.NodeSelector = map[string]string{"airlock.test/node": "b"}
 	if err := c.Update(t.Context(), sp); err != nil {
 		t.Fatal(err)

@@ -266,6 +266,27 @@ func (w *warmPools) removeLocked(pl *pool, s *session) {
 	w.dropped[s] = true
 }
 
+// trim tears down the ready sandboxes of the pool of key beyond its size
+// (after a resize down).
+func (w *warmPools) trim(ctx context.Context, key string) {
+	w.mu.Lock()
+	pl := w.pools[key]
+	var extra []*session
+	if pl != nil && len(pl.ready) > pl.size {
+		extra = append(extra, pl.ready[pl.size:]...)
+		for _, s := range extra {
+			w.removeLocked(pl, s)
+		}
+	}
+	w.mu.Unlock()
+	for _, s := range extra {
+		w.discard(ctx, s)
+	}
+	if len(extra) > 0 {
+		log.G(ctx).Info("pool resized down", "pool", key, "discarded", len(extra))
+	}
+}
+
 // remove stops the pool of key and tears its ready sandboxes down.
 // Sessions that already took one are not affected.
 func (w *warmPools) remove(ctx context.Context, key string) error {
@@ -334,6 +355,37 @@ func ids(ss []*session) []string {
 
 // Pools reports every warm pool.
 func (d *Daemon) Pools() []api.Pool { return d.pools.list() }
+
+// SetPool declares, resizes or (size 0) removes the warm pool of policy p
+// at run time, as a `pool { size = N }` block declares one at start. p
+// goes through the same validation and admission as a Create first: a
+// policy the admission policy refuses prepares nothing (the node agent
+// declares pools for SessionPools, which cluster users write). p's own
+// pool block is ignored; size says how many, and a smaller size tears
+// the ready sandboxes beyond it down. It returns the pool's key
+// (see Pools) and the policy's warnings. A prepared sandbox is taken by
+// a Create whose policy has the same key: the same policy but for its
+// command and timeout.
+func (d *Daemon) SetPool(ctx context.Context, p policies.Policy, size int) (key string, warnings []string, err error) {
+	if size < 0 || size > policies.MaxPoolSize {
+		return "", nil, fmt.Errorf("pool size %d: want 0 to %d: %w", size, policies.MaxPoolSize, errdefs.ErrInvalidArgument)
+	}
+	q := *p.Clone()
+	q.Pool = &policies.Pool{Size: size}
+	if warnings, err = d.admission.admit(&q); err != nil {
+		return "", nil, err
+	}
+	key = poolKey(&q)
+	if size == 0 {
+		if err := d.pools.remove(ctx, key); err != nil && !errdefs.IsNotFound(err) {
+			return "", nil, err
+		}
+		return key, warnings, nil
+	}
+	d.pools.ensure(&q)
+	d.pools.trim(ctx, key)
+	return key, warnings, nil
+}
 
 // RemovePool stops the pool of key and tears its ready sandboxes down.
 // Sessions that already took one are not affected.

@@ -34,6 +34,10 @@ type kubeAgent agent.Config
 
 func (k *kubeAgent) setCapacity(n int) { k.Capacity = n }
 
+// setPoolRoom gives SessionPools the room the session limit leaves above
+// the node's capacity (call after setCapacity).
+func (k *kubeAgent) setPoolRoom(limit int) { k.PoolRoom = max(0, limit-k.Capacity) }
+
 func (k *kubeAgent) setDaemon(root, version, runtime string) {
 	k.Root, k.Version, k.Runtime = root, version, runtime
 }

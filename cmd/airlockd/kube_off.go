@@ -23,6 +23,7 @@ const (
 type kubeAgent struct{}
 
 func (*kubeAgent) setCapacity(int)                  {}
+func (*kubeAgent) setPoolRoom(int)                  {}
 func (*kubeAgent) setDaemon(string, string, string) {}
 func (*kubeAgent) run(context.Context, *daemon.Daemon) error {
 	return errors.New("built without Kubernetes support")

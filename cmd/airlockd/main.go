@@ -337,6 +337,7 @@ func run() int {
 		default:
 			kubeCfg.setCapacity(*nodeCapacity)
 		}
+		kubeCfg.setPoolRoom(cmp.Or(limit, policies.DefaultMaxSessions))
 	} else {
 		for _, f := range []string{"kubeconfig", "kubernetes-controller", "node-name", "node-labels", "node-capacity", "node-lease-duration", "kubernetes-listen", "kubernetes-advertise-address", "kubernetes-audit-interval"} {
 			if flagGiven(fs, f) {

@@ -69,6 +69,12 @@ type Config struct {
 	Labels map[string]string
 	// Capacity is how many Sessions the node holds at once.
 	Capacity int
+	// PoolRoom is how many sandboxes the agent keeps prepared for all
+	// SessionPools together: the admission policy's session limit less
+	// Capacity (airlockd sets it), since prepared sandboxes count
+	// against that limit and must not take the places of the Sessions
+	// placed on the node. SessionPools get it oldest first.
+	PoolRoom int
 	// LeaseDuration is the node Lease's duration (and the placement
 	// leader Lease's): a node not heard from for that long is lost.
 	LeaseDuration time.Duration
@@ -113,6 +119,9 @@ func (cfg *Config) Check() error {
 	}
 	if cfg.Capacity < 0 {
 		problems = append(problems, fmt.Sprintf("node capacity %d: want 0 or more sessions", cfg.Capacity))
+	}
+	if cfg.PoolRoom < 0 {
+		problems = append(problems, fmt.Sprintf("room for SessionPools %d: want 0 or more sandboxes", cfg.PoolRoom))
 	}
 	if cfg.LeaseDuration < MinLeaseDuration || cfg.LeaseDuration%time.Second != 0 {
 		problems = append(problems, fmt.Sprintf("node lease duration %s: want whole seconds, at least %s", cfg.LeaseDuration, MinLeaseDuration))
@@ -275,6 +284,9 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 			SyncPeriod: &period,
 			ByObject: map[client.Object]cache.ByObject{
 				&v1alpha1.Session{}: {Field: fields.OneTermEqualSelector("spec.nodeName", cfg.Node)},
+				// Its own AirlockNode only: its labels, which
+				// SessionPools' nodeSelector match.
+				&v1alpha1.AirlockNode{}: {Field: fields.OneTermEqualSelector("metadata.name", cfg.Node)},
 			},
 		},
 	})
@@ -284,7 +296,8 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 	na := &nodeAgent{d: d, node: cfg.Node, c: mgr.GetClient(), fresh: mgr.GetAPIReader(),
 		wake: make(chan event.GenericEvent, 256), stopCtx: ctx, waiting: map[string]bool{},
 		auditWritten: map[types.UID]time.Time{}, statusWritten: map[types.UID]time.Time{},
-		auditEvery: cfg.AuditStatusEvery}
+		auditEvery: cfg.AuditStatusEvery,
+		poolWake:   make(chan event.GenericEvent, 64), refused: map[string]string{}, poolRoom: cfg.PoolRoom}
 	err = builder.ControllerManagedBy(mgr).
 		Named("airlock-node").
 		For(&v1alpha1.Session{}).
@@ -309,8 +322,31 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 			return nil, nil, err
 		}
 	}
+	// Nor do their SessionPools stop them: no sandbox is prepared ahead.
+	pools := true
+	gk = v1alpha1.GroupVersion.WithKind("SessionPool").GroupKind()
+	if _, err := mgr.GetRESTMapper().RESTMapping(gk, v1alpha1.GroupVersion.Version); meta.IsNoMatchError(err) {
+		pools = false
+		log.G(ctx).Warn("the SessionPool CRD is not installed: no sandbox is prepared for SessionPools (kubectl apply -f deploy/kubernetes/crds/, then restart the agent)")
+	} else {
+		err = builder.ControllerManagedBy(mgr).
+			Named("airlock-pools").
+			For(&v1alpha1.SessionPool{}).
+			Watches(&v1alpha1.AirlockNode{}, handler.EnqueueRequestsFromMapFunc(na.poolRequests)).
+			WatchesRawSource(source.Channel(na.poolWake, &handler.EnqueueRequestForObject{})).
+			WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).
+			Complete(reconcile.Func(na.reconcilePool))
+		if err != nil {
+			return nil, nil, err
+		}
+	}
 	for _, run := range []func(context.Context){
 		func(ctx context.Context) { na.sweep(ctx, resync) },
+		func(ctx context.Context) {
+			if pools {
+				na.sweepPools(ctx, resync)
+			}
+		},
 		na.followApprovals,
 		func(ctx context.Context) {
 			if na.auditEvery > 0 {

@@ -242,8 +242,9 @@ func TestAPICostPerSession(t *testing.T) {
 	writes, reads := agentTally(events)
 
 	// node-b, not standing for placement, asks the cluster only for its
-	// own Sessions (field-selected) and the SessionApprovals: it keeps no
-	// cache of every Session, AirlockNode and Lease.
+	// own Sessions and AirlockNode (field-selected), the SessionApprovals
+	// and the SessionPools: it keeps no cache of every Session,
+	// AirlockNode and Lease.
 	all, err := cp.AuditEvents()
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +263,11 @@ func TestAPICostPerSession(t *testing.T) {
 				t.Errorf("node-b, with --kubernetes-controller=false, asked for Sessions not its own: %s %s", e.Verb, e.RequestURI)
 			}
 			ranB++
-		case "sessionapprovals":
+		case "airlocknodes":
+			if !strings.Contains(e.RequestURI, "fieldSelector=metadata.name%3Dnode-b") {
+				t.Errorf("node-b, with --kubernetes-controller=false, asked for AirlockNodes not its own: %s %s", e.Verb, e.RequestURI)
+			}
+		case "sessionapprovals", "sessionpools":
 		default:
 			t.Errorf("node-b, with --kubernetes-controller=false, asked for %s: %s %s", e.Resource(), e.Verb, e.RequestURI)
 		}

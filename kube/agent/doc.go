@@ -105,6 +105,53 @@
 // (a ValidatingAdmissionPolicy comparing it to the creator's user name),
 // and is a claim without it.
 //
+// # Warm pools
+//
+// A SessionPool (namespaced) keeps sandboxes of its policy prepared on the
+// nodes whose AirlockNode labels hold its nodeSelector (empty: every
+// node). Each agent watches every SessionPool and its own AirlockNode, and
+// for each SessionPool that selects its node, is not being deleted and
+// has a size, declares a pool of that size in its daemon (Daemon.SetPool:
+// the validation and admission of a create first, so a policy the node's
+// admission policy refuses prepares nothing; the refusal is logged once
+// per generation and reported). The pool's policy label is
+// PoolLabel(namespace, name), "sessionpool:NAMESPACE/NAME": the daemon's
+// pool key covers everything in a policy but its command, timeout and
+// pool block, label included, so two SessionPools of one policy keep two
+// pools, and a Session takes a prepared sandbox only when it names the
+// SessionPool (spec.poolName: the agent gives its policy that label) and
+// its policy is otherwise the pool's. A Session naming no pool may not
+// carry the prefix (refused). Every other daemon pool of a SessionPool's
+// label is removed, its prepared sandboxes torn down: the SessionPool was
+// deleted, resized to 0, no longer selects the node, or its policy
+// changed or is refused. Pools live in the daemon's memory and go with
+// it (a daemon at start removes the sandboxes its predecessor prepared);
+// the agent, started again with it, declares them again from the
+// SessionPools its cache lists. Each agent looks at the SessionPools
+// that select it every 2 s (the daemon fills its pools and sessions take
+// from them without an event), and at every pool it keeps every resync,
+// so that one whose SessionPool went unseen is removed too.
+//
+// Each agent writes its own entry of status.nodes (ready, the generation
+// it acted on, reason refused and a message, or the last failure to
+// prepare) by server-side apply as field manager airlockd-node/NODE, so
+// that nodes never overwrite each other's entries; ready and
+// observedGeneration beside them are the last writer's (ready the sum of
+// the entries it saw, which each agent corrects when it sees it wrong). A
+// node no longer selected applies a status without its entry, which
+// removes it.
+//
+// Prepared sandboxes count against the daemon's session limit: a node
+// keeps for SessionPools only the room that limit leaves above its
+// capacity for Sessions (Config.PoolRoom), given to the SessionPools that
+// select it oldest first, those it refused left out, so that a cluster
+// user's SessionPool cannot take the places of the Sessions placed on the
+// node. A SessionPool short of room gets what is left and says so
+// (reason no-room).
+//
+// Placement does not look at pools: a Session naming a pool is placed as
+// any other, and runs cold on a node where none is ready.
+//
 // # Placement
 //
 // The placement controller runs inside every agent (--kubernetes-controller
@@ -147,7 +194,8 @@
 // (node-rbac.yaml), and its node restriction (node-restriction.yaml, the
 // counterpart of the Node authorizer) lets each write only what is its
 // node's: its AirlockNode and Lease, the finalizer and status of the
-// Sessions on it, and placement's writes while it holds airlock-placement.
+// Sessions on it, its entry of SessionPools' status.nodes, and
+// placement's writes while it holds airlock-placement.
 // The node is the one its pod's token is bound to, so --node-name must be
 // the Kubernetes node's name (the DaemonSet gives spec.nodeName); a change
 // to what the agent writes, or how, must be made there too

@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // Labels of a local session run for a Session.
@@ -63,6 +64,15 @@ type Daemon interface {
 	// Approvals is the store of the requests the L7 gateways hold for a
 	// decision (GET /v1/approvals, POST /v1/approvals/{id}).
 	Approvals() *approvals.Store
+	// SetPool declares, resizes or (size 0) removes the warm pool of a
+	// policy, after the validation and admission of a Create: a refused
+	// policy prepares nothing. It returns the pool's key.
+	SetPool(ctx context.Context, p policies.Policy, size int) (key string, warnings []string, err error)
+	// RemovePool removes the pool of key and tears its prepared
+	// sandboxes down.
+	RemovePool(ctx context.Context, key string) error
+	// Pools reports the warm pools.
+	Pools() []api.Pool
 }
 
 // nodeAgent reconciles the Sessions placed on its node with its daemon's
@@ -81,6 +91,11 @@ type nodeAgent struct {
 	stopCtx context.Context
 	// auditEvery is Config.AuditStatusEvery.
 	auditEvery time.Duration
+	// poolRoom is Config.PoolRoom.
+	poolRoom int
+	// poolWake carries an event for a SessionPool to look at again
+	// (sweepPools).
+	poolWake chan event.GenericEvent
 
 	mu sync.Mutex
 	// waiting are the local sessions a goroutine waits on.
@@ -91,6 +106,9 @@ type nodeAgent struct {
 	// statusWritten is when each Session's status was last written
 	// (see followedEvery).
 	statusWritten map[types.UID]time.Time // +checklocks:mu
+	// refused is the refusal last logged for each SessionPool's pool
+	// label, with the generation it was for.
+	refused map[string]string // +checklocks:mu
 }
 
 // local returns the local session labelled with uid, nil if none.
@@ -279,10 +297,24 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 	// and --pool).
 	pol := s.Spec.Policy
 	pol.Pool = nil
-	v, err := a.d.Create(ctx, api.CreateRequest{Policy: pol, Start: true, Labels: map[string]string{
-		LabelSessionUID: string(s.UID),
-		LabelSession:    s.Namespace + "/" + s.Name,
-	}})
+	var v *api.Session
+	var err error
+	switch {
+	case s.Spec.PoolName != "":
+		// The label of its SessionPool's daemon pool: it takes one of
+		// that pool's sandboxes if the rest of its policy is the
+		// pool's (the daemon's pool key), and runs cold otherwise.
+		pol.Label = PoolLabel(s.Namespace, s.Spec.PoolName)
+	case strings.HasPrefix(pol.Label, PoolLabelPrefix):
+		err = fmt.Errorf("label %q: the prefix %q is reserved for the Sessions of a SessionPool (set spec.poolName instead): %w",
+			pol.Label, PoolLabelPrefix, errdefs.ErrInvalidArgument)
+	}
+	if err == nil {
+		v, err = a.d.Create(ctx, api.CreateRequest{Policy: pol, Start: true, Labels: map[string]string{
+			LabelSessionUID: string(s.UID),
+			LabelSession:    s.Namespace + "/" + s.Name,
+		}})
+	}
 	if err != nil {
 		if errdefs.IsUnavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, err // again, with backoff
@@ -303,7 +335,7 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 		})
 		return nil, werr
 	}
-	log.G(ctx).Info("session running", "id", v.ID)
+	log.G(ctx).Info("session running", "id", v.ID, "warm", v.Warm)
 	return v, nil
 }
 

@@ -59,6 +59,11 @@ func (d *reviewDaemon) ChangeSummary(context.Context, string) (*api.ChangeSummar
 	return nil, nil
 }
 func (d *reviewDaemon) Approvals() *approvals.Store { return d.store }
+func (d *reviewDaemon) SetPool(context.Context, policies.Policy, int) (string, []string, error) {
+	return "", nil, nil
+}
+func (d *reviewDaemon) RemovePool(context.Context, string) error { return nil }
+func (d *reviewDaemon) Pools() []api.Pool                        { return nil }
 
 func reviewAgent(t *testing.T, d Daemon, s *v1alpha1.Session) (*nodeAgent, client.Client) {
 	t.Helper()

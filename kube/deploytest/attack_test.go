@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -25,7 +26,8 @@ import (
 // victim plants, as the administrator, what a node named name has in the
 // cluster: its AirlockNode (labelled airlock.test/node=name, no room), its
 // Lease (renewed now, for leaseSecs), a Session running on it (its
-// finalizer on, status Running) and an unplaced Session no node matches.
+// finalizer on, status Running), an unplaced Session no node matches and
+// a SessionPool whose status says one sandbox is ready on it.
 func victim(t *testing.T, admin client.Client, name string, leaseSecs int32) {
 	t.Helper()
 	ctx := t.Context()
@@ -57,6 +59,17 @@ func victim(t *testing.T, admin client.Client, name string, leaseSecs int32) {
 	started := metav1.NewTime(time.Now().Truncate(time.Second))
 	s.Status = v1alpha1.SessionStatus{State: v1alpha1.SessionRunning, Node: name, ID: "victim-1", StartedAt: &started}
 	if err := admin.Status().Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	sp := &v1alpha1.SessionPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool-" + name, Namespace: "default"},
+		Spec:       v1alpha1.SessionPoolSpec{Size: 1, Policy: policies.Policy{Label: "pool-" + name, Image: daemontest.AgentImage}},
+	}
+	if err := admin.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	sp.Status = v1alpha1.SessionPoolStatus{Ready: 1, Nodes: []v1alpha1.PoolNodeStatus{{Node: name, Ready: 1}}}
+	if err := admin.Status().Update(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
 	u := &v1alpha1.Session{
@@ -181,6 +194,9 @@ var attacks = []attack{
 		s.Spec.NodeName = "node-a"
 		return c.Update(ctx, s, dry(dryRun)...)
 	}},
+	{"rewrite the victim's entry of a SessionPool's status (refused, none ready)", func(ctx context.Context, c client.Client, v string, dryRun bool) error {
+		return applyPoolEntry(ctx, c, "pool-"+v, "node-a", map[string]any{"node": v, "ready": int64(0), "reason": agent.ReasonRefused, "message": "forged"}, dryRun)
+	}},
 	{"hold the placement leadership in the victim's name", func(ctx context.Context, c client.Client, v string, dryRun bool) error {
 		var l coordinationv1.Lease
 		if err := c.Get(ctx, client.ObjectKey{Namespace: agent.LeaseNamespace, Name: agent.PlacementLease}, &l); err != nil {
@@ -190,6 +206,21 @@ var attacks = []attack{
 		l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = ptr.To(v+"_evil"), &now, ptr.To[int32](3600)
 		return c.Update(ctx, &l, dry(dryRun)...)
 	}},
+}
+
+// applyPoolEntry applies, as node's field manager (the agent's), a
+// status.nodes entry of SessionPool name in default.
+func applyPoolEntry(ctx context.Context, c client.Client, name, node string, entry map[string]any, dryRun bool) error {
+	u := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"nodes": []any{entry}}}}
+	u.SetAPIVersion(v1alpha1.GroupVersion.String())
+	u.SetKind("SessionPool")
+	u.SetNamespace("default")
+	u.SetName(name)
+	opts := []client.SubResourceApplyOption{client.FieldOwner("airlockd-node/" + node), client.ForceOwnership}
+	if dryRun {
+		opts = append(opts, client.DryRunAll)
+	}
+	return c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...)
 }
 
 // refusedByPolicy reports whether err is a ValidatingAdmissionPolicy's
@@ -217,6 +248,7 @@ func snapshot(t *testing.T, admin client.Client, v string) string {
 		{client.ObjectKey{Namespace: agent.LeaseNamespace, Name: agent.PlacementLease}, &pl},
 		{client.ObjectKey{Namespace: "default", Name: "on-" + v}, &v1alpha1.Session{}},
 		{client.ObjectKey{Namespace: "default", Name: "unplaced-" + v}, &v1alpha1.Session{}},
+		{client.ObjectKey{Namespace: "default", Name: "pool-" + v}, &v1alpha1.SessionPool{}},
 	} {
 		if err := admin.Get(ctx, o.key, o.obj); err != nil {
 			t.Fatal(err)

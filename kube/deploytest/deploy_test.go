@@ -215,6 +215,7 @@ func TestDeployment(t *testing.T) {
 	for _, o := range []client.Object{
 		&v1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "on-node-b"}},
 		&v1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "unplaced-node-b"}},
+		&v1alpha1.SessionPool{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "pool-node-b"}},
 		&v1alpha1.AirlockNode{ObjectMeta: metav1.ObjectMeta{Name: "node-b"}},
 		&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: agent.LeaseNamespace, Name: "node-b"}},
 	} {
@@ -247,6 +248,21 @@ func TestDeployment(t *testing.T) {
 	}
 	if after := snapshot(t, admin, "node-c"); after != before {
 		t.Fatalf("refused attacks changed node-c's objects:\nbefore %s\nafter  %s", before, after)
+	}
+	// Its own entry of the same SessionPool's status it may write, as its
+	// agent does; the victim's stays.
+	if err := applyPoolEntry(ctx, nodeA, "pool-node-c", "node-a", map[string]any{"node": "node-a", "ready": int64(0)}, false); err != nil {
+		t.Fatalf("with the node restriction, node-a writing its own entry of a SessionPool's status: %v", err)
+	}
+	var spc v1alpha1.SessionPool
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: "default", Name: "pool-node-c"}, &spc); err != nil {
+		t.Fatal(err)
+	}
+	if len(spc.Status.Nodes) != 2 || spc.Status.Nodes[0] != (v1alpha1.PoolNodeStatus{Node: "node-c", Ready: 1}) || spc.Status.Nodes[1].Node != "node-a" {
+		t.Errorf("SessionPool status after node-a wrote its entry: %+v, want node-c's entry unchanged and node-a's", spc.Status)
+	}
+	if err := admin.Delete(ctx, &spc); err != nil {
+		t.Fatal(err)
 	}
 
 	// A token of airlock-node bound to no pod names no node: it writes
@@ -310,6 +326,31 @@ func TestDeployment(t *testing.T) {
 		}
 		return len(state) == 0, strings.Join(state, "; ")
 	})
+	// A SessionPool of every node: each agent keeps its sandbox and
+	// writes its own entry of the status, under RBAC and the node
+	// restriction.
+	warm := &v1alpha1.SessionPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "warm", Namespace: "default"},
+		Spec:       v1alpha1.SessionPoolSpec{Size: 1, Policy: policies.Policy{Label: "warm", Image: daemontest.AgentImage}},
+	}
+	if err := admin.Create(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 90*time.Second, "SessionPool warm ready on node-a and node-d", func() (bool, string) {
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(warm), warm); err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, e := range warm.Status.Nodes {
+			if (e.Node == "node-a" || e.Node == "node-d") && e.Ready == 1 {
+				ready++
+			}
+		}
+		return ready == 2 && warm.Status.Ready == 2, fmt.Sprintf("%+v", warm.Status)
+	})
+	if err := admin.Delete(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
 	for node, code := range map[string]int{"node-a": 3, "node-d": 4} {
 		job := &v1alpha1.Session{
 			ObjectMeta: metav1.ObjectMeta{Name: "job-" + node, Namespace: "default"},

@@ -368,14 +368,22 @@ type SessionPoolSpec struct {
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 }
 
-// SessionPoolStatus is what the node agents report about a pool.
+// SessionPoolStatus is what the node agents report about a pool. Each
+// node agent writes its own entry of nodes by server-side apply, as field
+// manager airlockd-node/NODE: writers on different nodes never overwrite
+// each other's entries.
 type SessionPoolStatus struct {
+	// ObservedGeneration is the generation of the spec last acted on by
+	// the node that wrote last; each node's own is in nodes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Ready is the number of prepared sandboxes on all nodes.
+	// Ready is the number of prepared sandboxes on all nodes: the sum
+	// of nodes' ready, as the last writer saw it (it catches up within
+	// moments of a change).
 	// +optional
 	Ready int32 `json:"ready,omitempty"`
-	// Nodes is the count on each node.
+	// Nodes are the nodes the pool selects, one entry each, written by
+	// that node's agent.
 	// +optional
 	// +listType=map
 	// +listMapKey=node
@@ -388,8 +396,21 @@ type SessionPoolStatus struct {
 
 // PoolNodeStatus is a pool's prepared sandboxes on one node.
 type PoolNodeStatus struct {
-	Node  string `json:"node"`
-	Ready int32  `json:"ready"`
+	Node string `json:"node"`
+	// Ready is how many prepared sandboxes wait on the node.
+	Ready int32 `json:"ready"`
+	// ObservedGeneration is the generation of the spec the node acted
+	// on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Reason is "refused" when the node's admission policy refused the
+	// pool's policy (the node then prepares nothing); empty otherwise.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message says why the node refused the policy, or why its last
+	// attempt to prepare a sandbox failed.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // SessionPoolList is a list of SessionPools.

@@ -5,4 +5,4 @@ package httpapi
 import "net"
 
 // peerName is "": peer credentials are read on Linux only.
-func peerName(net.Conn) string { return "" }
+func peerName(net.Conn) (string, uint32) { return "", 0 }

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/caller"
 	"github.com/airlock-sandbox/airlock/policies"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
@@ -24,6 +26,10 @@ func (h *server) handleVersion(w http.ResponseWriter, r *http.Request) {
 func (h *server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req api.CreateRequest
 	if err := decodeJSON(r, &req); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if err := checkReservedLabels(r.Context(), req.Labels); err != nil {
 		writeError(w, r, err)
 		return
 	}
@@ -435,4 +441,27 @@ func (h *server) stillRunning(ctx context.Context, id string) bool {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// ReservedLabelPrefix begins the labels the Kubernetes node agent puts on
+// the local sessions it runs for Sessions (the Session's uid and name):
+// it adopts a local session by them.
+const ReservedLabelPrefix = "airlock.dev/"
+
+// checkReservedLabels refuses labels under ReservedLabelPrefix unless the
+// caller is root on the socket: a member of the socket's group could
+// otherwise make a local session that the node agent adopts for a
+// pending Session, whose status, logs and changes it would then forge.
+// Root (the node's operator, as when handing a session to an agent) may.
+func checkReservedLabels(ctx context.Context, labels map[string]string) error {
+	if caller.IsRoot(ctx) {
+		return nil
+	}
+	for k := range labels {
+		if strings.HasPrefix(k, ReservedLabelPrefix) {
+			return fmt.Errorf("label %q: labels under %s are the Kubernetes node agent's, which adopts a local session by them; only root may set them through the socket (%s may not): %w",
+				k, ReservedLabelPrefix, caller.Name(ctx), errdefs.ErrPermissionDenied)
+		}
+	}
+	return nil
 }

@@ -8,6 +8,21 @@ import "context"
 
 type key struct{}
 
+type uidKey struct{}
+
+// WithPeer returns ctx naming who as the caller, a unix socket's peer of
+// uid (SO_PEERCRED).
+func WithPeer(ctx context.Context, who string, uid uint32) context.Context {
+	return context.WithValue(With(ctx, who), uidKey{}, uid)
+}
+
+// IsRoot reports whether ctx's caller is a unix socket peer of uid 0: the
+// node's operator, not a member of the socket's group.
+func IsRoot(ctx context.Context) bool {
+	uid, ok := ctx.Value(uidKey{}).(uint32)
+	return ok && uid == 0
+}
+
 // With returns ctx naming who as the caller.
 func With(ctx context.Context, who string) context.Context {
 	return context.WithValue(ctx, key{}, who)

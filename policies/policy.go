@@ -133,6 +133,7 @@ type Workspace struct {
 	DenyRead []string `json:"deny_read,omitempty"`
 	// DefaultDenyRead adds the built-in credential-file masks; on unless
 	// the manifest sets default_deny_read = false.
+	// +kubebuilder:default=true
 	DefaultDenyRead bool `json:"default_deny_read"`
 	// Protect are globs a commit may not change.
 	Protect           []string `json:"protect,omitempty"`
@@ -155,13 +156,17 @@ type Mount struct {
 	HostPath string `json:"host_path"`
 	// +required
 	// +kubebuilder:validation:MinLength=1
-	Target   string `json:"target"`
-	ReadOnly bool   `json:"read_only"`
+	Target string `json:"target"`
+	// ReadOnly mounts it read-only; on unless the manifest sets
+	// read_only = false.
+	// +kubebuilder:default=true
+	ReadOnly bool `json:"read_only"`
 	// DenyRead are globs (relative to the mounted directory) made
 	// unreadable, as a workspace's.
 	DenyRead []string `json:"deny_read,omitempty"`
 	// DefaultDenyRead adds the built-in credential-file masks; on unless
 	// the manifest sets default_deny_read = false.
+	// +kubebuilder:default=true
 	DefaultDenyRead bool `json:"default_deny_read"`
 }
 

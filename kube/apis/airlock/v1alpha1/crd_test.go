@@ -346,3 +346,42 @@ func TestAirlockNodeCRD(t *testing.T) {
 	got.Status.Capacity = -1
 	assertInvalid(t, c.Status().Update(ctx, &got), "status.capacity")
 }
+
+// TestSessionYAMLDefaults: a Session written in YAML (kubectl apply) that
+// leaves out a workspace's or a mount's default_deny_read, or a mount's
+// read_only, gets them on, as the HCL manifest's decoder does; the API
+// server fills them in (CRD defaults), so no Session is less confined
+// for being written in YAML. One set to false stays false.
+func TestSessionYAMLDefaults(t *testing.T) {
+	c := setup(t)
+	ctx := t.Context()
+	u := &unstructured.Unstructured{}
+	if err := json.Unmarshal([]byte(`{
+		"apiVersion": "airlock.dev/v1alpha1", "kind": "Session",
+		"metadata": {"namespace": "default", "name": "from-yaml"},
+		"spec": {"policy": {"label": "from-yaml", "image": "airlock/agent:dev", "command": ["true"],
+			"workspaces": [{"host_path": "/srv/ws", "target": "/workspace"}],
+			"mounts": [
+				{"host_path": "/srv/data", "target": "/data"},
+				{"host_path": "/srv/scratch", "target": "/scratch", "read_only": false, "default_deny_read": false}
+			]}}}`), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	var s v1alpha1.Session
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "from-yaml"}, &s); err != nil {
+		t.Fatal(err)
+	}
+	p := s.Spec.Policy
+	if len(p.Workspaces) != 1 || !p.Workspaces[0].DefaultDenyRead {
+		t.Errorf("a workspace without default_deny_read: %+v, want it on", p.Workspaces)
+	}
+	if len(p.Mounts) != 2 || !p.Mounts[0].ReadOnly || !p.Mounts[0].DefaultDenyRead {
+		t.Errorf("a mount without read_only and default_deny_read: %+v, want both on", p.Mounts)
+	}
+	if len(p.Mounts) == 2 && (p.Mounts[1].ReadOnly || p.Mounts[1].DefaultDenyRead) {
+		t.Errorf("a mount with read_only and default_deny_read false: %+v, want them kept false", p.Mounts[1])
+	}
+}

@@ -161,9 +161,12 @@
 // no second component to deploy, scale or keep highly available: when the
 // leader's node goes, another agent takes over within a lease duration.
 //
-// It places each unplaced Session, oldest first, on the live,
-// schedulable node with the most free places whose labels hold the
-// Session's nodeSelector, by setting spec.nodeName with the
+// It places each unplaced Session, oldest first, on a live, schedulable
+// node with a free place whose labels hold the Session's nodeSelector:
+// for a Session naming a SessionPool, one where that pool reports a
+// sandbox ready (its status.nodes; SessionPools are read only when a
+// pending Session names one), then the one with the most free places, by
+// setting spec.nodeName with the
 // resourceVersion it read (two leaders, or a leader and a person, cannot
 // both place it), then state Placed in status. Free places are the node's
 // capacity less the Sessions that hold a place on it (see

@@ -71,10 +71,12 @@ func lostable(st v1alpha1.SessionState) bool {
 }
 
 // choose picks the node for s among nodes: live, registered, schedulable,
-// with a free place, its labels holding s's nodeSelector; the one with the
-// most free places, then the fewest used, then by name. Without one it
-// returns "" and why each node was passed over.
-func choose(s *v1alpha1.Session, nodes []*node) (*node, string) {
+// with a free place, its labels holding s's nodeSelector; the one where
+// s's SessionPool has a sandbox ready (warm: each node's ready count of
+// the pool s names, nil for none), then the one with the most free
+// places, then the fewest used, then by name. Without one it returns ""
+// and why each node was passed over.
+func choose(s *v1alpha1.Session, nodes []*node, warm map[string]int32) (*node, string) {
 	var best *node
 	var why []string
 	for _, n := range nodes {
@@ -95,7 +97,7 @@ func choose(s *v1alpha1.Session, nodes []*node) (*node, string) {
 			why = append(why, n.name+": "+reason)
 			continue
 		}
-		if best == nil || better(n, best) {
+		if best == nil || better(n, best, warm) {
 			best = n
 		}
 	}
@@ -108,7 +110,10 @@ func choose(s *v1alpha1.Session, nodes []*node) (*node, string) {
 	return nil, "no node fits: " + strings.Join(why, "; ")
 }
 
-func better(a, b *node) bool {
+func better(a, b *node, warm map[string]int32) bool {
+	if wa, wb := warm[a.name] > 0, warm[b.name] > 0; wa != wb {
+		return wa
+	}
 	if fa, fb := a.capacity-a.used, b.capacity-b.used; fa != fb {
 		return fa > fb
 	}
@@ -220,8 +225,13 @@ func (p *placer) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	list := slices.SortedFunc(maps.Values(nodes), func(a, b *node) int { return cmp.Compare(a.name, b.name) })
+	ready := p.poolsReady(ctx, pending)
 	for _, s := range pending {
-		n, why := choose(s, list)
+		warm := ready[s.Namespace+"/"+s.Spec.PoolName]
+		if s.Spec.PoolName == "" {
+			warm = nil
+		}
+		n, why := choose(s, list, warm)
 		if n == nil {
 			if err := p.unschedulable(ctx, s, why); err != nil {
 				errs = append(errs, err)
@@ -238,11 +248,40 @@ func (p *placer) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.
 			continue
 		}
 		n.used++
+		if warm[n.name] > 0 {
+			warm[n.name]-- // taken by this one
+		}
 	}
 	if len(errs) > 0 {
 		return reconcile.Result{}, errs[0]
 	}
 	return reconcile.Result{RequeueAfter: recheck}, nil
+}
+
+// poolsReady returns, for the SessionPools the pending Sessions name, how
+// many sandboxes each node reports ready (status.nodes), by
+// "namespace/name" and node. Only when some Session names one are
+// SessionPools read (and cached); a failure to read them leaves placement
+// by room alone.
+func (p *placer) poolsReady(ctx context.Context, pending []*v1alpha1.Session) map[string]map[string]int32 {
+	if !slices.ContainsFunc(pending, func(s *v1alpha1.Session) bool { return s.Spec.PoolName != "" }) {
+		return nil
+	}
+	c, _ := p.clients()
+	var list v1alpha1.SessionPoolList
+	if err := c.List(ctx, &list); err != nil {
+		log.G(ctx).Warn("SessionPools not read: placing by room alone", "error", err)
+		return nil
+	}
+	out := map[string]map[string]int32{}
+	for _, sp := range list.Items {
+		m := map[string]int32{}
+		for _, n := range sp.Status.Nodes {
+			m[n.Node] = n.Ready
+		}
+		out[sp.Namespace+"/"+sp.Name] = m
+	}
+	return out
 }
 
 // nodes builds the nodes from the AirlockNodes, the Leases and the

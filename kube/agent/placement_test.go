@@ -31,21 +31,26 @@ func TestChoose(t *testing.T) {
 		nodes   []*node
 		want    string
 		wantWhy []string
+		warm    map[string]int32
 	}{
-		{"most free places", sel(), []*node{mk("a", 1, 0, nil), mk("b", 4, 1, nil)}, "b", nil},
-		{"tie: fewer used", sel(), []*node{mk("a", 3, 1, nil), mk("b", 2, 0, nil)}, "b", nil},
-		{"tie: by name", sel(), []*node{mk("b", 2, 0, nil), mk("a", 2, 0, nil)}, "a", nil},
-		{"full", sel(), []*node{mk("a", 1, 1, nil), mk("b", 2, 2, nil)}, "", []string{"a: full (1 of 1)", "b: full (2 of 2)"}},
-		{"zero capacity", sel(), []*node{mk("a", 0, 0, nil)}, "", []string{"a: full (0 of 0)"}},
-		{"selector", sel("zone", "z2"), []*node{mk("a", 9, 0, map[string]string{"zone": "z1"}), mk("b", 1, 0, map[string]string{"zone": "z2"})}, "b", nil},
-		{"selector matches none", sel("zone", "z3"), []*node{mk("a", 9, 0, map[string]string{"zone": "z1"})}, "", []string{"a: labels do not match the nodeSelector"}},
-		{"not live", sel(), []*node{{name: "a", capacity: 5, registered: true}}, "", []string{"a: not live"}},
-		{"unregistered", sel(), []*node{{name: "a", capacity: 5, live: true}}, "", []string{"a: no AirlockNode"}},
-		{"unschedulable", sel(), []*node{{name: "a", capacity: 5, live: true, registered: true, unschedulable: true}, mk("b", 1, 0, nil)}, "b", nil},
-		{"no nodes", sel(), nil, "", []string{"no node agent is registered"}},
+		{"most free places", sel(), []*node{mk("a", 1, 0, nil), mk("b", 4, 1, nil)}, "b", nil, nil},
+		{"tie: fewer used", sel(), []*node{mk("a", 3, 1, nil), mk("b", 2, 0, nil)}, "b", nil, nil},
+		{"tie: by name", sel(), []*node{mk("b", 2, 0, nil), mk("a", 2, 0, nil)}, "a", nil, nil},
+		{"full", sel(), []*node{mk("a", 1, 1, nil), mk("b", 2, 2, nil)}, "", []string{"a: full (1 of 1)", "b: full (2 of 2)"}, nil},
+		{"zero capacity", sel(), []*node{mk("a", 0, 0, nil)}, "", []string{"a: full (0 of 0)"}, nil},
+		{"selector", sel("zone", "z2"), []*node{mk("a", 9, 0, map[string]string{"zone": "z1"}), mk("b", 1, 0, map[string]string{"zone": "z2"})}, "b", nil, nil},
+		{"selector matches none", sel("zone", "z3"), []*node{mk("a", 9, 0, map[string]string{"zone": "z1"})}, "", []string{"a: labels do not match the nodeSelector"}, nil},
+		{"not live", sel(), []*node{{name: "a", capacity: 5, registered: true}}, "", []string{"a: not live"}, nil},
+		{"unregistered", sel(), []*node{{name: "a", capacity: 5, live: true}}, "", []string{"a: no AirlockNode"}, nil},
+		{"unschedulable", sel(), []*node{{name: "a", capacity: 5, live: true, registered: true, unschedulable: true}, mk("b", 1, 0, nil)}, "b", nil, nil},
+		{"no nodes", sel(), nil, "", []string{"no node agent is registered"}, nil},
+		{"a ready sandbox over more room", sel(), []*node{mk("a", 4, 0, nil), mk("b", 2, 1, nil)}, "b", nil, map[string]int32{"b": 1}},
+		{"none ready: by room", sel(), []*node{mk("a", 4, 0, nil), mk("b", 2, 1, nil)}, "a", nil, map[string]int32{"b": 0}},
+		{"ready but full", sel(), []*node{mk("a", 4, 0, nil), mk("b", 1, 1, nil)}, "a", nil, map[string]int32{"b": 1}},
+		{"ready but not selected", sel("zone", "z1"), []*node{mk("a", 4, 0, map[string]string{"zone": "z1"}), mk("b", 2, 0, nil)}, "a", nil, map[string]int32{"b": 3}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			n, why := choose(tt.s, tt.nodes)
+			n, why := choose(tt.s, tt.nodes, tt.warm)
 			got := ""
 			if n != nil {
 				got = n.name

@@ -52,6 +52,8 @@ func pools(t *testing.T, n *agentproc.Proc, ns, name string) []api.Pool {
 //     daemon pool;
 //   - resized to 0, node-a's pool goes; selecting node-b instead, it
 //     moves: node-a's status entry goes, node-b's pool and entry come;
+//     a Session naming it without a node is placed on node-b, where a
+//     sandbox is ready, not on node-a, which has more room;
 //   - node-b's room for SessionPools (its session limit less its
 //     capacity) goes to the older SessionPool; a newer one says it has
 //     no room, and gets it once the older one is deleted;
@@ -268,6 +270,15 @@ func TestSessionPools(t *testing.T) {
 	}
 	waitPool("default", "warm", map[string]int{"node-b": 1})
 	t.Logf("pool moved to node-b: %s", time.Since(phase).Round(time.Millisecond))
+
+	// Placed where its pool has a sandbox ready: a Session naming the
+	// pool, with no node, goes to node-b (2 places) rather than node-a
+	// (4, the most room), and starts warm.
+	k.create("placed-warm", []string{"true"}, func(s *v1alpha1.Session) { s.Spec.PoolName = "warm" })
+	if pw := k.waitState("placed-warm", v1alpha1.SessionExited, 60*time.Second); pw.Spec.NodeName != "node-b" || !pw.Status.Warm {
+		t.Errorf("a Session naming the pool ready on node-b: placed on %q, warm %v; want node-b, warm", pw.Spec.NodeName, pw.Status.Warm)
+	}
+	k.deleteAll(60 * time.Second)
 
 	// No room: node-b keeps one sandbox for SessionPools (its session
 	// limit 3 less its capacity 2), the older SessionPool's; a newer one

@@ -149,8 +149,8 @@
 // node. A SessionPool short of room gets what is left and says so
 // (reason no-room).
 //
-// Placement does not look at pools: a Session naming a pool is placed as
-// any other, and runs cold on a node where none is ready.
+// Placement prefers, for a Session naming a pool, a node where the pool
+// reports a sandbox ready (see Placement); where none is, it runs cold.
 //
 // # Placement
 //

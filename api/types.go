@@ -56,6 +56,12 @@ type CreateRequest struct {
 	// The daemon does not interpret them. See ValidateLabels for what a
 	// key and a value may hold.
 	Labels map[string]string `json:"labels,omitempty"`
+	// OwnedWorkspaces are directories an in-process caller (the
+	// Kubernetes node agent) made for this session alone, under the
+	// daemon's root, and names as workspaces' host paths: admitted
+	// although the root is protected and outside the admitted host paths.
+	// Never read from or written to the wire: no API caller can name one.
+	OwnedWorkspaces []string `json:"-"`
 }
 
 // Session is what inspect and list return.

@@ -66,7 +66,10 @@ func (a *admitter) protect(path string) {
 // back with defaults applied and its host paths resolved, and the
 // warnings are for the caller. A policy the admission policy refuses is an
 // errdefs.ErrPermissionDenied error naming each rule it breaks.
-func (a *admitter) admit(p *policies.Policy) ([]string, error) {
+//
+// owned are directories the in-process caller made for this session
+// (api.CreateRequest.OwnedWorkspaces): admitted as its workspaces.
+func (a *admitter) admit(p *policies.Policy, owned ...string) ([]string, error) {
 	pol, pr := a.current()
 	pol.FillDefaults(p)
 	p.ApplyDefaults()
@@ -75,6 +78,9 @@ func (a *admitter) admit(p *policies.Policy) ([]string, error) {
 	}
 	if err := a.runtimeAllows(p); err != nil {
 		return nil, err
+	}
+	if len(owned) > 0 {
+		pr = pr.WithOwned(owned...)
 	}
 	return pol.Admit(p, pr)
 }

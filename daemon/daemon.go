@@ -473,7 +473,7 @@ func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (*api.Sessio
 		return nil, err
 	}
 	p := *req.Policy.Clone()
-	warnings, err := d.admission.admit(&p)
+	warnings, err := d.admission.admit(&p, req.OwnedWorkspaces...)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -72,7 +73,7 @@ func (d *Daemon) update(ctx context.Context, id string, revise func(running *pol
 		p.Command = running.Command
 	}
 	p.Pool, p.Terminal = running.Pool, running.Terminal
-	warnings, err := d.admission.admit(&p)
+	warnings, err := d.admission.admit(&p, d.ownedWorkspaces(running)...)
 	if err != nil {
 		return nil, err
 	}
@@ -302,4 +303,19 @@ func (s *session) reconcileCredentials(ctx context.Context) {
 	if s.audit != nil {
 		s.audit.EmitControl(ctx, ev)
 	}
+}
+
+// ownedWorkspaces are the host paths of running's workspaces under the
+// daemon's root: only an in-process caller's own directories
+// (api.CreateRequest.OwnedWorkspaces) can be there, so a revision
+// re-admits them as they were admitted.
+func (d *Daemon) ownedWorkspaces(running *policies.Policy) []string {
+	var owned []string
+	root := filepath.Clean(d.cfg.Root) + string(filepath.Separator)
+	for _, w := range running.Workspaces {
+		if strings.HasPrefix(w.HostPath, root) {
+			owned = append(owned, w.HostPath)
+		}
+	}
+	return owned
 }

@@ -50,6 +50,10 @@ type Admission struct {
 	// to the manifest's inject hosts, so without the hosts any caller
 	// could have the operator's API key sent to a host of its choosing.
 	SecretSources []SecretSource `json:"secret_sources"`
+	// GitSources are the repositories the Kubernetes node agent may fetch
+	// a Session's workspace from, and the branches it may push the
+	// session's committed changes to (see GitSource). None by default.
+	GitSources []GitSource `json:"git_sources,omitempty"`
 	// Limits are upper bounds on what one session, and all of them
 	// together, may ask for.
 	Limits Limits `json:"limits"`
@@ -239,6 +243,27 @@ type Protected struct {
 	// programs the host runs as root, which a session may read but not
 	// replace.
 	writable []string
+	// owned are directories the daemon's in-process caller made for one
+	// session alone (a Kubernetes Session's fetched workspace, under the
+	// daemon's root): admitted as that session's workspaces, as written,
+	// whatever else would refuse them. See WithOwned.
+	owned []string
+}
+
+// WithOwned returns a copy of pr that admits the directories dirs (exact,
+// clean, absolute paths; not what is beneath them) as workspaces although
+// they are protected or outside the admitted host paths. It is for the
+// daemon's in-process callers, which made dirs for the session being
+// created: no API request can name one.
+func (pr *Protected) WithOwned(dirs ...string) *Protected {
+	c := *pr
+	c.owned = nil
+	for _, d := range dirs {
+		if d != "" && filepath.IsAbs(d) && filepath.Clean(d) == d {
+			c.owned = append(c.owned, d)
+		}
+	}
+	return &c
 }
 
 // NewProtected resolves ProtectedHostPaths and extra (the daemon's own
@@ -400,6 +425,12 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 	}
 	for i := range p.Workspaces {
 		w := &p.Workspaces[i]
+		if slices.Contains(pr.owned, w.HostPath) {
+			if fi, err := os.Lstat(w.HostPath); err != nil || !fi.IsDir() {
+				refuse("workspace %q refused: the directory made for it is gone or not a directory", w.HostPath)
+			}
+			continue
+		}
 		if r := hostPath("workspace", w.HostPath, w.Mode != ModeRO); r != "" {
 			w.HostPath = r
 		}

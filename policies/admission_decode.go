@@ -23,7 +23,10 @@ var (
 			{Name: "host_paths", Required: true}, {Name: "read_only_paths"},
 			{Name: "users"}, {Name: "groups"}, {Name: "capabilities"}, {Name: "secret_sources"},
 		},
-		Blocks: []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "secret_source", LabelNames: []string{"from"}}},
+		Blocks: []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "secret_source", LabelNames: []string{"from"}}, {Type: "git_source", LabelNames: []string{"url"}}},
+	}
+	gitSourceSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "push_branches"}},
 	}
 	secretSourceSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "hosts", Required: true}},
@@ -188,6 +191,42 @@ func (d *decoder) admission(b *hcl.Block, filename string) *Admission {
 				d.errorf(attr.Expr.Range(), "Empty hosts", "Name at least one host the source may be injected into, or remove the block.")
 			}
 			a.SecretSources = append(a.SecretSources, ss)
+		}
+	}
+	if blocks := c.Blocks.OfType("git_source"); len(blocks) > 0 {
+		seen := map[string]hcl.Range{}
+		for i, b := range blocks {
+			at := root.field("git_source").index(i)
+			g := b.Labels[0]
+			if reason := checkGitSourceGlob(g); reason != "" {
+				d.errorf(b.LabelRanges[0], "Invalid git source",
+					"%s. Write an http or https URL glob whose host is named, such as %q (\"*\" does not cross '/').", reason, "https://git.corp.test/agents/*")
+				continue
+			}
+			if prev, ok := seen[g]; ok {
+				d.errorf(b.LabelRanges[0], "Duplicate git source", "Merge the two blocks' push_branches. The other is at %s.", prev)
+				continue
+			}
+			seen[g] = b.LabelRanges[0]
+			bc, bdiags := b.Body.Content(gitSourceSchema)
+			d.diags = append(d.diags, bdiags...)
+			gs := GitSource{URL: g}
+			var branches []string
+			d.strList(bc.Attributes, "push_branches", at, &branches)
+			for j, br := range branches {
+				if _, err := path.Match(br, ""); err != nil {
+					d.errorf(d.rangeOf(at.field("push_branches").index(j)), "Invalid push branch", "%q is not a valid glob. Write branch names or globs such as %q.", br, "airlock/*")
+					continue
+				}
+				if reason := CheckBranch(strings.NewReplacer("*", "x", "?", "x", "[", "x", "]", "x").Replace(br)); reason != "" {
+					d.errorf(d.rangeOf(at.field("push_branches").index(j)), "Invalid push branch", "%s. Write branch names or globs such as %q.", reason, "airlock/*")
+					continue
+				}
+				if !slices.Contains(gs.PushBranches, br) {
+					gs.PushBranches = append(gs.PushBranches, br)
+				}
+			}
+			a.GitSources = append(a.GitSources, gs)
 		}
 	}
 	if lb := d.single(c.Blocks.OfType("limits")); lb != nil {

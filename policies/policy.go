@@ -121,9 +121,9 @@ const (
 // +kubebuilder:object:generate=true
 type Workspace struct {
 	// HostPath is absolute (relative paths resolve against the manifest's
-	// directory at decode time).
-	// +required
-	// +kubebuilder:validation:MinLength=1
+	// directory at decode time). Required, but for a Kubernetes Session's
+	// workspace that one of its spec.workspaceSources fills.
+	// +optional
 	HostPath string `json:"host_path"`
 	// +required
 	// +kubebuilder:validation:MinLength=1

@@ -297,7 +297,8 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 		wake: make(chan event.GenericEvent, 256), stopCtx: ctx, waiting: map[string]bool{},
 		auditWritten: map[types.UID]time.Time{}, statusWritten: map[types.UID]time.Time{},
 		auditEvery: cfg.AuditStatusEvery,
-		poolWake:   make(chan event.GenericEvent, 64), refused: map[string]string{}, poolRoom: cfg.PoolRoom}
+		poolWake:   make(chan event.GenericEvent, 64), refused: map[string]string{}, poolRoom: cfg.PoolRoom,
+		pushed: map[pushKey]v1alpha1.WorkspaceSourceStatus{}, root: cfg.Root}
 	err = builder.ControllerManagedBy(mgr).
 		Named("airlock-node").
 		For(&v1alpha1.Session{}).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -73,6 +74,9 @@ type Daemon interface {
 	RemovePool(ctx context.Context, key string) error
 	// Pools reports the warm pools.
 	Pools() []api.Pool
+	// Admission is the node's admission policy (its git_source blocks
+	// admit workspace sources).
+	Admission() *policies.Admission
 }
 
 // nodeAgent reconciles the Sessions placed on its node with its daemon's
@@ -109,6 +113,12 @@ type nodeAgent struct {
 	// refused is the refusal last logged for each SessionPool's pool
 	// label, with the generation it was for.
 	refused map[string]string // +checklocks:mu
+	// pushed are the outcomes of the pushes of workspace sources not yet
+	// known to be in their Sessions' status: a push is made once.
+	pushed map[pushKey]v1alpha1.WorkspaceSourceStatus // +checklocks:mu
+	// root is airlockd's root (Config.Root): the workspace sources are
+	// fetched beneath it.
+	root string
 }
 
 // local returns the local session labelled with uid, nil if none.
@@ -165,12 +175,18 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 			}
 			log.G(ctx).Info("local session removed with its Session", "id", v.ID)
 		}
+		a.removeSources(ctx, s.UID)
 		_, err := updateFresh(ctx, a.c, a.fresh, req.NamespacedName, &s, func(f *v1alpha1.Session) bool {
 			return f.UID == s.UID && controllerutil.RemoveFinalizer(f, Finalizer)
 		})
 		a.mu.Lock()
 		delete(a.auditWritten, s.UID)
 		delete(a.statusWritten, s.UID)
+		for k := range a.pushed {
+			if k.uid == s.UID {
+				delete(a.pushed, k)
+			}
+		}
 		a.mu.Unlock()
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -233,6 +249,10 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		a.waitFor(v.ID, req.NamespacedName)
 	}
 	sum := a.summaries(ctx, v)
+	var pushed []v1alpha1.WorkspaceSourceStatus
+	if len(s.Spec.WorkspaceSources) > 0 && v.State == api.StateStopped && !v.Review {
+		pushed = a.pushes(ctx, &s)
+	}
 	var later time.Duration
 	auditNow := false
 	wrote, err := writeStatus(ctx, a.c, a.fresh, req.NamespacedName, &s, func(f *v1alpha1.Session) bool {
@@ -240,6 +260,7 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 			return false
 		}
 		st := localStatus(f.Status, v, a.node, f.Generation)
+		st.WorkspaceSources = withSources(st.WorkspaceSources, pushed)
 		later, auditNow = sum.apply(&st, &f.Status, a.auditDue(f.UID))
 		if due := a.followedDue(f.UID); due > 0 && !equality.Semantic.DeepEqual(&st, &f.Status) && onlyFollowed(&st, &f.Status) {
 			// Held back; written once due, with whatever changed
@@ -253,6 +274,9 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	if err == nil && wrote {
 		a.mu.Lock()
 		now := time.Now()
+		for _, p := range pushed {
+			delete(a.pushed, pushKey{s.UID, p.Target})
+		}
 		a.statusWritten[s.UID] = now
 		if auditNow {
 			a.auditWritten[s.UID] = now
@@ -276,7 +300,7 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 		return nil, err
 	}
 	claimed := false
-	if _, err := writeStatus(ctx, a.c, a.fresh, key, s, func(f *v1alpha1.Session) bool {
+	if _, err := claimStatus(ctx, a.c, a.fresh, key, s, func(f *v1alpha1.Session) bool {
 		claimed = f.UID == s.UID && f.DeletionTimestamp == nil && f.Spec.NodeName == a.node &&
 			lostable(f.Status.State) && f.Status.State != v1alpha1.SessionRunning && f.Status.ID == ""
 		if !claimed {
@@ -309,11 +333,35 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 		err = fmt.Errorf("label %q: the prefix %q is reserved for the Sessions of a SessionPool (set spec.poolName instead): %w",
 			pol.Label, PoolLabelPrefix, errdefs.ErrInvalidArgument)
 	}
+	var owned []string
+	var fetched []v1alpha1.WorkspaceSourceStatus
+	if err == nil {
+		pol.Workspaces = slices.Clone(pol.Workspaces)
+		owned, fetched, err = a.fetchSources(ctx, s, &pol)
+	}
+	if err == nil && len(fetched) > 0 {
+		// What was fetched is written before the session runs: its
+		// pushes start from it.
+		_, err = writeStatus(ctx, a.c, a.fresh, key, s, func(f *v1alpha1.Session) bool {
+			if f.UID != s.UID || !lostable(f.Status.State) {
+				return false
+			}
+			f.Status.WorkspaceSources = fetched
+			return true
+		})
+		if err != nil {
+			a.removeSources(ctx, s.UID)
+			return nil, err
+		}
+	}
 	if err == nil {
 		v, err = a.d.Create(ctx, api.CreateRequest{Policy: pol, Start: true, Labels: map[string]string{
 			LabelSessionUID: string(s.UID),
 			LabelSession:    s.Namespace + "/" + s.Name,
-		}})
+		}, OwnedWorkspaces: owned})
+		if err != nil && len(owned) > 0 {
+			a.removeSources(ctx, s.UID)
+		}
 	}
 	if err != nil {
 		if errdefs.IsUnavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -407,10 +455,38 @@ func (a *nodeAgent) sweep(ctx context.Context, period time.Duration) {
 				log.G(ctx).Error("remove local session", "id", v.ID, "error", err)
 			}
 		}
+		a.sweepSources(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// sweepSources removes the fetched workspace sources of Sessions that have
+// no local session on this node and are not in the agent's cache of its
+// node's Sessions (deleted while the agent was away; a fetch happens only
+// for a Session in the cache).
+func (a *nodeAgent) sweepSources(ctx context.Context) {
+	uids := a.sourceUIDs()
+	if len(uids) == 0 {
+		return
+	}
+	keep := map[types.UID]bool{}
+	for _, v := range a.d.List(ctx) {
+		keep[types.UID(v.Labels[LabelSessionUID])] = true
+	}
+	var list v1alpha1.SessionList
+	if err := a.c.List(ctx, &list); err != nil {
+		return
+	}
+	for _, s := range list.Items {
+		keep[s.UID] = true
+	}
+	for _, uid := range uids {
+		if !keep[uid] {
+			a.removeSources(ctx, uid)
 		}
 	}
 }

@@ -64,6 +64,7 @@ func (d *reviewDaemon) SetPool(context.Context, policies.Policy, int) (string, [
 }
 func (d *reviewDaemon) RemovePool(context.Context, string) error { return nil }
 func (d *reviewDaemon) Pools() []api.Pool                        { return nil }
+func (d *reviewDaemon) Admission() *policies.Admission           { return policies.DefaultAdmission() }
 
 func reviewAgent(t *testing.T, d Daemon, s *v1alpha1.Session) (*nodeAgent, client.Client) {
 	t.Helper()

@@ -43,6 +43,21 @@ func writeStatus(ctx context.Context, c client.Client, fresh client.Reader, key 
 	})
 }
 
+// claimStatus is writeStatus that sends the write even when mutate changes
+// nothing: a compare-and-swap on the copy's resourceVersion. A claim that
+// finds the status already as it would make it (this node's, Placed) must
+// still learn whether its copy is stale: a cache that lags behind this
+// agent's own write of Failed would otherwise have it run the Session
+// again.
+func claimStatus(ctx context.Context, c client.Client, fresh client.Reader, key client.ObjectKey, cur *v1alpha1.Session, mutate func(*v1alpha1.Session) bool) (bool, error) {
+	return writeSession(ctx, fresh, key, cur, func(s *v1alpha1.Session) (bool, error) {
+		if !mutate(s) {
+			return false, nil
+		}
+		return true, c.Status().Update(ctx, s)
+	})
+}
+
 // updateFresh is writeStatus for the Session itself (its finalizers).
 func updateFresh(ctx context.Context, c client.Client, fresh client.Reader, key client.ObjectKey, cur *v1alpha1.Session, mutate func(*v1alpha1.Session) bool) (bool, error) {
 	return writeSession(ctx, fresh, key, cur, func(s *v1alpha1.Session) (bool, error) {
@@ -173,6 +188,8 @@ const (
 	maxStatusHost   = 256
 	maxStatusPath   = 512
 	maxStatusRule   = 256
+	// maxStatusMessage bounds a message the agent writes from an error.
+	maxStatusMessage = 1024
 )
 
 // summaries are what a Session's status says of its local session's

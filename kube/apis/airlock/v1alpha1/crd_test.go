@@ -3,9 +3,11 @@ package v1alpha1_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
@@ -37,10 +40,22 @@ func setup(t *testing.T) client.Client {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The API server's discovery may lag behind the CRDs' being
+	// established: a client whose mapper does not know every kind yet is
+	// made again.
+	var c client.Client
+	kubetest.Eventually(t, 30*time.Second, "a client that maps every airlock.dev kind", func() (bool, string) {
+		var err error
+		if c, err = client.New(cp.Config, client.Options{Scheme: scheme}); err != nil {
+			return false, err.Error()
+		}
+		for _, kind := range []string{"Session", "SessionPool", "SessionApproval", "AirlockNode"} {
+			if _, err := c.RESTMapper().RESTMapping(schema.GroupKind{Group: v1alpha1.GroupVersion.Group, Kind: kind}, v1alpha1.GroupVersion.Version); err != nil {
+				return false, err.Error()
+			}
+		}
+		return true, ""
+	})
 	return c
 }
 
@@ -383,5 +398,45 @@ func TestSessionYAMLDefaults(t *testing.T) {
 	}
 	if len(p.Mounts) == 2 && (p.Mounts[1].ReadOnly || p.Mounts[1].DefaultDenyRead) {
 		t.Errorf("a mount with read_only and default_deny_read false: %+v, want them kept false", p.Mounts[1])
+	}
+}
+
+// TestWorkspaceSourcesSchema: a Session's git source gets depth 1 when
+// it leaves it out; a URL carrying credentials, or of another scheme, is
+// refused with the field named; a workspace may leave its host_path for a
+// source to fill.
+func TestWorkspaceSourcesSchema(t *testing.T) {
+	c := setup(t)
+	ctx := t.Context()
+	create := func(name, url string) error {
+		u := &unstructured.Unstructured{}
+		if err := json.Unmarshal(fmt.Appendf(nil, `{
+		"apiVersion": "airlock.dev/v1alpha1", "kind": "Session",
+		"metadata": {"namespace": "default", "name": %q},
+		"spec": {"policy": {"label": "src", "image": "airlock/agent:dev", "command": ["true"],
+			"workspaces": [{"target": "/work", "protect": ["src/**"]}]},
+			"workspaceSources": [{"target": "/work", "git": {"url": %q, "ref": "main"}}]}}`, name, url), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		return c.Create(ctx, u)
+	}
+	if err := create("ok", "https://git.corp.test/agents/a.git"); err != nil {
+		t.Fatal(err)
+	}
+	var s v1alpha1.Session
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "ok"}, &s); err != nil {
+		t.Fatal(err)
+	}
+	if src := s.Spec.WorkspaceSources; len(src) != 1 || src[0].Git == nil || src[0].Git.Depth != 1 || src[0].Git.Ref != "main" {
+		t.Errorf("workspaceSources %+v, want depth 1 by default", src)
+	}
+	if ws := s.Spec.Policy.Workspaces; len(ws) != 1 || ws[0].HostPath != "" || !ws[0].DefaultDenyRead {
+		t.Errorf("workspaces %+v, want no host_path and the masks on", ws)
+	}
+	for _, url := range []string{"https://tok:x@git.corp.test/a.git", "ssh://git.corp.test/a.git", "https://git.corp.test/a.git?x=1"} {
+		err := create("bad", url)
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.workspaceSources[0].git.url") {
+			t.Errorf("url %q: %v, want 422 naming spec.workspaceSources[0].git.url", url, err)
+		}
 	}
 }

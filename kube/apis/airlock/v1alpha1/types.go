@@ -57,6 +57,65 @@ type SessionSpec struct {
 	// Session's namespace) prepared, when one is ready on the chosen node.
 	// +optional
 	PoolName string `json:"poolName,omitempty"`
+	// WorkspaceSources fill workspaces from outside the node: before the
+	// session starts, its node agent fetches each into a directory of its
+	// own on the node (under airlockd's root, which no manifest can name),
+	// and removes it with the Session. A source's target is that of one
+	// of spec.policy.workspaces, whose host_path is then left empty, or,
+	// when none has it, of a new overlay workspace with the manifest's
+	// defaults. The node's admission policy must admit the source
+	// (git_source blocks; none by default).
+	// +optional
+	// +listType=map
+	// +listMapKey=target
+	// +kubebuilder:validation:MaxItems=8
+	WorkspaceSources []WorkspaceSource `json:"workspaceSources,omitempty"`
+}
+
+// WorkspaceSource is where one workspace's content comes from.
+type WorkspaceSource struct {
+	// Target is the workspace's absolute path in the sandbox.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Target string `json:"target"`
+	// Git fetches the workspace from a git repository.
+	// +required
+	Git *GitSource `json:"git"`
+}
+
+// GitSource is a git repository a workspace is fetched from and, once the
+// session's changes are committed, pushed back to.
+type GitSource struct {
+	// URL is the repository's http or https URL, without user
+	// information: credentials are the node's.
+	// +required
+	// +kubebuilder:validation:Pattern=`^https?://[^@/?#]+(/[^?#]*)?$`
+	// +kubebuilder:validation:MaxLength=2048
+	URL string `json:"url"`
+	// Ref is the branch, tag or full commit id checked out; empty: the
+	// repository's HEAD. A branch is checked out as that branch, anything
+	// else with a detached HEAD.
+	// +optional
+	// +kubebuilder:validation:MaxLength=200
+	Ref string `json:"ref,omitempty"`
+	// Depth is how many commits of history are fetched; 0 fetches all.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Depth int32 `json:"depth"`
+	// PushBranch, when set, has the node agent push the workspace to this
+	// branch of the repository once the session has ended and no change
+	// waits for review (what the review committed is in the workspace
+	// then), as one commit on top of the fetched one (the workspace's
+	// files, not the commits the session made in its own copy of the
+	// repository): a new branch, or a fast-forward of it, never a forced
+	// update. The node's admission policy must admit the branch
+	// (git_source push_branches). status.workspaceSources says what was
+	// pushed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=200
+	PushBranch string `json:"pushBranch,omitempty"`
 }
 
 // SessionState is a Session's place in its life.
@@ -141,11 +200,44 @@ type SessionStatus struct {
 	// +listType=map
 	// +listMapKey=id
 	PendingApprovals []PendingApproval `json:"pendingApprovals,omitempty"`
+	// WorkspaceSources report what was fetched for each of
+	// spec.workspaceSources, and pushed.
+	// +optional
+	// +listType=map
+	// +listMapKey=target
+	WorkspaceSources []WorkspaceSourceStatus `json:"workspaceSources,omitempty"`
 	// Conditions are the usual Kubernetes conditions (Placed, Ready, ...).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// WorkspaceSourceStatus is what the node agent did with one workspace
+// source.
+type WorkspaceSourceStatus struct {
+	// Target is the source's target.
+	Target string `json:"target"`
+	// Commit is the id of the commit fetched.
+	// +optional
+	Commit string `json:"commit,omitempty"`
+	// Branch is the branch checked out in the workspace; empty for a tag
+	// or a commit id.
+	// +optional
+	Branch string `json:"branch,omitempty"`
+	// PushedBranch and PushedCommit say where the committed changes were
+	// pushed, once they were.
+	// +optional
+	PushedBranch string `json:"pushedBranch,omitempty"`
+	// +optional
+	PushedCommit string `json:"pushedCommit,omitempty"`
+	// +optional
+	PushedAt *metav1.Time `json:"pushedAt,omitempty"`
+	// PushMessage says why nothing was pushed once the session ended:
+	// nothing changed (every change discarded), the push was refused
+	// (admission, or the remote), or it failed. A push is tried once.
+	// +optional
+	PushMessage string `json:"pushMessage,omitempty"`
 }
 
 // AuditSummary counts a session's audit events (api.AuditEvent) by layer

@@ -1,0 +1,246 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/containerd/errdefs"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/airlock-sandbox/airlock/internal/log"
+	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+	"github.com/airlock-sandbox/airlock/kube/gitsource"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// sourcesDir is the directory, under airlockd's root, where the agent
+// fetches the Sessions' workspace sources: one directory per Session uid,
+// one beneath it per source. The root is protected, so no manifest can
+// name what is here; the daemon admits a fetched workspace because the
+// agent names it in api.CreateRequest.OwnedWorkspaces.
+const sourcesDir = "kube-sources"
+
+// pushIdentity is the author and committer of the commits the agent
+// pushes.
+var pushIdentity = gitsource.Identity{Name: "airlock node agent", Email: "node-agent@airlock.invalid"}
+
+// sessionSourcesDir is where the sources of the Session uid are fetched.
+func (a *nodeAgent) sessionSourcesDir(uid types.UID) string {
+	return filepath.Join(a.root, sourcesDir, string(uid))
+}
+
+// fetchSources checks s's workspace sources against the node's admission
+// policy and pol, fetches them, and points pol's workspaces at them. It
+// returns the directories to name in the create request and what was
+// fetched. An error that wraps errdefs.ErrPermissionDenied or
+// ErrInvalidArgument is a refusal; nothing is left on the node after an
+// error.
+func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *policies.Policy) (owned []string, fetched []v1alpha1.WorkspaceSourceStatus, err error) {
+	srcs := s.Spec.WorkspaceSources
+	adm := a.d.Admission()
+	for i, src := range srcs {
+		what := fmt.Sprintf("spec.workspaceSources[%d] (target %s)", i, src.Target)
+		if src.Git == nil {
+			return nil, nil, fmt.Errorf("%s: no source given (set git): %w", what, errdefs.ErrInvalidArgument)
+		}
+		if err := adm.AdmitGitSource(src.Git.URL, src.Git.PushBranch); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", what, err)
+		}
+		if r := gitsource.CheckRef(src.Git.Ref); r != "" {
+			return nil, nil, fmt.Errorf("%s: %s: %w", what, r, errdefs.ErrInvalidArgument)
+		}
+		if src.Git.PushBranch != "" {
+			if r := policies.CheckBranch(src.Git.PushBranch); r != "" {
+				return nil, nil, fmt.Errorf("%s: pushBranch: %s: %w", what, r, errdefs.ErrInvalidArgument)
+			}
+		}
+		found := false
+		for j := range pol.Workspaces {
+			w := &pol.Workspaces[j]
+			if filepath.Clean(w.Target) != filepath.Clean(src.Target) {
+				continue
+			}
+			if w.HostPath != "" {
+				return nil, nil, fmt.Errorf("%s: spec.policy.workspaces[%d] has the same target and a host_path: leave its host_path empty for the source to fill: %w", what, j, errdefs.ErrInvalidArgument)
+			}
+			found = true
+		}
+		if !found {
+			pol.Workspaces = append(pol.Workspaces, policies.Workspace{Target: src.Target, DefaultDenyRead: true})
+		}
+	}
+	for j, w := range pol.Workspaces {
+		if w.HostPath != "" {
+			continue
+		}
+		filled := false
+		for _, src := range srcs {
+			filled = filled || filepath.Clean(src.Target) == filepath.Clean(w.Target)
+		}
+		if !filled {
+			return nil, nil, fmt.Errorf("spec.policy.workspaces[%d] (target %s) has no host_path and no spec.workspaceSources entry fills it: %w", j, w.Target, errdefs.ErrInvalidArgument)
+		}
+	}
+	if len(srcs) == 0 {
+		return nil, nil, nil
+	}
+
+	dir := a.sessionSourcesDir(s.UID)
+	// A fetch cut short by an agent restart starts again.
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	// A source takes at most what the session's changes may (its
+	// resources.disk, or the default or the node's bound on it).
+	maxBytes := pol.Resources.Disk
+	if maxBytes <= 0 {
+		maxBytes = policies.DefaultDisk
+	}
+	if l := adm.Limits.Disk; l > 0 && l < maxBytes {
+		maxBytes = l
+	}
+	for i, src := range srcs {
+		began := time.Now()
+		f, err := gitsource.Fetch(ctx, filepath.Join(dir, strconv.Itoa(i)), gitsource.Source{
+			URL: src.Git.URL, Ref: src.Git.Ref, Depth: int(src.Git.Depth), MaxBytes: maxBytes,
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("spec.workspaceSources[%d] (target %s): %w", i, src.Target, err)
+		}
+		log.G(ctx).Info("workspace source fetched", "target", src.Target, "url", src.Git.URL, "commit", f.Commit, "took", time.Since(began).Round(time.Millisecond))
+		for j := range pol.Workspaces {
+			if filepath.Clean(pol.Workspaces[j].Target) == filepath.Clean(src.Target) {
+				pol.Workspaces[j].HostPath = f.Workspace
+			}
+		}
+		owned = append(owned, f.Workspace)
+		fetched = append(fetched, v1alpha1.WorkspaceSourceStatus{Target: src.Target, Commit: f.Commit, Branch: f.Branch})
+	}
+	return owned, fetched, nil
+}
+
+// removeSources removes the fetched sources of the Session uid.
+func (a *nodeAgent) removeSources(ctx context.Context, uid types.UID) {
+	if uid == "" {
+		return
+	}
+	dir := a.sessionSourcesDir(uid)
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		log.G(ctx).Error("remove workspace sources", "dir", dir, "error", err)
+		return
+	}
+	log.G(ctx).Info("workspace sources removed", "dir", dir)
+}
+
+// sourceUIDs are the uids of the Sessions that have fetched sources on
+// this node.
+func (a *nodeAgent) sourceUIDs() []types.UID {
+	ents, err := os.ReadDir(filepath.Join(a.root, sourcesDir))
+	if err != nil {
+		return nil
+	}
+	var out []types.UID
+	for _, e := range ents {
+		out = append(out, types.UID(e.Name()))
+	}
+	return out
+}
+
+// pushKey names one source's push in nodeAgent.pushed.
+type pushKey struct {
+	uid    types.UID
+	target string
+}
+
+// pushes pushes the workspaces of s's sources that ask for a push and
+// have not been pushed (or refused) yet, and returns their statuses as
+// they are to be written. Call it once s's session has ended and no change
+// waits for review: what the review committed is in the workspace then.
+func (a *nodeAgent) pushes(ctx context.Context, s *v1alpha1.Session) []v1alpha1.WorkspaceSourceStatus {
+	var out []v1alpha1.WorkspaceSourceStatus
+	for i, src := range s.Spec.WorkspaceSources {
+		if src.Git == nil || src.Git.PushBranch == "" {
+			continue
+		}
+		var cur v1alpha1.WorkspaceSourceStatus
+		for _, st := range s.Status.WorkspaceSources {
+			if st.Target == src.Target {
+				cur = st
+			}
+		}
+		if cur.Target == "" || cur.PushedCommit != "" || cur.PushMessage != "" {
+			continue // not fetched here, or done
+		}
+		key := pushKey{s.UID, src.Target}
+		a.mu.Lock()
+		done, ok := a.pushed[key]
+		a.mu.Unlock()
+		if !ok {
+			done = a.push(ctx, s, i, cur)
+			a.mu.Lock()
+			a.pushed[key] = done
+			a.mu.Unlock()
+		}
+		out = append(out, done)
+	}
+	return out
+}
+
+// push pushes source i of s, whose status is cur, and returns its new
+// status.
+func (a *nodeAgent) push(ctx context.Context, s *v1alpha1.Session, i int, cur v1alpha1.WorkspaceSourceStatus) v1alpha1.WorkspaceSourceStatus {
+	src := s.Spec.WorkspaceSources[i]
+	// Checked again now: the spec's pushBranch may have changed since the
+	// fetch, and the admission policy with it.
+	if err := a.d.Admission().AdmitGitSource(src.Git.URL, src.Git.PushBranch); err != nil {
+		cur.PushMessage = shown(err.Error(), maxStatusMessage)
+		return cur
+	}
+	if r := policies.CheckBranch(src.Git.PushBranch); r != "" {
+		cur.PushMessage = "pushBranch: " + r
+		return cur
+	}
+	msg := fmt.Sprintf("airlock: the committed changes of Session %s/%s\n\nAirlock-Session: %s/%s (uid %s)\nAirlock-Node: %s\n",
+		s.Namespace, s.Name, s.Namespace, s.Name, s.UID, a.node)
+	commit, err := gitsource.Push(ctx, filepath.Join(a.sessionSourcesDir(s.UID), strconv.Itoa(i)), src.Git.URL, src.Git.PushBranch, msg, pushIdentity)
+	if err != nil {
+		log.G(ctx).Warn("workspace source not pushed", "target", src.Target, "branch", src.Git.PushBranch, "error", err)
+		cur.PushMessage = shown(err.Error(), maxStatusMessage)
+		return cur
+	}
+	log.G(ctx).Info("workspace source pushed", "target", src.Target, "branch", src.Git.PushBranch, "commit", commit)
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	cur.PushedBranch, cur.PushedCommit, cur.PushedAt = src.Git.PushBranch, commit, &now
+	return cur
+}
+
+// withSources returns sts with the entries of updates in place of those
+// of the same target.
+func withSources(sts, updates []v1alpha1.WorkspaceSourceStatus) []v1alpha1.WorkspaceSourceStatus {
+	out := append([]v1alpha1.WorkspaceSourceStatus(nil), sts...)
+	for _, u := range updates {
+		for i := range out {
+			if out[i].Target == u.Target {
+				out[i] = u
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,194 @@
+package agent_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
+	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+	"github.com/airlock-sandbox/airlock/kube/gitsource/gittest"
+	"github.com/airlock-sandbox/airlock/kube/kubetest"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// TestGitWorkspaceSources: a Session's workspace fetched from a git
+// repository (a real git http-backend on loopback) by its node agent, its
+// committed changes pushed back as one commit on a branch the node's
+// admission policy admits; sources the policy does not admit refused
+// before anything is fetched; a fetch that fails leaves nothing; another
+// Session cannot name a fetched workspace as its host path; the fetched
+// directories are gone with their Sessions.
+func TestGitWorkspaceSources(t *testing.T) {
+	testutil.RequiresRoot(t)
+	env, err := daemontest.LoadEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := startCluster(t)
+	srv := gittest.NewServer(t)
+	url := srv.Create("repo", map[string]string{"README": "from git\n", "src/main.go": "package main\n"})
+	other := srv.Create("other", map[string]string{"README": "not admitted\n"})
+	base := srv.Rev("repo", "main")
+	adm := filepath.Join(t.TempDir(), "admission.hcl")
+	if err := os.WriteFile(adm, fmt.Appendf(nil, `admission {
+  host_paths = ["/tmp"]
+  git_source %q {
+    push_branches = ["airlock/*"]
+  }
+}
+`, url), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, env, k.kubeconfig, "node-g", 13, "--node-capacity", "8", "--admission", adm)
+	sources := filepath.Join(n.Root, "kube-sources")
+
+	git := func(ref, push string) func(*v1alpha1.Session) {
+		return func(s *v1alpha1.Session) {
+			s.Spec.WorkspaceSources = []v1alpha1.WorkspaceSource{{Target: "/work", Git: &v1alpha1.GitSource{URL: url, Ref: ref, Depth: 1, PushBranch: push}}}
+		}
+	}
+	// An explicit workspace entry for the source to fill (its protect
+	// rule kept), and one the source makes itself.
+	withEntry := func(s *v1alpha1.Session) {
+		s.Spec.Policy.Workspaces = []policies.Workspace{{Target: "/work", DefaultDenyRead: true, Protect: []string{"src/**"}}}
+	}
+	k.create("fix", []string{"sh", "-c", `grep -qx 'from git' /work/README || exit 3
+test -f /work/.git/HEAD || exit 4
+echo fixed > /work/README && echo new > /work/NEW && echo evil > /work/src/main.go`}, git("main", "airlock/fix"), withEntry)
+	k.create("plain", []string{"sh", "-c", "grep -qx 'from git' /work/README"}, git("", ""))
+	k.create("drop", []string{"sh", "-c", "echo dropped > /work/README"}, git("main", "airlock/drop"))
+
+	// Refused before any fetch: a repository, or a branch, the policy
+	// does not admit.
+	k.create("other-repo", []string{"true"}, func(s *v1alpha1.Session) {
+		s.Spec.WorkspaceSources = []v1alpha1.WorkspaceSource{{Target: "/work", Git: &v1alpha1.GitSource{URL: other}}}
+	})
+	k.create("push-main", []string{"true"}, git("main", "main"))
+	// Fails in the fetch: no such branch.
+	k.create("no-branch", []string{"true"}, git("nope", ""))
+
+	for name, want := range map[string]string{
+		"other-repo": "matches none of the admitted git sources",
+		"push-main":  `push to branch "main"`,
+	} {
+		s := k.waitState(name, v1alpha1.SessionFailed, 60*time.Second)
+		if s.Status.Reason != "refused" || !strings.Contains(s.Status.Message, want) {
+			t.Errorf("Session %s: reason %q, message %q; want refused saying %q", name, s.Status.Reason, s.Status.Message, want)
+		}
+	}
+	s := k.waitState("no-branch", v1alpha1.SessionFailed, 60*time.Second)
+	if !strings.Contains(s.Status.Message, "couldn't find remote ref nope") {
+		t.Errorf("Session no-branch: message %q, want git's", s.Status.Message)
+	}
+	if _, err := os.Stat(filepath.Join(sources, string(s.UID))); !os.IsNotExist(err) {
+		t.Errorf("a failed fetch left %s behind (%v)", filepath.Join(sources, string(s.UID)), err)
+	}
+	for _, r := range srv.Requests() {
+		if strings.Contains(r, "/other.git") {
+			t.Errorf("the node reached a repository its policy does not admit: %s", r)
+		}
+	}
+
+	if s := k.waitState("plain", v1alpha1.SessionExited, 90*time.Second); s.Status.ExitCode == nil || *s.Status.ExitCode != 0 {
+		t.Errorf("Session plain: %+v, want exit 0 (the source's README in its own overlay workspace)", s.Status)
+	}
+	fix := k.waitState("fix", v1alpha1.SessionReview, 90*time.Second)
+	if fix.Status.ExitCode == nil || *fix.Status.ExitCode != 0 {
+		t.Fatalf("Session fix: %+v, want exit 0", fix.Status)
+	}
+	if got := fix.Status.WorkspaceSources; len(got) != 1 || got[0].Target != "/work" || got[0].Commit != base || got[0].Branch != "main" {
+		t.Fatalf("status.workspaceSources %+v, want /work at %s on main", got, base)
+	}
+	ws := filepath.Join(sources, string(fix.UID), "0", "workspace")
+	if b, err := os.ReadFile(filepath.Join(ws, "README")); err != nil || string(b) != "from git\n" {
+		t.Fatalf("the fetched workspace before the commit: README %q (%v)", b, err)
+	}
+
+	// Another Session naming that workspace as its own host path: the
+	// node's root is protected whatever the admission policy says.
+	k.create("steal", []string{"cat", "/loot/README"}, func(s *v1alpha1.Session) {
+		s.Spec.Policy.Workspaces = []policies.Workspace{{HostPath: ws, Target: "/loot", Mode: "ro", DefaultDenyRead: true}}
+	})
+	if s := k.waitState("steal", v1alpha1.SessionFailed, 60*time.Second); s.Status.Reason != "refused" || !strings.Contains(s.Status.Message, "protected") {
+		t.Errorf("Session steal: reason %q, message %q; want refused, the path protected", s.Status.Reason, s.Status.Message)
+	}
+
+	res, err := n.API.Commit(t.Context(), fix.Status.ID, api.CommitRequest{Partial: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Committed || len(res.Rejected) != 1 || !strings.HasSuffix(res.Rejected[0].Path, "src/main.go") {
+		t.Errorf("commit rejected %+v, want src/main.go (protected)", res.Rejected)
+	}
+	if s := k.get("fix"); len(s.Status.WorkspaceSources) != 1 || s.Status.WorkspaceSources[0].PushedCommit != "" {
+		t.Fatalf("pushed while a change waits for review: %+v", s.Status.WorkspaceSources)
+	}
+	// The rejected change discarded: the review is over.
+	if err := n.API.Discard(t.Context(), fix.Status.ID); err != nil {
+		t.Fatal(err)
+	}
+	var pushed v1alpha1.WorkspaceSourceStatus
+	kubetest.Eventually(t, 60*time.Second, "Session fix's changes pushed", func() (bool, string) {
+		s := k.get("fix")
+		if len(s.Status.WorkspaceSources) == 1 {
+			pushed = s.Status.WorkspaceSources[0]
+		}
+		return pushed.PushedCommit != "" || pushed.PushMessage != "", fmt.Sprintf("%+v", s.Status)
+	})
+	if pushed.PushedBranch != "airlock/fix" || pushed.PushMessage != "" || pushed.PushedAt == nil {
+		t.Fatalf("push status %+v", pushed)
+	}
+	if got := srv.Rev("repo", "airlock/fix"); got != pushed.PushedCommit {
+		t.Fatalf("branch airlock/fix at %q, status says %s", got, pushed.PushedCommit)
+	}
+	if got := srv.Rev("repo", pushed.PushedCommit+"^"); got != base {
+		t.Errorf("pushed commit's parent %s, want the fetched %s", got, base)
+	}
+	if got := srv.Rev("repo", "main"); got != base {
+		t.Errorf("main moved to %s", got)
+	}
+	if got := srv.Show("repo", "airlock/fix", "README"); got != "fixed" {
+		t.Errorf("pushed README %q, want the committed change", got)
+	}
+	if got := srv.Show("repo", "airlock/fix", "src/main.go"); got != "package main" {
+		t.Errorf("pushed src/main.go %q: the commit's rejected change was pushed", got)
+	}
+	if files := srv.Files("repo", "airlock/fix"); !slices.Equal(files, []string{"NEW", "README", "src/main.go"}) {
+		t.Errorf("pushed files %q", files)
+	}
+	msg := gittest.Git(t, t.TempDir(), "ls-remote", url, "refs/heads/airlock/fix")
+	if !strings.HasPrefix(msg, pushed.PushedCommit) {
+		t.Errorf("ls-remote: %q", msg)
+	}
+
+	// Every change discarded: nothing to push.
+	drop := k.waitState("drop", v1alpha1.SessionReview, 60*time.Second)
+	if err := n.API.Discard(t.Context(), drop.Status.ID); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 30*time.Second, "Session drop says nothing was pushed", func() (bool, string) {
+		s := k.get("drop")
+		return len(s.Status.WorkspaceSources) == 1 && strings.Contains(s.Status.WorkspaceSources[0].PushMessage, "nothing to push"), fmt.Sprintf("%+v", s.Status)
+	})
+	if got := srv.Rev("repo", "airlock/drop"); got != "" {
+		t.Errorf("a discarded session's branch was pushed: %s", got)
+	}
+
+	// Gone with their Sessions.
+	k.deleteAll(60 * time.Second)
+	kubetest.Eventually(t, 10*time.Second, "fetched sources removed", func() (bool, string) {
+		ents, _ := os.ReadDir(sources)
+		var left []string
+		for _, e := range ents {
+			left = append(left, e.Name())
+		}
+		return len(left) == 0, strings.Join(left, ", ")
+	})
+}

@@ -1,0 +1,394 @@
+// Package gitsource fetches a Session's workspace from a git repository
+// and pushes the session's committed changes back to it, on the node
+// agent's host.
+//
+// Git runs here as root on the node, on a repository from the network and
+// on a work tree a sandbox wrote, so it runs hardened: no system or global
+// configuration, hooks off, no fsmonitor, no credential helper, http and
+// https only (the local fetch of the agent's own repository aside), no
+// redirects (they would leave the repository the admission policy named),
+// fsck of every object received, a bounded time, and a clean environment.
+//
+// Each source lives in its own directory:
+//
+//	DIR/base.git   the agent's own bare repository: the fetched commit, as
+//	               refs/airlock/base. The sandbox never sees it.
+//	DIR/workspace  the session's workspace: a repository of its own,
+//	               fetched from base.git, with the branch checked out and
+//	               origin set to the source's URL. The sandbox reads it
+//	               through its overlay; a commit writes the changes here.
+//
+// A push never runs git in the workspace's own repository (the sandbox
+// may have written its configuration and hooks, which a commit refuses
+// but which need not be trusted either): it builds a commit in base.git
+// from the workspace's files through a separate index, on top of the
+// fetched commit, and pushes that. Commits the session made in its own
+// repository are not pushed; its files are, as one commit.
+package gitsource
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Source is where a workspace comes from.
+type Source struct {
+	// URL is the repository's http or https URL (admitted by the caller).
+	URL string
+	// Ref is a branch or tag name, or a full commit id; empty is the
+	// remote's HEAD.
+	Ref string
+	// Depth is the history fetched: that many commits; 0 fetches all of it.
+	Depth int
+	// MaxBytes bounds what the fetch may write to disk (the agent's
+	// repository and the workspace together); 0: no bound. Checked as
+	// the fetch goes (every CheckEvery), so it may be passed by what is
+	// written in that time.
+	MaxBytes int64
+}
+
+// CheckEvery is how often a fetch's size is measured against
+// Source.MaxBytes.
+var CheckEvery = 250 * time.Millisecond
+
+// ErrTooLarge is Fetch's error when the source passed Source.MaxBytes.
+var ErrTooLarge = errors.New("the source is larger than its bound")
+
+// Fetched is what Fetch made.
+type Fetched struct {
+	// Workspace is the directory to give the session as its workspace.
+	Workspace string
+	// Commit is the id of the commit checked out.
+	Commit string
+	// Branch is the branch checked out in the workspace; empty when the
+	// ref was a tag or a commit (HEAD detached).
+	Branch string
+}
+
+// Timeout bounds one fetch or push.
+const Timeout = 5 * time.Minute
+
+// Dirs of a source's directory.
+const (
+	baseDir      = "base.git"
+	workspaceDir = "workspace"
+	baseRef      = "refs/airlock/base"
+)
+
+var (
+	commitID = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
+	// refName is what a ref may be written as here: git's own rules
+	// (check-ref-format) are enforced by git; this keeps out what git
+	// would read as an option or a refspec.
+	refName = regexp.MustCompile(`^[A-Za-z0-9._/+-]{1,200}$`)
+)
+
+// CheckRef says what is wrong with a ref, or "".
+func CheckRef(ref string) string {
+	switch {
+	case ref == "":
+		return ""
+	case !refName.MatchString(ref) || strings.HasPrefix(ref, "-") || strings.Contains(ref, ".."):
+		return fmt.Sprintf("ref %q: write a branch or tag name or a full commit id", ref)
+	}
+	return ""
+}
+
+// Fetch fetches src into dir (which it makes; it must not exist) and makes
+// the workspace. On an error dir is removed. A fetch bounded by
+// src.MaxBytes that passes it fails with ErrTooLarge.
+func Fetch(ctx context.Context, dir string, src Source) (f Fetched, err error) {
+	if r := CheckRef(src.Ref); r != "" {
+		return f, errors.New(r)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return f, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	if src.MaxBytes > 0 {
+		var stop func()
+		ctx, stop = bound(ctx, dir, src.MaxBytes)
+		defer stop()
+		defer func() {
+			if err != nil && errors.Is(context.Cause(ctx), ErrTooLarge) {
+				err = fmt.Errorf("%w (%d bytes): fetch a smaller ref or less history (depth)", ErrTooLarge, src.MaxBytes)
+			}
+		}()
+	}
+	base := filepath.Join(dir, baseDir)
+	if _, err := run(ctx, dir, nil, "init", "-q", "--bare", base); err != nil {
+		return f, err
+	}
+	from := src.Ref
+	if from == "" {
+		from = "HEAD"
+	}
+	args := []string{"--git-dir", base, "fetch", "-q", "--no-tags", "--no-recurse-submodules"}
+	if src.Depth > 0 {
+		args = append(args, "--depth", fmt.Sprint(src.Depth))
+	}
+	args = append(args, "--end-of-options", src.URL, "+"+from+":"+baseRef)
+	if _, err := run(ctx, dir, nil, args...); err != nil {
+		return f, fmt.Errorf("fetch %s from %s: %w", from, src.URL, err)
+	}
+	out, err := run(ctx, dir, nil, "--git-dir", base, "rev-parse", "--verify", "-q", baseRef+"^{commit}")
+	if err != nil {
+		return f, fmt.Errorf("%s of %s is not a commit: %w", from, src.URL, err)
+	}
+	f.Commit = strings.TrimSpace(string(out))
+	if !commitID.MatchString(f.Commit) {
+		return f, fmt.Errorf("unexpected commit id %q", f.Commit)
+	}
+	if b, ok := strings.CutPrefix(src.Ref, "refs/heads/"); ok {
+		f.Branch = b
+	} else if src.Ref != "" && !commitID.MatchString(src.Ref) && !strings.HasPrefix(src.Ref, "refs/") {
+		// A name: a branch unless the remote has a tag of that name.
+		if _, err := run(ctx, dir, nil, "ls-remote", "--exit-code", "-q", "--end-of-options", src.URL, "refs/tags/"+src.Ref); err != nil {
+			f.Branch = src.Ref
+		}
+	}
+
+	// The workspace: a repository of its own, from the agent's.
+	ws := filepath.Join(dir, workspaceDir)
+	if _, err := run(ctx, dir, nil, "init", "-q", ws); err != nil {
+		return f, err
+	}
+	args = []string{"-C", ws, "-c", "protocol.file.allow=always", "fetch", "-q", "--no-tags"}
+	if src.Depth > 0 {
+		args = append(args, "--depth", fmt.Sprint(src.Depth))
+	}
+	args = append(args, "--end-of-options", base, baseRef)
+	if _, err := run(ctx, dir, nil, args...); err != nil {
+		return f, err
+	}
+	checkout := []string{"-C", ws, "checkout", "-q"}
+	if f.Branch != "" {
+		checkout = append(checkout, "-B", f.Branch, f.Commit)
+	} else {
+		checkout = append(checkout, "--detach", f.Commit)
+	}
+	if _, err := run(ctx, dir, nil, checkout...); err != nil {
+		return f, err
+	}
+	if _, err := run(ctx, dir, nil, "-C", ws, "remote", "add", "origin", src.URL); err != nil {
+		return f, err
+	}
+	if src.MaxBytes > 0 && size(dir) > src.MaxBytes {
+		return f, fmt.Errorf("%w (%d bytes): fetch a smaller ref or less history (depth)", ErrTooLarge, src.MaxBytes)
+	}
+	f.Workspace = ws
+	return f, nil
+}
+
+// bound returns a context that is cancelled with ErrTooLarge once what is
+// under dir takes more than max bytes, and the function that stops
+// measuring.
+func bound(ctx context.Context, dir string, max int64) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(CheckEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if size(dir) > max {
+				cancel(ErrTooLarge)
+				return
+			}
+		}
+	}()
+	return ctx, func() { close(done); cancel(nil) }
+}
+
+// size is the space the files under dir take (blocks allocated).
+func size(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			} else {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// Workspace is the workspace directory of a source's directory.
+func Workspace(dir string) string { return filepath.Join(dir, workspaceDir) }
+
+// Identity is who a pushed commit says made it.
+type Identity struct {
+	Name, Email string
+}
+
+// ErrNothingToPush is Push's error when the workspace's files are the
+// fetched commit's.
+var ErrNothingToPush = errors.New("nothing to push: the workspace's files are the fetched commit's")
+
+// Push makes one commit of the workspace's files (every file, as a
+// `git add -A` of it would take them: its .gitignore is honoured, its
+// .git is not read) on top of the fetched commit, with message and who as
+// author and committer, and pushes it to url as branch (a new branch, or
+// a fast-forward of it). It returns the commit's id.
+func Push(ctx context.Context, dir, url, branch, message string, who Identity) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
+	defer cancel()
+	base := filepath.Join(dir, baseDir)
+	index := filepath.Join(dir, "push.index")
+	os.Remove(index)
+	defer os.Remove(index)
+	env := []string{
+		"GIT_DIR=" + base,
+		"GIT_WORK_TREE=" + filepath.Join(dir, workspaceDir),
+		"GIT_INDEX_FILE=" + index,
+		"GIT_AUTHOR_NAME=" + who.Name, "GIT_AUTHOR_EMAIL=" + who.Email,
+		"GIT_COMMITTER_NAME=" + who.Name, "GIT_COMMITTER_EMAIL=" + who.Email,
+	}
+	if _, err := run(ctx, dir, env, "read-tree", baseRef); err != nil {
+		return "", err
+	}
+	if _, err := run(ctx, dir, env, "add", "-A", "--", "."); err != nil {
+		return "", fmt.Errorf("take the workspace's files: %w", err)
+	}
+	tree, err := run(ctx, dir, env, "write-tree")
+	if err != nil {
+		return "", err
+	}
+	baseTree, err := run(ctx, dir, env, "rev-parse", baseRef+"^{tree}")
+	if err != nil {
+		return "", err
+	}
+	if bytes.Equal(tree, baseTree) {
+		return "", ErrNothingToPush
+	}
+	out, err := run(ctx, dir, env, "commit-tree", "-p", baseRef, "-m", message, strings.TrimSpace(string(tree)))
+	if err != nil {
+		return "", err
+	}
+	commit := strings.TrimSpace(string(out))
+	if !commitID.MatchString(commit) {
+		return "", fmt.Errorf("unexpected commit id %q", commit)
+	}
+	if _, err := run(ctx, dir, env, "push", "-q", "--no-recurse-submodules", "--end-of-options", url, commit+":refs/heads/"+branch); err != nil {
+		return "", fmt.Errorf("push to branch %s of %s: %w", branch, url, err)
+	}
+	return commit, nil
+}
+
+// hardened are the configuration settings every git command here runs
+// with.
+var hardened = []string{
+	"core.hooksPath=/dev/null",
+	"core.fsmonitor=false",
+	"core.sshCommand=false",
+	"credential.helper=",
+	"protocol.allow=never",
+	"protocol.http.allow=always",
+	"protocol.https.allow=always",
+	"http.followRedirects=false",
+	"transfer.fsckObjects=true",
+	"fetch.recurseSubmodules=false",
+	"submodule.recurse=false",
+	"http.lowSpeedLimit=1024",
+	"http.lowSpeedTime=60",
+	"init.defaultBranch=main",
+	"advice.detachedHead=false",
+	"gc.auto=0",
+	"maintenance.auto=false",
+}
+
+// run runs git with args in dir, hardened, with env added to a clean
+// environment, and returns its standard output; an error carries the
+// last lines of its standard error.
+func run(ctx context.Context, dir string, env []string, args ...string) ([]byte, error) {
+	full := make([]string, 0, 2*len(hardened)+len(args))
+	for _, c := range hardened {
+		full = append(full, "-c", c)
+	}
+	full = append(full, args...)
+	cmd := exec.CommandContext(ctx, "git", full...)
+	cmd.Dir = dir
+	cmd.Env = append([]string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=/nonexistent",
+		"LC_ALL=C",
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_TERMINAL_PROMPT=0",
+		"GIT_ASKPASS=/bin/false",
+		"SSH_ASKPASS=/bin/false",
+		"GIT_PROTOCOL_FROM_USER=0",
+		"GIT_NO_REPLACE_OBJECTS=1",
+		"GIT_OPTIONAL_LOCKS=0",
+	}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &limited{w: &stderr, n: 8 << 10}
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if i := strings.LastIndexByte(msg, '\n'); len(msg) > 600 && i >= 0 {
+			msg = msg[i+1:]
+		}
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
+		if msg != "" {
+			return nil, fmt.Errorf("git %s: %w: %s", subcommand(args), err, msg)
+		}
+		return nil, fmt.Errorf("git %s: %w", subcommand(args), err)
+	}
+	return stdout.Bytes(), nil
+}
+
+// subcommand is the git command args run, past the options before it.
+func subcommand(args []string) string {
+	for i := 0; i < len(args); i++ {
+		switch args[i] {
+		case "-C", "-c", "--git-dir":
+			i++
+		default:
+			return args[i]
+		}
+	}
+	return ""
+}
+
+// limited keeps the first n bytes written to it.
+type limited struct {
+	w *bytes.Buffer
+	n int
+}
+
+func (l *limited) Write(p []byte) (int, error) {
+	if room := l.n - l.w.Len(); room > 0 {
+		l.w.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}

@@ -1,0 +1,174 @@
+package policies
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+)
+
+func TestDecodeGitSources(t *testing.T) {
+	a, diags := DecodeAdmission("a.hcl", []byte(`admission {
+  host_paths = ["/"]
+  git_source "https://git.corp.test/agents/*" {
+    push_branches = ["airlock/*", "review/x"]
+  }
+  git_source "http://127.0.0.1:8080/repo.git" {
+  }
+}
+`))
+	if diags != nil {
+		t.Fatal(diags)
+	}
+	want := []GitSource{
+		{URL: "https://git.corp.test/agents/*", PushBranches: []string{"airlock/*", "review/x"}},
+		{URL: "http://127.0.0.1:8080/repo.git"},
+	}
+	if !reflect.DeepEqual(a.GitSources, want) {
+		t.Errorf("git sources %+v, want %+v", a.GitSources, want)
+	}
+	if d := DefaultAdmission(); len(d.GitSources) != 0 {
+		t.Errorf("the built-in policy admits git sources: %+v", d.GitSources)
+	}
+
+	for _, tt := range []struct {
+		name, src string
+		want      []string
+	}{
+		{"bad globs", `admission {
+  host_paths = ["/"]
+  git_source "ssh://git.corp.test/*" {}
+  git_source "https://*/repo.git" {}
+  git_source "https://git.corp.test*/x" {}
+  git_source "https://user@git.corp.test/x" {}
+  git_source "https://Git.Corp.test/x" {}
+  git_source "file:///srv/repo" {}
+  git_source "https://git.corp.test/[x" {}
+}
+`, []string{"3:Invalid git source", "4:Invalid git source", "5:Invalid git source", "6:Invalid git source", "7:Invalid git source", "8:Invalid git source", "9:Invalid git source"}},
+		{"bad branches", `admission {
+  host_paths = ["/"]
+  git_source "https://git.corp.test/x" {
+    push_branches = [
+      "refs/heads/x",
+      "-f",
+      "a..b",
+      "[x",
+    ]
+  }
+}
+`, []string{"5:Invalid push branch", "6:Invalid push branch", "7:Invalid push branch", "8:Invalid push branch"}},
+		{"twice", `admission {
+  host_paths = ["/"]
+  git_source "https://git.corp.test/x" {}
+  git_source "https://git.corp.test/x" {}
+}
+`, []string{"4:Duplicate git source"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, diags := DecodeAdmission("adm.hcl", []byte(tt.src))
+			if a != nil || !diags.HasErrors() {
+				t.Fatalf("decoded %+v; want errors", a)
+			}
+			var got []string
+			for _, d := range diags.Errors() {
+				got = append(got, strconv.Itoa(d.Line)+":"+d.Summary)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("errors %q, want %q\n%v", got, tt.want, diags)
+			}
+		})
+	}
+}
+
+func TestAdmitGitSource(t *testing.T) {
+	a := &Admission{GitSources: []GitSource{
+		{URL: "https://git.corp.test/agents/*", PushBranches: []string{"airlock/*"}},
+		{URL: "https://git.corp.test/readonly.git"},
+	}}
+	for _, tt := range []struct {
+		url, branch string
+		want        string // "" admitted; else a substring of the refusal
+	}{
+		{"https://git.corp.test/agents/a.git", "", ""},
+		{"https://git.corp.test/agents/a.git", "airlock/s1", ""},
+		{"https://git.corp.test/readonly.git", "", ""},
+		{"https://git.corp.test/readonly.git", "airlock/s1", "admit pushes to other branches only"},
+		{"https://git.corp.test/agents/a.git", "main", `push to branch "main"`},
+		{"https://git.corp.test/agents/a.git", "airlock/x/y", "admit pushes to other branches only"},
+		{"https://git.corp.test/other.git", "", "matches none of the admitted git sources"},
+		{"https://git.corp.test/agents/sub/a.git", "", "matches none"},
+		// What a glob matched must be what git asks for.
+		{"https://git.corp.test/agents/..", "", "not clean"},
+		{"https://git.corp.test/agents/../admin.git", "", "not clean"},
+		{"https://git.corp.test/agents/%2e%2e/admin.git", "", "escapes"},
+		{"https://git.corp.test/agents/a.git?x=1", "", "query"},
+		{"https://git.corp.test/agents/a.git#frag", "", "query or fragment"},
+		{"https://tok:x@git.corp.test/agents/a.git", "", "user information"},
+		{"https://GIT.corp.test/agents/a.git", "", "upper-case"},
+		{"ext::sh -c touch% /tmp/x", "", "not an http or https URL"},
+		{"file:///srv/agents/a.git", "", "not an http or https URL"},
+		{"https:///agents/a.git", "", "no host"},
+	} {
+		err := a.AdmitGitSource(tt.url, tt.branch)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s %q: %v, want admitted", tt.url, tt.branch, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s %q: %v, want a refusal saying %q", tt.url, tt.branch, err, tt.want)
+		case tt.want != "" && !errors.Is(err, errdefs.ErrPermissionDenied):
+			t.Errorf("%s %q: %v is not a permission error", tt.url, tt.branch, err)
+		}
+	}
+}
+
+// TestOwnedWorkspaces: a directory the daemon's in-process caller made
+// under the protected root is admitted as a workspace when it is named as
+// owned, exactly; what is beside or beneath it, or anything unnamed, is
+// refused as before.
+func TestOwnedWorkspaces(t *testing.T) {
+	root := t.TempDir()
+	owned := filepath.Join(root, "kube-sources", "uid", "0", "workspace")
+	sibling := filepath.Join(root, "kube-sources", "uid2", "0", "workspace")
+	for _, d := range []string{owned, sibling, filepath.Join(owned, "sub")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := DefaultAdmission()
+	a.HostPaths = []string{"/tmp"}
+	pr := NewProtected(root).WithOwned(owned)
+	for _, tt := range []struct {
+		path string
+		want string
+	}{
+		{owned, ""},
+		{sibling, "protected host path"},
+		{filepath.Join(owned, "sub"), "protected host path"},
+		{owned + "/../workspace", "protected host path"},
+	} {
+		p := &Policy{Image: "x", Command: []string{"true"}, Workspaces: []Workspace{{HostPath: tt.path, Target: "/work", Mode: ModeOverlay}}}
+		_, err := a.Admit(p, pr)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: %v, want admitted", tt.path, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s: %v, want a refusal saying %q", tt.path, err, tt.want)
+		}
+	}
+	// Without WithOwned the same directory is refused.
+	p := &Policy{Image: "x", Command: []string{"true"}, Workspaces: []Workspace{{HostPath: owned, Target: "/work", Mode: ModeOverlay}}}
+	if _, err := a.Admit(p, NewProtected(root)); err == nil {
+		t.Error("a directory under the root admitted without being owned")
+	}
+	// A mount of it is not a workspace: refused.
+	p = &Policy{Image: "x", Command: []string{"true"}, Mounts: []Mount{{HostPath: owned, Target: "/m", ReadOnly: true}}}
+	if _, err := a.Admit(p, pr); err == nil {
+		t.Error("an owned directory admitted as a mount")
+	}
+}

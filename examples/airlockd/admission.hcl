@@ -86,6 +86,18 @@ admission {
     hosts = ["git.corp.test", "*.registry.corp.test"]
   }
 
+  # Repositories the Kubernetes node agent may fetch a Session's workspace
+  # from (spec.workspaceSources), and the branches it may push the
+  # session's committed changes to. One block per URL glob ("*" does not
+  # cross '/'; the host is named, never a glob): http or https URLs in
+  # canonical form, without credentials. The agent fetches and pushes as
+  # root, with this host's network, so a source admitted here is one every
+  # caller that may create Sessions can have this host reach. push_branches:
+  # branch names or globs; none: fetch only. Default: no git source.
+  git_source "https://git.corp.test/agents/*" {
+    push_branches = ["airlock/*"]
+  }
+
   # Upper bounds. A session that asks for more is refused; one that leaves
   # a value out (or gives exactly the manifest default, as the CLI fills
   # it in) gets the manifest default (cpus 1, memory 1GiB, pids 512, disk

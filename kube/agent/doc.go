@@ -43,7 +43,9 @@
 //     write and, on a conflict (409), from a fresh read: state, node,
 //     local id, exit code and reason, timestamps (a stale copy costs a
 //     refused write, never a lost one; a claim is a write like any other,
-//     so two claims of one Session cannot both succeed);
+//     sent even when it changes nothing, so two claims of one Session
+//     cannot both succeed and a cache that lags behind the agent's own
+//     write of Failed cannot have it run again);
 //   - removes the local session when the Session is deleted, then its
 //     finalizer.
 //
@@ -52,6 +54,24 @@
 // the agent still runs (its node came back after the lease expired) is
 // stopped: it was given up for lost, and is never run twice. Local
 // sessions labelled for Sessions that no longer exist are removed.
+//
+// # Workspaces from git
+//
+// A Session's spec.workspaceSources name git repositories its workspaces
+// are fetched from (sources.go, kube/gitsource). The agent checks each
+// against the node's admission policy (git_source blocks: the URL, and
+// the push branch) before any request, fetches it under airlockd's root
+// (kube-sources/UID/N: the agent's own bare repository and the workspace,
+// a repository of its own), and names the workspace in
+// api.CreateRequest.OwnedWorkspaces: the daemon admits it there although
+// the root is protected, which keeps every manifest, another Session's
+// included, from naming it. What was fetched is written to
+// status.workspaceSources before the session starts. Once the session has
+// ended and no change waits for review, a source with a pushBranch is
+// pushed once: a commit of the workspace's files built through the
+// agent's own repository (never git run in the sandbox's), on top of the
+// fetched commit. The directory goes when the Session's local session
+// does; the sweep removes those of Sessions gone while the agent was away.
 //
 // # The node endpoint
 //

@@ -537,6 +537,76 @@ func TestWarmClaimStaysWithinSessionLimit(t *testing.T) {
 	}
 }
 
+// TestColdCreateTakesAPreparedSandboxesPlace: at the session limit, with
+// a place held by another policy's prepared sandbox, a cold create is
+// admitted: the prepared sandbox is torn down and its place given to the
+// session, and the daemon stays within the limit.
+func TestColdCreateTakesAPreparedSandboxesPlace(t *testing.T) {
+	testutil.RequiresRoot(t)
+	st := stateOf(t)
+	limit := st.sessions + st.pooled + 2
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte("admission {\n  host_paths = [\"/\"]\n  limits {\n    sessions = "+strconv.Itoa(limit)+"\n  }\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+	pooled := policy("sleep", "60")
+	pooled.Label = "yielding-pool"
+	pooled.Pool = &policies.Pool{Size: 1}
+	var ids []string
+	t.Cleanup(func() {
+		for _, id := range ids {
+			if err := h.Daemon.Remove(context.Background(), id, true); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	s, err := h.Daemon.Create(t.Context(), api.CreateRequest{Policy: pooled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, s.ID)
+	pool := func() api.Pool {
+		for _, x := range h.Daemon.Pools() {
+			if x.Label == "yielding-pool" {
+				return x
+			}
+		}
+		return api.Pool{}
+	}
+	for deadline := time.Now().Add(90 * time.Second); pool().Ready != 1 || pool().Preparing; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool did not fill: %+v", pool())
+		}
+	}
+	t.Cleanup(func() { _ = h.Daemon.RemovePool(context.Background(), pool().Key) })
+
+	// The limit is reached (one session, one prepared sandbox); another
+	// policy's create takes the prepared sandbox's place.
+	cold := policy("sleep", "60")
+	cold.Label = "cold-at-limit"
+	s, err = h.Daemon.Create(t.Context(), api.CreateRequest{Policy: cold})
+	if err != nil {
+		t.Fatalf("a cold create at the limit with a prepared sandbox waiting: %v", err)
+	}
+	ids = append(ids, s.ID)
+	if s.Warm {
+		t.Errorf("session %s took another policy's sandbox", s.ID)
+	}
+	if pl := pool(); pl.Ready != 0 || !strings.Contains(pl.LastError, "gave its place") {
+		t.Errorf("pool after the create: %+v, want its sandbox gone, saying why", pl)
+	}
+	if after := stateOf(t); after.sessions+after.pooled > limit {
+		t.Errorf("the daemon holds %d sessions and %d prepared sandboxes, over the limit of %d", after.sessions, after.pooled, limit)
+	}
+	// With nothing prepared left, the limit refuses as before.
+	_, err = h.Daemon.Create(t.Context(), api.CreateRequest{Policy: cold})
+	if err == nil || !strings.Contains(err.Error(), "session refused") {
+		t.Errorf("a create over the limit with nothing prepared: %v, want the limit's refusal", err)
+	}
+}
+
 // TestAdmissionCapabilitiesCannotLeaveTheUsers asks, under a policy that
 // admits only uids and gids 1000-1999 but lists CAP_SETUID, CAP_SETGID,
 // CAP_CHOWN, CAP_FOWNER, CAP_DAC_OVERRIDE and CAP_MKNOD, for a session

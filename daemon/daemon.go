@@ -515,7 +515,14 @@ func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool, labe
 		d.pools.stale(key)
 		log.G(ctx).Info("discarded a prepared sandbox", "session", s.rec.ID, "reason", err)
 	}
-	if err := d.reserve(); err != nil {
+	// At the session limit, prepared sandboxes of other pools give their
+	// places to the session (a few tries: a filler may take a freed place
+	// first).
+	err = d.reserve()
+	for tries := 0; err != nil && tries < 3 && d.pools.evict(ctx); tries++ {
+		err = d.reserve()
+	}
+	if err != nil {
 		return nil, err
 	}
 	s, err := d.prepare(ctx, p, false)

@@ -266,6 +266,33 @@ func (w *warmPools) removeLocked(pl *pool, s *session) {
 	w.dropped[s] = true
 }
 
+// evict tears down one ready sandbox, of the pool that holds the most, so
+// that its place under the session limit goes to a session: a prepared
+// sandbox is a head start, never a reason to refuse one. It reports
+// whether there was one. The pool fills again when a session takes one
+// of its sandboxes or it is resized, as far as the limit leaves room.
+func (w *warmPools) evict(ctx context.Context) bool {
+	w.mu.Lock()
+	var victim *pool
+	for _, pl := range w.pools {
+		if len(pl.ready) > 0 && (victim == nil || len(pl.ready) > len(victim.ready)) {
+			victim = pl
+		}
+	}
+	if victim == nil {
+		w.mu.Unlock()
+		return false
+	}
+	s := victim.ready[len(victim.ready)-1]
+	w.removeLocked(victim, s)
+	victim.discarded++
+	victim.lastErr = "a prepared sandbox gave its place under the session limit to a session"
+	w.mu.Unlock()
+	log.G(ctx).Info("prepared sandbox torn down for a session at the session limit", "pool", victim.key, "session", s.rec.ID)
+	w.discard(ctx, s)
+	return true
+}
+
 // trim tears down the ready sandboxes of the pool of key beyond its size
 // (after a resize down).
 func (w *warmPools) trim(ctx context.Context, key string) {

@@ -31,6 +31,7 @@ import (
 	"github.com/airlock-sandbox/airlock/credentials"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/audit"
+	"github.com/airlock-sandbox/airlock/internal/caller"
 	"github.com/airlock-sandbox/airlock/internal/launch"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
@@ -564,6 +565,15 @@ func (d *Daemon) Stop(ctx context.Context, id string, grace time.Duration) (*api
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	running := s.rec.State == api.StateRunning
+	s.mu.Unlock()
+	if running {
+		// Who asked is on record (a socket user, a Kubernetes user
+		// through the node endpoint, the node agent itself).
+		s.audit.EmitControl(ctx, api.AuditEvent{Session: id, Layer: "session", Action: "stop_requested",
+			Fields: map[string]any{"by": caller.Name(ctx), "grace": grace.String()}})
+	}
 	if err := s.stop(log.With(ctx, "session", id), "stopped", grace); err != nil {
 		return nil, err
 	}
@@ -749,6 +759,12 @@ func (d *Daemon) Exec(ctx context.Context, id string, o runtime.ExecOptions) (in
 		return -1, fmt.Errorf("exec needs a command: %w", errdefs.ErrInvalidArgument)
 	}
 	o.ExecID = "exec-" + newID()
+	cmd := strings.Join(o.Args, " ")
+	if len(cmd) > 512 {
+		cmd = cmd[:512] + "..."
+	}
+	s.audit.EmitControl(ctx, api.AuditEvent{Session: id, Layer: "session", Action: "exec", Subject: cmd,
+		Fields: map[string]any{"by": caller.Name(ctx), "exec_id": o.ExecID, "tty": o.TTY}})
 	return d.rt.Exec(ctx, id, o)
 }
 

@@ -785,5 +785,11 @@ func (a *Admission) secretDirs() []string {
 		}
 		out = append(out, d)
 	}
+	// A git source's token is a secret the daemon reads alone.
+	for _, g := range a.GitSources {
+		if g.TokenFile != "" && filepath.IsAbs(g.TokenFile) {
+			out = append(out, filepath.Clean(g.TokenFile))
+		}
+	}
 	return out
 }

@@ -26,7 +26,7 @@ var (
 		Blocks: []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "secret_source", LabelNames: []string{"from"}}, {Type: "git_source", LabelNames: []string{"url"}}},
 	}
 	gitSourceSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "push_branches"}},
+		Attributes: []hcl.AttributeSchema{{Name: "push_branches"}, {Name: "token_file"}, {Name: "username"}},
 	}
 	secretSourceSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "hosts", Required: true}},
@@ -225,6 +225,21 @@ func (d *decoder) admission(b *hcl.Block, filename string) *Admission {
 				if !slices.Contains(gs.PushBranches, br) {
 					gs.PushBranches = append(gs.PushBranches, br)
 				}
+			}
+			d.str(bc.Attributes, "token_file", at, &gs.TokenFile)
+			if gs.TokenFile != "" {
+				if reason := checkRootPath(gs.TokenFile); reason != "" && !strings.Contains(reason, "is protected") {
+					d.errorf(d.rangeOf(at.field("token_file")), "Invalid token file", "%s. Name the file holding the token by its absolute path, such as %q.", reason, "/etc/airlock/git/corp.token")
+				}
+			}
+			d.str(bc.Attributes, "username", at, &gs.Username)
+			switch {
+			case gs.Username != "" && gs.TokenFile == "":
+				d.errorf(d.rangeOf(at.field("username")), "Username without a token", "username goes with token_file; set both, or neither for a repository that needs no credentials.")
+			case strings.ContainsAny(gs.Username, ":\r\n") || strings.ContainsFunc(gs.Username, func(c rune) bool { return c < ' ' || c == 0x7f }):
+				d.errorf(d.rangeOf(at.field("username")), "Invalid username", "A username may not hold ':' or control characters.")
+			case gs.TokenFile != "" && gs.Username == "":
+				gs.Username = DefaultGitUsername
 			}
 			a.GitSources = append(a.GitSources, gs)
 		}

@@ -2,9 +2,13 @@ package policies
 
 import (
 	"fmt"
+	"io"
 	"net/url"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // GitSource is an admission `git_source "URL-GLOB" { push_branches = [...] }`
@@ -24,6 +28,57 @@ type GitSource struct {
 	// PushBranches are globs of the branch names a session's changes may
 	// be pushed to ("airlock/*"); none: no push.
 	PushBranches []string `json:"push_branches,omitempty"`
+	// TokenFile, when set, is a file on the node holding a token the
+	// agent sends to these repositories (HTTP basic authentication as
+	// Username), for private repositories and pushes. The daemon reads it
+	// as root at each fetch and push; like a secret source's file it is
+	// refused as a workspace or mount, and must be a regular file with one
+	// name.
+	TokenFile string `json:"token_file,omitempty"`
+	// Username goes with TokenFile's token; DefaultGitUsername unless set.
+	Username string `json:"username,omitempty"`
+}
+
+// DefaultGitUsername is a git source's username when its block names a
+// token file and no username: the one GitHub's and Gitea's installation
+// tokens take (GitLab takes any name with a token).
+const DefaultGitUsername = "x-access-token"
+
+// MaxGitToken bounds a git source's token file.
+const MaxGitToken = 4 << 10
+
+// Token reads g's token file: "" when g has none, an error when the file
+// is not a regular file with one name, is larger than MaxGitToken, or
+// holds a character that cannot go in an HTTP header. Surrounding white
+// space is trimmed.
+func (g GitSource) Token() (string, error) {
+	if g.TokenFile == "" {
+		return "", nil
+	}
+	resolved, err := filepath.EvalSymlinks(g.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("git source %s: token file: %w", g.URL, err)
+	}
+	if r := secretFileReason(resolved); r != "" {
+		return "", fmt.Errorf("git source %s: token file: %s", g.URL, r)
+	}
+	f, err := os.OpenFile(resolved, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return "", fmt.Errorf("git source %s: token file: %w", g.URL, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxGitToken+1))
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("git source %s: token file: %w", g.URL, err)
+	case len(b) > MaxGitToken:
+		return "", fmt.Errorf("git source %s: token file %s is larger than %d bytes", g.URL, g.TokenFile, MaxGitToken)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" || strings.ContainsFunc(tok, func(c rune) bool { return c < ' ' || c == 0x7f }) {
+		return "", fmt.Errorf("git source %s: token file %s is empty or holds control characters", g.URL, g.TokenFile)
+	}
+	return tok, nil
 }
 
 func (g GitSource) String() string {
@@ -91,31 +146,32 @@ func CheckBranch(b string) string {
 
 // AdmitGitSource checks that a workspace may be fetched from the
 // repository rawURL and, when pushBranch is not empty, that changes may be
-// pushed to that branch of it. It returns an *AdmissionError naming the
-// rule, or nil.
-func (a *Admission) AdmitGitSource(rawURL, pushBranch string) error {
+// pushed to that branch of it. It returns the first git_source block that
+// admits it (its token is the one sent), or an *AdmissionError naming the
+// rule.
+func (a *Admission) AdmitGitSource(rawURL, pushBranch string) (*GitSource, error) {
 	if r := CheckGitURL(rawURL); r != "" {
-		return &AdmissionError{Problems: []string{"git source refused: " + r}}
+		return nil, &AdmissionError{Problems: []string{"git source refused: " + r}}
 	}
 	fetch := false
-	for _, g := range a.GitSources {
+	for i, g := range a.GitSources {
 		if ok, err := path.Match(g.URL, rawURL); err != nil || !ok {
 			continue
 		}
 		fetch = true
 		if pushBranch == "" {
-			return nil
+			return &a.GitSources[i], nil
 		}
 		for _, b := range g.PushBranches {
 			if ok, err := path.Match(b, pushBranch); err == nil && ok {
-				return nil
+				return &a.GitSources[i], nil
 			}
 		}
 	}
 	if !fetch {
-		return &AdmissionError{Problems: []string{fmt.Sprintf("git source %q refused: it matches none of the admitted git sources (%s)", rawURL, a.gitSourcesString())}}
+		return nil, &AdmissionError{Problems: []string{fmt.Sprintf("git source %q refused: it matches none of the admitted git sources (%s)", rawURL, a.gitSourcesString())}}
 	}
-	return &AdmissionError{Problems: []string{fmt.Sprintf("push to branch %q of %q refused: the admitted git sources that match it admit pushes to other branches only (%s)", pushBranch, rawURL, a.gitSourcesString())}}
+	return nil, &AdmissionError{Problems: []string{fmt.Sprintf("push to branch %q of %q refused: the admitted git sources that match it admit pushes to other branches only (%s)", pushBranch, rawURL, a.gitSourcesString())}}
 }
 
 func (a *Admission) gitSourcesString() string {

@@ -115,7 +115,7 @@ func TestAdmitGitSource(t *testing.T) {
 		{"file:///srv/agents/a.git", "", "not an http or https URL"},
 		{"https:///agents/a.git", "", "no host"},
 	} {
-		err := a.AdmitGitSource(tt.url, tt.branch)
+		_, err := a.AdmitGitSource(tt.url, tt.branch)
 		switch {
 		case tt.want == "" && err != nil:
 			t.Errorf("%s %q: %v, want admitted", tt.url, tt.branch, err)
@@ -170,5 +170,89 @@ func TestOwnedWorkspaces(t *testing.T) {
 	p = &Policy{Image: "x", Command: []string{"true"}, Mounts: []Mount{{HostPath: owned, Target: "/m", ReadOnly: true}}}
 	if _, err := a.Admit(p, pr); err == nil {
 		t.Error("an owned directory admitted as a mount")
+	}
+}
+
+func TestGitSourceToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good", "  tok-123\n")
+	linked := write("linked", "tok")
+	if err := os.Link(linked, filepath.Join(dir, "linked2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(good, filepath.Join(dir, "symlink")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		file, want, err string
+	}{
+		{"", "", ""},
+		{good, "tok-123", ""},
+		{filepath.Join(dir, "symlink"), "tok-123", ""},
+		{linked, "", "hard links"},
+		{write("big", strings.Repeat("x", MaxGitToken+1)), "", "larger than"},
+		{write("empty", "\n"), "", "empty"},
+		{write("ctl", "a\x01b"), "", "control characters"},
+		{filepath.Join(dir, "missing"), "", "no such file"},
+		{dir, "", "not a regular file"},
+	} {
+		got, err := GitSource{URL: "https://g.test/x", TokenFile: tt.file}.Token()
+		if got != tt.want || (tt.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("token of %q: %q, %v; want %q, an error saying %q", tt.file, got, err, tt.want, tt.err)
+		}
+	}
+
+	a, diags := DecodeAdmission("a.hcl", []byte(`admission {
+  host_paths = ["/"]
+  git_source "https://git.corp.test/*" {
+    token_file = "/etc/airlock/git/corp.token"
+  }
+  git_source "https://git.other.test/*" {
+    token_file = "/etc/airlock/git/other.token"
+    username = "oauth2"
+  }
+}
+`))
+	if diags != nil {
+		t.Fatal(diags)
+	}
+	want := []GitSource{
+		{URL: "https://git.corp.test/*", TokenFile: "/etc/airlock/git/corp.token", Username: DefaultGitUsername},
+		{URL: "https://git.other.test/*", TokenFile: "/etc/airlock/git/other.token", Username: "oauth2"},
+	}
+	if !reflect.DeepEqual(a.GitSources, want) {
+		t.Errorf("git sources %+v, want %+v", a.GitSources, want)
+	}
+	// The token files are the daemon's: refused as a mount, or in one.
+	for _, m := range []string{"/etc/airlock/git/corp.token", "/etc/airlock/git"} {
+		if r := protectedReason(a.secretDirs(), m); r == "" {
+			t.Errorf("%s is not kept from sessions", m)
+		}
+	}
+	_, diags = DecodeAdmission("a.hcl", []byte(`admission {
+  host_paths = ["/"]
+  git_source "https://git.corp.test/*" {
+    username = "u"
+  }
+  git_source "https://git.other.test/*" {
+    token_file = "relative.token"
+    username = "a:b"
+  }
+}
+`))
+	var got []string
+	for _, d := range diags.Errors() {
+		got = append(got, strconv.Itoa(d.Line)+":"+d.Summary)
+	}
+	if w := []string{"4:Username without a token", "7:Invalid token file", "8:Invalid username"}; !reflect.DeepEqual(got, w) {
+		t.Errorf("errors %q, want %q", got, w)
 	}
 }

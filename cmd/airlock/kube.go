@@ -43,12 +43,12 @@ type kubeOptions struct {
 // Session's node agent for its logs, end, diff, commit and audit log.
 var kubeCommands = map[string]bool{
 	"run": true, "logs": true, "wait": true, "diff": true, "commit": true, "discard": true,
-	"audit": true, "ps": true, "inspect": true, "rm": true,
+	"audit": true, "ps": true, "inspect": true, "rm": true, "exec": true, "stop": true,
 }
 
 func (o *kubeOptions) addFlags(root *cobra.Command) {
 	f := root.PersistentFlags()
-	f.StringVar(&o.context, "context", "", "work with the Sessions of this kubeconfig `CONTEXT`'s cluster (Kubernetes, preview) instead of airlockd's socket: run, logs, wait, diff, commit, discard, audit, ps, inspect, rm")
+	f.StringVar(&o.context, "context", "", "work with the Sessions of this kubeconfig `CONTEXT`'s cluster (Kubernetes, preview) instead of airlockd's socket: run, logs, wait, diff, commit, discard, audit, exec, stop, ps, inspect, rm")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "with --context: the kubeconfig `FILE` (default: KUBECONFIG, else ~/.kube/config); alone it selects its current context")
 	f.StringVarP(&o.namespace, "namespace", "n", "", "with --context: the Sessions' `NAMESPACE` (default: the context's, else default)")
 }
@@ -272,7 +272,7 @@ func pinnedTransport(certPEM []byte) (*http.Transport, error) {
 // for an id.
 type kubeRouter struct{ k *kubeClient }
 
-var sessionRoute = regexp.MustCompile(`^/v1/sessions/([^/]+)/(logs|wait|diff|audit|commit|discard)$`)
+var sessionRoute = regexp.MustCompile(`^/v1/sessions/([^/]+)/(logs|wait|diff|audit|commit|discard|exec|stop)$`)
 
 func (r kubeRouter) RoundTrip(req *http.Request) (*http.Response, error) {
 	m := sessionRoute.FindStringSubmatch(req.URL.Path)
@@ -357,7 +357,7 @@ func (c *cli) checkKubeCommand(cmd *cobra.Command) error {
 		top = top.Parent()
 	}
 	if top.HasParent() && !kubeCommands[top.Name()] && top.Name() != "help" && top.Name() != "validate" && top.Name() != "fmt" && top.Name() != "completion" {
-		return usageErrorf("airlock %s does not work with --context (Kubernetes): run, logs, wait, diff, commit, discard, audit, ps, inspect and rm do", top.Name())
+		return usageErrorf("airlock %s does not work with --context (Kubernetes): run, logs, wait, diff, commit, discard, audit, exec, stop, ps, inspect and rm do", top.Name())
 	}
 	return nil
 }

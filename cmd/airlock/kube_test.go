@@ -40,8 +40,8 @@ current-context: withtoken
 		want string
 	}{
 		{[]string{"-n", "team-a", "ps"}, "--namespace needs --context or --kubeconfig"},
-		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "exec", "x", "--", "ls"}, "airlock exec does not work with --context"},
-		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "stop", "x"}, "airlock stop does not work with --context"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "attach", "x"}, "airlock attach does not work with --context"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "approvals"}, "airlock approvals does not work with --context"},
 		{[]string{"--kubeconfig", kubeconfig, "--context", "nosuch", "ps"}, `context "nosuch" does not exist`},
 		{[]string{"--kubeconfig", kubeconfig, "--context", "certonly", "ps"}, "take bearer tokens only, not client certificates"},
 		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-t", "-f", manifest}, "-t does not work with --context"},

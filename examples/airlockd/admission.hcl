@@ -93,9 +93,16 @@ admission {
   # canonical form, without credentials. The agent fetches and pushes as
   # root, with this host's network, so a source admitted here is one every
   # caller that may create Sessions can have this host reach. push_branches:
-  # branch names or globs; none: fetch only. Default: no git source.
+  # branch names or globs; none: fetch only. token_file: a file on this
+  # host holding a token sent to these repositories as HTTP basic
+  # authentication with username (default "x-access-token"), for private
+  # repositories and pushes; read by airlockd as root at each fetch and
+  # push, given to git through its environment, refused as a workspace or
+  # mount; every Session that may name these repositories uses it.
+  # Default: no git source.
   git_source "https://git.corp.test/agents/*" {
     push_branches = ["airlock/*"]
+    token_file    = "/etc/airlock/git/corp.token"
   }
 
   # Upper bounds. A session that asks for more is refused; one that leaves

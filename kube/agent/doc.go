@@ -61,6 +61,7 @@
 // are fetched from (sources.go, kube/gitsource). The agent checks each
 // against the node's admission policy (git_source blocks: the URL, and
 // the push branch) before any request, fetches it under airlockd's root
+// (with the block's token, when it names a token_file)
 // (kube-sources/UID/N: the agent's own bare repository and the workspace,
 // a repository of its own), and names the workspace in
 // api.CreateRequest.OwnedWorkspaces: the daemon admits it there although
@@ -87,7 +88,8 @@
 // token is checked by a TokenReview, and the caller's right by a
 // SubjectAccessReview on the Session's subresource (get sessions/log for
 // logs and wait, get sessions/diff, get sessions/audit, update
-// sessions/commit for commit and discard), both cached briefly (see
+// sessions/commit for commit and discard, create sessions/exec for exec,
+// update sessions/stop for stop), both cached briefly (see
 // allowTTL). The Session is read fresh and must be on this node; its local
 // session is the one labelled with its uid. The client calls the node with
 // its own token, not through the API server as kubectl logs does: the

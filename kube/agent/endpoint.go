@@ -80,6 +80,10 @@ var routes = []route{
 	{http.MethodGet, "audit", "get", "audit"},
 	{http.MethodPost, "commit", "update", "commit"},
 	{http.MethodPost, "discard", "update", "commit"},
+	// exec runs a command in the sandbox, as pods/exec does in a pod
+	// (and needs the same verb there); stop ends the main process.
+	{http.MethodPost, "exec", "create", "exec"},
+	{http.MethodPost, "stop", "update", "stop"},
 }
 
 // endpoint serves GET and POST /v1/namespaces/{ns}/sessions/{name}/{action}
@@ -240,7 +244,8 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer e.streams.release(user.Username)
 	log.G(ctx).Info("node endpoint", "method", r.Method, "id", id)
-	// Who commits or discards is recorded in the session's audit.
+	// Who commits, discards, execs or stops is recorded in the
+	// session's audit.
 	ctx = caller.With(ctx, "kubernetes user "+user.Username)
 	r2 := r.Clone(ctx)
 	r2.URL.Path, r2.URL.RawPath = "/v1/sessions/"+url.PathEscape(id)+"/"+rt.action, ""
@@ -252,7 +257,7 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func parsePath(r *http.Request) (ns, name string, _ route, _ error) {
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	if len(parts) != 6 || parts[0] != "v1" || parts[1] != "namespaces" || parts[3] != "sessions" {
-		return "", "", route{}, fail(http.StatusNotFound, "no route for %s %s: this endpoint serves /v1/namespaces/NAMESPACE/sessions/NAME/{logs,wait,diff,audit,commit,discard}", r.Method, r.URL.Path)
+		return "", "", route{}, fail(http.StatusNotFound, "no route for %s %s: this endpoint serves /v1/namespaces/NAMESPACE/sessions/NAME/{logs,wait,diff,audit,commit,discard,exec,stop}", r.Method, r.URL.Path)
 	}
 	ns, name = parts[2], parts[4]
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
@@ -263,7 +268,7 @@ func parsePath(r *http.Request) (ns, name string, _ route, _ error) {
 	}
 	i := slices.IndexFunc(routes, func(rt route) bool { return rt.action == parts[5] })
 	if i < 0 {
-		return "", "", route{}, fail(http.StatusNotFound, "no route for %s %s: this endpoint serves logs, wait, diff, audit, commit and discard", r.Method, r.URL.Path)
+		return "", "", route{}, fail(http.StatusNotFound, "no route for %s %s: this endpoint serves logs, wait, diff, audit, commit, discard, exec and stop", r.Method, r.URL.Path)
 	}
 	if routes[i].method != r.Method {
 		return "", "", route{}, fail(http.StatusMethodNotAllowed, "%s takes %s, not %s", parts[5], routes[i].method, r.Method)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/approvals"
+	"github.com/airlock-sandbox/airlock/internal/caller"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/policies"
@@ -230,7 +231,7 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		// run on, here or anywhere.
 		if v.State == api.StateRunning || v.State == api.StateCreated {
 			log.G(ctx).Warn("stopping a session the cluster marked Lost", "id", v.ID)
-			if _, err := a.d.Stop(ctx, v.ID, stopGrace); err != nil {
+			if _, err := a.d.Stop(caller.With(ctx, "node agent "+a.node+": the Session was marked Lost"), v.ID, stopGrace); err != nil {
 				return reconcile.Result{}, err
 			}
 		}

@@ -49,7 +49,7 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 		if src.Git == nil {
 			return nil, nil, fmt.Errorf("%s: no source given (set git): %w", what, errdefs.ErrInvalidArgument)
 		}
-		if err := adm.AdmitGitSource(src.Git.URL, src.Git.PushBranch); err != nil {
+		if _, err := adm.AdmitGitSource(src.Git.URL, src.Git.PushBranch); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", what, err)
 		}
 		if r := gitsource.CheckRef(src.Git.Ref); r != "" {
@@ -115,8 +115,12 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 	}
 	for i, src := range srcs {
 		began := time.Now()
+		auth, err := sourceAuth(adm, src.Git.URL, "")
+		if err != nil {
+			return nil, nil, fmt.Errorf("spec.workspaceSources[%d] (target %s): %w", i, src.Target, err)
+		}
 		f, err := gitsource.Fetch(ctx, filepath.Join(dir, strconv.Itoa(i)), gitsource.Source{
-			URL: src.Git.URL, Ref: src.Git.Ref, Depth: int(src.Git.Depth), MaxBytes: maxBytes,
+			URL: src.Git.URL, Ref: src.Git.Ref, Depth: int(src.Git.Depth), MaxBytes: maxBytes, Auth: auth,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("spec.workspaceSources[%d] (target %s): %w", i, src.Target, err)
@@ -209,7 +213,8 @@ func (a *nodeAgent) push(ctx context.Context, s *v1alpha1.Session, i int, cur v1
 	src := s.Spec.WorkspaceSources[i]
 	// Checked again now: the spec's pushBranch may have changed since the
 	// fetch, and the admission policy with it.
-	if err := a.d.Admission().AdmitGitSource(src.Git.URL, src.Git.PushBranch); err != nil {
+	auth, err := sourceAuth(a.d.Admission(), src.Git.URL, src.Git.PushBranch)
+	if err != nil {
 		cur.PushMessage = shown(err.Error(), maxStatusMessage)
 		return cur
 	}
@@ -219,7 +224,7 @@ func (a *nodeAgent) push(ctx context.Context, s *v1alpha1.Session, i int, cur v1
 	}
 	msg := fmt.Sprintf("airlock: the committed changes of Session %s/%s\n\nAirlock-Session: %s/%s (uid %s)\nAirlock-Node: %s\n",
 		s.Namespace, s.Name, s.Namespace, s.Name, s.UID, a.node)
-	commit, err := gitsource.Push(ctx, filepath.Join(a.sessionSourcesDir(s.UID), strconv.Itoa(i)), src.Git.URL, src.Git.PushBranch, msg, pushIdentity)
+	commit, err := gitsource.Push(ctx, filepath.Join(a.sessionSourcesDir(s.UID), strconv.Itoa(i)), src.Git.URL, src.Git.PushBranch, msg, pushIdentity, auth)
 	if err != nil {
 		log.G(ctx).Warn("workspace source not pushed", "target", src.Target, "branch", src.Git.PushBranch, "error", err)
 		cur.PushMessage = shown(err.Error(), maxStatusMessage)
@@ -229,6 +234,21 @@ func (a *nodeAgent) push(ctx context.Context, s *v1alpha1.Session, i int, cur v1
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	cur.PushedBranch, cur.PushedCommit, cur.PushedAt = src.Git.PushBranch, commit, &now
 	return cur
+}
+
+// sourceAuth admits a fetch from url (pushBranch empty) or a push to its
+// pushBranch, and returns the credentials of the git_source block that
+// admits it (nil: none).
+func sourceAuth(adm *policies.Admission, url, pushBranch string) (*gitsource.BasicAuth, error) {
+	g, err := adm.AdmitGitSource(url, pushBranch)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := g.Token()
+	if err != nil || tok == "" {
+		return nil, err
+	}
+	return &gitsource.BasicAuth{Username: g.Username, Token: tok}, nil
 }
 
 // withSources returns sts with the entries of updates in place of those

@@ -36,14 +36,27 @@ func TestGitWorkspaceSources(t *testing.T) {
 	url := srv.Create("repo", map[string]string{"README": "from git\n", "src/main.go": "package main\n"})
 	other := srv.Create("other", map[string]string{"README": "not admitted\n"})
 	base := srv.Rev("repo", "main")
+	// A private repository: the node's token, from a file the node's
+	// admission policy names.
+	priv := gittest.NewServer(t)
+	privURL := priv.Create("private", map[string]string{"README": "private\n"})
+	priv.RequireAuth("x-access-token", "node-token-7")
+	tokenFile := filepath.Join(t.TempDir(), "git.token")
+	if err := os.WriteFile(tokenFile, []byte("node-token-7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	adm := filepath.Join(t.TempDir(), "admission.hcl")
 	if err := os.WriteFile(adm, fmt.Appendf(nil, `admission {
   host_paths = ["/tmp"]
   git_source %q {
     push_branches = ["airlock/*"]
   }
+  git_source %q {
+    push_branches = ["airlock/*"]
+    token_file = %q
+  }
 }
-`, url), 0o644); err != nil {
+`, url, privURL, tokenFile), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	n := startNode(t, env, k.kubeconfig, "node-g", 13, "--node-capacity", "8", "--admission", adm)
@@ -63,6 +76,9 @@ func TestGitWorkspaceSources(t *testing.T) {
 test -f /work/.git/HEAD || exit 4
 echo fixed > /work/README && echo new > /work/NEW && echo evil > /work/src/main.go`}, git("main", "airlock/fix"), withEntry)
 	k.create("plain", []string{"sh", "-c", "grep -qx 'from git' /work/README"}, git("", ""))
+	k.create("private", []string{"sh", "-c", "grep -qx private /work/README && echo done > /work/DONE"}, func(s *v1alpha1.Session) {
+		s.Spec.WorkspaceSources = []v1alpha1.WorkspaceSource{{Target: "/work", Git: &v1alpha1.GitSource{URL: privURL, Ref: "main", Depth: 1, PushBranch: "airlock/private"}}}
+	})
 	k.create("drop", []string{"sh", "-c", "echo dropped > /work/README"}, git("main", "airlock/drop"))
 
 	// Refused before any fetch: a repository, or a branch, the policy
@@ -166,6 +182,19 @@ echo fixed > /work/README && echo new > /work/NEW && echo evil > /work/src/main.
 	msg := gittest.Git(t, t.TempDir(), "ls-remote", url, "refs/heads/airlock/fix")
 	if !strings.HasPrefix(msg, pushed.PushedCommit) {
 		t.Errorf("ls-remote: %q", msg)
+	}
+
+	// The private repository: fetched and pushed with the node's token.
+	ps := k.waitState("private", v1alpha1.SessionReview, 60*time.Second)
+	if _, err := n.API.Commit(t.Context(), ps.Status.ID, api.CommitRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 30*time.Second, "Session private's changes pushed", func() (bool, string) {
+		s := k.get("private")
+		return len(s.Status.WorkspaceSources) == 1 && s.Status.WorkspaceSources[0].PushedCommit != "", fmt.Sprintf("%+v", s.Status)
+	})
+	if got := priv.Show("private", "airlock/private", "DONE"); got != "done" {
+		t.Errorf("pushed DONE %q", got)
 	}
 
 	// Every change discarded: nothing to push.

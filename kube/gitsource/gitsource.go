@@ -29,6 +29,7 @@ package gitsource
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -49,6 +50,8 @@ type Source struct {
 	Ref string
 	// Depth is the history fetched: that many commits; 0 fetches all of it.
 	Depth int
+	// Auth, when set, is sent to the repository.
+	Auth *BasicAuth
 	// MaxBytes bounds what the fetch may write to disk (the agent's
 	// repository and the workspace together); 0: no bound. Checked as
 	// the fetch goes (every CheckEvery), so it may be passed by what is
@@ -72,6 +75,23 @@ type Fetched struct {
 	// Branch is the branch checked out in the workspace; empty when the
 	// ref was a tag or a commit (HEAD detached).
 	Branch string
+}
+
+// BasicAuth is a username and token sent to a repository as HTTP basic
+// authentication (an http.extraHeader, given to git through its
+// environment, which only root and the agent's uid can read, never its
+// command line).
+type BasicAuth struct {
+	Username, Token string
+}
+
+// env is the environment that has git send a.
+func (a *BasicAuth) env() []string {
+	if a == nil {
+		return nil
+	}
+	cred := base64.StdEncoding.EncodeToString([]byte(a.Username + ":" + a.Token))
+	return []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0=Authorization: Basic " + cred}
 }
 
 // Timeout bounds one fetch or push.
@@ -143,7 +163,7 @@ func Fetch(ctx context.Context, dir string, src Source) (f Fetched, err error) {
 		args = append(args, "--depth", fmt.Sprint(src.Depth))
 	}
 	args = append(args, "--end-of-options", src.URL, "+"+from+":"+baseRef)
-	if _, err := run(ctx, dir, nil, args...); err != nil {
+	if _, err := run(ctx, dir, src.Auth.env(), args...); err != nil {
 		return f, fmt.Errorf("fetch %s from %s: %w", from, src.URL, err)
 	}
 	out, err := run(ctx, dir, nil, "--git-dir", base, "rev-parse", "--verify", "-q", baseRef+"^{commit}")
@@ -158,7 +178,7 @@ func Fetch(ctx context.Context, dir string, src Source) (f Fetched, err error) {
 		f.Branch = b
 	} else if src.Ref != "" && !commitID.MatchString(src.Ref) && !strings.HasPrefix(src.Ref, "refs/") {
 		// A name: a branch unless the remote has a tag of that name.
-		if _, err := run(ctx, dir, nil, "ls-remote", "--exit-code", "-q", "--end-of-options", src.URL, "refs/tags/"+src.Ref); err != nil {
+		if _, err := run(ctx, dir, src.Auth.env(), "ls-remote", "--exit-code", "-q", "--end-of-options", src.URL, "refs/tags/"+src.Ref); err != nil {
 			f.Branch = src.Ref
 		}
 	}
@@ -257,7 +277,7 @@ var ErrNothingToPush = errors.New("nothing to push: the workspace's files are th
 // .git is not read) on top of the fetched commit, with message and who as
 // author and committer, and pushes it to url as branch (a new branch, or
 // a fast-forward of it). It returns the commit's id.
-func Push(ctx context.Context, dir, url, branch, message string, who Identity) (string, error) {
+func Push(ctx context.Context, dir, url, branch, message string, who Identity, auth *BasicAuth) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	base := filepath.Join(dir, baseDir)
@@ -296,7 +316,7 @@ func Push(ctx context.Context, dir, url, branch, message string, who Identity) (
 	if !commitID.MatchString(commit) {
 		return "", fmt.Errorf("unexpected commit id %q", commit)
 	}
-	if _, err := run(ctx, dir, env, "push", "-q", "--no-recurse-submodules", "--end-of-options", url, commit+":refs/heads/"+branch); err != nil {
+	if _, err := run(ctx, dir, append(env, auth.env()...), "push", "-q", "--no-recurse-submodules", "--end-of-options", url, commit+":refs/heads/"+branch); err != nil {
 		return "", fmt.Errorf("push to branch %s of %s: %w", branch, url, err)
 	}
 	return commit, nil

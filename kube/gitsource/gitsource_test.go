@@ -140,7 +140,7 @@ func TestPushTakesFilesNotTheSandboxRepository(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := f.Workspace
-	if _, err := Push(context.Background(), dir, url, "airlock/none", "m", who); !errors.Is(err, ErrNothingToPush) {
+	if _, err := Push(context.Background(), dir, url, "airlock/none", "m", who, nil); !errors.Is(err, ErrNothingToPush) {
 		t.Fatalf("push of an unchanged workspace: %v, want ErrNothingToPush", err)
 	}
 
@@ -177,7 +177,7 @@ func TestPushTakesFilesNotTheSandboxRepository(t *testing.T) {
 	f2.WriteString("[core]\n\tfsmonitor = " + filepath.Join(ws, "fsmonitor.sh") + "\n\thooksPath = .git/hooks\n")
 	f2.Close()
 
-	commit, err := Push(context.Background(), dir, url, "airlock/s1", "airlock: session ns/s1", who)
+	commit, err := Push(context.Background(), dir, url, "airlock/s1", "airlock: session ns/s1", who, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,52 @@ func TestPushTakesFilesNotTheSandboxRepository(t *testing.T) {
 
 	// A branch that moved meanwhile is not overwritten.
 	srv.Commit("repo", "airlock/s2", map[string]string{"OTHER": "x\n"}, "someone else's")
-	if _, err := Push(context.Background(), dir, url, "airlock/s2", "m", who); err == nil || !strings.Contains(err.Error(), "rejected") {
+	if _, err := Push(context.Background(), dir, url, "airlock/s2", "m", who, nil); err == nil || !strings.Contains(err.Error(), "rejected") {
 		t.Fatalf("push over another branch's history: %v, want it rejected", err)
 	}
+}
+
+// TestPrivateRepository: a repository that takes basic authentication is
+// fetched from and pushed to with the credentials given, which are kept
+// out of the workspace's repository; without them git is refused (and
+// does not prompt).
+func TestPrivateRepository(t *testing.T) {
+	srv := gittest.NewServer(t)
+	url := srv.Create("private", map[string]string{"README": "private\n"})
+	srv.RequireAuth("x-access-token", "s3cret-token")
+	dir := filepath.Join(t.TempDir(), "src")
+	if _, err := Fetch(context.Background(), dir, Source{URL: url, Depth: 1}); err == nil || !strings.Contains(err.Error(), "could not read Username") {
+		t.Fatalf("fetch without credentials: %v, want git's refusal", err)
+	}
+	wrong := &BasicAuth{Username: "x-access-token", Token: "wrong"}
+	if _, err := Fetch(context.Background(), dir, Source{URL: url, Depth: 1, Auth: wrong}); err == nil {
+		t.Fatal("fetch with a wrong token succeeded")
+	}
+	auth := &BasicAuth{Username: "x-access-token", Token: "s3cret-token"}
+	f, err := Fetch(context.Background(), dir, Source{URL: url, Ref: "main", Depth: 1, Auth: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.Workspace, "README"), []byte("changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Push(context.Background(), dir, url, "airlock/p", "m", who, nil); err == nil {
+		t.Fatal("push without credentials succeeded")
+	}
+	commit, err := Push(context.Background(), dir, url, "airlock/p", "m", who, auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.Rev("private", "airlock/p"); got != commit {
+		t.Fatalf("airlock/p at %q, want %s", got, commit)
+	}
+	// The token is nowhere the sandbox can read.
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), "s3cret-token") || strings.Contains(string(b), "eC1hY2Nlc3MtdG9rZW46czNjcmV0LXRva2Vu") {
+				t.Errorf("%s holds the token", p)
+			}
+		}
+		return nil
+	})
 }

@@ -27,6 +27,9 @@ type Server struct {
 	requests []string // +checklocks:mu
 	// redirect maps a request path prefix to a location to redirect to.
 	redirect map[string]string // +checklocks:mu
+	// user and token, when set, are the basic authentication every
+	// request must carry.
+	user, token string // +checklocks:mu
 }
 
 // Env is the environment the git commands of tests run with: no system or
@@ -75,7 +78,13 @@ func NewServer(t testing.TB) *Server {
 				to = loc + strings.TrimPrefix(r.URL.Path, prefix)
 			}
 		}
+		user, token := s.user, s.token
 		s.mu.Unlock()
+		if u, p, ok := r.BasicAuth(); token != "" && (!ok || u != user || p != token) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
 		if to != "" {
 			http.Redirect(w, r, to, http.StatusFound)
 			return
@@ -163,6 +172,14 @@ func (s *Server) Redirect(prefix, location string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.redirect[prefix] = location
+}
+
+// RequireAuth has every later request carry basic authentication with
+// user and token.
+func (s *Server) RequireAuth(user, token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.user, s.token = user, token
 }
 
 // Requests are the requests the server was sent, as "METHOD PATH".

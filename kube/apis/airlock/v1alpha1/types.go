@@ -594,7 +594,8 @@ type AirlockNodeStatus struct {
 // that certificate, exactly, and no other. The agent authenticates every
 // request's bearer token with a TokenReview and authorizes it with a
 // SubjectAccessReview on the Session's subresource (sessions/log,
-// sessions/diff, sessions/commit, sessions/audit), as a kubelet does.
+// sessions/diff, sessions/commit, sessions/audit, sessions/exec,
+// sessions/stop), as a kubelet does.
 type NodeEndpoint struct {
 	// Address is the endpoint's HOST:PORT.
 	// +optional

@@ -1,0 +1,140 @@
+package agent_test
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
+	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+)
+
+// TestExecAndStopThroughContext: `airlock --context` exec and stop reach a
+// Session's node endpoint. carol, whose Role grants sessions/exec
+// (create) and sessions/stop (update), runs a command in the sandbox (its
+// output and exit code hers, stdin streamed with -i) and stops the
+// Session; dave, who may read Sessions and their logs, is refused both,
+// 403 naming the right, and the Session runs on. The session's audit
+// records each exec and the stop with the Kubernetes user who asked.
+func TestExecAndStopThroughContext(t *testing.T) {
+	testutil.RequiresRoot(t)
+	env, err := daemontest.LoadEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := startCluster(t)
+	ctx := t.Context()
+	n := startNode(t, env, k.kubeconfig, "node-x", 14, "--node-capacity", "2", "--kubernetes-advertise-address", "localhost")
+
+	nodeReader := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "airlock-node-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"airlock.dev"}, Resources: []string{"airlocknodes"}, Verbs: []string{"get"}}}}
+	if err := k.c.Create(ctx, nodeReader); err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string][]rbacv1.PolicyRule{
+		"carol": {
+			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions/exec"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions/stop"}, Verbs: []string{"update"}},
+			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions/audit"}, Verbs: []string{"get"}},
+		},
+		"dave": {
+			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions"}, Verbs: []string{"get", "list"}},
+			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions/log"}, Verbs: []string{"get"}},
+		},
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: k.cp.Config.Host, CertificateAuthorityData: k.cp.Config.CAData}
+	for user, rules := range roles {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: user}}
+		subj := []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: user}}
+		token := serviceAccountToken(t, k.c, sa,
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: user}, Rules: rules},
+			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: user}, Subjects: subj,
+				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: user}},
+			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "airlock-node-reader-" + user}, Subjects: subj,
+				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: nodeReader.Name}})
+		kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+		kc.Contexts[user] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: user, Namespace: "default"}
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "users.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	airlock := func(user, stdin string, args ...string) (stdout, stderr string, code int) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, filepath.Join(env.BinDir, "airlock"), append([]string{"--kubeconfig", kubeconfig, "--context", user}, args...)...)
+		cmd.Env = []string{"HOME=/nonexistent", "PATH=/usr/bin:/bin"}
+		cmd.Stdin = strings.NewReader(stdin)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &ee):
+			code = ee.ExitCode()
+		default:
+			t.Fatalf("airlock %v: %v", args, err)
+		}
+		return o.String(), e.String(), code
+	}
+
+	k.create("target", sleep("300"))
+	s := k.waitState("target", v1alpha1.SessionRunning, 60*time.Second)
+
+	out, errOut, code := airlock("carol", "", "exec", "target", "--", "sh", "-c", "echo in the sandbox; echo to stderr >&2; exit 5")
+	if out != "in the sandbox\n" || !strings.Contains(errOut, "to stderr") || code != 5 {
+		t.Errorf("carol's exec: exit %d, stdout %q, stderr %q; want exit 5 and the command's lines", code, out, errOut)
+	}
+	if out, errOut, code := airlock("carol", "piped through\n", "exec", "-i", "target", "--", "cat"); out != "piped through\n" || code != 0 {
+		t.Errorf("carol's exec -i: exit %d, stdout %q, stderr %q; want stdin back", code, out, errOut)
+	}
+	for _, args := range [][]string{{"exec", "target", "--", "true"}, {"stop", "target"}} {
+		_, errOut, code := airlock("dave", "", args...)
+		want := map[string]string{"exec": "may not create sessions/exec", "stop": "may not update sessions/stop"}[args[0]]
+		if code == 0 || !strings.Contains(errOut, want) {
+			t.Errorf("dave's %s: exit %d, stderr %q; want a refusal saying %q", args[0], code, errOut, want)
+		}
+	}
+	if got := k.get("target"); got.Status.State != v1alpha1.SessionRunning {
+		t.Fatalf("after dave's refused stop: %s", got.Status.State)
+	}
+
+	if out, errOut, code := airlock("carol", "", "stop", "--time", "0", "target"); code != 0 || strings.TrimSpace(out) != "target" {
+		t.Errorf("carol's stop: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if got := k.waitState("target", v1alpha1.SessionExited, 30*time.Second); got.Status.Reason != "stopped" {
+		t.Errorf("stopped Session: reason %q, want stopped", got.Status.Reason)
+	}
+	events, err := n.API.Audit(ctx, s.Status.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saw []string
+	for _, ev := range events {
+		if ev.Layer == "session" && (ev.Action == "exec" || ev.Action == "stop_requested") {
+			saw = append(saw, ev.Action+" "+ev.Subject+" by "+ev.Fields["by"].(string))
+		}
+	}
+	want := []string{
+		`exec sh -c echo in the sandbox; echo to stderr >&2; exit 5 by kubernetes user system:serviceaccount:default:carol`,
+		`exec cat by kubernetes user system:serviceaccount:default:carol`,
+		`stop_requested  by kubernetes user system:serviceaccount:default:carol`,
+	}
+	if strings.Join(saw, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the session's audit:\n%s\nwant:\n%s", strings.Join(saw, "\n"), strings.Join(want, "\n"))
+	}
+	k.deleteAll(60 * time.Second)
+}

@@ -482,7 +482,7 @@ func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (*api.Sessio
 	if err != nil {
 		return nil, err
 	}
-	v.Warnings = warnings
+	v.Warnings = append(warnings, v.Warnings...)
 	return v, nil
 }
 
@@ -540,6 +540,9 @@ func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool, labe
 	d.mu.Unlock()
 	if err != nil {
 		return nil, err
+	}
+	if why := d.pools.whyCold(key, &p); why != "" {
+		v.Warnings = append(v.Warnings, why)
 	}
 	if p.Pool != nil && p.Pool.Size > 0 {
 		d.pools.ensure(&p)

@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,6 +141,67 @@ func (w *warmPools) take(key string, keep func(*session)) *session {
 	w.waiting.Add(-1)
 	pl.hits++
 	return s
+}
+
+// whyCold says why a create of policy p (pool key key) found no prepared
+// sandbox, when a pool has p's label: its policy differs (the fields that
+// do, as the API names them), or none of its sandboxes was ready. "" when
+// no pool has the label.
+func (w *warmPools) whyCold(key string, p *policies.Policy) string {
+	if p.Label == "" {
+		return ""
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var same *pool
+	var others []*pool
+	for _, pl := range w.pools {
+		switch {
+		case pl.key == key:
+			same = pl
+		case pl.policy.Label == p.Label:
+			others = append(others, pl)
+		}
+	}
+	if same != nil {
+		return fmt.Sprintf("started cold: pool %q had no sandbox ready (%d being prepared)", p.Label, same.inflight)
+	}
+	if len(others) == 0 {
+		return ""
+	}
+	pl := others[0]
+	return fmt.Sprintf("started cold: its policy differs from pool %q's in %s (a pool's sandboxes serve its own policy alone: all but command and timeout)",
+		p.Label, strings.Join(policyDiff(&pl.policy, p), ", "))
+}
+
+// policyDiff names the top-level fields (as the API spells them) in which
+// a and b differ, the command, timeout and pool aside.
+func policyDiff(a, b *policies.Policy) []string {
+	fields := func(p *policies.Policy) map[string]json.RawMessage {
+		q := *p.Clone()
+		q.Command, q.Timeout, q.Pool = nil, 0, nil
+		raw, _ := json.Marshal(&q)
+		m := map[string]json.RawMessage{}
+		_ = json.Unmarshal(raw, &m)
+		return m
+	}
+	fa, fb := fields(a), fields(b)
+	var out []string
+	for k, v := range fa {
+		if !bytes.Equal(v, fb[k]) {
+			out = append(out, k)
+		}
+	}
+	for k := range fb {
+		if _, ok := fa[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	if len(out) == 0 {
+		out = []string{"nothing the API shows"}
+	}
+	return out
 }
 
 // stale counts a taken sandbox of the pool of key that could not be used.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -176,5 +177,40 @@ func TestPoolRefillsInParallel(t *testing.T) {
 				t.Errorf("%d prepared for a pool of %d", got, tc.size)
 			}
 		})
+	}
+}
+
+// whyCold says why a create that names a pool's label found nothing:
+// none ready, or the policy differs (in which fields, as the API names
+// them); nothing when no pool has the label.
+func TestPoolWhyCold(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	block := make(chan struct{})
+	defer close(block)
+	w := &warmPools{
+		prepare: func(ctx context.Context, p policies.Policy) (*session, error) {
+			<-block // never ready
+			return nil, fmt.Errorf("stopped")
+		},
+		discard: func(context.Context, *session) {},
+		reserve: func() error { return nil },
+		release: func() {},
+		ctx:     ctx,
+		pools:   map[string]*pool{}, held: map[*session]*pool{}, dropped: map[*session]bool{},
+	}
+	pooled := policies.Policy{Label: "builds", Image: "img", Pool: &policies.Pool{Size: 1}}
+	w.ensure(&pooled)
+	same := policies.Policy{Label: "builds", Image: "img", Command: []string{"make"}}
+	if why := w.whyCold(poolKey(&same), &same); !strings.Contains(why, `pool "builds" had no sandbox ready`) {
+		t.Errorf("same policy, none ready: %q", why)
+	}
+	other := policies.Policy{Label: "builds", Image: "img2", Env: map[string]string{"X": "1"}, Command: []string{"make"}}
+	if why := w.whyCold(poolKey(&other), &other); !strings.Contains(why, `differs from pool "builds"'s in env, image (`) {
+		t.Errorf("another policy: %q", why)
+	}
+	unpooled := policies.Policy{Label: "elsewhere", Image: "img"}
+	if why := w.whyCold(poolKey(&unpooled), &unpooled); why != "" {
+		t.Errorf("no pool of its label: %q", why)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -298,7 +299,7 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 		auditWritten: map[types.UID]time.Time{}, statusWritten: map[types.UID]time.Time{},
 		auditEvery: cfg.AuditStatusEvery,
 		poolWake:   make(chan event.GenericEvent, 64), refused: map[string]string{}, poolRoom: cfg.PoolRoom,
-		pushed: map[pushKey]v1alpha1.WorkspaceSourceStatus{}, root: cfg.Root}
+		pushed: map[pushKey]v1alpha1.WorkspaceSourceStatus{}, warmCond: map[types.UID]metav1.Condition{}, root: cfg.Root}
 	err = builder.ControllerManagedBy(mgr).
 		Named("airlock-node").
 		For(&v1alpha1.Session{}).

@@ -142,7 +142,9 @@
 // pool block, label included, so two SessionPools of one policy keep two
 // pools, and a Session takes a prepared sandbox only when it names the
 // SessionPool (spec.poolName: the agent gives its policy that label) and
-// its policy is otherwise the pool's. A Session naming no pool may not
+// its policy is otherwise the pool's; its Warm condition says whether it
+// did and, when not, why (the daemon's "started cold" warning: none ready,
+// or the fields its policy differs in). A Session naming no pool may not
 // carry the prefix (refused). Every other daemon pool of a SessionPool's
 // label is removed, its prepared sandboxes torn down: the SessionPool was
 // deleted, resized to 0, no longer selects the node, or its policy

@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/errdefs"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -117,6 +118,9 @@ type nodeAgent struct {
 	// pushed are the outcomes of the pushes of workspace sources not yet
 	// known to be in their Sessions' status: a push is made once.
 	pushed map[pushKey]v1alpha1.WorkspaceSourceStatus // +checklocks:mu
+	// warmCond is the Warm condition of each Session naming a
+	// SessionPool, from its create, until its status is written.
+	warmCond map[types.UID]metav1.Condition // +checklocks:mu
 	// root is airlockd's root (Config.Root): the workspace sources are
 	// fetched beneath it.
 	root string
@@ -188,6 +192,7 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 				delete(a.pushed, k)
 			}
 		}
+		delete(a.warmCond, s.UID)
 		a.mu.Unlock()
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -254,6 +259,12 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 	if len(s.Spec.WorkspaceSources) > 0 && v.State == api.StateStopped && !v.Review {
 		pushed = a.pushes(ctx, &s)
 	}
+	var cond *metav1.Condition
+	a.mu.Lock()
+	if c, ok := a.warmCond[s.UID]; ok {
+		cond = &c
+	}
+	a.mu.Unlock()
 	var later time.Duration
 	auditNow := false
 	wrote, err := writeStatus(ctx, a.c, a.fresh, req.NamespacedName, &s, func(f *v1alpha1.Session) bool {
@@ -262,6 +273,9 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		}
 		st := localStatus(f.Status, v, a.node, f.Generation)
 		st.WorkspaceSources = withSources(st.WorkspaceSources, pushed)
+		if cond != nil {
+			meta.SetStatusCondition(&st.Conditions, *cond)
+		}
 		later, auditNow = sum.apply(&st, &f.Status, a.auditDue(f.UID))
 		if due := a.followedDue(f.UID); due > 0 && !equality.Semantic.DeepEqual(&st, &f.Status) && onlyFollowed(&st, &f.Status) {
 			// Held back; written once due, with whatever changed
@@ -277,6 +291,9 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		now := time.Now()
 		for _, p := range pushed {
 			delete(a.pushed, pushKey{s.UID, p.Target})
+		}
+		if cond != nil {
+			delete(a.warmCond, s.UID)
 		}
 		a.statusWritten[s.UID] = now
 		if auditNow {
@@ -385,6 +402,11 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 		return nil, werr
 	}
 	log.G(ctx).Info("session running", "id", v.ID, "warm", v.Warm)
+	if s.Spec.PoolName != "" {
+		a.mu.Lock()
+		a.warmCond[s.UID] = warmCondition(s, v)
+		a.mu.Unlock()
+	}
 	return v, nil
 }
 
@@ -490,4 +512,43 @@ func (a *nodeAgent) sweepSources(ctx context.Context) {
 			a.removeSources(ctx, uid)
 		}
 	}
+}
+
+// Condition types and reasons of a Session's status.
+const (
+	// ConditionWarm, on a Session naming a SessionPool, says whether it
+	// took a sandbox the pool had prepared and, when not, why.
+	ConditionWarm = "Warm"
+
+	ReasonPreparedSandbox = "PreparedSandbox"
+	ReasonPolicyDiffers   = "PolicyDiffers"
+	ReasonNoneReady       = "NoneReady"
+	ReasonNoPoolHere      = "NoPoolOnNode"
+)
+
+// warmCondition is the Warm condition of Session s, which names a
+// SessionPool, run as local session v.
+func warmCondition(s *v1alpha1.Session, v *api.Session) metav1.Condition {
+	c := metav1.Condition{Type: ConditionWarm, ObservedGeneration: s.Generation}
+	if v.Warm {
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonPreparedSandbox
+		c.Message = fmt.Sprintf("took a sandbox SessionPool %s had prepared", s.Spec.PoolName)
+		return c
+	}
+	c.Status = metav1.ConditionFalse
+	for _, w := range v.Warnings {
+		if !strings.HasPrefix(w, "started cold: ") {
+			continue
+		}
+		c.Message = shown(w, maxStatusMessage)
+		if strings.Contains(w, "policy differs") {
+			c.Reason = ReasonPolicyDiffers
+		} else {
+			c.Reason = ReasonNoneReady
+		}
+		return c
+	}
+	c.Reason = ReasonNoPoolHere
+	c.Message = fmt.Sprintf("started cold: SessionPool %s keeps no pool on this node (it selects other nodes, has no room here, or its policy was refused)", s.Spec.PoolName)
+	return c
 }

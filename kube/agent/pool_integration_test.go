@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -194,9 +195,25 @@ func TestSessionPools(t *testing.T) {
 	if v, err := a.API.InspectSession(t.Context(), w1.Status.ID); err != nil || !v.Warm || v.ExitCode == nil || *v.ExitCode != 3 || !w1.Status.Warm {
 		t.Errorf("local session %s of a Session naming the pool: %+v (%v), status %+v, want warm, exit code 3", w1.Status.ID, v, err, w1.Status)
 	}
+	if c := meta.FindStatusCondition(w1.Status.Conditions, agent.ConditionWarm); c == nil || c.Status != metav1.ConditionTrue || c.Reason != agent.ReasonPreparedSandbox {
+		t.Errorf("Session w1's Warm condition: %+v, want True, %s", c, agent.ReasonPreparedSandbox)
+	}
 	waitPool("default", "warm", map[string]int{"node-a": 1})
 	if ps := pools(t, a, "default", "warm"); ps[0].Hits != 1 {
 		t.Errorf("pool after a warm start: %+v, want 1 hit", ps[0])
+	}
+	// A Session naming it whose policy differs runs cold, saying in what.
+	k.create("differs", []string{"true"}, onNode("a"), func(s *v1alpha1.Session) {
+		s.Spec.PoolName = "warm"
+		s.Spec.Policy.Env = map[string]string{"EXTRA": "1"}
+	})
+	differs := k.waitState("differs", v1alpha1.SessionExited, 60*time.Second)
+	if c := meta.FindStatusCondition(differs.Status.Conditions, agent.ConditionWarm); c == nil || c.Status != metav1.ConditionFalse ||
+		c.Reason != agent.ReasonPolicyDiffers || !strings.Contains(c.Message, "differs from pool") || !strings.Contains(c.Message, "in env (") {
+		t.Errorf("Session differs's Warm condition: %+v, want False, %s, naming env", c, agent.ReasonPolicyDiffers)
+	}
+	if ps := pools(t, a, "default", "warm"); ps[0].Hits != 1 {
+		t.Errorf("pool after a Session whose policy differs: %+v, want still 1 hit", ps[0])
 	}
 	// A Session not naming it, of the same policy, runs cold: the pool's
 	// sandboxes are its SessionPool's Sessions'.

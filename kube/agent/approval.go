@@ -70,7 +70,19 @@ func (a *nodeAgent) reconcileApproval(ctx context.Context, req reconcile.Request
 	if err != nil || held.Session != v.ID {
 		return reconcile.Result{}, a.approvalRefused(ctx, &ap, notHeld)
 	}
-	decided, err := store.Decide(ctx, ap.Spec.ApprovalID, ap.Spec.Decision == v1alpha1.DecisionAllow, ap.Spec.Reason, by)
+	var decided api.Approval
+	if ap.Spec.Decision == v1alpha1.DecisionRevise {
+		decided, err = a.d.ApproveRevise(ctx, ap.Spec.ApprovalID, ap.Spec.Reason, by)
+		if errdefs.IsFailedPrecondition(err) {
+			if still, herr := store.Held(ap.Spec.ApprovalID); herr == nil && still.State == api.ApprovalPending {
+				// No revision can allow it (or the session can no
+				// longer be revised): it stays held, for allow or deny.
+				return reconcile.Result{}, a.approvalRefused(ctx, &ap, err.Error())
+			}
+		}
+	} else {
+		decided, err = store.Decide(ctx, ap.Spec.ApprovalID, ap.Spec.Decision == v1alpha1.DecisionAllow, ap.Spec.Reason, by)
+	}
 	switch {
 	case errdefs.IsInvalidArgument(err):
 		return reconcile.Result{}, a.approvalRefused(ctx, &ap, err.Error())
@@ -81,7 +93,11 @@ func (a *nodeAgent) reconcileApproval(ctx context.Context, req reconcile.Request
 	case err != nil:
 		return reconcile.Result{}, err
 	}
-	log.G(ctx).Info("held request decided through Kubernetes", "id", v.ID, "approval", decided.ID, "state", decided.State, "by", by)
+	log.G(ctx).Info("held request decided through Kubernetes", "id", v.ID, "approval", decided.ID, "state", decided.State, "by", by, "revised_to", decided.RevisedTo)
+	if decided.RevisedTo > 0 {
+		return reconcile.Result{}, a.writeApprovalStatus(ctx, &ap, v1alpha1.SessionApprovalStatus{Phase: v1alpha1.ApprovalApplied, Node: a.node, State: decided.State,
+			Message: fmt.Sprintf("the session's policy was revised to version %d: requests like this one are allowed from now on", decided.RevisedTo)})
+	}
 	return reconcile.Result{}, a.approvalApplied(ctx, &ap, decided.State)
 }
 

@@ -67,6 +67,9 @@ type Daemon interface {
 	// Approvals is the store of the requests the L7 gateways hold for a
 	// decision (GET /v1/approvals, POST /v1/approvals/{id}).
 	Approvals() *approvals.Store
+	// ApproveRevise approves held request id by a revision of its
+	// session's policy (POST /v1/approvals/{id} with revise).
+	ApproveRevise(ctx context.Context, id, reason, by string) (api.Approval, error)
 	// SetPool declares, resizes or (size 0) removes the warm pool of a
 	// policy, after the validation and admission of a Create: a refused
 	// policy prepares nothing. It returns the pool's key.

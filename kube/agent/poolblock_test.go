@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +60,9 @@ func (d *reviewDaemon) ChangeSummary(context.Context, string) (*api.ChangeSummar
 	return nil, nil
 }
 func (d *reviewDaemon) Approvals() *approvals.Store { return d.store }
+func (d *reviewDaemon) ApproveRevise(context.Context, string, string, string) (api.Approval, error) {
+	return api.Approval{}, errors.New("not here")
+}
 func (d *reviewDaemon) SetPool(context.Context, policies.Policy, int) (string, []string, error) {
 	return "", nil, nil
 }

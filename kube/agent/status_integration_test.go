@@ -130,7 +130,7 @@ func TestSessionStatusAndApprovals(t *testing.T) {
 		return fmt.Sprintf(`curl -sS --max-time 170 -o /dev/null -w '%%{http_code}' -X POST https://api.st.test%s > /w/%s.tmp; mv /w/%s.tmp /w/%s; `, path, out, out, out)
 	}
 	k.create("gw", []string{"sh", "-c", "getent hosts refused.st.test; getent hosts also-refused.example.test; " +
-		curl("/deploy/one", "one") + curl("/deploy/two", "two") + curl("/deploy/three", "three") + "sleep 300"},
+		curl("/deploy/one", "one") + curl("/deploy/two", "two") + curl("/deploy/three", "three") + curl("/deploy/four", "four") + curl("/deploy/four", "four-again") + "sleep 300"},
 		egress(true), gwWorkspace, onS)
 	// The busy Session: lookups in a loop for 20 s.
 	k.create("busy", []string{"sh", "-c", `end=$(($(date +%s)+20)); while [ "$(date +%s)" -lt "$end" ]; do getent hosts busy.nope.test; done; sleep 300`}, egress(false), onS)
@@ -331,6 +331,25 @@ watching:
 	if code := readCode("three"); code != "403" {
 		t.Errorf("request denied on the node: %s, want 403", code)
 	}
+
+	// Approved by a revision through Kubernetes: the request goes on,
+	// the session's policy version goes up, and the same request again
+	// is allowed without a hold.
+	four := pending("gw", "/deploy/four")
+	revise := decide("revise-four", v1alpha1.SessionApprovalSpec{SessionName: "gw", ApprovalID: four.ID, Decision: v1alpha1.DecisionRevise, Reason: "ticket 9", DecidedBy: "carol"})
+	if revise.Status.Phase != v1alpha1.ApprovalApplied || revise.Status.State != api.ApprovalAllowed || !strings.Contains(revise.Status.Message, "revised to version 2") {
+		t.Errorf("SessionApproval revise-four: status %+v, want Applied, allowed, the policy revised to version 2", revise.Status)
+	}
+	if code := readCode("four"); code != "200" {
+		t.Errorf("request approved by revision: %s, want 200", code)
+	}
+	if code := readCode("four-again"); code != "200" {
+		t.Errorf("the same request after the revision: %s, want 200 without a hold", code)
+	}
+	kubetest.Eventually(t, 15*time.Second, "Session gw at policy version 2", func() (bool, string) {
+		s := k.get("gw")
+		return s.Status.PolicyVersion == 2, fmt.Sprintf("policyVersion %d", s.Status.PolicyVersion)
+	})
 	kubetest.Eventually(t, 10*time.Second, "no held request in Session gw's status", func() (bool, string) {
 		s := k.get("gw")
 		return len(s.Status.PendingApprovals) == 0, fmt.Sprintf("%+v", s.Status.PendingApprovals)
@@ -338,8 +357,8 @@ watching:
 	mu.Lock()
 	got := strings.Join(calls, ", ")
 	mu.Unlock()
-	if got != "POST /deploy/one" {
-		t.Errorf("the service saw %q, want only the request allowed", got)
+	if got != "POST /deploy/one, POST /deploy/four, POST /deploy/four" {
+		t.Errorf("the service saw %q, want only the requests allowed", got)
 	}
 
 	// The node's audit says who decided, through which object.
@@ -357,7 +376,8 @@ watching:
 		fmt.Sprintf("allowed by kubernetes user \"alice\" through SessionApproval default/allow-one (uid %s): ship it", allow.UID),
 		fmt.Sprintf("denied by kubernetes user \"bob\" through SessionApproval default/deny-two (uid %s): not today", deny.UID),
 	}
-	if len(decided) != 3 || decided[0] != want[0] || decided[1] != want[1] || !strings.HasPrefix(decided[2], "denied by ") {
+	if len(decided) != 4 || decided[0] != want[0] || decided[1] != want[1] || !strings.HasPrefix(decided[2], "denied by ") ||
+		!strings.HasPrefix(decided[3], "allowed by ") || !strings.Contains(decided[3], "revis") {
 		t.Errorf("the node's audit of gw's decisions:\n%s\nwant:\n%s\nand the node's own", strings.Join(decided, "\n"), strings.Join(want, "\n"))
 	}
 	t.Logf("approvals: %s", time.Since(phase).Round(time.Millisecond))
@@ -368,7 +388,19 @@ watching:
 	// merged in its last window, 10 s: getent's repeated lookups. The
 	// events written one by one are all there.)
 	phase = time.Now()
-	before := k.get("gw").Status.Audit
+	var before *v1alpha1.AuditSummary
+	kubetest.Eventually(t, 15*time.Second, "Session gw's audit counts written with the revision's", func() (bool, string) {
+		before = k.get("gw").Status.Audit
+		if before == nil {
+			return false, "no counts"
+		}
+		for _, c := range before.Counts {
+			if c.Layer == "policy" && c.Action == "revised" && c.Count == 1 {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", before.Counts)
+	})
 	n.Kill()
 	n.Restart()
 	written := func(a *v1alpha1.AuditSummary) map[string]int64 {
@@ -396,8 +428,8 @@ watching:
 			again++
 		}
 	}
-	if again != 3 {
-		t.Errorf("after node-s's restart its audit has %d decisions on gw's requests, want the 3 before", again)
+	if again != len(decided) {
+		t.Errorf("after node-s's restart its audit has %d decisions on gw's requests, want the %d before", again, len(decided))
 	}
 	t.Logf("restart: %s", time.Since(phase).Round(time.Millisecond))
 

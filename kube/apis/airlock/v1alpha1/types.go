@@ -339,13 +339,20 @@ type SessionApproval struct {
 }
 
 // ApprovalDecision is a SessionApproval's decision.
-// +kubebuilder:validation:Enum=allow;deny
+// +kubebuilder:validation:Enum=allow;deny;revise
 type ApprovalDecision string
 
 // Decisions.
 const (
 	DecisionAllow ApprovalDecision = "allow"
 	DecisionDeny  ApprovalDecision = "deny"
+	// DecisionRevise allows the request by a revision of the session's
+	// policy (airlock approve --revise): the rule that would have allowed
+	// it is added on the node, so that every later request like it is
+	// allowed without a hold, and the Session's status.policyVersion
+	// goes up. The Session's spec is not changed. A request whose repair
+	// cannot be written as a rule is refused (it stays held).
+	DecisionRevise ApprovalDecision = "revise"
 )
 
 // SessionApprovalSpec is a decision on one held request.

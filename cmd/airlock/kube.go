@@ -43,12 +43,12 @@ type kubeOptions struct {
 // Session's node agent for its logs, end, diff, commit and audit log.
 var kubeCommands = map[string]bool{
 	"run": true, "logs": true, "wait": true, "diff": true, "commit": true, "discard": true,
-	"audit": true, "ps": true, "inspect": true, "rm": true, "exec": true, "stop": true,
+	"audit": true, "ps": true, "inspect": true, "rm": true, "exec": true, "stop": true, "attach": true,
 }
 
 func (o *kubeOptions) addFlags(root *cobra.Command) {
 	f := root.PersistentFlags()
-	f.StringVar(&o.context, "context", "", "work with the Sessions of this kubeconfig `CONTEXT`'s cluster (Kubernetes, preview) instead of airlockd's socket: run, logs, wait, diff, commit, discard, audit, exec, stop, ps, inspect, rm")
+	f.StringVar(&o.context, "context", "", "work with the Sessions of this kubeconfig `CONTEXT`'s cluster (Kubernetes, preview) instead of airlockd's socket: run, logs, wait, diff, commit, discard, audit, exec, stop, attach, ps, inspect, rm")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "with --context: the kubeconfig `FILE` (default: KUBECONFIG, else ~/.kube/config); alone it selects its current context")
 	f.StringVarP(&o.namespace, "namespace", "n", "", "with --context: the Sessions' `NAMESPACE` (default: the context's, else default)")
 }
@@ -272,7 +272,7 @@ func pinnedTransport(certPEM []byte) (*http.Transport, error) {
 // for an id.
 type kubeRouter struct{ k *kubeClient }
 
-var sessionRoute = regexp.MustCompile(`^/v1/sessions/([^/]+)/(logs|wait|diff|audit|commit|discard|exec|stop)$`)
+var sessionRoute = regexp.MustCompile(`^/v1/sessions/([^/]+)/(logs|wait|diff|audit|commit|discard|exec|stop|attach)$`)
 
 func (r kubeRouter) RoundTrip(req *http.Request) (*http.Response, error) {
 	m := sessionRoute.FindStringSubmatch(req.URL.Path)
@@ -357,7 +357,7 @@ func (c *cli) checkKubeCommand(cmd *cobra.Command) error {
 		top = top.Parent()
 	}
 	if top.HasParent() && !kubeCommands[top.Name()] && top.Name() != "help" && top.Name() != "validate" && top.Name() != "fmt" && top.Name() != "completion" {
-		return usageErrorf("airlock %s does not work with --context (Kubernetes): run, logs, wait, diff, commit, discard, audit, exec, stop, ps, inspect and rm do", top.Name())
+		return usageErrorf("airlock %s does not work with --context (Kubernetes): run, logs, wait, diff, commit, discard, audit, exec, stop, attach, ps, inspect and rm do", top.Name())
 	}
 	return nil
 }
@@ -366,10 +366,17 @@ func (c *cli) checkKubeCommand(cmd *cobra.Command) error {
 // its output and returns its exit code as an exitError, as run does
 // locally. SIGINT or SIGTERM stops waiting (the Session runs on, unless
 // rm deletes it).
-func (c *cli) kubeRun(ctx context.Context, p *policies.Policy, rm, detach bool) error {
+func (c *cli) kubeRun(ctx context.Context, p *policies.Policy, rm, detach bool, term *kubeTerminal) error {
 	k, err := c.kube()
 	if err != nil {
 		return withCode(exitDaemon, err)
+	}
+	var lt *localTerminal
+	if term != nil && !detach {
+		// Checked before anything is made: -t needs a terminal here.
+		if lt, err = c.openTerminal("-t"); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -395,7 +402,18 @@ func (c *cli) kubeRun(ctx context.Context, p *policies.Policy, rm, detach bool) 
 		fmt.Fprintln(c.stdout, name)
 		return nil
 	}
-	code, err := c.kubeFollow(ctx, k, name)
+	var code int
+	if lt != nil {
+		code, err = c.kubeTerminal(ctx, k, name, lt, term)
+		if code == detached && err == nil {
+			if rm {
+				c.warn("--rm: Session %s/%s runs on, so it stays (airlock --context %s rm %s removes it)", k.namespace, name, k.context, name)
+			}
+			return nil
+		}
+	} else {
+		code, err = c.kubeFollow(ctx, k, name)
+	}
 	select {
 	case <-interrupted:
 		err, code = fmt.Errorf("interrupted: Session %s/%s runs on (airlock --context %s rm %s)", k.namespace, name, k.context, name), exitInterrupted
@@ -419,9 +437,60 @@ func (c *cli) kubeRun(ctx context.Context, p *policies.Policy, rm, detach bool) 
 // before it says that no placement controller has looked at it.
 const unplacedAfter = 10 * time.Second
 
+// detached is kubeTerminal's code when the terminal was detached from a
+// Session that runs on.
+const detached = -1
+
+// kubeTerminal is what run -t asks of a Session's terminal.
+type kubeTerminal struct {
+	keys    []byte
+	noStdin bool
+}
+
+// kubeTerminal waits for Session name to run on a node, then connects
+// this terminal to its terminal through the node's endpoint (the Session
+// started when its node claimed it: what it showed before is in airlock
+// logs), and returns its exit code; after a detach, detached and a nil
+// error.
+func (c *cli) kubeTerminal(ctx context.Context, k *kubeClient, name string, lt *localTerminal, term *kubeTerminal) (int, error) {
+	if code, err := c.kubeWaitRunning(ctx, k, name); err != nil {
+		return code, err
+	}
+	if err := lt.raw(); err != nil {
+		return exitDaemon, err
+	}
+	defer lt.restore()
+	err := c.attachTerminal(ctx, name, term.keys, term.noStdin, lt, nil)
+	var ee *exitError
+	switch {
+	case err == nil:
+		return detached, nil // attachTerminal said so
+	case errors.As(err, &ee) && ee.err == nil:
+		return ee.code, nil
+	}
+	return exitDaemon, err
+}
+
 // kubeFollow waits for Session name to be run on a node, streams its
 // output from the node's endpoint and returns its exit code.
 func (c *cli) kubeFollow(ctx context.Context, k *kubeClient, name string) (int, error) {
+	if code, err := c.kubeWaitRunning(ctx, k, name); err != nil {
+		return code, err
+	}
+	cl := c.client()
+	if err := cl.Logs(ctx, name, api.LogsOptions{Follow: true}, c.stdout, c.stderr); err != nil {
+		return exitDaemon, fmt.Errorf("streaming the output of Session %s/%s: %w", k.namespace, name, err)
+	}
+	w, err := cl.WaitSession(ctx, name)
+	if err != nil {
+		return exitDaemon, fmt.Errorf("waiting for Session %s/%s: %w", k.namespace, name, err)
+	}
+	return w.ExitCode, nil
+}
+
+// kubeWaitRunning waits until Session name runs on a node (or ran), and
+// says why while it waits.
+func (c *cli) kubeWaitRunning(ctx context.Context, k *kubeClient, name string) (int, error) {
 	said := ""
 	began := time.Now()
 	for {
@@ -433,7 +502,7 @@ func (c *cli) kubeFollow(ctx context.Context, k *kubeClient, name string) (int, 
 		case v1alpha1.SessionFailed, v1alpha1.SessionLost:
 			return exitDaemon, fmt.Errorf("Session %s/%s %s on node %q%s", k.namespace, name, s.Status.State, s.Spec.NodeName, reasonSuffix(s))
 		case v1alpha1.SessionRunning, v1alpha1.SessionReview, v1alpha1.SessionExited:
-			goto run
+			return 0, nil
 		}
 		if msg := reasonSuffix(s); msg != said && msg != "" {
 			c.warn("Session %s/%s is %s%s", k.namespace, name, s.Status.State, msg)
@@ -451,16 +520,6 @@ func (c *cli) kubeFollow(ctx context.Context, k *kubeClient, name string) (int, 
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-run:
-	cl := c.client()
-	if err := cl.Logs(ctx, name, api.LogsOptions{Follow: true}, c.stdout, c.stderr); err != nil {
-		return exitDaemon, fmt.Errorf("streaming the output of Session %s/%s: %w", k.namespace, name, err)
-	}
-	w, err := cl.WaitSession(ctx, name)
-	if err != nil {
-		return exitDaemon, fmt.Errorf("waiting for Session %s/%s: %w", k.namespace, name, err)
-	}
-	return w.ExitCode, nil
 }
 
 // kubeSession is the Session run -f makes of a manifest: named after its

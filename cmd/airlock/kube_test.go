@@ -40,11 +40,11 @@ current-context: withtoken
 		want string
 	}{
 		{[]string{"-n", "team-a", "ps"}, "--namespace needs --context or --kubeconfig"},
-		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "attach", "x"}, "airlock attach does not work with --context"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "update", "x"}, "airlock update does not work with --context"},
 		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "approvals"}, "airlock approvals does not work with --context"},
 		{[]string{"--kubeconfig", kubeconfig, "--context", "nosuch", "ps"}, `context "nosuch" does not exist`},
 		{[]string{"--kubeconfig", kubeconfig, "--context", "certonly", "ps"}, "take bearer tokens only, not client certificates"},
-		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-t", "-f", manifest}, "-t does not work with --context"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-t", "-f", manifest}, "-t needs a terminal on stdin"},
 	} {
 		r := h.run("", tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {

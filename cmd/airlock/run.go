@@ -53,8 +53,9 @@ is removed when it ends, however it ends.
 With --context (Kubernetes, preview) run creates a Session of the manifest
 (named after its label) in the namespace, waits for a node agent to run it,
 streams its output from that node and exits with its exit code; -d prints
-the Session's name. SIGINT or SIGTERM stops waiting: the Session runs on
-unless --rm deletes it.
+the Session's name; -it connects this terminal to the Session's once its
+node runs it (what it showed before is in airlock logs). SIGINT or SIGTERM
+stops waiting: the Session runs on unless --rm deletes it.
 
 Exit codes: the command's own, 2 for a bad manifest or usage, 125 when the
 daemon fails.`,
@@ -80,10 +81,11 @@ daemon fails.`,
 			}
 			p.Terminal = tf.tty
 			if c.kubeOpts.on() {
+				var term *kubeTerminal
 				if tf.tty {
-					return usageErrorf("-t does not work with --context: a Session's terminal is not served through its node")
+					term = &kubeTerminal{keys: keys, noStdin: !tf.interactive}
 				}
-				return c.kubeRun(cmd.Context(), p, rm, detach)
+				return c.kubeRun(cmd.Context(), p, rm, detach, term)
 			}
 			if tf.tty && !detach {
 				return c.runTerminal(cmd.Context(), p, rm, !tf.interactive, keys)

@@ -89,7 +89,8 @@
 // SubjectAccessReview on the Session's subresource (get sessions/log for
 // logs and wait, get sessions/diff, get sessions/audit, update
 // sessions/commit for commit and discard, create sessions/exec for exec,
-// update sessions/stop for stop), both cached briefly (see
+// create sessions/attach for attach, update sessions/stop for stop), both
+// cached briefly (see
 // allowTTL). The Session is read fresh and must be on this node; its local
 // session is the one labelled with its uid. The client calls the node with
 // its own token, not through the API server as kubectl logs does: the

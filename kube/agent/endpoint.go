@@ -84,6 +84,9 @@ var routes = []route{
 	// (and needs the same verb there); stop ends the main process.
 	{http.MethodPost, "exec", "create", "exec"},
 	{http.MethodPost, "stop", "update", "stop"},
+	// attach joins the main process's terminal: keystrokes go to it, as
+	// pods/attach.
+	{http.MethodPost, "attach", "create", "attach"},
 }
 
 // endpoint serves GET and POST /v1/namespaces/{ns}/sessions/{name}/{action}
@@ -257,7 +260,7 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func parsePath(r *http.Request) (ns, name string, _ route, _ error) {
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	if len(parts) != 6 || parts[0] != "v1" || parts[1] != "namespaces" || parts[3] != "sessions" {
-		return "", "", route{}, fail(http.StatusNotFound, "no route for %s %s: this endpoint serves /v1/namespaces/NAMESPACE/sessions/NAME/{logs,wait,diff,audit,commit,discard,exec,stop}", r.Method, r.URL.Path)
+		return "", "", route{}, fail(http.StatusNotFound, "no route for %s %s: this endpoint serves /v1/namespaces/NAMESPACE/sessions/NAME/{logs,wait,diff,audit,commit,discard,exec,stop,attach}", r.Method, r.URL.Path)
 	}
 	ns, name = parts[2], parts[4]
 	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
@@ -268,7 +271,7 @@ func parsePath(r *http.Request) (ns, name string, _ route, _ error) {
 	}
 	i := slices.IndexFunc(routes, func(rt route) bool { return rt.action == parts[5] })
 	if i < 0 {
-		return "", "", route{}, fail(http.StatusNotFound, "no route for %s %s: this endpoint serves logs, wait, diff, audit, commit, discard, exec and stop", r.Method, r.URL.Path)
+		return "", "", route{}, fail(http.StatusNotFound, "no route for %s %s: this endpoint serves logs, wait, diff, audit, commit, discard, exec, stop and attach", r.Method, r.URL.Path)
 	}
 	if routes[i].method != r.Method {
 		return "", "", route{}, fail(http.StatusMethodNotAllowed, "%s takes %s, not %s", parts[5], routes[i].method, r.Method)

@@ -3,12 +3,16 @@ package agent_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,8 +48,8 @@ func TestExecAndStopThroughContext(t *testing.T) {
 	}
 	roles := map[string][]rbacv1.PolicyRule{
 		"carol": {
-			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions"}, Verbs: []string{"get", "list"}},
-			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions/exec"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions"}, Verbs: []string{"get", "list", "create", "delete"}},
+			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions/exec", "sessions/attach"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions/stop"}, Verbs: []string{"update"}},
 			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions/audit"}, Verbs: []string{"get"}},
 		},
@@ -110,6 +114,52 @@ func TestExecAndStopThroughContext(t *testing.T) {
 	}
 	if got := k.get("target"); got.Status.State != v1alpha1.SessionRunning {
 		t.Fatalf("after dave's refused stop: %s", got.Status.State)
+	}
+
+	// run -it: the Session's terminal, through the node endpoint, on a
+	// real pseudo-terminal here. Keys typed reach the sandbox's terminal
+	// once attached (those typed before wait in this terminal); its exit
+	// code is airlock's.
+	manifest := filepath.Join(t.TempDir(), "tty.hcl")
+	if err := os.WriteFile(manifest, fmt.Appendf(nil, "session \"tty\" {\n  image = %q\n  command = [\"sh\", \"-c\", \"read line; echo got:$line; exit 4\"]\n}\n", daemontest.AgentImage), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tty := exec.CommandContext(ctx, filepath.Join(env.BinDir, "airlock"), "--kubeconfig", kubeconfig, "--context", "carol", "run", "--rm", "-it", "-f", manifest)
+	tty.Env = []string{"HOME=/nonexistent", "PATH=/usr/bin:/bin", "TERM=xterm"}
+	ptmx, err := pty.StartWithSize(tty, &pty.Winsize{Rows: 24, Cols: 80})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var screen daemontest.SyncBuffer
+	go io.Copy(&screen, ptmx)
+	exited := make(chan int, 1)
+	go func() {
+		err := tty.Wait()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			exited <- 0
+		case errors.As(err, &ee):
+			exited <- ee.ExitCode()
+		default:
+			exited <- -1
+		}
+	}()
+	code = -2
+	for deadline := time.Now().Add(60 * time.Second); code == -2; {
+		if time.Now().After(deadline) {
+			tty.Process.Kill()
+			t.Fatalf("airlock run -it through --context: no exit after 60 s; terminal:\n%q", screen.String())
+		}
+		io.WriteString(ptmx, "hello\r")
+		select {
+		case code = <-exited:
+		case <-time.After(time.Second):
+		}
+	}
+	ptmx.Close()
+	if code != 4 || !strings.Contains(screen.String(), "got:hello") {
+		t.Errorf("carol's run -it: exit %d, terminal %q; want exit 4 and got:hello", code, screen.String())
 	}
 
 	if out, errOut, code := airlock("carol", "", "stop", "--time", "0", "target"); code != 0 || strings.TrimSpace(out) != "target" {

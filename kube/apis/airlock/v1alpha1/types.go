@@ -602,7 +602,7 @@ type AirlockNodeStatus struct {
 // request's bearer token with a TokenReview and authorizes it with a
 // SubjectAccessReview on the Session's subresource (sessions/log,
 // sessions/diff, sessions/commit, sessions/audit, sessions/exec,
-// sessions/stop), as a kubelet does.
+// sessions/attach, sessions/stop), as a kubelet does.
 type NodeEndpoint struct {
 	// Address is the endpoint's HOST:PORT.
 	// +optional

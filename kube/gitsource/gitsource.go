@@ -274,7 +274,8 @@ var ErrNothingToPush = errors.New("nothing to push: the workspace's files are th
 
 // Push makes one commit of the workspace's files (every file, as a
 // `git add -A` of it would take them: its .gitignore is honoured, its
-// .git is not read) on top of the fetched commit, with message and who as
+// .git is not read; a .git below its root refuses the push with
+// ErrNestedRepository) on top of the fetched commit, with message and who as
 // author and committer, and pushes it to url as branch (a new branch, or
 // a fast-forward of it). It returns the commit's id.
 func Push(ctx context.Context, dir, url, branch, message string, who Identity, auth *BasicAuth) (string, error) {
@@ -290,6 +291,9 @@ func Push(ctx context.Context, dir, url, branch, message string, who Identity, a
 		"GIT_INDEX_FILE=" + index,
 		"GIT_AUTHOR_NAME=" + who.Name, "GIT_AUTHOR_EMAIL=" + who.Email,
 		"GIT_COMMITTER_NAME=" + who.Name, "GIT_COMMITTER_EMAIL=" + who.Email,
+	}
+	if err := checkNoRepository(filepath.Join(dir, workspaceDir)); err != nil {
+		return "", err
 	}
 	if _, err := run(ctx, dir, env, "read-tree", baseRef); err != nil {
 		return "", err
@@ -320,6 +324,39 @@ func Push(ctx context.Context, dir, url, branch, message string, who Identity, a
 		return "", fmt.Errorf("push to branch %s of %s: %w", branch, url, err)
 	}
 	return commit, nil
+}
+
+// ErrNestedRepository is Push's error when the workspace holds a git
+// repository below its root.
+var ErrNestedRepository = errors.New("the workspace holds a git repository below its root")
+
+// checkNoRepository refuses a work tree that has a ".git" (of any type)
+// anywhere but at its root. `git add` takes a directory holding one for a
+// submodule and resolves its HEAD as root on the node, following the
+// symlinks the sandbox put there: to any file of the node, whose content
+// would be pushed as the submodule's commit id, to a fifo that blocks it,
+// or to /dev/zero, read until the node's memory runs out. No repository
+// a session fetched has one (git refuses ".git" in a tree), so only the
+// sandbox can have made it. The walk follows no symlink.
+func checkNoRepository(ws string) error {
+	return filepath.WalkDir(ws, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("take the workspace's files: %w", err)
+		}
+		if d.Name() != ".git" || p == ws {
+			return nil
+		}
+		if filepath.Dir(p) == ws {
+			// The workspace's own repository: git add never reads it
+			// (GIT_DIR is the agent's).
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		rel, _ := filepath.Rel(ws, p)
+		return fmt.Errorf("%w (%s): not pushed (remove it, or commit its files without its .git)", ErrNestedRepository, rel)
+	})
 }
 
 // hardened are the configuration settings every git command here runs

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -69,6 +70,13 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 			if w.HostPath != "" {
 				return nil, nil, fmt.Errorf("%s: spec.policy.workspaces[%d] has the same target and a host_path: leave its host_path empty for the source to fill: %w", what, j, errdefs.ErrInvalidArgument)
 			}
+			if w.Mode == policies.ModeRW {
+				// A writable workspace is the fetched directory itself,
+				// under the daemon's root: the sandbox's writes would
+				// pass the session's disk bound there, and reach the
+				// push without a commit's checks.
+				return nil, nil, fmt.Errorf("%s: spec.policy.workspaces[%d] has mode %q: a source's workspace is %q (changes reviewed and committed) or %q: %w", what, j, policies.ModeRW, policies.ModeOverlay, policies.ModeRO, errdefs.ErrInvalidArgument)
+			}
 			found = true
 		}
 		if !found {
@@ -77,6 +85,12 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 	}
 	for j, w := range pol.Workspaces {
 		if w.HostPath != "" {
+			// The daemon admits a fetched directory by its path alone:
+			// a second workspace naming it (mode "rw") would be the
+			// directory itself, unbounded and unreviewed.
+			if under(filepath.Clean(w.HostPath), filepath.Join(a.root, sourcesDir)) {
+				return nil, nil, fmt.Errorf("spec.policy.workspaces[%d] (target %s): host_path %s is where the node fetches workspace sources: name the source's target instead: %w", j, w.Target, w.HostPath, errdefs.ErrPermissionDenied)
+			}
 			continue
 		}
 		filled := false
@@ -135,6 +149,11 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 		fetched = append(fetched, v1alpha1.WorkspaceSourceStatus{Target: src.Target, Commit: f.Commit, Branch: f.Branch})
 	}
 	return owned, fetched, nil
+}
+
+// under reports whether p is dir or beneath it.
+func under(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+string(filepath.Separator))
 }
 
 // removeSources removes the fetched sources of the Session uid.

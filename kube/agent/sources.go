@@ -118,8 +118,9 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 			os.RemoveAll(dir)
 		}
 	}()
-	// A source takes at most what the session's changes may (its
-	// resources.disk, or the default or the node's bound on it).
+	// The sources together take at most what the session's changes may
+	// (its resources.disk, or the default or the node's bound on it):
+	// each is bounded by what the ones before it left.
 	maxBytes := pol.Resources.Disk
 	if maxBytes <= 0 {
 		maxBytes = policies.DefaultDisk
@@ -133,12 +134,17 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 		if err != nil {
 			return nil, nil, fmt.Errorf("spec.workspaceSources[%d] (target %s): %w", i, src.Target, err)
 		}
-		f, err := gitsource.Fetch(ctx, filepath.Join(dir, strconv.Itoa(i)), gitsource.Source{
+		if maxBytes <= 0 {
+			return nil, nil, fmt.Errorf("spec.workspaceSources[%d] (target %s): %w: the sources before it took the session's disk", i, src.Target, gitsource.ErrTooLarge)
+		}
+		srcDir := filepath.Join(dir, strconv.Itoa(i))
+		f, err := gitsource.Fetch(ctx, srcDir, gitsource.Source{
 			URL: src.Git.URL, Ref: src.Git.Ref, Depth: int(src.Git.Depth), MaxBytes: maxBytes, Auth: auth,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("spec.workspaceSources[%d] (target %s): %w", i, src.Target, err)
 		}
+		maxBytes -= gitsource.Size(srcDir)
 		log.G(ctx).Info("workspace source fetched", "target", src.Target, "url", src.Git.URL, "commit", f.Commit, "took", time.Since(began).Round(time.Millisecond))
 		for j := range pol.Workspaces {
 			if filepath.Clean(pol.Workspaces[j].Target) == filepath.Clean(src.Target) {

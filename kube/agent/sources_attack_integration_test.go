@@ -2,9 +2,11 @@ package agent_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +24,8 @@ import (
 // sandbox write that directory under the node's root itself: past the
 // session's disk bound, and into what the node pushes with none of a
 // commit's checks. Both are refused before the session runs, and the
-// directory is left as fetched.
+// directory is left as fetched. And the sources of a Session together
+// take no more of the node's disk than its changes may.
 func TestGitSourceWorkspaceIsNotTheSandboxs(t *testing.T) {
 	testutil.RequiresRoot(t)
 	env, err := daemontest.LoadEnv()
@@ -32,14 +35,16 @@ func TestGitSourceWorkspaceIsNotTheSandboxs(t *testing.T) {
 	k := startCluster(t)
 	srv := gittest.NewServer(t)
 	url := srv.Create("repo", map[string]string{"README": "from git\n"})
+	big := srv.Create("big", map[string]string{"blob": string(random(400 << 10))})
 	adm := filepath.Join(t.TempDir(), "admission.hcl")
 	if err := os.WriteFile(adm, fmt.Appendf(nil, `admission {
   host_paths = ["/tmp"]
   git_source %q {
     push_branches = ["airlock/*"]
   }
+  git_source %q {}
 }
-`, url), 0o644); err != nil {
+`, url, big), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	n := startNode(t, env, k.kubeconfig, "node-w", 16, "--node-capacity", "4", "--admission", adm)
@@ -72,9 +77,21 @@ func TestGitSourceWorkspaceIsNotTheSandboxs(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Sources together are bounded by the session's disk: eight of a
+	// repository that takes about 1.5 MB fetched (its commit in the
+	// node's repository and in the workspace's, and the checkout) do not
+	// fit in 2.5 MiB, although each would: the second is refused.
+	k.create("many", []string{"true"}, func(s *v1alpha1.Session) {
+		for _, t := range []string{"/a", "/b", "/c", "/d", "/e", "/f", "/g", "/h"} {
+			s.Spec.WorkspaceSources = append(s.Spec.WorkspaceSources, v1alpha1.WorkspaceSource{Target: t, Git: &v1alpha1.GitSource{URL: big, Ref: "main", Depth: 1}})
+		}
+		s.Spec.Policy.Resources.Disk = 5 << 19
+	})
+
 	for name, want := range map[string]string{
 		"rw":    `has mode "rw"`,
 		"alias": "is where the node fetches workspace sources",
+		"many":  "spec.workspaceSources[1] (target /b): the source is larger than its bound",
 	} {
 		var s *v1alpha1.Session
 		var last string
@@ -87,18 +104,18 @@ func TestGitSourceWorkspaceIsNotTheSandboxs(t *testing.T) {
 			}
 		}
 		if s.Status.State != v1alpha1.SessionFailed {
-			var big int64
+			var held int64
 			filepath.Walk(filepath.Join(sources, string(s.UID)), func(p string, fi os.FileInfo, err error) error {
-				if err == nil && fi.Name() == "big" {
-					big = fi.Size()
+				if st, ok := fi.Sys().(*syscall.Stat_t); err == nil && ok {
+					held += st.Blocks * 512
 				}
 				return nil
 			})
-			t.Errorf("Session %s ran (state %s, %+v): the sandbox wrote %d bytes into the fetched directory under the node's root (its disk: %d)", name, last, s.Status, big, bound)
+			t.Errorf("Session %s ran (state %s, %+v), want it failed saying %q: its fetched directories under the node's root hold %d bytes (its disk: %d)", name, last, s.Status, want, held, s.Spec.Policy.Resources.Disk)
 			continue
 		}
-		if s.Status.Reason != "refused" || !strings.Contains(s.Status.Message, want) {
-			t.Errorf("Session %s: reason %q, message %q; want refused saying %q", name, s.Status.Reason, s.Status.Message, want)
+		if !strings.Contains(s.Status.Message, want) {
+			t.Errorf("Session %s: reason %q, message %q; want it failed saying %q", name, s.Status.Reason, s.Status.Message, want)
 		}
 	}
 	for _, r := range srv.Requests() {
@@ -110,4 +127,13 @@ func TestGitSourceWorkspaceIsNotTheSandboxs(t *testing.T) {
 	if ents, _ := os.ReadDir(sources); len(ents) > 0 {
 		t.Errorf("%d fetched directories left behind", len(ents))
 	}
+}
+
+// random is n bytes that do not compress.
+func random(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
+	return b
 }

@@ -241,6 +241,10 @@ func bound(ctx context.Context, dir string, max int64) (context.Context, func())
 	return ctx, func() { close(done); cancel(nil) }
 }
 
+// Size is the space the files under dir take (blocks allocated), as
+// Source.MaxBytes counts it.
+func Size(dir string) int64 { return size(dir) }
+
 // size is the space the files under dir take (blocks allocated).
 func size(dir string) int64 {
 	var n int64

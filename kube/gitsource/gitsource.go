@@ -32,10 +32,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -55,7 +57,8 @@ type Source struct {
 	// MaxBytes bounds what the fetch may write to disk (the agent's
 	// repository and the workspace together); 0: no bound. Checked as
 	// the fetch goes (every CheckEvery), so it may be passed by what is
-	// written in that time.
+	// written in that time; the checkout's files are counted before they
+	// are written.
 	MaxBytes int64
 }
 
@@ -183,6 +186,17 @@ func Fetch(ctx context.Context, dir string, src Source) (f Fetched, err error) {
 		}
 	}
 
+	if src.MaxBytes > 0 {
+		// The checkout is measured before it is written: a small pack
+		// can hold files many times its size (one blob under many
+		// names), which a checkout writes faster than the bound is
+		// checked. The workspace's repository takes about what the
+		// agent's does.
+		if err := checkoutFits(ctx, dir, base, f.Commit, src.MaxBytes-2*size(base)); err != nil {
+			return f, err
+		}
+	}
+
 	// The workspace: a repository of its own, from the agent's.
 	ws := filepath.Join(dir, workspaceDir)
 	if _, err := run(ctx, dir, nil, "init", "-q", ws); err != nil {
@@ -213,6 +227,57 @@ func Fetch(ctx context.Context, dir string, src Source) (f Fetched, err error) {
 	}
 	f.Workspace = ws
 	return f, nil
+}
+
+// checkoutFits fails with ErrTooLarge when checking out commit of the
+// repository base takes more than room bytes (each file rounded up to a
+// 4 KiB block), without checking it out.
+func checkoutFits(ctx context.Context, dir, base, commit string, room int64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := &treeBytes{room: room, over: cancel}
+	err := runTo(ctx, dir, nil, t, "--git-dir", base, "ls-tree", "-r", "-l", "-z", "--full-tree", commit)
+	if t.n > room {
+		return fmt.Errorf("%w: its files take more than the %d bytes its repository leaves", ErrTooLarge, max(room, 0))
+	}
+	return err
+}
+
+// treeBytes adds up the sizes of the files `git ls-tree -r -l -z` writes
+// to it, rounded up to a 4 KiB block, and calls over once they pass room.
+type treeBytes struct {
+	partial []byte
+	n, room int64
+	over    func()
+}
+
+func (t *treeBytes) Write(p []byte) (int, error) {
+	if t.n > t.room {
+		return len(p), nil
+	}
+	t.partial = append(t.partial, p...)
+	for {
+		i := bytes.IndexByte(t.partial, 0)
+		if i < 0 {
+			break
+		}
+		rec := t.partial[:i]
+		t.partial = t.partial[i+1:]
+		meta, _, ok := bytes.Cut(rec, []byte{'\t'})
+		f := bytes.Fields(meta)
+		if !ok || len(f) != 4 {
+			continue
+		}
+		if n, err := strconv.ParseInt(string(f[3]), 10, 64); err == nil && n > 0 {
+			t.n += (n + 4095) &^ 4095
+		}
+		if t.n > t.room {
+			t.over()
+			return len(p), nil
+		}
+	}
+	t.partial = append([]byte(nil), t.partial...)
+	return len(p), nil
 }
 
 // bound returns a context that is cancelled with ErrTooLarge once what is
@@ -389,6 +454,15 @@ var hardened = []string{
 // environment, and returns its standard output; an error carries the
 // last lines of its standard error.
 func run(ctx context.Context, dir string, env []string, args ...string) ([]byte, error) {
+	var stdout bytes.Buffer
+	if err := runTo(ctx, dir, env, &stdout, args...); err != nil {
+		return nil, err
+	}
+	return stdout.Bytes(), nil
+}
+
+// runTo is run that writes git's standard output to stdout.
+func runTo(ctx context.Context, dir string, env []string, stdout io.Writer, args ...string) error {
 	full := make([]string, 0, 2*len(hardened)+len(args))
 	for _, c := range hardened {
 		full = append(full, "-c", c)
@@ -409,8 +483,8 @@ func run(ctx context.Context, dir string, env []string, args ...string) ([]byte,
 		"GIT_NO_REPLACE_OBJECTS=1",
 		"GIT_OPTIONAL_LOCKS=0",
 	}, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &limited{w: &stderr, n: 8 << 10}
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = stdout, &limited{w: &stderr, n: 8 << 10}
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
 		msg := strings.TrimSpace(stderr.String())
@@ -421,11 +495,11 @@ func run(ctx context.Context, dir string, env []string, args ...string) ([]byte,
 			err = fmt.Errorf("%w (%w)", err, ctx.Err())
 		}
 		if msg != "" {
-			return nil, fmt.Errorf("git %s: %w: %s", subcommand(args), err, msg)
+			return fmt.Errorf("git %s: %w: %s", subcommand(args), err, msg)
 		}
-		return nil, fmt.Errorf("git %s: %w", subcommand(args), err)
+		return fmt.Errorf("git %s: %w", subcommand(args), err)
 	}
-	return stdout.Bytes(), nil
+	return nil
 }
 
 // subcommand is the git command args run, past the options before it.

@@ -89,7 +89,7 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 			// a second workspace naming it (mode "rw") would be the
 			// directory itself, unbounded and unreviewed.
 			if under(filepath.Clean(w.HostPath), filepath.Join(a.root, sourcesDir)) {
-				return nil, nil, fmt.Errorf("spec.policy.workspaces[%d] (target %s): host_path %s is where the node fetches workspace sources: name the source's target instead: %w", j, w.Target, w.HostPath, errdefs.ErrPermissionDenied)
+				return nil, nil, fmt.Errorf("spec.policy.workspaces[%d] (target %s): host_path %s is where the node fetches workspace sources (protected): name the source's target instead: %w", j, w.Target, w.HostPath, errdefs.ErrPermissionDenied)
 			}
 			continue
 		}

@@ -429,6 +429,12 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 			if fi, err := os.Lstat(w.HostPath); err != nil || !fi.IsDir() {
 				refuse("workspace %q refused: the directory made for it is gone or not a directory", w.HostPath)
 			}
+			if w.Mode == ModeRW {
+				// Written directly, the directory under the daemon's
+				// root would take the sandbox's writes past its disk
+				// bound and past a commit's checks.
+				refuse("workspace %q refused: a directory made for the session is taken with mode %q or %q, not %q", w.HostPath, ModeOverlay, ModeRO, ModeRW)
+			}
 			continue
 		}
 		if r := hostPath("workspace", w.HostPath, w.Mode != ModeRO); r != "" {

@@ -166,6 +166,12 @@ func TestOwnedWorkspaces(t *testing.T) {
 	if _, err := a.Admit(p, NewProtected(root)); err == nil {
 		t.Error("a directory under the root admitted without being owned")
 	}
+	// Written directly (mode rw), it would take the sandbox's writes
+	// past the session's disk and a commit's checks: refused.
+	p = &Policy{Image: "x", Command: []string{"true"}, Workspaces: []Workspace{{HostPath: owned, Target: "/work", Mode: ModeRW}}}
+	if _, err := a.Admit(p, pr); err == nil || !strings.Contains(err.Error(), `not "rw"`) {
+		t.Errorf("an owned directory as a rw workspace: %v, want refused", err)
+	}
 	// A mount of it is not a workspace: refused.
 	p = &Policy{Image: "x", Command: []string{"true"}, Mounts: []Mount{{HostPath: owned, Target: "/m", ReadOnly: true}}}
 	if _, err := a.Admit(p, pr); err == nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -69,6 +70,13 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 			if w.HostPath != "" {
 				return nil, nil, fmt.Errorf("%s: spec.policy.workspaces[%d] has the same target and a host_path: leave its host_path empty for the source to fill: %w", what, j, errdefs.ErrInvalidArgument)
 			}
+			if w.Mode == policies.ModeRW {
+				// A writable workspace is the fetched directory itself,
+				// under the daemon's root: the sandbox's writes would
+				// pass the session's disk bound there, and reach the
+				// push without a commit's checks.
+				return nil, nil, fmt.Errorf("%s: spec.policy.workspaces[%d] has mode %q: a source's workspace is %q (changes reviewed and committed) or %q: %w", what, j, policies.ModeRW, policies.ModeOverlay, policies.ModeRO, errdefs.ErrInvalidArgument)
+			}
 			found = true
 		}
 		if !found {
@@ -77,6 +85,12 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 	}
 	for j, w := range pol.Workspaces {
 		if w.HostPath != "" {
+			// The daemon admits a fetched directory by its path alone:
+			// a second workspace naming it (mode "rw") would be the
+			// directory itself, unbounded and unreviewed.
+			if under(filepath.Clean(w.HostPath), filepath.Join(a.root, sourcesDir)) {
+				return nil, nil, fmt.Errorf("spec.policy.workspaces[%d] (target %s): host_path %s is where the node fetches workspace sources (protected): name the source's target instead: %w", j, w.Target, w.HostPath, errdefs.ErrPermissionDenied)
+			}
 			continue
 		}
 		filled := false
@@ -104,8 +118,9 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 			os.RemoveAll(dir)
 		}
 	}()
-	// A source takes at most what the session's changes may (its
-	// resources.disk, or the default or the node's bound on it).
+	// The sources together take at most what the session's changes may
+	// (its resources.disk, or the default or the node's bound on it):
+	// each is bounded by what the ones before it left.
 	maxBytes := pol.Resources.Disk
 	if maxBytes <= 0 {
 		maxBytes = policies.DefaultDisk
@@ -119,12 +134,17 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 		if err != nil {
 			return nil, nil, fmt.Errorf("spec.workspaceSources[%d] (target %s): %w", i, src.Target, err)
 		}
-		f, err := gitsource.Fetch(ctx, filepath.Join(dir, strconv.Itoa(i)), gitsource.Source{
+		if maxBytes <= 0 {
+			return nil, nil, fmt.Errorf("spec.workspaceSources[%d] (target %s): %w: the sources before it took the session's disk", i, src.Target, gitsource.ErrTooLarge)
+		}
+		srcDir := filepath.Join(dir, strconv.Itoa(i))
+		f, err := gitsource.Fetch(ctx, srcDir, gitsource.Source{
 			URL: src.Git.URL, Ref: src.Git.Ref, Depth: int(src.Git.Depth), MaxBytes: maxBytes, Auth: auth,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("spec.workspaceSources[%d] (target %s): %w", i, src.Target, err)
 		}
+		maxBytes -= gitsource.Size(srcDir)
 		log.G(ctx).Info("workspace source fetched", "target", src.Target, "url", src.Git.URL, "commit", f.Commit, "took", time.Since(began).Round(time.Millisecond))
 		for j := range pol.Workspaces {
 			if filepath.Clean(pol.Workspaces[j].Target) == filepath.Clean(src.Target) {
@@ -135,6 +155,11 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 		fetched = append(fetched, v1alpha1.WorkspaceSourceStatus{Target: src.Target, Commit: f.Commit, Branch: f.Branch})
 	}
 	return owned, fetched, nil
+}
+
+// under reports whether p is dir or beneath it.
+func under(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, dir+string(filepath.Separator))
 }
 
 // removeSources removes the fetched sources of the Session uid.

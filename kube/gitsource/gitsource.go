@@ -32,10 +32,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -55,7 +57,8 @@ type Source struct {
 	// MaxBytes bounds what the fetch may write to disk (the agent's
 	// repository and the workspace together); 0: no bound. Checked as
 	// the fetch goes (every CheckEvery), so it may be passed by what is
-	// written in that time.
+	// written in that time; the checkout's files are counted before they
+	// are written.
 	MaxBytes int64
 }
 
@@ -183,6 +186,17 @@ func Fetch(ctx context.Context, dir string, src Source) (f Fetched, err error) {
 		}
 	}
 
+	if src.MaxBytes > 0 {
+		// The checkout is measured before it is written: a small pack
+		// can hold files many times its size (one blob under many
+		// names), which a checkout writes faster than the bound is
+		// checked. The workspace's repository takes about what the
+		// agent's does.
+		if err := checkoutFits(ctx, dir, base, f.Commit, src.MaxBytes-2*size(base)); err != nil {
+			return f, err
+		}
+	}
+
 	// The workspace: a repository of its own, from the agent's.
 	ws := filepath.Join(dir, workspaceDir)
 	if _, err := run(ctx, dir, nil, "init", "-q", ws); err != nil {
@@ -215,6 +229,57 @@ func Fetch(ctx context.Context, dir string, src Source) (f Fetched, err error) {
 	return f, nil
 }
 
+// checkoutFits fails with ErrTooLarge when checking out commit of the
+// repository base takes more than room bytes (each file rounded up to a
+// 4 KiB block), without checking it out.
+func checkoutFits(ctx context.Context, dir, base, commit string, room int64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := &treeBytes{room: room, over: cancel}
+	err := runTo(ctx, dir, nil, t, "--git-dir", base, "ls-tree", "-r", "-l", "-z", "--full-tree", commit)
+	if t.n > room {
+		return fmt.Errorf("%w: its files take more than the %d bytes its repository leaves", ErrTooLarge, max(room, 0))
+	}
+	return err
+}
+
+// treeBytes adds up the sizes of the files `git ls-tree -r -l -z` writes
+// to it, rounded up to a 4 KiB block, and calls over once they pass room.
+type treeBytes struct {
+	partial []byte
+	n, room int64
+	over    func()
+}
+
+func (t *treeBytes) Write(p []byte) (int, error) {
+	if t.n > t.room {
+		return len(p), nil
+	}
+	t.partial = append(t.partial, p...)
+	for {
+		i := bytes.IndexByte(t.partial, 0)
+		if i < 0 {
+			break
+		}
+		rec := t.partial[:i]
+		t.partial = t.partial[i+1:]
+		meta, _, ok := bytes.Cut(rec, []byte{'\t'})
+		f := bytes.Fields(meta)
+		if !ok || len(f) != 4 {
+			continue
+		}
+		if n, err := strconv.ParseInt(string(f[3]), 10, 64); err == nil && n > 0 {
+			t.n += (n + 4095) &^ 4095
+		}
+		if t.n > t.room {
+			t.over()
+			return len(p), nil
+		}
+	}
+	t.partial = append([]byte(nil), t.partial...)
+	return len(p), nil
+}
+
 // bound returns a context that is cancelled with ErrTooLarge once what is
 // under dir takes more than max bytes, and the function that stops
 // measuring.
@@ -240,6 +305,10 @@ func bound(ctx context.Context, dir string, max int64) (context.Context, func())
 	}()
 	return ctx, func() { close(done); cancel(nil) }
 }
+
+// Size is the space the files under dir take (blocks allocated), as
+// Source.MaxBytes counts it.
+func Size(dir string) int64 { return size(dir) }
 
 // size is the space the files under dir take (blocks allocated).
 func size(dir string) int64 {
@@ -274,7 +343,8 @@ var ErrNothingToPush = errors.New("nothing to push: the workspace's files are th
 
 // Push makes one commit of the workspace's files (every file, as a
 // `git add -A` of it would take them: its .gitignore is honoured, its
-// .git is not read) on top of the fetched commit, with message and who as
+// .git is not read; a .git below its root refuses the push with
+// ErrNestedRepository) on top of the fetched commit, with message and who as
 // author and committer, and pushes it to url as branch (a new branch, or
 // a fast-forward of it). It returns the commit's id.
 func Push(ctx context.Context, dir, url, branch, message string, who Identity, auth *BasicAuth) (string, error) {
@@ -290,6 +360,9 @@ func Push(ctx context.Context, dir, url, branch, message string, who Identity, a
 		"GIT_INDEX_FILE=" + index,
 		"GIT_AUTHOR_NAME=" + who.Name, "GIT_AUTHOR_EMAIL=" + who.Email,
 		"GIT_COMMITTER_NAME=" + who.Name, "GIT_COMMITTER_EMAIL=" + who.Email,
+	}
+	if err := checkNoRepository(filepath.Join(dir, workspaceDir)); err != nil {
+		return "", err
 	}
 	if _, err := run(ctx, dir, env, "read-tree", baseRef); err != nil {
 		return "", err
@@ -322,6 +395,39 @@ func Push(ctx context.Context, dir, url, branch, message string, who Identity, a
 	return commit, nil
 }
 
+// ErrNestedRepository is Push's error when the workspace holds a git
+// repository below its root.
+var ErrNestedRepository = errors.New("the workspace holds a git repository below its root")
+
+// checkNoRepository refuses a work tree that has a ".git" (of any type)
+// anywhere but at its root. `git add` takes a directory holding one for a
+// submodule and resolves its HEAD as root on the node, following the
+// symlinks the sandbox put there: to any file of the node, whose content
+// would be pushed as the submodule's commit id, to a fifo that blocks it,
+// or to /dev/zero, read until the node's memory runs out. No repository
+// a session fetched has one (git refuses ".git" in a tree), so only the
+// sandbox can have made it. The walk follows no symlink.
+func checkNoRepository(ws string) error {
+	return filepath.WalkDir(ws, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("take the workspace's files: %w", err)
+		}
+		if d.Name() != ".git" || p == ws {
+			return nil
+		}
+		if filepath.Dir(p) == ws {
+			// The workspace's own repository: git add never reads it
+			// (GIT_DIR is the agent's).
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		rel, _ := filepath.Rel(ws, p)
+		return fmt.Errorf("%w (%s): not pushed (remove it, or commit its files without its .git)", ErrNestedRepository, rel)
+	})
+}
+
 // hardened are the configuration settings every git command here runs
 // with.
 var hardened = []string{
@@ -348,6 +454,15 @@ var hardened = []string{
 // environment, and returns its standard output; an error carries the
 // last lines of its standard error.
 func run(ctx context.Context, dir string, env []string, args ...string) ([]byte, error) {
+	var stdout bytes.Buffer
+	if err := runTo(ctx, dir, env, &stdout, args...); err != nil {
+		return nil, err
+	}
+	return stdout.Bytes(), nil
+}
+
+// runTo is run that writes git's standard output to stdout.
+func runTo(ctx context.Context, dir string, env []string, stdout io.Writer, args ...string) error {
 	full := make([]string, 0, 2*len(hardened)+len(args))
 	for _, c := range hardened {
 		full = append(full, "-c", c)
@@ -368,8 +483,8 @@ func run(ctx context.Context, dir string, env []string, args ...string) ([]byte,
 		"GIT_NO_REPLACE_OBJECTS=1",
 		"GIT_OPTIONAL_LOCKS=0",
 	}, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &limited{w: &stderr, n: 8 << 10}
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = stdout, &limited{w: &stderr, n: 8 << 10}
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
 		msg := strings.TrimSpace(stderr.String())
@@ -380,11 +495,11 @@ func run(ctx context.Context, dir string, env []string, args ...string) ([]byte,
 			err = fmt.Errorf("%w (%w)", err, ctx.Err())
 		}
 		if msg != "" {
-			return nil, fmt.Errorf("git %s: %w: %s", subcommand(args), err, msg)
+			return fmt.Errorf("git %s: %w: %s", subcommand(args), err, msg)
 		}
-		return nil, fmt.Errorf("git %s: %w", subcommand(args), err)
+		return fmt.Errorf("git %s: %w", subcommand(args), err)
 	}
-	return stdout.Bytes(), nil
+	return nil
 }
 
 // subcommand is the git command args run, past the options before it.

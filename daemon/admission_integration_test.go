@@ -605,6 +605,17 @@ func TestColdCreateTakesAPreparedSandboxesPlace(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "session refused") {
 		t.Errorf("a create over the limit with nothing prepared: %v, want the limit's refusal", err)
 	}
+	// The cold session removed: its place comes free and the pool fills
+	// again by itself.
+	if err := h.Daemon.Remove(t.Context(), s.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	ids = ids[:len(ids)-1]
+	for deadline := time.Now().Add(90 * time.Second); pool().Ready != 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool did not fill again once a place came free: %+v", pool())
+		}
+	}
 }
 
 // TestAdmissionCapabilitiesCannotLeaveTheUsers asks, under a policy that

@@ -652,6 +652,9 @@ func (d *Daemon) Remove(ctx context.Context, id string, force bool) error {
 	d.mu.Unlock()
 	d.cfg.Metrics.SessionRemoved(id)
 	log.G(ctx).Info("session removed")
+	// Its place under the session limit is free: pools that stopped
+	// filling at the limit (or gave a sandbox up to a session) go on.
+	d.pools.resume()
 	return nil
 }
 

@@ -329,11 +329,24 @@ func (w *warmPools) removeLocked(pl *pool, s *session) {
 	w.dropped[s] = true
 }
 
+// resume starts fillers for the pools short of their size: a place under
+// the session limit came free.
+func (w *warmPools) resume() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, pl := range w.pools {
+		if len(pl.ready)+pl.inflight < pl.size {
+			w.fillLocked(pl)
+		}
+	}
+}
+
 // evict tears down one ready sandbox, of the pool that holds the most, so
 // that its place under the session limit goes to a session: a prepared
 // sandbox is a head start, never a reason to refuse one. It reports
-// whether there was one. The pool fills again when a session takes one
-// of its sandboxes or it is resized, as far as the limit leaves room.
+// whether there was one. The pool fills again when a place comes free (a
+// session removed), a session takes one of its sandboxes or it is
+// resized, as far as the limit leaves room.
 func (w *warmPools) evict(ctx context.Context) bool {
 	w.mu.Lock()
 	var victim *pool

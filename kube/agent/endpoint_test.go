@@ -26,6 +26,8 @@ func TestEndpointRoutes(t *testing.T) {
 		{"POST", "/v1/namespaces/team-a/sessions/hello-x/discard", 0, "commit"},
 		{"POST", "/v1/namespaces/team-a/sessions/hello-x/exec", 0, "exec"},
 		{"POST", "/v1/namespaces/team-a/sessions/hello-x/stop", 0, "stop"},
+		{"POST", "/v1/namespaces/team-a/sessions/hello-x/attach", 0, "attach"},
+		{"GET", "/v1/namespaces/team-a/sessions/hello-x/attach", http.StatusMethodNotAllowed, ""},
 		{"GET", "/v1/namespaces/team-a/sessions/hello-x/exec", http.StatusMethodNotAllowed, ""},
 		{"PUT", "/v1/namespaces/team-a/sessions/hello-x/stop", http.StatusMethodNotAllowed, ""},
 		// Routes of the socket API that the endpoint does not serve.

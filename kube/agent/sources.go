@@ -45,6 +45,19 @@ func (a *nodeAgent) sessionSourcesDir(uid types.UID) string {
 func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *policies.Policy) (owned []string, fetched []v1alpha1.WorkspaceSourceStatus, err error) {
 	srcs := s.Spec.WorkspaceSources
 	adm := a.d.Admission()
+	// Targets are compared cleaned ("/work" and "/work/" are one), so
+	// each must be one source's alone.
+	seen := map[string]int{}
+	for i, src := range srcs {
+		t := filepath.Clean(src.Target)
+		if !filepath.IsAbs(t) {
+			return nil, nil, fmt.Errorf("spec.workspaceSources[%d]: target %q is not an absolute path: %w", i, src.Target, errdefs.ErrInvalidArgument)
+		}
+		if j, ok := seen[t]; ok {
+			return nil, nil, fmt.Errorf("spec.workspaceSources[%d] and [%d] have the same target %s: %w", j, i, t, errdefs.ErrInvalidArgument)
+		}
+		seen[t] = i
+	}
 	for i, src := range srcs {
 		what := fmt.Sprintf("spec.workspaceSources[%d] (target %s)", i, src.Target)
 		if src.Git == nil {

@@ -88,7 +88,16 @@ func TestGitSourceWorkspaceIsNotTheSandboxs(t *testing.T) {
 		s.Spec.Policy.Resources.Disk = 5 << 19
 	})
 
+	// Two sources of one target written two ways: one of them would be
+	// fetched for nothing and its push lost.
+	k.create("twice", []string{"true"}, func(s *v1alpha1.Session) {
+		for _, t := range []string{"/work", "/work/"} {
+			s.Spec.WorkspaceSources = append(s.Spec.WorkspaceSources, v1alpha1.WorkspaceSource{Target: t, Git: &v1alpha1.GitSource{URL: big, Ref: "main", Depth: 1}})
+		}
+	})
+
 	for name, want := range map[string]string{
+		"twice": "spec.workspaceSources[0] and [1] have the same target /work",
 		"rw":    `has mode "rw"`,
 		"alias": "is where the node fetches workspace sources",
 		"many":  "spec.workspaceSources[1] (target /b): the source is larger than its bound",

@@ -144,7 +144,7 @@ func (b *baseline) underMount(rel string) bool {
 // writeBaseline stores entries as JSON lines, atomically.
 func writeBaseline(file string, entries []entry) error {
 	return writeFileAtomic(file, func(w io.Writer) error {
-		bw := bufio.NewWriterSize(w, 1<<16)
+		bw := bufio.NewWriterSize(w, bufferSize(int64(len(entries))*entryBytes))
 		enc := json.NewEncoder(bw)
 		for i := range entries {
 			if err := enc.Encode(&entries[i]); err != nil {
@@ -162,7 +162,11 @@ func readBaseline(file string) (*baseline, error) {
 	}
 	defer f.Close()
 	var entries []entry
-	dec := json.NewDecoder(bufio.NewReaderSize(f, 1<<16))
+	size := int64(maxBuffer)
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
+	dec := json.NewDecoder(bufio.NewReaderSize(f, bufferSize(size)))
 	for {
 		var e entry
 		err := dec.Decode(&e)
@@ -212,10 +216,22 @@ func writeFileAtomic(file string, write func(io.Writer) error) (retErr error) {
 
 func writeJSONAtomic(file string, v any) error {
 	return writeFileAtomic(file, func(w io.Writer) error {
-		bw := bufio.NewWriterSize(w, 1<<16)
-		if err := json.NewEncoder(bw).Encode(v); err != nil {
-			return err
-		}
-		return bw.Flush()
+		// The encoder encodes the whole value, then writes it at once.
+		return json.NewEncoder(w).Encode(v)
 	})
+}
+
+// A baseline's buffers are sized to the file, up to maxBuffer: a large
+// workspace's baseline is written and read in few system calls, while a
+// small one, written several times in every session's life, does not
+// make a 64 KiB buffer each time.
+const (
+	minBuffer = 4 << 10
+	maxBuffer = 64 << 10
+	// entryBytes is about what one entry takes in the file.
+	entryBytes = 128
+)
+
+func bufferSize(size int64) int {
+	return int(min(max(size, minBuffer), maxBuffer))
 }

@@ -273,6 +273,8 @@ type flowConn struct {
 	ahead []byte
 	r, w  int
 	err   error
+	// large: a read filled a small read-ahead; reads are readAheadSize.
+	large bool
 
 	// beforeWait, when set, is called before a read that goes to the
 	// socket, which may wait: a response body's client writes held
@@ -285,9 +287,30 @@ type flowConn struct {
 // download's writes to the client are sent before each read that goes
 // to the socket (beforeWait): the larger the read, the fewer and larger
 // both are. The buffer is held only while it holds bytes.
-const readAheadSize = 256 << 10
+//
+// A connection reads ahead smallReadAhead bytes until a read fills them:
+// most responses through the gateway are small, and a pool's buffers do
+// not outlive two garbage collections, which come every session or two
+// in a busy daemon, so every small response made a new 256 KiB buffer
+// (and a write-behind one). Only a connection whose read fills the small
+// buffer, a download, reads readAheadSize at a time from then on.
+const (
+	readAheadSize  = 256 << 10
+	smallReadAhead = 16 << 10
+)
 
-var readAheadBuffers = sync.Pool{New: func() any { b := make([]byte, readAheadSize); return &b }}
+var (
+	readAheadBuffers      = sync.Pool{New: func() any { b := make([]byte, readAheadSize); return &b }}
+	smallReadAheadBuffers = sync.Pool{New: func() any { b := make([]byte, smallReadAhead); return &b }}
+)
+
+// readAheadPool is the pool of read-ahead buffers of buf's size.
+func readAheadPool(buf []byte) *sync.Pool {
+	if cap(buf) == readAheadSize {
+		return &readAheadBuffers
+	}
+	return &smallReadAheadBuffers
+}
 
 func (c *flowConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
@@ -305,11 +328,18 @@ func (c *flowConn) Read(p []byte) (int, error) {
 		if len(p) >= readAheadSize {
 			return c.Conn.Read(p)
 		}
-		bp := readAheadBuffers.Get().(*[]byte)
+		pool := &smallReadAheadBuffers
+		if c.large {
+			pool = &readAheadBuffers
+		}
+		bp := pool.Get().(*[]byte)
 		n, err := c.Conn.Read(*bp)
 		if n == 0 {
-			readAheadBuffers.Put(bp)
+			pool.Put(bp)
 			return 0, err
+		}
+		if n == len(*bp) {
+			c.large = true
 		}
 		c.ahead, c.r, c.w, c.err = *bp, 0, n, err
 	}
@@ -318,7 +348,7 @@ func (c *flowConn) Read(p []byte) (int, error) {
 	if c.r == c.w {
 		buf := c.ahead
 		c.ahead, c.r, c.w = nil, 0, 0
-		readAheadBuffers.Put(&buf)
+		readAheadPool(buf).Put(&buf)
 	}
 	return n, nil
 }
@@ -1467,16 +1497,32 @@ type closeNotifyConn struct {
 	// +checklocks:wmu
 	holding bool
 	// +checklocks:wmu
-	behind *[]byte // held writes, a buffer lent by writeBehindBuffers
+	behind *[]byte // held writes, a buffer lent by smallWriteBehindBuffers or writeBehindBuffers
 	// +checklocks:wmu
 	werr error // a failed write of held bytes, returned by every later Write
 }
 
 // writeBehindSize bounds the bytes a client connection holds behind: a
-// read-ahead's worth of records.
-const writeBehindSize = readAheadSize + 16<<10
+// read-ahead's worth of records. Held writes go to a buffer of a small
+// read-ahead's worth first, moved to one of writeBehindSize only when
+// they outgrow it (a download's).
+const (
+	writeBehindSize      = readAheadSize + 16<<10
+	smallWriteBehindSize = smallReadAhead + 16<<10
+)
 
-var writeBehindBuffers = sync.Pool{New: func() any { b := make([]byte, 0, writeBehindSize); return &b }}
+var (
+	writeBehindBuffers      = sync.Pool{New: func() any { b := make([]byte, 0, writeBehindSize); return &b }}
+	smallWriteBehindBuffers = sync.Pool{New: func() any { b := make([]byte, 0, smallWriteBehindSize); return &b }}
+)
+
+// writeBehindPool is the pool of write-behind buffers of buf's size.
+func writeBehindPool(buf []byte) *sync.Pool {
+	if cap(buf) == writeBehindSize {
+		return &writeBehindBuffers
+	}
+	return &smallWriteBehindBuffers
+}
 
 func (c *closeNotifyConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
@@ -1495,7 +1541,15 @@ func (c *closeNotifyConn) Write(p []byte) (int, error) {
 		return c.Conn.Write(p)
 	}
 	if c.behind == nil {
-		c.behind = writeBehindBuffers.Get().(*[]byte)
+		c.behind = smallWriteBehindBuffers.Get().(*[]byte)
+	}
+	if b := *c.behind; len(b)+len(p) > cap(b) {
+		// Outgrown: the held bytes move to a large buffer.
+		large := writeBehindBuffers.Get().(*[]byte)
+		*large = append((*large)[:0], b...)
+		*c.behind = b[:0]
+		smallWriteBehindBuffers.Put(c.behind)
+		c.behind = large
 	}
 	*c.behind = append(*c.behind, p...)
 	return len(p), nil
@@ -1512,7 +1566,7 @@ func (c *closeNotifyConn) flushLocked() error {
 		_, err = c.Conn.Write(b)
 	}
 	*c.behind = b[:0]
-	writeBehindBuffers.Put(c.behind)
+	writeBehindPool(b).Put(c.behind)
 	c.behind = nil
 	if err != nil {
 		c.werr = err

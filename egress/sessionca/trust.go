@@ -105,7 +105,7 @@ func trustOpts(dir string, read bundleReader) []oci.SpecOpts {
 			if target == "" {
 				target = SystemBundlePaths[0]
 			}
-			if err := atomicfile.Write(dir, BundleFile, Bundle(system, caPEM), 0o444, -1, -1); err != nil {
+			if err := atomicfile.WriteParts(dir, BundleFile, bundleParts(system, caPEM), 0o444, -1, -1); err != nil {
 				return fmt.Errorf("session CA: write the sandbox's bundle: %w", err)
 			}
 			opts := []string{"rbind", "ro", "nosuid", "nodev", "noexec"}
@@ -121,15 +121,15 @@ func trustOpts(dir string, read bundleReader) []oci.SpecOpts {
 	}
 }
 
-// Bundle is system (a PEM bundle, possibly empty) followed by the CA
-// certificate caPEM, with a newline between them when system lacks one.
-func Bundle(system, caPEM []byte) []byte {
-	out := make([]byte, 0, len(system)+1+len(caPEM))
-	out = append(out, system...)
-	if len(out) > 0 && out[len(out)-1] != '\n' {
-		out = append(out, '\n')
+// bundleParts are the parts of the sandbox's bundle: system (a PEM
+// bundle, possibly empty; the image's cached copy, written as it is, not
+// copied) followed by the CA certificate caPEM, with a newline between
+// them when system lacks one.
+func bundleParts(system, caPEM []byte) [][]byte {
+	if len(system) > 0 && system[len(system)-1] != '\n' {
+		return [][]byte{system, []byte("\n"), caPEM}
 	}
-	return append(out, caPEM...)
+	return [][]byte{system, caPEM}
 }
 
 // imageBundles caches the system bundle of each image's rootfs, keyed by

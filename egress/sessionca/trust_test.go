@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -176,4 +177,50 @@ func TestFindBundle(t *testing.T) {
 			t.Errorf("findBundle of an empty root = %q, %q, %v", p, b, err)
 		}
 	})
+}
+
+// TestTrustOptsNoBundleCopy: every session writes the image's system
+// bundle (Debian's is over 200 KiB) with its CA after it; the bundle is
+// written from the image's cached copy, not copied whole into a new one
+// for every session (a large allocation each, 8 at a time in the soak).
+func TestTrustOptsNoBundleCopy(t *testing.T) {
+	system := bytes.Repeat([]byte("-----BEGIN CERTIFICATE-----\nroot\n-----END CERTIFICATE-----\n"), 8<<10)
+	dir := t.TempDir()
+	ca, err := New("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	read := func(context.Context, oci.Client, *containers.Container) (string, []byte, error) {
+		return "/etc/ssl/certs/ca-certificates.crt", system, nil
+	}
+	opts := trustOpts(dir, read)
+	apply := func() {
+		spec := &oci.Spec{Process: &specs.Process{}}
+		if err := opts[0](t.Context(), nil, &containers.Container{ID: "s"}, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply()
+	var before, after runtime.MemStats
+	const runs = 5
+	runtime.ReadMemStats(&before)
+	for range runs {
+		apply()
+	}
+	runtime.ReadMemStats(&after)
+	perRun := (after.TotalAlloc - before.TotalAlloc) / runs
+	t.Logf("%d bytes allocated a session, system bundle %d bytes", perRun, len(system))
+	if perRun >= uint64(len(system))/2 {
+		t.Errorf("writing the bundle allocated %d bytes a session with a system bundle of %d; want far less than the bundle", perRun, len(system))
+	}
+	got, err := os.ReadFile(filepath.Join(dir, BundleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := append(slices.Clone(system), ca.CertPEM()...); !bytes.Equal(got, want) {
+		t.Errorf("bundle of %d bytes, want the system's %d and the CA", len(got), len(system))
+	}
 }

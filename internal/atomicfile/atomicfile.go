@@ -35,7 +35,13 @@ func CheckName(name string) error {
 // before any byte is written; the file is synced, renamed over name, and
 // the directory synced. dir is opened with os.OpenRoot, so a symlink in dir
 // cannot redirect the write elsewhere. On error nothing is left behind.
-func Write(dir, name string, data []byte, perm fs.FileMode, uid, gid int) (retErr error) {
+func Write(dir, name string, data []byte, perm fs.FileMode, uid, gid int) error {
+	return WriteParts(dir, name, [][]byte{data}, perm, uid, gid)
+}
+
+// WriteParts is Write of the parts one after the other, without joining
+// them into one slice first (a large part is not copied).
+func WriteParts(dir, name string, parts [][]byte, perm fs.FileMode, uid, gid int) (retErr error) {
 	if err := CheckName(name); err != nil {
 		return err
 	}
@@ -69,8 +75,10 @@ func Write(dir, name string, data []byte, perm fs.FileMode, uid, gid int) (retEr
 			return err
 		}
 	}
-	if _, err := f.Write(data); err != nil {
-		return err
+	for _, p := range parts {
+		if _, err := f.Write(p); err != nil {
+			return err
+		}
 	}
 	if err := f.Sync(); err != nil {
 		return err

@@ -19,23 +19,34 @@ import (
 // Under returns the mount points at or beneath dir in this process's mount
 // namespace, deepest first; mounts stacked on one path are listed once per
 // layer.
+//
+// The table is scanned a line at a time from the file, and only the
+// mount points kept are made strings: it is read several times for every
+// session, with every other session's mounts in it, and what a call
+// allocates must not grow with the mounts it skips.
 func Under(dir string) ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
+	defer f.Close()
 	dir = filepath.Clean(dir)
 	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
+		mp, ok := mountPoint(sc.Bytes())
+		if !ok {
 			continue
 		}
-		mp := Unescape(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
+		if bytes.IndexByte(mp, '\\') >= 0 {
+			// An escaped name (a space, a tab, a newline or a
+			// backslash in it): compared unescaped.
+			if u := Unescape(string(mp)); isUnder(u, dir) {
+				out = append(out, u)
+			}
+		} else if isUnder(string(mp), dir) {
+			out = append(out, string(mp))
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -43,6 +54,29 @@ func Under(dir string) ([]string, error) {
 	}
 	slices.SortStableFunc(out, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	return out, nil
+}
+
+// mountPoint is the fifth field of a mountinfo line, still escaped.
+func mountPoint(line []byte) ([]byte, bool) {
+	for range 4 {
+		i := bytes.IndexByte(line, ' ')
+		if i < 0 {
+			return nil, false
+		}
+		line = line[i+1:]
+	}
+	if i := bytes.IndexByte(line, ' '); i >= 0 {
+		line = line[:i]
+	}
+	return line, len(line) > 0
+}
+
+// isUnder reports whether mount point mp is dir or beneath it.
+func isUnder(mp, dir string) bool {
+	if !strings.HasPrefix(mp, dir) {
+		return false
+	}
+	return len(mp) == len(dir) || mp[len(dir)] == '/'
 }
 
 // UnmountAll detaches every mount at or beneath dir, deepest first. Mounts

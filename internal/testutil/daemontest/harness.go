@@ -345,3 +345,10 @@ func staticIssuer() string {
 	_, file, _, _ := goruntime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "..", "examples", "issuers", "static-file.sh")
 }
+
+// Cap is the capacity of the buffer, what it holds in memory.
+func (b *SyncBuffer) Cap() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Cap()
+}

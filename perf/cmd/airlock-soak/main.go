@@ -73,8 +73,12 @@ type options struct {
 	logLevel           string
 	// heapProfiles, when set, is a directory where each settled
 	// sample's heap profile is saved, airlockd running with heap
-	// profiling on (GODEBUG=memprofilerate=524288, Go's default rate).
+	// profiling on (GODEBUG=memprofilerate=heapProfileRate).
 	heapProfiles string
+	// heapProfileRate is the bytes allocated per sampled allocation
+	// (Go's default, 524288, unless -heap-profile-rate): 1 records every
+	// allocation, to see the small ones a session leaves behind.
+	heapProfileRate int
 	// smaps, when set, is a directory where airlockd's /proc/PID/smaps
 	// is saved at every settled sample.
 	smaps string
@@ -91,6 +95,7 @@ func main() {
 	flag.Uint64Var(&o.seed, "seed", 0, "seed of the kinds, exit codes and fault points (0: from the clock; reported)")
 	flag.StringVar(&o.logLevel, "daemon-log-level", "warn", "airlockd's --log-level")
 	flag.StringVar(&o.heapProfiles, "heap-profiles", "", "run airlockd with heap profiling on and save its heap profile at every settled sample into `DIR` (heap-INCARNATION-SESSIONS.pb.gz; compare two with go tool pprof -base); profiling costs memory of its own, so the slopes of such a run are not the daemon's")
+	flag.IntVar(&o.heapProfileRate, "heap-profile-rate", 524288, "with -heap-profiles, airlockd's GODEBUG=memprofilerate: bytes allocated per sampled allocation (1 records every one, slowly)")
 	flag.StringVar(&o.smaps, "smaps", "", "save airlockd's /proc/PID/smaps at every settled sample into `DIR` (smaps-INCARNATION-SESSIONS.txt), to see which of its mappings grow")
 	flag.Parse()
 	if o.seed == 0 {
@@ -164,7 +169,7 @@ func (d *daemon) start(ctx context.Context) error {
 	cmd := exec.Command(filepath.Join(d.o.binDir, "airlockd"), d.args...)
 	cmd.Stdout, cmd.Stderr = d.logf, d.logf
 	if d.o.heapProfiles != "" {
-		cmd.Env = append(os.Environ(), "GODEBUG=memprofilerate=524288")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("GODEBUG=memprofilerate=%d", d.o.heapProfileRate))
 	}
 	if err := cmd.Start(); err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,8 +33,10 @@ func Under(dir string) ([]string, error) {
 	defer f.Close()
 	dir = filepath.Clean(dir)
 	var out []string
+	bp := lineBufs.Get().(*[]byte)
+	defer lineBufs.Put(bp)
 	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
+	sc.Buffer(*bp, 1<<20)
 	for sc.Scan() {
 		mp, ok := mountPoint(sc.Bytes())
 		if !ok {
@@ -55,6 +58,11 @@ func Under(dir string) ([]string, error) {
 	slices.SortStableFunc(out, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	return out, nil
 }
+
+// lineBufs hold the scanners' buffers: a line of an overlay mount with
+// many layers runs to kilobytes, and a buffer grown for it anew at every
+// call would make what a call allocates depend on the other mounts.
+var lineBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // mountPoint is the fifth field of a mountinfo line, still escaped.
 func mountPoint(line []byte) ([]byte, bool) {

@@ -265,6 +265,11 @@ func (w *warmPools) fill(pl *pool) {
 			select {
 			case <-time.After(wait):
 			case <-w.ctx.Done():
+				// The daemon stops: no more tries.
+				w.mu.Lock()
+				pl.fillers--
+				w.mu.Unlock()
+				return
 			}
 			continue
 		}

@@ -185,9 +185,7 @@ func TestPoolRefillsInParallel(t *testing.T) {
 // them); nothing when no pool has the label.
 func TestPoolWhyCold(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	block := make(chan struct{})
-	defer close(block)
 	w := &warmPools{
 		prepare: func(ctx context.Context, p policies.Policy) (*session, error) {
 			<-block // never ready
@@ -213,4 +211,8 @@ func TestPoolWhyCold(t *testing.T) {
 	if why := w.whyCold(poolKey(&unpooled), &unpooled); why != "" {
 		t.Errorf("no pool of its label: %q", why)
 	}
+	// The daemon stops: its filler's prepare fails and it tries no more.
+	cancel()
+	close(block)
+	w.wg.Wait()
 }

@@ -1,6 +1,8 @@
 package agent_test
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,7 +14,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -230,4 +235,62 @@ func startWorld(t *testing.T, prefix, host string, h http.Handler) []string {
 	}
 	return []string{"--uplink", "netns:" + w.NetnsName(), "--dns-upstream", w.DNSAddr().String(),
 		"--allow-private", w.Net().String(), "--upstream-ca", caFile}
+}
+
+// userContexts makes, for each user of roles, a ServiceAccount in ns with
+// a Role of its rules there and the right to get AirlockNodes (the CLI
+// reads a Session's node), and writes a kubeconfig with a context of each
+// user's name on the cluster; it returns the kubeconfig and the tokens.
+func userContexts(t *testing.T, k *cluster, ns string, roles map[string][]rbacv1.PolicyRule) (string, map[string]string) {
+	t.Helper()
+	nodeReader := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "airlock-node-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"airlock.dev"}, Resources: []string{"airlocknodes"}, Verbs: []string{"get"}}}}
+	if err := k.c.Create(t.Context(), nodeReader); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tokens := map[string]string{}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: k.cp.Config.Host, CertificateAuthorityData: k.cp.Config.CAData}
+	for user, rules := range roles {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user}}
+		subj := []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: user}}
+		tokens[user] = serviceAccountToken(t, k.c, sa,
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user}, Rules: rules},
+			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user}, Subjects: subj,
+				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: user}},
+			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "airlock-node-reader-" + user}, Subjects: subj,
+				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: nodeReader.Name}})
+		kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: tokens[user]}
+		kc.Contexts[user] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: user, Namespace: ns}
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "users.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig, tokens
+}
+
+// airlockAs returns a runner of the airlock CLI of env with --kubeconfig
+// kubeconfig and --context user: the command's stdout, stderr and exit
+// code, stdin given.
+func airlockAs(t *testing.T, env daemontest.Env, kubeconfig string) func(user, stdin string, args ...string) (stdout, stderr string, code int) {
+	return func(user, stdin string, args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), filepath.Join(env.BinDir, "airlock"), append([]string{"--kubeconfig", kubeconfig, "--context", user}, args...)...)
+		cmd.Env = []string{"HOME=/nonexistent", "PATH=/usr/bin:/bin"}
+		cmd.Stdin = strings.NewReader(stdin)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		var ee *exec.ExitError
+		code := 0
+		switch {
+		case err == nil:
+		case errors.As(err, &ee):
+			code = ee.ExitCode()
+		default:
+			t.Fatalf("airlock %v: %v", args, err)
+		}
+		return o.String(), e.String(), code
+	}
 }

@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -13,11 +12,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
@@ -41,11 +36,6 @@ func TestExecAndStopThroughContext(t *testing.T) {
 	ctx := t.Context()
 	n := startNode(t, env, k.kubeconfig, "node-x", 14, "--node-capacity", "2", "--kubernetes-advertise-address", "localhost")
 
-	nodeReader := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "airlock-node-reader"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"airlock.dev"}, Resources: []string{"airlocknodes"}, Verbs: []string{"get"}}}}
-	if err := k.c.Create(ctx, nodeReader); err != nil {
-		t.Fatal(err)
-	}
 	roles := map[string][]rbacv1.PolicyRule{
 		"carol": {
 			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions"}, Verbs: []string{"get", "list", "create", "delete"}},
@@ -58,42 +48,8 @@ func TestExecAndStopThroughContext(t *testing.T) {
 			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions/log"}, Verbs: []string{"get"}},
 		},
 	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: k.cp.Config.Host, CertificateAuthorityData: k.cp.Config.CAData}
-	for user, rules := range roles {
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: user}}
-		subj := []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: user}}
-		token := serviceAccountToken(t, k.c, sa,
-			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: user}, Rules: rules},
-			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: user}, Subjects: subj,
-				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: user}},
-			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "airlock-node-reader-" + user}, Subjects: subj,
-				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: nodeReader.Name}})
-		kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
-		kc.Contexts[user] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: user, Namespace: "default"}
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "users.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	airlock := func(user, stdin string, args ...string) (stdout, stderr string, code int) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, filepath.Join(env.BinDir, "airlock"), append([]string{"--kubeconfig", kubeconfig, "--context", user}, args...)...)
-		cmd.Env = []string{"HOME=/nonexistent", "PATH=/usr/bin:/bin"}
-		cmd.Stdin = strings.NewReader(stdin)
-		var o, e bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &o, &e
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case err == nil:
-		case errors.As(err, &ee):
-			code = ee.ExitCode()
-		default:
-			t.Fatalf("airlock %v: %v", args, err)
-		}
-		return o.String(), e.String(), code
-	}
+	kubeconfig, _ := userContexts(t, k, "default", roles)
+	airlock := airlockAs(t, env, kubeconfig)
 
 	k.create("target", sleep("300"))
 	s := k.waitState("target", v1alpha1.SessionRunning, 60*time.Second)

@@ -23,8 +23,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -67,7 +65,7 @@ func TestNodeEndpoint(t *testing.T) {
 	}
 	began := time.Now()
 	k := startCluster(t)
-	cp, c, adminKubeconfig := k.cp, k.c, k.kubeconfig
+	c, adminKubeconfig := k.c, k.kubeconfig
 	ctx := t.Context()
 	// Published by name: the CLI dials what the AirlockNode says.
 	n := startNode(t, env, adminKubeconfig, "node-e", 5, "--node-capacity", "4", "--kubernetes-advertise-address", "localhost")
@@ -98,49 +96,11 @@ func TestNodeEndpoint(t *testing.T) {
 			{APIGroups: []string{"airlock.dev"}, Resources: []string{"sessions"}, Verbs: []string{"create", "get", "list"}},
 		},
 	}
-	// Both read AirlockNodes, as the CLI does to find a Session's node.
-	nodeReader := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "airlock-node-reader"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"airlock.dev"}, Resources: []string{"airlocknodes"}, Verbs: []string{"get"}}}}
-	if err := c.Create(ctx, nodeReader); err != nil {
-		t.Fatal(err)
-	}
-	tokens := map[string]string{}
-	for user, rules := range roles {
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: user}}
-		subj := []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "team-a", Name: user}}
-		tokens[user] = serviceAccountToken(t, c, sa,
-			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: user}, Rules: rules},
-			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: user}, Subjects: subj,
-				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: user}},
-			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "airlock-node-reader-" + user}, Subjects: subj,
-				RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: nodeReader.Name}})
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "users.kubeconfig")
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: cp.Config.Host, CertificateAuthorityData: cp.Config.CAData}
-	for user, token := range tokens {
-		kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
-		kc.Contexts[user] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: user, Namespace: "team-a"}
-	}
-	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig, tokens := userContexts(t, k, "team-a", roles)
+	airlockIn := airlockAs(t, env, kubeconfig)
 	airlock := func(user string, args ...string) (stdout, stderr string, code int) {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, filepath.Join(env.BinDir, "airlock"), append([]string{"--kubeconfig", kubeconfig, "--context", user}, args...)...)
-		cmd.Env = []string{"HOME=/nonexistent", "PATH=/usr/bin:/bin"}
-		var o, e bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &o, &e
-		err := cmd.Run()
-		var ee *exec.ExitError
-		switch {
-		case err == nil:
-		case errors.As(err, &ee):
-			code = ee.ExitCode()
-		default:
-			t.Fatalf("airlock %v: %v", args, err)
-		}
-		return o.String(), e.String(), code
+		return airlockIn(user, "", args...)
 	}
 
 	// alice runs a manifest: its output streamed, its exit code hers.

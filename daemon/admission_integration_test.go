@@ -419,18 +419,25 @@ func TestAirlockdAdmissionFlags(t *testing.T) {
 	}
 }
 
+// limitSessions has the test daemon admit at most n sessions and
+// prepared sandboxes until the test ends.
+func limitSessions(t *testing.T, n int) {
+	t.Helper()
+	a, diags := policies.DecodeAdmission("admission.hcl", []byte("admission {\n  host_paths = [\"/\"]\n  limits {\n    sessions = "+strconv.Itoa(n)+"\n  }\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	old := h.Daemon.SwapAdmission(a)
+	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+}
+
 // TestPoolFillsWithinSessionLimit checks that a warm pool asked for by a
 // create fills only up to the session limit, and says why it stopped.
 func TestPoolFillsWithinSessionLimit(t *testing.T) {
 	testutil.RequiresRoot(t)
 	st := stateOf(t)
 	// Room for the session and one prepared sandbox.
-	a, diags := policies.DecodeAdmission("admission.hcl", []byte("admission {\n  host_paths = [\"/\"]\n  limits {\n    sessions = "+strconv.Itoa(st.sessions+st.pooled+2)+"\n  }\n}\n"))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	old := h.Daemon.SwapAdmission(a)
-	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+	limitSessions(t, st.sessions+st.pooled+2)
 	p := policy("sleep", "60")
 	p.Label = "limited-pool"
 	p.Pool = &policies.Pool{Size: 3}
@@ -480,12 +487,7 @@ func TestWarmClaimStaysWithinSessionLimit(t *testing.T) {
 	testutil.RequiresRoot(t)
 	st := stateOf(t)
 	limit := st.sessions + st.pooled + 2
-	a, diags := policies.DecodeAdmission("admission.hcl", []byte("admission {\n  host_paths = [\"/\"]\n  limits {\n    sessions = "+strconv.Itoa(limit)+"\n  }\n}\n"))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	old := h.Daemon.SwapAdmission(a)
-	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+	limitSessions(t, limit)
 	p := policy("sleep", "60")
 	p.Label = "claim-limit"
 	p.Pool = &policies.Pool{Size: 1}
@@ -545,12 +547,7 @@ func TestColdCreateTakesAPreparedSandboxesPlace(t *testing.T) {
 	testutil.RequiresRoot(t)
 	st := stateOf(t)
 	limit := st.sessions + st.pooled + 2
-	a, diags := policies.DecodeAdmission("admission.hcl", []byte("admission {\n  host_paths = [\"/\"]\n  limits {\n    sessions = "+strconv.Itoa(limit)+"\n  }\n}\n"))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	old := h.Daemon.SwapAdmission(a)
-	t.Cleanup(func() { h.Daemon.SwapAdmission(old) })
+	limitSessions(t, limit)
 	pooled := policy("sleep", "60")
 	pooled.Label = "yielding-pool"
 	pooled.Pool = &policies.Pool{Size: 1}

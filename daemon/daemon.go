@@ -807,8 +807,16 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		tally := newAuditTally(filepath.Join(dir, audit.File), auditSize(dir))
 		s := &session{d: d, dir: dir, audit: d.newAudit(dir, rec.Policy.Resources.AuditSize, tally), tally: tally, rec: *rec, exited: make(chan struct{})}
 		s.audit.SetPolicyVersion(rec.version())
-		if s.fs, err = d.fs.load(s.dir, id); err != nil {
+		if rec.Dropping != "" {
+			s.finishDrop(sctx)
+		} else if s.fs, err = d.fs.load(sctx, s.dir, id); err != nil {
 			log.G(sctx).Error("load workspace state", "error", err)
+		} else if s.fs == nil && s.rec.Review {
+			// Its state is gone, by a removal a daemon without
+			// record.Dropping began: nothing is left to review.
+			log.G(sctx).Warn("the changes kept for review are gone; the session has none to review")
+			s.rec.Review = false
+			_ = s.save()
 		}
 		end, err := s.readopt(sctx)
 		if end != nil {

@@ -63,13 +63,21 @@ func (w *workspaces) setup(ctx context.Context, sessionDir, id string, p *polici
 	return fs, nil
 }
 
-// load re-opens a session's filesystem state after a restart.
-func (w *workspaces) load(sessionDir, id string) (*fsscope.Session, error) {
+// load re-opens a session's filesystem state after a restart. State
+// whose removal a killed daemon began (fsscope removes its state file
+// first) holds no session: what is left of it is removed, and load
+// returns nil.
+func (w *workspaces) load(ctx context.Context, sessionDir, id string) (*fsscope.Session, error) {
 	dir := filepath.Join(sessionDir, fsDir)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	return fsscope.Load(dir, fsscope.WithReadAudit(w.readAudit, id))
+	fs, err := fsscope.Load(dir, fsscope.WithReadAudit(w.readAudit, id))
+	if errdefs.IsNotFound(err) {
+		log.G(ctx).Info("finishing the removal of workspace state begun before the restart")
+		return nil, cleanupFS(ctx, sessionDir)
+	}
+	return fs, err
 }
 
 // finishFS runs once the sandbox is gone: it unmounts the session's view
@@ -210,24 +218,50 @@ func (d *Daemon) Discard(ctx context.Context, id string) error {
 }
 
 // dropReview removes the kept upper directories once nothing is left to
-// review, and records the outcome in the change summary.
+// review, and records the outcome in the change summary. The outcome is
+// saved before the removal starts (record.Dropping): a daemon killed in
+// the middle of it leaves the next one what was decided.
 func (s *session) dropReview(ctx context.Context, outcome string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fs == nil {
 		return
 	}
+	s.rec.Dropping = outcome
+	if err := s.saveLocked(); err != nil {
+		log.G(ctx).Warn("remove reviewed workspace state: record the outcome", "session", s.rec.ID, "error", err)
+	}
 	if err := s.fs.Teardown(ctx, false); err != nil {
 		log.G(ctx).Warn("remove reviewed workspace state", "session", s.rec.ID, "error", err)
 		return
 	}
 	s.fs = nil
-	s.rec.Review = false
+	s.reviewedLocked(outcome)
+	_ = s.saveLocked()
+}
+
+// reviewedLocked records that the changes under review were committed or
+// discarded.
+func (s *session) reviewedLocked(outcome string) {
+	s.rec.Review, s.rec.Dropping = false, ""
 	if s.rec.Changes != nil {
 		c := *s.rec.Changes
 		c.Outcome = outcome
 		s.rec.Changes = &c
 	}
+}
+
+// finishDrop finishes, after a restart, the removal of reviewed
+// workspace state that the previous daemon began (record.Dropping).
+func (s *session) finishDrop(ctx context.Context) {
+	if err := cleanupFS(ctx, s.dir); err != nil {
+		log.G(ctx).Error("finish removing reviewed workspace state", "error", err)
+		return
+	}
+	log.G(ctx).Info("finished removing the workspace state of changes reviewed before the restart", "outcome", s.rec.Dropping)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reviewedLocked(s.rec.Dropping)
 	_ = s.saveLocked()
 }
 

@@ -49,6 +49,12 @@ type record struct {
 	Launching bool `json:"launching,omitempty"`
 	// Review is set while workspace changes wait for commit or discard.
 	Review bool `json:"review,omitempty"`
+	// Dropping is the outcome (api.OutcomeCommitted or
+	// api.OutcomeDiscarded) of a review whose workspace state is being
+	// removed, saved before the removal starts: a daemon that dies in
+	// the middle of it leaves the next one the outcome, and the removal
+	// to finish.
+	Dropping string `json:"dropping,omitempty"`
 	// Changes summarises the workspace changes under review, once a
 	// summary was asked for (Daemon.ChangeSummary) or they were
 	// committed or discarded (then with the outcome).

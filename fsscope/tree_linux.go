@@ -290,6 +290,10 @@ func isWhiteout(st *unix.Stat_t) bool {
 	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
 }
 
+// testHookUnlink, when set, runs before each entry emptyDir removes; an
+// error stops the removal there (a daemon killed in the middle of it).
+var testHookUnlink func(rel string) error
+
 // removeAllBeneath removes rel and everything beneath it without following
 // symlinks and without descending into another filesystem: a mount found
 // inside is an error, never something to delete through.
@@ -359,6 +363,11 @@ func (t *tree) emptyDir(rel string, dev uint64) error {
 				}
 				flags = unix.AT_REMOVEDIR
 			}
+			if testHookUnlink != nil {
+				if err := testHookUnlink(joinRel(rel, name)); err != nil {
+					return err
+				}
+			}
 			if err := unix.Unlinkat(fd, name, flags); err != nil && !errors.Is(err, unix.ENOENT) {
 				return &os.PathError{Op: "remove", Path: t.errPath(joinRel(rel, name)), Err: err}
 			}
@@ -376,6 +385,18 @@ func removeStateDir(dir string) error {
 		return err
 	} else if len(m) > 0 {
 		return fmt.Errorf("remove %s: %d mounts remain beneath it (%s): %w", dir, len(m), m[0], unix.EBUSY)
+	}
+	// The state file goes first: a daemon killed in the middle of the
+	// removal leaves a directory that Load says holds no session (and
+	// Cleanup finishes), never a session that lost part of itself (its
+	// quota image, its baselines) and fails every operation.
+	if testHookUnlink != nil {
+		if err := testHookUnlink(stateFile); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, stateFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	t, err := openTree(dir)
 	if errors.Is(err, unix.ENOENT) {

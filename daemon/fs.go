@@ -35,6 +35,9 @@ type workspaces struct {
 // openWorkspaces starts the read audit, whose refused opens go to onRead.
 func openWorkspaces(ctx context.Context, root string, onRead func(fsscope.MaskRead)) *workspaces {
 	w := &workspaces{templates: filepath.Join(root, "fs-templates")}
+	if err := fsscope.RemoveStaleTemplates(w.templates); err != nil {
+		log.G(ctx).Warn("remove quota image templates a killed daemon left half-made", "error", err)
+	}
 	ra, err := fsscope.NewReadAudit(onRead)
 	if err != nil {
 		log.G(ctx).Warn("opens of deny_read masks will not be audited", "error", err)

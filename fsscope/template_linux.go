@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -63,6 +64,30 @@ func imageTemplate(ctx context.Context, cache string, size int64) (string, error
 		return "", err
 	}
 	return p, nil
+}
+
+// RemoveStaleTemplates removes from cache the templates a process that
+// is gone left half-made (killed while it formatted one): they are named
+// after its pid, and nothing else would remove them.
+func RemoveStaleTemplates(cache string) error {
+	tmps, err := filepath.Glob(filepath.Join(cache, "ext4-*.img.tmp-*"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, tmp := range tmps {
+		pid, err := strconv.Atoi(tmp[strings.LastIndex(tmp, "-")+1:])
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := unix.Kill(pid, 0); err == nil || errors.Is(err, unix.EPERM) {
+			continue // still running: maybe formatting it now
+		}
+		if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // copySparse copies src to a new file dst, only the extents that hold

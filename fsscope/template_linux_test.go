@@ -3,6 +3,7 @@ package fsscope
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,5 +71,38 @@ func TestImageFromTemplate(t *testing.T) {
 	// An existing destination is never overwritten.
 	if err := newImage(context.Background(), cache, a, size); err == nil {
 		t.Error("newImage overwrote an existing image")
+	}
+}
+
+// TestRemoveStaleTemplates: a template a killed daemon was formatting
+// (named after its pid) is removed; one a running process formats, and
+// the finished templates, stay.
+func TestRemoveStaleTemplates(t *testing.T) {
+	cache := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{
+		"ext4-1048576.img": true,
+		fmt.Sprintf("ext4-1048576.img.tmp-%d", dead.Process.Pid): false,
+		fmt.Sprintf("ext4-2097152.img.tmp-%d", os.Getpid()):      true,
+		"ext4-1048576.img.tmp-x":                                 true,
+	}
+	for name := range names {
+		if err := os.WriteFile(filepath.Join(cache, name), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := RemoveStaleTemplates(cache); err != nil {
+		t.Fatal(err)
+	}
+	for name, keep := range names {
+		if _, err := os.Stat(filepath.Join(cache, name)); (err == nil) != keep {
+			t.Errorf("%s: kept %v, want %v", name, err == nil, keep)
+		}
+	}
+	if err := RemoveStaleTemplates(filepath.Join(cache, "none")); err != nil {
+		t.Errorf("a cache not made yet: %v", err)
 	}
 }

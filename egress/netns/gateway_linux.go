@@ -215,6 +215,9 @@ func AdoptGateway(ctx context.Context, cfg Config) (_ *Gateway, retErr error) {
 		if err := nft.EnsureL7(c, cfg.base()); err != nil {
 			return err
 		}
+		if err := nft.EnsureFast(c, cfg.base()); err != nil {
+			return err
+		}
 		return c.Flush()
 	}); err != nil {
 		return nil, fmt.Errorf("gateway %s L7 rules: %w", cfg.Prefix, err)

@@ -50,6 +50,11 @@ type SessionConfig struct {
 	// being forwarded; the listener reads the original destination with
 	// SO_ORIGINAL_DST. None: every allowed connection is forwarded.
 	L7Ports []uint16
+	// FastPorts are L7 ports whose connections take the kernel fast
+	// path instead (nft.Session.FastPorts): forwarded, with their first
+	// packets held in the gateway namespace's queue (nft.FastQueue) for
+	// the gateway's decision.
+	FastPorts []uint16
 }
 
 func (c SessionConfig) validate() error {
@@ -232,7 +237,7 @@ func (s *Session) create(cfg SessionConfig) error {
 		}
 	}
 
-	rules := nft.Session{Name: s.iface, Addr4: s.addrs.Session4, Drop: cfg.Drop, Allow: cfg.Allow, Deny: cfg.Deny, L7Ports: cfg.L7Ports}
+	rules := nft.Session{Name: s.iface, Addr4: s.addrs.Session4, Drop: cfg.Drop, Allow: cfg.Allow, Deny: cfg.Deny, L7Ports: cfg.L7Ports, FastPorts: cfg.FastPorts}
 	if s.ipv6 {
 		rules.Addr6 = s.addrs.Session6
 	}
@@ -496,7 +501,7 @@ func (s *Session) Drops(ctx context.Context) (DropStats, error) {
 
 // Revise replaces the session's destination rules by cfg's Allow and Deny
 // (cfg must otherwise be the configuration the session was created with:
-// IPv6, Drop and L7Ports are not changed), removes the pinned entries
+// IPv6, Drop and L7Ports are not changed; FastPorts may be), removes the pinned entries
 // unpin from its sets, and then ends its tracked connections through the
 // gateway whose destination, protocol ("tcp" or "udp") and port cut
 // reports: their next packet meets the revised rules. Connections to the
@@ -512,7 +517,7 @@ func (s *Session) Revise(ctx context.Context, cfg SessionConfig, unpin []Pinning
 		s.mu.Unlock()
 		return 0, fmt.Errorf("session %q: %w", s.id, errdefs.ErrNotFound)
 	}
-	rules := nft.Session{Name: s.iface, Addr4: s.addrs.Session4, Drop: cfg.Drop, Allow: cfg.Allow, Deny: cfg.Deny, L7Ports: cfg.L7Ports}
+	rules := nft.Session{Name: s.iface, Addr4: s.addrs.Session4, Drop: cfg.Drop, Allow: cfg.Allow, Deny: cfg.Deny, L7Ports: cfg.L7Ports, FastPorts: cfg.FastPorts}
 	if s.ipv6 {
 		rules.Addr6 = s.addrs.Session6
 	}

@@ -18,8 +18,7 @@ const (
 	msgVerdict = 1 // NFQNL_MSG_VERDICT
 	msgConfig  = 2 // NFQNL_MSG_CONFIG
 
-	cfgCmdBind   = 1 // NFQNL_CFG_CMD_BIND
-	cfgCmdUnbind = 2 // NFQNL_CFG_CMD_UNBIND
+	cfgCmdBind = 1 // NFQNL_CFG_CMD_BIND
 
 	attrCfgCmd    = 1 // NFQA_CFG_CMD
 	attrCfgParams = 2 // NFQA_CFG_PARAMS
@@ -32,29 +31,6 @@ const (
 
 	copyPacket = 2 // NFQNL_COPY_PACKET
 )
-
-// A Verdict is what becomes of a held packet.
-type Verdict uint32
-
-// Verdicts (the kernel's NF_DROP, NF_ACCEPT, NF_REPEAT).
-const (
-	// Drop drops the packet.
-	Drop Verdict = 0
-	// Accept lets the packet go on from the rule that queued it.
-	Accept Verdict = 1
-	// Repeat sends the packet through its hook's rules again from the
-	// start, with the verdict's mark (Queue.SetVerdict).
-	Repeat Verdict = 4
-)
-
-// A Packet is one held packet: its id for the verdict, the mark it
-// carries, and its bytes from the network header on (the whole packet,
-// up to the queue's copy range).
-type Packet struct {
-	ID      uint32
-	Mark    uint32
-	Payload []byte
-}
 
 // Queue is a bound netfilter queue.
 type Queue struct {
@@ -204,12 +180,11 @@ func (q *Queue) SetVerdict(id uint32, v Verdict, mark *uint32) error {
 	return err
 }
 
-// Close unbinds the queue; the kernel drops the packets it still holds.
+// Close closes the queue's socket, which unbinds it (the kernel drops
+// the packets it still holds); a Receive waiting returns an error. An
+// explicit unbind would wait for that Receive.
 func (q *Queue) Close() error {
-	err := q.config([]netlink.Attribute{{Type: attrCfgCmd, Data: []byte{cfgCmdUnbind, 0, 0, 0}}})
-	if cerr := q.conn.Close(); err == nil {
-		err = cerr
-	}
+	err := q.conn.Close()
 	if errors.Is(err, os.ErrClosed) {
 		return nil
 	}

@@ -210,6 +210,11 @@ type Session struct {
 	// to the gateway's L7 listener (Base.L7Port); none: the session has
 	// no L7 rules.
 	L7Ports []uint16
+	// FastPorts are the L7 ports (some of L7Ports) whose connections take
+	// the kernel fast path (see fastpath.go): forwarded, their first
+	// packets held in the gateway's queue until the gateway decides on
+	// their ClientHello, instead of redirected to its listener.
+	FastPorts []uint16
 }
 
 // setIDs hands out batch-local set ids. The library's own allocator is a
@@ -324,6 +329,9 @@ func Install(c *nftables.Conn, b Base) error {
 			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
 			&expr.Lookup{SourceRegister: reg1, SetName: name, DestRegister: regVerdict, IsDestRegSet: true},
 		)
+	}
+	for _, r := range fastBaseRules() {
+		c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: r, UserData: comment(fastComment)})
 	}
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: exprs(ctEstablished(), one(verdict(expr.VerdictAccept)))})
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: vmap(mapFwdSessions)})
@@ -449,6 +457,11 @@ func (s Session) Validate() error {
 	if slices.Contains(s.L7Ports, 0) {
 		return fmt.Errorf("nft: session %s: L7 port 0", s.Name)
 	}
+	for _, p := range s.FastPorts {
+		if !slices.Contains(s.L7Ports, p) {
+			return fmt.Errorf("nft: session %s: fast port %d is not one of its L7 ports", s.Name, p)
+		}
+	}
 	return nil
 }
 
@@ -524,21 +537,9 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 	if len(s.L7Ports) > 0 {
 		l7 := c.AddChain(&nftables.Chain{Name: l7Name, Table: t})
 		l7ok := c.AddChain(&nftables.Chain{Name: l7okName, Table: t})
-		ret := one(verdict(expr.VerdictReturn))
-		add(l7, saddrNot(s.Addr4), ret)
-		if s.Addr6.IsValid() {
-			add(l7, saddrNot(s.Addr6), ret)
-		} else {
-			add(l7, nfproto(unix.NFPROTO_IPV6), ret)
+		for _, r := range l7Rules(s) {
+			add(l7, r)
 		}
-		add(l7, []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: []byte{protoTCP}},
-		}, ret)
-		for _, p := range s.L7Ports {
-			add(l7, one(dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(p)}, gotoChain(l7okName)))
-		}
-		add(l7, ret)
 		for _, r := range l7okRules(s, b) {
 			add(l7ok, r)
 		}
@@ -625,23 +626,22 @@ func l7okRules(s Session, b Base) [][]expr.Any {
 // s gives; the caller flushes. The chains are flushed and refilled in
 // the same batch, so a packet meets either the old rules or the new ones.
 // Its sets, and so its pins, stay; s must otherwise be the session as
-// AddSession installed it (addresses, Drop, L7Ports).
+// AddSession installed it (addresses, Drop, L7Ports); its FastPorts may
+// change (<s>-l7 is refilled too).
 func ReviseSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
 	t := table(tableName)
 	fwdName, _, _, _ := sessionObjects(s.Name)
-	_, l7okName := sessionL7Chains(s.Name)
-	chains := []struct {
+	l7Name, l7okName := sessionL7Chains(s.Name)
+	type chainRules struct {
 		name  string
 		rules [][]expr.Any
-	}{{fwdName, fwdRules(s)}}
+	}
+	chains := []chainRules{{fwdName, fwdRules(s)}}
 	if len(s.L7Ports) > 0 {
-		chains = append(chains, struct {
-			name  string
-			rules [][]expr.Any
-		}{l7okName, l7okRules(s, b)})
+		chains = append(chains, chainRules{l7Name, l7Rules(s)}, chainRules{l7okName, l7okRules(s, b)})
 	}
 	for _, ch := range chains {
 		chain := &nftables.Chain{Name: ch.name, Table: t}

@@ -1,0 +1,137 @@
+package nft
+
+import (
+	"fmt"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/egress/nfq"
+)
+
+// The kernel fast path of TLS passed through unseen (Session.FastPorts).
+// A session's TCP connection to one of its fast ports is marked
+// undecided by its <s>-l7 chain instead of being redirected, and is
+// forwarded like any other; the forward chain, before anything else,
+// queues the packets an undecided connection's client sends to the
+// gateway (FastQueue), which holds those with data until their TLS
+// ClientHello is whole and decided, then sends them through the rules
+// again marked MarkPass or MarkRefuse; the mark becomes the connection's,
+// and every later packet of it is forwarded, or refused with a TCP
+// reset, by the kernel alone:
+//
+//	chain forward {
+//	    meta mark MarkPass ct mark set MarkPass          comment "fastpath"
+//	    meta mark MarkRefuse ct mark set MarkRefuse
+//	    ct mark MarkRefuse meta l4proto tcp reject with tcp reset
+//	    ct mark MarkUndecided ct direction original queue num FastQueue
+//	    ct state established,related accept
+//	    ...
+//	chain <s>-l7 {
+//	    ...
+//	    tcp dport <each fast port> ct mark set MarkUndecided return
+//	    tcp dport <each L7 port> goto <s>-l7ok
+//	    ...
+//
+// The SYN and the packets without data are let go at once by the
+// gateway, so <s>-fwd still decides, as for any connection, whether the
+// session may reach the address at all. The queue fails closed: with no
+// gateway reading it, nothing of an undecided connection passes.
+const (
+	MarkUndecided uint32 = 0x41460001
+	MarkPass      uint32 = 0x41460002
+	MarkRefuse    uint32 = 0x41460003
+	// FastQueue is the netfilter queue of the gateway namespace the
+	// undecided connections' packets go to.
+	FastQueue uint16 = 0
+
+	fastComment = "fastpath"
+)
+
+// fastBaseRules are the forward chain's first rules.
+func fastBaseRules() [][]expr.Any {
+	setCtMark := func(m uint32) []expr.Any {
+		return one(
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: nativeU32(m)},
+			&expr.Immediate{Register: reg1, Data: nativeU32(m)},
+			&expr.Ct{Key: expr.CtKeyMARK, Register: reg1, SourceRegister: true},
+		)
+	}
+	ctMark := func(m uint32) []expr.Any {
+		return one(
+			&expr.Ct{Key: expr.CtKeyMARK, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: nativeU32(m)},
+		)
+	}
+	return [][]expr.Any{
+		setCtMark(MarkPass),
+		setCtMark(MarkRefuse),
+		exprs(ctMark(MarkRefuse), l4protoIs(protoTCP), one(&expr.Reject{Type: unix.NFT_REJECT_TCP_RST})),
+		exprs(ctMark(MarkUndecided), one(
+			&expr.Ct{Key: expr.CtKeyDIRECTION, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{0}}, // IP_CT_DIR_ORIGINAL
+			nfq.Target(FastQueue),
+		)),
+	}
+}
+
+// addFastBase queues the fast path's rules at the head of the forward
+// chain (InsertRule puts each first: they go in reverse).
+func addFastBase(c *nftables.Conn, t *nftables.Table, fwd *nftables.Chain) {
+	rules := fastBaseRules()
+	for i := len(rules) - 1; i >= 0; i-- {
+		c.InsertRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: rules[i], UserData: comment(fastComment)})
+	}
+}
+
+// EnsureFast queues the fast path's rules in b's forward chain when they
+// are missing (a gateway made before the fast path); the caller flushes.
+func EnsureFast(c *nftables.Conn, b Base) error {
+	t := table(b.Table)
+	fwd := &nftables.Chain{Name: ChainForward, Table: t}
+	rules, err := c.GetRules(t, fwd)
+	if err != nil {
+		return fmt.Errorf("nft: forward chain: %w", err)
+	}
+	for _, r := range rules {
+		if s, ok := userdata.GetString(r.UserData, userdata.TypeComment); ok && s == fastComment {
+			return nil
+		}
+	}
+	addFastBase(c, t, fwd)
+	return nil
+}
+
+// l7Rules are the rules of session s's <s>-l7 chain: its own TCP
+// connections on its fast ports are marked for the fast path, those on
+// its other L7 ports go to <s>-l7ok; anything else returns.
+func l7Rules(s Session) [][]expr.Any {
+	_, l7okName := sessionL7Chains(s.Name)
+	ret := one(verdict(expr.VerdictReturn))
+	var rules [][]expr.Any
+	add := func(e ...[]expr.Any) { rules = append(rules, exprs(e...)) }
+	add(saddrNot(s.Addr4), ret)
+	if s.Addr6.IsValid() {
+		add(saddrNot(s.Addr6), ret)
+	} else {
+		add(nfproto(unix.NFPROTO_IPV6), ret)
+	}
+	add([]expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: []byte{protoTCP}},
+	}, ret)
+	for _, p := range s.FastPorts {
+		add(one(dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(p)},
+			&expr.Immediate{Register: reg1, Data: nativeU32(MarkUndecided)},
+			&expr.Ct{Key: expr.CtKeyMARK, Register: reg1, SourceRegister: true},
+		), ret)
+	}
+	for _, p := range s.L7Ports {
+		add(one(dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(p)}, gotoChain(l7okName)))
+	}
+	add(ret)
+	return rules
+}

@@ -15,6 +15,8 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/httprule"
 	"github.com/airlock-sandbox/airlock/egress/l7"
 	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/egress/nfq"
+	"github.com/airlock-sandbox/airlock/egress/nft"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -56,6 +58,23 @@ func (e *Perimeter) startL7(ctx context.Context) error {
 	for _, l := range ls {
 		e.wg.Add(1)
 		go func() { defer e.wg.Done(); _ = srv.Serve(ctx, l) }()
+	}
+	if e.cfg.FastPath {
+		var q *nfq.Queue
+		if err := e.gw.Do(func() (err error) {
+			q, err = nfq.Open(nft.FastQueue, nfq.Config{MaxLen: 4096})
+			return err
+		}); err != nil {
+			return fmt.Errorf("l7 gateway fast path: %w", err)
+		}
+		e.queue = q
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			stop := context.AfterFunc(ctx, func() { _ = q.Close() })
+			defer stop()
+			_ = srv.ServeQueue(ctx, q, l7.FastMarks{Pass: nft.MarkPass, Refuse: nft.MarkRefuse})
+		}()
 	}
 	return nil
 }
@@ -323,6 +342,10 @@ func L7AuditEvent(ev l7.Event) api.AuditEvent {
 			f["status"] = ev.Status
 		}
 	}
+	if ev.Kernel {
+		f["kernel"] = true
+		delete(f, "bytes_down")
+	}
 	if len(ev.Refs) > 0 {
 		f["refs"] = ev.Refs
 	}
@@ -352,4 +375,14 @@ func L7AuditEvent(ev l7.Event) api.AuditEvent {
 	}
 	return api.AuditEvent{Time: ev.Time, Session: ev.Session, Layer: "l7", Action: ev.Action,
 		Subject: strings.ToLower(strings.TrimSuffix(subject, ".")), Reason: ev.Reason, Fields: f}
+}
+
+// FastPackets is how many packets the L7 gateway's fast path has been
+// given (Config.FastPath): each connection's SYN and first packets up to
+// its ClientHello, none after its decision.
+func (e *Perimeter) FastPackets() uint64 {
+	if e == nil || e.l7 == nil {
+		return 0
+	}
+	return e.l7.FastPackets()
 }

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/httprule"
 	"github.com/airlock-sandbox/airlock/egress/l7"
 	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/egress/nfq"
 	"github.com/airlock-sandbox/airlock/egress/nft"
 	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/log"
@@ -64,6 +66,13 @@ type Config struct {
 	// terminates; nil means the host's system roots (airlockd
 	// --upstream-ca replaces them; the tests' world has its own CA).
 	UpstreamRoots *x509.CertPool
+	// FastPath has the kernel forward TLS the L7 gateway passes through
+	// unseen (port FastPort of sessions whose gateway terminates no TLS:
+	// no HTTP rules, no secrets, inspect not "all"), once the gateway has
+	// checked its ClientHello, held in a netfilter queue, instead of
+	// relaying it through its listener (see egress/nft's fast path). Off:
+	// every checked connection goes through the listener.
+	FastPath bool
 }
 
 // SessionConfig is what the perimeter needs of one session.
@@ -144,6 +153,9 @@ type Perimeter struct {
 	sessions dnsproxy.SessionMap
 
 	l7 *l7.Server
+	// queue holds the fast path's undecided connections' packets
+	// (Config.FastPath); nil without it.
+	queue *nfq.Queue
 
 	mu   sync.Mutex
 	byID map[string][]netip.Addr // session id -> its addresses in the SessionMap
@@ -362,7 +374,7 @@ func (e *Perimeter) AddSession(ctx context.Context, id string, sc SessionConfig)
 	if sc.Hostname != "" && !validHostname(sc.Hostname) {
 		return nil, fmt.Errorf("hostname %q is not a DNS name: %w", sc.Hostname, errdefs.ErrInvalidArgument)
 	}
-	ns, err := e.gw.AddSession(ctx, id, netConfig(eg, list))
+	ns, err := e.gw.AddSession(ctx, id, netConfig(eg, list, e.fastPath(sc)))
 	if err != nil {
 		return nil, err
 	}
@@ -384,11 +396,27 @@ func (e *Perimeter) AddSession(ctx context.Context, id string, sc SessionConfig)
 	return sess, nil
 }
 
+// FastPort is the port whose connections the fast path takes
+// (Config.FastPath): TLS's.
+const FastPort = 443
+
+// fastPath reports whether session sc's connections on FastPort take the
+// kernel fast path: the perimeter has it, and the session's gateway
+// terminates no TLS (which it must see) and has no secret to guard.
+func (e *Perimeter) fastPath(sc SessionConfig) bool {
+	eg := sc.Egress
+	return e.cfg.FastPath && e.queue != nil && eg != nil && eg.L7 == policies.L7Check &&
+		len(eg.HTTP) == 0 && eg.Inspect != policies.InspectAll && (sc.Secrets == nil || len(sc.Secrets()) == 0)
+}
+
 // netConfig is the network configuration of an egress block whose
 // entries compiled to list.
-func netConfig(eg *policies.Egress, list *allowlist.List) netns.SessionConfig {
+func netConfig(eg *policies.Egress, list *allowlist.List, fast bool) netns.SessionConfig {
 	cfg := netns.SessionConfig{IPv6: eg.IPv6, Drop: eg.OnBlock == policies.OnBlockDrop}
 	cfg.L7Ports = eg.GatewayPorts()
+	if fast && slices.Contains(cfg.L7Ports, FastPort) {
+		cfg.FastPorts = []uint16{FastPort}
+	}
 	for _, r := range list.CIDRs() {
 		rule := netns.Rule{Prefix: r.Prefix, Port: r.Port}
 		if r.Deny {
@@ -668,7 +696,7 @@ func (e *Perimeter) Reconcile(ctx context.Context, running func(id string) *Sess
 				e.mu.Lock()
 				st := e.state[ns.ID()]
 				e.mu.Unlock()
-				rev, err := st.sweep(ctx, ns.ID(), sc.Egress, sc.Egress, list)
+				rev, err := st.sweep(ctx, ns.ID(), sc.Egress, sc.Egress, list, e.fastPath(*sc))
 				if err != nil {
 					log.G(ctx).Warn("reinstall session rules", "session", ns.ID(), "error", err)
 				} else if len(rev.Unpinned) > 0 || rev.Cut > 0 {

@@ -160,7 +160,7 @@ func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Re
 	if reg != nil && e.l7 != nil {
 		closed = e.l7.Recheck(reg)
 	}
-	rev, err := st.sweep(ctx, id, old, neg, list)
+	rev, err := st.sweep(ctx, id, old, neg, list, e.fastPath(sc))
 	rev.Cut += closed
 	if err != nil {
 		return rev, err
@@ -175,7 +175,7 @@ func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Re
 // longer allows, and ends every connection of the session to a
 // destination neg does not allow (see allowedAfter). Sweeping twice does
 // what sweeping once did.
-func (st *sessionState) sweep(ctx context.Context, id string, old, neg *policies.Egress, list *allowlist.List) (Revision, error) {
+func (st *sessionState) sweep(ctx context.Context, id string, old, neg *policies.Egress, list *allowlist.List, fast bool) (Revision, error) {
 	byAddr := st.names.Chains()
 	narrowed := narrowing(old, neg)
 	pins, err := st.ns.Pinned(ctx)
@@ -201,7 +201,7 @@ func (st *sessionState) sweep(ctx context.Context, id string, old, neg *policies
 		}
 		return kept[netip.AddrPortFrom(a, port)] || kept[netip.AddrPortFrom(a, 0)] || stillAllowed(list, byAddr[a], a, port)
 	}
-	rev.Cut, err = st.ns.Revise(ctx, netConfig(neg, list), unpin, func(dst netip.Addr, _ string, port uint16) bool {
+	rev.Cut, err = st.ns.Revise(ctx, netConfig(neg, list, fast), unpin, func(dst netip.Addr, _ string, port uint16) bool {
 		return !allowed(dst, port)
 	})
 	return rev, err

@@ -141,6 +141,7 @@ func run() int {
 		allowPrivate   = prefixFlag{}
 		poolFiles      = listFlag{}
 		imageFiles     = listFlag{}
+		l7FastPath     = fs.Bool("l7-fast-path", false, "have the kernel forward TLS the L7 gateway passes through unseen once it has checked the ClientHello (held in a netfilter queue), instead of relaying every byte through the gateway: sessions with `l7 = \"check\"` on port 443 whose gateway terminates no TLS (no http rules, no secrets, inspect not \"all\"). Their bytes after the ClientHello are then not counted in the audit")
 		upstreamCA     = fs.String("upstream-ca", "", "PEM `FILE` of the CAs the L7 gateway trusts when it dials a server for TLS it terminates (HTTP rules, secrets, inspect = \"all\"); default: the host's system roots")
 		kubernetes     = fs.Bool("kubernetes", false, "also run as a Kubernetes node agent (preview; README, Kubernetes): register this node (an AirlockNode and a Lease it renews), run the airlock.dev Sessions placed on it as local sessions, through the same create as the API (admission and every perimeter layer apply), and write their status back; and, one agent at a time under leader election, place unplaced Sessions on live nodes with room")
 		kubeconfig     = fs.String("kubeconfig", "", "with --kubernetes: the API server's kubeconfig `FILE`; default: the in-cluster configuration (a pod's service account)")
@@ -372,7 +373,7 @@ func run() int {
 		SelfBinary: self,
 		Issuers:    issuers,
 		Approver:   appr,
-		Egress:     egress.Config{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix, AllowPrivate: allowPrivate, DNSLimits: dnsproxy.Limits{Rate: *dnsRate}, UpstreamRoots: upstreamRoots},
+		Egress:     egress.Config{Uplink: *uplink, DNSUpstreams: dnsUpstreams, Pool: poolPrefix, AllowPrivate: allowPrivate, DNSLimits: dnsproxy.Limits{Rate: *dnsRate}, UpstreamRoots: upstreamRoots, FastPath: *l7FastPath},
 		Metrics:    mets,
 
 		ShimPerSession: *shimPerSession,

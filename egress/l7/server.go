@@ -82,6 +82,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -193,7 +194,11 @@ type Event struct {
 	Rule       string
 	BytesUp    int64 // client to server (a connection's: the peeked bytes included)
 	BytesDn    int64 // server to client
-	Duration   time.Duration
+	// Kernel: a connection the kernel's fast path forwards once decided
+	// (Server.ServeQueue); the event is the decision, BytesUp its
+	// ClientHello, and the bytes after it are not counted.
+	Kernel   bool
+	Duration time.Duration
 }
 
 // Config configures a Server.
@@ -240,6 +245,8 @@ type Server struct {
 	// +checklocks:mu
 	held map[*heldAsk]struct{} // requests held for a person, decided again by a revision
 	wg   sync.WaitGroup
+	// fastPackets counts the packets ServeQueue was given.
+	fastPackets atomic.Uint64
 }
 
 // flowKey names an upstream connection by both its ends: the kernel

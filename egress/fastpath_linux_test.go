@@ -1,0 +1,233 @@
+package egress_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/world"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// TestL7FastPath runs the L7 gateway's checks of TLS passed through with
+// the kernel fast path (egress.Config.FastPath): the ClientHello held in
+// the gateway's queue and checked, the connection then forwarded by the
+// kernel. The same attacks fail as through the listener (fronting by
+// SNI, a name on an address pinned for another, no SNI, plain HTTP on
+// the TLS port); an allowed name's bodies arrive whole; every decision is
+// audited as the kernel's; plain HTTP on port 80 and a session whose
+// gateway terminates TLS still go through the listener; with no gateway
+// reading the queue, no new connection passes, and one passed before
+// goes on.
+func TestL7FastPath(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	prefix := "t" + strings.ToLower(rand.Text()[:5])
+	w, err := world.Start(ctx, world.Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	bulk := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		if n == 0 {
+			io.WriteString(rw, r.Host)
+			return
+		}
+		rw.Header().Set("Content-Length", strconv.Itoa(n))
+		chunk := bytes.Repeat([]byte("fastpath"), 8192)
+		for n > 0 {
+			k := min(n, len(chunk))
+			if _, err := rw.Write(chunk[:k]); err != nil {
+				return
+			}
+			n -= k
+		}
+	})
+	for _, h := range []struct {
+		name string
+		ip   netip.Addr
+	}{{"allowed.test", sharedHost}, {"other.test", sharedHost}, {"elsewhere.test", elseHost}} {
+		if err := w.AddHost(h.name, h.ip, world.WithHandler(bulk), world.WithTLS()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := egress.Config{
+		Uplink:        "netns:" + w.NetnsName(),
+		DNSUpstreams:  []string{w.DNSAddr().String()},
+		AllowPrivate:  []netip.Prefix{w.Net()},
+		UpstreamRoots: w.CertPool(),
+		FastPath:      true,
+	}
+	p, err := egress.Open(ctx, prefix, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = p.Close(context.Background())
+		_ = netns.CleanupDir(context.Background(), netns.DefaultDir, prefix)
+	})
+	allow := []string{"allowed.test", "elsewhere.test"}
+	var audit auditLog
+	fast := addSession(t, p, "fast", &policies.Egress{Allow: allow, L7: policies.L7Check}, &audit)
+	for _, name := range []string{"allowed.test", "elsewhere.test"} {
+		if r := query(t, fast, name); r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
+			t.Fatalf("%s: %v", name, r)
+		}
+	}
+	https := netip.AddrPortFrom(sharedHost, 443)
+	http80 := netip.AddrPortFrom(sharedHost, 80)
+
+	t.Run("an allowed name passes, decided once and forwarded by the kernel", func(t *testing.T) {
+		code, body, err := get(t, fast, https, w, "https://allowed.test/", "")
+		if err != nil || code != 200 || body != "allowed.test" {
+			t.Fatalf("GET https://allowed.test/ = %d %q %v", code, body, err)
+		}
+		ev := audit.waitEvent(t, "fast", "l7", "allowed", "allowed.test", "proto", "tls", "sni", "allowed.test")
+		if ev.Fields["kernel"] != true || ev.Fields["dst"] != https.String() || ev.Fields["bytes_up"].(int64) == 0 {
+			t.Errorf("audit event %+v; want the kernel's, with the ClientHello's bytes", ev)
+		}
+		if _, ok := ev.Fields["bytes_down"]; ok {
+			t.Errorf("audit event %+v counts bytes the gateway never saw", ev)
+		}
+	})
+	t.Run("a body of 32 MiB arrives whole", func(t *testing.T) {
+		const n = 32 << 20
+		before := p.FastPackets()
+		c := sessionClient(fast, https, &tls.Config{RootCAs: w.CertPool()})
+		c.Timeout = 60 * time.Second
+		resp, err := c.Get(fmt.Sprintf("https://allowed.test/?n=%d", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if got, err := io.Copy(io.Discard, resp.Body); err != nil || got != n {
+			t.Fatalf("read %d of %d bytes: %v", got, n, err)
+		}
+		// The client acknowledged thousands of segments; the gateway saw
+		// its SYN, handshake ACK and ClientHello only.
+		if seen := p.FastPackets() - before; seen == 0 || seen > 16 {
+			t.Errorf("the gateway was given %d packets of a 32 MiB download; want its first few only", seen)
+		}
+	})
+	t.Run("fronting by SNI is refused", func(t *testing.T) {
+		if code, _, err := get(t, fast, https, w, "https://other.test/", ""); err == nil {
+			t.Fatalf("https://other.test/ through allowed.test's address = %d; want refused", code)
+		}
+		ev := audit.waitEvent(t, "fast", "l7", "refused", "other.test", "proto", "tls")
+		if ev.Fields["kernel"] != true {
+			t.Errorf("audit event %+v", ev)
+		}
+	})
+	t.Run("an allowed name is refused on an address pinned for another", func(t *testing.T) {
+		if code, _, err := get(t, fast, https, w, "https://elsewhere.test/", ""); err == nil {
+			t.Fatalf("https://elsewhere.test/ through allowed.test's address = %d; want refused", code)
+		}
+		ev := audit.waitEvent(t, "fast", "l7", "refused", "elsewhere.test")
+		if !strings.Contains(ev.Reason, "did not resolve to "+sharedHost.String()) {
+			t.Errorf("reason %q", ev.Reason)
+		}
+	})
+	t.Run("TLS without SNI is refused", func(t *testing.T) {
+		// Go sends no SNI for an address.
+		if code, _, err := get(t, fast, https, w, "https://"+sharedHost.String()+"/", ""); err == nil {
+			t.Fatalf("TLS without SNI = %d; want refused", code)
+		}
+		audit.waitEvent(t, "fast", "l7", "refused", https.String(), "proto", "tls")
+	})
+	t.Run("plain HTTP on the TLS port is refused", func(t *testing.T) {
+		if code, _, err := get(t, fast, https, w, "http://allowed.test:443/", ""); err == nil {
+			t.Fatalf("plain HTTP on 443 = %d; want refused", code)
+		}
+		ev := audit.waitEvent(t, "fast", "l7", "refused", https.String(), "proto", "http")
+		if !strings.Contains(ev.Reason, "not a TLS ClientHello") {
+			t.Errorf("reason %q", ev.Reason)
+		}
+	})
+	t.Run("plain HTTP on port 80 is still served by the gateway", func(t *testing.T) {
+		code, body, err := get(t, fast, http80, w, "http://allowed.test/", "other.test")
+		if err != nil || code != 403 || !strings.Contains(body, "other.test") {
+			t.Fatalf("Host other.test on port 80 = %d %q %v; want 403", code, body, err)
+		}
+	})
+	t.Run("a session whose gateway terminates TLS goes through the listener", func(t *testing.T) {
+		term := addSession(t, p, "term", &policies.Egress{Allow: allow, L7: policies.L7Check, Inspect: policies.InspectAll}, &audit)
+		t.Cleanup(func() { _ = p.Remove(context.Background(), "term", nil) })
+		if r := query(t, term, "allowed.test"); len(r.Answer) == 0 {
+			t.Fatalf("allowed.test: %v", r)
+		}
+		// The session has no CA: the listener refuses TLS it must
+		// terminate, with a TLS alert (the fast path would reset).
+		if _, _, err := get(t, term, https, w, "https://allowed.test/", ""); err == nil || !strings.Contains(err.Error(), "access denied") {
+			t.Fatalf("https://allowed.test/ on a terminating session: %v; want the listener's access_denied alert", err)
+		}
+		ev := audit.waitEvent(t, "term", "l7", "refused", "allowed.test", "proto", "tls")
+		if _, ok := ev.Fields["kernel"]; ok || !strings.Contains(ev.Reason, "must be terminated") {
+			t.Errorf("audit event %+v; want the listener's refusal", ev)
+		}
+	})
+	t.Run("with no gateway on the queue nothing new passes; a passed connection goes on", func(t *testing.T) {
+		dial := netns.Dialer(fast.NetnsPath())
+		conn, err := dial(ctx, "tcp", https.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		tc := tls.Client(conn, &tls.Config{RootCAs: w.CertPool(), ServerName: "allowed.test"})
+		if err := tc.HandshakeContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+		_ = tc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if b, err := io.ReadAll(io.LimitReader(tc, 512)); !bytes.Contains(b, []byte("allowed.test")) {
+			t.Errorf("a passed connection after the gateway closed: %q %v", b, err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if c, err := dial(cctx, "tcp", https.String()); err == nil {
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			tc := tls.Client(c, &tls.Config{RootCAs: w.CertPool(), ServerName: "allowed.test"})
+			if err := tc.Handshake(); err == nil {
+				t.Error("a TLS handshake completed with no gateway reading the queue")
+			}
+			c.Close()
+		}
+		p2, err := egress.Open(ctx, prefix, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = p2
+		p2.Reconcile(ctx, func(id string) *egress.SessionConfig {
+			if id == "fast" {
+				return &egress.SessionConfig{Egress: &policies.Egress{Allow: allow, L7: policies.L7Check}, Audit: audit.emit}
+			}
+			return nil
+		})
+		if r := query(t, fast, "allowed.test"); r.Rcode != dns.RcodeSuccess {
+			t.Fatalf("allowed.test: %v", r)
+		}
+		if code, body, err := get(t, fast, https, w, "https://allowed.test/", ""); err != nil || code != 200 || body != "allowed.test" {
+			t.Errorf("https://allowed.test/ after the gateway came back = %d %q %v", code, body, err)
+		}
+	})
+	if err := p.Remove(ctx, "fast", audit.emit); err != nil {
+		t.Fatal(err)
+	}
+}

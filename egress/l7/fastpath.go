@@ -1,0 +1,317 @@
+package l7
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/egress/nfq"
+	"github.com/airlock-sandbox/airlock/internal/log"
+)
+
+// PacketQueue is a queue of packets the kernel holds for the gateway's
+// decision (egress/nfq's Queue in the gateway namespace).
+type PacketQueue interface {
+	Receive() ([]nfq.Packet, error)
+	SetVerdict(id uint32, v nfq.Verdict, mark *uint32) error
+}
+
+// FastMarks are the marks the fast path's verdicts give a connection's
+// held packets, which the gateway's rules make the connection's (see
+// egress/nft's fast path).
+type FastMarks struct{ Pass, Refuse uint32 }
+
+// Bounds of the fast path's held state.
+const (
+	// fastMaxHeld bounds the packets held for one connection's
+	// ClientHello (MaxPeek bytes in small segments).
+	fastMaxHeld = 128
+	// fastDecidedKeep is how long a decided connection's verdict is
+	// kept for its packets still in the queue.
+	fastDecidedKeep = 5 * time.Second
+)
+
+type fastKey struct{ client, server netip.AddrPort }
+
+// fastFlow is a connection the fast path holds or has decided.
+type fastFlow struct {
+	start time.Time
+	isn   uint32 // the client's initial sequence number (from its SYN)
+	held  []uint32
+	segs  map[uint32][]byte // data by offset from isn+1
+	// decided: pass says how; at is when.
+	decided, pass bool
+	at            time.Time
+}
+
+// fastPath is the state of ServeQueue.
+type fastPath struct {
+	s     *Server
+	q     PacketQueue
+	marks FastMarks
+	mu    sync.Mutex
+	// +checklocks:mu
+	flows map[fastKey]*fastFlow
+	// +checklocks:mu
+	undecided map[netip.Addr]int // per client address
+}
+
+// ServeQueue decides the connections the kernel's fast path holds in q
+// until it returns (q's Receive fails, as when it is closed, or ctx
+// ends). A connection's SYN and its packets without data go on at once
+// (the kernel's rules decide whether the session may reach the address
+// at all); those with data are held until they make a whole ClientHello,
+// which is checked as a connection passed through is (Session.Check: the
+// SNI bound to the address's pins) and audited. They are then sent
+// through the rules again with marks.Pass, and the rest of the connection
+// is forwarded by the kernel without the gateway, or with marks.Refuse,
+// and the client gets a TCP reset. A connection whose first bytes are not
+// a ClientHello (plain HTTP on a fast port), whose hello is not whole
+// within the peek timeout or MaxPeek bytes, whose SYN the gateway did not
+// see, or whose session terminates its name's TLS, is refused.
+func (s *Server) ServeQueue(ctx context.Context, q PacketQueue, marks FastMarks) error {
+	fp := &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[netip.Addr]int{}}
+	stop := make(chan struct{})
+	defer close(stop)
+	go fp.sweep(ctx, stop)
+	for {
+		pkts, err := q.Receive()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, os.ErrClosed) || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			log.G(ctx).Warn("l7: fast path queue", "error", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		for _, p := range pkts {
+			fp.packet(p)
+		}
+	}
+}
+
+func (fp *fastPath) verdict(id uint32, pass bool) {
+	mark := fp.marks.Refuse
+	if pass {
+		mark = fp.marks.Pass
+	}
+	_ = fp.q.SetVerdict(id, nfq.Repeat, &mark)
+}
+
+func (fp *fastPath) packet(p nfq.Packet) {
+	fp.s.fastPackets.Add(1)
+	seg, err := nfq.ParseTCP(p.Payload)
+	if err != nil {
+		// The rules queue TCP only.
+		_ = fp.q.SetVerdict(p.ID, nfq.Drop, nil)
+		return
+	}
+	k := fastKey{client: unmapAP(seg.Src), server: unmapAP(seg.Dst)}
+	now := time.Now()
+	fp.mu.Lock()
+	f := fp.flows[k]
+	switch {
+	case f != nil && f.decided:
+		// Queued before the connection's mark was set: the same fate.
+		fp.mu.Unlock()
+		fp.verdict(p.ID, f.pass)
+		return
+	case seg.Flags&nfq.SYN != 0 && seg.Flags&nfq.ACK == 0:
+		if f == nil {
+			if fp.undecided[k.client.Addr()] >= fp.s.cfg.MaxSessionConns || len(fp.flows) >= fp.s.cfg.MaxConns {
+				fp.mu.Unlock()
+				fp.verdict(p.ID, false)
+				return
+			}
+			f = &fastFlow{start: now, segs: map[uint32][]byte{}}
+			fp.flows[k] = f
+			fp.undecided[k.client.Addr()]++
+		}
+		f.isn = seg.Seq // a SYN sent again keeps its number
+		fp.mu.Unlock()
+		_ = fp.q.SetVerdict(p.ID, nfq.Accept, nil)
+		return
+	case len(seg.Payload) == 0:
+		fp.mu.Unlock()
+		_ = fp.q.SetVerdict(p.ID, nfq.Accept, nil)
+		return
+	case f == nil:
+		// Data of a connection whose SYN the gateway never saw (one it
+		// held before a restart, or whose conntrack entry expired):
+		// nothing can be known of its first bytes.
+		fp.mu.Unlock()
+		fp.verdict(p.ID, false)
+		return
+	}
+	f.held = append(f.held, p.ID)
+	off := seg.Seq - f.isn - 1
+	if off < MaxPeek && len(f.segs[off]) < len(seg.Payload) {
+		f.segs[off] = bytes.Clone(seg.Payload)
+	}
+	data := f.contiguous()
+	var h Hello
+	var perr error
+	complete := false
+	switch {
+	case len(data) > 0 && data[0] != 0x16:
+		h.Proto = ProtoHTTP
+		perr, complete = errors.New("the first bytes are not a TLS ClientHello (the gateway forwards only TLS on this port)"), true
+	case len(data) > 0:
+		h, _, perr = Peek(bytes.NewReader(data))
+		complete = perr == nil || !errors.Is(perr, io.ErrUnexpectedEOF) && !errors.Is(perr, io.EOF)
+	}
+	if !complete && (len(f.held) >= fastMaxHeld || len(data) >= MaxPeek) {
+		perr, complete = ErrPeekTooLong, true
+	}
+	if !complete {
+		fp.mu.Unlock()
+		return
+	}
+	ev, pass := fp.decide(k, f, h, perr, len(data))
+	held := f.finish(pass, now)
+	fp.undecided[k.client.Addr()]--
+	if fp.undecided[k.client.Addr()] <= 0 {
+		delete(fp.undecided, k.client.Addr())
+	}
+	fp.mu.Unlock()
+	for _, id := range held {
+		fp.verdict(id, pass)
+	}
+	if ev != nil {
+		ev.Duration = time.Since(ev.Time)
+		if sess, ok := fp.s.cfg.Sessions(k.client.Addr()); ok && sess.ID == ev.Session && sess.Audit != nil {
+			sess.Audit(*ev)
+		}
+	}
+}
+
+// decide checks a connection's ClientHello; the event is nil for a
+// client of no session.
+func (fp *fastPath) decide(k fastKey, f *fastFlow, h Hello, perr error, n int) (*Event, bool) {
+	sess, ok := fp.s.cfg.Sessions(k.client.Addr())
+	if !ok {
+		return nil, false
+	}
+	if h.Proto == "" {
+		h.Proto = ProtoTLS
+	}
+	ev := &Event{Time: f.start, Kind: KindConnection, Session: sess.ID, Client: k.client, Dst: k.server,
+		Proto: h.Proto, SNI: h.SNI, BytesUp: int64(n), Kernel: true}
+	if perr != nil {
+		ev.Action, ev.Reason = ActionRefused, "airlock: "+perr.Error()
+		return ev, false
+	}
+	d := sess.Check(k.server, h, f.start)
+	ev.Rule = d.Rule
+	if !d.Allow {
+		ev.Action, ev.Reason = ActionRefused, d.Reason
+		return ev, false
+	}
+	if terminates(sess, h) {
+		ev.Action, ev.Reason = ActionRefused, fmt.Sprintf("airlock: TLS to %s must be terminated (HTTP rules, a secret or inspect); connect again", h.SNI)
+		return ev, false
+	}
+	ev.Action, ev.Reason = ActionAllowed, d.Reason
+	return ev, true
+}
+
+// contiguous is the data from the connection's first byte on, as far as
+// it has no gap.
+func (f *fastFlow) contiguous() []byte {
+	var out []byte
+	for {
+		seg, ok := f.segs[uint32(len(out))]
+		if !ok {
+			// A segment sent again may start inside what is there.
+			var best []byte
+			for off, d := range f.segs {
+				if off < uint32(len(out)) && off+uint32(len(d)) > uint32(len(out)) {
+					if tail := d[uint32(len(out))-off:]; len(tail) > len(best) {
+						best = tail
+					}
+				}
+			}
+			if best == nil {
+				return out
+			}
+			seg = best
+		}
+		out = append(out, seg...)
+	}
+}
+
+// finish records the decision and returns the held packets' ids.
+func (f *fastFlow) finish(pass bool, now time.Time) []uint32 {
+	held := f.held
+	f.decided, f.pass, f.at, f.held, f.segs = true, pass, now, nil, nil
+	slices.Sort(held) // the kernel numbers packets in the order it queued them
+	return held
+}
+
+// sweep refuses connections whose ClientHello is not whole within the
+// peek timeout, and forgets decided ones after fastDecidedKeep.
+func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-stop:
+			return
+		case now := <-t.C:
+			var events []*Event
+			var refuse []uint32
+			fp.mu.Lock()
+			for k, f := range fp.flows {
+				switch {
+				case f.decided && now.Sub(f.at) > fastDecidedKeep:
+					delete(fp.flows, k)
+				case !f.decided && now.Sub(f.start) > fp.s.cfg.PeekTimeout:
+					if len(f.held) > 0 {
+						if sess, ok := fp.s.cfg.Sessions(k.client.Addr()); ok {
+							events = append(events, &Event{Time: f.start, Kind: KindConnection, Session: sess.ID, Client: k.client, Dst: k.server,
+								Proto: ProtoTLS, Action: ActionRefused, Kernel: true, Duration: now.Sub(f.start),
+								Reason: "airlock: the ClientHello was not whole within the peek timeout"})
+						}
+					}
+					refuse = append(refuse, f.finish(false, now)...)
+					fp.undecided[k.client.Addr()]--
+					if fp.undecided[k.client.Addr()] <= 0 {
+						delete(fp.undecided, k.client.Addr())
+					}
+				}
+			}
+			fp.mu.Unlock()
+			for _, id := range refuse {
+				fp.verdict(id, false)
+			}
+			for _, ev := range events {
+				if sess, ok := fp.s.cfg.Sessions(ev.Client.Addr()); ok && sess.ID == ev.Session && sess.Audit != nil {
+					sess.Audit(*ev)
+				}
+			}
+		}
+	}
+}
+
+// FastPackets is how many packets the fast path's queue has brought the
+// gateway (ServeQueue): a connection's SYN, its first packets up to its
+// ClientHello, and none once it is decided.
+func (s *Server) FastPackets() uint64 { return s.fastPackets.Load() }
+
+func unmapAP(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}

@@ -1,0 +1,223 @@
+package l7
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/egress/nfq"
+)
+
+// fakeQueue stands for the kernel's queue in tests of the fast path's
+// decisions (the real queue is tested in egress/nfq and, with the
+// gateway's rules, in egress's TestL7FastPath).
+type fakeQueue struct {
+	in       chan []nfq.Packet
+	mu       sync.Mutex
+	verdicts map[uint32]string // "accept", "pass", "refuse", "drop"
+}
+
+func newFakeQueue() *fakeQueue {
+	return &fakeQueue{in: make(chan []nfq.Packet, 16), verdicts: map[uint32]string{}}
+}
+
+func (q *fakeQueue) Receive() ([]nfq.Packet, error) {
+	p, ok := <-q.in
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	return p, nil
+}
+
+func (q *fakeQueue) SetVerdict(id uint32, v nfq.Verdict, mark *uint32) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case v == nfq.Accept:
+		q.verdicts[id] = "accept"
+	case v == nfq.Repeat && mark != nil && *mark == testMarks.Pass:
+		q.verdicts[id] = "pass"
+	case v == nfq.Repeat && mark != nil && *mark == testMarks.Refuse:
+		q.verdicts[id] = "refuse"
+	default:
+		q.verdicts[id] = "drop"
+	}
+	return nil
+}
+
+// wait returns the verdict on id once given.
+func (q *fakeQueue) wait(t *testing.T, id uint32) string {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		q.mu.Lock()
+		v, ok := q.verdicts[id]
+		q.mu.Unlock()
+		if ok {
+			return v
+		}
+	}
+	t.Fatalf("no verdict on packet %d", id)
+	return ""
+}
+
+func (q *fakeQueue) pending(id uint32) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.verdicts[id]
+	return !ok
+}
+
+var testMarks = FastMarks{Pass: 2, Refuse: 3}
+
+// tcpPacket is an IPv4 packet of a TCP segment from src to dst.
+func tcpPacket(src, dst netip.AddrPort, seq uint32, flags byte, data []byte) []byte {
+	p := make([]byte, 40, 40+len(data))
+	p[0] = 0x45
+	binary.BigEndian.PutUint16(p[2:], uint16(40+len(data)))
+	p[8], p[9] = 64, 6
+	s4, d4 := src.Addr().As4(), dst.Addr().As4()
+	copy(p[12:], s4[:])
+	copy(p[16:], d4[:])
+	binary.BigEndian.PutUint16(p[20:], src.Port())
+	binary.BigEndian.PutUint16(p[22:], dst.Port())
+	binary.BigEndian.PutUint32(p[24:], seq)
+	p[32] = 5 << 4
+	p[33] = flags
+	return append(p, data...)
+}
+
+// TestFastPathDecisions: the fast path's state machine on the packets
+// the kernel would queue. A ClientHello in three segments, the last
+// first and one sent twice, is held whole, then passed, each packet
+// once; a packet of the decided connection still in the queue gets the
+// same; data with no SYN seen, plain HTTP and a name the session does not
+// allow are refused, and audited; a hello not whole within the peek
+// timeout is refused by the sweep; a client past MaxSessionConns
+// undecided connections is refused at its SYN.
+func TestFastPathDecisions(t *testing.T) {
+	client := netip.MustParseAddr("10.213.0.3")
+	server := netip.AddrPortFrom(netip.MustParseAddr("10.214.0.20"), 443)
+	var mu sync.Mutex
+	var events []Event
+	sess := &Session{ID: "s1",
+		Check: func(dst netip.AddrPort, h Hello, _ time.Time) Decision {
+			if h.SNI == "allowed.test" && dst == server {
+				return Decision{Allow: true, Reason: "allowed", Rule: "allowed.test"}
+			}
+			return Decision{Reason: "not allowed: " + h.SNI}
+		},
+		Audit: func(ev Event) { mu.Lock(); events = append(events, ev); mu.Unlock() },
+	}
+	s, err := New(Config{
+		Sessions:        func(a netip.Addr) (*Session, bool) { return sess, a == client },
+		OriginalDst:     func(*net.TCPConn) (netip.AddrPort, error) { return netip.AddrPort{}, errors.New("unused") },
+		Dial:            func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("unused") },
+		PeekTimeout:     300 * time.Millisecond,
+		MaxSessionConns: 3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newFakeQueue()
+	done := make(chan struct{})
+	go func() { _ = s.ServeQueue(t.Context(), q, testMarks); close(done) }()
+	defer func() { close(q.in); <-done }()
+	var id uint32
+	send := func(port uint16, seq uint32, flags byte, data []byte) uint32 {
+		id++
+		q.in <- []nfq.Packet{{ID: id, Payload: tcpPacket(netip.AddrPortFrom(client, port), server, seq, flags, data)}}
+		return id
+	}
+	event := func(sni, action string) Event {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			mu.Lock()
+			i := slices.IndexFunc(events, func(e Event) bool { return e.SNI == sni && e.Action == action })
+			var ev Event
+			if i >= 0 {
+				ev = events[i]
+			}
+			mu.Unlock()
+			if i >= 0 {
+				return ev
+			}
+		}
+		t.Fatalf("no %s event for %q in %+v", action, sni, events)
+		return Event{}
+	}
+
+	hello := clientHello(t, "allowed.test")
+	if len(hello) < 300 {
+		t.Fatalf("a ClientHello of %d bytes", len(hello))
+	}
+	const isn = 1000
+	if v := q.wait(t, send(40001, isn, nfq.SYN, nil)); v != "accept" {
+		t.Errorf("SYN: %s", v)
+	}
+	if v := q.wait(t, send(40001, isn+1, nfq.ACK, nil)); v != "accept" {
+		t.Errorf("the handshake's ACK: %s", v)
+	}
+	a, b := 100, 250
+	third := send(40001, isn+1+uint32(b), nfq.ACK|nfq.PSH, hello[b:])
+	second := send(40001, isn+1+uint32(a), nfq.ACK, hello[a:b])
+	again := send(40001, isn+1+uint32(a), nfq.ACK, hello[a:b])
+	time.Sleep(50 * time.Millisecond)
+	for _, p := range []uint32{third, second, again} {
+		if !q.pending(p) {
+			t.Fatalf("packet %d decided before the ClientHello was whole", p)
+		}
+	}
+	first := send(40001, isn+1, nfq.ACK, hello[:a])
+	for _, p := range []uint32{first, second, third, again} {
+		if v := q.wait(t, p); v != "pass" {
+			t.Errorf("packet %d of an allowed ClientHello: %s", p, v)
+		}
+	}
+	if ev := event("allowed.test", ActionAllowed); !ev.Kernel || ev.BytesUp != int64(len(hello)) || ev.Rule != "allowed.test" || ev.Dst != server {
+		t.Errorf("event %+v", ev)
+	}
+	if v := q.wait(t, send(40001, isn+1+uint32(len(hello)), nfq.ACK, []byte("late"))); v != "pass" {
+		t.Errorf("a late packet of the passed connection: %s", v)
+	}
+
+	// Refused: another name, plain HTTP, data with no SYN.
+	q.wait(t, send(40002, 5000, nfq.SYN, nil))
+	if v := q.wait(t, send(40002, 5001, nfq.ACK, clientHello(t, "other.test"))); v != "refuse" {
+		t.Errorf("a name not allowed: %s", v)
+	}
+	event("other.test", ActionRefused)
+	q.wait(t, send(40003, 7000, nfq.SYN, nil))
+	if v := q.wait(t, send(40003, 7001, nfq.ACK, []byte("GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n"))); v != "refuse" {
+		t.Errorf("plain HTTP: %s", v)
+	}
+	if ev := event("", ActionRefused); ev.Proto != ProtoHTTP {
+		t.Errorf("plain HTTP's event %+v", ev)
+	}
+	if v := q.wait(t, send(40004, 9001, nfq.ACK, hello)); v != "refuse" {
+		t.Errorf("data with no SYN seen: %s", v)
+	}
+
+	// A hello never finished: refused by the sweep after the peek
+	// timeout (it looks every second).
+	q.wait(t, send(40005, 100, nfq.SYN, nil))
+	stalled := send(40005, 101, nfq.ACK, hello[:50])
+	if v := q.wait(t, stalled); v != "refuse" {
+		t.Errorf("a stalled ClientHello: %s", v)
+	}
+
+	// At most MaxSessionConns (3) undecided connections a client.
+	for port := uint16(40010); port < 40013; port++ {
+		if v := q.wait(t, send(port, 1, nfq.SYN, nil)); v != "accept" {
+			t.Errorf("SYN %d: %s", port, v)
+		}
+	}
+	if v := q.wait(t, send(40013, 1, nfq.SYN, nil)); v != "refuse" {
+		t.Errorf("a fourth undecided connection's SYN: %s", v)
+	}
+}

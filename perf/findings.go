@@ -154,6 +154,18 @@ func (l *L7) findings() []string {
 		}
 		out = append(out, s)
 	}
+	if fast := l.download(L7PathFast); base != nil && fast != nil && base.Gbps.N > 0 && fast.Gbps.N > 0 {
+		s := fmt.Sprintf("L7 gateway, %s HTTPS download on the kernel fast path (airlockd --l7-fast-path: the ClientHello held in the gateway's netfilter queue and checked, the connection then forwarded by the kernel as on the L3 path): ×%.2f of the L3 path (target ≥ ×%.2f: %s), %.2f s of the gateway's CPU per GiB.",
+			size(fast.Bytes), fast.Ratio, fast.Target, metText(fast.Met()), fast.GatewayCPU.Median)
+		if fl := l.latency(L7ProtoHTTPS, L7PathFast); fl != nil && fl.LatencyUS.N > 0 {
+			s += fmt.Sprintf(" A request on a kept-alive connection adds %s µs at p50 (the gateway is not on its path).", signed(fl.AddedP50US))
+		}
+		if hf, hb := l.handshakes(L7PathFast), l.handshakes(L7PathL3); hf != nil && hb != nil && hf.PerSecond.N > 0 && hb.PerSecond.N > 0 {
+			s += fmt.Sprintf(" New connections: %.0f TLS handshakes a second against %.0f on the L3 path (×%.2f): each connection's SYN and first packets take a round trip through the gateway.",
+				hf.PerSecond.Median, hb.PerSecond.Median, hf.PerSecond.Median/hb.PerSecond.Median)
+		}
+		out = append(out, s)
+	}
 	pl, tl := l.latency(L7ProtoHTTPS, L7PathPassThrough), l.latency(L7ProtoHTTPS, L7PathTerminated)
 	hs, hb := l.handshakes(L7PathTerminated), l.handshakes(L7PathL3)
 	if pl != nil && tl != nil && pl.LatencyUS.N > 0 && tl.LatencyUS.N > 0 {

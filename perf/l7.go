@@ -14,7 +14,11 @@ import (
 const (
 	L7PathL3          = "L3 (no l7)"
 	L7PathPassThrough = "L7 pass-through"
-	L7PathTerminated  = "L7 terminated"
+	// L7PathFast is pass-through on the kernel fast path (airlockd
+	// --l7-fast-path): the ClientHello checked from the gateway's queue,
+	// the connection then forwarded by the kernel.
+	L7PathFast       = "L7 pass-through, kernel fast path"
+	L7PathTerminated = "L7 terminated"
 	// L7PathPlain is the pass-through session's plain HTTP, which the
 	// gateway serves request by request.
 	L7PathPlain = "L7 (plain HTTP, served)"
@@ -197,7 +201,7 @@ func (l *L7) summary(p printer) {
 			continue
 		}
 		var names []string
-		for _, path := range []string{L7PathPassThrough, L7PathTerminated, L7PathPlain} {
+		for _, path := range []string{L7PathPassThrough, L7PathFast, L7PathTerminated, L7PathPlain} {
 			if r := l.latency(proto, path); r != nil && r.LatencyUS.N > 0 {
 				names = append(names, shortPath(path))
 				parts = append(parts, fmt.Sprintf("%.0f / %.0f", r.LatencyUS.Median, r.LatencyUS.P99))
@@ -211,7 +215,7 @@ func (l *L7) summary(p printer) {
 			strings.Join(parts, "; "), base.LatencyUS.Median, base.LatencyUS.P99, strings.Join(added, "; "))
 	}
 	if base := l.download(L7PathL3); base != nil && base.Gbps.N > 0 {
-		for _, path := range []string{L7PathPassThrough, L7PathTerminated} {
+		for _, path := range []string{L7PathPassThrough, L7PathFast, L7PathTerminated} {
 			d := l.download(path)
 			if d == nil || d.Gbps.N == 0 {
 				continue

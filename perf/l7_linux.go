@@ -159,6 +159,7 @@ func (h *l7Harness) run(ctx context.Context) (*L7, error) {
 		DNSUpstreams:  []string{h.world.DNSAddr().String()},
 		AllowPrivate:  []netip.Prefix{h.world.Net()},
 		UpstreamRoots: h.world.CertPool(),
+		FastPath:      true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("perimeter: %w", err)
@@ -172,7 +173,12 @@ func (h *l7Harness) run(ctx context.Context) (*L7, error) {
 		ca       egress.Issuer
 	}{
 		{L7PathL3, "perf-l3", &policies.Egress{Allow: allow}, allowHCL, nil},
-		{L7PathPassThrough, "perf-pass", &policies.Egress{Allow: allow, L7: policies.L7Check}, allowHCL + `, l7 = "check"`, nil},
+		// An http block for another host keeps perf-pass off the fast
+		// path (which takes sessions with no http rules): its HTTPS to
+		// the load server goes through the gateway's listener, spliced.
+		{L7PathPassThrough, "perf-pass", &policies.Egress{Allow: allow, L7: policies.L7Check, HTTP: []policies.HTTPHost{{Host: "rules." + L7Host}}},
+			allowHCL + `, l7 = "check", http "rules.` + L7Host + `" {}`, nil},
+		{L7PathFast, "perf-fast", &policies.Egress{Allow: allow, L7: policies.L7Check}, allowHCL + `, l7 = "check"` + ` (airlockd --l7-fast-path)`, nil},
 		{L7PathTerminated, l7TermID, &policies.Egress{Allow: allow, L7: policies.L7Check, Inspect: policies.InspectAll}, allowHCL + `, l7 = "check", inspect = "all"`, ca},
 	} {
 		dir := filepath.Join(h.root, s.id)
@@ -189,7 +195,7 @@ func (h *l7Harness) run(ctx context.Context) (*L7, error) {
 		}
 		h.sessions = append(h.sessions, &l7Session{L7Session: L7Session{Name: s.name, ID: s.id, Egress: "egress { " + s.hcl + " }"}, netns: es.NetnsPath(), dns: resolver})
 	}
-	l3, pass, term := h.sessions[0], h.sessions[1], h.sessions[2]
+	l3, pass, fast, term := h.sessions[0], h.sessions[1], h.sessions[2], h.sessions[3]
 
 	res := &L7{Rounds: h.cfg.Rounds, Host: L7Host, Audit: map[string]map[string]int{}}
 	res.Setup = fmt.Sprintf("the perimeter (egress.Open, as airlockd opens it: the gateway namespace with its nftables rules, the DNS proxy and the L7 gateway) runs in the harness's own process, with a world namespace of its own as uplink; "+
@@ -233,9 +239,11 @@ func (h *l7Harness) run(ctx context.Context) (*L7, error) {
 		{L7ProtoHTTP, L7PathPlain, pass, httpURL, false},
 		{L7ProtoHTTPS, L7PathL3, l3, httpsURL, false},
 		{L7ProtoHTTPS, L7PathPassThrough, pass, httpsURL, false},
+		{L7ProtoHTTPS, L7PathFast, fast, httpsURL, false},
 		{L7ProtoHTTPS, L7PathTerminated, term, httpsURL, false},
 		{L7ProtoH2, L7PathL3, l3, httpsURL, true},
 		{L7ProtoH2, L7PathPassThrough, pass, httpsURL, true},
+		{L7ProtoH2, L7PathFast, fast, httpsURL, true},
 		{L7ProtoH2, L7PathTerminated, term, httpsURL, true},
 	} {
 		cells = append(cells, &latCell{row: L7Latency{Protocol: c.proto, Path: c.path}, s: c.s, url: c.url, h2: c.h2})
@@ -287,6 +295,7 @@ func (h *l7Harness) run(ctx context.Context) (*L7, error) {
 	dls := []*dlPath{
 		{row: L7Download{Path: L7PathL3}, s: l3},
 		{row: L7Download{Path: L7PathPassThrough, Target: L7TargetPassThrough}, s: pass},
+		{row: L7Download{Path: L7PathFast, Target: L7TargetPassThrough}, s: fast},
 		{row: L7Download{Path: L7PathTerminated, Target: L7TargetTerminated}, s: term},
 	}
 	h.logf("l7: download of %s, %d rounds per path", size(h.cfg.DownloadBytes), h.cfg.Rounds)
@@ -334,7 +343,7 @@ func (h *l7Harness) run(ctx context.Context) (*L7, error) {
 		rate, gw []float64
 		p50, p99 []float64
 	}
-	hss := []*hsPath{{row: L7Handshakes{Path: L7PathL3}, s: l3}, {row: L7Handshakes{Path: L7PathPassThrough}, s: pass}, {row: L7Handshakes{Path: L7PathTerminated}, s: term}}
+	hss := []*hsPath{{row: L7Handshakes{Path: L7PathL3}, s: l3}, {row: L7Handshakes{Path: L7PathPassThrough}, s: pass}, {row: L7Handshakes{Path: L7PathFast}, s: fast}, {row: L7Handshakes{Path: L7PathTerminated}, s: term}}
 	h.logf("l7: handshakes, %d rounds of %v per path", h.cfg.Rounds, h.cfg.HandshakeTime)
 	for range h.cfg.Rounds {
 		for _, hp := range hss {
@@ -430,6 +439,9 @@ func (h *l7Harness) run(ctx context.Context) (*L7, error) {
 		k := fmt.Sprintf("l7 %v %s", ev.Fields["kind"], ev.Action)
 		if t, _ := ev.Fields["terminated"].(bool); t {
 			k += ", terminated"
+		}
+		if kn, _ := ev.Fields["kernel"].(bool); kn {
+			k += ", kernel fast path"
 		}
 		// A line may stand for identical events merged into it.
 		n, _ := ev.Fields["repeated"].(float64)

@@ -31,7 +31,7 @@ func TestMeasureL7(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(l.Latency) != 8 || len(l.Download) != 3 || len(l.Handshakes) != 3 || len(l.Idle) != 4 || len(l.Profiles) != 3 {
+	if len(l.Latency) != 10 || len(l.Download) != 4 || len(l.Handshakes) != 4 || len(l.Idle) != 4 || len(l.Profiles) != 3 {
 		t.Fatalf("rows: %d latency, %d download, %d handshakes, %d idle, %d profiles", len(l.Latency), len(l.Download), len(l.Handshakes), len(l.Idle), len(l.Profiles))
 	}
 	for _, r := range l.Latency {
@@ -76,6 +76,11 @@ func TestMeasureL7(t *testing.T) {
 	}
 	if a := l.Audit["perf-pass"]; a["l7 connection allowed"] == 0 || a["l7 request allowed"] < 2*cfg.Requests {
 		t.Errorf("pass-through session's audit: %v", a)
+	}
+	// The fast path's session: one decision per HTTPS connection, the
+	// kernel's.
+	if a := l.Audit["perf-fast"]; a["l7 connection allowed, kernel fast path"] == 0 || len(a) != 1 {
+		t.Errorf("fast path session's audit: %v", a)
 	}
 	for k, n := range l.Audit["perf-term"] {
 		if k != "l7 request allowed, terminated" || n < 2*cfg.Requests {

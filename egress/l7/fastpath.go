@@ -128,6 +128,12 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		fp.mu.Unlock()
 		fp.verdict(p.ID, f.pass)
 		return
+	case seg.Flags&nfq.SYN != 0 && len(seg.Payload) > 0:
+		// Data in a SYN (TCP Fast Open) would reach the server before
+		// any check: dropped, the client sends its SYN again without it.
+		fp.mu.Unlock()
+		_ = fp.q.SetVerdict(p.ID, nfq.Drop, nil)
+		return
 	case seg.Flags&nfq.SYN != 0 && seg.Flags&nfq.ACK == 0:
 		if f == nil {
 			if fp.undecided[k.client.Addr()] >= fp.s.cfg.MaxSessionConns || len(fp.flows) >= fp.s.cfg.MaxConns {
@@ -143,28 +149,38 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		fp.mu.Unlock()
 		_ = fp.q.SetVerdict(p.ID, nfq.Accept, nil)
 		return
+	case f == nil:
+		// A connection whose SYN the gateway never saw: one it held
+		// before a restart, or whose conntrack entry expired or was
+		// deleted (a revision cut it), so that its next packet made a
+		// new one. Nothing can be known of its first bytes, and an ACK
+		// let go would open the way back for the server's data.
+		fp.mu.Unlock()
+		fp.verdict(p.ID, false)
+		return
 	case len(seg.Payload) == 0:
 		fp.mu.Unlock()
 		_ = fp.q.SetVerdict(p.ID, nfq.Accept, nil)
 		return
-	case f == nil:
-		// Data of a connection whose SYN the gateway never saw (one it
-		// held before a restart, or whose conntrack entry expired):
-		// nothing can be known of its first bytes.
-		fp.mu.Unlock()
-		fp.verdict(p.ID, false)
-		return
 	}
 	f.held = append(f.held, p.ID)
 	off := seg.Seq - f.isn - 1
-	if off < MaxPeek && len(f.segs[off]) < len(seg.Payload) {
-		f.segs[off] = bytes.Clone(seg.Payload)
-	}
-	data := f.contiguous()
 	var h Hello
 	var perr error
 	complete := false
+	if off < MaxPeek {
+		if f.conflicts(off, seg.Payload) {
+			// Two segments that say different things of the same bytes:
+			// which the server keeps is its stack's choice, not the
+			// gateway's.
+			perr, complete = errors.New("segments overlap with different bytes"), true
+		} else if len(f.segs[off]) < len(seg.Payload) {
+			f.segs[off] = bytes.Clone(seg.Payload)
+		}
+	}
+	data := f.contiguous()
 	switch {
+	case complete:
 	case len(data) > 0 && data[0] != 0x16:
 		h.Proto = ProtoHTTP
 		perr, complete = errors.New("the first bytes are not a TLS ClientHello (the gateway forwards only TLS on this port)"), true
@@ -250,6 +266,20 @@ func (f *fastFlow) contiguous() []byte {
 		}
 		out = append(out, seg...)
 	}
+}
+
+// conflicts reports whether data at off differs from bytes of the held
+// segments it overlaps.
+func (f *fastFlow) conflicts(off uint32, data []byte) bool {
+	end := off + uint32(len(data))
+	for o, d := range f.segs {
+		e := o + uint32(len(d))
+		lo, hi := max(o, off), min(e, end)
+		if lo < hi && !bytes.Equal(d[lo-o:hi-o], data[lo-off:hi-off]) {
+			return true
+		}
+	}
+	return false
 }
 
 // finish records the decision and returns the held packets' ids.

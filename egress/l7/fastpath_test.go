@@ -202,6 +202,29 @@ func TestFastPathDecisions(t *testing.T) {
 	if v := q.wait(t, send(40004, 9001, nfq.ACK, hello)); v != "refuse" {
 		t.Errorf("data with no SYN seen: %s", v)
 	}
+	// An ACK of a connection whose conntrack entry went (a revision cut
+	// it): let go, the server's data would flow back to the client.
+	if v := q.wait(t, send(40006, 9001, nfq.ACK, nil)); v != "refuse" {
+		t.Errorf("an ACK with no SYN seen: %s", v)
+	}
+
+	// Data in a SYN (TCP Fast Open) is dropped: it would reach the
+	// server unchecked.
+	if v := q.wait(t, send(40007, 300, nfq.SYN, hello)); v != "drop" {
+		t.Errorf("a SYN with data: %s", v)
+	}
+	// Two segments of the same bytes that differ (an allowed name in
+	// one, another in the other): the server's stack, not the gateway,
+	// would choose which counts.
+	q.wait(t, send(40008, 500, nfq.SYN, nil))
+	other := clientHello(t, "other.test")
+	firstOther := send(40008, 501, nfq.ACK, other[:200])
+	if v := q.wait(t, send(40008, 501, nfq.ACK, hello)); v != "refuse" {
+		t.Errorf("a segment overlapping another with different bytes: %s", v)
+	}
+	if v := q.wait(t, firstOther); v != "refuse" {
+		t.Errorf("the segment it overlapped: %s", v)
+	}
 
 	// A hello never finished: refused by the sweep after the peek
 	// timeout (it looks every second).

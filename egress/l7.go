@@ -68,12 +68,26 @@ func (e *Perimeter) startL7(ctx context.Context) error {
 			return fmt.Errorf("l7 gateway fast path: %w", err)
 		}
 		e.queue = q
-		e.wg.Add(1)
+		cut := func(client, server netip.AddrPort) error {
+			_, err := e.gw.CutFlow(client, server)
+			return err
+		}
+		e.wg.Add(2)
 		go func() {
 			defer e.wg.Done()
 			stop := context.AfterFunc(ctx, func() { _ = q.Close() })
 			defer stop()
-			_ = srv.ServeQueue(ctx, q, l7.FastMarks{Pass: nft.MarkPass, Refuse: nft.MarkRefuse})
+			_ = srv.ServeQueue(ctx, q, l7.FastConfig{Pass: nft.MarkPass, Refuse: nft.MarkRefuse, Cut: cut})
+		}()
+		// Passed connections are audited when they end, with the bytes
+		// the kernel counted.
+		go func() {
+			defer e.wg.Done()
+			if err := e.gw.WatchFlowEnds(ctx, nft.MarkPass, func(end netns.FlowEnd) {
+				srv.FastFlowEnded(end.Client, end.Server, end.BytesUp, end.BytesDn)
+			}); err != nil {
+				log.G(ctx).Error("l7 fast path: the ends of passed connections will not be audited", "error", err)
+			}
 		}()
 	}
 	return nil
@@ -344,7 +358,6 @@ func L7AuditEvent(ev l7.Event) api.AuditEvent {
 	}
 	if ev.Kernel {
 		f["kernel"] = true
-		delete(f, "bytes_down")
 	}
 	if len(ev.Refs) > 0 {
 		f["refs"] = ev.Refs

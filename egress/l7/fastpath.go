@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,10 +25,22 @@ type PacketQueue interface {
 	SetVerdict(id uint32, v nfq.Verdict, mark *uint32) error
 }
 
-// FastMarks are the marks the fast path's verdicts give a connection's
-// held packets, which the gateway's rules make the connection's (see
-// egress/nft's fast path).
-type FastMarks struct{ Pass, Refuse uint32 }
+// FastConfig is how the fast path acts on the kernel's connections.
+type FastConfig struct {
+	// Pass and Refuse are the marks its verdicts give a connection's held
+	// packets, which the gateway's rules make the connection's (see
+	// egress/nft's fast path).
+	Pass, Refuse uint32
+	// Cut ends a passed connection from client to server (its conntrack
+	// entry deleted: its next packet comes back to the queue, with no
+	// SYN seen, and is refused); nil: Recheck cannot end them.
+	Cut func(client, server netip.AddrPort) error
+}
+
+// fastMaxPassed bounds the passed connections the fast path remembers
+// for Recheck and their end's audit event; past it the oldest are
+// audited at once, without their bytes, and no longer rechecked.
+const fastMaxPassed = 65536
 
 // Bounds of the fast path's held state.
 const (
@@ -52,16 +65,24 @@ type fastFlow struct {
 	at            time.Time
 }
 
+// passedFlow is a connection the fast path passed, until its end.
+type passedFlow struct {
+	ev    Event // its audit event as decided (Time is its start)
+	hello Hello
+}
+
 // fastPath is the state of ServeQueue.
 type fastPath struct {
 	s     *Server
 	q     PacketQueue
-	marks FastMarks
+	marks FastConfig
 	mu    sync.Mutex
 	// +checklocks:mu
 	flows map[fastKey]*fastFlow
 	// +checklocks:mu
 	undecided map[netip.Addr]int // per client address
+	// +checklocks:mu
+	passed map[fastKey]*passedFlow
 }
 
 // ServeQueue decides the connections the kernel's fast path holds in q
@@ -77,8 +98,18 @@ type fastPath struct {
 // a ClientHello (plain HTTP on a fast port), whose hello is not whole
 // within the peek timeout or MaxPeek bytes, whose SYN the gateway did not
 // see, or whose session terminates its name's TLS, is refused.
-func (s *Server) ServeQueue(ctx context.Context, q PacketQueue, marks FastMarks) error {
-	fp := &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[netip.Addr]int{}}
+func (s *Server) ServeQueue(ctx context.Context, q PacketQueue, marks FastConfig) error {
+	fp := &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[netip.Addr]int{}, passed: map[fastKey]*passedFlow{}}
+	s.mu.Lock()
+	s.fast = fp
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.fast == fp {
+			s.fast = nil
+		}
+		s.mu.Unlock()
+	}()
 	stop := make(chan struct{})
 	defer close(stop)
 	go fp.sweep(ctx, stop)
@@ -201,15 +232,144 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	if fp.undecided[k.client.Addr()] <= 0 {
 		delete(fp.undecided, k.client.Addr())
 	}
+	var evicted *passedFlow
+	if pass && ev != nil {
+		// Audited when it ends (FlowEnded), with its bytes.
+		if len(fp.passed) >= fastMaxPassed {
+			evicted = fp.evictOldestLocked()
+		}
+		fp.passed[k] = &passedFlow{ev: *ev, hello: h}
+		ev = nil
+	}
 	fp.mu.Unlock()
 	for _, id := range held {
 		fp.verdict(id, pass)
 	}
+	if evicted != nil {
+		evicted.ev.Reason += "; no longer followed (too many connections): its bytes are not counted"
+		fp.emit(evicted.ev)
+	}
 	if ev != nil {
 		ev.Duration = time.Since(ev.Time)
-		if sess, ok := fp.s.cfg.Sessions(k.client.Addr()); ok && sess.ID == ev.Session && sess.Audit != nil {
-			sess.Audit(*ev)
+		fp.emit(*ev)
+	}
+}
+
+// emit audits ev in its session, if the session is still the client's.
+func (fp *fastPath) emit(ev Event) {
+	if sess, ok := fp.s.cfg.Sessions(ev.Client.Addr()); ok && sess.ID == ev.Session && sess.Audit != nil {
+		sess.Audit(ev)
+	}
+}
+
+// evictOldestLocked forgets the passed connection that started first.
+func (fp *fastPath) evictOldestLocked() *passedFlow {
+	var oldest fastKey
+	var of *passedFlow
+	for k, p := range fp.passed {
+		if of == nil || p.ev.Time.Before(of.ev.Time) {
+			oldest, of = k, p
 		}
+	}
+	delete(fp.passed, oldest)
+	return of
+}
+
+// FastFlowEnded audits a connection the fast path passed, at its end as
+// the kernel saw it (client and server its original direction; the bytes
+// of its IP packets each way, headers included). A connection it does not
+// remember (passed before a restart) is audited with what the kernel
+// says. It reports whether the connection was one the fast path knew.
+func (s *Server) FastFlowEnded(client, server netip.AddrPort, bytesUp, bytesDn uint64) bool {
+	s.mu.Lock()
+	fp := s.fast
+	s.mu.Unlock()
+	if fp == nil {
+		return false
+	}
+	k := fastKey{client: unmapAP(client), server: unmapAP(server)}
+	fp.mu.Lock()
+	p := fp.passed[k]
+	delete(fp.passed, k)
+	fp.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	ev := p.ev
+	ev.BytesUp, ev.BytesDn = int64(bytesUp), int64(bytesDn)
+	ev.Duration = time.Since(ev.Time)
+	fp.emit(ev)
+	return true
+}
+
+// recheckFast decides again, under sess (revised), on the connections of
+// sess.ID the fast path passed: one sess now refuses, or whose name it
+// now terminates, is cut and audited. It returns how many.
+func (s *Server) recheckFast(sess *Session) int {
+	s.mu.Lock()
+	fp := s.fast
+	s.mu.Unlock()
+	if fp == nil {
+		return 0
+	}
+	type cut struct {
+		k fastKey
+		p *passedFlow
+	}
+	var cuts []cut
+	fp.mu.Lock()
+	for k, p := range fp.passed {
+		if p.ev.Session != sess.ID {
+			continue
+		}
+		if sess.Check(k.server, p.hello, p.ev.Time).Allow && !terminates(sess, p.hello) {
+			continue
+		}
+		cuts = append(cuts, cut{k, p})
+		delete(fp.passed, k)
+		// Its packets still queued, and those of the conntrack entry
+		// the cut makes anew, are refused, not passed as decided.
+		if f := fp.flows[k]; f != nil {
+			f.pass = false
+		}
+	}
+	fp.mu.Unlock()
+	for _, c := range cuts {
+		ev := c.p.ev
+		ev.Duration = time.Since(ev.Time)
+		ev.Reason = strings.TrimPrefix(ev.Reason+"; ", "; ") + "closed: the session's egress policy was revised"
+		if fp.marks.Cut != nil {
+			if err := fp.marks.Cut(c.k.client, c.k.server); err != nil {
+				ev.Reason += " (ending it failed: " + err.Error() + ")"
+			}
+		}
+		fp.emit(ev)
+	}
+	return len(cuts)
+}
+
+// closeFast forgets session id's passed connections (its network is
+// being removed: they end with it) and audits them, without their bytes.
+func (s *Server) closeFast(id string) {
+	s.mu.Lock()
+	fp := s.fast
+	s.mu.Unlock()
+	if fp == nil {
+		return
+	}
+	var evs []Event
+	fp.mu.Lock()
+	for k, p := range fp.passed {
+		if p.ev.Session == id {
+			evs = append(evs, p.ev)
+			delete(fp.passed, k)
+		}
+	}
+	fp.mu.Unlock()
+	for _, ev := range evs {
+		ev.Duration = time.Since(ev.Time)
+		ev.Reason = strings.TrimPrefix(ev.Reason+"; ", "; ") + "open when the session's network was removed: its bytes are not counted"
+		fp.emit(ev)
 	}
 }
 
@@ -329,9 +489,7 @@ func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
 				fp.verdict(id, false)
 			}
 			for _, ev := range events {
-				if sess, ok := fp.s.cfg.Sessions(ev.Client.Addr()); ok && sess.ID == ev.Session && sess.Audit != nil {
-					sess.Audit(*ev)
-				}
+				fp.emit(*ev)
 			}
 		}
 	}

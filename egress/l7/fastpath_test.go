@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func (q *fakeQueue) pending(id uint32) bool {
 	return !ok
 }
 
-var testMarks = FastMarks{Pass: 2, Refuse: 3}
+var testMarks = FastConfig{Pass: 2, Refuse: 3}
 
 // tcpPacket is an IPv4 packet of a TCP segment from src to dst.
 func tcpPacket(src, dst netip.AddrPort, seq uint32, flags byte, data []byte) []byte {
@@ -126,7 +127,16 @@ func TestFastPathDecisions(t *testing.T) {
 	}
 	q := newFakeQueue()
 	done := make(chan struct{})
-	go func() { _ = s.ServeQueue(t.Context(), q, testMarks); close(done) }()
+	var cutMu sync.Mutex
+	var cuts []string
+	cfg := testMarks
+	cfg.Cut = func(c, srv netip.AddrPort) error {
+		cutMu.Lock()
+		cuts = append(cuts, c.String()+">"+srv.String())
+		cutMu.Unlock()
+		return nil
+	}
+	go func() { _ = s.ServeQueue(t.Context(), q, cfg); close(done) }()
 	defer func() { close(q.in); <-done }()
 	var id uint32
 	send := func(port uint16, seq uint32, flags byte, data []byte) uint32 {
@@ -179,11 +189,55 @@ func TestFastPathDecisions(t *testing.T) {
 			t.Errorf("packet %d of an allowed ClientHello: %s", p, v)
 		}
 	}
-	if ev := event("allowed.test", ActionAllowed); !ev.Kernel || ev.BytesUp != int64(len(hello)) || ev.Rule != "allowed.test" || ev.Dst != server {
-		t.Errorf("event %+v", ev)
-	}
 	if v := q.wait(t, send(40001, isn+1+uint32(len(hello)), nfq.ACK, []byte("late"))); v != "pass" {
 		t.Errorf("a late packet of the passed connection: %s", v)
+	}
+	// Audited at its end, with the bytes the kernel counted.
+	mu.Lock()
+	early := slices.ContainsFunc(events, func(e Event) bool { return e.Action == ActionAllowed })
+	mu.Unlock()
+	if early {
+		t.Error("a passed connection audited before its end")
+	}
+	if !s.FastFlowEnded(netip.AddrPortFrom(client, 40001), server, 1234, 5678) {
+		t.Error("the end of a passed connection was not known")
+	}
+	if ev := event("allowed.test", ActionAllowed); !ev.Kernel || ev.BytesUp != 1234 || ev.BytesDn != 5678 || ev.Rule != "allowed.test" || ev.Dst != server {
+		t.Errorf("event %+v", ev)
+	}
+	if s.FastFlowEnded(netip.AddrPortFrom(client, 40001), server, 1, 1) {
+		t.Error("one connection's end audited twice")
+	}
+
+	// A revision that no longer allows the name cuts the connections the
+	// fast path passed, and audits them.
+	q.wait(t, send(40020, 2000, nfq.SYN, nil))
+	if v := q.wait(t, send(40020, 2001, nfq.ACK, hello)); v != "pass" {
+		t.Fatalf("an allowed ClientHello: %s", v)
+	}
+	revised := *sess
+	revised.Check = func(netip.AddrPort, Hello, time.Time) Decision { return Decision{Reason: "withdrawn"} }
+	if n := s.Recheck(&revised); n != 1 {
+		t.Errorf("Recheck cut %d connections, want 1", n)
+	}
+	cutMu.Lock()
+	gotCuts := slices.Clone(cuts)
+	cutMu.Unlock()
+	if want := netip.AddrPortFrom(client, 40020).String() + ">" + server.String(); len(gotCuts) != 1 || gotCuts[0] != want {
+		t.Errorf("cut %v, want %s", gotCuts, want)
+	}
+	mu.Lock()
+	closedEv := slices.ContainsFunc(events, func(e Event) bool {
+		return e.Action == ActionAllowed && e.Client.Port() == 40020 && strings.Contains(e.Reason, "revised")
+	})
+	mu.Unlock()
+	if !closedEv {
+		t.Errorf("no audit of the cut connection in %+v", events)
+	}
+	// Its next packet (a new conntrack entry, back in the queue) is
+	// refused, not passed as decided before the revision.
+	if v := q.wait(t, send(40020, 2001+uint32(len(hello)), nfq.ACK, []byte("more"))); v != "refuse" {
+		t.Errorf("a packet of the cut connection: %s", v)
 	}
 
 	// Refused: another name, plain HTTP, data with no SYN.

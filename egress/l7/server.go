@@ -247,6 +247,8 @@ type Server struct {
 	wg   sync.WaitGroup
 	// fastPackets counts the packets ServeQueue was given.
 	fastPackets atomic.Uint64
+	// +checklocks:mu
+	fast *fastPath // ServeQueue's, while it runs
 }
 
 // flowKey names an upstream connection by both its ends: the kernel
@@ -402,6 +404,7 @@ func (s *Server) CloseSession(id string) {
 	for _, c := range s.closeWhere(func(c *conn) bool { return c.session == id }) {
 		<-c.done
 	}
+	s.closeFast(id)
 	s.mu.Lock()
 	var ts []*http.Transport
 	for k, t := range s.transports {
@@ -496,7 +499,7 @@ func (s *Server) Recheck(sess *Session) int {
 	for _, a := range held {
 		a.redecide(sess)
 	}
-	return len(closed)
+	return len(closed) + s.recheckFast(sess)
 }
 
 // revisedWhileChecked is why a connection is refused when the session's

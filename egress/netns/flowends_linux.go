@@ -1,0 +1,284 @@
+package netns
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/mdlayher/netlink"
+	vnl "github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// ctnetlink's message types, groups and attributes (linux/netfilter/
+// nfnetlink_conntrack.h).
+const (
+	subsysCT       = 1 // NFNL_SUBSYS_CTNETLINK
+	ctMsgNew       = 0 // IPCTNL_MSG_CT_NEW (new and update events)
+	ctMsgDelete    = 2 // IPCTNL_MSG_CT_DELETE (destroy events)
+	groupCTUpdate  = 2 // NFNLGRP_CONNTRACK_UPDATE
+	groupCTDestroy = 3 // NFNLGRP_CONNTRACK_DESTROY
+
+	ctaTupleOrig     = 1
+	ctaProtoinfo     = 4
+	ctaMark          = 8
+	ctaCountersOrig  = 9
+	ctaCountersReply = 10
+
+	ctaTupleIP    = 1
+	ctaTupleProto = 2
+	ctaIPv4Src    = 1
+	ctaIPv4Dst    = 2
+	ctaIPv6Src    = 3
+	ctaIPv6Dst    = 4
+	ctaProtoNum   = 1
+	ctaProtoSrc   = 2
+	ctaProtoDst   = 3
+
+	ctaProtoinfoTCP      = 1
+	ctaProtoinfoTCPState = 1
+	ctaCountersBytes     = 2
+
+	tcpStateTimeWait = 7 // TCP_CONNTRACK_TIME_WAIT
+	tcpStateClose    = 8 // TCP_CONNTRACK_CLOSE
+)
+
+// FlowEnd is a tracked TCP connection of the gateway's at its end, as
+// conntrack saw it: its original direction (the session's address and
+// the destination it connected to), its mark, and the bytes of its IP
+// packets each way, headers included.
+type FlowEnd struct {
+	Client, Server    netip.AddrPort
+	Mark              uint32
+	BytesUp, BytesDn  uint64
+	Destroyed, Closed bool
+}
+
+// enableConntrackAccounting has the gateway namespace's conntrack count
+// each connection's bytes (for connections tracked from then on).
+func (g *Gateway) enableConntrackAccounting() error {
+	return doFd(int(g.ns.Fd()), func() error { return writeSysctl("net/netfilter/nf_conntrack_acct", "1") })
+}
+
+// WatchFlowEnds calls fn, until ctx ends, for each TCP connection
+// forwarded by the gateway whose conntrack mark is mark when it ends: its
+// FIN exchanged or a reset (conntrack's TIME_WAIT or CLOSE), or its entry
+// destroyed (a timeout, a deletion). fn may be called more than once for
+// one connection (the end, then the entry's destruction); it must not
+// block.
+func (g *Gateway) WatchFlowEnds(ctx context.Context, mark uint32, fn func(FlowEnd)) error {
+	if err := g.enableConntrackAccounting(); err != nil {
+		return fmt.Errorf("conntrack accounting in the gateway: %w", err)
+	}
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(g.ns.Fd()),
+		Groups: 1<<(groupCTUpdate-1) | 1<<(groupCTDestroy-1)})
+	if err != nil {
+		return fmt.Errorf("conntrack events in the gateway: %w", err)
+	}
+	_ = c.SetReadBuffer(8 << 20)
+	_ = c.SetOption(netlink.NoENOBUFS, true)
+	// Update events carry no counters: a connection's at its end are
+	// read from its entry, which stays (TIME_WAIT) for a while.
+	get, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(g.ns.Fd())})
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("conntrack in the gateway: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { c.Close(); get.Close() })
+	defer stop()
+	for {
+		msgs, err := c.Receive()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, os.ErrClosed) || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			continue
+		}
+		for _, m := range msgs {
+			t := uint16(m.Header.Type)
+			if t>>8 != subsysCT || len(m.Data) < 4 {
+				continue
+			}
+			end, state, ok := parseCTEvent(m.Data[4:])
+			if !ok || end.Mark != mark {
+				continue
+			}
+			switch {
+			case t&0xff == ctMsgDelete:
+				end.Destroyed = true
+			case t&0xff == ctMsgNew && (state == tcpStateTimeWait || state == tcpStateClose):
+				end.Closed = true
+				up, dn, ok := entryCounters(get, end.Client, end.Server)
+				if !ok {
+					continue // gone already: its destroy event says
+				}
+				end.BytesUp, end.BytesDn = up, dn
+			default:
+				continue
+			}
+			fn(end)
+		}
+	}
+}
+
+// parseCTEvent reads a TCP connection's tuple, mark, counters and TCP
+// state from a ctnetlink event.
+func parseCTEvent(b []byte) (end FlowEnd, state uint8, ok bool) {
+	ad, err := netlink.NewAttributeDecoder(b)
+	if err != nil {
+		return FlowEnd{}, 0, false
+	}
+	ad.ByteOrder = binary.BigEndian
+	var proto uint8
+	bytesOf := func(dst *uint64) func(*netlink.AttributeDecoder) error {
+		return func(nad *netlink.AttributeDecoder) error {
+			for nad.Next() {
+				if nad.Type() == ctaCountersBytes {
+					*dst = nad.Uint64()
+				}
+			}
+			return nil
+		}
+	}
+	for ad.Next() {
+		switch ad.Type() {
+		case ctaTupleOrig:
+			ad.Nested(func(tad *netlink.AttributeDecoder) error {
+				var src, dst netip.Addr
+				var sport, dport uint16
+				for tad.Next() {
+					switch tad.Type() {
+					case ctaTupleIP:
+						tad.Nested(func(iad *netlink.AttributeDecoder) error {
+							for iad.Next() {
+								a, _ := netip.AddrFromSlice(iad.Bytes())
+								switch iad.Type() {
+								case ctaIPv4Src, ctaIPv6Src:
+									src = a
+								case ctaIPv4Dst, ctaIPv6Dst:
+									dst = a
+								}
+							}
+							return nil
+						})
+					case ctaTupleProto:
+						tad.Nested(func(pad *netlink.AttributeDecoder) error {
+							for pad.Next() {
+								switch pad.Type() {
+								case ctaProtoNum:
+									proto = pad.Uint8()
+								case ctaProtoSrc:
+									sport = pad.Uint16()
+								case ctaProtoDst:
+									dport = pad.Uint16()
+								}
+							}
+							return nil
+						})
+					}
+				}
+				end.Client = netip.AddrPortFrom(src.Unmap(), sport)
+				end.Server = netip.AddrPortFrom(dst.Unmap(), dport)
+				return nil
+			})
+		case ctaProtoinfo:
+			ad.Nested(func(pad *netlink.AttributeDecoder) error {
+				for pad.Next() {
+					if pad.Type() == ctaProtoinfoTCP {
+						pad.Nested(func(tad *netlink.AttributeDecoder) error {
+							for tad.Next() {
+								if tad.Type() == ctaProtoinfoTCPState {
+									state = tad.Uint8()
+								}
+							}
+							return nil
+						})
+					}
+				}
+				return nil
+			})
+		case ctaMark:
+			end.Mark = ad.Uint32()
+		case ctaCountersOrig:
+			ad.Nested(bytesOf(&end.BytesUp))
+		case ctaCountersReply:
+			ad.Nested(bytesOf(&end.BytesDn))
+		}
+	}
+	if ad.Err() != nil || proto != unix.IPPROTO_TCP || !end.Client.IsValid() || !end.Server.IsValid() {
+		return FlowEnd{}, 0, false
+	}
+	return end, state, true
+}
+
+// entryCounters reads the byte counters of the TCP connection from
+// client to server off its conntrack entry (IPCTNL_MSG_CT_GET).
+func entryCounters(c *netlink.Conn, client, server netip.AddrPort) (up, dn uint64, ok bool) {
+	family, src, dst := byte(unix.AF_INET), uint16(ctaIPv4Src), uint16(ctaIPv4Dst)
+	if client.Addr().Is6() {
+		family, src, dst = unix.AF_INET6, ctaIPv6Src, ctaIPv6Dst
+	}
+	ae := netlink.NewAttributeEncoder()
+	ae.Nested(ctaTupleOrig, func(tae *netlink.AttributeEncoder) error {
+		tae.Nested(ctaTupleIP, func(iae *netlink.AttributeEncoder) error {
+			iae.Bytes(src, client.Addr().AsSlice())
+			iae.Bytes(dst, server.Addr().AsSlice())
+			return nil
+		})
+		tae.Nested(ctaTupleProto, func(pae *netlink.AttributeEncoder) error {
+			pae.Uint8(ctaProtoNum, unix.IPPROTO_TCP)
+			pae.Bytes(ctaProtoSrc, binary.BigEndian.AppendUint16(nil, client.Port()))
+			pae.Bytes(ctaProtoDst, binary.BigEndian.AppendUint16(nil, server.Port()))
+			return nil
+		})
+		return nil
+	})
+	attrs, err := ae.Encode()
+	if err != nil {
+		return 0, 0, false
+	}
+	msgs, err := c.Execute(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(subsysCT<<8 | 1), Flags: netlink.Request | netlink.Acknowledge}, // IPCTNL_MSG_CT_GET
+		Data:   append([]byte{family, 0, 0, 0}, attrs...),
+	})
+	if err != nil {
+		return 0, 0, false
+	}
+	for _, m := range msgs {
+		if len(m.Data) < 4 {
+			continue
+		}
+		if end, _, ok := parseCTEvent(m.Data[4:]); ok {
+			return end.BytesUp, end.BytesDn, true
+		}
+	}
+	return 0, 0, false
+}
+
+// CutFlow ends the gateway's tracked TCP connection from client to server
+// (its original direction): its conntrack entry is deleted, so that its
+// next packet meets the rules as a new one.
+func (g *Gateway) CutFlow(client, server netip.AddrPort) (int, error) {
+	fam := vnl.InetFamily(unix.AF_INET)
+	if client.Addr().Is6() {
+		fam = unix.AF_INET6
+	}
+	addr := func(ip net.IP) netip.Addr {
+		a, _ := netip.AddrFromSlice(ip)
+		return a.Unmap()
+	}
+	filter := flowFilter(func(f *vnl.ConntrackFlow) bool {
+		return f.Forward.Protocol == unix.IPPROTO_TCP &&
+			addr(f.Forward.SrcIP) == client.Addr() && f.Forward.SrcPort == client.Port() &&
+			addr(f.Forward.DstIP) == server.Addr() && f.Forward.DstPort == server.Port()
+	})
+	n, err := g.nl.ConntrackDeleteFilters(vnl.ConntrackTable, fam, filter)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return int(n), fmt.Errorf("end connection %v -> %v: %w", client, server, err)
+	}
+	return int(n), nil
+}

@@ -229,6 +229,37 @@ func TestL7FastPath(t *testing.T) {
 			t.Errorf("the cut connection still answered: %q %v", b, err)
 		}
 	})
+	t.Run("IPv6", func(t *testing.T) {
+		v6 := netip.MustParseAddr("fd0a:214::30")
+		for _, name := range []string{"fast6.test", "other6.test"} {
+			if err := w.AddHost(name, v6, world.WithHandler(bulk), world.WithTLS()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s6 := addSession(t, p, "fast6", &policies.Egress{Allow: []string{"fast6.test"}, AllowPrivate: []string{"fd0a:214::/64"}, IPv6: true, L7: policies.L7Check}, &audit)
+		t.Cleanup(func() { _ = p.Remove(context.Background(), "fast6", nil) })
+		conn, err := netns.Dialer(s6.NetnsPath())(ctx, "udp", resolver(t, s6).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		m := new(dns.Msg)
+		m.SetQuestion("fast6.test.", dns.TypeAAAA)
+		if r, _, err := (&dns.Client{Net: "udp", Timeout: 2 * time.Second}).ExchangeWithConnContext(ctx, m, &dns.Conn{Conn: conn}); err != nil || len(r.Answer) != 1 {
+			t.Fatalf("AAAA fast6.test: %v %v", r, err)
+		}
+		dst := netip.AddrPortFrom(v6, 443)
+		if code, body, err := get(t, s6, dst, w, "https://fast6.test/", ""); err != nil || code != 200 || body != "fast6.test" {
+			t.Fatalf("https://fast6.test/ over IPv6 = %d %q %v", code, body, err)
+		}
+		if ev := audit.waitEvent(t, "fast6", "l7", "allowed", "fast6.test", "proto", "tls"); ev.Fields["kernel"] != true || ev.Fields["dst"] != dst.String() {
+			t.Errorf("audit event %+v", ev)
+		}
+		if code, _, err := get(t, s6, dst, w, "https://other6.test/", ""); err == nil {
+			t.Fatalf("https://other6.test/ through fast6.test's address = %d; want refused", code)
+		}
+		audit.waitEvent(t, "fast6", "l7", "refused", "other6.test", "proto", "tls")
+	})
 	t.Run("with no gateway on the queue nothing new passes; a passed connection goes on", func(t *testing.T) {
 		dial := netns.Dialer(fast.NetnsPath())
 		conn, err := dial(ctx, "tcp", https.String())

@@ -1,0 +1,362 @@
+//go:build fastattack
+
+package egress_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/world"
+	"github.com/airlock-sandbox/airlock/policies"
+)
+
+// fastWorld is a gateway with the fast path and a world where
+// allowed.test and other.test share an address; the session "fast"
+// allows allowed.test only, and has resolved it.
+type fastWorld struct {
+	w     *world.World
+	p     *egress.Perimeter
+	fast  *egress.Session
+	audit *auditLog
+	https netip.AddrPort
+}
+
+func startFastWorld(t *testing.T) *fastWorld { return startWorld(t, true) }
+
+// startWorld is startFastWorld, with the fast path or without (the
+// listener checks every connection).
+func startWorld(t *testing.T, fastPath bool) *fastWorld {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	prefix := "t" + strings.ToLower(rand.Text()[:5])
+	w, err := world.Start(ctx, world.Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	host := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, r.Host) })
+	for _, name := range []string{"allowed.test", "other.test"} {
+		if err := w.AddHost(name, sharedHost, world.WithHandler(host), world.WithTLS()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := egress.Open(ctx, prefix, egress.Config{
+		Uplink:        "netns:" + w.NetnsName(),
+		DNSUpstreams:  []string{w.DNSAddr().String()},
+		AllowPrivate:  []netip.Prefix{w.Net()},
+		UpstreamRoots: w.CertPool(),
+		FastPath:      fastPath,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = p.Close(context.Background())
+		_ = netns.CleanupDir(context.Background(), netns.DefaultDir, prefix)
+	})
+	fw := &fastWorld{w: w, p: p, audit: &auditLog{}, https: netip.AddrPortFrom(sharedHost, 443)}
+	fw.fast = addSession(t, p, "fast", &policies.Egress{Allow: []string{"allowed.test"}, L7: policies.L7Check}, fw.audit)
+	t.Cleanup(func() { _ = p.Remove(context.Background(), "fast", nil) })
+	if r := query(t, fw.fast, "allowed.test"); r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
+		t.Fatalf("allowed.test: %v", r)
+	}
+	return fw
+}
+
+// dialFrom connects from the session's namespace from local port port
+// (0: any), as any unprivileged process can (SO_REUSEADDR, a port above
+// 1023).
+func (fw *fastWorld) dialFrom(ctx context.Context, port uint16) (*net.TCPConn, error) {
+	d := &net.Dialer{
+		LocalAddr: &net.TCPAddr{Port: int(port)},
+		Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		},
+	}
+	var c net.Conn
+	err := netns.Do(fw.fast.NetnsPath(), func() (err error) {
+		c, err = d.DialContext(ctx, "tcp", fw.https.String())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
+}
+
+// getOver sends GET / over TLS with server name sni on c and returns the
+// body.
+func (fw *fastWorld) getOver(c net.Conn, sni string) (string, error) {
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	tc := tls.Client(c, &tls.Config{RootCAs: fw.w.CertPool(), ServerName: sni, NextProtos: []string{"http/1.1"}})
+	if err := tc.Handshake(); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", sni)
+	b, err := io.ReadAll(tc)
+	if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
+		return string(b[i+4:]), nil
+	}
+	return string(b), err
+}
+
+// TestFastAttackTupleReuse: a connection whose four-tuple is that of a
+// connection passed less than fastDecidedKeep ago inherits its pass. The
+// sandbox passes a connection with the allowed name from a port it chose,
+// resets it (SO_LINGER 0), and connects again from the same port at once:
+// the new connection's SYN meets the decided flow in ServeQueue and is
+// sent on with the pass mark, which becomes the new conntrack entry's;
+// its ClientHello for other.test is never queued.
+func TestFastAttackTupleReuse(t *testing.T) {
+	fw := startFastWorld(t)
+	ctx := t.Context()
+	port := uint16(40000 + time.Now().UnixNano()%20000)
+	c, err := fw.dialFrom(ctx, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, err := fw.getOver(c, "allowed.test"); err != nil || body != "allowed.test" {
+		t.Fatalf("allowed.test: %q %v", body, err)
+	}
+	_ = c.SetLinger(0)
+	c.Close()
+	c, err = fw.dialFrom(ctx, port)
+	if err != nil {
+		t.Fatalf("dial again from port %d: %v", port, err)
+	}
+	defer c.Close()
+	if body, err := fw.getOver(c, "other.test"); err == nil {
+		t.Errorf("other.test through allowed.test's address from a reused port: %q; want refused", body)
+	}
+}
+
+// tlsExt is a TLS extension: type, length, data.
+func tlsExt(typ uint16, data []byte) []byte {
+	b := binary.BigEndian.AppendUint16(nil, typ)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(data)))
+	return append(b, data...)
+}
+
+func sniExt(name string) []byte {
+	entry := append([]byte{0}, binary.BigEndian.AppendUint16(nil, uint16(len(name)))...)
+	entry = append(entry, name...)
+	return tlsExt(0, append(binary.BigEndian.AppendUint16(nil, uint16(len(entry))), entry...))
+}
+
+// tls12Hello is a TLS 1.2 ClientHello record (no supported_versions: the
+// server answers with its certificate in the clear) with extensions exts.
+func tls12Hello(exts []byte) []byte {
+	body := []byte{3, 3}
+	random := make([]byte, 32)
+	_, _ = rand.Read(random)
+	body = append(body, random...)
+	body = append(body, 0)                            // no session id
+	body = append(body, 0, 4, 0xc0, 0x2b, 0xc0, 0x2f) // ECDHE_ECDSA/RSA_WITH_AES_128_GCM_SHA256
+	body = append(body, 1, 0)                         // null compression
+	groups := tlsExt(10, []byte{0, 4, 0, 0x1d, 0, 0x17})
+	points := tlsExt(11, []byte{1, 0})
+	sigs := tlsExt(13, []byte{0, 4, 4, 3, 8, 4})
+	all := append(append(append(groups, points...), sigs...), exts...)
+	body = append(body, binary.BigEndian.AppendUint16(nil, uint16(len(all)))...)
+	body = append(body, all...)
+	hs := append([]byte{1, 0, byte(len(body) >> 8), byte(len(body))}, body...)
+	return append([]byte{0x16, 3, 1, byte(len(hs) >> 8), byte(len(hs))}, hs...)
+}
+
+// urgentFront builds the bytes a client sends so that the gateway reads a
+// ClientHello for gwName while a server that drops the urgent byte (any
+// that does not set SO_OOBINLINE) reads one for srvName: wire is sent with
+// its byte at urgent marked urgent (MSG_OOB).
+//
+// The gateway's extensions (after the common ones):
+//
+//	A: 0xaaaa len 0x0000                      (unknown, empty)
+//	B: 0x0f01 len n  [12 bytes][SNI srvName][C header: 0xcccc len m]
+//	SNI gwName
+//
+// Without A's length's high byte (the urgent one), the server reads A's
+// length as 0x00 0x0f: A holds B's next 15 bytes, then comes the SNI
+// for srvName, then C (unknown) over the gateway's SNI extension to the
+// end, plus one byte past the gateway's hello (the server's hello ends a
+// byte later).
+func urgentFront(gwName, srvName string) (wire []byte, urgent int) {
+	gwSNI := sniExt(gwName)
+	srvSNI := sniExt(srvName)
+	var bdata []byte
+	bdata = append(bdata, make([]byte, 12)...)
+	bdata = append(bdata, srvSNI...)
+	// C's data: what is left of B (nothing), the gateway's SNI extension,
+	// and the extra byte.
+	bdata = append(bdata, tlsExt(0xcccc, nil)[:2]...)
+	bdata = binary.BigEndian.AppendUint16(bdata, uint16(len(gwSNI)+1))
+	b := tlsExt(0x0f01, bdata)
+	a := tlsExt(0xaaaa, nil)
+	exts := append(append(append([]byte{}, a...), b...), gwSNI...)
+	rec := tls12Hello(exts)
+	// A's length's high byte: A starts len(gwSNI)+len(b)+len(a) before
+	// the end.
+	urgent = len(rec) - len(gwSNI) - len(b) - len(a) + 2
+	if rec[urgent] != 0 || rec[urgent+1] != 0 || rec[urgent+2] != 0x0f {
+		panic("urgentFront: layout")
+	}
+	return append(rec, 0x42), urgent
+}
+
+// serverView is what a server that drops the urgent byte reads of wire.
+func serverView(wire []byte, urgent int) []byte {
+	return append(append([]byte{}, wire[:urgent]...), wire[urgent+1:]...)
+}
+
+// TestFastAttackUrgentByte: the gateway reassembles the bytes on the
+// wire, urgent ones included, while the server's TCP stack takes the
+// urgent byte out of the stream its application reads (without
+// SO_OOBINLINE, as every TLS server). A ClientHello whose one urgent byte
+// shifts a length field reads as allowed.test to the gateway and as
+// other.test to the server, which answers with other.test's certificate:
+// fronting, by an unprivileged client (send with MSG_OOB). Through the
+// listener the gateway's own socket drops the urgent byte as the server
+// would, and checks what the server reads.
+func TestFastAttackUrgentByte(t *testing.T) { testUrgentByte(t, true) }
+
+// TestListenerUrgentByte: the same bytes through the listener are
+// refused (the gateway's socket reads what the server would).
+func TestListenerUrgentByte(t *testing.T) { testUrgentByte(t, false) }
+
+func testUrgentByte(t *testing.T, fastPath bool) {
+	wire, urgent := urgentFront("allowed.test", "other.test")
+	if name, err := helloName(wire); err != nil || name != "allowed.test" {
+		t.Fatalf("the gateway's view names %q (%v)", name, err)
+	}
+	if name, err := helloName(serverView(wire, urgent)); err != nil || name != "other.test" {
+		t.Fatalf("the server's view names %q (%v)", name, err)
+	}
+	fw := startWorld(t, fastPath)
+	c, err := fw.dialFrom(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetNoDelay(true)
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		_, serr = unix.SendmsgN(int(fd), wire[:urgent+1], nil, nil, unix.MSG_OOB)
+		return !errors.Is(serr, unix.EAGAIN)
+	}); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	if _, err := c.Write(wire[urgent+1:]); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	cn, err := serverCertName(c)
+	if err == nil && cn == "other.test" {
+		t.Errorf("the server answered with the certificate of %q: the gateway passed a ClientHello the server read as another name", cn)
+	} else {
+		t.Logf("server's answer: %q %v", cn, err)
+	}
+	if fastPath {
+		// The gateway's decision: allowed.test, by the kernel's path.
+		if ev := fw.audit.waitEvent(t, "fast", "l7", "allowed", "allowed.test", "sni", "allowed.test"); ev.Fields["kernel"] != true {
+			t.Errorf("audit event %+v", ev)
+		}
+	}
+}
+
+// helloName is the server name crypto/tls reads in the ClientHello that
+// starts b.
+func helloName(b []byte) (string, error) {
+	var name string
+	srv := tls.Server(&replayConn{r: bytes.NewReader(b)}, &tls.Config{GetConfigForClient: func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+		name = hi.ServerName
+		return nil, errors.New("stop")
+	}})
+	err := srv.Handshake()
+	if name != "" {
+		return name, nil
+	}
+	return "", err
+}
+
+type replayConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *replayConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
+func (c *replayConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (c *replayConn) Close() error                     { return nil }
+func (c *replayConn) SetDeadline(time.Time) error      { return nil }
+func (c *replayConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *replayConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *replayConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c *replayConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+
+// serverCertName reads a TLS 1.2 server's first flight from c and returns
+// the common name of its certificate.
+func serverCertName(c net.Conn) (string, error) {
+	var hs []byte
+	for {
+		var hdr [5]byte
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			return "", err
+		}
+		body := make([]byte, binary.BigEndian.Uint16(hdr[3:]))
+		if _, err := io.ReadFull(c, body); err != nil {
+			return "", err
+		}
+		if hdr[0] != 0x16 {
+			return "", fmt.Errorf("record type %d", hdr[0])
+		}
+		hs = append(hs, body...)
+		for len(hs) >= 4 {
+			n := int(hs[1])<<16 | int(hs[2])<<8 | int(hs[3])
+			if len(hs) < 4+n {
+				break
+			}
+			msg := hs[4 : 4+n]
+			if hs[0] == 11 { // certificate
+				if len(msg) < 6 {
+					return "", errors.New("short certificate message")
+				}
+				l := int(msg[3])<<16 | int(msg[4])<<8 | int(msg[5])
+				cert, err := x509.ParseCertificate(msg[6 : 6+l])
+				if err != nil {
+					return "", err
+				}
+				return cert.Subject.CommonName, nil
+			}
+			hs = hs[4+n:]
+		}
+	}
+}

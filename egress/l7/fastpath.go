@@ -62,6 +62,8 @@ type fastPath struct {
 	flows map[fastKey]*fastFlow
 	// +checklocks:mu
 	undecided map[netip.Addr]int // per client address
+	// +checklocks:mu
+	undecidedAll int // of all clients, bounded by MaxConns
 }
 
 // ServeQueue decides the connections the kernel's fast path holds in q
@@ -75,8 +77,12 @@ type fastPath struct {
 // is forwarded by the kernel without the gateway, or with marks.Refuse,
 // and the client gets a TCP reset. A connection whose first bytes are not
 // a ClientHello (plain HTTP on a fast port), whose hello is not whole
-// within the peek timeout or MaxPeek bytes, whose SYN the gateway did not
-// see, or whose session terminates its name's TLS, is refused.
+// within the peek timeout or MaxPeek bytes, holds urgent data (which the
+// server's stack takes out of the stream the gateway checked), whose SYN
+// the gateway did not see, or whose session terminates its name's TLS, is
+// refused. A SYN on the four ends of a decided connection starts a new
+// one, checked on its own. MaxConns bounds the undecided connections of
+// all clients, MaxSessionConns those of one.
 func (s *Server) ServeQueue(ctx context.Context, q PacketQueue, marks FastMarks) error {
 	fp := &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[netip.Addr]int{}}
 	stop := make(chan struct{})
@@ -122,12 +128,8 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	now := time.Now()
 	fp.mu.Lock()
 	f := fp.flows[k]
+	var drop []uint32
 	switch {
-	case f != nil && f.decided:
-		// Queued before the connection's mark was set: the same fate.
-		fp.mu.Unlock()
-		fp.verdict(p.ID, f.pass)
-		return
 	case seg.Flags&nfq.SYN != 0 && len(seg.Payload) > 0:
 		// Data in a SYN (TCP Fast Open) would reach the server before
 		// any check: dropped, the client sends its SYN again without it.
@@ -135,19 +137,41 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		_ = fp.q.SetVerdict(p.ID, nfq.Drop, nil)
 		return
 	case seg.Flags&nfq.SYN != 0 && seg.Flags&nfq.ACK == 0:
+		// The queue sees a SYN only while the connection's conntrack
+		// entry is undecided: after a decision, a SYN on the same four
+		// ends is a new connection (the client reset the last one and
+		// connected again from its port), which inherits nothing. A SYN
+		// with another number on an undecided one is such a connection
+		// too: the held bytes of the one before are not its own.
+		if f != nil && (f.decided || f.isn != seg.Seq && len(f.held) > 0) {
+			if !f.decided {
+				drop = f.finish(false, now)
+				fp.forget(k.client.Addr())
+			}
+			f = nil
+		}
 		if f == nil {
-			if fp.undecided[k.client.Addr()] >= fp.s.cfg.MaxSessionConns || len(fp.flows) >= fp.s.cfg.MaxConns {
+			if fp.undecided[k.client.Addr()] >= fp.s.cfg.MaxSessionConns || fp.undecidedAll >= fp.s.cfg.MaxConns {
+				delete(fp.flows, k)
 				fp.mu.Unlock()
+				fp.drop(drop)
 				fp.verdict(p.ID, false)
 				return
 			}
 			f = &fastFlow{start: now, segs: map[uint32][]byte{}}
 			fp.flows[k] = f
 			fp.undecided[k.client.Addr()]++
+			fp.undecidedAll++
 		}
 		f.isn = seg.Seq // a SYN sent again keeps its number
 		fp.mu.Unlock()
+		fp.drop(drop)
 		_ = fp.q.SetVerdict(p.ID, nfq.Accept, nil)
+		return
+	case f != nil && f.decided:
+		// Queued before the connection's mark was set: the same fate.
+		fp.mu.Unlock()
+		fp.verdict(p.ID, f.pass)
 		return
 	case f == nil:
 		// A connection whose SYN the gateway never saw: one it held
@@ -168,7 +192,12 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	var h Hello
 	var perr error
 	complete := false
-	if off < MaxPeek {
+	if seg.Flags&nfq.URG != 0 {
+		// The server's stack takes the urgent byte out of the stream its
+		// application reads (unless SO_OOBINLINE): the gateway would
+		// check bytes the server does not parse.
+		perr, complete = errors.New("urgent data in the ClientHello (the server would read other bytes than the gateway checks)"), true
+	} else if off < MaxPeek {
 		if f.conflicts(off, seg.Payload) {
 			// Two segments that say different things of the same bytes:
 			// which the server keeps is its stack's choice, not the
@@ -197,10 +226,7 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	}
 	ev, pass := fp.decide(k, f, h, perr, len(data))
 	held := f.finish(pass, now)
-	fp.undecided[k.client.Addr()]--
-	if fp.undecided[k.client.Addr()] <= 0 {
-		delete(fp.undecided, k.client.Addr())
-	}
+	fp.forget(k.client.Addr())
 	fp.mu.Unlock()
 	for _, id := range held {
 		fp.verdict(id, pass)
@@ -210,6 +236,24 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		if sess, ok := fp.s.cfg.Sessions(k.client.Addr()); ok && sess.ID == ev.Session && sess.Audit != nil {
 			sess.Audit(*ev)
 		}
+	}
+}
+
+// forget counts one undecided connection of client less.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) forget(client netip.Addr) {
+	fp.undecidedAll--
+	fp.undecided[client]--
+	if fp.undecided[client] <= 0 {
+		delete(fp.undecided, client)
+	}
+}
+
+// drop drops the held packets of a connection that was replaced.
+func (fp *fastPath) drop(ids []uint32) {
+	for _, id := range ids {
+		_ = fp.q.SetVerdict(id, nfq.Drop, nil)
 	}
 }
 
@@ -318,10 +362,7 @@ func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
 						}
 					}
 					refuse = append(refuse, f.finish(false, now)...)
-					fp.undecided[k.client.Addr()]--
-					if fp.undecided[k.client.Addr()] <= 0 {
-						delete(fp.undecided, k.client.Addr())
-					}
+					fp.forget(k.client.Addr())
 				}
 			}
 			fp.mu.Unlock()

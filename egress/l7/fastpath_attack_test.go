@@ -1,5 +1,3 @@
-//go:build fastattack
-
 package l7
 
 import (
@@ -54,12 +52,12 @@ func fastAttackServer(t *testing.T, cfg Config) (q *fakeQueue, send func(src net
 	return q, send
 }
 
-// TestFastAttackFlowsOfOneSession: the connections a session's client has
-// had decided in the last fastDecidedKeep count towards the gateway's
-// MaxConns, with no bound of the session's own: one session that opens
-// and ends connections quickly (each refused at its first byte, or
-// passed) fills the flows and every other session's new connection is
-// refused at its SYN. Through the listener, a session holds at most
+// TestFastAttackFlowsOfOneSession: the connections a client has had
+// decided in the last fastDecidedKeep do not count towards MaxConns. They
+// did, with no bound of the session's own: one session that opened and
+// ended connections quickly (each refused at its first byte, or passed)
+// filled the flows, and every other session's new connection was refused
+// at its SYN. Through the listener, a session holds at most
 // MaxSessionConns of MaxConns, and an ended connection frees its slot.
 func TestFastAttackFlowsOfOneSession(t *testing.T) {
 	q, send := fastAttackServer(t, Config{PeekTimeout: 10 * time.Second, MaxConns: 8, MaxSessionConns: 4})

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,6 +38,8 @@ type fastWorld struct {
 	fast  *egress.Session
 	audit *auditLog
 	https netip.AddrPort
+	// gw is the gateway namespace's path.
+	gw string
 }
 
 func startFastWorld(t *testing.T) *fastWorld { return startWorld(t, true) }
@@ -73,7 +76,8 @@ func startWorld(t *testing.T, fastPath bool) *fastWorld {
 		_ = p.Close(context.Background())
 		_ = netns.CleanupDir(context.Background(), netns.DefaultDir, prefix)
 	})
-	fw := &fastWorld{w: w, p: p, audit: &auditLog{}, https: netip.AddrPortFrom(sharedHost, 443)}
+	fw := &fastWorld{w: w, p: p, audit: &auditLog{}, https: netip.AddrPortFrom(sharedHost, 443),
+		gw: filepath.Join(netns.DefaultDir, prefix+"-gw")}
 	fw.fast = addSession(t, p, "fast", &policies.Egress{Allow: []string{"allowed.test"}, L7: policies.L7Check}, fw.audit)
 	t.Cleanup(func() { _ = p.Remove(context.Background(), "fast", nil) })
 	if r := query(t, fw.fast, "allowed.test"); r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {

@@ -4,18 +4,12 @@ package egress_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"github.com/airlock-sandbox/airlock/egress/netns"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -133,64 +127,5 @@ func testRevisionKeepsName(t *testing.T, fastPath bool) {
 	}
 	if body, err := roundTrip(); err == nil {
 		t.Errorf("other.test on a connection opened before it was withdrawn: %q; want the connection ended", body)
-	}
-}
-
-// TestFastAttackServerReset: the pass is the conntrack entry's mark, and
-// conntrack keeps an entry for a new connection on the same four ends
-// when the server was the one that reset the last: a SYN in its CLOSE
-// state (no FIN seen, the last RST the server's) is "ignored" and let
-// through on the old entry, which the server's SYN/ACK then brings back
-// in sync (nf_conntrack_proto_tcp.c, TCP_CONNTRACK_IGNORE). The sandbox
-// passes a connection for allowed.test from a port it chose, makes the
-// server reset it (bytes that are no TLS record, more than the server
-// reads before it closes), and connects again from the same port: the
-// new connection carries the pass mark, is never queued, and its
-// ClientHello for other.test reaches the server. Through the listener
-// the entry's DNAT sends the new connection to the gateway, which checks
-// it.
-func TestFastAttackServerReset(t *testing.T) {
-	fw := startFastWorld(t)
-	ctx := t.Context()
-	port := uint16(40000 + time.Now().UnixNano()%20000)
-	c, err := fw.dialFrom(ctx, port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	tc := tls.Client(c, &tls.Config{RootCAs: fw.w.CertPool(), ServerName: "allowed.test"})
-	if err := tc.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	// No TLS record: the server answers with an alert and closes with
-	// bytes unread, which resets the connection.
-	junk := bytes.Repeat([]byte{0xff}, 256<<10)
-	go func() { _, _ = c.Write(junk) }()
-	_, err = io.Copy(io.Discard, c)
-	if !errors.Is(err, syscall.ECONNRESET) {
-		t.Logf("the first connection ended with %v", err)
-	}
-	c.Close()
-	_ = netns.Do(fw.gw, func() error {
-		b, err := os.ReadFile("/proc/net/nf_conntrack")
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.Contains(l, fmt.Sprintf("sport=%d ", port)) {
-				t.Logf("conntrack: %s", l)
-			}
-		}
-		return err
-	})
-	before := fw.p.FastPackets()
-	c, err = fw.dialFrom(ctx, port)
-	if err != nil {
-		t.Fatalf("dial again from port %d: %v", port, err)
-	}
-	defer c.Close()
-	body, err := fw.getOver(c, "other.test")
-	if err == nil {
-		t.Errorf("other.test through allowed.test's address on the entry of a connection the server reset: %q (the gateway was given %d packets of it); want refused",
-			body, fw.p.FastPackets()-before)
-	} else {
-		t.Logf("refused: %v", err)
 	}
 }

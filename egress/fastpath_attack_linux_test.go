@@ -423,3 +423,63 @@ func TestFastAttackServerReset(t *testing.T) {
 		t.Logf("refused: %v", err)
 	}
 }
+
+// TestFastAttackQueueFull: the kernel's queue (nfq.Config.MaxLen 4096)
+// counts every packet held for a decision, and all sessions share it. One
+// session within its own bounds (fewer than MaxSessionConns undecided
+// connections, each holding the ten segments its initial congestion
+// window lets out, of a ClientHello it never finishes) fills it; the
+// queue then drops every other session's SYN and ClientHello until the
+// peek timeout, and the session could do it again at once, until a
+// client's held packets were bounded (fastMaxClientHeld). Sixteen
+// sessions together still can: the queue is one for all.
+func TestFastAttackQueueFull(t *testing.T) {
+	fw := startFastWorld(t)
+	ctx := t.Context()
+	victim := addSession(t, fw.p, "victim", &policies.Egress{Allow: []string{"allowed.test"}, L7: policies.L7Check}, fw.audit)
+	t.Cleanup(func() { _ = fw.p.Remove(context.Background(), "victim", nil) })
+	if r := query(t, victim, "allowed.test"); len(r.Answer) == 0 {
+		t.Fatalf("allowed.test: %v", r)
+	}
+	if _, _, err := get(t, victim, fw.https, fw.w, "https://allowed.test/", ""); err != nil {
+		t.Fatalf("the victim before: %v", err)
+	}
+	const conns, segs = 480, 10
+	var held []*net.TCPConn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	// A record header announcing 16 KiB, then a byte at a time.
+	start := []byte{0x16, 3, 1, 0x40, 0, 1, 0, 0x3f, 0xfc}
+	t0 := time.Now()
+	for i := 0; i < conns; i++ {
+		dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		c, err := fw.dialFrom(dctx, 0)
+		cancel()
+		if err != nil {
+			// The queue is full: the session's own SYN was dropped.
+			t.Logf("connection %d after %v: %v", i, time.Since(t0), err)
+			break
+		}
+		if i%50 == 0 {
+			t.Logf("connection %d after %v, %d packets to the gateway", i, time.Since(t0), fw.p.FastPackets())
+		}
+		held = append(held, c)
+		_ = c.SetNoDelay(true)
+		for j := 0; j < segs; j++ {
+			if _, err := c.Write(start[j%len(start) : j%len(start)+1]); err != nil {
+				break // refused
+			}
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	begin := time.Now()
+	code, body, err := get(t, victim, fw.https, fw.w, "https://allowed.test/", "")
+	if err != nil {
+		t.Errorf("another session's connection while one session holds the queue: %v after %v", err, time.Since(begin).Round(time.Millisecond))
+	} else {
+		t.Logf("the victim: %d %q in %v", code, body, time.Since(begin))
+	}
+}

@@ -34,6 +34,13 @@ const (
 	// fastMaxHeld bounds the packets held for one connection's
 	// ClientHello (MaxPeek bytes in small segments).
 	fastMaxHeld = 128
+	// fastMaxClientHeld bounds the packets held for one client address's
+	// undecided connections: the kernel's queue, which every session
+	// shares, holds 4096 (egress's nfq.Config), and one client filling it
+	// would have the queue drop every other session's SYN and
+	// ClientHello. A ClientHello is a few packets; past the bound, the
+	// connection whose packet would be held is refused.
+	fastMaxClientHeld = 256
 	// fastDecidedKeep is how long a decided connection's verdict is
 	// kept for its packets still in the queue.
 	fastDecidedKeep = 5 * time.Second
@@ -64,6 +71,8 @@ type fastPath struct {
 	undecided map[netip.Addr]int // per client address
 	// +checklocks:mu
 	undecidedAll int // of all clients, bounded by MaxConns
+	// +checklocks:mu
+	heldBy map[netip.Addr]int // packets held, per client address
 }
 
 // ServeQueue decides the connections the kernel's fast path holds in q
@@ -84,7 +93,8 @@ type fastPath struct {
 // one, checked on its own. MaxConns bounds the undecided connections of
 // all clients, MaxSessionConns those of one.
 func (s *Server) ServeQueue(ctx context.Context, q PacketQueue, marks FastMarks) error {
-	fp := &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[netip.Addr]int{}}
+	fp := &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[netip.Addr]int{},
+		heldBy: map[netip.Addr]int{}}
 	stop := make(chan struct{})
 	defer close(stop)
 	go fp.sweep(ctx, stop)
@@ -145,8 +155,7 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		// too: the held bytes of the one before are not its own.
 		if f != nil && (f.decided || f.isn != seg.Seq && len(f.held) > 0) {
 			if !f.decided {
-				drop = f.finish(false, now)
-				fp.forget(k.client.Addr())
+				drop = fp.finish(k.client.Addr(), f, false, now)
 			}
 			f = nil
 		}
@@ -188,11 +197,14 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		return
 	}
 	f.held = append(f.held, p.ID)
+	fp.heldBy[k.client.Addr()]++
 	off := seg.Seq - f.isn - 1
 	var h Hello
 	var perr error
 	complete := false
-	if seg.Flags&nfq.URG != 0 {
+	if fp.heldBy[k.client.Addr()] > fastMaxClientHeld {
+		perr, complete = fmt.Errorf("more than %d packets of the client's connections held for their ClientHellos", fastMaxClientHeld), true
+	} else if seg.Flags&nfq.URG != 0 {
 		// The server's stack takes the urgent byte out of the stream its
 		// application reads (unless SO_OOBINLINE): the gateway would
 		// check bytes the server does not parse.
@@ -225,8 +237,7 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		return
 	}
 	ev, pass := fp.decide(k, f, h, perr, len(data))
-	held := f.finish(pass, now)
-	fp.forget(k.client.Addr())
+	held := fp.finish(k.client.Addr(), f, pass, now)
 	fp.mu.Unlock()
 	for _, id := range held {
 		fp.verdict(id, pass)
@@ -239,15 +250,22 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	}
 }
 
-// forget counts one undecided connection of client less.
+// finish decides client's undecided connection f and returns its held
+// packets' ids.
 //
 // +checklocks:fp.mu
-func (fp *fastPath) forget(client netip.Addr) {
+func (fp *fastPath) finish(client netip.Addr, f *fastFlow, pass bool, now time.Time) []uint32 {
+	held := f.finish(pass, now)
 	fp.undecidedAll--
 	fp.undecided[client]--
 	if fp.undecided[client] <= 0 {
 		delete(fp.undecided, client)
 	}
+	fp.heldBy[client] -= len(held)
+	if fp.heldBy[client] <= 0 {
+		delete(fp.heldBy, client)
+	}
+	return held
 }
 
 // drop drops the held packets of a connection that was replaced.
@@ -361,8 +379,7 @@ func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
 								Reason: "airlock: the ClientHello was not whole within the peek timeout"})
 						}
 					}
-					refuse = append(refuse, f.finish(false, now)...)
-					fp.forget(k.client.Addr())
+					refuse = append(refuse, fp.finish(k.client.Addr(), f, false, now)...)
 				}
 			}
 			fp.mu.Unlock()

@@ -483,3 +483,91 @@ func TestFastAttackQueueFull(t *testing.T) {
 		t.Logf("the victim: %d %q in %v", code, body, time.Since(begin))
 	}
 }
+
+// TestFastAttackIPv6: the fast path over IPv6 (the gateway's rules and
+// ParseTCP's other family): an allowed name passes, decided by the
+// kernel path; fronting, a connection on the entry of one the server
+// reset, and a ClientHello with an urgent byte are refused.
+func TestFastAttackIPv6(t *testing.T) {
+	fw := startFastWorld(t)
+	ctx := t.Context()
+	v6 := netip.MustParseAddr("fd0a:214::20")
+	host := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { io.WriteString(rw, r.Host) })
+	for _, name := range []string{"v6.test", "other6.test"} {
+		if err := fw.w.AddHost(name, v6, world.WithHandler(host), world.WithTLS()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s6 := addSession(t, fw.p, "fast6", &policies.Egress{Allow: []string{"v6.test"}, AllowPrivate: []string{"fd0a:214::/64"}, IPv6: true, L7: policies.L7Check}, fw.audit)
+	t.Cleanup(func() { _ = fw.p.Remove(context.Background(), "fast6", nil) })
+	conn, err := netns.Dialer(s6.NetnsPath())(ctx, "udp", resolver(t, s6).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	m := new(dns.Msg)
+	m.SetQuestion("v6.test.", dns.TypeAAAA)
+	if r, _, err := (&dns.Client{Net: "udp", Timeout: 2 * time.Second}).ExchangeWithConnContext(ctx, m, &dns.Conn{Conn: conn}); err != nil || len(r.Answer) != 1 {
+		t.Fatalf("AAAA v6.test: %v %v", r, err)
+	}
+	fw6 := &fastWorld{w: fw.w, p: fw.p, fast: s6, audit: fw.audit, https: netip.AddrPortFrom(v6, 443), gw: fw.gw}
+	if body, err := fw6.get(ctx, 0, "v6.test"); err != nil || body != "v6.test" {
+		t.Fatalf("v6.test: %q %v", body, err)
+	}
+	if ev := fw.audit.waitEvent(t, "fast6", "l7", "allowed", "v6.test", "sni", "v6.test"); ev.Fields["kernel"] != true {
+		t.Errorf("audit event %+v; want the kernel path's", ev)
+	}
+	if body, err := fw6.get(ctx, 0, "other6.test"); err == nil {
+		t.Errorf("other6.test through v6.test's address: %q; want refused", body)
+	}
+	// The server resets a passed connection; the same port again.
+	port := uint16(40000 + time.Now().UnixNano()%20000)
+	c, err := fw6.dialFrom(ctx, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := tls.Client(c, &tls.Config{RootCAs: fw.w.CertPool(), ServerName: "v6.test"}).Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = c.Write(bytes.Repeat([]byte{0xff}, 256<<10)) }()
+	_, _ = io.Copy(io.Discard, c)
+	c.Close()
+	if body, err := fw6.get(ctx, port, "other6.test"); err == nil {
+		t.Errorf("other6.test on the entry of a connection the server reset: %q; want refused", body)
+	}
+	// An urgent byte.
+	wire, urgent := urgentFront("v6.test", "other6.test")
+	c, err = fw6.dialFrom(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetNoDelay(true)
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		_, serr = unix.SendmsgN(int(fd), wire[:urgent+1], nil, nil, unix.MSG_OOB)
+		return !errors.Is(serr, unix.EAGAIN)
+	}); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	_, _ = c.Write(wire[urgent+1:])
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if cn, err := serverCertName(c); err == nil && cn == "other6.test" {
+		t.Errorf("the server answered with the certificate of %q over IPv6", cn)
+	}
+}
+
+// get connects from port (0: any) and fetches / from sni.
+func (fw *fastWorld) get(ctx context.Context, port uint16, sni string) (string, error) {
+	c, err := fw.dialFrom(ctx, port)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	return fw.getOver(c, sni)
+}

@@ -1,6 +1,7 @@
 package egress_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -570,4 +571,67 @@ func (fw *fastWorld) get(ctx context.Context, port uint16, sni string) (string, 
 	}
 	defer c.Close()
 	return fw.getOver(c, sni)
+}
+
+// TestFastAttackRevisionKeepsName: a revision that withdraws a name on
+// an address another allowed name still pins ends, through the listener,
+// every open connection that asked for the withdrawn name (Server.Recheck;
+// the doc of Perimeter.Revise promises it); a connection the fast path
+// passed is no longer the gateway's, and the conntrack sweep kept it
+// (its address is still allowed): the session went on talking to
+// other.test after other.test was withdrawn, until the sweep asked the
+// fast path (Server.FastKeep) of each connection on FastPort. A
+// connection to the name still allowed on the same address is kept.
+func TestFastAttackRevisionKeepsName(t *testing.T) { testRevisionKeepsName(t, true) }
+
+// TestListenerRevisionEndsName: the same through the listener.
+func TestListenerRevisionEndsName(t *testing.T) { testRevisionKeepsName(t, false) }
+
+func testRevisionKeepsName(t *testing.T, fastPath bool) {
+	fw := startWorld(t, fastPath)
+	ctx := t.Context()
+	both := &policies.Egress{Allow: []string{"allowed.test", "other.test"}, L7: policies.L7Check}
+	if _, err := fw.p.Revise(ctx, "fast", egress.SessionConfig{Egress: both, Audit: fw.audit.emit, PolicyVersion: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if r := query(t, fw.fast, "other.test"); len(r.Answer) == 0 {
+		t.Fatalf("other.test: %v", r)
+	}
+	// A kept connection of each name.
+	open := func(name string) func() (string, error) {
+		c, err := fw.dialFrom(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		tc := tls.Client(c, &tls.Config{RootCAs: fw.w.CertPool(), ServerName: name, NextProtos: []string{"http/1.1"}})
+		br := bufio.NewReader(tc)
+		return func() (string, error) {
+			fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", name)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				return "", err
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			return string(b), err
+		}
+	}
+	other, allowed := open("other.test"), open("allowed.test")
+	for name, rt := range map[string]func() (string, error){"other.test": other, "allowed.test": allowed} {
+		if body, err := rt(); err != nil || body != name {
+			t.Fatalf("%s while allowed: %q %v", name, body, err)
+		}
+	}
+	only := &policies.Egress{Allow: []string{"allowed.test"}, L7: policies.L7Check}
+	if _, err := fw.p.Revise(ctx, "fast", egress.SessionConfig{Egress: only, Audit: fw.audit.emit, PolicyVersion: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if body, err := other(); err == nil {
+		t.Errorf("other.test on a connection opened before it was withdrawn: %q; want the connection ended", body)
+	}
+	if body, err := allowed(); err != nil || body != "allowed.test" {
+		t.Errorf("allowed.test, still allowed, on a connection opened before the revision: %q %v; want it kept", body, err)
+	}
 }

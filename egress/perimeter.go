@@ -696,7 +696,7 @@ func (e *Perimeter) Reconcile(ctx context.Context, running func(id string) *Sess
 				e.mu.Lock()
 				st := e.state[ns.ID()]
 				e.mu.Unlock()
-				rev, err := st.sweep(ctx, ns.ID(), sc.Egress, sc.Egress, list, e.fastPath(*sc))
+				rev, err := st.sweep(ctx, ns.ID(), sc.Egress, sc.Egress, list, e.fastPath(*sc), nil)
 				if err != nil {
 					log.G(ctx).Warn("reinstall session rules", "session", ns.ID(), "error", err)
 				} else if len(rev.Unpinned) > 0 || rev.Cut > 0 {

@@ -41,6 +41,10 @@ const (
 	// ClientHello. A ClientHello is a few packets; past the bound, the
 	// connection whose packet would be held is refused.
 	fastMaxClientHeld = 256
+	// fastMaxPassed bounds the passed connections remembered for a
+	// revision's check (FastKeep); one forgotten is ended by the next
+	// revision.
+	fastMaxPassed = 1 << 16
 	// fastDecidedKeep is how long a decided connection's verdict is
 	// kept for its packets still in the queue.
 	fastDecidedKeep = 5 * time.Second
@@ -73,6 +77,15 @@ type fastPath struct {
 	undecidedAll int // of all clients, bounded by MaxConns
 	// +checklocks:mu
 	heldBy map[netip.Addr]int // packets held, per client address
+	// +checklocks:mu
+	passed map[fastKey]passedFlow
+}
+
+// passedFlow is what a revision checks again of a passed connection.
+type passedFlow struct {
+	session string
+	hello   Hello
+	at      time.Time
 }
 
 // ServeQueue decides the connections the kernel's fast path holds in q
@@ -94,7 +107,9 @@ type fastPath struct {
 // all clients, MaxSessionConns those of one.
 func (s *Server) ServeQueue(ctx context.Context, q PacketQueue, marks FastMarks) error {
 	fp := &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[netip.Addr]int{},
-		heldBy: map[netip.Addr]int{}}
+		heldBy: map[netip.Addr]int{}, passed: map[fastKey]passedFlow{}}
+	s.fast.Store(fp)
+	defer s.fast.CompareAndSwap(fp, nil)
 	stop := make(chan struct{})
 	defer close(stop)
 	go fp.sweep(ctx, stop)
@@ -238,6 +253,15 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	}
 	ev, pass := fp.decide(k, f, h, perr, len(data))
 	held := fp.finish(k.client.Addr(), f, pass, now)
+	if pass {
+		if len(fp.passed) >= fastMaxPassed {
+			for old := range fp.passed {
+				delete(fp.passed, old)
+				break
+			}
+		}
+		fp.passed[k] = passedFlow{session: ev.Session, hello: h, at: f.start}
+	}
 	fp.mu.Unlock()
 	for _, id := range held {
 		fp.verdict(id, pass)
@@ -393,6 +417,40 @@ func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// FastKeep reports whether the connection from client to server, if the
+// fast path passed it, is still allowed under sess, the session's revised
+// registration: its ClientHello checked again as of its admission, as
+// Recheck checks the listener's. A connection it passed and no longer
+// allows is forgotten, so that its next packet, on the new conntrack
+// entry a revision's cut leaves it, is refused. A connection it holds
+// undecided is kept (decided under sess); one it does not know (passed
+// before a restart, or forgotten) is kept unless unknownCut.
+func (s *Server) FastKeep(sess *Session, client, server netip.AddrPort, unknownCut bool) bool {
+	fp := s.fast.Load()
+	if fp == nil {
+		return !unknownCut
+	}
+	k := fastKey{client: unmapAP(client), server: unmapAP(server)}
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	p, ok := fp.passed[k]
+	if !ok {
+		if f := fp.flows[k]; f != nil && !f.decided {
+			return true
+		}
+		if unknownCut {
+			delete(fp.flows, k)
+		}
+		return !unknownCut
+	}
+	if p.session == sess.ID && sess.Check(server, p.hello, p.at).Allow && !terminates(sess, p.hello) {
+		return true
+	}
+	delete(fp.passed, k)
+	delete(fp.flows, k)
+	return false
 }
 
 // FastPackets is how many packets the fast path's queue has brought the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -67,7 +68,7 @@ func resolvedFromAudit(path string) []egress.Resolved {
 // and reopenL7) for the L7 gateway.
 func (d *Daemon) egressConfig(s *session, p policies.Policy, dir string) egress.SessionConfig {
 	sc := egress.SessionConfig{Egress: p.Egress, Dir: dir, Audit: egressAudit(s), Ask: s.askL7,
-		AskTimeout: approvalTimeout(p.Approval)}
+		AskTimeout: approvalTimeout(p.Approval), RawPackets: rawPackets(p.Capabilities)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sc.PolicyVersion = s.rec.version()
@@ -131,4 +132,16 @@ func (s *session) askL7(ctx context.Context, a egress.Ask) egress.AskDecision {
 		Query: a.Query, QueryTruncated: a.QueryTruncated, Headers: a.Headers, HeadersTruncated: a.HeadersTruncated,
 		Revised: revised})
 	return egress.AskDecision{Allow: d.Allow, Reason: d.Reason, By: d.By, ID: d.ID}
+}
+
+// rawPackets reports whether caps let the sandbox write packets of its
+// own (egress.SessionConfig.RawPackets).
+func rawPackets(caps []string) bool {
+	for _, c := range caps {
+		switch strings.TrimPrefix(strings.ToUpper(c), "CAP_") {
+		case "NET_RAW", "NET_ADMIN":
+			return true
+		}
+	}
+	return false
 }

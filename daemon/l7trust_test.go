@@ -120,3 +120,20 @@ func TestL7PrepareReopen(t *testing.T) {
 		t.Errorf("prepareL7 without l7 = %v, %v, %v", ca, set, err)
 	}
 }
+
+func TestRawPackets(t *testing.T) {
+	for _, tc := range []struct {
+		caps []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"CAP_NET_BIND_SERVICE", "CAP_CHOWN"}, false},
+		{[]string{"CAP_NET_RAW"}, true},
+		{[]string{"cap_net_admin"}, true},
+		{[]string{"NET_RAW"}, true},
+	} {
+		if got := rawPackets(tc.caps); got != tc.want {
+			t.Errorf("rawPackets(%v) = %v, want %v", tc.caps, got, tc.want)
+		}
+	}
+}

@@ -229,6 +229,25 @@ func TestL7FastPath(t *testing.T) {
 			t.Errorf("the cut connection still answered: %q %v", b, err)
 		}
 	})
+	t.Run("a sandbox that writes its own packets goes through the listener", func(t *testing.T) {
+		dir := t.TempDir()
+		raw, err := p.AddSession(ctx, "raw", egress.SessionConfig{Egress: &policies.Egress{Allow: allow, L7: policies.L7Check}, Dir: dir, Audit: audit.emit, RawPackets: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Remove(context.Background(), "raw", nil) })
+		if r := query(t, raw, "allowed.test"); len(r.Answer) == 0 {
+			t.Fatalf("allowed.test: %v", r)
+		}
+		before := p.FastPackets()
+		if code, body, err := get(t, raw, https, w, "https://allowed.test/", ""); err != nil || code != 200 || body != "allowed.test" {
+			t.Fatalf("GET https://allowed.test/ = %d %q %v", code, body, err)
+		}
+		ev := audit.waitEvent(t, "raw", "l7", "allowed", "allowed.test", "proto", "tls")
+		if _, ok := ev.Fields["kernel"]; ok || p.FastPackets() != before {
+			t.Errorf("a session with raw packets took the fast path: %+v", ev)
+		}
+	})
 	t.Run("IPv6", func(t *testing.T) {
 		v6 := netip.MustParseAddr("fd0a:214::30")
 		for _, name := range []string{"fast6.test", "other6.test"} {

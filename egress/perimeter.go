@@ -99,6 +99,12 @@ type SessionConfig struct {
 	// placeholders by the L7 gateway; called for each request, so values
 	// read again (a warm sandbox handed out) take effect. Nil: none.
 	Secrets func() []Secret
+	// RawPackets says the sandbox can write packets of its own
+	// (CAP_NET_RAW or CAP_NET_ADMIN): its TLS never takes the kernel fast
+	// path (Config.FastPath), where a crafted packet could show the
+	// gateway a ClientHello the server discards (a bad checksum or
+	// option, a short TTL) before the bytes the server reads.
+	RawPackets bool
 	// Ask holds a request an HTTP rule asks about; nil denies asks.
 	Ask func(ctx context.Context, a Ask) AskDecision
 	// PolicyVersion is the version of the session's policy; the DNS
@@ -405,7 +411,7 @@ const FastPort = 443
 // terminates no TLS (which it must see) and has no secret to guard.
 func (e *Perimeter) fastPath(sc SessionConfig) bool {
 	eg := sc.Egress
-	return e.cfg.FastPath && e.queue != nil && eg != nil && eg.L7 == policies.L7Check &&
+	return e.cfg.FastPath && e.queue != nil && eg != nil && eg.L7 == policies.L7Check && !sc.RawPackets &&
 		len(eg.HTTP) == 0 && eg.Inspect != policies.InspectAll && (sc.Secrets == nil || len(sc.Secrets()) == 0)
 }
 
@@ -696,7 +702,7 @@ func (e *Perimeter) Reconcile(ctx context.Context, running func(id string) *Sess
 				e.mu.Lock()
 				st := e.state[ns.ID()]
 				e.mu.Unlock()
-				rev, err := st.sweep(ctx, ns.ID(), sc.Egress, sc.Egress, list, e.fastPath(*sc))
+				rev, err := st.sweep(ctx, ns.ID(), sc.Egress, sc.Egress, list, e.fastPath(*sc), nil)
 				if err != nil {
 					log.G(ctx).Warn("reinstall session rules", "session", ns.ID(), "error", err)
 				} else if len(rev.Unpinned) > 0 || rev.Cut > 0 {

@@ -117,7 +117,8 @@ func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Re
 	}
 	neg := sc.Egress
 	st.mu.RLock()
-	old := st.cfg.Egress
+	oldSC := st.cfg
+	old := oldSC.Egress
 	st.mu.RUnlock()
 	if neg == nil {
 		return Revision{}, fmt.Errorf("egress: a session's network cannot be removed while it runs: %w", errdefs.ErrInvalidArgument)
@@ -160,7 +161,14 @@ func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Re
 	if reg != nil && e.l7 != nil {
 		closed = e.l7.Recheck(reg)
 	}
-	rev, err := st.sweep(ctx, id, old, neg, list, e.fastPath(sc))
+	var keep func(src, dst netip.AddrPort) bool
+	if reg != nil && e.l7 != nil {
+		// A connection on FastPort that the fast path does not know,
+		// of a session whose connections took it, is ended.
+		wasFast := e.fastPath(oldSC)
+		keep = func(src, dst netip.AddrPort) bool { return e.l7.FastKeep(reg, src, dst, wasFast) }
+	}
+	rev, err := st.sweep(ctx, id, old, neg, list, e.fastPath(sc), keep)
 	rev.Cut += closed
 	if err != nil {
 		return rev, err
@@ -173,9 +181,12 @@ func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Re
 // (compiled: list), revised from old (nil: not known, as after a restart):
 // it replaces the static CIDR rules, unpins every destination neg no
 // longer allows, and ends every connection of the session to a
-// destination neg does not allow (see allowedAfter). Sweeping twice does
+// destination neg does not allow (see allowedAfter). With fastKeep, a
+// TCP connection on FastPort the L7 gateway's fast path passed (and the
+// kernel forwards unseen) is also ended unless fastKeep keeps it: one
+// address may serve a kept name and a withdrawn one. Sweeping twice does
 // what sweeping once did.
-func (st *sessionState) sweep(ctx context.Context, id string, old, neg *policies.Egress, list *allowlist.List, fast bool) (Revision, error) {
+func (st *sessionState) sweep(ctx context.Context, id string, old, neg *policies.Egress, list *allowlist.List, fast bool, fastKeep func(src, dst netip.AddrPort) bool) (Revision, error) {
 	byAddr := st.names.Chains()
 	narrowed := narrowing(old, neg)
 	pins, err := st.ns.Pinned(ctx)
@@ -201,8 +212,11 @@ func (st *sessionState) sweep(ctx context.Context, id string, old, neg *policies
 		}
 		return kept[netip.AddrPortFrom(a, port)] || kept[netip.AddrPortFrom(a, 0)] || stillAllowed(list, byAddr[a], a, port)
 	}
-	rev.Cut, err = st.ns.Revise(ctx, netConfig(neg, list, fast), unpin, func(dst netip.Addr, _ string, port uint16) bool {
-		return !allowed(dst, port)
+	rev.Cut, err = st.ns.Revise(ctx, netConfig(neg, list, fast), unpin, func(src, dst netip.AddrPort, proto string) bool {
+		if !allowed(dst.Addr(), dst.Port()) {
+			return true
+		}
+		return fastKeep != nil && proto == "tcp" && dst.Port() == FastPort && !fastKeep(src, dst)
 	})
 	return rev, err
 }

@@ -47,6 +47,13 @@ const (
 	// fastMaxHeld bounds the packets held for one connection's
 	// ClientHello (MaxPeek bytes in small segments).
 	fastMaxHeld = 128
+	// fastMaxClientHeld bounds the packets held for one client address's
+	// undecided connections: the kernel's queue, which every session
+	// shares, holds 4096 (egress's nfq.Config), and one client filling it
+	// would have the queue drop every other session's SYN and
+	// ClientHello. A ClientHello is a few packets; past the bound, the
+	// connection whose packet would be held is refused.
+	fastMaxClientHeld = 256
 	// fastDecidedKeep is how long a decided connection's verdict is
 	// kept for its packets still in the queue.
 	fastDecidedKeep = 5 * time.Second
@@ -82,6 +89,10 @@ type fastPath struct {
 	// +checklocks:mu
 	undecided map[netip.Addr]int // per client address
 	// +checklocks:mu
+	undecidedAll int // of all clients, bounded by MaxConns
+	// +checklocks:mu
+	heldBy map[netip.Addr]int // packets held, per client address
+	// +checklocks:mu
 	passed map[fastKey]*passedFlow
 }
 
@@ -96,20 +107,17 @@ type fastPath struct {
 // is forwarded by the kernel without the gateway, or with marks.Refuse,
 // and the client gets a TCP reset. A connection whose first bytes are not
 // a ClientHello (plain HTTP on a fast port), whose hello is not whole
-// within the peek timeout or MaxPeek bytes, whose SYN the gateway did not
-// see, or whose session terminates its name's TLS, is refused.
+// within the peek timeout or MaxPeek bytes, holds urgent data (which the
+// server's stack takes out of the stream the gateway checked), whose SYN
+// the gateway did not see, or whose session terminates its name's TLS, is
+// refused. A SYN on the four ends of a decided connection starts a new
+// one, checked on its own. MaxConns bounds the undecided connections of
+// all clients, MaxSessionConns those of one.
 func (s *Server) ServeQueue(ctx context.Context, q PacketQueue, marks FastConfig) error {
-	fp := &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[netip.Addr]int{}, passed: map[fastKey]*passedFlow{}}
-	s.mu.Lock()
-	s.fast = fp
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		if s.fast == fp {
-			s.fast = nil
-		}
-		s.mu.Unlock()
-	}()
+	fp := &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[netip.Addr]int{},
+		heldBy: map[netip.Addr]int{}, passed: map[fastKey]*passedFlow{}}
+	s.fast.Store(fp)
+	defer s.fast.CompareAndSwap(fp, nil)
 	stop := make(chan struct{})
 	defer close(stop)
 	go fp.sweep(ctx, stop)
@@ -153,12 +161,8 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	now := time.Now()
 	fp.mu.Lock()
 	f := fp.flows[k]
+	var drop []uint32
 	switch {
-	case f != nil && f.decided:
-		// Queued before the connection's mark was set: the same fate.
-		fp.mu.Unlock()
-		fp.verdict(p.ID, f.pass)
-		return
 	case seg.Flags&nfq.SYN != 0 && len(seg.Payload) > 0:
 		// Data in a SYN (TCP Fast Open) would reach the server before
 		// any check: dropped, the client sends its SYN again without it.
@@ -166,19 +170,52 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		_ = fp.q.SetVerdict(p.ID, nfq.Drop, nil)
 		return
 	case seg.Flags&nfq.SYN != 0 && seg.Flags&nfq.ACK == 0:
+		// The queue sees a SYN only while the connection's conntrack
+		// entry is undecided: after a decision, a SYN on the same four
+		// ends is a new connection (the client reset the last one and
+		// connected again from its port), which inherits nothing. A SYN
+		// with another number on an undecided one is such a connection
+		// too: the held bytes of the one before are not its own.
+		var reused *passedFlow
+		if f != nil && (f.decided || f.isn != seg.Seq && len(f.held) > 0) {
+			if !f.decided {
+				drop = fp.finish(k.client.Addr(), f, false, now)
+			}
+			f = nil
+			// The connection before on these four ends is over: audited
+			// now, so that the new one's end is not taken for its.
+			if reused = fp.passed[k]; reused != nil {
+				delete(fp.passed, k)
+			}
+		}
+		if reused != nil {
+			ev := reused.ev
+			ev.Duration = now.Sub(ev.Time)
+			ev.Reason = strings.TrimPrefix(ev.Reason+"; ", "; ") + "ended when its ports were used again: its bytes are not counted"
+			defer fp.emit(ev)
+		}
 		if f == nil {
-			if fp.undecided[k.client.Addr()] >= fp.s.cfg.MaxSessionConns || len(fp.flows) >= fp.s.cfg.MaxConns {
+			if fp.undecided[k.client.Addr()] >= fp.s.cfg.MaxSessionConns || fp.undecidedAll >= fp.s.cfg.MaxConns {
+				delete(fp.flows, k)
 				fp.mu.Unlock()
+				fp.drop(drop)
 				fp.verdict(p.ID, false)
 				return
 			}
 			f = &fastFlow{start: now, segs: map[uint32][]byte{}}
 			fp.flows[k] = f
 			fp.undecided[k.client.Addr()]++
+			fp.undecidedAll++
 		}
 		f.isn = seg.Seq // a SYN sent again keeps its number
 		fp.mu.Unlock()
+		fp.drop(drop)
 		_ = fp.q.SetVerdict(p.ID, nfq.Accept, nil)
+		return
+	case f != nil && f.decided:
+		// Queued before the connection's mark was set: the same fate.
+		fp.mu.Unlock()
+		fp.verdict(p.ID, f.pass)
 		return
 	case f == nil:
 		// A connection whose SYN the gateway never saw: one it held
@@ -195,11 +232,19 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		return
 	}
 	f.held = append(f.held, p.ID)
+	fp.heldBy[k.client.Addr()]++
 	off := seg.Seq - f.isn - 1
 	var h Hello
 	var perr error
 	complete := false
-	if off < MaxPeek {
+	if fp.heldBy[k.client.Addr()] > fastMaxClientHeld {
+		perr, complete = fmt.Errorf("more than %d packets of the client's connections held for their ClientHellos", fastMaxClientHeld), true
+	} else if seg.Flags&nfq.URG != 0 {
+		// The server's stack takes the urgent byte out of the stream its
+		// application reads (unless SO_OOBINLINE): the gateway would
+		// check bytes the server does not parse.
+		perr, complete = errors.New("urgent data in the ClientHello (the server would read other bytes than the gateway checks)"), true
+	} else if off < MaxPeek {
 		if f.conflicts(off, seg.Payload) {
 			// Two segments that say different things of the same bytes:
 			// which the server keeps is its stack's choice, not the
@@ -227,11 +272,7 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		return
 	}
 	ev, pass := fp.decide(k, f, h, perr, len(data))
-	held := f.finish(pass, now)
-	fp.undecided[k.client.Addr()]--
-	if fp.undecided[k.client.Addr()] <= 0 {
-		delete(fp.undecided, k.client.Addr())
-	}
+	held := fp.finish(k.client.Addr(), f, pass, now)
 	var evicted *passedFlow
 	if pass && ev != nil {
 		// Audited when it ends (FlowEnded), with its bytes.
@@ -281,9 +322,7 @@ func (fp *fastPath) evictOldestLocked() *passedFlow {
 // remember (passed before a restart) is audited with what the kernel
 // says. It reports whether the connection was one the fast path knew.
 func (s *Server) FastFlowEnded(client, server netip.AddrPort, bytesUp, bytesDn uint64) bool {
-	s.mu.Lock()
-	fp := s.fast
-	s.mu.Unlock()
+	fp := s.fast.Load()
 	if fp == nil {
 		return false
 	}
@@ -306,9 +345,7 @@ func (s *Server) FastFlowEnded(client, server netip.AddrPort, bytesUp, bytesDn u
 // sess.ID the fast path passed: one sess now refuses, or whose name it
 // now terminates, is cut and audited. It returns how many.
 func (s *Server) recheckFast(sess *Session) int {
-	s.mu.Lock()
-	fp := s.fast
-	s.mu.Unlock()
+	fp := s.fast.Load()
 	if fp == nil {
 		return 0
 	}
@@ -351,9 +388,7 @@ func (s *Server) recheckFast(sess *Session) int {
 // closeFast forgets session id's passed connections (its network is
 // being removed: they end with it) and audits them, without their bytes.
 func (s *Server) closeFast(id string) {
-	s.mu.Lock()
-	fp := s.fast
-	s.mu.Unlock()
+	fp := s.fast.Load()
 	if fp == nil {
 		return
 	}
@@ -370,6 +405,31 @@ func (s *Server) closeFast(id string) {
 		ev.Duration = time.Since(ev.Time)
 		ev.Reason = strings.TrimPrefix(ev.Reason+"; ", "; ") + "open when the session's network was removed: its bytes are not counted"
 		fp.emit(ev)
+	}
+}
+
+// finish decides client's undecided connection f and returns its held
+// packets' ids.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) finish(client netip.Addr, f *fastFlow, pass bool, now time.Time) []uint32 {
+	held := f.finish(pass, now)
+	fp.undecidedAll--
+	fp.undecided[client]--
+	if fp.undecided[client] <= 0 {
+		delete(fp.undecided, client)
+	}
+	fp.heldBy[client] -= len(held)
+	if fp.heldBy[client] <= 0 {
+		delete(fp.heldBy, client)
+	}
+	return held
+}
+
+// drop drops the held packets of a connection that was replaced.
+func (fp *fastPath) drop(ids []uint32) {
+	for _, id := range ids {
+		_ = fp.q.SetVerdict(id, nfq.Drop, nil)
 	}
 }
 
@@ -477,11 +537,7 @@ func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
 								Reason: "airlock: the ClientHello was not whole within the peek timeout"})
 						}
 					}
-					refuse = append(refuse, f.finish(false, now)...)
-					fp.undecided[k.client.Addr()]--
-					if fp.undecided[k.client.Addr()] <= 0 {
-						delete(fp.undecided, k.client.Addr())
-					}
+					refuse = append(refuse, fp.finish(k.client.Addr(), f, false, now)...)
 				}
 			}
 			fp.mu.Unlock()
@@ -493,6 +549,40 @@ func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// FastKeep reports whether the connection from client to server, if the
+// fast path passed it, is still allowed under sess, the session's revised
+// registration: its ClientHello checked again as of its admission, as
+// Recheck checks the listener's. A connection it passed and no longer
+// allows is forgotten, so that its next packet, on the new conntrack
+// entry a revision's cut leaves it, is refused. A connection it holds
+// undecided is kept (decided under sess); one it does not know (passed
+// before a restart, or forgotten) is kept unless unknownCut.
+func (s *Server) FastKeep(sess *Session, client, server netip.AddrPort, unknownCut bool) bool {
+	fp := s.fast.Load()
+	if fp == nil {
+		return !unknownCut
+	}
+	k := fastKey{client: unmapAP(client), server: unmapAP(server)}
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	p, ok := fp.passed[k]
+	if !ok {
+		if f := fp.flows[k]; f != nil && !f.decided {
+			return true
+		}
+		if unknownCut {
+			delete(fp.flows, k)
+		}
+		return !unknownCut
+	}
+	if p.ev.Session == sess.ID && sess.Check(server, p.hello, p.ev.Time).Allow && !terminates(sess, p.hello) {
+		return true
+	}
+	delete(fp.passed, k)
+	delete(fp.flows, k)
+	return false
 }
 
 // FastPackets is how many packets the fast path's queue has brought the

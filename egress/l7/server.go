@@ -247,8 +247,8 @@ type Server struct {
 	wg   sync.WaitGroup
 	// fastPackets counts the packets ServeQueue was given.
 	fastPackets atomic.Uint64
-	// +checklocks:mu
-	fast *fastPath // ServeQueue's, while it runs
+	// fast is ServeQueue's state while it runs (FastKeep).
+	fast atomic.Pointer[fastPath]
 }
 
 // flowKey names an upstream connection by both its ends: the kernel

@@ -503,11 +503,11 @@ func (s *Session) Drops(ctx context.Context) (DropStats, error) {
 // (cfg must otherwise be the configuration the session was created with:
 // IPv6, Drop and L7Ports are not changed; FastPorts may be), removes the pinned entries
 // unpin from its sets, and then ends its tracked connections through the
-// gateway whose destination, protocol ("tcp" or "udp") and port cut
+// gateway whose source, destination and protocol ("tcp" or "udp") cut
 // reports: their next packet meets the revised rules. Connections to the
 // gateway itself (the DNS proxy) are never ended. It returns how many
 // connections it ended.
-func (s *Session) Revise(ctx context.Context, cfg SessionConfig, unpin []Pinning, cut func(dst netip.Addr, proto string, port uint16) bool) (int, error) {
+func (s *Session) Revise(ctx context.Context, cfg SessionConfig, unpin []Pinning, cut func(src, dst netip.AddrPort, proto string) bool) (int, error) {
 	if err := cfg.validate(); err != nil {
 		return 0, err
 	}
@@ -569,7 +569,7 @@ func (s *Session) Revise(ctx context.Context, cfg SessionConfig, unpin []Pinning
 		default:
 			return false
 		}
-		return cut(to.Unmap(), proto, f.Forward.DstPort)
+		return cut(netip.AddrPortFrom(from.Unmap(), f.Forward.SrcPort), netip.AddrPortFrom(to.Unmap(), f.Forward.DstPort), proto)
 	})
 	n := 0
 	for _, fam := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {

@@ -14,6 +14,7 @@ const (
 	RST = 0x04
 	PSH = 0x08
 	ACK = 0x10
+	URG = 0x20
 )
 
 // TCP is one TCP segment of an IPv4 or IPv6 packet.

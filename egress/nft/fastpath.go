@@ -25,6 +25,8 @@ import (
 //	chain forward {
 //	    meta mark MarkPass ct mark set MarkPass          comment "fastpath"
 //	    meta mark MarkRefuse ct mark set MarkRefuse
+//	    ct mark {MarkPass, MarkRefuse} ct direction original
+//	        tcp flags & (syn|ack) == syn ct mark set MarkUndecided
 //	    ct mark MarkRefuse meta l4proto tcp reject with tcp reset
 //	    ct mark MarkUndecided ct direction original queue num FastQueue
 //	    ct state established,related accept
@@ -34,6 +36,12 @@ import (
 //	    tcp dport <each fast port> ct mark set MarkUndecided return
 //	    tcp dport <each L7 port> goto <s>-l7ok
 //	    ...
+//
+// A client's SYN on a decided connection's entry makes it undecided
+// again: it starts a new connection, which conntrack may keep on the old
+// entry (a SYN after the server reset the last one is let through on it,
+// and the server's SYN/ACK brings the entry back in sync), and which must
+// not inherit the decision.
 //
 // The SYN and the packets without data are let go at once by the
 // gateway, so <s>-fwd still decides, as for any connection, whether the
@@ -48,6 +56,10 @@ const (
 	FastQueue uint16 = 0
 
 	fastComment = "fastpath"
+
+	// TCP header flags.
+	tcpSYN = 0x02
+	tcpACK = 0x10
 )
 
 // fastBaseRules are the forward chain's first rules.
@@ -66,9 +78,23 @@ func fastBaseRules() [][]expr.Any {
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: nativeU32(m)},
 		)
 	}
+	// A SYN (without ACK) the client sends on a decided entry.
+	synAgain := func(m uint32) []expr.Any {
+		return exprs(ctMark(m), l4protoIs(protoTCP), one(
+			&expr.Ct{Key: expr.CtKeyDIRECTION, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{0}}, // IP_CT_DIR_ORIGINAL
+			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
+			&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 1, Mask: []byte{tcpSYN | tcpACK}, Xor: []byte{0}},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{tcpSYN}},
+			&expr.Immediate{Register: reg1, Data: nativeU32(MarkUndecided)},
+			&expr.Ct{Key: expr.CtKeyMARK, Register: reg1, SourceRegister: true},
+		))
+	}
 	return [][]expr.Any{
 		setCtMark(MarkPass),
 		setCtMark(MarkRefuse),
+		synAgain(MarkPass),
+		synAgain(MarkRefuse),
 		exprs(ctMark(MarkRefuse), l4protoIs(protoTCP), one(&expr.Reject{Type: unix.NFT_REJECT_TCP_RST})),
 		exprs(ctMark(MarkUndecided), one(
 			&expr.Ct{Key: expr.CtKeyDIRECTION, Register: reg1},
@@ -87,8 +113,10 @@ func addFastBase(c *nftables.Conn, t *nftables.Table, fwd *nftables.Chain) {
 	}
 }
 
-// EnsureFast queues the fast path's rules in b's forward chain when they
-// are missing (a gateway made before the fast path); the caller flushes.
+// EnsureFast queues the replacement of the fast path's rules in b's
+// forward chain by this version's (a gateway made before the fast path
+// has none, one made by an earlier version may lack some); the caller
+// flushes.
 func EnsureFast(c *nftables.Conn, b Base) error {
 	t := table(b.Table)
 	fwd := &nftables.Chain{Name: ChainForward, Table: t}
@@ -98,7 +126,9 @@ func EnsureFast(c *nftables.Conn, b Base) error {
 	}
 	for _, r := range rules {
 		if s, ok := userdata.GetString(r.UserData, userdata.TypeComment); ok && s == fastComment {
-			return nil
+			if err := c.DelRule(r); err != nil {
+				return fmt.Errorf("nft: forward chain: %w", err)
+			}
 		}
 	}
 	addFastBase(c, t, fwd)

@@ -61,7 +61,7 @@ func TestL7FastPath(t *testing.T) {
 	for _, h := range []struct {
 		name string
 		ip   netip.Addr
-	}{{"allowed.test", sharedHost}, {"other.test", sharedHost}, {"elsewhere.test", elseHost}} {
+	}{{"allowed.test", sharedHost}, {"other.test", sharedHost}, {"elsewhere.test", elseHost}, {"denied.test", deniedHost}} {
 		if err := w.AddHost(h.name, h.ip, world.WithHandler(bulk), world.WithTLS()); err != nil {
 			t.Fatal(err)
 		}
@@ -165,6 +165,18 @@ func TestL7FastPath(t *testing.T) {
 			t.Fatalf("TLS without SNI = %d; want refused", code)
 		}
 		audit.waitEvent(t, "fast", "l7", "refused", https.String(), "proto", "tls")
+	})
+	t.Run("an address nothing pinned is not reached on 443", func(t *testing.T) {
+		// The gateway lets a SYN go on from the queue; the session's
+		// own rules must still decide the address (never an accept that
+		// skips them).
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		unpinned := netip.AddrPortFrom(deniedHost, 443)
+		if c, err := netns.Dialer(fast.NetnsPath())(cctx, "tcp", unpinned.String()); err == nil {
+			c.Close()
+			t.Fatalf("a TCP handshake with %v, which no answer pinned", unpinned)
+		}
 	})
 	t.Run("plain HTTP on the TLS port is refused", func(t *testing.T) {
 		if code, _, err := get(t, fast, https, w, "http://allowed.test:443/", ""); err == nil {

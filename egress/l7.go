@@ -77,7 +77,7 @@ func (e *Perimeter) startL7(ctx context.Context) error {
 			defer e.wg.Done()
 			stop := context.AfterFunc(ctx, func() { _ = q.Close() })
 			defer stop()
-			_ = srv.ServeQueue(ctx, q, l7.FastConfig{Pass: nft.MarkPass, Refuse: nft.MarkRefuse, Cut: cut})
+			_ = srv.ServeQueue(ctx, q, l7.FastConfig{Pass: nft.MarkPass, Refuse: nft.MarkRefuse, Seen: nft.MarkSeen, Cut: cut})
 		}()
 		// Passed connections are audited when they end, with the bytes
 		// the kernel counted.

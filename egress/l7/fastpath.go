@@ -31,6 +31,11 @@ type FastConfig struct {
 	// packets, which the gateway's rules make the connection's (see
 	// egress/nft's fast path).
 	Pass, Refuse uint32
+	// Seen is the mark of a packet let go on undecided (a SYN, a packet
+	// without data), which the rules send past the queue to the
+	// session's own: the gateway never accepts a packet outright, which
+	// would end the hook's rules there.
+	Seen uint32
 	// Cut ends a passed connection from client to server (its conntrack
 	// entry deleted: its next packet comes back to the queue, with no
 	// SYN seen, and is refused); nil: Recheck cannot end them.
@@ -149,6 +154,13 @@ func (fp *fastPath) verdict(id uint32, pass bool) {
 	_ = fp.q.SetVerdict(id, nfq.Repeat, &mark)
 }
 
+// letGo sends a packet of an undecided connection on to the session's
+// rules (FastConfig.Seen).
+func (fp *fastPath) letGo(id uint32) {
+	mark := fp.marks.Seen
+	_ = fp.q.SetVerdict(id, nfq.Repeat, &mark)
+}
+
 func (fp *fastPath) packet(p nfq.Packet) {
 	fp.s.fastPackets.Add(1)
 	seg, err := nfq.ParseTCP(p.Payload)
@@ -210,7 +222,7 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		f.isn = seg.Seq // a SYN sent again keeps its number
 		fp.mu.Unlock()
 		fp.drop(drop)
-		_ = fp.q.SetVerdict(p.ID, nfq.Accept, nil)
+		fp.letGo(p.ID)
 		return
 	case f != nil && f.decided:
 		// Queued before the connection's mark was set: the same fate.
@@ -228,7 +240,7 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		return
 	case len(seg.Payload) == 0:
 		fp.mu.Unlock()
-		_ = fp.q.SetVerdict(p.ID, nfq.Accept, nil)
+		fp.letGo(p.ID)
 		return
 	}
 	f.held = append(f.held, p.ID)
@@ -287,7 +299,7 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		fp.verdict(id, pass)
 	}
 	if evicted != nil {
-		evicted.ev.Reason += "; no longer followed (too many connections): its bytes are not counted"
+		evicted.ev.Reason = strings.TrimPrefix(evicted.ev.Reason+"; ", "; ") + "no longer followed (too many connections): its bytes are not counted"
 		fp.emit(evicted.ev)
 	}
 	if ev != nil {
@@ -572,7 +584,7 @@ func (s *Server) FastKeep(sess *Session, client, server netip.AddrPort, unknownC
 		if f := fp.flows[k]; f != nil && !f.decided {
 			return true
 		}
-		if unknownCut {
+		if f := fp.flows[k]; unknownCut && f != nil && f.decided {
 			delete(fp.flows, k)
 		}
 		return !unknownCut
@@ -581,7 +593,15 @@ func (s *Server) FastKeep(sess *Session, client, server netip.AddrPort, unknownC
 		return true
 	}
 	delete(fp.passed, k)
-	delete(fp.flows, k)
+	// A connection undecided on the same four ends is a new one, decided
+	// under sess in its turn: only a decided one is forgotten.
+	if f := fp.flows[k]; f != nil && f.decided {
+		delete(fp.flows, k)
+	}
+	ev := p.ev
+	ev.Duration = time.Since(ev.Time)
+	ev.Reason = strings.TrimPrefix(ev.Reason+"; ", "; ") + "closed: the session's egress policy was revised"
+	go fp.emit(ev) // fp.mu is held
 	return false
 }
 

@@ -40,8 +40,11 @@ func (q *fakeQueue) SetVerdict(id uint32, v nfq.Verdict, mark *uint32) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch {
+	case v == nfq.Repeat && mark != nil && *mark == testMarks.Seen:
+		q.verdicts[id] = "accept" // on to the session's own rules
 	case v == nfq.Accept:
-		q.verdicts[id] = "accept"
+		// Ends the hook's rules: the session's own never decide.
+		q.verdicts[id] = "accepted past the session's rules"
 	case v == nfq.Repeat && mark != nil && *mark == testMarks.Pass:
 		q.verdicts[id] = "pass"
 	case v == nfq.Repeat && mark != nil && *mark == testMarks.Refuse:
@@ -74,7 +77,7 @@ func (q *fakeQueue) pending(id uint32) bool {
 	return !ok
 }
 
-var testMarks = FastConfig{Pass: 2, Refuse: 3}
+var testMarks = FastConfig{Pass: 2, Refuse: 3, Seen: 4}
 
 // tcpPacket is an IPv4 packet of a TCP segment from src to dst.
 func tcpPacket(src, dst netip.AddrPort, seq uint32, flags byte, data []byte) []byte {

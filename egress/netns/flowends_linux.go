@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"time"
 
 	"github.com/mdlayher/netlink"
 	vnl "github.com/vishvananda/netlink"
@@ -95,6 +96,11 @@ func (g *Gateway) WatchFlowEnds(ctx context.Context, mark uint32, fn func(FlowEn
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, os.ErrClosed) || errors.Is(err, net.ErrClosed) {
 				return nil
+			}
+			select { // an error that stays must not spin
+			case <-ctx.Done():
+				return nil
+			case <-time.After(10 * time.Millisecond):
 			}
 			continue
 		}

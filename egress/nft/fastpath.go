@@ -25,10 +25,11 @@ import (
 //	chain forward {
 //	    meta mark MarkPass ct mark set MarkPass          comment "fastpath"
 //	    meta mark MarkRefuse ct mark set MarkRefuse
-//	    ct mark {MarkPass, MarkRefuse} ct direction original
+//	    ct mark {MarkPass, MarkRefuse} ct direction original meta mark 0
 //	        tcp flags & (syn|ack) == syn ct mark set MarkUndecided
 //	    ct mark MarkRefuse meta l4proto tcp reject with tcp reset
-//	    ct mark MarkUndecided ct direction original queue num FastQueue
+//	    ct mark MarkUndecided ct direction original meta mark != MarkSeen
+//	        queue num FastQueue
 //	    ct state established,related accept
 //	    ...
 //	chain <s>-l7 {
@@ -44,13 +45,20 @@ import (
 // not inherit the decision.
 //
 // The SYN and the packets without data are let go at once by the
-// gateway, so <s>-fwd still decides, as for any connection, whether the
-// session may reach the address at all. The queue fails closed: with no
+// gateway, through the rules again marked MarkSeen (past the queue), so
+// <s>-fwd still decides, as for any connection, whether the session may
+// reach the address at all. The queue fails closed: with no
 // gateway reading it, nothing of an undecided connection passes.
 const (
 	MarkUndecided uint32 = 0x41460001
 	MarkPass      uint32 = 0x41460002
 	MarkRefuse    uint32 = 0x41460003
+	// MarkSeen marks a packet the gateway let go on undecided (a SYN, a
+	// packet without data): it goes through the rules again past the
+	// queue, so that the session's own rules decide it. A verdict that
+	// accepted it would end the forward hook's rules there, <s>-fwd
+	// unread: a SYN to any address on a fast port would pass.
+	MarkSeen uint32 = 0x41460004
 	// FastQueue is the netfilter queue of the gateway namespace the
 	// undecided connections' packets go to.
 	FastQueue uint16 = 0
@@ -78,9 +86,13 @@ func fastBaseRules() [][]expr.Any {
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: nativeU32(m)},
 		)
 	}
-	// A SYN (without ACK) the client sends on a decided entry.
+	// A SYN (without ACK) the client sends on a decided entry; not one
+	// the gateway sent through again (with a mark: a SYN it refused
+	// would be made undecided and queued again, for ever).
 	synAgain := func(m uint32) []expr.Any {
 		return exprs(ctMark(m), l4protoIs(protoTCP), one(
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: nativeU32(0)},
 			&expr.Ct{Key: expr.CtKeyDIRECTION, Register: reg1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{0}}, // IP_CT_DIR_ORIGINAL
 			&expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
@@ -99,6 +111,8 @@ func fastBaseRules() [][]expr.Any {
 		exprs(ctMark(MarkUndecided), one(
 			&expr.Ct{Key: expr.CtKeyDIRECTION, Register: reg1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{0}}, // IP_CT_DIR_ORIGINAL
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: nativeU32(MarkSeen)},
 			nfq.Target(FastQueue),
 		)),
 	}

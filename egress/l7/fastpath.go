@@ -123,6 +123,9 @@ func (s *Server) ServeQueue(ctx context.Context, q PacketQueue, marks FastConfig
 		heldBy: map[netip.Addr]int{}, passed: map[fastKey]*passedFlow{}}
 	s.fast.Store(fp)
 	defer s.fast.CompareAndSwap(fp, nil)
+	// The connections it passed outlive it (the kernel forwards them);
+	// their ends will not be seen: each is audited as it stops.
+	defer fp.flushPassed("open when the gateway stopped (the kernel forwards it on): its bytes are not counted")
 	stop := make(chan struct{})
 	defer close(stop)
 	go fp.sweep(ctx, stop)
@@ -395,6 +398,22 @@ func (s *Server) recheckFast(sess *Session) int {
 		fp.emit(ev)
 	}
 	return len(cuts)
+}
+
+// flushPassed audits and forgets every passed connection, with why.
+func (fp *fastPath) flushPassed(why string) {
+	var evs []Event
+	fp.mu.Lock()
+	for k, p := range fp.passed {
+		evs = append(evs, p.ev)
+		delete(fp.passed, k)
+	}
+	fp.mu.Unlock()
+	for _, ev := range evs {
+		ev.Duration = time.Since(ev.Time)
+		ev.Reason = strings.TrimPrefix(ev.Reason+"; ", "; ") + why
+		fp.emit(ev)
+	}
 }
 
 // closeFast forgets session id's passed connections (its network is

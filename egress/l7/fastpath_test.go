@@ -140,7 +140,19 @@ func TestFastPathDecisions(t *testing.T) {
 		return nil
 	}
 	go func() { _ = s.ServeQueue(t.Context(), q, cfg); close(done) }()
-	defer func() { close(q.in); <-done }()
+	defer func() {
+		close(q.in)
+		<-done
+		// A connection passed and still open when the gateway stops is
+		// audited then (its end will not be seen).
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.ContainsFunc(events, func(e Event) bool {
+			return e.Client.Port() == 40021 && e.Action == ActionAllowed && strings.Contains(e.Reason, "gateway stopped")
+		}) {
+			t.Errorf("a connection open when the gateway stopped was not audited: %+v", events)
+		}
+	}()
 	var id uint32
 	send := func(port uint16, seq uint32, flags byte, data []byte) uint32 {
 		id++
@@ -241,6 +253,12 @@ func TestFastPathDecisions(t *testing.T) {
 	// refused, not passed as decided before the revision.
 	if v := q.wait(t, send(40020, 2001+uint32(len(hello)), nfq.ACK, []byte("more"))); v != "refuse" {
 		t.Errorf("a packet of the cut connection: %s", v)
+	}
+
+	// Passed, still open when the gateway stops.
+	q.wait(t, send(40021, 3000, nfq.SYN, nil))
+	if v := q.wait(t, send(40021, 3001, nfq.ACK, hello)); v != "pass" {
+		t.Fatalf("an allowed ClientHello: %s", v)
 	}
 
 	// Refused: another name, plain HTTP, data with no SYN.

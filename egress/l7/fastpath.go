@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -125,7 +124,7 @@ func (s *Server) ServeQueue(ctx context.Context, q PacketQueue, marks FastConfig
 	defer s.fast.CompareAndSwap(fp, nil)
 	// The connections it passed outlive it (the kernel forwards them);
 	// their ends will not be seen: each is audited as it stops.
-	defer fp.flushPassed("open when the gateway stopped (the kernel forwards it on): its bytes are not counted")
+	defer fp.flushPassed(nil, "open when the gateway stopped (the kernel forwards it on): its bytes are not counted")
 	stop := make(chan struct{})
 	defer close(stop)
 	go fp.sweep(ctx, stop)
@@ -206,7 +205,7 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		if reused != nil {
 			ev := reused.ev
 			ev.Duration = now.Sub(ev.Time)
-			ev.Reason = strings.TrimPrefix(ev.Reason+"; ", "; ") + "ended when its ports were used again: its bytes are not counted"
+			ev.Reason = appendReason(ev.Reason, "ended when its ports were used again: its bytes are not counted")
 			defer fp.emit(ev)
 		}
 		if f == nil {
@@ -302,7 +301,7 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		fp.verdict(id, pass)
 	}
 	if evicted != nil {
-		evicted.ev.Reason = strings.TrimPrefix(evicted.ev.Reason+"; ", "; ") + "no longer followed (too many connections): its bytes are not counted"
+		evicted.ev.Reason = appendReason(evicted.ev.Reason, "no longer followed (too many connections): its bytes are not counted")
 		fp.emit(evicted.ev)
 	}
 	if ev != nil {
@@ -389,7 +388,7 @@ func (s *Server) recheckFast(sess *Session) int {
 	for _, c := range cuts {
 		ev := c.p.ev
 		ev.Duration = time.Since(ev.Time)
-		ev.Reason = strings.TrimPrefix(ev.Reason+"; ", "; ") + "closed: the session's egress policy was revised"
+		ev.Reason = appendReason(ev.Reason, "closed: the session's egress policy was revised")
 		if fp.marks.Cut != nil {
 			if err := fp.marks.Cut(c.k.client, c.k.server); err != nil {
 				ev.Reason += " (ending it failed: " + err.Error() + ")"
@@ -400,33 +399,13 @@ func (s *Server) recheckFast(sess *Session) int {
 	return len(cuts)
 }
 
-// flushPassed audits and forgets every passed connection, with why.
-func (fp *fastPath) flushPassed(why string) {
+// flushPassed audits and forgets the passed connections match selects
+// (nil: all), with why they are no longer followed.
+func (fp *fastPath) flushPassed(match func(*passedFlow) bool, why string) {
 	var evs []Event
 	fp.mu.Lock()
 	for k, p := range fp.passed {
-		evs = append(evs, p.ev)
-		delete(fp.passed, k)
-	}
-	fp.mu.Unlock()
-	for _, ev := range evs {
-		ev.Duration = time.Since(ev.Time)
-		ev.Reason = strings.TrimPrefix(ev.Reason+"; ", "; ") + why
-		fp.emit(ev)
-	}
-}
-
-// closeFast forgets session id's passed connections (its network is
-// being removed: they end with it) and audits them, without their bytes.
-func (s *Server) closeFast(id string) {
-	fp := s.fast.Load()
-	if fp == nil {
-		return
-	}
-	var evs []Event
-	fp.mu.Lock()
-	for k, p := range fp.passed {
-		if p.ev.Session == id {
+		if match == nil || match(p) {
 			evs = append(evs, p.ev)
 			delete(fp.passed, k)
 		}
@@ -434,8 +413,17 @@ func (s *Server) closeFast(id string) {
 	fp.mu.Unlock()
 	for _, ev := range evs {
 		ev.Duration = time.Since(ev.Time)
-		ev.Reason = strings.TrimPrefix(ev.Reason+"; ", "; ") + "open when the session's network was removed: its bytes are not counted"
+		ev.Reason = appendReason(ev.Reason, why)
 		fp.emit(ev)
+	}
+}
+
+// closeFast forgets session id's passed connections (its network is
+// being removed: they end with it) and audits them, without their bytes.
+func (s *Server) closeFast(id string) {
+	if fp := s.fast.Load(); fp != nil {
+		fp.flushPassed(func(p *passedFlow) bool { return p.ev.Session == id },
+			"open when the session's network was removed: its bytes are not counted")
 	}
 }
 
@@ -619,7 +607,7 @@ func (s *Server) FastKeep(sess *Session, client, server netip.AddrPort, unknownC
 	}
 	ev := p.ev
 	ev.Duration = time.Since(ev.Time)
-	ev.Reason = strings.TrimPrefix(ev.Reason+"; ", "; ") + "closed: the session's egress policy was revised"
+	ev.Reason = appendReason(ev.Reason, "closed: the session's egress policy was revised")
 	go fp.emit(ev) // fp.mu is held
 	return false
 }
@@ -631,4 +619,12 @@ func (s *Server) FastPackets() uint64 { return s.fastPackets.Load() }
 
 func unmapAP(ap netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// appendReason adds why to an event's reason ("; " between them).
+func appendReason(reason, why string) string {
+	if reason == "" {
+		return why
+	}
+	return reason + "; " + why
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/netip"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -138,8 +137,8 @@ func (s *session) askL7(ctx context.Context, a egress.Ask) egress.AskDecision {
 // own (egress.SessionConfig.RawPackets).
 func rawPackets(caps []string) bool {
 	for _, c := range caps {
-		switch strings.TrimPrefix(strings.ToUpper(c), "CAP_") {
-		case "NET_RAW", "NET_ADMIN":
+		switch policies.NormalizeCapability(c) {
+		case "CAP_NET_RAW", "CAP_NET_ADMIN":
 			return true
 		}
 	}

@@ -236,6 +236,10 @@ func (s *session) dropReview(ctx context.Context, outcome string) {
 	}
 	if err := s.fs.Teardown(ctx, false); err != nil {
 		log.G(ctx).Warn("remove reviewed workspace state", "session", s.rec.ID, "error", err)
+		// The session stays reviewable: a next commit or discard sets
+		// the outcome it decides, not this one.
+		s.rec.Dropping = ""
+		_ = s.saveLocked()
 		return
 	}
 	s.fs = nil

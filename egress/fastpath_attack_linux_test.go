@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/egress/netns"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
@@ -630,4 +632,117 @@ func sendUrgent(t *testing.T, c *net.TCPConn, b []byte) {
 	}); err != nil || serr != nil {
 		t.Fatal(err, serr)
 	}
+}
+
+// TestFastAttackSpoofedSYN: a session allowed raw packets (CAP_NET_RAW)
+// sends, from its own interface, a SYN with another session's address
+// and port to that session's passed connection. The forward chain's fast
+// path rules ran before <s>-fwd's anti-spoofing, and conntrack files the
+// SYN under the victim's entry: the victim's connection was made
+// undecided, its next request queued as a connection the gateway never
+// saw, and refused with a reset. A packet whose source is not routed back
+// through the interface it came in on is dropped before anything else.
+func TestFastAttackSpoofedSYN(t *testing.T) {
+	fw := startFastWorld(t)
+	ctx := t.Context()
+	raw := addSession(t, fw.p, "raw", &policies.Egress{Allow: []string{"allowed.test"}, L7: policies.L7Check}, fw.audit)
+	t.Cleanup(func() { _ = fw.p.Remove(context.Background(), "raw", nil) })
+
+	c, err := fw.dialFrom(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	tc := tls.Client(c, &tls.Config{RootCAs: fw.w.CertPool(), ServerName: "allowed.test", NextProtos: []string{"http/1.1"}})
+	br := bufio.NewReader(tc)
+	request := func() error {
+		if _, err := fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil && string(b) != "allowed.test" {
+			err = fmt.Errorf("body %q", b)
+		}
+		return err
+	}
+	if err := request(); err != nil {
+		t.Fatalf("the victim's first request: %v", err)
+	}
+	victim := netip.MustParseAddrPort(c.LocalAddr().String())
+	err = netns.Do(raw.NetnsPath(), func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		to := &unix.SockaddrInet4{Addr: fw.https.Addr().As4()}
+		for i := 0; i < 3; i++ {
+			if err := unix.Sendto(fd, spoofedSYN(victim, fw.https, uint32(i)*7919), 0, to); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("sending the spoofed SYN: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := request(); err != nil {
+		t.Errorf("the victim's request after another session spoofed a SYN on its connection: %v; want it unharmed", err)
+	}
+	// The forged packets are the sending session's drops.
+	subject := fw.https.String()
+	if drops := fw.p.Drops(ctx, "raw"); !slices.ContainsFunc(drops, func(ev api.AuditEvent) bool {
+		return ev.Subject == subject && ev.Fields["packets"] == uint64(3)
+	}) {
+		t.Errorf("the raw session's drops %+v; want the 3 forged SYNs to %s", drops, subject)
+	}
+	if drops := fw.p.Drops(ctx, "fast"); len(drops) != 0 {
+		t.Errorf("the victim's drops %+v; want none", drops)
+	}
+}
+
+// spoofedSYN is an IPv4 packet carrying a TCP SYN from src to dst with
+// sequence number seq, its TCP checksum right (conntrack checks it).
+func spoofedSYN(src, dst netip.AddrPort, seq uint32) []byte {
+	tcp := make([]byte, 20)
+	binary.BigEndian.PutUint16(tcp[0:], src.Port())
+	binary.BigEndian.PutUint16(tcp[2:], dst.Port())
+	binary.BigEndian.PutUint32(tcp[4:], seq)
+	tcp[12] = 5 << 4
+	tcp[13] = 0x02 // SYN
+	binary.BigEndian.PutUint16(tcp[14:], 64240)
+	s, d := src.Addr().As4(), dst.Addr().As4()
+	pseudo := append(append(append([]byte{}, s[:]...), d[:]...), 0, unix.IPPROTO_TCP, 0, byte(len(tcp)))
+	binary.BigEndian.PutUint16(tcp[16:], inetChecksum(append(pseudo, tcp...)))
+	ip := make([]byte, 20)
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)+len(tcp)))
+	ip[8] = 64
+	ip[9] = unix.IPPROTO_TCP
+	copy(ip[12:], s[:])
+	copy(ip[16:], d[:])
+	binary.BigEndian.PutUint16(ip[10:], inetChecksum(ip))
+	return append(ip, tcp...)
+}
+
+// inetChecksum is the Internet checksum (RFC 1071) of b.
+func inetChecksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
 }

@@ -212,6 +212,9 @@ func AdoptGateway(ctx context.Context, cfg Config) (_ *Gateway, retErr error) {
 		return nil, fmt.Errorf("gateway %s ruleset: %v: %w", cfg.Prefix, err, errdefs.ErrFailedPrecondition)
 	}
 	if err := g.withNft(func(c *nftables.Conn) error {
+		if err := nft.EnsureGuard(c, cfg.base()); err != nil {
+			return err
+		}
 		if err := nft.EnsureL7(c, cfg.base()); err != nil {
 			return err
 		}

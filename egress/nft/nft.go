@@ -14,6 +14,8 @@
 //	map fwd-sessions    { type ifname : verdict }   iifname -> goto <s>-fwd
 //	map in-sessions     { type ifname : verdict }   iifname -> goto <s>-in
 //
+//	chain guard { hook prerouting priority raw      (ChainGuard)
+//	    iifname "s-*" fib saddr . iif oif missing counter notrack }
 //	chain forward { hook forward; policy drop
 //	    ct state established,related accept
 //	    iifname vmap @fwd-sessions }
@@ -72,6 +74,7 @@
 //	    update @<s>-d4 { ip daddr . meta l4proto . th dport }   (port 0 unless TCP/UDP)
 //	    update @<s>-d6 { ip6 daddr . meta l4proto . th dport }
 //	    counter comment "drops"
+//	    ct state untracked drop                         (forged sources: ChainGuard)
 //	    meta l4proto tcp reject with tcp reset
 //	    reject with icmpx admin-prohibited }   (or: drop)
 //
@@ -310,6 +313,7 @@ func Install(c *nftables.Conn, b Base) error {
 		}
 	}
 
+	addGuard(c, t, b)
 	policyDrop, policyAccept := nftables.ChainPolicyDrop, nftables.ChainPolicyAccept
 	fwd := c.AddChain(&nftables.Chain{
 		Name: ChainForward, Table: t, Type: nftables.ChainTypeFilter,
@@ -520,6 +524,7 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 	if s.Drop {
 		add(blk, one(verdict(expr.VerdictDrop)))
 	} else {
+		add(blk, ctUntracked(), one(verdict(expr.VerdictDrop)))
 		add(blk, l4protoIs(protoTCP), one(&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}))
 		add(blk, one(&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}))
 	}

@@ -72,6 +72,24 @@ func TestInstallKernel(t *testing.T) {
 	if err := c.Flush(); err != nil {
 		t.Fatalf("EnsureL7 on a complete table: %v", err)
 	}
+	// A table from before the guard chain gains it, once.
+	guard := &nftables.Chain{Name: nft.ChainGuard, Table: &nftables.Table{Name: base.Table, Family: nftables.TableFamilyINet}}
+	c.FlushChain(guard)
+	c.DelChain(guard)
+	if err := c.Flush(); err != nil {
+		t.Fatalf("delete the guard chain: %v", err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := nft.EnsureGuard(c, base); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Flush(); err != nil {
+			t.Fatalf("EnsureGuard #%d: %v", i+1, err)
+		}
+		if rules, err := c.GetRules(guard.Table, guard); err != nil || len(rules) != 1 {
+			t.Fatalf("guard chain after EnsureGuard #%d: %d rules, %v; want 1", i+1, len(rules), err)
+		}
+	}
 
 	sessions := []nft.Session{
 		{Name: "s-aaaa", Addr4: netip.MustParseAddr("10.213.0.3")},

@@ -44,6 +44,9 @@ type fastWorld struct {
 	https netip.AddrPort
 	// gw is the gateway namespace's path.
 	gw string
+	// prefix and cfg opened p.
+	prefix string
+	cfg    egress.Config
 }
 
 func startFastWorld(t *testing.T) *fastWorld { return startWorld(t, true) }
@@ -66,13 +69,14 @@ func startWorld(t *testing.T, fastPath bool) *fastWorld {
 			t.Fatal(err)
 		}
 	}
-	p, err := egress.Open(ctx, prefix, egress.Config{
+	cfg := egress.Config{
 		Uplink:        "netns:" + w.NetnsName(),
 		DNSUpstreams:  []string{w.DNSAddr().String()},
 		AllowPrivate:  []netip.Prefix{w.Net()},
 		UpstreamRoots: w.CertPool(),
 		FastPath:      fastPath,
-	})
+	}
+	p, err := egress.Open(ctx, prefix, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +85,7 @@ func startWorld(t *testing.T, fastPath bool) *fastWorld {
 		_ = netns.CleanupDir(context.Background(), netns.DefaultDir, prefix)
 	})
 	fw := &fastWorld{w: w, p: p, audit: &auditLog{}, https: netip.AddrPortFrom(sharedHost, 443),
-		gw: filepath.Join(netns.DefaultDir, prefix+"-gw")}
+		gw: filepath.Join(netns.DefaultDir, prefix+"-gw"), prefix: prefix, cfg: cfg}
 	fw.fast = addSession(t, p, "fast", &policies.Egress{Allow: []string{"allowed.test"}, L7: policies.L7Check}, fw.audit)
 	t.Cleanup(func() { _ = p.Remove(context.Background(), "fast", nil) })
 	if r := query(t, fw.fast, "allowed.test"); r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
@@ -578,27 +582,7 @@ func testRevisionKeepsName(t *testing.T, fastPath bool) {
 		t.Fatalf("other.test: %v", r)
 	}
 	// A kept connection of each name.
-	open := func(name string) func() (string, error) {
-		c, err := fw.dialFrom(ctx, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		tc := tls.Client(c, &tls.Config{RootCAs: fw.w.CertPool(), ServerName: name, NextProtos: []string{"http/1.1"}})
-		br := bufio.NewReader(tc)
-		return func() (string, error) {
-			fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", name)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				return "", err
-			}
-			defer resp.Body.Close()
-			b, err := io.ReadAll(resp.Body)
-			return string(b), err
-		}
-	}
-	other, allowed := open("other.test"), open("allowed.test")
+	other, allowed := fw.keptConn(t, "other.test"), fw.keptConn(t, "allowed.test")
 	for name, rt := range map[string]func() (string, error){"other.test": other, "allowed.test": allowed} {
 		if body, err := rt(); err != nil || body != name {
 			t.Fatalf("%s while allowed: %q %v", name, body, err)
@@ -613,6 +597,96 @@ func testRevisionKeepsName(t *testing.T, fastPath bool) {
 	}
 	if body, err := allowed(); err != nil || body != "allowed.test" {
 		t.Errorf("allowed.test, still allowed, on a connection opened before the revision: %q %v; want it kept", body, err)
+	}
+}
+
+// keptConn opens a kept-alive HTTPS connection with server name name,
+// and returns a function that sends GET / on it and returns the body.
+func (fw *fastWorld) keptConn(t *testing.T, name string) func() (string, error) {
+	t.Helper()
+	c, err := fw.dialFrom(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	tc := tls.Client(c, &tls.Config{RootCAs: fw.w.CertPool(), ServerName: name, NextProtos: []string{"http/1.1"}})
+	br := bufio.NewReader(tc)
+	return func() (string, error) {
+		fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", name)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+}
+
+// TestFastAttackRestartWithoutIt: connections the fast path passed
+// outlive airlockd (the kernel forwards them); a next airlockd started
+// with the fast path off does not know them, and a revision that
+// withdraws their name, on an address another allowed name keeps, kept
+// them: only connections on the fast ports of a session whose policy
+// took the fast path were ended, and this one's no longer did. A
+// connection the kernel forwards as passed (its conntrack mark) that no
+// one can check again is ended by any revision.
+func TestFastAttackRestartWithoutIt(t *testing.T) {
+	fw := startFastWorld(t)
+	ctx := t.Context()
+	both := &policies.Egress{Allow: []string{"allowed.test", "other.test"}, L7: policies.L7Check}
+	if _, err := fw.p.Revise(ctx, "fast", egress.SessionConfig{Egress: both, Audit: fw.audit.emit, PolicyVersion: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if r := query(t, fw.fast, "other.test"); len(r.Answer) == 0 {
+		t.Fatalf("other.test: %v", r)
+	}
+	other := fw.keptConn(t, "other.test")
+	if body, err := other(); err != nil || body != "other.test" {
+		t.Fatalf("other.test while allowed: %q %v", body, err)
+	}
+	if ev := fw.audit.waitEvent(t, "fast", "l7", "allowed", "other.test"); ev.Fields["kernel"] != true {
+		t.Fatalf("other.test: %+v; want passed on the kernel's fast path", ev)
+	}
+	if err := fw.p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fw.cfg
+	cfg.FastPath = false
+	p, err := egress.Open(ctx, fw.prefix, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	// The daemon's record of the session: its policy and the names it
+	// resolved.
+	expires := time.Now().Add(time.Minute)
+	resolved := []egress.Resolved{
+		{Name: "allowed.test", Addrs: []netip.Addr{sharedHost}, Expires: expires},
+		{Name: "other.test", Addrs: []netip.Addr{sharedHost}, Expires: expires},
+	}
+	p.Reconcile(ctx, func(id string) *egress.SessionConfig {
+		if id == "fast" {
+			return &egress.SessionConfig{Egress: both, Audit: fw.audit.emit, PolicyVersion: 2, Resolved: resolved}
+		}
+		return nil
+	})
+	if body, err := other(); err != nil || body != "other.test" {
+		t.Fatalf("other.test across the restart: %q %v; want the kernel to forward it still", body, err)
+	}
+
+	only := &policies.Egress{Allow: []string{"allowed.test"}, L7: policies.L7Check}
+	if _, err := p.Revise(ctx, "fast", egress.SessionConfig{Egress: only, Audit: fw.audit.emit, PolicyVersion: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if body, err := other(); err == nil {
+		t.Errorf("other.test, withdrawn, on a connection passed before a restart without the fast path: %q; want it ended", body)
+	}
+	// New connections go through the listener now, and are checked.
+	allowed := fw.keptConn(t, "allowed.test")
+	if body, err := allowed(); err != nil || body != "allowed.test" {
+		t.Errorf("allowed.test after the revision: %q %v", body, err)
 	}
 }
 

@@ -97,13 +97,19 @@ func TestL7FastPath(t *testing.T) {
 		if err != nil || code != 200 || body != "allowed.test" {
 			t.Fatalf("GET https://allowed.test/ = %d %q %v", code, body, err)
 		}
-		// Audited when it ends (the client closed it), with the bytes
-		// the kernel counted each way.
-		ev := audit.waitEvent(t, "fast", "l7", "allowed", "allowed.test", "proto", "tls", "sni", "allowed.test")
+		// Audited when decided, with its conntrack entry, and again when
+		// it ends (the client closed it), with the bytes the kernel
+		// counted each way.
+		dec := audit.waitEvent(t, "fast", "l7", "allowed", "allowed.test", "proto", "tls", "sni", "allowed.test")
+		id, _ := dec.Fields["conntrack_id"].(uint32)
+		if dec.Fields["kernel"] != true || dec.Fields["dst"] != https.String() || id == 0 {
+			t.Errorf("decision's audit event %+v; want the kernel's, with its conntrack id", dec)
+		}
+		ev := audit.waitEvent(t, "fast", "l7", "closed", "allowed.test", "proto", "tls", "sni", "allowed.test")
 		up, _ := ev.Fields["bytes_up"].(int64)
 		down, _ := ev.Fields["bytes_down"].(int64)
-		if ev.Fields["kernel"] != true || ev.Fields["dst"] != https.String() || up < 300 || down < 1000 {
-			t.Errorf("audit event %+v; want the kernel's, with its bytes each way", ev)
+		if ev.Fields["kernel"] != true || ev.Fields["dst"] != https.String() || ev.Fields["conntrack_id"] != id || up < 300 || down < 1000 {
+			t.Errorf("end's audit event %+v; want the kernel's, with its bytes each way and the decision's conntrack id %d", ev, id)
 		}
 	})
 	t.Run("a body of 32 MiB arrives whole", func(t *testing.T) {
@@ -231,7 +237,7 @@ func TestL7FastPath(t *testing.T) {
 		if _, err := p.Revise(ctx, "rev", egress.SessionConfig{Egress: &policies.Egress{Allow: []string{"other.test"}, L7: policies.L7Check}, Audit: audit.emit, PolicyVersion: 2}); err != nil {
 			t.Fatal(err)
 		}
-		ev := audit.waitEvent(t, "rev", "l7", "allowed", "allowed.test", "proto", "tls")
+		ev := audit.waitEvent(t, "rev", "l7", "closed", "allowed.test", "proto", "tls")
 		if !strings.Contains(ev.Reason, "revised") {
 			t.Errorf("audit of the cut connection: %+v", ev)
 		}

@@ -77,20 +77,69 @@ func (e *Perimeter) startL7(ctx context.Context) error {
 			defer e.wg.Done()
 			stop := context.AfterFunc(ctx, func() { _ = q.Close() })
 			defer stop()
-			_ = srv.ServeQueue(ctx, q, l7.FastConfig{Pass: nft.MarkPass, Refuse: nft.MarkRefuse, Seen: nft.MarkSeen, Cut: cut})
+			_ = srv.ServeQueue(ctx, q, l7.FastConfig{Pass: nft.MarkPass, Refuse: nft.MarkRefuse, Seen: nft.MarkSeen, Cut: cut, FlowID: e.gw.FlowID})
 		}()
 		// Passed connections are audited when they end, with the bytes
-		// the kernel counted.
+		// the kernel counted; when the kernel drops events, those it
+		// passed and no longer tracks are audited as ended.
 		go func() {
 			defer e.wg.Done()
+			lost := make(chan struct{}, 1)
+			go e.reconcileFast(ctx, srv, lost)
 			if err := e.gw.WatchFlowEnds(ctx, nft.MarkPass, func(end netns.FlowEnd) {
-				srv.FastFlowEnded(end.Client, end.Server, end.BytesUp, end.BytesDn)
+				srv.FastFlowEnded(end.Client, end.Server, end.ID, end.BytesUp, end.BytesDn)
+			}, func() {
+				select {
+				case lost <- struct{}{}:
+				default:
+				}
 			}); err != nil {
 				log.G(ctx).Error("l7 fast path: the ends of passed connections will not be audited", "error", err)
 			}
 		}()
 	}
 	return nil
+}
+
+// fastReconcileGrace is how long after a loss of connection tracking
+// events the passed connections are listed: the kernel marks one passed
+// as its held packets go on, a moment after its decision.
+const fastReconcileGrace = time.Second
+
+// reconcileFast audits, after each time lost is signalled (the kernel
+// dropped connection tracking events), the connections passed before it
+// that the gateway's conntrack no longer has as passed: their end's event
+// may have been among those lost.
+func (e *Perimeter) reconcileFast(ctx context.Context, srv *l7.Server, lost <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-lost:
+		}
+		cutoff := time.Now()
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-lost:
+				cutoff = time.Now() // lost again: wait on
+			case <-time.After(fastReconcileGrace):
+				waiting = false
+			}
+		}
+		flows, err := e.gw.MarkedFlows(nft.MarkPass)
+		if err != nil {
+			log.G(ctx).Warn("l7 fast path: connection tracking events were lost, and the passed connections could not be listed", "error", err)
+			continue
+		}
+		live := make([]l7.FastFlow, len(flows))
+		for i, f := range flows {
+			live[i] = l7.FastFlow{Client: f.Client, Server: f.Server, ID: f.ID}
+		}
+		n := srv.FastReconcile(live, cutoff)
+		log.G(ctx).Warn("l7 fast path: connection tracking events were lost; passed connections reconciled", "ended", n, "live", len(live))
+	}
 }
 
 // l7Session finds the L7 session of a client address.
@@ -358,6 +407,9 @@ func L7AuditEvent(ev l7.Event) api.AuditEvent {
 	}
 	if ev.Kernel {
 		f["kernel"] = true
+		if ev.Conntrack != 0 {
+			f["conntrack_id"] = ev.Conntrack
+		}
 	}
 	if len(ev.Refs) > 0 {
 		f["refs"] = ev.Refs

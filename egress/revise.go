@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/egress/l7"
 	"github.com/airlock-sandbox/airlock/egress/netns"
+	"github.com/airlock-sandbox/airlock/egress/nft"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -163,10 +164,11 @@ func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Re
 	}
 	var keep func(src, dst netip.AddrPort) bool
 	if reg != nil && e.l7 != nil {
-		// A connection on FastPort that the fast path does not know,
-		// of a session whose connections took it, is ended.
-		wasFast := e.fastPath(oldSC)
-		keep = func(src, dst netip.AddrPort) bool { return e.l7.FastKeep(reg, src, dst, wasFast) }
+		// A connection the kernel forwards as passed that the fast path
+		// does not know (passed before a restart, by an airlockd with or
+		// without the fast path, or no longer followed) cannot be checked
+		// again: it is ended.
+		keep = func(src, dst netip.AddrPort) bool { return e.l7.FastKeep(reg, src, dst, true) }
 	}
 	rev, err := st.sweep(ctx, id, old, neg, list, e.fastPath(sc), keep)
 	rev.Cut += closed
@@ -182,10 +184,10 @@ func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Re
 // it replaces the static CIDR rules, unpins every destination neg no
 // longer allows, and ends every connection of the session to a
 // destination neg does not allow (see allowedAfter). With fastKeep, a
-// TCP connection on FastPort the L7 gateway's fast path passed (and the
-// kernel forwards unseen) is also ended unless fastKeep keeps it: one
-// address may serve a kept name and a withdrawn one. Sweeping twice does
-// what sweeping once did.
+// TCP connection the L7 gateway's fast path passed (its conntrack mark
+// nft.MarkPass: the kernel forwards it unseen) is also ended unless
+// fastKeep keeps it: one address may serve a kept name and a withdrawn
+// one. Sweeping twice does what sweeping once did.
 func (st *sessionState) sweep(ctx context.Context, id string, old, neg *policies.Egress, list *allowlist.List, fast bool, fastKeep func(src, dst netip.AddrPort) bool) (Revision, error) {
 	byAddr := st.names.Chains()
 	narrowed := narrowing(old, neg)
@@ -212,11 +214,11 @@ func (st *sessionState) sweep(ctx context.Context, id string, old, neg *policies
 		}
 		return kept[netip.AddrPortFrom(a, port)] || kept[netip.AddrPortFrom(a, 0)] || stillAllowed(list, byAddr[a], a, port)
 	}
-	rev.Cut, err = st.ns.Revise(ctx, netConfig(neg, list, fast), unpin, func(src, dst netip.AddrPort, proto string) bool {
-		if !allowed(dst.Addr(), dst.Port()) {
+	rev.Cut, err = st.ns.Revise(ctx, netConfig(neg, list, fast), unpin, func(f netns.TrackedFlow) bool {
+		if !allowed(f.Dst.Addr(), f.Dst.Port()) {
 			return true
 		}
-		return fastKeep != nil && proto == "tcp" && dst.Port() == FastPort && !fastKeep(src, dst)
+		return fastKeep != nil && f.Proto == "tcp" && f.Mark == nft.MarkPass && !fastKeep(f.Src, f.Dst)
 	})
 	return rev, err
 }

@@ -39,12 +39,23 @@ type FastConfig struct {
 	// entry deleted: its next packet comes back to the queue, with no
 	// SYN seen, and is refused); nil: Recheck cannot end them.
 	Cut func(client, server netip.AddrPort) error
+	// FlowID returns the conntrack id of the connection from client to
+	// server: its end is told by the entry's events, and a connection on
+	// the same ports later is another entry. Nil: not known.
+	FlowID func(client, server netip.AddrPort) (uint32, bool)
 }
 
 // fastMaxPassed bounds the passed connections the fast path remembers
-// for Recheck and their end's audit event; past it the oldest are
-// audited at once, without their bytes, and no longer rechecked.
-const fastMaxPassed = 65536
+// for Recheck and their end's audit event, fastMaxSessionPassed those of
+// one session; past either, the oldest of the session with the most is
+// forgotten: its end is audited at once, without its bytes, and a
+// revision of its session ends it (a connection the fast path does not
+// know is not kept). One session cannot push out another's below its
+// share.
+const (
+	fastMaxPassed        = 65536
+	fastMaxSessionPassed = 8192
+)
 
 // Bounds of the fast path's held state.
 const (
@@ -78,8 +89,17 @@ type fastFlow struct {
 
 // passedFlow is a connection the fast path passed, until its end.
 type passedFlow struct {
-	ev    Event // its audit event as decided (Time is its start)
+	ev    Event // its decision's audit event (Time is its start)
 	hello Hello
+}
+
+// ended is p's end's audit event: why, if its bytes are not known.
+func (p *passedFlow) ended(now time.Time, up, dn int64, why string) Event {
+	ev := p.ev
+	ev.Action, ev.Reason = ActionClosed, why
+	ev.BytesUp, ev.BytesDn = up, dn
+	ev.Duration = now.Sub(ev.Time)
+	return ev
 }
 
 // fastPath is the state of ServeQueue.
@@ -98,6 +118,53 @@ type fastPath struct {
 	heldBy map[netip.Addr]int // packets held, per client address
 	// +checklocks:mu
 	passed map[fastKey]*passedFlow
+	// +checklocks:mu
+	passedBy map[string]int // per session
+}
+
+// rememberLocked adds a passed connection, and returns those it pushes
+// out: one the bounds do, one on the same ports.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) rememberLocked(k fastKey, p *passedFlow) []*passedFlow {
+	var out []*passedFlow
+	if old := fp.forgetLocked(k); old != nil {
+		out = append(out, old)
+	}
+	var evicted *passedFlow
+	switch id := p.ev.Session; {
+	case fp.passedBy[id] >= fastMaxSessionPassed:
+		evicted = fp.evictOldestLocked(id)
+	case len(fp.passed) >= fastMaxPassed:
+		top := ""
+		for s, n := range fp.passedBy {
+			if n > fp.passedBy[top] {
+				top = s
+			}
+		}
+		evicted = fp.evictOldestLocked(top)
+	}
+	if evicted != nil {
+		out = append(out, evicted)
+	}
+	fp.passed[k] = p
+	fp.passedBy[p.ev.Session]++
+	return out
+}
+
+// forgetLocked removes the passed connection k, and returns it.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) forgetLocked(k fastKey) *passedFlow {
+	p := fp.passed[k]
+	if p == nil {
+		return nil
+	}
+	delete(fp.passed, k)
+	if fp.passedBy[p.ev.Session]--; fp.passedBy[p.ev.Session] <= 0 {
+		delete(fp.passedBy, p.ev.Session)
+	}
+	return p
 }
 
 // ServeQueue decides the connections the kernel's fast path holds in q
@@ -119,7 +186,7 @@ type fastPath struct {
 // all clients, MaxSessionConns those of one.
 func (s *Server) ServeQueue(ctx context.Context, q PacketQueue, marks FastConfig) error {
 	fp := &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[netip.Addr]int{},
-		heldBy: map[netip.Addr]int{}, passed: map[fastKey]*passedFlow{}}
+		heldBy: map[netip.Addr]int{}, passed: map[fastKey]*passedFlow{}, passedBy: map[string]int{}}
 	s.fast.Store(fp)
 	defer s.fast.CompareAndSwap(fp, nil)
 	// The connections it passed outlive it (the kernel forwards them);
@@ -198,15 +265,10 @@ func (fp *fastPath) packet(p nfq.Packet) {
 			f = nil
 			// The connection before on these four ends is over: audited
 			// now, so that the new one's end is not taken for its.
-			if reused = fp.passed[k]; reused != nil {
-				delete(fp.passed, k)
-			}
+			reused = fp.forgetLocked(k)
 		}
 		if reused != nil {
-			ev := reused.ev
-			ev.Duration = now.Sub(ev.Time)
-			ev.Reason = appendReason(ev.Reason, "ended when its ports were used again: its bytes are not counted")
-			defer fp.emit(ev)
+			defer fp.emit(reused.ended(now, 0, 0, "ended when its ports were used again: its bytes are not counted"))
 		}
 		if f == nil {
 			if fp.undecided[k.client.Addr()] >= fp.s.cfg.MaxSessionConns || fp.undecidedAll >= fp.s.cfg.MaxConns {
@@ -287,27 +349,38 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	}
 	ev, pass := fp.decide(k, f, h, perr, len(data))
 	held := fp.finish(k.client.Addr(), f, pass, now)
-	var evicted *passedFlow
+	var passed *passedFlow
+	var evicted []*passedFlow
 	if pass && ev != nil {
-		// Audited when it ends (FlowEnded), with its bytes.
-		if len(fp.passed) >= fastMaxPassed {
-			evicted = fp.evictOldestLocked()
-		}
-		fp.passed[k] = &passedFlow{ev: *ev, hello: h}
-		ev = nil
+		// Audited now, and again when it ends (FastFlowEnded), with its
+		// bytes.
+		passed = &passedFlow{ev: *ev, hello: h}
+		evicted = fp.rememberLocked(k, passed)
 	}
 	fp.mu.Unlock()
+	if passed != nil && fp.marks.FlowID != nil {
+		// Known before its packets go on, so that its end (told by its
+		// entry's events) finds it.
+		if id, ok := fp.marks.FlowID(k.client, k.server); ok {
+			ev.Conntrack = id
+			fp.mu.Lock()
+			if fp.passed[k] == passed {
+				passed.ev.Conntrack = id
+			}
+			fp.mu.Unlock()
+		}
+	}
 	for _, id := range held {
 		fp.verdict(id, pass)
 	}
-	if evicted != nil {
-		evicted.ev.Reason = appendReason(evicted.ev.Reason, "no longer followed (too many connections): its bytes are not counted")
-		fp.emit(evicted.ev)
+	for _, e := range evicted {
+		fp.emit(e.ended(now, 0, 0, "no longer followed (too many connections): its bytes are not counted"))
 	}
-	if ev != nil {
-		ev.Duration = time.Since(ev.Time)
-		fp.emit(*ev)
+	if ev == nil {
+		return
 	}
+	ev.Duration = time.Since(ev.Time)
+	fp.emit(*ev)
 }
 
 // emit audits ev in its session, if the session is still the client's.
@@ -317,25 +390,32 @@ func (fp *fastPath) emit(ev Event) {
 	}
 }
 
-// evictOldestLocked forgets the passed connection that started first.
-func (fp *fastPath) evictOldestLocked() *passedFlow {
+// evictOldestLocked forgets session id's passed connection that started
+// first.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) evictOldestLocked(id string) *passedFlow {
 	var oldest fastKey
 	var of *passedFlow
 	for k, p := range fp.passed {
-		if of == nil || p.ev.Time.Before(of.ev.Time) {
+		if p.ev.Session == id && (of == nil || p.ev.Time.Before(of.ev.Time)) {
 			oldest, of = k, p
 		}
 	}
-	delete(fp.passed, oldest)
-	return of
+	if of == nil {
+		return nil
+	}
+	return fp.forgetLocked(oldest)
 }
 
-// FastFlowEnded audits a connection the fast path passed, at its end as
-// the kernel saw it (client and server its original direction; the bytes
-// of its IP packets each way, headers included). A connection it does not
-// remember (passed before a restart) is audited with what the kernel
-// says. It reports whether the connection was one the fast path knew.
-func (s *Server) FastFlowEnded(client, server netip.AddrPort, bytesUp, bytesDn uint64) bool {
+// FastFlowEnded audits the end of a connection the fast path passed, as
+// the kernel saw it (client and server its original direction; id its
+// conntrack entry's, 0 if not known; the bytes of its IP packets each
+// way, headers included). The end of an entry other than the one the
+// fast path passed on those ports (an earlier connection's, told late) is
+// not taken for its. It reports whether the connection was one the fast
+// path knew.
+func (s *Server) FastFlowEnded(client, server netip.AddrPort, id uint32, bytesUp, bytesDn uint64) bool {
 	fp := s.fast.Load()
 	if fp == nil {
 		return false
@@ -343,16 +423,53 @@ func (s *Server) FastFlowEnded(client, server netip.AddrPort, bytesUp, bytesDn u
 	k := fastKey{client: unmapAP(client), server: unmapAP(server)}
 	fp.mu.Lock()
 	p := fp.passed[k]
-	delete(fp.passed, k)
-	fp.mu.Unlock()
-	if p == nil {
+	if p == nil || id != 0 && p.ev.Conntrack != 0 && id != p.ev.Conntrack {
+		fp.mu.Unlock()
 		return false
 	}
-	ev := p.ev
-	ev.BytesUp, ev.BytesDn = int64(bytesUp), int64(bytesDn)
-	ev.Duration = time.Since(ev.Time)
-	fp.emit(ev)
+	fp.forgetLocked(k)
+	fp.mu.Unlock()
+	fp.emit(p.ended(time.Now(), int64(bytesUp), int64(bytesDn), ""))
 	return true
+}
+
+// FastFlow names a connection the kernel tracks: client and server its
+// original direction, ID its conntrack entry's id.
+type FastFlow struct {
+	Client, Server netip.AddrPort
+	ID             uint32
+}
+
+// FastReconcile audits the end of every connection the fast path passed
+// before cutoff that is not among live (the kernel's passed connections
+// now): its end's event was lost (the kernel drops connection tracking
+// events when their reader falls behind). It returns how many.
+func (s *Server) FastReconcile(live []FastFlow, cutoff time.Time) int {
+	fp := s.fast.Load()
+	if fp == nil {
+		return 0
+	}
+	ids := make(map[fastKey]uint32, len(live))
+	for _, f := range live {
+		ids[fastKey{client: unmapAP(f.Client), server: unmapAP(f.Server)}] = f.ID
+	}
+	var gone []*passedFlow
+	fp.mu.Lock()
+	for k, p := range fp.passed {
+		if !p.ev.Time.Before(cutoff) {
+			continue
+		}
+		if id, ok := ids[k]; ok && (id == 0 || p.ev.Conntrack == 0 || id == p.ev.Conntrack) {
+			continue
+		}
+		gone = append(gone, fp.forgetLocked(k))
+	}
+	fp.mu.Unlock()
+	now := time.Now()
+	for _, p := range gone {
+		fp.emit(p.ended(now, 0, 0, "its end was not seen (connection tracking events were lost): its bytes are not counted"))
+	}
+	return len(gone)
 }
 
 // recheckFast decides again, under sess (revised), on the connections of
@@ -377,7 +494,7 @@ func (s *Server) recheckFast(sess *Session) int {
 			continue
 		}
 		cuts = append(cuts, cut{k, p})
-		delete(fp.passed, k)
+		fp.forgetLocked(k)
 		// Its packets still queued, and those of the conntrack entry
 		// the cut makes anew, are refused, not passed as decided.
 		if f := fp.flows[k]; f != nil {
@@ -386,9 +503,7 @@ func (s *Server) recheckFast(sess *Session) int {
 	}
 	fp.mu.Unlock()
 	for _, c := range cuts {
-		ev := c.p.ev
-		ev.Duration = time.Since(ev.Time)
-		ev.Reason = appendReason(ev.Reason, "closed: the session's egress policy was revised")
+		ev := c.p.ended(time.Now(), 0, 0, "closed: the session's egress policy was revised; its bytes are not counted")
 		if fp.marks.Cut != nil {
 			if err := fp.marks.Cut(c.k.client, c.k.server); err != nil {
 				ev.Reason += " (ending it failed: " + err.Error() + ")"
@@ -402,19 +517,17 @@ func (s *Server) recheckFast(sess *Session) int {
 // flushPassed audits and forgets the passed connections match selects
 // (nil: all), with why they are no longer followed.
 func (fp *fastPath) flushPassed(match func(*passedFlow) bool, why string) {
-	var evs []Event
+	var ps []*passedFlow
 	fp.mu.Lock()
 	for k, p := range fp.passed {
 		if match == nil || match(p) {
-			evs = append(evs, p.ev)
-			delete(fp.passed, k)
+			ps = append(ps, fp.forgetLocked(k))
 		}
 	}
 	fp.mu.Unlock()
-	for _, ev := range evs {
-		ev.Duration = time.Since(ev.Time)
-		ev.Reason = appendReason(ev.Reason, why)
-		fp.emit(ev)
+	now := time.Now()
+	for _, p := range ps {
+		fp.emit(p.ended(now, 0, 0, why))
 	}
 }
 
@@ -599,16 +712,13 @@ func (s *Server) FastKeep(sess *Session, client, server netip.AddrPort, unknownC
 	if p.ev.Session == sess.ID && sess.Check(server, p.hello, p.ev.Time).Allow && !terminates(sess, p.hello) {
 		return true
 	}
-	delete(fp.passed, k)
+	fp.forgetLocked(k)
 	// A connection undecided on the same four ends is a new one, decided
 	// under sess in its turn: only a decided one is forgotten.
 	if f := fp.flows[k]; f != nil && f.decided {
 		delete(fp.flows, k)
 	}
-	ev := p.ev
-	ev.Duration = time.Since(ev.Time)
-	ev.Reason = appendReason(ev.Reason, "closed: the session's egress policy was revised")
-	go fp.emit(ev) // fp.mu is held
+	go fp.emit(p.ended(time.Now(), 0, 0, "closed: the session's egress policy was revised; its bytes are not counted")) // fp.mu is held
 	return false
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -133,6 +134,8 @@ func TestFastPathDecisions(t *testing.T) {
 	var cutMu sync.Mutex
 	var cuts []string
 	cfg := testMarks
+	// Each connection's conntrack entry: its client port, plus 7000.
+	cfg.FlowID = func(c, _ netip.AddrPort) (uint32, bool) { return uint32(c.Port()) + 7000, true }
 	cfg.Cut = func(c, srv netip.AddrPort) error {
 		cutMu.Lock()
 		cuts = append(cuts, c.String()+">"+srv.String())
@@ -148,7 +151,7 @@ func TestFastPathDecisions(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !slices.ContainsFunc(events, func(e Event) bool {
-			return e.Client.Port() == 40021 && e.Action == ActionAllowed && strings.Contains(e.Reason, "gateway stopped")
+			return e.Client.Port() == 40021 && e.Action == ActionClosed && strings.Contains(e.Reason, "gateway stopped")
 		}) {
 			t.Errorf("a connection open when the gateway stopped was not audited: %+v", events)
 		}
@@ -207,21 +210,58 @@ func TestFastPathDecisions(t *testing.T) {
 	if v := q.wait(t, send(40001, isn+1+uint32(len(hello)), nfq.ACK, []byte("late"))); v != "pass" {
 		t.Errorf("a late packet of the passed connection: %s", v)
 	}
-	// Audited at its end, with the bytes the kernel counted.
-	mu.Lock()
-	early := slices.ContainsFunc(events, func(e Event) bool { return e.Action == ActionAllowed })
-	mu.Unlock()
-	if early {
-		t.Error("a passed connection audited before its end")
+	// Audited at once, with its conntrack entry, and again at its end,
+	// with the bytes the kernel counted.
+	if ev := event("allowed.test", ActionAllowed); !ev.Kernel || ev.BytesUp != int64(len(hello)) || ev.Conntrack != 47001 || ev.Rule != "allowed.test" || ev.Dst != server {
+		t.Errorf("decision event %+v", ev)
 	}
-	if !s.FastFlowEnded(netip.AddrPortFrom(client, 40001), server, 1234, 5678) {
+	// The end of another entry on the same ports (an earlier connection's,
+	// told late) is not its end.
+	if s.FastFlowEnded(netip.AddrPortFrom(client, 40001), server, 999, 1, 1) {
+		t.Error("another conntrack entry's end taken for the passed connection's")
+	}
+	if !s.FastFlowEnded(netip.AddrPortFrom(client, 40001), server, 47001, 1234, 5678) {
 		t.Error("the end of a passed connection was not known")
 	}
-	if ev := event("allowed.test", ActionAllowed); !ev.Kernel || ev.BytesUp != 1234 || ev.BytesDn != 5678 || ev.Rule != "allowed.test" || ev.Dst != server {
-		t.Errorf("event %+v", ev)
+	if ev := event("allowed.test", ActionClosed); !ev.Kernel || ev.BytesUp != 1234 || ev.BytesDn != 5678 || ev.Rule != "allowed.test" || ev.Dst != server || ev.Conntrack != 47001 || ev.Reason != "" {
+		t.Errorf("end event %+v", ev)
 	}
-	if s.FastFlowEnded(netip.AddrPortFrom(client, 40001), server, 1, 1) {
+	if s.FastFlowEnded(netip.AddrPortFrom(client, 40001), server, 47001, 1, 1) {
 		t.Error("one connection's end audited twice")
+	}
+
+	// Conntrack events were lost: the connections passed before that the
+	// kernel no longer has are audited as ended; those it has are kept,
+	// and so is one passed after the cutoff.
+	for _, port := range []uint16{40010, 40011, 40012} {
+		q.wait(t, send(port, 5000, nfq.SYN, nil))
+		if v := q.wait(t, send(port, 5001, nfq.ACK, hello)); v != "pass" {
+			t.Fatalf("an allowed ClientHello from :%d: %s", port, v)
+		}
+	}
+	cutoff := time.Now()
+	q.wait(t, send(40013, 5000, nfq.SYN, nil))
+	q.wait(t, send(40013, 5001, nfq.ACK, hello))
+	live := []FastFlow{
+		{Client: netip.AddrPortFrom(client, 40010), Server: server, ID: 47010},
+		{Client: netip.AddrPortFrom(client, 40012), Server: server, ID: 1}, // another entry now
+	}
+	if n := s.FastReconcile(live, cutoff); n != 2 {
+		t.Errorf("FastReconcile ended %d connections, want 2 (:40011 gone, :40012 another entry)", n)
+	}
+	mu.Lock()
+	for _, port := range []uint16{40011, 40012} {
+		if !slices.ContainsFunc(events, func(e Event) bool {
+			return e.Action == ActionClosed && e.Client.Port() == port && strings.Contains(e.Reason, "not seen")
+		}) {
+			t.Errorf("no end audited for :%d after events were lost", port)
+		}
+	}
+	mu.Unlock()
+	for _, port := range []uint16{40010, 40013} {
+		if !s.FastFlowEnded(netip.AddrPortFrom(client, port), server, uint32(port)+7000, 1, 1) {
+			t.Errorf("the connection from :%d was forgotten by the reconciliation", port)
+		}
 	}
 
 	// A revision that no longer allows the name cuts the connections the
@@ -243,7 +283,7 @@ func TestFastPathDecisions(t *testing.T) {
 	}
 	mu.Lock()
 	closedEv := slices.ContainsFunc(events, func(e Event) bool {
-		return e.Action == ActionAllowed && e.Client.Port() == 40020 && strings.Contains(e.Reason, "revised")
+		return e.Action == ActionClosed && e.Client.Port() == 40020 && strings.Contains(e.Reason, "revised")
 	})
 	mu.Unlock()
 	if !closedEv {
@@ -317,5 +357,62 @@ func TestFastPathDecisions(t *testing.T) {
 	}
 	if v := q.wait(t, send(40013, 1, nfq.SYN, nil)); v != "refuse" {
 		t.Errorf("a fourth undecided connection's SYN: %s", v)
+	}
+}
+
+// TestFastPassedBounds: the passed connections remembered are bounded
+// per session and in all; at the bound in all, the session with the most
+// loses its oldest, so that one session's connections never push out
+// another's below its share.
+func TestFastPassedBounds(t *testing.T) {
+	fp := &fastPath{passed: map[fastKey]*passedFlow{}, passedBy: map[string]int{}}
+	t0 := time.Now()
+	n := 0
+	add := func(session string) []*passedFlow {
+		n++
+		k := fastKey{client: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)}), 40000), server: netip.MustParseAddrPort("10.214.0.20:443")}
+		fp.mu.Lock()
+		defer fp.mu.Unlock()
+		return fp.rememberLocked(k, &passedFlow{ev: Event{Session: session, Time: t0.Add(time.Duration(n))}})
+	}
+	for i := 0; i < 10; i++ {
+		add("victim")
+	}
+	var evicted []*passedFlow
+	for s := 0; s < fastMaxPassed/fastMaxSessionPassed; s++ {
+		for i := 0; i < fastMaxSessionPassed; i++ {
+			evicted = append(evicted, add(fmt.Sprintf("flood%d", s))...)
+		}
+	}
+	if len(fp.passed) != fastMaxPassed {
+		t.Errorf("%d passed connections remembered, want the bound %d", len(fp.passed), fastMaxPassed)
+	}
+	if fp.passedBy["victim"] != 10 {
+		t.Errorf("the victim's connections: %d of 10 left", fp.passedBy["victim"])
+	}
+	if len(evicted) != 10 {
+		t.Errorf("%d connections pushed out, want 10", len(evicted))
+	}
+	for _, p := range evicted {
+		if p.ev.Session == "victim" {
+			t.Errorf("the victim's connection pushed out by others'")
+		}
+	}
+	// One session past its own bound loses its own oldest.
+	fp, n = &fastPath{passed: map[fastKey]*passedFlow{}, passedBy: map[string]int{}}, 0
+	add("other")
+	for i := 0; i < fastMaxSessionPassed; i++ {
+		add("one")
+	}
+	out := add("one")
+	if len(out) != 1 || out[0].ev.Session != "one" || out[0].ev.Time != t0.Add(2) || fp.passedBy["one"] != fastMaxSessionPassed || fp.passedBy["other"] != 1 {
+		t.Errorf("past its bound: pushed out %d (first %+v), %d left, the other session's %d", len(out), out[0].ev, fp.passedBy["one"], fp.passedBy["other"])
+	}
+	total := 0
+	for _, c := range fp.passedBy {
+		total += c
+	}
+	if total != len(fp.passed) {
+		t.Errorf("per-session counts add up to %d, %d remembered", total, len(fp.passed))
 	}
 }

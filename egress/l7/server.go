@@ -162,6 +162,10 @@ const (
 	// ActionExfiltration: a request that carried a secret's placeholder
 	// where it may not go.
 	ActionExfiltration = "exfiltration"
+	// ActionClosed: the end of a connection the kernel's fast path
+	// forwarded once the gateway allowed it (Kernel), with the bytes the
+	// kernel counted; its decision was audited when it was made.
+	ActionClosed = "closed"
 )
 
 // Event is the audit record of one connection passed through unseen
@@ -195,10 +199,13 @@ type Event struct {
 	BytesUp    int64 // client to server (a connection's: the peeked bytes included)
 	BytesDn    int64 // server to client
 	// Kernel: a connection the kernel's fast path forwards once decided
-	// (Server.ServeQueue); the event is the decision, BytesUp its
-	// ClientHello, and the bytes after it are not counted.
-	Kernel   bool
-	Duration time.Duration
+	// (Server.ServeQueue). Its decision's event counts its ClientHello in
+	// BytesUp; one it allowed is audited again when it ends
+	// (ActionClosed), with its bytes each way. Conntrack is its conntrack
+	// entry's id (0: not known), the same in both.
+	Kernel    bool
+	Conntrack uint32
+	Duration  time.Duration
 }
 
 // Config configures a Server.

@@ -73,3 +73,11 @@ func ForceIPv6(g *Gateway, s *Session) error {
 // Release closes g's handles and leaves the gateway in the kernel, as a
 // daemon that exits does.
 func Release(g *Gateway) { g.release() }
+
+// SetFlowEvents sets the conntrack event socket's buffer and a function
+// run before each read of it, until the test ends.
+func SetFlowEvents(t interface{ Cleanup(func()) }, buffer int, beforeRead func()) {
+	b, h := flowEventsBuffer, testHookFlowReceive
+	flowEventsBuffer, testHookFlowReceive = buffer, beforeRead
+	t.Cleanup(func() { flowEventsBuffer, testHookFlowReceive = b, h })
+}

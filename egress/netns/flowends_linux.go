@@ -20,6 +20,7 @@ import (
 const (
 	subsysCT       = 1 // NFNL_SUBSYS_CTNETLINK
 	ctMsgNew       = 0 // IPCTNL_MSG_CT_NEW (new and update events)
+	ctMsgGet       = 1 // IPCTNL_MSG_CT_GET
 	ctMsgDelete    = 2 // IPCTNL_MSG_CT_DELETE (destroy events)
 	groupCTUpdate  = 2 // NFNLGRP_CONNTRACK_UPDATE
 	groupCTDestroy = 3 // NFNLGRP_CONNTRACK_DESTROY
@@ -29,6 +30,7 @@ const (
 	ctaMark          = 8
 	ctaCountersOrig  = 9
 	ctaCountersReply = 10
+	ctaID            = 12
 
 	ctaTupleIP    = 1
 	ctaTupleProto = 2
@@ -53,16 +55,33 @@ const (
 // the destination it connected to), its mark, and the bytes of its IP
 // packets each way, headers included.
 type FlowEnd struct {
-	Client, Server    netip.AddrPort
+	Client, Server netip.AddrPort
+	// ID is the conntrack entry's id: another connection on the same
+	// addresses and ports is another entry, with another id.
+	ID                uint32
 	Mark              uint32
 	BytesUp, BytesDn  uint64
 	Destroyed, Closed bool
 }
 
+// flowEventsBuffer is the receive buffer of the conntrack event socket:
+// the kernel drops events (and WatchFlowEnds reports them lost) when its
+// reader falls this far behind. A variable for the tests, which overflow
+// it.
+var flowEventsBuffer = 8 << 20
+
+// testHookFlowReceive, if set, runs before each read of conntrack events.
+var testHookFlowReceive func()
+
 // enableConntrackAccounting has the gateway namespace's conntrack count
-// each connection's bytes (for connections tracked from then on).
+// each connection's bytes, and keep events for every connection (the
+// default, 2, gives a connection none unless a listener was there when
+// it was made: one passed while the watcher subscribes would never be
+// told to end), for connections tracked from then on.
 func (g *Gateway) enableConntrackAccounting() error {
-	return doFd(int(g.ns.Fd()), func() error { return writeSysctl("net/netfilter/nf_conntrack_acct", "1") })
+	return doFd(int(g.ns.Fd()), func() error {
+		return errors.Join(writeSysctl("net/netfilter/nf_conntrack_acct", "1"), writeSysctl("net/netfilter/nf_conntrack_events", "1"))
+	})
 }
 
 // WatchFlowEnds calls fn, until ctx ends, for each TCP connection
@@ -70,8 +89,10 @@ func (g *Gateway) enableConntrackAccounting() error {
 // FIN exchanged or a reset (conntrack's TIME_WAIT or CLOSE), or its entry
 // destroyed (a timeout, a deletion). fn may be called more than once for
 // one connection (the end, then the entry's destruction); it must not
-// block.
-func (g *Gateway) WatchFlowEnds(ctx context.Context, mark uint32, fn func(FlowEnd)) error {
+// block. When the kernel drops events (the socket's buffer overflowed
+// under heavy churn), lost is called: the ends they told of are not
+// known, and the caller reconciles with MarkedFlows.
+func (g *Gateway) WatchFlowEnds(ctx context.Context, mark uint32, fn func(FlowEnd), lost func()) error {
 	if err := g.enableConntrackAccounting(); err != nil {
 		return fmt.Errorf("conntrack accounting in the gateway: %w", err)
 	}
@@ -80,8 +101,7 @@ func (g *Gateway) WatchFlowEnds(ctx context.Context, mark uint32, fn func(FlowEn
 	if err != nil {
 		return fmt.Errorf("conntrack events in the gateway: %w", err)
 	}
-	_ = c.SetReadBuffer(8 << 20)
-	_ = c.SetOption(netlink.NoENOBUFS, true)
+	_ = c.SetReadBuffer(flowEventsBuffer)
 	// Update events carry no counters: a connection's at its end are
 	// read from its entry, which stays (TIME_WAIT) for a while.
 	get, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(g.ns.Fd())})
@@ -92,10 +112,19 @@ func (g *Gateway) WatchFlowEnds(ctx context.Context, mark uint32, fn func(FlowEn
 	stop := context.AfterFunc(ctx, func() { c.Close(); get.Close() })
 	defer stop()
 	for {
+		if testHookFlowReceive != nil {
+			testHookFlowReceive()
+		}
 		msgs, err := c.Receive()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, os.ErrClosed) || errors.Is(err, net.ErrClosed) {
 				return nil
+			}
+			if errors.Is(err, unix.ENOBUFS) {
+				if lost != nil {
+					lost()
+				}
+				continue
 			}
 			select { // an error that stays must not spin
 			case <-ctx.Done():
@@ -118,11 +147,11 @@ func (g *Gateway) WatchFlowEnds(ctx context.Context, mark uint32, fn func(FlowEn
 				end.Destroyed = true
 			case t&0xff == ctMsgNew && (state == tcpStateTimeWait || state == tcpStateClose):
 				end.Closed = true
-				up, dn, ok := entryCounters(get, end.Client, end.Server)
-				if !ok {
+				e, ok := entry(get, end.Client, end.Server)
+				if !ok || e.ID != end.ID {
 					continue // gone already: its destroy event says
 				}
-				end.BytesUp, end.BytesDn = up, dn
+				end.BytesUp, end.BytesDn = e.BytesUp, e.BytesDn
 			default:
 				continue
 			}
@@ -209,6 +238,8 @@ func parseCTEvent(b []byte) (end FlowEnd, state uint8, ok bool) {
 			})
 		case ctaMark:
 			end.Mark = ad.Uint32()
+		case ctaID:
+			end.ID = ad.Uint32()
 		case ctaCountersOrig:
 			ad.Nested(bytesOf(&end.BytesUp))
 		case ctaCountersReply:
@@ -221,9 +252,9 @@ func parseCTEvent(b []byte) (end FlowEnd, state uint8, ok bool) {
 	return end, state, true
 }
 
-// entryCounters reads the byte counters of the TCP connection from
-// client to server off its conntrack entry (IPCTNL_MSG_CT_GET).
-func entryCounters(c *netlink.Conn, client, server netip.AddrPort) (up, dn uint64, ok bool) {
+// entry reads the conntrack entry of the TCP connection from client to
+// server (IPCTNL_MSG_CT_GET): its id, mark and byte counters.
+func entry(c *netlink.Conn, client, server netip.AddrPort) (FlowEnd, bool) {
 	family, src, dst := byte(unix.AF_INET), uint16(ctaIPv4Src), uint16(ctaIPv4Dst)
 	if client.Addr().Is6() {
 		family, src, dst = unix.AF_INET6, ctaIPv6Src, ctaIPv6Dst
@@ -245,24 +276,73 @@ func entryCounters(c *netlink.Conn, client, server netip.AddrPort) (up, dn uint6
 	})
 	attrs, err := ae.Encode()
 	if err != nil {
-		return 0, 0, false
+		return FlowEnd{}, false
 	}
 	msgs, err := c.Execute(netlink.Message{
-		Header: netlink.Header{Type: netlink.HeaderType(subsysCT<<8 | 1), Flags: netlink.Request | netlink.Acknowledge}, // IPCTNL_MSG_CT_GET
+		Header: netlink.Header{Type: netlink.HeaderType(subsysCT<<8 | ctMsgGet), Flags: netlink.Request | netlink.Acknowledge},
 		Data:   append([]byte{family, 0, 0, 0}, attrs...),
 	})
 	if err != nil {
-		return 0, 0, false
+		return FlowEnd{}, false
 	}
 	for _, m := range msgs {
 		if len(m.Data) < 4 {
 			continue
 		}
 		if end, _, ok := parseCTEvent(m.Data[4:]); ok {
-			return end.BytesUp, end.BytesDn, true
+			return end, true
 		}
 	}
-	return 0, 0, false
+	return FlowEnd{}, false
+}
+
+// FlowID returns the conntrack id of the gateway's TCP connection from
+// client to server, if it is tracked.
+func (g *Gateway) FlowID(client, server netip.AddrPort) (uint32, bool) {
+	g.ctMu.Lock()
+	defer g.ctMu.Unlock()
+	if g.ct == nil {
+		c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(g.ns.Fd())})
+		if err != nil {
+			return 0, false
+		}
+		g.ct = c
+	}
+	e, ok := entry(g.ct, client, server)
+	return e.ID, ok
+}
+
+// MarkedFlows lists the gateway's tracked TCP connections whose conntrack
+// mark is mark (a dump of the table, both families), without counters.
+func (g *Gateway) MarkedFlows(mark uint32) ([]FlowEnd, error) {
+	g.ctMu.Lock()
+	defer g.ctMu.Unlock()
+	if g.ct == nil {
+		c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(g.ns.Fd())})
+		if err != nil {
+			return nil, fmt.Errorf("conntrack in the gateway: %w", err)
+		}
+		g.ct = c
+	}
+	var out []FlowEnd
+	for _, family := range []byte{unix.AF_INET, unix.AF_INET6} {
+		msgs, err := g.ct.Execute(netlink.Message{
+			Header: netlink.Header{Type: netlink.HeaderType(subsysCT<<8 | ctMsgGet), Flags: netlink.Request | netlink.Dump},
+			Data:   []byte{family, 0, 0, 0},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("conntrack dump in the gateway: %w", err)
+		}
+		for _, m := range msgs {
+			if len(m.Data) < 4 {
+				continue
+			}
+			if end, _, ok := parseCTEvent(m.Data[4:]); ok && end.Mark == mark {
+				out = append(out, end)
+			}
+		}
+	}
+	return out, nil
 }
 
 // CutFlow ends the gateway's tracked TCP connection from client to server

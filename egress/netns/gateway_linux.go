@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/google/nftables"
+	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -40,6 +41,12 @@ type Gateway struct {
 	// uplinkDown says why the uplink is down; nil while it is up
 	// (WatchUplink).
 	uplinkDown atomic.Pointer[uplinkFault]
+
+	ctMu sync.Mutex
+	// ct is a connection to conntrack in the gateway namespace (FlowID,
+	// MarkedFlows), made at first use.
+	// +checklocks:ctMu
+	ct *mdnetlink.Conn
 
 	nftMu sync.Mutex
 	// nft is a lasting connection to nftables in the gateway namespace.
@@ -412,6 +419,12 @@ func (g *Gateway) destroy(ctx context.Context) error {
 
 // release closes the process's handles without touching kernel state.
 func (g *Gateway) release() {
+	g.ctMu.Lock()
+	if g.ct != nil {
+		_ = g.ct.Close()
+		g.ct = nil
+	}
+	g.ctMu.Unlock()
 	g.nftMu.Lock()
 	if g.nft != nil {
 		_ = g.nft.CloseLasting()

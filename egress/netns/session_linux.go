@@ -503,11 +503,10 @@ func (s *Session) Drops(ctx context.Context) (DropStats, error) {
 // (cfg must otherwise be the configuration the session was created with:
 // IPv6, Drop and L7Ports are not changed; FastPorts may be), removes the pinned entries
 // unpin from its sets, and then ends its tracked connections through the
-// gateway whose source, destination and protocol ("tcp" or "udp") cut
-// reports: their next packet meets the revised rules. Connections to the
-// gateway itself (the DNS proxy) are never ended. It returns how many
-// connections it ended.
-func (s *Session) Revise(ctx context.Context, cfg SessionConfig, unpin []Pinning, cut func(src, dst netip.AddrPort, proto string) bool) (int, error) {
+// gateway that cut reports: their next packet meets the revised rules.
+// Connections to the gateway itself (the DNS proxy) are never ended. It
+// returns how many connections it ended.
+func (s *Session) Revise(ctx context.Context, cfg SessionConfig, unpin []Pinning, cut func(TrackedFlow) bool) (int, error) {
 	if err := cfg.validate(); err != nil {
 		return 0, err
 	}
@@ -569,7 +568,7 @@ func (s *Session) Revise(ctx context.Context, cfg SessionConfig, unpin []Pinning
 		default:
 			return false
 		}
-		return cut(netip.AddrPortFrom(from.Unmap(), f.Forward.SrcPort), netip.AddrPortFrom(to.Unmap(), f.Forward.DstPort), proto)
+		return cut(TrackedFlow{Src: netip.AddrPortFrom(from.Unmap(), f.Forward.SrcPort), Dst: netip.AddrPortFrom(to.Unmap(), f.Forward.DstPort), Proto: proto, Mark: f.Mark})
 	})
 	n := 0
 	for _, fam := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
@@ -583,6 +582,14 @@ func (s *Session) Revise(ctx context.Context, cfg SessionConfig, unpin []Pinning
 		n += int(k)
 	}
 	return n, nil
+}
+
+// TrackedFlow is a session's connection as the gateway's conntrack has
+// it: its original direction, protocol ("tcp" or "udp") and mark.
+type TrackedFlow struct {
+	Src, Dst netip.AddrPort
+	Proto    string
+	Mark     uint32
 }
 
 // flowFilter matches the conntrack flows a function reports.

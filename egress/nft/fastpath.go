@@ -23,7 +23,8 @@ import (
 // reset, by the kernel alone:
 //
 //	chain forward {
-//	    meta mark MarkPass ct mark set MarkPass          comment "fastpath"
+//	    iifname "s-*" ct state invalid counter drop      comment "fastpath"
+//	    meta mark MarkPass ct mark set MarkPass
 //	    meta mark MarkRefuse ct mark set MarkRefuse
 //	    ct mark {MarkPass, MarkRefuse} ct direction original meta mark 0
 //	        tcp flags & (syn|ack) == syn ct mark set MarkUndecided
@@ -43,6 +44,12 @@ import (
 // entry (a SYN after the server reset the last one is let through on it,
 // and the server's SYN/ACK brings the entry back in sync), and which must
 // not inherit the decision.
+//
+// A packet connection tracking finds invalid (out of its window, flags
+// no stack sends) has no connection, so no mark: without the first rule
+// it would skip the queue and be judged by <s>-fwd's addresses alone,
+// where the server's stack, whose idea of the window is its own, might
+// take its data unchecked.
 //
 // The SYN and the packets without data are let go at once by the
 // gateway, through the rules again marked MarkSeen (past the queue), so
@@ -71,7 +78,7 @@ const (
 )
 
 // fastBaseRules are the forward chain's first rules.
-func fastBaseRules() [][]expr.Any {
+func fastBaseRules(b Base) [][]expr.Any {
 	setCtMark := func(m uint32) []expr.Any {
 		return one(
 			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
@@ -103,6 +110,7 @@ func fastBaseRules() [][]expr.Any {
 		))
 	}
 	return [][]expr.Any{
+		exprs(iifnamePrefix(b.SessionIfacePrefix), ctInvalid(), one(&expr.Counter{}, verdict(expr.VerdictDrop))),
 		setCtMark(MarkPass),
 		setCtMark(MarkRefuse),
 		synAgain(MarkPass),
@@ -120,8 +128,8 @@ func fastBaseRules() [][]expr.Any {
 
 // addFastBase queues the fast path's rules at the head of the forward
 // chain (InsertRule puts each first: they go in reverse).
-func addFastBase(c *nftables.Conn, t *nftables.Table, fwd *nftables.Chain) {
-	rules := fastBaseRules()
+func addFastBase(c *nftables.Conn, t *nftables.Table, fwd *nftables.Chain, b Base) {
+	rules := fastBaseRules(b)
 	for i := len(rules) - 1; i >= 0; i-- {
 		c.InsertRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: rules[i], UserData: comment(fastComment)})
 	}
@@ -145,7 +153,7 @@ func EnsureFast(c *nftables.Conn, b Base) error {
 			}
 		}
 	}
-	addFastBase(c, t, fwd)
+	addFastBase(c, t, fwd, b)
 	return nil
 }
 

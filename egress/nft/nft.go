@@ -334,7 +334,7 @@ func Install(c *nftables.Conn, b Base) error {
 			&expr.Lookup{SourceRegister: reg1, SetName: name, DestRegister: regVerdict, IsDestRegSet: true},
 		)
 	}
-	for _, r := range fastBaseRules() {
+	for _, r := range fastBaseRules(b) {
 		c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: r, UserData: comment(fastComment)})
 	}
 	c.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: exprs(ctEstablished(), one(verdict(expr.VerdictAccept)))})

@@ -30,7 +30,10 @@ import (
 // SNI, a name on an address pinned for another, no SNI, plain HTTP on
 // the TLS port); an allowed name's bodies arrive whole; every decision is
 // audited as the kernel's; plain HTTP on port 80 and a session whose
-// gateway terminates TLS still go through the listener; with no gateway
+// gateway terminates all TLS still go through the listener, and so do the
+// addresses of names with HTTP rules (pinned in the session's terminate
+// sets by DNS answers and revisions, or put there by the fast path's
+// refusal of a connection that reached one by address); with no gateway
 // reading the queue, no new connection passes, and one passed before
 // goes on.
 func TestL7FastPath(t *testing.T) {
@@ -213,6 +216,67 @@ func TestL7FastPath(t *testing.T) {
 		ev := audit.waitEvent(t, "term", "l7", "refused", "allowed.test", "proto", "tls")
 		if _, ok := ev.Fields["kernel"]; ok || !strings.Contains(ev.Reason, "must be terminated") {
 			t.Errorf("audit event %+v; want the listener's refusal", ev)
+		}
+	})
+	t.Run("a session with HTTP rules for one host: its address goes to the listener, another's to the fast path", func(t *testing.T) {
+		rules := []policies.HTTPHost{{Host: "allowed.test", Default: policies.HTTPAllow}}
+		mixed := addSession(t, p, "mixed", &policies.Egress{Allow: allow, L7: policies.L7Check, HTTP: rules}, &audit)
+		t.Cleanup(func() { _ = p.Remove(context.Background(), "mixed", nil) })
+		for _, name := range []string{"allowed.test", "elsewhere.test"} {
+			if r := query(t, mixed, name); len(r.Answer) == 0 {
+				t.Fatalf("%s: %v", name, r)
+			}
+		}
+		if code, body, err := get(t, mixed, netip.AddrPortFrom(elseHost, 443), w, "https://elsewhere.test/", ""); err != nil || code != 200 || body != "elsewhere.test" {
+			t.Fatalf("https://elsewhere.test/ = %d %q %v", code, body, err)
+		}
+		if ev := audit.waitEvent(t, "mixed", "l7", "allowed", "elsewhere.test", "proto", "tls"); ev.Fields["kernel"] != true {
+			t.Errorf("elsewhere.test: %+v; want passed on the fast path", ev)
+		}
+		// The session has no CA: the listener refuses TLS it must
+		// terminate with a TLS alert; the fast path would have reset it,
+		// asking the client to connect again.
+		if _, _, err := get(t, mixed, https, w, "https://allowed.test/", ""); err == nil || !strings.Contains(err.Error(), "access denied") {
+			t.Fatalf("https://allowed.test/ (HTTP rules) = %v; want the listener's access_denied alert", err)
+		}
+		ev := audit.waitEvent(t, "mixed", "l7", "refused", "allowed.test", "proto", "tls")
+		if _, ok := ev.Fields["kernel"]; ok {
+			t.Errorf("allowed.test: %+v; want the listener's refusal, not the fast path's", ev)
+		}
+	})
+	t.Run("a revision giving a host HTTP rules sends its address to the listener", func(t *testing.T) {
+		gains := addSession(t, p, "gains", &policies.Egress{Allow: allow, L7: policies.L7Check}, &audit)
+		t.Cleanup(func() { _ = p.Remove(context.Background(), "gains", nil) })
+		if r := query(t, gains, "allowed.test"); len(r.Answer) == 0 {
+			t.Fatalf("allowed.test: %v", r)
+		}
+		if code, _, err := get(t, gains, https, w, "https://allowed.test/", ""); err != nil || code != 200 {
+			t.Fatalf("https://allowed.test/ before = %d %v", code, err)
+		}
+		rules := []policies.HTTPHost{{Host: "allowed.test", Default: policies.HTTPAllow}}
+		if _, err := p.Revise(ctx, "gains", egress.SessionConfig{Egress: &policies.Egress{Allow: allow, L7: policies.L7Check, HTTP: rules}, Audit: audit.emit, PolicyVersion: 2}); err != nil {
+			t.Fatal(err)
+		}
+		// No new answer: the revision put the pinned address there.
+		if _, _, err := get(t, gains, https, w, "https://allowed.test/", ""); err == nil || !strings.Contains(err.Error(), "access denied") {
+			t.Errorf("https://allowed.test/ after it gained rules: %v; want the listener's access_denied alert (no CA)", err)
+		}
+	})
+	t.Run("reached by address, a host with HTTP rules is refused once on the fast path, then sent to the listener", func(t *testing.T) {
+		rules := []policies.HTTPHost{{Host: "allowed.test", Default: policies.HTTPAllow}}
+		byaddr := addSession(t, p, "byaddr", &policies.Egress{Allow: []string{sharedHost.String() + "/32"}, AllowPrivate: []string{w.Net().String()},
+			L7: policies.L7Check, HTTP: rules}, &audit)
+		t.Cleanup(func() { _ = p.Remove(context.Background(), "byaddr", nil) })
+		_, _, err := get(t, byaddr, https, w, "https://allowed.test/", "")
+		if err == nil || strings.Contains(err.Error(), "access denied") {
+			t.Fatalf("the first connection: %v; want it reset by the fast path", err)
+		}
+		ev := audit.waitEvent(t, "byaddr", "l7", "refused", "allowed.test", "proto", "tls")
+		if ev.Fields["kernel"] != true || !strings.Contains(ev.Reason, "connect again") {
+			t.Errorf("the first connection: %+v; want the fast path's refusal", ev)
+		}
+		if _, _, err := get(t, byaddr, https, w, "https://allowed.test/", ""); err == nil || !strings.Contains(err.Error(), "access denied") {
+			t.Errorf("the second connection: %v; want the listener's access_denied alert", err)
 		}
 	})
 	t.Run("a revision withdrawing the name cuts a passed connection on an address still allowed", func(t *testing.T) {

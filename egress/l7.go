@@ -77,7 +77,8 @@ func (e *Perimeter) startL7(ctx context.Context) error {
 			defer e.wg.Done()
 			stop := context.AfterFunc(ctx, func() { _ = q.Close() })
 			defer stop()
-			_ = srv.ServeQueue(ctx, q, l7.FastConfig{Pass: nft.MarkPass, Refuse: nft.MarkRefuse, Seen: nft.MarkSeen, Cut: cut, FlowID: e.gw.FlowID})
+			_ = srv.ServeQueue(ctx, q, l7.FastConfig{Pass: nft.MarkPass, Refuse: nft.MarkRefuse, Seen: nft.MarkSeen, Cut: cut, FlowID: e.gw.FlowID,
+				Terminate: func(id string, dst netip.AddrPort) { e.terminateAt(ctx, id, dst.Addr()) }})
 		}()
 		// Passed connections are audited when they end, with the bytes
 		// the kernel counted; when the kernel drops events, those it
@@ -99,6 +100,20 @@ func (e *Perimeter) startL7(ctx context.Context) error {
 		}()
 	}
 	return nil
+}
+
+// terminateAt puts dst in session id's terminate sets: the fast path
+// refused a connection there whose name's TLS the gateway terminates.
+func (e *Perimeter) terminateAt(ctx context.Context, id string, dst netip.Addr) {
+	e.mu.Lock()
+	st := e.state[id]
+	e.mu.Unlock()
+	if st == nil {
+		return
+	}
+	if err := st.ns.Terminate(ctx, []netip.Addr{dst}, terminateHold, false); err != nil {
+		log.G(ctx).Warn("egress: an address whose TLS the gateway terminates", "session", id, "addr", dst, "error", err)
+	}
 }
 
 // fastReconcileGrace is how long after a loss of connection tracking
@@ -152,13 +167,14 @@ func (e *Perimeter) l7Session(a netip.Addr) (*l7.Session, bool) {
 
 // registerL7 lets session id's connections through the L7 gateway, keyed
 // by its addresses.
-func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Addr, sc SessionConfig, list *allowlist.List, names *dnsproxy.Names) {
+func (e *Perimeter) registerL7(ctx context.Context, id string, addrs []netip.Addr, sc SessionConfig, list *allowlist.List, names *dnsproxy.Names) *l7.Session {
 	s := e.l7Registration(ctx, id, sc, list, names)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, a := range addrs {
 		e.l7ByAddr[a] = s
 	}
+	return s
 }
 
 // l7Registration is session id's registration with the L7 gateway under

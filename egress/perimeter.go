@@ -407,12 +407,17 @@ func (e *Perimeter) AddSession(ctx context.Context, id string, sc SessionConfig)
 const FastPort = 443
 
 // fastPath reports whether session sc's connections on FastPort take the
-// kernel fast path: the perimeter has it, and the session's gateway
-// terminates no TLS (which it must see) and has no secret to guard.
+// kernel fast path: the perimeter has it, the session checks L7 and may
+// not write packets of its own, and its gateway does not terminate every
+// TLS connection (inspect = "all", or a secret bound to no host). Those
+// to the addresses of names it terminates (HTTP rules, a secret) go to
+// the listener (sessionState.terminate).
 func (e *Perimeter) fastPath(sc SessionConfig) bool {
 	eg := sc.Egress
-	return e.cfg.FastPath && e.queue != nil && eg != nil && eg.L7 == policies.L7Check && !sc.RawPackets &&
-		len(eg.HTTP) == 0 && eg.Inspect != policies.InspectAll && (sc.Secrets == nil || len(sc.Secrets()) == 0)
+	if !e.cfg.FastPath || e.queue == nil || eg == nil || eg.L7 != policies.L7Check || sc.RawPackets || eg.Inspect == policies.InspectAll {
+		return false
+	}
+	return sc.Secrets == nil || !guardedOnly(sc.Secrets())
 }
 
 // netConfig is the network configuration of an egress block whose
@@ -487,7 +492,12 @@ func (e *Perimeter) registerDNS(ctx context.Context, id string, sc SessionConfig
 		addrs = append(addrs, a6)
 	}
 	if eg.L7Enabled() {
-		e.registerL7(ctx, id, addrs, sc, list, st.names)
+		reg := e.registerL7(ctx, id, addrs, sc, list, st.names)
+		if e.fastPath(sc) {
+			// Filled from the names recorded (a session re-registered
+			// after a restart), then by each answer.
+			st.setTerminate(ctx, reg.Terminate)
+		}
 	}
 	for _, a := range addrs {
 		e.sessions.Set(a, pol)

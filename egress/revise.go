@@ -45,6 +45,64 @@ type sessionState struct {
 	gen  uint64          // +checklocks:mu
 	cfg  SessionConfig   // +checklocks:mu
 	list *allowlist.List // +checklocks:mu
+	// terminate reports the names whose TLS the L7 gateway terminates,
+	// for a session on the fast path (nil: not on it): their addresses
+	// are pinned in its terminate sets too (netns.Session.Terminate).
+	terminate func(name string) bool // +checklocks:mu
+}
+
+// setTerminate sets st.terminate, and refills the session's terminate
+// sets with the addresses its names that terminate were pinned for.
+func (st *sessionState) setTerminate(ctx context.Context, terminate func(string) bool) {
+	st.mu.Lock()
+	st.terminate = terminate
+	st.mu.Unlock()
+	var addrs []netip.Addr
+	if terminate != nil {
+		for a, chains := range st.names.Chains() {
+			if slices.ContainsFunc(chains, func(c []allowlist.FQDN) bool { return terminate(c[0].WithoutTrailingDot()) }) {
+				addrs = append(addrs, a)
+			}
+		}
+	}
+	if err := st.ns.Terminate(ctx, addrs, terminateHold, true); err != nil {
+		log.G(ctx).Warn("egress: the addresses of names whose TLS the gateway terminates", "error", err)
+	}
+}
+
+// terminateHold is how long an address stays in a session's terminate
+// sets when a revision or a refusal of the fast path puts it there.
+const terminateHold = 10 * time.Minute
+
+// sessionPinner pins a session's answers, and those of names whose TLS
+// the gateway terminates in its terminate sets too.
+type sessionPinner struct {
+	st  *sessionState
+	gen uint64
+}
+
+// Pin implements dnsproxy.Pinner.
+func (p sessionPinner) Pin(ctx context.Context, addrs []netip.Addr, ports []uint16, ttl time.Duration) error {
+	return p.PinName(ctx, "", addrs, ports, ttl)
+}
+
+// PinName implements dnsproxy.NamedPinner.
+func (p sessionPinner) PinName(ctx context.Context, name allowlist.FQDN, addrs []netip.Addr, ports []uint16, ttl time.Duration) error {
+	st := p.st
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	if st.gen != p.gen {
+		return fmt.Errorf("the session's egress policy was revised while the query was answered")
+	}
+	if err := st.ns.Pin(ctx, addrs, ports, ttl); err != nil {
+		return err
+	}
+	if st.terminate != nil && name != "" && st.terminate(name.WithoutTrailingDot()) {
+		// Before the answer goes out: the client's connection goes to
+		// the listener, which terminates.
+		return st.ns.Terminate(ctx, addrs, ttl, false)
+	}
+	return nil
 }
 
 // policy is the DNS proxy's policy of the session under list, its pins
@@ -57,14 +115,7 @@ func (st *sessionState) policy(ctx context.Context, id string, list *allowlist.L
 	audit, version := sc.Audit, sc.PolicyVersion
 	return &dnsproxy.SessionPolicy{
 		ID: id, Allowlist: list, IPv6: sc.Egress.IPv6, AllowPrivate: st.private, Limit: st.limit, Names: st.names,
-		Pinner: dnsproxy.PinnerFunc(func(ctx context.Context, addrs []netip.Addr, ports []uint16, ttl time.Duration) error {
-			st.mu.RLock()
-			defer st.mu.RUnlock()
-			if st.gen != gen {
-				return fmt.Errorf("the session's egress policy was revised while the query was answered")
-			}
-			return st.ns.Pin(ctx, addrs, ports, ttl)
-		}),
+		Pinner: sessionPinner{st: st, gen: gen},
 		Audit: func(ev dnsproxy.Event) {
 			a := DNSAuditEvent(id, ev)
 			a.PolicyVersion = version
@@ -143,6 +194,11 @@ func (e *Perimeter) Revise(ctx context.Context, id string, sc SessionConfig) (Re
 	var reg *l7.Session
 	if neg.L7Enabled() {
 		reg = e.l7Registration(ctx, id, sc, list, st.names)
+	}
+	if reg != nil && e.fastPath(sc) {
+		st.setTerminate(ctx, reg.Terminate)
+	} else {
+		st.setTerminate(ctx, nil)
 	}
 	// Registered only while the session is: a removal that began
 	// meanwhile has unregistered it for good.

@@ -141,7 +141,13 @@ func (s *Server) answer(ctx context.Context, w dns.ResponseWriter, r *dns.Msg, r
 			s.stats.pinErrors.Add(1)
 			return fail(dns.RcodeServerFailure, "session has no pinner")
 		}
-		if err := req.sess.Pinner.Pin(ctx, addrs, ports, pinTTL); err != nil {
+		var err error
+		if np, ok := req.sess.Pinner.(NamedPinner); ok {
+			err = np.PinName(ctx, req.name, addrs, ports, pinTTL)
+		} else {
+			err = req.sess.Pinner.Pin(ctx, addrs, ports, pinTTL)
+		}
+		if err != nil {
 			s.stats.pinErrors.Add(1)
 			return fail(dns.RcodeServerFailure, "pin: "+err.Error())
 		}

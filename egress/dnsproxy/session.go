@@ -19,6 +19,14 @@ type Pinner interface {
 	Pin(ctx context.Context, addrs []netip.Addr, ports []uint16, ttl time.Duration) error
 }
 
+// NamedPinner is a Pinner that is also told which name the addresses
+// were asked for (before any CNAME): the proxy calls PinName instead of
+// Pin.
+type NamedPinner interface {
+	Pinner
+	PinName(ctx context.Context, name allowlist.FQDN, addrs []netip.Addr, ports []uint16, ttl time.Duration) error
+}
+
 // PinnerFunc adapts a function to a Pinner.
 type PinnerFunc func(ctx context.Context, addrs []netip.Addr, ports []uint16, ttl time.Duration) error
 

@@ -43,6 +43,11 @@ type FastConfig struct {
 	// server: its end is told by the entry's events, and a connection on
 	// the same ports later is another entry. Nil: not known.
 	FlowID func(client, server netip.AddrPort) (uint32, bool)
+	// Terminate is told of a connection refused because the gateway must
+	// terminate its name's TLS (reached by address, where no answer put
+	// the address in the session's terminate sets): the session's next
+	// connection there goes to the listener. Nil: none.
+	Terminate func(session string, dst netip.AddrPort)
 }
 
 // fastMaxPassed bounds the passed connections the fast path remembers
@@ -347,7 +352,7 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		fp.mu.Unlock()
 		return
 	}
-	ev, pass := fp.decide(k, f, h, perr, len(data))
+	ev, pass, terminate := fp.decide(k, f, h, perr, len(data))
 	held := fp.finish(k.client.Addr(), f, pass, now)
 	var passed *passedFlow
 	var evicted []*passedFlow
@@ -378,6 +383,9 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	}
 	if ev == nil {
 		return
+	}
+	if terminate && fp.marks.Terminate != nil {
+		fp.marks.Terminate(ev.Session, k.server)
 	}
 	ev.Duration = time.Since(ev.Time)
 	fp.emit(*ev)
@@ -566,33 +574,34 @@ func (fp *fastPath) drop(ids []uint32) {
 }
 
 // decide checks a connection's ClientHello; the event is nil for a
-// client of no session.
-func (fp *fastPath) decide(k fastKey, f *fastFlow, h Hello, perr error, n int) (*Event, bool) {
+// client of no session. terminate says it was refused because its name's
+// TLS must be terminated.
+func (fp *fastPath) decide(k fastKey, f *fastFlow, h Hello, perr error, n int) (ev *Event, pass, terminate bool) {
 	sess, ok := fp.s.cfg.Sessions(k.client.Addr())
 	if !ok {
-		return nil, false
+		return nil, false, false
 	}
 	if h.Proto == "" {
 		h.Proto = ProtoTLS
 	}
-	ev := &Event{Time: f.start, Kind: KindConnection, Session: sess.ID, Client: k.client, Dst: k.server,
+	ev = &Event{Time: f.start, Kind: KindConnection, Session: sess.ID, Client: k.client, Dst: k.server,
 		Proto: h.Proto, SNI: h.SNI, BytesUp: int64(n), Kernel: true}
 	if perr != nil {
 		ev.Action, ev.Reason = ActionRefused, "airlock: "+perr.Error()
-		return ev, false
+		return ev, false, false
 	}
 	d := sess.Check(k.server, h, f.start)
 	ev.Rule = d.Rule
 	if !d.Allow {
 		ev.Action, ev.Reason = ActionRefused, d.Reason
-		return ev, false
+		return ev, false, false
 	}
 	if terminates(sess, h) {
-		ev.Action, ev.Reason = ActionRefused, fmt.Sprintf("airlock: TLS to %s must be terminated (HTTP rules, a secret or inspect); connect again", h.SNI)
-		return ev, false
+		ev.Action, ev.Reason = ActionRefused, fmt.Sprintf("airlock: TLS to %s must be terminated (HTTP rules, a secret or inspect), and this connection to %v was not sent to the gateway's listener; connect again", h.SNI, k.server.Addr())
+		return ev, false, true
 	}
 	ev.Action, ev.Reason = ActionAllowed, d.Reason
-	return ev, true
+	return ev, true, false
 }
 
 // contiguous is the data from the connection's first byte on, as far as

@@ -465,6 +465,51 @@ func (s *Session) Pin(ctx context.Context, addrs []netip.Addr, ports []uint16, t
 	return nil
 }
 
+// Terminate has the session's connections to addrs on its fast ports go
+// to the L7 listener, not the kernel fast path, for ttl (see
+// nft.Terminated): the gateway terminates TLS to a name there. With
+// reset, the addresses there before are removed first, in the same batch.
+func (s *Session) Terminate(ctx context.Context, addrs []netip.Addr, ttl time.Duration, reset bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ttl = max(ttl, MinPinTTL)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.removed {
+		return fmt.Errorf("session %q: %w", s.id, errdefs.ErrNotFound)
+	}
+	if err := s.gw.withNft(func(c *nftables.Conn) error {
+		if reset {
+			nft.ClearTerminated(c, s.gw.cfg.Prefix, s.iface)
+		}
+		if len(addrs) > 0 {
+			if err := nft.Terminated(c, s.gw.cfg.Prefix, s.iface, addrs, ttl); err != nil {
+				return err
+			}
+		}
+		return c.Flush()
+	}); err != nil {
+		return fmt.Errorf("session %q: terminate: %w", s.id, err)
+	}
+	return nil
+}
+
+// Terminated lists the addresses Terminate put in the session's sets and
+// that are still there.
+func (s *Session) Terminated(ctx context.Context) ([]netip.Addr, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	err := s.gw.withNft(func(c *nftables.Conn) error {
+		var err error
+		out, err = nft.TerminatedAddrs(c, s.gw.cfg.Prefix, s.iface)
+		return err
+	})
+	return out, err
+}
+
 // Pinned lists the session's allowed entries with their remaining life, as
 // the kernel has them.
 func (s *Session) Pinned(ctx context.Context) ([]Pinning, error) {

@@ -2,6 +2,8 @@ package nft
 
 import (
 	"fmt"
+	"net/netip"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -33,11 +35,23 @@ import (
 //	        queue num FastQueue
 //	    ct state established,related accept
 //	    ...
+//	set <s>-t4 { ipv4_addr; timeout }  set <s>-t6 { ipv6_addr; timeout }
 //	chain <s>-l7 {
 //	    ...
+//	    tcp dport <each fast port> ip daddr @<s>-t4 goto <s>-l7ok
+//	    tcp dport <each fast port> ip6 daddr @<s>-t6 goto <s>-l7ok
 //	    tcp dport <each fast port> ct mark set MarkUndecided return
 //	    tcp dport <each L7 port> goto <s>-l7ok
 //	    ...
+//
+// The terminate sets hold the addresses of the session's names whose TLS
+// the gateway terminates (a host with HTTP rules or a secret): pinned
+// there when a DNS answer pins them, before the answer goes out, so that
+// connections to them go to the listener, which terminates; the fast path
+// adds the address of a connection it had to refuse for that reason
+// (reached by address, not by an answer), so that the client's next one
+// does too. Whatever else the session reaches on a fast port takes the
+// fast path.
 //
 // A client's SYN on a decided connection's entry makes it undecided
 // again: it starts a new connection, which conntrack may keep on the old
@@ -176,6 +190,13 @@ func l7Rules(s Session) [][]expr.Any {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: []byte{protoTCP}},
 	}, ret)
 	for _, p := range s.FastPorts {
+		port := one(dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(p)})
+		add(nfproto(unix.NFPROTO_IPV4), port, one(loadAddr(unix.NFPROTO_IPV4, true, reg1),
+			&expr.Lookup{SourceRegister: reg1, SetName: s.Name + "-t4"}, gotoChain(l7okName)))
+		if s.Addr6.IsValid() {
+			add(nfproto(unix.NFPROTO_IPV6), port, one(loadAddr(unix.NFPROTO_IPV6, true, reg1),
+				&expr.Lookup{SourceRegister: reg1, SetName: s.Name + "-t6"}, gotoChain(l7okName)))
+		}
 		add(one(dport(reg1), &expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: be16(p)},
 			&expr.Immediate{Register: reg1, Data: nativeU32(MarkUndecided)},
 			&expr.Ct{Key: expr.CtKeyMARK, Register: reg1, SourceRegister: true},
@@ -186,4 +207,74 @@ func l7Rules(s Session) [][]expr.Any {
 	}
 	add(ret)
 	return rules
+}
+
+// terminateSets are session name's terminate sets (<s>-t4, <s>-t6).
+func terminateSets(name string) []*nftables.Set {
+	return []*nftables.Set{
+		{Name: name + "-t4", KeyType: nftables.TypeIPAddr, HasTimeout: true},
+		{Name: name + "-t6", KeyType: nftables.TypeIP6Addr, HasTimeout: true},
+	}
+}
+
+// Terminated queues the addition of addrs to session name's terminate
+// sets for ttl (an address there again gets the later expiry); the caller
+// flushes.
+func Terminated(c *nftables.Conn, tableName, name string, addrs []netip.Addr, ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return fmt.Errorf("nft: terminate %v lifetime %v too short", addrs, ttl)
+	}
+	t := table(tableName)
+	var v4, v6 []nftables.SetElement
+	for _, a := range addrs {
+		a = a.Unmap()
+		switch {
+		case a.Is4():
+			v4 = append(v4, nftables.SetElement{Key: a.AsSlice(), Timeout: ttl})
+		case a.Is6():
+			v6 = append(v6, nftables.SetElement{Key: a.AsSlice(), Timeout: ttl})
+		}
+	}
+	for _, x := range []struct {
+		set   string
+		typ   nftables.SetDatatype
+		elems []nftables.SetElement
+	}{{name + "-t4", nftables.TypeIPAddr, v4}, {name + "-t6", nftables.TypeIP6Addr, v6}} {
+		if len(x.elems) == 0 {
+			continue
+		}
+		if err := c.SetAddElements(&nftables.Set{Table: t, Name: x.set, KeyType: x.typ, HasTimeout: true}, x.elems); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ClearTerminated queues the emptying of session name's terminate sets;
+// the caller flushes.
+func ClearTerminated(c *nftables.Conn, tableName, name string) {
+	t := table(tableName)
+	for _, set := range terminateSets(name) {
+		set.Table = t
+		c.FlushSet(set)
+	}
+}
+
+// TerminatedAddrs lists the addresses in session name's terminate sets.
+func TerminatedAddrs(c *nftables.Conn, tableName, name string) ([]netip.Addr, error) {
+	t := table(tableName)
+	var out []netip.Addr
+	for _, set := range terminateSets(name) {
+		set.Table = t
+		elems, err := c.GetSetElements(set)
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", set.Name, err)
+		}
+		for _, e := range elems {
+			if a, ok := netip.AddrFromSlice(e.Key); ok {
+				out = append(out, a)
+			}
+		}
+	}
+	return out, nil
 }

@@ -436,7 +436,7 @@ func TablesWithPrefix(c *nftables.Conn, prefix string) ([]string, error) {
 
 func sessionObjects(name string) (fwd, in, blk string, sets []string) {
 	return name + "-fwd", name + "-in", name + "-blk",
-		[]string{name + "-p4", name + "-a4", name + "-p6", name + "-a6", name + "-d4", name + "-d6"}
+		[]string{name + "-p4", name + "-a4", name + "-p6", name + "-a6", name + "-d4", name + "-d6", name + "-t4", name + "-t6"}
 }
 
 // sessionL7Chains names a session's L7 chains.
@@ -487,6 +487,7 @@ func AddSession(c *nftables.Conn, tableName string, b Base, s Session) error {
 		{Name: s.Name + "-d4", KeyType: typeDrop4, Concatenation: true, Dynamic: true, Counter: true, Size: DropSetSize},
 		{Name: s.Name + "-d6", KeyType: typeDrop6, Concatenation: true, Dynamic: true, Counter: true, Size: DropSetSize},
 	}
+	sets = append(sets, terminateSets(s.Name)...)
 	for _, set := range sets {
 		set.Table = t
 		if err := c.AddSet(newSet(set), nil); err != nil {
@@ -647,6 +648,14 @@ func ReviseSession(c *nftables.Conn, tableName string, b Base, s Session) error 
 	chains := []chainRules{{fwdName, fwdRules(s)}}
 	if len(s.L7Ports) > 0 {
 		chains = append(chains, chainRules{l7Name, l7Rules(s)}, chainRules{l7okName, l7okRules(s, b)})
+		// A session made before the terminate sets gains them (adding a
+		// set that is there changes nothing).
+		for _, set := range terminateSets(s.Name) {
+			set.Table = t
+			if err := c.AddSet(newSet(set), nil); err != nil {
+				return fmt.Errorf("session %s: set %s: %w", s.Name, set.Name, err)
+			}
+		}
 	}
 	for _, ch := range chains {
 		chain := &nftables.Chain{Name: ch.name, Table: t}

@@ -715,7 +715,11 @@ func (e *Perimeter) Reconcile(ctx context.Context, running func(id string) *Sess
 				rev, err := st.sweep(ctx, ns.ID(), sc.Egress, sc.Egress, list, e.fastPath(*sc), nil)
 				if err != nil {
 					log.G(ctx).Warn("reinstall session rules", "session", ns.ID(), "error", err)
-				} else if len(rev.Unpinned) > 0 || rev.Cut > 0 {
+				}
+				// A session made by an airlockd before the terminate sets
+				// has them only now (the sweep adds them).
+				st.refillTerminated(ctx)
+				if err == nil && (len(rev.Unpinned) > 0 || rev.Cut > 0) {
 					log.G(ctx).Info("egress re-adopted under the recorded policy", "session", ns.ID(), "version", sc.PolicyVersion,
 						"unpinned", len(rev.Unpinned), "cut", rev.Cut)
 				}

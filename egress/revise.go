@@ -57,12 +57,22 @@ func (st *sessionState) setTerminate(ctx context.Context, terminate func(string)
 	st.mu.Lock()
 	st.terminate = terminate
 	st.mu.Unlock()
+	st.refillTerminated(ctx)
+}
+
+// refillTerminated refills the session's terminate sets with the
+// addresses its names whose TLS the gateway terminates were pinned for.
+func (st *sessionState) refillTerminated(ctx context.Context) {
+	st.mu.RLock()
+	terminate := st.terminate
+	st.mu.RUnlock()
+	if terminate == nil {
+		return // not on the fast path: the sets are not read
+	}
 	var addrs []netip.Addr
-	if terminate != nil {
-		for a, chains := range st.names.Chains() {
-			if slices.ContainsFunc(chains, func(c []allowlist.FQDN) bool { return terminate(c[0].WithoutTrailingDot()) }) {
-				addrs = append(addrs, a)
-			}
+	for a, chains := range st.names.Chains() {
+		if slices.ContainsFunc(chains, func(c []allowlist.FQDN) bool { return terminate(c[0].WithoutTrailingDot()) }) {
+			addrs = append(addrs, a)
 		}
 	}
 	if err := st.ns.Terminate(ctx, addrs, terminateHold, true); err != nil {

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -37,6 +39,19 @@ type upstreamPool struct {
 type pooledConn struct {
 	net.Conn
 	created time.Time
+	// raw is the socket's descriptor, for a UDP conn that has one (see
+	// exchangeFD); nil otherwise.
+	raw syscall.RawConn
+}
+
+func newPooledConn(c net.Conn, network string) pooledConn {
+	pc := pooledConn{Conn: c, created: time.Now()}
+	if sc, ok := c.(syscall.Conn); ok && fdExchange && network == "udp" {
+		if raw, err := sc.SyscallConn(); err == nil {
+			pc.raw = raw
+		}
+	}
+	return pc
 }
 
 func newUpstreamPool(dial Dialer, upstreams []string) *upstreamPool {
@@ -52,15 +67,21 @@ func newUpstreamPool(dial Dialer, upstreams []string) *upstreamPool {
 // from an earlier query) is replaced by a fresh one once.
 func (p *upstreamPool) exchange(ctx context.Context, network, addr string, q *dns.Msg) (*dns.Msg, error) {
 	for attempt := 0; ; attempt++ {
+		var err error
 		conn, reused := p.get(network, addr)
 		if !reused {
 			c, err := p.dial(ctx, network, addr)
 			if err != nil {
 				return nil, err
 			}
-			conn = pooledConn{Conn: c, created: time.Now()}
+			conn = newPooledConn(c, network)
 		}
-		resp, err := exchangeOn(ctx, conn.Conn, network, q)
+		var resp *dns.Msg
+		if conn.raw != nil {
+			resp, err = exchangeFD(ctx, conn, q)
+		} else {
+			resp, err = exchangeOn(ctx, conn.Conn, network, q)
+		}
 		if err != nil {
 			conn.Close()
 			var nerr net.Error
@@ -171,6 +192,92 @@ func exchangeOn(ctx context.Context, conn net.Conn, network string, q *dns.Msg) 
 			return nil, err
 		}
 		return resp, nil
+	}
+}
+
+// exchangeFD is exchangeOn over a UDP socket's descriptor: it writes q
+// and waits for the socket to become readable before its first read, where
+// a net.Conn's Read would read at once and, the reply not being there yet,
+// read again once it is: one system call less per query. The wait is
+// armed before the write, so that a reply that comes before the wait
+// starts is not missed. The read deadline is the context's, as
+// exchangeOn's.
+func exchangeFD(ctx context.Context, conn pooledConn, q *dns.Msg) (*dns.Msg, error) {
+	d, _ := ctx.Deadline() // zero: no deadline
+	if err := conn.SetReadDeadline(d); err != nil {
+		return nil, err
+	}
+	bp := exchangeBufs.Get().(*[]byte)
+	defer exchangeBufs.Put(bp)
+	buf := *bp
+	out, err := q.PackBuffer(buf)
+	if err != nil {
+		return nil, err
+	}
+	// The reply is read into buf, over the query, once the query is
+	// written.
+	var (
+		sent, full bool
+		n          int
+		opErr      error
+	)
+	err = conn.raw.Read(func(fd uintptr) bool {
+		if !sent {
+			sent = true
+			_, opErr = ignoringEINTR(func() (int, error) { return fdWrite(fd, out) })
+			switch {
+			case opErr == syscall.EAGAIN:
+				full, opErr = true, nil
+				return true
+			case opErr != nil:
+				opErr = os.NewSyscallError("write", opErr)
+				return true
+			}
+			return false // wait until readable
+		}
+		for {
+			n, opErr = ignoringEINTR(func() (int, error) { return fdRead(fd, buf) })
+			switch {
+			case opErr == syscall.EAGAIN:
+				opErr = nil
+				return false
+			case opErr != nil:
+				opErr = os.NewSyscallError("read", opErr)
+				return true
+			case n >= 12 && binary.BigEndian.Uint16(buf) == q.Id:
+				return true
+			}
+			// Not a reply to q; a later packet may be.
+		}
+	})
+	if full {
+		// The socket's send buffer is full: the net.Conn's Write waits
+		// for room.
+		return exchangeOn(ctx, conn.Conn, "udp", q)
+	}
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	resp := new(dns.Msg)
+	if err := resp.Unpack(buf[:n]); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// ignoringEINTR calls f until it fails with another error than EINTR.
+func ignoringEINTR(f func() (int, error)) (int, error) {
+	for {
+		n, err := f()
+		if err != syscall.EINTR {
+			return n, err
+		}
 	}
 }
 

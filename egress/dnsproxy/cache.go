@@ -32,7 +32,8 @@ func (h *cacheHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 		return dns.RcodeSuccess, w.WriteMsg(m)
 	}
 	h.s.stats.cacheMisses.Add(1)
-	cw := &captureWriter{ResponseWriter: w}
+	cw := &req.cacheW
+	*cw = captureWriter{ResponseWriter: w}
 	rc, err := h.next.ServeDNS(ctx, cw, r)
 	if !clientWrote(rc) || cw.msg == nil {
 		return rc, err

@@ -207,56 +207,21 @@ func exchangeFD(ctx context.Context, conn pooledConn, q *dns.Msg) (*dns.Msg, err
 	if err := conn.SetReadDeadline(d); err != nil {
 		return nil, err
 	}
-	bp := exchangeBufs.Get().(*[]byte)
-	defer exchangeBufs.Put(bp)
-	buf := *bp
-	out, err := q.PackBuffer(buf)
+	x := fdStates.Get().(*fdState)
+	defer x.release()
+	out, err := q.PackBuffer(x.buf)
 	if err != nil {
 		return nil, err
 	}
-	// The reply is read into buf, over the query, once the query is
-	// written.
-	var (
-		sent, full bool
-		n          int
-		opErr      error
-	)
-	err = conn.raw.Read(func(fd uintptr) bool {
-		if !sent {
-			sent = true
-			_, opErr = ignoringEINTR(func() (int, error) { return fdWrite(fd, out) })
-			switch {
-			case opErr == syscall.EAGAIN:
-				full, opErr = true, nil
-				return true
-			case opErr != nil:
-				opErr = os.NewSyscallError("write", opErr)
-				return true
-			}
-			return false // wait until readable
-		}
-		for {
-			n, opErr = ignoringEINTR(func() (int, error) { return fdRead(fd, buf) })
-			switch {
-			case opErr == syscall.EAGAIN:
-				opErr = nil
-				return false
-			case opErr != nil:
-				opErr = os.NewSyscallError("read", opErr)
-				return true
-			case n >= 12 && binary.BigEndian.Uint16(buf) == q.Id:
-				return true
-			}
-			// Not a reply to q; a later packet may be.
-		}
-	})
-	if full {
+	x.out, x.id = out, q.Id
+	err = conn.raw.Read(x.step)
+	if x.full {
 		// The socket's send buffer is full: the net.Conn's Write waits
 		// for room.
 		return exchangeOn(ctx, conn.Conn, "udp", q)
 	}
 	if err == nil {
-		err = opErr
+		err = x.err
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -265,19 +230,73 @@ func exchangeFD(ctx context.Context, conn pooledConn, q *dns.Msg) (*dns.Msg, err
 		return nil, err
 	}
 	resp := new(dns.Msg)
-	if err := resp.Unpack(buf[:n]); err != nil {
+	if err := resp.Unpack(x.buf[:x.n]); err != nil {
 		return nil, err
 	}
 	return resp, nil
 }
 
-// ignoringEINTR calls f until it fails with another error than EINTR.
-func ignoringEINTR(f func() (int, error)) (int, error) {
-	for {
-		n, err := f()
-		if err != syscall.EINTR {
-			return n, err
+// fdState is the state of one exchangeFD, pooled with its buffer: the
+// query is packed into buf, and the reply read into it, over the query,
+// once the query is written.
+type fdState struct {
+	buf  []byte
+	out  []byte
+	id   uint16
+	sent bool
+	full bool // the write found the send buffer full
+	n    int
+	err  error
+	step func(fd uintptr) bool // x.do, made once
+}
+
+var fdStates = sync.Pool{New: func() any {
+	x := &fdState{buf: make([]byte, maxUDPRead)}
+	x.step = x.do
+	return x
+}}
+
+func (x *fdState) release() {
+	x.out, x.id, x.sent, x.full, x.n, x.err = nil, 0, false, false, 0, nil
+	fdStates.Put(x)
+}
+
+// do is the syscall.RawConn Read callback: the first call writes the
+// query and asks to wait until the socket is readable; later calls read
+// until the reply to the query, or until nothing is left to read.
+func (x *fdState) do(fd uintptr) bool {
+	if !x.sent {
+		x.sent = true
+		var err error
+		for {
+			if _, err = fdWrite(fd, x.out); err != syscall.EINTR {
+				break
+			}
 		}
+		switch {
+		case err == syscall.EAGAIN:
+			x.full = true
+			return true
+		case err != nil:
+			x.err = os.NewSyscallError("write", err)
+			return true
+		}
+		return false // wait until readable
+	}
+	for {
+		n, err := fdRead(fd, x.buf)
+		switch {
+		case err == syscall.EINTR:
+		case err == syscall.EAGAIN:
+			return false
+		case err != nil:
+			x.err = os.NewSyscallError("read", err)
+			return true
+		case n >= 12 && binary.BigEndian.Uint16(x.buf) == x.id:
+			x.n = n
+			return true
+		}
+		// Not a reply to the query; a later packet may be.
 	}
 }
 

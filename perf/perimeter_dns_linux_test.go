@@ -32,7 +32,8 @@ import (
 // (the harness runs them in three), so a CPU profile (go test
 // -cpuprofile) shows all three: the proxy's goroutines are the ones under
 // dnsproxy.(*udpServer). Loads: cache hits over 50 names and unique
-// names (every query forwarded, NXDOMAIN upstream), 16 clients.
+// names (every query forwarded, NXDOMAIN upstream), from 16 clients and
+// (for latency) from one.
 func BenchmarkPerimeterDNS(b *testing.B) {
 	testutil.RequiresRoot(b)
 	ctx := context.Background()
@@ -93,12 +94,13 @@ func BenchmarkPerimeterDNS(b *testing.B) {
 
 	round := 0
 	for _, l := range []struct {
-		name   string
-		unique bool
-	}{{"hit", false}, {"miss", true}} {
+		name    string
+		unique  bool
+		clients int
+	}{{"hit", false, 16}, {"miss", true, 16}, {"hit-latency", false, 1}, {"miss-latency", true, 1}} {
 		for _, side := range []string{"direct", "proxy"} {
 			b.Run(l.name+"/"+side, func(b *testing.B) {
-				cfg := load.DNSConfig{Server: resolver, Dial: sandbox, Concurrency: 16, Timeout: 2 * time.Second}
+				cfg := load.DNSConfig{Server: resolver, Dial: sandbox, Concurrency: l.clients, Timeout: 2 * time.Second}
 				if side == "direct" {
 					cfg.Server, cfg.Dial = upstream, gw
 				}

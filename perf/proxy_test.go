@@ -102,20 +102,37 @@ func startProxy(tb testing.TB, audit func(dnsproxy.Event)) string {
 	return pc.LocalAddr().String()
 }
 
+// reportDNS reports a load's throughput and latency percentiles.
+func reportDNS(b *testing.B, res *load.DNSResult) {
+	b.ReportMetric(res.QPS, "qps")
+	b.ReportMetric(res.LatencyUS.Median, "p50-µs")
+	b.ReportMetric(res.LatencyUS.P99, "p99-µs")
+}
+
 // BenchmarkProxyAudited is the proxy as the daemon runs it, in process:
 // real UDP sockets, cache hits over 50 names, 8 concurrent clients, with
-// the session's audit off or written as JSON lines to a file. Profile it
-// (go test -cpuprofile) to see where a query's CPU goes.
+// the session's audit off or written as JSON lines to a file; "direct"
+// asks the upstream server itself, for comparison (the harness's ratio).
+// Profile it (go test -cpuprofile) to see where a query's CPU goes.
 func BenchmarkProxyAudited(b *testing.B) {
-	for _, mode := range []string{"off", "jsonl"} {
-		b.Run("audit="+mode, func(b *testing.B) {
+	for _, mode := range []string{"direct", "off", "jsonl"} {
+		name := "audit=" + mode
+		if mode == "direct" {
+			name = mode
+		}
+		b.Run(name, func(b *testing.B) {
 			emit := func(dnsproxy.Event) {}
 			if mode == "jsonl" {
 				l := audit.Open(filepath.Join(b.TempDir(), audit.File))
 				b.Cleanup(func() { _ = l.Close() })
 				emit = (&jsonlAudit{log: l}).emit
 			}
-			addr := startProxy(b, emit)
+			var addr string
+			if mode == "direct" {
+				addr = upstreamServer(b)
+			} else {
+				addr = startProxy(b, emit)
+			}
 			names, _ := load.ExpandNames([]string{"d%d." + DNSZone}, 50)
 			warm, err := load.RunDNS(context.Background(), load.DNSConfig{Server: addr, Names: names, Count: 50})
 			if err != nil || warm.Answered != 50 {
@@ -129,8 +146,7 @@ func BenchmarkProxyAudited(b *testing.B) {
 			if res.Answered != res.Sent {
 				b.Fatalf("%d of %d answered", res.Answered, res.Sent)
 			}
-			b.ReportMetric(res.QPS, "qps")
-			b.ReportMetric(res.LatencyUS.Median, "p50-µs")
+			reportDNS(b, res)
 		})
 	}
 }
@@ -139,17 +155,27 @@ func BenchmarkProxyAudited(b *testing.B) {
 // new name per query (every query a cache miss, forwarded upstream and
 // pinned, and a distinct audit event that no aggregation merges), with
 // the session's audit off or as the daemon records it: the perimeter's
-// event (egress.DNSAuditEvent) through audit.Log.EmitDecision.
+// event (egress.DNSAuditEvent) through audit.Log.EmitDecision; "direct"
+// asks the upstream server itself, for comparison.
 func BenchmarkProxyAuditedDistinct(b *testing.B) {
-	for _, mode := range []string{"off", "daemon"} {
-		b.Run("audit="+mode, func(b *testing.B) {
+	for _, mode := range []string{"direct", "off", "daemon"} {
+		name := "audit=" + mode
+		if mode == "direct" {
+			name = mode
+		}
+		b.Run(name, func(b *testing.B) {
 			emit := func(dnsproxy.Event) {}
 			if mode == "daemon" {
 				l := audit.Open(filepath.Join(b.TempDir(), audit.File))
 				b.Cleanup(func() { _ = l.Close() })
 				emit = func(ev dnsproxy.Event) { l.EmitDecision(context.Background(), egress.DNSAuditEvent("perf", ev)) }
 			}
-			addr := startProxy(b, emit)
+			var addr string
+			if mode == "direct" {
+				addr = upstreamServer(b)
+			} else {
+				addr = startProxy(b, emit)
+			}
 			b.ResetTimer()
 			res, err := load.RunDNS(context.Background(), load.DNSConfig{Server: addr, Unique: "u" + strconv.Itoa(b.N) + "." + DNSZone, Count: b.N, Concurrency: 8})
 			if err != nil {
@@ -158,8 +184,7 @@ func BenchmarkProxyAuditedDistinct(b *testing.B) {
 			if res.Answered != res.Sent {
 				b.Fatalf("%d of %d answered", res.Answered, res.Sent)
 			}
-			b.ReportMetric(res.QPS, "qps")
-			b.ReportMetric(res.LatencyUS.Median, "p50-µs")
+			reportDNS(b, res)
 		})
 	}
 }

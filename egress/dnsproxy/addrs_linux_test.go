@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -227,5 +228,87 @@ func TestAnswerAddressesThatAreNeverPinned(t *testing.T) {
 	slices.SortFunc(want, netip.Addr.Compare)
 	if !slices.Equal(got, want) {
 		t.Errorf("pinned in the kernel: %v, want %v", got, want)
+	}
+}
+
+// TestCachedAnswerKeepsThePin answers a name from upstream and then from
+// the cache, pinning into a real session's nftables sets: the hit asks no
+// longer than the pin of the stored answer, so the kernel's entry is left
+// as it is (its remaining life goes on shrinking), while the client's TTL
+// stays within it. Once the entry expired, the next answer pins it again.
+func TestCachedAnswerKeepsThePin(t *testing.T) {
+	_, ns := realSession(t)
+	up := newUpstream(t, "x.corp.test. 60 IN A 192.0.2.10", "short.corp.test. 1 IN A 192.0.2.11")
+	list, err := allowlist.Compile([]string{"*.corp.test"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sessions SessionMap
+	sessions.Set(netip.MustParseAddr("127.0.0.1"), &SessionPolicy{ID: "s1", Allowlist: list, Pinner: ns})
+	p := startProxy(t, &sessions, WithUpstreams(up.addr), WithTTLBounds(time.Second, time.Minute))
+	remaining := func(a netip.Addr) (time.Duration, bool) {
+		t.Helper()
+		pins, err := ns.Pinned(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pn := range pins {
+			if pn.Addr == a {
+				return pn.Expires, true
+			}
+		}
+		return 0, false
+	}
+	x := netip.MustParseAddr("192.0.2.10")
+
+	if resp := p.query(t, "udp", "", "x.corp.test.", dns.TypeA, true); !slices.Equal(addrsOf(resp), []netip.Addr{x}) {
+		t.Fatalf("miss: %v", resp)
+	}
+	first, ok := remaining(x)
+	if !ok || first < 59*time.Second {
+		t.Fatalf("after the miss: pinned %v (%v), want about 60s", ok, first)
+	}
+	// Half a second into the next whole second of the entry's age: a pin
+	// made anew would last the answer's TTL (58s), the one left alone
+	// about half a second longer.
+	time.Sleep(1500 * time.Millisecond)
+	resp := p.query(t, "udp", "", "x.corp.test.", dns.TypeA, true)
+	if !slices.Equal(addrsOf(resp), []netip.Addr{x}) || up.count("x.corp.test.") != 1 {
+		t.Fatalf("hit: %v, upstream asked %d times", resp, up.count("x.corp.test."))
+	}
+	ttl := time.Duration(resp.Answer[0].Header().Ttl) * time.Second
+	if ttl != 58*time.Second {
+		t.Errorf("cached answer's TTL %v, want 58s (60s aged 1.5s, rounded up)", ttl)
+	}
+	left, ok := remaining(x)
+	if !ok {
+		t.Fatal("the pin is gone after the hit")
+	}
+	if left > first-time.Second || left < ttl+200*time.Millisecond {
+		t.Errorf("after the hit the pin has %v left (%v after the miss, answer's TTL %v): want it left alone, above the TTL", left, first, ttl)
+	}
+
+	// A 1s answer: pinned for 1s, gone after it, pinned again by the
+	// next answer (from upstream: the cache's entry expired too).
+	y := netip.MustParseAddr("192.0.2.11")
+	p.query(t, "udp", "", "short.corp.test.", dns.TypeA, true)
+	if _, ok := remaining(y); !ok {
+		t.Fatal("short.corp.test not pinned")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := remaining(y); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the 1s pin did not expire within 5s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if resp := p.query(t, "udp", "", "short.corp.test.", dns.TypeA, true); !slices.Equal(addrsOf(resp), []netip.Addr{y}) {
+		t.Fatalf("after expiry: %v", resp)
+	}
+	if _, ok := remaining(y); !ok {
+		t.Error("an answer after the pin expired did not pin it again")
 	}
 }

@@ -29,7 +29,8 @@ type answerHandler struct {
 
 func (h *answerHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	req := requestFrom(ctx)
-	cw := &captureWriter{ResponseWriter: w}
+	cw := &req.answerW
+	*cw = captureWriter{ResponseWriter: w}
 	rc, err := h.next.ServeDNS(ctx, cw, r)
 	if clientWrote(rc) && cw.msg == nil {
 		rc, err = dns.RcodeServerFailure, errors.Join(err, errors.New("no upstream response"))

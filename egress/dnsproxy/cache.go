@@ -32,13 +32,14 @@ func (h *cacheHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dn
 		return dns.RcodeSuccess, w.WriteMsg(m)
 	}
 	h.s.stats.cacheMisses.Add(1)
-	cw := &captureWriter{ResponseWriter: w}
+	cw := &req.cacheW
+	*cw = captureWriter{ResponseWriter: w}
 	rc, err := h.next.ServeDNS(ctx, cw, r)
 	if !clientWrote(rc) || cw.msg == nil {
 		return rc, err
 	}
 	if ttl, ok := cacheTTL(cw.msg, h.s.cfg.ttlCap); ok {
-		h.s.cache.put(key, cw.msg.Copy(), now, ttl)
+		h.s.cache.put(key, capTTLs(cw.msg.Copy(), ttl), now, ttl)
 	}
 	return rc, w.WriteMsg(cw.msg)
 }
@@ -85,7 +86,12 @@ func (c *cache) set(key cacheKey) []atomic.Pointer[cacheEntry] {
 	return c.slots[i : i+c.ways]
 }
 
-// get returns a private copy of the entry with TTLs aged to now.
+// get returns a private copy of the entry with TTLs aged to now. The age
+// is rounded up to whole seconds: a TTL handed out never outlives the
+// entry, so that the pin made when it was stored (which lasts from after
+// the entry was stored for its TTL) already covers every answer made from
+// it, and a hit does not move the pin's expiry (netns.Session.Pin leaves
+// an entry alone that is allowed for as long already).
 func (c *cache) get(key cacheKey, now time.Time) (*dns.Msg, bool) {
 	var e *cacheEntry
 	set := c.set(key)
@@ -99,7 +105,7 @@ func (c *cache) get(key cacheKey, now time.Time) (*dns.Msg, bool) {
 		return nil, false
 	}
 	m := e.msg.Copy()
-	age := uint32(now.Sub(e.stored) / time.Second)
+	age := uint32((now.Sub(e.stored) + time.Second - 1) / time.Second)
 	for _, sec := range [][]dns.RR{m.Answer, m.Ns} {
 		for _, rr := range sec {
 			h := rr.Header()
@@ -139,6 +145,18 @@ func (c *cache) len() int {
 		}
 	}
 	return n
+}
+
+// capTTLs lowers the TTLs of m's answer records to the entry's lifetime
+// (the cap, for records that outlive it), so that an answer made from the
+// entry never outlives the pin made when it was stored.
+func capTTLs(m *dns.Msg, ttl time.Duration) *dns.Msg {
+	secs := uint32(ttl / time.Second)
+	for _, rr := range m.Answer {
+		h := rr.Header()
+		h.Ttl = min(h.Ttl, secs)
+	}
+	return m
 }
 
 // cacheTTL says how long m may be cached: the smallest TTL of its answer

@@ -32,10 +32,24 @@ type queryContext struct {
 type queryAfterFunc struct{ f func() }
 
 func newQueryContext(parent context.Context, deadline time.Time, req *request) *queryContext {
+	c := new(queryContext)
+	c.init(parent, deadline, req)
+	return c
+}
+
+// init sets up a zero queryContext, as newQueryContext returns it.
+func (c *queryContext) init(parent context.Context, deadline time.Time, req *request) {
 	if d, ok := parent.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	return &queryContext{Context: parent, deadline: deadline, req: req}
+	c.Context, c.deadline, c.req = parent, deadline, req
+}
+
+// query is a query's state, allocated at once: its context and the
+// request state the context carries.
+type query struct {
+	ctx queryContext
+	req request
 }
 
 // Deadline implements context.Context.

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -37,6 +39,19 @@ type upstreamPool struct {
 type pooledConn struct {
 	net.Conn
 	created time.Time
+	// raw is the socket's descriptor, for a UDP conn that has one (see
+	// exchangeFD); nil otherwise.
+	raw syscall.RawConn
+}
+
+func newPooledConn(c net.Conn, network string) pooledConn {
+	pc := pooledConn{Conn: c, created: time.Now()}
+	if sc, ok := c.(syscall.Conn); ok && fdExchange && network == "udp" {
+		if raw, err := sc.SyscallConn(); err == nil {
+			pc.raw = raw
+		}
+	}
+	return pc
 }
 
 func newUpstreamPool(dial Dialer, upstreams []string) *upstreamPool {
@@ -52,15 +67,21 @@ func newUpstreamPool(dial Dialer, upstreams []string) *upstreamPool {
 // from an earlier query) is replaced by a fresh one once.
 func (p *upstreamPool) exchange(ctx context.Context, network, addr string, q *dns.Msg) (*dns.Msg, error) {
 	for attempt := 0; ; attempt++ {
+		var err error
 		conn, reused := p.get(network, addr)
 		if !reused {
 			c, err := p.dial(ctx, network, addr)
 			if err != nil {
 				return nil, err
 			}
-			conn = pooledConn{Conn: c, created: time.Now()}
+			conn = newPooledConn(c, network)
 		}
-		resp, err := exchangeOn(ctx, conn.Conn, network, q)
+		var resp *dns.Msg
+		if conn.raw != nil {
+			resp, err = exchangeFD(ctx, conn, q)
+		} else {
+			resp, err = exchangeOn(ctx, conn.Conn, network, q)
+		}
 		if err != nil {
 			conn.Close()
 			var nerr net.Error
@@ -171,6 +192,111 @@ func exchangeOn(ctx context.Context, conn net.Conn, network string, q *dns.Msg) 
 			return nil, err
 		}
 		return resp, nil
+	}
+}
+
+// exchangeFD is exchangeOn over a UDP socket's descriptor: it writes q
+// and waits for the socket to become readable before its first read, where
+// a net.Conn's Read would read at once and, the reply not being there yet,
+// read again once it is: one system call less per query. The wait is
+// armed before the write, so that a reply that comes before the wait
+// starts is not missed. The read deadline is the context's, as
+// exchangeOn's.
+func exchangeFD(ctx context.Context, conn pooledConn, q *dns.Msg) (*dns.Msg, error) {
+	d, _ := ctx.Deadline() // zero: no deadline
+	if err := conn.SetReadDeadline(d); err != nil {
+		return nil, err
+	}
+	x := fdStates.Get().(*fdState)
+	defer x.release()
+	out, err := q.PackBuffer(x.buf)
+	if err != nil {
+		return nil, err
+	}
+	x.out, x.id = out, q.Id
+	err = conn.raw.Read(x.step)
+	if x.full {
+		// The socket's send buffer is full: the net.Conn's Write waits
+		// for room.
+		return exchangeOn(ctx, conn.Conn, "udp", q)
+	}
+	if err == nil {
+		err = x.err
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	resp := new(dns.Msg)
+	if err := resp.Unpack(x.buf[:x.n]); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// fdState is the state of one exchangeFD, pooled with its buffer: the
+// query is packed into buf, and the reply read into it, over the query,
+// once the query is written.
+type fdState struct {
+	buf  []byte
+	out  []byte
+	id   uint16
+	sent bool
+	full bool // the write found the send buffer full
+	n    int
+	err  error
+	step func(fd uintptr) bool // x.do, made once
+}
+
+var fdStates = sync.Pool{New: func() any {
+	x := &fdState{buf: make([]byte, maxUDPRead)}
+	x.step = x.do
+	return x
+}}
+
+func (x *fdState) release() {
+	x.out, x.id, x.sent, x.full, x.n, x.err = nil, 0, false, false, 0, nil
+	fdStates.Put(x)
+}
+
+// do is the syscall.RawConn Read callback: the first call writes the
+// query and asks to wait until the socket is readable; later calls read
+// until the reply to the query, or until nothing is left to read.
+func (x *fdState) do(fd uintptr) bool {
+	if !x.sent {
+		x.sent = true
+		var err error
+		for {
+			if _, err = fdWrite(fd, x.out); err != syscall.EINTR {
+				break
+			}
+		}
+		switch {
+		case err == syscall.EAGAIN:
+			x.full = true
+			return true
+		case err != nil:
+			x.err = os.NewSyscallError("write", err)
+			return true
+		}
+		return false // wait until readable
+	}
+	for {
+		n, err := fdRead(fd, x.buf)
+		switch {
+		case err == syscall.EINTR:
+		case err == syscall.EAGAIN:
+			return false
+		case err != nil:
+			x.err = os.NewSyscallError("read", err)
+			return true
+		case n >= 12 && binary.BigEndian.Uint16(x.buf) == x.id:
+			x.n = n
+			return true
+		}
+		// Not a reply to the query; a later packet may be.
 	}
 }
 

@@ -46,6 +46,10 @@ type request struct {
 
 	// Set by the cache on a hit.
 	cached bool
+
+	// The answer and cache handlers' capture writers, kept here so that
+	// a query allocates one object for its state.
+	answerW, cacheW captureWriter
 }
 
 type requestKey struct{}
@@ -59,12 +63,13 @@ func requestFrom(ctx context.Context) *request {
 	return req
 }
 
-// newRequest reads the client's address and transport from w.
-func newRequest(w dns.ResponseWriter) *request {
-	req := &request{proto: "udp", udpSize: dns.MinMsgSize}
+// init sets up a zero request with the client's address and transport,
+// read from w.
+func (req *request) init(w dns.ResponseWriter) {
+	req.proto, req.udpSize = "udp", dns.MinMsgSize
 	if u, ok := w.(*udpWriter); ok && u.src.IsValid() {
 		req.client = u.src.Addr().Unmap()
-		return req
+		return
 	}
 	switch a := w.RemoteAddr().(type) {
 	case *net.UDPAddr:
@@ -81,7 +86,6 @@ func newRequest(w dns.ResponseWriter) *request {
 			req.proto = "tcp"
 		}
 	}
-	return req
 }
 
 // captureWriter records the message a later handler writes, instead of

@@ -357,8 +357,11 @@ func (s *Server) serve(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) {
 		return
 	}
 	s.stats.queries.Add(1)
-	req := newRequest(w)
-	qctx := newQueryContext(ctx, time.Now().Add(s.cfg.queryTimeout), req)
+	q := new(query)
+	req := &q.req
+	req.init(w)
+	qctx := &q.ctx
+	qctx.init(ctx, time.Now().Add(s.cfg.queryTimeout), req)
 	defer qctx.release()
 	ctx = qctx
 	rc, err := s.chain.ServeDNS(ctx, w, r)

@@ -52,6 +52,8 @@ type packet struct {
 	// For other packet conns: the client.
 	addr net.Addr
 	oob  [oobSize]byte
+	// w answers the query; it lives as long as the packet is served.
+	w udpWriter
 }
 
 var packets = sync.Pool{New: func() any { return &packet{buf: make([]byte, maxUDPRead)} }}
@@ -195,7 +197,7 @@ func (u *udpServer) worker(p *packet, core bool) {
 }
 
 func putPacket(p *packet) {
-	p.n, p.src, p.pi, p.addr = 0, netip.AddrPort{}, pktinfo{}, nil
+	p.n, p.src, p.pi, p.addr, p.w = 0, netip.AddrPort{}, pktinfo{}, nil, udpWriter{}
 	packets.Put(p)
 }
 
@@ -212,7 +214,8 @@ func (u *udpServer) serve(p *packet) {
 	req := new(dns.Msg)
 	err := req.Unpack(m)
 	// The query is parsed: its buffer now holds answers as they are packed.
-	w := &udpWriter{u: u, src: p.src, pi: p.pi, addr: p.addr, buf: p.buf}
+	w := &p.w
+	*w = udpWriter{u: u, src: p.src, pi: p.pi, addr: p.addr, buf: p.buf}
 	if err != nil {
 		u.s.stats.malformed.Add(1)
 		req.SetRcodeFormatError(req)

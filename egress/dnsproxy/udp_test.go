@@ -158,7 +158,9 @@ func TestUDPBusyWorkersDoNotHoldUpQueries(t *testing.T) {
 // TestExchangeOnUDP asks a raw UDP server that sends a short packet and a
 // reply with another id before the reply to the query: the exchange skips
 // both and returns the reply; a server that never answers ends the
-// exchange at the attempt's deadline.
+// exchange at the attempt's deadline; a closed port fails at once. Both
+// ways of exchanging are checked: over the net.Conn (exchangeOn) and
+// over its descriptor (exchangeFD, what the upstream pool uses).
 func TestExchangeOnUDP(t *testing.T) {
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -187,31 +189,76 @@ func TestExchangeOnUDP(t *testing.T) {
 			}
 		}
 	}()
-	conn, err := net.Dial("udp", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	for _, fd := range []bool{false, true} {
+		t.Run(map[bool]string{false: "conn", true: "fd"}[fd], func(t *testing.T) {
+			exchange := func(ctx context.Context, conn net.Conn, q *dns.Msg) (*dns.Msg, error) {
+				if !fd {
+					return exchangeOn(ctx, conn, "udp", q)
+				}
+				pooled := newPooledConn(conn, "udp")
+				if pooled.raw == nil {
+					t.Fatal("no descriptor for a UDP conn")
+				}
+				return exchangeFD(ctx, pooled, q)
+			}
+			conn, err := net.Dial("udp", pc.LocalAddr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
 
-	q := new(dns.Msg)
-	q.SetQuestion("x.test.", dns.TypeA)
-	ctx := newAttemptContext(t.Context(), 2*time.Second)
-	resp, err := exchangeOn(ctx, conn, "udp", q)
-	ctx.release()
-	if err != nil || resp.Id != q.Id || resp.Rcode != dns.RcodeNameError || resp.Question[0].Name != "x.test." {
-		t.Fatalf("exchange: %v, %v", resp, err)
-	}
+			q := new(dns.Msg)
+			for i := range 50 { // the reply often comes before the wait for it starts
+				q.SetQuestion(fmt.Sprintf("x%d.test.", i), dns.TypeA)
+				ctx := newAttemptContext(t.Context(), 2*time.Second)
+				resp, err := exchange(ctx, conn, q)
+				ctx.release()
+				if err != nil || resp.Id != q.Id || resp.Rcode != dns.RcodeNameError || resp.Question[0].Name != q.Question[0].Name {
+					t.Fatalf("exchange %d: %v, %v", i, resp, err)
+				}
+			}
 
-	q.SetQuestion("silent.test.", dns.TypeA)
-	ctx = newAttemptContext(t.Context(), 100*time.Millisecond)
-	start := time.Now()
-	_, err = exchangeOn(ctx, conn, "udp", q)
-	ctx.release()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("unanswered exchange: %v, want the deadline exceeded", err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("unanswered exchange took %v, attempt timeout 100ms", d)
+			q.SetQuestion("silent.test.", dns.TypeA)
+			ctx := newAttemptContext(t.Context(), 100*time.Millisecond)
+			start := time.Now()
+			_, err = exchange(ctx, conn, q)
+			ctx.release()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("unanswered exchange: %v, want the deadline exceeded", err)
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Errorf("unanswered exchange took %v, attempt timeout 100ms", d)
+			}
+			// The late replies to the silent query's predecessors are
+			// skipped by the next exchange.
+			q.SetQuestion("after.test.", dns.TypeA)
+			ctx = newAttemptContext(t.Context(), 2*time.Second)
+			if resp, err := exchange(ctx, conn, q); err != nil || resp.Id != q.Id {
+				t.Errorf("exchange after a timeout: %v, %v", resp, err)
+			}
+			ctx.release()
+
+			// Nobody listens: the port unreachable error ends the
+			// exchange before its deadline.
+			closed, err := net.ListenPacket("udp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := closed.LocalAddr().String()
+			closed.Close()
+			dead, err := net.Dial("udp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dead.Close()
+			ctx = newAttemptContext(t.Context(), 5*time.Second)
+			start = time.Now()
+			_, err = exchange(ctx, dead, q)
+			ctx.release()
+			if err == nil || errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
+				t.Errorf("exchange with a closed port: %v after %v, want an error at once", err, time.Since(start))
+			}
+		})
 	}
 }
 

@@ -329,6 +329,53 @@ func TestGatewayPinExpiry(t *testing.T) {
 	wantGet(t, s, url(hostX, "/"), "x.test")
 }
 
+// TestGatewayPinKeptAndRenewed: a pin asked again for no longer than the
+// entry has left is not written again (the kernel's entry keeps its
+// expiry), one asked for longer is; after a revision removed the entry,
+// the same pin adds it back.
+func TestGatewayPinKeptAndRenewed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.session(t, "renew", netns.SessionConfig{})
+	left := func() time.Duration {
+		t.Helper()
+		pins, err := s.Pinned(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pins {
+			if p.Addr == hostX && p.Port == 80 {
+				return p.Expires
+			}
+		}
+		return 0
+	}
+	pin(t, s, hostX, 30*time.Second, 80)
+	time.Sleep(500 * time.Millisecond)
+	pin(t, s, hostX, 29*time.Second, 80)
+	if l := left(); l > 29700*time.Millisecond || l < 25*time.Second {
+		t.Errorf("pinned for 30s, asked again for 29s after 0.5s: %v left, want about 29.5s (left alone)", l)
+	}
+	pin(t, s, hostX, time.Minute, 80)
+	if l := left(); l < 55*time.Second {
+		t.Errorf("asked for a minute: %v left", l)
+	}
+	wantGet(t, s, url(hostX, "/"), "x.test")
+
+	if _, err := s.Revise(t.Context(), netns.SessionConfig{}, []netns.Pinning{{Addr: hostX, Port: 80}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if l := left(); l != 0 {
+		t.Fatalf("after the revision removed it, the entry has %v left", l)
+	}
+	wantRejected(t, s, "tcp", ap(hostX, 80))
+	pin(t, s, hostX, 30*time.Second, 80)
+	if l := left(); l < 25*time.Second {
+		t.Errorf("pinned again after the revision: %v left", l)
+	}
+	wantGet(t, s, url(hostX, "/"), "x.test")
+}
+
 func TestGatewayDropMode(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -69,6 +69,9 @@ func (c SessionConfig) validate() error {
 	return nil
 }
 
+// anyPort is Pin's ports when it is given none: every port.
+var anyPort = [1]uint16{0}
+
 // MinPinTTL is the shortest lifetime Pin gives an entry; shorter TTLs (DNS
 // answers with TTL 0) are raised to it so the client can still connect.
 const MinPinTTL = time.Second
@@ -93,9 +96,19 @@ type Session struct {
 	mu sync.Mutex
 	// +checklocks:mu
 	pins map[pinKey]pinState
+	// sweepAt is the size of pins at which Pin next forgets the expired
+	// entries: twice what was left after the last sweep, at least
+	// minPinSweep, so that a session with many live pins does not walk
+	// them on every answer.
+	// +checklocks:mu
+	sweepAt int
 	// +checklocks:mu
 	removed bool
 }
+
+// minPinSweep is the number of remembered pins below which Pin does not
+// look for expired ones.
+const minPinSweep = 1024
 
 type pinKey struct {
 	addr netip.Addr
@@ -412,6 +425,11 @@ func (g *Gateway) teardownKey(ctx context.Context, key string, addr4, addr6 neti
 // cuts a longer one short. Connections opened before an entry expires live
 // on; new ones are blocked. IPv6 entries only matter with
 // SessionConfig.IPv6.
+//
+// An answer from the DNS proxy's cache asks for no longer than the pin made
+// when the answer was stored, which is then left as it is: a hit costs no
+// nftables update. The session remembers what it pinned until then; once
+// an entry expired, or a revision removed it, the next Pin adds it again.
 func (s *Session) Pin(ctx context.Context, addrs []netip.Addr, ports []uint16, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -420,7 +438,7 @@ func (s *Session) Pin(ctx context.Context, addrs []netip.Addr, ports []uint16, t
 	now := time.Now()
 	expires := now.Add(ttl)
 	if len(ports) == 0 {
-		ports = []uint16{0}
+		ports = anyPort[:]
 	}
 
 	s.mu.Lock()
@@ -428,12 +446,13 @@ func (s *Session) Pin(ctx context.Context, addrs []netip.Addr, ports []uint16, t
 	if s.removed {
 		return fmt.Errorf("session %q: %w", s.id, errdefs.ErrNotFound)
 	}
-	if len(s.pins) > 1024 {
+	if len(s.pins) > max(s.sweepAt, minPinSweep) {
 		for k, st := range s.pins {
 			if st.expires.Before(now) {
 				delete(s.pins, k)
 			}
 		}
+		s.sweepAt = 2 * len(s.pins)
 	}
 	var todo []nft.Pinning
 	for _, a := range addrs {

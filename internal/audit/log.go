@@ -232,8 +232,9 @@ func (a *Log) emit(ctx context.Context, ev api.AuditEvent, class eventClass) {
 // true, or opens a window for it and reports false (ev is then to be
 // written).
 func (a *Log) mergeLocked(ctx context.Context, ev *api.AuditEvent, line []byte) bool {
-	key := string(line[timeEnd(line):])
-	if g := a.aggs[key]; g != nil {
+	rest := line[timeEnd(line):]
+	// The lookup does not copy the key; only a new window's does.
+	if g := a.aggs[string(rest)]; g != nil {
 		if ev.Time.Before(g.start.Add(a.window)) {
 			if g.count == 0 {
 				g.first = ev.Time
@@ -242,8 +243,9 @@ func (a *Log) mergeLocked(ctx context.Context, ev *api.AuditEvent, line []byte) 
 			g.last = ev.Time
 			return true
 		}
-		a.flushAggLocked(ctx, key, g)
+		a.flushAggLocked(ctx, string(rest), g)
 	}
+	key := string(rest)
 	if a.aggs == nil {
 		a.aggs = map[string]*agg{}
 	}

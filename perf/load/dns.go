@@ -38,6 +38,9 @@ type DNSConfig struct {
 	Concurrency int
 	// Timeout bounds one query (default 1s); a timeout counts as an error.
 	Timeout time.Duration
+	// Dial opens each client's socket (default net.Dial), say in another
+	// network namespace.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // DNSResult is what a DNS load saw.
@@ -78,7 +81,13 @@ func RunDNS(ctx context.Context, cfg DNSConfig) (*DNSResult, error) {
 	}
 	conns := make([]net.Conn, cfg.Concurrency)
 	for i := range conns {
-		c, err := net.Dial("udp", cfg.Server)
+		var c net.Conn
+		var err error
+		if cfg.Dial != nil {
+			c, err = cfg.Dial(ctx, "udp", cfg.Server)
+		} else {
+			c, err = net.Dial("udp", cfg.Server)
+		}
 		if err != nil {
 			for _, c := range conns[:i] {
 				c.Close()

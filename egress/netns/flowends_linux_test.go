@@ -3,6 +3,7 @@ package netns_test
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -129,4 +130,48 @@ func TestFlowEndsLost(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	t.Errorf("the end of a connection closed after the loss was not told; told: %d ends, e.g. %+v", len(ends), ends)
+}
+
+// TestSessionTerminateSets: Terminate adds to a session's terminate sets,
+// both families, and with reset replaces what was there; the sets go
+// with the session.
+func TestSessionTerminateSets(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t, "term", netns.SessionConfig{IPv6: true, L7Ports: []uint16{80, 443}, FastPorts: []uint16{443}})
+	ctx := t.Context()
+	a, b := netip.MustParseAddr("10.214.0.20"), netip.MustParseAddr("fd0a:214::20")
+	want := func(addrs ...netip.Addr) {
+		t.Helper()
+		got, err := s.Terminated(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(got, netip.Addr.Compare)
+		slices.SortFunc(addrs, netip.Addr.Compare)
+		if !slices.Equal(got, addrs) {
+			t.Errorf("terminate sets %v, want %v", got, addrs)
+		}
+	}
+	if err := s.Terminate(ctx, []netip.Addr{a, b}, time.Minute, false); err != nil {
+		t.Fatal(err)
+	}
+	want(a, b)
+	// Asked again, for no longer: left as it is.
+	if err := s.Terminate(ctx, []netip.Addr{a}, time.Second, false); err != nil {
+		t.Fatal(err)
+	}
+	want(a, b)
+	if err := s.Terminate(ctx, []netip.Addr{b}, time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	want(b)
+	if err := s.Terminate(ctx, nil, time.Minute, true); err != nil {
+		t.Fatal(err)
+	}
+	want()
+	// After a reset, an address asked for again is put back.
+	if err := s.Terminate(ctx, []netip.Addr{a}, time.Minute, false); err != nil {
+		t.Fatal(err)
+	}
+	want(a)
 }

@@ -102,6 +102,12 @@ type Session struct {
 	// them on every answer.
 	// +checklocks:mu
 	sweepAt int
+	// terminated is when each address Terminate put in the terminate
+	// sets leaves them, as far as this process put it there: an address
+	// asked for again for no longer is left alone (every cached answer of
+	// such a name asks).
+	// +checklocks:mu
+	terminated map[netip.Addr]time.Time
 	// +checklocks:mu
 	removed bool
 }
@@ -493,23 +499,51 @@ func (s *Session) Terminate(ctx context.Context, addrs []netip.Addr, ttl time.Du
 		return err
 	}
 	ttl = max(ttl, MinPinTTL)
+	now := time.Now()
+	expires := now.Add(ttl)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.removed {
 		return fmt.Errorf("session %q: %w", s.id, errdefs.ErrNotFound)
 	}
+	if reset || s.terminated == nil {
+		s.terminated = map[netip.Addr]time.Time{}
+	}
+	var todo []netip.Addr
+	for _, a := range addrs {
+		a = a.Unmap()
+		if at, ok := s.terminated[a]; ok && !reset && !at.Before(expires) {
+			continue
+		}
+		todo = append(todo, a)
+	}
+	if len(todo) == 0 && !reset {
+		return nil
+	}
 	if err := s.gw.withNft(func(c *nftables.Conn) error {
 		if reset {
 			nft.ClearTerminated(c, s.gw.cfg.Prefix, s.iface)
 		}
-		if len(addrs) > 0 {
-			if err := nft.Terminated(c, s.gw.cfg.Prefix, s.iface, addrs, ttl); err != nil {
+		if len(todo) > 0 {
+			if err := nft.Terminated(c, s.gw.cfg.Prefix, s.iface, todo, ttl); err != nil {
 				return err
 			}
 		}
 		return c.Flush()
 	}); err != nil {
+		// What the kernel has is not known: ask again next time.
+		s.terminated = nil
 		return fmt.Errorf("session %q: terminate: %w", s.id, err)
+	}
+	if len(s.terminated) > minPinSweep {
+		for a, at := range s.terminated {
+			if at.Before(now) {
+				delete(s.terminated, a)
+			}
+		}
+	}
+	for _, a := range todo {
+		s.terminated[a] = expires
 	}
 	return nil
 }

@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
@@ -819,4 +821,125 @@ func inetChecksum(b []byte) uint16 {
 		sum = sum>>16 + sum&0xffff
 	}
 	return ^uint16(sum)
+}
+
+// dropTTL1 makes the world drop IPv4 packets that arrive with TTL 1, as
+// any router past the gateway does (in production the host forwards the
+// gateway's uplink traffic at least once more).
+func dropTTL1(t *testing.T, fw *fastWorld) {
+	t.Helper()
+	f, err := os.Open(fw.w.NetnsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := c.AddTable(&nftables.Table{Name: "rv", Family: nftables.TableFamilyIPv4})
+	ch := c.AddChain(&nftables.Chain{Name: "pre", Table: tab, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw})
+	c.AddRule(&nftables.Rule{Table: tab, Chain: ch, Exprs: []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1}},
+		&expr.Counter{},
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	}})
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// swapHello sends, from session s, a ClientHello for gwName with a TTL
+// that dies one hop past the gateway, from a file's page (sendfile), then
+// rewrites the page with one for srvName of the same length and restores
+// the TTL, so that the kernel's retransmission carries srvName; it returns
+// the name in the certificate the server answered with ("" if none).
+func swapHello(t *testing.T, fw *fastWorld, s *egress.Session, gwName, srvName string) string {
+	t.Helper()
+	var c net.Conn
+	if err := netns.Do(s.NetnsPath(), func() (err error) {
+		c, err = (&net.Dialer{}).DialContext(t.Context(), "tcp", fw.https.String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tc := c.(*net.TCPConn)
+	_ = tc.SetNoDelay(true)
+	// Same length: pad the shorter name's hello.
+	d := len(sniExt(gwName)) - len(sniExt(srvName))
+	pad := 8
+	h1 := tls12Hello(append(sniExt(gwName), tlsExt(21, make([]byte, pad))...))
+	h2 := tls12Hello(append(sniExt(srvName), tlsExt(21, make([]byte, pad+d))...))
+	if len(h1) != len(h2) {
+		t.Fatalf("lengths %d %d", len(h1), len(h2))
+	}
+	file := filepath.Join(t.TempDir(), "hello")
+	if err := os.WriteFile(file, h1, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(file, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rc, _ := tc.SyscallConn()
+	var serr error
+	_ = rc.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TTL, 2); serr != nil {
+			return
+		}
+		var off int64
+		_, serr = unix.Sendfile(int(fd), int(f.Fd()), &off, len(h1)) // the skb holds the file's page
+	})
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	time.Sleep(60 * time.Millisecond) // the gateway passed it; the next hop dropped it
+	if _, err := f.WriteAt(h2, 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TTL, 64) })
+	_ = c.SetReadDeadline(time.Now().Add(4 * time.Second))
+	cn, err := serverCertName(c)
+	t.Logf("sent %s (seen by the gateway), sent again %s: the server answered with certificate %q (%v)", gwName, srvName, cn, err)
+	return cn
+}
+
+// TestFastAttackRetransmitSwap: the fast path checked the first copy of
+// the ClientHello and marked the connection passed; the kernel then
+// forwarded every later packet, copies sent again included. An
+// unprivileged client sent its hello with a TTL that dies one hop past
+// the gateway (in production the host forwards the gateway's traffic at
+// least once more), from a file's page (sendfile), rewrote the page and
+// restored the TTL: the retransmission carried another name, which the
+// server read: other.test reached through allowed.test's address, and
+// in a session with HTTP rules for other.test, its TLS unterminated.
+// Now the connection is marked only when the server acknowledges the
+// bytes checked, and a copy with other bytes is refused.
+func TestFastAttackRetransmitSwap(t *testing.T) {
+	fw := startFastWorld(t)
+	dropTTL1(t, fw)
+	if cn := swapHello(t, fw, fw.fast, "allowed.test", "other.test"); cn == "other.test" {
+		t.Errorf("other.test (not allowed) reached through allowed.test's address by a ClientHello sent again")
+	}
+	if ev := fw.audit.waitEvent(t, "fast", "l7", "refused", "allowed.test"); !strings.Contains(ev.Reason, "other bytes") {
+		t.Errorf("audit %+v; want the copy with other bytes refused", ev)
+	}
+	rules := addSession(t, fw.p, "rules", &policies.Egress{Allow: []string{"allowed.test", "other.test"}, L7: policies.L7Check,
+		HTTP: []policies.HTTPHost{{Host: "other.test", Default: policies.HTTPDeny}}}, fw.audit)
+	t.Cleanup(func() { _ = fw.p.Remove(context.Background(), "rules", nil) })
+	if r := query(t, rules, "allowed.test"); len(r.Answer) == 0 {
+		t.Fatalf("allowed.test: %v", r)
+	}
+	if cn := swapHello(t, fw, rules, "allowed.test", "other.test"); cn == "other.test" {
+		t.Errorf("other.test, which has HTTP rules, reached with its TLS unterminated by a ClientHello sent again")
+	}
+	// Without the drop past the gateway, the server reads the first copy.
+	plain := startFastWorld(t)
+	if cn := swapHello(t, plain, plain.fast, "allowed.test", "other.test"); cn != "allowed.test" {
+		t.Errorf("no copy died past the gateway: the server answered %q, want allowed.test", cn)
+	}
 }

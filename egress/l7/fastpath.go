@@ -90,12 +90,20 @@ type fastFlow struct {
 	// decided: pass says how; at is when.
 	decided, pass bool
 	at            time.Time
+	// checked are the bytes a passed connection's ClientHello was checked
+	// in (from isn+1); until the server acknowledges them all (acked),
+	// every copy the client sends again must be the same.
+	checked []byte
+	acked   bool
 }
 
 // passedFlow is a connection the fast path passed, until its end.
 type passedFlow struct {
 	ev    Event // its decision's audit event (Time is its start)
 	hello Hello
+	// marked is when the connection was marked passed in the kernel (the
+	// server acknowledged its ClientHello); zero until then.
+	marked time.Time
 }
 
 // ended is p's end's audit event: why, if its bytes are not known.
@@ -243,7 +251,13 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		_ = fp.q.SetVerdict(p.ID, nfq.Drop, nil)
 		return
 	}
-	k := fastKey{client: unmapAP(seg.Src), server: unmapAP(seg.Dst)}
+	src, dst := unmapAP(seg.Src), unmapAP(seg.Dst)
+	if _, ok := fp.s.cfg.Sessions(src.Addr()); !ok {
+		// The server's side of a session's connection.
+		fp.reply(p, seg, fastKey{client: dst, server: src})
+		return
+	}
+	k := fastKey{client: src, server: dst}
 	now := time.Now()
 	fp.mu.Lock()
 	f := fp.flows[k]
@@ -293,6 +307,9 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		fp.drop(drop)
 		fp.letGo(p.ID)
 		return
+	case f != nil && f.decided && f.pass && !f.acked:
+		fp.resent(p, seg, k, f, now) // unlocks
+		return
 	case f != nil && f.decided:
 		// Queued before the connection's mark was set: the same fate.
 		fp.mu.Unlock()
@@ -314,7 +331,19 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	}
 	f.held = append(f.held, p.ID)
 	fp.heldBy[k.client.Addr()]++
+	// Bytes before the first (a segment that starts before isn+1) are
+	// trimmed by the server's stack, which keeps the rest: so does the
+	// gateway.
+	payload := seg.Payload
 	off := seg.Seq - f.isn - 1
+	if rel := int32(off); rel < 0 {
+		if int64(-rel) >= int64(len(payload)) {
+			payload = nil
+		} else {
+			payload = payload[-rel:]
+		}
+		off = 0
+	}
 	var h Hello
 	var perr error
 	complete := false
@@ -325,14 +354,14 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		// application reads (unless SO_OOBINLINE): the gateway would
 		// check bytes the server does not parse.
 		perr, complete = errors.New("urgent data in the ClientHello (the server would read other bytes than the gateway checks)"), true
-	} else if off < MaxPeek {
-		if f.conflicts(off, seg.Payload) {
+	} else if off < MaxPeek && len(payload) > 0 {
+		if f.conflicts(off, payload) {
 			// Two segments that say different things of the same bytes:
 			// which the server keeps is its stack's choice, not the
 			// gateway's.
 			perr, complete = errors.New("segments overlap with different bytes"), true
-		} else if len(f.segs[off]) < len(seg.Payload) {
-			f.segs[off] = bytes.Clone(seg.Payload)
+		} else if len(f.segs[off]) < len(payload) {
+			f.segs[off] = bytes.Clone(payload)
 		}
 	}
 	data := f.contiguous()
@@ -354,6 +383,9 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	}
 	ev, pass, terminate := fp.decide(k, f, h, perr, len(data))
 	held := fp.finish(k.client.Addr(), f, pass, now)
+	if pass {
+		f.checked = data
+	}
 	var passed *passedFlow
 	var evicted []*passedFlow
 	if pass && ev != nil {
@@ -375,8 +407,14 @@ func (fp *fastPath) packet(p nfq.Packet) {
 			fp.mu.Unlock()
 		}
 	}
+	// Passed, the held packets go on without the mark: the connection is
+	// marked when the server acknowledges the bytes checked (reply).
 	for _, id := range held {
-		fp.verdict(id, pass)
+		if pass {
+			fp.letGo(id)
+		} else {
+			fp.verdict(id, false)
+		}
 	}
 	for _, e := range evicted {
 		fp.emit(e.ended(now, 0, 0, "no longer followed (too many connections): its bytes are not counted"))
@@ -389,6 +427,68 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	}
 	ev.Duration = time.Since(ev.Time)
 	fp.emit(*ev)
+}
+
+// reply decides a packet the server of connection k sends while the
+// connection is undecided: it goes on, until the server acknowledges the
+// whole ClientHello of a connection passed, whose mark its packet then
+// sets.
+func (fp *fastPath) reply(p nfq.Packet, seg nfq.TCP, k fastKey) {
+	fp.mu.Lock()
+	f := fp.flows[k]
+	switch {
+	case f == nil:
+		// A connection the gateway does not know (held before a
+		// restart): refused, as its client's packets are.
+		fp.mu.Unlock()
+		fp.verdict(p.ID, false)
+		return
+	case !f.decided:
+		fp.mu.Unlock()
+		fp.letGo(p.ID)
+		return
+	case !f.pass || f.acked:
+		fp.mu.Unlock()
+		fp.verdict(p.ID, f.pass)
+		return
+	}
+	end := f.isn + 1 + uint32(len(f.checked))
+	if seg.Flags&nfq.ACK == 0 || seg.Flags&nfq.RST != 0 || int32(seg.Ack-end) < 0 {
+		fp.mu.Unlock()
+		fp.letGo(p.ID)
+		return
+	}
+	f.acked, f.checked = true, nil
+	if pf := fp.passed[k]; pf != nil {
+		pf.marked = time.Now()
+	}
+	fp.mu.Unlock()
+	fp.verdict(p.ID, true)
+}
+
+// resent decides a packet the client of connection k, passed, sends
+// before the server acknowledged its ClientHello: a copy of bytes checked
+// must be the bytes checked (the first may have died past the gateway,
+// and the server would read the copy); the connection is refused if it
+// is not. Called with fp.mu held; unlocks it.
+func (fp *fastPath) resent(p nfq.Packet, seg nfq.TCP, k fastKey, f *fastFlow, now time.Time) {
+	start := int64(int32(seg.Seq - f.isn - 1))
+	lo, hi := max(start, 0), min(start+int64(len(seg.Payload)), int64(len(f.checked)))
+	if lo >= hi || bytes.Equal(seg.Payload[lo-start:hi-start], f.checked[lo:hi]) {
+		fp.mu.Unlock()
+		fp.letGo(p.ID)
+		return
+	}
+	f.pass, f.checked = false, nil
+	pf := fp.forgetLocked(k)
+	fp.mu.Unlock()
+	fp.verdict(p.ID, false)
+	if pf != nil {
+		ev := pf.ended(now, 0, 0, "")
+		ev.Action = ActionRefused
+		ev.Reason = "airlock: the ClientHello was sent again with other bytes than the gateway checked (the first copy did not reach the server); the connection is refused"
+		fp.emit(ev)
+	}
 }
 
 // emit audits ev in its session, if the session is still the client's.
@@ -464,7 +564,9 @@ func (s *Server) FastReconcile(live []FastFlow, cutoff time.Time) int {
 	var gone []*passedFlow
 	fp.mu.Lock()
 	for k, p := range fp.passed {
-		if !p.ev.Time.Before(cutoff) {
+		// One not yet marked in the kernel, or marked after the events
+		// were lost, is not judged by this dump.
+		if p.marked.IsZero() || !p.marked.Before(cutoff) {
 			continue
 		}
 		if id, ok := ids[k]; ok && (id == 0 || p.ev.Conntrack == 0 || id == p.ev.Conntrack) {
@@ -666,9 +768,17 @@ func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
 			var events []*Event
 			var refuse []uint32
 			fp.mu.Lock()
+			var unacked []*passedFlow
 			for k, f := range fp.flows {
 				switch {
-				case f.decided && now.Sub(f.at) > fastDecidedKeep:
+				case f.decided && f.pass && !f.acked && now.Sub(f.at) > fp.s.cfg.PeekTimeout:
+					// The server never acknowledged the ClientHello: its
+					// next packet, either way, is refused.
+					f.pass, f.checked = false, nil
+					if pf := fp.forgetLocked(k); pf != nil {
+						unacked = append(unacked, pf)
+					}
+				case f.decided && now.Sub(f.at) > fastDecidedKeep && (!f.pass || f.acked):
 					delete(fp.flows, k)
 				case !f.decided && now.Sub(f.start) > fp.s.cfg.PeekTimeout:
 					if len(f.held) > 0 {
@@ -687,6 +797,9 @@ func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
 			}
 			for _, ev := range events {
 				fp.emit(*ev)
+			}
+			for _, pf := range unacked {
+				fp.emit(pf.ended(now, 0, 0, "refused: the server did not acknowledge the ClientHello within the peek timeout"))
 			}
 		}
 	}

@@ -86,7 +86,7 @@ func TestFastAttackReusedTupleUnit(t *testing.T) {
 	q, send := fastAttackServer(t, Config{PeekTimeout: 10 * time.Second})
 	src := netip.AddrPortFrom(netip.MustParseAddr("10.213.0.3"), 30000)
 	q.wait(t, send(src, 1000, nfq.SYN, nil))
-	if v := q.wait(t, send(src, 1001, nfq.ACK, clientHello(t, "allowed.test"))); v != "pass" {
+	if v := q.wait(t, send(src, 1001, nfq.ACK, clientHello(t, "allowed.test"))); v != "accept" {
 		t.Fatalf("allowed.test: %s", v)
 	}
 	if v := q.wait(t, send(src, 900000, nfq.SYN, nil)); v == "pass" {

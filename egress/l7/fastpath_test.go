@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -97,6 +98,14 @@ func tcpPacket(src, dst netip.AddrPort, seq uint32, flags byte, data []byte) []b
 	return append(p, data...)
 }
 
+// ackPacket is a packet the server sends client acknowledging every
+// byte before ack.
+func ackPacket(server, client netip.AddrPort, ack uint32) []byte {
+	p := tcpPacket(server, client, 7777, nfq.ACK, nil)
+	binary.BigEndian.PutUint32(p[28:], ack)
+	return p
+}
+
 // TestFastPathDecisions: the fast path's state machine on the packets
 // the kernel would queue. A ClientHello in three segments, the last
 // first and one sent twice, is held whole, then passed, each packet
@@ -162,6 +171,12 @@ func TestFastPathDecisions(t *testing.T) {
 		q.in <- []nfq.Packet{{ID: id, Payload: tcpPacket(netip.AddrPortFrom(client, port), server, seq, flags, data)}}
 		return id
 	}
+	// ack sends the server's acknowledgement of the bytes before n.
+	ack := func(port uint16, n uint32) uint32 {
+		id++
+		q.in <- []nfq.Packet{{ID: id, Payload: ackPacket(server, netip.AddrPortFrom(client, port), n)}}
+		return id
+	}
 	event := func(sni, action string) Event {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
@@ -185,6 +200,18 @@ func TestFastPathDecisions(t *testing.T) {
 		t.Fatalf("a ClientHello of %d bytes", len(hello))
 	}
 	const isn = 1000
+	// pass sends an allowed ClientHello on a new connection from port,
+	// and the server's acknowledgement of it.
+	pass := func(port uint16, isn uint32) {
+		t.Helper()
+		q.wait(t, send(port, isn, nfq.SYN, nil))
+		if v := q.wait(t, send(port, isn+1, nfq.ACK, hello)); v != "accept" {
+			t.Fatalf("an allowed ClientHello from :%d: %s", port, v)
+		}
+		if v := q.wait(t, ack(port, isn+1+uint32(len(hello)))); v != "pass" {
+			t.Fatalf("the server's acknowledgement of an allowed ClientHello from :%d: %s", port, v)
+		}
+	}
 	if v := q.wait(t, send(40001, isn, nfq.SYN, nil)); v != "accept" {
 		t.Errorf("SYN: %s", v)
 	}
@@ -202,13 +229,56 @@ func TestFastPathDecisions(t *testing.T) {
 		}
 	}
 	first := send(40001, isn+1, nfq.ACK, hello[:a])
+	// Allowed, they go on, the connection not yet marked: until the
+	// server acknowledges the whole ClientHello, a copy of its bytes the
+	// client sends again must be the same (the first may have died past
+	// the gateway).
 	for _, p := range []uint32{first, second, third, again} {
-		if v := q.wait(t, p); v != "pass" {
+		if v := q.wait(t, p); v != "accept" {
 			t.Errorf("packet %d of an allowed ClientHello: %s", p, v)
 		}
 	}
+	if v := q.wait(t, send(40001, isn+1+uint32(a), nfq.ACK, hello[a:b])); v != "accept" {
+		t.Errorf("the same bytes of the ClientHello again: %s", v)
+	}
+	if v := q.wait(t, ack(40001, isn+1+uint32(b))); v != "accept" {
+		t.Errorf("the server's acknowledgement of part of the ClientHello: %s", v)
+	}
+	if v := q.wait(t, ack(40001, isn+1+uint32(len(hello)))); v != "pass" {
+		t.Errorf("the server's acknowledgement of the whole ClientHello: %s", v)
+	}
 	if v := q.wait(t, send(40001, isn+1+uint32(len(hello)), nfq.ACK, []byte("late"))); v != "pass" {
 		t.Errorf("a late packet of the passed connection: %s", v)
+	}
+	// Sent again with other bytes before the server acknowledged it: the
+	// connection is refused, and audited so.
+	q.wait(t, send(40004, 8000, nfq.SYN, nil))
+	if v := q.wait(t, send(40004, 8001, nfq.ACK, hello)); v != "accept" {
+		t.Fatalf("an allowed ClientHello: %s", v)
+	}
+	swapped := bytes.Replace(hello, []byte("allowed.test"), []byte("ALLOWED.TEST"), 1)
+	if v := q.wait(t, send(40004, 8001+10, nfq.ACK, swapped[10:])); v != "refuse" {
+		t.Errorf("the ClientHello sent again with another name: %s", v)
+	}
+	if v := q.wait(t, ack(40004, 8001+uint32(len(hello)))); v != "refuse" {
+		t.Errorf("the server's acknowledgement of a refused connection: %s", v)
+	}
+	mu.Lock()
+	if !slices.ContainsFunc(events, func(e Event) bool {
+		return e.Client.Port() == 40004 && e.Action == ActionRefused && strings.Contains(e.Reason, "other bytes")
+	}) {
+		t.Errorf("no refusal audited for a ClientHello sent again with other bytes: %+v", events)
+	}
+	mu.Unlock()
+	// A segment that starts before the first byte: the server trims what
+	// comes before and keeps the rest, and so does the gateway.
+	q.wait(t, send(40005, 9000, nfq.SYN, nil))
+	early := send(40005, 9001-5, nfq.ACK, append([]byte("xxxxx"), clientHello(t, "other.test")...))
+	if v := q.wait(t, send(40005, 9001, nfq.ACK, hello)); v != "refuse" {
+		t.Errorf("allowed.test's ClientHello after a segment for other.test that starts before the first byte (which the server keeps): %s", v)
+	}
+	if v := q.wait(t, early); v != "refuse" {
+		t.Errorf("a ClientHello for other.test in a segment starting before the first byte: %s", v)
 	}
 	// Audited at once, with its conntrack entry, and again at its end,
 	// with the bytes the kernel counted.
@@ -234,14 +304,15 @@ func TestFastPathDecisions(t *testing.T) {
 	// kernel no longer has are audited as ended; those it has are kept,
 	// and so is one passed after the cutoff.
 	for _, port := range []uint16{40010, 40011, 40012} {
-		q.wait(t, send(port, 5000, nfq.SYN, nil))
-		if v := q.wait(t, send(port, 5001, nfq.ACK, hello)); v != "pass" {
-			t.Fatalf("an allowed ClientHello from :%d: %s", port, v)
-		}
+		pass(port, 5000)
 	}
+	// Decided before the loss, not yet acknowledged by the server: not
+	// marked in the kernel, so not judged by the dump.
+	q.wait(t, send(40014, 5000, nfq.SYN, nil))
+	q.wait(t, send(40014, 5001, nfq.ACK, hello))
+	time.Sleep(2 * time.Millisecond)
 	cutoff := time.Now()
-	q.wait(t, send(40013, 5000, nfq.SYN, nil))
-	q.wait(t, send(40013, 5001, nfq.ACK, hello))
+	pass(40013, 5000)
 	live := []FastFlow{
 		{Client: netip.AddrPortFrom(client, 40010), Server: server, ID: 47010},
 		{Client: netip.AddrPortFrom(client, 40012), Server: server, ID: 1}, // another entry now
@@ -258,7 +329,7 @@ func TestFastPathDecisions(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	for _, port := range []uint16{40010, 40013} {
+	for _, port := range []uint16{40010, 40013, 40014} {
 		if !s.FastFlowEnded(netip.AddrPortFrom(client, port), server, uint32(port)+7000, 1, 1) {
 			t.Errorf("the connection from :%d was forgotten by the reconciliation", port)
 		}
@@ -266,10 +337,7 @@ func TestFastPathDecisions(t *testing.T) {
 
 	// A revision that no longer allows the name cuts the connections the
 	// fast path passed, and audits them.
-	q.wait(t, send(40020, 2000, nfq.SYN, nil))
-	if v := q.wait(t, send(40020, 2001, nfq.ACK, hello)); v != "pass" {
-		t.Fatalf("an allowed ClientHello: %s", v)
-	}
+	pass(40020, 2000)
 	revised := *sess
 	revised.Check = func(netip.AddrPort, Hello, time.Time) Decision { return Decision{Reason: "withdrawn"} }
 	if n := s.Recheck(&revised); n != 1 {
@@ -296,10 +364,7 @@ func TestFastPathDecisions(t *testing.T) {
 	}
 
 	// Passed, still open when the gateway stops.
-	q.wait(t, send(40021, 3000, nfq.SYN, nil))
-	if v := q.wait(t, send(40021, 3001, nfq.ACK, hello)); v != "pass" {
-		t.Fatalf("an allowed ClientHello: %s", v)
-	}
+	pass(40021, 3000)
 
 	// Refused: another name, plain HTTP, data with no SYN.
 	q.wait(t, send(40002, 5000, nfq.SYN, nil))

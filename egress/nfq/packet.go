@@ -20,7 +20,7 @@ const (
 // TCP is one TCP segment of an IPv4 or IPv6 packet.
 type TCP struct {
 	Src, Dst netip.AddrPort
-	Seq      uint32
+	Seq, Ack uint32
 	Flags    uint8
 	// Payload is the segment's data (a slice of the packet).
 	Payload []byte
@@ -82,6 +82,7 @@ func ParseTCP(pkt []byte) (TCP, error) {
 		Src:     netip.AddrPortFrom(src, binary.BigEndian.Uint16(l4)),
 		Dst:     netip.AddrPortFrom(dst, binary.BigEndian.Uint16(l4[2:])),
 		Seq:     binary.BigEndian.Uint32(l4[4:]),
+		Ack:     binary.BigEndian.Uint32(l4[8:]),
 		Flags:   l4[13],
 		Payload: l4[off:],
 	}, nil

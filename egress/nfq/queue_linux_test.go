@@ -320,14 +320,14 @@ func TestHoldTheFirstBytesThenTheKernel(t *testing.T) {
 func TestParseTCP(t *testing.T) {
 	v4 := []byte{
 		0x45, 0, 0, 44, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-		0x30, 0x39, 0x01, 0xbb, 0, 0, 0, 7, 0, 0, 0, 0, 0x50, PSH | ACK, 0, 0, 0, 0, 0, 0,
+		0x30, 0x39, 0x01, 0xbb, 0, 0, 0, 7, 0, 0, 0x01, 0x02, 0x50, PSH | ACK, 0, 0, 0, 0, 0, 0,
 		'a', 'b', 'c', 'd',
 	}
 	seg, err := ParseTCP(v4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if seg.Src.String() != "10.0.0.1:12345" || seg.Dst.String() != "10.0.0.2:443" || seg.Seq != 7 || seg.Flags != PSH|ACK || string(seg.Payload) != "abcd" {
+	if seg.Src.String() != "10.0.0.1:12345" || seg.Dst.String() != "10.0.0.2:443" || seg.Seq != 7 || seg.Ack != 0x102 || seg.Flags != PSH|ACK || string(seg.Payload) != "abcd" {
 		t.Errorf("ParseTCP = %+v", seg)
 	}
 	udp := append([]byte(nil), v4...)

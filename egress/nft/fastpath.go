@@ -17,12 +17,17 @@ import (
 // A session's TCP connection to one of its fast ports is marked
 // undecided by its <s>-l7 chain instead of being redirected, and is
 // forwarded like any other; the forward chain, before anything else,
-// queues the packets an undecided connection's client sends to the
-// gateway (FastQueue), which holds those with data until their TLS
-// ClientHello is whole and decided, then sends them through the rules
-// again marked MarkPass or MarkRefuse; the mark becomes the connection's,
-// and every later packet of it is forwarded, or refused with a TCP
-// reset, by the kernel alone:
+// queues an undecided connection's packets, both ways, to the gateway
+// (FastQueue), which holds the client's with data until their TLS
+// ClientHello is whole and checked. A refused connection's go through the
+// rules again marked MarkRefuse. A passed one's go on (MarkSeen), and the
+// connection stays undecided until the server acknowledges the whole
+// ClientHello: meanwhile every copy of its bytes the client sends again
+// must be the bytes checked (a copy that died past the gateway, its TTL
+// run out or too big for a link, would otherwise be sent again with other
+// bytes, unchecked); the server's acknowledgement goes on marked
+// MarkPass. The mark becomes the connection's, and every later packet of
+// it is forwarded, or refused with a TCP reset, by the kernel alone:
 //
 //	chain forward {
 //	    iifname "s-*" ct state invalid counter drop      comment "fastpath"
@@ -31,8 +36,7 @@ import (
 //	    ct mark {MarkPass, MarkRefuse} ct direction original meta mark 0
 //	        tcp flags & (syn|ack) == syn ct mark set MarkUndecided
 //	    ct mark MarkRefuse meta l4proto tcp reject with tcp reset
-//	    ct mark MarkUndecided ct direction original meta mark != MarkSeen
-//	        queue num FastQueue
+//	    ct mark MarkUndecided meta mark != MarkSeen queue num FastQueue
 //	    ct state established,related accept
 //	    ...
 //	set <s>-t4 { ipv4_addr; timeout }  set <s>-t6 { ipv6_addr; timeout }
@@ -131,8 +135,6 @@ func fastBaseRules(b Base) [][]expr.Any {
 		synAgain(MarkRefuse),
 		exprs(ctMark(MarkRefuse), l4protoIs(protoTCP), one(&expr.Reject{Type: unix.NFT_REJECT_TCP_RST})),
 		exprs(ctMark(MarkUndecided), one(
-			&expr.Ct{Key: expr.CtKeyDIRECTION, Register: reg1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{0}}, // IP_CT_DIR_ORIGINAL
 			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: nativeU32(MarkSeen)},
 			nfq.Target(FastQueue),

@@ -68,6 +68,21 @@ func (e *Perimeter) startL7(ctx context.Context) error {
 			return fmt.Errorf("l7 gateway fast path: %w", err)
 		}
 		e.queue = q
+		// The fast path's requests to send an address to the listener,
+		// served off its queue's goroutine.
+		terminates := make(chan terminateReq, 64)
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case r := <-terminates:
+					e.terminateAt(ctx, r.id, r.addr)
+				}
+			}
+		}()
 		cut := func(client, server netip.AddrPort) error {
 			_, err := e.gw.CutFlow(client, server)
 			return err
@@ -78,7 +93,12 @@ func (e *Perimeter) startL7(ctx context.Context) error {
 			stop := context.AfterFunc(ctx, func() { _ = q.Close() })
 			defer stop()
 			_ = srv.ServeQueue(ctx, q, l7.FastConfig{Pass: nft.MarkPass, Refuse: nft.MarkRefuse, Seen: nft.MarkSeen, Cut: cut, FlowID: e.gw.FlowID,
-				Terminate: func(id string, dst netip.AddrPort) { e.terminateAt(ctx, id, dst.Addr()) }})
+				Terminate: func(id string, dst netip.AddrPort) {
+					select {
+					case terminates <- terminateReq{id, dst.Addr()}:
+					default: // busy: the client's next refusal asks again
+					}
+				}})
 		}()
 		// Passed connections are audited when they end, with the bytes
 		// the kernel counted; when the kernel drops events, those it
@@ -102,6 +122,12 @@ func (e *Perimeter) startL7(ctx context.Context) error {
 	return nil
 }
 
+// terminateReq asks for addr in session id's terminate sets.
+type terminateReq struct {
+	id   string
+	addr netip.Addr
+}
+
 // terminateAt puts dst in session id's terminate sets: the fast path
 // refused a connection there whose name's TLS the gateway terminates.
 func (e *Perimeter) terminateAt(ctx context.Context, id string, dst netip.Addr) {
@@ -121,11 +147,15 @@ func (e *Perimeter) terminateAt(ctx context.Context, id string, dst netip.Addr) 
 // as its held packets go on, a moment after its decision.
 const fastReconcileGrace = time.Second
 
+// fastReconcileEvery is the least time between two reconciliations.
+const fastReconcileEvery = 5 * time.Second
+
 // reconcileFast audits, after each time lost is signalled (the kernel
 // dropped connection tracking events), the connections passed before it
 // that the gateway's conntrack no longer has as passed: their end's event
 // may have been among those lost.
 func (e *Perimeter) reconcileFast(ctx context.Context, srv *l7.Server, lost <-chan struct{}) {
+	var lastDump time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -143,6 +173,16 @@ func (e *Perimeter) reconcileFast(ctx context.Context, srv *l7.Server, lost <-ch
 				waiting = false
 			}
 		}
+		// At most one dump per fastReconcileEvery: a session that makes
+		// the events overflow must not have the table dumped all the time.
+		if wait := time.Until(lastDump.Add(fastReconcileEvery)); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		lastDump = time.Now()
 		flows, err := e.gw.MarkedFlows(nft.MarkPass)
 		if err != nil {
 			log.G(ctx).Warn("l7 fast path: connection tracking events were lost, and the passed connections could not be listed", "error", err)

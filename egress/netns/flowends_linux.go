@@ -315,18 +315,16 @@ func (g *Gateway) FlowID(client, server netip.AddrPort) (uint32, bool) {
 // MarkedFlows lists the gateway's tracked TCP connections whose conntrack
 // mark is mark (a dump of the table, both families), without counters.
 func (g *Gateway) MarkedFlows(mark uint32) ([]FlowEnd, error) {
-	g.ctMu.Lock()
-	defer g.ctMu.Unlock()
-	if g.ct == nil {
-		c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(g.ns.Fd())})
-		if err != nil {
-			return nil, fmt.Errorf("conntrack in the gateway: %w", err)
-		}
-		g.ct = c
+	// Its own connection: FlowID, which the fast path calls for each
+	// connection it passes, does not wait for a dump.
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(g.ns.Fd())})
+	if err != nil {
+		return nil, fmt.Errorf("conntrack in the gateway: %w", err)
 	}
+	defer c.Close()
 	var out []FlowEnd
 	for _, family := range []byte{unix.AF_INET, unix.AF_INET6} {
-		msgs, err := g.ct.Execute(netlink.Message{
+		msgs, err := c.Execute(netlink.Message{
 			Header: netlink.Header{Type: netlink.HeaderType(subsysCT<<8 | ctMsgGet), Flags: netlink.Request | netlink.Dump},
 			Data:   []byte{family, 0, 0, 0},
 		})

@@ -211,11 +211,16 @@ func l7Rules(s Session) [][]expr.Any {
 	return rules
 }
 
+// TerminateSetSize bounds each terminate set: past it, an address is not
+// added, and connections there keep taking the fast path, which refuses
+// those whose name the gateway must terminate.
+const TerminateSetSize = 4096
+
 // terminateSets are session name's terminate sets (<s>-t4, <s>-t6).
 func terminateSets(name string) []*nftables.Set {
 	return []*nftables.Set{
-		{Name: name + "-t4", KeyType: nftables.TypeIPAddr, HasTimeout: true},
-		{Name: name + "-t6", KeyType: nftables.TypeIP6Addr, HasTimeout: true},
+		{Name: name + "-t4", KeyType: nftables.TypeIPAddr, HasTimeout: true, Size: TerminateSetSize},
+		{Name: name + "-t6", KeyType: nftables.TypeIP6Addr, HasTimeout: true, Size: TerminateSetSize},
 	}
 }
 

@@ -171,21 +171,22 @@ func (h *l7Harness) run(ctx context.Context) (*L7, error) {
 		eg       *policies.Egress
 		hcl      string
 		ca       egress.Issuer
+		raw      bool
 	}{
-		{L7PathL3, "perf-l3", &policies.Egress{Allow: allow}, allowHCL, nil},
-		// An http block for another host keeps perf-pass off the fast
-		// path (which takes sessions with no http rules): its HTTPS to
-		// the load server goes through the gateway's listener, spliced.
-		{L7PathPassThrough, "perf-pass", &policies.Egress{Allow: allow, L7: policies.L7Check, HTTP: []policies.HTTPHost{{Host: "rules." + L7Host}}},
-			allowHCL + `, l7 = "check", http "rules.` + L7Host + `" {}`, nil},
-		{L7PathFast, "perf-fast", &policies.Egress{Allow: allow, L7: policies.L7Check}, allowHCL + `, l7 = "check"` + ` (airlockd --l7-fast-path)`, nil},
-		{L7PathTerminated, l7TermID, &policies.Egress{Allow: allow, L7: policies.L7Check, Inspect: policies.InspectAll}, allowHCL + `, l7 = "check", inspect = "all"`, ca},
+		{L7PathL3, "perf-l3", &policies.Egress{Allow: allow}, allowHCL, nil, false},
+		// A sandbox that may write its own packets (CAP_NET_RAW) never
+		// takes the fast path: perf-pass's HTTPS to the load server goes
+		// through the gateway's listener, spliced.
+		{L7PathPassThrough, "perf-pass", &policies.Egress{Allow: allow, L7: policies.L7Check},
+			allowHCL + `, l7 = "check" (the sandbox granted CAP_NET_RAW: off the fast path)`, nil, true},
+		{L7PathFast, "perf-fast", &policies.Egress{Allow: allow, L7: policies.L7Check}, allowHCL + `, l7 = "check"` + ` (airlockd --l7-fast-path)`, nil, false},
+		{L7PathTerminated, l7TermID, &policies.Egress{Allow: allow, L7: policies.L7Check, Inspect: policies.InspectAll}, allowHCL + `, l7 = "check", inspect = "all"`, ca, false},
 	} {
 		dir := filepath.Join(h.root, s.id)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, err
 		}
-		es, err := h.perim.AddSession(ctx, s.id, egress.SessionConfig{Egress: s.eg, Dir: dir, Audit: h.audit.EmitDecision, CA: s.ca})
+		es, err := h.perim.AddSession(ctx, s.id, egress.SessionConfig{Egress: s.eg, Dir: dir, Audit: h.audit.EmitDecision, CA: s.ca, RawPackets: s.raw})
 		if err != nil {
 			return nil, fmt.Errorf("session %s: %w", s.id, err)
 		}

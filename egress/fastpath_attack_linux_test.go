@@ -576,13 +576,7 @@ func TestListenerRevisionEndsName(t *testing.T) { testRevisionKeepsName(t, false
 func testRevisionKeepsName(t *testing.T, fastPath bool) {
 	fw := startWorld(t, fastPath)
 	ctx := t.Context()
-	both := &policies.Egress{Allow: []string{"allowed.test", "other.test"}, L7: policies.L7Check}
-	if _, err := fw.p.Revise(ctx, "fast", egress.SessionConfig{Egress: both, Audit: fw.audit.emit, PolicyVersion: 2}); err != nil {
-		t.Fatal(err)
-	}
-	if r := query(t, fw.fast, "other.test"); len(r.Answer) == 0 {
-		t.Fatalf("other.test: %v", r)
-	}
+	fw.allowBoth(t)
 	// A kept connection of each name.
 	other, allowed := fw.keptConn(t, "other.test"), fw.keptConn(t, "allowed.test")
 	for name, rt := range map[string]func() (string, error){"other.test": other, "allowed.test": allowed} {
@@ -600,6 +594,20 @@ func testRevisionKeepsName(t *testing.T, fastPath bool) {
 	if body, err := allowed(); err != nil || body != "allowed.test" {
 		t.Errorf("allowed.test, still allowed, on a connection opened before the revision: %q %v; want it kept", body, err)
 	}
+}
+
+// allowBoth revises the session "fast" to allow other.test too (policy
+// version 2), resolves it, and returns the revised egress block.
+func (fw *fastWorld) allowBoth(t *testing.T) *policies.Egress {
+	t.Helper()
+	both := &policies.Egress{Allow: []string{"allowed.test", "other.test"}, L7: policies.L7Check}
+	if _, err := fw.p.Revise(t.Context(), "fast", egress.SessionConfig{Egress: both, Audit: fw.audit.emit, PolicyVersion: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if r := query(t, fw.fast, "other.test"); len(r.Answer) == 0 {
+		t.Fatalf("other.test: %v", r)
+	}
+	return both
 }
 
 // keptConn opens a kept-alive HTTPS connection with server name name,
@@ -637,13 +645,7 @@ func (fw *fastWorld) keptConn(t *testing.T, name string) func() (string, error) 
 func TestFastAttackRestartWithoutIt(t *testing.T) {
 	fw := startFastWorld(t)
 	ctx := t.Context()
-	both := &policies.Egress{Allow: []string{"allowed.test", "other.test"}, L7: policies.L7Check}
-	if _, err := fw.p.Revise(ctx, "fast", egress.SessionConfig{Egress: both, Audit: fw.audit.emit, PolicyVersion: 2}); err != nil {
-		t.Fatal(err)
-	}
-	if r := query(t, fw.fast, "other.test"); len(r.Answer) == 0 {
-		t.Fatalf("other.test: %v", r)
-	}
+	both := fw.allowBoth(t)
 	other := fw.keptConn(t, "other.test")
 	if body, err := other(); err != nil || body != "other.test" {
 		t.Fatalf("other.test while allowed: %q %v", body, err)
@@ -828,15 +830,7 @@ func inetChecksum(b []byte) uint16 {
 // gateway's uplink traffic at least once more).
 func dropTTL1(t *testing.T, fw *fastWorld) {
 	t.Helper()
-	f, err := os.Open(fw.w.NetnsPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testutil.NftConn(t, fw.w.NetnsPath())
 	tab := c.AddTable(&nftables.Table{Name: "rv", Family: nftables.TableFamilyIPv4})
 	ch := c.AddChain(&nftables.Chain{Name: "pre", Table: tab, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw})

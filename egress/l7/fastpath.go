@@ -95,6 +95,10 @@ type fastFlow struct {
 	// every copy the client sends again must be the same.
 	checked []byte
 	acked   bool
+	// counted: a passed connection awaiting the server's
+	// acknowledgement still counts among its client's undecided ones
+	// (MaxSessionConns, MaxConns) until settled.
+	counted bool
 }
 
 // passedFlow is a connection the fast path passed, until its end.
@@ -104,6 +108,9 @@ type passedFlow struct {
 	// marked is when the connection was marked passed in the kernel (the
 	// server acknowledged its ClientHello); zero until then.
 	marked time.Time
+	// refused: pushed out of the record before it was marked, and
+	// refused.
+	refused bool
 }
 
 // ended is p's end's audit event: why, if its bytes are not known.
@@ -247,7 +254,9 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	fp.s.fastPackets.Add(1)
 	seg, err := nfq.ParseTCP(p.Payload)
 	if err != nil {
-		// The rules queue TCP only.
+		// The rules queue TCP only (`meta l4proto tcp`: an ICMP error of
+		// the connection goes on): this is TCP behind IPv6 extension
+		// headers, or broken, and never seen whole.
 		_ = fp.q.SetVerdict(p.ID, nfq.Drop, nil)
 		return
 	}
@@ -280,6 +289,8 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		if f != nil && (f.decided || f.isn != seg.Seq && len(f.held) > 0) {
 			if !f.decided {
 				drop = fp.finish(k.client.Addr(), f, false, now)
+			} else {
+				fp.settleLocked(k, f)
 			}
 			f = nil
 			// The connection before on these four ends is over: audited
@@ -336,8 +347,8 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	// gateway.
 	payload := seg.Payload
 	off := seg.Seq - f.isn - 1
-	if rel := int32(off); rel < 0 {
-		if int64(-rel) >= int64(len(payload)) {
+	if rel := int64(int32(off)); rel < 0 {
+		if -rel >= int64(len(payload)) {
 			payload = nil
 		} else {
 			payload = payload[-rel:]
@@ -345,6 +356,7 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		off = 0
 	}
 	var h Hello
+	var peeked []byte
 	var perr error
 	complete := false
 	if fp.heldBy[k.client.Addr()] > fastMaxClientHeld {
@@ -371,7 +383,7 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		h.Proto = ProtoHTTP
 		perr, complete = errors.New("the first bytes are not a TLS ClientHello (the gateway forwards only TLS on this port)"), true
 	case len(data) > 0:
-		h, _, perr = Peek(bytes.NewReader(data))
+		h, peeked, perr = Peek(bytes.NewReader(data))
 		complete = perr == nil || !errors.Is(perr, io.ErrUnexpectedEOF) && !errors.Is(perr, io.EOF)
 	}
 	if !complete && (len(f.held) >= fastMaxHeld || len(data) >= MaxPeek) {
@@ -384,7 +396,8 @@ func (fp *fastPath) packet(p nfq.Packet) {
 	ev, pass, terminate := fp.decide(k, f, h, perr, len(data))
 	held := fp.finish(k.client.Addr(), f, pass, now)
 	if pass {
-		f.checked = data
+		// The bytes the server parses as the ClientHello.
+		f.checked = data[:helloEnd(data, len(peeked))]
 	}
 	var passed *passedFlow
 	var evicted []*passedFlow
@@ -417,7 +430,11 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		}
 	}
 	for _, e := range evicted {
-		fp.emit(e.ended(now, 0, 0, "no longer followed (too many connections): its bytes are not counted"))
+		why := "no longer followed (too many connections): its bytes are not counted, and a revision of its session ends it"
+		if e.refused {
+			why = "refused: too many connections followed, and the server had not yet acknowledged its ClientHello"
+		}
+		fp.emit(e.ended(now, 0, 0, why))
 	}
 	if ev == nil {
 		return
@@ -458,7 +475,8 @@ func (fp *fastPath) reply(p nfq.Packet, seg nfq.TCP, k fastKey) {
 		fp.letGo(p.ID)
 		return
 	}
-	f.acked, f.checked = true, nil
+	f.acked = true
+	fp.settleLocked(k, f)
 	if pf := fp.passed[k]; pf != nil {
 		pf.marked = time.Now()
 	}
@@ -474,19 +492,22 @@ func (fp *fastPath) reply(p nfq.Packet, seg nfq.TCP, k fastKey) {
 func (fp *fastPath) resent(p nfq.Packet, seg nfq.TCP, k fastKey, f *fastFlow, now time.Time) {
 	start := int64(int32(seg.Seq - f.isn - 1))
 	lo, hi := max(start, 0), min(start+int64(len(seg.Payload)), int64(len(f.checked)))
-	if lo >= hi || bytes.Equal(seg.Payload[lo-start:hi-start], f.checked[lo:hi]) {
+	// Urgent data: the server's stack would take a byte out of what it
+	// reads.
+	if seg.Flags&nfq.URG == 0 && (lo >= hi || bytes.Equal(seg.Payload[lo-start:hi-start], f.checked[lo:hi])) {
 		fp.mu.Unlock()
 		fp.letGo(p.ID)
 		return
 	}
-	f.pass, f.checked = false, nil
+	f.pass = false
+	fp.settleLocked(k, f)
 	pf := fp.forgetLocked(k)
 	fp.mu.Unlock()
 	fp.verdict(p.ID, false)
 	if pf != nil {
 		ev := pf.ended(now, 0, 0, "")
 		ev.Action = ActionRefused
-		ev.Reason = "airlock: the ClientHello was sent again with other bytes than the gateway checked (the first copy did not reach the server); the connection is refused"
+		ev.Reason = "airlock: the ClientHello was sent again with other bytes than the gateway checked, or urgent data (the first copy did not reach the server); the connection is refused"
 		fp.emit(ev)
 	}
 }
@@ -512,6 +533,14 @@ func (fp *fastPath) evictOldestLocked(id string) *passedFlow {
 	}
 	if of == nil {
 		return nil
+	}
+	// One the server has not yet acknowledged is refused: no revision
+	// would find it (it is not marked passed in the kernel yet), and its
+	// acknowledgement would mark it.
+	if f := fp.flows[oldest]; f != nil && f.decided && f.pass && !f.acked {
+		f.pass = false
+		fp.settleLocked(oldest, f)
+		of.refused = true
 	}
 	return fp.forgetLocked(oldest)
 }
@@ -609,6 +638,7 @@ func (s *Server) recheckFast(sess *Session) int {
 		// the cut makes anew, are refused, not passed as decided.
 		if f := fp.flows[k]; f != nil {
 			f.pass = false
+			fp.settleLocked(k, f)
 		}
 	}
 	fp.mu.Unlock()
@@ -656,16 +686,42 @@ func (s *Server) closeFast(id string) {
 // +checklocks:fp.mu
 func (fp *fastPath) finish(client netip.Addr, f *fastFlow, pass bool, now time.Time) []uint32 {
 	held := f.finish(pass, now)
-	fp.undecidedAll--
-	fp.undecided[client]--
-	if fp.undecided[client] <= 0 {
-		delete(fp.undecided, client)
+	if pass {
+		// Counted until the server acknowledges its ClientHello.
+		f.counted = true
+	} else {
+		fp.uncount(client)
 	}
 	fp.heldBy[client] -= len(held)
 	if fp.heldBy[client] <= 0 {
 		delete(fp.heldBy, client)
 	}
 	return held
+}
+
+// uncount takes one connection off client's undecided ones.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) uncount(client netip.Addr) {
+	fp.undecidedAll--
+	fp.undecided[client]--
+	if fp.undecided[client] <= 0 {
+		delete(fp.undecided, client)
+	}
+}
+
+// settleLocked ends the wait of passed connection k, f for the server's
+// acknowledgement (it came, or the connection is refused or forgotten):
+// it no longer counts among its client's undecided ones, and its checked
+// bytes go.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) settleLocked(k fastKey, f *fastFlow) {
+	if f.counted {
+		f.counted = false
+		fp.uncount(k.client.Addr())
+	}
+	f.checked = nil
 }
 
 // drop drops the held packets of a connection that was replaced.
@@ -704,6 +760,26 @@ func (fp *fastPath) decide(k fastKey, f *fastFlow, h Hello, perr error, n int) (
 	}
 	ev.Action, ev.Reason = ActionAllowed, d.Reason
 	return ev, true, false
+}
+
+// helloEnd is the length of the TLS records at the start of data that
+// carry the whole first handshake message (a ClientHello may span
+// several); read is what the check read, returned if data does not parse
+// so.
+func helloEnd(data []byte, read int) int {
+	var msg []byte
+	for off := 0; off+5 <= len(data); {
+		n := int(data[off+3])<<8 | int(data[off+4])
+		if data[off] != 0x16 || off+5+n > len(data) {
+			break
+		}
+		msg = append(msg, data[off+5:off+5+n]...)
+		off += 5 + n
+		if len(msg) >= 4 && len(msg) >= 4+(int(msg[1])<<16|int(msg[2])<<8|int(msg[3])) {
+			return off
+		}
+	}
+	return min(read, len(data))
 }
 
 // contiguous is the data from the connection's first byte on, as far as
@@ -774,11 +850,13 @@ func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
 				case f.decided && f.pass && !f.acked && now.Sub(f.at) > fp.s.cfg.PeekTimeout:
 					// The server never acknowledged the ClientHello: its
 					// next packet, either way, is refused.
-					f.pass, f.checked = false, nil
+					f.pass = false
+					fp.settleLocked(k, f)
 					if pf := fp.forgetLocked(k); pf != nil {
 						unacked = append(unacked, pf)
 					}
 				case f.decided && now.Sub(f.at) > fastDecidedKeep && (!f.pass || f.acked):
+					fp.settleLocked(k, f)
 					delete(fp.flows, k)
 				case !f.decided && now.Sub(f.start) > fp.s.cfg.PeekTimeout:
 					if len(f.held) > 0 {
@@ -827,6 +905,7 @@ func (s *Server) FastKeep(sess *Session, client, server netip.AddrPort, unknownC
 			return true
 		}
 		if f := fp.flows[k]; unknownCut && f != nil && f.decided {
+			fp.settleLocked(k, f)
 			delete(fp.flows, k)
 		}
 		return !unknownCut
@@ -838,6 +917,7 @@ func (s *Server) FastKeep(sess *Session, client, server netip.AddrPort, unknownC
 	// A connection undecided on the same four ends is a new one, decided
 	// under sess in its turn: only a decided one is forgotten.
 	if f := fp.flows[k]; f != nil && f.decided {
+		fp.settleLocked(k, f)
 		delete(fp.flows, k)
 	}
 	go fp.emit(p.ended(time.Now(), 0, 0, "closed: the session's egress policy was revised; its bytes are not counted")) // fp.mu is held

@@ -36,7 +36,8 @@ import (
 //	    ct mark {MarkPass, MarkRefuse} ct direction original meta mark 0
 //	        tcp flags & (syn|ack) == syn ct mark set MarkUndecided
 //	    ct mark MarkRefuse meta l4proto tcp reject with tcp reset
-//	    ct mark MarkUndecided meta mark != MarkSeen queue num FastQueue
+//	    ct mark MarkUndecided meta l4proto tcp meta mark != MarkSeen
+//	        queue num FastQueue   (an ICMP error of the connection goes on)
 //	    ct state established,related accept
 //	    ...
 //	set <s>-t4 { ipv4_addr; timeout }  set <s>-t6 { ipv6_addr; timeout }
@@ -134,7 +135,7 @@ func fastBaseRules(b Base) [][]expr.Any {
 		synAgain(MarkPass),
 		synAgain(MarkRefuse),
 		exprs(ctMark(MarkRefuse), l4protoIs(protoTCP), one(&expr.Reject{Type: unix.NFT_REJECT_TCP_RST})),
-		exprs(ctMark(MarkUndecided), one(
+		exprs(ctMark(MarkUndecided), l4protoIs(protoTCP), one(
 			&expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: nativeU32(MarkSeen)},
 			nfq.Target(FastQueue),

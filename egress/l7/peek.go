@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -107,14 +108,21 @@ var errHelloRead = errors.New("client hello read")
 // parser, and nothing is written to the client.
 func peekTLS(r io.Reader) (string, error) {
 	var sni string
-	var got bool
+	var got, encrypted bool
 	conn := tls.Server(readOnlyConn{r: r}, &tls.Config{
 		GetConfigForClient: func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
 			sni, got = hi.ServerName, true
+			encrypted = slices.ContainsFunc(hi.Extensions, func(e uint16) bool { return e == extECH || e == extESNI })
 			return nil, errHelloRead
 		},
 	})
 	err := conn.HandshakeContext(context.Background())
+	if got && encrypted {
+		// The name checked would be the outer one, a front: a server
+		// that holds the ECH keys reads the inner ClientHello and serves
+		// the name in it, which no one checked.
+		return "", fmt.Errorf("l7: an encrypted ClientHello (ECH) for %q: the name it asks for is hidden from the gateway", sni)
+	}
 	if got {
 		// crypto/tls passes the name's bytes on as sent; a host name
 		// (IDNA ones in their ASCII form) is printable ASCII.
@@ -128,6 +136,14 @@ func peekTLS(r io.Reader) (string, error) {
 	}
 	return "", fmt.Errorf("l7: not a TLS ClientHello: %w", err)
 }
+
+// TLS extensions that hide the name a ClientHello asks for: Encrypted
+// Client Hello (RFC 9849's encrypted_client_hello) and its draft
+// predecessor, encrypted SNI.
+const (
+	extECH  = 0xfe0d
+	extESNI = 0xffce
+)
 
 // peekHTTP reads an HTTP/1.x request line and header.
 func peekHTTP(r io.Reader) (Hello, error) {

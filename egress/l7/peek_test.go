@@ -3,6 +3,8 @@ package l7
 import (
 	"bytes"
 	"context"
+	"crypto/ecdh"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -169,4 +171,58 @@ func FuzzPeek(f *testing.F) {
 			t.Fatalf("name %q holds control characters", h.Name())
 		}
 	})
+}
+
+// echClientHello returns the first flight of a crypto/tls client that
+// encrypts its ClientHello (ECH) to a key whose public name is outer: the
+// outer hello asks for outer, the encrypted inner one for inner.
+func echClientHello(t *testing.T, outer, inner string) []byte {
+	t.Helper()
+	key, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u16 := func(b []byte, v int) []byte { return append(b, byte(v>>8), byte(v)) }
+	var c []byte
+	c = append(c, 7)   // config_id
+	c = u16(c, 0x0020) // DHKEM(X25519, HKDF-SHA256)
+	c = u16(c, len(key.PublicKey().Bytes()))
+	c = append(c, key.PublicKey().Bytes()...)
+	c = u16(c, 4)      // cipher suites
+	c = u16(c, 0x0001) // HKDF-SHA256
+	c = u16(c, 0x0001) // AES-128-GCM
+	c = append(c, 64)  // maximum_name_length
+	c = append(c, byte(len(outer)))
+	c = append(c, outer...)
+	c = u16(c, 0) // extensions
+	config := u16(u16(nil, extECH), len(c))
+	config = append(config, c...)
+	list := u16(nil, len(config))
+	list = append(list, config...)
+	cc := &captureConn{}
+	_ = tls.Client(cc, &tls.Config{ServerName: inner, MinVersion: tls.VersionTLS13, EncryptedClientHelloConfigList: list}).HandshakeContext(context.Background())
+	if cc.out.Len() == 0 {
+		t.Fatal("the TLS client wrote nothing")
+	}
+	return cc.out.Bytes()
+}
+
+// TestPeekRefusesEncryptedHello: with Encrypted Client Hello, the name a
+// ClientHello shows is a front (the key's public name), and a server that
+// holds the key serves the inner one: Go's server, without the key,
+// reported the front as the server name, and the gateway checked it. Such
+// a hello is refused, on the listener's path and the fast path alike
+// (both Peek).
+func TestPeekRefusesEncryptedHello(t *testing.T) {
+	hello := echClientHello(t, "allowed.test", "other.test")
+	if !bytes.Contains(hello, []byte("allowed.test")) || bytes.Contains(hello, []byte("other.test")) {
+		t.Fatalf("the ECH hello does not show the front and hide the inner name")
+	}
+	h, _, err := Peek(bytes.NewReader(hello))
+	if err == nil || !strings.Contains(err.Error(), "encrypted ClientHello") {
+		t.Errorf("Peek of an ECH hello fronted by allowed.test = %+v, %v; want refused", h, err)
+	}
+	if h.SNI == "allowed.test" {
+		t.Errorf("Peek reported the front %q as the name asked for", h.SNI)
+	}
 }

@@ -40,6 +40,20 @@ func fastUnitServer(t *testing.T, client netip.Addr, server netip.AddrPort, maxC
 	return s
 }
 
+// fastUnitServe is fastUnitServer serving a fake queue until the test
+// ends, with its session's client address and the allowed server.
+func fastUnitServe(t *testing.T, maxConns int) (*Server, *fakeQueue, netip.Addr, netip.AddrPort) {
+	t.Helper()
+	client := netip.MustParseAddr("10.213.0.3")
+	server := netip.AddrPortFrom(netip.MustParseAddr("10.214.0.20"), 443)
+	s := fastUnitServer(t, client, server, maxConns)
+	q := newFakeQueue()
+	done := make(chan struct{})
+	go func() { _ = s.ServeQueue(t.Context(), q, testMarks); close(done) }()
+	t.Cleanup(func() { close(q.in); <-done })
+	return s, q, client, server
+}
+
 // TestFastAttackTrimMinInt32: a segment whose offset from isn+1 is
 // exactly 2^31 made the trimming of bytes before the first negate
 // MinInt32, a negative slice index: the gateway process panicked.
@@ -65,12 +79,7 @@ func TestFastAttackTrimMinInt32(t *testing.T) {
 // (MaxConns), and keep only the hello's bytes: they were unbounded, each
 // keeping up to 64 KiB until the peek timeout.
 func TestFastAttackUnackedBounded(t *testing.T) {
-	client := netip.MustParseAddr("10.213.0.3")
-	server := netip.AddrPortFrom(netip.MustParseAddr("10.214.0.20"), 443)
-	s := fastUnitServer(t, client, server, 2)
-	q := newFakeQueue()
-	go func() { _ = s.ServeQueue(t.Context(), q, testMarks) }()
-	defer close(q.in)
+	s, q, client, server := fastUnitServe(t, 2)
 	hello := clientHello(t, "allowed.test")
 	// The hello followed by ~60 KiB of application data, the hello's
 	// segment sent last: all of it contiguous when it is complete.
@@ -122,12 +131,7 @@ func TestFastAttackUnackedBounded(t *testing.T) {
 // with an urgent byte inside it (the server's stack takes it out of what
 // it reads) is refused, as a held packet with URG is.
 func TestFastAttackURGResent(t *testing.T) {
-	client := netip.MustParseAddr("10.213.0.3")
-	server := netip.AddrPortFrom(netip.MustParseAddr("10.214.0.20"), 443)
-	s := fastUnitServer(t, client, server, 0)
-	q := newFakeQueue()
-	go func() { _ = s.ServeQueue(t.Context(), q, testMarks) }()
-	defer close(q.in)
+	_, q, client, server := fastUnitServe(t, 0)
 	hello := clientHello(t, "allowed.test")
 	c := netip.AddrPortFrom(client, 40001)
 	q.in <- []nfq.Packet{{ID: 1, Payload: tcpPacket(c, server, 1000, nfq.SYN, nil)}}
@@ -150,12 +154,7 @@ func TestFastAttackURGResent(t *testing.T) {
 // server's ACK then marked it passed. Pushed out unacknowledged, it is
 // refused.
 func TestFastAttackEvictedUnacked(t *testing.T) {
-	client := netip.MustParseAddr("10.213.0.3")
-	server := netip.AddrPortFrom(netip.MustParseAddr("10.214.0.20"), 443)
-	s := fastUnitServer(t, client, server, 0)
-	q := newFakeQueue()
-	go func() { _ = s.ServeQueue(t.Context(), q, testMarks) }()
-	defer close(q.in)
+	s, q, client, server := fastUnitServe(t, 0)
 	hello := clientHello(t, "allowed.test")
 	var id uint32
 	send := func(c netip.AddrPort, seq uint32, flags byte, data []byte) uint32 {

@@ -75,15 +75,7 @@ func oifnameNot(name string) []expr.Any {
 
 // ctEstablished matches `ct state established,related`.
 func ctEstablished() []expr.Any {
-	return []expr.Any{
-		&expr.Ct{Key: expr.CtKeySTATE, Register: reg1},
-		&expr.Bitwise{
-			SourceRegister: reg1, DestRegister: reg1, Len: 4,
-			Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED),
-			Xor:  binary.NativeEndian.AppendUint32(nil, 0),
-		},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: binary.NativeEndian.AppendUint32(nil, 0)},
-	}
+	return ctStateIs(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED)
 }
 
 // l4protoIs matches `meta l4proto p`.

@@ -67,12 +67,13 @@ func ctUntracked() []expr.Any { return ctStateIs(expr.CtStateBitUNTRACKED) }
 // ctInvalid matches `ct state invalid`.
 func ctInvalid() []expr.Any { return ctStateIs(expr.CtStateBitINVALID) }
 
-func ctStateIs(bit uint32) []expr.Any {
+// ctStateIs matches `ct state` holding any of bits.
+func ctStateIs(bits uint32) []expr.Any {
 	return []expr.Any{
 		&expr.Ct{Key: expr.CtKeySTATE, Register: reg1},
 		&expr.Bitwise{
 			SourceRegister: reg1, DestRegister: reg1, Len: 4,
-			Mask: binary.NativeEndian.AppendUint32(nil, bit),
+			Mask: binary.NativeEndian.AppendUint32(nil, bits),
 			Xor:  binary.NativeEndian.AppendUint32(nil, 0),
 		},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: binary.NativeEndian.AppendUint32(nil, 0)},

@@ -2,10 +2,10 @@ package l7
 
 import (
 	"bytes"
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -81,24 +81,114 @@ const (
 
 type fastKey struct{ client, server netip.AddrPort }
 
+// heldPacket is a packet the fast path holds: its data's place in the
+// client's stream.
+type heldPacket struct {
+	id       uint32
+	off, end int64
+}
+
 // fastFlow is a connection the fast path holds or has decided.
+//
+// Its states: undecided (its first ClientHello not yet whole), then
+// passed and awaiting the server's answer, then marked in the kernel. A
+// passed connection is marked when the server has acknowledged every
+// byte of the ClientHello checked and its answer is not a
+// HelloRetryRequest; until then every byte the client sends past the
+// hello is held (a second ClientHello sent at once would be read by the
+// server after its retry request), and a copy of the hello's bytes must
+// be the bytes checked. After a retry request, the client's second
+// ClientHello is checked (the same name) before it goes on.
 type fastFlow struct {
-	start time.Time
-	isn   uint32 // the client's initial sequence number (from its SYN)
-	held  []uint32
-	segs  map[uint32][]byte // data by offset from isn+1
+	session string
+	start   time.Time
+	isn     uint32 // the client's initial sequence number (from its SYN)
+	held    []heldPacket
+	client  stream // its bytes from isn+1
 	// decided: pass says how; at is when.
 	decided, pass bool
 	at            time.Time
-	// checked are the bytes a passed connection's ClientHello was checked
-	// in (from isn+1); until the server acknowledges them all (acked),
-	// every copy the client sends again must be the same.
-	checked []byte
-	acked   bool
-	// counted: a passed connection awaiting the server's
-	// acknowledgement still counts among its client's undecided ones
-	// (MaxSessionConns, MaxConns) until settled.
+	// checked is how many of the client's bytes are the ClientHellos
+	// checked; hello is the first's.
+	checked int
+	hello   Hello
+	// retried: the server asked for a second ClientHello; second: the
+	// connection awaits it.
+	retried, second bool
+	// ackedAll: the server has acknowledged every byte checked; marked:
+	// the connection is marked passed in the kernel.
+	ackedAll, marked bool
+	// The server's side: its initial sequence number (from its SYN-ACK)
+	// and its first bytes; its answer to the last hello checked starts
+	// at serverBase.
+	sisn       uint32
+	sisnKnown  bool
+	server     stream
+	serverBase int
+	// counted: a passed connection not yet marked still counts among its
+	// session's undecided ones (MaxSessionConns, MaxConns).
 	counted bool
+}
+
+// stream is one direction's first bytes of a connection: buf from the
+// first byte on, as far as it has no gap; segments past a gap wait in ooo,
+// by offset.
+type stream struct {
+	buf []byte
+	ooo map[int64][]byte
+}
+
+// add puts data at offset off (the bytes at or past limit are not kept),
+// and reports false if it says other of any byte than what is known: two
+// segments that differ on the same bytes (which the receiver keeps is its
+// stack's choice, not the gateway's).
+func (s *stream) add(off int64, data []byte, limit int) bool {
+	if off >= int64(limit) || len(data) == 0 {
+		return true
+	}
+	if off+int64(len(data)) > int64(limit) {
+		data = data[:int64(limit)-off]
+	}
+	o, end := int(off), int(off)+len(data)
+	if o < len(s.buf) {
+		hi := min(end, len(s.buf))
+		if !bytes.Equal(s.buf[o:hi], data[:hi-o]) {
+			return false
+		}
+	}
+	for oo, d := range s.ooo {
+		lo, hi := max(int(oo), o), min(int(oo)+len(d), end)
+		if lo < hi && !bytes.Equal(d[lo-int(oo):hi-int(oo)], data[lo-o:hi-o]) {
+			return false
+		}
+	}
+	switch {
+	case end <= len(s.buf):
+		return true
+	case o > len(s.buf):
+		if s.ooo == nil {
+			s.ooo = map[int64][]byte{}
+		}
+		if len(s.ooo[off]) < len(data) {
+			s.ooo[off] = bytes.Clone(data)
+		}
+		return true
+	}
+	s.buf = append(s.buf, data[len(s.buf)-o:]...)
+	for grew := true; grew; {
+		grew = false
+		for oo, d := range s.ooo {
+			if int(oo) > len(s.buf) {
+				continue
+			}
+			if e := int(oo) + len(d); e > len(s.buf) {
+				s.buf = append(s.buf, d[len(s.buf)-int(oo):]...)
+			}
+			delete(s.ooo, oo)
+			grew = true
+		}
+	}
+	return true
 }
 
 // passedFlow is a connection the fast path passed, until its end.
@@ -111,6 +201,8 @@ type passedFlow struct {
 	// refused: pushed out of the record before it was marked, and
 	// refused.
 	refused bool
+	// elem is its place in its session's order (fastPath.order).
+	elem *list.Element
 }
 
 // ended is p's end's audit event: why, if its bytes are not known.
@@ -131,30 +223,37 @@ type fastPath struct {
 	// +checklocks:mu
 	flows map[fastKey]*fastFlow
 	// +checklocks:mu
-	undecided map[netip.Addr]int // per client address
+	undecided map[string]int // per session
 	// +checklocks:mu
-	undecidedAll int // of all clients, bounded by MaxConns
+	undecidedAll int // of all sessions, bounded by MaxConns
 	// +checklocks:mu
-	heldBy map[netip.Addr]int // packets held, per client address
+	heldBy map[string]int // packets held, per session
 	// +checklocks:mu
 	passed map[fastKey]*passedFlow
 	// +checklocks:mu
 	passedBy map[string]int // per session
+	// order is each session's passed connections, oldest first.
+	// +checklocks:mu
+	order map[string]*list.List
+}
+
+func newFastPath(s *Server, q PacketQueue, marks FastConfig) *fastPath {
+	return &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[string]int{},
+		heldBy: map[string]int{}, passed: map[fastKey]*passedFlow{}, passedBy: map[string]int{}, order: map[string]*list.List{}}
 }
 
 // rememberLocked adds a passed connection, and returns those it pushes
 // out: one the bounds do, one on the same ports.
 //
 // +checklocks:fp.mu
-func (fp *fastPath) rememberLocked(k fastKey, p *passedFlow) []*passedFlow {
-	var out []*passedFlow
+func (fp *fastPath) rememberLocked(k fastKey, p *passedFlow) (out []*passedFlow, refuse []uint32) {
 	if old := fp.forgetLocked(k); old != nil {
 		out = append(out, old)
 	}
 	var evicted *passedFlow
 	switch id := p.ev.Session; {
 	case fp.passedBy[id] >= fastMaxSessionPassed:
-		evicted = fp.evictOldestLocked(id)
+		evicted, refuse = fp.evictOldestLocked(id)
 	case len(fp.passed) >= fastMaxPassed:
 		top := ""
 		for s, n := range fp.passedBy {
@@ -162,14 +261,20 @@ func (fp *fastPath) rememberLocked(k fastKey, p *passedFlow) []*passedFlow {
 				top = s
 			}
 		}
-		evicted = fp.evictOldestLocked(top)
+		evicted, refuse = fp.evictOldestLocked(top)
 	}
 	if evicted != nil {
 		out = append(out, evicted)
 	}
 	fp.passed[k] = p
 	fp.passedBy[p.ev.Session]++
-	return out
+	l := fp.order[p.ev.Session]
+	if l == nil {
+		l = list.New()
+		fp.order[p.ev.Session] = l
+	}
+	p.elem = l.PushBack(k)
+	return out, refuse
 }
 
 // forgetLocked removes the passed connection k, and returns it.
@@ -181,9 +286,17 @@ func (fp *fastPath) forgetLocked(k fastKey) *passedFlow {
 		return nil
 	}
 	delete(fp.passed, k)
-	if fp.passedBy[p.ev.Session]--; fp.passedBy[p.ev.Session] <= 0 {
-		delete(fp.passedBy, p.ev.Session)
+	id := p.ev.Session
+	if fp.passedBy[id]--; fp.passedBy[id] <= 0 {
+		delete(fp.passedBy, id)
 	}
+	if l := fp.order[id]; l != nil && p.elem != nil {
+		l.Remove(p.elem)
+		if l.Len() == 0 {
+			delete(fp.order, id)
+		}
+	}
+	p.elem = nil
 	return p
 }
 
@@ -205,8 +318,7 @@ func (fp *fastPath) forgetLocked(k fastKey) *passedFlow {
 // one, checked on its own. MaxConns bounds the undecided connections of
 // all clients, MaxSessionConns those of one.
 func (s *Server) ServeQueue(ctx context.Context, q PacketQueue, marks FastConfig) error {
-	fp := &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[netip.Addr]int{},
-		heldBy: map[netip.Addr]int{}, passed: map[fastKey]*passedFlow{}, passedBy: map[string]int{}}
+	fp := newFastPath(s, q, marks)
 	s.fast.Store(fp)
 	defer s.fast.CompareAndSwap(fp, nil)
 	// The connections it passed outlive it (the kernel forwards them);
@@ -250,6 +362,63 @@ func (fp *fastPath) letGo(id uint32) {
 	_ = fp.q.SetVerdict(id, nfq.Repeat, &mark)
 }
 
+// outcome is what handling a packet decided, carried out once fp.mu is
+// released: the kernel's verdicts, in this order, and the audit.
+type outcome struct {
+	// passed, if set, is a connection just passed: its conntrack id is
+	// looked up before any of its packets goes on, so that its end (told
+	// by the entry's events) finds it.
+	passed    *passedFlow
+	passedKey fastKey
+	letGo     []uint32
+	pass      []uint32
+	refuse    []uint32
+	drop      []uint32
+	events    []Event
+	// terminate: a connection refused because its name's TLS must be
+	// terminated (FastConfig.Terminate).
+	terminate *Event
+}
+
+// apply carries out o. It is called without fp.mu.
+func (fp *fastPath) apply(o *outcome) {
+	if o.passed != nil && fp.marks.FlowID != nil {
+		if id, ok := fp.marks.FlowID(o.passedKey.client, o.passedKey.server); ok {
+			fp.mu.Lock()
+			if fp.passed[o.passedKey] == o.passed {
+				o.passed.ev.Conntrack = id
+			}
+			fp.mu.Unlock()
+			for i := range o.events {
+				if o.events[i].Action == ActionAllowed && o.events[i].Client == o.passedKey.client && o.events[i].Dst == o.passedKey.server {
+					o.events[i].Conntrack = id
+				}
+			}
+		}
+	}
+	for _, id := range o.letGo {
+		fp.letGo(id)
+	}
+	for _, id := range o.pass {
+		fp.verdict(id, true)
+	}
+	for _, id := range o.refuse {
+		fp.verdict(id, false)
+	}
+	for _, id := range o.drop {
+		_ = fp.q.SetVerdict(id, nfq.Drop, nil)
+	}
+	for _, ev := range o.events {
+		fp.emit(ev)
+	}
+	if o.terminate != nil && fp.marks.Terminate != nil {
+		fp.marks.Terminate(o.terminate.Session, o.terminate.Dst)
+	}
+}
+
+// mptcpOption is TCP's option kind of Multipath TCP (RFC 8684).
+const mptcpOption = 30
+
 func (fp *fastPath) packet(p nfq.Packet) {
 	fp.s.fastPackets.Add(1)
 	seg, err := nfq.ParseTCP(p.Payload)
@@ -261,254 +430,415 @@ func (fp *fastPath) packet(p nfq.Packet) {
 		return
 	}
 	src, dst := unmapAP(seg.Src), unmapAP(seg.Dst)
-	if _, ok := fp.s.cfg.Sessions(src.Addr()); !ok {
+	sess, ok := fp.s.cfg.Sessions(src.Addr())
+	if !ok {
 		// The server's side of a session's connection.
 		fp.reply(p, seg, fastKey{client: dst, server: src})
 		return
 	}
 	k := fastKey{client: src, server: dst}
 	now := time.Now()
+	var o outcome
+	defer fp.apply(&o)
 	fp.mu.Lock()
+	defer fp.mu.Unlock()
 	f := fp.flows[k]
-	var drop []uint32
 	switch {
 	case seg.Flags&nfq.SYN != 0 && len(seg.Payload) > 0:
 		// Data in a SYN (TCP Fast Open) would reach the server before
 		// any check: dropped, the client sends its SYN again without it.
-		fp.mu.Unlock()
-		_ = fp.q.SetVerdict(p.ID, nfq.Drop, nil)
-		return
+		o.drop = append(o.drop, p.ID)
 	case seg.Flags&nfq.SYN != 0 && seg.Flags&nfq.ACK == 0:
-		// The queue sees a SYN only while the connection's conntrack
-		// entry is undecided: after a decision, a SYN on the same four
-		// ends is a new connection (the client reset the last one and
-		// connected again from its port), which inherits nothing. A SYN
-		// with another number on an undecided one is such a connection
-		// too: the held bytes of the one before are not its own.
-		var reused *passedFlow
-		if f != nil && (f.decided || f.isn != seg.Seq && len(f.held) > 0) {
-			if !f.decided {
-				drop = fp.finish(k.client.Addr(), f, false, now)
-			} else {
-				fp.settleLocked(k, f)
-			}
-			f = nil
-			// The connection before on these four ends is over: audited
-			// now, so that the new one's end is not taken for its.
-			reused = fp.forgetLocked(k)
-		}
-		if reused != nil {
-			defer fp.emit(reused.ended(now, 0, 0, "ended when its ports were used again: its bytes are not counted"))
-		}
-		if f == nil {
-			if fp.undecided[k.client.Addr()] >= fp.s.cfg.MaxSessionConns || fp.undecidedAll >= fp.s.cfg.MaxConns {
-				delete(fp.flows, k)
-				fp.mu.Unlock()
-				fp.drop(drop)
-				fp.verdict(p.ID, false)
-				return
-			}
-			f = &fastFlow{start: now, segs: map[uint32][]byte{}}
-			fp.flows[k] = f
-			fp.undecided[k.client.Addr()]++
-			fp.undecidedAll++
-		}
-		f.isn = seg.Seq // a SYN sent again keeps its number
-		fp.mu.Unlock()
-		fp.drop(drop)
-		fp.letGo(p.ID)
-		return
-	case f != nil && f.decided && f.pass && !f.acked:
-		fp.resent(p, seg, k, f, now) // unlocks
-		return
-	case f != nil && f.decided:
-		// Queued before the connection's mark was set: the same fate.
-		fp.mu.Unlock()
-		fp.verdict(p.ID, f.pass)
-		return
+		fp.synLocked(&o, p, seg, k, f, sess.ID, now)
 	case f == nil:
 		// A connection whose SYN the gateway never saw: one it held
 		// before a restart, or whose conntrack entry expired or was
 		// deleted (a revision cut it), so that its next packet made a
 		// new one. Nothing can be known of its first bytes, and an ACK
 		// let go would open the way back for the server's data.
-		fp.mu.Unlock()
-		fp.verdict(p.ID, false)
-		return
-	case len(seg.Payload) == 0:
-		fp.mu.Unlock()
-		fp.letGo(p.ID)
+		o.refuse = append(o.refuse, p.ID)
+	case f.decided && (!f.pass || f.marked):
+		// Queued before the connection's mark was set: the same fate.
+		if f.pass {
+			o.pass = append(o.pass, p.ID)
+		} else {
+			o.refuse = append(o.refuse, p.ID)
+		}
+	case len(seg.Payload) == 0 && seg.Flags&nfq.URG == 0:
+		o.letGo = append(o.letGo, p.ID)
+	default:
+		fp.clientDataLocked(&o, p, seg, k, f, now)
+	}
+}
+
+// synLocked decides a client's SYN. The queue sees a SYN only while the
+// connection's conntrack entry is undecided: after a decision, a SYN on
+// the same four ends is a new connection (the client reset the last one
+// and connected again from its port), which inherits nothing. A SYN with
+// another number on an undecided one is such a connection too: the held
+// bytes of the one before are not its own.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) synLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fastKey, f *fastFlow, session string, now time.Time) {
+	if f != nil && (f.decided || f.isn != seg.Seq && len(f.held) > 0) {
+		if !f.decided {
+			o.drop = append(o.drop, fp.finishLocked(f, false, now)...)
+		} else {
+			o.drop = append(o.drop, fp.settleLocked(f)...)
+		}
+		f = nil
+		// The connection before on these four ends is over: audited
+		// now, so that the new one's end is not taken for its.
+		if reused := fp.forgetLocked(k); reused != nil {
+			o.events = append(o.events, reused.ended(now, 0, 0, "ended when its ports were used again: its bytes are not counted"))
+		}
+	}
+	if hasOption(seg.Options, mptcpOption) {
+		// Multipath TCP maps the bytes of its subflows into the stream
+		// the server reads by options of its own: the bytes the gateway
+		// checks need not be the ones the server takes as the start of
+		// the stream.
+		if f != nil {
+			o.refuse = append(o.refuse, fp.finishLocked(f, false, now)...)
+		}
+		delete(fp.flows, k)
+		o.refuse = append(o.refuse, p.ID)
+		o.events = append(o.events, Event{Time: now, Kind: KindConnection, Session: session, Client: k.client, Dst: k.server,
+			Proto: ProtoTLS, Action: ActionRefused, Kernel: true,
+			Reason: "airlock: a Multipath TCP connection (the gateway checks the bytes of one path; refused so that the client connects with plain TCP)"})
 		return
 	}
-	f.held = append(f.held, p.ID)
-	fp.heldBy[k.client.Addr()]++
+	if f == nil {
+		if fp.undecided[session] >= fp.s.cfg.MaxSessionConns || fp.undecidedAll >= fp.s.cfg.MaxConns {
+			delete(fp.flows, k)
+			o.refuse = append(o.refuse, p.ID)
+			return
+		}
+		f = &fastFlow{session: session, start: now}
+		fp.flows[k] = f
+		fp.undecided[session]++
+		fp.undecidedAll++
+	}
+	f.isn = seg.Seq // a SYN sent again keeps its number
+	o.letGo = append(o.letGo, p.ID)
+}
+
+// hasOption reports whether TCP options opts hold one of kind.
+func hasOption(opts []byte, kind byte) bool {
+	for i := 0; i < len(opts); {
+		switch opts[i] {
+		case 0: // end of options
+			return false
+		case 1: // no-operation
+			i++
+			continue
+		}
+		if opts[i] == kind {
+			return true
+		}
+		if i+1 >= len(opts) || opts[i+1] < 2 {
+			return false
+		}
+		i += int(opts[i+1])
+	}
+	return false
+}
+
+// clientDataLocked decides a packet with data (or urgent data) a client
+// sends on connection f, undecided or passed and not yet marked.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) clientDataLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fastKey, f *fastFlow, now time.Time) {
 	// Bytes before the first (a segment that starts before isn+1) are
 	// trimmed by the server's stack, which keeps the rest: so does the
 	// gateway.
 	payload := seg.Payload
-	off := seg.Seq - f.isn - 1
-	if rel := int64(int32(off)); rel < 0 {
-		if -rel >= int64(len(payload)) {
+	off := int64(int32(seg.Seq - f.isn - 1))
+	if off < 0 {
+		if -off >= int64(len(payload)) {
 			payload = nil
 		} else {
-			payload = payload[-rel:]
+			payload = payload[-off:]
 		}
 		off = 0
 	}
-	var h Hello
-	var peeked []byte
+	end := off + int64(len(payload))
+	checked := int64(f.checked)
 	var perr error
-	complete := false
-	if fp.heldBy[k.client.Addr()] > fastMaxClientHeld {
-		perr, complete = fmt.Errorf("more than %d packets of the client's connections held for their ClientHellos", fastMaxClientHeld), true
-	} else if seg.Flags&nfq.URG != 0 {
+	switch {
+	case seg.Flags&nfq.URG != 0:
 		// The server's stack takes the urgent byte out of the stream its
-		// application reads (unless SO_OOBINLINE): the gateway would
-		// check bytes the server does not parse.
-		perr, complete = errors.New("urgent data in the ClientHello (the server would read other bytes than the gateway checks)"), true
-	} else if off < MaxPeek && len(payload) > 0 {
-		if f.conflicts(off, payload) {
+		// application reads (unless SO_OOBINLINE), also a byte of a later
+		// segment that an empty one's urgent pointer names: the gateway
+		// would check bytes the server does not parse.
+		perr = errors.New("urgent data before the server answered the ClientHello (the server would read other bytes than the gateway checks)")
+	case f.decided && end <= checked:
+		// A copy of bytes checked (the first may have died past the
+		// gateway, and the server would read the copy).
+		if !bytes.Equal(payload, f.client.buf[off:end]) {
+			perr = errors.New("the ClientHello was sent again with other bytes than the gateway checked (the first copy did not reach the server)")
+			break
+		}
+		o.letGo = append(o.letGo, p.ID)
+		return
+	case f.decided && off < checked:
+		perr = errors.New("a segment carries bytes of the ClientHello checked and bytes after it, before the server answered")
+	}
+	if perr == nil {
+		f.held = append(f.held, heldPacket{id: p.ID, off: off, end: end})
+		fp.heldBy[f.session]++
+		switch {
+		case fp.heldBy[f.session] > fastMaxClientHeld:
+			perr = fmt.Errorf("more than %d packets of the session's connections held for their ClientHellos", fastMaxClientHeld)
+		case f.decided && len(f.held) > fastMaxHeld:
+			perr = fmt.Errorf("more than %d packets sent before the server answered the ClientHello", fastMaxHeld)
+		case !f.client.add(off, payload, f.checked+MaxPeek):
 			// Two segments that say different things of the same bytes:
 			// which the server keeps is its stack's choice, not the
 			// gateway's.
-			perr, complete = errors.New("segments overlap with different bytes"), true
-		} else if len(f.segs[off]) < len(payload) {
-			f.segs[off] = bytes.Clone(payload)
+			perr = errors.New("segments overlap with different bytes")
+		}
+	} else {
+		o.refuse = append(o.refuse, p.ID)
+	}
+	switch {
+	case !f.decided:
+		fp.firstHelloLocked(o, k, f, perr, now)
+	case perr != nil:
+		fp.refuseAwaitingLocked(o, k, f, "airlock: "+perr.Error(), now)
+	case f.second:
+		fp.secondHelloLocked(o, k, f, now)
+	}
+}
+
+// firstHelloLocked decides undecided connection f once its first
+// ClientHello is whole (or perr says why it is refused before).
+//
+// +checklocks:fp.mu
+func (fp *fastPath) firstHelloLocked(o *outcome, k fastKey, f *fastFlow, perr error, now time.Time) {
+	data := f.client.buf
+	var h Hello
+	end := 0
+	switch {
+	case perr != nil:
+	case len(data) > 0 && data[0] != recordHandshake:
+		h.Proto = ProtoHTTP
+		perr = errors.New("the first bytes are not a TLS ClientHello (the gateway forwards only TLS on this port)")
+	case len(data) > 0:
+		if end, perr = helloRecords(data); perr == nil && end > 0 {
+			h, _, perr = Peek(bytes.NewReader(data[:end]))
 		}
 	}
-	data := f.contiguous()
-	switch {
-	case complete:
-	case len(data) > 0 && data[0] != 0x16:
-		h.Proto = ProtoHTTP
-		perr, complete = errors.New("the first bytes are not a TLS ClientHello (the gateway forwards only TLS on this port)"), true
-	case len(data) > 0:
-		h, peeked, perr = Peek(bytes.NewReader(data))
-		complete = perr == nil || !errors.Is(perr, io.ErrUnexpectedEOF) && !errors.Is(perr, io.EOF)
-	}
-	if !complete && (len(f.held) >= fastMaxHeld || len(data) >= MaxPeek) {
-		perr, complete = ErrPeekTooLong, true
-	}
-	if !complete {
-		fp.mu.Unlock()
-		return
+	if perr == nil && end == 0 {
+		if len(data) < MaxPeek && len(f.held) < fastMaxHeld {
+			return // not whole yet
+		}
+		perr = ErrPeekTooLong
 	}
 	ev, pass, terminate := fp.decide(k, f, h, perr, len(data))
-	held := fp.finish(k.client.Addr(), f, pass, now)
-	if pass {
-		// The bytes the server parses as the ClientHello.
-		f.checked = data[:helloEnd(data, len(peeked))]
+	if pass && straddles(f.held, end) {
+		pass = false
+		ev.Action, ev.Reason = ActionRefused, "airlock: bytes after the ClientHello in the segment that ends it, before the server answered (TLS early data is not taken on this path)"
 	}
-	var passed *passedFlow
-	var evicted []*passedFlow
-	if pass && ev != nil {
+	if !pass {
+		o.refuse = append(o.refuse, fp.finishLocked(f, false, now)...)
+	} else {
+		f.decided, f.pass, f.at = true, true, now
+		f.checked, f.hello = end, h
+		// Counted until the connection is marked.
+		f.counted = true
+		o.letGo = append(o.letGo, fp.releaseLocked(f)...)
 		// Audited now, and again when it ends (FastFlowEnded), with its
 		// bytes.
-		passed = &passedFlow{ev: *ev, hello: h}
-		evicted = fp.rememberLocked(k, passed)
-	}
-	fp.mu.Unlock()
-	if passed != nil && fp.marks.FlowID != nil {
-		// Known before its packets go on, so that its end (told by its
-		// entry's events) finds it.
-		if id, ok := fp.marks.FlowID(k.client, k.server); ok {
-			ev.Conntrack = id
-			fp.mu.Lock()
-			if fp.passed[k] == passed {
-				passed.ev.Conntrack = id
+		passed := &passedFlow{ev: *ev, hello: h}
+		evicted, refuse := fp.rememberLocked(k, passed)
+		o.passed, o.passedKey = passed, k
+		o.refuse = append(o.refuse, refuse...)
+		for _, e := range evicted {
+			why := "no longer followed (too many connections): its bytes are not counted, and a revision of its session ends it"
+			if e.refused {
+				why = "refused: too many connections followed, and the server had not yet acknowledged its ClientHello"
 			}
-			fp.mu.Unlock()
+			o.events = append(o.events, e.ended(now, 0, 0, why))
 		}
-	}
-	// Passed, the held packets go on without the mark: the connection is
-	// marked when the server acknowledges the bytes checked (reply).
-	for _, id := range held {
-		if pass {
-			fp.letGo(id)
-		} else {
-			fp.verdict(id, false)
-		}
-	}
-	for _, e := range evicted {
-		why := "no longer followed (too many connections): its bytes are not counted, and a revision of its session ends it"
-		if e.refused {
-			why = "refused: too many connections followed, and the server had not yet acknowledged its ClientHello"
-		}
-		fp.emit(e.ended(now, 0, 0, why))
 	}
 	if ev == nil {
 		return
 	}
-	if terminate && fp.marks.Terminate != nil {
-		fp.marks.Terminate(ev.Session, k.server)
+	if terminate {
+		o.terminate = ev
 	}
 	ev.Duration = time.Since(ev.Time)
-	fp.emit(*ev)
+	o.events = append(o.events, *ev)
+}
+
+// secondHelloLocked checks connection f's second ClientHello, sent after
+// the server's HelloRetryRequest, once it is whole.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) secondHelloLocked(o *outcome, k fastKey, f *fastFlow, now time.Time) {
+	end, err := secondHello(f.client.buf[f.checked:], f.hello)
+	if err == nil && end == 0 {
+		if len(f.held) < fastMaxHeld {
+			return // not whole yet
+		}
+		err = ErrPeekTooLong
+	}
+	if err == nil && straddles(f.held, f.checked+end) {
+		err = errors.New("bytes after the second ClientHello in the segment that ends it, before the server answered")
+	}
+	if err != nil {
+		fp.refuseAwaitingLocked(o, k, f, "airlock: "+err.Error(), now)
+		return
+	}
+	f.checked += end
+	f.second, f.ackedAll = false, false
+	o.letGo = append(o.letGo, fp.releaseLocked(f)...)
+}
+
+// straddles reports whether a held packet carries bytes both before and
+// at or after end: one the server must have for the hello, and bytes that
+// must wait for its answer.
+func straddles(held []heldPacket, end int) bool {
+	return slices.ContainsFunc(held, func(h heldPacket) bool { return h.off < int64(end) && h.end > int64(end) })
+}
+
+// releaseLocked takes f's held packets whose bytes are all checked off
+// the hold, and returns their ids, in the order the kernel queued them.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) releaseLocked(f *fastFlow) []uint32 {
+	var ids []uint32
+	f.held = slices.DeleteFunc(f.held, func(h heldPacket) bool {
+		if h.end <= int64(f.checked) {
+			ids = append(ids, h.id)
+			return true
+		}
+		return false
+	})
+	fp.unholdLocked(f.session, len(ids))
+	slices.Sort(ids) // the kernel numbers packets in the order it queued them
+	return ids
+}
+
+// refuseAwaitingLocked refuses connection f, passed and awaiting the
+// server's answer, with its held packets, and audits why.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) refuseAwaitingLocked(o *outcome, k fastKey, f *fastFlow, why string, now time.Time) {
+	f.pass = false
+	o.refuse = append(o.refuse, fp.settleLocked(f)...)
+	if pf := fp.forgetLocked(k); pf != nil {
+		ev := pf.ended(now, 0, 0, "")
+		ev.Action, ev.Reason = ActionRefused, why+"; the connection is refused"
+		o.events = append(o.events, ev)
+	}
 }
 
 // reply decides a packet the server of connection k sends while the
-// connection is undecided: it goes on, until the server acknowledges the
-// whole ClientHello of a connection passed, whose mark its packet then
-// sets.
+// connection is not yet marked: it goes on (its SYN-ACK's number and its
+// first bytes noted), until the server has acknowledged the whole
+// ClientHello of a connection passed and its answer is known: a
+// HelloRetryRequest has the client's second ClientHello checked, any
+// other answer marks the connection passed, by this packet's verdict.
 func (fp *fastPath) reply(p nfq.Packet, seg nfq.TCP, k fastKey) {
+	now := time.Now()
+	var o outcome
+	defer fp.apply(&o)
 	fp.mu.Lock()
+	defer fp.mu.Unlock()
 	f := fp.flows[k]
 	switch {
 	case f == nil:
 		// A connection the gateway does not know (held before a
 		// restart): refused, as its client's packets are.
-		fp.mu.Unlock()
-		fp.verdict(p.ID, false)
+		o.refuse = append(o.refuse, p.ID)
 		return
-	case !f.decided:
-		fp.mu.Unlock()
-		fp.letGo(p.ID)
+	case f.decided && (!f.pass || f.marked):
+		if f.pass {
+			o.pass = append(o.pass, p.ID)
+		} else {
+			o.refuse = append(o.refuse, p.ID)
+		}
 		return
-	case !f.pass || f.acked:
-		fp.mu.Unlock()
-		fp.verdict(p.ID, f.pass)
+	case seg.Flags&nfq.SYN != 0:
+		if seg.Flags&nfq.ACK != 0 && len(f.server.buf) == 0 && len(f.server.ooo) == 0 {
+			f.sisn, f.sisnKnown = seg.Seq, true
+		}
+		o.letGo = append(o.letGo, p.ID)
 		return
-	}
-	end := f.isn + 1 + uint32(len(f.checked))
-	if seg.Flags&nfq.ACK == 0 || seg.Flags&nfq.RST != 0 || int32(seg.Ack-end) < 0 {
-		fp.mu.Unlock()
-		fp.letGo(p.ID)
-		return
-	}
-	f.acked = true
-	fp.settleLocked(k, f)
-	if pf := fp.passed[k]; pf != nil {
-		pf.marked = time.Now()
-	}
-	fp.mu.Unlock()
-	fp.verdict(p.ID, true)
-}
-
-// resent decides a packet the client of connection k, passed, sends
-// before the server acknowledged its ClientHello: a copy of bytes checked
-// must be the bytes checked (the first may have died past the gateway,
-// and the server would read the copy); the connection is refused if it
-// is not. Called with fp.mu held; unlocks it.
-func (fp *fastPath) resent(p nfq.Packet, seg nfq.TCP, k fastKey, f *fastFlow, now time.Time) {
-	start := int64(int32(seg.Seq - f.isn - 1))
-	lo, hi := max(start, 0), min(start+int64(len(seg.Payload)), int64(len(f.checked)))
-	// Urgent data: the server's stack would take a byte out of what it
-	// reads.
-	if seg.Flags&nfq.URG == 0 && (lo >= hi || bytes.Equal(seg.Payload[lo-start:hi-start], f.checked[lo:hi])) {
-		fp.mu.Unlock()
-		fp.letGo(p.ID)
+	case !f.sisnKnown:
+		if f.decided {
+			fp.refuseAwaitingLocked(&o, k, f, "airlock: the server's SYN-ACK was not seen, so its answer to the ClientHello cannot be read", now)
+			o.refuse = append(o.refuse, p.ID)
+			return
+		}
+		o.letGo = append(o.letGo, p.ID)
 		return
 	}
-	f.pass = false
-	fp.settleLocked(k, f)
-	pf := fp.forgetLocked(k)
-	fp.mu.Unlock()
-	fp.verdict(p.ID, false)
-	if pf != nil {
-		ev := pf.ended(now, 0, 0, "")
-		ev.Action = ActionRefused
-		ev.Reason = "airlock: the ClientHello was sent again with other bytes than the gateway checked, or urgent data (the first copy did not reach the server); the connection is refused"
-		fp.emit(ev)
+	payload := seg.Payload
+	off := int64(int32(seg.Seq - f.sisn - 1))
+	if off < 0 {
+		if -off >= int64(len(payload)) {
+			payload = nil
+		} else {
+			payload = payload[-off:]
+		}
+		off = 0
+	}
+	// The server's stack is not the adversary here: bytes it sends twice
+	// differently are its own matter (the first kept).
+	f.server.add(off, payload, f.serverBase+flightPeek)
+	if !f.decided || seg.Flags&nfq.RST != 0 {
+		o.letGo = append(o.letGo, p.ID)
+		return
+	}
+	if seg.Flags&nfq.ACK != 0 && int32(seg.Ack-(f.isn+1+uint32(f.checked))) >= 0 {
+		f.ackedAll = true
+	}
+	ans := flightMore
+	n := 0
+	if !f.second && f.ackedAll && len(f.server.buf) > f.serverBase {
+		ans, n = serverFlight(f.server.buf[f.serverBase:])
+	}
+	switch ans {
+	case flightMore:
+		o.letGo = append(o.letGo, p.ID)
+	case flightRetry:
+		if f.retried {
+			fp.refuseAwaitingLocked(&o, k, f, "airlock: the server asked for a third ClientHello (a second HelloRetryRequest)", now)
+			o.refuse = append(o.refuse, p.ID)
+			return
+		}
+		// The retry request goes on to the client; the bytes it sends
+		// next are held until its second ClientHello is checked (it may
+		// be among those held already).
+		f.retried, f.second, f.ackedAll = true, true, false
+		f.serverBase += n
+		o.letGo = append(o.letGo, p.ID)
+		fp.secondHelloLocked(&o, k, f, now)
+		if !f.pass {
+			// The client's bytes after the first hello were no second
+			// one of the same name: the retry request does not reach it.
+			o.letGo = slices.DeleteFunc(o.letGo, func(id uint32) bool { return id == p.ID })
+			o.refuse = append(o.refuse, p.ID)
+		}
+	case flightHello:
+		// The server has read the hellos checked and answered: the
+		// connection is marked passed by this packet, and what the
+		// client sent after its hello goes on.
+		f.marked = true
+		held := make([]uint32, 0, len(f.held))
+		for _, h := range f.held {
+			held = append(held, h.id)
+		}
+		slices.Sort(held)
+		fp.settleLocked(f)
+		if pf := fp.passed[k]; pf != nil {
+			pf.marked = now
+		}
+		o.pass = append(o.pass, p.ID)
+		o.pass = append(o.pass, held...)
 	}
 }
 
@@ -519,30 +849,27 @@ func (fp *fastPath) emit(ev Event) {
 	}
 }
 
-// evictOldestLocked forgets session id's passed connection that started
-// first.
+// evictOldestLocked forgets session id's passed connection that was
+// passed first, and returns it with the packets to refuse.
 //
 // +checklocks:fp.mu
-func (fp *fastPath) evictOldestLocked(id string) *passedFlow {
-	var oldest fastKey
-	var of *passedFlow
-	for k, p := range fp.passed {
-		if p.ev.Session == id && (of == nil || p.ev.Time.Before(of.ev.Time)) {
-			oldest, of = k, p
-		}
+func (fp *fastPath) evictOldestLocked(id string) (*passedFlow, []uint32) {
+	l := fp.order[id]
+	if l == nil || l.Len() == 0 {
+		return nil, nil
 	}
-	if of == nil {
-		return nil
-	}
-	// One the server has not yet acknowledged is refused: no revision
-	// would find it (it is not marked passed in the kernel yet), and its
-	// acknowledgement would mark it.
-	if f := fp.flows[oldest]; f != nil && f.decided && f.pass && !f.acked {
+	oldest := l.Front().Value.(fastKey)
+	of := fp.passed[oldest]
+	var refuse []uint32
+	// One not yet marked is refused: no revision would find it (it is
+	// not marked passed in the kernel yet), and the server's answer
+	// would mark it.
+	if f := fp.flows[oldest]; f != nil && f.decided && f.pass && !f.marked {
 		f.pass = false
-		fp.settleLocked(oldest, f)
+		refuse = fp.settleLocked(f)
 		of.refused = true
 	}
-	return fp.forgetLocked(oldest)
+	return fp.forgetLocked(oldest), refuse
 }
 
 // FastFlowEnded audits the end of a connection the fast path passed, as
@@ -624,11 +951,16 @@ func (s *Server) recheckFast(sess *Session) int {
 		p *passedFlow
 	}
 	var cuts []cut
+	var refuse []uint32
 	fp.mu.Lock()
-	for k, p := range fp.passed {
-		if p.ev.Session != sess.ID {
-			continue
+	var ks []fastKey
+	if l := fp.order[sess.ID]; l != nil {
+		for e := l.Front(); e != nil; e = e.Next() {
+			ks = append(ks, e.Value.(fastKey))
 		}
+	}
+	for _, k := range ks {
+		p := fp.passed[k]
 		if sess.Check(k.server, p.hello, p.ev.Time).Allow && !terminates(sess, p.hello) {
 			continue
 		}
@@ -638,10 +970,13 @@ func (s *Server) recheckFast(sess *Session) int {
 		// the cut makes anew, are refused, not passed as decided.
 		if f := fp.flows[k]; f != nil {
 			f.pass = false
-			fp.settleLocked(k, f)
+			refuse = append(refuse, fp.settleLocked(f)...)
 		}
 	}
 	fp.mu.Unlock()
+	for _, id := range refuse {
+		fp.verdict(id, false)
+	}
 	for _, c := range cuts {
 		ev := c.p.ended(time.Now(), 0, 0, "closed: the session's egress policy was revised; its bytes are not counted")
 		if fp.marks.Cut != nil {
@@ -680,55 +1015,67 @@ func (s *Server) closeFast(id string) {
 	}
 }
 
-// finish decides client's undecided connection f and returns its held
-// packets' ids.
+// finishLocked decides undecided connection f and returns its held
+// packets' ids, in the order the kernel queued them.
 //
 // +checklocks:fp.mu
-func (fp *fastPath) finish(client netip.Addr, f *fastFlow, pass bool, now time.Time) []uint32 {
-	held := f.finish(pass, now)
-	if pass {
-		// Counted until the server acknowledges its ClientHello.
-		f.counted = true
-	} else {
-		fp.uncount(client)
+func (fp *fastPath) finishLocked(f *fastFlow, pass bool, now time.Time) []uint32 {
+	f.decided, f.pass, f.at = true, pass, now
+	if !pass {
+		fp.uncount(f.session)
 	}
-	fp.heldBy[client] -= len(held)
-	if fp.heldBy[client] <= 0 {
-		delete(fp.heldBy, client)
-	}
-	return held
+	return fp.takeHeldLocked(f)
 }
 
-// uncount takes one connection off client's undecided ones.
+// takeHeldLocked takes all of f's held packets off the hold, and returns
+// their ids, in the order the kernel queued them.
 //
 // +checklocks:fp.mu
-func (fp *fastPath) uncount(client netip.Addr) {
+func (fp *fastPath) takeHeldLocked(f *fastFlow) []uint32 {
+	ids := make([]uint32, 0, len(f.held))
+	for _, h := range f.held {
+		ids = append(ids, h.id)
+	}
+	fp.unholdLocked(f.session, len(ids))
+	f.held = nil
+	slices.Sort(ids)
+	return ids
+}
+
+// unholdLocked takes n packets off session's held ones.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) unholdLocked(session string, n int) {
+	if fp.heldBy[session] -= n; fp.heldBy[session] <= 0 {
+		delete(fp.heldBy, session)
+	}
+}
+
+// uncount takes one connection off session's undecided ones.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) uncount(session string) {
 	fp.undecidedAll--
-	fp.undecided[client]--
-	if fp.undecided[client] <= 0 {
-		delete(fp.undecided, client)
+	fp.undecided[session]--
+	if fp.undecided[session] <= 0 {
+		delete(fp.undecided, session)
 	}
 }
 
-// settleLocked ends the wait of passed connection k, f for the server's
-// acknowledgement (it came, or the connection is refused or forgotten):
-// it no longer counts among its client's undecided ones, and its checked
-// bytes go.
+// settleLocked ends the wait of passed connection f for the server's
+// answer (it came, or the connection is refused or forgotten): it no
+// longer counts among its session's undecided ones, and the bytes kept
+// go. It returns the ids of the packets still held (to refuse, unless
+// the connection is marked).
 //
 // +checklocks:fp.mu
-func (fp *fastPath) settleLocked(k fastKey, f *fastFlow) {
+func (fp *fastPath) settleLocked(f *fastFlow) []uint32 {
 	if f.counted {
 		f.counted = false
-		fp.uncount(k.client.Addr())
+		fp.uncount(f.session)
 	}
-	f.checked = nil
-}
-
-// drop drops the held packets of a connection that was replaced.
-func (fp *fastPath) drop(ids []uint32) {
-	for _, id := range ids {
-		_ = fp.q.SetVerdict(id, nfq.Drop, nil)
-	}
+	f.client, f.server = stream{}, stream{}
+	return fp.takeHeldLocked(f)
 }
 
 // decide checks a connection's ClientHello; the event is nil for a
@@ -762,75 +1109,9 @@ func (fp *fastPath) decide(k fastKey, f *fastFlow, h Hello, perr error, n int) (
 	return ev, true, false
 }
 
-// helloEnd is the length of the TLS records at the start of data that
-// carry the whole first handshake message (a ClientHello may span
-// several); read is what the check read, returned if data does not parse
-// so.
-func helloEnd(data []byte, read int) int {
-	var msg []byte
-	for off := 0; off+5 <= len(data); {
-		n := int(data[off+3])<<8 | int(data[off+4])
-		if data[off] != 0x16 || off+5+n > len(data) {
-			break
-		}
-		msg = append(msg, data[off+5:off+5+n]...)
-		off += 5 + n
-		if len(msg) >= 4 && len(msg) >= 4+(int(msg[1])<<16|int(msg[2])<<8|int(msg[3])) {
-			return off
-		}
-	}
-	return min(read, len(data))
-}
-
-// contiguous is the data from the connection's first byte on, as far as
-// it has no gap.
-func (f *fastFlow) contiguous() []byte {
-	var out []byte
-	for {
-		seg, ok := f.segs[uint32(len(out))]
-		if !ok {
-			// A segment sent again may start inside what is there.
-			var best []byte
-			for off, d := range f.segs {
-				if off < uint32(len(out)) && off+uint32(len(d)) > uint32(len(out)) {
-					if tail := d[uint32(len(out))-off:]; len(tail) > len(best) {
-						best = tail
-					}
-				}
-			}
-			if best == nil {
-				return out
-			}
-			seg = best
-		}
-		out = append(out, seg...)
-	}
-}
-
-// conflicts reports whether data at off differs from bytes of the held
-// segments it overlaps.
-func (f *fastFlow) conflicts(off uint32, data []byte) bool {
-	end := off + uint32(len(data))
-	for o, d := range f.segs {
-		e := o + uint32(len(d))
-		lo, hi := max(o, off), min(e, end)
-		if lo < hi && !bytes.Equal(d[lo-o:hi-o], data[lo-off:hi-off]) {
-			return true
-		}
-	}
-	return false
-}
-
-// finish records the decision and returns the held packets' ids.
-func (f *fastFlow) finish(pass bool, now time.Time) []uint32 {
-	held := f.held
-	f.decided, f.pass, f.at, f.held, f.segs = true, pass, now, nil, nil
-	slices.Sort(held) // the kernel numbers packets in the order it queued them
-	return held
-}
-
-// sweep refuses connections whose ClientHello is not whole within the
-// peek timeout, and forgets decided ones after fastDecidedKeep.
+// sweep refuses connections whose ClientHello is not whole, or whose
+// server has not answered it, within the peek timeout, and forgets
+// decided ones after fastDecidedKeep.
 func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -841,44 +1122,34 @@ func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case now := <-t.C:
-			var events []*Event
-			var refuse []uint32
+			var o outcome
 			fp.mu.Lock()
-			var unacked []*passedFlow
 			for k, f := range fp.flows {
 				switch {
-				case f.decided && f.pass && !f.acked && now.Sub(f.at) > fp.s.cfg.PeekTimeout:
-					// The server never acknowledged the ClientHello: its
-					// next packet, either way, is refused.
-					f.pass = false
-					fp.settleLocked(k, f)
-					if pf := fp.forgetLocked(k); pf != nil {
-						unacked = append(unacked, pf)
+				case f.decided && f.pass && !f.marked && now.Sub(f.at) > fp.s.cfg.PeekTimeout:
+					// The server never answered the ClientHello (or the
+					// client never sent its second): its next packet,
+					// either way, is refused.
+					why := "airlock: the server did not answer the ClientHello within the peek timeout"
+					if f.second {
+						why = "airlock: no second ClientHello within the peek timeout after the server's HelloRetryRequest"
 					}
-				case f.decided && now.Sub(f.at) > fastDecidedKeep && (!f.pass || f.acked):
-					fp.settleLocked(k, f)
+					fp.refuseAwaitingLocked(&o, k, f, why, now)
+				case f.decided && now.Sub(f.at) > fastDecidedKeep && (!f.pass || f.marked):
 					delete(fp.flows, k)
 				case !f.decided && now.Sub(f.start) > fp.s.cfg.PeekTimeout:
 					if len(f.held) > 0 {
 						if sess, ok := fp.s.cfg.Sessions(k.client.Addr()); ok {
-							events = append(events, &Event{Time: f.start, Kind: KindConnection, Session: sess.ID, Client: k.client, Dst: k.server,
+							o.events = append(o.events, Event{Time: f.start, Kind: KindConnection, Session: sess.ID, Client: k.client, Dst: k.server,
 								Proto: ProtoTLS, Action: ActionRefused, Kernel: true, Duration: now.Sub(f.start),
 								Reason: "airlock: the ClientHello was not whole within the peek timeout"})
 						}
 					}
-					refuse = append(refuse, fp.finish(k.client.Addr(), f, false, now)...)
+					o.refuse = append(o.refuse, fp.finishLocked(f, false, now)...)
 				}
 			}
 			fp.mu.Unlock()
-			for _, id := range refuse {
-				fp.verdict(id, false)
-			}
-			for _, ev := range events {
-				fp.emit(*ev)
-			}
-			for _, pf := range unacked {
-				fp.emit(pf.ended(now, 0, 0, "refused: the server did not acknowledge the ClientHello within the peek timeout"))
-			}
+			fp.apply(&o)
 		}
 	}
 }
@@ -897,6 +1168,8 @@ func (s *Server) FastKeep(sess *Session, client, server netip.AddrPort, unknownC
 		return !unknownCut
 	}
 	k := fastKey{client: unmapAP(client), server: unmapAP(server)}
+	var o outcome
+	defer fp.apply(&o)
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
 	p, ok := fp.passed[k]
@@ -905,7 +1178,7 @@ func (s *Server) FastKeep(sess *Session, client, server netip.AddrPort, unknownC
 			return true
 		}
 		if f := fp.flows[k]; unknownCut && f != nil && f.decided {
-			fp.settleLocked(k, f)
+			o.refuse = append(o.refuse, fp.settleLocked(f)...)
 			delete(fp.flows, k)
 		}
 		return !unknownCut
@@ -917,10 +1190,10 @@ func (s *Server) FastKeep(sess *Session, client, server netip.AddrPort, unknownC
 	// A connection undecided on the same four ends is a new one, decided
 	// under sess in its turn: only a decided one is forgotten.
 	if f := fp.flows[k]; f != nil && f.decided {
-		fp.settleLocked(k, f)
+		o.refuse = append(o.refuse, fp.settleLocked(f)...)
 		delete(fp.flows, k)
 	}
-	go fp.emit(p.ended(time.Now(), 0, 0, "closed: the session's egress policy was revised; its bytes are not counted")) // fp.mu is held
+	o.events = append(o.events, p.ended(time.Now(), 0, 0, "closed: the session's egress policy was revised; its bytes are not counted"))
 	return false
 }
 

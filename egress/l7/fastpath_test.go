@@ -98,10 +98,28 @@ func tcpPacket(src, dst netip.AddrPort, seq uint32, flags byte, data []byte) []b
 	return append(p, data...)
 }
 
-// ackPacket is a packet the server sends client acknowledging every
-// byte before ack.
+// serverISN is the initial sequence number of the tests' servers.
+const serverISN = 7777
+
+// synAckPacket is the server's SYN-ACK to client.
+func synAckPacket(server, client netip.AddrPort) []byte {
+	return tcpPacket(server, client, serverISN, nfq.SYN|nfq.ACK, nil)
+}
+
+// serverHelloStart is the start of a ServerHello record: enough for the
+// fast path to tell it from a HelloRetryRequest.
+var serverHelloStart = append([]byte{recordHandshake, 3, 3, 0, 60, 2, 0, 0, 56, 3, 3}, bytes.Repeat([]byte{0x42}, 32)...)
+
+// ackPacket is the server's answer to client's ClientHello, acknowledging
+// every byte before ack (sent after synAckPacket).
 func ackPacket(server, client netip.AddrPort, ack uint32) []byte {
-	p := tcpPacket(server, client, 7777, nfq.ACK, nil)
+	return answerPacket(server, client, ack, serverHelloStart)
+}
+
+// answerPacket is the server's first bytes data, acknowledging every byte
+// of client's before ack.
+func answerPacket(server, client netip.AddrPort, ack uint32, data []byte) []byte {
+	p := tcpPacket(server, client, serverISN+1, nfq.ACK, data)
 	binary.BigEndian.PutUint32(p[28:], ack)
 	return p
 }
@@ -171,10 +189,11 @@ func TestFastPathDecisions(t *testing.T) {
 		q.in <- []nfq.Packet{{ID: id, Payload: tcpPacket(netip.AddrPortFrom(client, port), server, seq, flags, data)}}
 		return id
 	}
-	// ack sends the server's acknowledgement of the bytes before n.
+	// ack sends the server's SYN-ACK and its answer acknowledging the
+	// bytes before n.
 	ack := func(port uint16, n uint32) uint32 {
-		id++
-		q.in <- []nfq.Packet{{ID: id, Payload: ackPacket(server, netip.AddrPortFrom(client, port), n)}}
+		id += 2
+		q.in <- []nfq.Packet{{ID: id - 1, Payload: synAckPacket(server, netip.AddrPortFrom(client, port))}, {ID: id, Payload: ackPacket(server, netip.AddrPortFrom(client, port), n)}}
 		return id
 	}
 	event := func(sni, action string) Event {
@@ -430,7 +449,7 @@ func TestFastPathDecisions(t *testing.T) {
 // loses its oldest, so that one session's connections never push out
 // another's below its share.
 func TestFastPassedBounds(t *testing.T) {
-	fp := &fastPath{passed: map[fastKey]*passedFlow{}, passedBy: map[string]int{}}
+	fp := newFastPath(nil, nil, FastConfig{})
 	t0 := time.Now()
 	n := 0
 	add := func(session string) []*passedFlow {
@@ -438,7 +457,8 @@ func TestFastPassedBounds(t *testing.T) {
 		k := fastKey{client: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)}), 40000), server: netip.MustParseAddrPort("10.214.0.20:443")}
 		fp.mu.Lock()
 		defer fp.mu.Unlock()
-		return fp.rememberLocked(k, &passedFlow{ev: Event{Session: session, Time: t0.Add(time.Duration(n))}})
+		out, _ := fp.rememberLocked(k, &passedFlow{ev: Event{Session: session, Time: t0.Add(time.Duration(n))}})
+		return out
 	}
 	for i := 0; i < 10; i++ {
 		add("victim")
@@ -464,7 +484,7 @@ func TestFastPassedBounds(t *testing.T) {
 		}
 	}
 	// One session past its own bound loses its own oldest.
-	fp, n = &fastPath{passed: map[fastKey]*passedFlow{}, passedBy: map[string]int{}}, 0
+	fp, n = newFastPath(nil, nil, FastConfig{}), 0
 	add("other")
 	for i := 0; i < fastMaxSessionPassed; i++ {
 		add("one")

@@ -22,6 +22,8 @@ type TCP struct {
 	Src, Dst netip.AddrPort
 	Seq, Ack uint32
 	Flags    uint8
+	// Options are the header's options (a slice of the packet).
+	Options []byte
 	// Payload is the segment's data (a slice of the packet).
 	Payload []byte
 }
@@ -84,6 +86,7 @@ func ParseTCP(pkt []byte) (TCP, error) {
 		Seq:     binary.BigEndian.Uint32(l4[4:]),
 		Ack:     binary.BigEndian.Uint32(l4[8:]),
 		Flags:   l4[13],
+		Options: l4[20:off],
 		Payload: l4[off:],
 	}, nil
 }

@@ -1,0 +1,292 @@
+package l7
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/egress/nfq"
+)
+
+// fastHarness is a fast path on a fake queue whose one session may reach
+// allowed.test at server, with the session's audit.
+type fastHarness struct {
+	t      *testing.T
+	q      *fakeQueue
+	fp     *fastPath
+	client netip.Addr
+	server netip.AddrPort
+	mu     sync.Mutex
+	events []Event
+	id     uint32
+}
+
+func newFastHarness(t *testing.T) *fastHarness {
+	h := &fastHarness{t: t, client: netip.MustParseAddr("10.213.0.3"), server: netip.AddrPortFrom(netip.MustParseAddr("10.214.0.20"), 443)}
+	sess := &Session{ID: "s1",
+		Check: func(dst netip.AddrPort, hello Hello, _ time.Time) Decision {
+			if strings.EqualFold(hello.SNI, "allowed.test") && dst == h.server {
+				return Decision{Allow: true, Reason: "allowed"}
+			}
+			return Decision{Reason: "not allowed: " + hello.SNI}
+		},
+		Audit: func(ev Event) { h.mu.Lock(); h.events = append(h.events, ev); h.mu.Unlock() },
+	}
+	s, err := New(Config{
+		Sessions:    func(a netip.Addr) (*Session, bool) { return sess, a == h.client },
+		OriginalDst: func(*net.TCPConn) (netip.AddrPort, error) { return netip.AddrPort{}, errors.New("unused") },
+		Dial:        func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("unused") },
+		PeekTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.q = newFakeQueue()
+	h.fp = newFastPath(s, h.q, testMarks)
+	return h
+}
+
+// send hands the fast path a packet (synchronously) and returns its
+// verdict, "" if it is held.
+func (h *fastHarness) send(pkt []byte) string {
+	h.id++
+	h.fp.packet(nfq.Packet{ID: h.id, Payload: pkt})
+	h.q.mu.Lock()
+	defer h.q.mu.Unlock()
+	return h.q.verdicts[h.id]
+}
+
+func (h *fastHarness) verdict(id uint32) string {
+	h.q.mu.Lock()
+	defer h.q.mu.Unlock()
+	return h.q.verdicts[id]
+}
+
+func (h *fastHarness) fromClient(port uint16, seq uint32, flags byte, data []byte) string {
+	return h.send(tcpPacket(netip.AddrPortFrom(h.client, port), h.server, seq, flags, data))
+}
+
+// answer is the server's bytes data at offset off of its stream,
+// acknowledging the client's bytes before ack.
+func (h *fastHarness) answer(port uint16, off, ack uint32, data []byte) string {
+	p := tcpPacket(h.server, netip.AddrPortFrom(h.client, port), serverISN+1+off, nfq.ACK, data)
+	binary.BigEndian.PutUint32(p[28:], ack)
+	return h.send(p)
+}
+
+// connect opens a connection from port (SYN, SYN-ACK) with the client's
+// initial sequence number 1000.
+func (h *fastHarness) connect(port uint16) {
+	h.t.Helper()
+	if v := h.fromClient(port, 1000, nfq.SYN, nil); v != "accept" {
+		h.t.Fatalf("SYN: %s", v)
+	}
+	if v := h.send(synAckPacket(h.server, netip.AddrPortFrom(h.client, port))); v != "accept" {
+		h.t.Fatalf("SYN-ACK: %s", v)
+	}
+}
+
+func (h *fastHarness) refusal(port uint16, reason string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.ContainsFunc(h.events, func(e Event) bool {
+		return e.Client.Port() == port && e.Action == ActionRefused && strings.Contains(e.Reason, reason)
+	})
+}
+
+// TestFastAttackHelloRetry: after the server's HelloRetryRequest, the
+// client's second ClientHello is read by the server anew, its name
+// included (a stack that does not compare it with the first serves it).
+// The connection was marked passed at the server's acknowledgement of the
+// first, and the second went through unchecked, whether sent after the
+// retry request or at once behind the first (held by the server until it
+// had answered). Now the second is checked, bytes after the first are
+// held until the server's answer is known, and a second of another name is
+// refused.
+func TestFastAttackHelloRetry(t *testing.T) {
+	first := clientHello(t, "allowed.test")
+	other := clientHello(t, "other.test")
+	hrr := retryRecord()
+	ack1 := uint32(1001 + len(first))
+
+	t.Run("second hello after the retry request", func(t *testing.T) {
+		h := newFastHarness(t)
+		h.connect(40001)
+		if v := h.fromClient(40001, 1001, nfq.ACK, first); v != "accept" {
+			t.Fatalf("the first ClientHello: %s", v)
+		}
+		if v := h.answer(40001, 0, ack1, hrr); v != "accept" {
+			t.Fatalf("the server's HelloRetryRequest: %s (it must reach the client, unmarked)", v)
+		}
+		if v := h.fromClient(40001, ack1, nfq.ACK, append(bytes.Clone(ccsRecord), other...)); v != "refuse" {
+			t.Errorf("a second ClientHello for other.test: %s", v)
+		}
+		if !h.refusal(40001, "second ClientHello") {
+			t.Errorf("the refusal is not audited: %+v", h.events)
+		}
+	})
+	t.Run("second hello sent at once", func(t *testing.T) {
+		h := newFastHarness(t)
+		h.connect(40002)
+		if v := h.fromClient(40002, 1001, nfq.ACK, first); v != "accept" {
+			t.Fatalf("the first ClientHello: %s", v)
+		}
+		if v := h.fromClient(40002, ack1, nfq.ACK, other); v != "" {
+			t.Fatalf("bytes after the first ClientHello, before the server answered: %s (they must wait)", v)
+		}
+		held := h.id
+		if v := h.answer(40002, 0, ack1, hrr); v != "refuse" {
+			t.Errorf("the server's HelloRetryRequest, a second ClientHello for other.test held: %s", v)
+		}
+		if v := h.verdict(held); v != "refuse" {
+			t.Errorf("the second ClientHello for other.test: %s", v)
+		}
+	})
+	t.Run("in the first hello's segment", func(t *testing.T) {
+		h := newFastHarness(t)
+		h.connect(40003)
+		if v := h.fromClient(40003, 1001, nfq.ACK, append(bytes.Clone(first), other...)); v != "refuse" {
+			t.Errorf("two ClientHellos in one segment: %s", v)
+		}
+	})
+	t.Run("a second retry request", func(t *testing.T) {
+		h := newFastHarness(t)
+		h.connect(40004)
+		h.fromClient(40004, 1001, nfq.ACK, first)
+		h.answer(40004, 0, ack1, hrr)
+		again := clientHello(t, "allowed.test")
+		if v := h.fromClient(40004, ack1, nfq.ACK, again); v != "accept" {
+			t.Fatalf("a second ClientHello of the same name: %s", v)
+		}
+		if v := h.answer(40004, uint32(len(hrr)), ack1+uint32(len(again)), hrr); v != "refuse" {
+			t.Errorf("a second HelloRetryRequest: %s", v)
+		}
+	})
+	t.Run("empty urgent pointer", func(t *testing.T) {
+		// An empty segment's urgent pointer names a byte of a later one,
+		// which the server's stack takes out of the stream.
+		h := newFastHarness(t)
+		h.connect(40005)
+		p := tcpPacket(netip.AddrPortFrom(h.client, 40005), h.server, 1001, nfq.ACK|nfq.URG, nil)
+		binary.BigEndian.PutUint16(p[38:], 20)
+		if v := h.send(p); v == "accept" {
+			t.Errorf("an empty segment with an urgent pointer into the ClientHello: %s", v)
+		}
+	})
+}
+
+// TestFastHelloRetry: a client that gets a HelloRetryRequest and sends a
+// second ClientHello of the same name (after a change cipher spec record)
+// is passed, its early bytes held until the server's ServerHello, then
+// passed with it.
+func TestFastHelloRetry(t *testing.T) {
+	first := clientHello(t, "allowed.test")
+	hrr := append(retryRecord(), ccsRecord...)
+	h := newFastHarness(t)
+	h.connect(40001)
+	if v := h.fromClient(40001, 1001, nfq.ACK, first); v != "accept" {
+		t.Fatalf("the first ClientHello: %s", v)
+	}
+	ack1 := uint32(1001 + len(first))
+	if v := h.answer(40001, 0, ack1, hrr[:20]); v != "accept" {
+		t.Fatalf("the first bytes of the HelloRetryRequest: %s", v)
+	}
+	if v := h.answer(40001, 20, ack1, hrr[20:]); v != "accept" {
+		t.Fatalf("the rest of the HelloRetryRequest: %s", v)
+	}
+	second := append(bytes.Clone(ccsRecord), clientHello(t, "allowed.test")...)
+	if v := h.fromClient(40001, ack1, nfq.ACK, second[:100]); v != "" {
+		t.Fatalf("part of the second ClientHello: %s, want held", v)
+	}
+	part := h.id
+	if v := h.fromClient(40001, ack1+100, nfq.ACK, second[100:]); v != "accept" {
+		t.Fatalf("the rest of the second ClientHello: %s", v)
+	}
+	if v := h.verdict(part); v != "accept" {
+		t.Errorf("the second ClientHello's first segment: %s", v)
+	}
+	ack2 := ack1 + uint32(len(second))
+	if v := h.fromClient(40001, ack2, nfq.ACK, []byte("early")); v != "" {
+		t.Fatalf("bytes after the second ClientHello before the server answered: %s, want held", v)
+	}
+	early := h.id
+	if v := h.answer(40001, uint32(len(hrr)), ack2, serverHelloStart); v != "pass" {
+		t.Errorf("the ServerHello after the retry: %s", v)
+	}
+	if v := h.verdict(early); v != "pass" {
+		t.Errorf("the bytes held until the ServerHello: %s", v)
+	}
+	if v := h.fromClient(40001, ack2+5, nfq.ACK, []byte("late")); v != "pass" {
+		t.Errorf("a packet of the marked connection: %s", v)
+	}
+}
+
+// TestFastAttackMultipath: a Multipath TCP connection's options map its
+// subflows' bytes into the stream the server reads: the bytes checked on
+// one subflow need not be the ones the server reads first. Its SYN is
+// refused (and audited), so that the client connects with plain TCP.
+func TestFastAttackMultipath(t *testing.T) {
+	h := newFastHarness(t)
+	syn := tcpPacket(netip.AddrPortFrom(h.client, 40001), h.server, 1000, nfq.SYN, nil)
+	// Options: a no-operation, then MP_CAPABLE (kind 30, length 4).
+	syn = append(syn[:40], 1, 30, 4, 0x01, 0, 0, 0, 0)
+	syn[32] = 7 << 4 // data offset: 28 bytes
+	binary.BigEndian.PutUint16(syn[2:], uint16(len(syn)))
+	if v := h.send(syn); v != "refuse" {
+		t.Errorf("a SYN with MP_CAPABLE: %s", v)
+	}
+	if !h.refusal(40001, "Multipath TCP") {
+		t.Errorf("not audited: %+v", h.events)
+	}
+}
+
+// TestFastAttackNoSynAck: a server answer on a connection whose SYN-ACK
+// the gateway never saw cannot be read from its first byte: refused.
+func TestFastAttackNoSynAck(t *testing.T) {
+	h := newFastHarness(t)
+	h.fromClient(40001, 1000, nfq.SYN, nil)
+	first := clientHello(t, "allowed.test")
+	h.fromClient(40001, 1001, nfq.ACK, first)
+	if v := h.answer(40001, 0, uint32(1001+len(first)), serverHelloStart); v == "pass" {
+		t.Errorf("an answer with no SYN-ACK seen: %s", v)
+	}
+}
+
+// TestFastSmallSegmentsCheap: a ClientHello in many small segments is
+// checked once, when it is whole: each segment was checked anew with all
+// the bytes before it (quadratic work, one session's connections holding
+// the queue every session shares).
+func TestFastSmallSegmentsCheap(t *testing.T) {
+	h := newFastHarness(t)
+	hello := clientHello(t, "allowed.test")
+	h.connect(40001)
+	size := len(hello)/100 + 1
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	n := 0
+	for off := 0; off < len(hello); off += size {
+		v := h.fromClient(40001, 1001+uint32(off), nfq.ACK, hello[off:min(off+size, len(hello))])
+		n++
+		if off+size < len(hello) && v != "" {
+			t.Fatalf("segment %d: %s before the hello was whole", n, v)
+		}
+	}
+	runtime.ReadMemStats(&ms1)
+	if v := h.verdict(h.id); v != "accept" {
+		t.Fatalf("the hello's last segment: %s", v)
+	}
+	per := float64(ms1.Mallocs-ms0.Mallocs) / float64(n)
+	t.Logf("%d segments of %d bytes: %.1f allocations a segment", n, size, per)
+	if per > 20 {
+		t.Errorf("%.1f allocations a segment of a ClientHello in %d segments: the hello is parsed at every segment", per, n)
+	}
+}

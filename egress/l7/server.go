@@ -21,8 +21,14 @@
 //	          (HTTP/1.1, and HTTP/2 where TLS negotiates it) with a
 //	          certificate of the session's CA (Session.Certificate); see
 //	          proxy.go
-//	splice    other TLS: the upstream is dialled (Config.Dial), sent the
-//	          peeked bytes first, then both directions are copied
+//	splice    other TLS: the upstream is dialled (Config.Dial) and sent
+//	          the ClientHello's records; the client's bytes after them
+//	          are held until the server has answered (within
+//	          Config.PeekTimeout). A HelloRetryRequest goes to the
+//	          client, and its second ClientHello must ask for the same
+//	          name before the server gets it (a server that does not
+//	          compare the two would serve another); a second retry
+//	          request is refused. Then both directions are copied
 //
 // Every request the gateway serves is checked on its own: its Host must
 // be the SNI (terminated TLS) or pass the session's check at the time of
@@ -71,6 +77,7 @@
 package l7
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -81,6 +88,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -703,6 +711,21 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 		refuse(nc, h.Proto, ev.Reason)
 		return
 	}
+	// Only the ClientHello's records go to the server until it has
+	// answered them: a second ClientHello among the bytes after them
+	// would be read by the server, unchecked, once it has asked for one
+	// (retry.go). Bytes after the ClientHello inside its last record
+	// cannot be held back: refused.
+	end, err := helloRecords(peeked)
+	if err == nil && end == 0 {
+		err = errors.New("l7: the ClientHello's records end past the bytes read")
+	}
+	if err != nil {
+		ev.Action, ev.Reason = ActionRefused, "airlock: "+err.Error()
+		emit()
+		refuse(nc, h.Proto, ev.Reason)
+		return
+	}
 
 	dctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
 	up, err := s.cfg.Dial(dctx, "tcp", dst.String())
@@ -734,11 +757,39 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	}()
 
 	ev.Action, ev.Reason = ActionAllowed, d.Reason
-	if _, err := up.Write(peeked); err != nil {
+	// The server's answer to the ClientHello is judged before anything
+	// else of the client's reaches it: a HelloRetryRequest has the
+	// client's second ClientHello checked first.
+	g := &helloGate{client: nc, server: up, timeout: s.cfg.PeekTimeout, first: h, kept: bytes.Clone(peeked[end:])}
+	err = g.send(peeked[:end])
+	if err == nil {
+		err = g.run()
+	}
+	var refused errRefused
+	switch {
+	case errors.As(err, &refused):
+		ev.BytesUp, ev.BytesDn = g.up, g.dn
+		ev.Action, ev.Reason = ActionRefused, refused.reason
+		emit()
+		refuse(nc, h.Proto, ev.Reason)
+		return
+	case err == nil:
+		if err = g.reply(g.srv); err == nil {
+			err = g.send(g.kept)
+		}
+	default:
+		// The server ended or failed before its answer was judged:
+		// the client gets what it sent.
+		_ = g.reply(g.srv)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			ev.Reason = fmt.Sprintf("upstream: no answer to the ClientHello within %v: closed", s.cfg.PeekTimeout)
+		}
+	}
+	ev.BytesUp, ev.BytesDn = g.up, g.dn
+	if err != nil {
 		emit()
 		return
 	}
-	ev.BytesUp = int64(len(peeked))
 	idle := watchIdle(s.cfg.SpliceIdleTimeout, nc, up)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -754,7 +805,7 @@ func (s *Server) handle(ctx context.Context, nc net.Conn) {
 	if idle.stop() {
 		ev.Reason = fmt.Sprintf("idle both ways for %v: closed", s.cfg.SpliceIdleTimeout)
 	}
-	ev.BytesDn = n
+	ev.BytesDn += n
 	emit()
 }
 

@@ -79,6 +79,8 @@ func (g *gatewayTest) events(t *testing.T, n int) []Event {
 			return evs
 		}
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	t.Fatalf("fewer than %d events: %+v", n, g.evs)
 	return nil
 }

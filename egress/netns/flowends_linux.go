@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/mdlayher/netlink"
-	vnl "github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -252,18 +251,21 @@ func parseCTEvent(b []byte) (end FlowEnd, state uint8, ok bool) {
 	return end, state, true
 }
 
-// entry reads the conntrack entry of the TCP connection from client to
-// server (IPCTNL_MSG_CT_GET): its id, mark and byte counters.
-func entry(c *netlink.Conn, client, server netip.AddrPort) (FlowEnd, bool) {
+// ctRequest sends one ctnetlink request of type typ (IPCTNL_MSG_CT_GET,
+// IPCTNL_MSG_CT_DELETE) about the TCP connection from client to server,
+// its original direction (CTA_TUPLE_ORIG), and returns the kernel's
+// answers.
+func ctRequest(c *netlink.Conn, typ uint8, client, server netip.AddrPort) ([]netlink.Message, error) {
+	ca, sa := client.Addr().Unmap(), server.Addr().Unmap()
 	family, src, dst := byte(unix.AF_INET), uint16(ctaIPv4Src), uint16(ctaIPv4Dst)
-	if client.Addr().Is6() {
+	if ca.Is6() {
 		family, src, dst = unix.AF_INET6, ctaIPv6Src, ctaIPv6Dst
 	}
 	ae := netlink.NewAttributeEncoder()
 	ae.Nested(ctaTupleOrig, func(tae *netlink.AttributeEncoder) error {
 		tae.Nested(ctaTupleIP, func(iae *netlink.AttributeEncoder) error {
-			iae.Bytes(src, client.Addr().AsSlice())
-			iae.Bytes(dst, server.Addr().AsSlice())
+			iae.Bytes(src, ca.AsSlice())
+			iae.Bytes(dst, sa.AsSlice())
 			return nil
 		})
 		tae.Nested(ctaTupleProto, func(pae *netlink.AttributeEncoder) error {
@@ -276,12 +278,18 @@ func entry(c *netlink.Conn, client, server netip.AddrPort) (FlowEnd, bool) {
 	})
 	attrs, err := ae.Encode()
 	if err != nil {
-		return FlowEnd{}, false
+		return nil, err
 	}
-	msgs, err := c.Execute(netlink.Message{
-		Header: netlink.Header{Type: netlink.HeaderType(subsysCT<<8 | ctMsgGet), Flags: netlink.Request | netlink.Acknowledge},
+	return c.Execute(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(subsysCT<<8 | uint16(typ)), Flags: netlink.Request | netlink.Acknowledge},
 		Data:   append([]byte{family, 0, 0, 0}, attrs...),
 	})
+}
+
+// entry reads the conntrack entry of the TCP connection from client to
+// server (IPCTNL_MSG_CT_GET): its id, mark and byte counters.
+func entry(c *netlink.Conn, client, server netip.AddrPort) (FlowEnd, bool) {
+	msgs, err := ctRequest(c, ctMsgGet, client, server)
 	if err != nil {
 		return FlowEnd{}, false
 	}
@@ -296,19 +304,31 @@ func entry(c *netlink.Conn, client, server netip.AddrPort) (FlowEnd, bool) {
 	return FlowEnd{}, false
 }
 
+// ctConn is the gateway's netlink connection for requests about one
+// conntrack entry, dialled on first use.
+//
+// +checklocks:g.ctMu
+func (g *Gateway) ctConn() (*netlink.Conn, error) {
+	if g.ct == nil {
+		c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(g.ns.Fd())})
+		if err != nil {
+			return nil, err
+		}
+		g.ct = c
+	}
+	return g.ct, nil
+}
+
 // FlowID returns the conntrack id of the gateway's TCP connection from
 // client to server, if it is tracked.
 func (g *Gateway) FlowID(client, server netip.AddrPort) (uint32, bool) {
 	g.ctMu.Lock()
 	defer g.ctMu.Unlock()
-	if g.ct == nil {
-		c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(g.ns.Fd())})
-		if err != nil {
-			return 0, false
-		}
-		g.ct = c
+	c, err := g.ctConn()
+	if err != nil {
+		return 0, false
 	}
-	e, ok := entry(g.ct, client, server)
+	e, ok := entry(c, client, server)
 	return e.ID, ok
 }
 
@@ -345,24 +365,25 @@ func (g *Gateway) MarkedFlows(mark uint32) ([]FlowEnd, error) {
 
 // CutFlow ends the gateway's tracked TCP connection from client to server
 // (its original direction): its conntrack entry is deleted, so that its
-// next packet meets the rules as a new one.
+// next packet meets the rules as a new one. It returns how many entries
+// it deleted: 1, or 0 when none is tracked. One request finds the entry
+// by its tuple (a dump of the table per connection would cost a revision
+// that cuts many a dump each). The kernel looks the tuple up in either
+// direction: with no entry of this connection, it could find one whose
+// reply is this tuple, a connection from server to client, which the
+// gateway does not forward (sessions are not reached from outside).
 func (g *Gateway) CutFlow(client, server netip.AddrPort) (int, error) {
-	fam := vnl.InetFamily(unix.AF_INET)
-	if client.Addr().Is6() {
-		fam = unix.AF_INET6
+	g.ctMu.Lock()
+	defer g.ctMu.Unlock()
+	c, err := g.ctConn()
+	if err != nil {
+		return 0, fmt.Errorf("end connection %v -> %v: conntrack in the gateway: %w", client, server, err)
 	}
-	addr := func(ip net.IP) netip.Addr {
-		a, _ := netip.AddrFromSlice(ip)
-		return a.Unmap()
+	if _, err := ctRequest(c, ctMsgDelete, client, server); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("end connection %v -> %v: %w", client, server, err)
 	}
-	filter := flowFilter(func(f *vnl.ConntrackFlow) bool {
-		return f.Forward.Protocol == unix.IPPROTO_TCP &&
-			addr(f.Forward.SrcIP) == client.Addr() && f.Forward.SrcPort == client.Port() &&
-			addr(f.Forward.DstIP) == server.Addr() && f.Forward.DstPort == server.Port()
-	})
-	n, err := g.nl.ConntrackDeleteFilters(vnl.ConntrackTable, fam, filter)
-	if err != nil && !errors.Is(err, unix.ENOENT) {
-		return int(n), fmt.Errorf("end connection %v -> %v: %w", client, server, err)
-	}
-	return int(n), nil
+	return 1, nil
 }

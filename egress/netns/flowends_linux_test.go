@@ -2,6 +2,8 @@ package netns_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -174,4 +176,71 @@ func TestSessionTerminateSets(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(a)
+}
+
+// TestCutFlow: CutFlow deletes the conntrack entry of one of the
+// gateway's connections, found by its tuple, and leaves another's to the
+// same server alone; cut again, it finds none; the connection's next
+// packet is tracked anew. Both families.
+func TestCutFlow(t *testing.T) {
+	e := newEnv(t)
+	s := e.session(t, "cut", netns.SessionConfig{IPv6: true})
+	ctx := t.Context()
+	dial := netns.Dialer(s.NetnsPath())
+	echo := func(c net.Conn) error {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("x")); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(c, make([]byte, 1))
+		return err
+	}
+	for _, host := range []netip.Addr{hostX, hostX6} {
+		pin(t, s, host, time.Minute, echoAlt)
+		dst := netip.AddrPortFrom(host, echoAlt)
+		var addrs [2]netip.AddrPort
+		var conns [2]net.Conn
+		for i := range conns {
+			c, err := dial(ctx, "tcp", dst.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := echo(c); err != nil {
+				t.Fatalf("%v: %v", dst, err)
+			}
+			conns[i], addrs[i] = c, netip.MustParseAddrPort(c.LocalAddr().String())
+		}
+		if _, ok := e.g.FlowID(addrs[0], dst); !ok {
+			t.Fatalf("%v -> %v: not tracked", addrs[0], dst)
+		}
+		kept, ok := e.g.FlowID(addrs[1], dst)
+		if !ok {
+			t.Fatalf("%v -> %v: not tracked", addrs[1], dst)
+		}
+		if n, err := e.g.CutFlow(addrs[0], dst); n != 1 || err != nil {
+			t.Fatalf("CutFlow(%v, %v) = %d, %v; want 1", addrs[0], dst, n, err)
+		}
+		if id, ok := e.g.FlowID(addrs[0], dst); ok {
+			t.Errorf("%v -> %v: still tracked (id %d) after it was cut", addrs[0], dst, id)
+		}
+		if id, ok := e.g.FlowID(addrs[1], dst); !ok || id != kept {
+			t.Errorf("the other connection %v -> %v: id %d %v, want %d", addrs[1], dst, id, ok, kept)
+		}
+		if n, err := e.g.CutFlow(addrs[0], dst); n != 0 || err != nil {
+			t.Errorf("CutFlow of an entry gone: %d, %v; want 0, nil", n, err)
+		}
+		if err := echo(conns[1]); err != nil {
+			t.Errorf("the other connection after the cut: %v", err)
+		}
+		// The cut connection's next packet meets the rules as a new
+		// one: pinned, it passes, as another entry. (Closed without it,
+		// its FIN alone would be dropped as invalid.)
+		if err := echo(conns[0]); err != nil {
+			t.Errorf("the cut connection, still pinned: %v", err)
+		}
+		if _, ok := e.g.FlowID(addrs[0], dst); !ok {
+			t.Errorf("the cut connection after its next packet: not tracked")
+		}
+	}
 }

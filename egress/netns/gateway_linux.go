@@ -43,8 +43,8 @@ type Gateway struct {
 	uplinkDown atomic.Pointer[uplinkFault]
 
 	ctMu sync.Mutex
-	// ct is a connection to conntrack in the gateway namespace (FlowID),
-	// made at first use.
+	// ct is a connection to conntrack in the gateway namespace (FlowID,
+	// CutFlow), made at first use.
 	// +checklocks:ctMu
 	ct *mdnetlink.Conn
 

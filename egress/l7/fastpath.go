@@ -67,13 +67,24 @@ const (
 	// fastMaxHeld bounds the packets held for one connection's
 	// ClientHello (MaxPeek bytes in small segments).
 	fastMaxHeld = 128
-	// fastMaxClientHeld bounds the packets held for one client address's
+	// fastMaxSessionHeld bounds the packets held for one session's
 	// undecided connections: the kernel's queue, which every session
-	// shares, holds 4096 (egress's nfq.Config), and one client filling it
+	// shares, holds 4096 (egress's nfq.Config), and one session filling it
 	// would have the queue drop every other session's SYN and
 	// ClientHello. A ClientHello is a few packets; past the bound, the
 	// connection whose packet would be held is refused.
-	fastMaxClientHeld = 256
+	fastMaxSessionHeld = 256
+	// fastMaxHeldAll bounds the packets held for all sessions before
+	// each is held to its share: past it, a session holding more than
+	// fastMaxHeldAll divided among the sessions holding any has the
+	// connection whose packet would be held refused, so that the kernel's
+	// queue (4096) never fills with held packets, whatever sessions act
+	// together, and a session holding little still has its hellos taken.
+	fastMaxHeldAll = 2048
+	// fastMaxHeldHard is the most packets held for all sessions: at it,
+	// a connection of the session holding the most is refused to make
+	// room.
+	fastMaxHeldHard = 3584
 	// fastDecidedKeep is how long a decided connection's verdict is
 	// kept for its packets still in the queue.
 	fastDecidedKeep = 5 * time.Second
@@ -228,6 +239,8 @@ type fastPath struct {
 	undecidedAll int // of all sessions, bounded by MaxConns
 	// +checklocks:mu
 	heldBy map[string]int // packets held, per session
+	// +checklocks:mu
+	heldAll int // packets held, of all sessions
 	// +checklocks:mu
 	passed map[fastKey]*passedFlow
 	// +checklocks:mu
@@ -587,9 +600,14 @@ func (fp *fastPath) clientDataLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fa
 	if perr == nil {
 		f.held = append(f.held, heldPacket{id: p.ID, off: off, end: end})
 		fp.heldBy[f.session]++
+		fp.heldAll++
 		switch {
-		case fp.heldBy[f.session] > fastMaxClientHeld:
-			perr = fmt.Errorf("more than %d packets of the session's connections held for their ClientHellos", fastMaxClientHeld)
+		case fp.heldBy[f.session] > fastMaxSessionHeld:
+			perr = fmt.Errorf("more than %d packets of the session's connections held for their ClientHellos", fastMaxSessionHeld)
+		case fp.heldAll > fastMaxHeldAll && fp.heldBy[f.session] > fastMaxHeldAll/len(fp.heldBy):
+			perr = fmt.Errorf("the gateway holds %d packets of all sessions' connections, and this session more than its share", fp.heldAll)
+		case fp.heldAll > fastMaxHeldHard:
+			fp.makeRoomLocked(o, k, now)
 		case f.decided && len(f.held) > fastMaxHeld:
 			perr = fmt.Errorf("more than %d packets sent before the server answered the ClientHello", fastMaxHeld)
 		case !f.client.add(off, payload, f.checked+MaxPeek):
@@ -608,6 +626,34 @@ func (fp *fastPath) clientDataLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fa
 		fp.refuseAwaitingLocked(o, k, f, "airlock: "+perr.Error(), now)
 	case f.second:
 		fp.secondHelloLocked(o, k, f, now)
+	}
+}
+
+// makeRoomLocked refuses a connection of the session holding the most
+// packets (not k), with its held packets: the held packets of all are at
+// their hard bound.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) makeRoomLocked(o *outcome, k fastKey, now time.Time) {
+	top := ""
+	for s, n := range fp.heldBy {
+		if n > fp.heldBy[top] {
+			top = s
+		}
+	}
+	for vk, f := range fp.flows {
+		if vk == k || f.session != top || len(f.held) == 0 {
+			continue
+		}
+		why := fmt.Sprintf("airlock: the gateway holds %d packets of all sessions' connections, and this session the most", fp.heldAll)
+		if f.decided {
+			fp.refuseAwaitingLocked(o, vk, f, why, now)
+			return
+		}
+		o.events = append(o.events, Event{Time: f.start, Kind: KindConnection, Session: f.session, Client: vk.client, Dst: vk.server,
+			Proto: ProtoTLS, Action: ActionRefused, Kernel: true, Duration: now.Sub(f.start), Reason: why})
+		o.refuse = append(o.refuse, fp.finishLocked(f, false, now)...)
+		return
 	}
 }
 
@@ -1046,6 +1092,7 @@ func (fp *fastPath) takeHeldLocked(f *fastFlow) []uint32 {
 //
 // +checklocks:fp.mu
 func (fp *fastPath) unholdLocked(session string, n int) {
+	fp.heldAll -= n
 	if fp.heldBy[session] -= n; fp.heldBy[session] <= 0 {
 		delete(fp.heldBy, session)
 	}

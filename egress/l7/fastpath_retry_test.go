@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"runtime"
@@ -288,5 +289,74 @@ func TestFastSmallSegmentsCheap(t *testing.T) {
 	t.Logf("%d segments of %d bytes: %.1f allocations a segment", n, size, per)
 	if per > 20 {
 		t.Errorf("%.1f allocations a segment of a ClientHello in %d segments: the hello is parsed at every segment", per, n)
+	}
+}
+
+// TestFastAttackSessionsFillQueue: sessions acting together held up to
+// 256 packets each of ClientHellos never completed, and sixteen filled
+// the kernel's queue (4096), which then dropped every other session's
+// SYNs and hellos. Past fastMaxHeldAll, a session above its share is
+// refused its next held packet: the held packets of all stay below the
+// queue's length, and another session's hello is still taken.
+func TestFastAttackSessionsFillQueue(t *testing.T) {
+	server := netip.AddrPortFrom(netip.MustParseAddr("10.214.0.20"), 443)
+	sessions := map[netip.Addr]*Session{}
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 213, byte(i >> 8), byte(i)}) }
+	for i := range 200 {
+		sessions[addr(i)] = &Session{ID: fmt.Sprintf("s%d", i), Audit: func(Event) {},
+			Check: func(dst netip.AddrPort, h Hello, _ time.Time) Decision {
+				return Decision{Allow: h.SNI == "allowed.test" && dst == server}
+			}}
+	}
+	s, err := New(Config{
+		Sessions:    func(a netip.Addr) (*Session, bool) { sess, ok := sessions[a]; return sess, ok },
+		OriginalDst: func(*net.TCPConn) (netip.AddrPort, error) { return netip.AddrPort{}, errors.New("unused") },
+		Dial:        func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("unused") },
+		PeekTimeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newFakeQueue()
+	fp := newFastPath(s, q, testMarks)
+	var id uint32
+	send := func(src netip.AddrPort, seq uint32, flags byte, data []byte) {
+		id++
+		fp.packet(nfq.Packet{ID: id, Payload: tcpPacket(src, server, seq, flags, data)})
+	}
+	hello := clientHello(t, "allowed.test")
+	// Sessions each hold what they can: hellos whose first byte never
+	// comes, 8 segments a connection.
+	for i := range 199 {
+		for c := range 40 {
+			src := netip.AddrPortFrom(addr(i), uint16(20000+c))
+			send(src, 1000, nfq.SYN, nil)
+			for k := range 8 {
+				send(src, 1002+uint32(k*10), nfq.ACK, hello[1+k*10:1+k*10+10])
+			}
+		}
+	}
+	q.mu.Lock()
+	held := 0
+	for i := uint32(1); i <= id; i++ {
+		if _, ok := q.verdicts[i]; !ok {
+			held++
+		}
+	}
+	q.mu.Unlock()
+	t.Logf("199 sessions: %d packets held", held)
+	if held >= 4096-256 {
+		t.Errorf("%d packets held of sessions acting together: the kernel's queue (4096) fills", held)
+	}
+	// Another session's hello is still taken.
+	src := netip.AddrPortFrom(addr(199), 30000)
+	send(src, 1000, nfq.SYN, nil)
+	send(src, 1001, nfq.ACK, hello[:100])
+	send(src, 1101, nfq.ACK, hello[100:])
+	q.mu.Lock()
+	v := q.verdicts[id]
+	q.mu.Unlock()
+	if v != "accept" {
+		t.Errorf("another session's ClientHello: %q", v)
 	}
 }

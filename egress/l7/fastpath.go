@@ -319,17 +319,24 @@ func (fp *fastPath) forgetLocked(k fastKey) *passedFlow {
 // (the kernel's rules decide whether the session may reach the address
 // at all); those with data are held until they make a whole ClientHello,
 // which is checked as a connection passed through is (Session.Check: the
-// SNI bound to the address's pins) and audited. They are then sent
-// through the rules again with marks.Pass, and the rest of the connection
-// is forwarded by the kernel without the gateway, or with marks.Refuse,
-// and the client gets a TCP reset. A connection whose first bytes are not
-// a ClientHello (plain HTTP on a fast port), whose hello is not whole
-// within the peek timeout or MaxPeek bytes, holds urgent data (which the
-// server's stack takes out of the stream the gateway checked), whose SYN
-// the gateway did not see, or whose session terminates its name's TLS, is
+// SNI bound to the address's pins) and audited. Refused, its packets are
+// sent through the rules again with marks.Refuse, and the client gets a
+// TCP reset. Passed, they go on (marks.Seen), the client's bytes after the
+// hello are held, and the server's packets are read until it has
+// acknowledged the hello and answered it: a HelloRetryRequest has the
+// client's second ClientHello checked (the same name) in its turn; any
+// other answer is sent on with marks.Pass, which marks the connection, and
+// the kernel forwards the rest of it without the gateway. A connection
+// whose first bytes are not a ClientHello (plain HTTP on a fast port),
+// whose hello is not whole or not answered within the peek timeout or
+// MaxPeek bytes, holds urgent data (which the server's stack takes out of
+// the stream the gateway checked), whose SYN the gateway did not see, that
+// is Multipath TCP, or whose session terminates its name's TLS, is
 // refused. A SYN on the four ends of a decided connection starts a new
 // one, checked on its own. MaxConns bounds the undecided connections of
-// all clients, MaxSessionConns those of one.
+// all sessions, MaxSessionConns those of one; the packets held are
+// bounded per connection, per session and in all (each session held to
+// its share of the kernel's queue).
 func (s *Server) ServeQueue(ctx context.Context, q PacketQueue, marks FastConfig) error {
 	fp := newFastPath(s, q, marks)
 	s.fast.Store(fp)

@@ -129,9 +129,9 @@ type fastFlow struct {
 	// ackedAll: the server has acknowledged every byte checked; marked:
 	// the connection is marked passed in the kernel.
 	ackedAll, marked bool
-	// The server's side: its initial sequence number (from its SYN-ACK)
-	// and its first bytes; its answer to the last hello checked starts
-	// at serverBase.
+	// The server's side: its initial sequence number (from its SYN-ACK),
+	// and its bytes from serverBase on, where its answer to the last
+	// hello checked starts.
 	sisn       uint32
 	sisnKnown  bool
 	server     stream
@@ -200,6 +200,25 @@ func (s *stream) add(off int64, data []byte, limit int) bool {
 		}
 	}
 	return true
+}
+
+// from is s's bytes from offset n on, as a stream of their own (a retry
+// request longer than the bytes kept leaves it empty: its later segments
+// are trimmed as bytes before the first).
+func (s *stream) from(n int) stream {
+	var out stream
+	if n < len(s.buf) {
+		out.buf = bytes.Clone(s.buf[n:])
+	}
+	for o, d := range s.ooo {
+		switch {
+		case int(o) >= n:
+			out.add(o-int64(n), d, flightPeek)
+		case int(o)+len(d) > n:
+			out.add(0, d[n-int(o):], flightPeek)
+		}
+	}
+	return out
 }
 
 // passedFlow is a connection the fast path passed, until its end.
@@ -830,7 +849,7 @@ func (fp *fastPath) reply(p nfq.Packet, seg nfq.TCP, k fastKey) {
 		return
 	}
 	payload := seg.Payload
-	off := int64(int32(seg.Seq - f.sisn - 1))
+	off := int64(int32(seg.Seq - f.sisn - 1 - uint32(f.serverBase)))
 	if off < 0 {
 		if -off >= int64(len(payload)) {
 			payload = nil
@@ -841,7 +860,7 @@ func (fp *fastPath) reply(p nfq.Packet, seg nfq.TCP, k fastKey) {
 	}
 	// The server's stack is not the adversary here: bytes it sends twice
 	// differently are its own matter (the first kept).
-	f.server.add(off, payload, f.serverBase+flightPeek)
+	f.server.add(off, payload, flightPeek)
 	if !f.decided || seg.Flags&nfq.RST != 0 {
 		o.letGo = append(o.letGo, p.ID)
 		return
@@ -851,8 +870,8 @@ func (fp *fastPath) reply(p nfq.Packet, seg nfq.TCP, k fastKey) {
 	}
 	ans := flightMore
 	n := 0
-	if !f.second && f.ackedAll && len(f.server.buf) > f.serverBase {
-		ans, n = serverFlight(f.server.buf[f.serverBase:])
+	if !f.second && f.ackedAll && len(f.server.buf) > 0 {
+		ans, n = serverFlight(f.server.buf)
 	}
 	switch ans {
 	case flightMore:
@@ -868,6 +887,7 @@ func (fp *fastPath) reply(p nfq.Packet, seg nfq.TCP, k fastKey) {
 		// be among those held already).
 		f.retried, f.second, f.ackedAll = true, true, false
 		f.serverBase += n
+		f.server = f.server.from(n)
 		o.letGo = append(o.letGo, p.ID)
 		fp.secondHelloLocked(&o, k, f, now)
 		if !f.pass {

@@ -360,3 +360,31 @@ func TestFastAttackSessionsFillQueue(t *testing.T) {
 		t.Errorf("another session's ClientHello: %q", v)
 	}
 }
+
+// TestFastHelloRetryLong: a retry request longer than the bytes of the
+// server's kept to read it (a cookie) is followed by its answer to the
+// second ClientHello, read from where the retry request ends.
+func TestFastHelloRetryLong(t *testing.T) {
+	first := clientHello(t, "allowed.test")
+	hrr := retryRecord()
+	cookie := bytes.Repeat([]byte{0x77}, 3000)
+	hrr = append(hrr, cookie...)
+	hrr[3], hrr[4] = byte((len(hrr)-5)>>8), byte(len(hrr)-5)
+	h := newFastHarness(t)
+	h.connect(40001)
+	h.fromClient(40001, 1001, nfq.ACK, first)
+	ack1 := uint32(1001 + len(first))
+	for off := 0; off < len(hrr); off += 1000 {
+		if v := h.answer(40001, uint32(off), ack1, hrr[off:min(off+1000, len(hrr))]); v != "accept" {
+			t.Fatalf("the retry request's bytes at %d: %s", off, v)
+		}
+	}
+	second := clientHello(t, "allowed.test")
+	if v := h.fromClient(40001, ack1, nfq.ACK, second); v != "accept" {
+		t.Fatalf("the second ClientHello: %s", v)
+	}
+	ack2 := ack1 + uint32(len(second))
+	if v := h.answer(40001, uint32(len(hrr)), ack2, append(bytes.Clone(ccsRecord), serverHelloStart...)); v != "pass" {
+		t.Errorf("the ServerHello after a long retry request: %s", v)
+	}
+}

@@ -157,3 +157,36 @@ func TestFastAttackSynRenumbered(t *testing.T) {
 		t.Errorf("a ClientHello for other.test, before the stream the gateway checked: %s", v)
 	}
 }
+
+// TestFastAttackSynAgainAwaiting: a SYN on a connection passed and
+// awaiting the server's answer was taken as a new connection, whatever
+// its number, though the server keeps the connection it has (a SYN on
+// it is answered with an ACK): after the server's HelloRetryRequest, a
+// SYN numbered K bytes past the first ClientHello had the gateway take
+// the bytes there, the server's second ClientHello, as retransmitted
+// ones, and check what follows as a new connection's first: a second
+// ClientHello for other.test, whose last extension holds one for
+// allowed.test, went to the server. It takes a client that writes its
+// own packets.
+func TestFastAttackSynAgainAwaiting(t *testing.T) {
+	first := clientHello(t, "allowed.test")
+	allowed := clientHello(t, "allowed.test")
+	evil := helloSwallowing(t, "other.test", allowed)
+	h := newFastHarness(t)
+	h.connect(40001)
+	if v := h.fromClient(40001, 1001, nfq.ACK, first); v != "accept" {
+		t.Fatalf("the first ClientHello: %s", v)
+	}
+	ack1 := uint32(1001 + len(first))
+	if v := h.answer(40001, 0, ack1, retryRecord()); v != "accept" {
+		t.Fatalf("the HelloRetryRequest: %s", v)
+	}
+	k := uint32(len(evil))
+	h.fromClient(40001, ack1-1+k, nfq.SYN, nil)
+	h.fromClient(40001, ack1, nfq.ACK, evil)
+	front := h.id
+	h.fromClient(40001, ack1+k, nfq.ACK, allowed)
+	if v := h.verdict(front); v == "accept" || v == "pass" {
+		t.Errorf("a second ClientHello for other.test, after the server's HelloRetryRequest: %s", v)
+	}
+}

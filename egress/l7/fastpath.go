@@ -1096,6 +1096,9 @@ func (fp *fastPath) finishLocked(f *fastFlow, pass bool, now time.Time) []uint32
 	f.decided, f.pass, f.at = true, pass, now
 	if !pass {
 		fp.uncount(f.session)
+		// Nothing reads a refused connection's bytes again: they are
+		// not kept while its verdict is (fastDecidedKeep).
+		f.client, f.server = stream{}, stream{}
 	}
 	return fp.takeHeldLocked(f)
 }

@@ -126,6 +126,11 @@ type fastFlow struct {
 	// retried: the server asked for a second ClientHello; second: the
 	// connection awaits it.
 	retried, second bool
+	// synAcked: the server's SYN-ACK acknowledged isn+1, so the server
+	// has a connection whose first byte is the one the gateway takes for
+	// it (a SYN at another number on a connection the server holds is
+	// answered with an ACK, and the server reads on from the first).
+	synAcked bool
 	// ackedAll: the server has acknowledged every byte checked; marked:
 	// the connection is marked passed in the kernel.
 	ackedAll, marked bool
@@ -553,12 +558,16 @@ func (fp *fastPath) synLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fastKey, 
 			o.refuse = append(o.refuse, p.ID)
 			return
 		}
-		f = &fastFlow{session: session, start: now}
+		f = &fastFlow{session: session, start: now, isn: seg.Seq}
 		fp.flows[k] = f
 		fp.undecided[session]++
 		fp.undecidedAll++
 	}
-	f.isn = seg.Seq // a SYN sent again keeps its number
+	if f.isn != seg.Seq {
+		// A SYN sent again keeps its number; one at another number is
+		// not the connection the server answered, if it did.
+		f.isn, f.synAcked, f.sisnKnown = seg.Seq, false, false
+	}
 	o.letGo = append(o.letGo, p.ID)
 }
 
@@ -605,6 +614,13 @@ func (fp *fastPath) clientDataLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fa
 	checked := int64(f.checked)
 	var perr error
 	switch {
+	case !f.synAcked:
+		// The client's kernel sends data once it has the server's
+		// SYN-ACK, which the gateway sees first: data before it is
+		// another stack's, or follows a SYN at another number, which the
+		// server, keeping the connection it has, would read on from its
+		// first.
+		perr = errors.New("data before the server's SYN-ACK to the client's SYN")
 	case seg.Flags&nfq.URG != 0:
 		// The server's stack takes the urgent byte out of the stream its
 		// application reads (unless SO_OOBINLINE), also a byte of a later
@@ -834,8 +850,8 @@ func (fp *fastPath) reply(p nfq.Packet, seg nfq.TCP, k fastKey) {
 		}
 		return
 	case seg.Flags&nfq.SYN != 0:
-		if seg.Flags&nfq.ACK != 0 && len(f.server.buf) == 0 && len(f.server.ooo) == 0 {
-			f.sisn, f.sisnKnown = seg.Seq, true
+		if seg.Flags&nfq.ACK != 0 && seg.Ack == f.isn+1 && len(f.server.buf) == 0 && len(f.server.ooo) == 0 {
+			f.sisn, f.sisnKnown, f.synAcked = seg.Seq, true, true
 		}
 		o.letGo = append(o.letGo, p.ID)
 		return
@@ -861,6 +877,9 @@ func (fp *fastPath) reply(p nfq.Packet, seg nfq.TCP, k fastKey) {
 	// The server's stack is not the adversary here: bytes it sends twice
 	// differently are its own matter (the first kept).
 	f.server.add(off, payload, flightPeek)
+	if keep := serverKeep(f.server.buf); keep > flightPeek {
+		f.server.add(off, payload, keep)
+	}
 	if !f.decided || seg.Flags&nfq.RST != 0 {
 		o.letGo = append(o.letGo, p.ID)
 		return

@@ -46,7 +46,7 @@ func fastAttackServer(t *testing.T, cfg Config) (q *fakeQueue, send func(src net
 	var id uint32
 	send = func(src netip.AddrPort, seq uint32, flags byte, data []byte) uint32 {
 		id++
-		q.in <- []nfq.Packet{{ID: id, Payload: tcpPacket(src, server, seq, flags, data)}}
+		q.in <- synAnswered(id, tcpPacket(src, server, seq, flags, data))
 		return id
 	}
 	return q, send

@@ -91,7 +91,7 @@ func (h *fastHarness) connect(port uint16) {
 	if v := h.fromClient(port, 1000, nfq.SYN, nil); v != "accept" {
 		h.t.Fatalf("SYN: %s", v)
 	}
-	if v := h.send(synAckPacket(h.server, netip.AddrPortFrom(h.client, port))); v != "accept" {
+	if v := h.send(synAckPacket(h.server, netip.AddrPortFrom(h.client, port), 1000)); v != "accept" {
 		h.t.Fatalf("SYN-ACK: %s", v)
 	}
 }
@@ -322,7 +322,9 @@ func TestFastAttackSessionsFillQueue(t *testing.T) {
 	var id uint32
 	send := func(src netip.AddrPort, seq uint32, flags byte, data []byte) {
 		id++
-		fp.packet(nfq.Packet{ID: id, Payload: tcpPacket(src, server, seq, flags, data)})
+		for _, p := range synAnswered(id, tcpPacket(src, server, seq, flags, data)) {
+			fp.packet(p)
+		}
 	}
 	hello := clientHello(t, "allowed.test")
 	// Sessions each hold what they can: hellos whose first byte never

@@ -101,9 +101,24 @@ func tcpPacket(src, dst netip.AddrPort, seq uint32, flags byte, data []byte) []b
 // serverISN is the initial sequence number of the tests' servers.
 const serverISN = 7777
 
-// synAckPacket is the server's SYN-ACK to client.
-func synAckPacket(server, client netip.AddrPort) []byte {
-	return tcpPacket(server, client, serverISN, nfq.SYN|nfq.ACK, nil)
+// synAckPacket is the server's SYN-ACK to client's SYN numbered isn.
+func synAckPacket(server, client netip.AddrPort, isn uint32) []byte {
+	p := tcpPacket(server, client, serverISN, nfq.SYN|nfq.ACK, nil)
+	binary.BigEndian.PutUint32(p[28:], isn+1)
+	return p
+}
+
+// synAnswered is the packet pkt (id), and if it is a client's bare SYN
+// (to port 443), the server's SYN-ACK to it (id with the top bit set): the
+// fast path takes a connection's data only once the server's SYN-ACK has
+// acknowledged its SYN.
+func synAnswered(id uint32, pkt []byte) []nfq.Packet {
+	out := []nfq.Packet{{ID: id, Payload: pkt}}
+	seg, err := nfq.ParseTCP(pkt)
+	if err == nil && seg.Flags&(nfq.SYN|nfq.ACK) == nfq.SYN && len(seg.Payload) == 0 && seg.Dst.Port() == 443 {
+		out = append(out, nfq.Packet{ID: id | 1<<31, Payload: synAckPacket(seg.Dst, seg.Src, seg.Seq)})
+	}
+	return out
 }
 
 // serverHelloStart is the start of a ServerHello record: enough for the
@@ -186,14 +201,13 @@ func TestFastPathDecisions(t *testing.T) {
 	var id uint32
 	send := func(port uint16, seq uint32, flags byte, data []byte) uint32 {
 		id++
-		q.in <- []nfq.Packet{{ID: id, Payload: tcpPacket(netip.AddrPortFrom(client, port), server, seq, flags, data)}}
+		q.in <- synAnswered(id, tcpPacket(netip.AddrPortFrom(client, port), server, seq, flags, data))
 		return id
 	}
-	// ack sends the server's SYN-ACK and its answer acknowledging the
-	// bytes before n.
+	// ack sends the server's answer acknowledging the bytes before n.
 	ack := func(port uint16, n uint32) uint32 {
-		id += 2
-		q.in <- []nfq.Packet{{ID: id - 1, Payload: synAckPacket(server, netip.AddrPortFrom(client, port))}, {ID: id, Payload: ackPacket(server, netip.AddrPortFrom(client, port), n)}}
+		id++
+		q.in <- []nfq.Packet{{ID: id, Payload: ackPacket(server, netip.AddrPortFrom(client, port), n)}}
 		return id
 	}
 	event := func(sni, action string) Event {

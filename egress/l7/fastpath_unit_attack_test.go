@@ -64,7 +64,9 @@ func TestFastAttackTrimMinInt32(t *testing.T) {
 	q := newFakeQueue()
 	fp := newFastPath(s, q, testMarks)
 	c := netip.AddrPortFrom(client, 40001)
-	fp.packet(nfq.Packet{ID: 1, Payload: tcpPacket(c, server, 1000, nfq.SYN, nil)})
+	for _, p := range synAnswered(1, tcpPacket(c, server, 1000, nfq.SYN, nil)) {
+		fp.packet(p)
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			t.Errorf("packet() panicked (the gateway process dies): %v", r)
@@ -86,7 +88,7 @@ func TestFastAttackUnackedBounded(t *testing.T) {
 	var id uint32
 	send := func(port uint16, seq uint32, flags byte, data []byte) uint32 {
 		id++
-		q.in <- []nfq.Packet{{ID: id, Payload: tcpPacket(netip.AddrPortFrom(client, port), server, seq, flags, data)}}
+		q.in <- synAnswered(id, tcpPacket(netip.AddrPortFrom(client, port), server, seq, flags, data))
 		return id
 	}
 	const n = 50
@@ -136,7 +138,7 @@ func TestFastAttackURGResent(t *testing.T) {
 	_, q, client, server := fastUnitServe(t, 0)
 	hello := clientHello(t, "allowed.test")
 	c := netip.AddrPortFrom(client, 40001)
-	q.in <- []nfq.Packet{{ID: 1, Payload: tcpPacket(c, server, 1000, nfq.SYN, nil)}}
+	q.in <- synAnswered(1, tcpPacket(c, server, 1000, nfq.SYN, nil))
 	q.in <- []nfq.Packet{{ID: 2, Payload: tcpPacket(c, server, 1001, nfq.ACK, hello)}}
 	if v := q.wait(t, 2); v != "accept" {
 		t.Fatal(v)
@@ -161,12 +163,12 @@ func TestFastAttackEvictedUnacked(t *testing.T) {
 	var id uint32
 	send := func(c netip.AddrPort, seq uint32, flags byte, data []byte) uint32 {
 		id++
-		q.in <- []nfq.Packet{{ID: id, Payload: tcpPacket(c, server, seq, flags, data)}}
+		q.in <- synAnswered(id, tcpPacket(c, server, seq, flags, data))
 		return id
 	}
 	ack := func(c netip.AddrPort, n uint32) uint32 {
-		id += 2
-		q.in <- []nfq.Packet{{ID: id - 1, Payload: synAckPacket(server, c)}, {ID: id, Payload: ackPacket(server, c, n)}}
+		id++
+		q.in <- []nfq.Packet{{ID: id, Payload: ackPacket(server, c, n)}}
 		return id
 	}
 	victim := netip.AddrPortFrom(client, 1024)

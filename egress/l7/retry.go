@@ -82,6 +82,22 @@ func serverFlight(b []byte) (f flight, n int) {
 	return flightRetry, off + 5 + (int(rec[3])<<8 | int(rec[4]))
 }
 
+// serverKeep is how many of the server's bytes, from where its answer
+// starts, are kept to read it: flightPeek, and when they show a handshake
+// record (a retry request may carry a cookie of some KiB), the bytes past
+// its end, where the answer to the second ClientHello starts.
+func serverKeep(b []byte) int {
+	off, more := skipCCS(b)
+	if more || len(b)-off < 5 || b[off] != recordHandshake {
+		return flightPeek
+	}
+	n := int(b[off+3])<<8 | int(b[off+4])
+	if n > 1<<14+256 { // longer than a TLS record may be
+		return flightPeek
+	}
+	return max(flightPeek, off+5+n+flightPeek)
+}
+
 // skipCCS is the length of the change cipher spec records at the start of
 // b (a TLS 1.3 peer in compatibility mode sends one before its second
 // flight); more says b ends inside one.

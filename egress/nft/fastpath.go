@@ -21,12 +21,13 @@ import (
 // (FastQueue), which holds the client's with data until their TLS
 // ClientHello is whole and checked. A refused connection's go through the
 // rules again marked MarkRefuse. A passed one's go on (MarkSeen), and the
-// connection stays undecided until the server acknowledges the whole
-// ClientHello: meanwhile every copy of its bytes the client sends again
-// must be the bytes checked (a copy that died past the gateway, its TTL
-// run out or too big for a link, would otherwise be sent again with other
-// bytes, unchecked); the server's acknowledgement goes on marked
-// MarkPass. The mark becomes the connection's, and every later packet of
+// connection stays undecided until the server has acknowledged the whole
+// ClientHello and answered it: meanwhile every copy of its bytes the
+// client sends again must be the bytes checked (a copy that died past the
+// gateway, its TTL run out or too big for a link, would otherwise be sent
+// again with other bytes, unchecked), the client's bytes after it are held,
+// and a HelloRetryRequest has the second ClientHello checked (egress/l7's
+// ServeQueue); the server's answer goes on marked MarkPass. The mark becomes the connection's, and every later packet of
 // it is forwarded, or refused with a TCP reset, by the kernel alone:
 //
 //	chain forward {

@@ -141,9 +141,12 @@ type fastFlow struct {
 	sisnKnown  bool
 	server     stream
 	serverBase int
-	// counted: a passed connection not yet marked still counts among its
-	// session's undecided ones (MaxSessionConns, MaxConns).
-	counted bool
+	// counted: the connection counts among its session's undecided ones
+	// (MaxSessionConns, MaxConns), from the server's SYN-ACK until it is
+	// refused or marked; syn: it counts among those whose SYN the server
+	// has not answered (a SYN to an address the session may not reach is
+	// never answered, and takes no place of another session's).
+	counted, syn bool
 }
 
 // stream is one direction's first bytes of a connection: buf from the
@@ -262,6 +265,8 @@ type fastPath struct {
 	// +checklocks:mu
 	undecidedAll int // of all sessions, bounded by MaxConns
 	// +checklocks:mu
+	synOnly map[string]int // per session, bounded by MaxSessionConns
+	// +checklocks:mu
 	heldBy map[string]int // packets held, per session
 	// +checklocks:mu
 	heldAll int // packets held, of all sessions
@@ -275,7 +280,7 @@ type fastPath struct {
 }
 
 func newFastPath(s *Server, q PacketQueue, marks FastConfig) *fastPath {
-	return &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[string]int{},
+	return &fastPath{s: s, q: q, marks: marks, flows: map[fastKey]*fastFlow{}, undecided: map[string]int{}, synOnly: map[string]int{},
 		heldBy: map[string]int{}, passed: map[fastKey]*passedFlow{}, passedBy: map[string]int{}, order: map[string]*list.List{}}
 }
 
@@ -553,15 +558,16 @@ func (fp *fastPath) synLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fastKey, 
 		return
 	}
 	if f == nil {
-		if fp.undecided[session] >= fp.s.cfg.MaxSessionConns || fp.undecidedAll >= fp.s.cfg.MaxConns {
+		// Its place among the undecided is taken when the server
+		// answers; a session at its own bound is refused now.
+		if fp.synOnly[session] >= fp.s.cfg.MaxSessionConns || fp.undecided[session] >= fp.s.cfg.MaxSessionConns {
 			delete(fp.flows, k)
 			o.refuse = append(o.refuse, p.ID)
 			return
 		}
-		f = &fastFlow{session: session, start: now, isn: seg.Seq}
+		f = &fastFlow{session: session, start: now, isn: seg.Seq, syn: true}
 		fp.flows[k] = f
-		fp.undecided[session]++
-		fp.undecidedAll++
+		fp.synOnly[session]++
 	}
 	if f.isn != seg.Seq {
 		// A SYN sent again keeps its number; one at another number is
@@ -733,8 +739,6 @@ func (fp *fastPath) firstHelloLocked(o *outcome, k fastKey, f *fastFlow, perr er
 	} else {
 		f.decided, f.pass, f.at = true, true, now
 		f.checked, f.hello = end, h
-		// Counted until the connection is marked.
-		f.counted = true
 		o.letGo = append(o.letGo, fp.releaseLocked(f)...)
 		// Audited now, and again when it ends (FastFlowEnded), with its
 		// bytes.
@@ -854,6 +858,22 @@ func (fp *fastPath) reply(p nfq.Packet, seg nfq.TCP, k fastKey) {
 			f.sisn, f.sisnKnown, f.synAcked = seg.Seq, true, true
 		}
 		o.letGo = append(o.letGo, p.ID)
+		if !f.synAcked || f.decided || f.counted {
+			return
+		}
+		// The server answered: the connection now takes one of the
+		// session's places among the undecided.
+		fp.unsynLocked(f)
+		if why := fp.admitLocked(&o, f.session, now); why != "" {
+			// Its client's next packet is refused (and reset).
+			o.refuse = append(o.refuse, fp.finishLocked(f, false, now)...)
+			o.events = append(o.events, Event{Time: f.start, Kind: KindConnection, Session: f.session, Client: k.client, Dst: k.server,
+				Proto: ProtoTLS, Action: ActionRefused, Kernel: true, Duration: now.Sub(f.start), Reason: "airlock: " + why})
+			return
+		}
+		f.counted = true
+		fp.undecided[f.session]++
+		fp.undecidedAll++
 		return
 	case !f.sisnKnown:
 		if f.decided {
@@ -1113,8 +1133,12 @@ func (s *Server) closeFast(id string) {
 // +checklocks:fp.mu
 func (fp *fastPath) finishLocked(f *fastFlow, pass bool, now time.Time) []uint32 {
 	f.decided, f.pass, f.at = true, pass, now
+	fp.unsynLocked(f)
 	if !pass {
-		fp.uncount(f.session)
+		if f.counted {
+			f.counted = false
+			fp.uncount(f.session)
+		}
 		// Nothing reads a refused connection's bytes again: they are
 		// not kept while its verdict is (fastDecidedKeep).
 		f.client, f.server = stream{}, stream{}
@@ -1144,6 +1168,72 @@ func (fp *fastPath) unholdLocked(session string, n int) {
 	fp.heldAll -= n
 	if fp.heldBy[session] -= n; fp.heldBy[session] <= 0 {
 		delete(fp.heldBy, session)
+	}
+}
+
+// admitLocked says why session may not have another connection
+// undecided ("" if it may): past MaxSessionConns of its own, or MaxConns
+// of all unless a session with more than one more than it gives up its
+// oldest (refused, to o), so that sessions acting together cannot keep
+// another's connections off the fast path.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) admitLocked(o *outcome, session string, now time.Time) string {
+	n := fp.undecided[session]
+	if n >= fp.s.cfg.MaxSessionConns {
+		return fmt.Sprintf("more than %d connections of the session undecided on the fast path", fp.s.cfg.MaxSessionConns)
+	}
+	if fp.undecidedAll < fp.s.cfg.MaxConns {
+		return ""
+	}
+	top := session
+	for s, c := range fp.undecided {
+		if c > fp.undecided[top] {
+			top = s
+		}
+	}
+	if fp.undecided[top] <= n+1 || !fp.evictUndecidedLocked(o, top, now) {
+		return fmt.Sprintf("more than %d connections of all sessions undecided on the fast path", fp.s.cfg.MaxConns)
+	}
+	return ""
+}
+
+// evictUndecidedLocked refuses session's oldest connection counted
+// among the undecided, and reports whether there was one.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) evictUndecidedLocked(o *outcome, session string, now time.Time) bool {
+	var oldest *fastFlow
+	var ok fastKey
+	for k, f := range fp.flows {
+		if f.session == session && f.counted && (oldest == nil || f.start.Before(oldest.start)) {
+			oldest, ok = f, k
+		}
+	}
+	if oldest == nil {
+		return false
+	}
+	why := fmt.Sprintf("airlock: %d connections of all sessions undecided on the fast path, and this session the most", fp.undecidedAll)
+	if oldest.decided {
+		fp.refuseAwaitingLocked(o, ok, oldest, why, now)
+		return true
+	}
+	o.events = append(o.events, Event{Time: oldest.start, Kind: KindConnection, Session: session, Client: ok.client, Dst: ok.server,
+		Proto: ProtoTLS, Action: ActionRefused, Kernel: true, Duration: now.Sub(oldest.start), Reason: why})
+	o.refuse = append(o.refuse, fp.finishLocked(oldest, false, now)...)
+	return true
+}
+
+// unsynLocked takes f off its session's connections not yet answered.
+//
+// +checklocks:fp.mu
+func (fp *fastPath) unsynLocked(f *fastFlow) {
+	if !f.syn {
+		return
+	}
+	f.syn = false
+	if fp.synOnly[f.session]--; fp.synOnly[f.session] <= 0 {
+		delete(fp.synOnly, f.session)
 	}
 }
 

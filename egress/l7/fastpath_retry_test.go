@@ -390,3 +390,88 @@ func TestFastHelloRetryLong(t *testing.T) {
 		t.Errorf("the ServerHello after a long retry request: %s", v)
 	}
 }
+
+// TestFastAttackUndecidedPool: a SYN took one of MaxConns places among
+// the undecided at once, also one to an address the session may not reach
+// (never answered), until the peek timeout; sessions acting together (or
+// one, with MaxSessionConns near MaxConns) filled them, and every other
+// session's connection was refused at its SYN. A place is taken now when
+// the server answers, and at MaxConns a session with more than one more
+// than the newcomer gives up its oldest.
+func TestFastAttackUndecidedPool(t *testing.T) {
+	server := netip.AddrPortFrom(netip.MustParseAddr("10.214.0.20"), 443)
+	blocked := netip.AddrPortFrom(netip.MustParseAddr("10.214.0.99"), 443)
+	sessions := map[netip.Addr]*Session{}
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 213, 2, byte(i)}) }
+	var mu sync.Mutex
+	var events []Event
+	for i := range 8 {
+		sessions[addr(i)] = &Session{ID: fmt.Sprintf("s%d", i),
+			Audit: func(ev Event) { mu.Lock(); events = append(events, ev); mu.Unlock() },
+			Check: func(dst netip.AddrPort, h Hello, _ time.Time) Decision {
+				return Decision{Allow: h.SNI == "allowed.test" && dst == server}
+			}}
+	}
+	s, err := New(Config{
+		Sessions:        func(a netip.Addr) (*Session, bool) { sess, ok := sessions[a]; return sess, ok },
+		OriginalDst:     func(*net.TCPConn) (netip.AddrPort, error) { return netip.AddrPort{}, errors.New("unused") },
+		Dial:            func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("unused") },
+		PeekTimeout:     time.Minute,
+		MaxConns:        16,
+		MaxSessionConns: 8,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newFakeQueue()
+	fp := newFastPath(s, q, testMarks)
+	var id uint32
+	send := func(src, dst netip.AddrPort, seq uint32, flags byte, data []byte) string {
+		id++
+		fp.packet(nfq.Packet{ID: id, Payload: tcpPacket(src, dst, seq, flags, data)})
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.verdicts[id]
+	}
+	synAck := func(src, dst netip.AddrPort) string {
+		id++
+		fp.packet(nfq.Packet{ID: id, Payload: synAckPacket(dst, src, 1000)})
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.verdicts[id]
+	}
+	// Session 0 sends SYNs to an address it may not reach: never
+	// answered, they take none of the places.
+	for c := range 8 {
+		send(netip.AddrPortFrom(addr(0), uint16(20000+c)), blocked, 1000, nfq.SYN, nil)
+	}
+	// Sessions 1 and 2 fill the places with connections the server
+	// answered and that never send their hello.
+	for i := 1; i <= 2; i++ {
+		for c := range 8 {
+			src := netip.AddrPortFrom(addr(i), uint16(20000+c))
+			send(src, server, 1000, nfq.SYN, nil)
+			synAck(src, server)
+		}
+	}
+	if fp.undecidedAll != 16 {
+		t.Fatalf("%d undecided, want the 16 places taken", fp.undecidedAll)
+	}
+	// Session 3's connection is still taken and checked; one of session
+	// 1's or 2's gives up its place.
+	src := netip.AddrPortFrom(addr(3), 30000)
+	if v := send(src, server, 1000, nfq.SYN, nil); v != "accept" {
+		t.Fatalf("another session's SYN: %q", v)
+	}
+	synAck(src, server)
+	if v := send(src, server, 1001, nfq.ACK, clientHello(t, "allowed.test")); v != "accept" {
+		t.Errorf("another session's ClientHello, the places taken by others: %q", v)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(events, func(e Event) bool {
+		return (e.Session == "s1" || e.Session == "s2") && e.Action == ActionRefused && strings.Contains(e.Reason, "the most")
+	}) {
+		t.Errorf("no connection of the sessions holding the most refused to make room: %+v", events)
+	}
+}

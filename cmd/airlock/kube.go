@@ -366,7 +366,7 @@ func (c *cli) checkKubeCommand(cmd *cobra.Command) error {
 // its output and returns its exit code as an exitError, as run does
 // locally. SIGINT or SIGTERM stops waiting (the Session runs on, unless
 // rm deletes it).
-func (c *cli) kubeRun(ctx context.Context, p *policies.Policy, rm, detach bool, term *kubeTerminal) error {
+func (c *cli) kubeRun(ctx context.Context, p *policies.Policy, sources []v1alpha1.WorkspaceSource, rm, detach bool, term *kubeTerminal) error {
 	k, err := c.kube()
 	if err != nil {
 		return withCode(exitDaemon, err)
@@ -394,7 +394,7 @@ func (c *cli) kubeRun(ctx context.Context, p *policies.Policy, rm, detach bool, 
 	}()
 
 	var s v1alpha1.Session
-	if err := k.do(ctx, http.MethodPost, k.sessionsPath(""), kubeSession(k, p), &s); err != nil {
+	if err := k.do(ctx, http.MethodPost, k.sessionsPath(""), kubeSession(k, p, sources), &s); err != nil {
 		return withCode(exitDaemon, fmt.Errorf("creating a Session in namespace %s: %w", k.namespace, err))
 	}
 	name := s.Name
@@ -523,12 +523,12 @@ func (c *cli) kubeWaitRunning(ctx context.Context, k *kubeClient, name string) (
 }
 
 // kubeSession is the Session run -f makes of a manifest: named after its
-// label, in the namespace.
-func kubeSession(k *kubeClient, p *policies.Policy) *v1alpha1.Session {
+// label, in the namespace, its workspaces filled from sources.
+func kubeSession(k *kubeClient, p *policies.Policy, sources []v1alpha1.WorkspaceSource) *v1alpha1.Session {
 	return &v1alpha1.Session{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Session"},
 		ObjectMeta: metav1.ObjectMeta{GenerateName: dnsLabel(p.Label) + "-", Namespace: k.namespace},
-		Spec:       v1alpha1.SessionSpec{Policy: *p},
+		Spec:       v1alpha1.SessionSpec{Policy: *p, WorkspaceSources: sources},
 	}
 }
 

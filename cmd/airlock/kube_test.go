@@ -45,6 +45,13 @@ current-context: withtoken
 		{[]string{"--kubeconfig", kubeconfig, "--context", "nosuch", "ps"}, `context "nosuch" does not exist`},
 		{[]string{"--kubeconfig", kubeconfig, "--context", "certonly", "ps"}, "take bearer tokens only, not client certificates"},
 		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-t", "-f", manifest}, "-t needs a terminal on stdin"},
+		{[]string{"run", "-f", manifest, "--git-source", "/work=https://git.test/r.git"}, "work with --context only"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-f", manifest, "--git-source", "work=https://git.test/r.git"}, "not a clean absolute path"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-f", manifest, "--git-source", "/work=https://tok@git.test/r.git"}, "without credentials"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-f", manifest, "--git-source", "/work=file:///srv/r.git"}, "want an http or https URL"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-f", manifest, "--git-source", "/work=https://git.test/r.git", "--git-push", "/other=airlock/x"}, "no --git-source fills /other"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-f", manifest, "--git-source", "/work=https://git.test/a.git", "--git-source", "/work=https://git.test/b.git"}, "has a source already"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-f", manifest, "--git-source", "/work=https://git.test/r.git", "--git-depth", "-1"}, "want 0 (all) or more"},
 	} {
 		r := h.run("", tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
@@ -67,5 +74,18 @@ func TestDNSLabel(t *testing.T) {
 		if got := dnsLabel(in); got != want {
 			t.Errorf("dnsLabel(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// The git flags make a Session's workspace sources.
+func TestGitSourceFlags(t *testing.T) {
+	o := gitSourceOptions{sources: []string{"/work=https://git.test/r.git#v1.2", "/docs=http://git.test/d.git"}, pushes: []string{"/work=airlock/fix"}, depth: 0}
+	got, err := o.workspaceSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Target != "/work" || got[0].Git.URL != "https://git.test/r.git" || got[0].Git.Ref != "v1.2" ||
+		got[0].Git.PushBranch != "airlock/fix" || got[0].Git.Depth != 0 || got[1].Target != "/docs" || got[1].Git.Ref != "" || got[1].Git.PushBranch != "" {
+		t.Errorf("workspace sources %+v %+v", got[0].Git, got[1].Git)
 	}
 }

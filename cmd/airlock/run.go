@@ -22,6 +22,7 @@ func (c *cli) newRunCommand() *cobra.Command {
 	var (
 		mo         manifestOptions
 		rm, detach bool
+		gs         gitSourceOptions
 		tf         terminalFlags
 	)
 	cmd := &cobra.Command{
@@ -75,6 +76,13 @@ daemon fails.`,
 			if err != nil {
 				return usageErrorf("%v", err)
 			}
+			if gs.set(cmd) && !c.kubeOpts.on() {
+				return errGitSourceLocal
+			}
+			sources, err := gs.workspaceSources()
+			if err != nil {
+				return err
+			}
 			p, err := c.policy(&mo, args, false)
 			if err != nil {
 				return err
@@ -85,7 +93,7 @@ daemon fails.`,
 				if tf.tty {
 					term = &kubeTerminal{keys: keys, noStdin: !tf.interactive}
 				}
-				return c.kubeRun(cmd.Context(), p, rm, detach, term)
+				return c.kubeRun(cmd.Context(), p, sources, rm, detach, term)
 			}
 			if tf.tty && !detach {
 				return c.runTerminal(cmd.Context(), p, rm, !tf.interactive, keys)
@@ -103,6 +111,7 @@ daemon fails.`,
 		}),
 	}
 	mo.addFlags(cmd)
+	gs.addFlags(cmd)
 	cmd.Flags().BoolVar(&rm, "rm", false, "remove the session when it ends")
 	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "print the session id and return without waiting")
 	tf.add(cmd, true)

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -208,6 +209,26 @@ echo fixed > /work/README && echo new > /work/NEW && echo evil > /work/src/main.
 	})
 	if got := srv.Rev("repo", "airlock/drop"); got != "" {
 		t.Errorf("a discarded session's branch was pushed: %s", got)
+	}
+
+	// From the command line: airlock --context run --git-source.
+	manifest := filepath.Join(t.TempDir(), "cli.hcl")
+	if err := os.WriteFile(manifest, fmt.Appendf(nil, "session \"cli\" {\n  image = %q\n  command = [\"sh\", \"-c\", \"grep -qx 'from git' /work/README\"]\n}\n", daemontest.AgentImage), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli := exec.CommandContext(t.Context(), filepath.Join(env.BinDir, "airlock"), "--kubeconfig", k.kubeconfig, "-n", "default",
+		"run", "-d", "-f", manifest, "--git-source", "/work="+url+"#main", "--git-depth", "0")
+	cli.Env = []string{"HOME=/nonexistent"}
+	out, err := cli.Output()
+	if err != nil {
+		t.Fatalf("airlock run --git-source: %v (%s)", err, out)
+	}
+	name := strings.TrimSpace(string(out))
+	if s := k.get(name); len(s.Spec.WorkspaceSources) != 1 || s.Spec.WorkspaceSources[0].Git.URL != url || s.Spec.WorkspaceSources[0].Git.Ref != "main" || s.Spec.WorkspaceSources[0].Git.Depth != 0 {
+		t.Errorf("Session %s from airlock run --git-source: spec.workspaceSources %+v", name, s.Spec.WorkspaceSources)
+	}
+	if s := k.waitState(name, v1alpha1.SessionExited, 90*time.Second); s.Status.ExitCode == nil || *s.Status.ExitCode != 0 || len(s.Status.WorkspaceSources) != 1 || s.Status.WorkspaceSources[0].Commit != base {
+		t.Errorf("Session %s from airlock run --git-source: %+v, want exit 0 with the source fetched at %s", name, s.Status, base)
 	}
 
 	// Gone with their Sessions.

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"net/url"
+	"path"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+)
+
+// gitSourceOptions are run's flags that fill a Session's workspaces from
+// git repositories (--context only: the node agent fetches them).
+type gitSourceOptions struct {
+	sources []string // TARGET=URL[#REF]
+	pushes  []string // TARGET=BRANCH
+	depth   int32
+}
+
+func (o *gitSourceOptions) addFlags(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVar(&o.sources, "git-source", nil, "with --context: fill the workspace at TARGET from a git repository: `TARGET=URL[#REF]` (http or https, no credentials: the node's admission policy admits the URL and holds its token; REF a branch, tag or commit, default the repository's HEAD; repeatable)")
+	cmd.Flags().StringArrayVar(&o.pushes, "git-push", nil, "with --context: once the session has ended and no change waits for review, push the workspace at TARGET (a --git-source) to branch `TARGET=BRANCH` of its repository (the node's admission policy admits the branch)")
+	cmd.Flags().Int32Var(&o.depth, "git-depth", 1, "with --context: how many commits of each --git-source's history to fetch (0: all)")
+}
+
+// set reports whether any of the flags was given.
+func (o *gitSourceOptions) set(cmd *cobra.Command) bool {
+	return cmd.Flags().Changed("git-source") || cmd.Flags().Changed("git-push") || cmd.Flags().Changed("git-depth")
+}
+
+// workspaceSources turns the flags into a Session's workspace sources.
+// The API server checks them again (the CRD's schema), and the node
+// agent against its admission policy.
+func (o *gitSourceOptions) workspaceSources() ([]v1alpha1.WorkspaceSource, error) {
+	if o.depth < 0 {
+		return nil, usageErrorf("--git-depth %d: want 0 (all) or more", o.depth)
+	}
+	var out []v1alpha1.WorkspaceSource
+	at := map[string]int{}
+	for _, s := range o.sources {
+		target, rawURL, ok := strings.Cut(s, "=")
+		if !ok || target == "" || rawURL == "" {
+			return nil, usageErrorf("invalid --git-source %q: want TARGET=URL[#REF]", s)
+		}
+		if !path.IsAbs(target) || path.Clean(target) != target {
+			return nil, usageErrorf("invalid --git-source %q: the target %q is not a clean absolute path", s, target)
+		}
+		if _, dup := at[target]; dup {
+			return nil, usageErrorf("invalid --git-source %q: %s has a source already", s, target)
+		}
+		rawURL, ref, _ := strings.Cut(rawURL, "#")
+		u, err := url.Parse(rawURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" {
+			return nil, usageErrorf("invalid --git-source %q: want an http or https URL without credentials or query", s)
+		}
+		at[target] = len(out)
+		out = append(out, v1alpha1.WorkspaceSource{Target: target, Git: &v1alpha1.GitSource{URL: rawURL, Ref: ref, Depth: o.depth}})
+	}
+	for _, p := range o.pushes {
+		target, branch, ok := strings.Cut(p, "=")
+		if !ok || target == "" || branch == "" {
+			return nil, usageErrorf("invalid --git-push %q: want TARGET=BRANCH", p)
+		}
+		i, ok := at[target]
+		if !ok {
+			return nil, usageErrorf("invalid --git-push %q: no --git-source fills %s", p, target)
+		}
+		if out[i].Git.PushBranch != "" {
+			return nil, usageErrorf("invalid --git-push %q: %s is pushed to %s already", p, target, out[i].Git.PushBranch)
+		}
+		out[i].Git.PushBranch = branch
+	}
+	return out, nil
+}
+
+// errGitSourceLocal is the refusal of the git flags without --context.
+var errGitSourceLocal = usageErrorf("--git-source, --git-push and --git-depth work with --context only: the node agent fetches the repository; a local session's workspace is a directory of this host (workspace { host_path = ... })")

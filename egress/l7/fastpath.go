@@ -577,6 +577,22 @@ func (fp *fastPath) synLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fastKey, 
 	o.letGo = append(o.letGo, p.ID)
 }
 
+// streamOffset is where seg's data starts in a stream whose first byte
+// has sequence number first, and the data from there: bytes before the
+// first (a segment that starts before it) are trimmed by the receiver's
+// stack, which keeps the rest, and so by the gateway.
+func streamOffset(seg nfq.TCP, first uint32) (int64, []byte) {
+	payload := seg.Payload
+	off := int64(int32(seg.Seq - first))
+	if off < 0 {
+		if -off >= int64(len(payload)) {
+			return 0, nil
+		}
+		return 0, payload[-off:]
+	}
+	return off, payload
+}
+
 // hasOption reports whether TCP options opts hold one of kind.
 func hasOption(opts []byte, kind byte) bool {
 	for i := 0; i < len(opts); {
@@ -603,19 +619,7 @@ func hasOption(opts []byte, kind byte) bool {
 //
 // +checklocks:fp.mu
 func (fp *fastPath) clientDataLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fastKey, f *fastFlow, now time.Time) {
-	// Bytes before the first (a segment that starts before isn+1) are
-	// trimmed by the server's stack, which keeps the rest: so does the
-	// gateway.
-	payload := seg.Payload
-	off := int64(int32(seg.Seq - f.isn - 1))
-	if off < 0 {
-		if -off >= int64(len(payload)) {
-			payload = nil
-		} else {
-			payload = payload[-off:]
-		}
-		off = 0
-	}
+	off, payload := streamOffset(seg, f.isn+1)
 	end := off + int64(len(payload))
 	checked := int64(f.checked)
 	var perr error
@@ -884,16 +888,7 @@ func (fp *fastPath) reply(p nfq.Packet, seg nfq.TCP, k fastKey) {
 		o.letGo = append(o.letGo, p.ID)
 		return
 	}
-	payload := seg.Payload
-	off := int64(int32(seg.Seq - f.sisn - 1 - uint32(f.serverBase)))
-	if off < 0 {
-		if -off >= int64(len(payload)) {
-			payload = nil
-		} else {
-			payload = payload[-off:]
-		}
-		off = 0
-	}
+	off, payload := streamOffset(seg, f.sisn+1+uint32(f.serverBase))
 	// The server's stack is not the adversary here: bytes it sends twice
 	// differently are its own matter (the first kept).
 	f.server.add(off, payload, flightPeek)

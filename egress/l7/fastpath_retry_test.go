@@ -299,26 +299,8 @@ func TestFastSmallSegmentsCheap(t *testing.T) {
 // refused its next held packet: the held packets of all stay below the
 // queue's length, and another session's hello is still taken.
 func TestFastAttackSessionsFillQueue(t *testing.T) {
-	server := netip.AddrPortFrom(netip.MustParseAddr("10.214.0.20"), 443)
-	sessions := map[netip.Addr]*Session{}
-	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 213, byte(i >> 8), byte(i)}) }
-	for i := range 200 {
-		sessions[addr(i)] = &Session{ID: fmt.Sprintf("s%d", i), Audit: func(Event) {},
-			Check: func(dst netip.AddrPort, h Hello, _ time.Time) Decision {
-				return Decision{Allow: h.SNI == "allowed.test" && dst == server}
-			}}
-	}
-	s, err := New(Config{
-		Sessions:    func(a netip.Addr) (*Session, bool) { sess, ok := sessions[a]; return sess, ok },
-		OriginalDst: func(*net.TCPConn) (netip.AddrPort, error) { return netip.AddrPort{}, errors.New("unused") },
-		Dial:        func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("unused") },
-		PeekTimeout: time.Minute,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := newFakeQueue()
-	fp := newFastPath(s, q, testMarks)
+	m := newManySessions(t, 200, 0, 0)
+	fp, q, server, addr := m.fp, m.q, m.server, sessionAddr
 	var id uint32
 	send := func(src netip.AddrPort, seq uint32, flags byte, data []byte) {
 		id++
@@ -399,32 +381,10 @@ func TestFastHelloRetryLong(t *testing.T) {
 // the server answers, and at MaxConns a session with more than one more
 // than the newcomer gives up its oldest.
 func TestFastAttackUndecidedPool(t *testing.T) {
-	server := netip.AddrPortFrom(netip.MustParseAddr("10.214.0.20"), 443)
+	m := newManySessions(t, 8, 16, 8)
+	server, addr := m.server, sessionAddr
 	blocked := netip.AddrPortFrom(netip.MustParseAddr("10.214.0.99"), 443)
-	sessions := map[netip.Addr]*Session{}
-	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 213, 2, byte(i)}) }
-	var mu sync.Mutex
-	var events []Event
-	for i := range 8 {
-		sessions[addr(i)] = &Session{ID: fmt.Sprintf("s%d", i),
-			Audit: func(ev Event) { mu.Lock(); events = append(events, ev); mu.Unlock() },
-			Check: func(dst netip.AddrPort, h Hello, _ time.Time) Decision {
-				return Decision{Allow: h.SNI == "allowed.test" && dst == server}
-			}}
-	}
-	s, err := New(Config{
-		Sessions:        func(a netip.Addr) (*Session, bool) { sess, ok := sessions[a]; return sess, ok },
-		OriginalDst:     func(*net.TCPConn) (netip.AddrPort, error) { return netip.AddrPort{}, errors.New("unused") },
-		Dial:            func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("unused") },
-		PeekTimeout:     time.Minute,
-		MaxConns:        16,
-		MaxSessionConns: 8,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := newFakeQueue()
-	fp := newFastPath(s, q, testMarks)
+	fp, q := m.fp, m.q
 	var id uint32
 	send := func(src, dst netip.AddrPort, seq uint32, flags byte, data []byte) string {
 		id++
@@ -467,11 +427,52 @@ func TestFastAttackUndecidedPool(t *testing.T) {
 	if v := send(src, server, 1001, nfq.ACK, clientHello(t, "allowed.test")); v != "accept" {
 		t.Errorf("another session's ClientHello, the places taken by others: %q", v)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.ContainsFunc(events, func(e Event) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !slices.ContainsFunc(m.events, func(e Event) bool {
 		return (e.Session == "s1" || e.Session == "s2") && e.Action == ActionRefused && strings.Contains(e.Reason, "the most")
 	}) {
-		t.Errorf("no connection of the sessions holding the most refused to make room: %+v", events)
+		t.Errorf("no connection of the sessions holding the most refused to make room: %+v", m.events)
 	}
+}
+
+// manySessions is a fast path on a fake queue with sessions s0, s1, ...
+// at sessionAddr(0), sessionAddr(1), ..., each allowed allowed.test at
+// server, and their audit.
+type manySessions struct {
+	fp     *fastPath
+	q      *fakeQueue
+	server netip.AddrPort
+	mu     sync.Mutex
+	events []Event
+}
+
+func sessionAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 213, byte(1 + i>>8), byte(i)}) }
+
+// newManySessions is n sessions' fast path, with the bounds maxConns and
+// maxSessionConns (0: the defaults) and a peek timeout of a minute.
+func newManySessions(t *testing.T, n, maxConns, maxSessionConns int) *manySessions {
+	m := &manySessions{server: netip.AddrPortFrom(netip.MustParseAddr("10.214.0.20"), 443)}
+	sessions := map[netip.Addr]*Session{}
+	for i := range n {
+		sessions[sessionAddr(i)] = &Session{ID: fmt.Sprintf("s%d", i),
+			Audit: func(ev Event) { m.mu.Lock(); m.events = append(m.events, ev); m.mu.Unlock() },
+			Check: func(dst netip.AddrPort, h Hello, _ time.Time) Decision {
+				return Decision{Allow: h.SNI == "allowed.test" && dst == m.server}
+			}}
+	}
+	s, err := New(Config{
+		Sessions:        func(a netip.Addr) (*Session, bool) { sess, ok := sessions[a]; return sess, ok },
+		OriginalDst:     func(*net.TCPConn) (netip.AddrPort, error) { return netip.AddrPort{}, errors.New("unused") },
+		Dial:            func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("unused") },
+		PeekTimeout:     time.Minute,
+		MaxConns:        maxConns,
+		MaxSessionConns: maxSessionConns,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.q = newFakeQueue()
+	m.fp = newFastPath(s, m.q, testMarks)
+	return m
 }

@@ -658,8 +658,6 @@ func (fp *fastPath) clientDataLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fa
 			perr = fmt.Errorf("more than %d packets of the session's connections held for their ClientHellos", fastMaxSessionHeld)
 		case fp.heldAll > fastMaxHeldAll && fp.heldBy[f.session] > fastMaxHeldAll/len(fp.heldBy):
 			perr = fmt.Errorf("the gateway holds %d packets of all sessions' connections, and this session more than its share", fp.heldAll)
-		case fp.heldAll > fastMaxHeldHard:
-			fp.makeRoomLocked(o, k, now)
 		case f.decided && len(f.held) > fastMaxHeld:
 			perr = fmt.Errorf("more than %d packets sent before the server answered the ClientHello", fastMaxHeld)
 		case !f.client.add(off, payload, f.checked+MaxPeek):
@@ -667,6 +665,9 @@ func (fp *fastPath) clientDataLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fa
 			// which the server keeps is its stack's choice, not the
 			// gateway's.
 			perr = errors.New("segments overlap with different bytes")
+		}
+		if perr == nil && fp.heldAll > fastMaxHeldHard {
+			fp.makeRoomLocked(o, k, now)
 		}
 	} else {
 		o.refuse = append(o.refuse, p.ID)

@@ -654,8 +654,15 @@ func (fp *fastPath) clientDataLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fa
 			perr = fmt.Errorf("more than %d packets of the session's connections held for their ClientHellos", fastMaxSessionHeld)
 		case fp.heldAll > fastMaxHeldAll && fp.heldBy[f.session] > fastMaxHeldAll/len(fp.heldBy):
 			perr = fmt.Errorf("the gateway holds %d packets of all sessions' connections, and this session more than its share", fp.heldAll)
-		case fp.heldAll > fastMaxHeldHard:
+		}
+		if perr == nil && fp.heldAll > fastMaxHeldHard {
+			// Room made, the packet is checked as any other: its bytes
+			// not in the stream, a copy of them with other bytes would
+			// be checked while the server reads this one.
 			fp.makeRoomLocked(o, k, now)
+		}
+		switch {
+		case perr != nil:
 		case f.decided && len(f.held) > fastMaxHeld:
 			perr = fmt.Errorf("more than %d packets sent before the server answered the ClientHello", fastMaxHeld)
 		case !f.client.add(off, payload, f.checked+MaxPeek):

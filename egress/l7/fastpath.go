@@ -1315,36 +1315,41 @@ func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case now := <-t.C:
-			var o outcome
-			fp.mu.Lock()
-			for k, f := range fp.flows {
-				switch {
-				case f.decided && f.pass && !f.marked && now.Sub(f.at) > fp.s.cfg.PeekTimeout:
-					// The server never answered the ClientHello (or the
-					// client never sent its second): its next packet,
-					// either way, is refused.
-					why := "airlock: the server did not answer the ClientHello within the peek timeout"
-					if f.second {
-						why = "airlock: no second ClientHello within the peek timeout after the server's HelloRetryRequest"
-					}
-					fp.refuseAwaitingLocked(&o, k, f, why, now)
-				case f.decided && now.Sub(f.at) > fastDecidedKeep && (!f.pass || f.marked):
-					delete(fp.flows, k)
-				case !f.decided && now.Sub(f.start) > fp.s.cfg.PeekTimeout:
-					if len(f.held) > 0 {
-						if sess, ok := fp.s.cfg.Sessions(k.client.Addr()); ok {
-							o.events = append(o.events, Event{Time: f.start, Kind: KindConnection, Session: sess.ID, Client: k.client, Dst: k.server,
-								Proto: ProtoTLS, Action: ActionRefused, Kernel: true, Duration: now.Sub(f.start),
-								Reason: "airlock: the ClientHello was not whole within the peek timeout"})
-						}
-					}
-					o.refuse = append(o.refuse, fp.finishLocked(f, false, now)...)
-				}
-			}
-			fp.mu.Unlock()
-			fp.apply(&o)
+			fp.sweepAt(now)
 		}
 	}
+}
+
+// sweepAt is one round of sweep at now.
+func (fp *fastPath) sweepAt(now time.Time) {
+	var o outcome
+	fp.mu.Lock()
+	for k, f := range fp.flows {
+		switch {
+		case f.decided && f.pass && !f.marked && now.Sub(f.at) > fp.s.cfg.PeekTimeout:
+			// The server never answered the ClientHello (or the
+			// client never sent its second): its next packet,
+			// either way, is refused.
+			why := "airlock: the server did not answer the ClientHello within the peek timeout"
+			if f.second {
+				why = "airlock: no second ClientHello within the peek timeout after the server's HelloRetryRequest"
+			}
+			fp.refuseAwaitingLocked(&o, k, f, why, now)
+		case f.decided && now.Sub(f.at) > fastDecidedKeep && (!f.pass || f.marked):
+			delete(fp.flows, k)
+		case !f.decided && now.Sub(f.start) > fp.s.cfg.PeekTimeout:
+			if len(f.held) > 0 {
+				if sess, ok := fp.s.cfg.Sessions(k.client.Addr()); ok {
+					o.events = append(o.events, Event{Time: f.start, Kind: KindConnection, Session: sess.ID, Client: k.client, Dst: k.server,
+						Proto: ProtoTLS, Action: ActionRefused, Kernel: true, Duration: now.Sub(f.start),
+						Reason: "airlock: the ClientHello was not whole within the peek timeout"})
+				}
+			}
+			o.refuse = append(o.refuse, fp.finishLocked(f, false, now)...)
+		}
+	}
+	fp.mu.Unlock()
+	fp.apply(&o)
 }
 
 // FastKeep reports whether the connection from client to server, if the

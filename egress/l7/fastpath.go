@@ -1006,7 +1006,10 @@ func (s *Server) FastFlowEnded(client, server netip.AddrPort, id uint32, bytesUp
 	k := fastKey{client: unmapAP(client), server: unmapAP(server)}
 	fp.mu.Lock()
 	p := fp.passed[k]
-	if p == nil || id != 0 && p.ev.Conntrack != 0 && id != p.ev.Conntrack {
+	// One whose conntrack id is being looked up (its held packets wait
+	// for it) is not yet marked passed in the kernel: an end now is an
+	// earlier connection's on the same ports, told late.
+	if p == nil || p.ev.Conntrack == 0 && p.marked.IsZero() || id != 0 && p.ev.Conntrack != 0 && id != p.ev.Conntrack {
 		fp.mu.Unlock()
 		return false
 	}

@@ -51,6 +51,8 @@ type invariantWorld struct {
 	hrr, sh             []byte
 	// scripts are connections that go their way, one step at a time.
 	scripts map[fastKey]*script
+	// payloads are the packets' data, by id.
+	payloads map[uint32][]byte
 }
 
 // script is a connection as a client and a server would carry it: its
@@ -63,9 +65,9 @@ type script struct {
 	sent, srvSent  int
 }
 
-func newInvariantWorld(t testing.TB, seed uint64) *invariantWorld {
+func newInvariantWorld(t testing.TB, seed uint64, fillers int) *invariantWorld {
 	w := &invariantWorld{t: t, r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), q: &countQueue{verdicts: map[uint32]int{}},
-		regs: map[netip.Addr]*Session{}, allowed: map[string]bool{}, scripts: map[fastKey]*script{},
+		regs: map[netip.Addr]*Session{}, allowed: map[string]bool{}, scripts: map[fastKey]*script{}, payloads: map[uint32][]byte{},
 		servers: []netip.AddrPort{netip.MustParseAddrPort("10.214.0.20:443"), netip.MustParseAddrPort("10.214.0.21:443")},
 	}
 	for i := range 3 {
@@ -74,6 +76,15 @@ func newInvariantWorld(t testing.TB, seed uint64) *invariantWorld {
 		id := fmt.Sprintf("s%d", i)
 		w.allowed[id] = true
 		w.regs[a] = w.registration(id)
+	}
+	for i := range fillers {
+		id := fmt.Sprintf("f%d", i)
+		w.regs[netip.AddrFrom4([4]byte{10, 213, 1, byte(i)})] = w.registration(id)
+	}
+	maxConns, maxSession := 4, 3
+	if fillers > 0 {
+		// Room for the fillers' connections.
+		maxConns, maxSession = 64*fillers, 64
 	}
 	s, err := New(Config{
 		Sessions: func(a netip.Addr) (*Session, bool) {
@@ -85,8 +96,8 @@ func newInvariantWorld(t testing.TB, seed uint64) *invariantWorld {
 		OriginalDst:     func(*net.TCPConn) (netip.AddrPort, error) { return netip.AddrPort{}, errors.New("unused") },
 		Dial:            func(context.Context, string, string) (net.Conn, error) { return nil, errors.New("unused") },
 		PeekTimeout:     10 * time.Second,
-		MaxConns:        4,
-		MaxSessionConns: 3,
+		MaxConns:        maxConns,
+		MaxSessionConns: maxSession,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +110,34 @@ func newInvariantWorld(t testing.TB, seed uint64) *invariantWorld {
 	w.second = append(bytes.Clone(ccsRecord), clientHello(t, "allowed.test")...)
 	w.hrr = append(retryRecordCookie(w.r.IntN(400)), ccsRecord...)
 	w.sh = append(bytes.Clone(ccsRecord), serverHelloStart...)
+	w.fill(fillers)
 	return w
+}
+
+// fill has filler sessions hold packets of ClientHellos whose first byte
+// never comes, each within its share, until the packets held of all are
+// near fastMaxHeldHard.
+func (w *invariantWorld) fill(fillers int) {
+	for i := 0; i < fillers && w.fp.heldAll < fastMaxHeldHard-4; i++ {
+		a := netip.AddrFrom4([4]byte{10, 213, 1, byte(i)})
+		for c := 0; c < 64 && w.fp.heldAll < fastMaxHeldHard-4; c++ {
+			src := netip.AddrPortFrom(a, uint16(20000+c))
+			w.packet(tcpPacket(src, w.servers[0], 1000, nfq.SYN, nil))
+			w.packet(synAckPacket(w.servers[0], src, 1000))
+			refused := false
+			for k := 0; k < 8; k++ {
+				before := w.fp.heldAll
+				w.packet(tcpPacket(src, w.servers[0], 1002+uint32(k*10), nfq.ACK, w.hello[1+k*10:1+k*10+10]))
+				if w.fp.heldAll <= before {
+					refused = true
+					break
+				}
+			}
+			if refused {
+				break
+			}
+		}
+	}
 }
 
 // registration is session id's, which allows allowed.test at the first
@@ -131,6 +169,9 @@ func (w *invariantWorld) chunk(b []byte) (int, []byte) {
 
 func (w *invariantWorld) packet(pkt []byte) {
 	w.id++
+	if seg, err := nfq.ParseTCP(pkt); err == nil {
+		w.payloads[w.id] = seg.Payload
+	}
 	w.fp.packet(nfq.Packet{ID: w.id, Payload: pkt})
 }
 
@@ -310,6 +351,16 @@ func (w *invariantWorld) check() error {
 		}
 		for _, h := range f.held {
 			held[h.id]++
+			// Its bytes are in the stream the gateway checks: a copy
+			// of them with other bytes is refused.
+			p := w.payloads[h.id]
+			data := p[len(p)-int(h.end-h.off):]
+			if limit := int64(f.checked + MaxPeek); h.end > limit {
+				data = data[:max(0, limit-h.off)]
+			}
+			if !streamHolds(&f.client, h.off, data) {
+				return fmt.Errorf("%v: packet %d held, its bytes at %d not in the stream checked", k, h.id, h.off)
+			}
 		}
 		heldBy[f.session] += len(f.held)
 		heldAll += len(f.held)
@@ -360,10 +411,34 @@ func (w *invariantWorld) check() error {
 	return nil
 }
 
+// streamHolds reports whether s holds data at off.
+func streamHolds(s *stream, off int64, data []byte) bool {
+	for i, b := range data {
+		at := off + int64(i)
+		if at < int64(len(s.buf)) {
+			if s.buf[at] != b {
+				return false
+			}
+			continue
+		}
+		found := false
+		for o, d := range s.ooo {
+			if o <= at && at < o+int64(len(d)) && d[at-o] == b {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 // runInvariants runs n random steps of seed, checking after each, and at
 // the end lets the peek timeout pass: nothing is held or counted then.
-func runInvariants(t testing.TB, seed uint64, n int) {
-	w := newInvariantWorld(t, seed)
+func runInvariants(t testing.TB, seed uint64, n, fillers int) {
+	w := newInvariantWorld(t, seed, fillers)
 	var log []string
 	fail := func(err error) {
 		if len(log) > 30 {
@@ -406,14 +481,32 @@ func TestFastInvariants(t *testing.T) {
 		seeds = 30
 	}
 	for seed := range uint64(seeds) {
-		runInvariants(t, seed, 400)
+		runInvariants(t, seed, 400, 0)
+	}
+}
+
+// TestFastInvariantsHardBound is TestFastInvariants with the packets held
+// of all sessions near fastMaxHeldHard (by 20 other sessions): the
+// connections of the session holding the most are refused to make room,
+// and each session is held to its share.
+func TestFastInvariantsHardBound(t *testing.T) {
+	seeds := 40
+	if testing.Short() {
+		seeds = 5
+	}
+	for seed := range uint64(seeds) {
+		runInvariants(t, seed, 400, 20)
 	}
 }
 
 // FuzzFastInvariants is TestFastInvariants at the fuzzer's seeds.
 func FuzzFastInvariants(f *testing.F) {
-	f.Add(uint64(1), uint16(400))
-	f.Fuzz(func(t *testing.T, seed uint64, n uint16) {
-		runInvariants(t, seed, int(n%2000))
+	f.Add(uint64(1), uint16(400), false)
+	f.Fuzz(func(t *testing.T, seed uint64, n uint16, full bool) {
+		fillers := 0
+		if full {
+			fillers = 20
+		}
+		runInvariants(t, seed, int(n%2000), fillers)
 	})
 }

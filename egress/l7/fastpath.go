@@ -656,9 +656,10 @@ func (fp *fastPath) clientDataLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fa
 			perr = fmt.Errorf("the gateway holds %d packets of all sessions' connections, and this session more than its share", fp.heldAll)
 		}
 		if perr == nil && fp.heldAll > fastMaxHeldHard {
-			// Room made, the packet is checked as any other: its bytes
-			// not in the stream, a copy of them with other bytes would
-			// be checked while the server reads this one.
+			// Room is made, and the packet is checked as any other:
+			// were its bytes not in the stream, a copy of them with
+			// other bytes (sent again from a rewritten file's pages)
+			// would be checked while the server reads this one.
 			fp.makeRoomLocked(o, k, now)
 		}
 		switch {

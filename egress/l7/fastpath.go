@@ -667,6 +667,10 @@ func (fp *fastPath) clientDataLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fa
 			perr = errors.New("segments overlap with different bytes")
 		}
 		if perr == nil && fp.heldAll > fastMaxHeldHard {
+			// Room is made once the packet is checked as any other:
+			// were its bytes not in the stream, a copy of them with
+			// other bytes (sent again from a rewritten file's pages)
+			// would be checked while the server reads this one.
 			fp.makeRoomLocked(o, k, now)
 		}
 	} else {
@@ -995,7 +999,10 @@ func (s *Server) FastFlowEnded(client, server netip.AddrPort, id uint32, bytesUp
 	k := fastKey{client: unmapAP(client), server: unmapAP(server)}
 	fp.mu.Lock()
 	p := fp.passed[k]
-	if p == nil || id != 0 && p.ev.Conntrack != 0 && id != p.ev.Conntrack {
+	// One whose conntrack id is being looked up (its held packets wait
+	// for it) is not yet marked passed in the kernel: an end now is an
+	// earlier connection's on the same ports, told late.
+	if p == nil || p.ev.Conntrack == 0 && p.marked.IsZero() || id != 0 && p.ev.Conntrack != 0 && id != p.ev.Conntrack {
 		fp.mu.Unlock()
 		return false
 	}
@@ -1304,36 +1311,41 @@ func (fp *fastPath) sweep(ctx context.Context, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case now := <-t.C:
-			var o outcome
-			fp.mu.Lock()
-			for k, f := range fp.flows {
-				switch {
-				case f.decided && f.pass && !f.marked && now.Sub(f.at) > fp.s.cfg.PeekTimeout:
-					// The server never answered the ClientHello (or the
-					// client never sent its second): its next packet,
-					// either way, is refused.
-					why := "airlock: the server did not answer the ClientHello within the peek timeout"
-					if f.second {
-						why = "airlock: no second ClientHello within the peek timeout after the server's HelloRetryRequest"
-					}
-					fp.refuseAwaitingLocked(&o, k, f, why, now)
-				case f.decided && now.Sub(f.at) > fastDecidedKeep && (!f.pass || f.marked):
-					delete(fp.flows, k)
-				case !f.decided && now.Sub(f.start) > fp.s.cfg.PeekTimeout:
-					if len(f.held) > 0 {
-						if sess, ok := fp.s.cfg.Sessions(k.client.Addr()); ok {
-							o.events = append(o.events, Event{Time: f.start, Kind: KindConnection, Session: sess.ID, Client: k.client, Dst: k.server,
-								Proto: ProtoTLS, Action: ActionRefused, Kernel: true, Duration: now.Sub(f.start),
-								Reason: "airlock: the ClientHello was not whole within the peek timeout"})
-						}
-					}
-					o.refuse = append(o.refuse, fp.finishLocked(f, false, now)...)
-				}
-			}
-			fp.mu.Unlock()
-			fp.apply(&o)
+			fp.sweepAt(now)
 		}
 	}
+}
+
+// sweepAt is one round of sweep at now.
+func (fp *fastPath) sweepAt(now time.Time) {
+	var o outcome
+	fp.mu.Lock()
+	for k, f := range fp.flows {
+		switch {
+		case f.decided && f.pass && !f.marked && now.Sub(f.at) > fp.s.cfg.PeekTimeout:
+			// The server never answered the ClientHello (or the
+			// client never sent its second): its next packet,
+			// either way, is refused.
+			why := "airlock: the server did not answer the ClientHello within the peek timeout"
+			if f.second {
+				why = "airlock: no second ClientHello within the peek timeout after the server's HelloRetryRequest"
+			}
+			fp.refuseAwaitingLocked(&o, k, f, why, now)
+		case f.decided && now.Sub(f.at) > fastDecidedKeep && (!f.pass || f.marked):
+			delete(fp.flows, k)
+		case !f.decided && now.Sub(f.start) > fp.s.cfg.PeekTimeout:
+			if len(f.held) > 0 {
+				if sess, ok := fp.s.cfg.Sessions(k.client.Addr()); ok {
+					o.events = append(o.events, Event{Time: f.start, Kind: KindConnection, Session: sess.ID, Client: k.client, Dst: k.server,
+						Proto: ProtoTLS, Action: ActionRefused, Kernel: true, Duration: now.Sub(f.start),
+						Reason: "airlock: the ClientHello was not whole within the peek timeout"})
+				}
+			}
+			o.refuse = append(o.refuse, fp.finishLocked(f, false, now)...)
+		}
+	}
+	fp.mu.Unlock()
+	fp.apply(&o)
 }
 
 // FastKeep reports whether the connection from client to server, if the

@@ -107,9 +107,18 @@ func (q *Queue) genHeader() []byte {
 
 // Receive waits for held packets and returns them, in the order the
 // kernel queued them. Each needs a verdict (SetVerdict); one never given
-// holds its packet until the queue is closed, which drops it.
+// holds its packet until the queue is closed, which drops it. The
+// kernel's answers to verdicts on packets it no longer holds are read
+// past.
 func (q *Queue) Receive() ([]Packet, error) {
 	msgs, err := q.conn.Receive()
+	for errors.Is(err, unix.ENOENT) {
+		// The kernel's answer to a verdict on a packet it no longer
+		// holds (it drops the packets queued from or to an interface
+		// that goes away): not the queue's failure, which its reader
+		// would wait out, every other packet waiting.
+		msgs, err = q.conn.Receive()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -69,6 +69,13 @@ func Open(num uint16, cfg Config) (*Queue, error) {
 	params := make([]byte, 5) // struct nfqnl_msg_config_params, packed
 	binary.BigEndian.PutUint32(params, cfg.CopyRange)
 	params[4] = copyPacket
+	// No NFQA_CFG_F_GSO (nor any other flag): a reader must check the
+	// bytes its packets go on with. Without the flag the kernel segments
+	// a GSO packet before queueing it, and data sent with sendfile(2)
+	// then rewritten in the file is seen as the copy it is (egress's
+	// TestFastAttackSendfileRewrite); with it, unsegmented packets whose
+	// data are a file's pages would be queued, and those pages may change
+	// between the check and the packet's way on.
 	attrs := []netlink.Attribute{
 		{Type: attrCfgCmd, Data: []byte{cfgCmdBind, 0, 0, 0}},
 		{Type: attrCfgParams, Data: params},

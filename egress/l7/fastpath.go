@@ -648,6 +648,10 @@ func (fp *fastPath) clientDataLocked(o *outcome, p nfq.Packet, seg nfq.TCP, k fa
 		return
 	case f.decided && off < checked:
 		perr = errors.New("a segment carries bytes of the ClientHello checked and bytes after it, before the server answered")
+	case end > checked+MaxPeek:
+		// Bytes past those the stream keeps would be held unread, then
+		// let go with a later hello's that cover them.
+		perr = fmt.Errorf("more than %d bytes sent past the ClientHello checked before the server answered it", MaxPeek)
 	}
 	if perr == nil {
 		f.held = append(f.held, heldPacket{id: p.ID, off: off, end: end})

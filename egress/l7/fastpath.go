@@ -85,6 +85,9 @@ const (
 	// a connection of the session holding the most is refused to make
 	// room.
 	fastMaxHeldHard = 3584
+	// fastMaxServerSegs bounds the server's segments kept past a gap in
+	// its first bytes.
+	fastMaxServerSegs = 64
 	// fastDecidedKeep is how long a decided connection's verdict is
 	// kept for its packets still in the queue.
 	fastDecidedKeep = 5 * time.Second
@@ -900,9 +903,13 @@ func (fp *fastPath) reply(p nfq.Packet, seg nfq.TCP, k fastKey) {
 	off, payload := streamOffset(seg, f.sisn+1+uint32(f.serverBase))
 	// The server's stack is not the adversary here: bytes it sends twice
 	// differently are its own matter (the first kept).
-	f.server.add(off, payload, flightPeek)
-	if keep := serverKeep(f.server.buf); keep > flightPeek {
-		f.server.add(off, payload, keep)
+	// At most fastMaxServerSegs segments past a gap are kept: an allowed
+	// server that sends many out of order costs no more than that.
+	if len(f.server.ooo) < fastMaxServerSegs {
+		f.server.add(off, payload, flightPeek)
+		if keep := serverKeep(f.server.buf); keep > flightPeek {
+			f.server.add(off, payload, keep)
+		}
 	}
 	if !f.decided || seg.Flags&nfq.RST != 0 {
 		o.letGo = append(o.letGo, p.ID)

@@ -59,9 +59,9 @@ const flightPeek = 256
 func serverFlight(b []byte) (f flight, n int) {
 	off, more := skipCCS(b)
 	if more {
-		if len(b) >= flightPeek {
-			return flightHello, 0
-		}
+		// Inside change cipher spec records: more to come (a server that
+		// sends flightPeek bytes of them is not answered, and the
+		// connection is refused at the peek timeout).
 		return flightMore, 0
 	}
 	rec := b[off:]

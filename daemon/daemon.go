@@ -510,6 +510,7 @@ func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool, labe
 			break
 		}
 		v, err := d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, labels, start, true)
+		d.pools.replenish(key)
 		if err == nil || !errors.Is(err, errStalePool) {
 			return v, err
 		}

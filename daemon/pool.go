@@ -120,8 +120,14 @@ func (w *warmPools) ensure(p *policies.Policy) {
 
 // take removes a ready sandbox from the pool of key, or returns nil. keep
 // runs before the sandbox stops counting as waiting, so that it keeps its
-// place under the session limit and the filler started here cannot take
-// that place.
+// place under the session limit and no filler can take that place.
+//
+// A take that finds no sandbox starts the pool's fillers at once. One that
+// finds one leaves its replacement to replenish, which the caller calls once
+// the sandbox is claimed: preparing a sandbox keeps the runtime busy for
+// about as long as a cold start, and on a machine of few cores that work,
+// started here, delayed the claim it replaces by half (the warm start's
+// first output took 23 ms with the refill beside it).
 func (w *warmPools) take(key string, keep func(*session)) *session {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -129,9 +135,9 @@ func (w *warmPools) take(key string, keep func(*session)) *session {
 	if pl == nil {
 		return nil
 	}
-	defer w.fillLocked(pl)
 	if len(pl.ready) == 0 {
 		pl.misses++
+		w.fillLocked(pl)
 		return nil
 	}
 	s := pl.ready[0]
@@ -141,6 +147,16 @@ func (w *warmPools) take(key string, keep func(*session)) *session {
 	w.waiting.Add(-1)
 	pl.hits++
 	return s
+}
+
+// replenish starts the fillers of the pool of key, if it lacks sandboxes:
+// after a take's claim, whatever its outcome.
+func (w *warmPools) replenish(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if pl := w.pools[key]; pl != nil {
+		w.fillLocked(pl)
+	}
 }
 
 // whyCold says why a create of policy p (pool key key) found no prepared

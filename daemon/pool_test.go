@@ -44,7 +44,8 @@ func TestPoolRefillNotLost(t *testing.T) {
 		if s := w.take(key, func(*session) {}); s == nil {
 			t.Fatal("nothing to take")
 		}
-		w.wg.Wait() // every filler has returned
+		w.replenish(key) // the claim is done
+		w.wg.Wait()      // every filler has returned
 		w.mu.Lock()
 		pl := w.pools[key]
 		ready, preparing := len(pl.ready), pl.fillers
@@ -53,6 +54,65 @@ func TestPoolRefillNotLost(t *testing.T) {
 		if ready != pl.size {
 			t.Fatalf("iteration %d: pool of size %d has %d ready and no filler (fillers=%d): a take's refill was lost", iter, pl.size, ready, preparing)
 		}
+	}
+}
+
+// A take does not start preparing the taken sandbox's replacement: the
+// claim comes first, and replenish, called after it, starts the filler. A
+// take that finds the pool empty starts it at once.
+func TestPoolReplacesAfterClaim(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var prepared atomic.Int64
+	w := &warmPools{
+		prepare: func(ctx context.Context, p policies.Policy) (*session, error) {
+			return &session{rec: record{ID: fmt.Sprint(prepared.Add(1))}}, nil
+		},
+		discard: func(context.Context, *session) {},
+		reserve: func() error { return nil },
+		release: func() {},
+		ctx:     ctx,
+		pools:   map[string]*pool{}, held: map[*session]*pool{}, dropped: map[*session]bool{},
+	}
+	p := policies.Policy{Label: "x", Pool: &policies.Pool{Size: 1}}
+	key := poolKey(&p)
+	w.ensure(&p)
+	for w.Waiting() == 0 {
+		runtime.Gosched()
+	}
+	w.wg.Wait()
+	fillers := func() int {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.pools[key].fillers
+	}
+	if s := w.take(key, func(*session) {}); s == nil {
+		t.Fatal("nothing to take")
+	}
+	if n := fillers(); n != 0 {
+		t.Fatalf("the take started %d fillers before its claim", n)
+	}
+	if got := prepared.Load(); got != 1 {
+		t.Fatalf("%d sandboxes prepared before the claim, want only the one taken", got)
+	}
+	w.replenish(key)
+	w.wg.Wait()
+	if got, ready := prepared.Load(), w.Waiting(); got != 2 || ready != 1 {
+		t.Fatalf("after replenish: %d prepared, %d ready; want 2 and 1", got, ready)
+	}
+	// A miss starts the filler itself: nobody claims anything.
+	if s := w.take(key, func(*session) {}); s == nil {
+		t.Fatal("nothing to take")
+	}
+	if s := w.take(key, func(*session) {}); s != nil {
+		t.Fatal("took a second sandbox from a pool of one")
+	}
+	if n := fillers(); n != 1 {
+		t.Fatalf("a take that found the pool empty started %d fillers, want 1", n)
+	}
+	w.wg.Wait()
+	if ready := w.Waiting(); ready != 1 {
+		t.Fatalf("after a miss: %d ready, want 1", ready)
 	}
 }
 

@@ -17,7 +17,7 @@ func (d *Daemon) Logs(ctx context.Context, id string, o runtime.LogsOptions) err
 	if err != nil {
 		return err
 	}
-	return runtime.CopyLogs(ctx, runtime.LogSource{Dir: s.logDir(), Running: s.running, Started: func() bool {
+	return runtime.CopyLogs(ctx, runtime.LogSource{Dir: s.logDir(), Running: s.running, Exited: s.exited, Started: func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.rec.Started != nil

@@ -11,8 +11,13 @@ import (
 	"time"
 )
 
-// followPoll is how often a follower looks for new output.
-const followPoll = 5 * time.Millisecond
+// followPoll is how often a follower looks for new output when it
+// cannot watch the log directory (see logwatch_linux.go).
+var followPoll = 5 * time.Millisecond
+
+// followCheck is how often a follower that watches the log directory
+// looks anyway: a safety net, not the way it learns of output.
+var followCheck = 250 * time.Millisecond
 
 // FlushGrace bounds how long a reader waits, after the main process has
 // exited, for the log writer to flush its last bytes.
@@ -27,6 +32,9 @@ type LogSource struct {
 	// Started reports whether a command ever ran: without one the log
 	// writer writes no end-of-file markers.
 	Started func() bool
+	// Exited, if not nil, is closed once Running reports false, so that
+	// a follower learns of the exit without looking.
+	Exited <-chan struct{}
 }
 
 // CopyLogs copies the session's recorded output to o's writers. With
@@ -82,6 +90,14 @@ func CopyLogs(ctx context.Context, src LogSource, o LogsOptions) error {
 		}
 		return true
 	}
+	var changed <-chan struct{}
+	if o.Follow {
+		if ch, stop, err := watchLogDir(src.Dir); err == nil {
+			defer stop()
+			changed = ch
+		}
+	}
+	exited := src.Exited
 	var exitedAt time.Time
 	for {
 		if err := drain(); err != nil {
@@ -98,11 +114,24 @@ func CopyLogs(ctx context.Context, src LogSource, o LogsOptions) error {
 				return drain()
 			}
 		}
+		wait := followPoll
+		if changed != nil && src.Exited != nil {
+			wait = followCheck
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return ctx.Err()
-		case <-time.After(followPoll):
+		case _, ok := <-changed:
+			if !ok {
+				changed = nil // the watch ended: poll
+			}
+		case <-exited:
+			exited = nil
+		case <-t.C:
 		}
+		t.Stop()
 	}
 }
 

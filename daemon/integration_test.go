@@ -286,6 +286,37 @@ func TestStopGraceThenKill(t *testing.T) {
 	}
 }
 
+// A grace under a millisecond is a kill: no SIGTERM goes first (through
+// runc, a process of its own, for a signal no process could act on). The
+// script answers SIGTERM at once, between two builtins; before, it printed
+// TERM in the moments between runc's SIGTERM and the SIGKILL.
+func TestStopKillNowSendsNoTerm(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := t.Context()
+	for i := range 3 {
+		s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: policy("sh", "-c", "trap 'echo TERM; exit 3' TERM; echo ready; while :; do :; done"), Start: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), s.ID, true); assertGone(t, s.ID) })
+		waitOutput(t, s.ID, "ready")
+		if _, err := h.Daemon.Stop(ctx, s.ID, time.Nanosecond); err != nil {
+			t.Fatal(err)
+		}
+		w, err := h.Daemon.Wait(ctx, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := h.Daemon.Logs(ctx, s.ID, runtime.LogsOptions{Stdout: &out}); err != nil {
+			t.Fatal(err)
+		}
+		if w.ExitCode != 137 || strings.Contains(out.String(), "TERM") {
+			t.Fatalf("run %d: a stop with a 1ns grace: exit %d, output %q; want 137 and no SIGTERM handled", i, w.ExitCode, out.String())
+		}
+	}
+}
+
 func TestExecWithStdin(t *testing.T) {
 	testutil.RequiresRoot(t)
 	ctx := t.Context()

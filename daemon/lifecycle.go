@@ -351,7 +351,11 @@ func (s *session) stop(ctx context.Context, reason string, grace time.Duration) 
 	// A stopped session's credentials stop working now, not when it exits.
 	d.creds.Revoke(ctx, id)
 
-	if grace > 0 {
+	// A grace too short for any process to act on its SIGTERM is a kill
+	// (the API's "1ns", sent by `airlock stop --time 0`): the SIGTERM goes
+	// through runc (`runc kill --all`), a process of its own that cost
+	// the stop 15 to 30 ms before the kill.
+	if grace >= minGrace {
 		if err := d.rt.Signal(ctx, id, syscall.SIGTERM); err != nil && !errdefs.IsNotFound(err) {
 			log.G(ctx).Warn("SIGTERM", "error", err)
 		}
@@ -393,6 +397,9 @@ func (s *session) stop(ctx context.Context, reason string, grace time.Duration) 
 		return ctx.Err()
 	}
 }
+
+// minGrace is the shortest grace period a stop sends SIGTERM for.
+const minGrace = time.Millisecond
 
 // killRaceWait is how long a stop whose SIGKILL failed waits for the
 // session's end before it reports the failure.

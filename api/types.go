@@ -90,6 +90,10 @@ type Session struct {
 	// Labels are the create request's labels.
 	Labels    map[string]string `json:"labels,omitempty"`
 	Resources []Resource        `json:"resources,omitempty"`
+	// Queued is how long the create waited for its turn among the
+	// sandboxes being prepared (airlockd --max-preparing) before its own
+	// was; only the create response of a cold start carries it.
+	Queued policies.Duration `json:"queued,omitempty"`
 	// Warnings are what the daemon accepted in the policy but the caller
 	// should know (a writable workspace, a credential in the environment,
 	// a capability that weakens the sandbox), one "field: message" line

@@ -36,6 +36,10 @@ type fakeRuntime struct {
 	ignoreTERM bool
 	// failCreate makes Create fail for every sandbox.
 	failCreate error
+	// entered, if set, is told of each Create; gate, if set, holds each
+	// until it receives.
+	entered chan string
+	gate    chan struct{}
 }
 
 type fakeSandbox struct {
@@ -82,6 +86,16 @@ func (f *fakeRuntime) Create(ctx context.Context, o runtime.CreateOptions) error
 	for _, opt := range o.SpecOpts {
 		if err := opt(ctx, nil, &containers.Container{ID: o.ID}, spec); err != nil {
 			return err
+		}
+	}
+	if f.entered != nil {
+		f.entered <- o.ID
+	}
+	if f.gate != nil {
+		select {
+		case <-f.gate:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	f.mu.Lock()

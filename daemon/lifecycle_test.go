@@ -25,6 +25,12 @@ import (
 // openFake opens a daemon on rt with its state under root.
 func openFake(t *testing.T, root string, rt *fakeRuntime, pools ...policies.Policy) *Daemon {
 	t.Helper()
+	return openFakeConfig(t, root, rt, Config{Pools: pools})
+}
+
+// openFakeConfig is openFake with more of the daemon's configuration.
+func openFakeConfig(t *testing.T, root string, rt *fakeRuntime, cfg Config) *Daemon {
+	t.Helper()
 	bin := filepath.Join(root, "bin")
 	for _, dir := range []string{bin, filepath.Join(root, "sessions")} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -35,7 +41,8 @@ func openFake(t *testing.T, root string, rt *fakeRuntime, pools ...policies.Poli
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	d, err := newDaemon(ctx, Config{Root: root, BinDir: bin, SelfBinary: "/bin/true", Namespace: "airlock", Pools: pools})
+	cfg.Root, cfg.BinDir, cfg.SelfBinary, cfg.Namespace = root, bin, "/bin/true", "airlock"
+	d, err := newDaemon(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,6 +76,7 @@ func (d *Daemon) metricsState(ctx context.Context) metrics.State {
 			st.Drops = append(st.Drops, metrics.Drops{Session: ms.ID, Packets: packets, Bytes: bytes})
 		}
 	}
+	st.QueuedCreates, st.QueuedRefills = d.starts.waiting()
 	for _, p := range d.pools.list() {
 		st.Pools = append(st.Pools, metrics.Pool{Key: p.Key, Label: p.Label, Size: p.Size, Ready: p.Ready,
 			Hits: p.Hits, Misses: p.Misses, Discarded: p.Discarded, Preparing: p.Preparing})

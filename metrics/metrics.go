@@ -43,6 +43,7 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	start    *prometheus.HistogramVec
+	queue    *prometheus.HistogramVec
 	teardown *prometheus.HistogramVec
 
 	auditEvents   *capped
@@ -72,6 +73,11 @@ func New() *Metrics {
 		// image (tens of seconds).
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
 	}, []string{"warm", "started"})
+	m.queue = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "airlock_session_start_queue_seconds",
+		Help:    "Time a sandbox waited for its turn to be prepared (airlockd --max-preparing), by kind: create (a cold create request) or refill (a warm pool's filler; it lets creates go first). Zero when a place was free.",
+		Buckets: []float64{0, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+	}, []string{"kind"})
 	m.teardown = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "airlock_session_teardown_duration_seconds",
 		Help:    "Time a session's teardown took: phase=\"exit\" when its sandbox ended (credentials, approvals, network, task, workspace on_exit), phase=\"remove\" when it was removed (everything it owned, its directory last).",
@@ -89,7 +95,7 @@ func New() *Metrics {
 	m.commitRejects = newCapped("airlock_commit_rejections_total", "Workspace changes a commit rejected, by rule (protect, protect_refs, deny_read, special_file, ...).", "rule")
 	m.credEvents = newCapped("airlock_credential_events_total", "Credential events, by event (minted, refreshed, revoked, rejected) and issuer.", "event", "issuer")
 	m.credRejects = newCapped("airlock_credential_rejections_total", "Tokens a service refused and reported (verification failures), by reason (malformed, bad_signature, expired, not_yet_valid, wrong_audience, wrong_issuer, revoked, scope_denied, unavailable; other for a reason the verifier does not know).", "reason")
-	m.reg.MustRegister(m.start, m.teardown, m.apprHeld,
+	m.reg.MustRegister(m.start, m.queue, m.teardown, m.apprHeld,
 		m.auditEvents, m.sessionsEnded, m.l7Requests, m.l7Conns, m.apprDecided,
 		m.commitRejects, m.credEvents, m.credRejects,
 		stateCollector{m},
@@ -126,6 +132,21 @@ func (m *Metrics) ObserveStart(d time.Duration, warm, started bool) {
 		return
 	}
 	m.start.WithLabelValues(strconv.FormatBool(warm), strconv.FormatBool(started)).Observe(d.Seconds())
+}
+
+// Kinds of the sandboxes waiting to be prepared.
+const (
+	QueueCreate = "create"
+	QueueRefill = "refill"
+)
+
+// ObserveStartQueue records how long a sandbox of kind waited for its
+// turn to be prepared.
+func (m *Metrics) ObserveStartQueue(kind string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.queue.WithLabelValues(kind).Observe(d.Seconds())
 }
 
 // Teardown phases.

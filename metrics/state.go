@@ -13,6 +13,9 @@ type State struct {
 	Pools    []Pool
 	// ApprovalsPending counts the requests held for a decision.
 	ApprovalsPending int
+	// QueuedCreates and QueuedRefills count the sandboxes waiting for
+	// their turn to be prepared.
+	QueuedCreates, QueuedRefills int
 	// DNS is the DNS proxy's counters; nil without a perimeter.
 	DNS *DNS
 	// Drops are the gateway's drop counters of the sessions whose network
@@ -76,6 +79,8 @@ var (
 		"Creates that asked a warm pool for a sandbox: result=\"hit\" took one, \"miss\" found it empty and prepared one cold.", []string{"pool", "label", "result"}, nil)
 	descPoolDiscarded = prometheus.NewDesc("airlock_pool_discarded_total",
 		"Sandboxes of a warm pool dropped unused (stale, or their init exited).", []string{"pool", "label"}, nil)
+	descStartQueue = prometheus.NewDesc("airlock_session_start_queue_length",
+		"Sandboxes waiting now for their turn to be prepared (airlockd --max-preparing), by kind: create or refill.", []string{"kind"}, nil)
 	descApprovalsPending = prometheus.NewDesc("airlock_approvals_pending",
 		"Requests held for an approval now.", nil, nil)
 	descDNSQueries = prometheus.NewDesc("airlock_dns_queries_total",
@@ -97,7 +102,7 @@ type stateCollector struct{ m *Metrics }
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descReview, descAuditBytes, descPoolSize, descPoolReady,
-		descPoolPreparing, descPoolTakes, descPoolDiscarded, descApprovalsPending, descDNSQueries, descDNSRefusals,
+		descPoolPreparing, descPoolTakes, descPoolDiscarded, descStartQueue, descApprovalsPending, descDNSQueries, descDNSRefusals,
 		descDNSDropped, descDNSUpstreamErrors, descDropPackets, descDropBytes} {
 		ch <- d
 	}
@@ -144,6 +149,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPoolTakes, prometheus.CounterValue, float64(p.Misses), p.Key, p.Label, "miss")
 		ch <- prometheus.MustNewConstMetric(descPoolDiscarded, prometheus.CounterValue, float64(p.Discarded), p.Key, p.Label)
 	}
+	ch <- prometheus.MustNewConstMetric(descStartQueue, prometheus.GaugeValue, float64(st.QueuedCreates), QueueCreate)
+	ch <- prometheus.MustNewConstMetric(descStartQueue, prometheus.GaugeValue, float64(st.QueuedRefills), QueueRefill)
 	ch <- prometheus.MustNewConstMetric(descApprovalsPending, prometheus.GaugeValue, float64(st.ApprovalsPending))
 	if d := st.DNS; d != nil {
 		for action, n := range map[string]uint64{"allowed": d.Allowed, "refused": d.Refused, "failed": d.Failed} {

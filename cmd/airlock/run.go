@@ -276,9 +276,17 @@ const killNow = policies.Duration(time.Nanosecond)
 
 // printWarnings prints on stderr what the daemon accepted in the policy
 // with a warning (a writable workspace, a capability that weakens the
-// sandbox, ...), one line each.
+// sandbox, ...), one line each, and a wait of a second or more for a
+// place among the sandboxes being prepared.
 func (c *cli) printWarnings(s *api.Session) {
 	for _, w := range s.Warnings {
 		c.warn("warning: %s", w)
 	}
+	if q := s.Queued.Std(); q >= queuedNote {
+		c.warn("note: the create waited %s for its turn among the sandboxes being prepared (airlockd --max-preparing)", q.Round(100*time.Millisecond))
+	}
 }
+
+// queuedNote is the shortest wait for a place to prepare a sandbox that
+// `airlock run` mentions.
+const queuedNote = time.Second

@@ -125,6 +125,7 @@ func run() int {
 		stopContainerd = fs.Bool("stop-containerd", false, "stop the embedded containerd when airlockd exits")
 		ociRuntime     = ociRuntimeFlag(runtime.DefaultOCIRuntime)
 		poolRefill     = fs.Int("pool-refill", daemon.DefaultPoolRefill, "sandboxes one warm pool prepares at once, `N` from 1 to 16, when sessions take them or it starts")
+		maxPrep        = fs.Int("max-preparing", daemon.DefaultMaxPreparing(), "sandboxes prepared at once, by cold creates and warm pools' refills together, `N` (0: no bound); more wait their turn, creates first and each in the order it came; a create's wait is in its response (queued) and in the metrics (default: four per CPU)")
 		shimPerSession = fs.Bool("shim-per-session", false, "give every session a runc shim of its own; by default sessions share one, kept alive by a small anchor container, which makes each start and stop cheaper but lets a crash of that shim end every running session")
 		debugSocket    = fs.String("debug-socket", "", "serve Go's runtime profiles (/debug/pprof/) and POST /debug/free-os-memory on this unix socket `PATH` (mode 0600), for diagnosing the daemon's CPU and memory; off by default. The heap profile is empty unless airlockd runs with GODEBUG=memprofilerate=N (Go's default is 524288): it keeps heap profiling off otherwise")
 		credListen     = fs.String("credentials-listen", "", "also serve the credential verification endpoints (JWKS, introspection, reports) on this TCP address; never use an address sessions can reach")
@@ -215,6 +216,10 @@ func run() int {
 	absBin, err := filepath.Abs(*binDir)
 	if err != nil {
 		logger.Error("bad --bin-dir", "error", err)
+		return 2
+	}
+	if *maxPrep < 0 {
+		logger.Error("bad --max-preparing: want 0 (no bound) or more", "max_preparing", *maxPrep)
 		return 2
 	}
 	if *poolRefill < 1 || *poolRefill > 16 {
@@ -379,6 +384,7 @@ func run() int {
 		ShimPerSession: *shimPerSession,
 		Runtime:        string(ociRuntime),
 		PoolRefill:     *poolRefill,
+		MaxPreparing:   cmp.Or(*maxPrep, -1),
 	})
 	if err != nil {
 		logger.Error("start failed", "error", err)

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"strings"
@@ -188,6 +190,12 @@ const (
 	maxStatusHost   = 256
 	maxStatusPath   = 512
 	maxStatusRule   = 256
+	maxStatusQuery  = 1024
+	// maxStatusContentType, maxStatusRefs and maxStatusPreview bound a
+	// held request's content type, refs and body preview.
+	maxStatusContentType = 128
+	maxStatusRefs        = 16
+	maxStatusPreview     = 256
 	// maxStatusMessage bounds a message the agent writes from an error.
 	maxStatusMessage = 1024
 )
@@ -223,13 +231,50 @@ func (a *nodeAgent) summaries(ctx context.Context, v *api.Session) summaries {
 		out.diffKnown = true
 	}
 	for _, p := range a.d.Approvals().List(v.ID) {
-		out.pending = append(out.pending, v1alpha1.PendingApproval{
-			ID: p.ID, Method: shown(p.Method, maxStatusMethod), Host: shown(p.Host, maxStatusHost),
-			Path: shown(p.Path, maxStatusPath), Rule: shown(p.Rule, maxStatusRule),
-			Created: *timeOf(&p.Created), Deadline: *timeOf(&p.Deadline),
-		})
+		out.pending = append(out.pending, pendingApproval(p))
 	}
 	return out
+}
+
+// pendingApproval is what a Session's status shows of a held request:
+// what tells it apart from the others (its query, its body's digest and
+// start, the refs of a push), each bounded and escaped, never its headers
+// (a secret's placeholder may be in one) nor its whole body.
+func pendingApproval(p api.Approval) v1alpha1.PendingApproval {
+	out := v1alpha1.PendingApproval{
+		ID: p.ID, Method: shown(p.Method, maxStatusMethod), Host: shown(p.Host, maxStatusHost),
+		Path: shown(p.Path, maxStatusPath), Rule: shown(p.Rule, maxStatusRule),
+		Query: shown(p.Query, maxStatusQuery), QueryTruncated: p.QueryTruncated || len(p.Query) > maxStatusQuery,
+		ContentType: shown(p.ContentType, maxStatusContentType),
+		Created:     *timeOf(&p.Created), Deadline: *timeOf(&p.Deadline),
+	}
+	for i, r := range p.Refs {
+		if i == maxStatusRefs {
+			break
+		}
+		out.Refs = append(out.Refs, shown(r, maxStatusPath))
+	}
+	if len(p.Body) > 0 {
+		sum := sha256.Sum256(p.Body)
+		out.BodyBytes, out.BodySHA256, out.BodyTruncated = int32(len(p.Body)), hex.EncodeToString(sum[:]), p.BodyTruncated
+		out.BodyPreview = escapeBytes(p.Body[:min(len(p.Body), maxStatusPreview)])
+	}
+	return out
+}
+
+// escapeBytes writes b with every byte outside printable ASCII (and the
+// backslash) as \xHH, so that no byte of the sandbox's reaches a
+// terminal as it is.
+func escapeBytes(b []byte) string {
+	var s strings.Builder
+	for _, c := range b {
+		if c >= 0x20 && c < 0x7f && c != '\\' {
+			s.WriteByte(c)
+		} else {
+			fmt.Fprintf(&s, "\\x%02x", c)
+		}
+	}
+	return s.String()
 }
 
 // apply puts s into st, the status to write, whose current version is

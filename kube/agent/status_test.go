@@ -1,12 +1,15 @@
 package agent
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 )
 
@@ -72,5 +75,37 @@ func TestShown(t *testing.T) {
 	long := shown(strings.Repeat("\u202e", 1000), 64)
 	if len(long) > 64 || !strings.HasPrefix(long, `\u202E\u202E`) || !strings.HasSuffix(long, "…") {
 		t.Errorf("shown of 1,000 overrides, cut to 64 bytes: %q (%d bytes)", long, len(long))
+	}
+}
+
+// TestPendingApprovalShown: a held request's query, content type, refs
+// and body reach the status bounded and escaped: the body as its digest,
+// size and an escaped start, no byte of it as it is.
+func TestPendingApprovalShown(t *testing.T) {
+	body := append([]byte(`{"a":"\`), 0x1b, '[', '2', 'J', '\n')
+	body = append(body, strings.Repeat("x", 1000)...)
+	p := pendingApproval(api.Approval{
+		ID: "0123456789abcdef", Method: "POST", Host: "api.test", Path: "/deploy",
+		Query: "env=prod&" + strings.Repeat("q", 2000), ContentType: "application/json",
+		Refs: []string{"refs/heads/main"}, Body: body, BodyTruncated: true, Rule: "ask POST api.test/deploy",
+	})
+	sum := sha256.Sum256(body)
+	if p.BodySHA256 != hex.EncodeToString(sum[:]) || p.BodyBytes != int32(len(body)) || !p.BodyTruncated {
+		t.Errorf("body shown as %d bytes, sha256 %s, truncated %v; want %d, %x, true", p.BodyBytes, p.BodySHA256, p.BodyTruncated, len(body), sum)
+	}
+	if want := `{"a":"\x5c\x1b[2J\x0a` + strings.Repeat("x", maxStatusPreview-12); p.BodyPreview != want {
+		t.Errorf("preview %q, want %q", p.BodyPreview, want)
+	}
+	if strings.ContainsFunc(p.BodyPreview, func(r rune) bool { return r < 0x20 || r >= 0x7f }) {
+		t.Errorf("preview %q carries a control byte", p.BodyPreview)
+	}
+	if len(p.Query) > maxStatusQuery || !strings.HasPrefix(p.Query, "env=prod&") || !p.QueryTruncated {
+		t.Errorf("query of %d bytes shown as %d (truncated %v)", 2009, len(p.Query), p.QueryTruncated)
+	}
+	if p.ContentType != "application/json" || len(p.Refs) != 1 || p.Refs[0] != "refs/heads/main" {
+		t.Errorf("content type %q, refs %q", p.ContentType, p.Refs)
+	}
+	if empty := pendingApproval(api.Approval{ID: "x", Method: "GET"}); empty.BodySHA256 != "" || empty.BodyPreview != "" || empty.BodyBytes != 0 {
+		t.Errorf("a request without a body shown with one: %+v", empty)
 	}
 }

@@ -286,13 +286,43 @@ type DiffSummary struct {
 }
 
 // PendingApproval is a request the L7 gateway holds (api.Approval, without
-// the request's headers and body).
+// the request's headers, and with its body's digest and first bytes
+// instead of the body), enough to tell two held requests apart and to
+// know which one a SessionApproval decides.
 type PendingApproval struct {
 	// ID names the hold, as in POST /v1/approvals/{id}.
 	ID     string `json:"id"`
 	Method string `json:"method"`
 	Host   string `json:"host"`
 	Path   string `json:"path"`
+	// Query is the request's raw query (after "?"), as the sandbox sent
+	// it, at most 1 KiB, unprintable characters escaped.
+	// +optional
+	Query string `json:"query,omitempty"`
+	// QueryTruncated says the query is longer than Query shows.
+	// +optional
+	QueryTruncated bool `json:"queryTruncated,omitempty"`
+	// Refs are the refs a git push would update, when the request is one.
+	// +optional
+	Refs []string `json:"refs,omitempty"`
+	// ContentType is the request's Content-Type as the sandbox sent it.
+	// +optional
+	ContentType string `json:"contentType,omitempty"`
+	// BodyBytes is how many bytes of the body the gateway holds for the
+	// decision (at most 64 KiB), and BodySHA256 their SHA-256 in hex, the
+	// digest `airlock approvals` shows on the node beside the body.
+	// +optional
+	BodyBytes int32 `json:"bodyBytes,omitempty"`
+	// +optional
+	BodySHA256 string `json:"bodySHA256,omitempty"`
+	// BodyTruncated says the body is longer than the bytes held: the
+	// rest goes on unseen if the request is allowed.
+	// +optional
+	BodyTruncated bool `json:"bodyTruncated,omitempty"`
+	// BodyPreview is the start of the body, at most 256 bytes, every
+	// byte outside printable ASCII, and the backslash, written as \xHH.
+	// +optional
+	BodyPreview string `json:"bodyPreview,omitempty"`
 	// Rule is the text of the rule that asked.
 	Rule     string      `json:"rule"`
 	Created  metav1.Time `json:"created"`

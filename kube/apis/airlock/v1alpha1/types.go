@@ -309,8 +309,8 @@ type PendingApproval struct {
 	// +optional
 	ContentType string `json:"contentType,omitempty"`
 	// BodyBytes is how many bytes of the body the gateway holds for the
-	// decision (at most 64 KiB), and BodySHA256 their SHA-256 in hex, the
-	// digest `airlock approvals` shows on the node beside the body.
+	// decision (at most 64 KiB), and BodySHA256 their SHA-256 in hex (on
+	// the node, GET /v1/approvals gives the bytes themselves).
 	// +optional
 	BodyBytes int32 `json:"bodyBytes,omitempty"`
 	// +optional

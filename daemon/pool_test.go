@@ -11,6 +11,21 @@ import (
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
+// countingPools are pools with nothing around them, whose sandboxes are
+// named by counting prepares in n.
+func countingPools(ctx context.Context, n *atomic.Int64) *warmPools {
+	return &warmPools{
+		prepare: func(ctx context.Context, p policies.Policy) (*session, error) {
+			return &session{rec: record{ID: fmt.Sprint(n.Add(1))}}, nil
+		},
+		discard: func(context.Context, *session) {},
+		reserve: func() error { return nil },
+		release: func() {},
+		ctx:     ctx,
+		pools:   map[string]*pool{}, held: map[*session]*pool{}, dropped: map[*session]bool{},
+	}
+}
+
 // A take that lands while the filler is deciding to stop still gets its
 // sandbox replaced: the filler's decision and the end of "preparing" are
 // one step, so the take either sees the filler running or starts one.
@@ -22,16 +37,7 @@ func TestPoolRefillNotLost(t *testing.T) {
 	}
 	for iter := 0; iter < iterations; iter++ {
 		ctx, cancel := context.WithCancel(context.Background())
-		w := &warmPools{
-			prepare: func(ctx context.Context, p policies.Policy) (*session, error) {
-				return &session{rec: record{ID: fmt.Sprint(n.Add(1))}}, nil
-			},
-			discard: func(context.Context, *session) {},
-			reserve: func() error { return nil },
-			release: func() {},
-			ctx:     ctx,
-			pools:   map[string]*pool{}, held: map[*session]*pool{}, dropped: map[*session]bool{},
-		}
+		w := countingPools(ctx, &n)
 		p := policies.Policy{Label: "x", Pool: &policies.Pool{Size: 1}}
 		w.ensure(&p)
 		key := poolKey(&p)
@@ -64,16 +70,7 @@ func TestPoolReplacesAfterClaim(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var prepared atomic.Int64
-	w := &warmPools{
-		prepare: func(ctx context.Context, p policies.Policy) (*session, error) {
-			return &session{rec: record{ID: fmt.Sprint(prepared.Add(1))}}, nil
-		},
-		discard: func(context.Context, *session) {},
-		reserve: func() error { return nil },
-		release: func() {},
-		ctx:     ctx,
-		pools:   map[string]*pool{}, held: map[*session]*pool{}, dropped: map[*session]bool{},
-	}
+	w := countingPools(ctx, &prepared)
 	p := policies.Policy{Label: "x", Pool: &policies.Pool{Size: 1}}
 	key := poolKey(&p)
 	w.ensure(&p)
@@ -123,16 +120,7 @@ func TestPoolForgetsDroppedSandboxes(t *testing.T) {
 	var n atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w := &warmPools{
-		prepare: func(ctx context.Context, p policies.Policy) (*session, error) {
-			return &session{rec: record{ID: fmt.Sprint(n.Add(1))}}, nil
-		},
-		discard: func(context.Context, *session) {},
-		reserve: func() error { return nil },
-		release: func() {},
-		ctx:     ctx,
-		pools:   map[string]*pool{}, held: map[*session]*pool{}, dropped: map[*session]bool{},
-	}
+	w := countingPools(ctx, &n)
 	for round := 0; round < 10; round++ {
 		p := policies.Policy{Label: "x", Pool: &policies.Pool{Size: 4}}
 		w.ensure(&p)

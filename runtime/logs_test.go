@@ -18,16 +18,7 @@ import (
 // process has exited and both streams' end-of-file markers are there.
 func TestCopyLogsFollows(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, s string) {
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if _, err := f.WriteString(s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(name, s string) { appendFile(t, dir, name, s) }
 	write(StdoutLog, "one\n")
 	var running atomic.Bool
 	running.Store(true)
@@ -84,16 +75,7 @@ func TestCopyLogsWakesOnWrite(t *testing.T) {
 	defer func(poll, check time.Duration) { followPoll, followCheck = poll, check }(followPoll, followCheck)
 	followPoll, followCheck = time.Hour, time.Hour
 	dir := t.TempDir()
-	write := func(name, s string) {
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if _, err := f.WriteString(s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(name, s string) { appendFile(t, dir, name, s) }
 	var running atomic.Bool
 	running.Store(true)
 	exited := make(chan struct{})
@@ -228,4 +210,17 @@ func (n *notifyBuffer) String() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.b.String()
+}
+
+// appendFile appends s to dir/name, as the log writer does.
+func appendFile(t *testing.T, dir, name, s string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -100,10 +100,11 @@ func (r *batchReader) fill() error {
 }
 
 // do is the syscall.RawConn Read callback: it reports false (wait until
-// readable) while there is nothing to read.
+// readable) while there is nothing to read. The call is raw, as fdRead's:
+// it never blocks.
 func (r *batchReader) do(fd uintptr) bool {
 	for {
-		n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), readBatch, unix.MSG_DONTWAIT, 0, 0)
+		n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), readBatch, unix.MSG_DONTWAIT, 0, 0)
 		switch errno {
 		case 0:
 			r.n = int(n)
@@ -330,10 +331,11 @@ func (w *batchWriter) sendOut() {
 }
 
 // sendmmsg is the syscall.RawConn Write callback: it reports false (wait
-// until writable) while the send buffer is full.
+// until writable) while the send buffer is full. The call is raw, as
+// fdWrite's: it never blocks.
 func (w *batchWriter) sendmmsg(fd uintptr) bool {
 	for {
-		n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[0])), uintptr(w.k), unix.MSG_DONTWAIT, 0, 0)
+		n, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[0])), uintptr(w.k), unix.MSG_DONTWAIT, 0, 0)
 		switch errno {
 		case 0:
 			w.sent = int(n)

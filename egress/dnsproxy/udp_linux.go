@@ -17,16 +17,6 @@ type pktinfo struct {
 // dual-stack socket receives together for an IPv4 query.
 const oobSize = 64
 
-// readUDP reads one packet from c into p, with its destination address.
-func readUDP(c *net.UDPConn, p *packet) error {
-	n, oobn, _, src, err := c.ReadMsgUDPAddrPort(p.buf, p.oob[:])
-	if err != nil {
-		return err
-	}
-	p.n, p.src, p.pi = n, src, parsePktinfo(p.oob[:oobn])
-	return nil
-}
-
 // parsePktinfo returns the destination address of the packet whose
 // control messages are oob, preferring IPV6_PKTINFO (as miekg/dns does);
 // the zero pktinfo when there is none.
@@ -67,20 +57,26 @@ func cmsgHeader(b []byte) (length, level, typ int) {
 // an IP_PKTINFO (for IPv4 and IPv4-mapped addresses) or IPV6_PKTINFO
 // message with that source, as miekg/dns answers.
 func writeUDP(c *net.UDPConn, w *udpWriter, b []byte) (int, error) {
-	var oob []byte
-	if dst := w.pi.dst; dst.IsValid() {
-		if dst.Is4() || dst.Is4In6() {
-			oob = putCmsg(w.oob[:], syscall.IPPROTO_IP, syscall.IP_PKTINFO, syscall.SizeofInet4Pktinfo)
-			a := dst.Unmap().As4()
-			copy(oob[syscall.CmsgLen(0)+4:], a[:]) // in_pktinfo.ipi_spec_dst
-		} else {
-			oob = putCmsg(w.oob[:], syscall.IPPROTO_IPV6, syscall.IPV6_PKTINFO, syscall.SizeofInet6Pktinfo)
-			a := dst.As16()
-			copy(oob[syscall.CmsgLen(0):], a[:]) // in6_pktinfo.ipi6_addr
-		}
-	}
-	n, _, err := c.WriteMsgUDPAddrPort(b, oob, w.src)
+	n, _, err := c.WriteMsgUDPAddrPort(b, pktinfoCmsg(w.oob[:], w.pi.dst), w.src)
 	return n, err
+}
+
+// pktinfoCmsg writes into buf the control message that sends a packet
+// from dst, and returns it; nil when dst is the zero address.
+func pktinfoCmsg(buf []byte, dst netip.Addr) []byte {
+	if !dst.IsValid() {
+		return nil
+	}
+	if dst.Is4() || dst.Is4In6() {
+		oob := putCmsg(buf, syscall.IPPROTO_IP, syscall.IP_PKTINFO, syscall.SizeofInet4Pktinfo)
+		a := dst.Unmap().As4()
+		copy(oob[syscall.CmsgLen(0)+4:], a[:]) // in_pktinfo.ipi_spec_dst
+		return oob
+	}
+	oob := putCmsg(buf, syscall.IPPROTO_IPV6, syscall.IPV6_PKTINFO, syscall.SizeofInet6Pktinfo)
+	a := dst.As16()
+	copy(oob[syscall.CmsgLen(0):], a[:]) // in6_pktinfo.ipi6_addr
+	return oob
 }
 
 // putCmsg writes a control message header for dataLen bytes of zeroed data

@@ -3,6 +3,7 @@
 package dnsproxy
 
 import (
+	"context"
 	"net"
 
 	"github.com/miekg/dns"
@@ -31,3 +32,28 @@ func readUDP(c *net.UDPConn, p *packet) error {
 func writeUDP(c *net.UDPConn, w *udpWriter, b []byte) (int, error) {
 	return dns.WriteToSessionUDP(c, b, w.pi.sess)
 }
+
+// batchReader reads one query at a time: recvmmsg(2) is Linux's.
+type batchReader struct{ c *net.UDPConn }
+
+func newBatchReader(c *net.UDPConn) (*batchReader, error) { return &batchReader{c: c}, nil }
+
+func (r *batchReader) read() (*packet, error) {
+	p := packets.Get().(*packet)
+	if err := readUDP(r.c, p); err != nil {
+		putPacket(p)
+		return nil, err
+	}
+	return p, nil
+}
+
+func (r *batchReader) close() {}
+
+// batchWriter sends each answer at once: sendmmsg(2) is Linux's.
+type batchWriter struct{ c *net.UDPConn }
+
+func newBatchWriter(_ context.Context, c *net.UDPConn) (*batchWriter, error) {
+	return &batchWriter{c: c}, nil
+}
+
+func (w *batchWriter) write(uw *udpWriter, b []byte) (int, error) { return writeUDP(w.c, uw, b) }

@@ -291,6 +291,20 @@ watching:
 	if allow.Status.Phase != v1alpha1.ApprovalApplied || allow.Status.State != api.ApprovalAllowed || allow.Status.Node != "node-s" {
 		t.Errorf("SessionApproval allow-one: status %+v, want Applied, allowed, on node-s", allow.Status)
 	}
+	// The Session's own record: the refusals of its node and this one.
+	gwDecisions := map[string]v1alpha1.AppliedDecision{}
+	for _, d := range k.get("gw").Status.Decisions {
+		gwDecisions[d.Approval] = d
+	}
+	if d := gwDecisions["allow-one"]; d.UID != allow.UID || d.Phase != v1alpha1.ApprovalApplied || d.State != api.ApprovalAllowed || d.ApprovalID != one.ID {
+		t.Errorf("Session gw's status.decisions: %+v, want allow-one Applied, allowed", k.get("gw").Status.Decisions)
+	}
+	if d := gwDecisions["unknown-id"]; d.Phase != v1alpha1.ApprovalRefused || !strings.Contains(d.Message, "no request 0123456789abcdef") {
+		t.Errorf("Session gw's status.decisions: %+v, want unknown-id Refused", k.get("gw").Status.Decisions)
+	}
+	if _, ok := gwDecisions["no-session"]; ok {
+		t.Errorf("a SessionApproval of no Session recorded on Session gw: %+v", gwDecisions)
+	}
 	readCode := func(name string) string {
 		t.Helper()
 		var b []byte

@@ -3,6 +3,7 @@ package agent
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,25 @@ func TestPendingApprovalShown(t *testing.T) {
 	}
 	if empty := pendingApproval(api.Approval{ID: "x", Method: "GET"}); empty.BodySHA256 != "" || empty.BodyPreview != "" || empty.BodyBytes != 0 {
 		t.Errorf("a request without a body shown with one: %+v", empty)
+	}
+}
+
+// TestWithDecision: a SessionApproval is recorded once, and the oldest
+// decisions go past maxDecisions.
+func TestWithDecision(t *testing.T) {
+	var list []v1alpha1.AppliedDecision
+	for i := range maxDecisions + 3 {
+		var changed bool
+		list, changed = withDecision(list, v1alpha1.AppliedDecision{Approval: fmt.Sprint("a", i), UID: types.UID(fmt.Sprint("u", i))})
+		if !changed {
+			t.Fatalf("decision %d not recorded", i)
+		}
+	}
+	if len(list) != maxDecisions || list[0].UID != "u3" || list[maxDecisions-1].UID != types.UID(fmt.Sprint("u", maxDecisions+2)) {
+		t.Fatalf("kept %d: first %s, last %s", len(list), list[0].UID, list[len(list)-1].UID)
+	}
+	again, changed := withDecision(list, v1alpha1.AppliedDecision{Approval: "again", UID: "u10"})
+	if changed || len(again) != maxDecisions {
+		t.Errorf("a SessionApproval recorded twice: changed %v, %d kept", changed, len(again))
 	}
 }

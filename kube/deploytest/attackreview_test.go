@@ -10,13 +10,13 @@ import (
 
 // TestAttackOtherNodeDecidesSessionApproval: with node-a's pod-bound
 // token, refuse, in node-a's own name, a SessionApproval for a Session
-// that runs on node-b, before node-b's agent looks at it. node-b's agent
-// skips every SessionApproval whose status.phase is set (approval.go),
-// so the user's decision is never applied: one compromised node can
-// refuse every decision taken through Kubernetes on every node (the
-// held requests then time out, denied). The node restriction cannot see
-// which node runs the Session (CEL reads one object), so it lets this
-// through.
+// that runs on node-b, before node-b's agent looks at it. The node
+// restriction cannot see which node runs the Session (CEL reads one
+// object), so it lets this through. node-b's agent applies the decision
+// all the same and records it in the Session's status.decisions, which
+// node-a may not write (TestAttackOtherNodeAnswersFirst, kube/agent):
+// what is left is the false answer that kubectl shows on the
+// SessionApproval.
 //
 // Run with -tags attackreview: it fails on the shipped deployment.
 func TestAttackOtherNodeDecidesSessionApproval(t *testing.T) {

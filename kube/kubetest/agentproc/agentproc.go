@@ -166,6 +166,15 @@ func (p *Proc) Arg(flag string) string {
 	return ""
 }
 
+// Signal sends sig to airlockd-kube (SIGSTOP and SIGCONT freeze it and
+// let it go on: what happens in the cluster meanwhile it learns after).
+func (p *Proc) Signal(sig os.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
 // Kill SIGKILLs airlockd-kube: its containerd and sessions run on.
 func (p *Proc) Kill() {
 	p.t.Helper()

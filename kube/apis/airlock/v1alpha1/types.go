@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -194,12 +195,23 @@ type SessionStatus struct {
 	// +optional
 	Diff *DiffSummary `json:"diff,omitempty"`
 	// PendingApprovals are the requests the L7 gateway holds for a
-	// decision (an HTTP rule that says "ask"); bodies and headers stay on
-	// the node.
+	// decision (an HTTP rule that says "ask"); their headers and whole
+	// bodies stay on the node.
 	// +optional
 	// +listType=map
 	// +listMapKey=id
 	PendingApprovals []PendingApproval `json:"pendingApprovals,omitempty"`
+	// Decisions are what the Session's own node did with the
+	// SessionApprovals naming it, the last 16, oldest first. They are the
+	// record to trust: only that node writes its Session's status (the
+	// node restriction), while any node may write a SessionApproval's
+	// status first, and one that did before the Session's node looked is
+	// not taken for an answer (the decision is applied all the same).
+	// +optional
+	// +listType=map
+	// +listMapKey=uid
+	// +kubebuilder:validation:MaxItems=16
+	Decisions []AppliedDecision `json:"decisions,omitempty"`
 	// WorkspaceSources report what was fetched for each of
 	// spec.workspaceSources, and pushed.
 	// +optional
@@ -329,6 +341,25 @@ type PendingApproval struct {
 	Deadline metav1.Time `json:"deadline"`
 }
 
+// AppliedDecision is what a Session's node did with one SessionApproval.
+type AppliedDecision struct {
+	// Approval is the SessionApproval's name, UID its uid.
+	Approval string    `json:"approval"`
+	UID      types.UID `json:"uid"`
+	// ApprovalID is the held request it decides.
+	ApprovalID string `json:"approvalID"`
+	// Phase is Applied or Refused, as the SessionApproval's status would
+	// say; State the request's state after an applied decision (allowed
+	// or denied); Message why one was refused.
+	Phase SessionApprovalPhase `json:"phase"`
+	// +optional
+	State string `json:"state,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+	// At is when it was applied or refused.
+	At metav1.Time `json:"at"`
+}
+
 // SessionList is a list of Sessions.
 //
 // +kubebuilder:object:root=true
@@ -344,8 +375,9 @@ type SessionList struct {
 // held requests, and no one else through Kubernetes. The node agent
 // running the Session applies the decision once, records it in the
 // session's audit on its node (with this object's namespace, name, uid
-// and spec.decidedBy) and reports the outcome in status; a decision it
-// cannot apply (no such Session, an approval id that the Session's
+// and spec.decidedBy) and reports the outcome in status and in the
+// Session's status.decisions (the record to trust: any node may write a
+// SessionApproval's status first); a decision it cannot apply (no such Session, an approval id that the Session's
 // session does not hold, one decided before) is reported, not applied.
 // The spec cannot change once created: a new decision is a new object.
 //

@@ -100,11 +100,12 @@ type Config struct {
 }
 
 // DefaultMaxPreparing is how many sandboxes are prepared at once unless
-// the daemon is told otherwise (airlockd --max-preparing): four per CPU.
+// the daemon is told otherwise (airlockd --max-preparing): four per CPU
+// it may use (GOMAXPROCS, which follows a cgroup's CPU quota).
 // On 2 cores, 100 sessions created at once took 12.4 to 14.7 s each at
 // the median unbounded, 7.3 to 7.4 s with 8 or 12 places, the whole
 // burst no slower (hack/perf.sh -only density -density 100).
-func DefaultMaxPreparing() int { return 4 * goruntime.NumCPU() }
+func DefaultMaxPreparing() int { return 4 * goruntime.GOMAXPROCS(0) }
 
 func maxPreparing(n int) int {
 	switch {
@@ -312,14 +313,11 @@ func (d *Daemon) open(ctx context.Context, rt sandboxRuntime, perimeter *egress.
 	d.stopCtx, d.stop = context.WithCancel(context.WithoutCancel(ctx))
 	d.starts = newStartQueue(maxPreparing(d.cfg.MaxPreparing))
 	d.pools = &warmPools{
-		prepare: func(ctx context.Context, p policies.Policy) (*session, error) {
+		prepare: func(ctx context.Context, p policies.Policy) (*session, error) { return d.prepare(ctx, p, true) },
+		turn: func(ctx context.Context) (func(), error) {
 			queued, release, err := d.starts.acquire(ctx, true)
 			d.cfg.Metrics.ObserveStartQueue(metrics.QueueRefill, queued)
-			if err != nil {
-				return nil, err
-			}
-			defer release()
-			return d.prepare(ctx, p, true)
+			return release, err
 		},
 		discard: d.discard, reserve: d.reserve, release: d.release, ctx: d.stopCtx,
 		refill: cmp.Or(d.cfg.PoolRefill, DefaultPoolRefill),
@@ -541,8 +539,10 @@ func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool, labe
 		if s == nil {
 			break
 		}
-		v, err := d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, labels, start, true)
-		d.pools.replenish(key)
+		v, err := func() (*api.Session, error) {
+			defer d.pools.replenish(key)
+			return d.claim(log.With(ctx, "session", s.rec.ID, "label", p.Label), s, p, labels, start, true)
+		}()
 		if err == nil || !errors.Is(err, errStalePool) {
 			return v, err
 		}
@@ -568,8 +568,10 @@ func (d *Daemon) create(ctx context.Context, p policies.Policy, start bool, labe
 	if queued > 0 {
 		log.G(ctx).Info("create waited for a place to prepare its sandbox", "waited", queued.Round(time.Millisecond).String())
 	}
-	s, err := d.prepare(ctx, p, false)
-	release()
+	s, err := func() (*session, error) {
+		defer release()
+		return d.prepare(ctx, p, false)
+	}()
 	if err != nil {
 		d.release()
 		return nil, err

@@ -39,6 +39,11 @@ type warmPools struct {
 	// to be prepared; release gives it back.
 	reserve func() error
 	release func()
+	// turn, if set, waits for the filler's turn among the sandboxes
+	// being prepared and returns what ends it; a filler waits for it
+	// before it reserves, so that one waiting holds no place under the
+	// session limit that a create could use.
+	turn func(ctx context.Context) (func(), error)
 	// refill is how many sandboxes one pool prepares at once (at least 1).
 	refill int
 	ctx    context.Context // done when the daemon stops
@@ -248,12 +253,24 @@ func (w *warmPools) fill(pl *pool) {
 	defer w.wg.Done()
 	ctx := log.With(w.ctx, "pool", pl.key, "label", pl.policy.Label)
 	for {
+		endTurn := func() {}
+		if w.turn != nil {
+			end, err := w.turn(ctx)
+			if err != nil { // the daemon stops
+				w.mu.Lock()
+				pl.fillers--
+				w.mu.Unlock()
+				return
+			}
+			endTurn = end
+		}
 		// Deciding to stop and leaving the fillers happen under one lock,
 		// so that a take, a drop or a resize in between starts a filler.
 		w.mu.Lock()
 		if w.closed || len(pl.ready)+pl.inflight >= pl.size || w.pools[pl.key] != pl {
 			pl.fillers--
 			w.mu.Unlock()
+			endTurn()
 			return
 		}
 		// The session limit is checked under the pools' lock (the lock
@@ -263,12 +280,14 @@ func (w *warmPools) fill(pl *pool) {
 			pl.fillers--
 			pl.lastErr = err.Error()
 			w.mu.Unlock()
+			endTurn()
 			log.G(ctx).Warn("pool not filled", "reason", err)
 			return
 		}
 		pl.inflight++
 		w.mu.Unlock()
 		s, err := w.prepare(ctx, pl.policy)
+		endTurn()
 		if err != nil {
 			w.release()
 			w.mu.Lock()

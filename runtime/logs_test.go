@@ -177,11 +177,14 @@ func TestLogWatchShared(t *testing.T) {
 // instance, as the kernel lists them in its fdinfo.
 func watchCount(t *testing.T) int {
 	t.Helper()
-	if sharedWatcher == nil {
+	sharedMu.Lock()
+	w := sharedWatcher
+	sharedMu.Unlock()
+	if w == nil {
 		return 0
 	}
 	var n int
-	err := sharedWatcher.rawFD(func(fd int) error {
+	err := w.rawFD(func(fd int) error {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", fd))
 		n = strings.Count(string(b), "inotify wd:")
 		return err
@@ -222,5 +225,46 @@ func appendFile(t *testing.T, dir, name, s string) {
 	defer f.Close()
 	if _, err := f.WriteString(s); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A watcher that fails (its descriptor gone) ends its followers' watches,
+// which go back to polling; a new one is made a while later, not for
+// every follower meanwhile.
+func TestLogWatcherRemadeAfterFailure(t *testing.T) {
+	defer func(d time.Duration) { watcherRetry = d }(watcherRetry)
+	watcherRetry = 200 * time.Millisecond
+	dir := t.TempDir()
+	ch, stop, err := watchLogDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	sharedMu.Lock()
+	failing := sharedWatcher
+	sharedMu.Unlock()
+	failing.f.Close() // its reader fails
+	deadline := time.After(10 * time.Second)
+	for open := true; open; {
+		select {
+		case _, open = <-ch:
+		case <-deadline:
+			t.Fatal("a follower's watch did not end with its watcher")
+		}
+	}
+	if _, _, err := watchLogDir(dir); err == nil {
+		t.Fatal("a watcher was made again at once after a failure")
+	}
+	time.Sleep(watcherRetry)
+	ch2, stop2, err := watchLogDir(dir)
+	if err != nil {
+		t.Fatalf("no watcher %v after a failure: %v", watcherRetry, err)
+	}
+	defer stop2()
+	appendFile(t, dir, "x", "x")
+	select {
+	case <-ch2:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the new watcher did not tell of a write")
 	}
 }

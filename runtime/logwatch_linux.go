@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,21 +37,53 @@ type logWatcher struct {
 }
 
 var (
-	sharedWatcher     *logWatcher
-	sharedWatcherErr  error
-	sharedWatcherOnce sync.Once
+	sharedMu      sync.Mutex
+	sharedWatcher *logWatcher // +checklocks:sharedMu
+	// sharedFailed is when the watcher last could not be made, or failed:
+	// another is tried watcherRetry later, followers poll meanwhile.
+	sharedFailed time.Time // +checklocks:sharedMu
 )
+
+// watcherRetry is how long after a failure another watcher is tried (a
+// shortage of inotify instances or descriptors may pass).
+var watcherRetry = 10 * time.Second
 
 // watchLogDir subscribes to changes in dir: a value arrives on the
 // returned channel (buffered, coalescing) after any change, and the
 // channel is closed when the watch ends (the directory removed, or the
 // watcher failed). stop unsubscribes. An error means the caller polls.
 func watchLogDir(dir string) (<-chan struct{}, func(), error) {
-	sharedWatcherOnce.Do(func() { sharedWatcher, sharedWatcherErr = newLogWatcher() })
-	if sharedWatcherErr != nil {
-		return nil, nil, sharedWatcherErr
+	w, err := currentWatcher()
+	if err != nil {
+		return nil, nil, err
 	}
-	return sharedWatcher.subscribe(dir)
+	return w.subscribe(dir)
+}
+
+// currentWatcher is the process's watcher, made anew when there is none
+// or it failed, at most every watcherRetry.
+func currentWatcher() (*logWatcher, error) {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if w := sharedWatcher; w != nil && !w.failed() {
+		return w, nil
+	}
+	if !sharedFailed.IsZero() && time.Since(sharedFailed) < watcherRetry {
+		return nil, errors.New("inotify watcher failed a moment ago")
+	}
+	w, err := newLogWatcher()
+	if err != nil {
+		sharedWatcher, sharedFailed = nil, time.Now()
+		return nil, err
+	}
+	sharedWatcher, sharedFailed = w, time.Time{}
+	return w, nil
+}
+
+func (w *logWatcher) failed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dead
 }
 
 func newLogWatcher() (*logWatcher, error) {
@@ -132,6 +165,12 @@ func (w *logWatcher) read() {
 	for {
 		n, err := w.f.Read(buf)
 		if err != nil {
+			sharedMu.Lock()
+			if sharedWatcher == w {
+				sharedFailed = time.Now()
+			}
+			sharedMu.Unlock()
+			w.f.Close()
 			w.mu.Lock()
 			w.dead = true
 			for wd, set := range w.subs {

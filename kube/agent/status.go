@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -175,7 +176,7 @@ func (a *nodeAgent) followedDue(uid types.UID) time.Duration {
 // and audit counts only.
 func onlyFollowed(st, old *v1alpha1.SessionStatus) bool {
 	c := st.DeepCopy()
-	c.PendingApprovals, c.Audit = old.PendingApprovals, old.Audit
+	c.PendingApprovals, c.PendingApprovalsOmitted, c.Audit = old.PendingApprovals, old.PendingApprovalsOmitted, old.Audit
 	return equality.Semantic.DeepEqual(c, old)
 }
 
@@ -195,6 +196,8 @@ const (
 	// held request's content type, refs and body preview.
 	maxStatusContentType = 128
 	maxStatusRefs        = 16
+	maxStatusRefBytes    = 1024
+	maxStatusHeaderNames = 512
 	maxStatusPreview     = 256
 	// maxStatusMessage bounds a message the agent writes from an error.
 	maxStatusMessage = 1024
@@ -211,6 +214,7 @@ type summaries struct {
 	diff      *v1alpha1.DiffSummary
 	diffKnown bool
 	pending   []v1alpha1.PendingApproval
+	omitted   int32
 }
 
 // summaries asks the daemon about local session v.
@@ -230,29 +234,75 @@ func (a *nodeAgent) summaries(ctx context.Context, v *api.Session) summaries {
 	} else {
 		out.diffKnown = true
 	}
-	for _, p := range a.d.Approvals().List(v.ID) {
-		out.pending = append(out.pending, pendingApproval(p))
-	}
+	out.pending, out.omitted = pendingApprovals(a.d.Approvals().List(v.ID))
 	return out
 }
 
+// maxStatusPending bounds the held requests' list in a Session's status,
+// as the API server stores it (JSON, in which '&', '<' and '>' take six
+// bytes each): whatever a sandbox's requests hold, the status stays
+// writable (etcd takes 1.5 MiB).
+const maxStatusPending = 256 << 10
+
+// pendingApprovals is what a Session's status lists of the requests held,
+// oldest first, up to maxStatusPending, and how many it leaves out.
+func pendingApprovals(held []api.Approval) ([]v1alpha1.PendingApproval, int32) {
+	var out []v1alpha1.PendingApproval
+	size := 0
+	for i, p := range held {
+		e := pendingApproval(p)
+		b, err := json.Marshal(&e)
+		if err != nil || size+len(b) > maxStatusPending {
+			return out, int32(len(held) - i)
+		}
+		size += len(b) + 1
+		out = append(out, e)
+	}
+	return out, 0
+}
+
 // pendingApproval is what a Session's status shows of a held request:
-// what tells it apart from the others (its query, its body's digest and
-// start, the refs of a push), each bounded and escaped, never its headers
-// (a secret's placeholder may be in one) nor its whole body.
+// what tells it apart from the others (its query, the refs of a push, its
+// headers' names and digest, its body's digest and start), each bounded
+// and escaped; never its headers' values nor its whole body.
 func pendingApproval(p api.Approval) v1alpha1.PendingApproval {
+	query, cut := shownASCII(p.Query, maxStatusQuery)
 	out := v1alpha1.PendingApproval{
 		ID: p.ID, Method: shown(p.Method, maxStatusMethod), Host: shown(p.Host, maxStatusHost),
 		Path: shown(p.Path, maxStatusPath), Rule: shown(p.Rule, maxStatusRule),
-		Query: shown(p.Query, maxStatusQuery), QueryTruncated: p.QueryTruncated || len(p.Query) > maxStatusQuery,
-		ContentType: shown(p.ContentType, maxStatusContentType),
-		Created:     *timeOf(&p.Created), Deadline: *timeOf(&p.Deadline),
+		Query: query, QueryTruncated: p.QueryTruncated || cut,
+		Created: *timeOf(&p.Created), Deadline: *timeOf(&p.Deadline),
 	}
-	for i, r := range p.Refs {
-		if i == maxStatusRefs {
-			break
+	out.ContentType, _ = shownASCII(p.ContentType, maxStatusContentType)
+	out.ContentEncoding, _ = shownASCII(p.ContentEncoding, maxStatusContentType)
+	if len(p.Refs) > 0 {
+		out.RefsCount = int32(len(p.Refs))
+		left := maxStatusRefBytes
+		for _, r := range p.Refs {
+			e, _ := shownASCII(r, left)
+			if len(out.Refs) == maxStatusRefs || len(e) < len(escapeBytes([]byte(r))) {
+				break // RefsCount says how many are left out
+			}
+			out.Refs = append(out.Refs, e)
+			left -= len(e)
 		}
-		out.Refs = append(out.Refs, shown(r, maxStatusPath))
+	}
+	if len(p.Headers) > 0 {
+		h := sha256.New()
+		seen := map[string]bool{}
+		left := maxStatusHeaderNames
+		for _, f := range p.Headers {
+			fmt.Fprintf(h, "%s: %s\n", f.Name, f.Value)
+			if seen[f.Name] {
+				continue
+			}
+			seen[f.Name] = true
+			if e, _ := shownASCII(f.Name, left); len(e) == len(escapeBytes([]byte(f.Name))) && e != "" {
+				out.HeaderNames = append(out.HeaderNames, e)
+				left -= len(e)
+			}
+		}
+		out.HeadersSHA256 = hex.EncodeToString(h.Sum(nil))
 	}
 	if len(p.Body) > 0 {
 		sum := sha256.Sum256(p.Body)
@@ -260,6 +310,22 @@ func pendingApproval(p api.Approval) v1alpha1.PendingApproval {
 		out.BodyPreview = escapeBytes(p.Body[:min(len(p.Body), maxStatusPreview)])
 	}
 	return out
+}
+
+// shownASCII is s, text that is ASCII by protocol (a query, a ref, a
+// header's name or value), with escapeBytes's escapes, cut to at most n
+// bytes between two escapes; cut says it was.
+func shownASCII(s string, n int) (out string, cut bool) {
+	e := escapeBytes([]byte(s))
+	if len(e) <= n {
+		return e, false
+	}
+	i := max(n, 0)
+	// Not inside an escape: \xHH is four bytes.
+	if j := strings.LastIndexByte(e[:i], '\\'); j >= 0 && j+4 > i {
+		i = j
+	}
+	return e[:i], true
 }
 
 // escapeBytes writes b with every byte outside printable ASCII (and the
@@ -288,7 +354,7 @@ func (s summaries) apply(st, old *v1alpha1.SessionStatus, due time.Duration) (la
 	if s.diffKnown {
 		st.Diff = s.diff
 	}
-	st.PendingApprovals = s.pending
+	st.PendingApprovals, st.PendingApprovalsOmitted = s.pending, s.omitted
 	if s.audit == nil || equality.Semantic.DeepEqual(st.Audit, s.audit) {
 		return 0, false
 	}

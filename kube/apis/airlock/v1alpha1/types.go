@@ -201,6 +201,13 @@ type SessionStatus struct {
 	// +listType=map
 	// +listMapKey=id
 	PendingApprovals []PendingApproval `json:"pendingApprovals,omitempty"`
+	// PendingApprovalsOmitted counts the held requests left out of
+	// PendingApprovals, the newest, once the list reached its bound on
+	// size (256 KiB as the API server stores it): a sandbox's requests
+	// cannot make the status too large to write. airlock approvals on the
+	// node lists them all.
+	// +optional
+	PendingApprovalsOmitted int32 `json:"pendingApprovalsOmitted,omitempty"`
 	// Decisions are what the Session's own node did with the
 	// SessionApprovals naming it, the last 16, oldest first. They are the
 	// record to trust: only that node writes its Session's status (the
@@ -308,18 +315,37 @@ type PendingApproval struct {
 	Host   string `json:"host"`
 	Path   string `json:"path"`
 	// Query is the request's raw query (after "?"), as the sandbox sent
-	// it, at most 1 KiB, unprintable characters escaped.
+	// it, at most 1 KiB; every byte outside printable ASCII, and the
+	// backslash, written as \xHH (a query is ASCII on the wire).
 	// +optional
 	Query string `json:"query,omitempty"`
 	// QueryTruncated says the query is longer than Query shows.
 	// +optional
 	QueryTruncated bool `json:"queryTruncated,omitempty"`
-	// Refs are the refs a git push would update, when the request is one.
+	// Refs are the refs a git push would update, when the request is
+	// one, escaped as Query, at most 16 and 1 KiB together; RefsCount is
+	// how many it updates, more than Refs lists when some were left out.
 	// +optional
 	Refs []string `json:"refs,omitempty"`
-	// ContentType is the request's Content-Type as the sandbox sent it.
+	// +optional
+	RefsCount int32 `json:"refsCount,omitempty"`
+	// ContentType and ContentEncoding are the request's headers of those
+	// names as the sandbox sent them, escaped as Query, at most 128
+	// bytes each.
 	// +optional
 	ContentType string `json:"contentType,omitempty"`
+	// +optional
+	ContentEncoding string `json:"contentEncoding,omitempty"`
+	// HeaderNames are the names of the request's header fields, once
+	// each, escaped as Query, at most 512 bytes together; HeadersSHA256
+	// is the SHA-256 of its fields as the node shows them ("Name: value"
+	// lines, a secret's placeholder in place of its value), so that two
+	// requests that differ in a header's value alone are told apart. The
+	// values stay on the node (airlock approvals).
+	// +optional
+	HeaderNames []string `json:"headerNames,omitempty"`
+	// +optional
+	HeadersSHA256 string `json:"headersSHA256,omitempty"`
 	// BodyBytes is how many bytes of the body the gateway holds for the
 	// decision (at most 64 KiB), and BodySHA256 their SHA-256 in hex (on
 	// the node, GET /v1/approvals gives the bytes themselves).

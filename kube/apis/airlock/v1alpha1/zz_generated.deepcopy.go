@@ -207,6 +207,11 @@ func (in *PendingApproval) DeepCopyInto(out *PendingApproval) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.HeaderNames != nil {
+		in, out := &in.HeaderNames, &out.HeaderNames
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	in.Created.DeepCopyInto(&out.Created)
 	in.Deadline.DeepCopyInto(&out.Deadline)
 }

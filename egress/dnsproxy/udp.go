@@ -31,10 +31,14 @@ import (
 // socket's life; the others end after udpWorkerIdle without a query.
 //
 // On Linux the reader loop reads the queries queued on the socket in
-// batches (recvmmsg, batchReader) and hands them out one by one, and
-// answers leave in batches (sendmmsg, batchWriter): every system call
-// costs much more than its work in a virtual machine, and under load one
-// call serves many queries.
+// batches (recvmmsg, batchReader) and hands them out one by one: every
+// system call costs much more than its work in a virtual machine, and
+// under load one call reads many queries. Answers leave one by one, each
+// from its own worker: gathering them into batches (sendmmsg) cut the
+// calls of cache misses but made one worker send everyone's answers, and
+// cache hits, which the workers answer at full speed, went a quarter
+// slower (hack/perf.sh -only dns: x0.71-0.84 of a plain server against
+// x1.04-1.05 without).
 const (
 	coreUDPWorkers = 64
 	maxUDPWorkers  = 1024
@@ -73,7 +77,6 @@ type udpServer struct {
 	pc  net.PacketConn
 	udp *net.UDPConn // pc, when it is one: answers leave from the query's destination address
 	br  *batchReader // reads udp
-	bw  *batchWriter // answers on udp
 
 	work     chan *packet   // unbuffered: a send succeeds only to an idle worker
 	idle     time.Duration  // udpWorkerIdle
@@ -94,11 +97,7 @@ func (s *Server) serveUDP(ctx context.Context, pc net.PacketConn) error {
 		if err != nil {
 			return fmt.Errorf("dnsproxy: packet conn: %w", err)
 		}
-		bw, err := newBatchWriter(ctx, c)
-		if err != nil {
-			return fmt.Errorf("dnsproxy: packet conn: %w", err)
-		}
-		u.udp, u.br, u.bw = c, br, bw
+		u.udp, u.br = c, br
 	}
 	loopDone := make(chan struct{})
 	go func() {
@@ -281,9 +280,6 @@ func (w *udpWriter) WriteMsg(m *dns.Msg) error {
 }
 
 func (w *udpWriter) Write(b []byte) (int, error) {
-	if w.u.bw != nil {
-		return w.u.bw.write(w, b)
-	}
 	if w.u.udp != nil {
 		return writeUDP(w.u.udp, w, b)
 	}

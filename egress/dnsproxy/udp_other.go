@@ -3,7 +3,6 @@
 package dnsproxy
 
 import (
-	"context"
 	"net"
 
 	"github.com/miekg/dns"
@@ -48,12 +47,3 @@ func (r *batchReader) read() (*packet, error) {
 }
 
 func (r *batchReader) close() {}
-
-// batchWriter sends each answer at once: sendmmsg(2) is Linux's.
-type batchWriter struct{ c *net.UDPConn }
-
-func newBatchWriter(_ context.Context, c *net.UDPConn) (*batchWriter, error) {
-	return &batchWriter{c: c}, nil
-}
-
-func (w *batchWriter) write(uw *udpWriter, b []byte) (int, error) { return writeUDP(w.c, uw, b) }

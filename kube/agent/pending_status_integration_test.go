@@ -1,18 +1,13 @@
 package agent
 
 import (
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
-	"github.com/airlock-sandbox/airlock/kube/kubetest"
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
@@ -23,15 +18,7 @@ import (
 // so every status write of the Session failed while they were held. The
 // list is bounded by its encoded size now.
 func TestPendingStatusWritable(t *testing.T) {
-	cp, _ := kubetest.StartWithCRDs(t)
-	scheme, err := Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := controlPlaneClient(t)
 	ctx := t.Context()
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}); err != nil {
 		t.Fatal(err)
@@ -43,21 +30,7 @@ func TestPendingStatusWritable(t *testing.T) {
 	if err := c.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	amp := func(prefix string, n int) string { return prefix + strings.Repeat("&", n) }
-	var refs []string
-	for range 16 {
-		refs = append(refs, amp("refs/heads/", 600))
-	}
-	now := time.Now()
-	var held []api.Approval
-	for i := range 64 {
-		held = append(held, api.Approval{
-			ID: fmt.Sprintf("%016x", i), Method: "POST", Host: "git.test",
-			Path: amp("/", 600), Query: amp("", 2000), ContentType: amp("a/", 200),
-			Refs: refs, Body: []byte(amp("", 300)), Rule: "ask POST git.test/*",
-			Created: now, Deadline: now.Add(time.Hour),
-		})
-	}
+	held := loudHeld(time.Now())
 	s.Status.PendingApprovals, s.Status.PendingApprovalsOmitted = pendingApprovals(held)
 	if err := c.Status().Update(ctx, s); err != nil {
 		t.Fatalf("status with 64 held requests not written: %v", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
@@ -66,21 +67,8 @@ func TestPendingQueryUnambiguous(t *testing.T) {
 // which writes '&' '<' '>' as \u0026 ...) stays under etcd's 1.5 MiB, the
 // requests left out counted.
 func TestPendingStatusSizeBound(t *testing.T) {
-	amp := func(prefix string, n int) string { return prefix + strings.Repeat("&", n) }
-	var refs []string
-	for range 16 {
-		refs = append(refs, amp("refs/heads/", 600))
-	}
 	var st v1alpha1.SessionStatus
-	var held []api.Approval
-	for i := range 64 {
-		held = append(held, api.Approval{
-			ID: fmt.Sprintf("%016x", i), Method: "POST", Host: "git.test",
-			Path: amp("/", 600), Query: amp("", 2000), ContentType: amp("a/", 200),
-			Refs: refs, Body: []byte(amp("", 300)), Rule: "ask POST git.test/*",
-			Headers: []api.HeaderField{{Name: amp("X-", 600), Value: "v"}},
-		})
-	}
+	held := loudHeld(time.Now())
 	st.PendingApprovals, st.PendingApprovalsOmitted = pendingApprovals(held)
 	if st.PendingApprovalsOmitted == 0 || len(st.PendingApprovals)+int(st.PendingApprovalsOmitted) != len(held) || len(st.PendingApprovals) == 0 {
 		t.Errorf("%d listed, %d omitted, of %d held", len(st.PendingApprovals), st.PendingApprovalsOmitted, len(held))
@@ -116,4 +104,26 @@ func TestPendingEncodingAndHeadersShown(t *testing.T) {
 	if string(ja) == string(jc) {
 		t.Errorf("requests differing in X-HTTP-Method-Override shown the same: %s", ja)
 	}
+}
+
+// loudHeld are 64 held requests (approvals.DefaultMaxPerSession) with
+// every field a sandbox fills as long as it goes and full of '&', which
+// JSON writes as six bytes.
+func loudHeld(now time.Time) []api.Approval {
+	amp := func(prefix string, n int) string { return prefix + strings.Repeat("&", n) }
+	var refs []string
+	for range 16 {
+		refs = append(refs, amp("refs/heads/", 600))
+	}
+	var held []api.Approval
+	for i := range 64 {
+		held = append(held, api.Approval{
+			ID: fmt.Sprintf("%016x", i), Method: "POST", Host: "git.test",
+			Path: amp("/", 600), Query: amp("", 2000), ContentType: amp("a/", 200),
+			Refs: refs, Body: []byte(amp("", 300)), Rule: "ask POST git.test/*",
+			Headers: []api.HeaderField{{Name: amp("X-", 600), Value: "v"}},
+			Created: now, Deadline: now.Add(time.Hour),
+		})
+	}
+	return held
 }

@@ -18,17 +18,9 @@ import (
 // deployment's); registering without it fails saying so, and nothing
 // makes the namespace; once it exists the node registers.
 func TestRegisterNeedsNamespace(t *testing.T) {
-	cp, _ := kubetest.StartWithCRDs(t)
-	scheme, err := Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := controlPlaneClient(t)
 	r := &registrar{c: c, identity: "n1/test", cfg: Config{Node: "n1", Capacity: 1, LeaseDuration: 10 * time.Second}}
-	err = r.register(t.Context())
+	err := r.register(t.Context())
 	if !errors.Is(err, errNoNamespace) || !strings.Contains(err.Error(), "namespace airlock-system does not exist") {
 		t.Fatalf("register without airlock-system: %v, want it said that the namespace is missing", err)
 	}
@@ -45,4 +37,20 @@ func TestRegisterNeedsNamespace(t *testing.T) {
 	if err := c.Get(t.Context(), client.ObjectKey{Namespace: LeaseNamespace, Name: "n1"}, &l); err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != "n1/test" {
 		t.Fatalf("node Lease after register: %v %+v", err, l.Spec)
 	}
+}
+
+// controlPlaneClient starts a control plane with the CRDs and returns a
+// client of it with the agent's scheme.
+func controlPlaneClient(t *testing.T) client.Client {
+	t.Helper()
+	cp, _ := kubetest.StartWithCRDs(t)
+	scheme, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -618,6 +618,28 @@ func TestWarningsPrinted(t *testing.T) {
 	}
 }
 
+// TestQueuedNoted: a create that waited a second or more for its turn
+// among the sandboxes being prepared says so on stderr; a shorter wait
+// is not mentioned.
+func TestQueuedNoted(t *testing.T) {
+	manifest := writeFile(t, "q.hcl", `session "q" {
+  image   = "airlock/agent:bookworm"
+  command = ["echo", "hi"]
+}
+`)
+	for _, tt := range []struct {
+		queued time.Duration
+		stderr string
+	}{
+		{2460 * time.Millisecond, "airlock: note: the create waited 2.5s for its turn among the sandboxes being prepared (airlockd --max-preparing)\n"},
+		{900 * time.Millisecond, ""},
+	} {
+		h := newHarness(t)
+		h.d.queued = policies.Duration(tt.queued)
+		h.run("", "run", "--rm", "-f", manifest).check(t, 0, "hi\n", tt.stderr)
+	}
+}
+
 func TestUpdate(t *testing.T) {
 	manifest := writeFile(t, "task.hcl", `session "task" {
   image   = "airlock/agent:bookworm"

@@ -51,6 +51,9 @@ type fakeDaemon struct {
 	// when a follower has had what is held and waits for more.
 	approvals          *approvals.Store
 	followingApprovals chan struct{}
+	// queued is what create responses say the create waited for a
+	// place among the sandboxes being prepared.
+	queued policies.Duration
 
 	mu       sync.Mutex
 	requests int
@@ -280,6 +283,7 @@ func (f *fakeDaemon) create(w http.ResponseWriter, r *http.Request) {
 	// warnings.
 	v := s.Session
 	v.Warnings = req.Policy.Warnings()
+	v.Queued = f.queued
 	writeJSON(w, http.StatusCreated, v)
 }
 

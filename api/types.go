@@ -62,6 +62,12 @@ type CreateRequest struct {
 	// although the root is protected and outside the admitted host paths.
 	// Never read from or written to the wire: no API caller can name one.
 	OwnedWorkspaces []string `json:"-"`
+	// VolumeWorkspaces are the directories of the PersistentVolumes an
+	// in-process caller (the Kubernetes node agent) found bound to the
+	// claims of the Session it creates, named as workspaces' host paths:
+	// admitted under the admission policy's volume_paths, where no API
+	// caller's host path is. Never read from or written to the wire.
+	VolumeWorkspaces []string `json:"-"`
 }
 
 // Session is what inspect and list return.

@@ -70,6 +70,19 @@ func (a *admitter) protect(path string) {
 // owned are directories the in-process caller made for this session
 // (api.CreateRequest.OwnedWorkspaces): admitted as its workspaces.
 func (a *admitter) admit(p *policies.Policy, owned ...string) ([]string, error) {
+	return a.admitIn(p, inProcess{owned: owned})
+}
+
+// inProcess are the workspaces an in-process caller names for a session
+// that no API request can: see api.CreateRequest.OwnedWorkspaces and
+// VolumeWorkspaces.
+type inProcess struct {
+	owned, volumes []string
+}
+
+// admitIn is admit with the in-process caller's workspaces.
+func (a *admitter) admitIn(p *policies.Policy, in inProcess) ([]string, error) {
+	owned := in.owned
 	pol, pr := a.current()
 	pol.FillDefaults(p)
 	p.ApplyDefaults()
@@ -81,6 +94,9 @@ func (a *admitter) admit(p *policies.Policy, owned ...string) ([]string, error) 
 	}
 	if len(owned) > 0 {
 		pr = pr.WithOwned(owned...)
+	}
+	if len(in.volumes) > 0 {
+		pr = pr.WithVolumes(in.volumes...)
 	}
 	return pol.Admit(p, pr)
 }

@@ -504,7 +504,7 @@ func (d *Daemon) Create(ctx context.Context, req api.CreateRequest) (*api.Sessio
 		return nil, err
 	}
 	p := *req.Policy.Clone()
-	warnings, err := d.admission.admit(&p, req.OwnedWorkspaces...)
+	warnings, err := d.admission.admitIn(&p, inProcess{owned: req.OwnedWorkspaces, volumes: req.VolumeWorkspaces})
 	if err != nil {
 		return nil, err
 	}

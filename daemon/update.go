@@ -73,7 +73,7 @@ func (d *Daemon) update(ctx context.Context, id string, revise func(running *pol
 		p.Command = running.Command
 	}
 	p.Pool, p.Terminal = running.Pool, running.Terminal
-	warnings, err := d.admission.admit(&p, d.ownedWorkspaces(running)...)
+	warnings, err := d.admission.admitIn(&p, inProcess{owned: d.ownedWorkspaces(running), volumes: d.volumeWorkspaces(running)})
 	if err != nil {
 		return nil, err
 	}
@@ -303,6 +303,28 @@ func (s *session) reconcileCredentials(ctx context.Context) {
 	if s.audit != nil {
 		s.audit.EmitControl(ctx, ev)
 	}
+}
+
+// volumeWorkspaces are the host paths of running's workspaces under the
+// admission policy's volume_paths: only an in-process caller's volumes
+// (api.CreateRequest.VolumeWorkspaces) can be there (no API caller may
+// name a path under them), so a revision re-admits them as they were
+// admitted, if the policy still admits them.
+func (d *Daemon) volumeWorkspaces(running *policies.Policy) []string {
+	pol, _ := d.admission.current()
+	var out []string
+	for _, w := range running.Workspaces {
+		for _, v := range pol.VolumePaths {
+			v = filepath.Clean(v)
+			if r, err := filepath.EvalSymlinks(v); err == nil {
+				v = r // as admission compares the resolved path
+			}
+			if w.HostPath == v || strings.HasPrefix(w.HostPath, v+string(filepath.Separator)) {
+				out = append(out, w.HostPath)
+			}
+		}
+	}
+	return out
 }
 
 // ownedWorkspaces are the host paths of running's workspaces under the

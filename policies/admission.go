@@ -54,6 +54,13 @@ type Admission struct {
 	// a Session's workspace from, and the branches it may push the
 	// session's committed changes to (see GitSource). None by default.
 	GitSources []GitSource `json:"git_sources,omitempty"`
+	// VolumePaths are the host directories under which the Kubernetes
+	// node agent may take a workspace from a PersistentVolume (a `local`
+	// or `hostPath` volume bound to the Session's claim). They may not
+	// overlap HostPaths or ReadOnlyPaths: a directory there is a host path
+	// any caller may name, and a volume's directory is its claim's alone.
+	// None by default.
+	VolumePaths []string `json:"volume_paths,omitempty"`
 	// Limits are upper bounds on what one session, and all of them
 	// together, may ask for.
 	Limits Limits `json:"limits"`
@@ -248,6 +255,32 @@ type Protected struct {
 	// daemon's root): admitted as that session's workspaces, as written,
 	// whatever else would refuse them. See WithOwned.
 	owned []string
+	// volumes are the directories of the PersistentVolumes the daemon's
+	// in-process caller found bound to the session's claims: admitted as
+	// its workspaces when they are under the admission policy's
+	// VolumePaths and not protected. See WithVolumes.
+	volumes []string
+}
+
+// WithVolumes returns a copy of pr that admits the directories dirs
+// (absolute paths, resolved as host paths are) as workspaces, and only as
+// workspaces, when they are under the admission policy's VolumePaths. It
+// is for the Kubernetes node agent, which found dirs as the directories of
+// the PersistentVolumes bound to the claims of the Session being created:
+// no API request can name one.
+func (pr *Protected) WithVolumes(dirs ...string) *Protected {
+	c := *pr
+	c.volumes = nil
+	for _, d := range dirs {
+		if d == "" || !filepath.IsAbs(d) {
+			continue
+		}
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			d = r
+		}
+		c.volumes = append(c.volumes, filepath.Clean(d))
+	}
+	return &c
 }
 
 // WithOwned returns a copy of pr that admits the directories dirs (exact,
@@ -425,6 +458,16 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 	}
 	for i := range p.Workspaces {
 		w := &p.Workspaces[i]
+		if len(pr.volumes) > 0 && filepath.IsAbs(w.HostPath) {
+			if r, err := resolveHostPath(w.HostPath); err == nil && slices.Contains(pr.volumes, r) {
+				if reason := a.volumePathReason(r, pr); reason != "" {
+					refuse("workspace %q refused: %s", w.HostPath, reason)
+				} else {
+					w.HostPath = r
+				}
+				continue
+			}
+		}
 		if slices.Contains(pr.owned, w.HostPath) {
 			if fi, err := os.Lstat(w.HostPath); err != nil || !fi.IsDir() {
 				refuse("workspace %q refused: the directory made for it is gone or not a directory", w.HostPath)
@@ -592,6 +635,45 @@ func (a *Admission) FillDefaults(p *Policy) {
 // writable is true for a use through which the session's writes reach p
 // (rw and overlay workspaces, writable mounts).
 func (a *Admission) hostPathReason(p string, writable bool, pr *Protected) string {
+	if reason := a.pathReason(p, writable, pr); reason != "" {
+		return reason
+	}
+	inRW := underAny(a.HostPaths, p)
+	inRO := underAny(a.ReadOnlyPaths, p)
+	switch {
+	case !inRW && !inRO:
+		return fmt.Sprintf("%q is not under an admitted host path (%s)", p, listOrNone(append(slices.Clone(a.HostPaths), a.ReadOnlyPaths...)))
+	case writable && !inRW:
+		return fmt.Sprintf("%q is under a read-only host path (%s): use a workspace with mode = \"ro\" or a mount with read_only = true", p, listOrNone(a.ReadOnlyPaths))
+	}
+	return ""
+}
+
+// volumePathReason says why the resolved directory p of a
+// PersistentVolume is refused as a workspace, or "".
+func (a *Admission) volumePathReason(p string, pr *Protected) string {
+	if reason := a.pathReason(p, true, pr); reason != "" {
+		return reason
+	}
+	if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+		return fmt.Sprintf("%q, a volume's path, is not a directory", p)
+	}
+	if !underAny(a.VolumePaths, p) {
+		return fmt.Sprintf("%q, a volume's path, is not under the admission policy's volume_paths (%s)", p, listOrNone(a.VolumePaths))
+	}
+	// Checked resolved too (the policy's decoding compares the roots as
+	// written): a symlink can put a volume's directory under a root
+	// every caller may name as a host_path.
+	if underAny(a.HostPaths, p) || underAny(a.ReadOnlyPaths, p) {
+		return fmt.Sprintf("%q, a volume's path, is also under an admitted host path (%s), which any session may name: keep the volumes' directories apart", p, listOrNone(append(slices.Clone(a.HostPaths), a.ReadOnlyPaths...)))
+	}
+	return ""
+}
+
+// pathReason says why the resolved host path p is refused whatever the
+// admitted roots: protected, a secret source's directory, or not a
+// directory or regular file one may hand a sandbox.
+func (a *Admission) pathReason(p string, writable bool, pr *Protected) string {
 	if reason := pr.reason(p, writable); reason != "" {
 		return reason + ", refused whatever the admission policy says"
 	}
@@ -616,14 +698,6 @@ func (a *Admission) hostPathReason(p string, writable bool, pr *Protected) strin
 		return fmt.Sprintf("%q is neither a directory nor a regular file", p)
 	case fi.Mode().IsRegular() && linkCount(fi) > 1:
 		return fmt.Sprintf("%q has %d hard links: another of its names may be a protected path", p, linkCount(fi))
-	}
-	inRW := underAny(a.HostPaths, p)
-	inRO := underAny(a.ReadOnlyPaths, p)
-	switch {
-	case !inRW && !inRO:
-		return fmt.Sprintf("%q is not under an admitted host path (%s)", p, listOrNone(append(slices.Clone(a.HostPaths), a.ReadOnlyPaths...)))
-	case writable && !inRW:
-		return fmt.Sprintf("%q is under a read-only host path (%s): use a workspace with mode = \"ro\" or a mount with read_only = true", p, listOrNone(a.ReadOnlyPaths))
 	}
 	return ""
 }

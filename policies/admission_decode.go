@@ -20,13 +20,13 @@ var (
 	}
 	admissionSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{
-			{Name: "host_paths", Required: true}, {Name: "read_only_paths"},
+			{Name: "host_paths", Required: true}, {Name: "read_only_paths"}, {Name: "volume_paths"},
 			{Name: "users"}, {Name: "groups"}, {Name: "capabilities"}, {Name: "secret_sources"},
 		},
 		Blocks: []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "secret_source", LabelNames: []string{"from"}}, {Type: "git_source", LabelNames: []string{"url"}}},
 	}
 	gitSourceSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "push_branches"}, {Name: "token_file"}, {Name: "username"}},
+		Attributes: []hcl.AttributeSchema{{Name: "push_branches"}, {Name: "token_file"}, {Name: "username"}, {Name: "namespaces"}},
 	}
 	secretSourceSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "hosts", Required: true}},
@@ -130,6 +130,27 @@ func (d *decoder) admission(b *hcl.Block, filename string) *Admission {
 			}
 		}
 	}
+	d.strList(attrs, "volume_paths", root, &a.VolumePaths)
+	for i, p := range a.VolumePaths {
+		at := d.rangeOf(root.field("volume_paths").index(i))
+		if reason := checkRootPath(p); reason != "" {
+			d.errorf(at, "Invalid volume path root",
+				"%s. Name the host directory the node's local or hostPath PersistentVolumes are made under, such as %q.", reason, "/srv/airlock/volumes")
+			continue
+		}
+		for _, list := range []struct {
+			name  string
+			paths []string
+		}{{"host_paths", a.HostPaths}, {"read_only_paths", a.ReadOnlyPaths}} {
+			for _, h := range list.paths {
+				v, hc := filepath.Clean(p), filepath.Clean(h)
+				if v == hc || within(hc, v) || within(v, hc) {
+					d.errorf(at, "Volume path overlaps a host path",
+						"%q overlaps %s entry %q: a directory under both could be named as any session's host_path, and a volume's directory is its claim's alone. Keep the volumes' directories apart from the admitted host paths.", p, list.name, h)
+				}
+			}
+		}
+	}
 	if _, ok := attrs["users"]; ok {
 		a.Users = d.idRanges(attrs, "users", root)
 	}
@@ -194,7 +215,11 @@ func (d *decoder) admission(b *hcl.Block, filename string) *Admission {
 		}
 	}
 	if blocks := c.Blocks.OfType("git_source"); len(blocks) > 0 {
-		seen := map[string]hcl.Range{}
+		type seenBlock struct {
+			namespaces []string
+			at         hcl.Range
+		}
+		seen := map[string][]seenBlock{}
 		for i, b := range blocks {
 			at := root.field("git_source").index(i)
 			g := b.Labels[0]
@@ -203,14 +228,38 @@ func (d *decoder) admission(b *hcl.Block, filename string) *Admission {
 					"%s. Write an http or https URL glob whose host is named, such as %q (\"*\" does not cross '/').", reason, "https://git.corp.test/agents/*")
 				continue
 			}
-			if prev, ok := seen[g]; ok {
-				d.errorf(b.LabelRanges[0], "Duplicate git source", "Merge the two blocks' push_branches. The other is at %s.", prev)
-				continue
-			}
-			seen[g] = b.LabelRanges[0]
 			bc, bdiags := b.Body.Content(gitSourceSchema)
 			d.diags = append(d.diags, bdiags...)
 			gs := GitSource{URL: g}
+			var namespaces []string
+			d.strList(bc.Attributes, "namespaces", at, &namespaces)
+			for j, ns := range namespaces {
+				if !isNamespaceName(ns) {
+					d.errorf(d.rangeOf(at.field("namespaces").index(j)), "Invalid namespace", "%q is not a Kubernetes namespace name (lower-case letters, digits and '-', at most 63). Name namespaces exactly: no globs.", ns)
+					continue
+				}
+				if !slices.Contains(gs.Namespaces, ns) {
+					gs.Namespaces = append(gs.Namespaces, ns)
+				}
+			}
+			if attr, ok := bc.Attributes["namespaces"]; ok && len(namespaces) == 0 {
+				d.errorf(attr.Expr.Range(), "Empty namespaces", "Name at least one namespace, or leave namespaces out for every namespace.")
+			}
+			// One block per repository and namespace: the first that
+			// matched would give its token and push branches, the other
+			// never.
+			dup := false
+			for _, prev := range seen[g] {
+				if len(prev.namespaces) == 0 || len(gs.Namespaces) == 0 || slices.ContainsFunc(gs.Namespaces, func(ns string) bool { return slices.Contains(prev.namespaces, ns) }) {
+					d.errorf(b.LabelRanges[0], "Duplicate git source", "Another block for %q admits some of the same namespaces (no namespaces: every one). Merge them, or give each its own namespaces. The other is at %s.", g, prev.at)
+					dup = true
+					break
+				}
+			}
+			if dup {
+				continue
+			}
+			seen[g] = append(seen[g], seenBlock{gs.Namespaces, b.LabelRanges[0]})
 			var branches []string
 			d.strList(bc.Attributes, "push_branches", at, &branches)
 			for j, br := range branches {
@@ -321,6 +370,20 @@ func parseIDRange(s string) (IDRange, string) {
 	return IDRange{First: a, Last: b}, ""
 }
 
+// isNamespaceName reports whether s is a Kubernetes namespace name (an
+// RFC 1123 label).
+func isNamespaceName(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // checkRootPath checks a host_paths or read_only_paths entry.
 func checkRootPath(p string) string {
 	switch {
@@ -397,7 +460,7 @@ func checkAdmittedHost(src, h string) string {
 // String renders the policy for the daemon's log.
 func (a *Admission) String() string {
 	l := a.Limits
-	return fmt.Sprintf("%s: host paths %s, read-only %s, users %s, groups %s, capabilities %s, secret sources %s, limits cpus=%v memory=%s pids=%d disk=%s log_size=%s audit_size=%s timeout=%s sessions=%s",
-		a.Source, listOrNone(a.HostPaths), listOrNone(a.ReadOnlyPaths), rangesString(a.Users), rangesString(a.Groups),
+	return fmt.Sprintf("%s: host paths %s, read-only %s, volume paths %s, users %s, groups %s, capabilities %s, secret sources %s, limits cpus=%v memory=%s pids=%d disk=%s log_size=%s audit_size=%s timeout=%s sessions=%s",
+		a.Source, listOrNone(a.HostPaths), listOrNone(a.ReadOnlyPaths), listOrNone(a.VolumePaths), rangesString(a.Users), rangesString(a.Groups),
 		listOrNone(a.Capabilities), a.secretSourcesString(), l.CPUs, formatSize(l.Memory), l.Pids, formatSize(l.Disk), formatSize(l.LogSize), formatSize(l.AuditSize), l.Timeout, strconv.Itoa(l.Sessions))
 }

@@ -32,8 +32,11 @@ func TestAdmissionExample(t *testing.T) {
 			{From: "env:ANTHROPIC_API_KEY", Hosts: []string{"api.anthropic.com"}},
 			{From: "file:/etc/airlock/corp/*", Hosts: []string{"git.corp.test", "*.registry.corp.test"}},
 		},
-		GitSources: []GitSource{{URL: "https://git.corp.test/agents/*", PushBranches: []string{"airlock/*"}, TokenFile: "/etc/airlock/git/corp.token", Username: DefaultGitUsername}},
-		Limits:     Limits{CPUs: 4, Memory: 8 << 30, Pids: 4096, Disk: 16 << 30, LogSize: 256 << 20, AuditSize: 64 << 20, Timeout: Duration(4 * 3600e9), Sessions: 32},
+		GitSources: []GitSource{
+			{URL: "https://git.corp.test/agents/*", PushBranches: []string{"airlock/*"}, TokenFile: "/etc/airlock/git/corp.token", Username: DefaultGitUsername},
+			{URL: "https://git.corp.test/team-a/*", PushBranches: []string{"airlock/team-a/*"}, TokenFile: "/etc/airlock/git/team-a.token", Username: DefaultGitUsername, Namespaces: []string{"team-a"}},
+		},
+		Limits: Limits{CPUs: 4, Memory: 8 << 30, Pids: 4096, Disk: 16 << 30, LogSize: 256 << 20, AuditSize: 64 << 20, Timeout: Duration(4 * 3600e9), Sessions: 32},
 	}
 	if !reflect.DeepEqual(a, want) {
 		t.Errorf("decoded\n%+v\nwant\n%+v", a, want)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -37,6 +38,16 @@ type GitSource struct {
 	TokenFile string `json:"token_file,omitempty"`
 	// Username goes with TokenFile's token; DefaultGitUsername unless set.
 	Username string `json:"username,omitempty"`
+	// Namespaces, when set, are the Kubernetes namespaces whose Sessions
+	// the block admits, and the only ones its token is sent for; none:
+	// every namespace's. Blocks for one URL glob and different
+	// namespaces give each namespace its own token and push branches.
+	Namespaces []string `json:"namespaces,omitempty"`
+}
+
+// admitsNamespace reports whether g admits the Sessions of namespace ns.
+func (g GitSource) admitsNamespace(ns string) bool {
+	return len(g.Namespaces) == 0 || slices.Contains(g.Namespaces, ns)
 }
 
 // DefaultGitUsername is a git source's username when its block names a
@@ -82,10 +93,14 @@ func (g GitSource) Token() (string, error) {
 }
 
 func (g GitSource) String() string {
-	if len(g.PushBranches) == 0 {
-		return g.URL + " (no push)"
+	s := g.URL
+	if len(g.Namespaces) > 0 {
+		s += " for namespaces " + strings.Join(g.Namespaces, ", ")
 	}
-	return fmt.Sprintf("%s (push to %s)", g.URL, strings.Join(g.PushBranches, ", "))
+	if len(g.PushBranches) == 0 {
+		return s + " (no push)"
+	}
+	return fmt.Sprintf("%s (push to %s)", s, strings.Join(g.PushBranches, ", "))
 }
 
 // CheckGitURL says what is wrong with a repository URL a workspace is
@@ -144,18 +159,18 @@ func CheckBranch(b string) string {
 	return ""
 }
 
-// AdmitGitSource checks that a workspace may be fetched from the
-// repository rawURL and, when pushBranch is not empty, that changes may be
-// pushed to that branch of it. It returns the first git_source block that
-// admits it (its token is the one sent), or an *AdmissionError naming the
-// rule.
-func (a *Admission) AdmitGitSource(rawURL, pushBranch string) (*GitSource, error) {
+// AdmitGitSource checks that a Session of the Kubernetes namespace
+// namespace may have its workspace fetched from the repository rawURL
+// and, when pushBranch is not empty, its changes pushed to that branch of
+// it. It returns the first git_source block that admits it (its token is
+// the one sent), or an *AdmissionError naming the rule.
+func (a *Admission) AdmitGitSource(namespace, rawURL, pushBranch string) (*GitSource, error) {
 	if r := CheckGitURL(rawURL); r != "" {
 		return nil, &AdmissionError{Problems: []string{"git source refused: " + r}}
 	}
 	fetch := false
 	for i, g := range a.GitSources {
-		if ok, err := path.Match(g.URL, rawURL); err != nil || !ok {
+		if ok, err := path.Match(g.URL, rawURL); err != nil || !ok || !g.admitsNamespace(namespace) {
 			continue
 		}
 		fetch = true
@@ -169,7 +184,7 @@ func (a *Admission) AdmitGitSource(rawURL, pushBranch string) (*GitSource, error
 		}
 	}
 	if !fetch {
-		return nil, &AdmissionError{Problems: []string{fmt.Sprintf("git source %q refused: it matches none of the admitted git sources (%s)", rawURL, a.gitSourcesString())}}
+		return nil, &AdmissionError{Problems: []string{fmt.Sprintf("git source %q refused for namespace %q: it matches none of the git sources admitted there (%s)", rawURL, namespace, a.gitSourcesString())}}
 	}
 	return nil, &AdmissionError{Problems: []string{fmt.Sprintf("push to branch %q of %q refused: the admitted git sources that match it admit pushes to other branches only (%s)", pushBranch, rawURL, a.gitSourcesString())}}
 }

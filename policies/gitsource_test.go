@@ -101,7 +101,7 @@ func TestAdmitGitSource(t *testing.T) {
 		{"https://git.corp.test/readonly.git", "airlock/s1", "admit pushes to other branches only"},
 		{"https://git.corp.test/agents/a.git", "main", `push to branch "main"`},
 		{"https://git.corp.test/agents/a.git", "airlock/x/y", "admit pushes to other branches only"},
-		{"https://git.corp.test/other.git", "", "matches none of the admitted git sources"},
+		{"https://git.corp.test/other.git", "", "matches none of the git sources admitted there"},
 		{"https://git.corp.test/agents/sub/a.git", "", "matches none"},
 		// What a glob matched must be what git asks for.
 		{"https://git.corp.test/agents/..", "", "not clean"},
@@ -115,7 +115,7 @@ func TestAdmitGitSource(t *testing.T) {
 		{"file:///srv/agents/a.git", "", "not an http or https URL"},
 		{"https:///agents/a.git", "", "no host"},
 	} {
-		_, err := a.AdmitGitSource(tt.url, tt.branch)
+		_, err := a.AdmitGitSource("default", tt.url, tt.branch)
 		switch {
 		case tt.want == "" && err != nil:
 			t.Errorf("%s %q: %v, want admitted", tt.url, tt.branch, err)
@@ -123,6 +123,69 @@ func TestAdmitGitSource(t *testing.T) {
 			t.Errorf("%s %q: %v, want a refusal saying %q", tt.url, tt.branch, err, tt.want)
 		case tt.want != "" && !errors.Is(err, errdefs.ErrPermissionDenied):
 			t.Errorf("%s %q: %v is not a permission error", tt.url, tt.branch, err)
+		}
+	}
+}
+
+// TestGitSourceNamespaces: a git_source block with namespaces admits the
+// Sessions of those namespaces alone, and its token goes to them alone:
+// two blocks for one repository give two namespaces their own tokens and
+// push branches; blocks whose namespaces overlap are refused.
+func TestGitSourceNamespaces(t *testing.T) {
+	a, diags := DecodeAdmission("adm.hcl", []byte(`admission {
+  host_paths = ["/srv"]
+  git_source "https://git.corp.test/shared/*" {
+    namespaces    = ["team-a"]
+    push_branches = ["airlock/a/*"]
+    token_file    = "/etc/airlock/git/a.token"
+  }
+  git_source "https://git.corp.test/shared/*" {
+    namespaces = ["team-b", "team-c"]
+    token_file = "/etc/airlock/git/b.token"
+  }
+  git_source "https://git.corp.test/public/*" {
+  }
+}
+`))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	for _, tt := range []struct {
+		ns, url, branch string
+		token, want     string
+	}{
+		{"team-a", "https://git.corp.test/shared/x.git", "", "/etc/airlock/git/a.token", ""},
+		{"team-a", "https://git.corp.test/shared/x.git", "airlock/a/1", "/etc/airlock/git/a.token", ""},
+		{"team-b", "https://git.corp.test/shared/x.git", "", "/etc/airlock/git/b.token", ""},
+		{"team-c", "https://git.corp.test/shared/x.git", "", "/etc/airlock/git/b.token", ""},
+		// team-b's block admits no push; team-a's is not team-b's.
+		{"team-b", "https://git.corp.test/shared/x.git", "airlock/a/1", "", "admit pushes to other branches only"},
+		{"team-d", "https://git.corp.test/shared/x.git", "", "", `refused for namespace "team-d"`},
+		{"team-d", "https://git.corp.test/public/y.git", "", "", ""},
+	} {
+		g, err := a.AdmitGitSource(tt.ns, tt.url, tt.branch)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s %s %q: %v, want admitted", tt.ns, tt.url, tt.branch, err)
+		case tt.want == "" && g.TokenFile != tt.token:
+			t.Errorf("%s %s: token file %q, want %q", tt.ns, tt.url, g.TokenFile, tt.token)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s %s %q: %v, want a refusal saying %q", tt.ns, tt.url, tt.branch, err, tt.want)
+		}
+	}
+	for name, src := range map[string]string{
+		"5:Duplicate git source": "admission {\n  host_paths = [\"/srv\"]\n  git_source \"https://g.test/*\" {\n  }\n  git_source \"https://g.test/*\" {\n    namespaces = [\"a\"]\n  }\n}\n",
+		"6:Duplicate git source": "admission {\n  host_paths = [\"/srv\"]\n  git_source \"https://g.test/*\" {\n    namespaces = [\"a\", \"b\"]\n  }\n  git_source \"https://g.test/*\" {\n    namespaces = [\"b\"]\n  }\n}\n",
+		"4:Invalid namespace":    "admission {\n  host_paths = [\"/srv\"]\n  git_source \"https://g.test/*\" {\n    namespaces = [\"team-*\"]\n  }\n}\n",
+		"4:Empty namespaces":     "admission {\n  host_paths = [\"/srv\"]\n  git_source \"https://g.test/*\" {\n    namespaces = []\n  }\n}\n",
+	} {
+		a, diags := DecodeAdmission("adm.hcl", []byte(src))
+		var got []string
+		for _, d := range diags.Errors() {
+			got = append(got, strconv.Itoa(d.Line)+":"+d.Summary)
+		}
+		if a != nil || len(got) != 1 || got[0] != name {
+			t.Errorf("%s: errors %q, want [%q]", src, got, name)
 		}
 	}
 }

@@ -16,17 +16,19 @@ type gitSourceOptions struct {
 	sources []string // TARGET=URL[#REF]
 	pushes  []string // TARGET=BRANCH
 	depth   int32
+	claims  []string // TARGET=CLAIM
 }
 
 func (o *gitSourceOptions) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVar(&o.sources, "git-source", nil, "with --context: fill the workspace at TARGET from a git repository: `TARGET=URL[#REF]` (http or https, no credentials: the node's admission policy admits the URL and holds its token; REF a branch, tag or commit, default the repository's HEAD; repeatable)")
 	cmd.Flags().StringArrayVar(&o.pushes, "git-push", nil, "with --context: once the session has ended and no change waits for review, push the workspace at TARGET (a --git-source) to branch `TARGET=BRANCH` of its repository (the node's admission policy admits the branch)")
 	cmd.Flags().Int32Var(&o.depth, "git-depth", 1, "with --context: how many commits of each --git-source's history to fetch (0: all)")
+	cmd.Flags().StringArrayVar(&o.claims, "volume-claim", nil, "with --context: take the workspace at TARGET from the PersistentVolume bound to a claim of the Session's namespace: `TARGET=CLAIM` (a local or hostPath volume under the node's volume_paths; repeatable)")
 }
 
 // set reports whether any of the flags was given.
 func (o *gitSourceOptions) set(cmd *cobra.Command) bool {
-	return cmd.Flags().Changed("git-source") || cmd.Flags().Changed("git-push") || cmd.Flags().Changed("git-depth")
+	return cmd.Flags().Changed("git-source") || cmd.Flags().Changed("git-push") || cmd.Flags().Changed("git-depth") || cmd.Flags().Changed("volume-claim")
 }
 
 // workspaceSources turns the flags into a Session's workspace sources.
@@ -57,6 +59,20 @@ func (o *gitSourceOptions) workspaceSources() ([]v1alpha1.WorkspaceSource, error
 		at[target] = len(out)
 		out = append(out, v1alpha1.WorkspaceSource{Target: target, Git: &v1alpha1.GitSource{URL: rawURL, Ref: ref, Depth: o.depth}})
 	}
+	for _, c := range o.claims {
+		target, claim, ok := strings.Cut(c, "=")
+		if !ok || target == "" || claim == "" {
+			return nil, usageErrorf("invalid --volume-claim %q: want TARGET=CLAIM", c)
+		}
+		if !path.IsAbs(target) || path.Clean(target) != target {
+			return nil, usageErrorf("invalid --volume-claim %q: the target %q is not a clean absolute path", c, target)
+		}
+		if _, dup := at[target]; dup {
+			return nil, usageErrorf("invalid --volume-claim %q: %s has a source already", c, target)
+		}
+		at[target] = len(out)
+		out = append(out, v1alpha1.WorkspaceSource{Target: target, Volume: &v1alpha1.VolumeSource{ClaimName: claim}})
+	}
 	for _, p := range o.pushes {
 		target, branch, ok := strings.Cut(p, "=")
 		if !ok || target == "" || branch == "" {
@@ -65,6 +81,9 @@ func (o *gitSourceOptions) workspaceSources() ([]v1alpha1.WorkspaceSource, error
 		i, ok := at[target]
 		if !ok {
 			return nil, usageErrorf("invalid --git-push %q: no --git-source fills %s", p, target)
+		}
+		if out[i].Git == nil {
+			return nil, usageErrorf("invalid --git-push %q: %s is a --volume-claim: only a git source is pushed", p, target)
 		}
 		if out[i].Git.PushBranch != "" {
 			return nil, usageErrorf("invalid --git-push %q: %s is pushed to %s already", p, target, out[i].Git.PushBranch)
@@ -75,4 +94,4 @@ func (o *gitSourceOptions) workspaceSources() ([]v1alpha1.WorkspaceSource, error
 }
 
 // errGitSourceLocal is the refusal of the git flags without --context.
-var errGitSourceLocal = usageErrorf("--git-source, --git-push and --git-depth work with --context only: the node agent fetches the repository; a local session's workspace is a directory of this host (workspace { host_path = ... })")
+var errGitSourceLocal = usageErrorf("--git-source, --git-push, --git-depth and --volume-claim work with --context only: the node agent fetches the repository or finds the volume; a local session's workspace is a directory of this host (workspace { host_path = ... })")

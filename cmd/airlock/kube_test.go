@@ -52,6 +52,11 @@ current-context: withtoken
 		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-f", manifest, "--git-source", "/work=https://git.test/r.git", "--git-push", "/other=airlock/x"}, "no --git-source fills /other"},
 		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-f", manifest, "--git-source", "/work=https://git.test/a.git", "--git-source", "/work=https://git.test/b.git"}, "has a source already"},
 		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-f", manifest, "--git-source", "/work=https://git.test/r.git", "--git-depth", "-1"}, "want 0 (all) or more"},
+		{[]string{"run", "-f", manifest, "--volume-claim", "/work=data"}, "work with --context only"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-f", manifest, "--volume-claim", "/work"}, "want TARGET=CLAIM"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-f", manifest, "--volume-claim", "work/=data"}, "not a clean absolute path"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-f", manifest, "--volume-claim", "/work=data", "--git-source", "/work=https://git.test/r.git"}, "has a source already"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "run", "-f", manifest, "--volume-claim", "/work=data", "--git-push", "/work=airlock/x"}, "only a git source is pushed"},
 	} {
 		r := h.run("", tc.args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {

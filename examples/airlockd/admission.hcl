@@ -41,6 +41,14 @@ admission {
   # Default: none.
   read_only_paths = ["/opt/datasets", "/usr/share/ca-certificates"]
 
+  # Kubernetes node agents only (airlockd-kube --kubernetes): host
+  # directories under which a Session's workspace may be the directory of
+  # the PersistentVolume (local or hostPath) its claim is bound to
+  # (spec.workspaceSources volume). No session may name a path under them
+  # as a host_path, so they may not overlap host_paths or read_only_paths.
+  # Default: none.
+  # volume_paths = ["/srv/airlock/volumes"]
+
   # The uids and gids a session's user may have: numeric ids or inclusive
   # ranges "FIRST-LAST". A user "1000" has gid 1000. Default: every id but
   # 0 ("1-4294967294"). Sessions have no user namespace: a sandbox's uid is
@@ -99,10 +107,18 @@ admission {
   # repositories and pushes; read by airlockd as root at each fetch and
   # push, given to git through its environment, refused as a workspace or
   # mount; every Session that may name these repositories uses it.
+  # namespaces: the Kubernetes namespaces whose Sessions the block admits
+  # (default: every one), so that a namespace has its own token and push
+  # branches; blocks for one URL glob may not share a namespace.
   # Default: no git source.
   git_source "https://git.corp.test/agents/*" {
     push_branches = ["airlock/*"]
     token_file    = "/etc/airlock/git/corp.token"
+  }
+  git_source "https://git.corp.test/team-a/*" {
+    namespaces    = ["team-a"]
+    push_branches = ["airlock/team-a/*"]
+    token_file    = "/etc/airlock/git/team-a.token"
   }
 
   # Upper bounds. A session that asks for more is refused; one that leaves

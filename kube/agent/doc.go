@@ -59,8 +59,8 @@
 //
 // A Session's spec.workspaceSources name git repositories its workspaces
 // are fetched from (sources.go, kube/gitsource). The agent checks each
-// against the node's admission policy (git_source blocks: the URL, and
-// the push branch) before any request, fetches it under airlockd's root
+// against the node's admission policy (git_source blocks: the URL, the
+// Session's namespace and the push branch) before any request, fetches it under airlockd's root
 // (with the block's token, when it names a token_file)
 // (kube-sources/UID/N: the agent's own bare repository and the workspace,
 // a repository of its own), and names the workspace in
@@ -73,6 +73,18 @@
 // agent's own repository (never git run in the sandbox's), on top of the
 // fetched commit. The directory goes when the Session's local session
 // does; the sweep removes those of Sessions gone while the agent was away.
+//
+// # Workspaces from volumes
+//
+// A source may name a PersistentVolumeClaim instead (volumes.go). The
+// placement controller reads the claim and the PersistentVolume bound to
+// it (the binding checked both ways, by uid), leaves the Session Pending
+// until the claim is bound, and places it only on a node whose Kubernetes
+// Node the volume's nodeAffinity selects. The node's agent checks it all
+// again before the session runs and names the volume's directory (a local
+// or hostPath volume) in api.CreateRequest.VolumeWorkspaces: the daemon
+// admits it under the admission policy's volume_paths, where no API
+// caller's host_path is admitted.
 //
 // # The node endpoint
 //

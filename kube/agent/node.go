@@ -354,11 +354,11 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 		err = fmt.Errorf("label %q: the prefix %q is reserved for the Sessions of a SessionPool (set spec.poolName instead): %w",
 			pol.Label, PoolLabelPrefix, errdefs.ErrInvalidArgument)
 	}
-	var owned []string
+	var owned, volumes []string
 	var fetched []v1alpha1.WorkspaceSourceStatus
 	if err == nil {
 		pol.Workspaces = slices.Clone(pol.Workspaces)
-		owned, fetched, err = a.fetchSources(ctx, s, &pol)
+		owned, volumes, fetched, err = a.fetchSources(ctx, s, &pol)
 	}
 	if err == nil && len(fetched) > 0 {
 		// What was fetched is written before the session runs: its
@@ -379,7 +379,7 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 		v, err = a.d.Create(ctx, api.CreateRequest{Policy: pol, Start: true, Labels: map[string]string{
 			LabelSessionUID: string(s.UID),
 			LabelSession:    s.Namespace + "/" + s.Name,
-		}, OwnedWorkspaces: owned})
+		}, OwnedWorkspaces: owned, VolumeWorkspaces: volumes})
 		if err != nil && len(owned) > 0 {
 			a.removeSources(ctx, s.UID)
 		}

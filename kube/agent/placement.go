@@ -76,7 +76,10 @@ func lostable(st v1alpha1.SessionState) bool {
 // the pool s names, nil for none), then the one with the most free
 // places, then the fewest used, then by name. Without one it returns ""
 // and why each node was passed over.
-func choose(s *v1alpha1.Session, nodes []*node, warm map[string]int32) (*node, string) {
+//
+// fits, when not nil, is asked last of a node that passes the rest, and
+// says why s's volumes are not on it ("" when they are).
+func choose(s *v1alpha1.Session, nodes []*node, warm map[string]int32, fits func(*node) string) (*node, string) {
 	var best *node
 	var why []string
 	for _, n := range nodes {
@@ -92,6 +95,8 @@ func choose(s *v1alpha1.Session, nodes []*node, warm map[string]int32) (*node, s
 			reason = "labels do not match the nodeSelector"
 		case n.used >= n.capacity:
 			reason = fmt.Sprintf("full (%d of %d)", n.used, n.capacity)
+		case fits != nil:
+			reason = fits(n)
 		}
 		if reason != "" {
 			why = append(why, n.name+": "+reason)
@@ -226,12 +231,25 @@ func (p *placer) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.
 	})
 	list := slices.SortedFunc(maps.Values(nodes), func(a, b *node) int { return cmp.Compare(a.name, b.name) })
 	ready := p.poolsReady(ctx, pending)
+	_, fresh := p.clients()
+	knodes := newNodeReader(fresh) // for volumes' node affinity, read once a pass
 	for _, s := range pending {
 		warm := ready[s.Namespace+"/"+s.Spec.PoolName]
 		if s.Spec.PoolName == "" {
 			warm = nil
 		}
-		n, why := choose(s, list, warm)
+		fits, wait, err := volumeFits(ctx, fresh, knodes, s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if wait != "" {
+			if err := p.unschedulable(ctx, s, wait); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		n, why := choose(s, list, warm, fits)
 		if n == nil {
 			if err := p.unschedulable(ctx, s, why); err != nil {
 				errs = append(errs, err)

@@ -50,7 +50,7 @@ func TestChoose(t *testing.T) {
 		{"ready but not selected", sel("zone", "z1"), []*node{mk("a", 4, 0, map[string]string{"zone": "z1"}), mk("b", 2, 0, nil)}, "a", nil, map[string]int32{"b": 3}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			n, why := choose(tt.s, tt.nodes, tt.warm)
+			n, why := choose(tt.s, tt.nodes, tt.warm, nil)
 			got := ""
 			if n != nil {
 				got = n.name

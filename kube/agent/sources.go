@@ -42,28 +42,108 @@ func (a *nodeAgent) sessionSourcesDir(uid types.UID) string {
 // fetched. An error that wraps errdefs.ErrPermissionDenied or
 // ErrInvalidArgument is a refusal; nothing is left on the node after an
 // error.
-func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *policies.Policy) (owned []string, fetched []v1alpha1.WorkspaceSourceStatus, err error) {
-	srcs := s.Spec.WorkspaceSources
-	adm := a.d.Admission()
-	// Targets are compared cleaned ("/work" and "/work/" are one), so
-	// each must be one source's alone.
+func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *policies.Policy) (owned, volumes []string, fetched []v1alpha1.WorkspaceSourceStatus, err error) {
+	volumes, vsts, err := a.volumeSources(ctx, s, pol)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	owned, fetched, err = a.gitSources(ctx, s, pol)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return owned, volumes, append(vsts, fetched...), nil
+}
+
+// volumeSources checks s's workspace sources (their targets, and each
+// volume source's claim, volume and node) and points pol's workspaces at
+// the volumes' directories, which it returns with what it found.
+func (a *nodeAgent) volumeSources(ctx context.Context, s *v1alpha1.Session, pol *policies.Policy) (dirs []string, sts []v1alpha1.WorkspaceSourceStatus, err error) {
+	if err := checkTargets(s.Spec.WorkspaceSources); err != nil {
+		return nil, nil, err
+	}
+	for i, src := range s.Spec.WorkspaceSources {
+		if src.Volume == nil {
+			continue
+		}
+		what := fmt.Sprintf("spec.workspaceSources[%d] (target %s)", i, src.Target)
+		b, err := bindVolume(ctx, a.fresh, s.Namespace, src.Volume)
+		if err != nil {
+			if errors.Is(err, errVolumeWait) {
+				// Placement waits for a binding; a Session placed
+				// on this node by its creator does not.
+				return nil, nil, fmt.Errorf("%s: %s: %w", what, strings.TrimSuffix(err.Error(), ": "+errVolumeWait.Error()), errdefs.ErrInvalidArgument)
+			}
+			return nil, nil, fmt.Errorf("%s: %w", what, err)
+		}
+		ok, why, err := b.onNode(ctx, newNodeReader(a.fresh), a.node)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", what, err)
+		}
+		if !ok {
+			return nil, nil, fmt.Errorf("%s: %s: the volume is not on this node: %w", what, why, errdefs.ErrInvalidArgument)
+		}
+		found := false
+		for j := range pol.Workspaces {
+			w := &pol.Workspaces[j]
+			if filepath.Clean(w.Target) != filepath.Clean(src.Target) {
+				continue
+			}
+			if w.HostPath != "" {
+				return nil, nil, fmt.Errorf("%s: spec.policy.workspaces[%d] has the same target and a host_path: leave its host_path empty for the source to fill: %w", what, j, errdefs.ErrInvalidArgument)
+			}
+			if b.readOnly && w.Mode != policies.ModeRO {
+				return nil, nil, fmt.Errorf("%s: PersistentVolumeClaim %s/%s is ReadOnlyMany: give spec.policy.workspaces[%d] mode %q: %w", what, s.Namespace, src.Volume.ClaimName, j, policies.ModeRO, errdefs.ErrInvalidArgument)
+			}
+			w.HostPath = b.path
+			found = true
+		}
+		if !found {
+			w := policies.Workspace{Target: src.Target, HostPath: b.path, DefaultDenyRead: true}
+			if b.readOnly {
+				w.Mode = policies.ModeRO
+			}
+			pol.Workspaces = append(pol.Workspaces, w)
+		}
+		dirs = append(dirs, b.path)
+		sts = append(sts, v1alpha1.WorkspaceSourceStatus{Target: src.Target, Volume: b.pv.Name, Path: b.path})
+	}
+	return dirs, sts, nil
+}
+
+// checkTargets checks that each source's target is absolute and its own.
+// Targets are compared cleaned ("/work" and "/work/" are one).
+func checkTargets(srcs []v1alpha1.WorkspaceSource) error {
 	seen := map[string]int{}
 	for i, src := range srcs {
 		t := filepath.Clean(src.Target)
 		if !filepath.IsAbs(t) {
-			return nil, nil, fmt.Errorf("spec.workspaceSources[%d]: target %q is not an absolute path: %w", i, src.Target, errdefs.ErrInvalidArgument)
+			return fmt.Errorf("spec.workspaceSources[%d]: target %q is not an absolute path: %w", i, src.Target, errdefs.ErrInvalidArgument)
 		}
 		if j, ok := seen[t]; ok {
-			return nil, nil, fmt.Errorf("spec.workspaceSources[%d] and [%d] have the same target %s: %w", j, i, t, errdefs.ErrInvalidArgument)
+			return fmt.Errorf("spec.workspaceSources[%d] and [%d] have the same target %s: %w", j, i, t, errdefs.ErrInvalidArgument)
 		}
 		seen[t] = i
+		if (src.Git == nil) == (src.Volume == nil) {
+			return fmt.Errorf("spec.workspaceSources[%d] (target %s): set exactly one of git and volume: %w", i, src.Target, errdefs.ErrInvalidArgument)
+		}
 	}
+	return nil
+}
+
+// gitSources checks s's git sources against the node's admission policy
+// and pol, fetches them, and points pol's workspaces at them. It returns
+// the directories to name in the create request and what was fetched.
+func (a *nodeAgent) gitSources(ctx context.Context, s *v1alpha1.Session, pol *policies.Policy) (owned []string, fetched []v1alpha1.WorkspaceSourceStatus, err error) {
+	srcs := s.Spec.WorkspaceSources
+	adm := a.d.Admission()
+	gits := 0
 	for i, src := range srcs {
 		what := fmt.Sprintf("spec.workspaceSources[%d] (target %s)", i, src.Target)
 		if src.Git == nil {
-			return nil, nil, fmt.Errorf("%s: no source given (set git): %w", what, errdefs.ErrInvalidArgument)
+			continue
 		}
-		if _, err := adm.AdmitGitSource(src.Git.URL, src.Git.PushBranch); err != nil {
+		gits++
+		if _, err := adm.AdmitGitSource(s.Namespace, src.Git.URL, src.Git.PushBranch); err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", what, err)
 		}
 		if r := gitsource.CheckRef(src.Git.Ref); r != "" {
@@ -97,7 +177,7 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 		}
 	}
 	for j, w := range pol.Workspaces {
-		if w.HostPath != "" {
+		if w.HostPath != "" && !volumeTarget(srcs, w.Target) {
 			// The daemon admits a fetched directory by its path alone:
 			// a second workspace naming it (mode "rw") would be the
 			// directory itself, unbounded and unreviewed.
@@ -106,15 +186,17 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 			}
 			continue
 		}
-		filled := false
-		for _, src := range srcs {
-			filled = filled || filepath.Clean(src.Target) == filepath.Clean(w.Target)
-		}
-		if !filled {
-			return nil, nil, fmt.Errorf("spec.policy.workspaces[%d] (target %s) has no host_path and no spec.workspaceSources entry fills it: %w", j, w.Target, errdefs.ErrInvalidArgument)
+		if w.HostPath == "" {
+			filled := false
+			for _, src := range srcs {
+				filled = filled || filepath.Clean(src.Target) == filepath.Clean(w.Target)
+			}
+			if !filled {
+				return nil, nil, fmt.Errorf("spec.policy.workspaces[%d] (target %s) has no host_path and no spec.workspaceSources entry fills it: %w", j, w.Target, errdefs.ErrInvalidArgument)
+			}
 		}
 	}
-	if len(srcs) == 0 {
+	if gits == 0 {
 		return nil, nil, nil
 	}
 
@@ -142,8 +224,11 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 		maxBytes = l
 	}
 	for i, src := range srcs {
+		if src.Git == nil {
+			continue
+		}
 		began := time.Now()
-		auth, err := sourceAuth(adm, src.Git.URL, "")
+		auth, err := sourceAuth(adm, s.Namespace, src.Git.URL, "")
 		if err != nil {
 			return nil, nil, fmt.Errorf("spec.workspaceSources[%d] (target %s): %w", i, src.Target, err)
 		}
@@ -168,6 +253,16 @@ func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *
 		fetched = append(fetched, v1alpha1.WorkspaceSourceStatus{Target: src.Target, Commit: f.Commit, Branch: f.Branch})
 	}
 	return owned, fetched, nil
+}
+
+// volumeTarget reports whether a volume source of srcs fills target.
+func volumeTarget(srcs []v1alpha1.WorkspaceSource, target string) bool {
+	for _, src := range srcs {
+		if src.Volume != nil && filepath.Clean(src.Target) == filepath.Clean(target) {
+			return true
+		}
+	}
+	return false
 }
 
 // under reports whether p is dir or beneath it.
@@ -251,7 +346,7 @@ func (a *nodeAgent) push(ctx context.Context, s *v1alpha1.Session, i int, cur v1
 	src := s.Spec.WorkspaceSources[i]
 	// Checked again now: the spec's pushBranch may have changed since the
 	// fetch, and the admission policy with it.
-	auth, err := sourceAuth(a.d.Admission(), src.Git.URL, src.Git.PushBranch)
+	auth, err := sourceAuth(a.d.Admission(), s.Namespace, src.Git.URL, src.Git.PushBranch)
 	if err != nil {
 		cur.PushMessage = shown(err.Error(), maxStatusMessage)
 		return cur
@@ -275,10 +370,10 @@ func (a *nodeAgent) push(ctx context.Context, s *v1alpha1.Session, i int, cur v1
 }
 
 // sourceAuth admits a fetch from url (pushBranch empty) or a push to its
-// pushBranch, and returns the credentials of the git_source block that
-// admits it (nil: none).
-func sourceAuth(adm *policies.Admission, url, pushBranch string) (*gitsource.BasicAuth, error) {
-	g, err := adm.AdmitGitSource(url, pushBranch)
+// pushBranch, for a Session of namespace ns, and returns the credentials
+// of the git_source block that admits it (nil: none).
+func sourceAuth(adm *policies.Admission, ns, url, pushBranch string) (*gitsource.BasicAuth, error) {
+	g, err := adm.AdmitGitSource(ns, url, pushBranch)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
@@ -53,6 +57,7 @@ func TestGitWorkspaceSources(t *testing.T) {
     push_branches = ["airlock/*"]
   }
   git_source %q {
+    namespaces = ["default"]
     push_branches = ["airlock/*"]
     token_file = %q
   }
@@ -92,13 +97,41 @@ echo fixed > /work/README && echo new > /work/NEW && echo evil > /work/src/main.
 	k.create("no-branch", []string{"true"}, git("nope", ""))
 
 	for name, want := range map[string]string{
-		"other-repo": "matches none of the admitted git sources",
+		"other-repo": "matches none of the git sources admitted there",
 		"push-main":  `push to branch "main"`,
 	} {
 		s := k.waitState(name, v1alpha1.SessionFailed, 60*time.Second)
 		if s.Status.Reason != "refused" || !strings.Contains(s.Status.Message, want) {
 			t.Errorf("Session %s: reason %q, message %q; want refused saying %q", name, s.Status.Reason, s.Status.Message, want)
 		}
+	}
+	// The private repository's block is namespace default's: a Session
+	// of another namespace is refused before the node reaches it with
+	// default's token.
+	if err := k.c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-x"}}); err != nil {
+		t.Fatal(err)
+	}
+	foreign := &v1alpha1.Session{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-x", Name: "private"},
+		Spec: v1alpha1.SessionSpec{
+			Policy:           policies.Policy{Label: "private", Image: daemontest.AgentImage, Command: []string{"true"}},
+			WorkspaceSources: []v1alpha1.WorkspaceSource{{Target: "/work", Git: &v1alpha1.GitSource{URL: privURL, Ref: "main", Depth: 1}}},
+		},
+	}
+	if err := k.c.Create(t.Context(), foreign); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 60*time.Second, "team-x's Session on default's repository refused", func() (bool, string) {
+		if err := k.c.Get(t.Context(), client.ObjectKeyFromObject(foreign), foreign); err != nil {
+			return false, err.Error()
+		}
+		return foreign.Status.State == v1alpha1.SessionFailed, fmt.Sprintf("%+v", foreign.Status)
+	})
+	if foreign.Status.Reason != "refused" || !strings.Contains(foreign.Status.Message, `refused for namespace "team-x"`) {
+		t.Errorf("team-x's Session: reason %q, message %q; want refused for its namespace", foreign.Status.Reason, foreign.Status.Message)
+	}
+	if err := k.c.Delete(t.Context(), foreign); err != nil {
+		t.Fatal(err)
 	}
 	s := k.waitState("no-branch", v1alpha1.SessionFailed, 60*time.Second)
 	if !strings.Contains(s.Status.Message, "couldn't find remote ref nope") {

@@ -439,4 +439,27 @@ func TestWorkspaceSourcesSchema(t *testing.T) {
 			t.Errorf("url %q: %v, want 422 naming spec.workspaceSources[0].git.url", url, err)
 		}
 	}
+	// A volume source: a claim's name; exactly one of git and volume.
+	for name, tt := range map[string]struct{ src, want string }{
+		"vol":     {`{"target": "/work", "volume": {"claimName": "data"}}`, ""},
+		"both":    {`{"target": "/work", "volume": {"claimName": "data"}, "git": {"url": "https://git.corp.test/a.git"}}`, "set exactly one of git and volume"},
+		"neither": {`{"target": "/work"}`, "set exactly one of git and volume"},
+		"noclaim": {`{"target": "/work", "volume": {"claimName": ""}}`, "spec.workspaceSources[0].volume.claimName"},
+	} {
+		u := &unstructured.Unstructured{}
+		if err := json.Unmarshal(fmt.Appendf(nil, `{
+		"apiVersion": "airlock.dev/v1alpha1", "kind": "Session",
+		"metadata": {"namespace": "default", "name": %q},
+		"spec": {"policy": {"label": "src", "image": "airlock/agent:dev", "command": ["true"]},
+			"workspaceSources": [%s]}}`, name, tt.src), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Create(ctx, u)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: %v", name, err)
+		case tt.want != "" && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s: %v, want 422 saying %q", name, err, tt.want)
+		}
+	}
 }

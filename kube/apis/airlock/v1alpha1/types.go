@@ -58,14 +58,16 @@ type SessionSpec struct {
 	// Session's namespace) prepared, when one is ready on the chosen node.
 	// +optional
 	PoolName string `json:"poolName,omitempty"`
-	// WorkspaceSources fill workspaces from outside the node: before the
-	// session starts, its node agent fetches each into a directory of its
-	// own on the node (under airlockd's root, which no manifest can name),
-	// and removes it with the Session. A source's target is that of one
-	// of spec.policy.workspaces, whose host_path is then left empty, or,
-	// when none has it, of a new overlay workspace with the manifest's
-	// defaults. The node's admission policy must admit the source
-	// (git_source blocks; none by default).
+	// WorkspaceSources fill workspaces from outside the node. A git
+	// source is fetched, before the session starts, by its node agent
+	// into a directory of its own on the node (under airlockd's root,
+	// which no manifest can name), removed with the Session; a volume
+	// source is the directory of the PersistentVolume its claim is bound
+	// to. A source's target is that of one of spec.policy.workspaces,
+	// whose host_path is then left empty, or, when none has it, of a new
+	// overlay workspace with the manifest's defaults. The node's
+	// admission policy must admit the source (git_source blocks,
+	// volume_paths; none by default).
 	// +optional
 	// +listType=map
 	// +listMapKey=target
@@ -73,7 +75,10 @@ type SessionSpec struct {
 	WorkspaceSources []WorkspaceSource `json:"workspaceSources,omitempty"`
 }
 
-// WorkspaceSource is where one workspace's content comes from.
+// WorkspaceSource is where one workspace's content comes from: a git
+// repository or a PersistentVolumeClaim, exactly one.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.git) != has(self.volume)",message="set exactly one of git and volume"
 type WorkspaceSource struct {
 	// Target is the workspace's absolute path in the sandbox.
 	// +required
@@ -81,8 +86,31 @@ type WorkspaceSource struct {
 	// +kubebuilder:validation:MaxLength=4096
 	Target string `json:"target"`
 	// Git fetches the workspace from a git repository.
+	// +optional
+	Git *GitSource `json:"git,omitempty"`
+	// Volume takes the workspace from a PersistentVolumeClaim in the
+	// Session's namespace.
+	// +optional
+	Volume *VolumeSource `json:"volume,omitempty"`
+}
+
+// VolumeSource is a PersistentVolumeClaim a workspace is taken from. The
+// claim must be bound (both ways: its volumeName and the volume's
+// claimRef with its uid) to a PersistentVolume that is a directory on the
+// node, `local` or `hostPath`, under one of the node admission policy's
+// volume_paths; the Session is placed only on a node the volume's
+// nodeAffinity selects (matched against the Kubernetes Node of the
+// AirlockNode's name). The directory is the workspace's host path: with
+// mode "overlay" (the default) the session's changes to it wait for a
+// review and a commit, with "rw" they are written to it directly, with
+// "ro" none. A claim whose access modes are ReadOnlyMany alone takes
+// mode "ro".
+type VolumeSource struct {
+	// ClaimName is the PersistentVolumeClaim's name.
 	// +required
-	Git *GitSource `json:"git"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName"`
 }
 
 // GitSource is a git repository a workspace is fetched from and, once the
@@ -237,6 +265,12 @@ type SessionStatus struct {
 type WorkspaceSourceStatus struct {
 	// Target is the source's target.
 	Target string `json:"target"`
+	// Volume is the PersistentVolume a volume source's claim is bound
+	// to, and Path its directory on the node.
+	// +optional
+	Volume string `json:"volume,omitempty"`
+	// +optional
+	Path string `json:"path,omitempty"`
 	// Commit is the id of the commit fetched.
 	// +optional
 	Commit string `json:"commit,omitempty"`

@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"github.com/containerd/errdefs"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+)
+
+// boundVolume is a volume source's claim and the PersistentVolume bound
+// to it.
+type boundVolume struct {
+	claim *corev1.PersistentVolumeClaim
+	pv    *corev1.PersistentVolume
+	// path is the volume's directory on the node it is on.
+	path string
+	// readOnly: the claim's access modes are ReadOnlyMany alone.
+	readOnly bool
+}
+
+// errVolumeWait marks a volume source that is not usable yet (its claim
+// does not exist, or is not bound): placement waits for it, where a
+// volume that can never be used (another kind of volume, a claim bound
+// one way only) is refused.
+var errVolumeWait = errdefs.ErrUnavailable
+
+// bindVolume reads the claim v names in namespace ns and the
+// PersistentVolume bound to it, with r (uncached: claims and volumes are
+// read once per Session, not watched), and checks that the binding holds
+// both ways and that the volume is a directory on its node. An error
+// wrapping errVolumeWait says the claim is not bound yet; one wrapping
+// errdefs.ErrInvalidArgument or ErrPermissionDenied, that it cannot be
+// used.
+func bindVolume(ctx context.Context, r client.Reader, ns string, v *v1alpha1.VolumeSource) (*boundVolume, error) {
+	what := fmt.Sprintf("PersistentVolumeClaim %s/%s", ns, v.ClaimName)
+	var pvc corev1.PersistentVolumeClaim
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: v.ClaimName}, &pvc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%s does not exist: %w", what, errVolumeWait)
+		}
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if pvc.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("%s is being deleted: %w", what, errdefs.ErrInvalidArgument)
+	}
+	if pvc.Spec.VolumeName == "" || pvc.Status.Phase != corev1.ClaimBound {
+		return nil, fmt.Errorf("%s is not bound to a PersistentVolume (phase %s): %w", what, pvc.Status.Phase, errVolumeWait)
+	}
+	if pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == corev1.PersistentVolumeBlock {
+		return nil, fmt.Errorf("%s has volumeMode Block: a workspace is a directory (Filesystem): %w", what, errdefs.ErrInvalidArgument)
+	}
+	if slices.Contains(pvc.Spec.AccessModes, corev1.ReadWriteOncePod) {
+		// Kubernetes promises that claim to one pod at a time; airlock
+		// does not count the Sessions that use it.
+		return nil, fmt.Errorf("%s has access mode ReadWriteOncePod, which the node agent does not enforce (one Session at a time): use ReadWriteOnce or ReadOnlyMany: %w", what, errdefs.ErrInvalidArgument)
+	}
+	var pv corev1.PersistentVolume
+	if err := r.Get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, &pv); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%s names PersistentVolume %s, which does not exist: %w", what, pvc.Spec.VolumeName, errdefs.ErrInvalidArgument)
+		}
+		return nil, fmt.Errorf("%s: PersistentVolume %s: %w", what, pvc.Spec.VolumeName, err)
+	}
+	// The claim names the volume and the volume the claim, by uid: a
+	// claim that names a volume bound to another claim (or to an earlier
+	// claim of the same name) is not bound to it.
+	ref := pv.Spec.ClaimRef
+	if ref == nil || ref.Namespace != pvc.Namespace || ref.Name != pvc.Name || ref.UID != pvc.UID {
+		return nil, fmt.Errorf("%s names PersistentVolume %s, which is not bound to it (its claimRef names %s): %w", what, pv.Name, claimRefString(ref), errdefs.ErrPermissionDenied)
+	}
+	if pv.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("%s: PersistentVolume %s is being deleted: %w", what, pv.Name, errdefs.ErrInvalidArgument)
+	}
+	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
+		return nil, fmt.Errorf("%s: PersistentVolume %s has volumeMode Block: a workspace is a directory (Filesystem): %w", what, pv.Name, errdefs.ErrInvalidArgument)
+	}
+	var path string
+	switch {
+	case pv.Spec.Local != nil:
+		path = pv.Spec.Local.Path
+	case pv.Spec.HostPath != nil:
+		if t := pv.Spec.HostPath.Type; t != nil && *t != corev1.HostPathDirectory && *t != corev1.HostPathUnset {
+			return nil, fmt.Errorf("%s: PersistentVolume %s is a hostPath of type %s: a workspace is an existing directory (type Directory or unset): %w", what, pv.Name, *t, errdefs.ErrInvalidArgument)
+		}
+		path = pv.Spec.HostPath.Path
+	default:
+		return nil, fmt.Errorf("%s: PersistentVolume %s is not a directory on a node (local or hostPath): the node agent mounts no other kind of volume: %w", what, pv.Name, errdefs.ErrInvalidArgument)
+	}
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return nil, fmt.Errorf("%s: PersistentVolume %s: path %q is not absolute and clean: %w", what, pv.Name, path, errdefs.ErrInvalidArgument)
+	}
+	ro := len(pvc.Spec.AccessModes) > 0
+	for _, m := range pvc.Spec.AccessModes {
+		ro = ro && m == corev1.ReadOnlyMany
+	}
+	return &boundVolume{claim: &pvc, pv: &pv, path: path, readOnly: ro}, nil
+}
+
+func claimRefString(ref *corev1.ObjectReference) string {
+	if ref == nil {
+		return "no claim"
+	}
+	return fmt.Sprintf("%s/%s uid %s", ref.Namespace, ref.Name, ref.UID)
+}
+
+// onNode reports whether b's volume is on the Kubernetes Node nodeName:
+// its nodeAffinity, if any, selects the Node's labels, read with nodes.
+// A volume without a nodeAffinity (a hostPath) is on every node: its
+// directory is taken to be the same on each (a network file system
+// mounted there). Without a Node of that name, only such a volume is. If
+// not, it says why.
+func (b *boundVolume) onNode(ctx context.Context, nodes *nodeReader, nodeName string) (bool, string, error) {
+	aff := b.pv.Spec.NodeAffinity
+	if aff == nil || aff.Required == nil {
+		return true, "", nil
+	}
+	n, err := nodes.get(ctx, nodeName)
+	if err != nil {
+		return false, "", err
+	}
+	if n == nil {
+		return false, fmt.Sprintf("PersistentVolume %s has a nodeAffinity and there is no Kubernetes Node named %s to match it against", b.pv.Name, nodeName), nil
+	}
+	ok, err := nodeaffinity.NewLazyErrorNodeSelector(aff.Required).Match(n)
+	if err != nil {
+		return false, "", fmt.Errorf("PersistentVolume %s: nodeAffinity: %w", b.pv.Name, err)
+	}
+	if !ok {
+		return false, fmt.Sprintf("PersistentVolume %s's nodeAffinity does not select Node %s", b.pv.Name, nodeName), nil
+	}
+	return true, "", nil
+}
+
+// nodeReader reads Kubernetes Nodes, each once.
+type nodeReader struct {
+	r    client.Reader
+	seen map[string]*corev1.Node
+}
+
+func newNodeReader(r client.Reader) *nodeReader {
+	return &nodeReader{r: r, seen: map[string]*corev1.Node{}}
+}
+
+// get returns the Node name, or nil if there is none.
+func (nr *nodeReader) get(ctx context.Context, name string) (*corev1.Node, error) {
+	if n, ok := nr.seen[name]; ok {
+		return n, nil
+	}
+	var n corev1.Node
+	switch err := nr.r.Get(ctx, types.NamespacedName{Name: name}, &n); {
+	case apierrors.IsNotFound(err):
+		nr.seen[name] = nil
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	nr.seen[name] = &n
+	return &n, nil
+}
+
+// volumeFits returns, for placement, what s's volume sources ask of a
+// node: nil when it has none; otherwise a check of a node that says why
+// a volume is not on it ("" if every one is). wait says why s cannot be
+// placed yet (a claim missing or not bound, or one that cannot be used);
+// err is a failure to read.
+func volumeFits(ctx context.Context, r client.Reader, nodes *nodeReader, s *v1alpha1.Session) (fits func(*node) string, wait string, err error) {
+	var bound []*boundVolume
+	for i, src := range s.Spec.WorkspaceSources {
+		if src.Volume == nil {
+			continue
+		}
+		b, err := bindVolume(ctx, r, s.Namespace, src.Volume)
+		if err != nil {
+			if errors.Is(err, errVolumeWait) || errdefs.IsInvalidArgument(err) || errdefs.IsPermissionDenied(err) {
+				return nil, fmt.Sprintf("spec.workspaceSources[%d]: %v", i, err), nil
+			}
+			return nil, "", err
+		}
+		bound = append(bound, b)
+	}
+	if len(bound) == 0 {
+		return nil, "", nil
+	}
+	return func(n *node) string {
+		for _, b := range bound {
+			ok, why, err := b.onNode(ctx, nodes, n.name)
+			if err != nil {
+				return err.Error()
+			}
+			if !ok {
+				return why
+			}
+		}
+		return ""
+	}, "", nil
+}

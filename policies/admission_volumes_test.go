@@ -1,0 +1,114 @@
+package policies
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+)
+
+func TestDecodeAdmissionVolumePaths(t *testing.T) {
+	a, diags := DecodeAdmission("adm.hcl", []byte("admission {\n  host_paths = [\"/srv/agents\"]\n  volume_paths = [\"/srv/airlock/volumes\"]\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if len(a.VolumePaths) != 1 || a.VolumePaths[0] != "/srv/airlock/volumes" {
+		t.Errorf("VolumePaths %q", a.VolumePaths)
+	}
+	if !strings.Contains(a.String(), "volume paths /srv/airlock/volumes") {
+		t.Errorf("String() = %q, want the volume paths", a.String())
+	}
+	for _, tt := range []struct{ name, src, want string }{
+		// A volume's directory under an admitted host path could be
+		// named by any session, whatever its claim.
+		{"under a host path", "admission {\n  host_paths = [\"/srv\"]\n  volume_paths = [\n    \"/srv/airlock/volumes\",\n  ]\n}\n", "4:Volume path overlaps a host path"},
+		{"holds a read-only path", "admission {\n  host_paths = [\"/home\"]\n  read_only_paths = [\"/srv/v/ro\"]\n  volume_paths = [\"/srv/v\"]\n}\n", "4:Volume path overlaps a host path"},
+		{"the same", "admission {\n  host_paths = [\"/srv/v\"]\n  volume_paths = [\"/srv/v/\"]\n}\n", "3:Volume path overlaps a host path"},
+		{"everything", "admission {\n  host_paths = [\"/\"]\n  volume_paths = [\"/srv/v\"]\n}\n", "3:Volume path overlaps a host path"},
+		{"relative", "admission {\n  host_paths = [\"/home\"]\n  volume_paths = [\"srv/v\"]\n}\n", "3:Invalid volume path root"},
+		{"protected", "admission {\n  host_paths = [\"/home\"]\n  volume_paths = [\"/var/lib/containerd/v\"]\n}\n", "3:Invalid volume path root"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, diags := DecodeAdmission("adm.hcl", []byte(tt.src))
+			if a != nil || !diags.HasErrors() {
+				t.Fatalf("decoded %+v; want an error", a)
+			}
+			var got []string
+			for _, d := range diags.Errors() {
+				got = append(got, strconv.Itoa(d.Line)+":"+d.Summary)
+			}
+			if len(got) != 1 || got[0] != tt.want {
+				t.Errorf("errors %q, want [%q]\n%v", got, tt.want, diags)
+			}
+		})
+	}
+}
+
+// TestAdmitVolumes: a PersistentVolume's directory is admitted as a
+// workspace only when the in-process caller names it as a volume
+// (WithVolumes) and it is under volume_paths; no API caller can name it as
+// a host path, and a volume under a protected path or outside
+// volume_paths is refused.
+func TestAdmitVolumes(t *testing.T) {
+	f := newAdmissionFixture(t)
+	vols := filepath.Join(f.root, "volumes")
+	vol := filepath.Join(vols, "pv-1")
+	if err := os.MkdirAll(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A symlink under volume_paths into an admitted host path.
+	if err := os.Symlink(filepath.Join(f.rw, "sub"), filepath.Join(vols, "into-rw")); err != nil {
+		t.Fatal(err)
+	}
+	a := DefaultAdmission()
+	a.HostPaths = []string{f.rw}
+	a.VolumePaths = []string{vols}
+	admit := func(hostPath, mode string, volumes ...string) (*Policy, error) {
+		p := (&Policy{Label: "t", Image: "i", Command: []string{"true"}}).WithDefaults()
+		p.Workspaces = []Workspace{{Target: "/w", HostPath: hostPath, Mode: mode, DefaultDenyRead: true, OnExit: OnExitReview}}
+		pr := f.pr
+		if len(volumes) > 0 {
+			pr = pr.WithVolumes(volumes...)
+		}
+		_, err := a.Admit(p, pr)
+		return p, err
+	}
+	for _, mode := range []string{ModeRW, ModeOverlay, ModeRO} {
+		if p, err := admit(vol, mode, vol); err != nil || p.Workspaces[0].HostPath != vol {
+			t.Errorf("a bound volume's directory, mode %s: %v (host path %q)", mode, err, p.Workspaces[0].HostPath)
+		}
+	}
+	for _, tt := range []struct {
+		name, hostPath string
+		volumes        []string
+		want           string
+	}{
+		{"named by an API caller", vol, nil, "is not under an admitted host path"},
+		{"another volume's directory", vol, []string{filepath.Join(vols, "pv-2")}, "is not under an admitted host path"},
+		{"outside volume_paths", f.outside, []string{f.outside}, "is not under the admission policy's volume_paths"},
+		{"the daemon's root", filepath.Join(f.root, "state"), []string{filepath.Join(f.root, "state")}, "is a protected host path"},
+		{"/etc", "/etc", []string{"/etc"}, `"/etc" is a protected host path`},
+		{"a symlink into a host path", filepath.Join(vols, "into-rw"), []string{filepath.Join(vols, "into-rw")}, "is not under the admission policy's volume_paths"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := admit(tt.hostPath, ModeRW, tt.volumes...)
+			var ae *AdmissionError
+			if !errors.As(err, &ae) || !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want an admission error saying %q", err, tt.want)
+			}
+		})
+	}
+	// volume_paths resolved under a host path (a symlinked root): refused
+	// even as a volume.
+	b := *a
+	b.VolumePaths = []string{filepath.Join(vols, "into-rw")}
+	p := (&Policy{Label: "t", Image: "i", Command: []string{"true"}}).WithDefaults()
+	p.Workspaces = []Workspace{{Target: "/w", HostPath: filepath.Join(f.rw, "sub"), Mode: ModeRW, DefaultDenyRead: true, OnExit: OnExitReview}}
+	if _, err := b.Admit(p, f.pr.WithVolumes(filepath.Join(f.rw, "sub"))); err == nil || !strings.Contains(err.Error(), "is also under an admitted host path") {
+		t.Errorf("a volume path that resolves under a host path: %v, want refused", err)
+	}
+}

@@ -456,11 +456,19 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 		}
 		return resolved
 	}
+	// Each volume the in-process caller names is one workspace: a second
+	// workspace naming the same directory (by its path, or a symlink to
+	// it) would take it in a mode of its own, past what the caller
+	// checked of the claim (a ReadOnlyMany claim's "ro").
+	volumeUses := map[string]int{}
 	for i := range p.Workspaces {
 		w := &p.Workspaces[i]
 		if len(pr.volumes) > 0 && filepath.IsAbs(w.HostPath) {
 			if r, err := resolveHostPath(w.HostPath); err == nil && slices.Contains(pr.volumes, r) {
-				if reason := a.volumePathReason(r, pr); reason != "" {
+				volumeUses[r]++
+				if n := countOf(pr.volumes, r); volumeUses[r] > n {
+					refuse("workspace %q refused: %q is the directory of a volume the session was given %d time(s), and more workspaces name it: a volume is one workspace per volume source", w.HostPath, r, n)
+				} else if reason := a.volumePathReason(r, pr); reason != "" {
 					refuse("workspace %q refused: %s", w.HostPath, reason)
 				} else {
 					w.HostPath = r
@@ -646,7 +654,53 @@ func (a *Admission) hostPathReason(p string, writable bool, pr *Protected) strin
 	case writable && !inRW:
 		return fmt.Sprintf("%q is under a read-only host path (%s): use a workspace with mode = \"ro\" or a mount with read_only = true", p, listOrNone(a.ReadOnlyPaths))
 	}
+	// Checked resolved (the policy's decoding compares the roots as
+	// written): a host path root that is a symlink to a directory
+	// holding volume_paths would reach every volume without a claim.
+	if underAny(a.VolumePaths, p) || containsAny(a.VolumePaths, p) {
+		return fmt.Sprintf("%q is under or holds the admission policy's volume_paths (%s): a volume's directory is a session's through its claim alone", p, listOrNone(a.VolumePaths))
+	}
 	return ""
+}
+
+// containsAny reports whether the resolved path p holds one of roots
+// (resolved), strictly.
+func containsAny(roots []string, p string) bool {
+	for _, r := range roots {
+		r = filepath.Clean(r)
+		if rr, err := filepath.EvalSymlinks(r); err == nil {
+			r = rr
+		}
+		if within(p, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// inAny reports whether the resolved path p is one of roots (resolved).
+func inAny(roots []string, p string) bool {
+	for _, r := range roots {
+		r = filepath.Clean(r)
+		if rr, err := filepath.EvalSymlinks(r); err == nil {
+			r = rr
+		}
+		if p == r {
+			return true
+		}
+	}
+	return false
+}
+
+// countOf counts the entries of list equal to s.
+func countOf(list []string, s string) int {
+	n := 0
+	for _, e := range list {
+		if e == s {
+			n++
+		}
+	}
+	return n
 }
 
 // volumePathReason says why the resolved directory p of a
@@ -666,6 +720,11 @@ func (a *Admission) volumePathReason(p string, pr *Protected) string {
 	// every caller may name as a host_path.
 	if underAny(a.HostPaths, p) || underAny(a.ReadOnlyPaths, p) {
 		return fmt.Sprintf("%q, a volume's path, is also under an admitted host path (%s), which any session may name: keep the volumes' directories apart", p, listOrNone(append(slices.Clone(a.HostPaths), a.ReadOnlyPaths...)))
+	}
+	// A volume is a directory beneath a root: the root itself holds
+	// every other volume.
+	if inAny(a.VolumePaths, p) {
+		return fmt.Sprintf("%q, a volume's path, is a volume_paths root itself, which holds every volume under it: make each volume a directory beneath it", p)
 	}
 	return ""
 }

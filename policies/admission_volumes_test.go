@@ -2,6 +2,7 @@ package policies
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -110,5 +111,100 @@ func TestAdmitVolumes(t *testing.T) {
 	p.Workspaces = []Workspace{{Target: "/w", HostPath: filepath.Join(f.rw, "sub"), Mode: ModeRW, DefaultDenyRead: true, OnExit: OnExitReview}}
 	if _, err := b.Admit(p, f.pr.WithVolumes(filepath.Join(f.rw, "sub"))); err == nil || !strings.Contains(err.Error(), "is also under an admitted host path") {
 		t.Errorf("a volume path that resolves under a host path: %v, want refused", err)
+	}
+}
+
+// TestHostPathRootOverVolumes: the decoder compares volume_paths with
+// host_paths and read_only_paths as written, and admission checks a
+// volume's resolved directory against the resolved host path roots; but
+// a host path is never checked against volume_paths. When a host_paths
+// (or read_only_paths) root is a symlink to a directory that holds a
+// volume_paths root, the policy decodes, volumes are admitted, and any
+// caller with no claim at all (an API caller on the socket, a Session's
+// own host_path) names every volume's directory through the symlinked
+// root: "no Session reaches a volume's directory but through its claim"
+// does not hold.
+func TestHostPathRootOverVolumes(t *testing.T) {
+	base := t.TempDir()
+	srv := filepath.Join(base, "srv")
+	vols := filepath.Join(srv, "airlock", "volumes")
+	victim := filepath.Join(vols, "pv-other-namespace")
+	if err := os.MkdirAll(victim, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "data")
+	if err := os.Symlink(srv, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, attr := range []string{"host_paths", "read_only_paths"} {
+		t.Run(attr, func(t *testing.T) {
+			var src string
+			mode := ModeRW
+			if attr == "read_only_paths" {
+				src = fmt.Sprintf("admission {\n  host_paths = [%q]\n  read_only_paths = [%q]\n  volume_paths = [%q]\n}\n", filepath.Join(base, "ws"), link, vols)
+				mode = ModeRO
+			} else {
+				src = fmt.Sprintf("admission {\n  host_paths = [%q]\n  volume_paths = [%q]\n}\n", link, vols)
+			}
+			a, diags := DecodeAdmission("adm.hcl", []byte(src))
+			if diags.HasErrors() {
+				// Refusing such a policy at decode is one fix.
+				t.Logf("refused at decode: %v", diags)
+				return
+			}
+			p := (&Policy{Label: "t", Image: "i", Command: []string{"true"}}).WithDefaults()
+			p.Workspaces = []Workspace{{Target: "/w", HostPath: filepath.Join(link, "airlock", "volumes", "pv-other-namespace"), Mode: mode, DefaultDenyRead: true, OnExit: OnExitReview}}
+			if _, err := a.Admit(p, NewProtected()); err == nil {
+				t.Errorf("%s root %s -> %s: a host_path with no claim admitted as %s, mode %s: another namespace's volume", attr, link, srv, p.Workspaces[0].HostPath, mode)
+			}
+		})
+	}
+}
+
+// TestVolumeOncePerSource: a volume the in-process caller names is one
+// workspace per time it is named; a second workspace naming the same
+// directory (another target, another mode, or through a symlink) is
+// refused, and a volume_paths root is no volume (it holds all of them).
+func TestVolumeOncePerSource(t *testing.T) {
+	f := newAdmissionFixture(t)
+	vols := filepath.Join(f.root, "volumes")
+	vol := filepath.Join(vols, "pv-1")
+	if err := os.MkdirAll(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(vol, filepath.Join(f.rw, "to-vol")); err != nil {
+		t.Fatal(err)
+	}
+	a := DefaultAdmission()
+	a.HostPaths = []string{f.rw}
+	a.VolumePaths = []string{vols}
+	admit := func(ws []Workspace, volumes ...string) error {
+		p := (&Policy{Label: "t", Image: "i", Command: []string{"true"}}).WithDefaults()
+		p.Workspaces = ws
+		_, err := a.Admit(p, f.pr.WithVolumes(volumes...))
+		return err
+	}
+	ws := func(target, hostPath, mode string) Workspace {
+		return Workspace{Target: target, HostPath: hostPath, Mode: mode, DefaultDenyRead: true, OnExit: OnExitReview}
+	}
+	if err := admit([]Workspace{ws("/a", vol, ModeRO), ws("/b", vol, ModeRO)}, vol, vol); err != nil {
+		t.Errorf("a volume named twice (two sources of one claim), two workspaces: %v", err)
+	}
+	for name, tt := range map[string]struct {
+		ws   []Workspace
+		want string
+	}{
+		"a second workspace":          {[]Workspace{ws("/a", vol, ModeRO), ws("/b", vol, ModeRW)}, "a volume is one workspace per volume source"},
+		"first the caller's own":      {[]Workspace{ws("/b", vol, ModeRW), ws("/a", vol, ModeRO)}, "a volume is one workspace per volume source"},
+		"through a host path symlink": {[]Workspace{ws("/a", vol, ModeRO), ws("/b", filepath.Join(f.rw, "to-vol"), ModeRW)}, "a volume is one workspace per volume source"},
+		"the root":                    {[]Workspace{ws("/a", vols, ModeRW)}, "is a volume_paths root itself"},
+	} {
+		dirs := []string{vol}
+		if name == "the root" {
+			dirs = []string{vols}
+		}
+		if err := admit(tt.ws, dirs...); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want refused saying %q", name, err, tt.want)
+		}
 	}
 }

@@ -92,7 +92,7 @@ func (a *nodeAgent) volumeSources(ctx context.Context, s *v1alpha1.Session, pol 
 				return nil, nil, fmt.Errorf("%s: spec.policy.workspaces[%d] has the same target and a host_path: leave its host_path empty for the source to fill: %w", what, j, errdefs.ErrInvalidArgument)
 			}
 			if b.readOnly && w.Mode != policies.ModeRO {
-				return nil, nil, fmt.Errorf("%s: PersistentVolumeClaim %s/%s is ReadOnlyMany: give spec.policy.workspaces[%d] mode %q: %w", what, s.Namespace, src.Volume.ClaimName, j, policies.ModeRO, errdefs.ErrInvalidArgument)
+				return nil, nil, fmt.Errorf("%s: PersistentVolumeClaim %s/%s (or its PersistentVolume %s) is ReadOnlyMany: give spec.policy.workspaces[%d] mode %q: %w", what, s.Namespace, src.Volume.ClaimName, b.pv.Name, j, policies.ModeRO, errdefs.ErrInvalidArgument)
 			}
 			w.HostPath = b.path
 			found = true

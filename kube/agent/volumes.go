@@ -24,7 +24,8 @@ type boundVolume struct {
 	pv    *corev1.PersistentVolume
 	// path is the volume's directory on the node it is on.
 	path string
-	// readOnly: the claim's access modes are ReadOnlyMany alone.
+	// readOnly: the claim's access modes, or the volume's, admit no
+	// writes (ReadOnlyMany alone).
 	readOnly bool
 }
 
@@ -99,11 +100,18 @@ func bindVolume(ctx context.Context, r client.Reader, ns string, v *v1alpha1.Vol
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
 		return nil, fmt.Errorf("%s: PersistentVolume %s: path %q is not absolute and clean: %w", what, pv.Name, path, errdefs.ErrInvalidArgument)
 	}
-	ro := len(pvc.Spec.AccessModes) > 0
-	for _, m := range pvc.Spec.AccessModes {
-		ro = ro && m == corev1.ReadOnlyMany
-	}
+	// Writable only when both the claim and the volume say so: the PV
+	// controller binds a claim to a volume pre-bound to it (its
+	// claimRef naming the claim) without comparing their access modes,
+	// so a claim asking ReadWriteOnce gets a ReadOnlyMany volume.
+	ro := !writableModes(pvc.Spec.AccessModes) || !writableModes(pv.Spec.AccessModes)
 	return &boundVolume{claim: &pvc, pv: &pv, path: path, readOnly: ro}, nil
+}
+
+// writableModes reports whether access modes admit writes: ReadWriteOnce
+// or ReadWriteMany among them.
+func writableModes(modes []corev1.PersistentVolumeAccessMode) bool {
+	return slices.Contains(modes, corev1.ReadWriteOnce) || slices.Contains(modes, corev1.ReadWriteMany)
 }
 
 func claimRefString(ref *corev1.ObjectReference) string {

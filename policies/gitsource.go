@@ -184,18 +184,22 @@ func (a *Admission) AdmitGitSource(namespace, rawURL, pushBranch string) (*GitSo
 		}
 	}
 	if !fetch {
-		return nil, &AdmissionError{Problems: []string{fmt.Sprintf("git source %q refused for namespace %q: it matches none of the git sources admitted there (%s)", rawURL, namespace, a.gitSourcesString())}}
+		return nil, &AdmissionError{Problems: []string{fmt.Sprintf("git source %q refused for namespace %q: it matches none of the git sources admitted there (%s)", rawURL, namespace, a.gitSourcesString(namespace))}}
 	}
-	return nil, &AdmissionError{Problems: []string{fmt.Sprintf("push to branch %q of %q refused: the admitted git sources that match it admit pushes to other branches only (%s)", pushBranch, rawURL, a.gitSourcesString())}}
+	return nil, &AdmissionError{Problems: []string{fmt.Sprintf("push to branch %q of %q refused: the admitted git sources that match it admit pushes to other branches only (%s)", pushBranch, rawURL, a.gitSourcesString(namespace))}}
 }
 
-func (a *Admission) gitSourcesString() string {
-	if len(a.GitSources) == 0 {
-		return "none"
+// gitSourcesString lists the git sources admitted for namespace ns: a
+// refusal, shown in a Session's status, names no other namespace's.
+func (a *Admission) gitSourcesString(ns string) string {
+	var out []string
+	for _, g := range a.GitSources {
+		if g.admitsNamespace(ns) {
+			out = append(out, g.String())
+		}
 	}
-	out := make([]string, len(a.GitSources))
-	for i, g := range a.GitSources {
-		out[i] = g.String()
+	if len(out) == 0 {
+		return "none"
 	}
 	return strings.Join(out, "; ")
 }

@@ -160,7 +160,7 @@ func TestGitSourceNamespaces(t *testing.T) {
 		{"team-c", "https://git.corp.test/shared/x.git", "", "/etc/airlock/git/b.token", ""},
 		// team-b's block admits no push; team-a's is not team-b's.
 		{"team-b", "https://git.corp.test/shared/x.git", "airlock/a/1", "", "admit pushes to other branches only"},
-		{"team-d", "https://git.corp.test/shared/x.git", "", "", `refused for namespace "team-d"`},
+		{"team-d", "https://git.corp.test/shared/x.git", "", "", `refused for namespace "team-d": it matches none of the git sources admitted there (https://git.corp.test/public/* (no push))`},
 		{"team-d", "https://git.corp.test/public/y.git", "", "", ""},
 	} {
 		g, err := a.AdmitGitSource(tt.ns, tt.url, tt.branch)

@@ -73,6 +73,12 @@ func kubeConfig(f kubeFlags) (*kubeAgent, error) {
 	// request logs tell one node's agent from another's, which a
 	// DaemonSet's shared service account does not.
 	rc.UserAgent = "airlockd/node-agent node/" + node
+	// client-go's default is 5 requests a second: the placement leader's
+	// reads of a burst of Sessions' claims and volumes, and a busy node's
+	// status writes, would queue behind it.
+	if rc.QPS == 0 {
+		rc.QPS, rc.Burst = 50, 100
+	}
 	l, err := agent.ParseLabels(f.labels)
 	if err != nil {
 		return nil, fmt.Errorf("--node-labels: %w", err)

@@ -84,7 +84,11 @@
 // again before the session runs and names the volume's directory (a local
 // or hostPath volume) in api.CreateRequest.VolumeWorkspaces: the daemon
 // admits it under the admission policy's volume_paths, where no API
-// caller's host_path is admitted.
+// caller's host_path is admitted. Before the session runs the agent holds
+// each claim with its own finalizer (workspaces.airlock.dev/NODE),
+// recorded under the root (kube-claims/UID), and releases it once the
+// node's last Session on it is deleted: a claim cannot go, nor its volume
+// pass to another claim, while a Session has the directory.
 //
 // # The node endpoint
 //

@@ -124,6 +124,10 @@ type nodeAgent struct {
 	// warmCond is the Warm condition of each Session naming a
 	// SessionPool, from its create, until its status is written.
 	warmCond map[types.UID]metav1.Condition // +checklocks:mu
+	// claimMu serializes the holds on volume sources' claims and their
+	// release (volumes.go): a claim is released only when no record of
+	// this node's still names it.
+	claimMu sync.Mutex
 	// root is airlockd's root (Config.Root): the workspace sources are
 	// fetched beneath it.
 	root string
@@ -184,6 +188,11 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 			log.G(ctx).Info("local session removed with its Session", "id", v.ID)
 		}
 		a.removeSources(ctx, s.UID)
+		// Its claims are released before the Session may go: a
+		// failure keeps the Session, and tries again.
+		if err := a.releaseClaims(ctx, s.UID); err != nil {
+			return reconcile.Result{}, err
+		}
 		_, err := updateFresh(ctx, a.c, a.fresh, req.NamespacedName, &s, func(f *v1alpha1.Session) bool {
 			return f.UID == s.UID && controllerutil.RemoveFinalizer(f, Finalizer)
 		})
@@ -354,12 +363,20 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 		err = fmt.Errorf("label %q: the prefix %q is reserved for the Sessions of a SessionPool (set spec.poolName instead): %w",
 			pol.Label, PoolLabelPrefix, errdefs.ErrInvalidArgument)
 	}
-	var owned, volumes []string
-	var fetched []v1alpha1.WorkspaceSourceStatus
+	var src preparedSources
 	if err == nil {
 		pol.Workspaces = slices.Clone(pol.Workspaces)
-		owned, volumes, fetched, err = a.fetchSources(ctx, s, &pol)
+		src, err = a.fetchSources(ctx, s, &pol)
 	}
+	if err == nil {
+		// Held before the session runs: from here until the Session
+		// is deleted, its claims cannot go, nor their volumes pass to
+		// another claim.
+		if err = a.holdClaims(ctx, s.UID, src.claims); err != nil {
+			a.removeSources(ctx, s.UID)
+		}
+	}
+	owned, volumes, fetched := src.owned, src.volumes, src.statuses
 	if err == nil && len(fetched) > 0 {
 		// What was fetched is written before the session runs: its
 		// pushes start from it.
@@ -372,6 +389,7 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 		})
 		if err != nil {
 			a.removeSources(ctx, s.UID)
+			a.releaseAfterFailure(ctx, s.UID)
 			return nil, err
 		}
 	}
@@ -385,6 +403,9 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 		}
 	}
 	if err != nil {
+		// No local session holds them: released now (the sweep
+		// releases what this misses).
+		a.releaseAfterFailure(ctx, s.UID)
 		if errdefs.IsUnavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, err // again, with backoff
 		}
@@ -482,6 +503,7 @@ func (a *nodeAgent) sweep(ctx context.Context, period time.Duration) {
 			}
 		}
 		a.sweepSources(ctx)
+		a.sweepClaims(ctx)
 		select {
 		case <-ctx.Done():
 			return

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -42,24 +43,41 @@ func (a *nodeAgent) sessionSourcesDir(uid types.UID) string {
 // fetched. An error that wraps errdefs.ErrPermissionDenied or
 // ErrInvalidArgument is a refusal; nothing is left on the node after an
 // error.
-func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *policies.Policy) (owned, volumes []string, fetched []v1alpha1.WorkspaceSourceStatus, err error) {
-	volumes, vsts, err := a.volumeSources(ctx, s, pol)
+//
+// The claims of volume sources come back as read when their bindings were
+// checked, for holdClaims.
+func (a *nodeAgent) fetchSources(ctx context.Context, s *v1alpha1.Session, pol *policies.Policy) (p preparedSources, err error) {
+	p.volumes, p.claims, p.statuses, err = a.volumeSources(ctx, s, pol)
 	if err != nil {
-		return nil, nil, nil, err
+		return preparedSources{}, err
 	}
-	owned, fetched, err = a.gitSources(ctx, s, pol)
+	owned, fetched, err := a.gitSources(ctx, s, pol)
 	if err != nil {
-		return nil, nil, nil, err
+		return preparedSources{}, err
 	}
-	return owned, volumes, append(vsts, fetched...), nil
+	p.owned, p.statuses = owned, append(p.statuses, fetched...)
+	return p, nil
+}
+
+// preparedSources are a Session's workspace sources made ready on this
+// node.
+type preparedSources struct {
+	// owned are the fetched git sources' directories
+	// (api.CreateRequest.OwnedWorkspaces), volumes the volumes'
+	// (VolumeWorkspaces).
+	owned, volumes []string
+	// claims are the volume sources' claims.
+	claims []*corev1.PersistentVolumeClaim
+	// statuses are what status.workspaceSources says of them.
+	statuses []v1alpha1.WorkspaceSourceStatus
 }
 
 // volumeSources checks s's workspace sources (their targets, and each
 // volume source's claim, volume and node) and points pol's workspaces at
 // the volumes' directories, which it returns with what it found.
-func (a *nodeAgent) volumeSources(ctx context.Context, s *v1alpha1.Session, pol *policies.Policy) (dirs []string, sts []v1alpha1.WorkspaceSourceStatus, err error) {
+func (a *nodeAgent) volumeSources(ctx context.Context, s *v1alpha1.Session, pol *policies.Policy) (dirs []string, claims []*corev1.PersistentVolumeClaim, sts []v1alpha1.WorkspaceSourceStatus, err error) {
 	if err := checkTargets(s.Spec.WorkspaceSources); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for i, src := range s.Spec.WorkspaceSources {
 		if src.Volume == nil {
@@ -71,16 +89,16 @@ func (a *nodeAgent) volumeSources(ctx context.Context, s *v1alpha1.Session, pol 
 			if errors.Is(err, errVolumeWait) {
 				// Placement waits for a binding; a Session placed
 				// on this node by its creator does not.
-				return nil, nil, fmt.Errorf("%s: %s: %w", what, strings.TrimSuffix(err.Error(), ": "+errVolumeWait.Error()), errdefs.ErrInvalidArgument)
+				return nil, nil, nil, fmt.Errorf("%s: %s: %w", what, strings.TrimSuffix(err.Error(), ": "+errVolumeWait.Error()), errdefs.ErrInvalidArgument)
 			}
-			return nil, nil, fmt.Errorf("%s: %w", what, err)
+			return nil, nil, nil, fmt.Errorf("%s: %w", what, err)
 		}
 		ok, why, err := b.onNode(ctx, newNodeReader(a.fresh), a.node)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", what, err)
+			return nil, nil, nil, fmt.Errorf("%s: %w", what, err)
 		}
 		if !ok {
-			return nil, nil, fmt.Errorf("%s: %s: the volume is not on this node: %w", what, why, errdefs.ErrInvalidArgument)
+			return nil, nil, nil, fmt.Errorf("%s: %s: the volume is not on this node: %w", what, why, errdefs.ErrInvalidArgument)
 		}
 		found := false
 		for j := range pol.Workspaces {
@@ -89,10 +107,10 @@ func (a *nodeAgent) volumeSources(ctx context.Context, s *v1alpha1.Session, pol 
 				continue
 			}
 			if w.HostPath != "" {
-				return nil, nil, fmt.Errorf("%s: spec.policy.workspaces[%d] has the same target and a host_path: leave its host_path empty for the source to fill: %w", what, j, errdefs.ErrInvalidArgument)
+				return nil, nil, nil, fmt.Errorf("%s: spec.policy.workspaces[%d] has the same target and a host_path: leave its host_path empty for the source to fill: %w", what, j, errdefs.ErrInvalidArgument)
 			}
 			if b.readOnly && w.Mode != policies.ModeRO {
-				return nil, nil, fmt.Errorf("%s: PersistentVolumeClaim %s/%s (or its PersistentVolume %s) is ReadOnlyMany: give spec.policy.workspaces[%d] mode %q: %w", what, s.Namespace, src.Volume.ClaimName, b.pv.Name, j, policies.ModeRO, errdefs.ErrInvalidArgument)
+				return nil, nil, nil, fmt.Errorf("%s: PersistentVolumeClaim %s/%s (or its PersistentVolume %s) is ReadOnlyMany: give spec.policy.workspaces[%d] mode %q: %w", what, s.Namespace, src.Volume.ClaimName, b.pv.Name, j, policies.ModeRO, errdefs.ErrInvalidArgument)
 			}
 			w.HostPath = b.path
 			found = true
@@ -105,9 +123,10 @@ func (a *nodeAgent) volumeSources(ctx context.Context, s *v1alpha1.Session, pol 
 			pol.Workspaces = append(pol.Workspaces, w)
 		}
 		dirs = append(dirs, b.path)
+		claims = append(claims, b.claim)
 		sts = append(sts, v1alpha1.WorkspaceSourceStatus{Target: src.Target, Volume: b.pv.Name, Path: b.path})
 	}
-	return dirs, sts, nil
+	return dirs, claims, sts, nil
 }
 
 // checkTargets checks that each source's target is absolute and its own.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/containerd/errdefs"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/airlock-sandbox/airlock/internal/log"
 
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 )
@@ -44,6 +49,11 @@ var errVolumeWait = errdefs.ErrUnavailable
 // used.
 func bindVolume(ctx context.Context, r client.Reader, ns string, v *v1alpha1.VolumeSource) (*boundVolume, error) {
 	what := fmt.Sprintf("PersistentVolumeClaim %s/%s", ns, v.ClaimName)
+	if v.ClaimName == "" || v.ClaimName == "." || v.ClaimName == ".." || strings.ContainsAny(v.ClaimName, "/%") {
+		// The schema's pattern keeps these out; a client would refuse
+		// them before asking.
+		return nil, fmt.Errorf("%s: not a claim's name: %w", what, errdefs.ErrInvalidArgument)
+	}
 	var pvc corev1.PersistentVolumeClaim
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: v.ClaimName}, &pvc); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -149,14 +159,32 @@ func (b *boundVolume) onNode(ctx context.Context, nodes *nodeReader, nodeName st
 	return true, "", nil
 }
 
-// nodeReader reads Kubernetes Nodes, each once.
+// nodeReader reads Kubernetes Nodes, each once, and, for placement,
+// claims and their volumes, each once.
 type nodeReader struct {
-	r    client.Reader
-	seen map[string]*corev1.Node
+	r      client.Reader
+	seen   map[string]*corev1.Node
+	claims map[string]boundOrErr
+}
+
+type boundOrErr struct {
+	b   *boundVolume
+	err error
 }
 
 func newNodeReader(r client.Reader) *nodeReader {
-	return &nodeReader{r: r, seen: map[string]*corev1.Node{}}
+	return &nodeReader{r: r, seen: map[string]*corev1.Node{}, claims: map[string]boundOrErr{}}
+}
+
+// bind is bindVolume, once per claim.
+func (nr *nodeReader) bind(ctx context.Context, r client.Reader, ns string, v *v1alpha1.VolumeSource) (*boundVolume, error) {
+	key := ns + "/" + v.ClaimName
+	if got, ok := nr.claims[key]; ok {
+		return got.b, got.err
+	}
+	b, err := bindVolume(ctx, r, ns, v)
+	nr.claims[key] = boundOrErr{b, err}
+	return b, err
 }
 
 // get returns the Node name, or nil if there is none.
@@ -181,13 +209,16 @@ func (nr *nodeReader) get(ctx context.Context, name string) (*corev1.Node, error
 // a volume is not on it ("" if every one is). wait says why s cannot be
 // placed yet (a claim missing or not bound, or one that cannot be used);
 // err is a failure to read.
+//
+// Claims are read through nodes' per-pass memory: the Sessions that name
+// one claim cost one read of it (and of its volume) a pass.
 func volumeFits(ctx context.Context, r client.Reader, nodes *nodeReader, s *v1alpha1.Session) (fits func(*node) string, wait string, err error) {
 	var bound []*boundVolume
 	for i, src := range s.Spec.WorkspaceSources {
 		if src.Volume == nil {
 			continue
 		}
-		b, err := bindVolume(ctx, r, s.Namespace, src.Volume)
+		b, err := nodes.bind(ctx, r, s.Namespace, src.Volume)
 		if err != nil {
 			if errors.Is(err, errVolumeWait) || errdefs.IsInvalidArgument(err) || errdefs.IsPermissionDenied(err) {
 				return nil, fmt.Sprintf("spec.workspaceSources[%d]: %v", i, err), nil
@@ -211,4 +242,185 @@ func volumeFits(ctx context.Context, r client.Reader, nodes *nodeReader, s *v1al
 		}
 		return ""
 	}, "", nil
+}
+
+// claimsDir is the directory, under airlockd's root, where the agent
+// records which claims each Session's workspaces hold on this node: one
+// file per Session uid, a line "namespace/name" per claim. It is written
+// before the claims are held and removed once they are released, so that
+// an agent that stops at any point finds what to release.
+const claimsDir = "kube-claims"
+
+// ClaimFinalizerPrefix begins the finalizer a node's agent puts on the
+// claims its Sessions' workspaces use: ClaimFinalizerPrefix + the node's
+// name. Kubernetes holds a claim for the pods that use it
+// (kubernetes.io/pvc-protection); Sessions are no pods, so without it a
+// claim could be deleted, and its volume released and bound to another
+// namespace's claim, while a Session still has the directory (or waits in
+// Review, to commit into it).
+const ClaimFinalizerPrefix = "workspaces.airlock.dev/"
+
+// claimFinalizer is node's finalizer on the claims it holds, or an error
+// when the node's name cannot be one (a finalizer's name is at most 63
+// characters).
+func claimFinalizer(node string) (string, error) {
+	if len(node) > 63 {
+		return "", fmt.Errorf("node name %q is longer than 63 characters, too long for the finalizer that holds a claim (%s<node>): this node takes no volume sources: %w", node, ClaimFinalizerPrefix, errdefs.ErrInvalidArgument)
+	}
+	return ClaimFinalizerPrefix + node, nil
+}
+
+func (a *nodeAgent) claimsFile(uid types.UID) string {
+	return filepath.Join(a.root, claimsDir, string(uid))
+}
+
+// holdClaims holds the claims of the Session uid (each as read when its
+// binding was checked: one changed since fails with a conflict, and the
+// Session is tried again) with this node's finalizer, after recording
+// them.
+func (a *nodeAgent) holdClaims(ctx context.Context, uid types.UID, claims []*corev1.PersistentVolumeClaim) error {
+	if len(claims) == 0 {
+		return nil
+	}
+	fin, err := claimFinalizer(a.node)
+	if err != nil {
+		return err
+	}
+	a.claimMu.Lock()
+	defer a.claimMu.Unlock()
+	var b strings.Builder
+	for _, c := range claims {
+		b.WriteString(c.Namespace + "/" + c.Name + "\n")
+	}
+	if err := os.MkdirAll(filepath.Join(a.root, claimsDir), 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(a.claimsFile(uid), []byte(b.String()), 0o600); err != nil {
+		return err
+	}
+	for _, c := range claims {
+		c = c.DeepCopy()
+		if !controllerutil.AddFinalizer(c, fin) {
+			continue
+		}
+		if err := a.c.Update(ctx, c); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				// Changed since its binding was checked: checked
+				// again on the next try.
+				return fmt.Errorf("PersistentVolumeClaim %s/%s changed while it was checked: %w", c.Namespace, c.Name, errdefs.ErrUnavailable)
+			}
+			return fmt.Errorf("hold PersistentVolumeClaim %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		log.G(ctx).Info("claim held for its Session's workspace", "claim", c.Namespace+"/"+c.Name, "finalizer", fin)
+	}
+	return nil
+}
+
+// releaseClaims takes this node's finalizer off the claims the Session uid
+// held that no other Session on this node holds, then forgets them. An
+// error leaves the record, for a later try.
+func (a *nodeAgent) releaseClaims(ctx context.Context, uid types.UID) error {
+	a.claimMu.Lock()
+	defer a.claimMu.Unlock()
+	mine, err := readClaims(a.claimsFile(uid))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(filepath.Join(a.root, claimsDir))
+	if err != nil {
+		return err
+	}
+	others := map[string]bool{}
+	for _, e := range ents {
+		if e.Name() == string(uid) {
+			continue
+		}
+		cs, err := readClaims(filepath.Join(a.root, claimsDir, e.Name()))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		for _, c := range cs {
+			others[c] = true
+		}
+	}
+	fin, _ := claimFinalizer(a.node)
+	for _, c := range mine {
+		if others[c] {
+			continue
+		}
+		ns, name, _ := strings.Cut(c, "/")
+		key := types.NamespacedName{Namespace: ns, Name: name}
+		for try := 0; ; try++ {
+			var pvc corev1.PersistentVolumeClaim
+			if err := a.fresh.Get(ctx, key, &pvc); err != nil {
+				if apierrors.IsNotFound(err) {
+					break
+				}
+				return err
+			}
+			if !controllerutil.RemoveFinalizer(&pvc, fin) {
+				break
+			}
+			err := a.c.Update(ctx, &pvc)
+			if err == nil || apierrors.IsNotFound(err) {
+				log.G(ctx).Info("claim released", "claim", c)
+				break
+			}
+			if !apierrors.IsConflict(err) || try == 4 {
+				return fmt.Errorf("release PersistentVolumeClaim %s: %w", c, err)
+			}
+		}
+	}
+	return os.Remove(a.claimsFile(uid))
+}
+
+// readClaims reads a claims record.
+func readClaims(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(b)), nil
+}
+
+// sweepClaims releases the claims of Sessions that have no local session
+// on this node and are not in the agent's cache of its node's Sessions
+// (deleted while the agent was away, or failed before their local
+// session was made).
+func (a *nodeAgent) sweepClaims(ctx context.Context) {
+	ents, err := os.ReadDir(filepath.Join(a.root, claimsDir))
+	if err != nil || len(ents) == 0 {
+		return
+	}
+	keep := map[types.UID]bool{}
+	for _, v := range a.d.List(ctx) {
+		keep[types.UID(v.Labels[LabelSessionUID])] = true
+	}
+	var list v1alpha1.SessionList
+	if err := a.c.List(ctx, &list); err != nil {
+		return
+	}
+	for _, s := range list.Items {
+		if s.DeletionTimestamp == nil {
+			keep[s.UID] = true
+		}
+	}
+	for _, e := range ents {
+		if uid := types.UID(e.Name()); !keep[uid] {
+			if err := a.releaseClaims(ctx, uid); err != nil {
+				log.G(ctx).Warn("claims not released", "session-uid", uid, "error", err)
+			}
+		}
+	}
+}
+
+// releaseAfterFailure releases the claims of the Session uid, which has no
+// local session after a failed start; an error is left to the sweep.
+func (a *nodeAgent) releaseAfterFailure(ctx context.Context, uid types.UID) {
+	if err := a.releaseClaims(ctx, uid); err != nil {
+		log.G(ctx).Warn("claims not released after the Session failed to start; the sweep tries again", "error", err)
+	}
 }

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
@@ -27,7 +29,8 @@ import (
 // cluster: its AirlockNode (labelled airlock.test/node=name, no room), its
 // Lease (renewed now, for leaseSecs), a Session running on it (its
 // finalizer on, status Running), an unplaced Session no node matches and
-// a SessionPool whose status says one sandbox is ready on it.
+// a SessionPool whose status says one sandbox is ready on it, and a
+// claim its Session holds.
 func victim(t *testing.T, admin client.Client, name string, leaseSecs int32) {
 	t.Helper()
 	ctx := t.Context()
@@ -70,6 +73,17 @@ func victim(t *testing.T, admin client.Client, name string, leaseSecs int32) {
 	}
 	sp.Status = v1alpha1.SessionPoolStatus{Ready: 1, Nodes: []v1alpha1.PoolNodeStatus{{Node: name, Ready: 1}}}
 	if err := admin.Status().Update(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	// A claim the victim's Session holds (the victim node's finalizer).
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "claim-" + name, Namespace: "default", Finalizers: []string{agent.ClaimFinalizerPrefix + name}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, StorageClassName: new(string),
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if err := admin.Create(ctx, pvc); err != nil {
 		t.Fatal(err)
 	}
 	u := &v1alpha1.Session{
@@ -197,6 +211,23 @@ var attacks = []attack{
 	{"rewrite the victim's entry of a SessionPool's status (refused, none ready)", func(ctx context.Context, c client.Client, v string, dryRun bool) error {
 		return applyPoolEntry(ctx, c, "pool-"+v, "node-a", map[string]any{"node": v, "ready": int64(0), "reason": agent.ReasonRefused, "message": "forged"}, dryRun)
 	}},
+	{"take every finalizer off a claim the victim's Session holds", func(ctx context.Context, c client.Client, v string, dryRun bool) error {
+		var pvc corev1.PersistentVolumeClaim
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "claim-" + v}, &pvc); err != nil {
+			return err
+		}
+		pvc.Finalizers = nil
+		return c.Update(ctx, &pvc, dry(dryRun)...)
+	}},
+	{"relabel a claim, holding it with its own finalizer", func(ctx context.Context, c client.Client, v string, dryRun bool) error {
+		var pvc corev1.PersistentVolumeClaim
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "claim-" + v}, &pvc); err != nil {
+			return err
+		}
+		controllerutil.AddFinalizer(&pvc, agent.ClaimFinalizerPrefix+"node-a")
+		pvc.Labels = map[string]string{"team": "node-a"}
+		return c.Update(ctx, &pvc, dry(dryRun)...)
+	}},
 	{"hold the placement leadership in the victim's name", func(ctx context.Context, c client.Client, v string, dryRun bool) error {
 		var l coordinationv1.Lease
 		if err := c.Get(ctx, client.ObjectKey{Namespace: agent.LeaseNamespace, Name: agent.PlacementLease}, &l); err != nil {
@@ -249,6 +280,7 @@ func snapshot(t *testing.T, admin client.Client, v string) string {
 		{client.ObjectKey{Namespace: "default", Name: "on-" + v}, &v1alpha1.Session{}},
 		{client.ObjectKey{Namespace: "default", Name: "unplaced-" + v}, &v1alpha1.Session{}},
 		{client.ObjectKey{Namespace: "default", Name: "pool-" + v}, &v1alpha1.SessionPool{}},
+		{client.ObjectKey{Namespace: "default", Name: "claim-" + v}, &corev1.PersistentVolumeClaim{}},
 	} {
 		if err := admin.Get(ctx, o.key, o.obj); err != nil {
 			t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/airlock-sandbox/airlock/internal/testutil"
@@ -263,6 +264,26 @@ func TestDeployment(t *testing.T) {
 	}
 	if err := admin.Delete(ctx, &spc); err != nil {
 		t.Fatal(err)
+	}
+
+	// Its own finalizer on a claim it may put on and take off, as its
+	// agent does for its Sessions' volumes; the victim's stays.
+	for _, hold := range []bool{true, false} {
+		var pvc corev1.PersistentVolumeClaim
+		if err := nodeA.Get(ctx, client.ObjectKey{Namespace: "default", Name: "claim-node-c"}, &pvc); err != nil {
+			t.Fatal(err)
+		}
+		if hold {
+			controllerutil.AddFinalizer(&pvc, agent.ClaimFinalizerPrefix+"node-a")
+		} else {
+			controllerutil.RemoveFinalizer(&pvc, agent.ClaimFinalizerPrefix+"node-a")
+		}
+		if err := nodeA.Update(ctx, &pvc); err != nil {
+			t.Fatalf("with the node restriction, node-a holding (%v) a claim with its own finalizer: %v", hold, err)
+		}
+		if !controllerutil.ContainsFinalizer(&pvc, agent.ClaimFinalizerPrefix+"node-c") {
+			t.Errorf("claim-node-c's finalizers %v: node-c's is gone", pvc.Finalizers)
+		}
 	}
 
 	// A token of airlock-node bound to no pod names no node: it writes

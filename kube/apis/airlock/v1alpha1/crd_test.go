@@ -441,10 +441,12 @@ func TestWorkspaceSourcesSchema(t *testing.T) {
 	}
 	// A volume source: a claim's name; exactly one of git and volume.
 	for name, tt := range map[string]struct{ src, want string }{
-		"vol":     {`{"target": "/work", "volume": {"claimName": "data"}}`, ""},
-		"both":    {`{"target": "/work", "volume": {"claimName": "data"}, "git": {"url": "https://git.corp.test/a.git"}}`, "set exactly one of git and volume"},
-		"neither": {`{"target": "/work"}`, "set exactly one of git and volume"},
-		"noclaim": {`{"target": "/work", "volume": {"claimName": ""}}`, "spec.workspaceSources[0].volume.claimName"},
+		"vol":      {`{"target": "/work", "volume": {"claimName": "data"}}`, ""},
+		"both":     {`{"target": "/work", "volume": {"claimName": "data"}, "git": {"url": "https://git.corp.test/a.git"}}`, "set exactly one of git and volume"},
+		"neither":  {`{"target": "/work"}`, "set exactly one of git and volume"},
+		"noclaim":  {`{"target": "/work", "volume": {"claimName": ""}}`, "spec.workspaceSources[0].volume.claimName"},
+		"badclaim": {`{"target": "/work", "volume": {"claimName": "a/b"}}`, "spec.workspaceSources[0].volume.claimName"},
+		"dotclaim": {`{"target": "/work", "volume": {"claimName": ".."}}`, "spec.workspaceSources[0].volume.claimName"},
 	} {
 		u := &unstructured.Unstructured{}
 		if err := json.Unmarshal(fmt.Appendf(nil, `{

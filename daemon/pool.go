@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -59,6 +61,15 @@ type warmPools struct {
 	// dropped are sandboxes torn down without a session, until the exit
 	// of their init, which records nothing.
 	dropped map[*session]bool // +checklocks:mu
+	// watchers are the callers of watch, each with the labels of the
+	// pools changed since it was last told.
+	watchers map[*poolWatcher]struct{} // +checklocks:mu
+}
+
+// poolWatcher is one caller of warmPools.watch.
+type poolWatcher struct {
+	wake    chan struct{}   // holds a token when changed is not empty
+	changed map[string]bool // labels; guarded by the pools' lock
 }
 
 // pool is one policy's prepared sandboxes.
@@ -77,6 +88,10 @@ type pool struct {
 	discarded uint64
 	failures  int
 	lastErr   string
+	// toldReady and toldErr are the ready count and last error the
+	// watchers were last told of (changedLocked).
+	toldReady int
+	toldErr   string
 }
 
 // poolKey identifies what a prepared sandbox fixes: everything in the
@@ -151,6 +166,7 @@ func (w *warmPools) take(key string, keep func(*session)) *session {
 	keep(s)
 	w.waiting.Add(-1)
 	pl.hits++
+	w.changedLocked(pl)
 	return s
 }
 
@@ -279,6 +295,7 @@ func (w *warmPools) fill(pl *pool) {
 		if err := w.reserve(); err != nil {
 			pl.fillers--
 			pl.lastErr = err.Error()
+			w.changedLocked(pl)
 			w.mu.Unlock()
 			endTurn()
 			log.G(ctx).Warn("pool not filled", "reason", err)
@@ -295,6 +312,7 @@ func (w *warmPools) fill(pl *pool) {
 			pl.failures++
 			pl.lastErr = err.Error()
 			wait := min(time.Duration(pl.failures)*time.Second, 30*time.Second)
+			w.changedLocked(pl)
 			w.mu.Unlock()
 			log.G(ctx).Warn("prepare a pooled sandbox", "error", err, "retry_in", wait)
 			select {
@@ -324,6 +342,7 @@ func (w *warmPools) fill(pl *pool) {
 		// Counted as waiting before its reservation is released: the
 		// session limit never sees a gap.
 		w.waiting.Add(1)
+		w.changedLocked(pl)
 		w.mu.Unlock()
 		w.release()
 		log.G(ctx).Debug("pooled sandbox ready", "session", s.rec.ID)
@@ -351,6 +370,7 @@ func (w *warmPools) drop(ctx context.Context, s *session) bool {
 	delete(w.dropped, s) // its exit is this one
 	pl.discarded++
 	w.fillLocked(pl)
+	w.changedLocked(pl)
 	w.mu.Unlock()
 	log.G(ctx).Warn("a pooled sandbox's init exited; dropping it")
 	w.discard(ctx, s)
@@ -403,6 +423,7 @@ func (w *warmPools) evict(ctx context.Context) bool {
 	w.removeLocked(victim, s)
 	victim.discarded++
 	victim.lastErr = "a prepared sandbox gave its place under the session limit to a session"
+	w.changedLocked(victim)
 	w.mu.Unlock()
 	log.G(ctx).Info("prepared sandbox torn down for a session at the session limit", "pool", victim.key, "session", s.rec.ID)
 	w.discard(ctx, s)
@@ -420,6 +441,7 @@ func (w *warmPools) trim(ctx context.Context, key string) {
 		for _, s := range extra {
 			w.removeLocked(pl, s)
 		}
+		w.changedLocked(pl)
 	}
 	w.mu.Unlock()
 	for _, s := range extra {
@@ -444,6 +466,7 @@ func (w *warmPools) remove(ctx context.Context, key string) error {
 	for _, s := range ready {
 		w.removeLocked(pl, s)
 	}
+	w.tellLocked(pl.policy.Label)
 	w.mu.Unlock()
 	for _, s := range ready {
 		w.discard(ctx, s)
@@ -470,6 +493,80 @@ func (w *warmPools) close(ctx context.Context) {
 		w.discard(ctx, s)
 	}
 	w.wg.Wait()
+}
+
+// changedLocked tells the watchers of pl's label if its ready count or
+// last error changed since they were last told: what a pool's user (the
+// node agent writing a SessionPool's status) sees of it. Nothing else a
+// pool does (a filler started, a miss counted, a failure with the same
+// error) is news, so that a watcher that acts on the pool (SetPool) when
+// told does not tell itself again.
+func (w *warmPools) changedLocked(pl *pool) {
+	if len(pl.ready) == pl.toldReady && pl.lastErr == pl.toldErr {
+		return
+	}
+	pl.toldReady, pl.toldErr = len(pl.ready), pl.lastErr
+	w.tellLocked(pl.policy.Label)
+}
+
+// tellLocked adds label to every watcher's changed labels and wakes it.
+func (w *warmPools) tellLocked(label string) {
+	for pw := range w.watchers {
+		pw.changed[label] = true
+		select {
+		case pw.wake <- struct{}{}:
+		default: // already woken: label joins the labels it will read
+		}
+	}
+}
+
+// watch calls changed with the labels of the pools whose ready count or
+// last error changed, or that were removed, until ctx ends or the pools'
+// context does (the daemon stops). Its first call names every pool there
+// is, if any: what changed before the watch began. A label is given once
+// however many changes it had since the last call: a burst (a pool's
+// sandboxes becoming ready together, a call of changed that took long)
+// makes one call. changed runs on the caller's goroutine, without the
+// pools' lock.
+func (w *warmPools) watch(ctx context.Context, changed func(labels []string)) {
+	pw := &poolWatcher{wake: make(chan struct{}, 1), changed: map[string]bool{}}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	if w.watchers == nil {
+		w.watchers = map[*poolWatcher]struct{}{}
+	}
+	w.watchers[pw] = struct{}{}
+	for _, pl := range w.pools {
+		pw.changed[pl.policy.Label] = true
+	}
+	if len(pw.changed) > 0 {
+		pw.wake <- struct{}{}
+	}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.watchers, pw)
+		w.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.ctx.Done():
+			return
+		case <-pw.wake:
+		}
+		w.mu.Lock()
+		labels := slices.Sorted(maps.Keys(pw.changed))
+		clear(pw.changed)
+		w.mu.Unlock()
+		if len(labels) > 0 {
+			changed(labels)
+		}
+	}
 }
 
 // list reports every pool.
@@ -533,6 +630,22 @@ func (d *Daemon) SetPool(ctx context.Context, p policies.Policy, size int) (key 
 // RemovePool stops the pool of key and tears its ready sandboxes down.
 // Sessions that already took one are not affected.
 func (d *Daemon) RemovePool(ctx context.Context, key string) error { return d.pools.remove(ctx, key) }
+
+// WatchPools calls changed with the labels of the warm pools whose
+// number of ready sandboxes or last error (see Pools) changed, or that
+// were removed: a sandbox prepared, taken by a session, torn down (its
+// init died, it gave its place to a session, its pool shrank), a refill
+// that failed or could not start. It runs until ctx ends or the daemon
+// stops. Changes made while changed runs are gathered: the next call
+// names each label they touched once, however many there were. The
+// first call names every pool there is, if any, so that nothing changed
+// before the watch began goes unseen. It is
+// for a caller in the daemon's process (the Kubernetes node agent, which
+// writes a SessionPool's status from its pool): changed is told which
+// pools to look at (Pools), not what they hold.
+func (d *Daemon) WatchPools(ctx context.Context, changed func(labels []string)) {
+	d.pools.watch(ctx, changed)
+}
 
 // discard tears down a sandbox no session took. The exit of its init,
 // which the teardown causes, is left to the pools.

@@ -39,6 +39,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -331,11 +332,19 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 		pools = false
 		log.G(ctx).Warn("the SessionPool CRD is not installed: no sandbox is prepared for SessionPools (kubectl apply -f deploy/kubernetes/crds/, then restart the agent)")
 	} else {
+		// A SessionPool is looked at when it changes (not at the
+		// cache's resync, which changes nothing), when the node's
+		// labels change, when an older SessionPool's spec does (the
+		// room goes oldest first), and when its daemon pool does
+		// (poolWake); and once every poolSafetyResync.
 		err = builder.ControllerManagedBy(mgr).
 			Named("airlock-pools").
-			For(&v1alpha1.SessionPool{}).
-			Watches(&v1alpha1.AirlockNode{}, handler.EnqueueRequestsFromMapFunc(na.poolRequests)).
-			WatchesRawSource(source.Channel(na.poolWake, &handler.EnqueueRequestForObject{})).
+			For(&v1alpha1.SessionPool{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
+			Watches(&v1alpha1.AirlockNode{}, handler.EnqueueRequestsFromMapFunc(na.poolRequests),
+				builder.WithPredicates(predicate.LabelChangedPredicate{})).
+			Watches(&v1alpha1.SessionPool{}, handler.EnqueueRequestsFromMapFunc(na.newerPools),
+				builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			WatchesRawSource(source.Channel(na.poolWake, poolWakeHandler())).
 			WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).
 			Complete(reconcile.Func(na.reconcilePool))
 		if err != nil {
@@ -346,7 +355,12 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 		func(ctx context.Context) { na.sweep(ctx, resync) },
 		func(ctx context.Context) {
 			if pools {
-				na.sweepPools(ctx, resync)
+				na.sweepPools(ctx, poolSafetyResync)
+			}
+		},
+		func(ctx context.Context) {
+			if pools {
+				na.followPools(ctx)
 			}
 		},
 		na.followApprovals,

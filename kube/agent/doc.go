@@ -168,10 +168,16 @@
 // changed or is refused. Pools live in the daemon's memory and go with
 // it (a daemon at start removes the sandboxes its predecessor prepared);
 // the agent, started again with it, declares them again from the
-// SessionPools its cache lists. Each agent looks at the SessionPools
-// that select it every 2 s (the daemon fills its pools and sessions take
-// from them without an event), and at every pool it keeps every resync,
-// so that one whose SessionPool went unseen is removed too.
+// SessionPools its cache lists. An agent looks at a SessionPool only when
+// something it decides from changed: the SessionPool (not the cache's
+// periodic resync), an older SessionPool's spec or refusal (the room goes
+// oldest first), the node's AirlockNode's labels, or its daemon pool,
+// which the daemon tells it of (Daemon.WatchPools: a sandbox prepared,
+// taken or torn down, a refill that failed), a burst within poolSettle
+// (200 ms) making one look. Once a minute (poolSafetyResync) it looks at
+// every SessionPool it caches and at the SessionPool of every pool it
+// keeps, a safety net, so that one whose SessionPool went unseen is
+// removed too.
 //
 // Each agent writes its own entry of status.nodes (ready, the generation
 // it acted on, reason refused and a message, or the last failure to

@@ -79,6 +79,11 @@ type Daemon interface {
 	RemovePool(ctx context.Context, key string) error
 	// Pools reports the warm pools.
 	Pools() []api.Pool
+	// WatchPools calls changed with the labels of the warm pools whose
+	// ready count or last error changed, or that were removed, changes
+	// made during a call gathered into the next, until ctx ends or the
+	// daemon stops; its first call names every pool there is.
+	WatchPools(ctx context.Context, changed func(labels []string))
 	// Admission is the node's admission policy (its git_source blocks
 	// admit workspace sources).
 	Admission() *policies.Admission
@@ -102,8 +107,10 @@ type nodeAgent struct {
 	auditEvery time.Duration
 	// poolRoom is Config.PoolRoom.
 	poolRoom int
-	// poolWake carries an event for a SessionPool to look at again
-	// (sweepPools).
+	// poolWake carries an event for a SessionPool to look at again: its
+	// daemon pool changed (followPools), another's refusal changed
+	// (noteRefusal), or the safety sweep (sweepPools). Each is a look
+	// poolSettle later, so that a burst makes one.
 	poolWake chan event.GenericEvent
 
 	mu sync.Mutex

@@ -12,8 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/airlock-sandbox/airlock/internal/log"
@@ -33,11 +35,31 @@ const PoolLabelPrefix = "sessionpool:"
 // pool, and of the Sessions naming it.
 func PoolLabel(namespace, name string) string { return PoolLabelPrefix + namespace + "/" + name }
 
-// poolResync is how often the agent looks at a SessionPool that selects
-// its node again: the daemon fills pools and sessions take from them
-// without an event the agent hears, and its ready count is written when
-// it changes.
-const poolResync = 2 * time.Second
+// The agent looks at a SessionPool (reconcilePool) only when something
+// it decides from may have changed:
+//   - the SessionPool itself (its watch; the cache's periodic resync,
+//     which changes nothing, is not a change);
+//   - the node's AirlockNode's labels, which its nodeSelector matches;
+//   - an older SessionPool's spec, its creation or deletion, or whether
+//     this node refuses it: the room for SessionPools goes oldest first
+//     (allotted);
+//   - its daemon pool: a sandbox prepared, taken, torn down, a refill
+//     that failed (the daemon tells, Daemon.WatchPools; followPools).
+//
+// poolSafetyResync is how often it looks again at every SessionPool in
+// its cache and at the SessionPool of every daemon pool it keeps, with
+// none of these: a safety net, for a SessionPool deleted while its watch
+// was down (its pool would stay, holding sandboxes and places under the
+// session limit, without it) and for any change it did not hear of. It
+// is slow, so that an idle SessionPool costs next to nothing however
+// many there are.
+const poolSafetyResync = time.Minute
+
+// poolSettle is how long a look at a SessionPool that its daemon pool
+// changed waits, gathering what else changes meanwhile: a pool whose
+// sandboxes become ready together makes one look, and one status write,
+// not one for each.
+const poolSettle = 200 * time.Millisecond
 
 // fieldManager is the node's field manager for the SessionPools' status,
 // written by server-side apply: each node owns its own entry of
@@ -49,6 +71,7 @@ func (a *nodeAgent) fieldManager() string { return "airlockd-node/" + a.node }
 // otherwise, and writes this node's entry of its status.
 func (a *nodeAgent) reconcilePool(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	ctx = log.With(ctx, "sessionpool", req.String())
+	log.G(ctx).Debug("SessionPool looked at")
 	label := PoolLabel(req.Namespace, req.Name)
 	var sp v1alpha1.SessionPool
 	err := a.c.Get(ctx, req.NamespacedName, &sp)
@@ -90,7 +113,10 @@ func (a *nodeAgent) reconcilePool(ctx context.Context, req reconcile.Request) (r
 				return reconcile.Result{}, refusal // again, with backoff
 			}
 		}
-		a.noteRefusal(ctx, label, sp.Generation, refusal)
+		if a.noteRefusal(ctx, label, sp.Generation, refusal) {
+			// The room it leaves to newer SessionPools changed.
+			a.wakeNewer(ctx, &sp)
+		}
 	}
 	// Every other pool of this SessionPool goes: it was deleted, resized
 	// to 0, no longer selects this node, its policy changed or is
@@ -145,7 +171,7 @@ func (a *nodeAgent) reconcilePool(ctx context.Context, req reconcile.Request) (r
 	}
 	total := others + entry.Ready
 	if mine >= 0 && sp.Status.Nodes[mine] == entry && sp.Status.Ready == total && sp.Status.ObservedGeneration == sp.Generation {
-		return reconcile.Result{RequeueAfter: poolResync}, nil
+		return reconcile.Result{}, nil
 	}
 	n := map[string]any{"node": entry.Node, "ready": int64(entry.Ready), "observedGeneration": entry.ObservedGeneration}
 	if entry.Reason != "" {
@@ -154,10 +180,9 @@ func (a *nodeAgent) reconcilePool(ctx context.Context, req reconcile.Request) (r
 	if entry.Message != "" {
 		n["message"] = entry.Message
 	}
-	err = a.applyPoolStatus(ctx, &sp, map[string]any{
+	return reconcile.Result{}, a.applyPoolStatus(ctx, &sp, map[string]any{
 		"observedGeneration": sp.Generation, "ready": int64(total), "nodes": []any{n},
 	})
-	return reconcile.Result{RequeueAfter: poolResync}, err
 }
 
 // applyPoolStatus applies status as this node's field manager, taking
@@ -195,28 +220,31 @@ func (a *nodeAgent) allotted(ctx context.Context, sp *v1alpha1.SessionPool) (int
 	if err := a.c.Get(ctx, client.ObjectKey{Name: a.node}, &an); err != nil {
 		return 0, fmt.Errorf("read AirlockNode %s for its labels: %w", a.node, err)
 	}
-	older := func(x, y *v1alpha1.SessionPool) bool {
-		if !x.CreationTimestamp.Equal(&y.CreationTimestamp) {
-			return x.CreationTimestamp.Before(&y.CreationTimestamp)
-		}
-		if x.Namespace != y.Namespace {
-			return x.Namespace < y.Namespace
-		}
-		return x.Name < y.Name
-	}
 	a.mu.Lock()
 	refused := maps.Clone(a.refused)
 	a.mu.Unlock()
 	used := 0
 	for i := range list.Items {
 		o := &list.Items[i]
-		if o.UID == sp.UID || o.DeletionTimestamp != nil || o.Spec.Size <= 0 || !older(o, sp) ||
+		if o.UID == sp.UID || o.DeletionTimestamp != nil || o.Spec.Size <= 0 || !olderPool(o, sp) ||
 			refused[PoolLabel(o.Namespace, o.Name)] != "" || !labels.SelectorFromSet(o.Spec.NodeSelector).Matches(labels.Set(an.Labels)) {
 			continue
 		}
 		used += int(o.Spec.Size)
 	}
 	return max(0, min(int(sp.Spec.Size), a.poolRoom-used)), nil
+}
+
+// olderPool reports whether x comes before y in the room for
+// SessionPools: created earlier, then by namespace and name.
+func olderPool(x, y *v1alpha1.SessionPool) bool {
+	if !x.CreationTimestamp.Equal(&y.CreationTimestamp) {
+		return x.CreationTimestamp.Before(&y.CreationTimestamp)
+	}
+	if x.Namespace != y.Namespace {
+		return x.Namespace < y.Namespace
+	}
+	return x.Name < y.Name
 }
 
 // selects reports whether this node's AirlockNode's labels hold sel.
@@ -232,8 +260,9 @@ func (a *nodeAgent) selects(ctx context.Context, sel map[string]string) (bool, e
 }
 
 // noteRefusal logs a SessionPool's refusal (or its end) once per
-// generation and reason, not at every look.
-func (a *nodeAgent) noteRefusal(ctx context.Context, label string, gen int64, err error) {
+// generation and reason, not at every look. It reports whether the
+// SessionPool went from admitted to refused or back.
+func (a *nodeAgent) noteRefusal(ctx context.Context, label string, gen int64, err error) bool {
 	msg := ""
 	if err != nil {
 		msg = fmt.Sprintf("%d %s", gen, err)
@@ -252,11 +281,13 @@ func (a *nodeAgent) noteRefusal(ctx context.Context, label string, gen int64, er
 	case msg == "" && last != "":
 		log.G(ctx).Info("SessionPool admitted", "generation", gen)
 	}
+	return (msg == "") != (last == "")
 }
 
-// sweepPools asks for a look at the SessionPool of every daemon pool the
-// agent keeps, every period until ctx ends, so that the pool of a
-// SessionPool deleted without the agent seeing it go is removed too.
+// sweepPools asks, every period until ctx ends, for a look at every
+// SessionPool in the cache and at the SessionPool of every daemon pool
+// the agent keeps, so that the pool of a SessionPool deleted without the
+// agent seeing it go is removed too (poolSafetyResync).
 func (a *nodeAgent) sweepPools(ctx context.Context, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -266,20 +297,76 @@ func (a *nodeAgent) sweepPools(ctx context.Context, period time.Duration) {
 			return
 		case <-t.C:
 		}
-		for _, p := range a.d.Pools() {
-			ns, name, ok := strings.Cut(strings.TrimPrefix(p.Label, PoolLabelPrefix), "/")
-			if !ok || !strings.HasPrefix(p.Label, PoolLabelPrefix) {
-				continue
-			}
-			obj := &v1alpha1.SessionPool{}
-			obj.Namespace, obj.Name = ns, name
-			select {
-			case a.poolWake <- event.GenericEvent{Object: obj}:
-			case <-ctx.Done():
-				return
+		seen := map[types.NamespacedName]bool{}
+		var list v1alpha1.SessionPoolList
+		if err := a.c.List(ctx, &list); err == nil {
+			for _, sp := range list.Items {
+				seen[types.NamespacedName{Namespace: sp.Namespace, Name: sp.Name}] = true
 			}
 		}
+		for _, p := range a.d.Pools() {
+			if key, ok := poolOfLabel(p.Label); ok {
+				seen[key] = true
+			}
+		}
+		for key := range seen {
+			a.wakePool(ctx, key)
+		}
 	}
+}
+
+// followPools asks for a look at the SessionPool of every daemon pool the
+// daemon says changed (Daemon.WatchPools), until ctx ends: a sandbox
+// became ready, was taken or torn down, a refill failed, the pool was
+// removed. Its ready count and message reach status.nodes within
+// poolSettle and a look.
+func (a *nodeAgent) followPools(ctx context.Context) {
+	a.d.WatchPools(ctx, func(labels []string) {
+		for _, l := range labels {
+			if key, ok := poolOfLabel(l); ok {
+				a.wakePool(ctx, key)
+			}
+		}
+	})
+}
+
+// poolOfLabel is the SessionPool whose daemon pool carries label; false
+// for a pool not kept for a SessionPool.
+func poolOfLabel(label string) (types.NamespacedName, bool) {
+	rest, ok := strings.CutPrefix(label, PoolLabelPrefix)
+	if !ok {
+		return types.NamespacedName{}, false
+	}
+	ns, name, ok := strings.Cut(rest, "/")
+	return types.NamespacedName{Namespace: ns, Name: name}, ok
+}
+
+// wakePool asks for a look at SessionPool key, poolSettle later
+// (poolWakeHandler).
+func (a *nodeAgent) wakePool(ctx context.Context, key types.NamespacedName) {
+	obj := &v1alpha1.SessionPool{}
+	obj.Namespace, obj.Name = key.Namespace, key.Name
+	select {
+	case a.poolWake <- event.GenericEvent{Object: obj}:
+	case <-ctx.Done():
+	}
+}
+
+// wakeNewer asks for a look at every SessionPool newer than sp, whose
+// room sp's admission by this node changes (allotted).
+func (a *nodeAgent) wakeNewer(ctx context.Context, sp *v1alpha1.SessionPool) {
+	for _, r := range a.newerPools(ctx, sp) {
+		a.wakePool(ctx, r.NamespacedName)
+	}
+}
+
+// poolWakeHandler enqueues the SessionPool of an event of poolWake
+// poolSettle later: the workqueue keeps one of a SessionPool waiting, so
+// that the events of a burst make one look.
+func poolWakeHandler() handler.EventHandler {
+	return handler.Funcs{GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		q.AddAfter(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(e.Object)}, poolSettle)
+	}}
 }
 
 // poolRequests maps a change of this node's AirlockNode (its labels) to
@@ -292,6 +379,28 @@ func (a *nodeAgent) poolRequests(ctx context.Context, _ client.Object) []reconci
 	out := make([]reconcile.Request, 0, len(list.Items))
 	for _, sp := range list.Items {
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: sp.Namespace, Name: sp.Name}})
+	}
+	return out
+}
+
+// newerPools maps a change of a SessionPool's spec, its creation or
+// deletion to a look at the SessionPools newer than it: the room for
+// SessionPools goes oldest first, so theirs may change (allotted).
+func (a *nodeAgent) newerPools(ctx context.Context, obj client.Object) []reconcile.Request {
+	sp, ok := obj.(*v1alpha1.SessionPool)
+	if !ok {
+		return nil
+	}
+	var list v1alpha1.SessionPoolList
+	if err := a.c.List(ctx, &list); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.UID != sp.UID && olderPool(sp, o) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Name}})
+		}
 	}
 	return out
 }

@@ -66,9 +66,10 @@ func (d *reviewDaemon) ApproveRevise(context.Context, string, string, string) (a
 func (d *reviewDaemon) SetPool(context.Context, policies.Policy, int) (string, []string, error) {
 	return "", nil, nil
 }
-func (d *reviewDaemon) RemovePool(context.Context, string) error { return nil }
-func (d *reviewDaemon) Pools() []api.Pool                        { return nil }
-func (d *reviewDaemon) Admission() *policies.Admission           { return policies.DefaultAdmission() }
+func (d *reviewDaemon) RemovePool(context.Context, string) error         { return nil }
+func (d *reviewDaemon) Pools() []api.Pool                                { return nil }
+func (d *reviewDaemon) WatchPools(ctx context.Context, _ func([]string)) { <-ctx.Done() }
+func (d *reviewDaemon) Admission() *policies.Admission                   { return policies.DefaultAdmission() }
 
 func reviewAgent(t *testing.T, d Daemon, s *v1alpha1.Session) (*nodeAgent, client.Client) {
 	t.Helper()

@@ -59,5 +59,14 @@ fi
 # no section starts in its last minute), so that a section that hangs
 # cannot hold the machine; SIGTERM lets airlock-perf remove what it
 # started. It stopped a full run at 9 minutes, mid-section, once the L7
-# section measured one more path.
-exec timeout --signal=TERM --kill-after=60 840 _output/perf/airlock-perf "$@"
+# section measured one more path. A -budget given in minutes (make
+# perf-load's 40m) moves the stop to 90 s past it.
+stop=840
+prev=
+for a in "$@"; do
+	if [[ $prev == -budget || $prev == --budget ]] && [[ $a =~ ^([0-9]+)m$ ]]; then
+		stop=$(( BASH_REMATCH[1] * 60 + 90 ))
+	fi
+	prev=$a
+done
+exec timeout --signal=TERM --kill-after=60 "$stop" _output/perf/airlock-perf "$@"

@@ -304,8 +304,9 @@ func (a *Admission) gitSourcesString() string {
 	return strings.Join(out, "; ")
 }
 
-// portSuffix is a host name and a port.
-var portSuffix = regexp.MustCompile(`^[^:@]+:[1-9][0-9]{0,4}$`)
+// sshHost is an ssh glob's host and port. (An IPv6 address, in
+// brackets, would be a glob.)
+var sshHost = regexp.MustCompile(`^[^:@\[\]]+(:[1-9][0-9]{0,4})?$`)
 
 // checkGitSourceGlob checks a git_source block's label.
 func checkGitSourceGlob(g string) string {
@@ -329,7 +330,7 @@ func checkGitSourceGlob(g string) string {
 		return fmt.Sprintf("%q carries user information", g)
 	case scheme == "ssh" && (!hasUser || !sshUser.MatchString(user)):
 		return fmt.Sprintf("%q names no user, or one with characters other than letters, digits and \"._-\": write ssh://USER@HOST/PATH", g)
-	case scheme == "ssh" && (userHost == "" || strings.ContainsAny(userHost, "@:") && !portSuffix.MatchString(userHost)):
+	case scheme == "ssh" && !sshHost.MatchString(userHost):
 		return fmt.Sprintf("%q has no host, or one with a password or a bad port", g)
 	case strings.ToLower(host) != host && scheme != "ssh", strings.ToLower(userHost) != userHost:
 		return fmt.Sprintf("%q has upper-case letters in its host (write it in lower case)", g)

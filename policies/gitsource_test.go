@@ -371,6 +371,7 @@ func TestGitSourceSSH(t *testing.T) {
 		{"ssh://deploy@127.0.0.1:2222/srv/repo.git", "", ""},
 		{"ssh://deploy@127.0.0.1:2222/srv/repo.git", "airlock/x", "other branches only"},
 		{"ssh://other@git.corp.test/agents/a.git", "", "matches none"},
+		{"ssh://git@[fd00::1]:2222/srv/a.git", "", "matches none"},
 		{"ssh://git@git.corp.test:2222/agents/a.git", "", "matches none"},
 		{"https://git.corp.test/agents/a.git", "", "matches none"},
 		{"git@git.corp.test:agents/a.git", "", "not an http, https or ssh URL"},

@@ -121,7 +121,7 @@ type GitSource struct {
 	// scp-like USER@HOST:PATH), without a password: credentials are the
 	// node's.
 	// +required
-	// +kubebuilder:validation:Pattern=`^(https?://[^@/?#]+(/[^?#]*)?|ssh://[A-Za-z0-9_][A-Za-z0-9._-]*@[^@:/?#]+(:[0-9]+)?/[^?#]+)$`
+	// +kubebuilder:validation:Pattern=`^(https?://[^@/?#]+(/[^?#]*)?|ssh://[A-Za-z0-9_][A-Za-z0-9._-]*@([^@:/?#\[\]]+|\[[0-9A-Fa-f:.]+\])(:[0-9]+)?/[^?#]+)$`
 	// +kubebuilder:validation:MaxLength=2048
 	URL string `json:"url"`
 	// Ref is the branch, tag or full commit id checked out; empty: the

@@ -9,6 +9,9 @@
 #   - npm (Debian's nodejs and npm) when there is no npm at all, for the agent images' packages
 #   - chromium, which the console's test drives headless (Debian's, not pinned: its security
 #     updates replace the version the archive serves)
+#   - openssh-client (the ssh git workspace sources run) and openssh-server, whose sshd the
+#     tests of ssh sources run on a loopback port of their own; a system ssh service the
+#     package would start is stopped and disabled when this script installed it
 # A second run with nothing missing takes well under a second.
 set -euo pipefail
 
@@ -21,7 +24,7 @@ mkdir -p "$bin_dir" "$cache/bin"
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }
 
-apt_packages=(libseccomp-dev pkg-config mmdebstrap git iproute2 ca-certificates jq chromium)
+apt_packages=(libseccomp-dev pkg-config mmdebstrap git iproute2 ca-certificates jq chromium openssh-client openssh-server)
 missing=()
 # Any npm will do (npm ci of a version 3 lockfile needs npm 7 or later): one
 # that came with a Node.js from elsewhere is kept.
@@ -40,6 +43,11 @@ if ((${#missing[@]})); then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq >/dev/null
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# The tests run sshd themselves: a service listening on port 22 was not asked for.
+	if [[ " ${missing[*]} " == *" openssh-server "* && -d /run/systemd/system ]]; then
+		log "stopping and disabling the ssh service openssh-server started (the tests run their own sshd)"
+		systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+	fi
 fi
 
 # crun (airlockd --runtime crun) refuses every container on a hybrid cgroup host whose v2

@@ -924,10 +924,13 @@ func (a *Admission) secretDirs() []string {
 		}
 		out = append(out, d)
 	}
-	// A git source's token is a secret the daemon reads alone.
+	// A git source's token and ssh key are secrets the daemon reads
+	// alone; its known hosts, the keys it trusts, no session may write.
 	for _, g := range a.GitSources {
-		if g.TokenFile != "" && filepath.IsAbs(g.TokenFile) {
-			out = append(out, filepath.Clean(g.TokenFile))
+		for _, f := range []string{g.TokenFile, g.SSHKeyFile, g.KnownHosts} {
+			if f != "" && filepath.IsAbs(f) {
+				out = append(out, filepath.Clean(f))
+			}
 		}
 	}
 	return out

@@ -26,7 +26,7 @@ var (
 		Blocks: []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "secret_source", LabelNames: []string{"from"}}, {Type: "git_source", LabelNames: []string{"url"}}},
 	}
 	gitSourceSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "push_branches"}, {Name: "token_file"}, {Name: "username"}, {Name: "namespaces"}},
+		Attributes: []hcl.AttributeSchema{{Name: "push_branches"}, {Name: "token_file"}, {Name: "username"}, {Name: "namespaces"}, {Name: "ssh_key_file"}, {Name: "known_hosts"}},
 	}
 	secretSourceSchema = &hcl.BodySchema{
 		Attributes: []hcl.AttributeSchema{{Name: "hosts", Required: true}},
@@ -225,7 +225,7 @@ func (d *decoder) admission(b *hcl.Block, filename string) *Admission {
 			g := b.Labels[0]
 			if reason := checkGitSourceGlob(g); reason != "" {
 				d.errorf(b.LabelRanges[0], "Invalid git source",
-					"%s. Write an http or https URL glob whose host is named, such as %q (\"*\" does not cross '/').", reason, "https://git.corp.test/agents/*")
+					"%s. Write an http, https or ssh URL glob whose host (and for ssh, user) is named, such as %q or %q (\"*\" does not cross '/').", reason, "https://git.corp.test/agents/*", "ssh://git@git.corp.test/agents/*")
 				continue
 			}
 			bc, bdiags := b.Body.Content(gitSourceSchema)
@@ -282,6 +282,18 @@ func (d *decoder) admission(b *hcl.Block, filename string) *Admission {
 				}
 			}
 			d.str(bc.Attributes, "username", at, &gs.Username)
+			d.str(bc.Attributes, "ssh_key_file", at, &gs.SSHKeyFile)
+			d.str(bc.Attributes, "known_hosts", at, &gs.KnownHosts)
+			if strings.HasPrefix(g, "ssh://") {
+				d.sshGitSource(b, bc.Attributes, at, &gs)
+				a.GitSources = append(a.GitSources, gs)
+				continue
+			}
+			for _, name := range []string{"ssh_key_file", "known_hosts"} {
+				if _, ok := bc.Attributes[name]; ok {
+					d.errorf(d.rangeOf(at.field(name)), "SSH setting for an http source", "%s is for ssh:// sources, which authenticate with the node's key; an http or https source authenticates with token_file (and username).", name)
+				}
+			}
 			switch {
 			case gs.Username != "" && gs.TokenFile == "":
 				d.errorf(d.rangeOf(at.field("username")), "Username without a token", "username goes with token_file; set both, or neither for a repository that needs no credentials.")
@@ -382,6 +394,38 @@ func isNamespaceName(s string) bool {
 		}
 	}
 	return true
+}
+
+// sshGitSource checks the settings of gs, the git_source block b for ssh
+// URLs: the node's key and the host keys it trusts, both required; no
+// token or username (the user is the URL's).
+func (d *decoder) sshGitSource(b *hcl.Block, attrs hcl.Attributes, at fieldPath, gs *GitSource) {
+	for _, name := range []string{"token_file", "username"} {
+		if _, ok := attrs[name]; ok {
+			d.errorf(d.rangeOf(at.field(name)), "HTTP setting for an ssh source", "%s is for http and https sources; an ssh source authenticates with ssh_key_file, as the user its URL names (ssh://USER@HOST/PATH).", name)
+		}
+	}
+	for _, f := range []struct {
+		name, value, summary, what, example string
+	}{
+		{"ssh_key_file", gs.SSHKeyFile, "Invalid SSH key file", "the node's private key", "/etc/airlock/git/id_ed25519"},
+		{"known_hosts", gs.KnownHosts, "Invalid known hosts file", "the host keys the node trusts (no host is trusted on first use)", "/etc/airlock/git/known_hosts"},
+	} {
+		if _, ok := attrs[f.name]; !ok {
+			d.errorf(b.DefRange, "Missing "+f.name, "An ssh source names %s: set %s to the absolute path of the file, such as %q.", f.what, f.name, f.example)
+			continue
+		}
+		reason := checkRootPath(f.value)
+		if strings.Contains(reason, "is protected") {
+			reason = ""
+		}
+		if reason == "" {
+			reason = checkSSHPath(f.value)
+		}
+		if reason != "" {
+			d.errorf(d.rangeOf(at.field(f.name)), f.summary, "%s. Name the file holding %s by its absolute path, such as %q.", reason, f.what, f.example)
+		}
+	}
 }
 
 // checkRootPath checks a host_paths or read_only_paths entry.

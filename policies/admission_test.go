@@ -35,6 +35,7 @@ func TestAdmissionExample(t *testing.T) {
 		GitSources: []GitSource{
 			{URL: "https://git.corp.test/agents/*", PushBranches: []string{"airlock/*"}, TokenFile: "/etc/airlock/git/corp.token", Username: DefaultGitUsername},
 			{URL: "https://git.corp.test/team-a/*", PushBranches: []string{"airlock/team-a/*"}, TokenFile: "/etc/airlock/git/team-a.token", Username: DefaultGitUsername, Namespaces: []string{"team-a"}},
+			{URL: "ssh://git@git.corp.test/infra/*", PushBranches: []string{"airlock/*"}, SSHKeyFile: "/etc/airlock/git/id_ed25519", KnownHosts: "/etc/airlock/git/known_hosts"},
 		},
 		Limits: Limits{CPUs: 4, Memory: 8 << 30, Pids: 4096, Disk: 16 << 30, LogSize: 256 << 20, AuditSize: 64 << 20, Timeout: Duration(4 * 3600e9), Sessions: 32},
 	}

@@ -7,7 +7,9 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -15,7 +17,9 @@ import (
 // GitSource is an admission `git_source "URL-GLOB" { push_branches = [...] }`
 // block: the node agent may fetch a workspace from a repository whose URL
 // URL matches, and push a session's committed changes back to it on the
-// branches PushBranches match alone.
+// branches PushBranches match alone. An http or https source may name a
+// token (TokenFile); an ssh source names the node's key (SSHKeyFile) and
+// the host keys it trusts (KnownHosts).
 //
 // The agent fetches and pushes from the node itself, with the node's
 // network and identity, so a source admitted here is one every caller that
@@ -23,8 +27,9 @@ import (
 // a host's every path.
 type GitSource struct {
 	// URL is a glob (path.Match syntax over the whole URL: "*" does not
-	// cross '/') of http or https repository URLs, such as
-	// "https://git.corp.test/agents/*".
+	// cross '/') of http, https or ssh repository URLs, such as
+	// "https://git.corp.test/agents/*" or "ssh://git@git.corp.test/agents/*"
+	// (its host, port and user named, no glob in them).
 	URL string `json:"url"`
 	// PushBranches are globs of the branch names a session's changes may
 	// be pushed to ("airlock/*"); none: no push.
@@ -38,6 +43,16 @@ type GitSource struct {
 	TokenFile string `json:"token_file,omitempty"`
 	// Username goes with TokenFile's token; DefaultGitUsername unless set.
 	Username string `json:"username,omitempty"`
+	// SSHKeyFile is, for ssh sources (required), the node's private key
+	// the agent's ssh authenticates with, and the only one it offers (no
+	// agent, no other identity). Like TokenFile it is refused as a
+	// workspace or mount, and must be a regular file with one name.
+	SSHKeyFile string `json:"ssh_key_file,omitempty"`
+	// KnownHosts is, for ssh sources (required), a known_hosts file of the
+	// host keys the agent's ssh trusts: a host whose key it does not list
+	// is refused, never trusted on first use ("[host]:port KEY" for a port
+	// other than 22). Refused as a workspace or mount.
+	KnownHosts string `json:"known_hosts,omitempty"`
 	// Namespaces, when set, are the Kubernetes namespaces whose Sessions
 	// the block admits, and the only ones its token is sent for; none:
 	// every namespace's. Blocks for one URL glob and different
@@ -92,6 +107,67 @@ func (g GitSource) Token() (string, error) {
 	return tok, nil
 }
 
+// MaxSSHFile bounds a git source's key and known hosts files.
+const MaxSSHFile = 1 << 20
+
+// sshPath is what the path of an ssh source's key or known hosts file may
+// be: it is written in ssh's command line, which a shell reads and where
+// ssh expands '%' and '~'.
+var sshPath = regexp.MustCompile(`^/[A-Za-z0-9._+/-]*$`)
+
+// checkSSHPath says what is wrong with the path of an ssh source's key or
+// known hosts file, or "".
+func checkSSHPath(p string) string {
+	switch {
+	case !filepath.IsAbs(p):
+		return fmt.Sprintf("%q is not an absolute path", p)
+	case filepath.Clean(p) != p:
+		return fmt.Sprintf("%q is not a clean path (write %q)", p, filepath.Clean(p))
+	case !sshPath.MatchString(p):
+		return fmt.Sprintf("%q holds a character other than letters, digits and \"._+-/\" (ssh's command line takes it)", p)
+	}
+	return ""
+}
+
+// SSHFiles resolves g's key and known hosts files, for an ssh source:
+// their paths with no symlink, each checked to be a regular file with one
+// name, of at most MaxSSHFile bytes, at a path ssh's command line takes.
+// An error when g names neither (not an ssh source) or either is missing.
+func (g GitSource) SSHFiles() (key, knownHosts string, err error) {
+	if g.SSHKeyFile == "" || g.KnownHosts == "" {
+		return "", "", fmt.Errorf("git source %s: an ssh source needs ssh_key_file and known_hosts", g.URL)
+	}
+	resolve := func(what, p string) (string, error) {
+		resolved, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return "", fmt.Errorf("git source %s: %s: %w", g.URL, what, err)
+		}
+		if r := secretFileReason(resolved); r != "" {
+			return "", fmt.Errorf("git source %s: %s: %s", g.URL, what, r)
+		}
+		if r := checkSSHPath(resolved); r != "" {
+			return "", fmt.Errorf("git source %s: %s: %s", g.URL, what, r)
+		}
+		fi, err := os.Lstat(resolved)
+		switch {
+		case err != nil:
+			return "", fmt.Errorf("git source %s: %s: %w", g.URL, what, err)
+		case fi.Size() > MaxSSHFile:
+			return "", fmt.Errorf("git source %s: %s %s is larger than %d bytes", g.URL, what, p, MaxSSHFile)
+		case fi.Size() == 0:
+			return "", fmt.Errorf("git source %s: %s %s is empty", g.URL, what, p)
+		}
+		return resolved, nil
+	}
+	if key, err = resolve("ssh_key_file", g.SSHKeyFile); err != nil {
+		return "", "", err
+	}
+	if knownHosts, err = resolve("known_hosts", g.KnownHosts); err != nil {
+		return "", "", err
+	}
+	return key, knownHosts, nil
+}
+
 func (g GitSource) String() string {
 	s := g.URL
 	if len(g.Namespaces) > 0 {
@@ -103,22 +179,43 @@ func (g GitSource) String() string {
 	return fmt.Sprintf("%s (push to %s)", s, strings.Join(g.PushBranches, ", "))
 }
 
+// scpLike is git's scp-like ssh form, [USER@]HOST:PATH.
+var scpLike = regexp.MustCompile(`^([^@/:]+@)?[^@/:]+:([^:]|$)`)
+
+// sshUser is what the user name of an ssh URL may be.
+var sshUser = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
+
 // CheckGitURL says what is wrong with a repository URL a workspace is
-// fetched from, or "". Only http and https are taken (git's other
-// transports run programs or reach the node's files), with a host, and
-// with no user information (a credential written in a Session would be
-// stored in the API server and shown in its status), query or fragment.
+// fetched from, or "". Only http, https and ssh are taken (git's other
+// transports run programs or reach the node's files), with a host, with
+// no query or fragment, in canonical form. An http or https URL has no
+// user information (a credential written in a Session would be stored in
+// the API server and shown in its status); an ssh URL names its user
+// alone (ssh://git@git.corp.test/repo.git, no password: the key is the
+// node's), and git's scp-like form (git@host:repo.git) is not taken.
 func CheckGitURL(raw string) string {
 	u, err := url.Parse(raw)
 	switch {
+	case !strings.Contains(raw, "://") && scpLike.MatchString(raw):
+		return fmt.Sprintf("%q is git's scp-like form, not an http, https or ssh URL: write ssh://USER@HOST/PATH", raw)
 	case err != nil:
 		return fmt.Sprintf("%q is not a URL: %v", raw, err)
-	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Sprintf("%q is not an http or https URL", raw)
+	case u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "ssh":
+		return fmt.Sprintf("%q is not an http, https or ssh URL (write ssh URLs as ssh://USER@HOST/PATH)", raw)
 	case u.Host == "" || u.Hostname() == "":
 		return fmt.Sprintf("%q has no host", raw)
-	case u.User != nil:
+	case u.Scheme != "ssh" && u.User != nil:
 		return fmt.Sprintf("%q carries user information: credentials are the node's, never written in a Session", raw)
+	case u.Scheme == "ssh" && u.User == nil:
+		return fmt.Sprintf("%q names no user: write ssh://USER@HOST/PATH", raw)
+	case u.Scheme == "ssh" && u.User.String() != u.User.Username():
+		return fmt.Sprintf("%q carries a password: credentials are the node's, never written in a Session", raw)
+	case u.Scheme == "ssh" && !sshUser.MatchString(u.User.Username()):
+		return fmt.Sprintf("%q has a user name other than letters, digits and \"._-\"", raw)
+	case u.Scheme == "ssh" && (strings.HasPrefix(u.Hostname(), "-") || u.Path == "" || u.Path == "/"):
+		return fmt.Sprintf("%q names no repository on its host", raw)
+	case u.Port() != "" && !validPort(u.Port()):
+		return fmt.Sprintf("%q has an invalid port", raw)
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
 		return fmt.Sprintf("%q has a query or fragment", raw)
 	case u.Opaque != "" || strings.ContainsAny(raw, " \t\r\n\\%"):
@@ -134,6 +231,13 @@ func CheckGitURL(raw string) string {
 		return fmt.Sprintf("%q has upper-case letters in its scheme or host (write them in lower case)", raw)
 	}
 	return ""
+}
+
+// validPort reports whether p is a port number as a canonical URL writes
+// it.
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n > 0 && n <= 65535 && strconv.Itoa(n) == p
 }
 
 // CheckBranch says what is wrong with a branch name a session's changes
@@ -204,16 +308,21 @@ func (a *Admission) gitSourcesString(ns string) string {
 	return strings.Join(out, "; ")
 }
 
+// sshHost is an ssh glob's host and port. (An IPv6 address, in
+// brackets, would be a glob.)
+var sshHost = regexp.MustCompile(`^[^:@\[\]]+(:[1-9][0-9]{0,4})?$`)
+
 // checkGitSourceGlob checks a git_source block's label.
 func checkGitSourceGlob(g string) string {
 	if _, err := path.Match(g, ""); err != nil {
 		return fmt.Sprintf("%q is not a valid glob", g)
 	}
 	scheme, rest, ok := strings.Cut(g, "://")
-	if !ok || (scheme != "http" && scheme != "https") {
-		return fmt.Sprintf("%q does not start with http:// or https://", g)
+	if !ok || (scheme != "http" && scheme != "https" && scheme != "ssh") {
+		return fmt.Sprintf("%q does not start with http://, https:// or ssh://", g)
 	}
 	host, _, _ := strings.Cut(rest, "/")
+	user, userHost, hasUser := strings.Cut(host, "@")
 	switch {
 	case host == "":
 		return fmt.Sprintf("%q has no host", g)
@@ -221,9 +330,13 @@ func checkGitSourceGlob(g string) string {
 		// A glob in the host would admit hosts the operator never named
 		// ("https://*/x" reaches any address the node can).
 		return fmt.Sprintf("%q has a glob in its host: name the host", g)
-	case strings.ContainsAny(host, "@"):
+	case scheme != "ssh" && hasUser:
 		return fmt.Sprintf("%q carries user information", g)
-	case strings.ToLower(host) != host:
+	case scheme == "ssh" && (!hasUser || !sshUser.MatchString(user)):
+		return fmt.Sprintf("%q names no user, or one with characters other than letters, digits and \"._-\": write ssh://USER@HOST/PATH", g)
+	case scheme == "ssh" && !sshHost.MatchString(userHost):
+		return fmt.Sprintf("%q has no host, or one with a password or a bad port", g)
+	case strings.ToLower(host) != host && scheme != "ssh", strings.ToLower(userHost) != userHost:
 		return fmt.Sprintf("%q has upper-case letters in its host (write it in lower case)", g)
 	}
 	return ""

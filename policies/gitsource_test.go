@@ -111,8 +111,8 @@ func TestAdmitGitSource(t *testing.T) {
 		{"https://git.corp.test/agents/a.git#frag", "", "query or fragment"},
 		{"https://tok:x@git.corp.test/agents/a.git", "", "user information"},
 		{"https://GIT.corp.test/agents/a.git", "", "upper-case"},
-		{"ext::sh -c touch% /tmp/x", "", "not an http or https URL"},
-		{"file:///srv/agents/a.git", "", "not an http or https URL"},
+		{"ext::sh -c touch% /tmp/x", "", "not an http, https or ssh URL"},
+		{"file:///srv/agents/a.git", "", "not an http, https or ssh URL"},
 		{"https:///agents/a.git", "", "no host"},
 	} {
 		_, err := a.AdmitGitSource("default", tt.url, tt.branch)
@@ -323,5 +323,216 @@ func TestGitSourceToken(t *testing.T) {
 	}
 	if w := []string{"4:Username without a token", "7:Invalid token file", "8:Invalid username"}; !reflect.DeepEqual(got, w) {
 		t.Errorf("errors %q, want %q", got, w)
+	}
+}
+
+// TestGitSourceSSH: ssh sources, in canonical form only: the user named,
+// no password, no scp-like form, nothing a glob could match for another
+// repository; their blocks name the node's key and known hosts (both
+// required, no trust on first use), and take no token or username; an
+// http block takes no ssh settings; the key and known hosts are refused
+// to sessions.
+func TestGitSourceSSH(t *testing.T) {
+	a, diags := DecodeAdmission("a.hcl", []byte(`admission {
+  host_paths = ["/"]
+  git_source "ssh://git@git.corp.test/agents/*" {
+    push_branches = ["airlock/*"]
+    ssh_key_file  = "/etc/airlock/git/id_ed25519"
+    known_hosts   = "/etc/airlock/git/known_hosts"
+  }
+  git_source "ssh://deploy@127.0.0.1:2222/srv/repo.git" {
+    ssh_key_file = "/etc/airlock/git/deploy_key"
+    known_hosts  = "/etc/airlock/git/known_hosts"
+  }
+}
+`))
+	if diags != nil {
+		t.Fatal(diags)
+	}
+	want := []GitSource{
+		{URL: "ssh://git@git.corp.test/agents/*", PushBranches: []string{"airlock/*"}, SSHKeyFile: "/etc/airlock/git/id_ed25519", KnownHosts: "/etc/airlock/git/known_hosts"},
+		{URL: "ssh://deploy@127.0.0.1:2222/srv/repo.git", SSHKeyFile: "/etc/airlock/git/deploy_key", KnownHosts: "/etc/airlock/git/known_hosts"},
+	}
+	if !reflect.DeepEqual(a.GitSources, want) {
+		t.Errorf("git sources %+v, want %+v", a.GitSources, want)
+	}
+	for _, m := range []string{"/etc/airlock/git/id_ed25519", "/etc/airlock/git/known_hosts", "/etc/airlock/git"} {
+		if r := protectedReason(a.secretDirs(), m); r == "" {
+			t.Errorf("%s is not kept from sessions", m)
+		}
+	}
+
+	for _, tt := range []struct {
+		url, branch string
+		want        string // "" admitted; else a substring of the refusal
+	}{
+		{"ssh://git@git.corp.test/agents/a.git", "", ""},
+		{"ssh://git@git.corp.test/agents/a.git", "airlock/x", ""},
+		{"ssh://deploy@127.0.0.1:2222/srv/repo.git", "", ""},
+		{"ssh://deploy@127.0.0.1:2222/srv/repo.git", "airlock/x", "other branches only"},
+		{"ssh://other@git.corp.test/agents/a.git", "", "matches none"},
+		{"ssh://git@[fd00::1]:2222/srv/a.git", "", "matches none"},
+		{"ssh://git@git.corp.test:2222/agents/a.git", "", "matches none"},
+		{"https://git.corp.test/agents/a.git", "", "matches none"},
+		{"git@git.corp.test:agents/a.git", "", "not an http, https or ssh URL"},
+		{"git.corp.test:agents/a.git", "", "not an http, https or ssh URL"},
+		{"ssh://git.corp.test/agents/a.git", "", "names no user"},
+		{"ssh://git:pw@git.corp.test/agents/a.git", "", "password"},
+		{"ssh://-oProxyCommand=x@git.corp.test/agents/a.git", "", "user name"},
+		{"ssh://git@-oProxyCommand=x/agents/a.git", "", ""}, // url.Parse refuses it or no repository
+		{"ssh://git@git.corp.test", "", "names no repository"},
+		{"ssh://git@git.corp.test/", "", "names no repository"},
+		{"ssh://git@git.corp.test:0/agents/a.git", "", "invalid port"},
+		{"ssh://git@git.corp.test:022/agents/a.git", "", "invalid port"},
+		{"ssh://git@git.corp.test/agents/../admin.git", "", "not clean"},
+		{"ssh://git@git.corp.test/agents/%2e%2e/admin.git", "", "escapes"},
+		{"ssh://git@git.corp.test/agents/a.git?x=1", "", "query"},
+		{"ssh://git@GIT.corp.test/agents/a.git", "", "upper-case"},
+		{"SSH://git@git.corp.test/agents/a.git", "", "canonical"},
+		{"git+ssh://git@git.corp.test/agents/a.git", "", "not an http, https or ssh URL"},
+		{"ext::ssh -oProxyCommand=x git@git.corp.test/a", "", "not an http, https or ssh URL"},
+	} {
+		_, err := a.AdmitGitSource("default", tt.url, tt.branch)
+		if tt.url == "ssh://git@-oProxyCommand=x/agents/a.git" {
+			if err == nil {
+				t.Errorf("%s admitted", tt.url)
+			}
+			continue
+		}
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s %q: %v, want admitted", tt.url, tt.branch, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s %q: %v, want a refusal saying %q", tt.url, tt.branch, err, tt.want)
+		}
+	}
+
+	for _, tt := range []struct {
+		name, src string
+		want      []string
+	}{
+		{"bad globs", `admission {
+  host_paths = ["/"]
+  git_source "ssh://git.corp.test/x" {}
+  git_source "ssh://git:pw@git.corp.test/x" {}
+  git_source "ssh://git@*.corp.test/x" {}
+  git_source "ssh://git@Git.corp.test/x" {}
+  git_source "ssh://git@git.corp.test:x/x" {}
+  git_source "ssh://*@git.corp.test/x" {}
+  git_source "git@git.corp.test:x" {}
+}
+`, []string{"3:Invalid git source", "4:Invalid git source", "5:Invalid git source", "6:Invalid git source", "7:Invalid git source", "8:Invalid git source", "9:Invalid git source"}},
+		{"missing files", `admission {
+  host_paths = ["/"]
+  git_source "ssh://git@git.corp.test/a" {
+    known_hosts = "/etc/airlock/git/known_hosts"
+  }
+  git_source "ssh://git@git.corp.test/b" {
+    ssh_key_file = "/etc/airlock/git/key"
+  }
+}
+`, []string{"3:Missing ssh_key_file", "6:Missing known_hosts"}},
+		{"http settings in an ssh block", `admission {
+  host_paths = ["/"]
+  git_source "ssh://git@git.corp.test/a" {
+    ssh_key_file = "/etc/airlock/git/key"
+    known_hosts  = "/etc/airlock/git/known_hosts"
+    token_file   = "/etc/airlock/git/token"
+    username     = "git"
+  }
+}
+`, []string{"6:HTTP setting for an ssh source", "7:HTTP setting for an ssh source"}},
+		{"ssh settings in an http block", `admission {
+  host_paths = ["/"]
+  git_source "https://git.corp.test/a" {
+    ssh_key_file = "/etc/airlock/git/key"
+    known_hosts  = "/etc/airlock/git/known_hosts"
+  }
+}
+`, []string{"4:SSH setting for an http source", "5:SSH setting for an http source"}},
+		{"bad paths", `admission {
+  host_paths = ["/"]
+  git_source "ssh://git@git.corp.test/a" {
+    ssh_key_file = "key"
+    known_hosts  = "/etc/airlock/git/../known_hosts"
+  }
+  git_source "ssh://git@git.corp.test/b" {
+    ssh_key_file = "/etc/airlock/git/my key"
+    known_hosts  = "/etc/airlock/git/known_hosts'; touch /tmp/x; '"
+  }
+  git_source "ssh://git@git.corp.test/c" {
+    ssh_key_file = "/etc/airlock/%d/key"
+    known_hosts  = "/etc/airlock/git/known_hosts"
+  }
+}
+`, []string{"4:Invalid SSH key file", "5:Invalid known hosts file", "8:Invalid SSH key file", "9:Invalid known hosts file", "12:Invalid SSH key file"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, diags := DecodeAdmission("adm.hcl", []byte(tt.src))
+			if a != nil || !diags.HasErrors() {
+				t.Fatalf("decoded %+v; want errors", a)
+			}
+			var got []string
+			for _, d := range diags.Errors() {
+				got = append(got, strconv.Itoa(d.Line)+":"+d.Summary)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("errors %q, want %q\n%v", got, tt.want, diags)
+			}
+		})
+	}
+}
+
+func TestGitSourceSSHFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	key := write("key", "-----BEGIN OPENSSH PRIVATE KEY-----\n")
+	kh := write("known_hosts", "[127.0.0.1]:2222 ssh-ed25519 AAAA\n")
+	if err := os.Symlink(key, filepath.Join(dir, "key-link")); err != nil {
+		t.Fatal(err)
+	}
+	linked := write("linked", "x")
+	if err := os.Link(linked, filepath.Join(dir, "linked2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "odd dir"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	odd := filepath.Join(dir, "odd dir", "key")
+	if err := os.WriteFile(odd, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(odd, filepath.Join(dir, "to-odd")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		key, kh, err string
+	}{
+		{key, kh, ""},
+		{filepath.Join(dir, "key-link"), kh, ""},
+		{"", kh, "needs ssh_key_file and known_hosts"},
+		{key, "", "needs ssh_key_file and known_hosts"},
+		{linked, kh, "hard links"},
+		{key, dir, "not a regular file"},
+		{key, write("empty", ""), "empty"},
+		{key, write("big", strings.Repeat("x", MaxSSHFile+1)), "larger than"},
+		{filepath.Join(dir, "missing"), kh, "no such file"},
+		// A symlink's target is what ssh's command line would hold.
+		{filepath.Join(dir, "to-odd"), kh, "holds a character"},
+	} {
+		k, h, err := GitSource{URL: "ssh://git@g.test/x", SSHKeyFile: tt.key, KnownHosts: tt.kh}.SSHFiles()
+		switch {
+		case tt.err == "" && (err != nil || k != key || h != kh):
+			t.Errorf("%q, %q: %q, %q, %v; want %q, %q", tt.key, tt.kh, k, h, err, key, kh)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%q, %q: %v, want an error saying %q", tt.key, tt.kh, err, tt.err)
+		}
 	}
 }

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"net/url"
 	"path"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // gitSourceOptions are run's flags that fill a Session's workspaces from
@@ -20,7 +20,7 @@ type gitSourceOptions struct {
 }
 
 func (o *gitSourceOptions) addFlags(cmd *cobra.Command) {
-	cmd.Flags().StringArrayVar(&o.sources, "git-source", nil, "with --context: fill the workspace at TARGET from a git repository: `TARGET=URL[#REF]` (http or https, no credentials: the node's admission policy admits the URL and holds its token; REF a branch, tag or commit, default the repository's HEAD; repeatable)")
+	cmd.Flags().StringArrayVar(&o.sources, "git-source", nil, "with --context: fill the workspace at TARGET from a git repository: `TARGET=URL[#REF]` (http or https, no credentials, or ssh://USER@HOST[:PORT]/PATH: the node's admission policy admits the URL and holds its token or key; REF a branch, tag or commit, default the repository's HEAD; repeatable)")
 	cmd.Flags().StringArrayVar(&o.pushes, "git-push", nil, "with --context: once the session has ended and no change waits for review, push the workspace at TARGET (a --git-source) to branch `TARGET=BRANCH` of its repository (the node's admission policy admits the branch)")
 	cmd.Flags().Int32Var(&o.depth, "git-depth", 1, "with --context: how many commits of each --git-source's history to fetch (0: all)")
 	cmd.Flags().StringArrayVar(&o.claims, "volume-claim", nil, "with --context: take the workspace at TARGET from the PersistentVolume bound to a claim of the Session's namespace: `TARGET=CLAIM` (a local or hostPath volume under the node's volume_paths; repeatable)")
@@ -52,9 +52,8 @@ func (o *gitSourceOptions) workspaceSources() ([]v1alpha1.WorkspaceSource, error
 			return nil, usageErrorf("invalid --git-source %q: %s has a source already", s, target)
 		}
 		rawURL, ref, _ := strings.Cut(rawURL, "#")
-		u, err := url.Parse(rawURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" {
-			return nil, usageErrorf("invalid --git-source %q: want an http or https URL without credentials or query", s)
+		if r := policies.CheckGitURL(rawURL); r != "" {
+			return nil, usageErrorf("invalid --git-source %q: %s (want an http or https URL without credentials or query, or ssh://USER@HOST[:PORT]/PATH)", s, r)
 		}
 		at[target] = len(out)
 		out = append(out, v1alpha1.WorkspaceSource{Target: target, Git: &v1alpha1.GitSource{URL: rawURL, Ref: ref, Depth: o.depth}})

@@ -93,4 +93,14 @@ func TestGitSourceFlags(t *testing.T) {
 		got[0].Git.PushBranch != "airlock/fix" || got[0].Git.Depth != 0 || got[1].Target != "/docs" || got[1].Git.Ref != "" || got[1].Git.PushBranch != "" {
 		t.Errorf("workspace sources %+v %+v", got[0].Git, got[1].Git)
 	}
+	o = gitSourceOptions{sources: []string{"/work=ssh://git@git.test:2222/srv/r.git#main"}, depth: 1}
+	if got, err := o.workspaceSources(); err != nil || len(got) != 1 || got[0].Git.URL != "ssh://git@git.test:2222/srv/r.git" || got[0].Git.Ref != "main" {
+		t.Errorf("ssh source: %+v, %v", got, err)
+	}
+	for _, bad := range []string{"/work=git@git.test:r.git", "/work=ssh://git.test/r.git", "/work=ssh://git:pw@git.test/r.git"} {
+		o = gitSourceOptions{sources: []string{bad}, depth: 1}
+		if _, err := o.workspaceSources(); err == nil || !strings.Contains(err.Error(), "ssh://USER@HOST") {
+			t.Errorf("--git-source %s: %v, want a usage error", bad, err)
+		}
+	}
 }

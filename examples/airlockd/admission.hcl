@@ -98,7 +98,8 @@ admission {
   # from (spec.workspaceSources), and the branches it may push the
   # session's committed changes to. One block per URL glob ("*" does not
   # cross '/'; the host is named, never a glob): http or https URLs in
-  # canonical form, without credentials. The agent fetches and pushes as
+  # canonical form, without credentials, or ssh://USER@HOST[:PORT]/PATH
+  # (not git's scp-like USER@HOST:PATH). The agent fetches and pushes as
   # root, with this host's network, so a source admitted here is one every
   # caller that may create Sessions can have this host reach. push_branches:
   # branch names or globs; none: fetch only. token_file: a file on this
@@ -109,7 +110,11 @@ admission {
   # mount; every Session that may name these repositories uses it.
   # namespaces: the Kubernetes namespaces whose Sessions the block admits
   # (default: every one), so that a namespace has its own token and push
-  # branches; blocks for one URL glob may not share a namespace.
+  # branches; blocks for one URL glob may not share a namespace. An ssh
+  # block names ssh_key_file (this host's private key, the only identity
+  # ssh offers; refused as a workspace or mount) and known_hosts (the host
+  # keys trusted; a host not listed is refused, never trusted on first
+  # use), both required, and no token_file or username.
   # Default: no git source.
   git_source "https://git.corp.test/agents/*" {
     push_branches = ["airlock/*"]
@@ -119,6 +124,11 @@ admission {
     namespaces    = ["team-a"]
     push_branches = ["airlock/team-a/*"]
     token_file    = "/etc/airlock/git/team-a.token"
+  }
+  git_source "ssh://git@git.corp.test/infra/*" {
+    push_branches = ["airlock/*"]
+    ssh_key_file  = "/etc/airlock/git/id_ed25519"
+    known_hosts   = "/etc/airlock/git/known_hosts"
   }
 
   # Upper bounds. A session that asks for more is refused; one that leaves

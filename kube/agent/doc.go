@@ -61,7 +61,8 @@
 // are fetched from (sources.go, kube/gitsource). The agent checks each
 // against the node's admission policy (git_source blocks: the URL, the
 // Session's namespace and the push branch) before any request, fetches it under airlockd's root
-// (with the block's token, when it names a token_file)
+// (with the block's token, when it names a token_file, or for an ssh
+// source its ssh_key_file and known_hosts)
 // (kube-sources/UID/N: the agent's own bare repository and the workspace,
 // a repository of its own), and names the workspace in
 // api.CreateRequest.OwnedWorkspaces: the daemon admits it there although

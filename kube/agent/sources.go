@@ -390,11 +390,19 @@ func (a *nodeAgent) push(ctx context.Context, s *v1alpha1.Session, i int, cur v1
 
 // sourceAuth admits a fetch from url (pushBranch empty) or a push to its
 // pushBranch, for a Session of namespace ns, and returns the credentials
-// of the git_source block that admits it (nil: none).
-func sourceAuth(adm *policies.Admission, ns, url, pushBranch string) (*gitsource.BasicAuth, error) {
+// of the git_source block that admits it (nil: none): its token, or for
+// an ssh source its key and known hosts.
+func sourceAuth(adm *policies.Admission, ns, url, pushBranch string) (gitsource.Auth, error) {
 	g, err := adm.AdmitGitSource(ns, url, pushBranch)
 	if err != nil {
 		return nil, err
+	}
+	if strings.HasPrefix(url, "ssh://") {
+		key, knownHosts, err := g.SSHFiles()
+		if err != nil {
+			return nil, err
+		}
+		return &gitsource.SSHKey{KeyFile: key, KnownHostsFile: knownHosts}, nil
 	}
 	tok, err := g.Token()
 	if err != nil || tok == "" {

@@ -275,3 +275,102 @@ echo fixed > /work/README && echo new > /work/NEW && echo evil > /work/src/main.
 		return len(left) == 0, strings.Join(left, ", ")
 	})
 }
+
+// TestGitWorkspaceSourcesSSH: a Session's workspace fetched over ssh (a
+// real sshd on loopback, git-shell behind it) with the node's key and
+// the host keys its admission policy pins, and its committed changes
+// pushed back the same way; a source whose host answers with a key the
+// known hosts do not list (another server at the address) fails before
+// the node's key is offered; a Session naming the key's directory as a
+// mount is refused.
+func TestGitWorkspaceSourcesSSH(t *testing.T) {
+	testutil.RequiresRoot(t)
+	env, err := daemontest.LoadEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := startCluster(t)
+	srv := gittest.NewServer(t)
+	srv.Create("repo", map[string]string{"README": "from ssh\n"})
+	base := srv.Rev("repo", "main")
+	sh := srv.StartSSH()
+	impostor := srv.StartSSH()
+	url := sh.URL + "/repo.git"
+	impostorURL := impostor.URL + "/repo.git"
+	// The node's files: its key, the real server's host key, and for the
+	// impostor's address the real server's key too (what a node pinned
+	// before another host took the address).
+	keys := t.TempDir()
+	key := filepath.Join(keys, "id_ed25519")
+	b, err := os.ReadFile(sh.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pinned := sh.WriteKnownHosts(t, impostor.Addr, sh.HostKey)
+	adm := filepath.Join(t.TempDir(), "admission.hcl")
+	if err := os.WriteFile(adm, fmt.Appendf(nil, `admission {
+  host_paths = ["/tmp"]
+  git_source %q {
+    push_branches = ["airlock/*"]
+    ssh_key_file  = %q
+    known_hosts   = %q
+  }
+  git_source %q {
+    ssh_key_file = %q
+    known_hosts  = %q
+  }
+}
+`, url, key, sh.KnownHosts, impostorURL, key, pinned), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, env, k.kubeconfig, "node-gs", 27, "--node-capacity", "4", "--admission", adm)
+
+	k.create("ssh", []string{"sh", "-c", "grep -qx 'from ssh' /work/README && echo changed > /work/README"}, func(s *v1alpha1.Session) {
+		s.Spec.WorkspaceSources = []v1alpha1.WorkspaceSource{{Target: "/work", Git: &v1alpha1.GitSource{URL: url, Ref: "main", Depth: 1, PushBranch: "airlock/ssh"}}}
+	})
+	k.create("impostor", []string{"true"}, func(s *v1alpha1.Session) {
+		s.Spec.WorkspaceSources = []v1alpha1.WorkspaceSource{{Target: "/work", Git: &v1alpha1.GitSource{URL: impostorURL, Ref: "main", Depth: 1}}}
+	})
+	k.create("steal-key", []string{"cat", "/keys/id_ed25519"}, func(s *v1alpha1.Session) {
+		s.Spec.Policy.Mounts = []policies.Mount{{HostPath: keys, Target: "/keys", ReadOnly: true}}
+	})
+
+	if s := k.waitState("impostor", v1alpha1.SessionFailed, 60*time.Second); !strings.Contains(s.Status.Message, "Host key verification failed") {
+		t.Errorf("Session impostor: reason %q, message %q; want ssh's refusal of the host key", s.Status.Reason, s.Status.Message)
+	}
+	if l := impostor.Log(); strings.Contains(l, "Accepted") || strings.Contains(l, "publickey") {
+		t.Errorf("the node's key reached a host whose key it does not know:\n%s", l)
+	}
+	if s := k.waitState("steal-key", v1alpha1.SessionFailed, 60*time.Second); s.Status.Reason != "refused" || !strings.Contains(s.Status.Message, "secret") {
+		t.Errorf("Session steal-key: reason %q, message %q; want refused, the key's directory the daemon's", s.Status.Reason, s.Status.Message)
+	}
+
+	s := k.waitState("ssh", v1alpha1.SessionReview, 90*time.Second)
+	if got := s.Status.WorkspaceSources; len(got) != 1 || got[0].Commit != base || got[0].Branch != "main" {
+		t.Fatalf("status.workspaceSources %+v, want /work at %s on main", got, base)
+	}
+	if _, err := n.API.Commit(t.Context(), s.Status.ID, api.CommitRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	var pushed v1alpha1.WorkspaceSourceStatus
+	kubetest.Eventually(t, 60*time.Second, "Session ssh's changes pushed", func() (bool, string) {
+		s := k.get("ssh")
+		if len(s.Status.WorkspaceSources) == 1 {
+			pushed = s.Status.WorkspaceSources[0]
+		}
+		return pushed.PushedCommit != "" || pushed.PushMessage != "", fmt.Sprintf("%+v", s.Status)
+	})
+	if pushed.PushMessage != "" || srv.Rev("repo", "airlock/ssh") != pushed.PushedCommit {
+		t.Fatalf("push status %+v, branch airlock/ssh at %q", pushed, srv.Rev("repo", "airlock/ssh"))
+	}
+	if got := srv.Show("repo", "airlock/ssh", "README"); got != "changed" {
+		t.Errorf("pushed README %q", got)
+	}
+	if !strings.Contains(sh.Log(), "Accepted publickey for root") {
+		t.Errorf("sshd logged no login with the node's key:\n%s", sh.Log())
+	}
+	k.deleteAll(60 * time.Second)
+}

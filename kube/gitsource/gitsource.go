@@ -5,9 +5,16 @@
 // Git runs here as root on the node, on a repository from the network and
 // on a work tree a sandbox wrote, so it runs hardened: no system or global
 // configuration, hooks off, no fsmonitor, no credential helper, http and
-// https only (the local fetch of the agent's own repository aside), no
-// redirects (they would leave the repository the admission policy named),
-// fsck of every object received, a bounded time, and a clean environment.
+// https only (the local fetch of the agent's own repository aside), or ssh
+// for an ssh source alone, no redirects (they would leave the repository
+// the admission policy named), fsck of every object received, a bounded
+// time, and a clean environment.
+//
+// An ssh source runs /usr/bin/ssh with no configuration file, the node's
+// key alone (no agent, no other identity), the host keys the admission
+// policy names alone (a host not among them is refused: no trust on first
+// use), no proxy, no connection sharing, no forwarding, no local command,
+// in batch mode.
 //
 // Each source lives in its own directory:
 //
@@ -45,15 +52,17 @@ import (
 
 // Source is where a workspace comes from.
 type Source struct {
-	// URL is the repository's http or https URL (admitted by the caller).
+	// URL is the repository's http, https or ssh URL (admitted by the
+	// caller).
 	URL string
 	// Ref is a branch or tag name, or a full commit id; empty is the
 	// remote's HEAD.
 	Ref string
 	// Depth is the history fetched: that many commits; 0 fetches all of it.
 	Depth int
-	// Auth, when set, is sent to the repository.
-	Auth *BasicAuth
+	// Auth, when set, is how git authenticates to the repository: a
+	// *BasicAuth for http and https, an *SSHKey (required) for ssh.
+	Auth Auth
 	// MaxBytes bounds what the fetch may write to disk (the agent's
 	// repository and the workspace together); 0: no bound. Checked as
 	// the fetch goes (every CheckEvery), so it may be passed by what is
@@ -80,6 +89,12 @@ type Fetched struct {
 	Branch string
 }
 
+// Auth is how git authenticates to a repository: *BasicAuth or *SSHKey.
+type Auth interface {
+	// env is the environment that has git use it.
+	env() []string
+}
+
 // BasicAuth is a username and token sent to a repository as HTTP basic
 // authentication (an http.extraHeader, given to git through its
 // environment, which only root and the agent's uid can read, never its
@@ -95,6 +110,106 @@ func (a *BasicAuth) env() []string {
 	}
 	cred := base64.StdEncoding.EncodeToString([]byte(a.Username + ":" + a.Token))
 	return []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=http.extraHeader", "GIT_CONFIG_VALUE_0=Authorization: Basic " + cred}
+}
+
+// SSHKey is how git reaches an ssh repository: the node's private key
+// and a known_hosts file of the host keys trusted, by their absolute
+// paths (letters, digits and "._+-/" alone: they are written in ssh's
+// command line, which a shell reads). Neither file is read here; ssh
+// reads them.
+type SSHKey struct {
+	KeyFile, KnownHostsFile string
+}
+
+// SSHProgram is the ssh client ssh sources run.
+const SSHProgram = "/usr/bin/ssh"
+
+// SSHConnectTimeout bounds an ssh connection's setup.
+const SSHConnectTimeout = 30 * time.Second
+
+// sshPath is what SSHKey's paths may be.
+var sshPath = regexp.MustCompile(`^/[A-Za-z0-9._+/-]*$`)
+
+// check says what is wrong with k.
+func (k *SSHKey) check() error {
+	for _, p := range []string{k.KeyFile, k.KnownHostsFile} {
+		if !sshPath.MatchString(p) || filepath.Clean(p) != p {
+			return fmt.Errorf("ssh key or known hosts file %q: not an absolute, clean path of letters, digits and \"._+-/\"", p)
+		}
+	}
+	return nil
+}
+
+// sshCommand is the command git runs ssh as (GIT_SSH_COMMAND, which git
+// runs through sh with its arguments after it): every setting on the
+// command line, no configuration file read.
+func (k *SSHKey) sshCommand() string {
+	opts := []string{
+		"IdentitiesOnly=yes",
+		"IdentityAgent=none",
+		"PKCS11Provider=none",
+		"BatchMode=yes",
+		"PreferredAuthentications=publickey",
+		"StrictHostKeyChecking=yes",
+		"UserKnownHostsFile='" + k.KnownHostsFile + "'",
+		"GlobalKnownHostsFile=/dev/null",
+		"KnownHostsCommand=none",
+		"UpdateHostKeys=no",
+		"ProxyCommand=none",
+		"ProxyJump=none",
+		"ControlMaster=no",
+		"ControlPath=none",
+		"PermitLocalCommand=no",
+		"ForwardAgent=no",
+		"ForwardX11=no",
+		"ClearAllForwardings=yes",
+		"RequestTTY=no",
+		"ConnectTimeout=" + strconv.Itoa(int(SSHConnectTimeout/time.Second)),
+		"ServerAliveInterval=15",
+		"ServerAliveCountMax=4",
+		"LogLevel=ERROR",
+	}
+	cmd := SSHProgram + " -F /dev/null -i '" + k.KeyFile + "'"
+	for _, o := range opts {
+		cmd += " -o " + o
+	}
+	return cmd
+}
+
+// env is the environment that has git reach an ssh repository with k:
+// the ssh transport allowed (protocol.ssh.allow, for this command alone),
+// ssh run as sshCommand says.
+func (k *SSHKey) env() []string {
+	if k == nil {
+		return nil
+	}
+	return []string{
+		"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=protocol.ssh.allow", "GIT_CONFIG_VALUE_0=always",
+		"GIT_SSH_COMMAND=" + k.sshCommand(),
+		"GIT_SSH_VARIANT=ssh",
+	}
+}
+
+// authEnv is the environment that has git reach url with a, after checking
+// that they go together: an ssh URL with an *SSHKey, anything else without
+// one.
+func authEnv(url string, a Auth) ([]string, error) {
+	k, isKey := a.(*SSHKey)
+	isKey = isKey && k != nil
+	switch {
+	case strings.HasPrefix(url, "ssh://") && !isKey:
+		return nil, fmt.Errorf("%s: an ssh source needs the node's key and known hosts", url)
+	case !strings.HasPrefix(url, "ssh://") && isKey:
+		return nil, fmt.Errorf("%s: an ssh key is for ssh:// sources", url)
+	case isKey:
+		if err := k.check(); err != nil {
+			return nil, err
+		}
+		return k.env(), nil
+	case a == nil:
+		return nil, nil
+	}
+	return a.env(), nil
 }
 
 // Timeout bounds one fetch or push.
@@ -133,6 +248,10 @@ func Fetch(ctx context.Context, dir string, src Source) (f Fetched, err error) {
 	if r := CheckRef(src.Ref); r != "" {
 		return f, errors.New(r)
 	}
+	aenv, err := authEnv(src.URL, src.Auth)
+	if err != nil {
+		return f, err
+	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return f, err
 	}
@@ -166,7 +285,7 @@ func Fetch(ctx context.Context, dir string, src Source) (f Fetched, err error) {
 		args = append(args, "--depth", fmt.Sprint(src.Depth))
 	}
 	args = append(args, "--end-of-options", src.URL, "+"+from+":"+baseRef)
-	if _, err := run(ctx, dir, src.Auth.env(), args...); err != nil {
+	if _, err := run(ctx, dir, aenv, args...); err != nil {
 		return f, fmt.Errorf("fetch %s from %s: %w", from, src.URL, err)
 	}
 	out, err := run(ctx, dir, nil, "--git-dir", base, "rev-parse", "--verify", "-q", baseRef+"^{commit}")
@@ -181,7 +300,7 @@ func Fetch(ctx context.Context, dir string, src Source) (f Fetched, err error) {
 		f.Branch = b
 	} else if src.Ref != "" && !commitID.MatchString(src.Ref) && !strings.HasPrefix(src.Ref, "refs/") {
 		// A name: a branch unless the remote has a tag of that name.
-		if _, err := run(ctx, dir, src.Auth.env(), "ls-remote", "--exit-code", "-q", "--end-of-options", src.URL, "refs/tags/"+src.Ref); err != nil {
+		if _, err := run(ctx, dir, aenv, "ls-remote", "--exit-code", "-q", "--end-of-options", src.URL, "refs/tags/"+src.Ref); err != nil {
 			f.Branch = src.Ref
 		}
 	}
@@ -347,7 +466,11 @@ var ErrNothingToPush = errors.New("nothing to push: the workspace's files are th
 // ErrNestedRepository) on top of the fetched commit, with message and who as
 // author and committer, and pushes it to url as branch (a new branch, or
 // a fast-forward of it). It returns the commit's id.
-func Push(ctx context.Context, dir, url, branch, message string, who Identity, auth *BasicAuth) (string, error) {
+func Push(ctx context.Context, dir, url, branch, message string, who Identity, auth Auth) (string, error) {
+	aenv, err := authEnv(url, auth)
+	if err != nil {
+		return "", err
+	}
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	base := filepath.Join(dir, baseDir)
@@ -389,7 +512,7 @@ func Push(ctx context.Context, dir, url, branch, message string, who Identity, a
 	if !commitID.MatchString(commit) {
 		return "", fmt.Errorf("unexpected commit id %q", commit)
 	}
-	if _, err := run(ctx, dir, append(env, auth.env()...), "push", "-q", "--no-recurse-submodules", "--end-of-options", url, commit+":refs/heads/"+branch); err != nil {
+	if _, err := run(ctx, dir, append(env, aenv...), "push", "-q", "--no-recurse-submodules", "--end-of-options", url, commit+":refs/heads/"+branch); err != nil {
 		return "", fmt.Errorf("push to branch %s of %s: %w", branch, url, err)
 	}
 	return commit, nil
@@ -468,6 +591,9 @@ func runTo(ctx context.Context, dir string, env []string, stdout io.Writer, args
 		full = append(full, "-c", c)
 	}
 	full = append(full, args...)
+	if traceRun != nil {
+		traceRun(full, env)
+	}
 	cmd := exec.CommandContext(ctx, "git", full...)
 	cmd.Dir = dir
 	cmd.Env = append([]string{
@@ -488,7 +614,13 @@ func runTo(ctx context.Context, dir string, env []string, stdout io.Writer, args
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
 		msg := strings.TrimSpace(stderr.String())
-		if i := strings.LastIndexByte(msg, '\n'); len(msg) > 600 && i >= 0 {
+		// What git says after ssh's refusal adds nothing to it.
+		msg = strings.TrimSpace(strings.TrimSuffix(msg, "Please make sure you have the correct access rights\nand the repository exists."))
+		for len(msg) > 600 {
+			i := strings.IndexByte(msg, '\n')
+			if i < 0 {
+				break
+			}
 			msg = msg[i+1:]
 		}
 		if ctx.Err() != nil {
@@ -501,6 +633,10 @@ func runTo(ctx context.Context, dir string, env []string, stdout io.Writer, args
 	}
 	return nil
 }
+
+// traceRun, when set (by tests), is called with the arguments and the
+// added environment of each git command run.
+var traceRun func(args, env []string)
 
 // subcommand is the git command args run, past the options before it.
 func subcommand(args []string) string {

@@ -433,7 +433,15 @@ func TestWorkspaceSourcesSchema(t *testing.T) {
 	if ws := s.Spec.Policy.Workspaces; len(ws) != 1 || ws[0].HostPath != "" || !ws[0].DefaultDenyRead {
 		t.Errorf("workspaces %+v, want no host_path and the masks on", ws)
 	}
-	for _, url := range []string{"https://tok:x@git.corp.test/a.git", "ssh://git.corp.test/a.git", "https://git.corp.test/a.git?x=1"} {
+	// ssh: the canonical form, its user named.
+	for i, url := range []string{"ssh://git@git.corp.test/agents/a.git", "ssh://deploy@127.0.0.1:2222/srv/repo.git"} {
+		if err := create(fmt.Sprintf("ssh-%d", i), url); err != nil {
+			t.Errorf("url %q: %v, want it taken", url, err)
+		}
+	}
+	for _, url := range []string{"https://tok:x@git.corp.test/a.git", "ssh://git.corp.test/a.git", "https://git.corp.test/a.git?x=1",
+		"git@git.corp.test:agents/a.git", "git.corp.test:a.git", "ssh://git:pw@git.corp.test/a.git", "ssh://git@git.corp.test:agents/a.git",
+		"ssh://git@git.corp.test", "ssh://git@git.corp.test/a.git?x=1", "ext::ssh -oProxyCommand=x git@h/a", "git+ssh://git@git.corp.test/a.git"} {
 		err := create("bad", url)
 		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.workspaceSources[0].git.url") {
 			t.Errorf("url %q: %v, want 422 naming spec.workspaceSources[0].git.url", url, err)

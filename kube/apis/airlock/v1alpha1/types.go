@@ -118,9 +118,11 @@ type VolumeSource struct {
 // session's changes are committed, pushed back to.
 type GitSource struct {
 	// URL is the repository's http or https URL, without user
-	// information: credentials are the node's.
+	// information, or its ssh URL, ssh://USER@HOST[:PORT]/PATH (not git's
+	// scp-like USER@HOST:PATH), without a password: credentials are the
+	// node's.
 	// +required
-	// +kubebuilder:validation:Pattern=`^https?://[^@/?#]+(/[^?#]*)?$`
+	// +kubebuilder:validation:Pattern=`^(https?://[^@/?#]+(/[^?#]*)?|ssh://[A-Za-z0-9_][A-Za-z0-9._-]*@([^@:/?#\[\]]+|\[[0-9A-Fa-f:.]+\])(:[0-9]+)?/[^?#]+)$`
 	// +kubebuilder:validation:MaxLength=2048
 	URL string `json:"url"`
 	// Ref is the branch, tag or full commit id checked out; empty: the

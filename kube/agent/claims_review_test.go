@@ -106,3 +106,34 @@ func TestClaimReleaseAfterNodeRename(t *testing.T) {
 			ClaimFinalizerPrefix, "node-a", got.Finalizers)
 	}
 }
+
+// TestClaimHoldTwoSourcesOneClaim: a Session may name one claim in two
+// volume sources (two targets: the daemon admits a volume given n times
+// as n workspaces). volumeSources reads the claim once per source, and
+// holdClaims updates each copy: the first puts the finalizer on, the
+// second, read before that, conflicts. The run fails as Unavailable, its
+// release takes the finalizer off again, and every later try does the
+// same: the Session stays Placed for good, each try an update and a
+// release of the claim.
+func TestClaimHoldTwoSourcesOneClaim(t *testing.T) {
+	ctx := context.Background()
+	pvc, pv := boundPair("tenant", "data", "pv-data", "/srv/volumes/data", corev1.ReadWriteOnce)
+	a, _ := claimAgent(t, "node-a", t.TempDir(), pvc, pv)
+	src := &v1alpha1.VolumeSource{ClaimName: "data"}
+	for try := range 3 {
+		var claims []*corev1.PersistentVolumeClaim
+		for range 2 {
+			b, err := bindVolume(ctx, a.fresh, "tenant", src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			claims = append(claims, b.claim)
+		}
+		if err := a.holdClaims(ctx, "uid-b", claims); err != nil {
+			a.releaseAfterFailure(ctx, "uid-b")
+			t.Errorf("try %d: a Session naming claim tenant/data in two volume sources is not held: %v", try, err)
+			continue
+		}
+		return
+	}
+}

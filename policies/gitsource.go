@@ -299,6 +299,7 @@ func (a *Admission) gitSourcesString(ns string) string {
 	var out []string
 	for _, g := range a.GitSources {
 		if g.admitsNamespace(ns) {
+			g.Namespaces = nil // nor the other namespaces that share a block
 			out = append(out, g.String())
 		}
 	}

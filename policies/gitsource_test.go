@@ -173,6 +173,10 @@ func TestGitSourceNamespaces(t *testing.T) {
 			t.Errorf("%s %s %q: %v, want a refusal saying %q", tt.ns, tt.url, tt.branch, err, tt.want)
 		}
 	}
+	// A refusal names no other namespace, not even one sharing the block.
+	if _, err := a.AdmitGitSource("team-b", "https://git.corp.test/shared/x.git", "airlock/a/1"); err == nil || strings.Contains(err.Error(), "team-c") || strings.Contains(err.Error(), "team-a") {
+		t.Errorf("team-b's refusal: %v, want no other namespace named", err)
+	}
 	for name, src := range map[string]string{
 		"5:Duplicate git source": "admission {\n  host_paths = [\"/srv\"]\n  git_source \"https://g.test/*\" {\n  }\n  git_source \"https://g.test/*\" {\n    namespaces = [\"a\"]\n  }\n}\n",
 		"6:Duplicate git source": "admission {\n  host_paths = [\"/srv\"]\n  git_source \"https://g.test/*\" {\n    namespaces = [\"a\", \"b\"]\n  }\n  git_source \"https://g.test/*\" {\n    namespaces = [\"b\"]\n  }\n}\n",

@@ -135,6 +135,9 @@ type nodeAgent struct {
 	// release (volumes.go): a claim is released only when no record of
 	// this node's still names it.
 	claimMu sync.Mutex
+	// inflight are the Sessions between holdClaims and the end of their
+	// create: the sweep keeps their claims.
+	inflight map[types.UID]bool // +checklocks:claimMu
 	// root is airlockd's root (Config.Root): the workspace sources are
 	// fetched beneath it.
 	root string
@@ -409,6 +412,7 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 			a.removeSources(ctx, s.UID)
 		}
 	}
+	a.doneHolding(s.UID)
 	if err != nil {
 		// No local session holds them: released now (the sweep
 		// releases what this misses).

@@ -277,7 +277,8 @@ func (a *nodeAgent) claimsFile(uid types.UID) string {
 // holdClaims holds the claims of the Session uid (each as read when its
 // binding was checked: one changed since fails with a conflict, and the
 // Session is tried again) with this node's finalizer, after recording
-// them.
+// them. The Session's run is in flight from here until doneHolding: the
+// sweep leaves its record alone.
 func (a *nodeAgent) holdClaims(ctx context.Context, uid types.UID, claims []*corev1.PersistentVolumeClaim) error {
 	if len(claims) == 0 {
 		return nil
@@ -286,23 +287,36 @@ func (a *nodeAgent) holdClaims(ctx context.Context, uid types.UID, claims []*cor
 	if err != nil {
 		return err
 	}
+	// A claim named by two sources is held once.
+	seen := map[types.UID]bool{}
+	var held []*corev1.PersistentVolumeClaim
+	for _, c := range claims {
+		if !seen[c.UID] {
+			seen[c.UID] = true
+			held = append(held, c)
+		}
+	}
 	a.claimMu.Lock()
 	defer a.claimMu.Unlock()
+	if a.inflight == nil {
+		a.inflight = map[types.UID]bool{}
+	}
+	a.inflight[uid] = true
 	var b strings.Builder
-	for _, c := range claims {
+	b.WriteString("finalizer " + fin + "\n")
+	for _, c := range held {
 		b.WriteString(c.Namespace + "/" + c.Name + "\n")
 	}
-	if err := os.MkdirAll(filepath.Join(a.root, claimsDir), 0o700); err != nil {
+	if err := writeSynced(filepath.Join(a.root, claimsDir), string(uid), []byte(b.String())); err != nil {
 		return err
 	}
-	if err := os.WriteFile(a.claimsFile(uid), []byte(b.String()), 0o600); err != nil {
-		return err
-	}
-	for _, c := range claims {
+	for _, c := range held {
 		c = c.DeepCopy()
-		if !controllerutil.AddFinalizer(c, fin) {
-			continue
-		}
+		controllerutil.AddFinalizer(c, fin)
+		// Sent even when the copy has the finalizer already: the update
+		// carries the copy's resourceVersion, so a claim released (or
+		// changed) since it was read is a conflict, never a hold taken
+		// for granted.
 		if err := a.c.Update(ctx, c); err != nil {
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 				// Changed since its binding was checked: checked
@@ -316,18 +330,65 @@ func (a *nodeAgent) holdClaims(ctx context.Context, uid types.UID, claims []*cor
 	return nil
 }
 
+// doneHolding ends the in-flight run of the Session uid (holdClaims):
+// its local session exists now, or its start failed.
+func (a *nodeAgent) doneHolding(uid types.UID) {
+	a.claimMu.Lock()
+	delete(a.inflight, uid)
+	a.claimMu.Unlock()
+}
+
+// writeSynced writes dir/name through a temporary file, synced, and
+// syncs dir: the record of a hold is on disk before the hold.
+func writeSynced(dir, name string, b []byte) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "."+name+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, name))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
 // releaseClaims takes this node's finalizer off the claims the Session uid
 // held that no other Session on this node holds, then forgets them. An
-// error leaves the record, for a later try.
+// error leaves the record, for a later try; a record made under another
+// node name (the agent renamed on the same root) is kept, and said so: the
+// node restriction lets only that node take its finalizer off.
 func (a *nodeAgent) releaseClaims(ctx context.Context, uid types.UID) error {
 	a.claimMu.Lock()
 	defer a.claimMu.Unlock()
-	mine, err := readClaims(a.claimsFile(uid))
+	fin, mine, err := readRecord(a.claimsFile(uid))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	if own, _ := claimFinalizer(a.node); fin != own {
+		return fmt.Errorf("the claims %s of Session uid %s are held by finalizer %s, not this node's (%s): the agent was renamed on the same root; start it under its old name to release them, or have an administrator take %s off them",
+			strings.Join(mine, ", "), uid, fin, own, fin)
 	}
 	ents, err := os.ReadDir(filepath.Join(a.root, claimsDir))
 	if err != nil {
@@ -335,7 +396,7 @@ func (a *nodeAgent) releaseClaims(ctx context.Context, uid types.UID) error {
 	}
 	others := map[string]bool{}
 	for _, e := range ents {
-		if e.Name() == string(uid) {
+		if e.Name() == string(uid) || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
 		cs, err := readClaims(filepath.Join(a.root, claimsDir, e.Name()))
@@ -346,7 +407,6 @@ func (a *nodeAgent) releaseClaims(ctx context.Context, uid types.UID) error {
 			others[c] = true
 		}
 	}
-	fin, _ := claimFinalizer(a.node)
 	for _, c := range mine {
 		if others[c] {
 			continue
@@ -377,13 +437,25 @@ func (a *nodeAgent) releaseClaims(ctx context.Context, uid types.UID) error {
 	return os.Remove(a.claimsFile(uid))
 }
 
-// readClaims reads a claims record.
-func readClaims(path string) ([]string, error) {
+// readRecord reads a claims record: the finalizer that holds them and the
+// claims, "namespace/name" each.
+func readRecord(path string) (fin string, claims []string, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	return strings.Fields(string(b)), nil
+	first, rest, _ := strings.Cut(string(b), "\n")
+	fin, ok := strings.CutPrefix(first, "finalizer ")
+	if !ok {
+		return "", nil, fmt.Errorf("claims record %s: no finalizer line", path)
+	}
+	return fin, strings.Fields(rest), nil
+}
+
+// readClaims reads the claims of a claims record.
+func readClaims(path string) ([]string, error) {
+	_, claims, err := readRecord(path)
+	return claims, err
 }
 
 // sweepClaims releases the claims of Sessions that have no local session
@@ -408,7 +480,15 @@ func (a *nodeAgent) sweepClaims(ctx context.Context) {
 			keep[s.UID] = true
 		}
 	}
+	a.claimMu.Lock()
+	for uid := range a.inflight {
+		keep[uid] = true
+	}
+	a.claimMu.Unlock()
 	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
 		if uid := types.UID(e.Name()); !keep[uid] {
 			if err := a.releaseClaims(ctx, uid); err != nil {
 				log.G(ctx).Warn("claims not released", "session-uid", uid, "error", err)
@@ -420,6 +500,7 @@ func (a *nodeAgent) sweepClaims(ctx context.Context) {
 // releaseAfterFailure releases the claims of the Session uid, which has no
 // local session after a failed start; an error is left to the sweep.
 func (a *nodeAgent) releaseAfterFailure(ctx context.Context, uid types.UID) {
+	a.doneHolding(uid)
 	if err := a.releaseClaims(ctx, uid); err != nil {
 		log.G(ctx).Warn("claims not released after the Session failed to start; the sweep tries again", "error", err)
 	}

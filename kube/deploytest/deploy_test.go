@@ -1,6 +1,7 @@
 package deploytest
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -173,8 +175,8 @@ func TestDeployment(t *testing.T) {
 			t.Fatalf("apply %s: %v", m, err)
 		}
 	}
-	if len(restriction) != 4 {
-		t.Fatalf("node-restriction.yaml holds %d objects, want two policies and their bindings", len(restriction))
+	if len(restriction) != 6 {
+		t.Fatalf("node-restriction.yaml holds %d objects, want three policies and their bindings", len(restriction))
 	}
 	kubetest.Eventually(t, time.Minute, "the CRDs served", func() (bool, string) {
 		err := admin.List(ctx, &v1alpha1.SessionList{})
@@ -209,6 +211,14 @@ func TestDeployment(t *testing.T) {
 			t.Fatalf("without the node restriction, node-a's credentials could not %s: %v (the attack needs RBAC to let it through)", a.name, err)
 		}
 		t.Logf("without the node restriction, node-a's credentials %s: done", a.name)
+	}
+
+	// A user of namespace default with the edit role's rights on claims takes a
+	// node's hold off its claim: RBAC lets it (and the claim would go
+	// while its Session has the volume).
+	claimUser := userOf(t, cp, admin, cs, "claim-user")
+	if err := dropHolds(ctx, claimUser, "claim-node-b", false); err != nil {
+		t.Fatalf("without the node restriction, an editor of default could not take a node's hold off a claim: %v (the attack needs RBAC to let it through)", err)
 	}
 
 	// node-b's objects, rewritten, would mislead the agent run below
@@ -264,6 +274,15 @@ func TestDeployment(t *testing.T) {
 	}
 	if err := admin.Delete(ctx, &spc); err != nil {
 		t.Fatal(err)
+	}
+
+	// The editor, refused: the holds are the node agents'.
+	kubetest.Eventually(t, 30*time.Second, "the claim holds in force", func() (bool, string) {
+		err := dropHolds(ctx, claimUser, "claim-node-c", true)
+		return refusedByPolicy(err), fmt.Sprint(err)
+	})
+	if err := dropHolds(ctx, claimUser, "claim-node-c", false); !refusedByPolicy(err) || !strings.Contains(err.Error(), "node agents") {
+		t.Fatalf("with the node restriction, an editor of default taking a node's hold off a claim: %v, want the policy's refusal", err)
 	}
 
 	// Its own finalizer on a claim it may put on and take off, as its
@@ -448,4 +467,41 @@ func TestDeployment(t *testing.T) {
 
 func slicesEqual(got []string, want ...string) bool {
 	return strings.Join(got, "\x00") == strings.Join(want, "\x00")
+}
+
+// userOf returns a client of a service account of namespace default with
+// what the built-in edit role grants on claims there (get, list, watch,
+// create, update, patch, delete; the role itself is filled in by a
+// controller this control plane does not run): a namespace's user.
+func userOf(t *testing.T, cp *kubetest.ControlPlane, admin client.Client, cs kubernetes.Interface, name string) client.Client {
+	t.Helper()
+	ctx := t.Context()
+	if err := admin.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: name}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(asToken(cp, token(t, cs, "default", name, nil)), client.Options{Scheme: admin.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// dropHolds takes every finalizer off claim name of namespace default.
+func dropHolds(ctx context.Context, c client.Client, name string, dryRun bool) error {
+	var pvc corev1.PersistentVolumeClaim
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &pvc); err != nil {
+		return err
+	}
+	pvc.Finalizers = nil
+	return c.Update(ctx, &pvc, dry(dryRun)...)
 }

@@ -523,6 +523,26 @@ func (a *nodeAgent) sweep(ctx context.Context, period time.Duration) {
 	}
 }
 
+// liveUIDs are the uids of the Sessions that have a local session on this
+// node or are in the agent's cache of its node's Sessions (those being
+// deleted only withDeleting); false when the cache could not be read.
+func (a *nodeAgent) liveUIDs(ctx context.Context, withDeleting bool) (map[types.UID]bool, bool) {
+	keep := map[types.UID]bool{}
+	for _, v := range a.d.List(ctx) {
+		keep[types.UID(v.Labels[LabelSessionUID])] = true
+	}
+	var list v1alpha1.SessionList
+	if err := a.c.List(ctx, &list); err != nil {
+		return nil, false
+	}
+	for _, s := range list.Items {
+		if withDeleting || s.DeletionTimestamp == nil {
+			keep[s.UID] = true
+		}
+	}
+	return keep, true
+}
+
 // sweepSources removes the fetched workspace sources of Sessions that have
 // no local session on this node and are not in the agent's cache of its
 // node's Sessions (deleted while the agent was away; a fetch happens only
@@ -532,16 +552,9 @@ func (a *nodeAgent) sweepSources(ctx context.Context) {
 	if len(uids) == 0 {
 		return
 	}
-	keep := map[types.UID]bool{}
-	for _, v := range a.d.List(ctx) {
-		keep[types.UID(v.Labels[LabelSessionUID])] = true
-	}
-	var list v1alpha1.SessionList
-	if err := a.c.List(ctx, &list); err != nil {
+	keep, ok := a.liveUIDs(ctx, true)
+	if !ok {
 		return
-	}
-	for _, s := range list.Items {
-		keep[s.UID] = true
 	}
 	for _, uid := range uids {
 		if !keep[uid] {

@@ -467,18 +467,9 @@ func (a *nodeAgent) sweepClaims(ctx context.Context) {
 	if err != nil || len(ents) == 0 {
 		return
 	}
-	keep := map[types.UID]bool{}
-	for _, v := range a.d.List(ctx) {
-		keep[types.UID(v.Labels[LabelSessionUID])] = true
-	}
-	var list v1alpha1.SessionList
-	if err := a.c.List(ctx, &list); err != nil {
+	keep, ok := a.liveUIDs(ctx, false)
+	if !ok {
 		return
-	}
-	for _, s := range list.Items {
-		if s.DeletionTimestamp == nil {
-			keep[s.UID] = true
-		}
 	}
 	a.claimMu.Lock()
 	for uid := range a.inflight {

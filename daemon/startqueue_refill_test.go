@@ -34,7 +34,18 @@ func TestQueuedRefillHoldsNoSessionPlace(t *testing.T) {
 	pb.Label = "b"
 	resB := make(chan error, 1)
 	go func() { _, err := d.Create(ctx, api.CreateRequest{Policy: pb}); resB <- err }()
-	defer func() { close(rt.gate); <-resB }() // let everything held in prepare go at the end
+	resC := make(chan error, 1)
+	cStarted := false
+	// Let everything held in prepare go at the end, and wait for the
+	// creates: one still writing its record under the daemon's root when
+	// the test returns fails the removal of the test's directory.
+	defer func() {
+		close(rt.gate)
+		<-resB
+		if cStarted {
+			<-resC
+		}
+	}()
 	waitQueued(t, d.starts, 1, 0)
 
 	rt.gate <- struct{}{} // A done: B gets the place, A's pool starts its filler
@@ -46,12 +57,13 @@ func TestQueuedRefillHoldsNoSessionPlace(t *testing.T) {
 
 	pc := fakePolicy("true")
 	pc.Label = "c"
-	resC := make(chan error, 1)
+	cStarted = true
 	go func() { _, err := d.Create(ctx, api.CreateRequest{Policy: pc}); resC <- err }()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		select {
 		case err := <-resC:
+			cStarted = false // done
 			if err != nil {
 				t.Fatalf("create refused while a place under the limit is held by a refill that only waits for creates to go first: %v", err)
 			}

@@ -44,9 +44,15 @@ if ((${#missing[@]})); then
 	apt-get update -qq >/dev/null
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 	# The tests run sshd themselves: a service listening on port 22 was not asked for.
-	if [[ " ${missing[*]} " == *" openssh-server "* && -d /run/systemd/system ]]; then
+	if [[ " ${missing[*]} " == *" openssh-server "* ]]; then
 		log "stopping and disabling the ssh service openssh-server started (the tests run their own sshd)"
-		systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+		if [[ -d /run/systemd/system ]]; then
+			systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+		else
+			# No systemd: the package's init script may have started it.
+			invoke-rc.d ssh stop >/dev/null 2>&1 || true
+			update-rc.d ssh disable >/dev/null 2>&1 || true
+		fi
 	fi
 fi
 

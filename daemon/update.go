@@ -314,14 +314,8 @@ func (d *Daemon) volumeWorkspaces(running *policies.Policy) []string {
 	pol, _ := d.admission.current()
 	var out []string
 	for _, w := range running.Workspaces {
-		for _, v := range pol.VolumePaths {
-			v = filepath.Clean(v)
-			if r, err := filepath.EvalSymlinks(v); err == nil {
-				v = r // as admission compares the resolved path
-			}
-			if w.HostPath == v || strings.HasPrefix(w.HostPath, v+string(filepath.Separator)) {
-				out = append(out, w.HostPath)
-			}
+		if pol.UnderVolumePaths(w.HostPath) {
+			out = append(out, w.HostPath)
 		}
 	}
 	return out

@@ -729,6 +729,13 @@ func (a *Admission) volumePathReason(p string, pr *Protected) string {
 	return ""
 }
 
+// UnderVolumePaths reports whether the resolved host path p is one of the
+// volume_paths roots or beneath one (the roots resolved, as admission
+// compares them).
+func (a *Admission) UnderVolumePaths(p string) bool {
+	return underAny(a.VolumePaths, p)
+}
+
 // pathReason says why the resolved host path p is refused whatever the
 // admitted roots: protected, a secret source's directory, or not a
 // directory or regular file one may hand a sandbox.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -61,7 +62,109 @@ type DNSWorkload struct {
 	// direct one.
 	SandboxServerCPUUS float64 `json:"sandbox_server_cpu_us"`
 	DirectServerCPUUS  float64 `json:"direct_server_cpu_us"`
-	Error              string  `json:"error,omitempty"`
+	// SandboxBudget and DirectBudget say where the machine's CPU went
+	// during each load, per answered query.
+	SandboxBudget *DNSBudget `json:"sandbox_budget,omitempty"`
+	DirectBudget  *DNSBudget `json:"direct_budget,omitempty"`
+	Error         string     `json:"error,omitempty"`
+}
+
+// DNSBudget is where the machine's CPU time went during one load, per
+// answered query (µs). When the load keeps every core busy, its rate is
+// the cores divided by TotalUS: a part's share of TotalUS is its share of
+// the rate.
+type DNSBudget struct {
+	// ClientUS is the load generator's own (perfload's rusage).
+	ClientUS float64 `json:"client_us"`
+	// ProxyUS is airlockd's, for the load through the sandbox (0 for the
+	// direct one).
+	ProxyUS float64 `json:"proxy_us"`
+	// ServerUS is the world's DNS server's (the harness's process, which
+	// serves the world and is otherwise idle).
+	ServerUS float64 `json:"server_us"`
+	// IRQUS is interrupt and softirq time, machine-wide (/proc/stat):
+	// the network stack's receive work that no process is charged for.
+	IRQUS float64 `json:"irq_us"`
+	// RestUS is the rest of the machine's busy time: kernel threads
+	// (ksoftirqd, kworkers), the exec that starts the load, and any other
+	// program running.
+	RestUS float64 `json:"rest_us"`
+	// TotalUS is the machine's busy time (user, nice, system, irq,
+	// softirq, steal), the busy loops of a loaded run excluded.
+	TotalUS float64 `json:"total_us"`
+	// Busy is the share of the machine's cores busy during the load,
+	// busy loops included.
+	Busy float64 `json:"busy"`
+}
+
+// budgetMeter samples the CPU time of the machine and of the processes a
+// DNS load runs through.
+type budgetMeter struct {
+	proxy, server int   // pids; 0: not part of the load
+	busy          []int // busy loops of a loaded run, left out of the total
+	t0            time.Time
+	m0            machineCPU
+	p0, s0, b0    time.Duration
+}
+
+func startBudget(proxy, server int, busy []int) *budgetMeter {
+	b := &budgetMeter{proxy: proxy, server: server, busy: busy}
+	b.t0, b.m0 = time.Now(), readMachineCPU()
+	b.p0, b.s0, b.b0 = cpuTime(proxy), cpuTime(server), b.busyCPU()
+	return b
+}
+
+func (b *budgetMeter) busyCPU() time.Duration {
+	var d time.Duration
+	for _, pid := range b.busy {
+		d += cpuTime(pid)
+	}
+	return d
+}
+
+// stop returns the budget of the load since start, which answered
+// answered queries and whose client reported clientUS per query.
+func (b *budgetMeter) stop(answered int, clientUS float64) *DNSBudget {
+	m, wall := readMachineCPU(), time.Since(b.t0)
+	if answered <= 0 || wall <= 0 {
+		return nil
+	}
+	per := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(answered) }
+	busyLoops := b.busyCPU() - b.b0
+	out := &DNSBudget{
+		ClientUS: clientUS,
+		ProxyUS:  per(cpuTime(b.proxy) - b.p0),
+		ServerUS: per(cpuTime(b.server) - b.s0),
+		IRQUS:    per(m.irq - b.m0.irq),
+		TotalUS:  per(m.busy - b.m0.busy - busyLoops),
+		Busy:     float64(m.busy-b.m0.busy) / float64(wall) / float64(runtime.NumCPU()),
+	}
+	out.RestUS = max(0, out.TotalUS-out.ClientUS-out.ProxyUS-out.ServerUS-out.IRQUS)
+	return out
+}
+
+// machineCPU is the machine's CPU time from /proc/stat's first line: busy
+// time (user, nice, system, irq, softirq, steal) and, within it,
+// interrupts and softirqs.
+type machineCPU struct{ busy, irq time.Duration }
+
+func readMachineCPU() machineCPU {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineCPU{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return machineCPU{}
+	}
+	tick := func(i int) time.Duration {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		return time.Duration(v) * time.Second / clockTicks
+	}
+	// user nice system idle iowait irq softirq steal (guest time is in user).
+	irq := tick(6) + tick(7)
+	return machineCPU{busy: tick(1) + tick(2) + tick(3) + irq + tick(8), irq: irq}
 }
 
 // Profile is a CPU profile of airlockd taken during a load.
@@ -159,10 +262,12 @@ func MeasureDNS(ctx context.Context, e *Env, dur time.Duration, profDir string) 
 		}
 		var sb load.DNSResult
 		cpu0 := cpuTime(e.DaemonPID())
+		meter := startBudget(e.DaemonPID(), os.Getpid(), e.busyPids)
 		if err := runJSON(ctx, e.CLI(sbArgs...), &sb); err != nil {
 			w.Error = "sandbox: " + err.Error()
 		} else {
 			w.Sandbox = &sb
+			w.SandboxBudget = meter.stop(sb.Answered, sb.CPUUS)
 			if sb.Answered > 0 {
 				w.SandboxServerCPUUS = float64(cpuTime(e.DaemonPID())-cpu0) / float64(time.Microsecond) / float64(sb.Answered)
 			}
@@ -203,10 +308,12 @@ func MeasureDNS(ctx context.Context, e *Env, dur time.Duration, profDir string) 
 		var direct load.DNSResult
 		cmd := exec.CommandContext(ctx, directArgv[0], directArgv[1:]...)
 		cpu0 = cpuTime(os.Getpid())
+		meter = startBudget(0, os.Getpid(), e.busyPids)
 		if err := runJSON(ctx, cmd, &direct); err != nil {
 			w.Error = strings.TrimPrefix(w.Error+"; direct: "+err.Error(), "; ")
 		} else {
 			w.Direct = &direct
+			w.DirectBudget = meter.stop(direct.Answered, direct.CPUUS)
 			if direct.Answered > 0 {
 				w.DirectServerCPUUS = float64(cpuTime(os.Getpid())-cpu0) / float64(time.Microsecond) / float64(direct.Answered)
 			}

@@ -111,6 +111,9 @@ type Env struct {
 	// shimPerSession its --shim-per-session.
 	runtime        string
 	shimPerSession bool
+	// busyPids are the busy loops of a loaded run: measurements of the
+	// whole machine leave their CPU time out.
+	busyPids []int
 }
 
 // StartEnv builds the environment. On error nothing is left behind.

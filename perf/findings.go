@@ -53,7 +53,7 @@ func (r *Report) Findings() []string {
 				hit.Sandbox.QPS, hit.Direct.QPS, hit.SandboxServerCPUUS, hit.DirectServerCPUUS)
 			if prof != nil {
 				s += " In airlockd's profile (perf record, inclusive): " + shares(prof, []share{
-					{"the session audit log (audit.Log.Emit: one encoded line and one write(2) per query)", symAuditEmit},
+					{"the session audit log (audit.Log.Emit: one encoded line a query, queued lines written together)", symAuditEmit},
 					{"nftables pinning (Session.Pin)", symPin},
 					{"goroutine stack growth (runtime.newstack)", symNewstack},
 					{"encoding/json", symJSON},
@@ -64,6 +64,9 @@ func (r *Report) Findings() []string {
 				}
 			}
 			out = append(out, s)
+		}
+		if f := dnsMissFinding(d); f != "" {
+			out = append(out, f)
 		}
 		if a := d.AuditRead; a.Events > 0 && a.DaemonPeakRSSKiB > 2*a.DaemonRSSBeforeKiB {
 			out = append(out, fmt.Sprintf("Audit reads: `GET /v1/sessions/ID/audit` loads every event of the session into memory and encodes them at once: for %d events one read took %.2f s and airlockd's RSS from %.0f MiB to %.0f MiB; it was %.0f MiB before the DNS loads and peaked at %.0f MiB. A session that resolves names all day makes this grow without bound; a streamed (or paged) read would keep it flat.",
@@ -276,4 +279,44 @@ func moreLess(ms float64) string {
 		return fmt.Sprintf("%.0f ms less", -ms)
 	}
 	return fmt.Sprintf("%.0f ms more", ms)
+}
+
+// dnsMissFinding reads the cache-miss throughput load's CPU budgets: how
+// much of the machine a query costs through the proxy and direct, and the
+// rate a proxy that cost nothing would reach, against the target of half
+// the direct rate.
+func dnsMissFinding(d *DNS) string {
+	miss := dnsWorkload(d, "throughput, cache miss")
+	if miss == nil || miss.Sandbox == nil || miss.Direct == nil || miss.SandboxBudget == nil || miss.DirectBudget == nil ||
+		miss.Direct.QPS == 0 || miss.SandboxBudget.TotalUS == 0 || miss.DirectBudget.TotalUS == 0 {
+		return ""
+	}
+	s, x := miss.SandboxBudget, miss.DirectBudget
+	outside := s.TotalUS - s.ProxyUS
+	out := fmt.Sprintf("DNS cache misses: through the proxy the machine spends %.0f µs of CPU per answered query, direct %.0f µs (client %.0f / %.0f, world server %.0f / %.0f, irq+softirq %.0f / %.0f, rest %.0f / %.0f; airlockd %.0f), with %.0f%% and %.0f%% of the cores busy: the rates are ×%.2f (measured) and the budgets give ×%.2f.",
+		s.TotalUS, x.TotalUS, s.ClientUS, x.ClientUS, s.ServerUS, x.ServerUS, s.IRQUS, x.IRQUS, s.RestUS, x.RestUS, s.ProxyUS,
+		100*s.Busy, 100*x.Busy, miss.Sandbox.QPS/miss.Direct.QPS, x.TotalUS/s.TotalUS)
+	if outside > 0 {
+		out += fmt.Sprintf(" A proxy that cost nothing, the other parts unchanged, would leave %.0f µs a query: a ceiling of ×%.2f of the direct rate.", outside, x.TotalUS/outside)
+	}
+	if room := 2*x.TotalUS - outside; room > 0 {
+		out += fmt.Sprintf(" Half the direct rate (the target ×0.5) needs at most %.0f µs a query in all: at most %.0f µs in airlockd with the other parts unchanged (now %.0f).", 2*x.TotalUS, room, s.ProxyUS)
+	} else {
+		out += fmt.Sprintf(" Half the direct rate (the target ×0.5) needs at most %.0f µs a query in all, which the other parts alone reach: no cut in airlockd's own CPU meets it unless theirs shrinks too.", 2*x.TotalUS)
+	}
+	if hit := dnsWorkload(d, "throughput, cache hit"); hit != nil && hit.SandboxBudget != nil && hit.DirectBudget != nil {
+		out += fmt.Sprintf(" The client costs %.0f µs a query in the sandbox against %.0f µs direct here, but %.0f against %.0f under the cache-hit load, and the world server %.0f against %.0f: what the sandbox path adds to them is not the sandbox itself (its seccomp filter, cgroup, veth hop and rules are the same for hits) but the longer round trip, for which every client and the server sleep and are woken again once a query.",
+			s.ClientUS, x.ClientUS, hit.SandboxBudget.ClientUS, hit.DirectBudget.ClientUS, s.ServerUS, x.ServerUS)
+	}
+	return out
+}
+
+// dnsWorkload returns the DNS load whose name starts with prefix.
+func dnsWorkload(d *DNS, prefix string) *DNSWorkload {
+	for i := range d.Workloads {
+		if strings.HasPrefix(d.Workloads[i].Name, prefix) {
+			return &d.Workloads[i]
+		}
+	}
+	return nil
 }

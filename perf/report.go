@@ -313,6 +313,29 @@ func (d *DNS) markdown(p printer) {
 			s.Timeouts+s.Errors, x.Timeouts+x.Errors)
 	}
 	p("\nClient, proxy (airlockd), world DNS server and, for the sandbox, the session's cgroup (cpus = 2) share the machine's 2 cores.\n\n")
+	budgetRows := false
+	for _, w := range d.Workloads {
+		if w.SandboxBudget != nil && w.DirectBudget != nil {
+			budgetRows = true
+		}
+	}
+	if budgetRows {
+		p("Where the machine's CPU went during each load, per answered query (µs): the client (perfload's own rusage), airlockd, the world's DNS server (the harness's process), interrupts and softirqs machine-wide (/proc/stat), the rest of the machine's busy time (kernel threads, the exec starting the load), and the total, the busy loops of a loaded run left out. When the cores are all busy a load's rate is the cores divided by its total, so a part's share of the total is its share of the rate.\n\n")
+		p("| load | path | client | airlockd | world server | irq+softirq | rest | total | cores busy |\n|---|---|---|---|---|---|---|---|---|\n")
+		for _, w := range d.Workloads {
+			for _, b := range []struct {
+				path string
+				b    *DNSBudget
+			}{{"sandbox", w.SandboxBudget}, {"direct", w.DirectBudget}} {
+				if b.b == nil {
+					continue
+				}
+				p("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", w.Name, b.path,
+					b.b.ClientUS, b.b.ProxyUS, b.b.ServerUS, b.b.IRQUS, b.b.RestUS, b.b.TotalUS, 100*b.b.Busy)
+			}
+		}
+		p("\n")
+	}
 	p("What the session's audit log holds for each load (its DNS events written during the load; the log merges identical decisions within a window into one event and a count, written when the window ends, so the counts of one load may arrive during the next; the cache-miss loads ask a new name per query, which no window merges):\n\n")
 	for _, w := range d.Workloads {
 		if w.Sandbox == nil || w.Sandbox.Answered == 0 {

@@ -161,6 +161,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return finish()
 	}
 	r.Daemon = e.display(append([]string{e.Bin("airlockd")}, e.DaemonArgs()...))
+	if r.Busy != nil {
+		e.busyPids = r.Busy.Pids()
+	}
 	r.Root = e.Root
 	defer func() {
 		logf("removing sessions, stopping airlockd and containerd, removing namespaces")

@@ -54,6 +54,10 @@ type DNSResult struct {
 	QPS      float64        `json:"qps"` // answered per second
 	// LatencyUS summarises the round trips of answered queries (µs).
 	LatencyUS stats.Summary `json:"latency_us"`
+	// CPUUS is the client's own CPU time (user+system, this process)
+	// per answered query (µs): the share of the machine the load itself
+	// takes, so that a harness can tell it from the server's.
+	CPUUS float64 `json:"cpu_us"`
 }
 
 // RunDNS runs the load until Count queries were sent, Duration passed or
@@ -118,7 +122,7 @@ func RunDNS(ctx context.Context, cfg DNSConfig) (*DNSResult, error) {
 		}
 		return dns.Fqdn(cfg.Names[n%len(cfg.Names)])
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	var wg sync.WaitGroup
 	for w, c := range conns {
 		wg.Add(1)
@@ -164,6 +168,9 @@ func RunDNS(ctx context.Context, cfg DNSConfig) (*DNSResult, error) {
 	res.Seconds = time.Since(start).Seconds()
 	if res.Seconds > 0 {
 		res.QPS = float64(res.Answered) / res.Seconds
+	}
+	if res.Answered > 0 {
+		res.CPUUS = float64(processCPU()-cpu0) / float64(time.Microsecond) / float64(res.Answered)
 	}
 	res.LatencyUS = stats.Summarize(lat)
 	return res, nil

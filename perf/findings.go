@@ -305,8 +305,14 @@ func dnsMissFinding(d *DNS) string {
 		out += fmt.Sprintf(" Half the direct rate (the target ×0.5) needs at most %.0f µs a query in all, which the other parts alone reach: no cut in airlockd's own CPU meets it unless theirs shrinks too.", 2*x.TotalUS)
 	}
 	if hit := dnsWorkload(d, "throughput, cache hit"); hit != nil && hit.SandboxBudget != nil && hit.DirectBudget != nil {
-		out += fmt.Sprintf(" The client costs %.0f µs a query in the sandbox against %.0f µs direct here, but %.0f against %.0f under the cache-hit load, and the world server %.0f against %.0f: what the sandbox path adds to them is not the sandbox itself (its seccomp filter, cgroup, veth hop and rules are the same for hits) but the longer round trip, for which every client and the server sleep and are woken again once a query.",
-			s.ClientUS, x.ClientUS, hit.SandboxBudget.ClientUS, hit.DirectBudget.ClientUS, s.ServerUS, x.ServerUS)
+		hs, hx := hit.SandboxBudget, hit.DirectBudget
+		out += fmt.Sprintf(" The client costs %.0f µs a query in the sandbox against %.0f µs direct here, %.0f against %.0f under the cache-hit load, and the world server %.0f against %.0f",
+			s.ClientUS, x.ClientUS, hs.ClientUS, hx.ClientUS, s.ServerUS, x.ServerUS)
+		if hs.ClientUS <= 1.2*hx.ClientUS {
+			out += ": what the sandbox path adds to them is not the sandbox itself (its seccomp filter, cgroup, veth hop and rules are the same for hits) but the longer round trip, for which every client and the server sleep and are woken again once a query."
+		} else {
+			out += "."
+		}
 	}
 	return out
 }

@@ -549,7 +549,7 @@ func TestDNSMissFinding(t *testing.T) {
 		DirectBudget:  &DNSBudget{ClientUS: 21, ServerUS: 28, TotalUS: 49},
 	}
 	got := dnsMissFinding(&DNS{Workloads: []DNSWorkload{hit, w}})
-	if want := "30 µs a query in the sandbox against 20 µs direct here, but 17 against 21 under the cache-hit load"; !strings.Contains(got, want) {
+	if want := "30 µs a query in the sandbox against 20 µs direct here, 17 against 21 under the cache-hit load, and the world server 22 against 22: what the sandbox path adds"; !strings.Contains(got, want) {
 		t.Errorf("finding lacks %q:\n%s", want, got)
 	}
 	// 170-60 = 110 µs outside airlockd: a ceiling of 46/110 = ×0.42,
@@ -563,6 +563,10 @@ func TestDNSMissFinding(t *testing.T) {
 	got = dnsMissFinding(&DNS{Workloads: []DNSWorkload{w}})
 	if want := "at most 42 µs in airlockd with the other parts unchanged (now 40)"; !strings.Contains(got, want) {
 		t.Errorf("finding lacks %q:\n%s", want, got)
+	}
+	hit.SandboxBudget.ClientUS = 40
+	if got := dnsMissFinding(&DNS{Workloads: []DNSWorkload{hit, w}}); strings.Contains(got, "not the sandbox itself") {
+		t.Errorf("finding blames the round trip although the sandbox's client costs more for hits too:\n%s", got)
 	}
 	w.DirectBudget = nil
 	if got := dnsMissFinding(&DNS{Workloads: []DNSWorkload{w}}); got != "" {

@@ -15,7 +15,7 @@ import (
 )
 
 // worldHosts adds hosts to the test world once per test run.
-func worldHost(t *testing.T, name, ip string) netip.Addr {
+func worldHost(t testing.TB, name, ip string) netip.Addr {
 	t.Helper()
 	a := netip.MustParseAddr(ip)
 	if err := h.World.AddHost(name, a); err != nil && !strings.Contains(err.Error(), "exists") {

@@ -15,7 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/policies"
 )
 
-func writeTree(t *testing.T, root string, files map[string]string) {
+func writeTree(t testing.TB, root string, files map[string]string) {
 	t.Helper()
 	for name, content := range files {
 		p := filepath.Join(root, name)

@@ -20,7 +20,7 @@ import (
 
 // poolPolicy is the full perimeter: an overlay workspace, egress to one
 // world host, a file credential and an env credential, with a pool.
-func poolPolicy(t *testing.T, ws string, size int) policies.Policy {
+func poolPolicy(t testing.TB, ws string, size int) policies.Policy {
 	p := credPolicy("sleep", "300")
 	p.Label = "pooled"
 	p.Credentials = append(p.Credentials, policies.Credential{
@@ -34,7 +34,7 @@ func poolPolicy(t *testing.T, ws string, size int) policies.Policy {
 	return p
 }
 
-func poolOf(t *testing.T, key string) api.Pool {
+func poolOf(t testing.TB, key string) api.Pool {
 	t.Helper()
 	for _, p := range h.Daemon.Pools() {
 		if p.Key == key {
@@ -45,7 +45,7 @@ func poolOf(t *testing.T, key string) api.Pool {
 	return api.Pool{}
 }
 
-func waitPoolReady(t *testing.T, key string, n int) api.Pool {
+func waitPoolReady(t testing.TB, key string, n int) api.Pool {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -281,5 +281,65 @@ func TestWarmPoolMissingProgram(t *testing.T) {
 	}
 	if res.ExitCode != 0 || out.String() != "warm-out\n" || errb.String() != "warm-err\n" {
 		t.Errorf("warm session: exit %d stdout %q stderr %q", res.ExitCode, out.String(), errb.String())
+	}
+}
+
+// BenchmarkWarmCreate times a warm Create (Start: true) of the full
+// perimeter with a pool of 2, from the call to the running session's
+// record, as `hack/perf.sh -only warmstart` does through the API; the
+// refill each take starts is finished before the next (untimed), so a
+// CPU profile of the benchmark (-cpuprofile) holds the creates and their
+// refills, apart by their stacks (Daemon.Create, warmPools.fill). On a
+// 2-core VM: 9.7 ms a create, of which 3 ms on a core (the credentials
+// minted and the broker's state saved, the session's record), the rest
+// waiting for the records' fsyncs and airlock-init.
+//
+//	go test ./daemon -run '^$' -bench BenchmarkWarmCreate -benchtime 40x -cpuprofile /tmp/warm.prof
+//	go tool pprof -top -cum -focus 'Daemon..Create' daemon.test /tmp/warm.prof
+func BenchmarkWarmCreate(b *testing.B) {
+	testutil.RequiresRoot(b)
+	ctx := b.Context()
+	worldHost(b, "pool.corp.test", "10.214.0.30")
+	ws := b.TempDir()
+	writeTree(b, ws, map[string]string{"README": "hello\n", "src/main.go": "package main\n"})
+	p := poolPolicy(b, ws, 2)
+	p.Label = "pooled-bench"
+	first, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: p, Start: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = h.Daemon.Remove(context.Background(), first.ID, true) })
+	var key string
+	for _, pl := range h.Daemon.Pools() {
+		if pl.Label == p.Label {
+			key = pl.Key
+		}
+	}
+	if key == "" {
+		b.Fatalf("no pool declared: %+v", h.Daemon.Pools())
+	}
+	b.Cleanup(func() { _ = h.Daemon.RemovePool(context.Background(), key) })
+	q := p
+	q.Command = []string{"echo", "x"}
+	warm := 0
+	for b.Loop() {
+		b.StopTimer()
+		waitPoolReady(b, key, 2)
+		b.StartTimer()
+		s, err := h.Daemon.Create(ctx, api.CreateRequest{Policy: q, Start: true})
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if s.Warm {
+			warm++
+		}
+		if err := h.Daemon.Remove(ctx, s.ID, true); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	if warm != b.N {
+		b.Fatalf("%d of %d creates were warm", warm, b.N)
 	}
 }

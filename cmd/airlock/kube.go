@@ -36,6 +36,9 @@ import (
 // Sessions: --context, --kubeconfig, --namespace.
 type kubeOptions struct {
 	context, kubeconfig, namespace string
+	// nodeToken is what node agents are sent as the bearer token
+	// (--node-token): nodeTokenAuto, nodeTokenBound or nodeTokenForward.
+	nodeToken string
 }
 
 // kubeCommands are the commands that work with --context: they create,
@@ -51,6 +54,7 @@ func (o *kubeOptions) addFlags(root *cobra.Command) {
 	f.StringVar(&o.context, "context", "", "work with the Sessions of this kubeconfig `CONTEXT`'s cluster (Kubernetes, preview) instead of airlockd's socket: run, logs, wait, diff, commit, discard, audit, exec, stop, attach, ps, inspect, rm")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "with --context: the kubeconfig `FILE` (default: KUBECONFIG, else ~/.kube/config); alone it selects its current context")
 	f.StringVarP(&o.namespace, "namespace", "n", "", "with --context: the Sessions' `NAMESPACE` (default: the context's, else default)")
+	f.StringVar(&o.nodeToken, "node-token", "", "with --context: the bearer token a Session's node agent is sent (`MODE`): bound, a token made for that node alone (a TokenRequest of the kubeconfig user's service account, audience "+v1alpha1.NodeAudience("NODE")+", 10 minutes; the account needs create on its own serviceaccounts/token), which the API server and other nodes refuse; forward, the kubeconfig's own token, which the node could use at the API server; auto, bound where the user is a service account allowed to request it, else forward (default: AIRLOCK_NODE_TOKEN, else auto)")
 }
 
 // on reports whether the Kubernetes path was asked for.
@@ -63,6 +67,11 @@ type kubeClient struct {
 	namespace string
 	// context names the kubeconfig context, for messages.
 	context string
+
+	// nodeToken is kubeOptions.nodeToken, resolved; tokens are the
+	// tokens made for each node.
+	nodeToken string
+	tokens    *nodeTokens
 
 	mu    sync.Mutex
 	nodes map[string]http.RoundTripper // by Session name: its node's pinned transport
@@ -109,13 +118,26 @@ func newKubeClient(o *kubeOptions, getenv func(string) string) (*kubeClient, err
 	if rc.BearerToken == "" && rc.BearerTokenFile == "" && rc.ExecProvider == nil && rc.AuthProvider == nil {
 		return nil, withCode(exitUsage, fmt.Errorf("kubeconfig context %q: its user has no bearer token (a token, a token file, an exec or auth provider); the node agents serving Sessions' logs take bearer tokens only, not client certificates", name))
 	}
+	mode := o.nodeToken
+	if mode == "" {
+		mode = getenv("AIRLOCK_NODE_TOKEN")
+	}
+	switch mode {
+	case "":
+		mode = nodeTokenAuto
+	case nodeTokenAuto, nodeTokenBound, nodeTokenForward:
+	default:
+		return nil, withCode(exitUsage, fmt.Errorf("--node-token (or AIRLOCK_NODE_TOKEN) %q: want auto, bound or forward", mode))
+	}
 	rc.UserAgent = "airlock/" + clientVersion()
 	hc, err := rest.HTTPClientFor(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	return &kubeClient{rc: rc, hc: hc, namespace: ns, context: name,
-		nodes: map[string]http.RoundTripper{}, addrs: map[string]string{}}, nil
+	k := &kubeClient{rc: rc, hc: hc, namespace: ns, context: name, nodeToken: mode,
+		nodes: map[string]http.RoundTripper{}, addrs: map[string]string{}}
+	k.tokens = &nodeTokens{k: k}
+	return k, nil
 }
 
 func (k *kubeClient) sessionsPath(name string) string {
@@ -214,13 +236,33 @@ func (k *kubeClient) nodeTransport(ctx context.Context, name string) (http.Round
 	if err != nil {
 		return nil, "", fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	if rt, err = rest.HTTPWrappersForConfig(k.rc, tr); err != nil {
+	if rt, err = k.nodeAuth(ctx, n.Name, tr); err != nil {
 		return nil, "", err
 	}
 	k.mu.Lock()
 	k.nodes[name], k.addrs[name] = rt, ep.Address
 	k.mu.Unlock()
 	return rt, ep.Address, nil
+}
+
+// nodeAuth wraps tr, the pinned transport to node, with the bearer token
+// --node-token says: one made for that node alone, or the kubeconfig's.
+// In auto mode the kubeconfig's is sent only when the user is no service
+// account or may not request tokens for itself (403), or the API server
+// serves no SelfSubjectReview (404); any other failure is an error.
+func (k *kubeClient) nodeAuth(ctx context.Context, node string, tr http.RoundTripper) (http.RoundTripper, error) {
+	if k.nodeToken != nodeTokenForward {
+		_, err := k.tokens.get(ctx, node)
+		switch {
+		case err == nil:
+			return boundTransport{tokens: k.tokens, node: node, next: tr, agent: k.rc.UserAgent}, nil
+		case k.nodeToken == nodeTokenBound:
+			return nil, fmt.Errorf("--node-token bound: %w", err)
+		case !errors.Is(err, errNotServiceAccount) && !errdefs.IsPermissionDenied(err) && !errdefs.IsNotFound(err):
+			return nil, err
+		}
+	}
+	return rest.HTTPWrappersForConfig(k.rc, tr)
 }
 
 func reasonSuffix(s *v1alpha1.Session) string {
@@ -349,6 +391,9 @@ func (c *cli) checkKubeCommand(cmd *cobra.Command) error {
 	if !c.kubeOpts.on() {
 		if c.kubeOpts.namespace != "" {
 			return usageErrorf("--namespace needs --context or --kubeconfig")
+		}
+		if c.kubeOpts.nodeToken != "" {
+			return usageErrorf("--node-token needs --context or --kubeconfig")
 		}
 		return nil
 	}

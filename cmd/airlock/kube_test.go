@@ -40,6 +40,8 @@ current-context: withtoken
 		want string
 	}{
 		{[]string{"-n", "team-a", "ps"}, "--namespace needs --context or --kubeconfig"},
+		{[]string{"--node-token", "bound", "ps"}, "--node-token needs --context or --kubeconfig"},
+		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "--node-token", "sometimes", "ps"}, `--node-token (or AIRLOCK_NODE_TOKEN) "sometimes": want auto, bound or forward`},
 		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "update", "x"}, "airlock update does not work with --context"},
 		{[]string{"--kubeconfig", kubeconfig, "--context", "withtoken", "approvals"}, "airlock approvals does not work with --context"},
 		{[]string{"--kubeconfig", kubeconfig, "--context", "nosuch", "ps"}, `context "nosuch" does not exist`},

@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -297,9 +298,23 @@ func (e *endpoint) authenticate(ctx context.Context, r *http.Request) (authnv1.U
 		}
 		return d.user, nil
 	}
-	tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}
+	// A token made for this node alone (v1alpha1.NodeAudience: the CLI's
+	// --node-token, a TokenRequest of the caller's service account) is
+	// reviewed for that audience: the API server, which takes only its
+	// own audiences, would refuse it. Any other token is reviewed for the
+	// API server's audiences. The claim read here only picks the review;
+	// the API server verifies the token either way.
+	spec := authnv1.TokenReviewSpec{Token: token}
+	aud := v1alpha1.NodeAudience(e.node)
+	if slices.Contains(unverifiedAudiences(token), aud) {
+		spec.Audiences = []string{aud}
+	}
+	tr := &authnv1.TokenReview{Spec: spec}
 	if err := e.c.Create(ctx, tr); err != nil {
 		return authnv1.UserInfo{}, fail(http.StatusServiceUnavailable, "the API server could not review the token: %v", err)
+	}
+	if tr.Status.Authenticated && len(spec.Audiences) > 0 && !slices.Contains(tr.Status.Audiences, aud) {
+		tr.Status.Authenticated, tr.Status.Error = false, "the token is not valid for this node's audience "+aud
 	}
 	d := decision{user: tr.Status.User, ok: tr.Status.Authenticated, reason: tr.Status.Error}
 	if d.reason == "" {
@@ -514,4 +529,32 @@ func serveEndpoint(ctx context.Context, ln net.Listener, tc *tls.Config, e *endp
 	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.G(ctx).Error("node endpoint stopped", "error", err)
 	}
+}
+
+// unverifiedAudiences reads the aud claim of a JWT without verifying it
+// (nil for anything else): only to choose how the API server reviews it.
+func unverifiedAudiences(token string) []string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || len(parts[1]) > 8<<10 {
+		return nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return nil
+	}
+	var claims struct {
+		Aud json.RawMessage `json:"aud"`
+	}
+	if json.Unmarshal(b, &claims) != nil || len(claims.Aud) == 0 {
+		return nil
+	}
+	var one string
+	if json.Unmarshal(claims.Aud, &one) == nil {
+		return []string{one}
+	}
+	var many []string
+	if json.Unmarshal(claims.Aud, &many) == nil {
+		return many
+	}
+	return nil
 }

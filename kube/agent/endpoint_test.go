@@ -3,11 +3,14 @@ package agent
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -129,5 +132,28 @@ func TestStreamLimit(t *testing.T) {
 	l.release("bob")
 	if len(l.open) != 0 {
 		t.Errorf("after every place given back: %v, want nothing kept", l.open)
+	}
+}
+
+func TestUnverifiedAudiences(t *testing.T) {
+	jwt := func(claims string) string {
+		return "eyJhbGciOiJFUzI1NiJ9." + base64.RawURLEncoding.EncodeToString([]byte(claims)) + ".c2ln"
+	}
+	for _, tc := range []struct {
+		token string
+		want  []string
+	}{
+		{jwt(`{"aud":["airlock.dev/nodes/a","x"]}`), []string{"airlock.dev/nodes/a", "x"}},
+		{jwt(`{"aud":"airlock.dev/nodes/a"}`), []string{"airlock.dev/nodes/a"}},
+		{jwt(`{"sub":"no audience"}`), nil},
+		{jwt(`{"aud":7}`), nil},
+		{jwt(`not json`), nil},
+		{"a-static-token", nil},
+		{"a.b.c", nil},
+		{"x." + strings.Repeat("A", 9000) + ".y", nil},
+	} {
+		if got := unverifiedAudiences(tc.token); !slices.Equal(got, tc.want) {
+			t.Errorf("unverifiedAudiences(%.40q) = %q, want %q", tc.token, got, tc.want)
+		}
 	}
 }

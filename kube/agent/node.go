@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -67,6 +68,10 @@ type Daemon interface {
 	// Approvals is the store of the requests the L7 gateways hold for a
 	// decision (GET /v1/approvals, POST /v1/approvals/{id}).
 	Approvals() *approvals.Store
+	// Update revises a running session's policy live (POST
+	// /v1/sessions/{id}/update): validated and admitted again, applied
+	// all or nothing.
+	Update(ctx context.Context, id string, req api.UpdateRequest) (*api.Session, error)
 	// ApproveRevise approves held request id by a revision of its
 	// session's policy (POST /v1/approvals/{id} with revise).
 	ApproveRevise(ctx context.Context, id, reason, by string) (api.Approval, error)
@@ -273,7 +278,12 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		}
 		v = nv
 	}
+	var policyCond *metav1.Condition
 	if v.State == api.StateRunning {
+		var err error
+		if v, policyCond, err = a.revise(ctx, &s, v); err != nil {
+			return reconcile.Result{}, err
+		}
 		a.waitFor(v.ID, req.NamespacedName)
 	}
 	sum := a.summaries(ctx, v)
@@ -297,6 +307,9 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 		st.WorkspaceSources = withSources(st.WorkspaceSources, pushed)
 		if cond != nil {
 			meta.SetStatusCondition(&st.Conditions, *cond)
+		}
+		if policyCond != nil {
+			meta.SetStatusCondition(&st.Conditions, *policyCond)
 		}
 		later, auditNow = sum.apply(&st, &f.Status, a.auditDue(f.UID))
 		if due := a.followedDue(f.UID); due > 0 && !equality.Semantic.DeepEqual(&st, &f.Status) && onlyFollowed(&st, &f.Status) {
@@ -405,8 +418,10 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 	}
 	if err == nil {
 		v, err = a.d.Create(ctx, api.CreateRequest{Policy: pol, Start: true, Labels: map[string]string{
-			LabelSessionUID: string(s.UID),
-			LabelSession:    s.Namespace + "/" + s.Name,
+			LabelSessionUID:        string(s.UID),
+			LabelSession:           s.Namespace + "/" + s.Name,
+			LabelSessionGeneration: strconv.FormatInt(s.Generation, 10),
+			LabelSessionSources:    sourcesDigest(s.Spec.WorkspaceSources),
 		}, OwnedWorkspaces: owned, VolumeWorkspaces: volumes})
 		if err != nil && len(owned) > 0 {
 			a.removeSources(ctx, s.UID)

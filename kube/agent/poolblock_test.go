@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,8 +26,11 @@ import (
 type reviewDaemon struct {
 	mu      sync.Mutex
 	creates []api.CreateRequest
+	updates []api.UpdateRequest
 	local   []api.Session
 	store   *approvals.Store
+	// updateErr, if set, is what Update answers.
+	updateErr error
 }
 
 func (d *reviewDaemon) Create(_ context.Context, req api.CreateRequest) (*api.Session, error) {
@@ -39,6 +43,22 @@ func (d *reviewDaemon) Create(_ context.Context, req api.CreateRequest) (*api.Se
 	return &v, nil
 }
 func (d *reviewDaemon) Start(context.Context, string) (*api.Session, error) { return nil, nil }
+func (d *reviewDaemon) Update(_ context.Context, id string, req api.UpdateRequest) (*api.Session, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.updates = append(d.updates, req)
+	if d.updateErr != nil {
+		return nil, d.updateErr
+	}
+	for i := range d.local {
+		if d.local[i].ID == id {
+			d.local[i].Policy, d.local[i].PolicyVersion = req.Policy, d.local[i].PolicyVersion+1
+			v := d.local[i]
+			return &v, nil
+		}
+	}
+	return nil, errdefs.ErrNotFound
+}
 func (d *reviewDaemon) Stop(context.Context, string, time.Duration) (*api.Session, error) {
 	return nil, nil
 }

@@ -3,6 +3,7 @@ package gitsource
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -112,7 +113,7 @@ func TestSSHFetchAndPush(t *testing.T) {
 			t.Errorf("ssh allowed otherwise than by protocol.ssh.allow: %q", env)
 		}
 		for _, e := range env {
-			if cmd, ok := strings.CutPrefix(e, "GIT_SSH_COMMAND="); ok && !strings.HasPrefix(cmd, SSHProgram+" -F /dev/null -i '"+sh.KeyFile+"' ") {
+			if cmd, ok := strings.CutPrefix(e, "GIT_SSH_COMMAND="); ok && !strings.HasPrefix(cmd, SSHProgram+" -F /dev/null -o IdentityFile='"+sh.KeyFile+"' ") {
 				t.Errorf("ssh command %q", cmd)
 			}
 		}
@@ -236,5 +237,30 @@ func TestSSHRefusals(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("ext:: ran a command")
+	}
+}
+
+// TestSSHOffersNoOtherKey: the ssh command git runs names the node's key
+// so that ssh takes no other identity, even when the file is gone by the
+// time ssh starts: SSHFiles resolves the key's path once for a fetch,
+// whose ssh commands run minutes apart, and a rotated key's old path
+// goes away (Kubernetes swaps a Secret volume's directory and removes
+// the old one). Given with -i, a missing file has ssh fall back to root's
+// own ~/.ssh/id_* keys. The real ssh says which identities it would
+// offer (-G: its settings, no connection).
+func TestSSHOffersNoOtherKey(t *testing.T) {
+	key := &SSHKey{KeyFile: filepath.Join(t.TempDir(), "rotated"), KnownHostsFile: "/dev/null"}
+	out, err := exec.Command("/bin/sh", "-c", key.sshCommand()+` -G "$@"`, "ssh", "-p", "2222", "git@127.0.0.1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ssh -G: %v: %s", err, out)
+	}
+	var ids []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if id, ok := strings.CutPrefix(l, "identityfile "); ok {
+			ids = append(ids, id)
+		}
+	}
+	if !slices.Equal(ids, []string{key.KeyFile}) {
+		t.Errorf("ssh would offer %q, want the node's key alone (%s)", ids, key.KeyFile)
 	}
 }

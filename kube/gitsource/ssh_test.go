@@ -264,3 +264,41 @@ func TestSSHOffersNoOtherKey(t *testing.T) {
 		t.Errorf("ssh would offer %q, want the node's key alone (%s)", ids, key.KeyFile)
 	}
 }
+
+// TestSSHIgnoresTheDaemonsEnvironment: git and ssh run with an
+// environment of their own, not the daemon's. A daemon started with
+// GIT_CONFIG_PARAMETERS (which git adds its -c settings to) rewriting
+// ssh:// URLs to ext:: with ext allowed, GIT_ALLOW_PROTOCOL (which
+// overrides protocol.allow) and an ssh agent would otherwise have the
+// fetch run a command on the node.
+func TestSSHIgnoresTheDaemonsEnvironment(t *testing.T) {
+	srv := gittest.NewServer(t)
+	srv.Create("repo", map[string]string{"README": "x\n"})
+	sh := srv.StartSSH()
+	url := sh.URL + "/repo.git"
+	marker := filepath.Join(t.TempDir(), "ran")
+	t.Setenv("GIT_CONFIG_PARAMETERS", "'url.ext::sh -c touch% "+marker+" .insteadof'='ssh://' 'protocol.ext.allow'='always'")
+	t.Setenv("GIT_ALLOW_PROTOCOL", "ext:ssh:file:http:https")
+	t.Setenv("SSH_AUTH_SOCK", filepath.Join(t.TempDir(), "agent.sock"))
+	key := &SSHKey{KeyFile: sh.KeyFile, KnownHostsFile: sh.KnownHosts}
+	dir := filepath.Join(t.TempDir(), "src")
+	ran := func() {
+		t.Helper()
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatal("the daemon's environment had git run a command")
+		}
+	}
+	f, err := Fetch(context.Background(), dir, Source{URL: url, Ref: "main", Depth: 1, Auth: key})
+	ran()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.Workspace, "NEW"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Push(context.Background(), dir, url, "airlock/env", "m", who, key)
+	ran()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -192,7 +192,8 @@ var sshUser = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$`)
 // user information (a credential written in a Session would be stored in
 // the API server and shown in its status); an ssh URL names its user
 // alone (ssh://git@git.corp.test/repo.git, no password: the key is the
-// node's), and git's scp-like form (git@host:repo.git) is not taken.
+// node's) and no '[' or ']' in its path (git reads "@[HOST]" there as the
+// host), and git's scp-like form (git@host:repo.git) is not taken.
 func CheckGitURL(raw string) string {
 	u, err := url.Parse(raw)
 	switch {
@@ -214,6 +215,11 @@ func CheckGitURL(raw string) string {
 		return fmt.Sprintf("%q has a user name other than letters, digits and \"._-\"", raw)
 	case u.Scheme == "ssh" && (strings.HasPrefix(u.Hostname(), "-") || u.Path == "" || u.Path == "/"):
 		return fmt.Sprintf("%q names no repository on its host", raw)
+	case u.Scheme == "ssh" && strings.ContainsAny(u.Path, "[]"):
+		// git reads "@[" anywhere in an ssh URL as the start of a
+		// bracketed host, its path included: ssh://git@h/x@[other]:2222/r
+		// reaches other:2222.
+		return fmt.Sprintf("%q has '[' or ']' in its path (git would read a host there)", raw)
 	case u.Port() != "" && !validPort(u.Port()):
 		return fmt.Sprintf("%q has an invalid port", raw)
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":

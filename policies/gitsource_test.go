@@ -391,6 +391,9 @@ func TestGitSourceSSH(t *testing.T) {
 		{"ssh://git@git.corp.test/agents/../admin.git", "", "not clean"},
 		{"ssh://git@git.corp.test/agents/%2e%2e/admin.git", "", "escapes"},
 		{"ssh://git@git.corp.test/agents/a.git?x=1", "", "query"},
+		// git reads "@[" in the path as a host: evil.test:2222.
+		{"ssh://git@git.corp.test/agents/x@[evil.test]:2222/a.git", "", "'['"},
+		{"ssh://git@git.corp.test/agents/a[1].git", "", "'['"},
 		{"ssh://git@GIT.corp.test/agents/a.git", "", "upper-case"},
 		{"SSH://git@git.corp.test/agents/a.git", "", "canonical"},
 		{"git+ssh://git@git.corp.test/agents/a.git", "", "not an http, https or ssh URL"},

@@ -169,7 +169,10 @@ func (k *SSHKey) sshCommand() string {
 		"ServerAliveCountMax=4",
 		"LogLevel=ERROR",
 	}
-	cmd := SSHProgram + " -F /dev/null -i '" + k.KeyFile + "'"
+	// IdentityFile, not -i: ssh drops an -i file that is missing when it
+	// starts (a rotated key's old path) and takes root's ~/.ssh/id_*
+	// keys instead.
+	cmd := SSHProgram + " -F /dev/null -o IdentityFile='" + k.KeyFile + "'"
 	for _, o := range opts {
 		cmd += " -o " + o
 	}

@@ -3,6 +3,7 @@ package gitsource
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -112,7 +113,7 @@ func TestSSHFetchAndPush(t *testing.T) {
 			t.Errorf("ssh allowed otherwise than by protocol.ssh.allow: %q", env)
 		}
 		for _, e := range env {
-			if cmd, ok := strings.CutPrefix(e, "GIT_SSH_COMMAND="); ok && !strings.HasPrefix(cmd, SSHProgram+" -F /dev/null -i '"+sh.KeyFile+"' ") {
+			if cmd, ok := strings.CutPrefix(e, "GIT_SSH_COMMAND="); ok && !strings.HasPrefix(cmd, SSHProgram+" -F /dev/null -o IdentityFile='"+sh.KeyFile+"' ") {
 				t.Errorf("ssh command %q", cmd)
 			}
 		}
@@ -236,5 +237,68 @@ func TestSSHRefusals(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("ext:: ran a command")
+	}
+}
+
+// TestSSHOffersNoOtherKey: the ssh command git runs names the node's key
+// so that ssh takes no other identity, even when the file is gone by the
+// time ssh starts: SSHFiles resolves the key's path once for a fetch,
+// whose ssh commands run minutes apart, and a rotated key's old path
+// goes away (Kubernetes swaps a Secret volume's directory and removes
+// the old one). Given with -i, a missing file has ssh fall back to root's
+// own ~/.ssh/id_* keys. The real ssh says which identities it would
+// offer (-G: its settings, no connection).
+func TestSSHOffersNoOtherKey(t *testing.T) {
+	key := &SSHKey{KeyFile: filepath.Join(t.TempDir(), "rotated"), KnownHostsFile: "/dev/null"}
+	out, err := exec.Command("/bin/sh", "-c", key.sshCommand()+` -G "$@"`, "ssh", "-p", "2222", "git@127.0.0.1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ssh -G: %v: %s", err, out)
+	}
+	var ids []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if id, ok := strings.CutPrefix(l, "identityfile "); ok {
+			ids = append(ids, id)
+		}
+	}
+	if !slices.Equal(ids, []string{key.KeyFile}) {
+		t.Errorf("ssh would offer %q, want the node's key alone (%s)", ids, key.KeyFile)
+	}
+}
+
+// TestSSHIgnoresTheDaemonsEnvironment: git and ssh run with an
+// environment of their own, not the daemon's. A daemon started with
+// GIT_CONFIG_PARAMETERS (which git adds its -c settings to) rewriting
+// ssh:// URLs to ext:: with ext allowed, GIT_ALLOW_PROTOCOL (which
+// overrides protocol.allow) and an ssh agent would otherwise have the
+// fetch run a command on the node.
+func TestSSHIgnoresTheDaemonsEnvironment(t *testing.T) {
+	srv := gittest.NewServer(t)
+	srv.Create("repo", map[string]string{"README": "x\n"})
+	sh := srv.StartSSH()
+	url := sh.URL + "/repo.git"
+	marker := filepath.Join(t.TempDir(), "ran")
+	t.Setenv("GIT_CONFIG_PARAMETERS", "'url.ext::sh -c touch% "+marker+" .insteadof'='ssh://' 'protocol.ext.allow'='always'")
+	t.Setenv("GIT_ALLOW_PROTOCOL", "ext:ssh:file:http:https")
+	t.Setenv("SSH_AUTH_SOCK", filepath.Join(t.TempDir(), "agent.sock"))
+	key := &SSHKey{KeyFile: sh.KeyFile, KnownHostsFile: sh.KnownHosts}
+	dir := filepath.Join(t.TempDir(), "src")
+	ran := func() {
+		t.Helper()
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatal("the daemon's environment had git run a command")
+		}
+	}
+	f, err := Fetch(context.Background(), dir, Source{URL: url, Ref: "main", Depth: 1, Auth: key})
+	ran()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.Workspace, "NEW"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Push(context.Background(), dir, url, "airlock/env", "m", who, key)
+	ran()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

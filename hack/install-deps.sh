@@ -42,7 +42,21 @@ if ((${#missing[@]})); then
 	log "installing Debian packages: ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq >/dev/null
+	# openssh-server's package starts sshd on port 22 (password logins on) as it installs:
+	# a policy-rc.d that forbids starting ssh keeps it from running even for the moment
+	# before it is stopped below. One the machine already has is left alone.
+	ours_policy=""
+	if [[ " ${missing[*]} " == *" openssh-server "* && ! -e /usr/sbin/policy-rc.d ]]; then
+		ours_policy=/usr/sbin/policy-rc.d
+		printf '#!/bin/sh\n# install-deps.sh: no ssh service while openssh-server installs\ncase "$1" in ssh|sshd|ssh.service|ssh.socket) exit 101 ;; esac\nexit 0\n' >"$ours_policy"
+		chmod 0755 "$ours_policy"
+		trap 'rm -f "$ours_policy"' EXIT
+	fi
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	if [[ -n "$ours_policy" ]]; then
+		rm -f "$ours_policy"
+		trap - EXIT
+	fi
 	# The tests run sshd themselves: a service listening on port 22 was not asked for.
 	if [[ " ${missing[*]} " == *" openssh-server "* ]]; then
 		log "stopping and disabling the ssh service openssh-server started (the tests run their own sshd)"

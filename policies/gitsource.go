@@ -3,6 +3,7 @@ package policies
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"net/url"
 	"os"
 	"path"
@@ -280,7 +281,7 @@ func (a *Admission) AdmitGitSource(namespace, rawURL, pushBranch string) (*GitSo
 	}
 	fetch := false
 	for i, g := range a.GitSources {
-		if ok, err := path.Match(g.URL, rawURL); err != nil || !ok || !g.admitsNamespace(namespace) {
+		if !matchGitGlob(g.URL, rawURL) || !g.admitsNamespace(namespace) {
 			continue
 		}
 		fetch = true
@@ -315,9 +316,51 @@ func (a *Admission) gitSourcesString(ns string) string {
 	return strings.Join(out, "; ")
 }
 
-// sshHost is an ssh glob's host and port. (An IPv6 address, in
-// brackets, would be a glob.)
-var sshHost = regexp.MustCompile(`^[^:@\[\]]+(:[1-9][0-9]{0,4})?$`)
+// sshHost is an ssh glob's host and port: a name or an IPv4 address, or
+// an IPv6 address in brackets (checked by bracketedIPv6).
+var sshHost = regexp.MustCompile(`^([^:@\[\]]+|\[[0-9A-Fa-f:.]+\])(:[1-9][0-9]{0,4})?$`)
+
+// bracketedIPv6 reports whether host (HOST or HOST:PORT) is an IPv6
+// address in brackets, as URLs write one, with no zone.
+func bracketedIPv6(host string) bool {
+	if !strings.HasPrefix(host, "[") {
+		return false
+	}
+	end := strings.IndexByte(host, ']')
+	if end < 0 || (end+1 < len(host) && host[end+1] != ':') {
+		return false
+	}
+	a, err := netip.ParseAddr(host[1:end])
+	return err == nil && a.Is6() && a.Zone() == ""
+}
+
+// matchGitGlob matches a git_source block's glob against a URL: the
+// scheme and authority (user, host, port) as written, which the glob
+// cannot hold a pattern in (checkGitSourceGlob), and the rest with
+// path.Match. The host so compared may be an IPv6 address in brackets,
+// which path.Match would read as a character class.
+func matchGitGlob(glob, rawURL string) bool {
+	gHead, gPath := splitAuthority(glob)
+	uHead, uPath := splitAuthority(rawURL)
+	if gHead == "" || gHead != uHead {
+		return false
+	}
+	ok, err := path.Match(gPath, uPath)
+	return err == nil && ok
+}
+
+// splitAuthority cuts a URL (or glob) after its scheme and authority:
+// "ssh://git@h:22" and "/org/*.git". "" when there is no "://".
+func splitAuthority(u string) (head, rest string) {
+	scheme, after, ok := strings.Cut(u, "://")
+	if !ok {
+		return "", u
+	}
+	if i := strings.IndexByte(after, '/'); i >= 0 {
+		return scheme + "://" + after[:i], after[i:]
+	}
+	return u, ""
+}
 
 // checkGitSourceGlob checks a git_source block's label.
 func checkGitSourceGlob(g string) string {
@@ -330,13 +373,19 @@ func checkGitSourceGlob(g string) string {
 	}
 	host, _, _ := strings.Cut(rest, "/")
 	user, userHost, hasUser := strings.Cut(host, "@")
+	hostPort := host
+	if hasUser {
+		hostPort = userHost
+	}
 	switch {
 	case host == "":
 		return fmt.Sprintf("%q has no host", g)
-	case strings.ContainsAny(host, "*?[\\"):
+	case strings.ContainsAny(host, "*?\\"):
 		// A glob in the host would admit hosts the operator never named
 		// ("https://*/x" reaches any address the node can).
 		return fmt.Sprintf("%q has a glob in its host: name the host", g)
+	case strings.ContainsAny(host, "[]") && !bracketedIPv6(hostPort):
+		return fmt.Sprintf("%q has '[' or ']' in its host other than around an IPv6 address (a glob in the host is refused; write an IPv6 address [ADDRESS] or [ADDRESS]:PORT)", g)
 	case scheme != "ssh" && hasUser:
 		return fmt.Sprintf("%q carries user information", g)
 	case scheme == "ssh" && (!hasUser || !sshUser.MatchString(user)):

@@ -2,6 +2,7 @@ package policies
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -540,6 +541,60 @@ func TestGitSourceSSHFiles(t *testing.T) {
 			t.Errorf("%q, %q: %q, %q, %v; want %q, %q", tt.key, tt.kh, k, h, err, key, kh)
 		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
 			t.Errorf("%q, %q: %v, want an error saying %q", tt.key, tt.kh, err, tt.err)
+		}
+	}
+}
+
+// An IPv6 host in brackets: the glob names it (a path.Match of the whole
+// URL read the brackets as a character class, so no such glob admitted
+// anything), its path is still a glob, and a bracket anywhere else in the
+// host, or around what is not an IPv6 address, is refused.
+func TestGitSourceIPv6(t *testing.T) {
+	a, diags := DecodeAdmission("a.hcl", []byte(`admission {
+  host_paths = ["/"]
+  git_source "ssh://git@[fd00::1]:2222/srv/*" {
+    ssh_key_file = "/etc/airlock/git/id_ed25519"
+    known_hosts  = "/etc/airlock/git/known_hosts"
+  }
+  git_source "https://[fd00::2]/org/*" {}
+}
+`))
+	if diags != nil {
+		t.Fatal(diags)
+	}
+	for _, tt := range []struct {
+		url  string
+		want string // "" admitted; else a substring of the refusal
+	}{
+		{"ssh://git@[fd00::1]:2222/srv/a.git", ""},
+		{"https://[fd00::2]/org/a.git", ""},
+		{"ssh://git@[fd00::1]:2223/srv/a.git", "matches none"},
+		{"ssh://git@[fd00::10]:2222/srv/a.git", "matches none"},
+		{"ssh://git@[fd00::1]:2222/other/a.git", "matches none"},
+		{"ssh://git@[fd00::1]/srv/a.git", "matches none"},
+		{"https://[fd00::2]:443/org/a.git", "matches none"},
+		{"https://[fd00::1]/org/a.git", "matches none"},
+		{"http://[fd00::2]/org/a.git", "matches none"},
+	} {
+		_, err := a.AdmitGitSource("default", tt.url, "")
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s refused: %v", tt.url, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s: %v, want a refusal saying %q", tt.url, err, tt.want)
+		}
+	}
+	for glob, want := range map[string]string{
+		"ssh://git@[fe80::1%eth0]:22/*": "other than around an IPv6 address",
+		"https://[10.0.0.1]/x/*":        "other than around an IPv6 address",
+		"https://git[12].corp.test/x/*": "other than around an IPv6 address",
+		"https://[fd00::1]x/r/*":        "other than around an IPv6 address",
+		"https://[fd00::1/r/*":          "not a valid glob",
+		"ssh://git@[FD00::1]:22/r/*":    "upper-case",
+	} {
+		_, diags := DecodeAdmission("a.hcl", fmt.Appendf(nil, "admission {\n  host_paths = [\"/\"]\n  git_source %q {}\n}\n", glob))
+		if diags == nil || !strings.Contains(diags.Error(), want) {
+			t.Errorf("git_source %q: %v, want a refusal saying %q", glob, diags, want)
 		}
 	}
 }

@@ -77,3 +77,44 @@ func TestSSHPathNamesNoOtherHost(t *testing.T) {
 		t.Errorf("the node reached %s, which no git_source names:\n%s", other.Addr, l)
 	}
 }
+
+// TestSSHFetchIPv6: an ssh source on an IPv6 address (a real sshd on
+// ::1) is admitted by a git_source block naming that address in
+// brackets and fetched with its key and known hosts; a block naming
+// another address admits nothing.
+func TestSSHFetchIPv6(t *testing.T) {
+	srv := gittest.NewServer(t)
+	srv.Create("repo", map[string]string{"README": "over ipv6\n"})
+	sh := srv.StartSSHOn("::1")
+	if !strings.HasPrefix(sh.URL, "ssh://root@[::1]:") {
+		t.Fatalf("URL %q", sh.URL)
+	}
+	decode := func(glob string) *policies.Admission {
+		t.Helper()
+		adm, diags := policies.DecodeAdmission("adm.hcl", fmt.Appendf(nil, "admission {\n  host_paths = [\"/tmp\"]\n  git_source %q {\n    ssh_key_file = %q\n    known_hosts  = %q\n  }\n}\n",
+			glob, sh.KeyFile, sh.KnownHosts))
+		if diags != nil {
+			t.Fatal(diags)
+		}
+		return adm
+	}
+	url := sh.URL + "/repo.git"
+	g, err := decode(sh.URL+"/*").AdmitGitSource("default", url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, kh, err := g.SSHFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Fetch(context.Background(), filepath.Join(t.TempDir(), "src"), Source{URL: url, Depth: 1, Auth: &SSHKey{KeyFile: key, KnownHostsFile: kh}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.Workspace, "README")); string(b) != "over ipv6\n" {
+		t.Fatalf("README %q", b)
+	}
+	if _, err := decode(strings.Replace(sh.URL, "[::1]", "[::2]", 1)+"/*").AdmitGitSource("default", url, ""); err == nil || !strings.Contains(err.Error(), "matches none") {
+		t.Errorf("a block for [::2] admitting %s: %v", url, err)
+	}
+}

@@ -46,6 +46,13 @@ type SSH struct {
 // login) and openssh-server (make deps installs it).
 func (s *Server) StartSSH() *SSH {
 	s.t.Helper()
+	return s.StartSSHOn("127.0.0.1")
+}
+
+// StartSSHOn is StartSSH listening on loopback address host ("127.0.0.1"
+// or "::1").
+func (s *Server) StartSSHOn(host string) *SSH {
+	s.t.Helper()
 	t := s.t
 	if os.Geteuid() != 0 {
 		t.Skip("an ssh server needs root")
@@ -90,11 +97,11 @@ func (s *Server) StartSSH() *SSH {
 	}
 	h := &SSH{KeyFile: clientKey, HostKey: f[0] + " " + f[1]}
 	for attempt := 0; ; attempt++ {
-		port := freePort(t)
-		h.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		port := freePort(t, host)
+		h.Addr = net.JoinHostPort(host, strconv.Itoa(port))
 		config := filepath.Join(dir, "sshd_config")
 		if err := os.WriteFile(config, fmt.Appendf(nil, `Port %d
-ListenAddress 127.0.0.1
+ListenAddress %s
 HostKey %s
 PidFile none
 AuthorizedKeysFile %s
@@ -115,7 +122,7 @@ PermitUserRC no
 PrintMotd no
 MaxStartups 50
 LogLevel VERBOSE
-`, port, hostKey, authorized), 0o600); err != nil {
+`, port, host, hostKey, authorized), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		h.log = &syncBuffer{}
@@ -173,10 +180,11 @@ func (h *SSH) WriteKnownHosts(t testing.TB, addr, key string) string {
 // Log is what sshd has written.
 func (h *SSH) Log() string { return h.log.String() }
 
-// freePort is a loopback TCP port free when it was asked for.
-func freePort(t testing.TB) int {
+// freePort is a TCP port of loopback address host free when it was asked
+// for.
+func freePort(t testing.TB, host string) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

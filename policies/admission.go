@@ -264,7 +264,8 @@ type Protected struct {
 
 // WithVolumes returns a copy of pr that admits the directories dirs
 // (absolute paths, resolved as host paths are) as workspaces, and only as
-// workspaces, when they are under the admission policy's VolumePaths. It
+// workspaces, when they are under the admission policy's VolumePaths and
+// the workspace names one by its resolved path (no symlink in it). It
 // is for the Kubernetes node agent, which found dirs as the directories of
 // the PersistentVolumes bound to the claims of the Session being created:
 // no API request can name one.
@@ -470,6 +471,12 @@ func (a *Admission) Admit(p *Policy, pr *Protected) (warnings []string, err erro
 					refuse("workspace %q refused: %q is the directory of a volume the session was given %d time(s), and more workspaces name it: a volume is one workspace per volume source", w.HostPath, r, n)
 				} else if reason := a.volumePathReason(r, pr); reason != "" {
 					refuse("workspace %q refused: %s", w.HostPath, reason)
+				} else if filepath.Clean(w.HostPath) != r {
+					// The caller checked the directory it named (a
+					// subPath, resolved through no symlink beneath
+					// the volume's directory); a symlink there now
+					// was made since, by whoever writes the volume.
+					refuse("workspace %q refused: it reaches %q, the directory of a volume the session was given, through a symbolic link: a volume's directory is taken only by its resolved path, as the node checked it", w.HostPath, r)
 				} else {
 					w.HostPath = r
 				}
@@ -727,6 +734,14 @@ func (a *Admission) volumePathReason(p string, pr *Protected) string {
 		return fmt.Sprintf("%q, a volume's path, is a volume_paths root itself, which holds every volume under it: make each volume a directory beneath it", p)
 	}
 	return ""
+}
+
+// BeneathVolumePaths reports whether the resolved host path p is strictly
+// beneath one of the volume_paths roots (the roots resolved, as admission
+// compares them): a volume's directory, not a root, which holds every
+// volume under it, nor outside them.
+func (a *Admission) BeneathVolumePaths(p string) bool {
+	return underAny(a.VolumePaths, p) && !inAny(a.VolumePaths, p)
 }
 
 // UnderVolumePaths reports whether the resolved host path p is one of the

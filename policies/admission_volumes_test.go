@@ -208,3 +208,50 @@ func TestVolumeOncePerSource(t *testing.T) {
 		}
 	}
 }
+
+// TestVolumeTakenByResolvedPath: the node agent resolves a volume
+// source's subPath beneath the volume's directory through no symlink and
+// names the directory it found; whoever writes the volume can put a
+// symlink in its place before the daemon admits it (to another volume's
+// directory, which is under volume_paths too). The directory is taken
+// only by its resolved path: one reached through a symlink is refused.
+// And BeneathVolumePaths holds of a volume's directory, not of a root
+// nor of a directory outside them.
+func TestVolumeTakenByResolvedPath(t *testing.T) {
+	f := newAdmissionFixture(t)
+	vols := filepath.Join(f.root, "volumes")
+	mine, theirs := filepath.Join(vols, "pv-1"), filepath.Join(vols, "pv-2")
+	for _, d := range []string{filepath.Join(mine, "sub"), theirs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := DefaultAdmission()
+	a.HostPaths = []string{f.rw}
+	a.VolumePaths = []string{vols}
+	admit := func(dir string) error {
+		p := (&Policy{Label: "t", Image: "i", Command: []string{"true"}}).WithDefaults()
+		p.Workspaces = []Workspace{{Target: "/w", HostPath: dir, Mode: ModeRW, DefaultDenyRead: true, OnExit: OnExitReview}}
+		_, err := a.Admit(p, f.pr.WithVolumes(dir))
+		return err
+	}
+	checked := filepath.Join(mine, "sub")
+	if err := admit(checked); err != nil {
+		t.Fatalf("the subPath's directory as checked: %v", err)
+	}
+	// Swapped for a symlink to another volume after the node's check.
+	if err := os.Remove(checked); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(theirs, checked); err != nil {
+		t.Fatal(err)
+	}
+	if err := admit(checked); err == nil || !strings.Contains(err.Error(), "through a symbolic link") {
+		t.Errorf("the subPath swapped for a symlink to another volume: %v, want refused", err)
+	}
+	for p, want := range map[string]bool{mine: true, filepath.Join(mine, "sub"): true, vols: false, f.root: false, f.outside: false} {
+		if got := a.BeneathVolumePaths(p); got != want {
+			t.Errorf("BeneathVolumePaths(%s) = %v, want %v", p, got, want)
+		}
+	}
+}

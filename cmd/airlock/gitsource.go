@@ -16,14 +16,14 @@ type gitSourceOptions struct {
 	sources []string // TARGET=URL[#REF]
 	pushes  []string // TARGET=BRANCH
 	depth   int32
-	claims  []string // TARGET=CLAIM
+	claims  []string // TARGET=CLAIM[:SUBPATH]
 }
 
 func (o *gitSourceOptions) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVar(&o.sources, "git-source", nil, "with --context: fill the workspace at TARGET from a git repository: `TARGET=URL[#REF]` (http or https, no credentials, or ssh://USER@HOST[:PORT]/PATH: the node's admission policy admits the URL and holds its token or key; REF a branch, tag or commit, default the repository's HEAD; repeatable)")
 	cmd.Flags().StringArrayVar(&o.pushes, "git-push", nil, "with --context: once the session has ended and no change waits for review, push the workspace at TARGET (a --git-source) to branch `TARGET=BRANCH` of its repository (the node's admission policy admits the branch)")
 	cmd.Flags().Int32Var(&o.depth, "git-depth", 1, "with --context: how many commits of each --git-source's history to fetch (0: all)")
-	cmd.Flags().StringArrayVar(&o.claims, "volume-claim", nil, "with --context: take the workspace at TARGET from the PersistentVolume bound to a claim of the Session's namespace: `TARGET=CLAIM` (a local or hostPath volume under the node's volume_paths; repeatable)")
+	cmd.Flags().StringArrayVar(&o.claims, "volume-claim", nil, "with --context: take the workspace at TARGET from the PersistentVolume bound to a claim of the Session's namespace: `TARGET=CLAIM[:SUBPATH]` (a local or hostPath volume under the node's volume_paths; SUBPATH a directory inside the volume's, relative, no \"..\", through no symlink, as the workspace instead of the whole volume; repeatable)")
 }
 
 // set reports whether any of the flags was given.
@@ -60,8 +60,16 @@ func (o *gitSourceOptions) workspaceSources() ([]v1alpha1.WorkspaceSource, error
 	}
 	for _, c := range o.claims {
 		target, claim, ok := strings.Cut(c, "=")
+		// A claim's name has no ':' (a DNS subdomain): what follows the
+		// first is the subPath.
+		claim, sub, hasSub := strings.Cut(claim, ":")
 		if !ok || target == "" || claim == "" {
-			return nil, usageErrorf("invalid --volume-claim %q: want TARGET=CLAIM", c)
+			return nil, usageErrorf("invalid --volume-claim %q: want TARGET=CLAIM[:SUBPATH]", c)
+		}
+		if hasSub {
+			if r := v1alpha1.CheckSubPath(sub); r != "" {
+				return nil, usageErrorf("invalid --volume-claim %q: subPath %q: %s", c, sub, r)
+			}
 		}
 		if !path.IsAbs(target) || path.Clean(target) != target {
 			return nil, usageErrorf("invalid --volume-claim %q: the target %q is not a clean absolute path", c, target)
@@ -70,7 +78,7 @@ func (o *gitSourceOptions) workspaceSources() ([]v1alpha1.WorkspaceSource, error
 			return nil, usageErrorf("invalid --volume-claim %q: %s has a source already", c, target)
 		}
 		at[target] = len(out)
-		out = append(out, v1alpha1.WorkspaceSource{Target: target, Volume: &v1alpha1.VolumeSource{ClaimName: claim}})
+		out = append(out, v1alpha1.WorkspaceSource{Target: target, Volume: &v1alpha1.VolumeSource{ClaimName: claim, SubPath: sub}})
 	}
 	for _, p := range o.pushes {
 		target, branch, ok := strings.Cut(p, "=")

@@ -106,3 +106,31 @@ func TestGitSourceFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestVolumeClaimFlags: --volume-claim TARGET=CLAIM[:SUBPATH] takes a
+// subPath after the claim's name (which has no ':'), checked as the node
+// checks it (v1alpha1.CheckSubPath).
+func TestVolumeClaimFlags(t *testing.T) {
+	o := gitSourceOptions{claims: []string{"/work=data:repos/app", "/data=shared"}}
+	got, err := o.workspaceSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Volume == nil || got[0].Volume.ClaimName != "data" || got[0].Volume.SubPath != "repos/app" ||
+		got[1].Volume == nil || got[1].Volume.ClaimName != "shared" || got[1].Volume.SubPath != "" {
+		t.Errorf("workspace sources %+v %+v", got[0].Volume, got[1].Volume)
+	}
+	for bad, want := range map[string]string{
+		"/work=data:":          "empty",
+		"/work=data:../b":      `a ".." name`,
+		"/work=data:a/../../b": `a ".." name`,
+		"/work=data:/etc":      "an absolute path",
+		"/work=data:a//b":      "an empty name",
+		"/work=:sub":           "want TARGET=CLAIM[:SUBPATH]",
+	} {
+		o = gitSourceOptions{claims: []string{bad}}
+		if _, err := o.workspaceSources(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--volume-claim %s: %v, want a usage error saying %q", bad, err, want)
+		}
+	}
+}

@@ -408,9 +408,7 @@ func runPlacement(ctx context.Context, cfg Config, scheme *runtime.Scheme) {
 				LeaseDuration:                       &dur,
 				RenewDeadline:                       &renew,
 				RetryPeriod:                         &retry,
-				Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-					&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{LeaseNamespace: {}}},
-				}},
+				Cache:                               placementCache(),
 			})
 		}
 		if err == nil {
@@ -433,13 +431,17 @@ func runPlacement(ctx context.Context, cfg Config, scheme *runtime.Scheme) {
 			}
 		}
 		if err == nil {
-			err = builder.ControllerManagedBy(mgr).
+			b := builder.ControllerManagedBy(mgr).
 				Named("airlock-placement").
 				Watches(&v1alpha1.Session{}, all).
 				Watches(&v1alpha1.AirlockNode{}, all).
 				Watches(&coordinationv1.Lease{}, all).
-				WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
-				Complete(p)
+				WithOptions(controller.Options{SkipNameValidation: ptr.To(true)})
+			// Claims, volumes and Nodes: cached, and a pass when one
+			// an unplaced Session waits on changes.
+			if err = watchVolumes(ctx, mgr, b); err == nil {
+				err = b.Complete(p)
+			}
 		}
 		if err == nil {
 			err = mgr.Start(ctx)

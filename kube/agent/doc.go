@@ -79,13 +79,17 @@
 //
 // A source may name a PersistentVolumeClaim instead (volumes.go). The
 // placement controller reads the claim and the PersistentVolume bound to
-// it (the binding checked both ways, by uid), leaves the Session Pending
-// until the claim is bound, and places it only on a node whose Kubernetes
-// Node the volume's nodeAffinity selects. The node's agent checks it all
-// again before the session runs and names the volume's directory (a local
-// or hostPath volume) in api.CreateRequest.VolumeWorkspaces: the daemon
-// admits it under the admission policy's volume_paths, where no API
-// caller's host_path is admitted. Before the session runs the agent holds
+// it (the binding checked both ways, by uid) from its cache
+// (placementwatch.go: claims, volumes and Nodes' metadata watched, a
+// change of one an unplaced Session waits on asking for a pass), leaves
+// the Session Pending until the claim is bound, and places it only on a
+// node whose Kubernetes Node the volume's nodeAffinity selects. The
+// node's agent checks it all again, uncached, before the session runs,
+// resolves the source's subPath, if any, beneath the volume's directory
+// through no symlink (openat2; subpath_linux.go), and names the directory
+// (of a local or hostPath volume) in api.CreateRequest.VolumeWorkspaces:
+// the daemon admits it under the admission policy's volume_paths, where
+// no API caller's host_path is admitted, by its resolved path alone. Before the session runs the agent holds
 // each claim with its own finalizer (workspaces.airlock.dev/NODE),
 // recorded under the root (kube-claims/UID), and releases it once the
 // node's last Session on it is deleted: a claim cannot go, nor its volume

@@ -146,7 +146,9 @@ type leaseSeen struct {
 
 // placer is the placement controller: one reconcile pass places every
 // unplaced Session it can and marks the Sessions of lost nodes. Every
-// watch event of a Session, AirlockNode or Lease asks for a pass.
+// watch event of a Session, AirlockNode or Lease asks for a pass, and one
+// of a claim, PersistentVolume or Node's labels when an unplaced Session
+// waits on it (placementwatch.go).
 type placer struct {
 	lease  time.Duration // lease duration of a node without a Lease
 	now    func() time.Time
@@ -231,14 +233,15 @@ func (p *placer) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.
 	})
 	list := slices.SortedFunc(maps.Values(nodes), func(a, b *node) int { return cmp.Compare(a.name, b.name) })
 	ready := p.poolsReady(ctx, pending)
-	_, fresh := p.clients()
-	knodes := newNodeReader(fresh) // for volumes' node affinity, read once a pass
+	// Claims, volumes and Nodes (for volumes' nodeAffinity) come from
+	// the cache (placementwatch.go), each read once a pass.
+	knodes := newNodeReader(c)
 	for _, s := range pending {
 		warm := ready[s.Namespace+"/"+s.Spec.PoolName]
 		if s.Spec.PoolName == "" {
 			warm = nil
 		}
-		fits, wait, err := volumeFits(ctx, fresh, knodes, s)
+		fits, wait, err := volumeFits(ctx, c, knodes, s)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -100,6 +100,10 @@ func (a *nodeAgent) volumeSources(ctx context.Context, s *v1alpha1.Session, pol 
 		if !ok {
 			return nil, nil, nil, fmt.Errorf("%s: %s: the volume is not on this node: %w", what, why, errdefs.ErrInvalidArgument)
 		}
+		dir, err := a.volumeDir(b, src.Volume.SubPath)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%s: %w", what, err)
+		}
 		found := false
 		for j := range pol.Workspaces {
 			w := &pol.Workspaces[j]
@@ -112,21 +116,47 @@ func (a *nodeAgent) volumeSources(ctx context.Context, s *v1alpha1.Session, pol 
 			if b.readOnly && w.Mode != policies.ModeRO {
 				return nil, nil, nil, fmt.Errorf("%s: PersistentVolumeClaim %s/%s (or its PersistentVolume %s) is ReadOnlyMany: give spec.policy.workspaces[%d] mode %q: %w", what, s.Namespace, src.Volume.ClaimName, b.pv.Name, j, policies.ModeRO, errdefs.ErrInvalidArgument)
 			}
-			w.HostPath = b.path
+			w.HostPath = dir
 			found = true
 		}
 		if !found {
-			w := policies.Workspace{Target: src.Target, HostPath: b.path, DefaultDenyRead: true}
+			w := policies.Workspace{Target: src.Target, HostPath: dir, DefaultDenyRead: true}
 			if b.readOnly {
 				w.Mode = policies.ModeRO
 			}
 			pol.Workspaces = append(pol.Workspaces, w)
 		}
-		dirs = append(dirs, b.path)
+		dirs = append(dirs, dir)
 		claims = append(claims, b.claim)
-		sts = append(sts, v1alpha1.WorkspaceSourceStatus{Target: src.Target, Volume: b.pv.Name, Path: b.path})
+		sts = append(sts, v1alpha1.WorkspaceSourceStatus{Target: src.Target, Volume: b.pv.Name, Path: filepath.Join(b.path, src.Volume.SubPath)})
 	}
 	return dirs, claims, sts, nil
+}
+
+// volumeDir is the workspace's directory of the volume b: its directory,
+// resolved (admission takes a volume's directory by its resolved path
+// alone), or the directory sub beneath it (subPathDir), when the volume's
+// directory is a volume's by the admission policy (strictly beneath a
+// volume_paths root: a subPath of a root, or of a directory that holds
+// one, would reach other volumes).
+func (a *nodeAgent) volumeDir(b *boundVolume, sub string) (string, error) {
+	root, err := filepath.EvalSymlinks(b.path)
+	if err != nil {
+		// Admission says what is wrong with it.
+		root = b.path
+	}
+	if sub == "" {
+		return root, nil
+	}
+	if adm := a.d.Admission(); !adm.BeneathVolumePaths(root) {
+		roots := strings.Join(adm.VolumePaths, ", ")
+		if roots == "" {
+			roots = "none"
+		}
+		return "", fmt.Errorf("subPath %q: PersistentVolume %s's directory %s is not beneath the admission policy's volume_paths (%s), or is a root of them: a subPath is taken only within a volume's own directory: %w",
+			sub, b.pv.Name, root, roots, errdefs.ErrPermissionDenied)
+	}
+	return subPathDir(root, sub)
 }
 
 // checkTargets checks that each source's target is absolute and its own.

@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/errdefs"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,9 +42,10 @@ type boundVolume struct {
 var errVolumeWait = errdefs.ErrUnavailable
 
 // bindVolume reads the claim v names in namespace ns and the
-// PersistentVolume bound to it, with r (uncached: claims and volumes are
-// read once per Session, not watched), and checks that the binding holds
-// both ways and that the volume is a directory on its node. An error
+// PersistentVolume bound to it, with r, and checks that the binding holds
+// both ways and that the volume is a directory on its node. Placement
+// reads them from its cache (placementWatch); the node that runs the
+// Session reads them again, uncached, before it holds the claim. An error
 // wrapping errVolumeWait says the claim is not bound yet; one wrapping
 // errdefs.ErrInvalidArgument or ErrPermissionDenied, that it cannot be
 // used.
@@ -132,7 +134,8 @@ func claimRefString(ref *corev1.ObjectReference) string {
 }
 
 // onNode reports whether b's volume is on the Kubernetes Node nodeName:
-// its nodeAffinity, if any, selects the Node's labels, read with nodes.
+// its nodeAffinity, if any, selects the Node's labels (and name), read
+// with nodes.
 // A volume without a nodeAffinity (a hostPath) is on every node: its
 // directory is taken to be the same on each (a network file system
 // mounted there). Without a Node of that name, only such a volume is. If
@@ -160,7 +163,9 @@ func (b *boundVolume) onNode(ctx context.Context, nodes *nodeReader, nodeName st
 }
 
 // nodeReader reads Kubernetes Nodes, each once, and, for placement,
-// claims and their volumes, each once.
+// claims and their volumes, each once. A Node is read as its metadata
+// alone (a nodeAffinity matches its labels and name): placement's cache
+// of Nodes holds no status.
 type nodeReader struct {
 	r      client.Reader
 	seen   map[string]*corev1.Node
@@ -192,16 +197,24 @@ func (nr *nodeReader) get(ctx context.Context, name string) (*corev1.Node, error
 	if n, ok := nr.seen[name]; ok {
 		return n, nil
 	}
-	var n corev1.Node
-	switch err := nr.r.Get(ctx, types.NamespacedName{Name: name}, &n); {
+	m := nodeMetadata()
+	switch err := nr.r.Get(ctx, types.NamespacedName{Name: name}, m); {
 	case apierrors.IsNotFound(err):
 		nr.seen[name] = nil
 		return nil, nil
 	case err != nil:
 		return nil, err
 	}
-	nr.seen[name] = &n
-	return &n, nil
+	n := &corev1.Node{ObjectMeta: m.ObjectMeta}
+	nr.seen[name] = n
+	return n, nil
+}
+
+// nodeMetadata is a Kubernetes Node's metadata, to read into.
+func nodeMetadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	return m
 }
 
 // volumeFits returns, for placement, what s's volume sources ask of a
@@ -211,7 +224,8 @@ func (nr *nodeReader) get(ctx context.Context, name string) (*corev1.Node, error
 // err is a failure to read.
 //
 // Claims are read through nodes' per-pass memory: the Sessions that name
-// one claim cost one read of it (and of its volume) a pass.
+// one claim cost one read of it (and of its volume) a pass, from
+// placement's cache.
 func volumeFits(ctx context.Context, r client.Reader, nodes *nodeReader, s *v1alpha1.Session) (fits func(*node) string, wait string, err error) {
 	var bound []*boundVolume
 	for i, src := range s.Spec.WorkspaceSources {

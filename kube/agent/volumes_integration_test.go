@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -40,6 +41,10 @@ import (
 //     directory named as a host_path, a Session placed by its creator on
 //     a node the volume is not on, a volume outside the admission
 //     policy's volume_paths, and a kind of volume that is no directory;
+//   - a subPath is the workspace (also from airlock run --volume-claim
+//     TARGET=CLAIM:SUBPATH); one that is a symlink (to /, to another
+//     volume's directory) fails on the node, refused, with no local
+//     session; "..", an absolute path are refused by the API server;
 //   - no call is refused by RBAC, nothing is left on the nodes, and the
 //     volume keeps what was written to it after its Sessions are gone.
 func TestVolumeWorkspaces(t *testing.T) {
@@ -65,6 +70,19 @@ func TestVolumeWorkspaces(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := os.Chmod(filepath.Join(volRoot, d), 0o777); err != nil { // past the umask: the sandbox's user writes
+			t.Fatal(err)
+		}
+	}
+	// nest: a volume whose workspaces are its subPaths, one a directory,
+	// others symlinks out of it (what a Session writing it can leave).
+	if err := os.MkdirAll(filepath.Join(volRoot, "nest", "repos", "app"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(volRoot, "nest", "repos", "app"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"to-root": "/", "to-a": "../a"} {
+		if err := os.Symlink(target, filepath.Join(volRoot, "nest", name)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -153,6 +171,11 @@ func TestVolumeWorkspaces(t *testing.T) {
 			}
 		}
 	}
+	subPath := func(sub string) func(*v1alpha1.Session) {
+		return func(s *v1alpha1.Session) {
+			s.Spec.WorkspaceSources[len(s.Spec.WorkspaceSources)-1].Volume.SubPath = sub
+		}
+	}
 	placed := func(node string) func(*v1alpha1.Session) {
 		return func(s *v1alpha1.Session) { s.Spec.NodeName = node }
 	}
@@ -165,6 +188,8 @@ func TestVolumeWorkspaces(t *testing.T) {
 	bind(out, "pv-out", hostPath(outside), nil)
 	nfs := claim("nfs")
 	bind(nfs, "pv-nfs", corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs.test", Path: "/x"}}, nil)
+	nest := claim("nest")
+	bind(nest, "pv-nest", hostPath(filepath.Join(volRoot, "nest")), nil)
 	later := claim("later")
 	// A claim that names pv-a, bound to data: what a namespace's user can
 	// write in its spec (the status is the PV controller's, forged here).
@@ -182,6 +207,20 @@ func TestVolumeWorkspaces(t *testing.T) {
 	k.create("wrong-node", []string{"true"}, volume("/work", "data", policies.ModeRW), placed("node-v1"))
 	k.create("outside", []string{"true"}, volume("/work", "out", ""))
 	k.create("nfs", []string{"true"}, volume("/work", "nfs", ""))
+	// subPaths: a directory of the volume; symlinks to / and to another
+	// volume's directory, refused on the node; "..", an absolute path,
+	// refused by the API server (the CRD's pattern).
+	k.create("subpath", []string{"sh", "-c", "echo sub > /work/OUT"}, volume("/work", "nest", policies.ModeRW), subPath("repos/app"))
+	k.create("sub-root", []string{"true"}, volume("/work", "nest", policies.ModeRW), subPath("to-root"))
+	k.create("sub-other", []string{"true"}, volume("/work", "nest", policies.ModeRW), subPath("to-a"))
+	for _, sub := range []string{"..", "repos/../../a", "/etc", "/"} {
+		s := &v1alpha1.Session{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "sub-bad"},
+			Spec: v1alpha1.SessionSpec{Policy: policies.Policy{Label: "x", Image: daemontest.AgentImage, Command: []string{"true"}},
+				WorkspaceSources: []v1alpha1.WorkspaceSource{{Target: "/work", Volume: &v1alpha1.VolumeSource{ClaimName: "nest", SubPath: sub}}}}}
+		if err := k.c.Create(ctx, s); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.workspaceSources[0].volume.subPath") {
+			t.Errorf("a Session with subPath %q: %v, want refused by the API server (422) naming the field", sub, err)
+		}
+	}
 
 	rw := k.waitState("rw", v1alpha1.SessionExited, 90*time.Second)
 	if rw.Spec.NodeName != "node-v2" || rw.Status.ExitCode == nil || *rw.Status.ExitCode != 0 {
@@ -226,12 +265,35 @@ func TestVolumeWorkspaces(t *testing.T) {
 		t.Errorf("a ReadOnlyMany claim's volume was written (%v)", err)
 	}
 
+	sub := k.waitState("subpath", v1alpha1.SessionExited, 90*time.Second)
+	if sub.Status.ExitCode == nil || *sub.Status.ExitCode != 0 {
+		t.Errorf("Session subpath: status %+v; want exit 0 (the subPath's directory as /work)", sub.Status)
+	}
+	if ws := sub.Status.WorkspaceSources; len(ws) != 1 || ws[0].Volume != "pv-nest" || ws[0].Path != filepath.Join(volRoot, "nest", "repos", "app") {
+		t.Errorf("Session subpath: status.workspaceSources %+v, want pv-nest at %s", ws, filepath.Join(volRoot, "nest", "repos", "app"))
+	}
+	if b, err := os.ReadFile(filepath.Join(volRoot, "nest", "repos", "app", "OUT")); err != nil || string(b) != "sub\n" {
+		t.Errorf("the subPath's directory after a mode rw Session wrote it: OUT %q, %v", b, err)
+	}
+	// From the command line: --volume-claim TARGET=CLAIM:SUBPATH.
+	cliSub := exec.CommandContext(ctx, filepath.Join(env.BinDir, "airlock"), "--kubeconfig", k.kubeconfig, "-n", "default",
+		"run", "-d", "-f", manifestSub(t, "grep -qx sub /work/OUT"), "--volume-claim", "/work=nest:repos/app")
+	cliSub.Env = []string{"HOME=/nonexistent"}
+	if out, err := cliSub.Output(); err != nil {
+		t.Errorf("airlock run --volume-claim /work=nest:repos/app: %v (%s)", err, out)
+	} else if s := k.waitState(strings.TrimSpace(string(out)), v1alpha1.SessionExited, 90*time.Second); s.Status.ExitCode == nil || *s.Status.ExitCode != 0 ||
+		len(s.Spec.WorkspaceSources) != 1 || s.Spec.WorkspaceSources[0].Volume == nil || s.Spec.WorkspaceSources[0].Volume.SubPath != "repos/app" {
+		t.Errorf("Session %s from airlock run --volume-claim /work=nest:repos/app: spec %+v, status %+v; want subPath repos/app, exit 0", s.Name, s.Spec, s.Status)
+	}
+
 	// Refused by the node running them, before anything runs.
 	for name, want := range map[string]string{
 		"hijack-direct": "PersistentVolume pv-a, which is not bound to it",
 		"direct-path":   "is not under an admitted host path",
 		"wrong-node":    "nodeAffinity does not select Node node-v1",
 		"outside":       "is not under the admission policy's volume_paths",
+		"sub-root":      `subPath "to-root" in the volume's directory ` + filepath.Join(volRoot, "nest") + " goes through a symbolic link",
+		"sub-other":     `subPath "to-a" in the volume's directory ` + filepath.Join(volRoot, "nest") + " goes through a symbolic link",
 	} {
 		s := k.waitState(name, v1alpha1.SessionFailed, 60*time.Second)
 		if s.Status.Reason != agent.ReasonRefused || !strings.Contains(s.Status.Message, want) || s.Status.ID != "" {
@@ -276,6 +338,17 @@ func TestVolumeWorkspaces(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(volRoot, "a", "OUT")); err != nil || string(b) != "written\n" {
 		t.Errorf("the volume after its Sessions were deleted: OUT %q, %v", b, err)
 	}
+}
+
+// manifestSub writes a manifest of a session running sh -c script, for
+// airlock run -f.
+func manifestSub(t *testing.T, script string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "sub.hcl")
+	if err := os.WriteFile(p, fmt.Appendf(nil, "session \"cli-sub\" {\n  image = %q\n  command = [\"sh\", \"-c\", %q]\n}\n", daemontest.AgentImage, script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // nodeKubeconfig applies deploy/kubernetes/node-rbac.yaml (the node

@@ -455,6 +455,16 @@ func TestWorkspaceSourcesSchema(t *testing.T) {
 		"noclaim":  {`{"target": "/work", "volume": {"claimName": ""}}`, "spec.workspaceSources[0].volume.claimName"},
 		"badclaim": {`{"target": "/work", "volume": {"claimName": "a/b"}}`, "spec.workspaceSources[0].volume.claimName"},
 		"dotclaim": {`{"target": "/work", "volume": {"claimName": ".."}}`, "spec.workspaceSources[0].volume.claimName"},
+		// A subPath: relative, no "." or ".." name, no empty one.
+		"sub":         {`{"target": "/work", "volume": {"claimName": "data", "subPath": "repos/app"}}`, ""},
+		"sub-dots":    {`{"target": "/work", "volume": {"claimName": "data", "subPath": "..a/.b/c..d"}}`, ""},
+		"sub-up":      {`{"target": "/work", "volume": {"claimName": "data", "subPath": ".."}}`, "spec.workspaceSources[0].volume.subPath"},
+		"sub-upper":   {`{"target": "/work", "volume": {"claimName": "data", "subPath": "a/../../b"}}`, "spec.workspaceSources[0].volume.subPath"},
+		"sub-dot":     {`{"target": "/work", "volume": {"claimName": "data", "subPath": "./a"}}`, "spec.workspaceSources[0].volume.subPath"},
+		"sub-abs":     {`{"target": "/work", "volume": {"claimName": "data", "subPath": "/etc"}}`, "spec.workspaceSources[0].volume.subPath"},
+		"sub-slashes": {`{"target": "/work", "volume": {"claimName": "data", "subPath": "a//b"}}`, "spec.workspaceSources[0].volume.subPath"},
+		"sub-trail":   {`{"target": "/work", "volume": {"claimName": "data", "subPath": "a/"}}`, "spec.workspaceSources[0].volume.subPath"},
+		"sub-nul":     {`{"target": "/work", "volume": {"claimName": "data", "subPath": "a\u0000b"}}`, "spec.workspaceSources[0].volume.subPath"},
 	} {
 		u := &unstructured.Unstructured{}
 		if err := json.Unmarshal(fmt.Appendf(nil, `{

@@ -112,6 +112,19 @@ type VolumeSource struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	ClaimName string `json:"claimName"`
+	// SubPath is a directory inside the volume's directory taken as the
+	// workspace instead of the whole volume, as a pod's volumeMount
+	// subPath: a relative path of names separated by single slashes,
+	// none of them "." or "..", no leading or trailing slash. It must
+	// exist and be a directory, reached from the volume's directory
+	// through no symbolic link and no other mount (the node resolves it
+	// beneath the volume's directory: a Session whose subPath is missing,
+	// no directory or goes through a symlink fails, refused). Empty: the
+	// whole volume.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^([^./\x00][^/\x00]*|\.[^./\x00][^/\x00]*|\.\.[^/\x00]+)(/([^./\x00][^/\x00]*|\.[^./\x00][^/\x00]*|\.\.[^/\x00]+))*$`
+	SubPath string `json:"subPath,omitempty"`
 }
 
 // GitSource is a git repository a workspace is fetched from and, once the

@@ -336,6 +336,16 @@ func (r kubeRouter) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the node endpoint %s of Session %s/%s: %w", addr, r.k.namespace, name, err)
 	}
+	// A node endpoint never redirects. The API client would follow one
+	// here, to whatever Session it names, on whichever node: a
+	// compromised node would turn a request on its own Session into one
+	// on another (a commit into another's discard), under the user's
+	// rights there.
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		resp.Body.Close()
+		return nil, fmt.Errorf("the node endpoint %s of Session %s/%s answered %s, a redirect (to %q): refused, a node endpoint is never followed elsewhere",
+			addr, r.k.namespace, name, resp.Status, resp.Header.Get("Location"))
+	}
 	return resp, nil
 }
 

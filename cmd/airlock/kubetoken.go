@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
 	authnv1 "k8s.io/api/authentication/v1"
 
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
@@ -62,8 +63,16 @@ func (t *nodeTokens) get(ctx context.Context, node string) (string, error) {
 		return tok.token, nil
 	}
 	if !t.saDone {
-		t.saNamespace, t.sa, t.saErr = t.k.serviceAccount(ctx)
-		t.saDone = true
+		// The API server's answer is kept (who the user is, or that it
+		// serves no review or refuses it: what auto decides by), not a
+		// failure to get one (the request's context ended, the server
+		// was not reached or failed): that would fail every later
+		// request of the process.
+		ns, sa, err := t.k.serviceAccount(ctx)
+		if err != nil && !errors.Is(err, errNotServiceAccount) && !errdefs.IsPermissionDenied(err) && !errdefs.IsNotFound(err) {
+			return "", err
+		}
+		t.saNamespace, t.sa, t.saErr, t.saDone = ns, sa, err, true
 	}
 	if t.saErr != nil {
 		return "", t.saErr

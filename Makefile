@@ -28,7 +28,7 @@ build: ## build airlock, airlockd, airlockd-kube (airlockd with the Kubernetes n
 deps: ## install Debian packages; build containerd and runc at pinned versions
 	@bash hack/install-deps.sh $(BIN)
 
-kube: ## build etcd and kube-apiserver at pinned versions (the Kubernetes tests' control plane; cached by version, the first build takes 6 to 10 min)
+kube: ## build etcd, kube-apiserver and kubelet at pinned versions (the Kubernetes tests' control plane, and the kubelet TestDaemonSetUnderKubelet runs; cached by version, the first build takes 12 to 20 min)
 	@bash hack/build-kube.sh $(BIN)
 
 image: deps build ## build the airlock/agent image archive (cached by recipe hash)

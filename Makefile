@@ -35,11 +35,12 @@ image: deps build ## build the airlock/agent image archive (cached by recipe has
 	@bash hack/build-image.sh $(OUT) > $(OUT)/agent-image.path
 	@echo "agent image: $$(cat $(OUT)/agent-image.path)"
 
-images: image ## also build the agent images' archives (airlock/claude-code, airlock/codex; cached by recipe hash)
+images: image ## also build the agent images' archives (airlock/claude-code, airlock/codex) and the node image's base (deploy/kubernetes/image/Containerfile without its COPY lines; cached by recipe hash)
 	@for r in $(AGENT_IMAGES); do \
 		bash hack/build-image.sh --recipe $$r $(OUT) > $(OUT)/$$r-image.path || exit 1; \
 		echo "$$r image: $$(cat $(OUT)/$$r-image.path)"; \
 	done
+	@echo "node image base: $$(bash hack/build-node-image.sh $(OUT))"
 
 install: deps build images ## install airlock as a service: binaries, the agent images, a systemd unit, /etc/airlock/airlockd.hcl (PREFIX, SYSCONFDIR, STATEDIR, RUNDIR, UNITDIR, DESTDIR; see hack/install.sh)
 	@bash hack/install.sh install $(BIN) --image agent=$$(cat $(OUT)/agent-image.path) \

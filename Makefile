@@ -40,7 +40,8 @@ images: image ## also build the agent images' archives (airlock/claude-code, air
 		bash hack/build-image.sh --recipe $$r $(OUT) > $(OUT)/$$r-image.path || exit 1; \
 		echo "$$r image: $$(cat $(OUT)/$$r-image.path)"; \
 	done
-	@echo "node image base: $$(bash hack/build-node-image.sh $(OUT))"
+	@bash hack/build-node-image.sh $(OUT) >/dev/null
+	@echo "node image base: $$(cat $(OUT)/node-base-image.path)"
 
 install: deps build images ## install airlock as a service: binaries, the agent images, a systemd unit, /etc/airlock/airlockd.hcl (PREFIX, SYSCONFDIR, STATEDIR, RUNDIR, UNITDIR, DESTDIR; see hack/install.sh)
 	@bash hack/install.sh install $(BIN) --image agent=$$(cat $(OUT)/agent-image.path) \

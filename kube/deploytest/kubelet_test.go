@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -191,6 +192,30 @@ func TestDaemonSetUnderKubelet(t *testing.T) {
 			fmt.Sprintf("AirlockNode %v %+v, Lease %v; pod log:\n%s", errN, an.Status, errL, n.podLog(pod, 2<<10))
 	})
 	pid := checkPodProcess(t, n)
+	// The pod's token is the kubelet's request, and the AirlockNode the
+	// agent's write with it (the node restriction, in force, let it
+	// through: the token names the node).
+	events, err := cp.AuditEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tokenBy, registeredBy []string
+	for _, e := range events {
+		if e.ObjectRef == nil || e.Verb != "create" || e.ResponseStatus == nil || e.ResponseStatus.Code != 201 {
+			continue
+		}
+		switch {
+		case e.Resource() == "serviceaccounts/token" && e.ObjectRef.Namespace == agent.LeaseNamespace && e.ObjectRef.Name == "airlock-node":
+			tokenBy = append(tokenBy, e.User.Username)
+		case e.Resource() == "airlocknodes" && e.ObjectRef.Name == node:
+			registeredBy = append(registeredBy, e.User.Username)
+		}
+	}
+	// The test's own token requests (the unbound one above) are the
+	// admin's.
+	if !slices.Contains(tokenBy, nodeUser) || !slices.Equal(registeredBy, []string{"system:serviceaccount:airlock-system:airlock-node"}) {
+		t.Errorf("airlock-node's tokens requested by %v (want %s among them), AirlockNode %s created by %v (want the service account once)", tokenBy, nodeUser, node, registeredBy)
+	}
 
 	// A Session, placed on the only node by its agent (the placement
 	// leader), runs there to completion. It sleeps first, for the look at

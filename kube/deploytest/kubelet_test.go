@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,6 +55,9 @@ import (
 //   - while the Session runs, its network namespace (under /run/netns) and
 //     mounts under /var/lib/airlock made in the container are seen on the
 //     node: mount propagation Bidirectional;
+//   - a restart of airlockd's container ends the Session that was running
+//     (Exited, reason lost): runc kills every process of the old
+//     container's cgroup, the sessions' included;
 //   - deleting the pod stops it, and nothing of the node is left after
 //     the test (kubeNode.close checks).
 func TestDaemonSetUnderKubelet(t *testing.T) {
@@ -271,6 +275,65 @@ func TestDaemonSetUnderKubelet(t *testing.T) {
 	}
 	kubetest.Eventually(t, time.Minute, "Session job-kubelet gone (its local session removed, then its finalizer)", func() (bool, string) {
 		_, err := session(ctx, admin, job.Name)
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	// A restart of airlockd's container (its process killed; the kubelet
+	// starts it again) with a Session running: runc, removing the old
+	// container, kills every process of its cgroup, airlockd's containerd
+	// and the Session's processes with it (hostPID keeps them out of no
+	// cgroup). The restarted agent finds the Session gone: Exited, lost.
+	restart := &v1alpha1.Session{
+		ObjectMeta: metav1.ObjectMeta{Name: "job-restart", Namespace: "default"},
+		Spec: v1alpha1.SessionSpec{Policy: policies.Policy{
+			Label: "job-restart", Image: daemontest.AgentImage, Command: []string{"sh", "-c", "sleep 60; exit 4"}}},
+	}
+	if err := admin.Create(ctx, restart); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 2*time.Minute, "Session job-restart Running", func() (bool, string) {
+		s, err := session(ctx, admin, restart.Name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return s.Status.State == v1alpha1.SessionRunning, fmt.Sprintf("%+v", s.Status)
+	})
+	// The Session's command: sh and its sleep.
+	var sessionProcs []string
+	for _, p := range n.procs() {
+		if strings.HasSuffix(p, " sleep") || strings.HasSuffix(p, " sh") {
+			sessionProcs = append(sessionProcs, p)
+		}
+	}
+	if len(sessionProcs) == 0 {
+		t.Fatalf("no process of Session job-restart on the node: %v", n.procs())
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 2*time.Minute, "airlockd's container restarted by the kubelet", func() (bool, string) {
+		var p corev1.Pod
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			return false, err.Error()
+		}
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount == 1 && podReady(&p), podState(&p)
+	})
+	kubetest.Eventually(t, time.Minute, "Session job-restart ended by the restart", func() (bool, string) {
+		s, err = session(ctx, admin, restart.Name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return s.Status.State == v1alpha1.SessionExited && s.Status.Reason == "lost", fmt.Sprintf("%+v", s.Status)
+	})
+	for _, p := range sessionProcs {
+		if slices.Contains(n.procs(), p) {
+			t.Errorf("the Session's process %s outlived the restart", p)
+		}
+	}
+	if err := admin.Delete(ctx, restart); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, time.Minute, "Session job-restart gone", func() (bool, string) {
+		_, err := session(ctx, admin, restart.Name)
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 	// Every call the agent made was one RBAC grants.

@@ -28,18 +28,20 @@ build: ## build airlock, airlockd, airlockd-kube (airlockd with the Kubernetes n
 deps: ## install Debian packages; build containerd and runc at pinned versions
 	@bash hack/install-deps.sh $(BIN)
 
-kube: ## build etcd and kube-apiserver at pinned versions (the Kubernetes tests' control plane; cached by version, the first build takes 6 to 10 min)
+kube: ## build etcd, kube-apiserver and kubelet at pinned versions (the Kubernetes tests' control plane, and the kubelet TestDaemonSetUnderKubelet runs; cached by version, the first build takes 12 to 20 min)
 	@bash hack/build-kube.sh $(BIN)
 
 image: deps build ## build the airlock/agent image archive (cached by recipe hash)
 	@bash hack/build-image.sh $(OUT) > $(OUT)/agent-image.path
 	@echo "agent image: $$(cat $(OUT)/agent-image.path)"
 
-images: image ## also build the agent images' archives (airlock/claude-code, airlock/codex; cached by recipe hash)
+images: image ## also build the agent images' archives (airlock/claude-code, airlock/codex) and the node image's base (deploy/kubernetes/image/Containerfile without its COPY lines; cached by recipe hash)
 	@for r in $(AGENT_IMAGES); do \
 		bash hack/build-image.sh --recipe $$r $(OUT) > $(OUT)/$$r-image.path || exit 1; \
 		echo "$$r image: $$(cat $(OUT)/$$r-image.path)"; \
 	done
+	@bash hack/build-node-image.sh $(OUT) >/dev/null
+	@echo "node image base: $$(cat $(OUT)/node-base-image.path)"
 
 install: deps build images ## install airlock as a service: binaries, the agent images, a systemd unit, /etc/airlock/airlockd.hcl (PREFIX, SYSCONFDIR, STATEDIR, RUNDIR, UNITDIR, DESTDIR; see hack/install.sh)
 	@bash hack/install.sh install $(BIN) --image agent=$$(cat $(OUT)/agent-image.path) \

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # build-kube.sh BIN_DIR: builds the control plane the Kubernetes tests start (kube/kubetest),
-# at the versions pinned in hack/versions.env, from the Go module proxy:
+# and the kubelet one of them runs (kube/deploytest's TestDaemonSetUnderKubelet), at the
+# versions pinned in hack/versions.env, from the Go module proxy:
 #   - kube-apiserver, from the k8s.io/kubernetes module source (KUBE_VERSION). That module's
 #     go.mod points its k8s.io/* staging modules at ./staging/src, which its module zip leaves
 #     out: they are taken at the published versions of the same release (v1.34.2 -> v0.34.2)
 #     and it is built with GOWORK=off. 6 to 10 minutes on 2 cores the first time
 #     (10 while a CI run shared them).
+#   - kubelet, from the same module source, the same way (cmd/kubelet).
 #   - etcd, from go.etcd.io/etcd/server/v3 (ETCD_VERSION), its ../ replaces dropped for the
 #     published etcd modules of the same version its go.mod requires. 25 s to 2 minutes.
 # Each is cached under $AIRLOCK_CACHE (default /var/cache/airlock) by version, as
@@ -70,8 +72,9 @@ build_cached() {
 	log "built $name in $((SECONDS - start)) s"
 }
 
-build_apiserver() {
-	local tmp="$1"
+# kube_build TMP CMD: builds k8s.io/kubernetes@$KUBE_VERSION's ./cmd/CMD into TMP/CMD.
+kube_build() {
+	local tmp="$1" cmd="$2"
 	module_src "k8s.io/kubernetes@$KUBE_VERSION" "$tmp"
 	local staging="v0.${KUBE_VERSION#v1.}" minor="${KUBE_VERSION#v1.}"
 	minor="${minor%%.*}"
@@ -85,8 +88,11 @@ build_apiserver() {
 	local v=k8s.io/component-base/version
 	local ldflags="-s -w -X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
 	(cd "$tmp/src" && GOWORK=off GOFLAGS='-mod=mod -buildvcs=false' CGO_ENABLED=0 go build -trimpath \
-		-ldflags "$ldflags" -o "$tmp/kube-apiserver" ./cmd/kube-apiserver)
+		-ldflags "$ldflags" -o "$tmp/$cmd" "./cmd/$cmd")
 }
+
+build_apiserver() { kube_build "$1" kube-apiserver; }
+build_kubelet() { kube_build "$1" kubelet; }
 
 build_etcd() {
 	local tmp="$1"
@@ -100,10 +106,12 @@ build_etcd() {
 
 api_dir="$cache/bin/kube-apiserver-$KUBE_VERSION"
 etcd_dir="$cache/bin/etcd-$ETCD_VERSION"
+kubelet_dir="$cache/bin/kubelet-$KUBE_VERSION"
 build_cached "$etcd_dir" etcd build_etcd
 build_cached "$api_dir" kube-apiserver build_apiserver
+build_cached "$kubelet_dir" kubelet build_kubelet
 
-for f in "$api_dir"/kube-apiserver "$etcd_dir"/etcd; do
+for f in "$api_dir"/kube-apiserver "$etcd_dir"/etcd "$kubelet_dir"/kubelet; do
 	dst="$bin_dir/$(basename "$f")"
 	if [[ ! -x "$dst" ]] || ! cmp -s "$f" "$dst"; then
 		install -m 0755 "$f" "$dst.tmp" && mv "$dst.tmp" "$dst"

@@ -12,6 +12,9 @@
 #   - openssh-client (the ssh git workspace sources run) and openssh-server, whose sshd the
 #     tests of ssh sources run on a loopback port of their own; a system ssh service the
 #     package would start is stopped and disabled when this script installed it
+#   - containernetworking-plugins (Debian's CNI plugins, in /usr/lib/cni): the pod network of
+#     the kubelet TestDaemonSetUnderKubelet runs (bridge, host-local, loopback), inside a
+#     network namespace of the test's
 # A second run with nothing missing takes well under a second.
 set -euo pipefail
 
@@ -24,7 +27,7 @@ mkdir -p "$bin_dir" "$cache/bin"
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }
 
-apt_packages=(libseccomp-dev pkg-config mmdebstrap git iproute2 ca-certificates jq chromium openssh-client openssh-server)
+apt_packages=(libseccomp-dev pkg-config mmdebstrap git iproute2 ca-certificates jq chromium openssh-client openssh-server containernetworking-plugins)
 missing=()
 # Any npm will do (npm ci of a version 3 lockfile needs npm 7 or later): one
 # that came with a Node.js from elsewhere is kept.

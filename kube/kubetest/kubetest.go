@@ -8,7 +8,9 @@
 // directory: etcd with a fresh data dir, the apiserver with a self-signed
 // serving certificate, a service-account key and a static token file made
 // here. The token's user is in system:masters, so under RBAC it may do
-// everything; other users can be added for RBAC tests later.
+// everything; Options.Users adds more users to the token file (a kubelet's
+// node identity), and Options.NodeAuthorization the Node authorizer and
+// the NodeRestriction admission plugin kubelets run under.
 //
 // The apiserver is v1.34 (hack/versions.env); the client libraries in
 // go.mod are k8s.io/* v0.37, the release containerd v2.4.2 already brings
@@ -79,6 +81,8 @@ type ControlPlane struct {
 	Dir string
 	// EtcdURL is etcd's client URL, APIServerURL the apiserver's.
 	EtcdURL, APIServerURL string
+	// Tokens are the bearer tokens of Options.Users, by user name.
+	Tokens map[string]string
 	// AuditLog is the apiserver's audit log: one JSON event per request
 	// at Metadata level (who, user agent, verb, object, response code),
 	// which lets a test count what each client cost the apiserver
@@ -139,11 +143,42 @@ func ModuleRoot() (string, error) {
 	}
 }
 
+// Options are what a control plane has beyond the admin user and RBAC.
+type Options struct {
+	// Users are more users of the token file, each with a token of its
+	// own (ControlPlane.Tokens).
+	Users []User
+	// NodeAuthorization authorizes with the Node authorizer before RBAC
+	// and admits with the NodeRestriction plugin, as kubeadm's clusters
+	// do: what a kubelet's node identity (user system:node:NAME in group
+	// system:nodes) may read and write is what it may on a real cluster.
+	NodeAuthorization bool
+}
+
+// User is a user of the token file.
+type User struct {
+	Name   string
+	Groups []string
+}
+
+// ServiceIP is the kubernetes Service's cluster IP, the first address of
+// the service range: the apiserver's serving certificate names it, for
+// clients in pods, whose in-cluster configuration addresses the apiserver
+// there (a test must carry that address to the apiserver itself: no
+// kube-proxy runs).
+var ServiceIP = net.IPv4(10, 0, 0, 1)
+
 // Start starts a control plane for the test and stops it, removing its
 // state, when the test ends. Under -short it skips the test; otherwise it
 // fails it when the binaries are missing or the control plane does not
 // become ready, with the processes' logs.
 func Start(tb testing.TB) *ControlPlane {
+	tb.Helper()
+	return StartWith(tb, Options{})
+}
+
+// StartWith is Start with opts.
+func StartWith(tb testing.TB, opts Options) *ControlPlane {
 	tb.Helper()
 	if testing.Short() {
 		tb.Skip("control-plane test skipped in -short mode")
@@ -163,7 +198,7 @@ func Start(tb testing.TB) *ControlPlane {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		cp, err = New(tb.Context(), bin, dir)
+		cp, err = NewWith(tb.Context(), bin, dir, opts)
 		if err == nil {
 			break
 		}
@@ -190,7 +225,12 @@ func Start(tb testing.TB) *ControlPlane {
 // dir (which must exist), and waits until the apiserver's /readyz answers
 // ok. On error it stops what it started; the caller removes dir.
 func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error) {
-	cp := &ControlPlane{Dir: dir}
+	return NewWith(ctx, binDir, dir, Options{})
+}
+
+// NewWith is New with opts.
+func NewWith(ctx context.Context, binDir, dir string, opts Options) (_ *ControlPlane, retErr error) {
+	cp := &ControlPlane{Dir: dir, Tokens: map[string]string{}}
 	defer func() {
 		if retErr != nil {
 			cp.stop()
@@ -241,6 +281,16 @@ func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error
 	if err != nil {
 		return nil, err
 	}
+	// token,user,uid,"group,..."
+	tokens := fmt.Appendf(nil, "%s,%s,%s,\"system:masters\"\n", token, AdminUser, AdminUser)
+	for _, u := range opts.Users {
+		tok, err := randomToken()
+		if err != nil {
+			return nil, err
+		}
+		cp.Tokens[u.Name] = tok
+		tokens = fmt.Appendf(tokens, "%s,%s,%s,\"%s\"\n", tok, u.Name, u.Name, strings.Join(u.Groups, ","))
+	}
 	pki := filepath.Join(dir, "pki")
 	if err := os.Mkdir(pki, 0o700); err != nil {
 		return nil, err
@@ -251,7 +301,7 @@ func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error
 		"sa.key":      saKey,
 		"sa.pub":      saPub,
 		// token,user,uid,"group,..."
-		"tokens.csv":        fmt.Appendf(nil, "%s,%s,%s,\"system:masters\"\n", token, AdminUser, AdminUser),
+		"tokens.csv":        tokens,
 		"audit-policy.yaml": []byte(auditPolicy),
 	} {
 		if err := os.WriteFile(filepath.Join(pki, name), b, 0o600); err != nil {
@@ -261,7 +311,11 @@ func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error
 
 	cp.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
 	cp.AuditLog = filepath.Join(dir, "audit.log")
-	api, err := cp.start(filepath.Join(binDir, "kube-apiserver"),
+	authz := []string{"--authorization-mode=RBAC"}
+	if opts.NodeAuthorization {
+		authz = []string{"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction"}
+	}
+	api, err := cp.start(filepath.Join(binDir, "kube-apiserver"), append(authz,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(apiPort),
@@ -269,7 +323,6 @@ func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error
 		"--tls-cert-file="+filepath.Join(pki, "serving.crt"),
 		"--tls-private-key-file="+filepath.Join(pki, "serving.key"),
 		"--token-auth-file="+filepath.Join(pki, "tokens.csv"),
-		"--authorization-mode=RBAC",
 		// As clusters that run node daemons are (kubeadm sets it):
 		// deploy/kubernetes's DaemonSet is privileged.
 		"--allow-privileged=true",
@@ -286,7 +339,7 @@ func New(ctx context.Context, binDir, dir string) (_ *ControlPlane, retErr error
 		// Written as each request completes, so that a test reading the
 		// log right after its requests sees them.
 		"--audit-log-mode=blocking",
-	)
+	)...)
 	if err != nil {
 		return nil, err
 	}
@@ -492,8 +545,8 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// servingCert returns a self-signed certificate for 127.0.0.1 and
-// localhost, valid for a day, and its key, in PEM. The certificate is its
+// servingCert returns a self-signed certificate for 127.0.0.1, localhost
+// and ServiceIP, valid for a day, and its key, in PEM. The certificate is its
 // own CA: clients trust it directly.
 func servingCert() (certPEM, keyPEM []byte, _ error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -514,7 +567,7 @@ func servingCert() (certPEM, keyPEM []byte, _ error) {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), ServiceIP},
 		DNSNames:              []string{"localhost"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)

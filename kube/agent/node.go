@@ -372,20 +372,8 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 	// keep prepared sandboxes on the node, counted against its session
 	// limit, past the Session (warm pools are the operator's: SessionPool
 	// and --pool).
-	pol := s.Spec.Policy
-	pol.Pool = nil
 	var v *api.Session
-	var err error
-	switch {
-	case s.Spec.PoolName != "":
-		// The label of its SessionPool's daemon pool: it takes one of
-		// that pool's sandboxes if the rest of its policy is the
-		// pool's (the daemon's pool key), and runs cold otherwise.
-		pol.Label = PoolLabel(s.Namespace, s.Spec.PoolName)
-	case strings.HasPrefix(pol.Label, PoolLabelPrefix):
-		err = fmt.Errorf("label %q: the prefix %q is reserved for the Sessions of a SessionPool (set spec.poolName instead): %w",
-			pol.Label, PoolLabelPrefix, errdefs.ErrInvalidArgument)
-	}
+	pol, err := sessionPolicy(s)
 	var src preparedSources
 	if err == nil {
 		pol.Workspaces = slices.Clone(pol.Workspaces)
@@ -461,6 +449,24 @@ func (a *nodeAgent) run(ctx context.Context, s *v1alpha1.Session) (*api.Session,
 }
 
 // waitFor asks for another reconcile of key when local session id ends.
+// sessionPolicy is the policy the node runs Session s with, before its
+// workspace sources are added: its own pool block dropped, and the label
+// of its SessionPool's daemon pool when it names one (it takes one of
+// that pool's sandboxes if the rest of its policy is the pool's, the
+// daemon's pool key, and runs cold otherwise).
+func sessionPolicy(s *v1alpha1.Session) (policies.Policy, error) {
+	pol := *s.Spec.Policy.Clone()
+	pol.Pool = nil
+	switch {
+	case s.Spec.PoolName != "":
+		pol.Label = PoolLabel(s.Namespace, s.Spec.PoolName)
+	case strings.HasPrefix(pol.Label, PoolLabelPrefix):
+		return pol, fmt.Errorf("label %q: the prefix %q is reserved for the Sessions of a SessionPool (set spec.poolName instead): %w",
+			pol.Label, PoolLabelPrefix, errdefs.ErrInvalidArgument)
+	}
+	return pol, nil
+}
+
 func (a *nodeAgent) waitFor(id string, key types.NamespacedName) {
 	ctx := a.stopCtx
 	a.mu.Lock()

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/containerd/errdefs"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -110,13 +109,9 @@ func (a *nodeAgent) reviseTo(ctx context.Context, s *v1alpha1.Session, v *api.Se
 	case ok && digest != sourcesDigest(s.Spec.WorkspaceSources):
 		return nil, fmt.Errorf("spec.workspaceSources cannot change while the Session runs (they were fetched or bound when it started): %w", errdefs.ErrFailedPrecondition)
 	}
-	pol := *s.Spec.Policy.Clone()
-	pol.Pool = nil
-	switch {
-	case s.Spec.PoolName != "":
-		pol.Label = PoolLabel(s.Namespace, s.Spec.PoolName)
-	case strings.HasPrefix(pol.Label, PoolLabelPrefix):
-		return nil, fmt.Errorf("label %q: the prefix %q is reserved for the Sessions of a SessionPool: %w", pol.Label, PoolLabelPrefix, errdefs.ErrInvalidArgument)
+	pol, err := sessionPolicy(s)
+	if err != nil {
+		return nil, err
 	}
 	targets := make([]string, 0, len(s.Spec.WorkspaceSources))
 	for _, src := range s.Spec.WorkspaceSources {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
+	"github.com/airlock-sandbox/airlock/policies"
 )
 
 // Labels of a local session that say which spec it was made from.
@@ -113,13 +115,28 @@ func (a *nodeAgent) reviseTo(ctx context.Context, s *v1alpha1.Session, v *api.Se
 	if err != nil {
 		return nil, err
 	}
-	targets := make([]string, 0, len(s.Spec.WorkspaceSources))
+	// As at the start (fetchSources, volumeSources): a spec workspace
+	// with a source's target is that source's, its directory filled in;
+	// a source with none is appended.
+	running := map[string]policies.Workspace{}
 	for _, src := range s.Spec.WorkspaceSources {
-		targets = append(targets, src.Target)
+		for _, w := range v.Policy.Workspaces {
+			if filepath.Clean(w.Target) == filepath.Clean(src.Target) {
+				running[filepath.Clean(src.Target)] = w
+			}
+		}
 	}
 	pol.Workspaces = slices.Clone(pol.Workspaces)
+	filled := map[string]bool{}
+	for i := range pol.Workspaces {
+		t := filepath.Clean(pol.Workspaces[i].Target)
+		if rw, ok := running[t]; ok && pol.Workspaces[i].HostPath == "" {
+			pol.Workspaces[i].HostPath, filled[t] = rw.HostPath, true
+		}
+	}
 	for _, w := range v.Policy.Workspaces {
-		if slices.Contains(targets, w.Target) {
+		t := filepath.Clean(w.Target)
+		if _, ok := running[t]; ok && !filled[t] {
 			pol.Workspaces = append(pol.Workspaces, w)
 		}
 	}

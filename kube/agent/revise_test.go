@@ -114,3 +114,29 @@ func apiCreate(s *v1alpha1.Session, dir string) api.CreateRequest {
 		LabelSessionSources:    sourcesDigest(s.Spec.WorkspaceSources),
 	}}
 }
+
+// A spec workspace with a source's target is that source's (its mode,
+// its rules; the node fills its directory in): a revision fills it in as
+// the start did, not a second copy that every revision was refused for.
+func TestReviseSourceWorkspaceInSpec(t *testing.T) {
+	d := &reviewDaemon{store: approvals.New()}
+	s := reviewSession(policies.Policy{Label: "x", Image: "img", Command: []string{"sleep", "300"},
+		Workspaces: []policies.Workspace{{Target: "/src/", Mode: policies.ModeRO}}})
+	s.Generation = 1
+	s.Spec.WorkspaceSources = []v1alpha1.WorkspaceSource{{Target: "/src", Volume: &v1alpha1.VolumeSource{ClaimName: "data"}}}
+	a, _ := reviewAgent(t, d, s)
+	req := apiCreate(s, "/srv/volumes/pv-1")
+	req.Policy.Workspaces = []policies.Workspace{{Target: "/src/", Mode: policies.ModeRO, HostPath: "/srv/volumes/pv-1"}}
+	v, err := d.Create(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Generation = 2
+	s.Spec.Policy.Credentials = []policies.Credential{{Name: "tok", Issuer: "airlock", Audience: "a.test", TTL: policies.Duration(time.Minute)}}
+	if _, cnd, err := a.revise(context.Background(), s, v); err != nil || cnd == nil || cnd.Reason != ReasonRevised {
+		t.Fatalf("revise: condition %+v, error %v", cnd, err)
+	}
+	if ws := d.updates[0].Policy.Workspaces; len(ws) != 1 || ws[0].HostPath != "/srv/volumes/pv-1" || ws[0].Mode != policies.ModeRO {
+		t.Errorf("revised workspaces %+v, want the spec's one, its directory filled in", ws)
+	}
+}

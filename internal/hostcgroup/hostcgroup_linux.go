@@ -1,0 +1,375 @@
+// Package hostcgroup gives a daemon that runs in a container (a
+// Kubernetes DaemonSet's privileged pod) the host's cgroup hierarchies,
+// so that what it starts can be placed in cgroups outside its own
+// container's: a container's removal kills every process of the
+// container's cgroup and the cgroups beneath it (runc's kill of all its
+// processes), and sessions meant to outlive a restart of the daemon's
+// container must not be among them.
+//
+// Three steps, each a no-op on a host:
+//   - EnterNamespaceOf re-executes the process in its parent's cgroup
+//     namespace (a container's parent is the runtime's shim, on the host)
+//     when it is in another one (a cgroup v2 container's private
+//     namespace shows the container's cgroup as the root);
+//   - MountFullView mounts the hierarchies afresh over /sys/fs/cgroup
+//     where the mounts there show a cgroup below a hierarchy's root (runc
+//     bind-mounts the container's own cgroup there under v1): in the
+//     container's mount namespace only;
+//   - Resolve turns the operator's parent path into one from the
+//     hierarchies' roots, and Move places a process there.
+//
+// None of it makes a process more privileged than it is: joining another
+// cgroup namespace and mounting a cgroup file system both take
+// CAP_SYS_ADMIN in the host's user namespace, which only a privileged
+// container has; the shim is seen only in the host's PID namespace
+// (hostPID).
+package hostcgroup
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/mountinfo"
+)
+
+// Root is where the cgroup hierarchies are mounted.
+const Root = "/sys/fs/cgroup"
+
+// reexecEnv marks the process EnterNamespaceOf started, so that a
+// namespace it could not leave is an error rather than a loop.
+const reexecEnv = "AIRLOCK_HOSTCGROUP_REEXEC"
+
+// EnterNamespaceOf re-executes this program, with the same arguments and
+// environment, in the cgroup namespace of process pid when this process is
+// in another one; it returns only when there is nothing to do, or with an
+// error. A container's first process gives the pid of its parent, the
+// container runtime's shim, which runs in the host's namespaces: with the
+// host's PID namespace (hostPID) it is seen; in a container's own PID
+// namespace the parent is outside it (pid 0) and nothing can be done.
+func EnterNamespaceOf(pid int) error {
+	if pid <= 0 {
+		return errors.New("the parent process is outside this PID namespace: the host's cgroup namespace is out of reach (in a pod, hostPID gives it)")
+	}
+	self, err := os.Readlink("/proc/self/ns/cgroup")
+	if err != nil {
+		return fmt.Errorf("this process's cgroup namespace: %w", err)
+	}
+	target, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/cgroup", pid))
+	if err != nil {
+		return fmt.Errorf("the cgroup namespace of process %d: %w", pid, err)
+	}
+	if self == target {
+		return nil
+	}
+	if os.Getenv(reexecEnv) != "" {
+		return fmt.Errorf("still in cgroup namespace %s after re-executing in process %d's (%s)", self, pid, target)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/ns/cgroup", pid))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// The namespace is the calling thread's: the exec must happen on it.
+	runtime.LockOSThread()
+	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWCGROUP); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("join process %d's cgroup namespace %s: %w", pid, target, err)
+	}
+	env := append(os.Environ(), reexecEnv+"=1")
+	err = syscall.Exec(exe, os.Args, env)
+	// The thread is in another namespace than the process's others: it
+	// must not run anything else.
+	return fmt.Errorf("re-execute %s in process %d's cgroup namespace: %w", exe, pid, err)
+}
+
+// mount is a cgroup file system mounted under Root.
+type mount struct {
+	point, root, fstype string
+	// options are the super block's options: the v1 hierarchy's
+	// controllers (and name=).
+	options []string
+}
+
+// mounts reads the cgroup file systems mounted at or under Root in this
+// process's mount namespace, the last one at each point (a later mount
+// hides the ones under it).
+func mounts() ([]mount, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []mount
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		m, ok := parseMountInfo(sc.Text())
+		if !ok || (m.point != Root && !strings.HasPrefix(m.point, Root+"/")) {
+			continue
+		}
+		out = slices.DeleteFunc(out, func(o mount) bool { return o.point == m.point })
+		if m.fstype == "cgroup" || m.fstype == "cgroup2" {
+			out = append(out, m)
+		}
+	}
+	return out, sc.Err()
+}
+
+// parseMountInfo parses one line of /proc/PID/mountinfo:
+// "ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER".
+func parseMountInfo(line string) (mount, bool) {
+	fields := strings.Fields(line)
+	sep := slices.Index(fields, "-")
+	if len(fields) < 6 || sep < 6 || len(fields) < sep+4 {
+		return mount{}, false
+	}
+	return mount{
+		root:    mountinfo.Unescape(fields[3]),
+		point:   mountinfo.Unescape(fields[4]),
+		fstype:  fields[sep+1],
+		options: strings.Split(fields[sep+3], ","),
+	}, true
+}
+
+// Partial lists the cgroup mounts under Root that show a cgroup below
+// their hierarchy's root, as seen from this process's cgroup namespace.
+func Partial() ([]string, error) {
+	ms, err := mounts()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range ms {
+		if m.root != "/" {
+			out = append(out, fmt.Sprintf("%s (%s)", m.point, m.root))
+		}
+	}
+	return out, nil
+}
+
+// MountFullView mounts every cgroup hierarchy whose mount under Root shows
+// only a cgroup below its root afresh over it, rooted at the hierarchy's
+// root as this process's cgroup namespace sees it (call
+// EnterNamespaceOf first), in this process's mount namespace. Root's
+// mounts are made private first, so that nothing of it reaches another
+// mount namespace. It refuses to act in the mount namespace of process ref
+// (the parent: on a host, or in a container's shell, the namespace is
+// shared with others).
+func MountFullView(ref int) error {
+	ms, err := mounts()
+	if err != nil {
+		return err
+	}
+	var partial []mount
+	for _, m := range ms {
+		if m.root != "/" {
+			partial = append(partial, m)
+		}
+	}
+	if len(partial) == 0 {
+		return nil
+	}
+	if ref <= 0 {
+		return fmt.Errorf("the cgroup mounts under %s show cgroups below their hierarchies' roots (%s at %s), and the parent process is outside this PID namespace: not mounted over", Root, partial[0].point, partial[0].root)
+	}
+	self, err1 := os.Readlink("/proc/self/ns/mnt")
+	other, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", ref))
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	if self == other {
+		return fmt.Errorf("the cgroup mounts under %s show cgroups below their hierarchies' roots (%s at %s), in the mount namespace of process %d too: not mounted over", Root, partial[0].point, partial[0].root, ref)
+	}
+	if err := unix.Mount("", Root, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s private: %w", Root, err)
+	}
+	for _, m := range partial {
+		var data []string
+		for _, o := range m.options {
+			// The super block's own options, not the mount's.
+			if o != "rw" && o != "ro" {
+				data = append(data, o)
+			}
+		}
+		// The kernel refuses a superblock mounted again at the root of a
+		// mount of its own (EBUSY): the partial mount goes first.
+		if err := unix.Unmount(m.point, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount the partial cgroup mount at %s: %w", m.point, err)
+		}
+		if below, err := mounts(); err == nil && slices.ContainsFunc(below, func(b mount) bool {
+			return b.point == m.point && b.fstype == m.fstype && b.root == "/"
+		}) {
+			continue // the whole hierarchy was mounted there beneath it
+		}
+		if err := unix.Mount(m.fstype, m.point, m.fstype, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, strings.Join(data, ",")); err != nil {
+			return fmt.Errorf("mount the %s hierarchy (%s) over %s: %w", m.fstype, strings.Join(data, ","), m.point, err)
+		}
+	}
+	if left, err := Partial(); err != nil || len(left) > 0 {
+		return fmt.Errorf("cgroup mounts still partial after mounting afresh (in a cgroup namespace of a container's own?): %v %v", left, err)
+	}
+	return nil
+}
+
+// Own returns the cgroup path of process pid (0: this one) in its first
+// hierarchy that names one (the v2 hierarchy's, or a v1 controller's), as
+// its /proc/PID/cgroup shows it to this process.
+func Own(pid int) (string, error) {
+	p := "/proc/self/cgroup"
+	if pid != 0 {
+		p = fmt.Sprintf("/proc/%d/cgroup", pid)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", err
+	}
+	var v2 string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			v2 = parts[2]
+			continue
+		}
+		if parts[1] != "" {
+			return parts[2], nil
+		}
+	}
+	if v2 != "" {
+		return v2, nil
+	}
+	return "", fmt.Errorf("%s names no cgroup", p)
+}
+
+// Resolve returns the cgroup path parent names: an absolute path as it is
+// (cleaned); a relative one beside the kubelet's pod cgroups, under the
+// cgroup that holds kubepods (or kubepods.slice) in own, the path of the
+// calling process's cgroup.
+func Resolve(parent, own string) (string, error) {
+	if parent == "" {
+		return "", errors.New("no cgroup parent")
+	}
+	if path.IsAbs(parent) {
+		return path.Clean(parent), nil
+	}
+	clean := path.Clean(parent)
+	if clean == "." || clean == ".." || strings.HasPrefix(clean, "../") {
+		return "", fmt.Errorf("cgroup parent %q: a relative path must name a cgroup beneath the kubelet's cgroup root", parent)
+	}
+	parts := strings.Split(own, "/")
+	for i, p := range parts {
+		if p == "kubepods" || p == "kubepods.slice" {
+			return path.Join("/", strings.Join(parts[:i], "/"), clean), nil
+		}
+	}
+	return "", fmt.Errorf("cgroup parent %q: a relative path is placed beside the kubelet's pod cgroups, and this process's cgroup %s is under no kubepods cgroup (give an absolute path)", parent, own)
+}
+
+// hierarchies returns the directories of the hierarchies mounted under
+// root: root itself when it is the v2 hierarchy, else each v1 hierarchy
+// beneath it (and a hybrid host's v2 one).
+func hierarchies(root string) []string {
+	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err == nil {
+		return []string{root}
+	}
+	ents, _ := os.ReadDir(root)
+	var out []string
+	for _, e := range ents {
+		p := filepath.Join(root, e.Name())
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			continue // the symbolic links of co-mounted controllers
+		}
+		if _, err := os.Stat(filepath.Join(p, "cgroup.procs")); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Move makes the cgroup at cgroupPath (from the hierarchies' roots) in
+// every hierarchy mounted under root ("" is Root), with its parents, and
+// moves process pid into it: its children are born there.
+func Move(root string, pid int, cgroupPath string) error {
+	if root == "" {
+		root = Root
+	}
+	if !path.IsAbs(cgroupPath) {
+		return fmt.Errorf("cgroup path %q is not absolute", cgroupPath)
+	}
+	hs := hierarchies(root)
+	if len(hs) == 0 {
+		return fmt.Errorf("no cgroup hierarchy under %s", root)
+	}
+	for _, h := range hs {
+		dir := filepath.Join(h, cgroupPath)
+		if err := mkdirCgroup(h, dir); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("move process %d into %s: %w", pid, dir, err)
+		}
+	}
+	return nil
+}
+
+// mkdirCgroup makes dir and its parents below the hierarchy h; a v1
+// cpuset cgroup takes no process before its cpus and mems are set, which
+// each new one copies from its parent.
+func mkdirCgroup(h, dir string) error {
+	rel, err := filepath.Rel(h, dir)
+	if err != nil || rel == "." {
+		return err
+	}
+	cur := h
+	for _, p := range strings.Split(rel, string(filepath.Separator)) {
+		parent := cur
+		cur = filepath.Join(cur, p)
+		if err := os.Mkdir(cur, 0o755); err != nil {
+			if errors.Is(err, os.ErrExist) {
+				continue
+			}
+			return fmt.Errorf("make cgroup %s: %w", cur, err)
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			b, err := os.ReadFile(filepath.Join(parent, f))
+			if err != nil {
+				continue // not a v1 cpuset hierarchy
+			}
+			if have, err := os.ReadFile(filepath.Join(cur, f)); err == nil && strings.TrimSpace(string(have)) != "" {
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(cur, f), b, 0); err != nil {
+				return fmt.Errorf("set %s of cgroup %s: %w", f, cur, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Remove removes the cgroup at cgroupPath in every hierarchy under root
+// ("" is Root) when it holds no process and no cgroup; best effort.
+func Remove(root, cgroupPath string) {
+	if root == "" {
+		root = Root
+	}
+	for _, h := range hierarchies(root) {
+		_ = os.Remove(filepath.Join(h, cgroupPath))
+	}
+}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"path"
 	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock/internal/launch"
@@ -17,6 +18,6 @@ func anchorOptions(cfg Config, prefix string) runtime.AnchorOptions {
 	return runtime.AnchorOptions{
 		Dir:        filepath.Join(cfg.Root, "shim-anchor"),
 		InitBinary: filepath.Join(cfg.BinDir, launch.Binary),
-		CgroupPath: "/airlock-" + prefix + "-" + runtime.AnchorID,
+		CgroupPath: path.Join("/", cfg.CgroupParent, "airlock-"+prefix+"-"+runtime.AnchorID),
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
@@ -97,6 +98,13 @@ type Config struct {
 	// (the default) or "crun", each an executable of that name in BinDir.
 	// A session keeps the runtime it was created with across restarts.
 	Runtime string
+	// CgroupParent is the cgroup (from the hierarchies' roots) under which
+	// the sessions' cgroups, the shim anchor's and the embedded
+	// containerd's (where the shims it starts are born) are made; empty
+	// is the root. airlockd --cgroup-parent resolves it (package
+	// hostcgroup): in a DaemonSet's pod it keeps them out of the
+	// container's cgroup, which a restart of the container kills whole.
+	CgroupParent string
 }
 
 // DefaultMaxPreparing is how many sandboxes are prepared at once unless
@@ -197,7 +205,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	}
 	address := cfg.Containerd
 	if address == "" {
-		d.embedded = &runtime.Embedded{Dir: filepath.Join(cfg.Root, "containerd"), BinDir: cfg.BinDir}
+		d.embedded = &runtime.Embedded{Dir: filepath.Join(cfg.Root, "containerd"), BinDir: cfg.BinDir,
+			Cgroup: containerdCgroup(cfg, d.prefix)}
 		started, err := d.embedded.EnsureStarted(ctx)
 		if err != nil {
 			return nil, err
@@ -437,6 +446,17 @@ func (d *Daemon) StopContainerd(ctx context.Context) error {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	// Stopped sessions kept for their diff leave empty cgroups: a pass
+	// over them (a running session's, and its parents, stay).
+	d.cgroups.RemoveTree(anchorOptions(d.cfg, d.prefix).CgroupPath)
+	d.cgroups.RemoveTree(filepath.Dir(d.CgroupPath("x")))
+	if d.cfg.CgroupParent != "" {
+		// containerd's, once the shims born in it have ended too.
+		d.cgroups.Remove(containerdCgroup(d.cfg, d.prefix))
+		// The operator's parent, made for this daemon's cgroups, when
+		// nothing else is in it (another daemon's may be).
+		d.cgroups.Remove(d.cfg.CgroupParent)
+	}
 	return err
 }
 
@@ -468,7 +488,18 @@ func (d *Daemon) sessionDir(id string) string { return filepath.Join(d.cfg.Root,
 
 // CgroupPath is the cgroup (relative to a hierarchy's root) a session's
 // processes run in.
-func (d *Daemon) CgroupPath(id string) string { return "/airlock-" + d.prefix + "/" + id }
+func (d *Daemon) CgroupPath(id string) string {
+	return path.Join("/", d.cfg.CgroupParent, "airlock-"+d.prefix, id)
+}
+
+// containerdCgroup is the embedded containerd's cgroup under a cgroup
+// parent: beside the sessions' parent, not beneath it.
+func containerdCgroup(cfg Config, prefix string) string {
+	if cfg.CgroupParent == "" {
+		return ""
+	}
+	return path.Join("/", cfg.CgroupParent, "airlock-"+prefix+"-containerd")
+}
 
 func (d *Daemon) get(id string) (*session, error) {
 	if err := validID(id); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 
+	"github.com/airlock-sandbox/airlock/internal/hostcgroup"
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
 
@@ -25,6 +26,11 @@ type Embedded struct {
 	Dir string
 	// BinDir holds containerd, containerd-shim-runc-v2 and runc.
 	BinDir string
+	// Cgroup, if set, is the cgroup (from the hierarchies' roots) a
+	// started containerd is moved into, in every hierarchy, before it
+	// is asked for anything: the shims it starts are born there. Empty
+	// leaves it in airlockd's.
+	Cgroup string
 }
 
 // Address is the embedded containerd's gRPC socket.
@@ -124,6 +130,14 @@ func (e Embedded) EnsureStarted(ctx context.Context) (started bool, err error) {
 	if err := os.WriteFile(e.PidFile(), []byte(strconv.Itoa(pid)), 0o600); err != nil {
 		_ = cmd.Process.Kill()
 		return false, err
+	}
+	if e.Cgroup != "" {
+		// Before airlockd connects: containerd starts no shim until it
+		// is asked to create a task (it reconnects to running ones).
+		if err := hostcgroup.Move("", pid, e.Cgroup); err != nil {
+			_ = cmd.Process.Kill()
+			return false, fmt.Errorf("containerd's cgroup: %w", err)
+		}
 	}
 	log.G(ctx).Info("started containerd", "pid", pid, "address", e.Address())
 	deadline := time.Now().Add(60 * time.Second)
@@ -227,6 +241,10 @@ func (e Embedded) Stop(ctx context.Context, grace time.Duration) error {
 	}
 	_ = os.Remove(e.PidFile())
 	_ = os.Remove(e.Address())
+	if e.Cgroup != "" {
+		// Empty unless shims of running sessions outlive it.
+		hostcgroup.Remove("", e.Cgroup)
+	}
 	return nil
 }
 

@@ -49,6 +49,12 @@ func (k *kubeAgent) run(ctx context.Context, d *daemon.Daemon) error {
 	return agent.Run(ctx, d, cfg)
 }
 
+// waitReported waits until the agent has written the Sessions of the
+// local sessions ids as no longer Running (agent.WaitReported).
+func (k *kubeAgent) waitReported(ctx context.Context, ids []string) ([]string, error) {
+	return agent.WaitReported(ctx, agent.Config(*k), ids)
+}
+
 // kubeConfig is the node agent's configuration from the --kubernetes
 // flags, checked; the capacity and what the daemon knows are set later.
 func kubeConfig(f kubeFlags) (*kubeAgent, error) {

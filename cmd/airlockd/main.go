@@ -17,9 +17,11 @@ import (
 	goruntime "runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/approvals"
 	"github.com/airlock-sandbox/airlock/console"
 	"github.com/airlock-sandbox/airlock/daemon"
@@ -27,6 +29,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/hostcheck"
+	"github.com/airlock-sandbox/airlock/internal/hostcgroup"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/sdnotify"
 	"github.com/airlock-sandbox/airlock/metrics"
@@ -123,6 +126,8 @@ func run() int {
 		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat      = fs.String("log-format", "text", "text or json")
 		stopContainerd = fs.Bool("stop-containerd", false, "stop the embedded containerd when airlockd exits")
+		stopSessions   = fs.Bool("stop-sessions-on-exit", false, "on SIGINT or SIGTERM, stop every running session (SIGTERM, SIGKILL 10s later) before airlockd exits, and with --kubernetes wait (up to 15s) until their Sessions are reported Exited; without it running sessions outlive airlockd and the next one on --root takes them back. A crash or SIGKILL leaves them running either way. A DaemonSet sets it: the kubelet sends SIGTERM when the pod is deleted or the node shuts down, not when it restarts a container that ended")
+		cgroupParent   = fs.String("cgroup-parent", "", "make the sessions' cgroups, the shim anchor's and the embedded containerd's (where the shims it starts are born) under this cgroup `PATH` of the host's hierarchies instead of their roots: an absolute path, or a relative one placed beside the kubelet's pod cgroups (beside kubepods, in the kubelet's cgroup root). In a DaemonSet's pod it keeps them out of the container's cgroup, which a restart of the container kills whole, so that sessions outlive the restart. For it airlockd joins its parent's cgroup namespace (the container runtime's shim's, which the host's PID namespace shows: hostPID) and mounts the host's hierarchies over its container's partial ones at /sys/fs/cgroup, in its own mount namespace only")
 		ociRuntime     = ociRuntimeFlag(runtime.DefaultOCIRuntime)
 		poolRefill     = fs.Int("pool-refill", daemon.DefaultPoolRefill, "sandboxes one warm pool prepares at once, `N` from 1 to 16, when sessions take them or it starts")
 		maxPrep        = fs.Int("max-preparing", daemon.DefaultMaxPreparing(), "sandboxes prepared at once, by cold creates and warm pools' refills together, `N` (0: no bound); more wait their turn, creates first and each in the order it came; a create's wait is in its response (queued) and in the metrics (default: four per CPU)")
@@ -359,6 +364,15 @@ func run() int {
 	// What `airlock doctor` checks, before anything is made: a host that
 	// cannot run sessions is refused here, plainly, instead of by the first
 	// session's failure.
+	var cgParent string
+	if *cgroupParent != "" {
+		// Before anything is started: it may re-execute airlockd.
+		if cgParent, err = hostCgroupParent(*cgroupParent); err != nil {
+			fmt.Fprintln(os.Stderr, "airlockd: --cgroup-parent:", err)
+			return 1
+		}
+		logger.Info("sessions, the shim anchor and containerd are placed under a cgroup of the host's", "cgroup_parent", cgParent)
+	}
 	fatal, warnings := hostProblems(hostcheck.Run(ctx, hostcheck.Config{Runtime: string(ociRuntime)}), *uplink != "")
 	for _, w := range warnings {
 		logger.Warn("host check", "problem", w)
@@ -385,6 +399,7 @@ func run() int {
 		Runtime:        string(ociRuntime),
 		PoolRefill:     *poolRefill,
 		MaxPreparing:   cmp.Or(*maxPrep, -1),
+		CgroupParent:   cgParent,
 	})
 	if err != nil {
 		logger.Error("start failed", "error", err)
@@ -446,11 +461,15 @@ func run() int {
 		}
 	}
 	var agentDone chan error
+	// The agent outlives the signal while the sessions it reports are
+	// stopped (--stop-sessions-on-exit).
+	agentCtx, cancelAgent := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelAgent()
 	if kubeCfg != nil {
 		kubeCfg.setDaemon(absRoot, daemon.Version, string(ociRuntime))
 		agentDone = make(chan error, 1)
 		go func() {
-			err := kubeCfg.run(ctx, d)
+			err := kubeCfg.run(agentCtx, d)
 			if err != nil {
 				// Its sessions run on, as on any stop of airlockd.
 				logger.Error("node agent stopped; airlockd stops", "error", err)
@@ -460,9 +479,19 @@ func run() int {
 		}()
 	}
 	serveErr := httpapi.Serve(ctx, d, absSocket, *socketGroup)
+	if *stopSessions {
+		stopped := stopRunning(context.WithoutCancel(ctx), d, 10*time.Second)
+		if kubeCfg != nil && len(stopped) > 0 {
+			wctx, wcancel := context.WithTimeout(agentCtx, 15*time.Second)
+			if left, err := kubeCfg.waitReported(wctx, stopped); err != nil {
+				logger.Warn("stopped sessions not reported Exited before airlockd stops", "sessions", left, "error", err)
+			}
+			wcancel()
+		}
+	}
 	var agentErr error
 	if agentDone != nil {
-		cancel()
+		cancelAgent()
 		agentErr = <-agentDone
 	}
 	// The console acts on the daemon: it stops before the daemon does.
@@ -488,6 +517,49 @@ func run() int {
 	}
 	logger.Info("stopped")
 	return 0
+}
+
+// stopRunning stops every running session of d at once, each given grace
+// between its SIGTERM and SIGKILL, and returns their ids.
+func stopRunning(ctx context.Context, d *daemon.Daemon, grace time.Duration) []string {
+	var ids []string
+	var wg sync.WaitGroup
+	for _, s := range d.List(ctx) {
+		if s.State != api.StateRunning {
+			continue
+		}
+		ids = append(ids, s.ID)
+		wg.Go(func() {
+			if _, err := d.Stop(ctx, s.ID, grace); err != nil {
+				log.G(ctx).Warn("stop session on exit", "session", s.ID, "error", err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(ids) > 0 {
+		log.G(ctx).Info("running sessions stopped on exit", "sessions", ids)
+	}
+	return ids
+}
+
+// hostCgroupParent resolves --cgroup-parent against the host's cgroup
+// hierarchies, which it makes this process see first (package hostcgroup):
+// its parent's cgroup namespace (which may re-execute airlockd) and, in a
+// mount namespace of its own, the hierarchies mounted afresh over the
+// container's partial view.
+func hostCgroupParent(parent string) (string, error) {
+	ppid := os.Getppid()
+	if err := hostcgroup.EnterNamespaceOf(ppid); err != nil {
+		return "", err
+	}
+	if err := hostcgroup.MountFullView(ppid); err != nil {
+		return "", err
+	}
+	own, err := hostcgroup.Own(0)
+	if err != nil {
+		return "", err
+	}
+	return hostcgroup.Resolve(parent, own)
 }
 
 // issuerFlag collects --issuer NAME=COMMAND [ARGS...] values.

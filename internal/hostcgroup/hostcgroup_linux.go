@@ -1,28 +1,3 @@
-// Package hostcgroup gives a daemon that runs in a container (a
-// Kubernetes DaemonSet's privileged pod) the host's cgroup hierarchies,
-// so that what it starts can be placed in cgroups outside its own
-// container's: a container's removal kills every process of the
-// container's cgroup and the cgroups beneath it (runc's kill of all its
-// processes), and sessions meant to outlive a restart of the daemon's
-// container must not be among them.
-//
-// Three steps, each a no-op on a host:
-//   - EnterNamespaceOf re-executes the process in its parent's cgroup
-//     namespace (a container's parent is the runtime's shim, on the host)
-//     when it is in another one (a cgroup v2 container's private
-//     namespace shows the container's cgroup as the root);
-//   - MountFullView mounts the hierarchies afresh over /sys/fs/cgroup
-//     where the mounts there show a cgroup below a hierarchy's root (runc
-//     bind-mounts the container's own cgroup there under v1): in the
-//     container's mount namespace only;
-//   - Resolve turns the operator's parent path into one from the
-//     hierarchies' roots, and Move places a process there.
-//
-// None of it makes a process more privileged than it is: joining another
-// cgroup namespace and mounting a cgroup file system both take
-// CAP_SYS_ADMIN in the host's user namespace, which only a privileged
-// container has; the shim is seen only in the host's PID namespace
-// (hostPID).
 package hostcgroup
 
 import (
@@ -42,9 +17,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/mountinfo"
 )
-
-// Root is where the cgroup hierarchies are mounted.
-const Root = "/sys/fs/cgroup"
 
 // reexecEnv marks the process EnterNamespaceOf started, so that a
 // namespace it could not leave is an error rather than a loop.
@@ -106,8 +78,8 @@ type mount struct {
 }
 
 // mounts reads the cgroup file systems mounted at or under Root in this
-// process's mount namespace, the last one at each point (a later mount
-// hides the ones under it).
+// process's mount namespace that are not hidden by a later mount at their
+// point or above it.
 func mounts() ([]mount, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
@@ -119,11 +91,16 @@ func mounts() ([]mount, error) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		m, ok := parseMountInfo(sc.Text())
-		if !ok || (m.point != Root && !strings.HasPrefix(m.point, Root+"/")) {
+		if !ok {
 			continue
 		}
-		out = slices.DeleteFunc(out, func(o mount) bool { return o.point == m.point })
-		if m.fstype == "cgroup" || m.fstype == "cgroup2" {
+		// A mount hides what was mounted at its point or beneath it
+		// (one at / or /sys too).
+		out = slices.DeleteFunc(out, func(o mount) bool {
+			return o.point == m.point || strings.HasPrefix(o.point, strings.TrimSuffix(m.point, "/")+"/")
+		})
+		under := m.point == Root || strings.HasPrefix(m.point, Root+"/")
+		if under && (m.fstype == "cgroup" || m.fstype == "cgroup2") {
 			out = append(out, m)
 		}
 	}
@@ -181,19 +158,28 @@ func MountFullView(ref int) error {
 			partial = append(partial, m)
 		}
 	}
-	if len(partial) == 0 {
-		return nil
-	}
-	if ref <= 0 {
-		return fmt.Errorf("the cgroup mounts under %s show cgroups below their hierarchies' roots (%s at %s), and the parent process is outside this PID namespace: not mounted over", Root, partial[0].point, partial[0].root)
-	}
-	self, err1 := os.Readlink("/proc/self/ns/mnt")
-	other, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", ref))
-	if err := errors.Join(err1, err2); err != nil {
+	missing, err := missingHierarchies(ms)
+	if err != nil {
 		return err
 	}
-	if self == other {
-		return fmt.Errorf("the cgroup mounts under %s show cgroups below their hierarchies' roots (%s at %s), in the mount namespace of process %d too: not mounted over", Root, partial[0].point, partial[0].root, ref)
+	if len(partial) == 0 && len(missing) == 0 {
+		return nil
+	}
+	shared := ref <= 0
+	if !shared {
+		self, err1 := os.Readlink("/proc/self/ns/mnt")
+		other, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", ref))
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		shared = self == other
+	}
+	if shared {
+		if len(partial) > 0 {
+			return fmt.Errorf("the cgroup mounts under %s show cgroups below their hierarchies' roots (%s at %s), in a mount namespace this process does not have to itself (its parent's, or its parent is outside its PID namespace): not mounted over", Root, partial[0].point, partial[0].root)
+		}
+		// A host's own choice of what to mount.
+		return nil
 	}
 	if err := unix.Mount("", Root, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make %s private: %w", Root, err)
@@ -216,14 +202,74 @@ func MountFullView(ref int) error {
 		}) {
 			continue // the whole hierarchy was mounted there beneath it
 		}
-		if err := unix.Mount(m.fstype, m.point, m.fstype, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, strings.Join(data, ",")); err != nil {
-			return fmt.Errorf("mount the %s hierarchy (%s) over %s: %w", m.fstype, strings.Join(data, ","), m.point, err)
+		if err := mountHierarchy(m.fstype, m.point, strings.Join(data, ",")); err != nil {
+			return err
+		}
+	}
+	for _, m := range missing {
+		if err := os.MkdirAll(m.point, 0o755); err != nil {
+			return fmt.Errorf("a directory for the %s hierarchy: %w", m.fstype, err)
+		}
+		if err := mountHierarchy(m.fstype, m.point, strings.Join(m.options, ",")); err != nil {
+			return err
 		}
 	}
 	if left, err := Partial(); err != nil || len(left) > 0 {
 		return fmt.Errorf("cgroup mounts still partial after mounting afresh (in a cgroup namespace of a container's own?): %v %v", left, err)
 	}
 	return nil
+}
+
+func mountHierarchy(fstype, point, data string) error {
+	if err := unix.Mount(fstype, point, fstype, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, data); err != nil {
+		return fmt.Errorf("mount the %s hierarchy (%s) at %s: %w", fstype, data, point, err)
+	}
+	return nil
+}
+
+// missingHierarchies returns the hierarchies this process is in (its
+// /proc/self/cgroup) that no mount under Root shows, with where to mount
+// each: a hybrid host's v2 hierarchy, which runc does not mount in a v1
+// container but the host's runc still kills the container's processes
+// through, at Root/unified; a v1 one at Root/CONTROLLERS; the v2 one of a
+// host without v1 at Root.
+func missingHierarchies(ms []mount) ([]mount, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var out []mount
+	for _, line := range lines {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			if slices.ContainsFunc(ms, func(m mount) bool { return m.fstype == "cgroup2" }) {
+				continue
+			}
+			point := Root
+			if len(lines) > 1 {
+				point = filepath.Join(Root, "unified")
+			}
+			out = append(out, mount{point: point, fstype: "cgroup2"})
+			continue
+		}
+		ctrls := strings.Split(parts[1], ",")
+		if slices.ContainsFunc(ms, func(m mount) bool {
+			return m.fstype == "cgroup" && !slices.ContainsFunc(ctrls, func(c string) bool { return !slices.Contains(m.options, c) })
+		}) {
+			continue
+		}
+		opts := ctrls
+		if name, ok := strings.CutPrefix(parts[1], "name="); ok {
+			opts = []string{"none", parts[1]}
+			ctrls = []string{name}
+		}
+		out = append(out, mount{point: filepath.Join(Root, strings.Join(ctrls, ",")), fstype: "cgroup", options: opts})
+	}
+	return out, nil
 }
 
 // Own returns the cgroup path of process pid (0: this one) in its first
@@ -256,30 +302,6 @@ func Own(pid int) (string, error) {
 		return v2, nil
 	}
 	return "", fmt.Errorf("%s names no cgroup", p)
-}
-
-// Resolve returns the cgroup path parent names: an absolute path as it is
-// (cleaned); a relative one beside the kubelet's pod cgroups, under the
-// cgroup that holds kubepods (or kubepods.slice) in own, the path of the
-// calling process's cgroup.
-func Resolve(parent, own string) (string, error) {
-	if parent == "" {
-		return "", errors.New("no cgroup parent")
-	}
-	if path.IsAbs(parent) {
-		return path.Clean(parent), nil
-	}
-	clean := path.Clean(parent)
-	if clean == "." || clean == ".." || strings.HasPrefix(clean, "../") {
-		return "", fmt.Errorf("cgroup parent %q: a relative path must name a cgroup beneath the kubelet's cgroup root", parent)
-	}
-	parts := strings.Split(own, "/")
-	for i, p := range parts {
-		if p == "kubepods" || p == "kubepods.slice" {
-			return path.Join("/", strings.Join(parts[:i], "/"), clean), nil
-		}
-	}
-	return "", fmt.Errorf("cgroup parent %q: a relative path is placed beside the kubelet's pod cgroups, and this process's cgroup %s is under no kubepods cgroup (give an absolute path)", parent, own)
 }
 
 // hierarchies returns the directories of the hierarchies mounted under

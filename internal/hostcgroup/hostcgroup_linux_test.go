@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -100,7 +101,8 @@ func helperMount() {
 	if err := unix.Mount("tmpfs", stage, "tmpfs", 0, ""); err != nil {
 		fail("stage tmpfs: %v", err)
 	}
-	hs := hierarchies(Root)
+	// runc mounts no v2 hierarchy in a v1 container on a hybrid host.
+	hs := slices.DeleteFunc(hierarchies(Root), func(h string) bool { return filepath.Base(h) == "unified" })
 	for _, h := range hs {
 		d := filepath.Join(stage, filepath.Base(h))
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -140,7 +142,12 @@ func helperMount() {
 		fail("partial: %v", err)
 	}
 	fmt.Printf("partial=%d\n", len(partial))
-	// The test's cgroup is seen at its full path again.
+	// The test's cgroup is seen at its full path again, in every
+	// hierarchy the machine has (the v2 one of a hybrid host too).
+	if got, want := len(hierarchies(Root)), len(strings.Split(strings.TrimSpace(os.Getenv("HOSTCGROUP_TEST_HIERARCHIES")), " ")); got != want {
+		b, _ := os.ReadFile("/proc/self/mountinfo")
+		fail("after MountFullView: %d hierarchies, want the machine's %d\n%s", got, want, b)
+	}
 	for _, h := range hierarchies(Root) {
 		if _, err := os.Stat(filepath.Join(h, cg, "cgroup.procs")); err != nil {
 			fail("after MountFullView: %v", err)
@@ -180,7 +187,8 @@ func testCgroup(t *testing.T) string {
 func run(t *testing.T, helper, cg string, attr *syscall.SysProcAttr) string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+helper, "HOSTCGROUP_TEST_CGROUP="+cg, "HOSTCGROUP_TEST_STAGE="+t.TempDir())
+	cmd.Env = append(os.Environ(), helperEnv+"="+helper, "HOSTCGROUP_TEST_CGROUP="+cg, "HOSTCGROUP_TEST_STAGE="+t.TempDir(),
+		"HOSTCGROUP_TEST_HIERARCHIES="+strings.Join(hierarchies(Root), " "))
 	cmd.SysProcAttr = attr
 	out, err := cmd.Output()
 	if err != nil {

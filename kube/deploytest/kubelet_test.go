@@ -55,11 +55,15 @@ import (
 //   - while the Session runs, its network namespace (under /run/netns) and
 //     mounts under /var/lib/airlock made in the container are seen on the
 //     node: mount propagation Bidirectional;
-//   - a restart of airlockd's container ends the Session that was running
-//     (Exited, reason lost): runc kills every process of the old
-//     container's cgroup, the sessions' included;
-//   - deleting the pod stops it, and nothing of the node is left after
-//     the test (kubeNode.close checks).
+//   - a restart of airlockd's container leaves the Session that was
+//     running as it was (its processes the same ones, run once): airlockd
+//     places its containerd, the shims and the sessions beside kubepods
+//     (--cgroup-parent), out of the container's cgroup, which runc kills;
+//     the restarted agent takes the Session back and reports its exit;
+//   - deleting the pod with a Session running stops the Session, reported
+//     Exited, and airlockd's containerd: nothing of it is left under its
+//     cgroup parent, and nothing of the node after the test
+//     (kubeNode.close checks).
 func TestDaemonSetUnderKubelet(t *testing.T) {
 	testutil.RequiresRoot(t)
 	if testing.Short() {
@@ -279,13 +283,15 @@ func TestDaemonSetUnderKubelet(t *testing.T) {
 	})
 	// A restart of airlockd's container (its process killed; the kubelet
 	// starts it again) with a Session running: runc, removing the old
-	// container, kills every process of its cgroup, airlockd's containerd
-	// and the Session's processes with it (hostPID keeps them out of no
-	// cgroup). The restarted agent finds the Session gone: Exited, lost.
+	// container, kills every process of its cgroup and the cgroups
+	// beneath it. airlockd's containerd, its shims and the sessions are
+	// not among them (--cgroup-parent airlock: beside kubepods, under the
+	// node's cgroup root): the Session runs on, its processes the same
+	// ones, and the restarted agent takes it back and reports its end.
 	restart := &v1alpha1.Session{
 		ObjectMeta: metav1.ObjectMeta{Name: "job-restart", Namespace: "default"},
 		Spec: v1alpha1.SessionSpec{Policy: policies.Policy{
-			Label: "job-restart", Image: daemontest.AgentImage, Command: []string{"sh", "-c", "sleep 60; exit 4"}}},
+			Label: "job-restart", Image: daemontest.AgentImage, Command: []string{"sh", "-c", "sleep 30; exit 4"}}},
 	}
 	if err := admin.Create(ctx, restart); err != nil {
 		t.Fatal(err)
@@ -297,19 +303,43 @@ func TestDaemonSetUnderKubelet(t *testing.T) {
 		}
 		return s.Status.State == v1alpha1.SessionRunning, fmt.Sprintf("%+v", s.Status)
 	})
-	// The Session's command: sh and its sleep.
-	var sessionProcs []string
-	for _, p := range n.procs() {
-		if strings.HasSuffix(p, " sleep") || strings.HasSuffix(p, " sh") {
-			sessionProcs = append(sessionProcs, p)
-		}
-	}
+	parent := "/" + n.cgroupName + "/airlock"
+	sessionProcs := n.sessionProcs()
 	if len(sessionProcs) == 0 {
 		t.Fatalf("no process of Session job-restart on the node: %v", n.procs())
+	}
+	// Where they run: containerd and the shims in its cgroup under the
+	// parent, the Session's in its own cgroup under it too.
+	placed := append([]string{}, sessionProcs...)
+	for _, p := range n.procsNamed("containerd", "containerd-shim") {
+		// airlockd's, not the node's (the kubelet's CRI and its shims):
+		// their command lines name airlockd's root.
+		pid, _, _ := strings.Cut(p, " ")
+		if b, _ := os.ReadFile("/proc/" + pid + "/cmdline"); strings.Contains(string(b), "/var/lib/airlock/") {
+			placed = append(placed, p)
+		}
+	}
+	if len(placed) < len(sessionProcs)+2 {
+		t.Errorf("airlockd's containerd and shim not found among the node's processes: %v", n.procs())
+	}
+	// In every hierarchy: a hybrid host's v2 one too, which runc (the
+	// kubelet's) kills the old container's processes through.
+	for _, p := range placed {
+		pid, _, _ := strings.Cut(p, " ")
+		b, err := os.ReadFile("/proc/" + pid + "/cgroup")
+		if err != nil {
+			t.Error(err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if parts := strings.SplitN(l, ":", 3); len(parts) != 3 || !strings.HasPrefix(parts[2], parent+"/") {
+				t.Errorf("process %s in cgroup %q, want beneath %s in every hierarchy", p, l, parent)
+			}
+		}
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	began = time.Now()
 	kubetest.Eventually(t, 2*time.Minute, "airlockd's container restarted by the kubelet", func() (bool, string) {
 		var p corev1.Pod
 		if err := admin.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
@@ -317,17 +347,27 @@ func TestDaemonSetUnderKubelet(t *testing.T) {
 		}
 		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount == 1 && podReady(&p), podState(&p)
 	})
-	kubetest.Eventually(t, time.Minute, "Session job-restart ended by the restart", func() (bool, string) {
+	t.Logf("airlockd's container restarted and ready %s after its kill", time.Since(began).Round(time.Millisecond))
+	// The same processes, not a second run of the Session's command.
+	if now := n.sessionProcs(); !slices.Equal(now, sessionProcs) {
+		ctrLog, _ := os.ReadFile(filepath.Join(n.dir, "host", "var", "lib", "airlock", "containerd", "containerd.log"))
+		if len(ctrLog) > 8<<10 {
+			ctrLog = ctrLog[len(ctrLog)-8<<10:]
+		}
+		t.Errorf("the Session's processes %v before the restart, %v after: want the same ones; airlockd's log:\n%s\nits containerd's:\n%s", sessionProcs, now, n.podLog(pod, 16<<10), ctrLog)
+	}
+	if s, err = session(ctx, admin, restart.Name); err != nil || s.Status.State != v1alpha1.SessionRunning {
+		t.Errorf("Session job-restart after the restart: %v %+v, want Running", err, s.Status)
+	}
+	kubetest.Eventually(t, 2*time.Minute, "Session job-restart Exited 4, reported by the restarted agent", func() (bool, string) {
 		s, err = session(ctx, admin, restart.Name)
 		if err != nil {
 			return false, err.Error()
 		}
-		return s.Status.State == v1alpha1.SessionExited && s.Status.Reason == "lost", fmt.Sprintf("%+v", s.Status)
+		return s.Status.State == v1alpha1.SessionExited, fmt.Sprintf("%+v", s.Status)
 	})
-	for _, p := range sessionProcs {
-		if slices.Contains(n.procs(), p) {
-			t.Errorf("the Session's process %s outlived the restart", p)
-		}
+	if s.Status.ExitCode == nil || *s.Status.ExitCode != 4 || s.Status.Reason == "lost" {
+		t.Errorf("Session job-restart ended with %+v, want exit code 4 (not lost)", s.Status)
 	}
 	if err := admin.Delete(ctx, restart); err != nil {
 		t.Fatal(err)
@@ -340,7 +380,74 @@ func TestDaemonSetUnderKubelet(t *testing.T) {
 	if m := regexp.MustCompile(`(?m)^.*cannot \w+ resource.*$`).FindString(n.podLog(pod, 1<<20)); m != "" {
 		t.Errorf("the pod's agent was refused by RBAC: %s", m)
 	}
+
+	// The pod's deletion with a Session running: airlockd, on the
+	// kubelet's SIGTERM, stops the Session (--stop-sessions-on-exit),
+	// which is reported Exited, not lost a lease later, and stops its
+	// containerd: nothing of it outlives the pod, no process and no
+	// cgroup under the parent.
+	drain := &v1alpha1.Session{
+		ObjectMeta: metav1.ObjectMeta{Name: "job-drain", Namespace: "default"},
+		Spec: v1alpha1.SessionSpec{Policy: policies.Policy{
+			Label: "job-drain", Image: daemontest.AgentImage, Command: []string{"sh", "-c", "sleep 300"}}},
+	}
+	if err := admin.Create(ctx, drain); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.Eventually(t, 2*time.Minute, "Session job-drain Running", func() (bool, string) {
+		s, err := session(ctx, admin, drain.Name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return s.Status.State == v1alpha1.SessionRunning, fmt.Sprintf("%+v", s.Status)
+	})
+	deletePod(t, admin, pod, n)
+	if s, err = session(ctx, admin, drain.Name); err != nil || s.Status.State != v1alpha1.SessionExited || s.Status.Reason == "lost" || s.Status.ExitCode == nil {
+		t.Errorf("Session job-drain after the pod's deletion: %v %+v; want Exited with its exit code, reported by the agent", err, s.Status)
+	} else {
+		t.Logf("Session job-drain after the pod's deletion: %s, exit code %d, reason %q", s.Status.State, *s.Status.ExitCode, s.Status.Reason)
+	}
+	if left := n.procsUnder(parent); len(left) > 0 {
+		t.Errorf("after the pod's deletion, processes under %s: %v", parent, left)
+	}
+	for _, h := range cgroupHierarchies() {
+		if _, err := os.Stat(filepath.Join(h, parent)); err == nil {
+			t.Errorf("after the pod's deletion, cgroup %s left", filepath.Join(h, parent))
+		}
+	}
 }
+
+// sessionProcs returns the node's sh and sleep processes: the running
+// Session's command.
+func (n *kubeNode) sessionProcs() []string {
+	return n.procsNamed("sh", "sleep")
+}
+
+// procsNamed returns the node's processes ("PID COMM") with one of names.
+func (n *kubeNode) procsNamed(names ...string) []string {
+	var out []string
+	for _, p := range n.procs() {
+		_, comm, _ := strings.Cut(p, " ")
+		if slices.Contains(names, comm) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// procsUnder returns the node's processes in a cgroup at or beneath
+// cgroup, in any hierarchy.
+func (n *kubeNode) procsUnder(cgroup string) []string {
+	var out []string
+	for _, p := range n.procs() {
+		pid, _, _ := strings.Cut(p, " ")
+		if b, err := os.ReadFile("/proc/" + pid + "/cgroup"); err == nil && inCgroup(string(b), strings.TrimPrefix(cgroup, "/")) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 
 // buildNodeImage builds the node image named ref from
 // deploy/kubernetes/image/Containerfile with make's output

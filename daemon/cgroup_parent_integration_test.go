@@ -1,0 +1,153 @@
+package daemon_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/testutil"
+	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
+	"github.com/airlock-sandbox/airlock/runtime"
+)
+
+// TestCgroupParentAndStopSessionsOnExit runs airlockd as a process with
+// --cgroup-parent (an absolute path, on a host), --stop-sessions-on-exit
+// and --stop-containerd: a session's processes, its containerd and the
+// shims are in cgroups under the parent in every hierarchy; on SIGTERM the
+// running session is stopped (its processes end, its state recorded as
+// stopped for the next airlockd), containerd stops, and no cgroup is left
+// under the parent, nor the parent itself.
+func TestCgroupParentAndStopSessionsOnExit(t *testing.T) {
+	testutil.RequiresRoot(t)
+	root, err := os.MkdirTemp("/tmp", "alc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	rand.Read(b)
+	parent := "/airlock-parent-test-" + hex.EncodeToString(b)
+	ctrdSock := filepath.Join(root, "containerd", "containerd.sock")
+	hierarchies := cgroupHierarchies(t)
+	t.Cleanup(func() {
+		daemontest.RemoveAnchor(context.Background(), ctrdSock)
+		_ = (&runtime.Embedded{Dir: filepath.Join(root, "containerd")}).Stop(context.Background(), 10*time.Second)
+		os.RemoveAll(root)
+		for _, h := range hierarchies {
+			removeTree(filepath.Join(h, parent))
+		}
+	})
+
+	d := startProcDaemon(t, root, "--cgroup-parent", parent, "--stop-sessions-on-exit", "--stop-containerd", "--image", h.Env.AgentImage)
+	// A failed test's airlockd, its sessions and containerd are stopped.
+	t.Cleanup(d.cleanup)
+	s := d.create(true, "sh", "-c", "sleep 300")
+	if s.State != api.StateRunning || s.Pid == 0 {
+		t.Fatalf("session %+v, want running with its pid", s)
+	}
+	inParent := func(pid int, want string) {
+		t.Helper()
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if parts := strings.SplitN(l, ":", 3); len(parts) != 3 || !strings.HasPrefix(parts[2], want) {
+				t.Errorf("process %d in %q, want %s... in every hierarchy", pid, l, want)
+			}
+		}
+	}
+	inParent(int(s.Pid), parent+"/airlock-")
+	ctrdPid, err := os.ReadFile(filepath.Join(root, "containerd", "containerd.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpid, _ := strconv.Atoi(strings.TrimSpace(string(ctrdPid)))
+	inParent(cpid, parent+"/airlock-")
+	for _, sh := range daemontest.ShimProcesses(ctrdSock) {
+		pid, _ := strconv.Atoi(strings.Fields(sh)[0])
+		inParent(pid, parent+"/airlock-")
+	}
+
+	began := time.Now()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("airlockd exit after SIGTERM: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		d.cmd.Process.Kill()
+		t.Fatal("airlockd did not exit on SIGTERM")
+	}
+	t.Logf("airlockd stopped its session and containerd and exited %s after SIGTERM", time.Since(began).Round(time.Millisecond))
+	if err := syscall.Kill(int(s.Pid), 0); err == nil {
+		t.Errorf("the session's process %d outlived airlockd's --stop-sessions-on-exit", s.Pid)
+	}
+	if _, err := os.Stat(ctrdSock); err == nil {
+		t.Errorf("containerd socket %s still exists after --stop-containerd", ctrdSock)
+	}
+	if shims := shimsAfter(ctrdSock, 10*time.Second); len(shims) > 0 {
+		t.Errorf("shims left: %v", shims)
+	}
+	for _, h := range hierarchies {
+		if _, err := os.Stat(filepath.Join(h, parent)); err == nil {
+			t.Errorf("cgroup %s left", filepath.Join(h, parent))
+		}
+	}
+	// The next airlockd finds the session stopped, not running; once it
+	// is removed and that airlockd stopped, nothing is left either.
+	d2 := startProcDaemon(t, root, "--cgroup-parent", parent, "--stop-containerd")
+	if got := d2.inspect(s.ID); got.State != api.StateStopped {
+		t.Errorf("session after the restart: %s, want stopped", got.State)
+	}
+	d2.cleanup()
+	for _, h := range hierarchies {
+		if _, err := os.Stat(filepath.Join(h, parent)); err == nil {
+			t.Errorf("cgroup %s left after the second airlockd", filepath.Join(h, parent))
+		}
+	}
+}
+
+// cgroupHierarchies returns the machine's cgroup hierarchies' directories.
+func cgroupHierarchies(t *testing.T) []string {
+	t.Helper()
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.procs"); err == nil {
+		return []string{"/sys/fs/cgroup"}
+	}
+	ents, err := os.ReadDir("/sys/fs/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		p := filepath.Join("/sys/fs/cgroup", e.Name())
+		if _, err := os.Stat(filepath.Join(p, "cgroup.procs")); err == nil && e.IsDir() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// removeTree removes a cgroup directory tree, children first.
+func removeTree(dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.IsDir() {
+			removeTree(filepath.Join(dir, e.Name()))
+		}
+	}
+	os.Remove(dir)
+}

@@ -151,6 +151,14 @@ func (l *L7) findings() []string {
 		if l3 := base.ClientCPU.Median + base.ServerCPU.Median; l3 > 0 {
 			s += fmt.Sprintf(" If the transfer is bound by CPU (client, server and gateway on the same cores), that alone predicts ×%.2f passed through and ×%.2f terminated (the L3 path's client and server CPU per GiB, %.2f s, over the same plus the gateway's).",
 				l3/(l3+pass.GatewayCPU.Median), l3/(l3+term.GatewayCPU.Median), l3)
+			// The ends' own CPU per GiB differs by path too (the
+			// kernel charges them their sockets' and the forwarding's
+			// work): the whole of it on each path.
+			all := func(d *L7Download) float64 { return d.ClientCPU.Median + d.ServerCPU.Median + d.GatewayCPU.Median }
+			if all(pass) > 0 && all(term) > 0 {
+				s += fmt.Sprintf(" Counting all three processes' CPU per GiB on each path (passed through %.2f s, terminated %.2f s), it predicts ×%.2f and ×%.2f.",
+					all(pass), all(term), l3/all(pass), l3/all(term))
+			}
 		}
 		if base.GatewayCPU.Median > 0.05*term.GatewayCPU.Median {
 			s += fmt.Sprintf(" The L3 path, which the gateway never sees, still shows %.2f s per GiB in that process: the part of the figures that is not the gateway's.", base.GatewayCPU.Median)
@@ -160,6 +168,21 @@ func (l *L7) findings() []string {
 	if fast := l.download(L7PathFast); base != nil && fast != nil && base.Gbps.N > 0 && fast.Gbps.N > 0 {
 		s := fmt.Sprintf("L7 gateway, %s HTTPS download on the kernel fast path (airlockd --l7-fast-path: the ClientHello held in the gateway's netfilter queue and checked, the connection then forwarded by the kernel as on the L3 path): ×%.2f of the L3 path (target ≥ ×%.2f: %s), %.2f s of the gateway's CPU per GiB.",
 			size(fast.Bytes), fast.Ratio, fast.Target, metText(fast.Met()), fast.GatewayCPU.Median)
+		// The same CPU-bound model as above: here the gateway is off the
+		// path, so what differs is the client's and the server's CPU per
+		// GiB (their sockets' and the kernel's forwarding work, which
+		// the kernel charges to them).
+		l3 := base.ClientCPU.Median + base.ServerCPU.Median
+		if f := fast.ClientCPU.Median + fast.ServerCPU.Median + fast.GatewayCPU.Median; l3 > 0 && f > 0 {
+			s += fmt.Sprintf(" The client and the server spent %.2f s of CPU per GiB on it (gateway included) against %.2f s on the L3 path: if the transfer is bound by CPU, that alone predicts ×%.2f.", f, l3, l3/f)
+			if fast.Ratio < fast.Target && l3/f < fast.Target {
+				s += " The shortfall is the CPU the transfer's own ends spent, not the gateway's"
+				if lo, hi := base.Gbps.Min, fast.Gbps.Max; fast.Gbps.N > 0 && base.Gbps.N > 0 && hi >= lo {
+					s += fmt.Sprintf("; the two paths' rates overlap (L3 %.2f–%.2f Gbit/s, fast path %.2f–%.2f)", base.Gbps.Min, base.Gbps.Max, fast.Gbps.Min, fast.Gbps.Max)
+				}
+				s += "."
+			}
+		}
 		if fl := l.latency(L7ProtoHTTPS, L7PathFast); fl != nil && fl.LatencyUS.N > 0 {
 			s += fmt.Sprintf(" A request on a kept-alive connection adds %s µs at p50 (the gateway is not on its path).", signed(fl.AddedP50US))
 		}

@@ -60,6 +60,20 @@ func (r *Report) Write(dir string) error {
 	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(r.Markdown()), 0o644)
 }
 
+// Render reads dir's report.json and writes its report.md again with this
+// code's rendering (the tables and findings of the same measurements).
+func Render(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err != nil {
+		return err
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, "report.json"), err)
+	}
+	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(r.Markdown()), 0o644)
+}
+
 // Markdown renders the report for people.
 func (r *Report) Markdown() string {
 	var b strings.Builder

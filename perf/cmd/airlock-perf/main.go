@@ -68,8 +68,15 @@ func run() int {
 	agents := flag.String("agents", strings.Join(perf.AgentRecipes, ","), "agents of the agent start section ("+strings.Join(perf.AgentRecipes, ",")+"); their images are the archives in _output/RECIPE-image.path (`make images`)")
 	flag.DurationVar(&opts.AgentStart.Timeout, "agent-timeout", 90*time.Second, "bound of each run of the agent start section")
 	flag.DurationVar(&opts.Budget, "budget", 12*time.Minute+30*time.Second, "finish measuring by then: no section starts in its last minute, no density level (measured last) whose estimated end is less than 30 s before it")
+	render := flag.String("render", "", "measure nothing: write `DIR`/report.md again from DIR/report.json with this harness's tables and findings")
 	flag.IntVar(&opts.Load, "load", 0, "measure everything under `N` busy loops (perfload spin, one core each; make perf-load takes one per core), so that every ratio is taken under load; the report goes to perf/loaded unless -out is given")
 	flag.Parse()
+	if *render != "" {
+		if err := perf.Render(*render); err != nil {
+			return fail(err)
+		}
+		return 0
+	}
 	outSet := false
 	flag.Visit(func(f *flag.Flag) { outSet = outSet || f.Name == "out" })
 	if opts.Load < 0 || opts.Load > 64 {

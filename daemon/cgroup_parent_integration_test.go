@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -53,6 +54,8 @@ func TestCgroupParentAndStopSessionsOnExit(t *testing.T) {
 	if s.State != api.StateRunning || s.Pid == 0 {
 		t.Fatalf("session %+v, want running with its pid", s)
 	}
+	// Created, not started: its sandbox's first process waits.
+	idle := d.create(false, "true")
 	inParent := func(pid int, want string) {
 		t.Helper()
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
@@ -107,11 +110,26 @@ func TestCgroupParentAndStopSessionsOnExit(t *testing.T) {
 			t.Errorf("cgroup %s left", filepath.Join(h, parent))
 		}
 	}
-	// The next airlockd finds the session stopped, not running; once it
-	// is removed and that airlockd stopped, nothing is left either.
+	// With those sessions kept, another parent is refused at start,
+	// plainly, and nothing is made.
+	other := exec.Command(filepath.Join(h.Env.BinDir, "airlockd"), "--root", root, "--socket", filepath.Join(root, "airlock.sock"),
+		"--bin-dir", h.Env.BinDir, "--cgroup-parent", parent+"-other", "--stop-containerd")
+	out, err := other.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `made under cgroup parent`) || !strings.Contains(string(out), parent+`\"`) {
+		t.Errorf("airlockd with another --cgroup-parent: %v %q %v\nwant a refusal naming %s", err, out, other.Args, parent)
+	}
+	for _, hr := range hierarchies {
+		if _, err := os.Stat(filepath.Join(hr, parent+"-other")); err == nil {
+			t.Errorf("the refused start made cgroup %s", filepath.Join(hr, parent+"-other"))
+		}
+	}
+	// The next airlockd finds both sessions stopped; once they are
+	// removed and that airlockd stopped, nothing is left either.
 	d2 := startProcDaemon(t, root, "--cgroup-parent", parent, "--stop-containerd")
-	if got := d2.inspect(s.ID); got.State != api.StateStopped {
-		t.Errorf("session after the restart: %s, want stopped", got.State)
+	for _, id := range []string{s.ID, idle.ID} {
+		if got := d2.inspect(id); got.State != api.StateStopped {
+			t.Errorf("session %s after the restart: %s, want stopped", id, got.State)
+		}
 	}
 	d2.cleanup()
 	for _, h := range hierarchies {

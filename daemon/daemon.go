@@ -137,6 +137,9 @@ type Daemon struct {
 	runtime  *runtime.Runtime // rt, when it is containerd (nil in tests of a fake)
 	embedded *runtime.Embedded
 	cgroups  runtime.Cgroups
+	// parentMade is whether airlockd made Config.CgroupParent (which it
+	// then removes, empty, when it stops its containerd).
+	parentMade bool
 
 	// The layers each session is assembled from, besides the runtime.
 	// creds mints the sessions' credentials and delivers them.
@@ -199,10 +202,15 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	if _, err := os.Stat(filepath.Join(cfg.BinDir, launch.Binary)); err != nil {
 		return nil, fmt.Errorf("%s, the first process of every sandbox, is missing from the bin dir (make build puts it there): %w", launch.Binary, err)
 	}
+	parent, err := checkCgroupParent(cfg, runtime.Cgroups{})
+	if err != nil {
+		return nil, err
+	}
 	d, err := newDaemon(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
+	d.parentMade = parent.Made
 	address := cfg.Containerd
 	if address == "" {
 		d.embedded = &runtime.Embedded{Dir: filepath.Join(cfg.Root, "containerd"), BinDir: cfg.BinDir,
@@ -446,18 +454,55 @@ func (d *Daemon) StopContainerd(ctx context.Context) error {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	// Stopped sessions kept for their diff leave empty cgroups: a pass
-	// over them (a running session's, and its parents, stay).
-	d.cgroups.RemoveTree(anchorOptions(d.cfg, d.prefix).CgroupPath)
-	d.cgroups.RemoveTree(filepath.Dir(d.CgroupPath("x")))
-	if d.cfg.CgroupParent != "" {
-		// containerd's, once the shims born in it have ended too.
-		d.cgroups.Remove(containerdCgroup(d.cfg, d.prefix))
-		// The operator's parent, made for this daemon's cgroups, when
-		// nothing else is in it (another daemon's may be).
-		d.cgroups.Remove(d.cfg.CgroupParent)
+	// Stopped sessions kept for their diff leave empty cgroups, and the
+	// shims of their ended tasks are still exiting: passes over them for
+	// up to five seconds while no session runs (a running session's
+	// cgroup, and its parents, stay).
+	d.mu.Lock()
+	running := d.creating > 0
+	kept := make([]*session, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		kept = append(kept, s)
+	}
+	d.mu.Unlock()
+	for _, s := range kept {
+		s.mu.Lock()
+		running = running || s.rec.State == api.StateRunning || s.rec.State == api.StateCreated
+		s.mu.Unlock()
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if d.removeCgroups() || running || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	return err
+}
+
+// removeCgroups removes the empty cgroups of the daemon: the anchor's, the
+// sessions' and their parent, containerd's, and the cgroup parent if
+// airlockd made it (another daemon's may be in it; one the operator made
+// stays). It reports whether none of them is left.
+func (d *Daemon) removeCgroups() bool {
+	paths := []string{anchorOptions(d.cfg, d.prefix).CgroupPath, filepath.Dir(d.CgroupPath("x"))}
+	for _, p := range paths {
+		d.cgroups.RemoveTree(p)
+	}
+	if d.cfg.CgroupParent != "" {
+		c := containerdCgroup(d.cfg, d.prefix)
+		d.cgroups.Remove(c)
+		paths = append(paths, c)
+		if d.parentMade {
+			d.cgroups.Remove(d.cfg.CgroupParent)
+			paths = append(paths, d.cfg.CgroupParent)
+		}
+	}
+	for _, p := range paths {
+		if d.cgroups.Exists(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // Runtime returns the runtime (for tests and image management).

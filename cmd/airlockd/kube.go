@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
@@ -37,6 +38,8 @@ func (k *kubeAgent) setCapacity(n int) { k.Capacity = n }
 // setPoolRoom gives SessionPools the room the session limit leaves above
 // the node's capacity (call after setCapacity).
 func (k *kubeAgent) setPoolRoom(limit int) { k.PoolRoom = max(0, limit-k.Capacity) }
+
+func (k *kubeAgent) setDraining(b *atomic.Bool) { k.Draining = b }
 
 func (k *kubeAgent) setDaemon(root, version, runtime string) {
 	k.Root, k.Version, k.Runtime = root, version, runtime

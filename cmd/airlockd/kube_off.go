@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/daemon"
@@ -25,6 +26,7 @@ type kubeAgent struct{}
 func (*kubeAgent) setCapacity(int)                  {}
 func (*kubeAgent) setPoolRoom(int)                  {}
 func (*kubeAgent) setDaemon(string, string, string) {}
+func (*kubeAgent) setDraining(*atomic.Bool)         {}
 func (*kubeAgent) run(context.Context, *daemon.Daemon) error {
 	return errors.New("built without Kubernetes support")
 }

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/egress/dnsproxy"
 	"github.com/airlock-sandbox/airlock/hostcheck"
+	"github.com/airlock-sandbox/airlock/internal/caller"
 	"github.com/airlock-sandbox/airlock/internal/hostcgroup"
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/sdnotify"
@@ -126,8 +128,8 @@ func run() int {
 		logLevel       = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat      = fs.String("log-format", "text", "text or json")
 		stopContainerd = fs.Bool("stop-containerd", false, "stop the embedded containerd when airlockd exits")
-		stopSessions   = fs.Bool("stop-sessions-on-exit", false, "on SIGINT or SIGTERM, stop every running session (SIGTERM, SIGKILL 10s later) before airlockd exits, and with --kubernetes wait (up to 15s) until their Sessions are reported Exited; without it running sessions outlive airlockd and the next one on --root takes them back. A crash or SIGKILL leaves them running either way. A DaemonSet sets it: the kubelet sends SIGTERM when the pod is deleted or the node shuts down, not when it restarts a container that ended")
-		cgroupParent   = fs.String("cgroup-parent", "", "make the sessions' cgroups, the shim anchor's and the embedded containerd's (where the shims it starts are born) under this cgroup `PATH` of the host's hierarchies instead of their roots: an absolute path, or a relative one placed beside the kubelet's pod cgroups (beside kubepods, in the kubelet's cgroup root). In a DaemonSet's pod it keeps them out of the container's cgroup, which a restart of the container kills whole, so that sessions outlive the restart. For it airlockd joins its parent's cgroup namespace (the container runtime's shim's, which the host's PID namespace shows: hostPID) and mounts the host's hierarchies over its container's partial ones at /sys/fs/cgroup, in its own mount namespace only")
+		stopSessions   = fs.Bool("stop-sessions-on-exit", false, "on SIGINT or SIGTERM, stop every running session, and every created one not started (SIGTERM, SIGKILL 10s later), before airlockd exits; with --kubernetes the agent starts no new Session meanwhile and airlockd waits (up to 15s) until the stopped ones' Sessions are reported Exited. A second signal ends airlockd at once. Without it running sessions outlive airlockd and the next one on --root takes them back; a crash, SIGKILL or a failure of the node agent leaves them running either way. A DaemonSet sets it: the kubelet sends SIGTERM when the pod is deleted or the node shuts down, not when it restarts a container that ended")
+		cgroupParent   = fs.String("cgroup-parent", "", "make the sessions' cgroups, the shim anchor's and the embedded containerd's (where the shims it starts are born) under this cgroup `PATH` of the host's hierarchies instead of their roots: an absolute path, or a relative one placed beside the kubelet's pod cgroups (beside kubepods, in the kubelet's cgroup root). In a DaemonSet's pod it keeps them out of the container's cgroup, which a restart of the container kills whole, so that sessions outlive the restart. For it airlockd joins its parent's cgroup namespace (the container runtime's shim's, which the host's PID namespace shows: hostPID) and mounts the host's hierarchies over its container's partial ones at /sys/fs/cgroup, in its container's mount namespace, from which nothing of it propagates. The parent may not change while sessions made under another are kept under --root")
 		ociRuntime     = ociRuntimeFlag(runtime.DefaultOCIRuntime)
 		poolRefill     = fs.Int("pool-refill", daemon.DefaultPoolRefill, "sandboxes one warm pool prepares at once, `N` from 1 to 16, when sessions take them or it starts")
 		maxPrep        = fs.Int("max-preparing", daemon.DefaultMaxPreparing(), "sandboxes prepared at once, by cold creates and warm pools' refills together, `N` (0: no bound); more wait their turn, creates first and each in the order it came; a create's wait is in its response (queued) and in the metrics (default: four per CPU)")
@@ -209,7 +211,12 @@ func run() int {
 	logger := slog.New(h)
 	slog.SetDefault(logger)
 
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// A signal is a request to stop (--stop-sessions-on-exit acts on it
+	// alone); a failure of the node agent or the API also ends the
+	// daemon, through cancel, but ends no session.
+	sigCtx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stopSignals()
+	ctx, cancel := context.WithCancel(sigCtx)
 	defer cancel()
 	ctx = log.WithLogger(ctx, logger)
 
@@ -465,8 +472,10 @@ func run() int {
 	// stopped (--stop-sessions-on-exit).
 	agentCtx, cancelAgent := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelAgent()
+	var draining atomic.Bool
 	if kubeCfg != nil {
 		kubeCfg.setDaemon(absRoot, daemon.Version, string(ociRuntime))
+		kubeCfg.setDraining(&draining)
 		agentDone = make(chan error, 1)
 		go func() {
 			err := kubeCfg.run(agentCtx, d)
@@ -479,7 +488,13 @@ func run() int {
 		}()
 	}
 	serveErr := httpapi.Serve(ctx, d, absSocket, *socketGroup)
-	if *stopSessions {
+	signalled := sigCtx.Err() != nil
+	// A second signal ends airlockd at once, whatever it is doing.
+	stopSignals()
+	if *stopSessions && signalled {
+		// The agent starts no new Session meanwhile, and goes on
+		// reporting those it runs.
+		draining.Store(true)
 		stopped := stopRunning(context.WithoutCancel(ctx), d, 10*time.Second)
 		if kubeCfg != nil && len(stopped) > 0 {
 			wctx, wcancel := context.WithTimeout(agentCtx, 15*time.Second)
@@ -493,6 +508,11 @@ func run() int {
 	if agentDone != nil {
 		cancelAgent()
 		agentErr = <-agentDone
+		if *stopSessions && signalled {
+			// One the agent had begun to start when the drain began:
+			// its Session is marked lost after the lease.
+			stopRunning(context.WithoutCancel(ctx), d, 10*time.Second)
+		}
 	}
 	// The console acts on the daemon: it stops before the daemon does.
 	if consoleSrv != nil {
@@ -519,13 +539,15 @@ func run() int {
 	return 0
 }
 
-// stopRunning stops every running session of d at once, each given grace
-// between its SIGTERM and SIGKILL, and returns their ids.
+// stopRunning stops every running session of d at once, and every one
+// created and not started (its sandbox's first process waits), each given
+// grace between its SIGTERM and SIGKILL, and returns their ids.
 func stopRunning(ctx context.Context, d *daemon.Daemon, grace time.Duration) []string {
+	ctx = caller.With(ctx, "airlockd, stopping on a signal (--stop-sessions-on-exit)")
 	var ids []string
 	var wg sync.WaitGroup
 	for _, s := range d.List(ctx) {
-		if s.State != api.StateRunning {
+		if s.State != api.StateRunning && s.State != api.StateCreated {
 			continue
 		}
 		ids = append(ids, s.ID)

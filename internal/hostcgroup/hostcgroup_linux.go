@@ -72,6 +72,9 @@ func EnterNamespaceOf(pid int) error {
 // mount is a cgroup file system mounted under Root.
 type mount struct {
 	point, root, fstype string
+	// shared is whether the mount is in a shared peer group (its
+	// mounts and unmounts beneath propagate to its peers).
+	shared bool
 	// options are the super block's options: the v1 hierarchy's
 	// controllers (and name=).
 	options []string
@@ -81,7 +84,20 @@ type mount struct {
 // process's mount namespace that are not hidden by a later mount at their
 // point or above it.
 func mounts() ([]mount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	all, err := readMounts("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(m mount) bool {
+		under := m.point == Root || strings.HasPrefix(m.point, Root+"/")
+		return !under || (m.fstype != "cgroup" && m.fstype != "cgroup2")
+	}), nil
+}
+
+// readMounts reads a mountinfo file: every mount not hidden by a later
+// one at its point or above it.
+func readMounts(file string) ([]mount, error) {
+	f, err := os.Open(file)
 	if err != nil {
 		return nil, err
 	}
@@ -99,10 +115,7 @@ func mounts() ([]mount, error) {
 		out = slices.DeleteFunc(out, func(o mount) bool {
 			return o.point == m.point || strings.HasPrefix(o.point, strings.TrimSuffix(m.point, "/")+"/")
 		})
-		under := m.point == Root || strings.HasPrefix(m.point, Root+"/")
-		if under && (m.fstype == "cgroup" || m.fstype == "cgroup2") {
-			out = append(out, m)
-		}
+		out = append(out, m)
 	}
 	return out, sc.Err()
 }
@@ -118,6 +131,7 @@ func parseMountInfo(line string) (mount, bool) {
 	return mount{
 		root:    mountinfo.Unescape(fields[3]),
 		point:   mountinfo.Unescape(fields[4]),
+		shared:  slices.ContainsFunc(fields[6:sep], func(f string) bool { return strings.HasPrefix(f, "shared:") }),
 		fstype:  fields[sep+1],
 		options: strings.Split(fields[sep+3], ","),
 	}, true
@@ -181,17 +195,26 @@ func MountFullView(ref int) error {
 		// A host's own choice of what to mount.
 		return nil
 	}
+	// Nothing done here may reach another mount namespace. A mount or
+	// unmount propagates along its parent mount's peer group: the mount
+	// that holds Root (a cgroup2 mount at Root is a child of /sys's, say,
+	// whose peers a container with Bidirectional volumes shares with the
+	// host) becomes a slave, which receives but sends nothing, and
+	// Root's own mounts private.
+	all, err := readMounts("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	if p, ok := holder(all, filepath.Dir(Root)); ok && p.shared {
+		if err := unix.Mount("", p.point, "", unix.MS_SLAVE, ""); err != nil {
+			return fmt.Errorf("make %s, the mount that holds %s, a slave: %w", p.point, Root, err)
+		}
+	}
 	if err := unix.Mount("", Root, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make %s private: %w", Root, err)
 	}
 	for _, m := range partial {
-		var data []string
-		for _, o := range m.options {
-			// The super block's own options, not the mount's.
-			if o != "rw" && o != "ro" {
-				data = append(data, o)
-			}
-		}
+		data := superOptions(m)
 		// The kernel refuses a superblock mounted again at the root of a
 		// mount of its own (EBUSY): the partial mount goes first.
 		if err := unix.Unmount(m.point, unix.MNT_DETACH); err != nil {
@@ -207,6 +230,19 @@ func MountFullView(ref int) error {
 		}
 	}
 	for _, m := range missing {
+		if m.fstype == "cgroup2" {
+			// The v2 hierarchy has one set of flags for the whole
+			// machine, which a mount sets: the host's own
+			// (nsdelegate, memory_recursiveprot, ...), read from
+			// ref's mount table, are kept.
+			host, err := readMounts(fmt.Sprintf("/proc/%d/mountinfo", ref))
+			if err != nil {
+				return fmt.Errorf("the host's cgroup2 mount options: %w", err)
+			}
+			if i := slices.IndexFunc(host, func(h mount) bool { return h.fstype == "cgroup2" }); i >= 0 {
+				m.options = superOptions(host[i])
+			}
+		}
 		if err := os.MkdirAll(m.point, 0o755); err != nil {
 			return fmt.Errorf("a directory for the %s hierarchy: %w", m.fstype, err)
 		}
@@ -218,6 +254,31 @@ func MountFullView(ref int) error {
 		return fmt.Errorf("cgroup mounts still partial after mounting afresh (in a cgroup namespace of a container's own?): %v %v", left, err)
 	}
 	return nil
+}
+
+// superOptions are a cgroup mount's super block options (its v1
+// controllers, its v2 flags), without the mount's own rw or ro.
+func superOptions(m mount) []string {
+	var out []string
+	for _, o := range m.options {
+		if o != "rw" && o != "ro" {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// holder returns the mount that holds path: the one at the longest mount
+// point that is path or above it.
+func holder(all []mount, path string) (mount, bool) {
+	var best mount
+	found := false
+	for _, m := range all {
+		if (m.point == path || m.point == "/" || strings.HasPrefix(path, m.point+"/")) && (!found || len(m.point) >= len(best.point)) {
+			best, found = m, true
+		}
+	}
+	return best, found
 }
 
 func mountHierarchy(fstype, point, data string) error {
@@ -272,9 +333,10 @@ func missingHierarchies(ms []mount) ([]mount, error) {
 	return out, nil
 }
 
-// Own returns the cgroup path of process pid (0: this one) in its first
-// hierarchy that names one (the v2 hierarchy's, or a v1 controller's), as
-// its /proc/PID/cgroup shows it to this process.
+// Own returns the cgroup path of process pid (0: this one), as its
+// /proc/PID/cgroup shows it to this process: the first hierarchy's that is
+// not the root (a hierarchy a container runtime leaves out keeps its
+// processes at the root), else the root.
 func Own(pid int) (string, error) {
 	p := "/proc/self/cgroup"
 	if pid != 0 {
@@ -284,22 +346,19 @@ func Own(pid int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var v2 string
+	found := false
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 {
 			continue
 		}
-		if parts[0] == "0" && parts[1] == "" {
-			v2 = parts[2]
-			continue
-		}
-		if parts[1] != "" {
+		found = true
+		if parts[2] != "/" {
 			return parts[2], nil
 		}
 	}
-	if v2 != "" {
-		return v2, nil
+	if found {
+		return "/", nil
 	}
 	return "", fmt.Errorf("%s names no cgroup", p)
 }

@@ -92,6 +92,12 @@ func helperMount() {
 	if err := unix.Mount("", "/", "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
 		fail("private /: %v", err)
 	}
+	// /sys shared, as in a container whose rootfs is rshared (CRI makes
+	// it so for Bidirectional volumes): MountFullView must stop what it
+	// does from propagating along it.
+	if err := unix.Mount("", "/sys", "", unix.MS_SHARED, ""); err != nil {
+		fail("shared /sys: %v", err)
+	}
 	cg := os.Getenv("HOSTCGROUP_TEST_CGROUP")
 	// As runc makes a v1 container's: a tmpfs at /sys/fs/cgroup, and in
 	// it each hierarchy's directory with the container's cgroup bound
@@ -142,6 +148,13 @@ func helperMount() {
 		fail("partial: %v", err)
 	}
 	fmt.Printf("partial=%d\n", len(partial))
+	all, err := readMounts("/proc/self/mountinfo")
+	if err != nil {
+		fail("%v", err)
+	}
+	if h, ok := holder(all, "/sys/fs"); !ok || h.point != "/sys" || h.shared {
+		fail("after MountFullView, the mount that holds /sys/fs: %+v %v; want /sys, no longer shared", h, ok)
+	}
 	// The test's cgroup is seen at its full path again, in every
 	// hierarchy the machine has (the v2 one of a hybrid host too).
 	if got, want := len(hierarchies(Root)), len(strings.Split(strings.TrimSpace(os.Getenv("HOSTCGROUP_TEST_HIERARCHIES")), " ")); got != want {
@@ -337,6 +350,22 @@ func TestParseMountInfo(t *testing.T) {
 	m, ok = parseMountInfo(`30 24 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot`)
 	if !ok || m.root != "/" || m.fstype != "cgroup2" || m.point != "/sys/fs/cgroup" {
 		t.Errorf("parsed %+v, %v", m, ok)
+	}
+	if m, ok := parseMountInfo(`24 1 0:22 / /sys rw,nosuid shared:7 master:1 - sysfs sysfs rw`); !ok || !m.shared || m.point != "/sys" {
+		t.Errorf("parsed %+v, %v: want shared", m, ok)
+	}
+	if m, ok := parseMountInfo(`24 1 0:22 / /sys rw,nosuid master:1 - sysfs sysfs rw`); !ok || m.shared {
+		t.Errorf("parsed %+v, %v: want not shared", m, ok)
+	}
+	all := []mount{{point: "/"}, {point: "/sys"}, {point: "/sys/fs/cgroup"}, {point: "/sysfoo"}}
+	if h, ok := holder(all, "/sys/fs"); !ok || h.point != "/sys" {
+		t.Errorf("holder of /sys/fs: %+v", h)
+	}
+	if h, ok := holder(all[:1], "/sys/fs"); !ok || h.point != "/" {
+		t.Errorf("holder of /sys/fs with only /: %+v", h)
+	}
+	if got := superOptions(mount{options: []string{"rw", "nsdelegate", "memory_recursiveprot"}}); strings.Join(got, ",") != "nsdelegate,memory_recursiveprot" {
+		t.Errorf("superOptions: %v", got)
 	}
 	if _, ok := parseMountInfo("garbage"); ok {
 		t.Error("parsed a line that is not mountinfo")

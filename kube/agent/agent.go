@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -107,6 +108,12 @@ type Config struct {
 	// API is the daemon's /v1 API handler (httpapi.New): the node
 	// endpoint hands it the requests it authorized.
 	API http.Handler
+	// Draining, when set and true, has the agent start no Session it
+	// has not started yet (the next agent on the node does): airlockd
+	// sets it while it stops its sessions on its way out
+	// (--stop-sessions-on-exit), whose Sessions the agent goes on
+	// reporting.
+	Draining *atomic.Bool
 }
 
 // Check reports what is wrong with cfg's node name, labels, capacity and
@@ -295,7 +302,7 @@ func newNodeManager(ctx context.Context, d Daemon, cfg Config, scheme *runtime.S
 	if err != nil {
 		return nil, nil, err
 	}
-	na := &nodeAgent{d: d, node: cfg.Node, c: mgr.GetClient(), fresh: mgr.GetAPIReader(),
+	na := &nodeAgent{d: d, node: cfg.Node, c: mgr.GetClient(), fresh: mgr.GetAPIReader(), draining: cfg.Draining,
 		wake: make(chan event.GenericEvent, 256), stopCtx: ctx, waiting: map[string]bool{},
 		auditWritten: map[types.UID]time.Time{}, statusWritten: map[types.UID]time.Time{},
 		auditEvery: cfg.AuditStatusEvery,

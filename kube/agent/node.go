@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -99,6 +100,8 @@ type Daemon interface {
 type nodeAgent struct {
 	d     Daemon
 	node  string
+	// draining is Config.Draining.
+	draining *atomic.Bool
 	c     client.Client // writes; its cache holds this node's Sessions
 	fresh client.Reader // reads that bypass the cache
 	// wake carries an event for a Session whose status is to be
@@ -242,6 +245,12 @@ func (a *nodeAgent) Reconcile(ctx context.Context, req reconcile.Request) (recon
 				return true
 			})
 			return reconcile.Result{}, err
+		}
+		if a.draining != nil && a.draining.Load() {
+			// Its airlockd is stopping (Config.Draining): the next
+			// agent on the node starts it.
+			log.G(ctx).Info("Session not started: the node agent is stopping", "session", req.NamespacedName.String())
+			return reconcile.Result{}, nil
 		}
 		var err error
 		if v, err = a.run(ctx, &s); err != nil || v == nil {

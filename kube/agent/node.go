@@ -98,12 +98,12 @@ type Daemon interface {
 // nodeAgent reconciles the Sessions placed on its node with its daemon's
 // local sessions.
 type nodeAgent struct {
-	d     Daemon
-	node  string
+	d    Daemon
+	node string
 	// draining is Config.Draining.
 	draining *atomic.Bool
-	c     client.Client // writes; its cache holds this node's Sessions
-	fresh client.Reader // reads that bypass the cache
+	c        client.Client // writes; its cache holds this node's Sessions
+	fresh    client.Reader // reads that bypass the cache
 	// wake carries an event for a Session whose status is to be
 	// written again: its local session ended, one of its requests was
 	// held or decided, its audit counts changed.

@@ -448,7 +448,6 @@ func (n *kubeNode) procsUnder(cgroup string) []string {
 	return out
 }
 
-
 // buildNodeImage builds the node image named ref from
 // deploy/kubernetes/image/Containerfile with make's output
 // (hack/build-node-image.sh --image) into a directory of the test's.

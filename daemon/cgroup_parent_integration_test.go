@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/hostcgroup"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/runtime"
@@ -37,7 +38,7 @@ func TestCgroupParentAndStopSessionsOnExit(t *testing.T) {
 	rand.Read(b)
 	parent := "/airlock-parent-test-" + hex.EncodeToString(b)
 	ctrdSock := filepath.Join(root, "containerd", "containerd.sock")
-	hierarchies := cgroupHierarchies(t)
+	hierarchies := hostcgroup.Hierarchies("")
 	t.Cleanup(func() {
 		daemontest.RemoveAnchor(context.Background(), ctrdSock)
 		_ = (&runtime.Embedded{Dir: filepath.Join(root, "containerd")}).Stop(context.Background(), 10*time.Second)
@@ -137,26 +138,6 @@ func TestCgroupParentAndStopSessionsOnExit(t *testing.T) {
 			t.Errorf("cgroup %s left after the second airlockd", filepath.Join(h, parent))
 		}
 	}
-}
-
-// cgroupHierarchies returns the machine's cgroup hierarchies' directories.
-func cgroupHierarchies(t *testing.T) []string {
-	t.Helper()
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.procs"); err == nil {
-		return []string{"/sys/fs/cgroup"}
-	}
-	ents, err := os.ReadDir("/sys/fs/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ents {
-		p := filepath.Join("/sys/fs/cgroup", e.Name())
-		if _, err := os.Stat(filepath.Join(p, "cgroup.procs")); err == nil && e.IsDir() {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // removeTree removes a cgroup directory tree, children first.

@@ -281,13 +281,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 // cleans up such a task without reporting its exit, and rewait takes the
 // exit kept here instead of calling the session lost.
 func (d *Daemon) readShimExits(ctx context.Context) {
-	d.mu.Lock()
-	sessions := make([]*session, 0, len(d.sessions))
-	for _, s := range d.sessions {
-		sessions = append(sessions, s)
-	}
-	d.mu.Unlock()
-	for _, s := range sessions {
+	for _, s := range d.sessionList() {
 		s.mu.Lock()
 		state, id := s.rec.State, s.rec.ID
 		s.mu.Unlock()
@@ -460,12 +454,8 @@ func (d *Daemon) StopContainerd(ctx context.Context) error {
 	// cgroup, and its parents, stay).
 	d.mu.Lock()
 	running := d.creating > 0
-	kept := make([]*session, 0, len(d.sessions))
-	for _, s := range d.sessions {
-		kept = append(kept, s)
-	}
 	d.mu.Unlock()
-	for _, s := range kept {
+	for _, s := range d.sessionList() {
 		s.mu.Lock()
 		running = running || s.rec.State == api.StateRunning || s.rec.State == api.StateCreated
 		s.mu.Unlock()
@@ -477,6 +467,18 @@ func (d *Daemon) StopContainerd(ctx context.Context) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return err
+}
+
+// sessionList returns the daemon's sessions, read under d.mu: their own
+// locks are taken after it is let go.
+func (d *Daemon) sessionList() []*session {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]*session, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		out = append(out, s)
+	}
+	return out
 }
 
 // removeCgroups removes the empty cgroups of the daemon: the anchor's, the

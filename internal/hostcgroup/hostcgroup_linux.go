@@ -363,10 +363,13 @@ func Own(pid int) (string, error) {
 	return "", fmt.Errorf("%s names no cgroup", p)
 }
 
-// hierarchies returns the directories of the hierarchies mounted under
-// root: root itself when it is the v2 hierarchy, else each v1 hierarchy
-// beneath it (and a hybrid host's v2 one).
-func hierarchies(root string) []string {
+// Hierarchies returns the directories of the hierarchies mounted under
+// root ("" is Root): root itself when it is the v2 hierarchy, else each v1
+// hierarchy beneath it (and a hybrid host's v2 one).
+func Hierarchies(root string) []string {
+	if root == "" {
+		root = Root
+	}
 	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err == nil {
 		return []string{root}
 	}
@@ -394,7 +397,7 @@ func Move(root string, pid int, cgroupPath string) error {
 	if !path.IsAbs(cgroupPath) {
 		return fmt.Errorf("cgroup path %q is not absolute", cgroupPath)
 	}
-	hs := hierarchies(root)
+	hs := Hierarchies(root)
 	if len(hs) == 0 {
 		return fmt.Errorf("no cgroup hierarchy under %s", root)
 	}
@@ -450,7 +453,7 @@ func Remove(root, cgroupPath string) {
 	if root == "" {
 		root = Root
 	}
-	for _, h := range hierarchies(root) {
+	for _, h := range Hierarchies(root) {
 		_ = os.Remove(filepath.Join(h, cgroupPath))
 	}
 }

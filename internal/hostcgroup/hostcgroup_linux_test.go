@@ -108,7 +108,7 @@ func helperMount() {
 		fail("stage tmpfs: %v", err)
 	}
 	// runc mounts no v2 hierarchy in a v1 container on a hybrid host.
-	hs := slices.DeleteFunc(hierarchies(Root), func(h string) bool { return filepath.Base(h) == "unified" })
+	hs := slices.DeleteFunc(Hierarchies(Root), func(h string) bool { return filepath.Base(h) == "unified" })
 	for _, h := range hs {
 		d := filepath.Join(stage, filepath.Base(h))
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -157,11 +157,11 @@ func helperMount() {
 	}
 	// The test's cgroup is seen at its full path again, in every
 	// hierarchy the machine has (the v2 one of a hybrid host too).
-	if got, want := len(hierarchies(Root)), len(strings.Split(strings.TrimSpace(os.Getenv("HOSTCGROUP_TEST_HIERARCHIES")), " ")); got != want {
+	if got, want := len(Hierarchies(Root)), len(strings.Split(strings.TrimSpace(os.Getenv("HOSTCGROUP_TEST_HIERARCHIES")), " ")); got != want {
 		b, _ := os.ReadFile("/proc/self/mountinfo")
 		fail("after MountFullView: %d hierarchies, want the machine's %d\n%s", got, want, b)
 	}
-	for _, h := range hierarchies(Root) {
+	for _, h := range Hierarchies(Root) {
 		if _, err := os.Stat(filepath.Join(h, cg, "cgroup.procs")); err != nil {
 			fail("after MountFullView: %v", err)
 		}
@@ -177,7 +177,7 @@ func testCgroup(t *testing.T) string {
 	rand.Read(b)
 	cg := "/airlock-hostcgroup-test-" + hex.EncodeToString(b)
 	t.Cleanup(func() {
-		for _, h := range hierarchies(Root) {
+		for _, h := range Hierarchies(Root) {
 			dirs, _ := filepath.Glob(filepath.Join(h, cg, "*"))
 			for _, d := range dirs {
 				if fi, err := os.Stat(d); err == nil && fi.IsDir() {
@@ -186,7 +186,7 @@ func testCgroup(t *testing.T) string {
 			}
 		}
 		Remove("", cg)
-		for _, h := range hierarchies(Root) {
+		for _, h := range Hierarchies(Root) {
 			if _, err := os.Stat(filepath.Join(h, cg)); err == nil {
 				t.Errorf("cgroup %s left", filepath.Join(h, cg))
 			}
@@ -201,7 +201,7 @@ func run(t *testing.T, helper, cg string, attr *syscall.SysProcAttr) string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"="+helper, "HOSTCGROUP_TEST_CGROUP="+cg, "HOSTCGROUP_TEST_STAGE="+t.TempDir(),
-		"HOSTCGROUP_TEST_HIERARCHIES="+strings.Join(hierarchies(Root), " "))
+		"HOSTCGROUP_TEST_HIERARCHIES="+strings.Join(Hierarchies(Root), " "))
 	cmd.SysProcAttr = attr
 	out, err := cmd.Output()
 	if err != nil {
@@ -241,7 +241,7 @@ func TestMountFullView(t *testing.T) {
 	testutil.RequiresRoot(t)
 	cg := testCgroup(t)
 	// The cgroup to bind over each hierarchy, as runc's container cgroup.
-	for _, h := range hierarchies(Root) {
+	for _, h := range Hierarchies(Root) {
 		if err := mkdirCgroup(h, filepath.Join(h, cg)); err != nil {
 			t.Fatal(err)
 		}
@@ -299,14 +299,14 @@ func TestMoveAndRemove(t *testing.T) {
 		}
 	}
 	Remove("", inner)
-	if _, err := os.Stat(filepath.Join(hierarchies(Root)[0], inner)); err != nil {
+	if _, err := os.Stat(filepath.Join(Hierarchies(Root)[0], inner)); err != nil {
 		t.Errorf("Remove removed the cgroup %s that holds a process: %v", inner, err)
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
 	for _, p := range []string{inner, cg + "/a"} {
 		Remove("", p)
-		for _, h := range hierarchies(Root) {
+		for _, h := range Hierarchies(Root) {
 			if _, err := os.Stat(filepath.Join(h, p)); err == nil {
 				t.Errorf("cgroup %s not removed", filepath.Join(h, p))
 			}

@@ -23,3 +23,6 @@ func Move(root string, pid int, cgroupPath string) error { return errUnsupported
 
 // Remove is Linux's.
 func Remove(root, cgroupPath string) {}
+
+// Hierarchies is Linux's.
+func Hierarchies(root string) []string { return nil }

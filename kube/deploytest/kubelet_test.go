@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/airlock-sandbox/airlock/internal/hostcgroup"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/internal/testutil/daemontest"
 	"github.com/airlock-sandbox/airlock/kube/agent"
@@ -410,7 +411,7 @@ func TestDaemonSetUnderKubelet(t *testing.T) {
 	if left := n.procsUnder(parent); len(left) > 0 {
 		t.Errorf("after the pod's deletion, processes under %s: %v", parent, left)
 	}
-	for _, h := range cgroupHierarchies() {
+	for _, h := range hostcgroup.Hierarchies("") {
 		if _, err := os.Stat(filepath.Join(h, parent)); err == nil {
 			t.Errorf("after the pod's deletion, cgroup %s left", filepath.Join(h, parent))
 		}

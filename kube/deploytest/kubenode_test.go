@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/airlock-sandbox/airlock/internal/hostcgroup"
 	"github.com/airlock-sandbox/airlock/internal/ocipack"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
 )
@@ -254,27 +255,10 @@ func (n *kubeNode) nsID(kind string) string {
 	return id
 }
 
-// cgroupHierarchies are the directories of the machine's cgroup
-// hierarchies (v1, and v2 where mounted).
-func cgroupHierarchies() []string {
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.procs"); err == nil {
-		return []string{"/sys/fs/cgroup"}
-	}
-	var out []string
-	ents, _ := os.ReadDir("/sys/fs/cgroup")
-	for _, e := range ents {
-		p := filepath.Join("/sys/fs/cgroup", e.Name())
-		if _, err := os.Stat(filepath.Join(p, "cgroup.procs")); err == nil {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // makeCgroupRoot makes the kubelet's cgroup root in every hierarchy (the
 // kubelet checks that it exists).
 func (n *kubeNode) makeCgroupRoot() {
-	for _, h := range cgroupHierarchies() {
+	for _, h := range hostcgroup.Hierarchies("") {
 		p := filepath.Join(h, n.cgroupName)
 		if err := os.Mkdir(p, 0o755); err != nil {
 			n.t.Fatal(err)
@@ -704,7 +688,7 @@ func (n *kubeNode) close() {
 	if left := n.procs(); len(left) > 0 {
 		t.Errorf("node %s: processes left: %v", n.name, left)
 	}
-	for _, h := range cgroupHierarchies() {
+	for _, h := range hostcgroup.Hierarchies("") {
 		if _, err := os.Stat(filepath.Join(h, n.cgroupName)); err == nil {
 			t.Errorf("node %s: cgroup %s left", n.name, filepath.Join(h, n.cgroupName))
 		}
@@ -787,7 +771,7 @@ func (n *kubeNode) killProcs() {
 // removeCgroups removes the cgroup root and everything under it, deepest
 // first, in every hierarchy.
 func (n *kubeNode) removeCgroups() {
-	for _, h := range cgroupHierarchies() {
+	for _, h := range hostcgroup.Hierarchies("") {
 		root := filepath.Join(h, n.cgroupName)
 		var dirs []string
 		filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,6 +44,8 @@ func TestCgroupParentAndStopSessionsOnExit(t *testing.T) {
 		os.RemoveAll(root)
 		for _, h := range hierarchies {
 			removeTree(filepath.Join(h, parent))
+			removeTree(filepath.Join(h, parent+"-other"))
+			removeTree(filepath.Join(h, parent+"-third"))
 		}
 	})
 
@@ -111,31 +112,56 @@ func TestCgroupParentAndStopSessionsOnExit(t *testing.T) {
 			t.Errorf("cgroup %s left", filepath.Join(h, parent))
 		}
 	}
-	// With those sessions kept, another parent is refused at start,
-	// plainly, and nothing is made.
-	other := exec.Command(filepath.Join(h.Env.BinDir, "airlockd"), "--root", root, "--socket", filepath.Join(root, "airlock.sock"),
-		"--bin-dir", h.Env.BinDir, "--cgroup-parent", parent+"-other", "--stop-containerd")
-	out, err := other.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), `made under cgroup parent`) || !strings.Contains(string(out), parent+`\"`) {
-		t.Errorf("airlockd with another --cgroup-parent: %v %q %v\nwant a refusal naming %s", err, out, other.Args, parent)
-	}
-	for _, hr := range hierarchies {
-		if _, err := os.Stat(filepath.Join(hr, parent+"-other")); err == nil {
-			t.Errorf("the refused start made cgroup %s", filepath.Join(hr, parent+"-other"))
-		}
-	}
-	// The next airlockd finds both sessions stopped; once they are
-	// removed and that airlockd stopped, nothing is left either.
-	d2 := startProcDaemon(t, root, "--cgroup-parent", parent, "--stop-containerd")
+	// The next airlockd, under another parent, finds both sessions
+	// stopped; once everything is removed and the last airlockd stopped,
+	// nothing is left under any of the parents, all made by airlockd.
+	other := parent + "-other"
+	d2 := startProcDaemon(t, root, "--cgroup-parent", other, "--stop-containerd")
 	for _, id := range []string{s.ID, idle.ID} {
 		if got := d2.inspect(id); got.State != api.StateStopped {
 			t.Errorf("session %s after the restart: %s, want stopped", id, got.State)
 		}
 	}
-	d2.cleanup()
+	// A session running when its airlockd is killed keeps the cgroup it
+	// was made in under the next one, whatever that one's parent: its
+	// kill by pidfd checks that cgroup, its removal removes it.
+	run := d2.create(true, "sh", "-c", "sleep 300")
+	inParent(int(run.Pid), other+"/airlock-")
+	if err := d2.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	d2.cmd.Wait()
+	third := parent + "-third"
+	d3 := startProcDaemon(t, root, "--cgroup-parent", third, "--stop-containerd")
+	t.Cleanup(d3.cleanup)
+	if got := d3.inspect(run.ID); got.State != api.StateRunning {
+		t.Fatalf("session %s after the kill and restart: %s, want running", run.ID, got.State)
+	}
+	d3.do("POST", "/v1/sessions/"+run.ID+"/stop", strings.NewReader(`{"grace":"100ms"}`), nil)
+	if got := d3.inspect(run.ID); got.State != api.StateStopped || got.Reason != "stopped" {
+		t.Errorf("session %s after its stop: %s (%s), want stopped", run.ID, got.State, got.Reason)
+	}
+	if err := syscall.Kill(int(run.Pid), 0); err == nil {
+		t.Errorf("the session's process %d outlived its stop", run.Pid)
+	}
+	for _, id := range []string{s.ID, idle.ID, run.ID} {
+		d3.do("DELETE", "/v1/sessions/"+id, nil, nil)
+	}
+	d3.cleanup()
 	for _, h := range hierarchies {
-		if _, err := os.Stat(filepath.Join(h, parent)); err == nil {
-			t.Errorf("cgroup %s left after the second airlockd", filepath.Join(h, parent))
+		for _, p := range []string{parent, other, third} {
+			if _, err := os.Stat(filepath.Join(h, p)); err == nil {
+				var left []string
+				filepath.WalkDir(filepath.Join(h, p), func(q string, e os.DirEntry, err error) error {
+					if err == nil && e.IsDir() {
+						procs, _ := os.ReadFile(filepath.Join(q, "cgroup.procs"))
+						left = append(left, fmt.Sprintf("%s [%s]", q, strings.Join(strings.Fields(string(procs)), " ")))
+					}
+					return nil
+				})
+				rec, _ := os.ReadFile(filepath.Join(root, "cgroup-parents.json"))
+				t.Errorf("cgroups left after the last airlockd: %v (record %s)", left, rec)
+			}
 		}
 	}
 }

@@ -6,57 +6,84 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"github.com/containerd/errdefs"
+	"slices"
 
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/runtime"
 )
 
-// cgroupParentFile records, under the root, the cgroup parent the root's
-// sessions were made under (Config.CgroupParent), and whether airlockd
-// made that parent.
-const cgroupParentFile = "cgroup-parent.json"
+// cgroupParentFile records, under the root, the cgroup parents
+// (Config.CgroupParent) airlockd made: it removes them, once empty, when it
+// stops its containerd, and never one the operator made (and may have set
+// limits on). Each session's own cgroup is in its record (record.Cgroup),
+// so a parent may change between starts.
+const cgroupParentFile = "cgroup-parents.json"
 
-type cgroupParentRecord struct {
-	Parent string `json:"parent"`
-	// Made is whether the parent did not exist when airlockd first used
-	// it: StopContainerd removes it (empty) only then, never one the
-	// operator made (and may have set limits on).
-	Made bool `json:"made"`
+type cgroupParents struct {
+	Made []string `json:"made"`
 }
 
-// checkCgroupParent refuses a cgroup parent other than the one the root's
-// sessions were made under, while there are sessions: a session's cgroup is
-// found from the parent (for its OOM check, its kill, its removal), so
-// they would be looked for in the wrong place. It records the parent in
-// effect otherwise, and returns that record.
-func checkCgroupParent(cfg Config, cg runtime.Cgroups) (cgroupParentRecord, error) {
-	var rec cgroupParentRecord
-	b, err := os.ReadFile(filepath.Join(cfg.Root, cgroupParentFile))
+func readCgroupParents(root string) (cgroupParents, error) {
+	var rec cgroupParents
+	b, err := os.ReadFile(filepath.Join(root, cgroupParentFile))
 	switch {
-	case err == nil:
-		if err := json.Unmarshal(b, &rec); err != nil {
-			return rec, fmt.Errorf("%s: %w", filepath.Join(cfg.Root, cgroupParentFile), err)
-		}
-	case !errors.Is(err, os.ErrNotExist):
-		return rec, err
-	}
-	if rec.Parent == cfg.CgroupParent {
+	case errors.Is(err, os.ErrNotExist):
 		return rec, nil
-	}
-	entries, err := os.ReadDir(filepath.Join(cfg.Root, "sessions"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	case err != nil:
 		return rec, err
 	}
-	if len(entries) > 0 {
-		return rec, fmt.Errorf("cgroup parent %q: the %d sessions under %s were made under cgroup parent %q: start airlockd with that one (--cgroup-parent), or remove them first: %w",
-			cfg.CgroupParent, len(entries), cfg.Root, rec.Parent, errdefs.ErrFailedPrecondition)
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("%s: %w", filepath.Join(root, cgroupParentFile), err)
 	}
-	rec = cgroupParentRecord{Parent: cfg.CgroupParent, Made: cfg.CgroupParent != "" && !cg.Exists(cfg.CgroupParent)}
-	b, err = json.Marshal(rec)
+	return rec, nil
+}
+
+func writeCgroupParents(root string, rec cgroupParents) error {
+	b, err := json.Marshal(rec)
 	if err != nil {
-		return rec, err
+		return err
 	}
-	return rec, atomicfile.Write(cfg.Root, cgroupParentFile, b, 0o600, -1, -1)
+	return atomicfile.Write(root, cgroupParentFile, b, 0o600, -1, -1)
+}
+
+// noteCgroupParent records cfg.CgroupParent as made by airlockd when it
+// does not exist yet (airlockd makes it with its containerd's or its first
+// session's cgroup).
+func noteCgroupParent(cfg Config, cg runtime.Cgroups) error {
+	if cfg.CgroupParent == "" || cg.Exists(cfg.CgroupParent) {
+		return nil
+	}
+	rec, err := readCgroupParents(cfg.Root)
+	if err != nil {
+		return err
+	}
+	if slices.Contains(rec.Made, cfg.CgroupParent) {
+		return nil
+	}
+	rec.Made = append(rec.Made, cfg.CgroupParent)
+	return writeCgroupParents(cfg.Root, rec)
+}
+
+// removeMadeParents removes the parents airlockd made, with the empty
+// cgroups beneath them, and forgets those gone; it reports whether none is
+// left.
+func removeMadeParents(root string, cg runtime.Cgroups) bool {
+	rec, err := readCgroupParents(root)
+	if err != nil || len(rec.Made) == 0 {
+		return err == nil
+	}
+	left := rec.Made[:0:0]
+	for _, p := range rec.Made {
+		// What airlockd left in it under an earlier parent too (a
+		// killed daemon's containerd cgroup, its sessions' parent),
+		// the empty cgroups only.
+		cg.RemoveTree(p)
+		if cg.Exists(p) {
+			left = append(left, p)
+		}
+	}
+	if len(left) != len(rec.Made) {
+		_ = writeCgroupParents(root, cgroupParents{Made: left})
+	}
+	return len(left) == 0
 }

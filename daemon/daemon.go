@@ -137,9 +137,6 @@ type Daemon struct {
 	runtime  *runtime.Runtime // rt, when it is containerd (nil in tests of a fake)
 	embedded *runtime.Embedded
 	cgroups  runtime.Cgroups
-	// parentMade is whether airlockd made Config.CgroupParent (which it
-	// then removes, empty, when it stops its containerd).
-	parentMade bool
 
 	// The layers each session is assembled from, besides the runtime.
 	// creds mints the sessions' credentials and delivers them.
@@ -202,15 +199,13 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, retErr error) {
 	if _, err := os.Stat(filepath.Join(cfg.BinDir, launch.Binary)); err != nil {
 		return nil, fmt.Errorf("%s, the first process of every sandbox, is missing from the bin dir (make build puts it there): %w", launch.Binary, err)
 	}
-	parent, err := checkCgroupParent(cfg, runtime.Cgroups{})
-	if err != nil {
+	if err := noteCgroupParent(cfg, runtime.Cgroups{}); err != nil {
 		return nil, err
 	}
 	d, err := newDaemon(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	d.parentMade = parent.Made
 	address := cfg.Containerd
 	if address == "" {
 		d.embedded = &runtime.Embedded{Dir: filepath.Join(cfg.Root, "containerd"), BinDir: cfg.BinDir,
@@ -461,7 +456,11 @@ func (d *Daemon) StopContainerd(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		if d.removeCgroups() || running || time.Now().After(deadline) {
+		if d.removeCgroups() || running {
+			break
+		}
+		if time.Now().After(deadline) {
+			log.G(ctx).Warn("cgroups of airlockd's left after its containerd stopped (a process still in one?)", "root", d.cfg.Root)
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -482,9 +481,9 @@ func (d *Daemon) sessionList() []*session {
 }
 
 // removeCgroups removes the empty cgroups of the daemon: the anchor's, the
-// sessions' and their parent, containerd's, and the cgroup parent if
-// airlockd made it (another daemon's may be in it; one the operator made
-// stays). It reports whether none of them is left.
+// sessions' and their parent, containerd's, and the cgroup parents airlockd
+// made (another daemon's may be in one; one the operator made stays). It
+// reports whether none of them is left.
 func (d *Daemon) removeCgroups() bool {
 	paths := []string{anchorOptions(d.cfg, d.prefix).CgroupPath, filepath.Dir(d.CgroupPath("x"))}
 	for _, p := range paths {
@@ -494,17 +493,14 @@ func (d *Daemon) removeCgroups() bool {
 		c := containerdCgroup(d.cfg, d.prefix)
 		d.cgroups.Remove(c)
 		paths = append(paths, c)
-		if d.parentMade {
-			d.cgroups.Remove(d.cfg.CgroupParent)
-			paths = append(paths, d.cfg.CgroupParent)
-		}
 	}
+	gone := removeMadeParents(d.cfg.Root, d.cgroups)
 	for _, p := range paths {
 		if d.cgroups.Exists(p) {
 			return false
 		}
 	}
-	return true
+	return gone
 }
 
 // Runtime returns the runtime (for tests and image management).
@@ -532,6 +528,26 @@ func (d *Daemon) Version(ctx context.Context) api.Version {
 }
 
 func (d *Daemon) sessionDir(id string) string { return filepath.Join(d.cfg.Root, "sessions", id) }
+
+// cgroupOf is the cgroup of session id: the one it was made in (as the
+// daemon holds it, else as its record on disk says: what a create cut
+// short or a pooled sandbox left), or, with no record, the one it would be
+// made in now.
+func (d *Daemon) cgroupOf(id string) string {
+	d.mu.Lock()
+	s := d.sessions[id]
+	d.mu.Unlock()
+	if s != nil {
+		return s.cgroup
+	}
+	if rec, err := readRecord(d.sessionDir(id)); err == nil && rec != nil {
+		if rec.Cgroup != "" {
+			return rec.Cgroup
+		}
+		return path.Join("/", "airlock-"+d.prefix, id)
+	}
+	return d.CgroupPath(id)
+}
 
 // CgroupPath is the cgroup (relative to a hierarchy's root) a session's
 // processes run in.
@@ -804,7 +820,7 @@ func (d *Daemon) teardown(ctx context.Context, id string) (retErr error) {
 	}
 	// runc removes the cgroup with the task; a create cut short (the
 	// daemon killed while runc made the task) can leave it, empty.
-	step.Run("cgroup", func() { d.cgroups.Remove(d.CgroupPath(id)) })
+	step.Run("cgroup", func() { d.cgroups.Remove(d.cgroupOf(id)) })
 	dir := d.sessionDir(id)
 	var err error
 	step.Run("workspace", func() { err = cleanupFS(ctx, dir) })
@@ -929,7 +945,13 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 		known[id] = true
 		dir := d.sessionDir(id)
 		tally := newAuditTally(filepath.Join(dir, audit.File), auditSize(dir))
-		s := &session{d: d, dir: dir, audit: d.newAudit(dir, rec.Policy.Resources.AuditSize, tally), tally: tally, rec: *rec, exited: make(chan struct{})}
+		cg := rec.Cgroup
+		if cg == "" {
+			// Made before the path was recorded, when no cgroup
+			// parent existed.
+			cg = path.Join("/", "airlock-"+d.prefix, rec.ID)
+		}
+		s := &session{d: d, dir: dir, cgroup: cg, audit: d.newAudit(dir, rec.Policy.Resources.AuditSize, tally), tally: tally, rec: *rec, exited: make(chan struct{})}
 		s.audit.SetPolicyVersion(rec.version())
 		if rec.Dropping != "" {
 			s.finishDrop(sctx)

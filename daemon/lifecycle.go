@@ -235,7 +235,7 @@ func (s *session) finish(ctx context.Context, end ending) {
 	defer step.Log(ctx, "session teardown steps", "phase", "exit")
 	var ended bool // the session had ended before: its end is not recorded again
 	var oom bool
-	step.Run("oom", func() { oom = d.cgroups.OOMKilled(d.CgroupPath(id)) })
+	step.Run("oom", func() { oom = d.cgroups.OOMKilled(s.cgroup) })
 	step.Run("exit", func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -275,7 +275,7 @@ func (s *session) finish(ctx context.Context, end ending) {
 		if s.fs == nil || !s.fs.Live() {
 			return
 		}
-		if !d.cgroups.Empty(d.CgroupPath(id)) {
+		if !d.cgroups.Empty(s.cgroup) {
 			<-taskGone
 		}
 		var err error
@@ -371,7 +371,7 @@ func (s *session) stop(ctx context.Context, reason string, grace time.Duration) 
 	// in it; by pidfd that takes microseconds, against a runc process for
 	// containerd's kill-all. runc is the fallback.
 	var killErr error
-	if err := runtime.KillInit(pid, d.CgroupPath(id)); err != nil {
+	if err := runtime.KillInit(pid, s.cgroup); err != nil {
 		log.G(ctx).Debug("kill by pidfd; asking runc", "error", err)
 		if err := d.rt.Signal(ctx, id, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
 			killErr = err

@@ -59,8 +59,9 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 		return nil, err
 	}
 	tally := newAuditTally("", 0)
-	s := &session{d: d, dir: dir, audit: d.newAudit(dir, p.Resources.AuditSize, tally), tally: tally, exited: make(chan struct{}), rec: record{
-		ID: id, Label: p.Label, State: stateCreating, Policy: p, PolicyVersion: 1, Created: time.Now().UTC(),
+	cg := d.CgroupPath(id)
+	s := &session{d: d, dir: dir, cgroup: cg, audit: d.newAudit(dir, p.Resources.AuditSize, tally), tally: tally, exited: make(chan struct{}), rec: record{
+		ID: id, Label: p.Label, State: stateCreating, Policy: p, PolicyVersion: 1, Created: time.Now().UTC(), Cgroup: cg,
 	}}
 	if err := s.save(); err != nil {
 		os.RemoveAll(dir)
@@ -88,7 +89,7 @@ func (d *Daemon) prepare(ctx context.Context, p policies.Policy, pooled bool) (_
 	}
 	s.ca, s.secrets = ca, set
 	opts := runtime.HardeningOpts()
-	popts, err := runtime.PolicyOpts(&p, runtime.Hostname(p.Label, id), d.CgroupPath(id))
+	popts, err := runtime.PolicyOpts(&p, runtime.Hostname(p.Label, id), s.cgroup)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}

@@ -19,7 +19,11 @@ import (
 type session struct {
 	d     *Daemon
 	dir   string
-	audit *audit.Log
+	// cgroup is the session's cgroup path (record.Cgroup, or what a
+	// record without it means), fixed when the session is made or
+	// loaded.
+	cgroup string
+	audit  *audit.Log
 	// tally counts the events audit is given (Daemon.AuditSummary).
 	tally *auditTally
 

@@ -61,6 +61,10 @@ type record struct {
 	Changes *api.ChangeSummary `json:"changes,omitempty"`
 	// Warm records that the session took a pooled sandbox.
 	Warm bool `json:"warm,omitempty"`
+	// Cgroup is the session's cgroup path, as made (under
+	// Config.CgroupParent then). Empty in records written before it was
+	// kept, when there was no parent: the root's airlock-PREFIX/ID.
+	Cgroup string `json:"cgroup,omitempty"`
 	// Labels are the create request's labels (api.CreateRequest.Labels),
 	// recorded with the created state, before the command can run.
 	Labels map[string]string `json:"labels,omitempty"`

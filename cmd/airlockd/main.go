@@ -380,6 +380,14 @@ func run() int {
 		}
 		logger.Info("sessions, the shim anchor and containerd are placed under a cgroup of the host's", "cgroup_parent", cgParent)
 	}
+	// One airlockd a root: a second one (a DaemonSet's new pod while the
+	// old one still stops) waits for the first to end.
+	rootLock, err := lockRoot(ctx, absRoot)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "airlockd: --root:", err)
+		return 1
+	}
+	defer rootLock.Close()
 	fatal, warnings := hostProblems(hostcheck.Run(ctx, hostcheck.Config{Runtime: string(ociRuntime)}), *uplink != "")
 	for _, w := range warnings {
 		logger.Warn("host check", "problem", w)

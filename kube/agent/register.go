@@ -217,6 +217,11 @@ func ptrInt32(p *int32) int32 {
 func (r *registrar) writeNodeStatus(ctx context.Context, n *v1alpha1.AirlockNode, held int) error {
 	st := n.Status
 	st.Capacity = int32(r.cfg.Capacity)
+	if r.cfg.Draining != nil && r.cfg.Draining.Load() {
+		// Its airlockd is stopping: placement sends it nothing more
+		// (the next agent writes the capacity again).
+		st.Capacity = 0
+	}
 	st.Version, st.Runtime, st.HolderIdentity = r.cfg.Version, r.cfg.Runtime, r.identity
 	st.Endpoint = r.endpoint
 	if held >= 0 {

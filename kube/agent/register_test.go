@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
 	"github.com/airlock-sandbox/airlock/kube/kubetest"
 )
 
@@ -53,4 +55,44 @@ func controlPlaneClient(t *testing.T) client.Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestDrainingNodeHasNoRoom: while its airlockd stops (Config.Draining),
+// the agent's report gives its AirlockNode no capacity, so placement sends
+// it nothing more; the next agent, not draining, gives it back.
+func TestDrainingNodeHasNoRoom(t *testing.T) {
+	c := controlPlaneClient(t)
+	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: LeaseNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	var draining atomic.Bool
+	r := &registrar{c: c, identity: "n1/test", cfg: Config{Node: "n1", Capacity: 3, LeaseDuration: 10 * time.Second, Draining: &draining}}
+	if err := r.register(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	capacity := func() int32 {
+		t.Helper()
+		var n v1alpha1.AirlockNode
+		if err := c.Get(t.Context(), client.ObjectKey{Name: "n1"}, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n.Status.Capacity
+	}
+	if got := capacity(); got != 3 {
+		t.Fatalf("capacity %d after register, want 3", got)
+	}
+	draining.Store(true)
+	if err := r.report(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := capacity(); got != 0 {
+		t.Fatalf("capacity %d while draining, want 0", got)
+	}
+	next := &registrar{c: c, identity: "n1/next", cfg: Config{Node: "n1", Capacity: 3, LeaseDuration: 10 * time.Second}}
+	if err := next.report(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := capacity(); got != 3 {
+		t.Fatalf("capacity %d from the next agent, want 3", got)
+	}
 }

@@ -14,8 +14,8 @@ import (
 
 // agentArgs are a DaemonSet's airlockd-kube arguments for node: the node
 // name the downward API gives, and the test's own root, socket, admission
-// file (admFile, the ConfigMap's policy) and session image archive for the
-// container's paths; then the test's kubeconfig (in a pod: the in-cluster
+// file (admFile, the ConfigMap's policy), session image archive and cgroup
+// parent for the container's; then the test's kubeconfig (in a pod: the in-cluster
 // configuration), binaries, runtime and session pool.
 func agentArgs(t *testing.T, env daemontest.Env, dsArgs []string, admFile, kubeconfig, node, pool, root, socket string) []string {
 	t.Helper()
@@ -29,6 +29,10 @@ func agentArgs(t *testing.T, env daemontest.Env, dsArgs []string, admFile, kubec
 	args = setArg(t, args, "--root", root)
 	args = setArg(t, args, "--socket", socket)
 	args = setArg(t, args, "--image", env.AgentImage)
+	// In a pod the cgroup parent is placed beside the kubelet's
+	// kubepods; a process on the host is under none: a parent of the
+	// test's own at the root, which airlockd makes and removes.
+	args = setArg(t, args, "--cgroup-parent", "/"+filepath.Base(root)+"-cgroups")
 	return append(args, "--kubeconfig", kubeconfig, "--bin-dir", env.BinDir, "--runtime", env.Runtime,
 		"--session-pool", pool, "--stop-containerd", "--log-level", "info",
 		"--node-labels", "airlock.test/node="+node)

@@ -17,8 +17,8 @@ import (
 
 // session is one live session in the daemon.
 type session struct {
-	d     *Daemon
-	dir   string
+	d   *Daemon
+	dir string
 	// cgroup is the session's cgroup path (record.Cgroup, or what a
 	// record without it means), fixed when the session is made or
 	// loaded.

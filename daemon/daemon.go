@@ -480,27 +480,11 @@ func (d *Daemon) sessionList() []*session {
 	return out
 }
 
-// removeCgroups removes the empty cgroups of the daemon: the anchor's, the
-// sessions' and their parent, containerd's, and the cgroup parents airlockd
-// made (another daemon's may be in one; one the operator made stays). It
+// removeCgroups removes the daemon's empty cgroups under every cgroup parent
+// its root has used, and the parents it made once empty (tidyCgroups); it
 // reports whether none of them is left.
 func (d *Daemon) removeCgroups() bool {
-	paths := []string{anchorOptions(d.cfg, d.prefix).CgroupPath, filepath.Dir(d.CgroupPath("x"))}
-	for _, p := range paths {
-		d.cgroups.RemoveTree(p)
-	}
-	if d.cfg.CgroupParent != "" {
-		c := containerdCgroup(d.cfg, d.prefix)
-		d.cgroups.Remove(c)
-		paths = append(paths, c)
-	}
-	gone := removeMadeParents(d.cfg.Root, d.cgroups)
-	for _, p := range paths {
-		if d.cgroups.Exists(p) {
-			return false
-		}
-	}
-	return gone
+	return tidyCgroups(d.cfg.Root, d.prefix, d.cfg.CgroupParent, d.cgroups)
 }
 
 // Runtime returns the runtime (for tests and image management).

@@ -97,8 +97,8 @@ func (e Embedded) EnsureStarted(ctx context.Context) (started bool, err error) {
 		log.G(ctx).Debug("re-using running containerd", "address", e.Address())
 		if pid, err := e.pid(); e.Cgroup != "" && err == nil && e.isOurs(pid) {
 			// Where it already is unless an earlier airlockd had
-			// another parent (and no session: see the daemon's
-			// check); the shims it started stay where they are.
+			// another parent; the shims it started stay where they
+			// are (their cgroup is tidied once they have ended).
 			if err := hostcgroup.Move("", pid, e.Cgroup); err != nil {
 				log.G(ctx).Warn("moving the running containerd into its cgroup", "pid", pid, "cgroup", e.Cgroup, "error", err)
 			}

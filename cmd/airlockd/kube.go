@@ -58,6 +58,12 @@ func (k *kubeAgent) waitReported(ctx context.Context, ids []string) ([]string, e
 	return agent.WaitReported(ctx, agent.Config(*k), ids)
 }
 
+// reportDraining gives the node's AirlockNode no capacity at once
+// (agent.ReportDraining).
+func (k *kubeAgent) reportDraining(ctx context.Context) error {
+	return agent.ReportDraining(ctx, agent.Config(*k))
+}
+
 // kubeConfig is the node agent's configuration from the --kubernetes
 // flags, checked; the capacity and what the daemon knows are set later.
 func kubeConfig(f kubeFlags) (*kubeAgent, error) {

@@ -33,6 +33,8 @@ func (*kubeAgent) run(context.Context, *daemon.Daemon) error {
 
 func (*kubeAgent) waitReported(context.Context, []string) ([]string, error) { return nil, nil }
 
+func (*kubeAgent) reportDraining(context.Context) error { return nil }
+
 func kubeConfig(kubeFlags) (*kubeAgent, error) {
 	return nil, errors.New("--kubernetes: this airlockd is built without the node agent; run airlockd-kube, the same daemon with it (make build builds both)")
 }

@@ -129,7 +129,7 @@ func run() int {
 		logFormat      = fs.String("log-format", "text", "text or json")
 		stopContainerd = fs.Bool("stop-containerd", false, "stop the embedded containerd when airlockd exits")
 		stopSessions   = fs.Bool("stop-sessions-on-exit", false, "on SIGINT or SIGTERM, stop every running session, and every created one not started (SIGTERM, SIGKILL 10s later), before airlockd exits; with --kubernetes the agent starts no new Session meanwhile and airlockd waits (up to 15s) until the stopped ones' Sessions are reported Exited. A second signal ends airlockd at once. Without it running sessions outlive airlockd and the next one on --root takes them back; a crash, SIGKILL or a failure of the node agent leaves them running either way. A DaemonSet sets it: the kubelet sends SIGTERM when the pod is deleted or the node shuts down, not when it restarts a container that ended")
-		cgroupParent   = fs.String("cgroup-parent", "", "make the sessions' cgroups, the shim anchor's and the embedded containerd's (where the shims it starts are born) under this cgroup `PATH` of the host's hierarchies instead of their roots: an absolute path, or a relative one placed beside the kubelet's pod cgroups (beside kubepods, in the kubelet's cgroup root). In a DaemonSet's pod it keeps them out of the container's cgroup, which a restart of the container kills whole, so that sessions outlive the restart. For it airlockd joins its parent's cgroup namespace (the container runtime's shim's, which the host's PID namespace shows: hostPID) and mounts the host's hierarchies over its container's partial ones at /sys/fs/cgroup, in its container's mount namespace, from which nothing of it propagates. A session keeps the cgroup it was made in across restarts, whatever a later airlockd's parent; airlockd removes a parent it made itself once it is empty, never one that existed before. airlockd must be the container's first process (no shell or init wrapper): on a cgroup v2 host an absolute PATH is otherwise taken inside the container's own cgroup")
+		cgroupParent   = fs.String("cgroup-parent", "", "make the sessions' cgroups, the shim anchor's and the embedded containerd's (where the shims it starts are born) under this cgroup `PATH` of the host's hierarchies instead of their roots: an absolute path, or a relative one placed beside the kubelet's pod cgroups (beside kubepods, in the kubelet's cgroup root). In a DaemonSet's pod it keeps them out of the container's cgroup, which a restart of the container kills whole, so that sessions outlive the restart. For it airlockd joins its parent's cgroup namespace (the container runtime's shim's, which the host's PID namespace shows: hostPID) and mounts the host's hierarchies over its container's partial ones at /sys/fs/cgroup, in its container's mount namespace, from which nothing of it propagates. A session keeps the cgroup it was made in across restarts, whatever a later airlockd's parent; when it stops its containerd, airlockd removes its own empty cgroups under every parent its root has used and a parent it made itself once empty, never another cgroup nor a parent that existed before. airlockd must be the container's first process (no shell or init wrapper): on a cgroup v2 host an absolute PATH is otherwise taken inside the container's own cgroup")
 		ociRuntime     = ociRuntimeFlag(runtime.DefaultOCIRuntime)
 		poolRefill     = fs.Int("pool-refill", daemon.DefaultPoolRefill, "sandboxes one warm pool prepares at once, `N` from 1 to 16, when sessions take them or it starts")
 		maxPrep        = fs.Int("max-preparing", daemon.DefaultMaxPreparing(), "sandboxes prepared at once, by cold creates and warm pools' refills together, `N` (0: no bound); more wait their turn, creates first and each in the order it came; a create's wait is in its response (queued) and in the metrics (default: four per CPU)")
@@ -503,6 +503,13 @@ func run() int {
 		// The agent starts no new Session meanwhile, and goes on
 		// reporting those it runs.
 		draining.Store(true)
+		if kubeCfg != nil {
+			rctx, rcancel := context.WithTimeout(agentCtx, 5*time.Second)
+			if err := kubeCfg.reportDraining(rctx); err != nil {
+				logger.Warn("the node's AirlockNode not written with no capacity; placement may still send it Sessions, which wait for the next agent", "error", err)
+			}
+			rcancel()
+		}
 		stopped := stopRunning(context.WithoutCancel(ctx), d, 10*time.Second)
 		if kubeCfg != nil && len(stopped) > 0 {
 			wctx, wcancel := context.WithTimeout(agentCtx, 15*time.Second)

@@ -25,7 +25,8 @@ func lockRoot(ctx context.Context, root string) (*os.File, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(root, rootLockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	// Not through a symbolic link planted there.
+	f, err := os.OpenFile(filepath.Join(root, rootLockFile), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, err
 	}

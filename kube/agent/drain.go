@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
@@ -52,6 +53,36 @@ func WaitReported(ctx context.Context, cfg Config, ids []string) ([]string, erro
 			}
 			return running, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// ReportDraining writes cfg.Node's AirlockNode with no capacity at once,
+// so that placement sends the node nothing more while its airlockd stops
+// (the agent's own reports, every few seconds, keep it so while
+// cfg.Draining is set; the next agent's registration writes the capacity
+// again).
+func ReportDraining(ctx context.Context, cfg Config) error {
+	scheme, err := Scheme()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg.Kube, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	for {
+		var n v1alpha1.AirlockNode
+		if err := c.Get(ctx, client.ObjectKey{Name: cfg.Node}, &n); err != nil {
+			return fmt.Errorf("AirlockNode %s: %w", cfg.Node, err)
+		}
+		if n.Status.Capacity == 0 {
+			return nil
+		}
+		n.Status.Capacity = 0
+		err := c.Status().Update(ctx, &n)
+		if !apierrors.IsConflict(err) {
+			return err
 		}
 	}
 }

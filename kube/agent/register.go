@@ -347,7 +347,17 @@ func (r *registrar) report(ctx context.Context, held int) error {
 		}
 		r.setNode(n, true)
 	}
-	if err := r.writeNodeStatus(ctx, n, held); err != nil {
+	err := r.writeNodeStatus(ctx, n, held)
+	if apierrors.IsConflict(err) && !read {
+		// Written by someone else meanwhile (airlockd's own write of
+		// no capacity as it drains): once more from a fresh read.
+		n = &v1alpha1.AirlockNode{}
+		if err = r.c.Get(ctx, client.ObjectKey{Name: r.cfg.Node}, n); err == nil {
+			r.setNode(n, true)
+			err = r.writeNodeStatus(ctx, n, held)
+		}
+	}
+	if err != nil {
 		r.mu.Lock()
 		r.node = nil
 		r.mu.Unlock()

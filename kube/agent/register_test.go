@@ -61,7 +61,15 @@ func controlPlaneClient(t *testing.T) client.Client {
 // the agent's report gives its AirlockNode no capacity, so placement sends
 // it nothing more; the next agent, not draining, gives it back.
 func TestDrainingNodeHasNoRoom(t *testing.T) {
-	c := controlPlaneClient(t)
+	cp, _ := kubetest.StartWithCRDs(t)
+	scheme, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: LeaseNamespace}}); err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +89,14 @@ func TestDrainingNodeHasNoRoom(t *testing.T) {
 	if got := capacity(); got != 3 {
 		t.Fatalf("capacity %d after register, want 3", got)
 	}
+	// airlockd's write at the drain's start, at once.
+	if err := ReportDraining(t.Context(), Config{Kube: cp.Config, Node: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := capacity(); got != 0 {
+		t.Fatalf("capacity %d after ReportDraining, want 0", got)
+	}
+	// The agent's own reports while draining keep it so.
 	draining.Store(true)
 	if err := r.report(t.Context(), 1); err != nil {
 		t.Fatal(err)

@@ -408,6 +408,13 @@ func TestDaemonSetUnderKubelet(t *testing.T) {
 	} else {
 		t.Logf("Session job-drain after the pod's deletion: %s, exit code %d, reason %q", s.Status.State, *s.Status.ExitCode, s.Status.Reason)
 	}
+	// Its AirlockNode was given no room as it drained (the node
+	// restriction let the pod's own write through): placement sent it
+	// nothing more.
+	var an v1alpha1.AirlockNode
+	if err := admin.Get(ctx, client.ObjectKey{Name: node}, &an); err != nil || an.Status.Capacity != 0 {
+		t.Errorf("AirlockNode %s after the pod's deletion: %v, capacity %d; want 0", node, err, an.Status.Capacity)
+	}
 	if left := n.procsUnder(parent); len(left) > 0 {
 		t.Errorf("after the pod's deletion, processes under %s: %v", parent, left)
 	}

@@ -368,9 +368,6 @@ func run() int {
 		printSettings(os.Stdout, fs, adm)
 		return 0
 	}
-	// What `airlock doctor` checks, before anything is made: a host that
-	// cannot run sessions is refused here, plainly, instead of by the first
-	// session's failure.
 	var cgParent string
 	if *cgroupParent != "" {
 		// Before anything is started: it may re-execute airlockd.
@@ -388,6 +385,9 @@ func run() int {
 		return 1
 	}
 	defer rootLock.Close()
+	// What `airlock doctor` checks, before anything is made: a host that
+	// cannot run sessions is refused here, plainly, instead of by the first
+	// session's failure.
 	fatal, warnings := hostProblems(hostcheck.Run(ctx, hostcheck.Config{Runtime: string(ociRuntime)}), *uplink != "")
 	for _, w := range warnings {
 		logger.Warn("host check", "problem", w)

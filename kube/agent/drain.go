@@ -23,11 +23,7 @@ func WaitReported(ctx context.Context, cfg Config, ids []string) ([]string, erro
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	scheme, err := Scheme()
-	if err != nil {
-		return nil, err
-	}
-	c, err := client.New(cfg.Kube, client.Options{Scheme: scheme})
+	c, err := agentClient(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -63,11 +59,7 @@ func WaitReported(ctx context.Context, cfg Config, ids []string) ([]string, erro
 // cfg.Draining is set; the next agent's registration writes the capacity
 // again).
 func ReportDraining(ctx context.Context, cfg Config) error {
-	scheme, err := Scheme()
-	if err != nil {
-		return err
-	}
-	c, err := client.New(cfg.Kube, client.Options{Scheme: scheme})
+	c, err := agentClient(cfg)
 	if err != nil {
 		return err
 	}
@@ -85,4 +77,15 @@ func ReportDraining(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+}
+
+// agentClient is a client of the API server with the agent's scheme, for
+// airlockd's own calls around the agent's run (it has none of the agent's
+// caches).
+func agentClient(cfg Config) (client.Client, error) {
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg.Kube, client.Options{Scheme: scheme})
 }

@@ -10,6 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/airlock-sandbox/airlock/kube/apis/airlock/v1alpha1"
@@ -45,31 +46,27 @@ func TestRegisterNeedsNamespace(t *testing.T) {
 // client of it with the agent's scheme.
 func controlPlaneClient(t *testing.T) client.Client {
 	t.Helper()
-	cp, _ := kubetest.StartWithCRDs(t)
-	scheme, err := Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := controlPlane(t)
 	return c
+}
+
+// controlPlane is controlPlaneClient with the control plane's client
+// configuration.
+func controlPlane(t *testing.T) (client.Client, *rest.Config) {
+	t.Helper()
+	cp, _ := kubetest.StartWithCRDs(t)
+	c, err := agentClient(Config{Kube: cp.Config})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, cp.Config
 }
 
 // TestDrainingNodeHasNoRoom: while its airlockd stops (Config.Draining),
 // the agent's report gives its AirlockNode no capacity, so placement sends
 // it nothing more; the next agent, not draining, gives it back.
 func TestDrainingNodeHasNoRoom(t *testing.T) {
-	cp, _ := kubetest.StartWithCRDs(t)
-	scheme, err := Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cp.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, kube := controlPlane(t)
 	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: LeaseNamespace}}); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +87,7 @@ func TestDrainingNodeHasNoRoom(t *testing.T) {
 		t.Fatalf("capacity %d after register, want 3", got)
 	}
 	// airlockd's write at the drain's start, at once.
-	if err := ReportDraining(t.Context(), Config{Kube: cp.Config, Node: "n1"}); err != nil {
+	if err := ReportDraining(t.Context(), Config{Kube: kube, Node: "n1"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := capacity(); got != 0 {

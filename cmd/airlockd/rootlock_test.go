@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -40,5 +42,23 @@ func TestLockRootWaitsForTheOther(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the second lock was not taken once the first was let go")
+	}
+}
+
+// TestLockRootRefusesASymlink: a symbolic link planted as the lock file
+// (by whoever can write the root) is not followed: the lock fails, and the
+// file it names is neither made nor locked.
+func TestLockRootRefusesASymlink(t *testing.T) {
+	root := t.TempDir()
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	if err := os.Symlink(target, filepath.Join(root, rootLockFile)); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := lockRoot(context.Background(), root); err == nil {
+		f.Close()
+		t.Fatal("the lock was taken through a symbolic link")
+	}
+	if _, err := os.Lstat(target); err == nil {
+		t.Errorf("%s was made through the symbolic link", target)
 	}
 }

@@ -41,6 +41,13 @@ func readCgroupParents(root string) (cgroupParents, bool, error) {
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return rec, false, fmt.Errorf("%s: %w", filepath.Join(root, cgroupParentFile), err)
 	}
+	// Only cgroup paths as airlockd writes them: a parent it removes is
+	// joined to the hierarchies' directory.
+	for _, p := range append(slices.Clone(rec.Used), rec.Made...) {
+		if p != "" && (p == "/" || !path.IsAbs(p) || path.Clean(p) != p) {
+			return rec, false, fmt.Errorf("%s: cgroup parent %q is not a clean absolute path", filepath.Join(root, cgroupParentFile), p)
+		}
+	}
 	return rec, true, nil
 }
 

@@ -97,6 +97,21 @@ func TestTidyCgroups(t *testing.T) {
 	if !tidyCgroups(root, prefix, "/made", cg) || exists("made") {
 		t.Errorf("after the last cgroup went: made left %v, record %+v", exists("made"), record())
 	}
+	// A record naming a path out of the hierarchies is refused, and
+	// nothing is removed by it.
+	outside := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(outside, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, cgroupParentFile), []byte(`{"used":[""],"made":["/../../..`+outside+`"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if tidyCgroups(root, prefix, "", cg) {
+		t.Error("tidyCgroups took a record naming a path out of the hierarchies")
+	}
+	if _, err := os.Stat(outside); err != nil {
+		t.Errorf("a record's parent out of the hierarchies removed %s: %v", outside, err)
+	}
 	// A record that is not JSON is an error, not a silent reset.
 	if err := os.WriteFile(filepath.Join(root, cgroupParentFile), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)

@@ -76,6 +76,11 @@ func ReportDraining(ctx context.Context, cfg Config) error {
 		if !apierrors.IsConflict(err) {
 			return err
 		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 

@@ -50,6 +50,9 @@ var mutatingRE = regexp.MustCompile(`(?i)\b(delete|remove|cancel|restart|bounce|
 // tickets.
 var backtickRE = regexp.MustCompile("`([^`\n]+)`")
 
+// percentEncodedRE matches a percent-encoded character ("%3B").
+var percentEncodedRE = regexp.MustCompile(`%[0-9A-Fa-f]{2}`)
+
 // ticketRE matches a ticket or ticket range, quoted or not: "ticket `4812`",
 // "ticket range 48xx", "ticket #4812".
 var ticketRE = regexp.MustCompile("(?i)\\btickets?(?:\\s+range)?\\s+`?#?([0-9]+[xX*]*)`?")
@@ -95,8 +98,12 @@ func Extract(text string, op *policy.Operator) Request {
 		if v == "" || v == req.Ticket {
 			continue
 		}
-		// "?" and "#" end a URL's path: no name a rule could put in one.
-		if !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) || r == '?' || r == '#' }) {
+		// "?" and "#" end a URL's path, and the gateway refuses a path
+		// holding '\\' or ';' or a percent-encoded character once decoded:
+		// no name a rule could put in one, nor a request reach.
+		if !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool {
+			return !unicode.IsGraphic(r) || unicode.IsSpace(r) || strings.ContainsRune("?#\\;", r)
+		}) || percentEncodedRE.MatchString(v) {
 			req.Notes = append(req.Notes, fmt.Sprintf("quoted text %q is not a name; ignored", v))
 			continue
 		}

@@ -102,6 +102,14 @@ func TestExtract(t *testing.T) {
 			text:   "Cancel my stale jobs in the shared-use lane and in the workbench lane.",
 			want:   Request{Mutate: true, Verb: "cancel", Determiner: "my", Owners: []string{"alex"}, Lanes: []string{"prod-batch", "dev"}},
 		},
+		{
+			// No request path can hold them: the gateway refuses ';',
+			// '\\' and a percent-encoded character, raw or decoded.
+			name:   "quoted text no path can hold",
+			family: data.CancelJobs,
+			text:   "Cancel my stale jobs `;`, `a\\b`, `job-%41` and `job-dev-4827-a`.",
+			want:   Request{Mutate: true, Verb: "cancel", Determiner: "my", Owners: []string{"alex"}, IDs: []string{"job-dev-4827-a"}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,9 @@
 package daemon_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -9,8 +12,14 @@ import (
 	"strings"
 	"testing"
 
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/daemon/httpapi"
+	"github.com/airlock-sandbox/airlock/internal/ocipack"
 	"github.com/airlock-sandbox/airlock/internal/testutil"
 	"github.com/airlock-sandbox/airlock/policies"
 )
@@ -407,5 +416,119 @@ func TestProcessAttributes(t *testing.T) {
 	daemon, err2 := strconv.Atoi(strings.TrimSpace(string(self)))
 	if err1 != nil || err2 != nil || got < daemon {
 		t.Errorf("on %s: oom_score_adj %q, the daemon's %q", h.Env.Runtime, r.stdout, self)
+	}
+}
+
+// TestImageDeviceNodesCannotBeOpened: an image whose own files hold device
+// nodes, readable and writable by anyone, is refused at import, naming them,
+// and nothing of it stays. A session's devices are the runtime's: crun's
+// devices cgroup always admits /dev/console (5:1), the host's console, and
+// without the check a session on crun opened an image's 5:1 node.
+//
+// Behind the check, the session's root (the image's snapshot) is mounted
+// nodev: an image put into containerd some other way (here with its own
+// client) has its nodes refused on runc, which keeps the flag when it
+// remounts the root read-only; crun's remount drops it.
+func TestImageDeviceNodesCannotBeOpened(t *testing.T) {
+	testutil.RequiresRoot(t)
+	nodes := []struct {
+		name         string
+		typ          byte
+		major, minor int64
+	}{
+		{"console", tar.TypeChar, 5, 1}, {"null", tar.TypeChar, 1, 3}, {"mem", tar.TypeChar, 1, 1},
+		{"tty0", tar.TypeChar, 4, 0}, {"sda", tar.TypeBlock, 8, 0},
+	}
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "probe/", Mode: 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: n.typ, Name: "probe/" + n.name, Mode: 0o666, Devmajor: n.major, Devminor: n.minor}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	base, err := os.Open(h.Env.AgentImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer base.Close()
+	const ref = "airlock/devnodes:test"
+	var archive bytes.Buffer
+	if _, err := ocipack.Append(&archive, base, &layer, ocipack.AppendConfig{Ref: ref, TempDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+
+	rt := h.Daemon.Runtime()
+	imgs, err := rt.ImportImage(t.Context(), bytes.NewReader(archive.Bytes()), "")
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(fmt.Sprint(err), "/probe/console (char 5:1)") || !strings.Contains(fmt.Sprint(err), "/probe/sda (block 8:0)") {
+		t.Fatalf("import of an image holding device nodes: %+v, %v; want invalid argument naming them", imgs, err)
+	}
+	t.Logf("refused: %v", err)
+	stored, err := rt.Images(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range stored {
+		if strings.Contains(img.Name, "devnodes") {
+			t.Errorf("refused image %s is in the store", img.Name)
+		}
+	}
+	c := rt.Client()
+	nctx := namespaces.WithNamespace(t.Context(), rt.Namespace())
+	if err := c.SnapshotService(rt.Snapshotter()).Walk(nctx, func(_ context.Context, info snapshots.Info) error {
+		if info.Kind != snapshots.KindCommitted {
+			t.Errorf("snapshot %s (%v) left by the check", info.Name, info.Kind)
+		}
+		return nil
+	}, `name~="ocipack-devices"`); err != nil {
+		t.Fatal(err)
+	}
+
+	// Around the check: containerd's own import.
+	bypass, err := c.Import(nctx, bytes.NewReader(archive.Bytes()))
+	if err != nil || len(bypass) != 1 {
+		t.Fatalf("containerd import: %+v, %v", bypass, err)
+	}
+	t.Cleanup(func() { _ = c.ImageService().Delete(context.WithoutCancel(nctx), bypass[0].Name) })
+	if err := containerd.NewImage(c, bypass[0]).Unpack(nctx, rt.Snapshotter()); err != nil {
+		t.Fatal(err)
+	}
+	p := policy("python3", "-c", `
+import os, errno, stat
+for name in sorted(os.listdir("/probe")):
+    p = "/probe/" + name
+    try:
+        os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY))
+        print(name, "open ok")
+    except OSError as e:
+        print(name, "open", errno.errorcode[e.errno])
+for line in open("/proc/self/mountinfo"):
+    f = line.split()
+    if f[4] == "/":
+        print("root", f[5])
+`)
+	p.Image = bypass[0].Name
+	r := runSession(t, p)
+	if r.exit != 0 {
+		t.Fatalf("exit %d, stderr %q", r.exit, r.stderr)
+	}
+	t.Logf("an image's device nodes, on %s:\n%s", h.Env.Runtime, r.stdout)
+	if h.Env.Runtime == "crun" {
+		return // its read-only remount of the root drops nodev: the import check above is what holds
+	}
+	want := `console open EACCES
+mem open EACCES
+null open EACCES
+sda open EACCES
+tty0 open EACCES
+root ro,nodev,relatime
+`
+	if r.stdout != want {
+		t.Errorf("on %s, an image's device nodes:\n%s\nwant (the root mounted nodev):\n%s", h.Env.Runtime, r.stdout, want)
 	}
 }

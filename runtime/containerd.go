@@ -75,6 +75,12 @@ disabled_plugins = [%s]
 
 [debug]
   level = "info"
+
+# A session's root is its image's snapshot: mounted nodev, a device node
+# shipped in an image's files cannot be opened, whatever the OCI
+# runtime's devices cgroup allows (crun's always admits /dev/console).
+[plugins."io.containerd.snapshotter.v1.overlayfs"]
+  mount_options = ["nodev"]
 `, filepath.Join(e.Dir, "root"), filepath.Join(e.Dir, "state"), strings.Join(quoted, ", "),
 		e.Address(), e.Address()+".ttrpc")
 }

@@ -18,15 +18,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"path/filepath"
 	"strings"
+	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 	"github.com/distribution/reference"
 	digest "github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
@@ -70,6 +77,16 @@ func Import(ctx context.Context, client *containerd.Client, r io.Reader, opts Im
 		}
 		if err := i.Unpack(ctx, opts.Snapshotter); err != nil {
 			return nil, fmt.Errorf("unpack image %q: %w", img.Name, err)
+		}
+		if err := checkNoDevices(ctx, client, i, opts.Snapshotter); err != nil {
+			// Refused as a whole: none of the archive's names stays.
+			is := client.ImageService()
+			for _, img := range imgs {
+				if derr := is.Delete(ctx, img.Name); derr != nil && !errdefs.IsNotFound(derr) {
+					log.G(ctx).Warn("refused image: delete its record", "image", img.Name, "error", derr)
+				}
+			}
+			return nil, err
 		}
 		log.G(ctx).Info("image imported", "image", img.Name, "target", img.Target.Digest.String(),
 			"snapshotter", opts.Snapshotter)
@@ -190,4 +207,75 @@ func ArchiveImages(r io.Reader) (map[string]digest.Digest, error) {
 		}
 		return out, nil
 	}
+}
+
+// checkNoDevices refuses an image whose files hold a device node. A
+// session's devices are the runtime's, made in its own /dev; one shipped in
+// an image's files would be opened wherever the runtime's devices cgroup
+// admits its numbers (crun's always admits /dev/console, 5:1, the host's
+// console), and crun's read-only remount of the root drops the nodev the
+// snapshot is mounted with. It walks a read-only view of the unpacked
+// image, in which whiteouts are hidden.
+func checkNoDevices(ctx context.Context, client *containerd.Client, img containerd.Image, snapshotter string) error {
+	diffIDs, err := img.RootFS(ctx)
+	if err != nil {
+		return fmt.Errorf("image %q: %w", img.Name(), err)
+	}
+	// The view is removed below; the lease keeps containerd's collector
+	// off it meanwhile and removes it should this process die first.
+	ctx, done, err := client.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour))
+	if err != nil {
+		return fmt.Errorf("image %q: %w", img.Name(), err)
+	}
+	defer func() {
+		if err := done(context.WithoutCancel(ctx)); err != nil {
+			log.G(ctx).Warn("remove the image view's lease", "error", err)
+		}
+	}()
+	start := time.Now()
+	defer func() { log.G(ctx).Debug("image checked for device nodes", "image", img.Name(), "took", time.Since(start)) }()
+	sn := client.SnapshotService(snapshotter)
+	key := fmt.Sprintf("ocipack-devices-%s-%d", identity.ChainID(diffIDs).Encoded()[:12], time.Now().UnixNano())
+	mounts, err := sn.View(ctx, key, identity.ChainID(diffIDs).String())
+	if err != nil {
+		return fmt.Errorf("image %q: view its files: %w", img.Name(), err)
+	}
+	defer func() {
+		if err := sn.Remove(context.WithoutCancel(ctx), key); err != nil {
+			log.G(ctx).Warn("remove image view", "key", key, "error", err)
+		}
+	}()
+	var found []string
+	err = mount.WithReadonlyTempMount(ctx, mounts, func(root string) error {
+		return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.Type()&(fs.ModeDevice|fs.ModeCharDevice) == 0 {
+				return nil
+			}
+			var st unix.Stat_t
+			if err := unix.Lstat(path, &st); err != nil {
+				return err
+			}
+			kind := "block"
+			if d.Type()&fs.ModeCharDevice != 0 {
+				kind = "char"
+			}
+			rel := "/" + strings.TrimPrefix(strings.TrimPrefix(path, root), "/")
+			found = append(found, fmt.Sprintf("%s (%s %d:%d)", rel, kind, unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev))))
+			if len(found) == 5 {
+				return fs.SkipAll
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("image %q: read its files: %w", img.Name(), err)
+	}
+	if len(found) > 0 {
+		return fmt.Errorf("image %q holds device nodes (%s): a session's devices are the runtime's, not its image's; "+
+			"remove them from the image (the archive was not imported): %w", img.Name(), strings.Join(found, ", "), errdefs.ErrInvalidArgument)
+	}
+	return nil
 }

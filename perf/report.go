@@ -79,11 +79,15 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# airlock performance report\n\n")
-	target := "make perf"
-	if r.Busy != nil {
-		target = "make perf-load"
+	switch {
+	case r.Reproduce == "hack/perf.sh":
+		p("Measured by `make perf` (`%s`)", r.Reproduce)
+	case r.Busy != nil && !strings.Contains(r.Reproduce, " -only "):
+		p("Measured by `make perf-load` (`%s`)", r.Reproduce)
+	default:
+		p("Measured by `%s`", r.Reproduce)
 	}
-	p("Measured by `%s` (`%s`) on %s in %.0f s. Each section names the command that reruns it alone; ", target, r.Reproduce, r.Started.Format("2006-01-02 15:04 UTC"), r.Seconds)
+	p(" on %s in %.0f s. Each section names the command that reruns it alone; ", r.Started.Format("2006-01-02 15:04 UTC"), r.Seconds)
 	p("times are medians with the p10–p90 spread in parentheses, all variants of a section interleaved in one run. ")
 	p("Raw numbers: [report.json](report.json).\n\n")
 	if r.Busy != nil {

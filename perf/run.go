@@ -86,7 +86,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	r := &Report{
 		Started: start.UTC(), Machine: DescribeMachine(), Runs: o.Runs,
-		Reproduce: reproduce(o, ""), Errors: map[string]string{}, Skipped: map[string]string{},
+		Reproduce: reproduceRun(o), Errors: map[string]string{}, Skipped: map[string]string{},
 		Versions: versions(o),
 	}
 	if o.Load > 0 {
@@ -294,8 +294,19 @@ func reproduce(o Options, section string) string {
 		args = append(args, "-agent-runs", fmt.Sprint(o.AgentStart.Runs), "-agents", strings.Join(o.AgentStart.Agents, ","))
 	case "l7":
 		args = append(args, "-l7-rounds", fmt.Sprint(o.L7.Rounds), "-l7-download", sizeFlag(o.L7.DownloadBytes))
+	case "runtimes":
+		args = append(args, "-runtime-runs", fmt.Sprint(o.RuntimeRuns), "-runtime-blocks", fmt.Sprint(o.RuntimeBlocks), "-burst", fmt.Sprint(o.BurstN))
 	}
 	return shellQuote(args)
+}
+
+// reproduceRun is the whole run's command: the harness with the arguments
+// it was given (a partial run says which sections and sizes it measured).
+func reproduceRun(o Options) string {
+	if len(o.Argv) < 2 {
+		return reproduce(o, "")
+	}
+	return shellQuote(append([]string{"hack/perf.sh"}, o.Argv[1:]...))
 }
 
 // versions reads the versions of what is measured.

@@ -304,6 +304,7 @@ func (r *Runtimes) markdown(p printer) {
 			x.BurstPerSec.Median, x.BurstPerSec.P10, x.BurstPerSec.P90, x.CPUPerStartMS.Median, x.ShimCPUMS, x.SandboxCPUMS, x.Leaked, x.Failures)
 	}
 	p("\n")
+	r.burstBudget(p)
 	for _, x := range r.Results {
 		if x.Error != "" {
 			p("- %s: last error: %s\n", x.Config, x.Error)
@@ -314,4 +315,34 @@ func (r *Runtimes) markdown(p printer) {
 		p("- %s: `%s`\n", k, r.Commands[k])
 	}
 	p("\n")
+}
+
+// burstBudget explains the burst target on runc from the CPU per start:
+// a burst keeps the cores as busy on one configuration as on another, so
+// its rate is the cores in use over the CPU a start takes, and the runtime's
+// own share of that CPU bounds what any cut in airlock's processes gives.
+func (r *Runtimes) burstBudget(p printer) {
+	rc, cr, ps := r.Result("runc"), r.Result("crun"), r.Result("runc, shim per session")
+	if rc == nil || cr == nil || ps == nil || rc.CPUPerStartMS.Median <= 0 || ps.BurstPerSec.Median <= 0 || rc.BurstPerSec.Median <= 0 {
+		return
+	}
+	cores := rc.BurstPerSec.Median * rc.CPUPerStartMS.Median / 1000
+	target := 2 * ps.BurstPerSec.Median
+	budget := cores / target * 1000
+	own := rc.ShimCPUMS + rc.SandboxCPUMS
+	p("- Burst target on runc (≥ ×2 of runc with a shim per session, %.1f starts/s): ", target)
+	if rc.BurstPerSec.Median >= target {
+		p("met.\n")
+		return
+	}
+	p("the burst on runc kept %.2f cores busy at %.0f ms of CPU a start (%.1f starts/s). At that use, ×2 needs at most %.0f ms a start: "+
+		"the shim and runc take %.0f of them (the shim with the runc invocations it reaps, %.0f; `runc init` before the exec, %.0f), "+
+		"the daemons the other %.0f (airlockd, containerd, the log writer): ", cores, rc.CPUPerStartMS.Median, rc.BurstPerSec.Median, budget,
+		own, rc.ShimCPUMS, rc.SandboxCPUMS, rc.CPUPerStartMS.Median-own)
+	if own >= budget {
+		p("with the daemons' part at nothing the rate would be %.1f starts/s (×%s), still short: only a cheaper shim or runtime reaches it. ", cores/own*1000, ratio(cores/own*1000, ps.BurstPerSec.Median))
+	} else {
+		p("the daemons' part would have to shrink by %.0f ms a start. ", rc.CPUPerStartMS.Median-budget)
+	}
+	p("With crun the shim and runtime take %.0f ms a start (%.0f in all): on crun the burst runs at ×%s.\n\n", cr.ShimCPUMS+cr.SandboxCPUMS, cr.CPUPerStartMS.Median, ratio(cr.BurstPerSec.Median, ps.BurstPerSec.Median))
 }

@@ -291,7 +291,7 @@ func TestMarkdown(t *testing.T) {
 		"came 8 ms after the first byte warm and 10 ms cold.",
 		"48 ms of that first-output time are the CLI's own",
 		"the warm full perimeter is ×0.82",
-		"sustains about 2.0 warm starts per second",
+		"one replacement takes that long (about 2.0 a second)",
 		"owned the same 13 resources as a cold one of the same perimeter, kind by kind (cgroup ×12, netns ×1)",
 		"Warm start failures: 1 of 6 pooled runs",
 		"cli warm, last failure: not warm: pool hits 4 → 4",

@@ -665,7 +665,7 @@ func (ws *WarmStart) markdown(p printer) {
 	}
 	p("\nA warm CLI run counts only when the pool's hits grew by one and its misses did not; a warm API run only when the session reports `warm` and its id was among the pool's ready sandboxes just before (every session id was seen once).\n\n")
 	if r := ws.RefillMS; r.N > 0 {
-		p("Refill: from a take (the warm API create) until the pool listed %d ready sandboxes again took %s ms (median, p10–p90; max %.0f ms) over %d takes, polled every 10 ms. Sustained, one pool therefore serves about %.1f warm starts per second; a burst beyond the %d ready sandboxes starts cold.\n\n",
+		p("Refill: from a take (the warm API create) until the pool listed %d ready sandboxes again took %s ms (median, p10–p90; max %.0f ms) over %d takes, one at a time, polled every 10 ms: the time to prepare one replacement, about %.1f a second. airlockd prepares up to `--pool-refill` replacements of a pool at once (2 by default, as here), so back-to-back takes are served faster as far as the cores allow; that rate is not measured here. A burst beyond the %d ready sandboxes starts cold.\n\n",
 			ws.PoolSize, r.Spread("%.0f"), r.Max, r.N, 1000/r.Median, ws.PoolSize)
 	}
 	if pl := ws.Pool; pl != nil {
@@ -785,7 +785,7 @@ func (ws *WarmStart) findings(cs *ColdStart) []string {
 		if len(ws.API) == 2 && ws.API[1].FirstOutputMS.N > 0 {
 			s += fmt.Sprintf(", ×%.2f of a cold API start to first output", r.Median/ws.API[1].FirstOutputMS.Median)
 		}
-		s += fmt.Sprintf(". One pool, preparing one sandbox at a time, so sustains about %.1f warm starts per second; starts beyond that rate, once its %d ready sandboxes are taken, are cold.", 1000/r.Median, ws.PoolSize)
+		s += fmt.Sprintf(": one replacement takes that long (about %.1f a second); a pool prepares up to `--pool-refill` at once (2 by default, as here), so back-to-back takes are served faster as far as the cores allow, which this run does not measure; starts beyond the pool's rate, once its %d ready sandboxes are taken, are cold.", 1000/r.Median, ws.PoolSize)
 		out = append(out, s)
 	}
 	if iso := ws.Isolation; iso.Error == "" && iso.Warm != nil {

@@ -53,6 +53,26 @@ var backtickRE = regexp.MustCompile("`([^`\n]+)`")
 // percentEncodedRE matches a percent-encoded character ("%3B").
 var percentEncodedRE = regexp.MustCompile(`%[0-9A-Fa-f]{2}`)
 
+// isQuotedName reports whether quoted text can name an item: one that a
+// rule's path can spell and a request's path reach. "?" and "#" end a
+// URL's path; the gateway refuses a path holding '\', ';', '[' or ']' or a
+// percent-encoded character once decoded, and one with an empty, "." or
+// ".." segment, which no cleaned path has. ("*" stays: a name's is escaped,
+// and the rules then leave it to the credential.)
+func isQuotedName(v string) bool {
+	if !utf8.ValidString(v) || percentEncodedRE.MatchString(v) || strings.ContainsFunc(v, func(r rune) bool {
+		return !unicode.IsGraphic(r) || unicode.IsSpace(r) || strings.ContainsRune("?#\\;[]", r)
+	}) {
+		return false
+	}
+	for _, seg := range strings.Split(v, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+
 // ticketRE matches a ticket or ticket range, quoted or not: "ticket `4812`",
 // "ticket range 48xx", "ticket #4812".
 var ticketRE = regexp.MustCompile("(?i)\\btickets?(?:\\s+range)?\\s+`?#?([0-9]+[xX*]*)`?")
@@ -98,12 +118,7 @@ func Extract(text string, op *policy.Operator) Request {
 		if v == "" || v == req.Ticket {
 			continue
 		}
-		// "?" and "#" end a URL's path, and the gateway refuses a path
-		// holding '\\' or ';' or a percent-encoded character once decoded:
-		// no name a rule could put in one, nor a request reach.
-		if !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool {
-			return !unicode.IsGraphic(r) || unicode.IsSpace(r) || strings.ContainsRune("?#\\;", r)
-		}) || percentEncodedRE.MatchString(v) {
+		if !isQuotedName(v) {
 			req.Notes = append(req.Notes, fmt.Sprintf("quoted text %q is not a name; ignored", v))
 			continue
 		}

@@ -104,10 +104,11 @@ func TestExtract(t *testing.T) {
 		},
 		{
 			// No request path can hold them: the gateway refuses ';',
-			// '\\' and a percent-encoded character, raw or decoded.
+			// '\\', '[', ']' and a percent-encoded character, raw or
+			// decoded, and empty, "." and ".." segments.
 			name:   "quoted text no path can hold",
 			family: data.CancelJobs,
-			text:   "Cancel my stale jobs `;`, `a\\b`, `job-%41` and `job-dev-4827-a`.",
+			text:   "Cancel my stale jobs `;`, `a\\b`, `job-%41`, `[`, `a]`, `a//b`, `../x`, `x/.`, `/x` and `job-dev-4827-a`.",
 			want:   Request{Mutate: true, Verb: "cancel", Determiner: "my", Owners: []string{"alex"}, IDs: []string{"job-dev-4827-a"}},
 		},
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/image-spec/identity"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/daemon/httpapi"
@@ -421,14 +422,17 @@ func TestProcessAttributes(t *testing.T) {
 
 // TestImageDeviceNodesCannotBeOpened: an image whose own files hold device
 // nodes, readable and writable by anyone, is refused at import, naming them,
-// and nothing of it stays. A session's devices are the runtime's: crun's
-// devices cgroup always admits /dev/console (5:1), the host's console, and
-// without the check a session on crun opened an image's 5:1 node.
+// and nothing of it stays; put into containerd around airlock (its own
+// import), it is refused when a session would use it. A session's devices
+// are the runtime's: crun's devices cgroup always admits /dev/console (5:1),
+// the host's console, and without the checks a session on crun opened an
+// image's 5:1 node.
 //
-// Behind the check, the session's root (the image's snapshot) is mounted
-// nodev: an image put into containerd some other way (here with its own
-// client) has its nodes refused on runc, which keeps the flag when it
-// remounts the root read-only; crun's remount drops it.
+// Behind the checks, the session's root (the image's snapshot) is mounted
+// nodev: with the image's snapshot labelled as checked (as only someone
+// with containerd's own tools could), its nodes are refused on runc, which
+// keeps the flag when it remounts the root read-only; crun's remount drops
+// it.
 func TestImageDeviceNodesCannotBeOpened(t *testing.T) {
 	testutil.RequiresRoot(t)
 	nodes := []struct {
@@ -489,13 +493,38 @@ func TestImageDeviceNodesCannotBeOpened(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Around the check: containerd's own import.
+	// Around the import's check: containerd's own import.
 	bypass, err := c.Import(nctx, bytes.NewReader(archive.Bytes()))
 	if err != nil || len(bypass) != 1 {
 		t.Fatalf("containerd import: %+v, %v", bypass, err)
 	}
 	t.Cleanup(func() { _ = c.ImageService().Delete(context.WithoutCancel(nctx), bypass[0].Name) })
-	if err := containerd.NewImage(c, bypass[0]).Unpack(nctx, rt.Snapshotter()); err != nil {
+	img := containerd.NewImage(c, bypass[0])
+	if err := img.Unpack(nctx, rt.Snapshotter()); err != nil {
+		t.Fatal(err)
+	}
+	probe := policy("true")
+	probe.Image = bypass[0].Name
+	if s, err := h.Daemon.Create(t.Context(), api.CreateRequest{Policy: probe, Start: true}); !errdefs.IsInvalidArgument(err) || !strings.Contains(fmt.Sprint(err), "/probe/console (char 5:1)") {
+		if s != nil {
+			_ = h.Daemon.Remove(context.WithoutCancel(t.Context()), s.ID, true)
+		}
+		t.Fatalf("a session of an image containerd imported around the check: %+v, %v; want invalid argument naming its nodes", s, err)
+	}
+	assertNoSessionOf(t, bypass[0].Name)
+
+	// Labelled as checked: the nodev mount is what is left.
+	diffIDs, err := img.RootFS(nctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn := c.SnapshotService(rt.Snapshotter())
+	info, err := sn.Stat(nctx, identity.ChainID(diffIDs).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info.Labels = map[string]string{ocipack.LabelNoDevices: "true"}
+	if _, err := sn.Update(nctx, info, "labels."+ocipack.LabelNoDevices); err != nil {
 		t.Fatal(err)
 	}
 	p := policy("python3", "-c", `
@@ -530,5 +559,15 @@ root ro,nodev,relatime
 `
 	if r.stdout != want {
 		t.Errorf("on %s, an image's device nodes:\n%s\nwant (the root mounted nodev):\n%s", h.Env.Runtime, r.stdout, want)
+	}
+}
+
+// assertNoSessionOf fails the test if a session of image is listed.
+func assertNoSessionOf(t *testing.T, image string) {
+	t.Helper()
+	for _, s := range h.Daemon.List(t.Context()) {
+		if s.Image == image {
+			t.Errorf("session %s of %s is listed", s.ID, image)
+		}
 	}
 }

@@ -40,6 +40,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/log"
 	"github.com/airlock-sandbox/airlock/internal/logwriter"
+	"github.com/airlock-sandbox/airlock/internal/ocipack"
 )
 
 // LabelSession marks containerd objects that belong to an airlock session.
@@ -214,6 +215,10 @@ func (r *Runtime) PrepareRootfs(ctx context.Context, id, image string) (_ *Rootf
 		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
 			return nil, fmt.Errorf("image %q: unpack: %w", image, err)
 		}
+	}
+	// However it came into the store: once per image, a label after.
+	if err := ocipack.CheckNoDevices(ctx, r.client, img, r.cfg.Snapshotter); err != nil {
+		return nil, err
 	}
 	// A writable snapshot lets runc create mount points; the spec then
 	// remounts the root read-only before the process starts.

@@ -27,6 +27,7 @@ import (
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 	"github.com/distribution/reference"
@@ -78,15 +79,18 @@ func Import(ctx context.Context, client *containerd.Client, r io.Reader, opts Im
 		if err := i.Unpack(ctx, opts.Snapshotter); err != nil {
 			return nil, fmt.Errorf("unpack image %q: %w", img.Name, err)
 		}
-		if err := checkNoDevices(ctx, client, i, opts.Snapshotter); err != nil {
-			// Refused as a whole: none of the archive's names stays.
+		if err := CheckNoDevices(ctx, client, i, opts.Snapshotter); err != nil {
+			// Refused as a whole: none of the archive's names stays,
+			// also when the caller has gone meanwhile. (A session of
+			// one of them checks its image itself: see CheckNoDevices.)
+			dctx := context.WithoutCancel(ctx)
 			is := client.ImageService()
 			for _, img := range imgs {
-				if derr := is.Delete(ctx, img.Name); derr != nil && !errdefs.IsNotFound(derr) {
+				if derr := is.Delete(dctx, img.Name); derr != nil && !errdefs.IsNotFound(derr) {
 					log.G(ctx).Warn("refused image: delete its record", "image", img.Name, "error", derr)
 				}
 			}
-			return nil, err
+			return nil, fmt.Errorf("the archive was not imported: %w", err)
 		}
 		log.G(ctx).Info("image imported", "image", img.Name, "target", img.Target.Digest.String(),
 			"snapshotter", opts.Snapshotter)
@@ -209,23 +213,57 @@ func ArchiveImages(r io.Reader) (map[string]digest.Digest, error) {
 	}
 }
 
-// checkNoDevices refuses an image whose files hold a device node. A
+// LabelNoDevices marks the top snapshot of an image's unpacked layers
+// whose files CheckNoDevices found free of device nodes.
+const LabelNoDevices = "dev.airlock.no-devices"
+
+// CheckNoDevices refuses an image whose files hold a device node. A
 // session's devices are the runtime's, made in its own /dev; one shipped in
 // an image's files would be opened wherever the runtime's devices cgroup
 // admits its numbers (crun's always admits /dev/console, 5:1, the host's
 // console), and crun's read-only remount of the root drops the nodev the
 // snapshot is mounted with. It walks a read-only view of the unpacked
-// image, in which whiteouts are hidden.
-func checkNoDevices(ctx context.Context, client *containerd.Client, img containerd.Image, snapshotter string) error {
+// image, in which whiteouts are hidden, once: the top snapshot of a clean
+// image is labelled (LabelNoDevices), and a labelled one is not walked
+// again. Import calls it, so that a bad archive is refused at once, and so
+// does every session's rootfs (runtime.PrepareRootfs), so that no image
+// reaches a session unchecked: one put into the store otherwise, one of an
+// archive whose import failed before its turn, one imported before the
+// check existed.
+func CheckNoDevices(ctx context.Context, client *containerd.Client, img containerd.Image, snapshotter string) error {
 	diffIDs, err := img.RootFS(ctx)
 	if err != nil {
 		return fmt.Errorf("image %q: %w", img.Name(), err)
 	}
+	chain := identity.ChainID(diffIDs).String()
+	sn := client.SnapshotService(snapshotter)
+	info, err := sn.Stat(ctx, chain)
+	if err != nil {
+		return fmt.Errorf("image %q: its unpacked files: %w", img.Name(), err)
+	}
+	if info.Labels[LabelNoDevices] == "true" {
+		return nil
+	}
+	if err := walkNoDevices(ctx, client, sn, img.Name(), chain); err != nil {
+		return err
+	}
+	if info.Labels == nil {
+		info.Labels = map[string]string{}
+	}
+	info.Labels[LabelNoDevices] = "true"
+	if _, err := sn.Update(ctx, info, "labels."+LabelNoDevices); err != nil {
+		log.G(ctx).Warn("label a checked image's snapshot", "image", img.Name(), "error", err)
+	}
+	return nil
+}
+
+// walkNoDevices walks a read-only view of snapshot chain for device nodes.
+func walkNoDevices(ctx context.Context, client *containerd.Client, sn snapshots.Snapshotter, name, chain string) error {
 	// The view is removed below; the lease keeps containerd's collector
 	// off it meanwhile and removes it should this process die first.
 	ctx, done, err := client.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour))
 	if err != nil {
-		return fmt.Errorf("image %q: %w", img.Name(), err)
+		return fmt.Errorf("image %q: %w", name, err)
 	}
 	defer func() {
 		if err := done(context.WithoutCancel(ctx)); err != nil {
@@ -233,15 +271,14 @@ func checkNoDevices(ctx context.Context, client *containerd.Client, img containe
 		}
 	}()
 	start := time.Now()
-	defer func() { log.G(ctx).Debug("image checked for device nodes", "image", img.Name(), "took", time.Since(start)) }()
-	sn := client.SnapshotService(snapshotter)
-	key := fmt.Sprintf("ocipack-devices-%s-%d", identity.ChainID(diffIDs).Encoded()[:12], time.Now().UnixNano())
-	mounts, err := sn.View(ctx, key, identity.ChainID(diffIDs).String())
+	defer func() { log.G(ctx).Debug("image checked for device nodes", "image", name, "took", time.Since(start)) }()
+	key := fmt.Sprintf("ocipack-devices-%s-%d", strings.TrimPrefix(chain, "sha256:")[:12], time.Now().UnixNano())
+	mounts, err := sn.View(ctx, key, chain)
 	if err != nil {
-		return fmt.Errorf("image %q: view its files: %w", img.Name(), err)
+		return fmt.Errorf("image %q: view its files: %w", name, err)
 	}
 	defer func() {
-		if err := sn.Remove(context.WithoutCancel(ctx), key); err != nil {
+		if err := sn.Remove(context.WithoutCancel(ctx), key); err != nil && !errdefs.IsNotFound(err) {
 			log.G(ctx).Warn("remove image view", "key", key, "error", err)
 		}
 	}()
@@ -251,16 +288,27 @@ func checkNoDevices(ctx context.Context, client *containerd.Client, img containe
 			if err != nil {
 				return err
 			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			if d.Type()&(fs.ModeDevice|fs.ModeCharDevice) == 0 {
 				return nil
 			}
 			var st unix.Stat_t
 			if err := unix.Lstat(path, &st); err != nil {
+				if errors.Is(err, unix.ENOENT) {
+					return nil // a whiteout readdir still listed: nothing there
+				}
 				return err
 			}
 			kind := "block"
-			if d.Type()&fs.ModeCharDevice != 0 {
+			if st.Mode&unix.S_IFMT == unix.S_IFCHR {
+				if st.Rdev == 0 {
+					return nil // a whiteout (0:0): opens as nothing
+				}
 				kind = "char"
+			} else if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+				return nil
 			}
 			rel := "/" + strings.TrimPrefix(strings.TrimPrefix(path, root), "/")
 			found = append(found, fmt.Sprintf("%s (%s %d:%d)", rel, kind, unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev))))
@@ -271,11 +319,11 @@ func checkNoDevices(ctx context.Context, client *containerd.Client, img containe
 		})
 	})
 	if err != nil {
-		return fmt.Errorf("image %q: read its files: %w", img.Name(), err)
+		return fmt.Errorf("image %q: read its files: %w", name, err)
 	}
 	if len(found) > 0 {
 		return fmt.Errorf("image %q holds device nodes (%s): a session's devices are the runtime's, not its image's; "+
-			"remove them from the image (the archive was not imported): %w", img.Name(), strings.Join(found, ", "), errdefs.ErrInvalidArgument)
+			"remove them from the image: %w", name, strings.Join(found, ", "), errdefs.ErrInvalidArgument)
 	}
 	return nil
 }

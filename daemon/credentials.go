@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock/credentials"
+	"github.com/airlock-sandbox/airlock/internal/audit"
 	"github.com/airlock-sandbox/airlock/internal/log"
 )
 
@@ -52,6 +53,10 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	if attributed {
 		ev.Fields["attributed_by"] = "connection"
 	}
+	if sa, ok := ctx.Value(sessionAuditKey{}).(sessionAudit); ok && sa.id == e.Session && sa.log != nil {
+		sa.log.Emit(ctx, ev)
+		return
+	}
 	if s, err := d.get(e.Session); err == nil {
 		s.audit.Emit(ctx, ev)
 		return
@@ -70,4 +75,19 @@ func (d *Daemon) credentialAudit(ctx context.Context, e credentials.Event) {
 	a.SetPolicyVersion(version)
 	a.Emit(ctx, ev)
 	_ = a.Close()
+}
+
+type sessionAuditKey struct{}
+
+type sessionAudit struct {
+	id  string
+	log *audit.Log
+}
+
+// withSessionAudit sends the credential events of session id emitted under
+// ctx to its open audit log: a session being claimed is not yet among the
+// daemon's sessions, and without it each event read the session's record
+// from disk and opened, wrote and closed its log again.
+func withSessionAudit(ctx context.Context, id string, l *audit.Log) context.Context {
+	return context.WithValue(ctx, sessionAuditKey{}, sessionAudit{id: id, log: l})
 }

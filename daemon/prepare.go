@@ -241,7 +241,7 @@ func (d *Daemon) claim(ctx context.Context, s *session, p policies.Policy, label
 			return nil, err
 		}
 	}
-	if err := s.creds.Mint(ctx, id); err != nil {
+	if err := s.creds.Mint(withSessionAudit(ctx, id, s.audit), id); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
@@ -251,7 +251,15 @@ func (d *Daemon) claim(ctx context.Context, s *session, p policies.Policy, label
 	s.rec.State = api.StateCreated
 	s.rec.Warm = warm
 	s.rec.Labels = labels
-	err := s.saveLocked()
+	var err error
+	if !start {
+		// With start, start's record of the launch is the claimed
+		// session's first: one write (and fsync) fewer on the way to
+		// the command. A crash before it leaves the sandbox's record
+		// as it was prepared (creating, or pooled), and the next
+		// daemon removes the sandbox.
+		err = s.saveLocked()
+	}
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err

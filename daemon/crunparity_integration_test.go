@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -16,7 +17,10 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	digest "github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/identity"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/daemon/httpapi"
@@ -571,3 +575,59 @@ func assertNoSessionOf(t *testing.T, image string) {
 		}
 	}
 }
+
+// TestImageWithoutLayersIsImported: the device-node check passes an image
+// with no layer (nothing to walk), at import and when a session is created
+// of it, as before the check.
+func TestImageWithoutLayersIsImported(t *testing.T) {
+	testutil.RequiresRoot(t)
+	blob := func(v any) ([]byte, ocispec.Descriptor) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, ocispec.Descriptor{Digest: digest.FromBytes(b), Size: int64(len(b))}
+	}
+	cfg, cfgDesc := blob(ocispec.Image{Platform: ocispec.Platform{OS: "linux", Architecture: goruntime.GOARCH}, RootFS: ocispec.RootFS{Type: "layers"}})
+	cfgDesc.MediaType = ocispec.MediaTypeImageConfig
+	man, manDesc := blob(ocispec.Manifest{Versioned: specsVersioned, MediaType: ocispec.MediaTypeImageManifest, Config: cfgDesc, Layers: []ocispec.Descriptor{}})
+	manDesc.MediaType = ocispec.MediaTypeImageManifest
+	manDesc.Annotations = map[string]string{ocispec.AnnotationRefName: "docker.io/airlock/nolayers:test"}
+	idx, _ := blob(ocispec.Index{Versioned: specsVersioned, MediaType: ocispec.MediaTypeImageIndex, Manifests: []ocispec.Descriptor{manDesc}})
+	var archive bytes.Buffer
+	tw := tar.NewWriter(&archive)
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{
+		{ocispec.ImageLayoutFile, []byte(`{"imageLayoutVersion":"1.0.0"}`)},
+		{ocispec.ImageIndexFile, idx},
+		{"blobs/sha256/" + cfgDesc.Digest.Encoded(), cfg},
+		{"blobs/sha256/" + manDesc.Digest.Encoded(), man},
+	} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o644, Size: int64(len(f.data))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	imgs, err := h.Daemon.Runtime().ImportImage(t.Context(), &archive, "")
+	if err != nil || len(imgs) != 1 {
+		t.Fatalf("import of an image without layers: %+v, %v", imgs, err)
+	}
+	p := policy("true")
+	p.Image = imgs[0].Name
+	s, err := h.Daemon.Create(t.Context(), api.CreateRequest{Policy: p})
+	if err != nil {
+		t.Fatalf("create a session of an image without layers: %v", err)
+	}
+	if err := h.Daemon.Remove(context.WithoutCancel(t.Context()), s.ID, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var specsVersioned = specs.Versioned{SchemaVersion: 2}

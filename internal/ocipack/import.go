@@ -235,6 +235,9 @@ func CheckNoDevices(ctx context.Context, client *containerd.Client, img containe
 	if err != nil {
 		return fmt.Errorf("image %q: %w", img.Name(), err)
 	}
+	if len(diffIDs) == 0 {
+		return nil // no layer, no file
+	}
 	chain := identity.ChainID(diffIDs).String()
 	sn := client.SnapshotService(snapshotter)
 	info, err := sn.Stat(ctx, chain)
